@@ -1,0 +1,57 @@
+// Model: the shape of the transformer being trained. Parsed once from JSON (strict keys); presets are
+// embedded JSON files in models/presets/, each stating its parameter count and source.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/util/json_reader.hpp"
+
+namespace tessel {
+
+enum class Activation { gelu, swiglu };
+enum class Norm { layernorm, rmsnorm };
+enum class PositionEmbedding { learned, rotary };
+
+struct Model {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int kv_heads = 0;          // == heads without GQA
+  int head_dim = 0;          // hidden / heads unless given
+  int ffn = 0;               // MLP inner size (per branch for SwiGLU)
+  int vocab = 0;
+  int seq_len = 0;
+  Activation activation = Activation::gelu;
+  Norm norm = Norm::layernorm;
+  PositionEmbedding position = PositionEmbedding::learned;
+  bool tied_embeddings = true;
+  bool bias = true;          // linear-layer biases (GPT: yes, Llama: no)
+  double stated_params_b = 0;  // the source's parameter count in billions (0 = not stated)
+
+  // Parameter counts, exact for the architecture described here.
+  std::int64_t params_per_layer() const;
+  std::int64_t embedding_params() const;   // token (+ learned position) embedding
+  std::int64_t output_params() const;      // LM head (0 when tied) + final norm
+  std::int64_t total_params() const;
+};
+
+std::string to_string(Activation a);
+std::string to_string(Norm n);
+std::string to_string(PositionEmbedding p);
+
+// Strict parse of a model object; `where` names the file for messages.
+Model parse_model(const Json& j, const std::string& where);
+Json model_to_json(const Model& m);
+
+// A preset name ("gpt3-175b") or a path to a JSON file. InputError lists the presets when neither.
+Model load_model(const std::string& name_or_path);
+std::vector<std::string> model_preset_names();
+
+// Importers. HuggingFace config.json (Llama/GPT-2/Mistral-style keys) and a Megatron-LM command line.
+Model import_hf_config(const Json& j, const std::string& where);
+Model import_megatron_args(const std::vector<std::string>& argv, const std::string& where);
+
+}  // namespace tessel

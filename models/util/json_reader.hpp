@@ -1,0 +1,69 @@
+// Strict JSON reading at the edge: every input file goes through here once.
+//
+// - parse_json_file / parse_json_text give malformed JSON as "file:line:column: message".
+// - JsonObject reads one object with a key path for messages; finish() rejects keys nobody read, so
+//   unknown and missing keys are both errors. Numbers are range-checked and NaN/inf rejected.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/util/error.hpp"
+
+namespace tessel {
+
+using Json = nlohmann::json;
+
+// Reads and parses a whole file; InputError names file:line:column on a syntax error.
+Json parse_json_file(const std::string& path);
+// `origin` names the source in messages (a file name, "<stdin>", "--layout").
+Json parse_json_text(const std::string& text, const std::string& origin);
+// Reads a whole file into a string; InputError if it cannot be read.
+std::string read_text_file(const std::string& path);
+
+class JsonObject {
+ public:
+  // `where` is the file (or other origin); `path` the key path of this object inside it ("" for the root).
+  JsonObject(const Json& j, std::string where, std::string path = "");
+
+  bool has(const std::string& key) const;
+  const Json& raw(const std::string& key);  // marks the key read; InputError if missing
+
+  std::int64_t integer(const std::string& key, std::int64_t min, std::int64_t max);
+  std::optional<std::int64_t> opt_integer(const std::string& key, std::int64_t min, std::int64_t max);
+  double number(const std::string& key, double min, double max);
+  std::optional<double> opt_number(const std::string& key, double min, double max);
+  bool boolean(const std::string& key);
+  std::optional<bool> opt_boolean(const std::string& key);
+  std::string string(const std::string& key);
+  std::optional<std::string> opt_string(const std::string& key);
+  // One of `allowed`; the message lists them.
+  std::string choice(const std::string& key, const std::vector<std::string>& allowed);
+  JsonObject object(const std::string& key);
+  std::vector<double> number_array(const std::string& key, double min, double max);
+
+  // Marks keys as known but ignored (documentation fields such as "source").
+  void ignore(const std::string& key);
+  // InputError naming the first key that was never read.
+  void finish() const;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& rule) const;
+  std::string key_path(const std::string& key) const;
+  const std::string& where() const { return where_; }
+
+ private:
+  const Json& j_;
+  std::string where_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+// Renders a JSON value for an error message, shortened.
+std::string json_brief(const Json& v);
+
+}  // namespace tessel

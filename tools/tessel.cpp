@@ -1,0 +1,75 @@
+// The `tessel` command: parse the verb, call the library, map errors to exit codes
+// (0 success, 2 bad input or infeasible layout, 1 internal error).
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "models/util/error.hpp"
+#include "tools/commands.hpp"
+
+namespace {
+
+struct Verb {
+  const char* name;
+  int (*fn)(const tessel::cmd::Args&);
+  const char* help;
+};
+
+const Verb kVerbs[] = {
+    {"estimate", tessel::cmd::estimate, "analytical step time, throughput and memory of one layout"},
+    {"simulate", tessel::cmd::simulate, "discrete-event simulation of one layout: summary, trace, timeline"},
+    {"explore", tessel::cmd::explore, "rank the layouts of a model on a cluster"},
+    {"validate", tessel::cmd::validate, "predict published measurements and report the error"},
+    {"schedule", tessel::cmd::schedule, "generate, validate, show and diff pipeline schedules"},
+    {"run", tessel::cmd::run, "execute a layout for real (CPU threads, MPI, CUDA/NCCL)"},
+    {"bench", tessel::cmd::bench, "microbenchmarks: GEMM, memory bandwidth, collectives"},
+    {"compare", tessel::cmd::compare, "align two traces op by op and report the differences"},
+    {"calibrate", tessel::cmd::calibrate, "fit a hardware profile from benchmarks and traces"},
+};
+
+void print_usage(std::FILE* f) {
+  std::fprintf(f, "usage: tessel <verb> [options]   (tessel <verb> --help for its options)\n\nverbs:\n");
+  for (const auto& v : kVerbs) std::fprintf(f, "  %-10s %s\n", v.name, v.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    print_usage(stderr);
+    return 2;
+  }
+  std::string verb = argv[1];
+  if (verb == "--help" || verb == "-h" || verb == "help") {
+    print_usage(stdout);
+    return 0;
+  }
+  if (verb == "--version") {
+    std::printf("tessel %s\n", TESSEL_VERSION);
+    return 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const auto& v : kVerbs) {
+    if (verb != v.name) continue;
+    try {
+      return v.fn(args);
+    } catch (const tessel::InputError& e) {
+      std::cout.flush();
+      std::cerr << "tessel " << verb << ": error: " << e.what() << "\n";
+      return 2;
+    } catch (const tessel::InfeasibleLayout& e) {
+      std::cout.flush();
+      std::cerr << "tessel " << verb << ": infeasible layout: " << e.what() << "\n";
+      return 2;
+    } catch (const std::exception& e) {
+      std::cout.flush();
+      std::cerr << "tessel " << verb << ": internal error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "tessel: unknown verb '%s'\n", verb.c_str());
+  print_usage(stderr);
+  return 2;
+}
