@@ -61,6 +61,8 @@ Model import_hf_config(const Json& j, const std::string& where) {
                                                               j["tie_word_embeddings"].get<bool>()
                                                         : !rms;  // GPT-2 ties, Llama does not
   m.bias = j.contains("attention_bias") ? j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>() : !rms;
+  // HF configs state dropout probabilities; Llama-style configs train without dropout.
+  m.dropout = !rms;
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     m.head_dim = static_cast<int>(need_int(j, where, {"head_dim"}, 1, 1 << 24));
   } else {

@@ -69,6 +69,7 @@ Model parse_model(const Json& j, const std::string& where) {
                                                                          : PositionEmbedding::rotary;
   m.tied_embeddings = o.boolean("tied_embeddings");
   m.bias = o.boolean("bias");
+  m.dropout = o.opt_boolean("dropout").value_or(true);
   if (auto hd = o.opt_integer("head_dim", 1, kMaxDim)) {
     m.head_dim = static_cast<int>(*hd);
   } else {
@@ -99,6 +100,7 @@ Json model_to_json(const Model& m) {
   j["position"] = to_string(m.position);
   j["tied_embeddings"] = m.tied_embeddings;
   j["bias"] = m.bias;
+  j["dropout"] = m.dropout;
   if (m.stated_params_b > 0) j["params_b"] = m.stated_params_b;
   return j;
 }

@@ -29,6 +29,7 @@ struct Model {
   PositionEmbedding position = PositionEmbedding::learned;
   bool tied_embeddings = true;
   bool bias = true;          // linear-layer biases (GPT: yes, Llama: no)
+  bool dropout = true;       // dropout after attention and MLP (its masks count in activation memory)
   double stated_params_b = 0;  // the source's parameter count in billions (0 = not stated)
 
   // Parameter counts, exact for the architecture described here.

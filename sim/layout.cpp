@@ -1,0 +1,210 @@
+#include "sim/layout.hpp"
+
+#include <numeric>
+#include <sstream>
+
+#include "models/util/error.hpp"
+
+namespace tessel {
+
+const std::vector<std::string>& schedule_names() {
+  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "looped-bfs",
+                                                 "zb1p",  "zb2p", "zbv",         "dualpipev"};
+  return names;
+}
+
+std::string to_string(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::selective: return "selective";
+    case Recompute::full: return "full";
+  }
+  return "?";
+}
+
+std::string to_string(Precision p) {
+  switch (p) {
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+    case Precision::fp8: return "fp8";
+    case Precision::fp32: return "fp32";
+  }
+  return "?";
+}
+
+std::string to_string(AttentionImpl a) { return a == AttentionImpl::flash ? "flash" : "unfused"; }
+
+Precision parse_precision(const std::string& s, const std::string& what) {
+  if (s == "bf16") return Precision::bf16;
+  if (s == "fp16") return Precision::fp16;
+  if (s == "fp8") return Precision::fp8;
+  if (s == "fp32") return Precision::fp32;
+  throw InputError(what + ": precision \"" + s + "\" is not one of bf16, fp16, fp8, fp32");
+}
+
+Recompute parse_recompute(const std::string& s, const std::string& what) {
+  if (s == "none") return Recompute::none;
+  if (s == "selective") return Recompute::selective;
+  if (s == "full") return Recompute::full;
+  throw InputError(what + ": recompute \"" + s + "\" is not one of none, selective, full");
+}
+
+int bytes_per_element(Precision p) {
+  switch (p) {
+    case Precision::fp8: return 1;
+    case Precision::fp32: return 4;
+    default: return 2;
+  }
+}
+
+int Layout::layers_of_stage(int stage, int model_layers) const {
+  if (!stage_layers.empty()) return stage_layers.at(static_cast<std::size_t>(stage));
+  return model_layers / num_stages();
+}
+
+int Layout::first_layer_of_stage(int stage, int model_layers) const {
+  int first = 0;
+  for (int s = 0; s < stage; ++s) first += layers_of_stage(s, model_layers);
+  return first;
+}
+
+int Layout::rank_of_stage(int stage) const {
+  if (v_placement()) return stage < pp ? stage : 2 * pp - 1 - stage;
+  return stage % pp;
+}
+
+std::string Layout::describe() const {
+  std::ostringstream os;
+  os << "tp" << tp << " pp" << pp << " dp" << dp;
+  if (cp > 1) os << " cp" << cp;
+  if (vpp > 1) os << " vpp" << vpp;
+  os << " mbs" << micro_batch;
+  if (pp > 1) os << " " << schedule;
+  if (recompute != Recompute::none) os << " " << to_string(recompute);
+  if (sequence_parallel) os << " sp";
+  if (zero_stage > 0) os << " zero" << zero_stage;
+  if (!stage_layers.empty()) {
+    os << " layers=";
+    for (std::size_t i = 0; i < stage_layers.size(); ++i) os << (i ? "," : "") << stage_layers[i];
+  }
+  return os.str();
+}
+
+Layout parse_layout(const Json& j, const std::string& where) {
+  JsonObject o(j, where);
+  Layout l;
+  constexpr std::int64_t kMaxDegree = 1 << 20;
+  l.tp = static_cast<int>(o.opt_integer("tp", 1, kMaxDegree).value_or(1));
+  l.pp = static_cast<int>(o.opt_integer("pp", 1, kMaxDegree).value_or(1));
+  l.dp = static_cast<int>(o.opt_integer("dp", 1, kMaxDegree).value_or(1));
+  l.cp = static_cast<int>(o.opt_integer("cp", 1, kMaxDegree).value_or(1));
+  l.vpp = static_cast<int>(o.opt_integer("vpp", 1, 1024).value_or(1));
+  l.micro_batch = static_cast<int>(o.integer("micro_batch", 1, 1 << 20));
+  l.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
+  if (o.has("schedule")) l.schedule = o.choice("schedule", schedule_names());
+  else o.ignore("schedule");
+  if (auto r = o.opt_string("recompute")) l.recompute = parse_recompute(*r, where + ": recompute");
+  if (auto m = o.opt_string("recompute_method")) {
+    if (*m != "uniform" && *m != "block") o.fail("recompute_method", "value \"" + *m + "\" is not one of uniform, block");
+    l.recompute_method = *m == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
+  }
+  l.recompute_layers = static_cast<int>(o.opt_integer("recompute_layers", 0, 100000).value_or(0));
+  l.sequence_parallel = o.opt_boolean("sequence_parallel").value_or(false);
+  l.zero_stage = static_cast<int>(o.opt_integer("zero_stage", 0, 3).value_or(0));
+  if (auto p = o.opt_string("precision")) l.precision = parse_precision(*p, where + ": precision");
+  if (auto a = o.opt_string("attention")) {
+    if (*a != "flash" && *a != "unfused") o.fail("attention", "value \"" + *a + "\" is not one of flash, unfused");
+    l.attention = *a == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
+  }
+  l.overlap_grad_reduce = o.opt_boolean("overlap_grad_reduce").value_or(true);
+  l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
+  if (o.has("stage_layers")) {
+    for (double x : o.number_array("stage_layers", 0, 100000)) l.stage_layers.push_back(static_cast<int>(x));
+  } else {
+    o.ignore("stage_layers");
+  }
+  o.finish();
+  return l;
+}
+
+Json layout_to_json(const Layout& l) {
+  Json j;
+  j["tp"] = l.tp;
+  j["pp"] = l.pp;
+  j["dp"] = l.dp;
+  j["cp"] = l.cp;
+  j["vpp"] = l.vpp;
+  j["micro_batch"] = l.micro_batch;
+  j["global_batch"] = l.global_batch;
+  j["schedule"] = l.schedule;
+  j["recompute"] = to_string(l.recompute);
+  j["recompute_method"] = l.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
+  j["recompute_layers"] = l.recompute_layers;
+  j["sequence_parallel"] = l.sequence_parallel;
+  j["zero_stage"] = l.zero_stage;
+  j["precision"] = to_string(l.precision);
+  j["attention"] = to_string(l.attention);
+  j["overlap_grad_reduce"] = l.overlap_grad_reduce;
+  j["overlap_param_gather"] = l.overlap_param_gather;
+  if (!l.stage_layers.empty()) j["stage_layers"] = l.stage_layers;
+  return j;
+}
+
+namespace {
+[[noreturn]] void infeasible(const std::string& why) { throw InfeasibleLayout(why); }
+std::string s(long long v) { return std::to_string(v); }
+}  // namespace
+
+void check_layout(const Layout& l, const Model& m, int gpus) {
+  if (gpus > 0 && static_cast<long long>(l.tp) * l.pp * l.dp * l.cp != gpus)
+    infeasible("tp*pp*dp*cp = " + s(l.tp) + "*" + s(l.pp) + "*" + s(l.dp) + "*" + s(l.cp) + " = " +
+               s(static_cast<long long>(l.tp) * l.pp * l.dp * l.cp) + " is not the GPU count " + s(gpus));
+  if (m.heads % l.tp != 0) infeasible("tp " + s(l.tp) + " does not divide heads " + s(m.heads));
+  // Megatron replicates KV heads when tp > kv_heads (GQA); it needs tp to be a multiple of kv_heads then.
+  if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
+    infeasible("tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other");
+  if (m.ffn % l.tp != 0) infeasible("tp " + s(l.tp) + " does not divide ffn " + s(m.ffn));
+  if (l.cp > 1 && m.seq_len % (2 * l.cp) != 0)
+    infeasible("cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)");
+  if (l.sequence_parallel && l.tp == 1) infeasible("sequence parallel needs tp > 1");
+  if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0)
+    infeasible("sequence parallel: seq_len/cp " + s(m.seq_len / l.cp) + " is not divisible by tp " + s(l.tp));
+  if (l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) != 0)
+    infeasible("global batch " + s(l.global_batch) + " is not divisible by micro_batch*dp = " +
+               s(static_cast<long long>(l.micro_batch) * l.dp));
+  const int stages = l.num_stages();
+  if (!l.stage_layers.empty()) {
+    if (static_cast<int>(l.stage_layers.size()) != stages)
+      infeasible("stage_layers has " + s(static_cast<long long>(l.stage_layers.size())) + " entries, pp*vpp is " + s(stages));
+    long long sum = std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), 0LL);
+    if (sum != m.layers) infeasible("stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers");
+    for (int x : l.stage_layers)
+      if (x < 0) infeasible("stage_layers: negative layer count");
+  } else if (m.layers % stages != 0) {
+    infeasible("layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
+               " stages (give an uneven split with stage_layers)");
+  } else if (m.layers < stages) {
+    infeasible("layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages");
+  }
+  const int mb = l.num_microbatches();
+  const std::string& sc = l.schedule;
+  if (l.pp == 1) {
+    if (l.vpp != 1) infeasible("vpp " + s(l.vpp) + " needs pp > 1");
+    return;  // no pipeline: the schedule name does not matter
+  }
+  if (sc == "interleaved" || sc == "looped-bfs") {
+    if (l.vpp < 2) infeasible(sc + " needs vpp > 1 (got " + s(l.vpp) + ")");
+    // Megatron: microbatch_group_size_per_vp_stage defaults to pp and must lie in [pp, m]; a remainder
+    // 0 < m mod pp < pp raises "dependency bubbles" (schedules.md, Interleaved constraints).
+    if (sc == "interleaved" && (mb < l.pp || mb % l.pp != 0))
+      infeasible("interleaved needs micro-batches m = " + s(mb) + " to be a multiple of pp " + s(l.pp) + " (Megatron)");
+  } else if (sc == "zbv" || sc == "dualpipev") {
+    if (l.vpp != 2) infeasible(sc + " needs exactly 2 stages per rank (vpp 2), got vpp " + s(l.vpp));
+    if (sc == "dualpipev" && mb < 2 * l.pp)
+      infeasible("dualpipev needs micro-batches m = " + s(mb) + " >= 2*pp = " + s(2 * l.pp) + " (DeepSeek dualpipev.py)");
+  } else {
+    if (l.vpp != 1) infeasible(sc + " takes one stage per rank (vpp 1), got vpp " + s(l.vpp));
+  }
+}
+
+}  // namespace tessel

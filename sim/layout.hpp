@@ -1,0 +1,70 @@
+// Layout: how a model is split over GPUs. Parsed once (JSON file or command-line flags), checked against the
+// model and the GPU count with the broken rule named. The same Layout feeds the simulator and the runtime.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+
+namespace tessel {
+
+enum class Recompute { none, selective, full };
+enum class RecomputeMethod { uniform, block };  // Megatron --recompute-method
+enum class Precision { bf16, fp16, fp8, fp32 };
+// How attention is computed: fused flash-style kernels (no s*s matrix kept) or the unfused
+// QK^T / softmax / dropout / AV chain of Megatron-LM before FlashAttention (Korthikanti et al. 2022).
+enum class AttentionImpl { flash, unfused };
+
+struct Layout {
+  int tp = 1, pp = 1, dp = 1, cp = 1;
+  int vpp = 1;                 // model chunks (virtual stages) per pipeline rank
+  int micro_batch = 1;
+  int global_batch = 1;
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, looped-bfs, zb1p, zb2p, zbv, dualpipev
+  Recompute recompute = Recompute::none;
+  RecomputeMethod recompute_method = RecomputeMethod::uniform;
+  int recompute_layers = 0;    // full recompute: layers per checkpoint block (uniform) or per stage (block); 0 = all
+  bool sequence_parallel = false;
+  int zero_stage = 0;          // 0: none, 1: distributed optimizer (ZeRO-1), 2, 3
+  Precision precision = Precision::bf16;
+  AttentionImpl attention = AttentionImpl::flash;
+  bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
+  bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
+  std::vector<int> stage_layers;     // explicit layers per stage (pp*vpp entries); empty = even split
+
+  int gpus() const { return tp * pp * dp * cp; }
+  int num_stages() const { return pp * vpp; }
+  // Micro-batches per pipeline per step: B / (b * d) (Narayanan et al. notation m).
+  int num_microbatches() const { return global_batch / (micro_batch * dp); }
+  // Layers of stage s (0 .. num_stages-1), even split unless stage_layers is given.
+  int layers_of_stage(int stage, int model_layers) const;
+  int first_layer_of_stage(int stage, int model_layers) const;
+  // Rank that holds stage s: loop placement, or V placement for zbv / dualpipev.
+  int rank_of_stage(int stage) const;
+  bool v_placement() const { return schedule == "zbv" || schedule == "dualpipev"; }
+  // Short human form: "tp8 pp8 dp16 vpp3 mbs1 interleaved full sp zero1".
+  std::string describe() const;
+};
+
+std::string to_string(Recompute r);
+std::string to_string(Precision p);
+std::string to_string(AttentionImpl a);
+Precision parse_precision(const std::string& s, const std::string& what);
+Recompute parse_recompute(const std::string& s, const std::string& what);
+int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
+
+const std::vector<std::string>& schedule_names();
+
+// Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, recompute, recompute_method,
+// recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
+// overlap_param_gather, stage_layers). Missing optional keys take the defaults above; unknown keys fail.
+Layout parse_layout(const Json& j, const std::string& where);
+Json layout_to_json(const Layout& l);
+
+// Checks every rule that makes a layout impossible for this model on `gpus` GPUs; throws InfeasibleLayout
+// naming the rule and the values ("tp 3 does not divide heads 96"). gpus <= 0 skips the GPU-count rule.
+void check_layout(const Layout& l, const Model& m, int gpus);
+
+}  // namespace tessel

@@ -1,0 +1,131 @@
+#include "sim/system.hpp"
+
+#include <string_view>
+#include <utility>
+
+namespace tessel {
+
+const std::vector<std::pair<std::string_view, std::string_view>>& tessel_system_presets();
+
+namespace {
+constexpr double kGB = 1e9;
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kTera = 1e12;
+constexpr double kUs = 1e-6;
+}  // namespace
+
+System parse_system(const Json& j, const std::string& where) {
+  JsonObject o(j, where);
+  System s;
+  s.name = o.string("name");
+  o.ignore("source");
+  o.ignore("notes");
+  s.max_gpus = static_cast<int>(o.opt_integer("max_gpus", 1, 1 << 22).value_or(1 << 20));
+  s.memory_reserved_bytes = o.number("memory_reserved_GiB", 0, 1e4) * kGiB;
+  {
+    JsonObject g = o.object("gpu");
+    s.gpu.name = g.string("name");
+    JsonObject pk = g.object("peak_tflops");
+    s.gpu.peak_flops[static_cast<int>(Precision::bf16)] = pk.number("bf16", 0, 1e5) * kTera;
+    s.gpu.peak_flops[static_cast<int>(Precision::fp16)] = pk.number("fp16", 0, 1e5) * kTera;
+    s.gpu.peak_flops[static_cast<int>(Precision::fp8)] = pk.number("fp8", 0, 1e5) * kTera;
+    s.gpu.peak_flops[static_cast<int>(Precision::fp32)] = pk.number("fp32", 0, 1e5) * kTera;
+    s.gpu.tf32_flops = pk.number("tf32", 0, 1e5) * kTera;
+    pk.finish();
+    if (s.gpu.peak(Precision::bf16) <= 0 && s.gpu.peak(Precision::fp32) <= 0)
+      g.fail("peak_tflops", "needs a positive bf16 or fp32 peak");
+    s.gpu.memory_bytes = g.number("memory_GiB", 1e-3, 1e5) * kGiB;
+    s.gpu.memory_bw = g.number("memory_GBps", 1e-3, 1e6) * kGB;
+    s.gpu.sms = static_cast<int>(g.integer("sms", 1, 100000));
+    JsonObject e = g.object("efficiency");
+    s.gpu.gemm_efficiency = e.number("gemm", 0.01, 1.0);
+    s.gpu.gemm_k_overhead = e.number("gemm_k_overhead", 0, 1e5);
+    s.gpu.attention_efficiency = e.number("attention", 0.01, 1.0);
+    s.gpu.memory_efficiency = e.number("memory", 0.01, 1.0);
+    s.gpu.kernel_overhead_s = e.number("kernel_overhead_us", 0, 1e5) * kUs;
+    if (e.has("gemm_tiles")) {
+      const Json& t = e.raw("gemm_tiles");
+      if (!t.is_array() || t.empty()) e.fail("gemm_tiles", "must be a non-empty array of [m, n] pairs");
+      s.gpu.gemm_tiles.clear();
+      for (const auto& p : t) {
+        if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer() ||
+            p[0].get<int>() < 8 || p[1].get<int>() < 8 || p[0].get<int>() > 1024 || p[1].get<int>() > 1024)
+          e.fail("gemm_tiles", "entry " + json_brief(p) + " must be [m, n] with 8 <= m, n <= 1024");
+        s.gpu.gemm_tiles.push_back({p[0].get<int>(), p[1].get<int>()});
+      }
+    } else {
+      e.ignore("gemm_tiles");
+    }
+    e.finish();
+    g.finish();
+  }
+  {
+    JsonObject n = o.object("node");
+    s.node.gpus_per_node = static_cast<int>(n.integer("gpus_per_node", 1, 1024));
+    s.node.intra_bw = n.number("intra_GBps", 1e-3, 1e6) * kGB;
+    s.node.intra_latency_s = n.number("intra_latency_us", 0, 1e6) * kUs;
+    s.node.intra_efficiency = n.number("intra_efficiency", 0.01, 1.0);
+    n.finish();
+  }
+  {
+    JsonObject w = o.object("network");
+    s.net.nic_bw = w.number("nic_GBps", 1e-3, 1e6) * kGB;
+    s.net.latency_s = w.number("latency_us", 0, 1e6) * kUs;
+    s.net.efficiency = w.number("efficiency", 0.01, 1.0);
+    s.net.pod_gpus = static_cast<int>(w.opt_integer("pod_gpus", 0, 1 << 24).value_or(0));
+    s.net.oversubscription = w.opt_number("oversubscription", 1.0, 1000.0).value_or(1.0);
+    w.finish();
+  }
+  o.finish();
+  return s;
+}
+
+Json system_to_json(const System& s) {
+  Json g;
+  g["name"] = s.gpu.name;
+  g["peak_tflops"] = {{"bf16", s.gpu.peak(Precision::bf16) / kTera}, {"fp16", s.gpu.peak(Precision::fp16) / kTera},
+                      {"fp8", s.gpu.peak(Precision::fp8) / kTera}, {"fp32", s.gpu.peak(Precision::fp32) / kTera},
+                      {"tf32", s.gpu.tf32_flops / kTera}};
+  g["memory_GiB"] = s.gpu.memory_bytes / kGiB;
+  g["memory_GBps"] = s.gpu.memory_bw / kGB;
+  g["sms"] = s.gpu.sms;
+  Json tiles = Json::array();
+  for (const auto& t : s.gpu.gemm_tiles) tiles.push_back({t.m, t.n});
+  g["efficiency"] = {{"gemm", s.gpu.gemm_efficiency}, {"gemm_k_overhead", s.gpu.gemm_k_overhead},
+                     {"attention", s.gpu.attention_efficiency}, {"memory", s.gpu.memory_efficiency},
+                     {"kernel_overhead_us", s.gpu.kernel_overhead_s / kUs}, {"gemm_tiles", tiles}};
+  Json j;
+  j["name"] = s.name;
+  j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;
+  j["max_gpus"] = s.max_gpus;
+  j["gpu"] = g;
+  j["node"] = {{"gpus_per_node", s.node.gpus_per_node}, {"intra_GBps", s.node.intra_bw / kGB},
+               {"intra_latency_us", s.node.intra_latency_s / kUs}, {"intra_efficiency", s.node.intra_efficiency}};
+  j["network"] = {{"nic_GBps", s.net.nic_bw / kGB}, {"latency_us", s.net.latency_s / kUs},
+                  {"efficiency", s.net.efficiency}, {"pod_gpus", s.net.pod_gpus},
+                  {"oversubscription", s.net.oversubscription}};
+  return j;
+}
+
+std::vector<std::string> system_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : tessel_system_presets()) names.emplace_back(name);
+  return names;
+}
+
+System load_system(const std::string& name_or_path) {
+  for (const auto& [name, text] : tessel_system_presets()) {
+    if (name == name_or_path) {
+      std::string where = "system preset " + std::string(name);
+      return parse_system(parse_json_text(std::string(text), where), where);
+    }
+  }
+  if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
+    std::string list;
+    for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
+    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
+  }
+  return parse_system(parse_json_file(name_or_path), name_or_path);
+}
+
+}  // namespace tessel

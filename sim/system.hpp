@@ -1,0 +1,70 @@
+// System: where a model runs. GPU (peak rate per dtype, memory, SMs, efficiency curves), node (GPUs per node,
+// intra-node link), network (per-GPU NIC, latency, oversubscription above a pod). Parsed once from JSON with
+// units in key names and converted here to SI (bytes, seconds, FLOP/s). Presets in sim/presets/, each number
+// cited there. A Profile is a System whose efficiency numbers were fitted from measurements (calibrate).
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "models/util/json_reader.hpp"
+#include "sim/layout.hpp"
+
+namespace tessel {
+
+struct GemmTile {
+  int m = 128, n = 128;
+};
+
+struct GpuSpec {
+  std::string name;
+  // Dense peak FLOP/s per precision; 0 = not supported. Index by Precision (bf16, fp16, fp8, fp32).
+  std::array<double, 4> peak_flops{};
+  double tf32_flops = 0;       // for fp32 GEMMs with TF32 allowed (informational)
+  double memory_bytes = 0;
+  double memory_bw = 0;        // bytes/s, datasheet
+  int sms = 0;
+  // Efficiency model (see sim/cost/compute.hpp): GEMM time over candidate output tiles with tile and wave
+  // quantization, a per-tile K overhead (prologue/epilogue), and a ceiling efficiency.
+  double gemm_efficiency = 0.8;
+  double gemm_k_overhead = 64;  // elements of K added per tile for fill/drain
+  std::vector<GemmTile> gemm_tiles{{256, 128}, {128, 128}, {128, 64}};
+  double attention_efficiency = 0.5;  // fused (flash) attention: fraction of the matrix peak
+  double memory_efficiency = 0.8;     // achieved fraction of memory_bw for element-wise kernels
+  double kernel_overhead_s = 4e-6;    // per-kernel launch and tail
+
+  double peak(Precision p) const { return peak_flops[static_cast<int>(p)]; }
+};
+
+struct NodeSpec {
+  int gpus_per_node = 8;
+  double intra_bw = 0;           // bytes/s per GPU per direction (NVLink/NVSwitch)
+  double intra_latency_s = 0;
+  double intra_efficiency = 0.8; // achieved bus-bandwidth fraction of intra_bw for large collectives
+};
+
+struct NetworkSpec {
+  double nic_bw = 0;             // bytes/s per GPU per direction
+  double latency_s = 0;
+  double efficiency = 0.8;       // achieved fraction of nic_bw
+  int pod_gpus = 0;              // GPUs with full bisection; 0 = the whole cluster
+  double oversubscription = 1.0; // bandwidth divisor for traffic leaving a pod
+};
+
+struct System {
+  std::string name;
+  GpuSpec gpu;
+  NodeSpec node;
+  NetworkSpec net;
+  double memory_reserved_bytes = 0;  // CUDA context, NCCL buffers, allocator fragmentation allowance
+  int max_gpus = 1 << 20;            // largest cluster this preset may describe
+};
+
+System parse_system(const Json& j, const std::string& where);
+Json system_to_json(const System& s);
+// A preset name ("dgx-a100") or a path to a JSON file; InputError lists the presets otherwise.
+System load_system(const std::string& name_or_path);
+std::vector<std::string> system_preset_names();
+
+}  // namespace tessel
