@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +18,8 @@ namespace tessel::trace {
 enum class Stream : std::uint8_t { compute = 0, tp = 1, pp = 2, dp = 3, cp = 4 };
 constexpr int kNumStreams = 5;
 const char* stream_name(Stream s);
+// The inverse of stream_name; nullopt for any other name.
+std::optional<Stream> stream_from_name(std::string_view name);
 
 // Op kinds as written in args.op. Compute: forward, backward (full), input_grad, weight_grad, recompute,
 // optimizer, embedding, loss. Communication: send, recv, the collective's name per group
@@ -52,5 +56,17 @@ struct Trace {
   std::map<int, std::string> process_names;  // rank -> "rank R (stage S)"
   nlohmann::json other_data = nlohmann::json::object();  // model, system, layout, schedule, tool version
 };
+
+// Coarse classes of op kinds, for colours (SVG) and for busy/communication accounting. An unknown kind is
+// a collective when its name says so (allreduce, allgather, reducescatter, alltoall, broadcast, exchange,
+// nccl, barrier), else other compute (e.g. an imported kernel category such as "gemm").
+enum class OpClass : std::uint8_t { forward, backward, weight_grad, recompute, optimizer, p2p, collective, other };
+OpClass op_class(std::string_view op);
+// Communication: any op on a communication stream, or a send/recv/collective op kind on any stream.
+bool is_comm(const OpEvent& e);
+
+// Earliest start and latest end over all events (0 for an empty trace).
+double trace_begin_us(const Trace& t);
+double trace_end_us(const Trace& t);
 
 }  // namespace tessel::trace

@@ -1,0 +1,165 @@
+// Chrome trace JSON: write, read back, determinism, gzip, bad input, reading speed.
+#include <doctest/doctest.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <fstream>
+
+#include "models/util/atomic_file.hpp"
+#include "models/util/error.hpp"
+#include "tests/traces/trace_fixtures.hpp"
+#include "traces/chrome.hpp"
+
+using namespace tessel;
+using namespace tessel::trace;
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+void write_gzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  REQUIRE(gzwrite(f, text.data(), static_cast<unsigned>(text.size())) == static_cast<int>(text.size()));
+  gzclose(f);
+}
+
+std::string error_of(const std::string& text) {
+  try {
+    parse_chrome_trace(text, "t.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("round trip keeps every field, the flows and the counters") {
+  Trace t = test::two_stage_trace();
+  std::string path = test::temp_path("roundtrip.json");
+  write_chrome_trace(t, path);
+  Trace r = read_chrome_trace(path);
+  REQUIRE(r.events.size() == t.events.size());
+  // Times are written with 3 decimals (1 ns); the fixture's times are whole µs, so they come back exactly.
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const auto& a = t.events[i];
+    const auto& b = r.events[i];
+    CHECK(a.rank == b.rank);
+    CHECK(a.stream == b.stream);
+    CHECK(a.name == b.name);
+    CHECK(a.op == b.op);
+    CHECK(a.stage == b.stage);
+    CHECK(a.chunk == b.chunk);
+    CHECK(a.mb == b.mb);
+    CHECK(a.layer_begin == b.layer_begin);
+    CHECK(a.layer_end == b.layer_end);
+    CHECK(a.start_us == b.start_us);
+    CHECK(a.dur_us == b.dur_us);
+    CHECK(a.flops == b.flops);
+    CHECK(a.bytes == b.bytes);
+    CHECK(a.flow_id == b.flow_id);
+    CHECK(a.extra == b.extra);
+  }
+  CHECK(r.counters.size() == t.counters.size());
+  CHECK(r.counters[1].name == "memory_GiB");
+  CHECK(r.counters[1].value == 2.5);
+  CHECK(r.process_names == t.process_names);
+  CHECK(r.other_data == t.other_data);
+}
+
+TEST_CASE("the same trace gives the same bytes, and the layout follows the contract") {
+  Trace t = test::two_stage_trace();
+  std::string a = to_chrome_json(t), b = to_chrome_json(t);
+  CHECK(a == b);
+  auto j = nlohmann::json::parse(a);
+  REQUIRE(j.contains("otherData"));
+  CHECK(j["otherData"]["layout"]["pp"] == 2);
+  int flows_s = 0, flows_f = 0, thread_names = 0;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "s") ++flows_s;
+    if (e["ph"] == "f") {
+      ++flows_f;
+      CHECK(e["bp"] == "e");
+    }
+    if (e["ph"] == "M" && e["name"] == "thread_name") ++thread_names;
+    if (e["ph"] == "M" && e["name"] == "process_name" && e["pid"] == 1) CHECK(e["args"]["name"] == "rank 1 (stage 1)");
+  }
+  // Two send/recv pairs -> two s and two f; lanes with events: rank 0 {compute, pp}, rank 1 {compute, pp}.
+  CHECK(flows_s == 2);
+  CHECK(flows_f == 2);
+  CHECK(thread_names == 4);
+  // A version is added when the trace has none.
+  t.other_data.erase("version");
+  CHECK(nlohmann::json::parse(to_chrome_json(t))["otherData"]["version"].get<std::string>().rfind("tessel ", 0) == 0);
+}
+
+TEST_CASE("gzip-compressed traces and bare arrays are read") {
+  Trace t = test::two_stage_trace();
+  std::string path = test::temp_path("trace.json.gz");
+  write_gzip(path, to_chrome_json(t));
+  CHECK(read_chrome_trace(path).events.size() == t.events.size());
+  // The name does not decide: a gzip file named .json is read as gzip too.
+  std::string plain_name = test::temp_path("gz-named-plain.json");
+  write_gzip(plain_name, to_chrome_json(t));
+  CHECK(read_chrome_trace(plain_name).events.size() == t.events.size());
+
+  auto j = nlohmann::json::parse(to_chrome_json(t));
+  Trace bare = parse_chrome_trace(j["traceEvents"].dump(), "bare.json");
+  CHECK(bare.events.size() == t.events.size());
+  CHECK(bare.other_data.empty());
+}
+
+TEST_CASE("bad input is refused with the file and the rule") {
+  CHECK(error_of("hello").find("t.json:1:1: malformed JSON") != std::string::npos);
+  CHECK(error_of("").find("malformed JSON") != std::string::npos);
+  CHECK(error_of("[]").find("empty trace: the trace has no events") != std::string::npos);
+  CHECK(error_of(R"({"traceEvents":[]})").find("empty trace") != std::string::npos);
+  CHECK(error_of(R"({"foo":1})").find("not a Chrome trace: the top-level object has no traceEvents array (keys: foo)") != std::string::npos);
+  CHECK(error_of("42").find("not a Chrome trace") != std::string::npos);
+  CHECK(error_of(R"({"traceEvents":{}})").find("traceEvents must be an array") != std::string::npos);
+  CHECK(error_of("[1,2]").find("traceEvents[0]: each event must be a JSON object") != std::string::npos);
+  // Events that are not ops (no args.op): a foreign Chrome trace.
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":0,"ts":0,"dur":1}])").find("none of its 1 events is an op") != std::string::npos);
+  // A Kineto-looking trace is named as such.
+  CHECK(error_of(R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":0,"dur":1}]})")
+            .find("looks like a PyTorch profiler trace") != std::string::npos);
+  const std::string ok = R"("args":{"op":"forward"})";
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":10000000,"tid":0,"ts":0,"dur":1,)" + ok + "}]")
+            .find("traceEvents[0]: pid 10000000 is not a rank: must be in [0, 1048576)") != std::string::npos);
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":9,"ts":0,"dur":1,)" + ok + "}]").find("tid 9 is not a stream") != std::string::npos);
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":0,"ts":0,)" + ok + "}]").find("without dur") != std::string::npos);
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":0,"ts":0,"dur":-3,)" + ok + "}]").find("negative dur") != std::string::npos);
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":0,"ts":"0","dur":1,)" + ok + "}]").find("traceEvents[0]: ts must be a number, got string") != std::string::npos);
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":0,"ts":0,"dur":1,"args":{"op":"forward","stage":"x"}}])")
+            .find("args.stage must be an integer") != std::string::npos);
+  CHECK(error_of(R"([{"ph":"X","name":"a","pid":0,"tid":0,"ts":0,"dur":1,"args":{"op":"forward","layers":[1]}}])")
+            .find("args.layers must be [begin, end]") != std::string::npos);
+}
+
+TEST_CASE("files: missing, corrupt gzip, unwritable output") {
+  CHECK_THROWS_WITH_AS(read_chrome_trace("/nonexistent/x.json"), doctest::Contains("/nonexistent/x.json: cannot open"), InputError);
+  std::string path = test::temp_path("corrupt.json.gz");
+  write_text(path, std::string("\x1f\x8b\x08\x00garbage-not-deflate", 24));
+  CHECK_THROWS_WITH_AS(read_chrome_trace(path), doctest::Contains("corrupt or truncated gzip"), InputError);
+  CHECK_THROWS_AS(write_chrome_trace(test::two_stage_trace(), "/nonexistent-dir/out.json"), InputError);
+}
+
+TEST_CASE("a large trace reads in well under a second") {
+  // 300,000 ops on 64 ranks. The SAX reader does no per-event DOM; on one core of the development machine
+  // it takes ~0.3 s. The bound is loose (machines are shared) but catches anything quadratic.
+  constexpr double kBoundSeconds = 3.0;
+  Trace t;
+  for (int i = 0; i < 300000; ++i) {
+    t.events.push_back(test::op(i % 64, Stream::compute, i % 2 ? "forward" : "backward", i % 8, i / 64, i * 1.5, 1.0));
+  }
+  std::string text = to_chrome_json(t);
+  auto t0 = std::chrono::steady_clock::now();
+  Trace r = parse_chrome_trace(text, "big.json");
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("read " << r.events.size() << " events (" << text.size() / 1e6 << " MB) in " << s << " s");
+  CHECK(r.events.size() == t.events.size());
+  CHECK(s < kBoundSeconds);
+}

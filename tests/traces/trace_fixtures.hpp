@@ -1,0 +1,70 @@
+// Small hand-made traces for the traces/ tests.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "traces/trace.hpp"
+
+namespace tessel::test {
+
+inline trace::OpEvent op(int rank, trace::Stream s, const std::string& kind, int stage, int mb, double start,
+                         double dur) {
+  trace::OpEvent e;
+  e.rank = rank;
+  e.stream = s;
+  e.op = kind;
+  e.name = kind + " s" + std::to_string(stage) + " mb" + std::to_string(mb);
+  e.stage = stage;
+  e.chunk = 0;
+  e.mb = mb;
+  e.layer_begin = stage * 2;
+  e.layer_end = stage * 2 + 2;
+  e.start_us = start;
+  e.dur_us = dur;
+  e.flops = 1.5e12;
+  e.bytes = 3.0e6;
+  return e;
+}
+
+// Two ranks, two stages, two micro-batches of a GPipe-like schedule: F takes 10 µs, B 20 µs, the
+// activation send/recv 2 µs each on the pp stream (flow ids 1 and 2), and a memory counter per rank.
+inline trace::Trace two_stage_trace() {
+  using trace::Stream;
+  trace::Trace t;
+  auto& ev = t.events;
+  ev.push_back(op(0, Stream::compute, "forward", 0, 0, 0, 10));
+  ev.push_back(op(0, Stream::pp, "send", 0, 0, 10, 2));
+  ev.push_back(op(0, Stream::compute, "forward", 0, 1, 10, 10));
+  ev.push_back(op(0, Stream::pp, "send", 0, 1, 20, 2));
+  ev.push_back(op(1, Stream::pp, "recv", 1, 0, 10, 2));
+  ev.push_back(op(1, Stream::compute, "forward", 1, 0, 12, 10));
+  ev.push_back(op(1, Stream::pp, "recv", 1, 1, 20, 2));
+  ev.push_back(op(1, Stream::compute, "forward", 1, 1, 22, 10));
+  ev.push_back(op(1, Stream::compute, "backward", 1, 0, 32, 20));
+  ev.push_back(op(1, Stream::compute, "backward", 1, 1, 52, 20));
+  ev.push_back(op(0, Stream::compute, "backward", 0, 0, 72, 20));
+  ev.push_back(op(0, Stream::compute, "backward", 0, 1, 92, 20));
+  ev[1].flow_id = 1;
+  ev[4].flow_id = 1;
+  ev[3].flow_id = 2;
+  ev[6].flow_id = 2;
+  ev[0].extra = nlohmann::json{{"note", "first"}};
+  for (int r = 0; r < 2; ++r) {
+    t.counters.push_back({r, "memory_GiB", 0, 1.0});
+    t.counters.push_back({r, "memory_GiB", 20, 2.5});
+    t.counters.push_back({r, "memory_GiB", 112, 1.0});
+  }
+  t.process_names[0] = "rank 0 (stage 0)";
+  t.process_names[1] = "rank 1 (stage 1)";
+  t.other_data = {{"model", {{"name", "tiny"}, {"layers", 4}}}, {"layout", {{"pp", 2}, {"tp", 1}}}, {"version", "test"}};
+  return t;
+}
+
+inline std::string temp_path(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / "tessel-traces-test";
+  std::filesystem::create_directories(dir);
+  return (dir / name).string();
+}
+
+}  // namespace tessel::test

@@ -1,0 +1,207 @@
+#include "traces/chrome.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "models/util/atomic_file.hpp"
+#include "models/util/error.hpp"
+#include "traces/event_reader.hpp"
+
+#ifndef TESSEL_VERSION
+#define TESSEL_VERSION "unknown"
+#endif
+
+namespace tessel::trace {
+
+namespace {
+
+// ---- writing ----
+
+void put_escaped(std::string& out, std::string_view s) {
+  out += '"';
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
+// Timestamps in µs with three decimals: nanosecond resolution, the precision Kineto writes.
+void put_us(std::string& out, double v) {
+  TESSEL_CHECK(std::isfinite(v), "non-finite time " << v);
+  if (std::fabs(v) < 0.0005) v = 0;  // never print "-0.000"
+  char buf[48];
+  int n = std::snprintf(buf, sizeof buf, "%.3f", v);
+  out.append(buf, static_cast<std::size_t>(n));
+}
+
+// Shortest text that reads back to the same double (std::to_chars), so flops/bytes/counters round-trip.
+void put_num(std::string& out, double v) {
+  TESSEL_CHECK(std::isfinite(v), "non-finite number " << v);
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+void put_int(std::string& out, long long v) { out += std::to_string(v); }
+
+const std::set<std::string>& reserved_args() {
+  static const std::set<std::string> r = {"op", "stage", "chunk", "mb", "layers", "flops", "bytes"};
+  return r;
+}
+
+void put_op_event(std::string& out, const OpEvent& e) {
+  out += R"({"ph":"X","name":)";
+  put_escaped(out, e.name.empty() ? e.op : e.name);
+  out += R"(,"cat":)";
+  put_escaped(out, is_comm(e) ? "comm" : "compute");
+  out += R"(,"pid":)"; put_int(out, e.rank);
+  out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
+  out += R"(,"ts":)"; put_us(out, e.start_us);
+  out += R"(,"dur":)"; put_us(out, e.dur_us);
+  out += R"(,"args":{"op":)"; put_escaped(out, e.op);
+  out += R"(,"stage":)"; put_int(out, e.stage);
+  out += R"(,"chunk":)"; put_int(out, e.chunk);
+  out += R"(,"mb":)"; put_int(out, e.mb);
+  out += R"(,"layers":[)"; put_int(out, e.layer_begin); out += ','; put_int(out, e.layer_end);
+  out += R"(],"flops":)"; put_num(out, e.flops);
+  out += R"(,"bytes":)"; put_num(out, e.bytes);
+  if (e.extra.is_object()) {
+    for (auto it = e.extra.begin(); it != e.extra.end(); ++it) {
+      TESSEL_CHECK(!reserved_args().count(it.key()), "OpEvent::extra repeats the contract key " << it.key());
+      out += ',';
+      put_escaped(out, it.key());
+      out += ':';
+      out += it.value().dump();
+    }
+  }
+  out += "}}";
+}
+
+void put_meta(std::string& out, const char* what, int pid, int tid, bool thread, const std::string& value_key,
+              const std::string& value) {
+  out += R"({"ph":"M","name":")";
+  out += what;
+  out += R"(","pid":)"; put_int(out, pid);
+  if (thread) { out += R"(,"tid":)"; put_int(out, tid); }
+  out += R"(,"args":{")"; out += value_key; out += "\":";
+  out += value;
+  out += "}}";
+}
+
+void put_metadata(std::string& out, const Trace& t, std::vector<std::string>& lines) {
+  std::set<int> ranks;
+  std::set<std::pair<int, int>> lanes;
+  for (const auto& e : t.events) {
+    ranks.insert(e.rank);
+    lanes.insert({e.rank, static_cast<int>(e.stream)});
+  }
+  for (const auto& c : t.counters) ranks.insert(c.rank);
+  for (const auto& [r, n] : t.process_names) ranks.insert(r);
+  for (int r : ranks) {
+    auto it = t.process_names.find(r);
+    std::string name;
+    put_escaped(name, it != t.process_names.end() ? it->second : "rank " + std::to_string(r));
+    out.clear(); put_meta(out, "process_name", r, 0, false, "name", name); lines.push_back(out);
+    out.clear(); put_meta(out, "process_sort_index", r, 0, false, "sort_index", std::to_string(r)); lines.push_back(out);
+  }
+  for (auto [r, s] : lanes) {
+    std::string name;
+    put_escaped(name, stream_name(static_cast<Stream>(s)));
+    out.clear(); put_meta(out, "thread_name", r, s, true, "name", name); lines.push_back(out);
+    out.clear(); put_meta(out, "thread_sort_index", r, s, true, "sort_index", std::to_string(s)); lines.push_back(out);
+  }
+}
+
+// v1 flows: the sender (op "send", else the earliest event of the id) gets "s", every other event of the
+// id an "f" with "bp":"e"; both at the slice's start so Perfetto binds them to the enclosing slice.
+void put_flows(const Trace& t, std::vector<std::string>& lines) {
+  std::map<std::int64_t, std::vector<std::size_t>> by_id;
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    if (t.events[i].flow_id >= 0) by_id[t.events[i].flow_id].push_back(i);
+  }
+  for (auto& [id, idx] : by_id) {
+    if (idx.size() < 2) continue;
+    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+      bool sa = t.events[a].op == "send", sb = t.events[b].op == "send";
+      if (sa != sb) return sa;
+      return t.events[a].start_us < t.events[b].start_us;
+    });
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      const OpEvent& e = t.events[idx[k]];
+      std::string out = k == 0 ? R"({"ph":"s")" : R"({"ph":"f","bp":"e")";
+      out += R"(,"name":"p2p","cat":"flow","id":)"; put_int(out, id);
+      out += R"(,"pid":)"; put_int(out, e.rank);
+      out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
+      out += R"(,"ts":)"; put_us(out, e.start_us);
+      out += '}';
+      lines.push_back(std::move(out));
+    }
+  }
+}
+
+void put_counter(std::string& out, const Counter& c) {
+  out += R"({"ph":"C","name":)"; put_escaped(out, c.name);
+  out += R"(,"pid":)"; put_int(out, c.rank);
+  out += R"(,"ts":)"; put_us(out, c.ts_us);
+  out += R"(,"args":{"value":)"; put_num(out, c.value);
+  out += "}}";
+}
+
+}  // namespace
+
+std::string to_chrome_json(const Trace& t) {
+  nlohmann::json other = t.other_data.is_object() ? t.other_data : nlohmann::json::object();
+  if (!other.contains("version")) other["version"] = std::string("tessel ") + TESSEL_VERSION;
+  std::vector<std::string> lines;
+  lines.reserve(t.events.size() + t.counters.size() + 64);
+  std::string buf;
+  put_metadata(buf, t, lines);
+  for (const auto& e : t.events) {
+    buf.clear();
+    put_op_event(buf, e);
+    lines.push_back(buf);
+  }
+  put_flows(t, lines);
+  for (const auto& c : t.counters) {
+    buf.clear();
+    put_counter(buf, c);
+    lines.push_back(buf);
+  }
+  std::size_t total = 64;
+  for (const auto& l : lines) total += l.size() + 2;
+  std::string out;
+  out.reserve(total + 4096);
+  out += "{\"displayTimeUnit\":\"ms\",\"otherData\":";
+  out += other.dump();
+  out += ",\"traceEvents\":[\n";
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    out += lines[i];
+    out += i + 1 < lines.size() ? ",\n" : "\n";
+  }
+  out += "]}\n";
+  return out;
+}
+
+void write_chrome_trace(const Trace& t, const std::string& path) { write_file_atomic(path, to_chrome_json(t)); }
+
+Trace read_chrome_trace(const std::string& path) { return parse_chrome_trace(read_trace_bytes(path), path); }
+
+}  // namespace tessel::trace

@@ -1,0 +1,62 @@
+// Low-level reading of Chrome trace event JSON, shared by the Tessel trace reader (chrome.hpp) and the
+// PyTorch profiler importer (kineto.hpp).
+//
+// Files may be gzip-compressed (detected by the magic bytes 1f 8b, not by the name). The JSON is parsed
+// with a SAX handler that fills flat RawEvents: the op-identity args of the Tessel contract are read into
+// typed fields without building a DOM per event, so a trace of hundreds of thousands of events reads in
+// a fraction of a second. Other args keys are kept as JSON in RawEvent::extra.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace tessel::trace {
+
+// Perfetto's trace_processor refuses inputs over 4 GB (a uint32 size check, google/perfetto#3537), so a
+// larger trace could not be looked at anyway; we refuse it before inflating it into memory.
+constexpr std::uint64_t kMaxTraceBytes = 4ull << 30;
+
+// The file's bytes, inflated when gzip-compressed. InputError naming the file when it cannot be read,
+// is a corrupt gzip stream, or exceeds kMaxTraceBytes.
+std::string read_trace_bytes(const std::string& path);
+
+struct RawEvent {
+  std::string ph, name, cat;
+  std::int64_t pid = 0, tid = 0;
+  bool pid_is_string = false, tid_is_string = false;  // strings are kept in pid_text / tid_text
+  std::string pid_text, tid_text;
+  double ts = 0, dur = 0;
+  bool has_ts = false, has_dur = false;
+  std::string id;  // flow id as text (a number or a hex string in the spec); empty when absent
+  std::string bp;
+  std::int64_t bind_id = -1;  // flows v2
+  bool flow_in = false, flow_out = false;
+  // args of the Tessel contract; has_op is false when args.op is absent.
+  bool has_op = false;
+  std::string op;
+  int stage = -1, chunk = -1, mb = -1, layer_begin = -1, layer_end = -1;
+  double flops = 0, bytes = 0;
+  bool has_bytes = false;
+  nlohmann::json extra;  // all other args keys; null when there are none
+};
+
+// Everything outside traceEvents (otherData, Kineto's schemaVersion, distributedInfo, ...).
+struct TraceDocument {
+  nlohmann::json top = nlohmann::json::object();
+  bool bare_array = false;
+  std::size_t event_count = 0;
+};
+
+using EventSink = std::function<void(RawEvent&& ev, std::size_t index)>;
+
+// Parses `text` (named `origin` in messages) and calls `sink` for every element of traceEvents in order.
+// InputError for malformed JSON (origin:line:col), a top level that is neither an array of events nor an
+// object with a traceEvents array, an event that is not an object, or a typed key of the wrong type
+// (the message names traceEvents[i] and the key).
+TraceDocument read_events(const std::string& text, const std::string& origin, const EventSink& sink);
+
+}  // namespace tessel::trace
