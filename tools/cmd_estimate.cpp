@@ -1,9 +1,61 @@
-// tessel estimate
-#include "models/util/error.hpp"
+// tessel estimate: the analytical step time, throughput, communication and memory of one layout.
+#include <iostream>
+
+#include "sim/estimate.hpp"
 #include "tools/commands.hpp"
+#include "tools/format.hpp"
+#include "tools/spec_args.hpp"
 
 namespace tessel::cmd {
 
-int estimate(const Args&) { throw InputError("tessel estimate: not built yet in this version"); }
+int estimate(const Args& args) {
+  auto opts = cli::spec_options();
+  opts.push_back({"--json", false, "print one JSON document"});
+  cli::CommandLine cl("estimate", args, opts, 0);
+  if (cl.help_requested()) {
+    std::cout << cl.usage();
+    return 0;
+  }
+  const cli::Specs s = cli::read_specs(cl);
+  const Estimate e = tessel::estimate(s.model, s.layout, s.system, s.gpus);
+  if (cl.flag("--json")) {
+    Json j = estimate_to_json(e);
+    j["model"] = model_to_json(s.model);
+    j["system"] = s.system.name;
+    j["tool"] = std::string("tessel ") + TESSEL_VERSION;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << s.model.name << " (" << fmt::fixed(s.model.total_params() / 1e9, 1) << "B params) on " << s.gpus << " x "
+            << s.system.gpu.name << " (" << s.system.name << ")\n"
+            << "layout: " << s.layout.describe() << ", global batch " << s.layout.global_batch << ", "
+            << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"metric", "value"},
+      {"step time", fmt::seconds(e.step_s)},
+      {"tokens/s", fmt::si(e.tokens_per_s, "tokens/s")},
+      {"TFLOP/s/GPU (Narayanan eq. 3)", fmt::fixed(e.tflops_eq3_per_gpu, 1)},
+      {"model TFLOP/s/GPU", fmt::fixed(e.model_tflops_per_gpu, 1)},
+      {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu)},
+      {"pipeline bubble", fmt::pct(e.bubble_fraction)},
+      {"compute (busiest rank)", fmt::seconds(e.compute_s)},
+      {"TP comm (exposed)", fmt::seconds(e.tp_comm_s) + " (" + fmt::seconds(e.tp_exposed_s) + ")"},
+      {"CP comm exposed", fmt::seconds(e.cp_exposed_s)},
+      {"PP comm (exposed)", fmt::seconds(e.pp_comm_s) + " (" + fmt::seconds(e.pp_exposed_s) + ")"},
+      {"DP comm (exposed)", fmt::seconds(e.dp_comm_s) + " (" + fmt::seconds(e.dp_exposed_s) + ")"},
+      {"optimizer step", fmt::seconds(e.optimizer_s)},
+  };
+  std::cout << fmt::table(rows) << "\n";
+  std::vector<std::vector<std::string>> mem = {
+      {"pp rank", "weights", "grads", "optimizer", "activations", "extras", "reserved", "total", "of capacity"}};
+  for (const auto& m : e.memory)
+    mem.push_back({std::to_string(m.rank), fmt::gib(m.weights), fmt::gib(m.grads), fmt::gib(m.optimizer),
+                   fmt::gib(m.activations), fmt::gib(m.extras + m.zero3_gather), fmt::gib(m.reserved),
+                   fmt::gib(m.total()), fmt::pct(m.total() / e.capacity)});
+  std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
+  std::cout << "peak " << fmt::gib(e.peak_memory) << " on pipeline rank " << e.peak_rank << " of "
+            << fmt::gib(e.capacity) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+  return 0;
+}
 
 }  // namespace tessel::cmd

@@ -1,0 +1,96 @@
+#include "sim/cost/comm.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessel::cost {
+
+const char* to_string(Collective c) {
+  switch (c) {
+    case Collective::all_reduce: return "all_reduce";
+    case Collective::all_gather: return "all_gather";
+    case Collective::reduce_scatter: return "reduce_scatter";
+    case Collective::all_to_all: return "all_to_all";
+    case Collective::broadcast: return "broadcast";
+    case Collective::send_recv: return "send_recv";
+  }
+  return "?";
+}
+
+double bus_factor(Collective c, int n) {
+  if (n <= 1) return 0.0;
+  const double r = static_cast<double>(n - 1) / n;
+  switch (c) {
+    case Collective::all_reduce: return 2.0 * r;
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all: return r;
+    case Collective::broadcast:
+    case Collective::send_recv: return 1.0;
+  }
+  return 1.0;
+}
+
+namespace {
+
+// Latency term: a ring takes n-1 steps per phase (2 phases for all-reduce); a tree log2(n). NCCL picks the
+// faster; at large sizes both are bandwidth-bound and the ring's bus bandwidth wins.
+double alpha_steps(Collective c, int n) {
+  const double phases = c == Collective::all_reduce ? 2.0 : 1.0;
+  const double ring = phases * (n - 1);
+  const double tree = phases * std::ceil(std::log2(std::max(2, n)));
+  return std::min(ring, tree);
+}
+
+double inter_bw(const System& sys, int span_gpus, double sharing) {
+  double bw = sys.net.nic_bw * sys.net.efficiency / std::max(1.0, sharing);
+  if (sys.net.pod_gpus > 0 && span_gpus > sys.net.pod_gpus) bw /= sys.net.oversubscription;
+  return bw;
+}
+
+}  // namespace
+
+CommTime collective_time(const System& sys, Collective c, double bytes, const GroupPlacement& g,
+                         double concurrent_groups_per_nic) {
+  CommTime out;
+  const int n = g.size;
+  if (n <= 1 || bytes <= 0) return out;
+  const int gpn = sys.node.gpus_per_node;
+  const long long span = static_cast<long long>(g.stride) * (n - 1) + 1;  // global ranks covered
+  const double intra_bw = sys.node.intra_bw * sys.node.intra_efficiency;
+  if (span <= gpn && (g.stride * (n - 1)) / gpn == 0) {
+    // Whole group inside one NVLink domain (assumes the group starts node-aligned, as Megatron's order gives).
+    out.busbw = intra_bw;
+    out.seconds = alpha_steps(c, n) * sys.node.intra_latency_s + bus_factor(c, n) * bytes / intra_bw;
+    return out;
+  }
+  // Hierarchical: k members per node, N nodes. Intra-node phase over NVLink on the full buffer, then the
+  // inter-node phase over the k NICs of each node in parallel, each carrying 1/k of the buffer.
+  const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));
+  const int nodes = (n + k - 1) / k;
+  out.inter_node = true;
+  const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
+  double t = 0;
+  if (k > 1) t += alpha_steps(c, k) * sys.node.intra_latency_s + bus_factor(c, k) * bytes / intra_bw;
+  t += alpha_steps(c, nodes) * sys.net.latency_s + bus_factor(c, nodes) * (bytes / k) / bw_net;
+  out.seconds = t;
+  out.busbw = bus_factor(c, n) * bytes / std::max(t, 1e-30);
+  return out;
+}
+
+CommTime p2p_time(const System& sys, double bytes, int distance) {
+  CommTime out;
+  if (bytes <= 0) return out;
+  const bool inter = distance >= sys.node.gpus_per_node;
+  out.inter_node = inter;
+  if (inter) {
+    out.busbw = sys.net.nic_bw * sys.net.efficiency;
+    out.seconds = sys.net.latency_s + bytes / out.busbw;
+  } else {
+    out.busbw = sys.node.intra_bw * sys.node.intra_efficiency;
+    out.seconds = sys.node.intra_latency_s + bytes / out.busbw;
+  }
+  return out;
+}
+
+}  // namespace tessel::cost

@@ -1,0 +1,39 @@
+// Communication cost model: collectives over a node/network topology, alpha-beta with ring and tree
+// algorithms, hierarchical when a group spans nodes, bus-bandwidth factors as nccl-tests defines them
+// (NVIDIA/nccl-tests doc/PERFORMANCE.md: all-reduce moves 2(n-1)/n of the buffer per rank, all-gather and
+// reduce-scatter (n-1)/n, send/recv 1).
+#pragma once
+
+#include <string>
+
+#include "sim/system.hpp"
+
+namespace tessel::cost {
+
+enum class Collective { all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv };
+const char* to_string(Collective c);
+// nccl-tests bus-bandwidth factor for n ranks.
+double bus_factor(Collective c, int n);
+
+// Where a group of ranks sits: `size` ranks, `stride` apart in the global rank order (Megatron's order
+// tp-cp-dp-pp, tp fastest). From it: how many nodes it spans and how many members share a node.
+struct GroupPlacement {
+  int size = 1;
+  int stride = 1;
+};
+
+struct CommTime {
+  double seconds = 0;
+  double busbw = 0;      // achieved bus bandwidth (bytes/s) in the bandwidth term
+  bool inter_node = false;
+};
+
+// `bytes` is the buffer size S as nccl-tests counts it (all-gather: the gathered output; reduce-scatter: the
+// input; all-reduce: the buffer). `concurrent_groups_per_nic` > 1 when several groups' traffic leaves
+// through one NIC at the same time.
+CommTime collective_time(const System& sys, Collective c, double bytes, const GroupPlacement& g,
+                         double concurrent_groups_per_nic = 1.0);
+// Point-to-point between two ranks `distance` apart in global rank order.
+CommTime p2p_time(const System& sys, double bytes, int distance);
+
+}  // namespace tessel::cost

@@ -1,0 +1,56 @@
+#include "sim/cost/compute.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "models/util/error.hpp"
+
+namespace tessel::cost {
+
+double gemm_flops(const GemmShape& g) {
+  return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.n) * static_cast<double>(g.k) *
+         static_cast<double>(g.batch);
+}
+
+namespace {
+double peak_for(const GpuSpec& gpu, Precision p) {
+  double peak = gpu.peak(p);
+  // fp8 GEMMs on a GPU without fp8 fall back to bf16 (as Transformer Engine would refuse; explore rejects).
+  if (peak <= 0) peak = gpu.peak(Precision::bf16);
+  TESSEL_CHECK(peak > 0, "GPU " << gpu.name << " has no peak for " << to_string(p));
+  return peak;
+}
+}  // namespace
+
+double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g) {
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return 0.0;
+  const double per_sm = peak_for(gpu, p) * gpu.gemm_efficiency / gpu.sms;
+  double best = std::numeric_limits<double>::infinity();
+  for (const GemmTile& t : gpu.gemm_tiles) {
+    const double tiles = std::ceil(static_cast<double>(g.m) / t.m) * std::ceil(static_cast<double>(g.n) / t.n) *
+                         static_cast<double>(g.batch);
+    const double waves = std::ceil(tiles / gpu.sms);
+    const double tile_time = 2.0 * t.m * t.n * (static_cast<double>(g.k) + gpu.gemm_k_overhead) / per_sm;
+    best = std::min(best, waves * tile_time);
+  }
+  const double elt = bytes_per_element(p);
+  const double bytes = elt * static_cast<double>(g.batch) *
+                       (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + static_cast<double>(g.m) * g.n);
+  const double mem = bytes / (gpu.memory_bw * gpu.memory_efficiency);
+  return std::max(best, mem) + gpu.kernel_overhead_s;
+}
+
+double memory_time(const GpuSpec& gpu, double bytes, int kernels) {
+  if (bytes <= 0) return 0.0;
+  return bytes / (gpu.memory_bw * gpu.memory_efficiency) + kernels * gpu.kernel_overhead_s;
+}
+
+double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
+  if (flops <= 0) return 0.0;
+  const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency);
+  const double mem = bytes / (gpu.memory_bw * gpu.memory_efficiency);
+  return std::max(compute, mem) + gpu.kernel_overhead_s;
+}
+
+}  // namespace tessel::cost

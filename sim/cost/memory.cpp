@@ -1,0 +1,100 @@
+#include "sim/cost/memory.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessel::cost {
+
+double layer_activation_bytes(const Model& m, const Layout& l) {
+  const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
+  const double sbh = s * b * h;
+  const double sp = l.sequence_parallel ? t : 1.0;  // divisor for tensors that SP shards along the sequence
+  if (l.recompute == Recompute::full) return 2.0 * sbh / sp;  // the layer's input only
+  const double q = static_cast<double>(m.heads) * m.head_dim;
+  const double kv = std::max(static_cast<double>(m.kv_heads) * m.head_dim / t, static_cast<double>(m.head_dim)) * t;
+  const double f = m.ffn;
+  const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  const double mask = m.dropout ? 1.0 : 0.0;
+  // Korthikanti Sec. 4.1 term by term (2 bytes per 16-bit element, 1 per dropout mask byte):
+  // attention: QKV input 2sbh, Q 2sbq/t, K and V 2sb kv/t each, projection input 2sbq/t, dropout mask sbh;
+  // MLP: input 2sbh, activation input 2sbf/t (x2 for SwiGLU's gate), activation output 2sbf/t, mask sbh;
+  // two norms: 2sbh each.
+  double bytes = 0;
+  bytes += (2.0 * sbh + mask * sbh) / sp;                     // attention: QKV input, dropout mask
+  bytes += s * b * (2.0 * q + 4.0 * kv + 2.0 * q) / t;        // Q, K, V, projection input
+  bytes += (2.0 * sbh + mask * sbh) / sp;                     // MLP input, dropout mask
+  bytes += s * b * (2.0 * gate * f + 2.0 * f) / t;            // activation input(s) and output
+  bytes += 4.0 * sbh / sp;                                    // norms
+  const bool keep_scores = l.recompute == Recompute::none && l.attention == AttentionImpl::unfused;
+  const double heads_local = static_cast<double>(m.heads) / t;
+  const double sk = m.seq_len;
+  if (keep_scores) {
+    // softmax output (2 bytes), dropout mask (1) and dropout output (2) per score: 5 a s^2 b / t.
+    bytes += (2.0 + (m.dropout ? 3.0 : 0.0)) * heads_local * s * sk * b;
+  } else if (l.attention == AttentionImpl::flash) {
+    bytes += 4.0 * heads_local * s * b;  // fp32 log-sum-exp per query row
+  }
+  // fp8 halves the stored 16-bit tensors (Transformer Engine keeps fp8 copies for the GEMM inputs); bf16 and
+  // fp16 as above; fp32 doubles them.
+  if (l.precision == Precision::fp32) bytes *= 2.0;
+  return bytes;
+}
+
+double stage_activation_bytes(const Model& m, const Layout& l, int layers, int recomputed) {
+  Layout full = l;
+  full.recompute = Recompute::full;
+  const double kept = layer_activation_bytes(m, l);
+  const double ckpt = layer_activation_bytes(m, full);
+  if (l.recompute == Recompute::full) {
+    // Block method: `recomputed` layers keep their input, the others everything; uniform: all keep inputs.
+    Layout none = l;
+    none.recompute = Recompute::none;
+    return recomputed * ckpt + (layers - recomputed) * layer_activation_bytes(m, none);
+  }
+  return layers * kept;
+}
+
+double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last) {
+  const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
+  const double sbh = s * b * h;
+  double bytes = 0;
+  // Embedding dropout output, sequence-sharded (Korthikanti: s b h p / t for p in-flight micro-batches;
+  // this is one micro-batch's share, the schedule multiplies).
+  if (first) bytes += (m.dropout ? 2.0 : 0.0) * sbh / t;
+  // Final norm input and output-projection input (2 s b h / t each) and fp32 logits 4 s b v / t.
+  if (last) bytes += 4.0 * sbh / t + 4.0 * s * b * static_cast<double>(m.vocab) / t;
+  return bytes;
+}
+
+double inflight_chunks(const Layout& l, int rank) {
+  const double p = l.pp, v = l.vpp, m = l.num_microbatches(), r = rank;
+  if (l.pp == 1) return 1.0;
+  const std::string& sc = l.schedule;
+  if (sc == "gpipe") return m;
+  if (sc == "interleaved") return std::min(m * v, 2.0 * (p - 1 - r) + (v - 1) * p + 1.0);
+  if (sc == "looped-bfs") return m * v;
+  if (sc == "zb2p") return std::min(m, 2.0 * p - 1.0 - r);
+  if (sc == "zbv") return std::min(2.0 * m, 2.0 * p);  // chunks of half a stage: p full micro-batches (ZB-V, 1x 1F1B)
+  if (sc == "dualpipev") return std::min(2.0 * m, 2.0 * p + 1.0);  // PP + 1 (DualPipe README), in half-stage chunks
+  return std::min(m, p - r);  // 1f1b, zb1p
+}
+
+StateBytes state_bytes_per_param(const Layout& l) {
+  StateBytes sb;
+  const double d = static_cast<double>(l.dp) * l.cp;  // CP ranks hold the same weights and join the reduction
+  if (l.precision == Precision::fp32) {
+    sb.weights = 4;
+    sb.grads = 4;
+    sb.optimizer = 8;  // two fp32 moments
+  } else {
+    sb.weights = 2;     // bf16/fp16 (fp8 training keeps bf16 weights too)
+    sb.grads = 4;       // fp32 main_grad buffer (Megatron accumulates in fp32)
+    sb.optimizer = 12;  // fp32 master weights + two fp32 moments
+  }
+  if (l.zero_stage >= 1) sb.optimizer /= d;
+  if (l.zero_stage >= 2) sb.grads /= d;
+  if (l.zero_stage >= 3) sb.weights /= d;
+  return sb;
+}
+
+}  // namespace tessel::cost

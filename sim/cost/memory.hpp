@@ -1,0 +1,51 @@
+// Memory per GPU: weights, gradients and optimizer states under each sharding; activations per
+// Korthikanti et al. 2022 (arXiv:2205.05198) Table 2 for every TP / SP / recompute combination, times the
+// micro-batches a schedule keeps in flight; embedding and logits extras; a stated allowance.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "sim/layout.hpp"
+#include "sim/system.hpp"
+
+namespace tessel::cost {
+
+// Bytes of activations one transformer layer keeps for one micro-batch until its backward, under the
+// layout's TP/SP/recompute/attention settings. For an h-wide GPT without recompute and unfused attention
+// this is s b h (10 + 24/t + 5 a s / (h t)) (Table 2); with SP s b h (34/t + 5 a s/(h t)); selective
+// recompute (or flash attention) drops the 5 a s/(h t) term; full recompute keeps the layer input only.
+double layer_activation_bytes(const Model& m, const Layout& l);
+// A stage of `layers` layers of which `recomputed` keep only their input (full recompute, block method).
+double stage_activation_bytes(const Model& m, const Layout& l, int layers, int recomputed);
+// Outside the transformer layers (Korthikanti Sec. 4.3): embedding dropout output on the first stage, final
+// norm + head input + fp32 logits on the last (one micro-batch's worth).
+double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last);
+
+// Micro-batches (in units of one stage-chunk's activations) that rank r keeps in flight at its peak under the
+// layout's schedule: 1F1B min(m, p - r); GPipe m; interleaved (Megatron warmup) min(m v, 2(p-1-r) + (v-1) p) + 1
+// chunk-activations; ZB-1P as 1F1B; ZB-2P 2p - 1 (ZB-H2, Qi et al. 2024); ZB-V and DualPipeV per
+// reference/schedules.md. Counts chunks: multiply by one chunk's bytes.
+double inflight_chunks(const Layout& l, int rank);
+
+// Bytes per parameter held by one GPU for weights, gradients and optimizer state (mixed-precision AdamW as
+// Megatron-LM runs it: bf16/fp16 weights, fp32 gradient buffer, fp32 master weights and two moments), divided
+// over the data-parallel group by the ZeRO stage. fp32 training keeps fp32 weights and no master copy.
+struct StateBytes {
+  double weights = 0, grads = 0, optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+StateBytes state_bytes_per_param(const Layout& l);
+
+struct MemoryBreakdown {
+  int rank = 0;
+  double weights = 0, grads = 0, optimizer = 0;
+  double activations = 0;     // peak activations of the rank (all its chunks)
+  double extras = 0;          // embedding / logits extras
+  double zero3_gather = 0;    // ZeRO-3: the largest gathered layer's full weights
+  double reserved = 0;        // the system's allowance (context, NCCL, fragmentation)
+  double total() const { return weights + grads + optimizer + activations + extras + zero3_gather + reserved; }
+};
+
+}  // namespace tessel::cost

@@ -1,0 +1,276 @@
+#include "sim/estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "models/util/error.hpp"
+
+namespace tessel {
+
+using cost::Collective;
+
+double model_flops_per_step(const Workload& w) {
+  double per_mb = 0;
+  for (const auto& st : w.stages) per_mb += st.flops_model;
+  // Every stage's flops are per TP shard and per CP rank: scale to the whole model replica.
+  return per_mb * w.layout.tp * w.layout.cp * w.layout.num_microbatches() * w.layout.dp;
+}
+
+double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::vector<double>& ri,
+                     const std::vector<double>& rw) {
+  const int p = l.pp;
+  const double m = l.num_microbatches();
+  std::vector<double> c(p);
+  for (int r = 0; r < p; ++r) c[r] = rf[r] + ri[r] + rw[r];
+  const double cmax = *std::max_element(c.begin(), c.end());
+  const double csum = std::accumulate(c.begin(), c.end(), 0.0);
+  if (p == 1) return m * cmax;
+  auto avg = [&](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / p; };
+  const double F = avg(rf), I = avg(ri), W = avg(rw);
+  const std::string& sc = l.schedule;
+  // 1F1B / GPipe: the steady state runs at the slowest rank's pace, plus one pass of every other rank while
+  // the pipe fills and drains; uniform stages give (m + p - 1) C (bubble (p-1)/m, Narayanan et al.).
+  if (sc == "1f1b" || sc == "gpipe") return m * cmax + (csum - cmax);
+  // Interleaved / looped: fill and drain cost 1/v of a rank's pass per rank (bubble (p-1)/(v m), Narayanan).
+  if (sc == "interleaved" || sc == "looped-bfs") return m * cmax + (csum - cmax) / l.vpp;
+  // ZB-1P: bubble (p-1)(F + B - 2W) with B = I + W the full backward (DeepSeek-V3 Table 2).
+  if (sc == "zb1p") return m * cmax + (p - 1) * std::max(0.0, F + I - W);
+  // ZB-2P: twice the in-flight activations let W fill the warm-up; bubble (p-1) max(0, F + I - 2W),
+  // zero when T_F = T_B = T_W (Qi et al. 2024, ZB-H2).
+  if (sc == "zb2p") return m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W);
+  // ZB-V: same bound with chunks of half a stage (zero bubble when T_F = T_B = T_W, ZB README).
+  if (sc == "zbv") return m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W) / 2;
+  // DualPipeV: (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages and F, B, W chunk times (half a rank's);
+  // F&B taken as F + B (no overlap credit without a communication model).
+  if (sc == "dualpipev") {
+    const double fc = F / 2, bc = (I + W) / 2, wc = W / 2;
+    return m * cmax + (p - 1) * std::max(0.0, (fc + bc) + bc - 3 * wc);
+  }
+  TESSEL_CHECK(false, "no closed form for schedule " << sc);
+  return 0;
+}
+
+namespace {
+
+// Megatron's DDP buckets are 40M parameters (megatron/core/distributed: bucket_size default max(40M, ...)).
+constexpr double kBucketParams = 40e6;
+
+struct RankSums {
+  std::vector<double> f, i, w, params, tp_f, tp_b, act, extra_first, extra_last;
+};
+
+RankSums sum_per_rank(const Workload& w) {
+  const Layout& l = w.layout;
+  RankSums r;
+  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last})
+    v->assign(l.pp, 0.0);
+  for (const auto& st : w.stages) {
+    const int k = l.rank_of_stage(st.stage);
+    r.f[k] += st.f;
+    r.i[k] += st.i;
+    r.w[k] += st.w;
+    r.params[k] += st.params;
+    r.tp_f[k] += st.tp_comm_f;
+    r.tp_b[k] += st.tp_comm_b;
+    r.act[k] += st.act_bytes / l.vpp;  // average chunk's activations on this rank
+    if (st.stage == 0) r.extra_first[k] += st.act_extra_bytes;
+    else if (st.stage == l.num_stages() - 1) r.extra_last[k] += st.act_extra_bytes;
+  }
+  return r;
+}
+
+}  // namespace
+
+Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus) {
+  if (gpus <= 0) gpus = l.gpus();
+  check_layout(l, m, gpus);
+  if (gpus > sys.max_gpus)
+    throw InfeasibleLayout(std::to_string(gpus) + " GPUs exceed the system's max_gpus " + std::to_string(sys.max_gpus));
+  if (sys.gpu.peak(l.precision) <= 0)
+    throw InfeasibleLayout("precision " + to_string(l.precision) + " is not supported by " + sys.gpu.name);
+  const Workload w = lower(m, l, sys);
+  const RankSums rs = sum_per_rank(w);
+  Estimate e;
+  e.layout = l;
+  e.gpus = gpus;
+  e.microbatches = l.num_microbatches();
+  const double mb = e.microbatches;
+  const int p = l.pp;
+
+  double pipe = pipeline_time(l, rs.f, rs.i, rs.w);
+  // Pipeline transfers: fill and drain cross p-1 boundaries each way, once per model chunk; in the steady
+  // state Megatron's batched send/recv overlaps them with compute.
+  if (p > 1) {
+    e.pp_comm_s = 2.0 * mb * l.vpp * w.p2p_seconds;
+    e.pp_exposed_s = 2.0 * (p - 1) * l.vpp * w.p2p_seconds;
+    pipe += e.pp_exposed_s;
+  }
+  int busiest = 0;
+  std::vector<double> busy(p);
+  for (int r = 0; r < p; ++r) {
+    busy[r] = mb * (rs.f[r] + rs.i[r] + rs.w[r]);
+    if (busy[r] > busy[busiest]) busiest = r;
+  }
+  e.tp_comm_s = mb * (rs.tp_f[busiest] + rs.tp_b[busiest]);
+  e.tp_exposed_s = e.tp_comm_s;  // blocking in Megatron's TP layers
+  e.compute_s = busy[busiest] - e.tp_comm_s;
+  e.cp_comm_s = 0;
+  for (const auto& st : w.stages)
+    if (l.rank_of_stage(st.stage) == busiest) e.cp_exposed_s += mb * st.layers * (w.layer.t_cp_f + w.layer.t_cp_b);
+
+  // Data-parallel gradient reduction (and parameter all-gather under the distributed optimizer / ZeRO).
+  double dp_tail = 0;
+  const cost::GroupPlacement dpg = dp_group(l);
+  double worst_end = 0;
+  for (int r = 0; r < p; ++r) {
+    const double params = rs.params[r];
+    double t_grad = 0, t_param = 0;
+    if (dpg.size > 1) {
+      if (l.zero_stage == 0) {
+        t_grad = cost::collective_time(sys, Collective::all_reduce, 4 * params, dpg).seconds;
+      } else {
+        t_grad = cost::collective_time(sys, Collective::reduce_scatter, 4 * params, dpg).seconds;
+        if (l.zero_stage < 3) t_param = cost::collective_time(sys, Collective::all_gather, 2 * params, dpg).seconds;
+      }
+    }
+    double exposed_grad = t_grad, exposed_param = t_param;
+    if (l.overlap_grad_reduce && t_grad > 0) {
+      // Buckets reduce while the last micro-batch's backward runs; the last bucket cannot overlap.
+      const double buckets = std::max(1.0, std::ceil(params / kBucketParams));
+      const double window = rs.i[r] + rs.w[r];
+      exposed_grad = std::max(t_grad / buckets, t_grad - window);
+    }
+    if (l.overlap_param_gather && t_param > 0) {
+      const double buckets = std::max(1.0, std::ceil(params / kBucketParams));
+      exposed_param = t_param / buckets;  // overlapped with the next step's first forward
+    }
+    // Rank r finishes its last backward (p-1-r) forward+backward slots before rank 0 does, in 1F1B order.
+    const double end = exposed_grad + exposed_param - (p > 1 ? (rs.f[r] + rs.i[r] + rs.w[r]) * r / l.vpp : 0.0);
+    if (r == busiest) e.dp_comm_s = t_grad + t_param;
+    if (end > worst_end) worst_end = end;
+    dp_tail = std::max(dp_tail, end);
+  }
+  e.dp_exposed_s = std::max(0.0, dp_tail);
+
+  // ZeRO-3: every layer's weights are gathered for forward and again for backward, and gradients
+  // reduce-scattered, per micro-batch; each hides behind that layer's compute when shorter.
+  double zero3 = 0;
+  if (l.zero_stage == 3 && dpg.size > 1) {
+    const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+    const double ag = cost::collective_time(sys, Collective::all_gather, 2 * layer_params, dpg).seconds;
+    const double rsg = cost::collective_time(sys, Collective::reduce_scatter, 2 * layer_params, dpg).seconds;
+    const LayerWork& lw = w.layer;
+    const double f_layer = lw.t_f + lw.t_tp_f, b_layer = lw.t_i + lw.t_w + lw.t_tp_b;
+    const int layers = w.stages[0].layers;
+    zero3 = mb * layers * (std::max(0.0, ag - f_layer) + std::max(0.0, ag + rsg - b_layer));
+    e.dp_comm_s += mb * layers * (2 * ag + rsg);
+    e.dp_exposed_s += zero3;
+  }
+  // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.
+  if (m.tied_embeddings && l.num_stages() > 1) {
+    const double bytes = 4.0 * m.vocab * m.hidden / l.tp;
+    e.dp_exposed_s += cost::p2p_time(sys, bytes, (p - 1) * l.tp * l.cp * l.dp).seconds * 2;
+  }
+  // Optimizer: AdamW is memory-bound, ~30 bytes moved per parameter of the local shard (read fp32 master,
+  // moments and gradient, write them back and the 16-bit copy).
+  {
+    const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
+    const double params = *std::max_element(rs.params.begin(), rs.params.end()) / shard;
+    e.optimizer_s = cost::memory_time(sys.gpu, 30.0 * params, 4);
+  }
+  e.step_s = pipe + e.dp_exposed_s + e.optimizer_s;
+  e.bubble_fraction = p > 1 ? std::max(0.0, (pipe - busy[busiest]) / e.step_s) : 0.0;
+
+  // Throughput and FLOP rates.
+  const double tokens = static_cast<double>(l.global_batch) * m.seq_len;
+  e.tokens_per_s = tokens / e.step_s;
+  e.samples_per_s = l.global_batch / e.step_s;
+  const double model_flops = model_flops_per_step(w);
+  double hw_flops = 0, eq3_flops = 0;
+  {
+    double hw_mb = 0;
+    for (const auto& st : w.stages) hw_mb += st.flops_hw;
+    hw_flops = hw_mb * l.tp * l.cp * mb * l.dp;
+    // eq. 3: 4x forward of the layers (recompute assumed) + 3x the logit layer.
+    const double layers_fwd = w.layer.flops_model_f * m.layers * l.tp * l.cp;
+    const double head_model = model_flops / (mb * l.dp) - 3 * layers_fwd;
+    eq3_flops = (4 * layers_fwd + head_model) * mb * l.dp;
+  }
+  const double peak = sys.gpu.peak(l.precision);
+  e.model_tflops_per_gpu = model_flops / e.step_s / gpus / 1e12;
+  e.hw_tflops_per_gpu = hw_flops / e.step_s / gpus / 1e12;
+  e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
+  e.mfu = model_flops / e.step_s / gpus / peak;
+  e.hfu = hw_flops / e.step_s / gpus / peak;
+
+  // Memory per pipeline rank.
+  const cost::StateBytes sb = cost::state_bytes_per_param(l);
+  e.capacity = sys.gpu.memory_bytes;
+  for (int r = 0; r < p; ++r) {
+    cost::MemoryBreakdown mbk;
+    mbk.rank = r;
+    mbk.weights = rs.params[r] * sb.weights;
+    mbk.grads = rs.params[r] * sb.grads;
+    mbk.optimizer = rs.params[r] * sb.optimizer;
+    const double chunks = cost::inflight_chunks(l, r);
+    mbk.activations = chunks * rs.act[r];
+    // Embedding output stays alive per in-flight micro-batch; logits only for the one in its backward.
+    mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r];
+    if (l.zero_stage == 3) mbk.zero3_gather = 2.0 * 2.0 * static_cast<double>(m.params_per_layer()) / l.tp;
+    mbk.reserved = sys.memory_reserved_bytes;
+    e.memory.push_back(mbk);
+    if (mbk.total() > e.peak_memory) {
+      e.peak_memory = mbk.total();
+      e.peak_rank = r;
+    }
+  }
+  e.fits = e.peak_memory <= e.capacity;
+  for (const auto& st : w.stages) {
+    e.stage_f.push_back(st.f);
+    e.stage_i.push_back(st.i);
+    e.stage_w.push_back(st.w);
+  }
+  TESSEL_CHECK(std::isfinite(e.step_s) && e.step_s > 0, "step time " << e.step_s);
+  return e;
+}
+
+}  // namespace tessel
+
+namespace tessel {
+
+Json estimate_to_json(const Estimate& e) {
+  Json j;
+  j["layout"] = layout_to_json(e.layout);
+  j["gpus"] = e.gpus;
+  j["microbatches"] = e.microbatches;
+  j["step_s"] = e.step_s;
+  j["tokens_per_s"] = e.tokens_per_s;
+  j["samples_per_s"] = e.samples_per_s;
+  j["tflops_per_gpu_eq3"] = e.tflops_eq3_per_gpu;
+  j["model_tflops_per_gpu"] = e.model_tflops_per_gpu;
+  j["hw_tflops_per_gpu"] = e.hw_tflops_per_gpu;
+  j["mfu"] = e.mfu;
+  j["hfu"] = e.hfu;
+  j["bubble_fraction"] = e.bubble_fraction;
+  j["compute_s"] = e.compute_s;
+  j["comm"] = {{"tp_s", e.tp_comm_s}, {"tp_exposed_s", e.tp_exposed_s}, {"cp_exposed_s", e.cp_exposed_s},
+               {"pp_s", e.pp_comm_s}, {"pp_exposed_s", e.pp_exposed_s}, {"dp_s", e.dp_comm_s},
+               {"dp_exposed_s", e.dp_exposed_s}};
+  j["optimizer_s"] = e.optimizer_s;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  Json mem = Json::array();
+  for (const auto& m : e.memory)
+    mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights / kGiB}, {"grads_GiB", m.grads / kGiB},
+                   {"optimizer_GiB", m.optimizer / kGiB}, {"activations_GiB", m.activations / kGiB},
+                   {"extras_GiB", m.extras / kGiB}, {"zero3_gather_GiB", m.zero3_gather / kGiB},
+                   {"reserved_GiB", m.reserved / kGiB}, {"total_GiB", m.total() / kGiB}});
+  j["memory_per_pipeline_rank"] = mem;
+  j["peak_memory_GiB"] = e.peak_memory / kGiB;
+  j["peak_rank"] = e.peak_rank;
+  j["capacity_GiB"] = e.capacity / kGiB;
+  j["fits"] = e.fits;
+  return j;
+}
+
+}  // namespace tessel

@@ -1,0 +1,58 @@
+// The analytical estimate of one layout: per-stage compute from the workload, exposed communication, the
+// bubble from the schedule's closed form, the DP tail and the optimizer step; memory per pipeline rank.
+// The event simulator (sim/engine) replaces the closed forms with a played schedule; explore uses both.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/cost/memory.hpp"
+#include "sim/workload.hpp"
+
+namespace tessel {
+
+struct Estimate {
+  Layout layout;
+  int gpus = 0;
+  int microbatches = 0;
+  double step_s = 0;
+  double tokens_per_s = 0;          // whole job
+  double samples_per_s = 0;
+  // Narayanan et al. eq. 3 convention (counts 4x the forward GEMMs, as if fully recomputed), per GPU.
+  double tflops_eq3_per_gpu = 0;
+  // Model FLOPs (eq. 7: 3x forward, no recompute) and hardware FLOPs (with this layout's recompute), per GPU.
+  double model_tflops_per_gpu = 0;
+  double hw_tflops_per_gpu = 0;
+  double mfu = 0, hfu = 0;          // fractions of the GPU's peak in the layout's precision
+  double bubble_fraction = 0;       // idle share of the step on the busiest pipeline rank
+  double compute_s = 0;             // busiest rank's compute per step (TP collectives excluded)
+  double tp_comm_s = 0, tp_exposed_s = 0;
+  double cp_comm_s = 0, cp_exposed_s = 0;
+  double pp_comm_s = 0, pp_exposed_s = 0;
+  double dp_comm_s = 0, dp_exposed_s = 0;
+  double optimizer_s = 0;
+  std::vector<cost::MemoryBreakdown> memory;  // one per pipeline rank
+  double peak_memory = 0;
+  int peak_rank = 0;
+  double capacity = 0;              // GPU memory
+  bool fits = true;
+  std::vector<double> stage_f, stage_i, stage_w;  // seconds per micro-batch per stage (for the simulator)
+};
+
+// gpus == 0 takes the layout's own count. InfeasibleLayout if a rule is broken (memory is reported, not
+// enforced: `fits` says whether the peak is within capacity).
+Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus = 0);
+
+// Model FLOPs per global batch (eq. 7 generalised: 3x the forward of layers and head).
+double model_flops_per_step(const Workload& w);
+
+// Pipeline makespan of the schedule's closed form, given per-rank per-micro-batch costs (seconds).
+// See estimate.cpp for each schedule's formula and its source.
+double pipeline_time(const Layout& l, const std::vector<double>& rank_f, const std::vector<double>& rank_i,
+                     const std::vector<double>& rank_w);
+
+}  // namespace tessel
+
+namespace tessel {
+Json estimate_to_json(const Estimate& e);
+}  // namespace tessel

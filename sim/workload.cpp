@@ -1,0 +1,317 @@
+// Lowering of one transformer layer, the embedding and the LM head under a layout. FLOP counts follow
+// Narayanan et al. SC'21 (per layer forward 24 b s h^2 + 4 b s^2 h for h-wide GPT); activation bytes follow
+// Korthikanti et al. 2022 Table 2 (generalised to GQA, SwiGLU and ffn != 4h term by term, see
+// layer_activation_bytes). Element-wise byte counts are read + write of each fused kernel in Megatron-LM.
+#include "sim/workload.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "models/util/error.hpp"
+#include "sim/cost/memory.hpp"
+
+namespace tessel {
+
+using cost::Collective;
+using cost::GemmShape;
+
+cost::GroupPlacement tp_group(const Layout& l) { return {l.tp, 1}; }
+cost::GroupPlacement cp_group(const Layout& l) { return {l.cp, l.tp}; }
+cost::GroupPlacement dp_group(const Layout& l) { return {l.dp * l.cp, l.tp}; }
+
+namespace {
+
+struct Dims {
+  double b, s, h, t, heads, d, q_dim, kv_dim, f, cp;
+  double tokens;      // b * s / cp: tokens of one micro-batch on this GPU
+  double x;           // elements of one activation tensor [tokens, h]
+  double xs;          // the same, sequence-sharded under SP
+  double elt;         // bytes per element
+};
+
+Dims dims_of(const Model& m, const Layout& l) {
+  Dims d{};
+  d.b = l.micro_batch;
+  d.cp = l.cp;
+  d.s = m.seq_len;
+  d.h = m.hidden;
+  d.t = l.tp;
+  d.heads = m.heads;
+  d.d = m.head_dim;
+  d.q_dim = static_cast<double>(m.heads) * m.head_dim;
+  // With tp > kv_heads, Megatron replicates KV heads: each rank still computes at least one KV head.
+  d.kv_dim = std::max(static_cast<double>(m.kv_heads) * m.head_dim / l.tp, static_cast<double>(m.head_dim)) * l.tp;
+  d.f = m.ffn;
+  d.tokens = d.b * d.s / d.cp;
+  d.x = d.tokens * d.h;
+  d.xs = l.sequence_parallel ? d.x / d.t : d.x;
+  d.elt = bytes_per_element(l.precision);
+  return d;
+}
+
+WorkOp gemm_op(const std::string& name, const System& sys, Precision p, GemmShape g, bool has_weights = true) {
+  WorkOp op;
+  op.name = name;
+  op.cls = OpClass::gemm;
+  op.gemm = g;
+  op.flops_f = cost::gemm_flops(g);
+  op.flops_b = 2 * op.flops_f;
+  op.t_f = cost::gemm_time(sys.gpu, p, g);
+  // Input gradient: dX = dY W^T, an m x k output with inner dimension n. Weight gradient: dW = X^T dY,
+  // a k x n output with inner dimension m (the token count).
+  op.t_i = cost::gemm_time(sys.gpu, p, {g.m, g.k, g.n, g.batch});
+  if (has_weights) {
+    op.t_w = cost::gemm_time(sys.gpu, p, {g.k, g.n, g.m, g.batch});
+  } else {
+    // Attention's batched GEMMs have no weights: both gradients are input gradients.
+    op.t_i += cost::gemm_time(sys.gpu, p, {g.k, g.n, g.m, g.batch});
+  }
+  return op;
+}
+
+WorkOp elementwise_op(const std::string& name, const System& sys, double bytes_f, double bytes_b, int kernels = 1) {
+  WorkOp op;
+  op.name = name;
+  op.cls = OpClass::elementwise;
+  op.bytes_f = bytes_f;
+  op.bytes_b = bytes_b;
+  op.t_f = cost::memory_time(sys.gpu, bytes_f, kernels);
+  op.t_i = cost::memory_time(sys.gpu, bytes_b, kernels);
+  return op;
+}
+
+WorkOp collective_op(const std::string& name, const System& sys, Collective c, double bytes,
+                     const cost::GroupPlacement& g, double fwd_count, double bwd_count) {
+  WorkOp op;
+  op.name = name;
+  op.cls = OpClass::collective;
+  op.coll = c;
+  op.comm_bytes = bytes;
+  const double t = cost::collective_time(sys, c, bytes, g).seconds;
+  op.t_f = fwd_count * t;
+  op.t_i = bwd_count * t;
+  return op;
+}
+
+void lower_layer(const Model& m, const Layout& l, const System& sys, LayerWork& lw) {
+  const Dims d = dims_of(m, l);
+  const Precision p = l.precision;
+  const auto M = static_cast<std::int64_t>(d.tokens);
+  const auto H = static_cast<std::int64_t>(d.h);
+  const auto t = static_cast<std::int64_t>(d.t);
+  const double heads_local = d.heads / d.t;
+  const double f_local = d.f / d.t;
+  const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  const double e = d.elt;
+  std::vector<WorkOp>& ops = lw.ops;
+
+  // Norm 1 (on the sequence shard under SP): read x, write y.
+  ops.push_back(elementwise_op("norm1", sys, 2 * e * d.xs, 3 * e * d.xs));
+  if (l.sequence_parallel) ops.push_back(collective_op("tp_allgather1", sys, Collective::all_gather, e * d.x, tp_group(l), 1, 1));
+  ops.push_back(gemm_op("qkv", sys, p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
+
+  // Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and
+  // sees all keys over the ring), then A V.
+  const double sq = d.s / d.cp, sk = d.s;
+  const double batch = d.b * heads_local;
+  if (l.attention == AttentionImpl::unfused) {
+    GemmShape sc{static_cast<std::int64_t>(sq), static_cast<std::int64_t>(sk), static_cast<std::int64_t>(d.d),
+                 static_cast<std::int64_t>(batch)};
+    WorkOp scores = gemm_op("attn_scores", sys, p, sc, false);
+    scores.attention_core = true;
+    ops.push_back(scores);
+    // Megatron's fused scale-mask-softmax (read + write the s^2 scores) then dropout (read, write, 1-byte mask).
+    const double s2 = batch * sq * sk;
+    const double drop = m.dropout ? 5.0 * s2 : 0.0;
+    WorkOp sm = elementwise_op("softmax_dropout", sys, 2 * e * s2 + drop, 3 * e * s2 + drop, m.dropout ? 2 : 1);
+    sm.attention_core = true;
+    ops.push_back(sm);
+    WorkOp av = gemm_op("attn_v", sys, p, {static_cast<std::int64_t>(sq), static_cast<std::int64_t>(d.d),
+                                            static_cast<std::int64_t>(sk), static_cast<std::int64_t>(batch)}, false);
+    av.attention_core = true;
+    ops.push_back(av);
+  } else {
+    // Flash attention: causal, so half of the s_q x s_k block is computed; backward recomputes the scores
+    // (2.5x the forward matrix work: dV, dP, dQ, dK plus QK^T again; Dao 2022, FlashAttention-2 Sec. 3).
+    WorkOp fa;
+    fa.name = "flash_attn";
+    fa.cls = OpClass::attention;
+    fa.attention_core = true;
+    const double full = 4.0 * batch * sq * sk * d.d;  // QK^T and AV, non-causal
+    fa.flops_f = full;
+    fa.flops_b = 2 * full;
+    const double io = e * d.tokens * (d.q_dim + 2 * d.kv_dim + d.q_dim) / d.t;
+    fa.bytes_f = io;
+    fa.bytes_b = 2 * io;
+    fa.t_f = cost::attention_time(sys.gpu, p, full / 2, io);
+    fa.t_i = cost::attention_time(sys.gpu, p, 2.5 * full / 2, 2 * io);
+    ops.push_back(fa);
+  }
+  if (l.cp > 1) {
+    // Ring attention: each of cp-1 steps passes a K and V chunk to the next CP rank while attending to the
+    // current one, so the exchange hides behind the attention compute when that is longer.
+    const double kv_bytes = 2 * e * d.tokens * d.kv_dim / d.t;
+    const double step = cost::collective_time(sys, Collective::send_recv, kv_bytes, cp_group(l)).seconds;
+    const double comm_f = (d.cp - 1) * step, comm_b = 2 * comm_f;
+    double attn_f = 0, attn_b = 0;
+    for (const auto& op : ops)
+      if (op.attention_core) {
+        attn_f += op.t_f;
+        attn_b += op.t_i;
+      }
+    lw.t_cp_f = std::max(0.0, comm_f - attn_f);
+    lw.t_cp_b = std::max(0.0, comm_b - attn_b);
+  }
+  ops.push_back(gemm_op("proj", sys, p, {M, H, static_cast<std::int64_t>(d.q_dim / d.t)}));
+  if (l.sequence_parallel) {
+    ops.push_back(collective_op("tp_reducescatter1", sys, Collective::reduce_scatter, e * d.x, tp_group(l), 1, 1));
+  } else {
+    ops.push_back(collective_op("tp_allreduce1", sys, Collective::all_reduce, e * d.x, tp_group(l), 1, 1));
+  }
+  // Bias + dropout + residual add, fused: read two inputs, write one, a 1-byte mask.
+  const double res_f = (3 * e + (m.dropout ? 1 : 0)) * d.xs, res_b = (2 * e + (m.dropout ? 1 : 0)) * d.xs;
+  ops.push_back(elementwise_op("residual1", sys, res_f, res_b));
+  ops.push_back(elementwise_op("norm2", sys, 2 * e * d.xs, 3 * e * d.xs));
+  if (l.sequence_parallel) ops.push_back(collective_op("tp_allgather2", sys, Collective::all_gather, e * d.x, tp_group(l), 1, 1));
+  ops.push_back(gemm_op("mlp_up", sys, p, {M, static_cast<std::int64_t>(gate * f_local), H}));
+  // Bias-GELU fused (read, write) or SwiGLU (read gate and up, write one).
+  const double act_el = d.tokens * f_local;
+  ops.push_back(elementwise_op("act", sys, (gate + 1) * e * act_el, (gate + 2) * e * act_el));
+  ops.push_back(gemm_op("mlp_down", sys, p, {M, H, static_cast<std::int64_t>(f_local)}));
+  if (l.sequence_parallel) {
+    ops.push_back(collective_op("tp_reducescatter2", sys, Collective::reduce_scatter, e * d.x, tp_group(l), 1, 1));
+  } else {
+    ops.push_back(collective_op("tp_allreduce2", sys, Collective::all_reduce, e * d.x, tp_group(l), 1, 1));
+  }
+  ops.push_back(elementwise_op("residual2", sys, res_f, res_b));
+  (void)t;
+
+  for (const auto& op : ops) {
+    if (op.cls == OpClass::collective) {
+      lw.t_tp_f += op.t_f;
+      lw.t_tp_b += op.t_i;
+      continue;
+    }
+    lw.t_f += op.t_f;
+    lw.t_i += op.t_i;
+    lw.t_w += op.t_w;
+    if (op.cls == OpClass::gemm || op.cls == OpClass::attention) lw.flops_model_f += op.flops_f;
+  }
+  lw.act_bytes = cost::layer_activation_bytes(m, l);
+  Layout nore = l;
+  nore.recompute = Recompute::none;
+  lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
+  // Recompute work per recomputed layer: the whole forward with its TP collectives (full), or the attention
+  // core only (selective; Korthikanti et al. Sec. 4.2). Flash attention already recomputes its scores.
+  if (l.recompute == Recompute::full) {
+    lw.t_recompute = lw.t_f + lw.t_tp_f + lw.t_cp_f;
+    lw.flops_hw_extra = lw.flops_model_f;
+  } else if (l.recompute == Recompute::selective && l.attention == AttentionImpl::unfused) {
+    for (const auto& op : ops)
+      if (op.attention_core) {
+        lw.t_recompute += op.t_f;
+        if (op.cls != OpClass::elementwise) lw.flops_hw_extra += op.flops_f;
+      }
+  }
+}
+
+// Embedding (first stage): gather rows, add positions, dropout; backward scatter-adds into the table.
+void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork& st) {
+  const Dims d = dims_of(m, l);
+  const double bytes = d.elt * d.x * 3;
+  st.f += cost::memory_time(sys.gpu, bytes, 2);
+  st.w += cost::memory_time(sys.gpu, bytes + 4 * d.x, 2);
+  if (l.tp > 1) {
+    // Vocab-parallel embedding: partial rows all-reduced (reduce-scattered under SP) across TP.
+    const Collective c = l.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
+    const double t = cost::collective_time(sys, c, d.elt * d.x, tp_group(l)).seconds;
+    st.f += t;
+    st.tp_comm_f += t;
+  }
+}
+
+// LM head (last stage): final norm, logits GEMM over the vocab shard, fp32 cross-entropy.
+void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st) {
+  const Dims d = dims_of(m, l);
+  const auto M = static_cast<std::int64_t>(d.tokens);
+  WorkOp lg = gemm_op("logits", sys, l.precision,
+                      {M, static_cast<std::int64_t>(std::ceil(static_cast<double>(m.vocab) / l.tp)),
+                       static_cast<std::int64_t>(d.h)});
+  const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
+  // Cross-entropy in fp32 over [tokens, V/t]: upcast, max, exp-sum, gradient (several passes).
+  const double ce = 4.0 * d.tokens * v_local;
+  st.f += lg.t_f + cost::memory_time(sys.gpu, 3 * ce + 2 * d.elt * d.xs, 3);
+  st.i += lg.t_i + cost::memory_time(sys.gpu, 2 * ce + 3 * d.elt * d.xs, 2);
+  st.w += lg.t_w;
+  st.flops_model += 3 * lg.flops_f;
+  st.flops_hw += 3 * lg.flops_f;
+  if (l.tp > 1) {
+    // Vocab-parallel cross-entropy: all-reduce of max and sum-exp per token (small), plus the all-gather
+    // (SP) or the backward all-reduce of the head's input gradient.
+    const double small = cost::collective_time(sys, Collective::all_reduce, 2 * 4 * d.tokens, tp_group(l)).seconds;
+    const double g = cost::collective_time(sys, l.sequence_parallel ? Collective::all_gather : Collective::all_reduce,
+                                           d.elt * d.x, tp_group(l)).seconds;
+    st.f += small + (l.sequence_parallel ? g : 0);
+    st.i += g;
+    st.tp_comm_f += small + (l.sequence_parallel ? g : 0);
+    st.tp_comm_b += g;
+  }
+}
+
+}  // namespace
+
+Workload lower(const Model& m, const Layout& l, const System& sys) {
+  check_layout(l, m, 0);
+  Workload w;
+  w.model = m;
+  w.layout = l;
+  lower_layer(m, l, sys, w.layer);
+  const Dims d = dims_of(m, l);
+  w.tokens_per_mb = d.b * d.s;
+  // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather
+  // optimisation) each TP rank sends its 1/t slice (Narayanan et al. Sec. 4.1).
+  w.p2p_bytes = d.elt * d.x / d.t;
+  w.p2p_distance = l.tp * l.cp * l.dp;
+  w.p2p_seconds = l.pp > 1 ? cost::p2p_time(sys, w.p2p_bytes, w.p2p_distance).seconds : 0.0;
+
+  const int stages = l.num_stages();
+  const double per_layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+  const LayerWork& lw = w.layer;
+  for (int s = 0; s < stages; ++s) {
+    StageWork st;
+    st.stage = s;
+    st.layers = l.layers_of_stage(s, m.layers);
+    if (l.recompute == Recompute::full) {
+      st.recomputed_layers = l.recompute_layers > 0 && l.recompute_method == RecomputeMethod::block
+                                 ? std::min(st.layers, l.recompute_layers)
+                                 : st.layers;
+    } else if (l.recompute == Recompute::selective) {
+      st.recomputed_layers = st.layers;
+    }
+    st.f = st.layers * (lw.t_f + lw.t_tp_f + lw.t_cp_f);
+    st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recomputed_layers * lw.t_recompute;
+    st.w = st.layers * lw.t_w;
+    st.tp_comm_f = st.layers * lw.t_tp_f;
+    st.tp_comm_b = st.layers * lw.t_tp_b + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_tp_f : 0);
+    st.flops_model = st.layers * 3 * lw.flops_model_f;
+    st.flops_hw = st.flops_model + st.recomputed_layers * lw.flops_hw_extra;
+    st.act_bytes = cost::stage_activation_bytes(m, l, st.layers, st.recomputed_layers);
+    st.params = st.layers * per_layer_params;
+    const bool first = s == 0, last = s == stages - 1;
+    if (first) {
+      add_embedding(m, l, sys, st);
+      st.params += static_cast<double>(m.embedding_params()) / l.tp;
+    }
+    if (last) {
+      add_head(m, l, sys, st);
+      st.params += static_cast<double>(m.output_params()) / l.tp;
+      // A tied head on another rank keeps its own copy of the embedding (Megatron); untied: the head itself.
+      if (m.tied_embeddings && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
+    }
+    st.act_extra_bytes = cost::stage_extra_activation_bytes(m, l, first, last);
+    w.stages.push_back(st);
+  }
+  return w;
+}
+
+}  // namespace tessel

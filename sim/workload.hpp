@@ -1,0 +1,83 @@
+// Workload: a Model lowered under a Layout to the ops one GPU runs, with FLOPs, bytes, shapes per TP shard
+// and their times on a System. One layer is lowered once (every transformer layer has the same shape);
+// stages add the embedding (first) and logits + loss (last). The runtime builds the same ops for real.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "sim/cost/comm.hpp"
+#include "sim/cost/compute.hpp"
+#include "sim/layout.hpp"
+#include "sim/system.hpp"
+
+namespace tessel {
+
+enum class OpClass : std::uint8_t { gemm, attention, elementwise, collective };
+
+// One op of one layer (or of the embedding / head), for one micro-batch on one GPU.
+struct WorkOp {
+  std::string name;           // qkv, attn_scores, softmax_dropout, attn_v, flash_attn, proj, mlp_up, act, mlp_down,
+                              // norm1, norm2, residual1, residual2, tp_*, embedding, logits, cross_entropy
+  OpClass cls = OpClass::gemm;
+  cost::GemmShape gemm;       // for gemm ops (forward shape)
+  double flops_f = 0;         // forward FLOPs
+  double flops_b = 0;         // backward FLOPs (input grad + weight grad)
+  double bytes_f = 0;         // memory traffic, forward
+  double bytes_b = 0;         // memory traffic, backward
+  double t_f = 0;             // seconds forward
+  double t_i = 0;             // seconds backward for inputs (I)
+  double t_w = 0;             // seconds backward for weights (W); 0 for ops without weights
+  bool attention_core = false;   // recomputed under selective recompute
+  cost::Collective coll = cost::Collective::all_reduce;
+  double comm_bytes = 0;      // collectives: buffer size as nccl-tests counts it
+};
+
+// Per micro-batch costs of one transformer layer on one GPU.
+struct LayerWork {
+  std::vector<WorkOp> ops;
+  double t_f = 0, t_i = 0, t_w = 0;    // compute only
+  double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron does not overlap them)
+  double t_cp_f = 0, t_cp_b = 0;       // CP KV exchange, exposed part (ring attention overlaps it)
+  double t_recompute = 0;              // added to backward by the layout's recompute policy (per recomputed layer)
+  double flops_model_f = 0;            // model FLOPs of the forward (Narayanan eq. 3 counts GEMMs only)
+  double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)
+  double act_bytes = 0;                // activations kept per micro-batch under the recompute policy
+  double act_bytes_unfused_full = 0;   // Korthikanti Table 2 value without recompute, for reports
+};
+
+// Per micro-batch costs of one pipeline stage (one model chunk on one rank).
+struct StageWork {
+  int stage = 0;
+  int layers = 0;
+  int recomputed_layers = 0;  // layers whose forward is recomputed in backward (full recompute)
+  double f = 0, i = 0, w = 0; // seconds per micro-batch: forward, input-grad (+recompute), weight-grad; TP comm included
+  double flops_model = 0;     // model FLOPs per micro-batch (forward + backward, no recompute)
+  double flops_hw = 0;        // hardware FLOPs per micro-batch (with recompute)
+  double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
+  double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)
+  double params = 0;          // parameters of this stage held by one GPU (after TP sharding)
+  double tp_comm_f = 0, tp_comm_b = 0;
+};
+
+struct Workload {
+  Model model;
+  Layout layout;
+  LayerWork layer;
+  std::vector<StageWork> stages;   // pp*vpp entries, in stage order
+  double tokens_per_mb = 0;        // b * s
+  double p2p_bytes = 0;            // activation sent between adjacent stages per micro-batch
+  double p2p_seconds = 0;          // one transfer
+  int p2p_distance = 0;            // global-rank distance between adjacent pipeline ranks
+};
+
+// The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).
+Workload lower(const Model& m, const Layout& l, const System& sys);
+
+// Megatron-style placement of the parallel groups: tp fastest, then cp, dp, pp.
+cost::GroupPlacement tp_group(const Layout& l);
+cost::GroupPlacement cp_group(const Layout& l);
+cost::GroupPlacement dp_group(const Layout& l);  // data-parallel replicas (cp ranks join the gradient reduction)
+
+}  // namespace tessel

@@ -1,0 +1,61 @@
+#include "tools/format.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace tessel::fmt {
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string seconds(double s) {
+  if (!std::isfinite(s)) return "n/a";
+  if (s < 1e-3) return fixed(s * 1e6, 0) + " us";
+  if (s < 1.0) return fixed(s * 1e3, s < 0.1 ? 2 : 1) + " ms";
+  return fixed(s, 2) + " s";
+}
+
+std::string gib(double bytes) { return fixed(bytes / (1024.0 * 1024.0 * 1024.0), 1) + " GiB"; }
+
+std::string pct(double fraction, int digits) { return fixed(100.0 * fraction, digits) + "%"; }
+
+std::string si(double v, const std::string& unit) {
+  const char* prefixes[] = {"", " k", " M", " G", " T", " P"};
+  int i = 0;
+  while (std::fabs(v) >= 1000.0 && i < 5) {
+    v /= 1000.0;
+    ++i;
+  }
+  return fixed(v, v < 10 ? 2 : (v < 100 ? 1 : 0)) + prefixes[i] + (i == 0 ? " " : "") + unit;
+}
+
+std::string table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width;
+  for (const auto& r : rows)
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], r[c].size());
+    }
+  std::string out;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      std::string cell = r[c];
+      std::string pad(width[c] - cell.size(), ' ');
+      out += c == 0 ? cell + pad : "  " + pad + cell;
+    }
+    out += "\n";
+    if (i == 0) {
+      std::size_t total = 0;
+      for (std::size_t c = 0; c < width.size(); ++c) total += width[c] + (c ? 2 : 0);
+      out += std::string(total, '-') + "\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace tessel::fmt

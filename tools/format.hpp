@@ -1,0 +1,18 @@
+// Human-readable numbers for the tables the commands print.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tessel::fmt {
+
+std::string seconds(double s);           // "812 us", "14.2 ms", "18.13 s"
+std::string gib(double bytes);           // "61.3 GiB"
+std::string fixed(double v, int digits);
+std::string pct(double fraction, int digits = 1);  // 0.512 -> "51.2%"
+std::string si(double v, const std::string& unit); // 1.2e6 tokens/s -> "1.20 M tokens/s"
+
+// A plain text table: first row is the header; columns right-aligned except the first.
+std::string table(const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace tessel::fmt

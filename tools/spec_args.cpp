@@ -1,0 +1,96 @@
+#include "tools/spec_args.hpp"
+
+#include "models/util/error.hpp"
+
+namespace tessel::cli {
+
+std::vector<OptionSpec> spec_options() {
+  return {
+      {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
+      {"--system", true, "system preset or JSON file [dgx-a100]"},
+      {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024]"},
+      {"--layout", true, "layout JSON file (instead of the layout flags)"},
+      {"--tp", true, "tensor-parallel size [8]"},
+      {"--pp", true, "pipeline-parallel size [8]"},
+      {"--dp", true, "data-parallel size [gpus / (tp*pp*cp)]"},
+      {"--cp", true, "context-parallel size [1]"},
+      {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
+      {"--mbs", true, "micro-batch size [1]"},
+      {"--gbs", true, "global batch size [1536]"},
+      {"--seq", true, "sequence length (overrides the model's)"},
+      {"--schedule", true, "gpipe|1f1b|interleaved|looped-bfs|zb1p|zb2p|zbv|dualpipev [interleaved]"},
+      {"--recompute", true, "none|selective|full [selective]"},
+      {"--recompute-method", true, "uniform|block [uniform]"},
+      {"--recompute-layers", true, "full recompute: layers per stage recomputed (block) [all]"},
+      {"--sp", false, "sequence parallelism [on with the default layout]"},
+      {"--no-sp", false, "no sequence parallelism"},
+      {"--zero", true, "optimizer sharding: 0 none, 1 distributed optimizer, 2, 3 [0]"},
+      {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
+      {"--attention", true, "flash|unfused [flash]"},
+      {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute"},
+  };
+}
+
+Specs read_specs(const CommandLine& cl) {
+  Specs s;
+  s.model = load_model(cl.get_or("--model", "gpt3-175b"));
+  if (auto seq = cl.get_int("--seq", 1, 1 << 24)) s.model.seq_len = static_cast<int>(*seq);
+  s.system = load_system(cl.get_or("--system", "dgx-a100"));
+  const std::vector<const char*> layout_flags = {"--tp", "--pp", "--dp", "--cp", "--vpp", "--mbs", "--gbs",
+                                                 "--schedule", "--recompute", "--recompute-method",
+                                                 "--recompute-layers", "--sp", "--no-sp", "--zero",
+                                                 "--precision", "--attention", "--no-overlap"};
+  auto gpus_flag = cl.get_int("--gpus", 1, 1 << 22);
+  if (auto path = cl.get("--layout")) {
+    for (const char* f : layout_flags)
+      if (cl.has(f)) throw InputError(std::string(f) + ": cannot be combined with --layout " + *path);
+    s.layout = parse_layout(parse_json_file(*path), *path);
+    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : s.layout.gpus();
+    return s;
+  }
+  Layout& l = s.layout;
+  l.tp = static_cast<int>(cl.get_int("--tp", 1, 1 << 20).value_or(8));
+  l.pp = static_cast<int>(cl.get_int("--pp", 1, 1 << 20).value_or(8));
+  l.cp = static_cast<int>(cl.get_int("--cp", 1, 1 << 20).value_or(1));
+  l.schedule = cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b");
+  bool known = false;
+  for (const auto& n : schedule_names()) known = known || n == l.schedule;
+  if (!known) {
+    std::string list;
+    for (const auto& n : schedule_names()) list += (list.empty() ? "" : ", ") + n;
+    throw InputError("--schedule " + l.schedule + ": unknown schedule (known: " + list + ")");
+  }
+  const int vpp_default = l.schedule == "interleaved" || l.schedule == "looped-bfs" ? 3
+                          : (l.schedule == "zbv" || l.schedule == "dualpipev")     ? 2
+                                                                                   : 1;
+  l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? vpp_default : 1));
+  l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
+  l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
+  l.recompute = parse_recompute(cl.get_or("--recompute", "selective"), "--recompute");
+  const std::string method = cl.get_or("--recompute-method", "uniform");
+  if (method != "uniform" && method != "block")
+    throw InputError("--recompute-method " + method + ": must be uniform or block");
+  l.recompute_method = method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
+  l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 0, 100000).value_or(0));
+  if (cl.has("--sp") && cl.has("--no-sp")) throw InputError("--sp and --no-sp contradict each other");
+  l.sequence_parallel = cl.has("--sp") || (!cl.has("--no-sp") && l.tp > 1);
+  l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
+  l.precision = parse_precision(cl.get_or("--precision", "bf16"), "--precision");
+  const std::string attn = cl.get_or("--attention", "flash");
+  if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
+  l.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
+  l.overlap_grad_reduce = l.overlap_param_gather = !cl.has("--no-overlap");
+  const long long model_parallel = static_cast<long long>(l.tp) * l.pp * l.cp;
+  if (auto dp = cl.get_int("--dp", 1, 1 << 22)) {
+    l.dp = static_cast<int>(*dp);
+    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : l.gpus();
+  } else {
+    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : 1024;
+    if (s.gpus % model_parallel != 0)
+      throw InputError("--gpus " + std::to_string(s.gpus) + " is not divisible by tp*pp*cp = " + std::to_string(model_parallel));
+    l.dp = static_cast<int>(s.gpus / model_parallel);
+  }
+  return s;
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,26 @@
+// The flags every planning command shares: --model, --system, --gpus and the layout flags (or --layout FILE).
+#pragma once
+
+#include <vector>
+
+#include "models/model.hpp"
+#include "sim/layout.hpp"
+#include "sim/system.hpp"
+#include "tools/cli.hpp"
+
+namespace tessel::cli {
+
+std::vector<OptionSpec> spec_options();
+
+struct Specs {
+  Model model;
+  System system;
+  Layout layout;
+  int gpus = 0;
+};
+
+// The built-in default: GPT-3 175B on 1,024 A100 80GB (Selene-like), global batch 1536, sequence 2048,
+// tp8 pp8 dp16 interleaved with 3 chunks per rank, micro-batch 1, selective recompute + sequence parallel.
+Specs read_specs(const CommandLine& cl);
+
+}  // namespace tessel::cli
