@@ -1,0 +1,115 @@
+// compare_traces: alignment by identity, errors, per-rank stats, ops in one trace only, otherData diffs.
+#include <doctest/doctest.h>
+
+#include "tests/traces/trace_fixtures.hpp"
+#include "traces/compare.hpp"
+
+using namespace tessel;
+using namespace tessel::trace;
+
+namespace {
+
+constexpr double kTol = 1e-9;
+
+// B differs from A (two_stage_trace) by: rank 0 backward mb1 20 -> 30 µs, rank 1 backward mb1 20 -> 22 µs,
+// no rank 1 forward mb1, an extra optimizer op on rank 0 (112..117), and layout.pp 2 -> 4.
+Trace modified(const Trace& a) {
+  Trace b = a;
+  b.events[11].dur_us = 30;
+  b.events[9].dur_us = 22;
+  b.events.erase(b.events.begin() + 7);
+  b.events.push_back(test::op(0, Stream::compute, "optimizer", 0, -1, 112, 5));
+  b.other_data["layout"]["pp"] = 4;
+  return b;
+}
+
+const OpKindStats& kind(const Comparison& c, const std::string& op) {
+  for (const auto& k : c.kinds) {
+    if (k.op == op) return k;
+  }
+  FAIL("no op kind " << op);
+  return c.kinds.front();
+}
+
+}  // namespace
+
+TEST_CASE("percentile by nearest rank") {
+  // Nearest rank: the ceil(p * n)-th smallest. n = 4: p50 -> 2nd, p90 -> ceil(3.6) = 4th.
+  CHECK(percentile({50, 0, 10, 0}, 0.5) == 0);
+  CHECK(percentile({50, 0, 10, 0}, 0.9) == 50);
+  CHECK(percentile({7}, 0.9) == 7);
+}
+
+TEST_CASE("identical traces: zero error everywhere") {
+  Trace a = test::two_stage_trace();
+  Comparison c = compare_traces(a, a);
+  CHECK(c.matched == a.events.size());
+  CHECK(c.step_error_pct == 0);
+  CHECK(c.unmatched_a.empty());
+  CHECK(c.unmatched_b.empty());
+  CHECK(c.meta_diffs.empty());
+}
+
+TEST_CASE("differences are found, measured and attributed") {
+  Trace a = test::two_stage_trace();
+  Trace b = modified(a);
+  Comparison c = compare_traces(a, b);
+  // A spans 0..112 µs; B's last op, rank 0 backward mb1, ends at 92 + 30 = 122 µs.
+  CHECK(c.step_a_us == doctest::Approx(112).epsilon(kTol));
+  CHECK(c.step_b_us == doctest::Approx(122).epsilon(kTol));
+  // (122 - 112) / 112 = 8.928571...%
+  CHECK(c.step_error_pct == doctest::Approx(10.0 / 112 * 100).epsilon(kTol));
+  // 12 ops in A, 11 of them in B (rank 1 forward mb1 removed).
+  CHECK(c.matched == 11);
+  REQUIRE(c.unmatched_a.size() == 1);
+  CHECK(a.events[c.unmatched_a[0]].op == "forward");
+  REQUIRE(c.only_in_b.size() == 1);
+  CHECK(c.only_in_b[0].op == "optimizer");
+  // Backward errors: 0, +10% (22 vs 20), 0, +50% (30 vs 20) -> median (2nd of 4) 0, p90 (4th) 50.
+  const auto& bw = kind(c, "backward");
+  CHECK(bw.matched == 4);
+  CHECK(bw.median_error_pct == doctest::Approx(0));
+  CHECK(bw.p90_abs_error_pct == doctest::Approx(50));
+  CHECK(bw.total_a_us == doctest::Approx(80));
+  CHECK(bw.total_b_us == doctest::Approx(92));
+  CHECK(kind(c, "forward").matched == 3);
+  // The largest contributor: rank 0 backward mb1, +10 µs.
+  REQUIRE(!c.top.empty());
+  CHECK(a.events[c.top[0].a].rank == 0);
+  CHECK(a.events[c.top[0].a].mb == 1);
+  CHECK(c.top[0].delta_us == doctest::Approx(10));
+  REQUIRE(c.meta_diffs.size() == 1);
+  CHECK(c.meta_diffs[0].path == "/layout/pp");
+  CHECK(c.meta_diffs[0].a == "2");
+  CHECK(c.meta_diffs[0].b == "4");
+  auto j = to_json(c, a, b);
+  CHECK(j["step_us"]["b"] == 122.0);
+  CHECK(j["only_in"]["b"][0]["op"] == "optimizer");
+}
+
+TEST_CASE("per-rank busy, bubble and exposed communication") {
+  Trace a = test::two_stage_trace();
+  auto rs = rank_stats(a);
+  REQUIRE(rs.size() == 2);
+  // Rank 0 computes F 0-10, F 10-20, B 72-92, B 92-112: busy 60 of the 112 µs step -> bubble 52.
+  // Its sends run 10-12 (under F mb1) and 20-22 (nothing computes): comm 4, exposed 2.
+  CHECK(rs[0].busy_us == doctest::Approx(60));
+  CHECK(rs[0].bubble_us == doctest::Approx(52));
+  CHECK(rs[0].comm_us == doctest::Approx(4));
+  CHECK(rs[0].exposed_comm_us == doctest::Approx(2));
+  // Rank 1 computes 12-22, 22-32, 32-52, 52-72 = 60; its recvs 10-12 and 20-22: 10-12 exposed, 20-22 under F.
+  CHECK(rs[1].busy_us == doctest::Approx(60));
+  CHECK(rs[1].exposed_comm_us == doctest::Approx(2));
+}
+
+TEST_CASE("repeated identities align in order") {
+  Trace a;
+  a.events.push_back(test::op(0, Stream::tp, "tp_allreduce", 0, 0, 0, 1));
+  a.events.push_back(test::op(0, Stream::tp, "tp_allreduce", 0, 0, 5, 2));
+  Trace b = a;
+  b.events[1].dur_us = 4;
+  Comparison c = compare_traces(a, b);
+  CHECK(c.matched == 2);
+  // First pair 1 vs 1 (0%), second 2 vs 4 (+100%): median (1st of 2) 0, p90 (2nd) 100.
+  CHECK(kind(c, "tp_allreduce").p90_abs_error_pct == doctest::Approx(100));
+}

@@ -1,0 +1,71 @@
+// Comparing two traces of the same layout (simulated against measured, or two measured runs), op by op.
+//
+// Ops align by identity (rank, op, stage, chunk, mb, layers) and, for repeated identities, by their order
+// on that rank. A is the reference: every error is (B - A) / A.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "traces/trace.hpp"
+
+namespace tessel::trace {
+
+struct OpKindStats {
+  std::string op;
+  std::size_t matched = 0;          // pairs found in both traces
+  std::size_t zero_reference = 0;   // pairs with A's duration 0: no relative error for them
+  double median_error_pct = 0;      // signed, median over pairs
+  double p90_abs_error_pct = 0;     // 90th percentile of |error|
+  double total_a_us = 0, total_b_us = 0;  // over matched pairs
+};
+
+// Per rank, over the trace's step (its first start to its last end, all ranks together).
+struct RankStats {
+  int rank = 0;
+  double busy_us = 0;          // union of compute ops
+  double bubble_us = 0;        // step time - busy: the time this rank computes nothing
+  double comm_us = 0;          // union of communication ops
+  double exposed_comm_us = 0;  // communication during which this rank computes nothing
+};
+std::vector<RankStats> rank_stats(const Trace& t);
+
+struct OpDelta {
+  std::size_t a = 0, b = 0;  // indices into A's and B's events
+  double delta_us = 0;       // B's duration - A's
+};
+
+struct OnlyIn {
+  std::string op;
+  std::size_t count = 0;
+  std::vector<std::string> examples;  // up to 3 "rank R name" strings
+};
+
+struct MetaDiff {
+  std::string path;  // JSON pointer into otherData, e.g. /layout/pp
+  std::string a, b;  // values as JSON text, "(absent)" when missing
+};
+
+struct Comparison {
+  double step_a_us = 0, step_b_us = 0, step_error_pct = 0;
+  std::size_t events_a = 0, events_b = 0, matched = 0;
+  std::vector<OpKindStats> kinds;           // by op name
+  std::vector<RankStats> ranks_a, ranks_b;
+  std::vector<OpDelta> top;                 // the largest |delta| first
+  std::vector<OpDelta> pairs;               // every matched pair, in A's order
+  std::vector<std::size_t> unmatched_a, unmatched_b;
+  std::vector<OnlyIn> only_in_a, only_in_b;
+  std::vector<MetaDiff> meta_diffs;         // otherData differences (compared anyway)
+};
+
+Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n = 10);
+nlohmann::json to_json(const Comparison& c, const Trace& a, const Trace& b);
+
+// Percentile by the nearest-rank method (the smallest value with at least p of the data at or below it);
+// `values` need not be sorted. TESSEL_CHECK on an empty input.
+double percentile(std::vector<double> values, double p);
+
+}  // namespace tessel::trace
