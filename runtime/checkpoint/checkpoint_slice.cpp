@@ -1,0 +1,97 @@
+// Resharding on load: a requested box of a logical tensor is assembled from every saved piece that
+// intersects it, whatever layout saved them.
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "models/util/error.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+
+namespace tessel::rt {
+namespace {
+
+std::string dims_text(const Shape& s) {
+  std::string t = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+// Row-major linear index of `idx` inside a box of `extent`.
+std::uint64_t linear(const Shape& idx, const Shape& extent) {
+  std::uint64_t l = 0;
+  for (std::size_t d = 0; d < extent.size(); ++d) l = l * extent[d] + idx[d];
+  return l;
+}
+
+}  // namespace
+
+std::vector<float> CheckpointReader::read_slice(const std::string& name, const Shape& offset,
+                                                const Shape& extent) const {
+  const Tensor& t = tensor(name);
+  const std::size_t nd = t.full.size();
+  if (offset.size() != nd || extent.size() != nd)
+    throw InputError("read_slice '" + name + "': offsets and extents need " + std::to_string(nd) + " dims");
+  for (std::size_t d = 0; d < nd; ++d)
+    if (offset[d] > t.full[d] || extent[d] > t.full[d] - offset[d])
+      throw InputError("read_slice '" + name + "': region at " + dims_text(offset) + " of " + dims_text(extent) +
+                       " leaves the tensor's shape " + dims_text(t.full));
+  const std::uint64_t total = checked_elements(extent, "read_slice '" + name + "'");
+  std::vector<float> out(total);
+  std::vector<unsigned char> covered(total, 0);
+  if (total == 0) return out;
+
+  for (const Piece& p : t.pieces) {
+    const ShardEntry& e = *p.entry;
+    // Intersection [lo, hi) of the request with this piece, in global coordinates.
+    Shape lo(nd), hi(nd);
+    bool empty = false;
+    for (std::size_t d = 0; d < nd; ++d) {
+      lo[d] = std::max(offset[d], e.offset[d]);
+      hi[d] = std::min(offset[d] + extent[d], e.offset[d] + e.extent[d]);
+      empty = empty || lo[d] >= hi[d];
+    }
+    if (empty) continue;
+    // Walk the intersection row by row (the last dim is contiguous in both the file and the output).
+    const std::uint64_t run = nd ? hi[nd - 1] - lo[nd - 1] : 1;
+    Shape g = lo;  // current global index; its last dim stays at lo
+    Shape in_piece(nd), in_out(nd);
+    for (;;) {
+      for (std::size_t d = 0; d < nd; ++d) {
+        in_piece[d] = g[d] - e.offset[d];
+        in_out[d] = g[d] - offset[d];
+      }
+      std::uint64_t src = linear(in_piece, e.extent), dst = linear(in_out, extent);
+      auto bytes = static_cast<ssize_t>(run * sizeof(float));
+      if (::pread(fds_[p.file], out.data() + dst, run * sizeof(float),
+                  static_cast<off_t>(e.data_pos + src * sizeof(float))) != bytes)
+        throw InputError(files_[p.file] + ": cannot read tensor '" + name + "'");
+      std::fill(covered.begin() + dst, covered.begin() + dst + run, 1);
+      // Next row: odometer over dims 0..nd-2.
+      std::size_t d = nd >= 1 ? nd - 1 : 0;
+      bool done = true;
+      while (d-- > 0) {
+        if (++g[d] < hi[d]) {
+          done = false;
+          break;
+        }
+        g[d] = lo[d];
+      }
+      if (done) break;
+    }
+  }
+  auto gap = std::find(covered.begin(), covered.end(), 0);
+  if (gap != covered.end()) {
+    // Global index of the first element no shard holds, for the message.
+    std::uint64_t l = static_cast<std::uint64_t>(gap - covered.begin());
+    Shape idx(nd);
+    for (std::size_t d = nd; d-- > 0;) {
+      idx[d] = offset[d] + l % extent[d];
+      l /= extent[d];
+    }
+    throw InputError(folder_ + ": tensor '" + name + "': no shard holds element " + dims_text(idx) +
+                     " (the checkpoint covers only part of it)");
+  }
+  return out;
+}
+
+}  // namespace tessel::rt

@@ -1,0 +1,209 @@
+// Recovery checkpoints: format round trip, resharding on load, newest-complete selection, and the faults of
+// issues 6 and 9: corruption and truncation found by checksum, another model refused, disk full, absurd
+// headers rejected without allocating.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "models/util/error.hpp"
+#include "runtime/checkpoint/crc32c.hpp"
+#include "runtime/comm/thread_comm.hpp"
+#include "tests/runtime/checkpoint_util.hpp"
+
+using namespace tessel;
+using namespace tessel::rt;
+using test::weight;
+
+namespace {
+const Json kModel = {{"name", "tiny"}, {"layers", 2}, {"hidden", 64}};
+
+void save(const std::string& dir, std::int64_t step, int world, std::uint64_t rows = 8, std::uint64_t cols = 6) {
+  run_threads(world, [&](Comm& c) {
+    CheckpointWriter w(dir, step, c);
+    test::save_rows(w, c.rank(), world, rows, cols);
+    w.set_metadata({{"model", kModel}, {"data_position", 1234}});
+    w.commit();
+  });
+}
+}  // namespace
+
+TEST_CASE("crc32c matches the RFC 3720 check value and extends") {
+  // CRC-32C check value of "123456789" is 0xE3069283 (RFC 3720 B.4; Castagnoli et al. 1993).
+  CHECK(crc32c("123456789", 9) == 0xE3069283u);
+  CHECK(crc32c("", 0) == 0u);
+  CHECK(crc32c_extend(crc32c("12345", 5), "6789", 4) == 0xE3069283u);
+  CHECK(crc_hex(0xE3069283u) == "e3069283");
+}
+
+TEST_CASE("a checkpoint saved by 4 ranks loads under other layouts") {
+  test::TempDir d("reshard");
+  save(d.str(), 10, 4);
+  CheckpointReader r(d.str());
+  CHECK(r.step() == 10);
+  CHECK(r.world() == 4);
+  CHECK(r.metadata()["data_position"] == 1234);
+  CHECK(r.tensor_names() == std::vector<std::string>{"b", "optim.m.w", "w"});
+  CHECK(r.shape("w") == Shape{8, 6});
+  // tp1: the full tensor. Expected (i, j) -> weight(1, i, j) for all 48 elements.
+  auto full = r.read_tensor("w");
+  REQUIRE(full.size() == 48);
+  for (std::uint64_t i = 0; i < 8; ++i)
+    for (std::uint64_t j = 0; j < 6; ++j) CHECK(full[i * 6 + j] == weight(1, i, j));
+  // A column shard (another layout) crossing all four saved row pieces: rows 1..6, cols 3..5.
+  auto cut = r.read_slice("optim.m.w", {1, 3}, {6, 2});
+  REQUIRE(cut.size() == 12);
+  for (std::uint64_t i = 0; i < 6; ++i)
+    for (std::uint64_t j = 0; j < 2; ++j) CHECK(cut[i * 2 + j] == weight(2, 1 + i, 3 + j));
+  CHECK(r.read_slice("b", {2}, {3}) == std::vector<float>{weight(3, 0, 2), weight(3, 0, 3), weight(3, 0, 4)});
+  CHECK(r.read_slice("w", {8, 0}, {0, 6}).empty());
+  for (int k = 0; k < 4; ++k) CHECK(r.read_blob("rng", k) == "rng-of-" + std::to_string(k));
+  CHECK_THROWS_WITH_AS(r.read_slice("w", {7, 0}, {2, 6}), doctest::Contains("leaves the tensor's shape [8, 6]"), InputError);
+  CHECK_THROWS_WITH_AS(r.read_tensor("nope"), doctest::Contains("no tensor 'nope'"), InputError);
+  // The same checkpoint read from 2 "ranks" with a 2-way row split gives each its half.
+  auto top = r.read_slice("w", {0, 0}, {4, 6});
+  CHECK(std::equal(top.begin(), top.end(), full.begin()));
+}
+
+TEST_CASE("a region that no shard holds is named") {
+  test::TempDir d("gap");
+  run_threads(2, [&](Comm& c) {
+    CheckpointWriter w(d.str(), 1, c);
+    std::vector<float> x(3, 1.0f);
+    if (c.rank() == 1) w.add_tensor("x", {6}, {3}, {3}, x.data());  // elements 0..2 never saved
+    w.commit();
+  });
+  CheckpointReader r(d.str());
+  CHECK(r.read_slice("x", {3}, {3}) == std::vector<float>{1, 1, 1});
+  CHECK_THROWS_WITH_AS(r.read_tensor("x"), doctest::Contains("no shard holds element [0]"), InputError);
+}
+
+TEST_CASE("the newest complete step is loaded; staging folders and `latest` follow the protocol") {
+  test::TempDir d("latest");
+  save(d.str(), 10, 2);
+  save(d.str(), 20, 2);
+  // A save killed before publishing leaves only a staging folder: it must be ignored.
+  test::fs::create_directories(d.path / ".step-00000030.staging");
+  // A folder without manifest is not complete either.
+  test::fs::create_directories(d.path / "step-00000040");
+  CHECK(CheckpointReader::latest_step(d.str()) == 20);
+  CHECK(CheckpointReader(d.str()).step() == 20);
+  CHECK(CheckpointReader((d.path / "step-00000010").string()).step() == 10);
+  CHECK(test::file_bytes(d.path / "latest") == "step-00000020\n");
+  CHECK(!CheckpointReader::latest_step((d.path / "nothing").string()));
+  CHECK_THROWS_WITH_AS(CheckpointReader((d.path / "nothing").string()), doctest::Contains("no complete checkpoint"), InputError);
+  // An existing step is never overwritten.
+  CHECK_THROWS_WITH_AS(save(d.str(), 20, 2), doctest::Contains("exists; not overwriting it"), InputError);
+  CHECK(CheckpointReader(d.str()).read_tensor("w") == CheckpointReader((d.path / "step-00000010").string()).read_tensor("w"));
+}
+
+TEST_CASE("corrupted and truncated shards are found by their checksum, naming the file") {
+  test::TempDir d("corrupt");
+  save(d.str(), 5, 2);
+  auto shard = d.path / "step-00000005" / "rank-00001.shard";
+  std::string bytes = test::file_bytes(shard);
+  SUBCASE("one flipped bit") {
+    bytes[bytes.size() / 2] ^= 0x10;
+    std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes;
+    CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("rank-00001.shard: CRC32C"), InputError);
+  }
+  SUBCASE("truncated") {
+    std::ofstream(shard, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 7);
+    std::string expect = "rank-00001.shard: " + std::to_string(bytes.size() - 7) + " bytes, the manifest says";
+    CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains(expect.c_str()), InputError);
+  }
+  SUBCASE("missing") {
+    test::fs::remove(shard);
+    CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("rank-00001.shard: listed in the manifest"), InputError);
+  }
+}
+
+TEST_CASE("a checkpoint of another model is refused with the difference named") {
+  test::TempDir d("model");
+  save(d.str(), 1, 1);
+  CheckpointReader r(d.str());
+  r.check_model(kModel);  // same model: accepted
+  Json other = kModel;
+  other["hidden"] = 128;
+  CHECK_THROWS_WITH_AS(r.check_model(other), doctest::Contains("model.hidden is 64 in the checkpoint, 128 here"), InputError);
+  other = kModel;
+  other["vocab"] = 256;
+  CHECK_THROWS_WITH_AS(r.check_model(other), doctest::Contains("model.vocab is absent in the checkpoint, 256 here"), InputError);
+}
+
+TEST_CASE("disk full at any write of a save leaves the previous checkpoint intact") {
+  // Count the I/O ops of one save of step 2 (after step 1), then fail each op in turn: every failure must
+  // be an InputError on every rank, and step 1 must stay byte-identical and the newest complete step.
+  test::TempDir d("enospc");
+  save(d.str(), 1, 2, 64, 1024);  // 2 x 256 KiB per rank: several 64 KiB write ops per shard
+  auto before = test::snapshot(d.path / "step-00000001");
+  set_fault_plan({});
+  save(d.str(), 2, 2, 64, 1024);
+  long ops = io_ops_done();
+  MESSAGE("I/O ops in one 2-rank save: " << ops);
+  REQUIRE(ops > 10);
+  int failures = 0, published = 0;
+  for (long k = 1; k <= ops; ++k) {
+    CAPTURE(k);
+    test::fs::remove_all(d.path / "step-00000002");
+    test::write_text(d.path / "latest", "step-00000001\n");
+    set_fault_plan({0, k});
+    std::string w;
+    try {
+      save(d.str(), 2, 2, 64, 1024);
+    } catch (const InputError& e) {
+      ++failures;
+      w = e.what();
+    }
+    set_fault_plan({});
+    CHECK_MESSAGE((w.find("No space left on device") != std::string::npos ||
+                   w.find("Input/output error") != std::string::npos), w);
+    // A failure after the rename that publishes step 2 (its folder fsync or the `latest` update) says so,
+    // and step 2 is then complete; any earlier failure leaves step 1 the newest complete checkpoint.
+    bool after_publish = w.find("was published but not confirmed durable") != std::string::npos;
+    published += after_publish;
+    CHECK(CheckpointReader::latest_step(d.str()) == (after_publish ? 2 : 1));
+    CHECK(test::snapshot(d.path / "step-00000001") == before);
+    CHECK(CheckpointReader(d.str()).read_tensor("w") == CheckpointReader((d.path / "step-00000001").string()).read_tensor("w"));
+  }
+  MESSAGE("failed ops tried: " << ops << ", of which after publishing: " << published);
+  CHECK(published == 5);  // fsync of the root, then `latest`: write, fsync, rename, fsync of the root
+  CHECK(failures == ops);
+}
+
+TEST_CASE("absurd shard headers are rejected without allocating") {
+  test::TempDir d("absurd");
+  auto write_shard = [&](const std::string& name, auto&& fill) {
+    std::string s("TSLSHARD", 8);
+    auto u32 = [&](std::uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); };
+    auto u64 = [&](std::uint64_t v) { s.append(reinterpret_cast<const char*>(&v), 8); };
+    fill(s, u32, u64);
+    test::write_text(d.path / name, s);
+    return (d.path / name).string();
+  };
+  auto header = [](std::string&, auto u32, auto) { u32(1), u32(0), u32(1), u32(0); };
+  // A 2^20 x 2^20 = 2^40-element tensor: over the 2^36 limit, refused from the header alone.
+  auto huge = write_shard("huge.shard", [&](std::string& s, auto u32, auto u64) {
+    header(s, u32, u64);
+    u32(1), u32(1), s += "w", u32(2);
+    for (int dim = 0; dim < 2; ++dim) u64(1ull << 20), u64(0), u64(1ull << 20);
+    u64(4ull << 40);
+  });
+  CHECK_THROWS_WITH_AS(read_shard_index(huge), doctest::Contains("more than the limit 2^36"), InputError);
+  // Within limits but claiming 4 MiB of data that the file does not hold.
+  auto shortf = write_shard("short.shard", [&](std::string& s, auto u32, auto u64) {
+    header(s, u32, u64);
+    u32(1), u32(1), s += "w", u32(1), u64(1 << 20), u64(0), u64(1 << 20), u64(4 << 20);
+  });
+  CHECK_THROWS_WITH_AS(read_shard_index(shortf), doctest::Contains("truncated?"), InputError);
+  auto name = write_shard("name.shard", [&](std::string& s, auto u32, auto u64) { header(s, u32, u64), u32(1), u32(0xFFFFFFF0u); });
+  CHECK_THROWS_WITH_AS(read_shard_index(name), doctest::Contains("name of 4294967280 bytes"), InputError);
+  auto magic = write_shard("magic.shard", [&](std::string& s, auto, auto) { s[0] = 'X'; });
+  CHECK_THROWS_WITH_AS(read_shard_index(magic), doctest::Contains("wrong magic"), InputError);
+  auto version = write_shard("version.shard", [&](std::string&, auto u32, auto) { u32(7); });
+  CHECK_THROWS_WITH_AS(read_shard_index(version), doctest::Contains("format version 7"), InputError);
+  auto past = write_shard("past.shard", [&](std::string& s, auto u32, auto u64) {
+    header(s, u32, u64);
+    u32(1), u32(1), s += "w", u32(1), u64(4), u64(3), u64(2), u64(8);
+  });
+  CHECK_THROWS_WITH_AS(read_shard_index(past), doctest::Contains("exceeds the full size 4"), InputError);
+}
