@@ -68,3 +68,66 @@ inline std::string temp_path(const std::string& name) {
 }
 
 }  // namespace tessel::test
+
+namespace tessel::test {
+
+// A 1F1B pipeline (PipeDream-Flush) over p ranks and m micro-batches, played with fixed op times: F takes
+// tf, B takes tb, each activation/gradient transfer tc on the pp stream; memory rises by one unit per
+// forward in flight. Each stage runs p - s - 1 warm-up forwards, then alternates F and B, then drains.
+inline trace::Trace one_f_one_b(int p, int m, double tf, double tb, double tc) {
+  using trace::Stream;
+  trace::Trace t;
+  std::vector<std::vector<double>> f_end(p, std::vector<double>(m, -1)), b_end(p, std::vector<double>(m, -1));
+  std::vector<std::vector<std::pair<char, int>>> order(p);
+  for (int s = 0; s < p; ++s) {
+    int warm = std::min(p - s - 1, m), nf = 0, nb = 0;
+    for (; nf < warm; ++nf) order[s].push_back({'F', nf});
+    while (nf < m) {
+      order[s].push_back({'F', nf++});
+      order[s].push_back({'B', nb++});
+    }
+    while (nb < m) order[s].push_back({'B', nb++});
+  }
+  std::vector<std::size_t> next(p, 0);
+  std::vector<double> clock(p, 0), mem(p, 0);
+  std::int64_t flow = 0;
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; ++s) {
+      while (next[s] < order[s].size()) {
+        auto [kind, mb] = order[s][next[s]];
+        double ready = 0;
+        if (kind == 'F' && s > 0) {
+          if (f_end[s - 1][mb] < 0) break;
+          ready = f_end[s - 1][mb] + tc;
+        }
+        if (kind == 'B' && s < p - 1) {
+          if (b_end[s + 1][mb] < 0) break;
+          ready = b_end[s + 1][mb] + tc;
+        }
+        double start = std::max(clock[s], ready);
+        double dur = kind == 'F' ? tf : tb;
+        t.events.push_back(op(s, Stream::compute, kind == 'F' ? "forward" : "backward", s, mb, start, dur));
+        clock[s] = start + dur;
+        (kind == 'F' ? f_end : b_end)[s][mb] = clock[s];
+        mem[s] += kind == 'F' ? 1 : -1;
+        t.counters.push_back({s, "memory_GiB", clock[s], mem[s]});
+        int peer = kind == 'F' ? s + 1 : s - 1;
+        if (peer >= 0 && peer < p) {
+          auto send = op(s, Stream::pp, "send", s, mb, clock[s], tc);
+          auto recv = op(peer, Stream::pp, "recv", peer, mb, clock[s], tc);
+          send.flow_id = recv.flow_id = flow++;
+          t.events.push_back(send);
+          t.events.push_back(recv);
+        }
+        ++next[s];
+        progress = true;
+      }
+    }
+  }
+  for (int s = 0; s < p; ++s) t.process_names[s] = "rank " + std::to_string(s) + " (stage " + std::to_string(s) + ")";
+  t.other_data = {{"model", {{"name", "tiny"}}}, {"layout", {{"pp", p}, {"mbs", 1}, {"m", m}}}, {"schedule", "1f1b"}};
+  return t;
+}
+
+}  // namespace tessel::test
