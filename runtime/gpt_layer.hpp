@@ -1,0 +1,79 @@
+// One pre-LN transformer block on one tensor-parallel rank (Megatron-LM's partitioning, Shoeybi et al.
+// 2019 Fig. 3): x2 = x + RowPar(Attn(ColPar(Norm1(x)))), out = x2 + RowPar(Act(ColPar(Norm2(x2)))).
+// Column-parallel GEMMs (q, k, v, w1, wg) hold a slice of heads / ffn columns; row-parallel ones (wo, w2)
+// produce partial sums that are all-reduced, or reduce-scattered by token under sequence parallelism
+// (Korthikanti et al. 2022), where the norms see only this rank's tokens and their outputs are
+// all-gathered before the column-parallel GEMMs.
+//
+// Backward is split as zero-bubble pipelines need it (Qi et al. 2024): layer_backward computes input
+// gradients (and the cheap norm/row-parallel-bias gradients) and queues the weight GEMMs as jobs that the
+// W action runs later; a fused B runs them at once.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "models/model.hpp"
+#include "runtime/params.hpp"
+#include "runtime/tensor_parallel.hpp"
+
+namespace tessel::rt {
+
+using Buf = std::shared_ptr<std::vector<float>>;
+Buf make_buf(std::size_t n);
+std::int64_t buf_bytes(const Buf& b);
+
+// dW += x^T dy ([in,out] weights), or dW += dy^T x when `transposed` (weights stored [out,in]: the tied
+// LM head); db += column sums of dy when db is set.
+struct WeightGradJob {
+  Buf x, dy;
+  int rows = 0, in = 0, out = 0;
+  float* dw = nullptr;
+  float* db = nullptr;
+  bool transposed = false;
+  std::int64_t bytes() const { return buf_bytes(x) + buf_bytes(dy); }
+};
+void run_weight_grad(const WeightGradJob& j);
+
+struct Weight {
+  float* w = nullptr;  // nullptr when the model has no such parameter (no bias, RMSNorm has no .b)
+  float* g = nullptr;
+};
+
+struct LayerWeights {
+  Weight ln1w, ln1b, wq, wk, wv, bq, bk, bv, wo, bo, ln2w, ln2b, w1, b1, wg, bg, w2, b2;
+};
+LayerWeights layer_weights(ParamStore& store, int layer);
+
+struct LayerShape {
+  int batch = 1, seq = 1;   // micro-batch size and sequence length: T = batch * seq tokens
+  int tokens = 1;           // T
+  int local_tokens = 1;     // T / tp under sequence parallelism, else T
+  int hidden = 1, heads = 1, kv_heads = 1, head_dim = 1, ffn = 1;  // heads/kv_heads/ffn: this rank's share
+  bool swiglu = false, layernorm = true;
+  float eps = 1e-5f;        // norm epsilon (PyTorch LayerNorm default)
+};
+LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp);
+
+// What the backward reads. Empty buffers were not kept: probs under selective recomputation.
+struct LayerActs {
+  Buf x, mu1, rs1, y1, q, k, v, probs, attn, x2, mu2, rs2, y2, h1, g1, act;
+  std::int64_t bytes() const;
+};
+
+// x, out: [local_tokens, hidden]. save == nullptr keeps nothing (the inside of a fully recomputed block).
+void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const float* x, float* out,
+                   LayerActs* save, bool keep_probs);
+
+// dout, dx: [local_tokens, hidden]. Recomputes the attention probabilities when they were not kept.
+void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const LayerActs& a,
+                    const float* dout, float* dx, std::vector<WeightGradJob>& jobs);
+
+// Norm dispatch shared with the stage's final norm.
+void norm_forward(const LayerShape& s, const Weight& g, const Weight& b, const float* x, float* y, float* mu, float* rs,
+                  int rows);
+void norm_backward(const LayerShape& s, const Weight& g, const Weight& b, const float* dy, const float* x,
+                   const float* mu, const float* rs, float* dx, int rows);
+
+}  // namespace tessel::rt

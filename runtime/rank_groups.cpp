@@ -1,0 +1,35 @@
+#include "runtime/rank_groups.hpp"
+
+#include <string>
+
+#include "models/util/error.hpp"
+
+namespace tessel::rt {
+
+RankCoords coords_of(int r, const Layout& l) {
+  RankCoords c;
+  c.tp = r % l.tp;
+  c.dp = (r / l.tp) % l.dp;
+  c.pp = r / (l.tp * l.dp);
+  return c;
+}
+
+int world_rank_of(const RankCoords& c, const Layout& l) { return c.tp + l.tp * (c.dp + l.dp * c.pp); }
+
+RankGroups make_groups(Comm& world, const Layout& l) {
+  if (l.cp != 1) throw InputError("--cp " + std::to_string(l.cp) + ": context parallelism is not implemented by the CPU runtime (use cp 1)");
+  if (world.size() != l.gpus())
+    throw InputError("world size " + std::to_string(world.size()) + " differs from the layout's GPU count tp*pp*dp = " +
+                     std::to_string(l.gpus()) + " (" + l.describe() + ")");
+  RankGroups g;
+  g.world = &world;
+  g.at = coords_of(world.rank(), l);
+  const RankCoords& c = g.at;
+  g.tp = world.split(c.dp + l.dp * c.pp, c.tp);
+  g.dp = world.split(c.tp + l.tp * c.pp, c.dp);
+  g.pp = world.split(c.tp + l.tp * c.dp, c.pp);
+  TESSEL_CHECK(g.tp->rank() == c.tp && g.dp->rank() == c.dp && g.pp->rank() == c.pp, "split gave unexpected ranks");
+  return g;
+}
+
+}  // namespace tessel::rt

@@ -1,0 +1,156 @@
+#include "runtime/trainer.hpp"
+
+#include <chrono>
+#include <mutex>
+
+#include "kernels/cpu/gemm.hpp"
+#include "models/util/error.hpp"
+#include "runtime/comm/thread_comm.hpp"
+
+namespace tessel::rt {
+
+void check_runnable(const Model& m, const Layout& l) {
+  check_layout(l, m, l.gpus());
+  if (m.position == PositionEmbedding::rotary)
+    throw InputError("model " + m.name + ": rotary position embeddings are not implemented by the CPU runtime");
+  if (l.cp != 1) throw InputError("--cp " + std::to_string(l.cp) + ": the CPU runtime has no context parallelism");
+  if (m.heads % l.tp != 0 || m.kv_heads % l.tp != 0 || m.ffn % l.tp != 0 || m.vocab % l.tp != 0)
+    throw InputError("--tp " + std::to_string(l.tp) + ": must divide heads " + std::to_string(m.heads) + ", kv heads " +
+                     std::to_string(m.kv_heads) + ", ffn " + std::to_string(m.ffn) + " and vocab " + std::to_string(m.vocab));
+  if (l.sequence_parallel && (l.micro_batch * m.seq_len) % l.tp != 0)
+    throw InputError("--sp: micro-batch tokens " + std::to_string(l.micro_batch * m.seq_len) +
+                     " must be divisible by tp " + std::to_string(l.tp));
+  for (int s = 0; s < l.num_stages(); ++s)
+    if (l.layers_of_stage(s, m.layers) < 1)
+      throw InfeasibleLayout("stage " + std::to_string(s) + " has no layer: " + std::to_string(m.layers) +
+                             " layers over " + std::to_string(l.num_stages()) + " stages");
+}
+
+sched::Schedule runtime_schedule(const Layout& l) {
+  sched::GenParams p;
+  p.pp = l.pp;
+  p.vpp = l.vpp;
+  p.microbatches = l.num_microbatches();
+  sched::Schedule s = sched::generate(l.pp == 1 && l.vpp == 1 ? "gpipe" : l.schedule, p);
+  for (int st = 0; st < s.num_stages; ++st)
+    TESSEL_CHECK(s.rank_of(st) == l.rank_of_stage(st), "schedule " << l.schedule << " places stage " << st << " on rank "
+                 << s.rank_of(st) << ", the layout on " << l.rank_of_stage(st));
+  return sched::lower(s);
+}
+
+Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm& world, Recorder::Clock::time_point t0)
+    : model_(m), layout_(l), opt_(opt) {
+  check_runnable(m, l);
+  groups_ = make_groups(world, l);
+  rec_ = Recorder(world.rank(), t0, opt.record_trace);
+  schedule_ = runtime_schedule(l);
+  data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
+  const int S = l.num_stages(), pp_rank = groups_.at.pp;
+  const std::vector<int> mine = schedule_.stages_of(pp_rank);
+  std::vector<std::string> names;
+  for (int s : mine) {
+    const int l0 = l.first_layer_of_stage(s, m.layers);
+    for (const auto& n : stage_param_names(m, l0, l0 + l.layers_of_stage(s, m.layers), s == 0, s == S - 1))
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  store_ = ParamStore(m, names, l.tp, groups_.at.tp, opt.seed);
+  tp_ = {l.tp > 1 ? groups_.tp.get() : nullptr, l.tp, groups_.at.tp, l.sequence_parallel && l.tp > 1, &rec_};
+  const float loss_scale = 1.0f / static_cast<float>(l.num_microbatches() * l.dp);
+  for (int s : mine) {
+    StageConfig c;
+    c.stage = s;
+    c.chunk = schedule_.chunk_of(s);
+    c.l0 = l.first_layer_of_stage(s, m.layers);
+    c.l1 = c.l0 + l.layers_of_stage(s, m.layers);
+    c.first = s == 0;
+    c.last = s == S - 1;
+    c.micro_batch = l.micro_batch;
+    c.loss_scale = loss_scale;
+    c.recompute = l.recompute;
+    c.method = l.recompute_method;
+    c.recompute_layers = l.recompute_layers;
+    stages_[s] = std::make_unique<Stage>(m, c, store_, tp_, rec_);
+  }
+  // Tied embeddings on two pipeline ranks: the first and last stages' ranks exchange embed.tok gradients.
+  const int first_rank = schedule_.rank_of(0), last_rank = schedule_.rank_of(S - 1);
+  int tied_peer = -1;
+  if (m.tied_embeddings && first_rank != last_rank && (pp_rank == first_rank || pp_rank == last_rank))
+    tied_peer = pp_rank == first_rank ? last_rank : first_rank;
+  optimizer_ = std::make_unique<DistributedOptimizer>(m, l, store_, groups_, rec_, opt.optimizer, tied_peer,
+                                                      pp_rank == first_rank);
+}
+
+void Trainer::load_batch(int step) {
+  const int m = layout_.num_microbatches(), b = layout_.micro_batch, seq = model_.seq_len;
+  batch_.assign(m, MicroBatch{});
+  for (int i = 0; i < m; ++i) {
+    MicroBatch& mbt = batch_[i];
+    mbt.tokens.resize(static_cast<std::size_t>(b) * seq);
+    mbt.targets.resize(mbt.tokens.size());
+    for (int k = 0; k < b; ++k) {
+      const std::int64_t j = static_cast<std::int64_t>(step) * layout_.global_batch +
+                             static_cast<std::int64_t>(groups_.at.dp) * m * b + static_cast<std::int64_t>(i) * b + k;
+      data_.sample(j, seq, mbt.tokens.data() + static_cast<std::size_t>(k) * seq, mbt.targets.data() + static_cast<std::size_t>(k) * seq);
+    }
+  }
+}
+
+StepStats Trainer::step() {
+  const auto start = std::chrono::steady_clock::now();
+  const int k = optimizer_->steps_done();
+  load_batch(k);
+  ExecutorContext ctx;
+  ctx.schedule = &schedule_;
+  ctx.pp_rank = groups_.at.pp;
+  ctx.pp = groups_.pp.get();
+  ctx.stages = &stages_;
+  ctx.data = [this](int mb) -> const MicroBatch& { return batch_.at(static_cast<std::size_t>(mb)); };
+  ctx.rec = &rec_;
+  const std::int64_t per_step = 2LL * layout_.num_stages() * layout_.num_microbatches();
+  ctx.flow_base = (static_cast<std::int64_t>(k) * layout_.tp * layout_.dp + groups_.at.tp + layout_.tp * groups_.at.dp) * per_step;
+  const double local = run_pipeline(ctx);
+  // Loss: the last stage's tp rank 0 of each dp replica contributes its scaled micro-batch means.
+  const bool counts = stages_.count(layout_.num_stages() - 1) && groups_.at.tp == 0;
+  float loss = counts ? static_cast<float>(local / (layout_.num_microbatches() * layout_.dp)) : 0.0f;
+  groups_.world->all_reduce(&loss, 1);
+  const OptimizerReport r = optimizer_->step();
+  StepStats st;
+  st.step = k;
+  st.loss = loss;
+  st.grad_norm = r.grad_norm;
+  st.param_grad_norms = r.param_grad_norms;
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return st;
+}
+
+std::string Trainer::process_name() const {
+  std::string s;
+  for (const auto& [stage, _] : stages_) s += (s.empty() ? "" : ",") + std::to_string(stage);
+  return "rank " + std::to_string(groups_.world->rank()) + " (stage " + s + ")";
+}
+
+ThreadRunResult train_threads(const Model& m, const Layout& l, const TrainOptions& opt, int steps) {
+  check_runnable(m, l);
+  kernels::cpu::gemm_set_single_thread();
+  ThreadRunResult out;
+  out.peak_activation_bytes.assign(static_cast<std::size_t>(l.gpus()), 0);
+  std::mutex mu;
+  const auto t0 = Recorder::Clock::now();
+  run_threads(l.gpus(), [&](Comm& world) {
+    Trainer t(m, l, opt, world, t0);
+    std::vector<StepStats> mine;
+    for (int i = 0; i < steps; ++i) mine.push_back(t.step());
+    std::lock_guard<std::mutex> lk(mu);
+    out.peak_activation_bytes[static_cast<std::size_t>(world.rank())] = t.recorder().peak_bytes();
+    if (world.rank() == 0) out.steps = std::move(mine);
+    auto& ev = t.recorder().events();
+    out.trace.events.insert(out.trace.events.end(), ev.begin(), ev.end());
+    out.trace.process_names[world.rank()] = t.process_name();
+  });
+  // Deterministic event order: by rank, then as recorded.
+  std::stable_sort(out.trace.events.begin(), out.trace.events.end(),
+                   [](const trace::OpEvent& a, const trace::OpEvent& b) { return a.rank < b.rank; });
+  return out;
+}
+
+}  // namespace tessel::rt

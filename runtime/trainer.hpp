@@ -1,0 +1,87 @@
+// Training on the CPU runtime: one Trainer per rank (a thread with ThreadComm, or an MPI process), each
+// running the same Layout and the same schedule the simulator uses.
+//
+// A step: build this data-parallel rank's micro-batches, walk the pipeline schedule (executor.hpp), then
+// the optimizer step (optimizer_step.hpp). The loss is the mean token cross-entropy over the global batch:
+// micro-batch means scaled by 1 / (microbatches * dp), summed over the world.
+// Sample j of step k is TokenStream::sample(k * global_batch + j); data-parallel rank d takes samples
+// [d * m * b, (d + 1) * m * b) of its step, micro-batch i the next b of those.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/executor.hpp"
+#include "runtime/init.hpp"
+#include "runtime/optimizer_step.hpp"
+#include "runtime/rank_groups.hpp"
+#include "sim/layout.hpp"
+#include "sim/schedule/schedule.hpp"
+
+namespace tessel::rt {
+
+struct TrainOptions {
+  std::uint64_t seed = 1234;
+  std::string data_file;           // empty: synthetic tokens
+  OptimizerConfig optimizer;
+  bool record_trace = false;
+};
+
+struct StepStats {
+  int step = 0;                    // 0-based index of the step just done
+  double loss = 0;
+  double grad_norm = 0;
+  std::vector<double> param_grad_norms;  // gpt_param_specs() order
+  double seconds = 0;
+};
+
+// Rejects what this runtime cannot run (rotary positions, cp > 1, SP with tokens not divisible by tp) and
+// every layout rule of check_layout, with InputError/InfeasibleLayout naming the rule.
+void check_runnable(const Model& m, const Layout& l);
+
+// The pipeline schedule of the layout, lowered with sends/recvs. pp 1 runs F then B per micro-batch.
+sched::Schedule runtime_schedule(const Layout& l);
+
+class Trainer {
+ public:
+  Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm& world, Recorder::Clock::time_point t0);
+  StepStats step();
+
+  int steps_done() const { return optimizer_->steps_done(); }
+  Recorder& recorder() { return rec_; }
+  ParamStore& params() { return store_; }
+  DistributedOptimizer& optimizer() { return *optimizer_; }
+  const RankGroups& groups() const { return groups_; }
+  const sched::Schedule& schedule() const { return schedule_; }
+  std::string process_name() const;  // "rank R (stage S)" for the trace
+
+ private:
+  void load_batch(int step);
+
+  Model model_;
+  Layout layout_;
+  TrainOptions opt_;
+  RankGroups groups_;
+  Recorder rec_;
+  sched::Schedule schedule_;
+  TokenStream data_;
+  ParamStore store_;
+  TensorParallel tp_;
+  std::map<int, std::unique_ptr<Stage>> stages_;
+  std::unique_ptr<DistributedOptimizer> optimizer_;
+  std::vector<MicroBatch> batch_;
+};
+
+// Everything ranks-as-threads produce.
+struct ThreadRunResult {
+  std::vector<StepStats> steps;                  // identical on every rank; rank 0's copy
+  std::vector<std::int64_t> peak_activation_bytes;  // per world rank
+  trace::Trace trace;                            // all ranks' events when opt.record_trace
+};
+
+ThreadRunResult train_threads(const Model& m, const Layout& l, const TrainOptions& opt, int steps);
+
+}  // namespace tessel::rt
