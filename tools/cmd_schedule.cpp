@@ -1,9 +1,178 @@
-// tessel schedule
+// tessel schedule gen|validate|show|diff: pipeline schedules as files that CI can check.
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "sim/schedule/diff.hpp"
+#include "sim/schedule/schedule.hpp"
+#include "sim/schedule/timeline.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
 
 namespace tessel::cmd {
 
-int schedule(const Args&) { throw InputError("tessel schedule: not built yet in this version"); }
+namespace {
+
+using namespace tessel::sched;
+
+const char* kUsage =
+    "usage: tessel schedule gen NAME --pp P --mb M [--vpp V] [--costs F,B,W,C] [--mem-limit N] [--lower] [-o FILE.csv]\n"
+    "       tessel schedule validate FILE.csv [--comm eager|blocking|batched] [--mem-limit N] [--legacy-bw]\n"
+    "       tessel schedule show FILE.csv [--costs F,B,W,C] [--comm MODEL] [--svg OUT.svg] [--width N]\n"
+    "       tessel schedule diff A.csv B.csv\n"
+    "exit codes: 0 valid / identical, 1 invalid / different, 2 bad input\n";
+
+// --costs F,B,W,C: per-op times (B = input grad; a full backward costs B + W) and comm latency.
+Costs parse_costs(const cli::CommandLine& cl) {
+  Costs c;
+  if (!cl.has("--costs")) return c;
+  const auto parts = cl.get_list("--costs");
+  if (parts.size() != 4) throw InputError("--costs '" + *cl.get("--costs") + "': expected 4 numbers F,B,W,C");
+  c.F = {cli::parse_double(parts[0], "--costs F", 1e-9, 1e9)};
+  c.B = {cli::parse_double(parts[1], "--costs B", 1e-9, 1e9)};
+  c.W = {cli::parse_double(parts[2], "--costs W", 0, 1e9)};
+  c.comm = cli::parse_double(parts[3], "--costs C", 0, 1e9);
+  return c;
+}
+
+std::optional<int> mem_limit(const cli::CommandLine& cl) {
+  if (auto v = cl.get_int("--mem-limit", 1, 1 << 20)) return static_cast<int>(*v);
+  return std::nullopt;
+}
+
+const std::string& positional(const cli::CommandLine& cl, std::size_t i, const char* what) {
+  if (cl.positional().size() <= i) throw InputError(std::string("tessel schedule: missing ") + what + "\n" + kUsage);
+  return cl.positional()[i];
+}
+
+void print_summary(const Schedule& s, const SimResult& sim, std::FILE* f) {
+  std::fprintf(f, "%s: pp %d, %d stages, %d micro-batches, %zu actions; unit-cost makespan %.2f, bubble rate %.2f%% (span-based %.2f%%)\n",
+               s.generator.c_str(), s.num_ranks, s.num_stages, s.num_microbatches, s.num_actions(), sim.makespan,
+               100.0 * sim.bubble_rate, 100.0 * sim.span_bubble_rate);
+}
+
+int gen(const Args& args) {
+  cli::CommandLine cl("schedule gen", args,
+                      {{"--pp", true, "pipeline ranks"},
+                       {"--mb", true, "micro-batches"},
+                       {"--vpp", true, "stages per rank (default 1; zbv and dualpipev need 2)"},
+                       {"--costs", true, "F,B,W,C per-op times for zb-greedy/zb2p and the summary"},
+                       {"--mem-limit", true, "activations per rank (zb-greedy, zb2p)"},
+                       {"--lower", false, "insert SEND/RECV"},
+                       {"-o", true, "output CSV (a .meta.json sidecar is written beside it); default stdout"}},
+                      2);
+  if (cl.help_requested()) {
+    std::cout << kUsage << cl.usage();
+    return 0;
+  }
+  GenParams p;
+  const std::string name = positional(cl, 1, "generator NAME");
+  if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("tessel schedule gen: --pp and --mb are required");
+  p.pp = static_cast<int>(*cl.get_int("--pp", 1, 4096));
+  p.microbatches = static_cast<int>(*cl.get_int("--mb", 1, 1 << 20));
+  p.vpp = static_cast<int>(cl.get_int("--vpp", 1, 256).value_or(1));
+  const Costs costs = parse_costs(cl);
+  if (cl.has("--costs")) p.costs = costs;
+  p.mem_limit = mem_limit(cl);
+  if (auto out = cl.get("-o")) check_writable(*out, "-o");
+  Schedule s = generate(name, p);
+  if (cl.flag("--lower")) s = lower(s);
+  if (auto out = cl.get("-o")) {
+    write_file_atomic(*out, to_csv(s));
+    write_file_atomic(meta_path_for(*out), to_meta_json(s));
+    print_summary(s, unit_cost_simulate(s, costs), stdout);
+    std::printf("wrote %s and %s\n", out->c_str(), meta_path_for(*out).c_str());
+  } else {
+    std::cout << to_csv(s);
+  }
+  return 0;
+}
+
+int validate_cmd(const Args& args) {
+  cli::CommandLine cl("schedule validate", args,
+                      {{"--comm", true, "eager (default), blocking or batched"},
+                       {"--mem-limit", true, "max in-flight activations per rank"},
+                       {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
+                      2);
+  if (cl.help_requested()) {
+    std::cout << kUsage << cl.usage();
+    return 0;
+  }
+  const std::string path = positional(cl, 1, "FILE.csv");
+  const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
+  ValidateOptions opt;
+  opt.comm = parse_comm_model(cl.get_or("--comm", "eager"));
+  opt.mem_limit = mem_limit(cl);
+  const auto rep = validate(s, opt);
+  std::string peaks;
+  for (std::size_t r = 0; r < rep.peak_inflight.size(); ++r) peaks += (r ? " " : "") + std::to_string(rep.peak_inflight[r]);
+  if (rep.ok()) {
+    std::printf("%s: valid under %s comms; %d ranks, %d stages, %d micro-batches; peak in-flight activations per rank: %s\n",
+                path.c_str(), comm_model_name(opt.comm), s.num_ranks, s.num_stages, s.num_microbatches, peaks.c_str());
+    return 0;
+  }
+  std::printf("%s: INVALID under %s comms (%zu violation%s shown)\n", path.c_str(), comm_model_name(opt.comm),
+              rep.violations.size(), rep.violations.size() == 1 ? "" : "s");
+  for (std::size_t i = 0; i < rep.violations.size() && i < 10; ++i)
+    std::printf("  [%s] %s\n", rep.violations[i].rule.c_str(), rep.violations[i].message.c_str());
+  return 1;
+}
+
+int show(const Args& args) {
+  cli::CommandLine cl("schedule show", args,
+                      {{"--costs", true, "F,B,W,C per-op times (default 1,1,1,0)"},
+                       {"--comm", true, "eager (default), blocking or batched"},
+                       {"--svg", true, "also write an SVG timeline here"},
+                       {"--width", true, "max ASCII columns (default 120)"},
+                       {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
+                      2);
+  if (cl.help_requested()) {
+    std::cout << kUsage << cl.usage();
+    return 0;
+  }
+  const Schedule s = read_csv(positional(cl, 1, "FILE.csv"), cl.flag("--legacy-bw"));
+  if (auto svg = cl.get("--svg")) check_writable(*svg, "--svg");
+  const auto sim = unit_cost_simulate(s, parse_costs(cl), parse_comm_model(cl.get_or("--comm", "eager")));
+  print_summary(s, sim, stdout);
+  std::cout << ascii_timeline(s, sim, static_cast<int>(cl.get_int("--width", 20, 2000).value_or(120)));
+  if (auto svg = cl.get("--svg")) {
+    write_file_atomic(*svg, svg_timeline(s, sim));
+    std::printf("wrote %s\n", svg->c_str());
+  }
+  return 0;
+}
+
+int diff_cmd(const Args& args) {
+  cli::CommandLine cl("schedule diff", args, {{"--legacy-bw", false, "read both files in the older PyTorch dialect"}}, 3);
+  if (cl.help_requested()) {
+    std::cout << kUsage << cl.usage();
+    return 0;
+  }
+  const Schedule a = read_csv(positional(cl, 1, "A.csv"), cl.flag("--legacy-bw"));
+  const Schedule b = read_csv(positional(cl, 2, "B.csv"), cl.flag("--legacy-bw"));
+  const auto lines = sched::diff(a, b);
+  for (const auto& l : lines) std::printf("%s\n", l.c_str());
+  if (lines.empty()) std::printf("identical\n");
+  return lines.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int schedule(const Args& args) {
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage << "generators:";
+    for (const auto& n : generator_names()) std::cout << " " << n;
+    std::cout << "\n";
+    return args.empty() ? 2 : 0;
+  }
+  const std::string& verb = args[0];
+  if (verb == "gen") return gen(args);
+  if (verb == "validate") return validate_cmd(args);
+  if (verb == "show") return show(args);
+  if (verb == "diff") return diff_cmd(args);
+  throw InputError("tessel schedule: unknown sub-command '" + verb + "' (gen, validate, show, diff)");
+}
 
 }  // namespace tessel::cmd

@@ -1,0 +1,246 @@
+// PyTorch-compatible schedule CSV (row = rank, cell = token, empty cell = idle step) and the JSON sidecar
+// of reference/schedules.md ("Interchange format proposal").
+//
+// Tokens are matched whole: `<stage><TYPE>[<mb>]` or `(<tok>;<tok>)OVERLAP_F_B`. PyTorch's regex uses a
+// prefix match, so `2BW0` silently reads as `2B` there; here it is an error unless the caller asks for
+// the older dialect (B = input grad, BW = full backward) explicitly.
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
+#include "sim/schedule/schedule.hpp"
+
+namespace tessel::sched {
+
+namespace {
+
+const std::map<std::string, ActionType>& type_table() {
+  static const std::map<std::string, ActionType> t = {
+      {"F", ActionType::F},           {"B", ActionType::B},
+      {"I", ActionType::I},           {"W", ActionType::W},
+      {"SEND_F", ActionType::SEND_F}, {"RECV_F", ActionType::RECV_F},
+      {"SEND_B", ActionType::SEND_B}, {"RECV_B", ActionType::RECV_B},
+      {"UNSHARD", ActionType::UNSHARD}, {"RESHARD", ActionType::RESHARD},
+      {"REDUCE_GRAD", ActionType::REDUCE_GRAD}, {"X_RECOMPUTE", ActionType::RECOMPUTE},
+      {"X_OPTIMIZER_STEP", ActionType::OPTIMIZER_STEP}};
+  return t;
+}
+
+[[noreturn]] void bad_token(const std::string& tok, const std::string& where, const std::string& why) {
+  throw InputError(where + ": token '" + tok + "': " + why +
+                   " (grammar: <stage><TYPE>[<mb>] with TYPE in F I B W SEND_F RECV_F SEND_B RECV_B UNSHARD RESHARD "
+                   "REDUCE_GRAD, or (<tok>;<tok>)OVERLAP_F_B; the whole cell must match)");
+}
+
+int parse_uint(const std::string& digits, const std::string& tok, const std::string& where) {
+  if (digits.size() > 9) bad_token(tok, where, "index too large");
+  return std::stoi(digits);
+}
+
+Action parse_simple(const std::string& tok, const std::string& where, bool legacy_bw) {
+  std::size_t i = 0;
+  while (i < tok.size() && std::isdigit(static_cast<unsigned char>(tok[i]))) ++i;
+  if (i == 0) bad_token(tok, where, "must start with a stage index");
+  std::size_t j = i;
+  while (j < tok.size() && (std::isupper(static_cast<unsigned char>(tok[j])) || tok[j] == '_')) ++j;
+  std::size_t k = j;
+  while (k < tok.size() && std::isdigit(static_cast<unsigned char>(tok[k]))) ++k;
+  if (k != tok.size()) bad_token(tok, where, "unexpected character '" + std::string(1, tok[k]) + "'");
+  std::string type = tok.substr(i, j - i);
+  if (legacy_bw && type == "BW") type = "B";
+  else if (legacy_bw && type == "B") type = "I";
+  auto it = type_table().find(type);
+  if (it == type_table().end())
+    bad_token(tok, where, "unknown action type '" + type + "'" +
+                              (type == "BW" ? " (older PyTorch dialect: BW = full backward, B = input grad; read it "
+                                              "with --legacy-bw)"
+                                            : ""));
+  Action a = make(it->second, parse_uint(tok.substr(0, i), tok, where));
+  if (k > j) a.mb = parse_uint(tok.substr(j), tok, where);
+  if ((is_compute(a.type) || is_comm(a.type)) && a.mb < 0) bad_token(tok, where, type + " needs a micro-batch index");
+  return a;
+}
+
+std::string trim(const std::string& s) {
+  std::size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+Action parse_token(const std::string& token, const std::string& where, bool legacy_bw) {
+  const std::string suffix = ")OVERLAP_F_B";
+  if (token.empty() || token[0] != '(') return parse_simple(token, where, legacy_bw);
+  if (token.size() <= suffix.size() + 1 || token.compare(token.size() - suffix.size(), suffix.size(), suffix) != 0)
+    bad_token(token, where, "a compound token must end in " + suffix);
+  const std::string inner = token.substr(1, token.size() - 1 - suffix.size());
+  const auto semi = inner.find(';');
+  if (semi == std::string::npos || inner.find(';', semi + 1) != std::string::npos)
+    bad_token(token, where, "OVERLAP_F_B needs exactly two sub-actions separated by ';'");
+  Action a = parse_simple(inner.substr(0, semi), where, legacy_bw);
+  Action b = parse_simple(inner.substr(semi + 1), where, legacy_bw);
+  if (a.type != ActionType::F) std::swap(a, b);  // canonical: F first
+  if (a.type != ActionType::F || (b.type != ActionType::B && b.type != ActionType::I))
+    bad_token(token, where, "OVERLAP_F_B pairs one F with one B or I");
+  return make_overlap(a, b);
+}
+
+std::string meta_path_for(const std::string& csv_path) {
+  std::filesystem::path p(csv_path);
+  return (p.parent_path() / (p.stem().string() + ".meta.json")).string();
+}
+
+namespace {
+
+// Sizes and placement from the file itself: a stage lives where it is computed.
+CsvMeta infer_meta(const std::vector<std::vector<Action>>& ranks, const std::string& origin) {
+  CsvMeta m;
+  m.num_ranks = static_cast<int>(ranks.size());
+  std::map<int, int> owner;
+  int max_mb = -1, max_stage = -1;
+  auto note = [&](const Action& a, int r) {
+    max_mb = std::max(max_mb, a.mb);
+    max_stage = std::max(max_stage, a.stage);
+    if (!is_compute(a.type)) return;
+    auto [it, fresh] = owner.emplace(a.stage, r);
+    if (!fresh && it->second != r)
+      throw InputError(origin + ": stage " + std::to_string(a.stage) + " is computed on ranks " +
+                       std::to_string(it->second) + " and " + std::to_string(r) +
+                       "; give the placement in " + "a .meta.json sidecar");
+  };
+  for (int r = 0; r < m.num_ranks; ++r)
+    for (const auto& a : ranks[r]) {
+      if (a.type == ActionType::OVERLAP_F_B)
+        for (const auto& s : a.sub) note(s, r);
+      else
+        note(a, r);
+    }
+  m.num_stages = max_stage + 1;
+  m.num_microbatches = max_mb + 1;
+  for (int s = 0; s < m.num_stages; ++s) {
+    if (!owner.count(s))
+      throw InputError(origin + ": stage " + std::to_string(s) + " is never computed, so its rank is unknown; give "
+                       "the placement in a .meta.json sidecar");
+    m.stage_to_rank.push_back(owner[s]);
+  }
+  return m;
+}
+
+void set_peers(Schedule& s) {
+  for (auto& rank : s.ranks)
+    for (auto& a : rank) {
+      if (!is_comm(a.type)) continue;
+      const int peer_stage = (a.type == ActionType::SEND_F || a.type == ActionType::RECV_B) ? a.stage + 1 : a.stage - 1;
+      a.peer = (peer_stage >= 0 && peer_stage < s.num_stages) ? s.rank_of(peer_stage) : -1;
+    }
+}
+
+}  // namespace
+
+Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
+                   bool legacy_bw) {
+  std::vector<std::vector<Action>> ranks;
+  std::istringstream in(text);
+  std::string line;
+  int row = 0;
+  while (std::getline(in, line)) {
+    ++row;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    ranks.emplace_back();
+    std::size_t start = 0;
+    int col = 0;
+    while (start <= line.size()) {
+      std::size_t end = line.find(',', start);
+      if (end == std::string::npos) end = line.size();
+      std::string cell = trim(line.substr(start, end - start));
+      ++col;
+      if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') cell = cell.substr(1, cell.size() - 2);
+      if (!cell.empty())
+        ranks.back().push_back(parse_token(cell, origin + ":" + std::to_string(row) + ":" + std::to_string(col), legacy_bw));
+      start = end + 1;
+    }
+  }
+  if (ranks.empty()) throw InputError(origin + ": empty schedule (no rank rows)");
+  const CsvMeta m = meta ? *meta : infer_meta(ranks, origin);
+  if (static_cast<int>(ranks.size()) != m.num_ranks)
+    throw InputError(origin + ": " + std::to_string(ranks.size()) + " rank rows, but the sidecar says pp = " +
+                     std::to_string(m.num_ranks));
+  Schedule s;
+  s.generator = m.generator;
+  s.num_ranks = m.num_ranks;
+  s.num_stages = m.num_stages;
+  s.num_microbatches = m.num_microbatches;
+  s.stage_to_rank = m.stage_to_rank;
+  s.ranks = std::move(ranks);
+  set_peers(s);
+  return s;
+}
+
+Schedule read_csv(const std::string& path, bool legacy_bw) {
+  const std::string text = read_text_file(path);
+  std::optional<CsvMeta> meta;
+  const std::string mp = meta_path_for(path);
+  std::error_code ec;
+  if (std::filesystem::exists(mp, ec)) meta = parse_meta_json(read_text_file(mp), mp);
+  return parse_csv(text, path, meta, legacy_bw);
+}
+
+std::string to_csv(const Schedule& s) {
+  std::string out;
+  for (const auto& rank : s.ranks) {
+    for (std::size_t i = 0; i < rank.size(); ++i) {
+      if (i) out += ',';
+      out += rank[i].token();
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string to_meta_json(const Schedule& s) {
+  bool lowered = false;
+  for (const auto& r : s.ranks)
+    for (const auto& a : r) lowered = lowered || is_comm(a.type);
+  Json j = Json::object();
+  j["schema"] = 1;
+  j["dialect"] = "torch>=2025:I=input,B=full";
+  j["level"] = lowered ? "compute_comms" : "compute_only";
+  j["pp"] = s.num_ranks;
+  j["num_stages"] = s.num_stages;
+  j["num_microbatches"] = s.num_microbatches;
+  j["stage_to_rank"] = s.stage_to_rank;
+  j["generator"] = {{"name", s.generator}, {"params", Json::object()}};
+  return j.dump(1) + "\n";
+}
+
+CsvMeta parse_meta_json(const std::string& text, const std::string& origin) {
+  const Json j = parse_json_text(text, origin);
+  JsonObject o(j, origin);
+  CsvMeta m;
+  o.integer("schema", 1, 1);
+  o.ignore("dialect");
+  o.ignore("level");
+  for (const char* k : {"cost", "memory", "comm_model", "expect"}) o.ignore(k);  // documented, not used here
+  m.num_ranks = static_cast<int>(o.integer("pp", 1, 1 << 20));
+  m.num_stages = static_cast<int>(o.integer("num_stages", 1, 1 << 20));
+  m.num_microbatches = static_cast<int>(o.integer("num_microbatches", 1, 1 << 24));
+  for (double x : o.number_array("stage_to_rank", 0, m.num_ranks - 1)) {
+    if (x != static_cast<int>(x)) o.fail("stage_to_rank", "entries must be integer ranks");
+    m.stage_to_rank.push_back(static_cast<int>(x));
+  }
+  if (static_cast<int>(m.stage_to_rank.size()) != m.num_stages)
+    o.fail("stage_to_rank", "needs num_stages = " + std::to_string(m.num_stages) + " entries");
+  if (o.has("generator")) {
+    JsonObject g = o.object("generator");
+    m.generator = g.string("name");
+    g.ignore("params");
+    g.finish();
+  }
+  o.finish();
+  return m;
+}
+
+}  // namespace tessel::sched

@@ -1,0 +1,166 @@
+// Loop-placement generators: GPipe, 1F1B, Megatron interleaved 1F1B, LoopedBFS, ZB1P.
+// Op orders follow reference/schedules.md (sources cited per function); no idle slots are emitted:
+// a rank waits for its inputs, which the lock-step idles of PyTorch's IR only approximate.
+#include <algorithm>
+#include <deque>
+#include <string>
+
+#include "models/util/error.hpp"
+#include "sim/schedule/generators.hpp"
+
+namespace tessel::sched::gen {
+
+namespace {
+
+void require_single_stage(const GenParams& p, const std::string& name) {
+  if (p.vpp != 1)
+    throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name +
+                     " is a single-stage schedule and needs exactly 1 stage per rank (--vpp 1)");
+}
+
+}  // namespace
+
+Schedule empty_schedule(const std::string& name, int pp, int vpp, int m, Placement placement) {
+  Schedule s;
+  s.generator = name;
+  s.num_ranks = pp;
+  s.num_stages = pp * vpp;
+  s.num_microbatches = m;
+  s.stage_to_rank = stage_to_rank(pp, pp * vpp, placement);
+  s.ranks.assign(static_cast<std::size_t>(pp), {});
+  return s;
+}
+
+// PyTorch ScheduleGPipe: all forwards, then all backwards. Works for m < p (PR pytorch/pytorch#144702).
+Schedule gpipe(const GenParams& p) {
+  require_single_stage(p, "gpipe");
+  Schedule s = empty_schedule("gpipe", p.pp, 1, p.microbatches, Placement::Loop);
+  for (int r = 0; r < p.pp; ++r) {
+    RankBuilder b{&s.ranks[static_cast<std::size_t>(r)]};
+    for (int i = 0; i < p.microbatches; ++i) b.add(ActionType::F, r, i);
+    for (int i = 0; i < p.microbatches; ++i) b.add(ActionType::B, r, i);
+  }
+  return s;
+}
+
+// PipeDream-Flush: warmup w = min(m, p - s - 1) forwards, then (F, B) pairs, then the remaining Bs.
+// Megatron clamps warmup to m, so m < p is accepted (PyTorch's ValueError guards a runtime hang,
+// pytorch/torchtitan#775, not an impossible order; validate() proves this order deadlock-free).
+Schedule one_f_one_b(const GenParams& p) {
+  require_single_stage(p, "1f1b");
+  const int m = p.microbatches;
+  Schedule s = empty_schedule("1f1b", p.pp, 1, m, Placement::Loop);
+  for (int r = 0; r < p.pp; ++r) {
+    RankBuilder b{&s.ranks[static_cast<std::size_t>(r)]};
+    const int w = std::min(m, p.pp - r - 1);
+    for (int i = 0; i < w; ++i) b.add(ActionType::F, r, i);
+    for (int i = 0; i < m - w; ++i) {
+      b.add(ActionType::F, r, w + i);
+      b.add(ActionType::B, r, i);
+    }
+    for (int i = m - w; i < m; ++i) b.add(ActionType::B, r, i);
+  }
+  return s;
+}
+
+// Megatron forward_backward_pipelining_with_interleaving. Schedule table (get_schedule_table): per group
+// of g micro-batches, for each chunk k, for each mb of the group: (mb, k). Backward uses chunk v-1-k.
+// Warmup (get_pp_rank_microbatches): min(m v, 2(p-1-r) + (v-1) g). Constraints: p <= g <= m and
+// not 0 < m mod g < p (Megatron model_parallel_config / schedules.py).
+Schedule interleaved(const GenParams& p) {
+  const int m = p.microbatches, v = p.vpp, pp = p.pp;
+  const int g = p.group_size.value_or(pp);
+  if (g < pp || g > m)
+    throw InputError("interleaved: micro-batch group size " + std::to_string(g) + " (default --pp) must lie in [pp=" +
+                     std::to_string(pp) + ", microbatches=" + std::to_string(m) +
+                     "] (Megatron microbatch_group_size_per_vp_stage)");
+  if (m % g != 0 && m % g < pp)
+    throw InputError("interleaved: microbatches " + std::to_string(m) + " mod group size " + std::to_string(g) +
+                     " = " + std::to_string(m % g) + " lies in (0, pp=" + std::to_string(pp) +
+                     "): the last group would leave dependency bubbles (Megatron rule)");
+  std::vector<std::pair<int, int>> table;  // (mb, chunk) per virtual micro-batch
+  for (int start = 0; start < m; start += g) {
+    const int size = std::min(g, m - start);
+    for (int k = 0; k < v; ++k)
+      for (int i = start; i < start + size; ++i) table.emplace_back(i, k);
+  }
+  const int total = m * v;
+  Schedule s = empty_schedule("interleaved", pp, v, m, Placement::Loop);
+  for (int r = 0; r < pp; ++r) {
+    RankBuilder b{&s.ranks[static_cast<std::size_t>(r)]};
+    // v == 1 is plain 1F1B in Megatron (forward_backward_pipelining_without_interleaving).
+    const int warm = std::min(total, v == 1 ? pp - 1 - r : 2 * (pp - 1 - r) + (v - 1) * g);
+    auto fwd = [&](int j) { b.add(ActionType::F, table[static_cast<std::size_t>(j)].second * pp + r,
+                                  table[static_cast<std::size_t>(j)].first); };
+    auto bwd = [&](int j) { b.add(ActionType::B, (v - 1 - table[static_cast<std::size_t>(j)].second) * pp + r,
+                                  table[static_cast<std::size_t>(j)].first); };
+    for (int j = 0; j < warm; ++j) fwd(j);
+    for (int j = 0; j < total - warm; ++j) {
+      fwd(warm + j);
+      bwd(j);
+    }
+    for (int j = total - warm; j < total; ++j) bwd(j);
+  }
+  return s;
+}
+
+// PyTorch ScheduleLoopedBFS: every mb through each local stage ascending, then backwards for each local
+// stage descending with mb m-1 .. 0.
+Schedule looped_bfs(const GenParams& p) {
+  const int m = p.microbatches;
+  Schedule s = empty_schedule("looped-bfs", p.pp, p.vpp, m, Placement::Loop);
+  for (int r = 0; r < p.pp; ++r) {
+    RankBuilder b{&s.ranks[static_cast<std::size_t>(r)]};
+    const auto local = s.stages_of(r);
+    for (int st : local)
+      for (int i = 0; i < m; ++i) b.add(ActionType::F, st, i);
+    for (auto it = local.rbegin(); it != local.rend(); ++it)
+      for (int i = m - 1; i >= 0; --i) b.add(ActionType::B, *it, i);
+  }
+  return s;
+}
+
+// PyTorch ScheduleInterleavedZeroBubble (_get_1f1b_rank_ops with multiply factor 1):
+// rounds = max(1, m // p), g = m / rounds (m % rounds == 0 required); warmup = min(v m, (v-1) g + p-1-r);
+// forward stage of step t: ((t // g) % v) p + r; backward stage of step t: (v-1-((t-warmup) // g) % v) p + r;
+// after the k-th I (k >= r) a W for the oldest pending I; remaining Ws at the end.
+Schedule zb1p(const GenParams& p) {
+  const int m = p.microbatches, v = p.vpp, pp = p.pp;
+  const int rounds = std::max(1, m / pp);
+  if (m % rounds != 0)
+    throw InputError("zb1p: microbatches " + std::to_string(m) + " must be divisible by the number of rounds max(1, m // pp) = " +
+                     std::to_string(rounds) + " (PyTorch ScheduleInterleavedZeroBubble rule)");
+  const int g = m / rounds, total = m * v;
+  Schedule s = empty_schedule("zb1p", pp, v, m, Placement::Loop);
+  for (int r = 0; r < pp; ++r) {
+    RankBuilder b{&s.ranks[static_cast<std::size_t>(r)]};
+    const int warm = std::min(total, (v - 1) * g + (pp - 1 - r));
+    std::vector<int> fcount(static_cast<std::size_t>(s.num_stages), 0), icount = fcount;
+    std::deque<std::pair<int, int>> pending_w;  // (stage, mb) FIFO
+    auto fwd = [&](int t) {
+      const int st = ((t / g) % v) * pp + r;
+      b.add(ActionType::F, st, fcount[static_cast<std::size_t>(st)]++);
+    };
+    int k = 0;  // index of the I being issued
+    auto bwd = [&](int t) {
+      const int st = (v - 1 - ((t - warm) / g) % v) * pp + r;
+      const int mb = icount[static_cast<std::size_t>(st)]++;
+      b.add(ActionType::I, st, mb);
+      pending_w.emplace_back(st, mb);
+      if (k++ >= r) {
+        b.add(ActionType::W, pending_w.front().first, pending_w.front().second);
+        pending_w.pop_front();
+      }
+    };
+    for (int t = 0; t < warm; ++t) fwd(t);
+    for (int t = warm; t < total; ++t) {
+      fwd(t);
+      bwd(t);
+    }
+    for (int t = total; t < total + warm; ++t) bwd(t);
+    for (const auto& [st, mb] : pending_w) b.add(ActionType::W, st, mb);
+  }
+  return s;
+}
+
+}  // namespace tessel::sched::gen

@@ -1,0 +1,208 @@
+// Pipeline schedule IR: the ordered actions of every pipeline rank. The simulator and the runtime execute
+// exactly these per-rank lists, so this header is a stable contract.
+//
+// Vocabulary follows PyTorch torch.distributed.pipelining (see ../shared/reference/schedules.md):
+// F forward, I input-grad backward, W weight-grad backward, B full backward (I+W fused).
+// A stage is one model chunk; a rank holds `vpp` stages placed loop style (s % p) or V style.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tessel::sched {
+
+enum class ActionType {
+  F,
+  B,  // full backward: input grad and weight grad in one op
+  I,  // input-grad backward (PyTorch "I", ZB "B")
+  W,  // weight-grad backward
+  RECOMPUTE,
+  SEND_F,
+  RECV_F,
+  SEND_B,
+  RECV_B,
+  OVERLAP_F_B,  // DualPipe "F&B": sub-actions {F, B or I}, executed as one overlapped op
+  REDUCE_GRAD,
+  OPTIMIZER_STEP,
+  UNSHARD,
+  RESHARD,
+};
+
+// PyTorch token spelling ("F", "SEND_F", ...); RECOMPUTE and OPTIMIZER_STEP use the X_ extension prefix
+// of the interchange proposal ("X_RECOMPUTE", "X_OPTIMIZER_STEP").
+const char* type_name(ActionType t);
+bool is_compute(ActionType t);  // F, B, I, W, RECOMPUTE, OVERLAP_F_B
+bool is_comm(ActionType t);     // SEND_*, RECV_*
+bool is_send(ActionType t);
+bool is_recv(ActionType t);
+
+struct Action {
+  ActionType type = ActionType::F;
+  int stage = 0;
+  int mb = -1;                       // -1: the action has no micro-batch (REDUCE_GRAD, UNSHARD, ...)
+  std::vector<Action> sub;           // OVERLAP_F_B only: {F, B|I}, F first (canonical)
+  int peer = -1;                     // SEND/RECV only: the other rank; -1 elsewhere
+
+  // PyTorch token: "3F1", "2SEND_B0", "(0F7;7B3)OVERLAP_F_B", "1REDUCE_GRAD".
+  std::string token() const;
+  bool operator==(const Action& o) const;
+};
+
+Action make(ActionType t, int stage, int mb = -1);
+Action make_overlap(const Action& f, const Action& b);
+
+enum class Placement { Loop, V };
+
+struct Schedule {
+  std::string generator;  // "1f1b", "csv", ...
+  int num_ranks = 0;      // pp
+  int num_stages = 0;
+  int num_microbatches = 0;
+  std::vector<int> stage_to_rank;        // explicit, never inferred
+  std::vector<std::vector<Action>> ranks;
+
+  int rank_of(int stage) const { return stage_to_rank.at(static_cast<std::size_t>(stage)); }
+  std::vector<int> stages_of(int rank) const;  // ascending stage order
+  int chunk_of(int stage) const;               // index of `stage` among stages_of(rank_of(stage))
+  std::size_t num_actions() const;
+};
+
+// Loop: stage s on rank s % p. V: chunk c = s / p runs down (rank s % p) when c is even and back up
+// (rank p-1-s%p) when odd; (p=4, 12 stages) -> 0123 3210 0123, as PyTorch generate_stage_to_rank_mapping.
+std::vector<int> stage_to_rank(int pp, int num_stages, Placement placement);
+
+// Per-stage costs in arbitrary time units. B here is the input-grad time (ZB's T_B); a full backward costs
+// B + W. One value broadcasts to every stage. OVERLAP_F_B costs the sum of its parts (no overlap gain is
+// assumed in unit-cost analysis). comm is the latency of one cross-rank transfer.
+struct Costs {
+  std::vector<double> F{1.0}, B{1.0}, W{1.0};
+  double comm = 0.0;
+  double f(int stage) const { return pick(F, stage); }
+  double b(int stage) const { return pick(B, stage); }
+  double w(int stage) const { return pick(W, stage); }
+  double of(const Action& a) const;  // compute time of one action (comm ops: 0)
+
+ private:
+  static double pick(const std::vector<double>& v, int stage);
+};
+
+struct GenParams {
+  int pp = 1;
+  int microbatches = 1;
+  int vpp = 1;                       // stages per rank
+  std::optional<Costs> costs;        // zb-greedy / zb2p use them; others ignore them
+  std::optional<int> mem_limit;      // max in-flight activations per rank (in stage-microbatch units)
+  std::optional<int> group_size;     // interleaved: Megatron microbatch_group_size_per_vp_stage (default p)
+};
+
+// Generator names accepted by generate(), in the order `tessel schedule gen --help` lists them.
+const std::vector<std::string>& generator_names();
+
+// Builds a compute-only schedule. InputError naming the parameter and the rule for impossible parameters.
+Schedule generate(const std::string& name, const GenParams& params);
+
+// How the comm ops of one gap between two computes (the sends of the compute before, the recvs of the
+// compute after) are ordered.
+enum class GapOrder {
+  SendsFirst,  // every send before every recv: never deadlocks under eager comms
+  Parity,      // Megatron p2p_communication._p2p_ops: even ranks SEND_F RECV_F SEND_B RECV_B, odd ranks
+               // RECV_F SEND_F RECV_B SEND_B; a neighbour pair never both wait in a blocking send
+  Auto,        // tries Parity and SendsFirst, each with recvs just in time and posted early (right after
+               // the rank's previous op of the same direction, as Megatron's send_forward_recv_forward);
+               // keeps the first deadlock-free under blocking comms, else under batched, else SendsFirst
+};
+
+// Inserts SEND_x right after each producing compute and RECV_x right before each consuming compute, for
+// adjacent stages on different ranks only (same-rank stages pass tensors locally). Input must be
+// compute-only. Deadlock-free under eager comms whenever the compute order is.
+Schedule lower(const Schedule& compute_only, GapOrder order = GapOrder::Auto);
+// Drops every SEND/RECV: the inverse of lower().
+Schedule strip_comms(const Schedule& s);
+
+// ---- validation --------------------------------------------------------------------------------------
+
+enum class CommModel {
+  Eager,     // a send never waits; a recv waits for its send (PyTorch _simulate_comms_compute)
+  Blocking,  // a send waits until the peer posts the matching recv, one op at a time (rendezvous)
+  Batched,   // consecutive comm ops between two computes post together (batch_isend_irecv; ZB runtime)
+};
+const char* comm_model_name(CommModel m);
+CommModel parse_comm_model(const std::string& text);  // InputError naming the value and the choices
+
+struct Violation {
+  std::string rule;     // "structure", "completeness", "order", "causality", "send-recv", "deadlock", "memory"
+  std::string message;  // names ranks, positions and tokens
+};
+
+struct ValidationReport {
+  std::vector<Violation> violations;
+  std::vector<int> peak_inflight;  // per rank: max live activations (F until B, or until W when split)
+  bool ok() const { return violations.empty(); }
+};
+
+struct ValidateOptions {
+  CommModel comm = CommModel::Eager;
+  std::optional<int> mem_limit;   // per rank, in activations
+  std::size_t max_violations = 50;
+};
+
+ValidationReport validate(const Schedule& s, const ValidateOptions& opt = {});
+
+// ---- unit-cost simulation ----------------------------------------------------------------------------
+
+struct Timed {
+  double start = 0, end = 0;
+};
+
+struct SimResult {
+  double makespan = 0;
+  std::vector<double> busy;         // per rank: summed compute time
+  std::vector<double> bubble;       // per rank: makespan - busy
+  std::vector<double> first_start;  // per rank: start of its first compute
+  std::vector<double> last_end;     // per rank: end of its last compute
+  double bubble_rate = 0;           // mean over ranks of bubble / makespan
+  // ZB paper definition (arXiv:2401.10241, formulas.md): (span - work) / span of the busiest-span rank,
+  // span = last_end - first_start; startup skew of late ranks is not counted.
+  double span_bubble_rate = 0;
+  std::vector<std::vector<Timed>> times;  // per rank, per action, aligned with Schedule::ranks
+};
+
+// Earliest-start timing of the schedule: each rank runs its list in order, each op starts when its rank is
+// free and its inputs (or, in a lowered schedule, its recvs) are ready. InputError if the schedule deadlocks
+// under `comm` (run validate() for the cycle).
+SimResult unit_cost_simulate(const Schedule& s, const Costs& costs, CommModel comm = CommModel::Eager);
+
+// Closed-form bubble rates from reference/schedules.md for the generator `name` with per-op costs; nullopt
+// where the sources give no formula for these parameters. The rate compares with SimResult::bubble_rate,
+// except for zbv and zb2p, whose "zero bubble" is the ZB paper's span definition (span_bubble_rate).
+std::optional<double> closed_form_bubble_rate(const std::string& name, int pp, int microbatches, int vpp,
+                                              const Costs& costs);
+
+// ---- CSV / JSON I/O ----------------------------------------------------------------------------------
+
+// Parses one token with a full match of the grammar `<stage><TYPE>[<mb>]` or `(<tok>;<tok>)OVERLAP_F_B`.
+// `legacy_bw` reads the older PyTorch dialect (B = input grad, BW = full backward).
+Action parse_token(const std::string& token, const std::string& where, bool legacy_bw = false);
+
+struct CsvMeta {
+  int num_ranks = 0, num_stages = 0, num_microbatches = 0;
+  std::vector<int> stage_to_rank;
+  std::string generator = "csv";
+};
+
+// Reads a PyTorch-compatible CSV. Placement and sizes come from `name.meta.json` beside it when present,
+// else from `meta`, else are inferred from the file (stage owner = the rank that computes it; micro-batches
+// = 1 + the largest mb). Empty cells (idle steps) are dropped.
+Schedule read_csv(const std::string& path, bool legacy_bw = false);
+Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
+                   bool legacy_bw = false);
+// Canonical CSV: one row per rank, no idles, LF line ends, OVERLAP sub-actions F first.
+std::string to_csv(const Schedule& s);
+// Sidecar `name.meta.json` (schema 1 of reference/schedules.md).
+std::string to_meta_json(const Schedule& s);
+CsvMeta parse_meta_json(const std::string& text, const std::string& origin);
+std::string meta_path_for(const std::string& csv_path);  // "x.csv" -> "x.meta.json"
+
+}  // namespace tessel::sched

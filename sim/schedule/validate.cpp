@@ -1,0 +1,199 @@
+// validate(): the invariants of reference/schedules.md, cheapest first. Later checks assume earlier ones
+// hold (the deadlock graph needs matched send/recv), so they run only on a schedule that passed them.
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "sim/schedule/hb_graph.hpp"
+
+namespace tessel::sched {
+
+namespace {
+
+using detail::OpIndex;
+using detail::OpRef;
+using detail::where;
+
+struct Report {
+  ValidationReport& out;
+  std::size_t max;
+  void add(const std::string& rule, const std::string& msg) {
+    if (out.violations.size() < max) out.violations.push_back({rule, msg});
+  }
+};
+
+std::string key(ActionType t, int stage, int mb) { return make(t, stage, mb).token(); }
+
+// 1. Sizes, index ranges, placement (pytorch/torchtitan#774: ZBV run on loop placement).
+void check_structure(const Schedule& s, Report& rep) {
+  if (s.num_ranks < 1 || static_cast<int>(s.ranks.size()) != s.num_ranks)
+    rep.add("structure", "schedule has " + std::to_string(s.ranks.size()) + " rank rows, expected num_ranks = " +
+                             std::to_string(s.num_ranks));
+  if (static_cast<int>(s.stage_to_rank.size()) != s.num_stages || s.num_stages < 1) {
+    rep.add("structure", "stage_to_rank has " + std::to_string(s.stage_to_rank.size()) + " entries, expected " +
+                             std::to_string(s.num_stages) + " stages");
+    return;
+  }
+  for (int st = 0; st < s.num_stages; ++st)
+    if (s.stage_to_rank[static_cast<std::size_t>(st)] < 0 || s.stage_to_rank[static_cast<std::size_t>(st)] >= s.num_ranks)
+      rep.add("structure", "stage " + std::to_string(st) + " is placed on rank " +
+                               std::to_string(s.stage_to_rank[static_cast<std::size_t>(st)]) + ", outside [0, " +
+                               std::to_string(s.num_ranks) + ")");
+  auto check_one = [&](const Action& a, int r, int p) {
+    const std::string at = "rank " + std::to_string(r) + " #" + std::to_string(p) + " '" + a.token() + "'";
+    if (a.stage < 0 || a.stage >= s.num_stages) return rep.add("structure", at + ": stage out of range [0, " + std::to_string(s.num_stages) + ")");
+    if (s.rank_of(a.stage) != r)
+      rep.add("structure", at + ": stage " + std::to_string(a.stage) + " belongs to rank " + std::to_string(s.rank_of(a.stage)) +
+                               " under this placement (stage_to_rank must match where the stage runs)");
+    const bool needs_mb = is_compute(a.type) || is_comm(a.type);
+    if (needs_mb && (a.mb < 0 || a.mb >= s.num_microbatches))
+      rep.add("structure", at + ": micro-batch out of range [0, " + std::to_string(s.num_microbatches) + ")");
+    if (is_comm(a.type)) {
+      const int peer_stage = (a.type == ActionType::SEND_F || a.type == ActionType::RECV_B) ? a.stage + 1 : a.stage - 1;
+      if (peer_stage < 0 || peer_stage >= s.num_stages)
+        rep.add("send-recv", at + ": no adjacent stage " + std::to_string(peer_stage) + " to communicate with");
+      else if (s.rank_of(peer_stage) == r)
+        rep.add("send-recv", at + ": stages " + std::to_string(a.stage) + " and " + std::to_string(peer_stage) +
+                                 " share rank " + std::to_string(r) + "; same-rank edges pass tensors locally, no send/recv");
+    }
+  };
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r)
+    for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
+      const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+      if (a.type == ActionType::OVERLAP_F_B)
+        for (const auto& sub : a.sub) check_one(sub, r, p);
+      else
+        check_one(a, r, p);
+    }
+}
+
+std::string refs(const Schedule& s, const std::vector<OpRef>& v) {
+  std::string out;
+  for (const auto& r : v) out += (out.empty() ? "" : ", ") + where(s, r);
+  return out;
+}
+
+// 2. Completeness as multisets: per (stage, mb) one F and either one B or one I plus one W.
+void check_completeness(const Schedule& s, const OpIndex& idx, Report& rep) {
+  for (int st = 0; st < s.num_stages; ++st)
+    for (int i = 0; i < s.num_microbatches; ++i) {
+      const auto &f = idx.find(ActionType::F, st, i), &b = idx.find(ActionType::B, st, i),
+                 &in = idx.find(ActionType::I, st, i), &w = idx.find(ActionType::W, st, i);
+      for (auto [v, t] : {std::pair{&f, ActionType::F}, {&b, ActionType::B}, {&in, ActionType::I}, {&w, ActionType::W}})
+        if (v->size() > 1) rep.add("completeness", "duplicated action " + key(t, st, i) + " at " + refs(s, *v));
+      if (f.empty()) rep.add("completeness", "missing forward " + key(ActionType::F, st, i));
+      if (!w.empty() && in.empty()) rep.add("completeness", "W without I: " + refs(s, w) + " has no " + key(ActionType::I, st, i));
+      if (!in.empty() && w.empty()) rep.add("completeness", "I without W: " + refs(s, in) + " has no " + key(ActionType::W, st, i));
+      if (!b.empty() && !in.empty()) rep.add("completeness", "both B and I for stage " + std::to_string(st) + " mb " + std::to_string(i) + ": " + refs(s, b) + " and " + refs(s, in));
+      if (b.empty() && in.empty()) rep.add("completeness", "missing backward for stage " + std::to_string(st) + " mb " + std::to_string(i) + " (need " + key(ActionType::B, st, i) + " or " + key(ActionType::I, st, i) + " + " + key(ActionType::W, st, i) + ")");
+    }
+}
+
+// 3./4. Same-rank dependencies in program order (F < B/I < W per stage, F(s-1) < F(s) and B/I(s+1) <
+// B/I(s) when both stages share a rank). Cross-rank order is the deadlock check's job.
+void check_local_order(const Schedule& s, const OpIndex& idx, Report& rep) {
+  for (int r = 0; r < s.num_ranks; ++r)
+    for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
+      const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+      std::vector<Action> parts = a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a};
+      for (const auto& part : parts) {
+        if (!is_compute(part.type)) continue;
+        for (const auto& d : detail::deps_of(s, idx, part)) {
+          if (d.cross_rank) continue;
+          const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
+          if (prod.size() == 1 && prod[0].rank == r && prod[0].pos >= p)
+            rep.add(d.producer_stage == part.stage ? "order" : "causality",
+                    where(s, {r, p}) + " runs before its input " + where(s, prod[0]) + " on the same rank");
+        }
+      }
+    }
+}
+
+// 5. Each cross-rank dependency carried by exactly one SEND after the producer and one RECV before the
+// consumer; every SEND/RECV belongs to such a dependency.
+void check_send_recv(const Schedule& s, const OpIndex& idx, Report& rep) {
+  std::map<std::tuple<int, int, int>, int> used;
+  for (int r = 0; r < s.num_ranks; ++r)
+    for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
+      const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+      std::vector<Action> parts = a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a};
+      for (const auto& part : parts) {
+        if (!is_compute(part.type)) continue;
+        for (const auto& d : detail::deps_of(s, idx, part)) {
+          if (!d.cross_rank) continue;
+          const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
+          const auto& snd = idx.find(d.send_type, d.send_stage, d.mb);
+          const auto& rcv = idx.find(d.recv_type, d.recv_stage, d.mb);
+          used[{static_cast<int>(d.send_type), d.send_stage, d.mb}]++;
+          used[{static_cast<int>(d.recv_type), d.recv_stage, d.mb}]++;
+          const std::string need = where(s, {r, p});
+          if (snd.size() != 1 || rcv.size() != 1) {
+            rep.add("send-recv", need + " needs exactly one " + key(d.send_type, d.send_stage, d.mb) + " and one " +
+                                     key(d.recv_type, d.recv_stage, d.mb) + "; found " + std::to_string(snd.size()) +
+                                     " and " + std::to_string(rcv.size()));
+            continue;
+          }
+          if (prod.size() == 1 && (snd[0].rank != prod[0].rank || snd[0].pos < prod[0].pos))
+            rep.add("send-recv", where(s, snd[0]) + " must follow its producer " + where(s, prod[0]) + " on the same rank");
+          if (rcv[0].rank != r || rcv[0].pos > p) rep.add("send-recv", where(s, rcv[0]) + " must precede its consumer " + need + " on the same rank");
+        }
+      }
+    }
+  for (const auto& [k, refs_] : idx.all()) {
+    const auto t = static_cast<ActionType>(std::get<0>(k));
+    if (is_comm(t) && !used.count(k))
+      rep.add("send-recv", where(s, refs_[0]) + " carries no dependency of this schedule (no matching compute)");
+  }
+}
+
+std::vector<int> liveness(const Schedule& s, const std::optional<int>& limit, Report& rep) {
+  std::vector<int> peak(static_cast<std::size_t>(s.num_ranks), 0);
+  for (int r = 0; r < s.num_ranks; ++r) {
+    int live = 0;
+    bool reported = false;
+    for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
+      const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
+      std::vector<Action> parts = a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a};
+      // An activation lives from its F through its B, or through its W when split (inclusive intervals,
+      // PyTorch analyze_pipeline_activation_liveness): count allocations before releases of one step.
+      for (const auto& x : parts) live += x.type == ActionType::F;
+      peak[static_cast<std::size_t>(r)] = std::max(peak[static_cast<std::size_t>(r)], live);
+      if (limit && live > *limit && !reported) {
+        rep.add("memory", "rank " + std::to_string(r) + " holds " + std::to_string(live) + " activations at " +
+                              where(s, {r, p}) + ", over --mem-limit " + std::to_string(*limit));
+        reported = true;
+      }
+      for (const auto& x : parts) live -= (x.type == ActionType::B || x.type == ActionType::W);
+    }
+  }
+  return peak;
+}
+
+}  // namespace
+
+ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
+  ValidationReport out;
+  Report rep{out, opt.max_violations};
+  check_structure(s, rep);
+  if (!out.ok()) return out;
+  const OpIndex idx(s);
+  check_completeness(s, idx, rep);
+  if (!out.ok()) return out;
+  check_local_order(s, idx, rep);
+  const bool lowered = std::any_of(idx.all().begin(), idx.all().end(),
+                                   [](const auto& kv) { return is_comm(static_cast<ActionType>(std::get<0>(kv.first))); });
+  if (lowered) check_send_recv(s, idx, rep);
+  out.peak_inflight = liveness(s, opt.mem_limit, rep);
+  if (std::any_of(out.violations.begin(), out.violations.end(), [](const Violation& v) { return v.rule != "memory"; }))
+    return out;
+  const auto g = detail::build_hb_graph(s, idx, opt.comm, Costs{});
+  if (auto cycle = detail::find_cycle(g)) {
+    std::string msg = std::string("deadlock under ") + comm_model_name(opt.comm) + " comms: cycle ";
+    for (std::size_t i = 0; i < cycle->size(); ++i) msg += (i ? " -> " : "") + where(s, (*cycle)[i]);
+    msg += " -> back to the first (each must happen before the next)";
+    rep.add("deadlock", msg);
+  }
+  return out;
+}
+
+}  // namespace tessel::sched
