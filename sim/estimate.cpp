@@ -99,11 +99,13 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus) 
   const int p = l.pp;
 
   double pipe = pipeline_time(l, rs.f, rs.i, rs.w);
-  // Pipeline transfers: fill and drain cross p-1 boundaries each way, once per model chunk; in the steady
-  // state Megatron's batched send/recv overlaps them with compute.
+  // Pipeline transfers: fill and drain cross p-1 boundaries each way, once per model chunk. In the steady
+  // state each 1F1B step exchanges one activation and one gradient with its neighbours; unless overlapped
+  // (--overlap-p2p-comm) the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
   if (p > 1) {
     e.pp_comm_s = 2.0 * mb * l.vpp * w.p2p_seconds;
     e.pp_exposed_s = 2.0 * (p - 1) * l.vpp * w.p2p_seconds;
+    if (!l.overlap_p2p) e.pp_exposed_s += 2.0 * mb * l.vpp * w.p2p_seconds;
     pipe += e.pp_exposed_s;
   }
   int busiest = 0;
@@ -126,7 +128,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus) 
   for (int r = 0; r < p; ++r) {
     const double params = rs.params[r];
     double t_grad = 0, t_param = 0;
-    if (dpg.size > 1) {
+    if (dpg.size > 1 && l.zero_stage < 3) {  // ZeRO-3 reduces per layer, below
       if (l.zero_stage == 0) {
         t_grad = cost::collective_time(sys, Collective::all_reduce, 4 * params, dpg).seconds;
       } else {
@@ -153,19 +155,23 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus) 
   }
   e.dp_exposed_s = std::max(0.0, dp_tail);
 
-  // ZeRO-3: every layer's weights are gathered for forward and again for backward, and gradients
-  // reduce-scattered, per micro-batch; each hides behind that layer's compute when shorter.
-  double zero3 = 0;
+  // ZeRO-3 (DeepSpeed): every layer's 16-bit weights are all-gathered for forward and again for backward,
+  // and 16-bit gradients reduce-scattered, per micro-batch. Two assumptions, chosen against the scaling of
+  // Narayanan et al. Table 2 (ZeRO-3 rows) and stated in docs/validation.md: the collectives run as flat
+  // rings limited by each GPU's own NIC, and only the forward all-gathers are prefetched behind compute
+  // (backward, with activation recomputation, waits for its gathers and reductions).
   if (l.zero_stage == 3 && dpg.size > 1) {
+    cost::GroupPlacement flat = dpg;
+    flat.flat = true;
     const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
-    const double ag = cost::collective_time(sys, Collective::all_gather, 2 * layer_params, dpg).seconds;
-    const double rsg = cost::collective_time(sys, Collective::reduce_scatter, 2 * layer_params, dpg).seconds;
+    const double ag = cost::collective_time(sys, Collective::all_gather, 2 * layer_params, flat).seconds;
+    const double rsg = cost::collective_time(sys, Collective::reduce_scatter, 2 * layer_params, flat).seconds;
     const LayerWork& lw = w.layer;
-    const double f_layer = lw.t_f + lw.t_tp_f, b_layer = lw.t_i + lw.t_w + lw.t_tp_b;
+    const double f_layer = lw.t_f + lw.t_tp_f;
     const int layers = w.stages[0].layers;
-    zero3 = mb * layers * (std::max(0.0, ag - f_layer) + std::max(0.0, ag + rsg - b_layer));
+    const double exposed = mb * layers * (std::max(0.0, ag - f_layer) + ag + rsg);
     e.dp_comm_s += mb * layers * (2 * ag + rsg);
-    e.dp_exposed_s += zero3;
+    e.dp_exposed_s += exposed;
   }
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.
   if (m.tied_embeddings && l.num_stages() > 1) {

@@ -118,6 +118,7 @@ Layout parse_layout(const Json& j, const std::string& where) {
   }
   l.overlap_grad_reduce = o.opt_boolean("overlap_grad_reduce").value_or(true);
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
+  l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
   if (o.has("stage_layers")) {
     for (double x : o.number_array("stage_layers", 0, 100000)) l.stage_layers.push_back(static_cast<int>(x));
   } else {
@@ -146,6 +147,7 @@ Json layout_to_json(const Layout& l) {
   j["attention"] = to_string(l.attention);
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
+  j["overlap_p2p"] = l.overlap_p2p;
   if (!l.stage_layers.empty()) j["stage_layers"] = l.stage_layers;
   return j;
 }

@@ -32,6 +32,9 @@ struct Layout {
   AttentionImpl attention = AttentionImpl::flash;
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
+  // Pipeline sends/receives overlapped with compute in the steady state (Megatron --overlap-p2p-comm,
+  // off by default there: each 1F1B step then waits for its batched send/recv).
+  bool overlap_p2p = false;
   std::vector<int> stage_layers;     // explicit layers per stage (pp*vpp entries); empty = even split
 
   int gpus() const { return tp * pp * dp * cp; }
@@ -59,7 +62,7 @@ const std::vector<std::string>& schedule_names();
 
 // Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, recompute, recompute_method,
 // recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
-// overlap_param_gather, stage_layers). Missing optional keys take the defaults above; unknown keys fail.
+// overlap_param_gather, overlap_p2p, stage_layers). Missing optional keys take the defaults above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);
 Json layout_to_json(const Layout& l);
 

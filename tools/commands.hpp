@@ -20,3 +20,14 @@ int compare(const Args& args);
 int calibrate(const Args& args);
 
 }  // namespace tessel::cmd
+
+#include <functional>
+namespace tessel {
+struct Model;
+struct Layout;
+struct System;
+}  // namespace tessel
+namespace tessel::cmd {
+// The event simulator's step time, for `validate --engine des` (defined in cmd_simulate.cpp).
+std::function<double(const Model&, const Layout&, const System&)> des_step_time();
+}  // namespace tessel::cmd

@@ -28,6 +28,7 @@ std::vector<OptionSpec> spec_options() {
       {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
       {"--attention", true, "flash|unfused [flash]"},
       {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute"},
+      {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
   };
 }
 
@@ -39,7 +40,7 @@ Specs read_specs(const CommandLine& cl) {
   const std::vector<const char*> layout_flags = {"--tp", "--pp", "--dp", "--cp", "--vpp", "--mbs", "--gbs",
                                                  "--schedule", "--recompute", "--recompute-method",
                                                  "--recompute-layers", "--sp", "--no-sp", "--zero",
-                                                 "--precision", "--attention", "--no-overlap"};
+                                                 "--precision", "--attention", "--no-overlap", "--overlap-p2p"};
   auto gpus_flag = cl.get_int("--gpus", 1, 1 << 22);
   if (auto path = cl.get("--layout")) {
     for (const char* f : layout_flags)
@@ -80,6 +81,7 @@ Specs read_specs(const CommandLine& cl) {
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
   l.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   l.overlap_grad_reduce = l.overlap_param_gather = !cl.has("--no-overlap");
+  l.overlap_p2p = cl.has("--overlap-p2p");
   const long long model_parallel = static_cast<long long>(l.tp) * l.pp * l.cp;
   if (auto dp = cl.get_int("--dp", 1, 1 << 22)) {
     l.dp = static_cast<int>(*dp);

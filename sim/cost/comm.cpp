@@ -64,6 +64,13 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     out.seconds = alpha_steps(c, n) * sys.node.intra_latency_s + bus_factor(c, n) * bytes / intra_bw;
     return out;
   }
+  if (g.flat) {
+    out.inter_node = true;
+    const double bw = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
+    out.seconds = alpha_steps(c, n) * sys.net.latency_s + bus_factor(c, n) * bytes / bw;
+    out.busbw = bw;
+    return out;
+  }
   // Hierarchical: k members per node, N nodes. Intra-node phase over NVLink on the full buffer, then the
   // inter-node phase over the k NICs of each node in parallel, each carrying 1/k of the buffer.
   const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));

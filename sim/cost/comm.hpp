@@ -20,6 +20,9 @@ double bus_factor(Collective c, int n);
 struct GroupPlacement {
   int size = 1;
   int stride = 1;
+  // A flat ring through every member's own NIC, without the intra-node stage (how the collectives of
+  // DeepSpeed ZeRO-3 behave in Narayanan et al. Table 2; see estimate.cpp).
+  bool flat = false;
 };
 
 struct CommTime {

@@ -68,7 +68,8 @@ std::optional<double> closed_form_bubble_rate(const std::string& name, int p, in
     return rate((p - 1) * (fb + full - 3 * W), 2 * m * (F + full));
   }
   // ZB README table (T_F = T_B = T_W): 0 under the ZB paper's span definition (SimResult::span_bubble_rate).
-  if (name == "zbv" || name == "zb2p") return 0.0;
+  // Both fill their warmup with 2p-1 micro-batches (ZBV's n' = max(2p-1, m)); fewer leave a bubble.
+  if ((name == "zbv" || name == "zb2p") && m >= 2 * p - 1) return 0.0;
   return std::nullopt;
 }
 

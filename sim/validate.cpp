@@ -1,0 +1,328 @@
+#include "sim/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "sim/estimate.hpp"
+
+namespace tessel {
+
+std::string system_for_gpu(const std::string& gpu, const std::string& row_id) {
+  if (gpu.find("A100") != std::string::npos) return "dgx-a100";
+  if (gpu.find("H100") != std::string::npos) return "dgx-h100";
+  if (gpu.find("H800") != std::string::npos) return "h800";
+  if (gpu.find("H200") != std::string::npos) return "h200";
+  std::string list;
+  for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
+  throw InputError("row " + row_id + ": hardware.gpu \"" + gpu + "\" matches no system preset (known: " + list + ")");
+}
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+struct RowSkip {
+  std::string reason;
+};
+
+int int_field(const Json& obj, const char* key, const std::string& where) {
+  const Json& v = obj.at(key);
+  if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 24))
+    throw InputError(where + "." + key + ": value " + json_brief(v) + " must be a positive integer");
+  return v.get<int>();
+}
+
+bool is_null(const Json& obj, const char* key) { return !obj.contains(key) || obj.at(key).is_null(); }
+
+// The row's model. Architecture facts not in the row follow the model family: Llama rows are SwiGLU,
+// RMSNorm, rotary, untied and bias-free; GPT rows GELU, LayerNorm, learned positions, tied, with biases.
+Model model_of(const Json& row, const std::string& where, std::vector<std::string>& assumed) {
+  const Json& mj = row.at("model");
+  Model m;
+  m.name = mj.value("name", std::string("row model"));
+  for (const char* k : {"layers", "hidden", "heads"})
+    if (is_null(mj, k)) throw RowSkip{std::string("model.") + k + " is not given"};
+  m.layers = int_field(mj, "layers", where + ".model");
+  m.hidden = int_field(mj, "hidden", where + ".model");
+  m.heads = int_field(mj, "heads", where + ".model");
+  m.kv_heads = is_null(mj, "kv_heads") ? m.heads : int_field(mj, "kv_heads", where + ".model");
+  m.head_dim = m.hidden / m.heads;
+  m.ffn = is_null(mj, "ffn") ? 4 * m.hidden : int_field(mj, "ffn", where + ".model");
+  m.seq_len = is_null(mj, "seq_len") ? 2048 : int_field(mj, "seq_len", where + ".model");
+  if (is_null(mj, "vocab")) {
+    m.vocab = 51200;
+    assumed.push_back("vocab=51200 (not stated; GPT-2 BPE padded as in Megatron-LM)");
+  } else {
+    m.vocab = int_field(mj, "vocab", where + ".model");
+  }
+  std::string lname = m.name;
+  std::transform(lname.begin(), lname.end(), lname.begin(), ::tolower);
+  const bool llama = lname.find("llama") != std::string::npos;
+  m.activation = llama ? Activation::swiglu : Activation::gelu;
+  m.norm = llama ? Norm::rmsnorm : Norm::layernorm;
+  m.position = llama ? PositionEmbedding::rotary : PositionEmbedding::learned;
+  m.tied_embeddings = !llama;
+  m.bias = !llama;
+  m.dropout = !llama;
+  if (m.hidden % m.heads != 0) throw RowSkip{"hidden not divisible by heads"};
+  return m;
+}
+
+// Software facts of the source: Megatron-LM as Narayanan et al. (2021) and Korthikanti et al. (2022) ran it
+// had no fused attention and did not overlap the DP gradient all-reduce with backward (Korthikanti Sec. 6.3
+// and formulas.md); later sources (ZB 2024, NeMo 24.07) use fused attention and overlap.
+void apply_source_conventions(const std::string& id, Layout& l, std::vector<std::string>& assumed) {
+  const bool early = id.rfind("narayanan21", 0) == 0 || id.rfind("korthikanti22", 0) == 0;
+  l.attention = early ? AttentionImpl::unfused : AttentionImpl::flash;
+  l.overlap_grad_reduce = l.overlap_param_gather = !early;
+  l.overlap_p2p = !early;  // NeMo's configurations set overlap_p2p_comm; 2021-22 Megatron-LM had no such option
+  if (early) assumed.push_back("attention=unfused, no DP overlap (Megatron-LM of 2021-22)");
+}
+
+struct Candidate {
+  Layout layout;
+  std::vector<std::string> assumed;
+};
+
+// Builds every layout the row allows: fixed fields from the row, the null ones enumerated.
+std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, const std::string& where,
+                                     std::vector<std::string>& notes) {
+  const Json& lj = row.at("layout");
+  const std::string id = row.value("id", std::string("?"));
+  for (const char* k : {"tp", "pp"})
+    if (is_null(lj, k)) throw RowSkip{std::string("layout.") + k + " is not given"};
+  if (!is_null(lj, "ep") && lj.at("ep").is_number_integer() && lj.at("ep").get<int>() > 1)
+    throw RowSkip{"expert parallelism (MoE) is not modelled"};
+  Layout base;
+  base.tp = int_field(lj, "tp", where + ".layout");
+  base.pp = int_field(lj, "pp", where + ".layout");
+  base.cp = is_null(lj, "cp") ? 1 : int_field(lj, "cp", where + ".layout");
+  if (is_null(lj, "dp")) {
+    if (gpus % (base.tp * base.pp * base.cp) != 0) throw RowSkip{"dp not given and not derivable"};
+    base.dp = gpus / (base.tp * base.pp * base.cp);
+  } else {
+    base.dp = int_field(lj, "dp", where + ".layout");
+  }
+  const std::string prec = is_null(lj, "precision") ? "fp16_or_bf16" : lj.at("precision").get<std::string>();
+  base.precision = prec == "fp8" ? Precision::fp8 : Precision::bf16;
+  apply_source_conventions(id, base, notes);
+  // First and last pipeline stages one layer short (ZB paper Table 3; Llama 3).
+  const std::string arch = row.at("model").value("arch", std::string());
+  const bool fewer = arch.find("one fewer") != std::string::npos;
+
+  std::vector<int> mbs_opts, vpp_opts, zero_opts;
+  std::vector<Recompute> rec_opts;
+  std::vector<int> sp_opts;
+  std::vector<std::string> sched_opts;
+  if (is_null(lj, "micro_batch")) mbs_opts = {1, 2, 4, 8};
+  else mbs_opts = {int_field(lj, "micro_batch", where + ".layout")};
+  std::string sched = is_null(lj, "schedule") ? "" : lj.at("schedule").get<std::string>();
+  if (sched == "none" || base.pp == 1) sched_opts = {"1f1b"};
+  else if (sched.empty()) sched_opts = {"1f1b", "interleaved"};
+  else if (sched == "dualpipe") throw RowSkip{"bidirectional DualPipe is not modelled (dualpipev is)"};
+  else sched_opts = {sched};
+  const Json& vj = lj.contains("vpp") ? lj.at("vpp") : Json();
+  if (vj.is_string()) throw RowSkip{"vpp \"" + vj.get<std::string>() + "\" (one layer per chunk) is not modelled"};
+  if (vj.is_null()) {
+    for (int v = 1; v <= 8; ++v) vpp_opts.push_back(v);
+  } else {
+    vpp_opts = {int_field(lj, "vpp", where + ".layout")};
+  }
+  if (is_null(lj, "recompute")) rec_opts = {Recompute::none, Recompute::selective, Recompute::full};
+  else rec_opts = {parse_recompute(lj.at("recompute").get<std::string>(), where + ".layout.recompute")};
+  if (is_null(lj, "sequence_parallel")) sp_opts = base.tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  else sp_opts = {lj.at("sequence_parallel").get<bool>() ? 1 : 0};
+  if (is_null(lj, "zero_stage")) zero_opts = {0, 1};
+  else {
+    const Json& z = lj.at("zero_stage");
+    if (!z.is_number_integer() || z.get<int>() < 0 || z.get<int>() > 3)
+      throw InputError(where + ".layout.zero_stage: value " + json_brief(z) + " must be 0, 1, 2 or 3");
+    zero_opts = {z.get<int>()};
+  }
+
+  std::vector<Candidate> out;
+  for (int mb : mbs_opts)
+    for (const auto& sc : sched_opts)
+      for (int v : vpp_opts)
+        for (Recompute rc : rec_opts)
+          for (int sp : sp_opts)
+            for (int z : zero_opts) {
+              Layout l = base;
+              l.micro_batch = mb;
+              l.schedule = sc;
+              l.vpp = (sc == "interleaved" || sc == "looped-bfs") ? v : (sc == "zbv" || sc == "dualpipev" ? 2 : 1);
+              // "Interleaved" with one chunk per rank is plain 1F1B (Korthikanti's 1T runs, v = 1).
+              if (sc == "interleaved" && l.vpp == 1) l.schedule = "1f1b";
+              if (l.pp == 1) l.vpp = 1;
+              if (vj.is_null() && l.vpp != v && v != 1) continue;
+              l.recompute = rc;
+              l.sequence_parallel = sp == 1;
+              l.zero_stage = z;
+              if (is_null(lj, "global_batch")) {
+                if (is_null(lj, "num_microbatches")) throw RowSkip{"global batch not given"};
+                l.global_batch = mb * l.dp * int_field(lj, "num_microbatches", where + ".layout");
+              } else {
+                l.global_batch = int_field(lj, "global_batch", where + ".layout");
+              }
+              if (fewer && l.pp > 1) {
+                const int stages = l.num_stages();
+                const int total = m.layers + 2;
+                if (total % stages != 0) continue;
+                l.stage_layers.assign(stages, total / stages);
+                l.stage_layers.front() -= 1;
+                l.stage_layers.back() -= 1;
+              }
+              Candidate c;
+              c.layout = l;
+              if (is_null(lj, "micro_batch")) c.assumed.push_back("micro_batch=" + std::to_string(mb));
+              if (sched.empty() && l.pp > 1) c.assumed.push_back("schedule=" + sc);
+              if (vj.is_null() && l.pp > 1 && (sc == "interleaved")) c.assumed.push_back("vpp=" + std::to_string(l.vpp));
+              if (is_null(lj, "recompute")) c.assumed.push_back("recompute=" + to_string(rc));
+              if (is_null(lj, "sequence_parallel") && l.tp > 1) c.assumed.push_back(std::string("sequence_parallel=") + (sp ? "true" : "false"));
+              if (is_null(lj, "zero_stage")) c.assumed.push_back("zero_stage=" + std::to_string(z));
+              out.push_back(std::move(c));
+            }
+  return out;
+}
+
+struct Prediction {
+  Estimate est;
+  double step_s = 0;
+};
+
+std::optional<double> predict_metric(const std::string& metric, const Model& m, const Prediction& p,
+                                     const System& sys) {
+  const Estimate& e = p.est;
+  const double gpus = e.gpus;
+  const double step = p.step_s;
+  const double scale = e.step_s / step;  // rates scale inversely with the step time
+  if (metric == "iteration_time_s") return step;
+  if (metric == "tflops_per_gpu") return e.tflops_eq3_per_gpu * scale;
+  if (metric == "mfu_pct") {
+    // Korthikanti et al. and Chowdhery et al. define MFU against the 16-bit peak.
+    return 100.0 * e.model_tflops_per_gpu * scale * 1e12 / sys.gpu.peak(Precision::bf16);
+  }
+  if (metric == "hfu_pct") return 100.0 * e.hw_tflops_per_gpu * scale * 1e12 / sys.gpu.peak(Precision::bf16);
+  if (metric == "samples_per_gpu_per_s") return e.layout.global_batch / step / gpus;
+  if (metric == "tokens_per_s_per_gpu") return static_cast<double>(e.layout.global_batch) * m.seq_len / step / gpus;
+  if (metric == "model_tflops_per_gpu") return e.model_tflops_per_gpu * scale;
+  if (metric == "memory_GB") {
+    // Papers report the allocator's peak (torch.cuda.max_memory_allocated), without the context allowance.
+    double peak = 0;
+    for (const auto& mb : e.memory) peak = std::max(peak, mb.total() - mb.reserved);
+    return peak / kGiB;
+  }
+  if (metric == "bubble_rate") return e.bubble_fraction;
+  return std::nullopt;
+}
+
+// Per-layer times (Korthikanti Table 4): one layer, one micro-batch, TP collectives included.
+std::optional<double> predict_layer_metric(const std::string& metric, const Model& m, const Layout& l,
+                                           const System& sys) {
+  if (metric != "forward_ms_per_layer" && metric != "backward_ms_per_layer" && metric != "combined_ms_per_layer")
+    return std::nullopt;
+  const Workload w = lower(m, l, sys);
+  const LayerWork& lw = w.layer;
+  const double fwd = lw.t_f + lw.t_tp_f;
+  const double bwd = lw.t_i + lw.t_w + lw.t_tp_b + (l.recompute != Recompute::none ? lw.t_recompute : 0.0);
+  if (metric == "forward_ms_per_layer") return 1e3 * fwd;
+  if (metric == "backward_ms_per_layer") return 1e3 * bwd;
+  return 1e3 * (fwd + bwd);
+}
+
+}  // namespace
+
+ValidationResult validate_rows(const Json& rows, const std::string& where, const StepTimeFn& step_time,
+                               const System* system_override) {
+  if (!rows.is_array()) throw InputError(where + ": expected a JSON array of rows, got " + json_brief(rows));
+  ValidationResult out;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const Json& row = rows[i];
+    const std::string rw = where + "[" + std::to_string(i) + "]";
+    if (!row.is_object()) throw InputError(rw + ": a row must be an object");
+    for (const char* k : {"id", "model", "hardware", "layout", "measured"})
+      if (!row.contains(k)) throw InputError(rw + ": missing key " + k);
+    const std::string id = row.at("id").is_string() ? row.at("id").get<std::string>() : rw;
+    try {
+      const Json& hw = row.at("hardware");
+      if (!hw.contains("gpu") || !hw.at("gpu").is_string()) throw InputError(rw + ".hardware.gpu: must be a string");
+      const System sys =
+          system_override ? *system_override : load_system(system_for_gpu(hw.at("gpu").get<std::string>(), id));
+      if (is_null(hw, "gpu_count")) throw RowSkip{"hardware.gpu_count is not given"};
+      const int gpus = int_field(hw, "gpu_count", rw + ".hardware");
+      std::vector<std::string> notes;
+      const Model m = model_of(row, rw, notes);
+      std::vector<Candidate> cands = candidates_of(row, m, gpus, rw, notes);
+      // The best predicted candidate that fits in memory (or the best of all when none fits).
+      std::optional<Prediction> best;
+      std::vector<std::string> best_assumed;
+      bool best_fits = false;
+      std::string last_reason;
+      for (const auto& c : cands) {
+        Estimate e;
+        try {
+          e = estimate(m, c.layout, sys, gpus);
+        } catch (const InfeasibleLayout& err) {
+          last_reason = err.what();
+          continue;
+        }
+        const bool better = !best || (e.fits && !best_fits) || (e.fits == best_fits && e.step_s < best->est.step_s);
+        if (better) {
+          best = Prediction{e, e.step_s};
+          best_assumed = c.assumed;
+          best_fits = e.fits;
+        }
+      }
+      if (!best) throw RowSkip{"no feasible layout: " + last_reason};
+      if (step_time) best->step_s = step_time(m, best->est.layout, sys);
+      std::vector<std::string> assumed = notes;
+      assumed.insert(assumed.end(), best_assumed.begin(), best_assumed.end());
+      if (!best_fits) assumed.push_back("predicted peak memory exceeds the GPU");
+      const Json& meas = row.at("measured");
+      if (!meas.is_object()) throw InputError(rw + ".measured: must be an object");
+      for (auto it = meas.begin(); it != meas.end(); ++it) {
+        if (!it.value().is_number()) continue;
+        const double measured = it.value().get<double>();
+        if (!(measured > 0) || !std::isfinite(measured)) continue;
+        auto pred = predict_metric(it.key(), m, *best, sys);
+        if (!pred) pred = predict_layer_metric(it.key(), m, best->est.layout, sys);
+        if (!pred) continue;
+        MetricResult r;
+        r.id = id;
+        r.metric = it.key();
+        r.measured = measured;
+        r.predicted = *pred;
+        r.error_pct = 100.0 * (*pred - measured) / measured;
+        r.assumed = assumed;
+        out.rows.push_back(std::move(r));
+      }
+    } catch (const RowSkip& s) {
+      out.skipped.push_back({id, s.reason});
+    }
+  }
+  std::map<std::string, std::pair<double, int>> acc;
+  for (const auto& r : out.rows) {
+    auto& a = acc[r.metric];
+    a.first += std::fabs(r.error_pct);
+    a.second += 1;
+    out.max_abs_pct[r.metric] = std::max(out.max_abs_pct[r.metric], std::fabs(r.error_pct));
+  }
+  for (const auto& [metric, a] : acc) out.mape_pct[metric] = a.first / a.second;
+  return out;
+}
+
+Json validation_to_json(const ValidationResult& r) {
+  Json j;
+  j["rows"] = Json::array();
+  for (const auto& m : r.rows)
+    j["rows"].push_back({{"id", m.id}, {"metric", m.metric}, {"measured", m.measured}, {"predicted", m.predicted},
+                         {"error_pct", m.error_pct}, {"assumed", m.assumed}});
+  j["mape_pct"] = r.mape_pct;
+  j["max_abs_error_pct"] = r.max_abs_pct;
+  j["skipped"] = Json::array();
+  for (const auto& s : r.skipped) j["skipped"].push_back({{"id", s.id}, {"reason", s.reason}});
+  return j;
+}
+
+}  // namespace tessel

@@ -1,0 +1,55 @@
+// Prediction of published measurements: rows in the schema of shared/validation/published.json (one
+// measured configuration each). Each row's GPU maps to a system preset by name; its model and layout are
+// built from the row; a layout field the row leaves null is chosen as the best predicted value and listed
+// as assumed. Every metric the row measured that Tessel can predict is predicted and its error reported.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/util/json_reader.hpp"
+
+namespace tessel {
+
+struct MetricResult {
+  std::string id;
+  std::string metric;
+  double measured = 0;
+  double predicted = 0;
+  double error_pct = 0;                 // (predicted - measured) / measured * 100
+  std::vector<std::string> assumed;     // "micro_batch=1 (best predicted)", "attention=unfused (Megatron-LM 2021)"
+};
+
+struct SkippedRow {
+  std::string id;
+  std::string reason;
+};
+
+struct ValidationResult {
+  std::vector<MetricResult> rows;
+  std::vector<SkippedRow> skipped;
+  std::map<std::string, double> mape_pct;   // per metric
+  std::map<std::string, double> max_abs_pct;
+};
+
+struct Model;
+struct Layout;
+struct System;
+// Step time of a layout by another engine (the event simulator); empty = the analytical estimate alone.
+using StepTimeFn = std::function<double(const Model&, const Layout&, const System&)>;
+
+// `where` names the file for messages; InputError if the document is not an array of rows or a row is
+// malformed. Rows Tessel cannot model (MoE, missing sizes) are listed as skipped with the reason.
+// With `step_time`, time-based metrics use it; layout choices for null fields still use the estimate.
+// `system_override`, when given, replaces the GPU-name mapping for every row (e.g. a calibrated profile).
+ValidationResult validate_rows(const Json& rows, const std::string& where, const StepTimeFn& step_time = {},
+                               const System* system_override = nullptr);
+Json validation_to_json(const ValidationResult& r);
+
+// The system preset name for a GPU description such as "NVIDIA A100 SXM 80GB"; InputError if none fits.
+std::string system_for_gpu(const std::string& gpu, const std::string& row_id);
+
+}  // namespace tessel
