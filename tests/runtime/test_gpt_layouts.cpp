@@ -1,6 +1,6 @@
 // The numerics matrix: every layout over tp {1,2} x pp {1,2,4} x dp {1,2}, every schedule generator, each
 // recompute policy, sequence parallelism and ZeRO-1 must reproduce the single-rank run: the loss of each of
-// 5 optimizer steps within 1e-5 relative and every parameter's gradient norm (step 1) within 1e-4 relative.
+// 5 optimizer steps within 1e-5 relative and every parameter's gradient norm (step 1) within 1e-5 relative.
 // Why those tolerances: each layout sums the same fp32 terms in another order (micro-batch accumulation,
 // all-reduce over tp/dp, vocab-parallel softmax sums); one reordering moves a sum by ~1e-7 relative, and
 // five Adam steps amplify differences in near-zero gradient elements only mildly at this scale.
@@ -21,7 +21,7 @@ namespace {
 constexpr int kSteps = 5;
 constexpr int kGlobalBatch = 16;    // dualpipev on pp 4 needs m >= 2 pp = 8 micro-batches per dp replica
 constexpr double kLossTol = 1e-5;
-constexpr double kGradNormTol = 1e-4;
+constexpr double kGradNormTol = 1e-5;
 constexpr double kTinyGrad = 1e-7;  // below this a parameter's gradient norm is compared absolutely
 
 const std::vector<rt::StepStats>& reference() {
