@@ -34,8 +34,10 @@ class Comm {
   virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
   virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
   virtual void barrier() = 0;
-  // A sub-communicator of the given group ranks (ranks of this communicator, ascending); every member of
-  // the parent must call split with the same `ranks` lists for all groups, as MPI_Comm_split requires.
+  // MPI_Comm_split semantics: collective over this communicator; members with the same color form one
+  // sub-communicator, ranked by (key, rank here); color < 0 joins none and returns nullptr. Every member
+  // calls split in the same order as every other collective. Implementations: thread_comm.hpp (run_threads),
+  // mpi_comm.hpp (run_mpi).
   virtual std::unique_ptr<Comm> split(int color, int key) = 0;
 };
 
