@@ -1,0 +1,159 @@
+// Model spec: parameter counts against the sources, strict parsing, importers.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "models/model.hpp"
+
+using namespace tessel;
+
+namespace {
+constexpr double kTable1HalfDigit = 0.05 + 1e-6;  // Narayanan Table 1 prints billions with one decimal
+constexpr double kStatedTol = 0.015;     // Llama parameter counts are stated rounded (6.74B, 70.6B)
+
+Model parse(const std::string& text) { return parse_model(parse_json_text(text, "test.json"), "test.json"); }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const char* kTinyJson = R"({"name":"t","layers":2,"hidden":8,"heads":2,"ffn":32,"vocab":16,"seq_len":4,
+  "activation":"gelu","norm":"layernorm","position":"learned","tied_embeddings":true,"bias":true})";
+}  // namespace
+
+TEST_CASE("presets: parameter counts match the stated ones") {
+  for (const auto& name : model_preset_names()) {
+    CAPTURE(name);
+    const Model m = load_model(name);
+    REQUIRE(m.stated_params_b > 0);
+    const double ours = static_cast<double>(m.total_params()) / 1e9;
+    // Narayanan et al. eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) gives Table 1's column.
+    const bool megatron = name.rfind("megatron", 0) == 0 || name == "gpt3-175b" || name == "mt-nlg-530b";
+    if (megatron) {
+      // Table 1 prints one decimal: our count must round to the printed value.
+      CHECK(std::fabs(ours - m.stated_params_b) <= kTable1HalfDigit);
+    } else {
+      CHECK(ours == doctest::Approx(m.stated_params_b).epsilon(kStatedTol));
+    }
+    if (megatron) {
+      const double l = m.layers, h = m.hidden, V = m.vocab, s = m.seq_len;
+      const double eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)) / 1e9;
+      CHECK(ours == doctest::Approx(eq2).epsilon(1e-4));  // differs only by the final norm, 2h
+    }
+  }
+}
+
+TEST_CASE("tiny preset: hand-counted parameters") {
+  // Per layer: QKV 64*192 + 192, proj 64*64 + 64, MLP 64*256 + 256 + 256*64 + 64, two LayerNorms 4*64
+  // = 12480 + 4160 + 16640 + 16448 + 256 = 49984; 8 layers = 399872; embeddings (256 + 32) * 64 = 18432;
+  // final norm 128. Total 418432.
+  const Model m = load_model("tiny");
+  CHECK(m.params_per_layer() == 49984);
+  CHECK(m.total_params() == 418432);
+}
+
+TEST_CASE("strict parsing names the key, the value and the rule") {
+  CHECK(parse(kTinyJson).layers == 2);
+  std::string unknown = std::string(kTinyJson).replace(1, 0, "\"extra\":1,");
+  CHECK(error_of(unknown).find("extra: unknown key") != std::string::npos);
+  std::string missing = R"({"name":"t","layers":2})";
+  CHECK(error_of(missing).find("missing required key") != std::string::npos);
+  std::string negative = std::string(kTinyJson);
+  negative.replace(negative.find("\"layers\":2"), 10, "\"layers\":-3");
+  CHECK(error_of(negative).find("layers: value -3 is out of range") != std::string::npos);
+  std::string wrong_type = std::string(kTinyJson);
+  wrong_type.replace(wrong_type.find("\"hidden\":8"), 10, "\"hidden\":\"8\"");
+  CHECK(error_of(wrong_type).find("hidden: value \"8\" must be an integer") != std::string::npos);
+  std::string absurd = std::string(kTinyJson);
+  absurd.replace(absurd.find("\"hidden\":8"), 10, "\"hidden\":1e30");
+  CHECK(error_of(absurd).find("hidden") != std::string::npos);
+  std::string bad_heads = std::string(kTinyJson);
+  bad_heads.replace(bad_heads.find("\"heads\":2"), 9, "\"heads\":3");
+  CHECK(error_of(bad_heads).find("not divisible by heads 3") != std::string::npos);
+  std::string bad_choice = std::string(kTinyJson);
+  bad_choice.replace(bad_choice.find("\"gelu\""), 6, "\"relu6\"");
+  CHECK(error_of(bad_choice).find("\"relu6\" is not one of: gelu, swiglu") != std::string::npos);
+}
+
+TEST_CASE("malformed JSON is reported as file:line:column") {
+  std::string err;
+  try {
+    parse_json_text("{\n  \"a\": 1,\n  \"b\": ]\n}", "m.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.rfind("m.json:3:", 0) == 0);
+}
+
+TEST_CASE("unknown preset lists the known ones") {
+  std::string err;
+  try {
+    load_model("gpt5");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("gpt3-175b") != std::string::npos);
+  CHECK(err.find("tiny") != std::string::npos);
+}
+
+TEST_CASE("HuggingFace config.json import (Llama-2 7B and GPT-2)") {
+  // Keys as in meta-llama/Llama-2-7b-hf config.json.
+  const char* llama = R"({"architectures":["LlamaForCausalLM"],"hidden_act":"silu","hidden_size":4096,
+    "intermediate_size":11008,"max_position_embeddings":4096,"model_type":"llama","num_attention_heads":32,
+    "num_hidden_layers":32,"num_key_value_heads":32,"rms_norm_eps":1e-05,"tie_word_embeddings":false,
+    "vocab_size":32000,"rope_theta":10000.0})";
+  const Model m = import_hf_config(parse_json_text(llama, "config.json"), "config.json");
+  CHECK(m.activation == Activation::swiglu);
+  CHECK(m.norm == Norm::rmsnorm);
+  CHECK_FALSE(m.tied_embeddings);
+  // 6.74B stated by Touvron et al.
+  CHECK(static_cast<double>(m.total_params()) / 1e9 == doctest::Approx(6.74).epsilon(kStatedTol));
+  const char* gpt2 = R"({"model_type":"gpt2","n_layer":12,"n_embd":768,"n_head":12,"n_positions":1024,
+    "vocab_size":50257,"n_inner":null,"activation_function":"gelu_new"})";
+  const Model g = import_hf_config(parse_json_text(gpt2, "gpt2.json"), "gpt2.json");
+  CHECK(g.ffn == 3072);
+  // GPT-2 small: 124.4M parameters (HuggingFace model card).
+  CHECK(static_cast<double>(g.total_params()) / 1e6 == doctest::Approx(124.4).epsilon(0.002));
+  std::string err;
+  try {
+    import_hf_config(parse_json_text(R"({"hidden_size":4096})", "c.json"), "c.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("num_hidden_layers") != std::string::npos);
+}
+
+TEST_CASE("Megatron-LM command line import (GPT-3 175B example script)") {
+  // Flags of examples/gpt3/train_gpt3_175b_distributed.sh (Megatron-LM).
+  const std::vector<std::string> argv = {
+      "--tensor-model-parallel-size", "8", "--pipeline-model-parallel-size", "16", "--num-layers", "96",
+      "--hidden-size", "12288", "--num-attention-heads", "96", "--seq-length", "2048",
+      "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "1536",
+      "--vocab-file", "gpt2-vocab.json", "--merge-file", "gpt2-merges.txt", "--bf16"};
+  const Model m = import_megatron_args(argv, "cmdline");
+  CHECK(m.layers == 96);
+  CHECK(m.ffn == 4 * 12288);
+  // 50257 padded to a multiple of 128 * tp = 1024: 51200.
+  CHECK(m.vocab == 51200);
+  CHECK(m.tied_embeddings);
+  std::vector<std::string> swiglu = {"--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32",
+                                     "--seq-length", "4096", "--swiglu", "--vocab-size", "32000",
+                                     "--group-query-attention", "--num-query-groups", "8"};
+  const Model s = import_megatron_args(swiglu, "cmdline");
+  // Megatron's default SwiGLU ffn: int(4h * 2/3 / 64) * 64 = 10880 for h = 4096.
+  CHECK(s.ffn == 10880);
+  CHECK(s.kv_heads == 8);
+  std::string err;
+  try {
+    import_megatron_args({"--num-layers", "x"}, "cmdline");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("--num-layers x") != std::string::npos);
+}

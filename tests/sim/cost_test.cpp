@@ -1,0 +1,166 @@
+// Cost model: GEMM quantization, collectives, activation memory (Korthikanti et al. Table 2, exactly),
+// FLOP conventions (Narayanan eq. 3, Korthikanti eq. 7).
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "sim/cost/comm.hpp"
+#include "sim/cost/compute.hpp"
+#include "sim/cost/memory.hpp"
+#include "sim/estimate.hpp"
+
+using namespace tessel;
+
+namespace {
+constexpr double kExact = 1e-12;   // formulas evaluated two ways: equal up to rounding
+constexpr double kTight = 1e-9;
+constexpr double kQuantTol = 0.08;  // the 4 us launch overhead on a ~60 us kernel
+}  // namespace
+
+TEST_CASE("GEMM: wave and tile quantization, roofline") {
+  const System sys = load_system("dgx-a100");
+  const GpuSpec& g = sys.gpu;
+  // A large square GEMM fills every wave: time = 2 m n (k + k_overhead) / (peak * eff) per tile row, i.e.
+  // flops * (1 + k_overhead / k) / (peak * eff), up to the last wave's rounding (< 1% for 8192^2 / 256x128 tiles).
+  const cost::GemmShape big{8192, 8192, 8192, 1};
+  const double ideal = cost::gemm_flops(big) * (1 + g.gemm_k_overhead / 8192.0) / (g.peak(Precision::bf16) * g.gemm_efficiency);
+  CHECK(cost::gemm_time(g, Precision::bf16, big) == doctest::Approx(ideal + g.kernel_overhead_s).epsilon(0.01));
+  // 108 SMs: a GEMM of exactly 108 output tiles (128x128) runs in one wave; one more tile needs a second wave.
+  // Candidates also include 128x64 tiles, so compare against the best possible: 129 wide is never 1% dearer.
+  const double t128 = cost::gemm_time(g, Precision::bf16, {128 * 108, 128, 4096, 1});
+  const double t129 = cost::gemm_time(g, Precision::bf16, {128 * 108, 129, 4096, 1});
+  // 128 wide: 108 tiles of 128x128 = one wave (T). 129 wide: the best candidate is 128x64 tiles, 324 of
+  // them = 3 waves of half-size tiles = 1.5 T; a 1% wider GEMM costs 50% more (launch overhead aside).
+  CHECK(t129 / t128 == doctest::Approx(1.5).epsilon(kQuantTol));
+  // Many tiny GEMMs (64^3, batched) have low arithmetic intensity: memory-bound, bytes / (bw * efficiency).
+  const cost::GemmShape tiny{64, 64, 64, 100000};
+  const double bytes = 2.0 * 3 * 64 * 64 * 100000.0;
+  CHECK(cost::gemm_time(g, Precision::bf16, tiny) ==
+        doctest::Approx(bytes / (g.memory_bw * g.memory_efficiency) + g.kernel_overhead_s).epsilon(kTight));
+}
+
+TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
+  const System sys = load_system("dgx-a100");
+  CHECK(cost::bus_factor(cost::Collective::all_reduce, 8) == doctest::Approx(2.0 * 7 / 8));
+  CHECK(cost::bus_factor(cost::Collective::all_gather, 4) == doctest::Approx(0.75));
+  CHECK(cost::bus_factor(cost::Collective::send_recv, 2) == 1.0);
+  // 8 GPUs of one node: ring all-reduce of S bytes = min(ring, tree) latency + 2 (n-1)/n S / (intra_bw eff).
+  const double S = 100e6;
+  const double bw = sys.node.intra_bw * sys.node.intra_efficiency;
+  const double lat = std::min(14.0, 6.0) * sys.node.intra_latency_s;  // 2(n-1) ring steps vs 2 log2 n tree steps
+  const auto t = cost::collective_time(sys, cost::Collective::all_reduce, S, {8, 1});
+  CHECK_FALSE(t.inter_node);
+  CHECK(t.seconds == doctest::Approx(lat + 1.75 * S / bw).epsilon(kTight));
+  // A DP group of stride 8 (one member per node) crosses nodes: each member's NIC carries the ring.
+  const auto dp = cost::collective_time(sys, cost::Collective::all_reduce, S, {16, 8});
+  CHECK(dp.inter_node);
+  const double net = sys.net.nic_bw * sys.net.efficiency;
+  CHECK(dp.seconds == doctest::Approx(8 * sys.net.latency_s + 2.0 * 15 / 16 * S / net).epsilon(kTight));
+  // A stride-1 group over 4 nodes is hierarchical: intra-node phase, then 1/8 of the buffer per NIC.
+  const auto h = cost::collective_time(sys, cost::Collective::all_reduce, S, {32, 1});
+  const double expect = 6 * sys.node.intra_latency_s + 1.75 * S / bw + 4 * sys.net.latency_s + 1.5 * (S / 8) / net;
+  CHECK(h.seconds == doctest::Approx(expect).epsilon(kTight));
+}
+
+TEST_CASE("activation memory reproduces Korthikanti et al. Table 2 exactly") {
+  // GPT-3 175B: s = 2048, h = 12288, a = 96; b = 1, t = 8.
+  const Model m = load_model("gpt3-175b");
+  const double s = 2048, b = 1, h = 12288, a = 96, t = 8;
+  const double sbh = s * b * h;
+  Layout l;
+  l.tp = 8;
+  l.micro_batch = 1;
+  l.global_batch = 8;
+  l.attention = AttentionImpl::unfused;
+  struct Row {
+    bool sp;
+    Recompute rc;
+    double expect;
+  };
+  const Row rows[] = {
+      {false, Recompute::none, sbh * (10 + 24 / t + 5 * a * s / (h * t))},
+      {true, Recompute::none, sbh * (34 / t + 5 * a * s / (h * t))},
+      {false, Recompute::selective, sbh * (10 + 24 / t)},
+      {true, Recompute::selective, sbh * 34 / t},
+      {false, Recompute::full, 2 * sbh},
+  };
+  for (const auto& r : rows) {
+    l.sequence_parallel = r.sp;
+    l.recompute = r.rc;
+    CAPTURE(r.sp);
+    CAPTURE(to_string(r.rc));
+    CHECK(cost::layer_activation_bytes(m, l) == doctest::Approx(r.expect).epsilon(kExact));
+  }
+  // No parallelism at all (t = 1): s b h (34 + 5 a s / h).
+  l.tp = 1;
+  l.sequence_parallel = false;
+  l.recompute = Recompute::none;
+  CHECK(cost::layer_activation_bytes(m, l) == doctest::Approx(sbh * (34 + 5 * a * s / h)).epsilon(kExact));
+}
+
+TEST_CASE("first-stage activations: Korthikanti eq. 5 (1F1B) and the interleaved factor") {
+  // Eq. 5 with TP + SP (the 34/t form): (s b h L / t)(34 + 5 a s / h) on stage 0 of a 1F1B pipeline with
+  // m >= p, because stage 0 keeps p micro-batches of L/p layers. Interleaved: times (1 + (p-1)/(p v)).
+  const Model m = load_model("gpt3-175b");
+  const System sys = load_system("dgx-a100");
+  Layout l;
+  l.tp = 8;
+  l.pp = 8;
+  l.dp = 1;
+  l.micro_batch = 1;
+  l.global_batch = 64;
+  l.schedule = "1f1b";
+  l.sequence_parallel = true;
+  l.attention = AttentionImpl::unfused;
+  const double s = 2048, h = 12288, a = 96, L = 96, t = 8;
+  const double eq5 = s * h * L / t * (34 + 5 * a * s / h);
+  const Estimate e = estimate(m, l, sys);
+  CHECK(e.memory[0].activations == doctest::Approx(eq5).epsilon(kExact));
+  l.schedule = "interleaved";
+  l.vpp = 3;
+  const Estimate ei = estimate(m, l, sys);
+  CHECK(ei.memory[0].activations == doctest::Approx(eq5 * (1 + 7.0 / (8 * 3))).epsilon(kExact));
+}
+
+TEST_CASE("FLOP conventions: Narayanan eq. 3 and Korthikanti eq. 7") {
+  const Model m = load_model("gpt3-175b");
+  const System sys = load_system("dgx-a100");
+  Layout l;
+  l.tp = 8;
+  l.pp = 8;
+  l.dp = 16;
+  l.vpp = 3;
+  l.schedule = "interleaved";
+  l.micro_batch = 1;
+  l.global_batch = 1536;
+  l.recompute = Recompute::full;
+  l.attention = AttentionImpl::unfused;
+  const Estimate e = estimate(m, l, sys);
+  const double B = 1536, s = 2048, L = 96, h = 12288, V = 51200;
+  const double eq3 = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h));
+  const double eq7 = 72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L));
+  CHECK(e.tflops_eq3_per_gpu * 1e12 * e.step_s * 1024 == doctest::Approx(eq3).epsilon(kTight));
+  CHECK(e.model_tflops_per_gpu * 1e12 * e.step_s * 1024 == doctest::Approx(eq7).epsilon(kTight));
+  // Full recompute: hardware FLOPs = model + one more forward of the layers = eq. 3's layer term.
+  CHECK(e.hfu > e.mfu);
+}
+
+TEST_CASE("pipeline closed forms with uniform stages") {
+  // 1F1B: (m + p - 1) C; interleaved: m C + (p - 1) C / v; ZB-1P bubble (p-1)(F + B - 2W) with B = I + W.
+  Layout l;
+  l.pp = 4;
+  l.dp = 1;
+  l.micro_batch = 1;
+  l.global_batch = 8;
+  const std::vector<double> f(4, 1.0), i(4, 1.0), w(4, 1.0);
+  l.schedule = "1f1b";
+  CHECK(pipeline_time(l, f, i, w) == doctest::Approx((8 + 3) * 3.0));
+  l.schedule = "interleaved";
+  l.vpp = 2;
+  CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0 + 3 * 3.0 / 2));
+  l.schedule = "zb1p";
+  l.vpp = 1;
+  CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0 + 3 * 1.0));
+  l.schedule = "zb2p";
+  CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0));
+}

@@ -1,0 +1,132 @@
+// Layout rules and System parsing.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "sim/layout.hpp"
+#include "sim/system.hpp"
+
+using namespace tessel;
+
+namespace {
+std::string infeasible(const Layout& l, const Model& m, int gpus) {
+  try {
+    check_layout(l, m, gpus);
+  } catch (const InfeasibleLayout& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Layout base() {
+  Layout l;
+  l.tp = 8;
+  l.pp = 8;
+  l.dp = 16;
+  l.vpp = 3;
+  l.schedule = "interleaved";
+  l.micro_batch = 1;
+  l.global_batch = 1536;
+  return l;
+}
+}  // namespace
+
+TEST_CASE("layout rules name the rule and the values") {
+  const Model m = load_model("gpt3-175b");
+  CHECK(infeasible(base(), m, 1024).empty());
+  Layout l = base();
+  l.tp = 5;
+  CHECK(infeasible(l, m, 5 * 8 * 16).find("tp 5 does not divide heads 96") != std::string::npos);
+  l = base();
+  CHECK(infeasible(l, m, 1000).find("is not the GPU count 1000") != std::string::npos);
+  l = base();
+  l.global_batch = 1000;
+  CHECK(infeasible(l, m, 1024).find("global batch 1000 is not divisible by micro_batch*dp = 16") != std::string::npos);
+  l = base();
+  l.vpp = 5;  // 96 layers over 40 stages
+  CHECK(infeasible(l, m, 1024).find("do not split evenly over pp*vpp = 40") != std::string::npos);
+  l = base();
+  l.vpp = 1;
+  CHECK(infeasible(l, m, 1024).find("interleaved needs vpp > 1") != std::string::npos);
+  l = base();
+  l.global_batch = 16 * 12;  // m = 12, not a multiple of pp 8
+  CHECK(infeasible(l, m, 1024).find("multiple of pp 8") != std::string::npos);
+  l = base();
+  l.schedule = "zbv";
+  CHECK(infeasible(l, m, 1024).find("exactly 2 stages per rank") != std::string::npos);
+  l.vpp = 2;
+  CHECK(infeasible(l, m, 1024).empty());
+  l.schedule = "dualpipev";
+  l.global_batch = 16 * 8;  // m = 8 < 2p = 16
+  CHECK(infeasible(l, m, 1024).find("dualpipev needs micro-batches m = 8 >= 2*pp = 16") != std::string::npos);
+  l = base();
+  l.stage_layers = {13, 12, 12, 12, 12, 12, 12, 12};
+  l.vpp = 1;
+  l.schedule = "1f1b";
+  CHECK(infeasible(l, m, 1024).find("stage_layers sum to 97") != std::string::npos);
+  l.stage_layers = {11, 12, 13, 12, 12, 12, 12, 12};
+  CHECK(infeasible(l, m, 1024).empty());
+  CHECK(l.first_layer_of_stage(3, m.layers) == 36);
+  l = base();
+  l.sequence_parallel = true;
+  l.tp = 1;
+  l.dp = 128;
+  CHECK(infeasible(l, m, 1024).find("sequence parallel needs tp > 1") != std::string::npos);
+}
+
+TEST_CASE("layout JSON is strict") {
+  std::string err;
+  try {
+    parse_layout(parse_json_text(R"({"tp":2,"micro_batch":1,"global_batch":8,"pipeline":4})", "l.json"), "l.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err == "l.json: pipeline: unknown key");
+  err.clear();
+  try {
+    parse_layout(parse_json_text(R"({"tp":0,"micro_batch":1,"global_batch":8})", "l.json"), "l.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("tp: value 0 is out of range [1,") != std::string::npos);
+  const Layout l = parse_layout(
+      parse_json_text(R"({"tp":2,"pp":4,"micro_batch":1,"global_batch":8,"schedule":"zbv","vpp":2})", "l.json"), "l.json");
+  CHECK(l.rank_of_stage(0) == 0);
+  CHECK(l.rank_of_stage(7) == 0);  // V placement: stage 2p-1-r on rank r
+  CHECK(l.rank_of_stage(4) == 3);
+  const Layout back = parse_layout(layout_to_json(l), "roundtrip");
+  CHECK(back.describe() == l.describe());
+}
+
+TEST_CASE("system presets load and bad system files are rejected") {
+  for (const auto& n : system_preset_names()) {
+    CAPTURE(n);
+    const System s = load_system(n);
+    CHECK(s.gpu.peak(Precision::bf16) > 0);
+    CHECK(s.node.intra_bw > 0);
+    // Round trip through JSON keeps every number.
+    const System back = parse_system(system_to_json(s), "roundtrip");
+    CHECK(back.gpu.memory_bw == doctest::Approx(s.gpu.memory_bw));
+    CHECK(back.net.nic_bw == doctest::Approx(s.net.nic_bw));
+  }
+  const System a100 = load_system("dgx-a100");
+  CHECK(a100.gpu.peak(Precision::bf16) == doctest::Approx(312e12));
+  Json j = system_to_json(a100);
+  j["node"]["intra_GBps"] = -1;
+  std::string err;
+  try {
+    parse_system(j, "s.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("s.json: node.intra_GBps: value -1 is out of range") != std::string::npos);
+  j = system_to_json(a100);
+  j["gpu"]["efficiency"].erase("gemm");
+  err.clear();
+  try {
+    parse_system(j, "s.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err == "s.json: gpu.efficiency.gemm: missing required key");
+}

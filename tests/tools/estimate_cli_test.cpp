@@ -1,0 +1,78 @@
+// `tessel estimate` and `tessel validate` from the command line: output, JSON, and bad input (exit 2 with a
+// one-line message naming the flag or file, the value and the rule; never a crash or a NaN).
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_util.hpp"
+
+using tessel::test::run_tessel;
+using tessel::test::write_temp;
+
+TEST_CASE("estimate: default run prints the table; --json is one JSON document") {
+  auto r = run_tessel({"estimate"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("step time") != std::string::npos);
+  CHECK(r.out.find("peak") != std::string::npos);
+  CHECK(r.out.find(" nan") == std::string::npos);
+  CHECK(r.out.find(" inf") == std::string::npos);
+  auto j = run_tessel({"estimate", "--json"});
+  REQUIRE(j.code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  CHECK(doc["gpus"] == 1024);
+  CHECK(doc["step_s"].get<double>() > 0);
+  CHECK(doc["memory_per_pipeline_rank"].size() == 8);
+}
+
+TEST_CASE("estimate: bad input exits 2 with the rule") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::string bad_json = write_temp("bad_model.json", "{\"name\": \"x\",\n \"layers\": }\n");
+  const std::string layout = write_temp("layout.json", R"({"tp":8,"micro_batch":1,"global_batch":8})");
+  const Case cases[] = {
+      {{"estimate", "--tp", "5", "--dp", "16"}, "tp 5 does not divide heads 96"},
+      {{"estimate", "--tp", "abc"}, "--tp: 'abc' is not an integer"},
+      {{"estimate", "--gpus", "1e30"}, "--gpus: '1e30' is not an integer"},
+      {{"estimate", "--gpus", "1000000000"}, "--gpus: 1000000000 is out of range"},
+      {{"estimate", "--mbs", "0"}, "--mbs: 0 is out of range"},
+      {{"estimate", "--model", "gpt5"}, "no such preset"},
+      {{"estimate", "--model", bad_json}, bad_json + ":2:"},
+      {{"estimate", "--system", "tpu-v9"}, "--system tpu-v9: no such preset"},
+      {{"estimate", "--schedule", "zigzag"}, "--schedule zigzag: unknown schedule"},
+      {{"estimate", "--layout", layout, "--tp", "2"}, "--tp: cannot be combined with --layout"},
+      {{"estimate", "--frobnicate"}, "unknown flag --frobnicate"},
+      {{"estimate", "--gpus", "1000"}, "--gpus 1000 is not divisible by tp*pp*cp = 64"},
+      {{"estimate", "--schedule", "zbv", "--vpp", "3"}, "zbv needs exactly 2 stages per rank"},
+      {{"estimate", "--precision", "fp8"}, "precision fp8 is not supported by A100"},
+  };
+  for (const auto& c : cases) {
+    auto r = run_tessel(c.args);
+    CAPTURE(c.args.back());
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+    CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
+  }
+}
+
+TEST_CASE("validate: rows file errors and a small file end to end") {
+  const std::string not_array = write_temp("rows.json", "{}");
+  auto r = run_tessel({"validate", not_array});
+  CHECK(r.code == 2);
+  CHECK(r.err.find("expected a JSON array of rows") != std::string::npos);
+  auto missing = run_tessel({"validate", "/nonexistent/rows.json"});
+  CHECK(missing.code == 2);
+  CHECK(missing.err.find("/nonexistent/rows.json: cannot open file") != std::string::npos);
+  const std::string rows = write_temp("rows2.json", R"([{"id":"r1","model":{"layers":48,"hidden":6144,"heads":64,
+    "vocab":51200,"seq_len":2048},"hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":8},
+    "layout":{"tp":8,"pp":1,"dp":1,"micro_batch":4,"global_batch":4,"schedule":"none","recompute":"full",
+    "sequence_parallel":false,"zero_stage":0,"precision":"fp16_or_bf16"},"measured":{"iteration_time_s":1.42}}])");
+  auto ok = run_tessel({"validate", rows, "--json"});
+  REQUIRE(ok.code == 0);
+  const auto doc = nlohmann::json::parse(ok.out);
+  REQUIRE(doc["rows"].size() == 1);
+  CHECK(doc["rows"][0]["metric"] == "iteration_time_s");
+  CHECK(doc["mape_pct"].contains("iteration_time_s"));
+}
