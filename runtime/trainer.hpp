@@ -51,6 +51,8 @@ class Trainer {
   StepStats step();
 
   int steps_done() const { return optimizer_->steps_done(); }
+  const Model& model() const { return model_; }
+  const Layout& layout() const { return layout_; }
   Recorder& recorder() { return rec_; }
   ParamStore& params() { return store_; }
   DistributedOptimizer& optimizer() { return *optimizer_; }

@@ -1,9 +1,179 @@
-// tessel run
+// tessel run: train the GPT for real on the CPU runtime (ranks as threads, or MPI processes under mpirun),
+// print per-step loss, step time and tokens/s; optionally write a measured trace and recovery checkpoints.
+#include <cstdio>
+#include <iostream>
+#include <mutex>
+
+#include "kernels/cpu/gemm.hpp"
+#include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/comm/thread_comm.hpp"
+#include "runtime/trainer_checkpoint.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "traces/chrome.hpp"
+#ifdef TESSEL_HAVE_MPI
+#include "runtime/comm/mpi_comm.hpp"
+#endif
 
 namespace tessel::cmd {
 
-int run(const Args&) { throw InputError("tessel run: not built yet in this version"); }
+namespace {
+
+std::vector<cli::OptionSpec> run_options() {
+  return {
+      {"--backend", true, "cpu (cuda: not in this build) [cpu]"},
+      {"--model", true, "model preset or JSON file [tiny]"},
+      {"--layout", true, "layout JSON file (instead of the layout flags)"},
+      {"--tp", true, "tensor-parallel size [1]"},
+      {"--pp", true, "pipeline-parallel size [1]"},
+      {"--dp", true, "data-parallel size [1]"},
+      {"--vpp", true, "stages per pipeline rank [2 for interleaved/looped-bfs/zbv/dualpipev, else 1]"},
+      {"--mbs", true, "micro-batch size [1]"},
+      {"--gbs", true, "global batch size [mbs * dp * 2 * pp]"},
+      {"--schedule", true, "pipeline schedule generator [1f1b]"},
+      {"--recompute", true, "none|selective|full [none]"},
+      {"--recompute-method", true, "uniform|block [uniform]"},
+      {"--recompute-layers", true, "full recompute: layers per block (uniform) or recomputed per stage (block) [all]"},
+      {"--sp", false, "sequence parallelism (tp > 1)"},
+      {"--zero", true, "0 none, 1 distributed optimizer, 2, 3 (same arithmetic as 1 here) [0]"},
+      {"--steps", true, "optimizer steps to run [10]"},
+      {"--seed", true, "seed of initialisation and synthetic data [1234]"},
+      {"--lr", true, "AdamW learning rate [1e-3]"},
+      {"--data", true, "train on this file's bytes (vocab >= 256) instead of synthetic tokens"},
+      {"--trace", true, "write the measured Chrome trace here"},
+      {"--save-every", true, "save a recovery checkpoint every N steps (needs --checkpoint-dir)"},
+      {"--checkpoint-dir", true, "folder of recovery checkpoints"},
+      {"--resume", true, "resume from the newest checkpoint in this folder"},
+  };
+}
+
+Layout read_layout(const cli::CommandLine& cl) {
+  const char* flags[] = {"--tp", "--pp", "--dp", "--vpp", "--mbs", "--gbs", "--schedule", "--recompute",
+                         "--recompute-method", "--recompute-layers", "--sp", "--zero"};
+  Layout l;
+  if (auto path = cl.get("--layout")) {
+    for (const char* f : flags)
+      if (cl.has(f)) throw InputError(std::string(f) + ": cannot be combined with --layout " + *path);
+    l = parse_layout(parse_json_file(*path), *path);
+  } else {
+    l.tp = static_cast<int>(cl.get_int("--tp", 1, 4096).value_or(1));
+    l.pp = static_cast<int>(cl.get_int("--pp", 1, 4096).value_or(1));
+    l.dp = static_cast<int>(cl.get_int("--dp", 1, 4096).value_or(1));
+    l.schedule = cl.get_or("--schedule", "1f1b");
+    const bool two = l.schedule == "interleaved" || l.schedule == "looped-bfs" || l.schedule == "zbv" ||
+                     l.schedule == "dualpipev";
+    l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(two && l.pp > 1 ? 2 : 1));
+    l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
+    l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(l.micro_batch * l.dp * 2 * l.pp * l.vpp));
+    l.recompute = parse_recompute(cl.get_or("--recompute", "none"), "--recompute");
+    const std::string method = cl.get_or("--recompute-method", "uniform");
+    if (method != "uniform" && method != "block")
+      throw InputError("--recompute-method " + method + ": must be uniform or block");
+    l.recompute_method = method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
+    l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 0, 1 << 20).value_or(0));
+    l.sequence_parallel = cl.flag("--sp");
+    l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
+  }
+  l.precision = Precision::fp32;  // the CPU runtime computes in fp32
+  return l;
+}
+
+struct RunConfig {
+  Model model;
+  Layout layout;
+  rt::TrainOptions opt;
+  int steps = 10;
+  int save_every = 0;
+  std::string checkpoint_dir, resume, trace_path;
+};
+
+// One rank's whole run; rank 0 prints. Returns this rank's trace events.
+void run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0, trace::Trace& out, std::mutex& mu) {
+  rt::Trainer t(c.model, c.layout, c.opt, world, t0);
+  if (!c.resume.empty()) rt::load_checkpoint(t, c.resume, c.opt.seed);
+  const double tokens = static_cast<double>(c.layout.global_batch) * c.model.seq_len;
+  const bool talk = world.rank() == 0;
+  if (talk)
+    std::printf("tessel run: %s, %s, %d rank(s) as %s, gemm %s, data %s%s\n", c.model.name.c_str(),
+                c.layout.describe().c_str(), world.size(), world.backend().c_str(),
+                kernels::cpu::gemm_backend().c_str(), c.opt.data_file.empty() ? "synthetic" : c.opt.data_file.c_str(),
+                c.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done())).c_str());
+  while (t.steps_done() < c.steps) {
+    const rt::StepStats s = t.step();
+    if (talk)
+      std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s\n", s.step + 1, s.loss,
+                  s.grad_norm, s.seconds * 1e3, tokens / s.seconds);
+    if (c.save_every > 0 && t.steps_done() % c.save_every == 0) rt::save_checkpoint(t, c.checkpoint_dir, c.opt.seed);
+  }
+  if (talk) std::printf("peak activation memory on rank 0: %.3f MiB\n", t.recorder().peak_bytes() / 1048576.0);
+  std::lock_guard<std::mutex> lk(mu);
+  auto& ev = t.recorder().events();
+  out.events.insert(out.events.end(), ev.begin(), ev.end());
+  out.process_names[world.rank()] = t.process_name();
+  out.counters.push_back({world.rank(), "peak_activation_MiB", 0.0, t.recorder().peak_bytes() / 1048576.0});
+}
+
+}  // namespace
+
+int run(const Args& args) {
+  cli::CommandLine cl("run", args, run_options(), 0);
+  if (cl.help_requested()) {
+    std::cout << cl.usage();
+    return 0;
+  }
+  const std::string backend = cl.get_or("--backend", "cpu");
+  if (backend == "cuda")
+    throw InputError("--backend cuda: not available in this build (the CUDA runtime is not built yet); use --backend cpu");
+  if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu)");
+  RunConfig c;
+  c.model = load_model(cl.get_or("--model", "tiny"));
+  c.layout = read_layout(cl);
+  c.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
+  c.opt.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
+  if (auto lr = cl.get_double("--lr", 0.0, 10.0)) c.opt.optimizer.adamw.lr = static_cast<float>(*lr);
+  c.opt.data_file = cl.get_or("--data", "");
+  c.trace_path = cl.get_or("--trace", "");
+  c.opt.record_trace = !c.trace_path.empty();
+  c.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
+  c.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
+  c.resume = cl.get_or("--resume", "");
+  if (c.save_every > 0 && c.checkpoint_dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
+  if (!c.checkpoint_dir.empty() && c.save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
+  if (!c.trace_path.empty()) check_writable(c.trace_path, "--trace");
+  rt::check_runnable(c.model, c.layout);
+  if (!c.opt.data_file.empty()) (void)rt::TokenStream::from_file(c.opt.data_file, c.model.vocab);  // fail early
+  if (!c.resume.empty()) {
+    rt::CheckpointReader r(c.resume);  // verifies checksums before any rank starts
+    r.check_model(model_to_json(c.model));
+  }
+
+  kernels::cpu::gemm_set_single_thread();
+  trace::Trace tr;
+  std::mutex mu;
+  const auto t0 = rt::Recorder::Clock::now();
+  bool under_mpi = false;
+#ifdef TESSEL_HAVE_MPI
+  under_mpi = rt::launched_by_mpirun();
+  if (under_mpi) rt::run_mpi([&](rt::Comm& world) { run_rank(c, world, t0, tr, mu); });
+#endif
+  if (!under_mpi) rt::run_threads(c.layout.gpus(), [&](rt::Comm& world) { run_rank(c, world, t0, tr, mu); });
+  if (!c.trace_path.empty()) {
+    std::stable_sort(tr.events.begin(), tr.events.end(),
+                     [](const trace::OpEvent& a, const trace::OpEvent& b) { return a.rank < b.rank; });
+    tr.other_data["model"] = model_to_json(c.model);
+    tr.other_data["layout"] = layout_to_json(c.layout);
+    tr.other_data["schedule"] = c.layout.schedule;
+    tr.other_data["system"] = "cpu";
+    tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
+    // Under mpirun each process writes its own ranks' events to PATH.rank<R>.
+    std::string path = c.trace_path;
+    if (under_mpi && !tr.process_names.empty()) path += ".rank" + std::to_string(tr.process_names.begin()->first);
+    trace::write_chrome_trace(tr, path);
+    std::printf("trace: %s (%zu events)\n", path.c_str(), tr.events.size());
+  }
+  return 0;
+}
 
 }  // namespace tessel::cmd
