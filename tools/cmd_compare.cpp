@@ -1,9 +1,172 @@
-// tessel compare
+// tessel compare A B: align two traces op by op (Tessel traces), or compare per-step summaries when one
+// side is a PyTorch profiler (Kineto) trace. A is the reference: errors are (B - A) / A. Exit 0 even when
+// they differ, 1 when --max-error is given and |step-time error| exceeds it, 2 on bad input.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "traces/chrome.hpp"
+#include "traces/compare.hpp"
+#include "traces/event_reader.hpp"
+#include "traces/kineto.hpp"
+#include "traces/summary.hpp"
+#include "traces/svg.hpp"
 
 namespace tessel::cmd {
 
-int compare(const Args&) { throw InputError("tessel compare: not built yet in this version"); }
+namespace {
+
+using Loaded = std::variant<trace::Trace, trace::kineto::KinetoTrace>;
+
+// The format is decided by content, not by name: Kineto's marks (schemaVersion, kernel/cpu_op events).
+Loaded load(const std::string& path) {
+  std::string bytes = trace::read_trace_bytes(path);
+  if (trace::kineto::sniff_kineto(bytes)) return trace::kineto::parse_kineto(bytes, path);
+  return trace::parse_chrome_trace(bytes, path);
+}
+
+void print_op_comparison(const trace::Comparison& c, const trace::Trace& a, const trace::Trace& b) {
+  std::printf("step time   A %12.3f us   B %12.3f us   error %+.2f%%\n", c.step_a_us, c.step_b_us, c.step_error_pct);
+  std::printf("ops         A %zu   B %zu   matched %zu   only in A %zu   only in B %zu\n\n", c.events_a, c.events_b,
+              c.matched, c.unmatched_a.size(), c.unmatched_b.size());
+  if (!c.meta_diffs.empty()) {
+    std::printf("otherData differs (compared what aligns anyway):\n");
+    for (const auto& d : c.meta_diffs) std::printf("  %-32s A %s   B %s\n", d.path.c_str(), d.a.c_str(), d.b.c_str());
+    std::printf("\n");
+  }
+  std::printf("%-20s %8s %14s %14s %12s %12s\n", "op kind", "matched", "total A us", "total B us", "median err%", "p90 |err|%");
+  for (const auto& k : c.kinds) {
+    std::printf("%-20s %8zu %14.3f %14.3f %+12.2f %12.2f\n", k.op.c_str(), k.matched, k.total_a_us, k.total_b_us,
+                k.median_error_pct, k.p90_abs_error_pct);
+  }
+  std::printf("\n%-6s %12s %12s %12s | %12s %12s %12s\n", "rank", "busy A us", "bubble A", "exp.comm A", "busy B us",
+              "bubble B", "exp.comm B");
+  for (std::size_t i = 0; i < std::max(c.ranks_a.size(), c.ranks_b.size()); ++i) {
+    auto cell = [](const std::vector<trace::RankStats>& v, std::size_t i) {
+      char buf[64];
+      if (i >= v.size()) return std::string(38, ' ');
+      std::snprintf(buf, sizeof buf, "%12.3f %12.3f %12.3f", v[i].busy_us, v[i].bubble_us, v[i].exposed_comm_us);
+      return std::string(buf);
+    };
+    int rank = i < c.ranks_a.size() ? c.ranks_a[i].rank : c.ranks_b[i].rank;
+    std::printf("%-6d %s | %s\n", rank, cell(c.ranks_a, i).c_str(), cell(c.ranks_b, i).c_str());
+  }
+  if (!c.top.empty()) {
+    std::printf("\nlargest differences (B - A):\n");
+    for (const auto& d : c.top) {
+      const auto& e = a.events[d.a];
+      std::printf("  rank %-4d %-28s %12.3f -> %12.3f us  (%+.3f)\n", e.rank, e.name.c_str(), e.dur_us,
+                  b.events[d.b].dur_us, d.delta_us);
+    }
+  }
+  for (int side = 0; side < 2; ++side) {
+    const auto& only = side == 0 ? c.only_in_a : c.only_in_b;
+    for (const auto& o : only) {
+      std::printf("%s only in %c: %zu x %s (e.g. %s)\n", side == 0 && &o == &only.front() ? "\n" : "", side == 0 ? 'A' : 'B',
+                  o.count, o.op.c_str(), o.examples.front().c_str());
+    }
+  }
+}
+
+void print_summary(const trace::TraceSummary& a, const trace::TraceSummary& b) {
+  std::printf("not comparable op by op (%s vs %s): per-step summaries, per rank\n\n", a.source.c_str(), b.source.c_str());
+  auto row = [](const char* name, double x, double y) {
+    std::printf("%-22s %14.3f %14.3f %+10.2f%%\n", name, x, y, x > 0 ? (y - x) / x * 100 : 0.0);
+  };
+  std::printf("%-22s %14s %14s %11s\n", "", "A us", "B us", "error");
+  row("step time", a.step_us, b.step_us);
+  row("compute busy", a.compute_us, b.compute_us);
+  row("communication", a.comm_us, b.comm_us);
+  row("exposed comm", a.exposed_comm_us, b.exposed_comm_us);
+  for (int side = 0; side < 2; ++side) {
+    const auto& s = side == 0 ? a : b;
+    std::printf("\n%c (%s, %d rank(s), %d step(s)): time per category per step\n", side == 0 ? 'A' : 'B', s.source.c_str(),
+                s.ranks, s.steps);
+    for (const auto& c : s.categories) std::printf("  %-20s %10.1f x %14.3f us\n", c.name.c_str(), c.count, c.total_us);
+  }
+}
+
+trace::Trace as_trace(const Loaded& l) {
+  if (auto* t = std::get_if<trace::Trace>(&l)) return *t;
+  return trace::kineto::to_trace(std::get<trace::kineto::KinetoTrace>(l));
+}
+
+trace::TraceSummary summary_of(const Loaded& l) {
+  if (auto* t = std::get_if<trace::Trace>(&l)) return trace::summarize(*t);
+  return trace::summarize(std::get<trace::kineto::KinetoTrace>(l));
+}
+
+}  // namespace
+
+int compare(const Args& args) {
+  cli::CommandLine cl("compare", args,
+                      {{"--json", false, "print one JSON document instead of tables"},
+                       {"--svg", true, "write both timelines, one above the other, to this SVG file"},
+                       {"--max-error", true, "exit 1 when |step-time error| exceeds this many percent"},
+                       {"--top", true, "how many of the largest op differences to list (default 10)"}},
+                      2);
+  if (cl.help_requested()) {
+    std::cout << cl.usage()
+              << "\nA.json B.json: Tessel traces (Chrome JSON, optionally gzip) align op by op; a PyTorch profiler\n"
+                 "trace on either side gives a per-step summary comparison. A is the reference: error = (B - A) / A.\n";
+    return 0;
+  }
+  if (cl.positional().size() != 2) {
+    throw InputError("compare: expected two traces, A and B, got " + std::to_string(cl.positional().size()) + " arguments");
+  }
+  auto svg = cl.get("--svg");
+  if (svg) check_writable(*svg, "--svg");
+  auto max_error = cl.get_double("--max-error", 0, 1e9);
+  auto top = static_cast<std::size_t>(cl.get_int("--top", 0, 100000).value_or(10));
+  const std::string& pa = cl.positional()[0];
+  const std::string& pb = cl.positional()[1];
+  Loaded la = load(pa), lb = load(pb);
+
+  double step_error = 0;
+  bool op_by_op = std::holds_alternative<trace::Trace>(la) && std::holds_alternative<trace::Trace>(lb);
+  trace::Comparison c;
+  if (op_by_op) {
+    const auto& a = std::get<trace::Trace>(la);
+    const auto& b = std::get<trace::Trace>(lb);
+    c = trace::compare_traces(a, b, top);
+    step_error = c.step_error_pct;
+    if (cl.flag("--json")) {
+      auto j = trace::to_json(c, a, b);
+      j["mode"] = "op_by_op";
+      j["a"] = pa;
+      j["b"] = pb;
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_op_comparison(c, a, b);
+    }
+  } else {
+    auto sa = summary_of(la), sb = summary_of(lb);
+    auto j = trace::summary_json(sa, sb);
+    step_error = j["step_error_pct"].get<double>();
+    if (cl.flag("--json")) std::cout << j.dump(2) << "\n";
+    else print_summary(sa, sb);
+  }
+  if (svg) {
+    trace::Trace a = as_trace(la), b = as_trace(lb);
+    if (!op_by_op) {
+      c = trace::Comparison{};  // nothing aligns: draw both, highlight nothing
+      c.step_a_us = trace::trace_end_us(a) - trace::trace_begin_us(a);
+      c.step_b_us = trace::trace_end_us(b) - trace::trace_begin_us(b);
+    }
+    write_file_atomic(*svg, trace::compare_svg(a, pa, b, pb, c, trace::SvgOptions{}));
+  }
+  if (max_error && std::fabs(step_error) > *max_error) {
+    std::cerr << "tessel compare: step-time error " << step_error << "% exceeds --max-error " << *max_error << "%\n";
+    return 1;
+  }
+  return 0;
+}
 
 }  // namespace tessel::cmd

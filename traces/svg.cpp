@@ -215,7 +215,10 @@ double draw_panel(std::string& o, const Trace& t, double y0, const Axis& ax, con
   for (auto& [rank, streams] : lanes) {
     auto pn = t.process_names.find(rank);
     std::string label = pn != t.process_names.end() ? pn->second : "rank " + std::to_string(rank);
-    o += "<text x=\"8\" y=\"" + fmt("%.1f", y + 11) + "\" font-weight=\"bold\">" + esc(label) + "</text>\n";
+    // Long names would run into the lane labels: cut them, and keep the whole name as a tooltip.
+    std::string shown = label.size() > 17 ? label.substr(0, 16) + "…" : label;
+    o += "<text x=\"8\" y=\"" + fmt("%.1f", y + 11) + "\" font-weight=\"bold\"><title>" + esc(label) + "</title>" +
+         esc(shown) + "</text>\n";
     for (auto& [stream, idx] : streams) {
       o += "<text x=\"" + fmt("%.1f", kLeft - 8) + "\" y=\"" + fmt("%.1f", y + 11) + "\" text-anchor=\"end\" font-size=\"10\" fill=\"#666666\">" +
            stream_name(static_cast<Stream>(stream)) + "</text>\n";

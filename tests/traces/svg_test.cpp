@@ -42,7 +42,7 @@ TEST_CASE("a 1F1B timeline: one lane per used stream, legend, axis, memory curve
   CHECK(svg.find("time (µs)") != std::string::npos);
   CHECK(svg.find("rank 3 (stage 3)") != std::string::npos);
   // Every op is wide enough to be its own rectangle here: 4 x 8 x 2 compute + 2 x 3 x 8 x 2 transfers.
-  CHECK(count(svg, "<title>") == 4 * 8 * 2 + 2 * 3 * 8 * 2);
+  CHECK(count(svg, "</title></rect>") == 4 * 8 * 2 + 2 * 3 * 8 * 2);
   CHECK(timeline_svg(t, opt) == svg);  // deterministic
   if (const char* out = std::getenv("TESSEL_SVG_OUT")) write_file_atomic(std::string(out) + "/timeline.svg", svg);
 }
@@ -60,7 +60,7 @@ TEST_CASE("big traces merge sub-pixel events, so the SVG stays small") {
   CHECK(rects < 64 * 2 * 2 * 1430);
   CHECK(rects < t.events.size() / 2);
   CHECK(svg.size() < 8'000'000);
-  CHECK(count(svg, "<title>") == 0);  // no tooltips beyond the limit
+  CHECK(count(svg, "</title></rect>") == 0);  // no tooltips beyond the limit
 }
 
 TEST_CASE("compare timeline: both traces, differences outlined") {

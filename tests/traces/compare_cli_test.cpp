@@ -1,0 +1,91 @@
+// `tessel compare` end to end: exit codes, --json, --svg, --max-error, Kineto input, bad input.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/test_paths.hpp"
+#include "tests/traces/trace_fixtures.hpp"
+#include "traces/chrome.hpp"
+
+using namespace tessel;
+
+namespace {
+
+struct Run {
+  int rc;
+  std::string out;
+};
+
+Run tessel_compare(const std::string& args) {
+  std::string out = test::temp_path("cli-stdout.txt");
+  std::string cmd = "\"" + test::tessel_exe() + "\" compare " + args + " > \"" + out + "\" 2>&1";
+  int status = std::system(cmd.c_str());
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ss.str()};
+}
+
+}  // namespace
+
+TEST_CASE("tessel compare: exit codes, JSON and SVG") {
+  auto a = test::two_stage_trace();
+  auto b = a;
+  b.events[11].dur_us = 30;  // step 112 -> 122 µs: +8.93%
+  std::string pa = test::temp_path("cli-a.json"), pb = test::temp_path("cli-b.json"), svg = test::temp_path("cli.svg");
+  trace::write_chrome_trace(a, pa);
+  trace::write_chrome_trace(b, pb);
+
+  Run same = tessel_compare(pa + " " + pa + " --max-error 0.001");
+  CHECK(same.rc == 0);
+  Run diff = tessel_compare(pa + " " + pb);
+  CHECK(diff.rc == 0);  // differing is not an error
+  CHECK(diff.out.find("error +8.93%") != std::string::npos);
+  CHECK(tessel_compare(pa + " " + pb + " --max-error 9").rc == 0);
+  CHECK(tessel_compare(pa + " " + pb + " --max-error 8").rc == 1);
+
+  std::filesystem::remove(svg);
+  Run js = tessel_compare(pa + " " + pb + " --json --svg " + svg);
+  REQUIRE(js.rc == 0);
+  auto j = nlohmann::json::parse(js.out);  // stdout holds one JSON document and nothing else
+  CHECK(j["mode"] == "op_by_op");
+  CHECK(j["step_us"]["error_pct"].get<double>() == doctest::Approx(10.0 / 112 * 100));
+  CHECK(std::filesystem::file_size(svg) > 1000);
+}
+
+TEST_CASE("tessel compare: bad input exits 2 with the file named") {
+  std::string bad = test::temp_path("cli-bad.json"), empty = test::temp_path("cli-empty.json");
+  std::ofstream(bad) << "this is not json";
+  std::ofstream(empty) << "[]";
+  Run r = tessel_compare(bad + " " + bad);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find(bad + ":1:2: malformed JSON") != std::string::npos);
+  r = tessel_compare(empty + " " + empty);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find("empty trace") != std::string::npos);
+  CHECK(tessel_compare(bad).rc == 2);  // one trace only
+  CHECK(tessel_compare("/nonexistent/a.json /nonexistent/b.json").rc == 2);
+}
+
+TEST_CASE("tessel compare: a PyTorch profiler trace gives the summary comparison") {
+  std::string shared = test::shared_dir();
+  auto k = std::filesystem::path(shared) / "traces" / "kineto" / "nccl_parser_config__nccl_data.json.gz";
+  if (shared.empty() || !std::filesystem::exists(k)) {
+    MESSAGE("skipped: ../shared/traces/kineto is absent");
+    return;
+  }
+  std::string pa = test::temp_path("cli-sim.json");
+  trace::write_chrome_trace(test::two_stage_trace(), pa);
+  Run r = tessel_compare(pa + " " + k.string() + " --json");
+  REQUIRE(r.rc == 0);
+  auto j = nlohmann::json::parse(r.out);
+  CHECK(j["mode"] == "summary");
+  CHECK(j["b"]["source"] == "pytorch profiler");
+  CHECK(j["b"]["steps"] == 3);
+  // 15 all-reduces and 6 broadcasts over 3 steps: 7 NCCL kernels per step.
+  CHECK(j["b"]["categories"]["nccl"]["count"].get<double>() == doctest::Approx(7));
+}
