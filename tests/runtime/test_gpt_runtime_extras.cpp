@@ -1,0 +1,103 @@
+// Recovery-checkpoint resume, the measured trace's op identities, and the activation-memory tracker.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "runtime/comm/thread_comm.hpp"
+#include "runtime/trainer_checkpoint.hpp"
+#include "tests/runtime/runtime_test_util.hpp"
+
+using namespace tessel;
+using namespace tessel::test;
+
+namespace {
+
+// Runs `steps` steps of layout l (optionally resuming from / saving to dir) and returns the losses.
+std::vector<double> run(const Layout& l, int steps, const std::string& resume, const std::string& save) {
+  std::vector<double> losses;
+  std::mutex mu;
+  rt::run_threads(l.gpus(), [&](rt::Comm& world) {
+    rt::Trainer t(micro_gpt(), l, {}, world, rt::Recorder::Clock::now());
+    if (!resume.empty()) rt::load_checkpoint(t, resume, 1234);
+    std::vector<double> mine;
+    for (int i = 0; i < steps; ++i) mine.push_back(t.step().loss);
+    if (!save.empty()) rt::save_checkpoint(t, save, 1234);
+    std::lock_guard<std::mutex> lk(mu);
+    if (world.rank() == 0) losses = mine;
+  });
+  return losses;
+}
+
+std::string fresh_dir(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() / ("tessel_rt_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+}  // namespace
+
+TEST_CASE("resume continues with bit-identical losses on the same layout and within 1e-5 on another") {
+  // Same layout: the checkpoint holds parameters and Adam moments exactly and the data is a function of the
+  // step, so steps 3-4 after a resume must equal steps 3-4 of an uninterrupted run bit for bit.
+  Layout a = layout(2, 2, 1, "1f1b", 1, 8);
+  a.zero_stage = 0;
+  const auto whole = run(a, 4, "", "");
+  const std::string dir = fresh_dir("resume");
+  run(a, 2, "", dir);
+  const auto resumed = run(a, 2, dir, "");
+  REQUIRE(resumed.size() == 2u);
+  CHECK(resumed[0] == whole[2]);
+  CHECK(resumed[1] == whole[3]);
+  // Another layout (tp1 pp4 dp2, ZeRO-1): resharded on load; fp32 reordering only, so 1e-5 relative.
+  Layout b = layout(1, 4, 2, "1f1b", 1, 8);
+  b.zero_stage = 1;
+  const auto other = run(b, 2, dir, "");
+  CHECK(rel_err(other[0], whole[2]) < 1e-5);
+  CHECK(rel_err(other[1], whole[3]) < 1e-5);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the measured trace names every compute op with its stage, chunk and micro-batch, and pairs p2p ops") {
+  // pp 2 x vpp 2 zbv with 4 micro-batches: each of the 4 stages runs F, I and W once per micro-batch;
+  // every send has one recv with the same flow id.
+  Layout l = layout(1, 2, 1, "zbv", 2, 4);
+  rt::TrainOptions opt;
+  opt.record_trace = true;
+  const auto r = rt::train_threads(micro_gpt(), l, opt, 1);
+  std::map<std::string, int> per_op;
+  std::map<std::int64_t, int> flows;
+  for (const auto& e : r.trace.events) {
+    if (e.op == "forward" || e.op == "input_grad" || e.op == "weight_grad" || e.op == "backward") {
+      CHECK(e.stage >= 0);
+      CHECK(e.chunk >= 0);
+      CHECK(e.mb >= 0);
+      CHECK(e.layer_end - e.layer_begin == 2);  // 8 layers over 4 stages
+      ++per_op[e.op];
+    }
+    if (e.op == "send" || e.op == "recv") ++flows[e.flow_id];
+  }
+  CHECK(per_op["forward"] == 16);
+  CHECK(per_op["input_grad"] + per_op["backward"] == 16);
+  CHECK(per_op["weight_grad"] + per_op["backward"] == 16);
+  for (const auto& [id, n] : flows) CHECK(n == 2);
+  CHECK(!flows.empty());
+  CHECK(r.trace.process_names.size() == 2u);
+}
+
+TEST_CASE("activation memory: selective keeps less than none, full less than selective") {
+  // Selective drops the b*H*s*s probabilities per layer; full keeps only each block's input, so the peaks
+  // must be strictly ordered on the same layout and schedule.
+  std::int64_t peak[3];
+  int i = 0;
+  for (Recompute rc : {Recompute::none, Recompute::selective, Recompute::full}) {
+    Layout l = layout(1, 2, 1, "1f1b", 1, 8);
+    l.recompute = rc;
+    l.recompute_layers = 1;
+    peak[i++] = rt::train_threads(micro_gpt(), l, {}, 1).peak_activation_bytes[0];
+  }
+  MESSAGE("peak activation bytes none/selective/full: " << peak[0] << " " << peak[1] << " " << peak[2]);
+  CHECK(peak[0] > peak[1]);
+  CHECK(peak[1] > peak[2]);
+}
