@@ -149,7 +149,9 @@ Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
   c.kinds = kind_stats(a, b, c.pairs);
   c.ranks_a = rank_stats(a);
   c.ranks_b = rank_stats(b);
-  c.top = c.pairs;
+  for (const auto& p : c.pairs) {
+    if (p.delta_us != 0) c.top.push_back(p);  // an unchanged op contributes nothing
+  }
   std::stable_sort(c.top.begin(), c.top.end(), [](const OpDelta& x, const OpDelta& y) { return std::fabs(x.delta_us) > std::fabs(y.delta_us); });
   if (c.top.size() > top_n) c.top.resize(top_n);
   c.only_in_a = group_unmatched(a, c.unmatched_a);
