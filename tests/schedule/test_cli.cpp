@@ -1,0 +1,60 @@
+// `tessel schedule` end to end: exit codes 0 / 1 / 2, files written, the SVG timeline.
+#include <doctest/doctest.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include <unistd.h>
+
+#include "models/util/atomic_file.hpp"
+#include "models/util/json_reader.hpp"
+#include "tests/test_paths.hpp"
+
+namespace {
+
+int run(const std::string& args, const std::string& out_file) {
+  const std::string cmd = tessel::test::tessel_exe() + " schedule " + args + " > " + out_file + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt";
+  const std::string regress = tessel::test::source_root() + "/tests/golden/schedules/regressions/deadlock_172668.csv";
+
+  CHECK(run("gen 1f1b --pp 4 --mb 8 -o " + d + "/a.csv", log) == 0);
+  CHECK(std::filesystem::exists(d + "/a.meta.json"));
+  CHECK(run("gen zbv --pp 4 --mb 8 --vpp 2 --lower -o " + d + "/b.csv", log) == 0);
+  CHECK(run("validate " + d + "/a.csv --comm blocking", log) == 0);
+  CHECK(run("validate " + d + "/b.csv --mem-limit 100", log) == 0);
+  // Invalid schedule: exit 1 with the violation listed.
+  CHECK(run("validate " + regress + " --comm blocking", log) == 1);
+  CHECK(tessel::read_text_file(log).find("[deadlock]") != std::string::npos);
+  CHECK(run("validate " + regress + " --comm eager", log) == 0);
+  CHECK(run("validate " + d + "/a.csv --mem-limit 2", log) == 1);
+  // Bad input: exit 2.
+  CHECK(run("gen zbv --pp 4 --mb 8", log) == 2);
+  CHECK(tessel::read_text_file(log).find("exactly 2 stages per rank") != std::string::npos);
+  CHECK(run("validate " + d + "/missing.csv", log) == 2);
+  CHECK(run("validate " + d + "/a.csv --comm sometimes", log) == 2);
+  tessel::write_file_atomic(d + "/bad.csv", "0F0,2BW0\n");
+  CHECK(run("validate " + d + "/bad.csv", log) == 2);
+  CHECK(run("frobnicate", log) == 2);
+  // show: ASCII to stdout and an SVG file.
+  CHECK(run("show " + d + "/a.csv --svg " + d + "/a.svg", log) == 0);
+  CHECK(tessel::read_text_file(log).find("rank 3   |...F") != std::string::npos);
+  CHECK(tessel::read_text_file(d + "/a.svg").rfind("<svg", 0) == 0);
+  // diff: 0 identical, 1 different.
+  CHECK(run("diff " + d + "/a.csv " + d + "/a.csv", log) == 0);
+  CHECK(run("gen gpipe --pp 4 --mb 8 -o " + d + "/g.csv", log) == 0);
+  CHECK(run("diff " + d + "/a.csv " + d + "/g.csv", log) == 1);
+  CHECK(tessel::read_text_file(log).find("rank 0: first difference at #4: 0B0 vs 0F4") != std::string::npos);
+  std::filesystem::remove_all(tmp);
+}

@@ -1,0 +1,151 @@
+// CSV token grammar, canonical form, JSON sidecar, golden CSVs and PyTorch's own schedule CSVs.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "models/util/atomic_file.hpp"
+#include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
+#include "sched_test_util.hpp"
+#include "sim/schedule/diff.hpp"
+#include "tests/test_paths.hpp"
+
+using namespace tessel::sched;
+using tessel::InputError;
+using tessel::test::params;
+using tessel::test::violations_text;
+
+TEST_CASE("token grammar: PyTorch's lowering round-trip tokens") {
+  // TestScheduleLowering parse round-trip list.
+  for (const char* t : {"1F0", "2I1", "0W3", "0B3", "1UNSHARD", "3RESHARD", "2SEND_B2", "1RECV_F1", "0REDUCE_GRAD",
+                        "(0F7;7B3)OVERLAP_F_B", "(1F2;5I0)OVERLAP_F_B"})
+    CHECK(parse_token(t, "t").token() == t);
+  const Action a = parse_token("12SEND_F345", "t");
+  CHECK(a.type == ActionType::SEND_F);
+  CHECK(a.stage == 12);
+  CHECK(a.mb == 345);
+  // Canonical form: no leading zeros, F first inside OVERLAP_F_B.
+  CHECK(parse_token("007F01", "t").token() == "7F1");
+  CHECK(parse_token("(7B3;0F7)OVERLAP_F_B", "t").token() == "(0F7;7B3)OVERLAP_F_B");
+}
+
+TEST_CASE("regression: tokens that only prefix-match are rejected") {
+  // PyTorch's regex `match` reads 2BW0 as (2, B, None) silently.
+  CHECK_THROWS_WITH_AS(parse_token("2BW0", "f.csv:1:3"), doctest::Contains("f.csv:1:3: token '2BW0': unknown action type 'BW'"),
+                       InputError);
+  for (const char* bad : {"F1", "1F", "1F1x", "1f1", "1 F1", "1SEND_X0", "(0F1)OVERLAP_F_B", "(0F1;1B0)OVERLAP_F_BX",
+                          "(0F1;1F0)OVERLAP_F_B", "(0B1;1W0)OVERLAP_F_B", "1F99999999999"})
+    CHECK_THROWS_AS(parse_token(bad, "t"), InputError);
+  // The older dialect, asked for explicitly: BW = full backward, B = input grad.
+  CHECK(parse_token("2BW0", "t", true).token() == "2B0");
+  CHECK(parse_token("2B0", "t", true).token() == "2I0");
+}
+
+TEST_CASE("CSV read/write: idles dropped, placement inferred or from the sidecar, canonical output") {
+  const Schedule s = parse_csv("0F0,,0F1,0B0,0B1\r\n,1F0,1B0,1F1,1B1\n", "t", std::nullopt);
+  CHECK(s.num_ranks == 2);
+  CHECK(s.num_stages == 2);
+  CHECK(s.num_microbatches == 2);
+  CHECK(s.stage_to_rank == std::vector<int>{0, 1});
+  CHECK(to_csv(s) == "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  // A stage computed on two ranks cannot be placed without a sidecar.
+  CHECK_THROWS_WITH_AS(parse_csv("0F0,0B0\n0F1,0B1\n", "x.csv", std::nullopt), doctest::Contains("computed on ranks 0 and 1"),
+                       InputError);
+  const Schedule z = generate("zbv", params(2, 4, 2));
+  const CsvMeta m = parse_meta_json(to_meta_json(z), "z.meta.json");
+  CHECK(m.stage_to_rank == z.stage_to_rank);
+  CHECK(m.generator == "zbv");
+  const Schedule back = parse_csv(to_csv(z), "z.csv", m);
+  CHECK(back.ranks == z.ranks);
+  CHECK(diff(back, z).empty());
+  // Strict sidecar: an unknown key or a wrong-length placement is an error naming it.
+  CHECK_THROWS_WITH_AS(parse_meta_json(R"({"schema":1,"pp":2,"num_stages":2,"num_microbatches":1,"stage_to_rank":[0,1],"colour":1})", "m"),
+                       doctest::Contains("colour"), InputError);
+  CHECK_THROWS_WITH_AS(parse_meta_json(R"({"schema":1,"pp":2,"num_stages":3,"num_microbatches":1,"stage_to_rank":[0,1]})", "m"),
+                       doctest::Contains("stage_to_rank"), InputError);
+}
+
+TEST_CASE("lowered CSV round-trips with peers restored from the placement") {
+  const Schedule low = lower(generate("interleaved", params(2, 4, 2)));
+  const Schedule back = parse_csv(to_csv(low), "t", parse_meta_json(to_meta_json(low), "m"));
+  CHECK(back.ranks == low.ranks);
+  CHECK(validate(back).ok());
+}
+
+namespace {
+
+struct Golden {
+  const char* file;
+  const char* gen;
+  int pp, m, v;
+  bool lowered;
+  int mem_limit;
+};
+
+const Golden kGolden[] = {
+    {"gpipe_p4_m4", "gpipe", 4, 4, 1, false, 0},           {"1f1b_p4_m8", "1f1b", 4, 8, 1, false, 0},
+    {"1f1b_p4_m8_lowered", "1f1b", 4, 8, 1, true, 0},      {"interleaved_p4_m8_v2", "interleaved", 4, 8, 2, false, 0},
+    {"looped-bfs_p2_m4_v2", "looped-bfs", 2, 4, 2, false, 0}, {"zb1p_p4_m8", "zb1p", 4, 8, 1, false, 0},
+    {"zb1p_p2_m8_v2", "zb1p", 2, 8, 2, false, 0},          {"zb2p_p4_m8", "zb2p", 4, 8, 1, false, 0},
+    {"zbv_p4_m8", "zbv", 4, 8, 2, false, 0},               {"dualpipev_p4_m10", "dualpipev", 4, 10, 2, false, 0},
+    {"zb-greedy_p4_m8_mem4", "zb-greedy", 4, 8, 1, false, 4},
+};
+
+}  // namespace
+
+TEST_CASE("generators reproduce the golden CSVs (TESSEL_UPDATE_GOLDEN=1 rewrites them)") {
+  const std::string dir = tessel::test::source_root() + "/tests/golden/schedules/";
+  const bool update = std::getenv("TESSEL_UPDATE_GOLDEN") != nullptr;
+  for (const auto& g : kGolden) {
+    INFO(g.file);
+    GenParams p = params(g.pp, g.m, g.v);
+    if (g.mem_limit) p.mem_limit = g.mem_limit;
+    Schedule s = generate(g.gen, p);
+    if (g.lowered) s = lower(s);
+    const std::string csv = dir + g.file + ".csv";
+    if (update) {
+      tessel::write_file_atomic(csv, to_csv(s));
+      tessel::write_file_atomic(meta_path_for(csv), to_meta_json(s));
+    }
+    const Schedule golden = read_csv(csv);
+    const auto d = diff(golden, s);
+    std::string all;
+    for (const auto& l : d) all += l + "\n";
+    CHECK_MESSAGE(d.empty(), all);
+    CHECK(tessel::read_text_file(csv) == to_csv(s));  // byte-identical canonical form
+    CHECK(validate(golden).ok());
+  }
+}
+
+TEST_CASE("PyTorch's own schedule CSVs load, validate and match Tessel's generators") {
+  const std::string shared = tessel::test::shared_dir();
+  const std::string dir = shared + "/schedules/pytorch/";
+  if (shared.empty() || !std::filesystem::exists(dir + "dualpipev_4rank_10mb.csv")) {
+    MESSAGE("skipped: ../shared/schedules/pytorch not present");
+    return;
+  }
+  // test_schedule.py TestScheduleCsv.test_csv_compare: DualPipeV, 4 ranks, 10 mb. No sidecar: placement
+  // is inferred (rank r computes stages r and 7 - r, V style).
+  const Schedule dpv = read_csv(dir + "dualpipev_4rank_10mb.csv");
+  CHECK(dpv.stage_to_rank == stage_to_rank(4, 8, Placement::V));
+  for (CommModel m : {CommModel::Eager, CommModel::Blocking, CommModel::Batched})
+    CHECK_MESSAGE(validate(dpv, {m, {}, 5}).ok(), violations_text(validate(dpv, {m, {}, 5})));
+  CHECK(diff(dpv, generate("dualpipev", params(4, 10, 2))).empty());
+  CHECK(validate(lower(dpv)).ok());
+
+  // zb1p compute CSV in the older dialect (B = input grad): equals Tessel's zb1p (PyTorch's
+  // ScheduleInterleavedZeroBubble) for p = 2, v = 2, m = 8.
+  CHECK_THROWS_WITH_AS(read_csv(dir + "zb1p_2rank_2stagep_comms.csv"), doctest::Contains("'2BW0'"), InputError);
+  const Schedule compute = read_csv(dir + "zb1p_2rank_2stagep_compute.csv", true);
+  CHECK(compute.stage_to_rank == std::vector<int>{0, 1, 0, 1});
+  CHECK(validate(compute).ok());
+  CHECK(diff(compute, generate("zb1p", params(2, 8, 2))).empty());
+  // The lowered artifact (PyTorch _merge_bw + _add_send_recv) is valid under all three comm models, and
+  // re-lowering its compute order with Tessel gives a valid schedule as well.
+  const Schedule comms = read_csv(dir + "zb1p_2rank_2stagep_comms.csv", true);
+  for (CommModel m : {CommModel::Eager, CommModel::Blocking, CommModel::Batched})
+    CHECK_MESSAGE(validate(comms, {m, {}, 5}).ok(), violations_text(validate(comms, {m, {}, 5})));
+  CHECK(validate(lower(strip_comms(comms))).ok());
+}
