@@ -1,0 +1,91 @@
+// Launchers of Tessel's own CUDA kernels (llm.c's layout: kernels in the .cu files, then thin launchers
+// that take an explicit stream, check the launch and name an NVTX range). Every launcher has the contract
+// of its CPU reference in kernels/cpu (same argument order, same row-major layout, fp32 in and out) plus
+// the stream; the tests in tests/cuda compare each one with that reference.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/status.hpp"
+
+namespace tessel::kernels::cuda {
+
+using cpu::AdamW;
+using cpu::AttentionShape;
+
+// ---- norms (kernels/cpu/norm.hpp): one warp per row; dgamma/dbeta ADD (nullptr skips them) ----
+Status layernorm_fwd(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                     float* rstd, int rows, int cols, float eps);
+Status layernorm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* mean,
+                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols);
+Status rmsnorm_fwd(cudaStream_t s, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
+                   float eps);
+Status rmsnorm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
+                   float* dgamma, int rows, int cols);
+
+// ---- activations (kernels/cpu/activation.hpp) ----
+Status gelu_fwd(cudaStream_t s, const float* x, float* y, std::size_t n);
+Status gelu_bwd(cudaStream_t s, const float* dy, const float* x, float* dx, std::size_t n);
+Status swiglu_fwd(cudaStream_t s, const float* gate, const float* up, float* y, std::size_t n);
+Status swiglu_bwd(cudaStream_t s, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                  std::size_t n);
+
+// ---- causal attention, flash style (kernels/cpu/attention.hpp's layout and GQA) ----
+// No [seq, seq] matrix exists: keys stream through shared-memory tiles with an online softmax (Milakov &
+// Gimelshein 2018; Dao et al. 2022). lse [batch, hq, seq] receives log-sum-exp of each row's scaled
+// scores: the only softmax state the backward needs. head_dim <= 128 (static_assert in the kernel file).
+Status attention_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                     const float* v, int ldv, float* out, int ldo, float* lse);
+// Recomputes the probabilities tile by tile from lse (FlashAttention-2, Dao 2023, Algorithm 2). delta
+// [batch, hq, seq] is scratch (rowsum(dO * O)). dq, dk, dv are overwritten; no atomics: one kernel owns
+// key tiles (dK, dV summing the query heads of a group), another owns query tiles (dQ).
+Status attention_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                     const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                     int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
+
+// ---- softmax cross-entropy over this shard's vocabulary columns (kernels/cpu/cross_entropy.hpp with
+// hooks == nullptr: the shard's own statistics) ----
+Status cross_entropy_fwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, float* loss, float* row_max, float* row_sum);
+Status cross_entropy_bwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, const float* row_max, const float* row_sum,
+                         const float* dloss, float* dlogits);
+
+// ---- embedding (kernels/cpu/embedding.hpp); the backward accumulates with atomics ----
+Status embedding_fwd(cudaStream_t s, const float* table, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* out);
+Status embedding_bwd(cudaStream_t s, const float* dout, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* dtable);
+// Learned positions: x[r, :] += pos[(row0 + r) % seq, :]; the backward adds dx rows into dpos.
+Status add_positions(cudaStream_t s, float* x, const float* pos, int rows, int row0, int seq, int dim);
+Status add_positions_bwd(cudaStream_t s, const float* dx, float* dpos, int rows, int row0, int seq, int dim);
+
+// ---- optimizer (kernels/cpu/optimizer.hpp) ----
+Status adamw_step(cudaStream_t s, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
+                  int step);
+
+// ---- reductions and element-wise helpers ----
+// *out (device, double) += sum of x^2: the global-norm input, reduced in double like the CPU reference.
+Status sum_squares(cudaStream_t s, const float* x, std::size_t n, double* out);
+Status scale(cudaStream_t s, float* x, std::size_t n, float factor);
+// out = a + b (out may alias a or b).
+Status add(cudaStream_t s, const float* a, const float* b, float* out, std::size_t n);
+// x[r, c] += bias[c] for a row-major [rows, cols] x.
+Status add_bias(cudaStream_t s, float* x, const float* bias, int rows, int cols);
+// db[c] += sum_r dy[r, c] (bias gradients; column sums in a fixed order, so deterministic).
+Status col_sum(cudaStream_t s, const float* dy, int rows, int cols, float* db);
+// Element-wise sum/max of `count` floats over `parts` rank-major blocks of in into out: the local step
+// of a reduce-scatter and the checks of the collectives.
+Status reduce_blocks(cudaStream_t s, const float* in, int parts, std::size_t count, float* out, bool max);
+Status to_bf16(cudaStream_t s, const float* in, __nv_bfloat16* out, std::size_t n);
+Status from_bf16(cudaStream_t s, const __nv_bfloat16* in, float* out, std::size_t n);
+// Fills with a constant (the tests' poison, NaN for instance).
+Status fill(cudaStream_t s, float* x, std::size_t n, float value);
+
+}  // namespace tessel::kernels::cuda

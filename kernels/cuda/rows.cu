@@ -1,0 +1,134 @@
+// Row-wise kernels over tokens: softmax cross-entropy (block per row over the vocabulary shard),
+// embedding lookup and its gradient, learned positions.
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/nvtx.hpp"
+
+namespace tessel::kernels::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// loss = (m + log s) - z_target, m = max z, s = sum exp(z - m) (kernels/cpu/cross_entropy.hpp). A target
+// outside the shard contributes 0, as the CPU reference's owning-shard rule.
+__global__ void cross_entropy_fwd_kernel(const float* __restrict__ logits, int vocab, int vocab_start,
+                                         const std::int32_t* __restrict__ targets, float* __restrict__ loss,
+                                         float* __restrict__ row_max, float* __restrict__ row_sum) {
+  __shared__ float scratch[kWarp];
+  const int r = blockIdx.x;
+  const float* z = logits + std::size_t(r) * vocab;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, z[j]);
+  m = block_max(m, scratch);
+  float s = 0;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(z[j] - m);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) {
+    const int t = targets[r] - vocab_start;
+    const float zt = (t >= 0 && t < vocab) ? z[t] : 0.0f;
+    row_max[r] = m;
+    row_sum[r] = s;
+    loss[r] = m + logf(s) - zt;
+  }
+}
+
+__global__ void cross_entropy_bwd_kernel(const float* __restrict__ logits, int vocab, int vocab_start,
+                                         const std::int32_t* __restrict__ targets, const float* __restrict__ row_max,
+                                         const float* __restrict__ row_sum, const float* __restrict__ dloss,
+                                         float* __restrict__ dlogits) {
+  const int r = blockIdx.x;
+  const float* z = logits + std::size_t(r) * vocab;
+  float* dz = dlogits + std::size_t(r) * vocab;
+  const float m = row_max[r], inv = 1.0f / row_sum[r], d = dloss[r];
+  const int t = targets[r] - vocab_start;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = d * (expf(z[j] - m) * inv) - (j == t ? d : 0.0f);
+}
+
+// Block per token row; columns across threads.
+__global__ void embedding_fwd_kernel(const float* __restrict__ table, int vocab, int vocab_start, int dim,
+                                     const std::int32_t* __restrict__ tokens, float* __restrict__ out) {
+  const int i = blockIdx.x, t = tokens[i] - vocab_start;
+  float* o = out + std::size_t(i) * dim;
+  const bool own = t >= 0 && t < vocab;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = own ? table[std::size_t(t) * dim + c] : 0.0f;
+}
+
+// Repeated tokens add into the same table row: atomics (summation order, hence the last bits, may vary).
+__global__ void embedding_bwd_kernel(const float* __restrict__ dout, int vocab, int vocab_start, int dim,
+                                     const std::int32_t* __restrict__ tokens, float* __restrict__ dtable) {
+  const int i = blockIdx.x, t = tokens[i] - vocab_start;
+  if (t < 0 || t >= vocab) return;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) atomicAdd(&dtable[std::size_t(t) * dim + c], dout[std::size_t(i) * dim + c]);
+}
+
+__global__ void positions_kernel(float* __restrict__ x, const float* __restrict__ pos, int row0, int seq, int dim) {
+  const int r = blockIdx.x;
+  const float* p = pos + std::size_t((row0 + r) % seq) * dim;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) x[std::size_t(r) * dim + c] += p[c];
+}
+
+__global__ void positions_bwd_kernel(const float* __restrict__ dx, float* __restrict__ dpos, int row0, int seq, int dim) {
+  const int r = blockIdx.x;
+  float* p = dpos + std::size_t((row0 + r) % seq) * dim;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) atomicAdd(&p[c], dx[std::size_t(r) * dim + c]);
+}
+
+}  // namespace
+
+Status cross_entropy_fwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, float* loss, float* row_max, float* row_sum) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  cross_entropy_fwd_kernel<<<rows, kThreads, 0, s>>>(logits, vocab_local, vocab_start, targets, loss, row_max, row_sum);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status cross_entropy_bwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, const float* row_max, const float* row_sum, const float* dloss,
+                         float* dlogits) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  cross_entropy_bwd_kernel<<<rows, kThreads, 0, s>>>(logits, vocab_local, vocab_start, targets, row_max, row_sum, dloss,
+                                                     dlogits);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status embedding_fwd(cudaStream_t s, const float* table, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* out) {
+  TESSEL_NVTX_FN();
+  if (n == 0) return {};
+  embedding_fwd_kernel<<<n, kThreads, 0, s>>>(table, vocab_local, vocab_start, dim, tokens, out);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status embedding_bwd(cudaStream_t s, const float* dout, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* dtable) {
+  TESSEL_NVTX_FN();
+  if (n == 0) return {};
+  embedding_bwd_kernel<<<n, kThreads, 0, s>>>(dout, vocab_local, vocab_start, dim, tokens, dtable);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status add_positions(cudaStream_t s, float* x, const float* pos, int rows, int row0, int seq, int dim) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  positions_kernel<<<rows, kThreads, 0, s>>>(x, pos, row0, seq, dim);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status add_positions_bwd(cudaStream_t s, const float* dx, float* dpos, int rows, int row0, int seq, int dim) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  positions_bwd_kernel<<<rows, kThreads, 0, s>>>(dx, dpos, row0, seq, dim);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+}  // namespace tessel::kernels::cuda
