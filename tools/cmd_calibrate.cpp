@@ -1,9 +1,142 @@
-// tessel calibrate
+// tessel calibrate: fit a Profile (a system JSON every command takes with --system) from `tessel bench --json`
+// output and/or measured traces, and print the fit residuals per category (sim/calibrate/fit.hpp).
+#include <iostream>
+
+#include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "sim/calibrate/bench_data.hpp"
+#include "sim/calibrate/fit.hpp"
+#include "sim/calibrate/trace_fit.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/format.hpp"
+#include "traces/chrome.hpp"
 
 namespace tessel::cmd {
 
-int calibrate(const Args&) { throw InputError("tessel calibrate: not built yet in this version"); }
+namespace {
+
+Json fit_to_json(const calib::FitResult& f, const calib::TraceFit* tf) {
+  Json j;
+  j["gemm_GFLOPs"] = f.gemm_rate / 1e9;
+  j["gemm_k_overhead"] = f.k_overhead;
+  j["gemm_tile"] = {f.tile.m, f.tile.n};
+  j["gemm_memory_bound_rows"] = f.gemm_memory_bound;
+  j["kernel_overhead_us"] = f.kernel_overhead_s * 1e6;
+  j["memory_GBps"] = f.mem_rate / 1e9;
+  j["link_latency_us"] = f.link_latency_s * 1e6;
+  j["link_GBps"] = f.link_bw / 1e9;
+  Json links = Json::array();
+  for (const auto& l : f.links)
+    links.push_back({{"comm", l.comm}, {"collective", l.collective}, {"rows", l.rows}, {"alpha_us", l.alpha_s * 1e6},
+                     {"bw_GBps", l.bw / 1e9}, {"rms_rel", l.rms}});
+  j["links"] = links;
+  Json res = Json::array();
+  for (const auto& r : f.residuals)
+    res.push_back({{"category", r.category}, {"rows", r.rows}, {"median_abs_pct", 100 * r.median_abs},
+                   {"max_abs_pct", 100 * r.max_abs}, {"rms_pct", 100 * r.rms}});
+  j["residuals"] = res;
+  if (tf) {
+    Json k = Json::array();
+    for (const auto& o : tf->kinds)
+      k.push_back({{"op", o.op}, {"events", o.events}, {"measured_s", o.measured_s}, {"predicted_s", o.predicted_s},
+                   {"scale", o.scale}, {"median_ratio", o.median_ratio}, {"achieved_GFLOPs", o.achieved_flops / 1e9}});
+    j["trace_kinds"] = k;
+    j["trace_compute_scale"] = tf->compute_scale;
+  }
+  j["notes"] = f.notes;
+  return j;
+}
+
+void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const std::string& out) {
+  std::cout << "fitted: GEMM " << fmt::fixed(f.gemm_rate / 1e9, 2) << " GFLOP/s, K overhead "
+            << fmt::fixed(f.k_overhead, 1) << ", tile " << f.tile.m << "x" << f.tile.n << " ("
+            << f.gemm_memory_bound << " rows memory-bound), kernel overhead " << fmt::fixed(f.kernel_overhead_s * 1e6, 2)
+            << " us, memory " << fmt::fixed(f.mem_rate / 1e9, 2) << " GB/s, link " << fmt::fixed(f.link_latency_s * 1e6, 2)
+            << " us + " << fmt::fixed(f.link_bw / 1e9, 2) << " GB/s\n\n";
+  std::vector<std::vector<std::string>> rows = {{"residuals (pred/meas - 1)", "rows", "median |err|", "max |err|", "rms"}};
+  for (const auto& r : f.residuals)
+    rows.push_back({r.category, std::to_string(r.rows), fmt::pct(r.median_abs), fmt::pct(r.max_abs), fmt::pct(r.rms)});
+  std::cout << fmt::table(rows);
+  if (!f.links.empty()) {
+    std::vector<std::vector<std::string>> l = {{"per-collective alpha/beta", "rows", "alpha (us)", "bw (GB/s)", "rms"}};
+    for (const auto& k : f.links)
+      l.push_back({k.collective + " (" + k.comm + ")", std::to_string(k.rows), fmt::fixed(k.alpha_s * 1e6, 2),
+                   fmt::fixed(k.bw / 1e9, 3), fmt::pct(k.rms)});
+    std::cout << "\n" << fmt::table(l);
+  }
+  if (tf) {
+    std::vector<std::vector<std::string>> t = {{"trace op kind", "events", "measured", "predicted", "scale", "median ratio", "GFLOP/s"}};
+    for (const auto& o : tf->kinds)
+      t.push_back({o.op, std::to_string(o.events), fmt::seconds(o.measured_s), fmt::seconds(o.predicted_s),
+                   fmt::fixed(o.scale, 3), fmt::fixed(o.median_ratio, 3), fmt::fixed(o.achieved_flops / 1e9, 2)});
+    std::cout << "\n" << fmt::table(t) << "compute scale applied to the profile: " << fmt::fixed(tf->compute_scale, 3) << "\n";
+  }
+  for (const auto& n : f.notes) std::cout << "note: " << n << "\n";
+  std::cout << "profile: " << out << "\n";
+}
+
+}  // namespace
+
+int calibrate(const Args& args) {
+  cli::CommandLine cl("calibrate", args,
+                      {{"--bench", true, "bench document from `tessel bench --json`"},
+                       {"--trace", true, "comma list of measured Chrome traces (`tessel run --trace`): per-op-kind fit"},
+                       {"--base-system", true, "system preset or JSON the profile starts from [cpu]"},
+                       {"--comm", true, "communicator whose collective rows set the link: thread|mpi [thread]"},
+                       {"--max-ranks", true, "ignore collective rows of larger groups (e.g. the core count) [all]"},
+                       {"--name", true, "name of the profile [<base>-calibrated]"},
+                       {"-o", true, "write the profile (a system JSON) here (required)"},
+                       {"--json", false, "print the fit report as one JSON document"}},
+                      0);
+  if (cl.help_requested()) {
+    std::cout << cl.usage();
+    return 0;
+  }
+  const auto out = cl.get("-o");
+  if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
+  if (!cl.has("--bench") && !cl.has("--trace")) throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES");
+  check_writable(*out, "-o");
+  const System base = load_system(cl.get_or("--base-system", "cpu"));
+  calib::FitOptions opts;
+  opts.comm = cl.get_or("--comm", "thread");
+  if (opts.comm != "thread" && opts.comm != "mpi") throw InputError("--comm " + opts.comm + ": expected thread or mpi");
+  opts.max_ranks = static_cast<int>(cl.get_int("--max-ranks", 2, 1 << 16).value_or(0));
+
+  calib::FitResult fit;
+  std::string origin = "traces only";
+  Precision precision = Precision::fp32;
+  if (auto path = cl.get("--bench")) {
+    const calib::BenchData bench = calib::load_bench(*path);
+    precision = parse_precision(bench.precision, *path + ": precision");
+    fit = calib::fit_profile(bench, base, opts);
+    origin = *path;
+  } else {
+    fit.profile = base;
+    fit.profile.name = base.name + "-calibrated";
+  }
+  calib::TraceFit tf;
+  const bool have_traces = cl.has("--trace");
+  if (have_traces) {
+    std::vector<trace::Trace> traces;
+    const std::vector<std::string> paths = cl.get_list("--trace");
+    for (const auto& p : paths) traces.push_back(trace::read_chrome_trace(p));
+    tf = calib::fit_traces(traces, paths, fit.profile);
+    calib::apply_compute_scale(fit.profile, tf.compute_scale, precision, fit.notes);
+    origin += " and " + std::to_string(paths.size()) + " trace(s)";
+  }
+  if (auto name = cl.get("--name")) fit.profile.name = *name;
+  Json j = system_to_json(fit.profile);
+  j["source"] = calib::describe_fit(fit, origin);
+  write_file_atomic(*out, j.dump(2) + "\n");
+  if (cl.flag("--json")) {
+    Json r = fit_to_json(fit, have_traces ? &tf : nullptr);
+    r["profile"] = *out;
+    std::cout << r.dump(2) << "\n";
+  } else {
+    print_report(fit, have_traces ? &tf : nullptr, *out);
+  }
+  return 0;
+}
 
 }  // namespace tessel::cmd

@@ -1,0 +1,132 @@
+#include "sim/calibrate/bench_data.hpp"
+
+#include <cmath>
+
+namespace tessel::calib {
+
+namespace {
+
+constexpr double kUs = 1e-6;
+// Bounds that catch unit mistakes without limiting real machines: a measured time is at least 1 ns and at
+// most an hour; sizes up to 2^50 bytes.
+constexpr double kMinUs = 1e-3, kMaxUs = 3.6e9;
+constexpr double kMaxBytes = 1125899906842624.0;
+
+const Json& array_of(JsonObject& o, const std::string& key) {
+  const Json& a = o.raw(key);
+  if (!a.is_array()) o.fail(key, "must be an array of row objects, got " + json_brief(a));
+  return a;
+}
+
+std::string row_path(const std::string& key, std::size_t i) { return key + "[" + std::to_string(i) + "]"; }
+
+GemmRow read_gemm(const Json& j, const std::string& where, const std::string& path) {
+  JsonObject o(j, where, path);
+  GemmRow r;
+  r.m = o.integer("m", 1, 1 << 20);
+  r.n = o.integer("n", 1, 1 << 20);
+  r.k = o.integer("k", 1, 1 << 20);
+  r.batch = o.integer("batch", 1, 1 << 20);
+  r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  o.ignore("gflops");
+  o.finish();
+  return r;
+}
+
+MemRow read_mem(const Json& j, const std::string& where, const std::string& path) {
+  JsonObject o(j, where, path);
+  MemRow r;
+  r.kernel = o.choice("kernel", {"copy", "triad"});
+  r.bytes = o.number("bytes", 1, kMaxBytes);
+  r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  o.ignore("GBps");
+  o.finish();
+  return r;
+}
+
+CollRow read_coll(const Json& j, const std::string& where, const std::string& path) {
+  JsonObject o(j, where, path);
+  CollRow r;
+  r.comm = o.choice("comm", {"thread", "mpi"});
+  r.collective = parse_collective_name(o.string("collective"), where + ": " + o.key_path("collective"));
+  r.ranks = static_cast<int>(o.integer("ranks", 2, 1 << 16));
+  r.bytes = o.number("bytes", 1, kMaxBytes);
+  r.count = o.integer("count", 1, static_cast<std::int64_t>(kMaxBytes));
+  r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  // Derived columns (nccl-tests' algbw/busbw, type, redop) are for people; the fit recomputes from bytes.
+  for (const char* k : {"algbw_GBps", "busbw_GBps", "type", "redop"}) o.ignore(k);
+  o.finish();
+  return r;
+}
+
+}  // namespace
+
+cost::Collective parse_collective_name(const std::string& name, const std::string& where) {
+  using cost::Collective;
+  for (Collective c : {Collective::all_reduce, Collective::all_gather, Collective::reduce_scatter,
+                       Collective::all_to_all, Collective::broadcast, Collective::send_recv})
+    if (name == cost::to_string(c)) return c;
+  throw InputError(where + ": collective '" + name +
+                   "' is not one of all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send_recv");
+}
+
+BenchData parse_bench(const Json& j, const std::string& where) {
+  if (!j.is_object()) throw InputError(where + ": not a tessel bench document (expected a JSON object, got " + json_brief(j) + ")");
+  JsonObject o(j, where);
+  if (!o.has("format") || !o.raw("format").is_string() || o.raw("format").get<std::string>() != "tessel-bench")
+    throw InputError(where + ": not a tessel bench document (\"format\" must be \"tessel-bench\"; write one with `tessel bench --json`)");
+  o.integer("version", 1, 1);
+  BenchData b;
+  b.backend = o.choice("backend", {"cpu", "cuda"});
+  b.gemm_backend = o.string("gemm_backend");
+  b.precision = o.choice("precision", {"fp32", "bf16", "fp16"});
+  b.concurrent = static_cast<int>(o.integer("concurrent", 1, 1 << 16));
+  o.ignore("host");
+  o.ignore("notes");
+  const Json& g = array_of(o, "gemm");
+  for (std::size_t i = 0; i < g.size(); ++i) b.gemm.push_back(read_gemm(g[i], where, row_path("gemm", i)));
+  const Json& m = array_of(o, "membw");
+  for (std::size_t i = 0; i < m.size(); ++i) b.membw.push_back(read_mem(m[i], where, row_path("membw", i)));
+  const Json& c = array_of(o, "collectives");
+  for (std::size_t i = 0; i < c.size(); ++i) b.collectives.push_back(read_coll(c[i], where, row_path("collectives", i)));
+  o.finish();
+  if (b.gemm.empty() && b.membw.empty() && b.collectives.empty())
+    throw InputError(where + ": the bench document has no rows in gemm, membw or collectives: nothing to fit");
+  return b;
+}
+
+BenchData load_bench(const std::string& path) { return parse_bench(parse_json_file(path), path); }
+
+Json bench_to_json(const BenchData& b) {
+  Json j;
+  j["format"] = "tessel-bench";
+  j["version"] = 1;
+  j["backend"] = b.backend;
+  j["gemm_backend"] = b.gemm_backend;
+  j["precision"] = b.precision;
+  j["concurrent"] = b.concurrent;
+  Json g = Json::array();
+  for (const GemmRow& r : b.gemm) {
+    const double flops = 2.0 * r.m * r.n * r.k * r.batch;
+    g.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"batch", r.batch}, {"time_us", r.time_s / kUs},
+                 {"gflops", flops / r.time_s / 1e9}});
+  }
+  j["gemm"] = g;
+  Json m = Json::array();
+  for (const MemRow& r : b.membw)
+    m.push_back({{"kernel", r.kernel}, {"bytes", r.bytes}, {"time_us", r.time_s / kUs}, {"GBps", r.bytes / r.time_s / 1e9}});
+  j["membw"] = m;
+  Json c = Json::array();
+  for (const CollRow& r : b.collectives) {
+    const double algbw = r.bytes / r.time_s / 1e9;
+    c.push_back({{"comm", r.comm}, {"collective", cost::to_string(r.collective)}, {"ranks", r.ranks},
+                 {"bytes", r.bytes}, {"count", r.count}, {"type", "float"},
+                 {"redop", r.collective == cost::Collective::all_reduce || r.collective == cost::Collective::reduce_scatter ? "sum" : "none"},
+                 {"time_us", r.time_s / kUs}, {"algbw_GBps", algbw},
+                 {"busbw_GBps", algbw * cost::bus_factor(r.collective, r.ranks)}});
+  }
+  j["collectives"] = c;
+  return j;
+}
+
+}  // namespace tessel::calib

@@ -1,0 +1,63 @@
+// Benchmark measurements as `tessel bench --json` writes them and `tessel calibrate` reads them: plain rows,
+// one per measured point, in the units of their key names. This is the contract between the two commands;
+// the runners that produce the rows live above sim/ (tools/cmd_bench.cpp), the fit below (fit.hpp).
+//
+// Document shape (strict: unknown and missing keys are errors):
+//   {"format": "tessel-bench", "version": 1, "backend": "cpu", "gemm_backend": "openblas", "precision": "fp32",
+//    "concurrent": 1,   threads that ran the gemm/membw kernels at once (each row is one thread's time)
+//    "gemm":        [{"m", "n", "k", "batch", "time_us"}],
+//    "membw":       [{"kernel": "copy"|"triad", "bytes", "time_us"}],             bytes = read + written
+//    "collectives": [{"comm": "thread"|"mpi", "collective", "ranks", "bytes", "count", "time_us",
+//                     "algbw_GBps", "busbw_GBps"}]}                               bytes as nccl-tests' S
+// Optional documentation keys "host" and "notes" are accepted and ignored.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/util/json_reader.hpp"
+#include "sim/cost/comm.hpp"
+
+namespace tessel::calib {
+
+struct GemmRow {
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  double time_s = 0;
+};
+
+struct MemRow {
+  std::string kernel;  // copy | triad
+  double bytes = 0;    // read + written
+  double time_s = 0;
+};
+
+struct CollRow {
+  std::string comm;    // thread | mpi
+  cost::Collective collective = cost::Collective::all_reduce;
+  int ranks = 2;
+  double bytes = 0;    // S as nccl-tests counts it (cost::collective_time's `bytes`)
+  std::int64_t count = 0;
+  double time_s = 0;
+};
+
+struct BenchData {
+  std::string backend = "cpu";
+  std::string gemm_backend;
+  std::string precision = "fp32";
+  int concurrent = 1;
+  std::vector<GemmRow> gemm;
+  std::vector<MemRow> membw;
+  std::vector<CollRow> collectives;
+};
+
+// Strict reading; InputError names `where`, the key path, the value and the rule. A document with no rows
+// at all is an error (nothing to fit).
+BenchData parse_bench(const Json& j, const std::string& where);
+BenchData load_bench(const std::string& path);
+Json bench_to_json(const BenchData& b);
+
+// "all_reduce" -> Collective; InputError listing the names otherwise.
+cost::Collective parse_collective_name(const std::string& name, const std::string& where);
+
+}  // namespace tessel::calib

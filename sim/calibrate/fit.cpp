@@ -1,0 +1,315 @@
+#include "sim/calibrate/fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "models/util/error.hpp"
+#include "sim/calibrate/nnls.hpp"
+#include "sim/cost/comm.hpp"
+#include "sim/cost/compute.hpp"
+
+namespace tessel::calib {
+
+namespace {
+
+// A rate so large that its term vanishes next to the others (the probe switches a term off with it).
+constexpr double kHuge = 1e300;
+// Columns of the compute fit.
+enum Col { kU = 0, kV = 1, kC = 2, kW = 3, kCols = 4 };
+
+// The GPU with unit rates and no overheads, one tile: gemm_time on it is A(g) (seconds per unit of u).
+GpuSpec probe_gpu(const GpuSpec& base, GemmTile tile, Precision p) {
+  GpuSpec g = base;
+  g.peak_flops.fill(0);
+  g.peak_flops[static_cast<int>(p)] = 1.0;
+  g.gemm_efficiency = 1.0;
+  g.gemm_k_overhead = 0;
+  g.gemm_tiles = {tile};
+  g.kernel_overhead_s = 0;
+  g.memory_bw = kHuge;
+  g.memory_efficiency = 1.0;
+  return g;
+}
+
+struct GemmCoef {
+  double a = 0, b = 0, bytes = 0;  // t = a u + b v (compute) or bytes w (memory), plus c
+};
+
+GemmCoef gemm_coef(const GpuSpec& base, GemmTile tile, Precision p, const GemmRow& r) {
+  const cost::GemmShape s{r.m, r.n, r.k, r.batch};
+  GpuSpec g = probe_gpu(base, tile, p);
+  GemmCoef c;
+  c.a = cost::gemm_time(g, p, s);
+  g.gemm_k_overhead = 1;  // t is linear in k_overhead: the difference is its coefficient
+  c.b = cost::gemm_time(g, p, s) - c.a;
+  g = probe_gpu(base, tile, p);
+  g.peak_flops[static_cast<int>(p)] = kHuge;
+  g.memory_bw = 1.0;
+  c.bytes = cost::gemm_time(g, p, s);
+  return c;
+}
+
+struct ComputeFit {
+  std::vector<double> x = std::vector<double>(kCols, 0.0);
+  std::vector<bool> memory_bound;
+  double sse = 0;
+};
+
+// One weighted NNLS per roofline classification, until the classification stops changing.
+ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, Precision p) {
+  std::vector<GemmCoef> coef;
+  for (const GemmRow& r : b.gemm) coef.push_back(gemm_coef(base, tile, p, r));
+  const int rows = static_cast<int>(b.gemm.size() + b.membw.size());
+  ComputeFit f, best;
+  f.memory_bound.assign(b.gemm.size(), false);
+  best.sse = -1;
+  std::vector<std::vector<bool>> seen;
+  // The fixed point is reached at once on data the model can fit; on data it cannot (a wrong tile, noise)
+  // the classification may cycle: stop at a repeat and keep the lowest error seen.
+  for (int iter = 0; iter < 50; ++iter) {
+    seen.push_back(f.memory_bound);
+    Matrix A(rows, kCols);
+    std::vector<double> y(rows, 1.0);  // measured / measured
+    for (std::size_t i = 0; i < b.gemm.size(); ++i) {
+      const double wgt = 1.0 / b.gemm[i].time_s;
+      const int r = static_cast<int>(i);
+      if (f.memory_bound[i]) {
+        A.at(r, kW) = coef[i].bytes * wgt;
+      } else {
+        A.at(r, kU) = coef[i].a * wgt;
+        A.at(r, kV) = coef[i].b * wgt;
+      }
+      A.at(r, kC) = wgt;
+    }
+    for (std::size_t i = 0; i < b.membw.size(); ++i) {
+      const int r = static_cast<int>(b.gemm.size() + i);
+      const double wgt = 1.0 / b.membw[i].time_s;
+      A.at(r, kW) = b.membw[i].bytes * wgt;  // memory_time's coefficient of w is the bytes moved
+      A.at(r, kC) = wgt;                      // one kernel launch
+    }
+    f.x = nnls(A, y);
+    f.sse = 0;
+    for (int r = 0; r < rows; ++r) {
+      double pred = 0;
+      for (int c = 0; c < kCols; ++c) pred += A.at(r, c) * f.x[c];
+      f.sse += (pred - 1) * (pred - 1);
+    }
+    if (best.sse < 0 || f.sse < best.sse) best = f;
+    for (std::size_t i = 0; i < b.gemm.size(); ++i) {
+      // Without memory rows w may be 0: then nothing is memory-bound (the base's bandwidth is kept).
+      f.memory_bound[i] = f.x[kW] > 0 && coef[i].bytes * f.x[kW] > coef[i].a * f.x[kU] + coef[i].b * f.x[kV];
+    }
+    if (std::find(seen.begin(), seen.end(), f.memory_bound) != seen.end()) break;
+  }
+  return best;
+}
+
+std::vector<GemmTile> tile_candidates(const System& base, const FitOptions& o) {
+  if (!o.tiles.empty()) return o.tiles;
+  std::vector<GemmTile> t = base.gpu.gemm_tiles;
+  for (int m : {256, 128, 64, 32, 16, 8})
+    for (int n : {256, 128, 64, 32, 16, 8}) t.push_back({m, n});
+  return t;
+}
+
+// Puts an achieved rate into (datasheet value, efficiency) with the efficiency inside the parser's
+// [0.01, 1]: keep the datasheet number when possible, else set it to the rate (efficiency 1) and say so.
+void set_rate(double& datasheet, double& eff, double rate, const std::string& what, std::vector<std::string>& notes) {
+  const double e = datasheet > 0 ? rate / datasheet : 0;
+  if (e >= 0.01 && e <= 1.0) {
+    eff = e;
+    return;
+  }
+  std::ostringstream os;
+  os << what << ": fitted rate " << rate << " is " << e << " of the base value " << datasheet
+     << "; the base value is replaced by the fitted rate (efficiency 1)";
+  notes.push_back(os.str());
+  datasheet = rate;
+  eff = 1.0;
+}
+
+Residuals summarize(const std::string& category, std::vector<double> rel) {
+  Residuals r;
+  r.category = category;
+  r.rows = static_cast<int>(rel.size());
+  if (rel.empty()) return r;
+  double ss = 0;
+  for (double& e : rel) {
+    ss += e * e;
+    e = std::abs(e);
+  }
+  std::sort(rel.begin(), rel.end());
+  const std::size_t n = rel.size();
+  r.median_abs = n % 2 ? rel[n / 2] : 0.5 * (rel[n / 2 - 1] + rel[n / 2]);
+  r.max_abs = rel.back();
+  r.rms = std::sqrt(ss / n);
+  return r;
+}
+
+double link_time(const System& s, const CollRow& r) {
+  if (r.collective == cost::Collective::send_recv) return cost::p2p_time(s, r.bytes, 1).seconds;
+  return cost::collective_time(s, r.collective, r.bytes, {r.ranks, 1}).seconds;
+}
+
+// Probe system: every group inside one node, unit rates; one term on at a time.
+System link_probe(const System& base, double latency, double bw) {
+  System s = base;
+  s.node.gpus_per_node = 1 << 30;
+  s.node.intra_latency_s = latency;
+  s.node.intra_bw = bw;
+  s.node.intra_efficiency = 1.0;
+  return s;
+}
+
+// alpha/beta over `rows` (weighted relative); returns {alpha, 1/beta, rms}.
+LinkFit fit_link(const std::vector<CollRow>& rows, const System& base) {
+  Matrix A(static_cast<int>(rows.size()), 2);
+  std::vector<double> y(rows.size(), 1.0);
+  const System pa = link_probe(base, 1.0, kHuge), pb = link_probe(base, 0.0, 1.0);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const int r = static_cast<int>(i);
+    A.at(r, 0) = link_time(pa, rows[i]) / rows[i].time_s;
+    A.at(r, 1) = link_time(pb, rows[i]) / rows[i].time_s;
+  }
+  const std::vector<double> x = nnls(A, y);
+  LinkFit f;
+  f.rows = static_cast<int>(rows.size());
+  f.alpha_s = x[0];
+  f.bw = x[1] > 0 ? 1.0 / x[1] : 0.0;
+  double ss = 0;
+  for (int r = 0; r < A.rows; ++r) {
+    const double e = A.at(r, 0) * x[0] + A.at(r, 1) * x[1] - 1;
+    ss += e * e;
+  }
+  f.rms = rows.empty() ? 0 : std::sqrt(ss / rows.size());
+  return f;
+}
+
+}  // namespace
+
+Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Precision p) {
+  std::vector<double> rel;
+  for (const GemmRow& r : rows) rel.push_back(cost::gemm_time(sys.gpu, p, {r.m, r.n, r.k, r.batch}) / r.time_s - 1);
+  return summarize("gemm", rel);
+}
+
+Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys) {
+  std::vector<double> rel;
+  for (const MemRow& r : rows) rel.push_back(cost::memory_time(sys.gpu, r.bytes, 1) / r.time_s - 1);
+  return summarize("membw", rel);
+}
+
+FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts) {
+  FitResult out;
+  out.profile = base;
+  System& s = out.profile;
+  s.name = base.name + "-calibrated";
+  const Precision p = parse_precision(bench.precision, "bench precision");
+  if (!bench.gemm.empty() && bench.gemm.size() < 3)
+    throw InputError("calibrate: " + std::to_string(bench.gemm.size()) +
+                     " GEMM rows cannot determine rate, K overhead and kernel overhead (need >= 3)");
+  if (bench.gemm.empty() && bench.membw.size() == 1)
+    throw InputError("calibrate: one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
+
+  // Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate.
+  if (!bench.gemm.empty() || !bench.membw.empty()) {
+    std::vector<GemmTile> cands = bench.gemm.empty() ? std::vector<GemmTile>{base.gpu.gemm_tiles.front()}
+                                                     : tile_candidates(base, opts);
+    ComputeFit best;
+    bool have = false;
+    for (const GemmTile& t : cands) {
+      ComputeFit f = fit_compute(bench, base.gpu, t, p);
+      // Strictly better by more than rounding, so among tiles the data cannot tell apart the first wins.
+      if (!have || f.sse < best.sse * (1 - 1e-9) - 1e-300) {
+        best = f;
+        out.tile = t;
+        have = true;
+      }
+    }
+    const std::vector<double>& x = best.x;
+    out.kernel_overhead_s = x[kC];
+    s.gpu.kernel_overhead_s = x[kC];
+    if (!bench.gemm.empty()) {
+      if (!(x[kU] > 0)) throw InputError("calibrate: the GEMM rows do not determine a compute rate (fitted 1/rate = 0)");
+      out.gemm_rate = 1.0 / x[kU];
+      out.k_overhead = x[kV] / x[kU];
+      out.gemm_memory_bound = static_cast<int>(std::count(best.memory_bound.begin(), best.memory_bound.end(), true));
+      const double att_rate = base.gpu.peak(p) * base.gpu.attention_efficiency;
+      double& peak = s.gpu.peak_flops[static_cast<int>(p)];
+      set_rate(peak, s.gpu.gemm_efficiency, out.gemm_rate, "gpu.peak_tflops." + to_string(p), out.notes);
+      s.gpu.gemm_k_overhead = out.k_overhead;
+      s.gpu.gemm_tiles = {out.tile};
+      // Attention is not benchmarked: keep its absolute rate from the base system.
+      s.gpu.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
+    } else {
+      out.notes.push_back("no GEMM rows: GEMM efficiency, K overhead and tiles kept from " + base.name);
+    }
+    if (!bench.membw.empty()) {
+      if (!(x[kW] > 0)) throw InputError("calibrate: the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
+      out.mem_rate = 1.0 / x[kW];
+      set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps", out.notes);
+    } else {
+      out.notes.push_back("no membw rows: memory bandwidth kept from " + base.name);
+    }
+  } else {
+    out.notes.push_back("no GEMM or membw rows: compute numbers kept from " + base.name);
+  }
+
+  // Communication: one alpha/beta for the intra-node link from the chosen communicator's rows.
+  std::vector<CollRow> rows;
+  for (const CollRow& r : bench.collectives)
+    if (r.comm == opts.comm && (opts.max_ranks <= 0 || r.ranks <= opts.max_ranks)) rows.push_back(r);
+  if (rows.size() == 1) throw InputError("calibrate: one collective row (" + opts.comm + ") cannot determine latency and bandwidth (need >= 2)");
+  if (!rows.empty()) {
+    LinkFit all = fit_link(rows, base);
+    if (!(all.bw > 0)) throw InputError("calibrate: the " + opts.comm + " collective rows do not determine a bandwidth");
+    out.link_latency_s = all.alpha_s;
+    out.link_bw = all.bw;
+    s.node.intra_latency_s = all.alpha_s;
+    set_rate(s.node.intra_bw, s.node.intra_efficiency, all.bw, "node.intra_GBps", out.notes);
+    // One machine: nothing leaves the "node", but keep the network consistent for layouts that would.
+    s.net.latency_s = all.alpha_s;
+    s.net.nic_bw = s.node.intra_bw;
+    s.net.efficiency = s.node.intra_efficiency;
+    for (cost::Collective c : {cost::Collective::all_reduce, cost::Collective::all_gather, cost::Collective::reduce_scatter,
+                               cost::Collective::broadcast, cost::Collective::send_recv}) {
+      std::vector<CollRow> mine;
+      for (const CollRow& r : rows)
+        if (r.collective == c) mine.push_back(r);
+      if (mine.size() < 2) continue;
+      LinkFit f = fit_link(mine, base);
+      f.comm = opts.comm;
+      f.collective = cost::to_string(c);
+      out.links.push_back(f);
+    }
+  } else {
+    out.notes.push_back("no " + opts.comm + " collective rows: links kept from " + base.name);
+  }
+
+  // Residuals under the final profile, through the cost functions the simulator calls.
+  if (!bench.gemm.empty()) out.residuals.push_back(gemm_residuals(bench.gemm, s, p));
+  if (!bench.membw.empty()) out.residuals.push_back(mem_residuals(bench.membw, s));
+  for (cost::Collective c : {cost::Collective::all_reduce, cost::Collective::all_gather, cost::Collective::reduce_scatter,
+                             cost::Collective::broadcast, cost::Collective::send_recv}) {
+    std::vector<double> rel;
+    for (const CollRow& r : rows)
+      if (r.collective == c) rel.push_back(link_time(s, r) / r.time_s - 1);
+    if (!rel.empty()) out.residuals.push_back(summarize(std::string(cost::to_string(c)) + " (" + opts.comm + ")", rel));
+  }
+  return out;
+}
+
+std::string describe_fit(const FitResult& f, const std::string& bench_origin) {
+  std::ostringstream os;
+  os.precision(4);
+  os << "Profile fitted by `tessel calibrate` from " << bench_origin << ": GEMM " << f.gemm_rate / 1e9
+     << " GFLOP/s ceiling, K overhead " << f.k_overhead << ", tile " << f.tile.m << "x" << f.tile.n
+     << ", kernel overhead " << f.kernel_overhead_s * 1e6 << " us, memory " << f.mem_rate / 1e9
+     << " GB/s, link latency " << f.link_latency_s * 1e6 << " us and " << f.link_bw / 1e9
+     << " GB/s (weighted least squares on relative error against sim/cost).";
+  for (const std::string& n : f.notes) os << " " << n << ".";
+  return os.str();
+}
+
+}  // namespace tessel::calib

@@ -1,0 +1,75 @@
+// Fits a Profile (a System with measured efficiency numbers) to benchmark rows by least squares against the
+// cost model's own functions, so every fitted number means exactly what the simulator does with it.
+//
+// The cost model is linear in a few reciprocal rates once each GEMM's branch (compute or memory roofline)
+// and tile shape are fixed (sim/cost/compute.hpp, sim/cost/comm.hpp):
+//   GEMM, compute-bound:  t = A(g) u + B(g) v + c      u = 1/(peak*gemm_eff), v = k_overhead*u, c = kernel overhead
+//   GEMM, memory-bound:   t = bytes(g) w + c           w = 1/(memory_bw*memory_eff)
+//   copy / triad kernel:  t = bytes w + c
+//   collective on a link: t = steps(c,n) alpha + factor(c,n) S beta    alpha = latency, beta = 1/(bw*eff)
+// The coefficients A, B, bytes, steps and factor are not re-derived here: they are read off the cost
+// functions by evaluating them on probe systems (unit rate, one term switched on at a time), so a change in
+// the cost model changes the fit with it. Rows are weighted by 1/measured, i.e. relative errors are
+// minimised (the rows span four orders of magnitude of time). The roofline branch of each GEMM is chosen by
+// iterating fit -> classify until it is stable; the tile shape by trying each candidate.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/calibrate/bench_data.hpp"
+#include "sim/system.hpp"
+
+namespace tessel::calib {
+
+struct FitOptions {
+  std::string comm = "thread";        // whose collective rows set the intra-node link
+  std::vector<GemmTile> tiles;        // candidate GEMM tiles; empty: the base system's, then 8..256 squares
+  int max_ranks = 0;                  // ignore collective rows with more ranks (0: keep all)
+};
+
+// Relative residuals (predicted/measured - 1) of one category of rows under the final profile.
+struct Residuals {
+  std::string category;  // gemm, membw, all_reduce (thread), ...
+  int rows = 0;
+  double median_abs = 0, max_abs = 0, rms = 0;
+};
+
+// alpha/beta of one (communicator, collective) fitted on its own rows: the per-collective view the System's
+// single intra link averages over.
+struct LinkFit {
+  std::string comm;
+  std::string collective;
+  int rows = 0;
+  double alpha_s = 0;   // latency per step
+  double bw = 0;        // achieved bytes/s in the bandwidth term (1/beta)
+  double rms = 0;       // relative
+};
+
+struct FitResult {
+  System profile;
+  GemmTile tile;
+  double gemm_rate = 0;         // FLOP/s achieved at the ceiling (peak * gemm_efficiency)
+  double k_overhead = 0;        // elements of K per tile
+  double kernel_overhead_s = 0;
+  double mem_rate = 0;          // bytes/s (memory_bw * memory_efficiency)
+  double link_latency_s = 0;
+  double link_bw = 0;           // bytes/s (intra_bw * intra_efficiency)
+  int gemm_memory_bound = 0;    // GEMM rows fitted on the memory roofline
+  std::vector<LinkFit> links;
+  std::vector<Residuals> residuals;
+  std::vector<std::string> notes;  // what was kept from the base, what was raised to fit the bounds
+};
+
+// InputError when a category has rows but too few to determine its parameters, or the fit is degenerate
+// (a zero rate). Categories without rows keep the base system's numbers (said in notes).
+FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts = {});
+
+// The relative residuals of `rows` under `sys` (used for the report and by tests).
+Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Precision p);
+Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys);
+
+// Human-readable profile "source" text: what was fitted from what.
+std::string describe_fit(const FitResult& f, const std::string& bench_origin);
+
+}  // namespace tessel::calib

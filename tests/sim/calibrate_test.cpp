@@ -1,0 +1,184 @@
+// Calibration: the fit recovers the parameters that generated synthetic measurements through the cost model
+// itself; NNLS on hand-solved cases; strict reading of bench documents.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "sim/calibrate/bench_data.hpp"
+#include "sim/calibrate/fit.hpp"
+#include "sim/calibrate/nnls.hpp"
+#include "sim/cost/comm.hpp"
+#include "sim/cost/compute.hpp"
+
+using namespace tessel;
+using namespace tessel::calib;
+
+namespace {
+// Synthetic data is exact, so recovery is limited only by rounding in QR on ~100 rows whose coefficients
+// span ~1e8: 1e-6 relative is far above that rounding and far below any real modelling difference.
+constexpr double kRecoverTol = 1e-6;
+constexpr double kExact = 1e-12;
+
+// The truth: a made-up core whose every number differs from the cpu preset's starting guesses.
+System truth_system() {
+  System s = load_system("cpu");
+  s.gpu.peak_flops[static_cast<int>(Precision::fp32)] = 80e9;
+  s.gpu.gemm_efficiency = 0.7;          // ceiling 56 GFLOP/s
+  s.gpu.gemm_k_overhead = 24;
+  s.gpu.gemm_tiles = {{16, 32}};
+  s.gpu.memory_bw = 4e9;
+  s.gpu.memory_efficiency = 0.5;        // 2 GB/s: slow enough that a GEMV is memory-bound
+  s.gpu.kernel_overhead_s = 3e-6;
+  s.node.intra_latency_s = 7e-6;
+  s.node.intra_bw = 6e9;
+  s.node.intra_efficiency = 0.6;        // 3.6 GB/s
+  return s;
+}
+
+BenchData synthetic(const System& t) {
+  BenchData b;
+  b.gemm_backend = "synthetic";
+  // Sizes off the tile grid (37, 100, 200) so the tile shape is identifiable; m = 1 GEMVs so some rows sit
+  // on the memory roofline; batched rows like attention's.
+  for (std::int64_t m : {1, 37, 100, 256, 512})
+    for (std::int64_t n : {64, 200, 1024})
+      for (std::int64_t k : {32, 256, 2048}) {
+        GemmRow r{m, n, k, 1, 0};
+        r.time_s = cost::gemm_time(t.gpu, Precision::fp32, {m, n, k, 1});
+        b.gemm.push_back(r);
+      }
+  b.gemm.push_back({32, 32, 16, 64, cost::gemm_time(t.gpu, Precision::fp32, {32, 32, 16, 64})});
+  for (double bytes : {4e3, 6.4e4, 1e6, 1.6e7, 2.56e8})
+    b.membw.push_back({"copy", bytes, cost::memory_time(t.gpu, bytes, 1)});
+  for (cost::Collective c : {cost::Collective::all_reduce, cost::Collective::all_gather, cost::Collective::reduce_scatter,
+                             cost::Collective::send_recv})
+    for (int n : {2, 4})
+      for (double bytes : {1024.0, 65536.0, 4194304.0, 67108864.0}) {
+        CollRow r{"thread", c, n, bytes, static_cast<std::int64_t>(bytes / 4), 0};
+        r.time_s = c == cost::Collective::send_recv ? cost::p2p_time(t, bytes, 1).seconds
+                                                    : cost::collective_time(t, c, bytes, {n, 1}).seconds;
+        b.collectives.push_back(r);
+      }
+  return b;
+}
+
+double rel(double a, double b) { return std::abs(a / b - 1); }
+}  // namespace
+
+TEST_CASE("NNLS: hand-solved cases") {
+  // A = [[1,1],[1,0],[0,1]], b = [1,1,-1]. Unconstrained: A^T A = [[2,1],[1,2]], A^T b = [2,0] -> x = (4/3, -2/3).
+  // With x2 >= 0 active (x2 = 0): minimise 2 (x1 - 1)^2 + 1 -> x1 = 1.
+  Matrix A(3, 2);
+  A.at(0, 0) = 1; A.at(0, 1) = 1; A.at(1, 0) = 1; A.at(2, 1) = 1;
+  const std::vector<double> b{1, 1, -1};
+  const auto u = least_squares(A, b, {0, 1});
+  CHECK(u[0] == doctest::Approx(4.0 / 3).epsilon(kExact));
+  CHECK(u[1] == doctest::Approx(-2.0 / 3).epsilon(kExact));
+  const auto x = nnls(A, b);
+  CHECK(x[0] == doctest::Approx(1.0).epsilon(kExact));
+  CHECK(x[1] == 0.0);
+  // Columns of very different scale (1e9 and 1) with an exact positive solution (2e-9, 3): recovered.
+  Matrix B(3, 2);
+  const double c0[] = {1e9, 2e9, 5e8}, c1[] = {1, 1, 2};
+  std::vector<double> y(3);
+  for (int i = 0; i < 3; ++i) {
+    B.at(i, 0) = c0[i];
+    B.at(i, 1) = c1[i];
+    y[i] = 2e-9 * c0[i] + 3 * c1[i];
+  }
+  const auto z = nnls(B, y);
+  CHECK(z[0] == doctest::Approx(2e-9).epsilon(kExact * 1e3));
+  CHECK(z[1] == doctest::Approx(3.0).epsilon(kExact * 1e3));
+}
+
+TEST_CASE("calibrate recovers the parameters that generated the measurements") {
+  const System t = truth_system();
+  const BenchData b = synthetic(t);
+  // Precondition of the test: some rows are memory-bound under the truth (bytes / 2 GB/s above the tiled
+  // compute time), so the roofline classification is exercised. m=1, n=1024, k=2048: bytes 4(2048 + 2^21 +
+  // 1024) = 8.4 MB -> 4.2 ms; compute 64 tiles of 16x32 x 2*(2048+24) FLOPs -> 0.14 ms.
+  const double gemv = cost::gemm_time(t.gpu, Precision::fp32, {1, 1024, 2048, 1});
+  CHECK(gemv == doctest::Approx(4.0 * (2048 + 1024 * 2048 + 1024) / 2e9 + 3e-6).epsilon(kExact));
+
+  const FitResult f = fit_profile(b, load_system("cpu"));
+  CHECK(f.tile.m == 16);
+  CHECK(f.tile.n == 32);
+  CHECK(rel(f.gemm_rate, 56e9) < kRecoverTol);
+  CHECK(rel(f.k_overhead, 24) < kRecoverTol);
+  CHECK(rel(f.kernel_overhead_s, 3e-6) < kRecoverTol);
+  CHECK(rel(f.mem_rate, 2e9) < kRecoverTol);
+  CHECK(rel(f.link_latency_s, 7e-6) < kRecoverTol);
+  CHECK(rel(f.link_bw, 3.6e9) < kRecoverTol);
+  CHECK(f.gemm_memory_bound > 0);
+  // The written profile means the same: its predictions through sim/cost equal the measurements.
+  const System& p = f.profile;
+  CHECK(rel(p.gpu.peak(Precision::fp32) * p.gpu.gemm_efficiency, 56e9) < kRecoverTol);
+  CHECK(rel(p.node.intra_bw * p.node.intra_efficiency, 3.6e9) < kRecoverTol);
+  for (const Residuals& r : f.residuals) {
+    INFO(r.category);
+    CHECK(r.max_abs < kRecoverTol);
+  }
+  // Every per-collective alpha/beta also equals the truth (one link generated them all).
+  CHECK(f.links.size() == 4);
+  for (const LinkFit& l : f.links) {
+    INFO(l.collective);
+    CHECK(rel(l.alpha_s, 7e-6) < kRecoverTol);
+    CHECK(rel(l.bw, 3.6e9) < kRecoverTol);
+  }
+  // Round trip through the system JSON every command reads.
+  const System back = parse_system(system_to_json(p), "profile");
+  CHECK(rel(cost::gemm_time(back.gpu, Precision::fp32, {100, 200, 256, 1}),
+            cost::gemm_time(t.gpu, Precision::fp32, {100, 200, 256, 1})) < kRecoverTol);
+}
+
+TEST_CASE("calibrate: rates outside the preset's efficiency bounds replace the datasheet value") {
+  // A core 100x faster than the preset's 0.05 TFLOP/s peak guess: efficiency would be 70 > 1, so the peak
+  // becomes the fitted rate and the efficiency 1; the product (what gemm_time uses) is still the truth.
+  // Memory 1000x faster too (2 TB/s against the preset's 10 GB/s), so the GEMMs stay compute-bound.
+  System t = truth_system();
+  t.gpu.peak_flops[static_cast<int>(Precision::fp32)] = 5e12;
+  t.gpu.memory_bw = 4e12;
+  const FitResult f = fit_profile(synthetic(t), load_system("cpu"));
+  CHECK(f.profile.gpu.gemm_efficiency == 1.0);
+  CHECK(rel(f.profile.gpu.peak(Precision::fp32), 3.5e12) < kRecoverTol);
+  CHECK(f.profile.gpu.memory_efficiency == 1.0);
+  CHECK(rel(f.profile.gpu.memory_bw, 2e12) < kRecoverTol);
+  CHECK(!f.notes.empty());
+}
+
+TEST_CASE("calibrate: too few rows are input errors") {
+  BenchData b = synthetic(truth_system());
+  b.gemm.resize(2);
+  CHECK_THROWS_AS(fit_profile(b, load_system("cpu")), InputError);
+  BenchData c = synthetic(truth_system());
+  c.collectives.resize(1);
+  CHECK_THROWS_AS(fit_profile(c, load_system("cpu")), InputError);
+}
+
+TEST_CASE("bench documents: strict reading") {
+  const Json good = bench_to_json(synthetic(truth_system()));
+  const BenchData back = parse_bench(good, "good.json");
+  CHECK(back.gemm.size() == 46);
+  CHECK(back.collectives.size() == 32);
+  CHECK_THROWS_WITH_AS(parse_bench(Json::array(), "x.json"), doctest::Contains("not a tessel bench document"), InputError);
+  Json wrong = good;
+  wrong["format"] = "chrome-trace";
+  CHECK_THROWS_WITH_AS(parse_bench(wrong, "x.json"), doctest::Contains("\"format\" must be"), InputError);
+  Json missing = good;
+  missing["gemm"][0].erase("time_us");
+  CHECK_THROWS_WITH_AS(parse_bench(missing, "x.json"), doctest::Contains("time_us"), InputError);
+  Json neg = good;
+  neg["membw"][0]["time_us"] = -1.0;
+  CHECK_THROWS_WITH_AS(parse_bench(neg, "x.json"), doctest::Contains("membw[0]"), InputError);
+  Json unknown = good;
+  unknown["collectives"][0]["colour"] = "red";
+  CHECK_THROWS_WITH_AS(parse_bench(unknown, "x.json"), doctest::Contains("colour"), InputError);
+  Json empty = good;
+  empty["gemm"] = Json::array();
+  empty["membw"] = Json::array();
+  empty["collectives"] = Json::array();
+  CHECK_THROWS_WITH_AS(parse_bench(empty, "x.json"), doctest::Contains("nothing to fit"), InputError);
+  Json badcoll = good;
+  badcoll["collectives"][0]["collective"] = "allreduce";
+  CHECK_THROWS_WITH_AS(parse_bench(badcoll, "x.json"), doctest::Contains("allreduce"), InputError);
+}
