@@ -40,6 +40,8 @@ cublasLtEpilogue_t epilogue(Epilogue e) {
 
 }  // namespace
 
+Gemm::Gemm() = default;
+
 Gemm::~Gemm() {
   plans_.clear();
   if (workspace_) cudaFree(workspace_);

@@ -40,7 +40,7 @@ struct GemmArgs {
 // shapes seen so far. Not thread-safe: one per stream-owning thread.
 class Gemm {
  public:
-  Gemm() = default;
+  Gemm();
   ~Gemm();
   Gemm(const Gemm&) = delete;
   Gemm& operator=(const Gemm&) = delete;

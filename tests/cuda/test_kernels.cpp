@@ -1,0 +1,172 @@
+// Each element-wise / row-wise CUDA kernel against its CPU reference (kernels/cpu) on fresh random inputs,
+// outputs poisoned with NaN first. Expected values: the CPU reference itself (double-accumulating where it
+// sums), so the tolerance bounds only fp32 rounding and summation order (gpu_util.hpp).
+#include <doctest/doctest.h>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "tests/cuda/gpu_util.hpp"
+
+namespace kc = tessel::kernels::cpu;
+namespace kg = tessel::kernels::cuda;
+using namespace tessel::test;
+
+TEST_SUITE("gpu") {
+
+TEST_CASE("layernorm and rmsnorm forward and backward match the CPU reference") {
+  for (const auto& [rows, cols] : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const std::size_t n = std::size_t(rows) * cols;
+    const auto x = random_vec(n, -3, 3), g = random_vec(cols, 0.5f, 1.5f), b = random_vec(cols), dy = random_vec(n);
+    const auto dg0 = random_vec(cols), db0 = random_vec(cols);  // accumulate into non-zero gradients
+    for (const bool rms : {false, true}) {
+      CAPTURE(rms);
+      std::vector<float> y(n), mu(rows), rs(rows), dx(n), dg = dg0, db = db0;
+      if (rms) {
+        kc::rmsnorm_fwd(x.data(), g.data(), y.data(), rs.data(), rows, cols, 1e-5f);
+        kc::rmsnorm_bwd(dy.data(), x.data(), g.data(), rs.data(), dx.data(), dg.data(), rows, cols);
+      } else {
+        kc::layernorm_fwd(x.data(), g.data(), b.data(), y.data(), mu.data(), rs.data(), rows, cols, 1e-5f);
+        kc::layernorm_bwd(dy.data(), x.data(), g.data(), mu.data(), rs.data(), dx.data(), dg.data(), db.data(), rows, cols);
+      }
+      DeviceBuf<float> dX(x), dG(g), dB(b), dDY(dy), dY(n), dMU(rows), dRS(rows), dDX(n), dDG(dg0), dDB(db0);
+      if (rms) {
+        REQUIRE_OK(kg::rmsnorm_fwd(nullptr, dX, dG, dY, dRS, rows, cols, 1e-5f));
+        REQUIRE_OK(kg::rmsnorm_bwd(nullptr, dDY, dX, dG, dRS, dDX, dDG, rows, cols));
+      } else {
+        REQUIRE_OK(kg::layernorm_fwd(nullptr, dX, dG, dB, dY, dMU, dRS, rows, cols, 1e-5f));
+        REQUIRE_OK(kg::layernorm_bwd(nullptr, dDY, dX, dG, dMU, dRS, dDX, dDG, dDB, rows, cols));
+        CHECK_CLOSE(dMU.download(), mu, kTolFp32);
+        CHECK_CLOSE(dDB.download(), db, kTolFp32Reduction);
+      }
+      CHECK_CLOSE(dY.download(), y, kTolFp32);
+      CHECK_CLOSE(dRS.download(), rs, kTolFp32);
+      CHECK_CLOSE(dDX.download(), dx, kTolFp32Reduction);
+      CHECK_CLOSE(dDG.download(), dg, kTolFp32Reduction);
+    }
+  }
+}
+
+TEST_CASE("GELU and SwiGLU forward and backward match the CPU reference") {
+  const std::size_t n = 100003;  // not a multiple of any block size
+  const auto x = random_vec(n, -5, 5), up = random_vec(n, -2, 2), dy = random_vec(n);
+  std::vector<float> y(n), dx(n), ys(n), dgate(n), dup(n);
+  kc::gelu_fwd(x.data(), y.data(), n);
+  kc::gelu_bwd(dy.data(), x.data(), dx.data(), n);
+  kc::swiglu_fwd(x.data(), up.data(), ys.data(), n);
+  kc::swiglu_bwd(dy.data(), x.data(), up.data(), dgate.data(), dup.data(), n);
+  DeviceBuf<float> dX(x), dUP(up), dDY(dy), dY(n), dDX(n), dYS(n), dDG(n), dDU(n);
+  REQUIRE_OK(kg::gelu_fwd(nullptr, dX, dY, n));
+  REQUIRE_OK(kg::gelu_bwd(nullptr, dDY, dX, dDX, n));
+  REQUIRE_OK(kg::swiglu_fwd(nullptr, dX, dUP, dYS, n));
+  REQUIRE_OK(kg::swiglu_bwd(nullptr, dDY, dX, dUP, dDG, dDU, n));
+  CHECK_CLOSE(dY.download(), y, kTolFp32);
+  CHECK_CLOSE(dDX.download(), dx, kTolFp32);
+  CHECK_CLOSE(dYS.download(), ys, kTolFp32);
+  CHECK_CLOSE(dDG.download(), dgate, kTolFp32);
+  CHECK_CLOSE(dDU.download(), dup, kTolFp32);
+}
+
+TEST_CASE("softmax cross-entropy forward and backward match the CPU reference, whole and sharded vocabulary") {
+  const int rows = 37, vocab = 5003;
+  for (const int start : {0, 1000}) {  // start 1000: a shard; targets below it contribute no target logit
+    CAPTURE(start);
+    const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
+    const auto t = random_tokens(rows, vocab + start);
+    std::vector<float> loss(rows), mx(rows), sm(rows), dz(z.size());
+    kc::cross_entropy_fwd(z.data(), rows, vocab, start, t.data(), loss.data(), mx.data(), sm.data(), nullptr);
+    kc::cross_entropy_bwd(z.data(), rows, vocab, start, t.data(), mx.data(), sm.data(), dl.data(), dz.data());
+    DeviceBuf<float> dZ(z), dDL(dl), dLOSS(rows), dMX(rows), dSM(rows), dDZ(z.size());
+    DeviceBuf<std::int32_t> dT(t);
+    REQUIRE_OK(kg::cross_entropy_fwd(nullptr, dZ, rows, vocab, start, dT, dLOSS, dMX, dSM));
+    REQUIRE_OK(kg::cross_entropy_bwd(nullptr, dZ, rows, vocab, start, dT, dMX, dSM, dDL, dDZ));
+    CHECK_CLOSE(dLOSS.download(), loss, kTolFp32Reduction);
+    CHECK_CLOSE(dMX.download(), mx, kTolFp32);
+    CHECK_CLOSE(dSM.download(), sm, kTolFp32Reduction);
+    CHECK_CLOSE(dDZ.download(), dz, kTolFp32Reduction);
+  }
+}
+
+TEST_CASE("embedding forward and backward match the CPU reference, repeated tokens included") {
+  const int vocab = 300, start = 100, dim = 96, n = 517;
+  const auto table = random_vec(std::size_t(vocab) * dim), dout = random_vec(std::size_t(n) * dim);
+  const auto dt0 = random_vec(table.size());
+  const auto tok = random_tokens(n, 500);  // ids outside [100, 400) belong to other shards
+  std::vector<float> out(std::size_t(n) * dim), dt = dt0;
+  kc::embedding_fwd(table.data(), vocab, start, dim, tok.data(), n, out.data());
+  kc::embedding_bwd(dout.data(), vocab, start, dim, tok.data(), n, dt.data());
+  DeviceBuf<float> dTAB(table), dOUT(out.size()), dDOUT(dout), dDT(dt0);
+  DeviceBuf<std::int32_t> dTOK(tok);
+  REQUIRE_OK(kg::embedding_fwd(nullptr, dTAB, vocab, start, dim, dTOK, n, dOUT));
+  REQUIRE_OK(kg::embedding_bwd(nullptr, dDOUT, vocab, start, dim, dTOK, n, dDT));
+  CHECK_CLOSE(dOUT.download(), out, kTolFp32);
+  CHECK_CLOSE(dDT.download(), dt, kTolFp32);
+}
+
+TEST_CASE("AdamW steps match the CPU reference") {
+  const std::size_t n = 65537;
+  kc::AdamW hp;
+  hp.lr = 3e-3f;
+  hp.weight_decay = 0.1f;
+  auto p = random_vec(n), m = random_vec(n, -0.01f, 0.01f), v = random_vec(n, 0, 1e-4f);
+  DeviceBuf<float> dP(p), dM(m), dV(v), dG(n);
+  for (int step = 1; step <= 3; ++step) {
+    const auto g = random_vec(n);
+    dG.upload(g);
+    kc::adamw_step(p.data(), g.data(), m.data(), v.data(), n, hp, step);
+    REQUIRE_OK(kg::adamw_step(nullptr, dP, dG, dM, dV, n, hp, step));
+  }
+  CHECK_CLOSE(dP.download(), p, kTolFp32);
+  CHECK_CLOSE(dM.download(), m, kTolFp32);
+  CHECK_CLOSE(dV.download(), v, kTolFp32);
+  CHECK_FALSE(kg::adamw_step(nullptr, dP, dG, dM, dV, n, hp, 0).ok());  // steps count from 1
+}
+
+TEST_CASE("reductions: sum of squares, column sums, block sum/max, bf16 round trip") {
+  const std::size_t n = 1 << 20;
+  const auto x = random_vec(n);
+  DeviceBuf<float> dX(x);
+  DeviceBuf<double> dS(1, false);
+  REQUIRE(cudaMemset(dS.get(), 0, sizeof(double)) == cudaSuccess);
+  REQUIRE_OK(kg::sum_squares(nullptr, dX, n, dS));
+  const double expect = kc::sum_squares(x.data(), n);  // double sum on the CPU
+  CHECK(dS.download()[0] == doctest::Approx(expect).epsilon(kTolFp32));
+
+  const int rows = 513, cols = 2048;  // col_sum: db[c] += sum_r x[r, c] over the first rows*cols values
+  std::vector<float> db = random_vec(cols);
+  DeviceBuf<float> dDB(db);
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) db[c] += x[std::size_t(r) * cols + c];
+  REQUIRE_OK(kg::col_sum(nullptr, dX, rows, cols, dDB));
+  CHECK_CLOSE(dDB.download(), db, kTolFp32Reduction);
+
+  const int parts = 4;  // reduce_blocks: out[i] = sum (or max) over the 4 blocks of n/4
+  const std::size_t count = n / parts;
+  std::vector<float> sum(count), mx(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    sum[i] = x[i];
+    mx[i] = x[i];
+    for (int p = 1; p < parts; ++p) {
+      sum[i] += x[p * count + i];
+      mx[i] = std::max(mx[i], x[p * count + i]);
+    }
+  }
+  DeviceBuf<float> dSUM(count), dMX(count);
+  REQUIRE_OK(kg::reduce_blocks(nullptr, dX, parts, count, dSUM, false));
+  REQUIRE_OK(kg::reduce_blocks(nullptr, dX, parts, count, dMX, true));
+  CHECK_CLOSE(dSUM.download(), sum, kTolFp32);
+  CHECK_CLOSE(dMX.download(), mx, 0.0);
+
+  DeviceBuf<__nv_bfloat16> dH(n);
+  DeviceBuf<float> dBACK(n);
+  REQUIRE_OK(kg::to_bf16(nullptr, dX, dH, n));
+  REQUIRE_OK(kg::from_bf16(nullptr, dH, dBACK, n));
+  CHECK_CLOSE(dBACK.download(), x, kTolBf16 / 2);  // one rounding to 8 significant bits: <= 2^-9 relative
+}
+
+}  // TEST_SUITE
