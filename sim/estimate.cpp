@@ -82,14 +82,14 @@ RankSums sum_per_rank(const Workload& w) {
 
 }  // namespace
 
-Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus) {
+Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, const LayerWork* layer) {
   if (gpus <= 0) gpus = l.gpus();
   check_layout(l, m, gpus);
   if (gpus > sys.max_gpus)
     throw InfeasibleLayout(std::to_string(gpus) + " GPUs exceed the system's max_gpus " + std::to_string(sys.max_gpus));
   if (sys.gpu.peak(l.precision) <= 0)
     throw InfeasibleLayout("precision " + to_string(l.precision) + " is not supported by " + sys.gpu.name);
-  const Workload w = lower(m, l, sys);
+  const Workload w = lower(m, l, sys, layer);
   const RankSums rs = sum_per_rank(w);
   Estimate e;
   e.layout = l;

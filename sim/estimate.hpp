@@ -41,7 +41,7 @@ struct Estimate {
 
 // gpus == 0 takes the layout's own count. InfeasibleLayout if a rule is broken (memory is reported, not
 // enforced: `fits` says whether the peak is within capacity).
-Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus = 0);
+Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus = 0, const LayerWork* layer = nullptr);
 
 // Model FLOPs per global batch (eq. 7 generalised: 3x the forward of layers and head).
 double model_flops_per_step(const Workload& w);

@@ -84,8 +84,15 @@ std::string Layout::describe() const {
   if (sequence_parallel) os << " sp";
   if (zero_stage > 0) os << " zero" << zero_stage;
   if (!stage_layers.empty()) {
+    // Run-length form: "layers=3,4x6,3" for 3,4,4,4,4,4,4,3.
     os << " layers=";
-    for (std::size_t i = 0; i < stage_layers.size(); ++i) os << (i ? "," : "") << stage_layers[i];
+    for (std::size_t i = 0; i < stage_layers.size();) {
+      std::size_t j = i;
+      while (j < stage_layers.size() && stage_layers[j] == stage_layers[i]) ++j;
+      os << (i ? "," : "") << stage_layers[i];
+      if (j - i > 1) os << "x" << (j - i);
+      i = j;
+    }
   }
   return os.str();
 }
@@ -153,60 +160,64 @@ Json layout_to_json(const Layout& l) {
 }
 
 namespace {
-[[noreturn]] void infeasible(const std::string& why) { throw InfeasibleLayout(why); }
 std::string s(long long v) { return std::to_string(v); }
 }  // namespace
 
-void check_layout(const Layout& l, const Model& m, int gpus) {
+std::optional<LayoutProblem> layout_problem(const Layout& l, const Model& m, int gpus) {
   if (gpus > 0 && static_cast<long long>(l.tp) * l.pp * l.dp * l.cp != gpus)
-    infeasible("tp*pp*dp*cp = " + s(l.tp) + "*" + s(l.pp) + "*" + s(l.dp) + "*" + s(l.cp) + " = " +
-               s(static_cast<long long>(l.tp) * l.pp * l.dp * l.cp) + " is not the GPU count " + s(gpus));
-  if (m.heads % l.tp != 0) infeasible("tp " + s(l.tp) + " does not divide heads " + s(m.heads));
+    return LayoutProblem{"gpu-count", "tp*pp*dp*cp = " + s(l.tp) + "*" + s(l.pp) + "*" + s(l.dp) + "*" + s(l.cp) + " = " +
+               s(static_cast<long long>(l.tp) * l.pp * l.dp * l.cp) + " is not the GPU count " + s(gpus)};
+  if (m.heads % l.tp != 0) return LayoutProblem{"tp-divides-heads", "tp " + s(l.tp) + " does not divide heads " + s(m.heads)};
   // Megatron replicates KV heads when tp > kv_heads (GQA); it needs tp to be a multiple of kv_heads then.
   if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
-    infeasible("tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other");
-  if (m.ffn % l.tp != 0) infeasible("tp " + s(l.tp) + " does not divide ffn " + s(m.ffn));
+    return LayoutProblem{"tp-kv-heads", "tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other"};
+  if (m.ffn % l.tp != 0) return LayoutProblem{"tp-divides-ffn", "tp " + s(l.tp) + " does not divide ffn " + s(m.ffn)};
   if (l.cp > 1 && m.seq_len % (2 * l.cp) != 0)
-    infeasible("cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)");
-  if (l.sequence_parallel && l.tp == 1) infeasible("sequence parallel needs tp > 1");
+    return LayoutProblem{"cp-seq", "cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)"};
+  if (l.sequence_parallel && l.tp == 1) return LayoutProblem{"sp-needs-tp", "sequence parallel needs tp > 1"};
   if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0)
-    infeasible("sequence parallel: seq_len/cp " + s(m.seq_len / l.cp) + " is not divisible by tp " + s(l.tp));
+    return LayoutProblem{"sp-seq", "sequence parallel: seq_len/cp " + s(m.seq_len / l.cp) + " is not divisible by tp " + s(l.tp)};
   if (l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) != 0)
-    infeasible("global batch " + s(l.global_batch) + " is not divisible by micro_batch*dp = " +
-               s(static_cast<long long>(l.micro_batch) * l.dp));
+    return LayoutProblem{"batch-divisibility", "global batch " + s(l.global_batch) + " is not divisible by micro_batch*dp = " +
+               s(static_cast<long long>(l.micro_batch) * l.dp)};
   const int stages = l.num_stages();
   if (!l.stage_layers.empty()) {
     if (static_cast<int>(l.stage_layers.size()) != stages)
-      infeasible("stage_layers has " + s(static_cast<long long>(l.stage_layers.size())) + " entries, pp*vpp is " + s(stages));
+      return LayoutProblem{"stage-layers", "stage_layers has " + s(static_cast<long long>(l.stage_layers.size())) + " entries, pp*vpp is " + s(stages)};
     long long sum = std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), 0LL);
-    if (sum != m.layers) infeasible("stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers");
+    if (sum != m.layers) return LayoutProblem{"stage-layers", "stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers"};
     for (int x : l.stage_layers)
-      if (x < 0) infeasible("stage_layers: negative layer count");
+      if (x < 0) return LayoutProblem{"stage-layers", "stage_layers: negative layer count"};
   } else if (m.layers % stages != 0) {
-    infeasible("layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
-               " stages (give an uneven split with stage_layers)");
+    return LayoutProblem{"layer-split", "layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
+               " stages (give an uneven split with stage_layers)"};
   } else if (m.layers < stages) {
-    infeasible("layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages");
+    return LayoutProblem{"layer-split", "layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages"};
   }
   const int mb = l.num_microbatches();
   const std::string& sc = l.schedule;
   if (l.pp == 1) {
-    if (l.vpp != 1) infeasible("vpp " + s(l.vpp) + " needs pp > 1");
-    return;  // no pipeline: the schedule name does not matter
+    if (l.vpp != 1) return LayoutProblem{"vpp-needs-pp", "vpp " + s(l.vpp) + " needs pp > 1"};
+    return std::nullopt;  // no pipeline: the schedule name does not matter
   }
   if (sc == "interleaved" || sc == "looped-bfs") {
-    if (l.vpp < 2) infeasible(sc + " needs vpp > 1 (got " + s(l.vpp) + ")");
+    if (l.vpp < 2) return LayoutProblem{"schedule-vpp", sc + " needs vpp > 1 (got " + s(l.vpp) + ")"};
     // Megatron: microbatch_group_size_per_vp_stage defaults to pp and must lie in [pp, m]; a remainder
     // 0 < m mod pp < pp raises "dependency bubbles" (schedules.md, Interleaved constraints).
     if (sc == "interleaved" && (mb < l.pp || mb % l.pp != 0))
-      infeasible("interleaved needs micro-batches m = " + s(mb) + " to be a multiple of pp " + s(l.pp) + " (Megatron)");
+      return LayoutProblem{"schedule-microbatches", "interleaved needs micro-batches m = " + s(mb) + " to be a multiple of pp " + s(l.pp) + " (Megatron)"};
   } else if (sc == "zbv" || sc == "dualpipev") {
-    if (l.vpp != 2) infeasible(sc + " needs exactly 2 stages per rank (vpp 2), got vpp " + s(l.vpp));
+    if (l.vpp != 2) return LayoutProblem{"schedule-vpp", sc + " needs exactly 2 stages per rank (vpp 2), got vpp " + s(l.vpp)};
     if (sc == "dualpipev" && mb < 2 * l.pp)
-      infeasible("dualpipev needs micro-batches m = " + s(mb) + " >= 2*pp = " + s(2 * l.pp) + " (DeepSeek dualpipev.py)");
+      return LayoutProblem{"schedule-microbatches", "dualpipev needs micro-batches m = " + s(mb) + " >= 2*pp = " + s(2 * l.pp) + " (DeepSeek dualpipev.py)"};
   } else {
-    if (l.vpp != 1) infeasible(sc + " takes one stage per rank (vpp 1), got vpp " + s(l.vpp));
+    if (l.vpp != 1) return LayoutProblem{"schedule-vpp", sc + " takes one stage per rank (vpp 1), got vpp " + s(l.vpp)};
   }
+  return std::nullopt;
+}
+
+void check_layout(const Layout& l, const Model& m, int gpus) {
+  if (auto p = layout_problem(l, m, gpus)) throw InfeasibleLayout(p->message);
 }
 
 }  // namespace tessel

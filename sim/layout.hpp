@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,14 @@ const std::vector<std::string>& schedule_names();
 // overlap_param_gather, overlap_p2p, stage_layers). Missing optional keys take the defaults above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);
 Json layout_to_json(const Layout& l);
+
+// The first rule a layout breaks for this model on `gpus` GPUs: a stable key ("tp-divides-heads") for counts
+// and a message naming the values. No exceptions: explore calls it for every candidate.
+struct LayoutProblem {
+  std::string rule;
+  std::string message;
+};
+std::optional<LayoutProblem> layout_problem(const Layout& l, const Model& m, int gpus);
 
 // Checks every rule that makes a layout impossible for this model on `gpus` GPUs; throws InfeasibleLayout
 // naming the rule and the values ("tp 3 does not divide heads 96"). gpus <= 0 skips the GPU-count rule.

@@ -93,7 +93,7 @@ WorkOp collective_op(const std::string& name, const System& sys, Collective c, d
   return op;
 }
 
-void lower_layer(const Model& m, const Layout& l, const System& sys, LayerWork& lw) {
+void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerWork& lw) {
   const Dims d = dims_of(m, l);
   const Precision p = l.precision;
   const auto M = static_cast<std::int64_t>(d.tokens);
@@ -260,12 +260,22 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st)
 
 }  // namespace
 
-Workload lower(const Model& m, const Layout& l, const System& sys) {
+LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
+  LayerWork lw;
+  lower_layer_into(m, l, sys, lw);
+  return lw;
+}
+
+Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {
   check_layout(l, m, 0);
   Workload w;
   w.model = m;
   w.layout = l;
-  lower_layer(m, l, sys, w.layer);
+  if (layer) {
+    w.layer = *layer;
+  } else {
+    lower_layer_into(m, l, sys, w.layer);
+  }
   const Dims d = dims_of(m, l);
   w.tokens_per_mb = d.b * d.s;
   // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather

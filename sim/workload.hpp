@@ -73,7 +73,11 @@ struct Workload {
 };
 
 // The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).
-Workload lower(const Model& m, const Layout& l, const System& sys);
+// `layer`, when given, is a LayerWork already lowered for the same model, system and the layout fields it
+// depends on (tp, cp, micro_batch, sequence_parallel, recompute, attention, precision): explore reuses it.
+Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer = nullptr);
+// One transformer layer under the layout (the expensive, cacheable part of lower()).
+LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 
 // Megatron-style placement of the parallel groups: tp fastest, then cp, dp, pp.
 cost::GroupPlacement tp_group(const Layout& l);

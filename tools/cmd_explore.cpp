@@ -1,9 +1,231 @@
-// tessel explore
-#include "models/util/error.hpp"
+// tessel explore: rank the layouts of a model on a cluster (analytical tier for all, event-simulated tier
+// for the best), with reasons for every rejection.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "models/util/atomic_file.hpp"
+#include "sim/explore/explore.hpp"
+#include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/format.hpp"
 
 namespace tessel::cmd {
 
-int explore(const Args&) { throw InputError("tessel explore: not built yet in this version"); }
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A layout given to --explain: a JSON file, or words as `describe()` prints them
+// ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1").
+Layout parse_layout_words(const std::string& text, int global_batch) {
+  if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text), text);
+  Layout l;
+  l.global_batch = global_batch;
+  l.schedule = "1f1b";
+  bool sched_given = false;
+  std::istringstream in(text);
+  std::string w;
+  auto val = [&](const std::string& word, const std::string& prefix) {
+    return static_cast<int>(cli::parse_int(word.substr(prefix.size()), "--explain " + word, 1, 1 << 22));
+  };
+  while (in >> w) {
+    if (w.rfind("tp", 0) == 0) l.tp = val(w, "tp");
+    else if (w.rfind("pp", 0) == 0) l.pp = val(w, "pp");
+    else if (w.rfind("dp", 0) == 0) l.dp = val(w, "dp");
+    else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
+    else if (w.rfind("vpp", 0) == 0) l.vpp = val(w, "vpp");
+    else if (w.rfind("mbs", 0) == 0) l.micro_batch = val(w, "mbs");
+    else if (w.rfind("zero", 0) == 0) l.zero_stage = val(w, "zero");
+    else if (w == "sp") l.sequence_parallel = true;
+    else if (w == "selective" || w == "full" || w == "none") l.recompute = parse_recompute(w, "--explain");
+    else {
+      bool known = false;
+      for (const auto& n : schedule_names()) known = known || n == w;
+      if (!known) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp, a schedule, a recompute policy)");
+      l.schedule = w;
+      sched_given = true;
+    }
+  }
+  if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? "interleaved" : "1f1b";
+  return l;
+}
+
+std::vector<Recompute> recompute_list(const cli::CommandLine& cl) {
+  std::vector<Recompute> r;
+  for (const auto& s : cl.get_list("--recompute")) r.push_back(parse_recompute(s, "--recompute"));
+  return r;
+}
+
+void print_progress(double f) {
+  const int width = 40;
+  const int filled = static_cast<int>(f * width);
+  std::fprintf(stderr, "\r[%s%s] %3d%%", std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+               static_cast<int>(100 * f));
+  if (f >= 1.0) std::fprintf(stderr, "\r%s\r", std::string(width + 8, ' ').c_str());
+  std::fflush(stderr);
+}
+
+std::string csv_of(const explore::Result& r) {
+  std::ostringstream os;
+  os << "rank,layout,tier,step_s,tokens_per_s,tflops_per_gpu,mfu,bubble,exposed_comm_s,peak_GiB,headroom_GiB\n";
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const auto& s = r.top[i];
+    const double scale = s.analytical_step_s / s.step_s;
+    os << i + 1 << "," << s.layout.describe() << "," << s.tier << "," << s.step_s << "," << s.tokens_per_s * scale
+       << "," << s.tflops_per_gpu * scale << "," << s.mfu * scale << "," << s.bubble << "," << s.exposed_comm_s << ","
+       << s.peak_memory / kGiB << "," << (s.capacity - s.peak_memory) / kGiB << "\n";
+  }
+  return os.str();
+}
+
+void print_rows(const std::vector<explore::Scored>& rows) {
+  std::vector<std::vector<std::string>> t = {{"#", "layout", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble",
+                                              "exposed comm", "peak mem", "headroom", "tier"}};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& s = rows[i];
+    const double scale = s.analytical_step_s / s.step_s;
+    t.push_back({std::to_string(i + 1), s.layout.describe(), fmt::seconds(s.step_s), fmt::si(s.tokens_per_s * scale, ""),
+                 fmt::fixed(s.tflops_per_gpu * scale, 1), fmt::pct(s.mfu * scale), fmt::pct(s.bubble),
+                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory), fmt::gib(s.capacity - s.peak_memory), s.tier});
+  }
+  std::cout << fmt::table(t);
+}
+
+}  // namespace
+
+int explore(const Args& args) {
+  cli::CommandLine cl(
+      "explore", args,
+      {{"--model", true, "model preset or JSON file [gpt3-175b]"},
+       {"--system", true, "system preset or JSON file [dgx-a100]"},
+       {"--gpus", true, "number of GPUs [1024]"},
+       {"--gbs", true, "global batch size in sequences [1536]"},
+       {"--seq", true, "sequence length (overrides the model's)"},
+       {"--tp", true, "restrict tensor-parallel sizes (comma list)"},
+       {"--pp", true, "restrict pipeline sizes"},
+       {"--cp", true, "restrict context-parallel sizes"},
+       {"--vpp", true, "restrict chunks per rank (interleaved)"},
+       {"--mbs", true, "restrict micro-batch sizes"},
+       {"--schedule", true, "restrict schedules (gpipe,1f1b,interleaved,looped-bfs,zb1p,zb2p,zbv,dualpipev)"},
+       {"--recompute", true, "restrict recompute policies (none,selective,full)"},
+       {"--sp", true, "sequence parallel: on, off or both [both]"},
+       {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
+       {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
+       {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node"},
+       {"--max-tp-inside-node", false, "keep tp within one node (the default)"},
+       {"--no-uneven", false, "do not try lighter first/last stages"},
+       {"--top", true, "rows to show [10]"},
+       {"--simulate-k", true, "layouts the event simulator re-scores [adaptive]"},
+       {"--no-simulate", false, "analytical tier only"},
+       {"--threads", true, "worker threads [all cores]"},
+       {"--pareto", false, "also print the Pareto front of step time against peak memory"},
+       {"--explain", true, "explain one layout (words as printed, or a layout JSON file)"},
+       {"--json", false, "print one JSON document"},
+       {"--csv", true, "also write the top rows as CSV to this file"},
+       {"--trace-best", true, "write the simulator's Chrome trace of the winner"},
+       {"--svg-best", true, "write the simulator's SVG timeline of the winner"}},
+      0);
+  if (cl.help_requested()) {
+    std::cout << cl.usage();
+    return 0;
+  }
+  Model m = load_model(cl.get_or("--model", "gpt3-175b"));
+  if (auto seq = cl.get_int("--seq", 1, 1 << 24)) m.seq_len = static_cast<int>(*seq);
+  const System sys = load_system(cl.get_or("--system", "dgx-a100"));
+  const int gpus = static_cast<int>(cl.get_int("--gpus", 1, sys.max_gpus).value_or(1024));
+  const int gbs = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
+  if (cl.has("--allow-tp-across-nodes") && cl.has("--max-tp-inside-node"))
+    throw InputError("--allow-tp-across-nodes and --max-tp-inside-node contradict each other");
+  for (const char* f : {"--csv", "--trace-best", "--svg-best"})
+    if (auto p = cl.get(f)) check_writable(*p, f);
+
+  explore::Space space;
+  space.tp = std::vector<int>();
+  for (auto v : cl.get_int_list("--tp", 1, 1 << 16)) space.tp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--pp", 1, 1 << 16)) space.pp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--cp", 1, 1 << 16)) space.cp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--vpp", 1, 1024)) space.vpp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
+  for (const auto& s : cl.get_list("--schedule")) {
+    bool known = false;
+    for (const auto& n : schedule_names()) known = known || n == s;
+    if (!known) throw InputError("--schedule " + s + ": unknown schedule");
+    space.schedules.push_back(s);
+  }
+  if (cl.has("--recompute")) space.recompute = recompute_list(cl);
+  if (auto sp = cl.get("--sp")) {
+    if (*sp == "on") space.sp = {1};
+    else if (*sp == "off") space.sp = {0};
+    else if (*sp != "both") throw InputError("--sp " + *sp + ": must be on, off or both");
+  }
+  space.max_tp_inside_node = !cl.has("--allow-tp-across-nodes");
+  space.uneven = !cl.has("--no-uneven");
+  const Precision prec = parse_precision(cl.get_or("--precision", "bf16"), "--precision");
+  if (sys.gpu.peak(prec) <= 0) throw InputError("--precision " + to_string(prec) + ": not supported by " + sys.gpu.name);
+
+  explore::Options opt;
+  opt.top_n = static_cast<int>(cl.get_int("--top", 1, 1000).value_or(10));
+  opt.simulate_k = static_cast<int>(cl.get_int("--simulate-k", 1, 100000).value_or(0));
+  opt.threads = static_cast<int>(cl.get_int("--threads", 1, 1024).value_or(0));
+  std::string sim_note;
+  if (!cl.has("--no-simulate")) {
+    try {
+      auto step = des_step_time();
+      opt.simulate = [step, &m, &sys](const Layout& l) { return step(m, l, sys); };
+    } catch (const InputError& e) {
+      sim_note = e.what();
+    }
+  }
+  const bool json = cl.flag("--json");
+  if (!json && ::isatty(2)) opt.progress = print_progress;
+
+  space.precision = prec;
+  const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
+
+  if (auto e = cl.get("--explain")) {
+    const Layout l = parse_layout_words(*e, gbs);
+    std::cout << explore::explain(m, sys, gpus, l, r);
+    return 0;
+  }
+  if (r.top.empty()) {
+    std::ostringstream os;
+    os << "no layout of " << m.name << " fits on " << gpus << " x " << sys.gpu.name << " with global batch " << gbs
+       << " (" << r.enumerated << " enumerated";
+    for (const auto& x : r.rejected) os << "; " << x.count << " rejected by " << x.rule;
+    os << ")";
+    if (r.smallest_peak > 0)
+      os << "; the smallest peak memory found was " << fmt::gib(r.smallest_peak) << " (" << r.smallest_peak_layout
+         << ") of " << fmt::gib(sys.gpu.memory_bytes);
+    throw InputError(os.str());
+  }
+  if (auto p = cl.get("--csv")) write_file_atomic(*p, csv_of(r));
+  if (json) {
+    Json j = explore::result_to_json(r);
+    j["model"] = m.name;
+    j["system"] = sys.name;
+    j["gpus"] = gpus;
+    j["global_batch"] = gbs;
+    if (!sim_note.empty()) j["note"] = sim_note;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
+            << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
+  print_rows(r.top);
+  std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
+            << r.simulated << " re-scored by the event simulator\n";
+  if (!sim_note.empty()) std::cout << "(event-simulated tier unavailable: " << sim_note << ")\n";
+  std::cout << "rejected:\n";
+  for (const auto& x : r.rejected) std::cout << "  " << x.count << " x " << x.rule << " (e.g. " << x.example << ")\n";
+  if (cl.flag("--pareto")) {
+    std::cout << "\nPareto front (step time vs peak memory):\n";
+    print_rows(r.pareto);
+  }
+  return 0;
+}
 
 }  // namespace tessel::cmd

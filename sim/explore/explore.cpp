@@ -1,0 +1,356 @@
+#include "sim/explore/explore.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <thread>
+#include <tuple>
+
+#include "models/util/error.hpp"
+
+namespace tessel::explore {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::vector<int> divisors(int n, int max) {
+  std::vector<int> d;
+  for (int i = 1; i <= std::min(n, max); ++i)
+    if (n % i == 0) d.push_back(i);
+  return d;
+}
+
+bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+std::string gib(double b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f", b / kGiB);
+  return buf;
+}
+
+// LayerWork depends only on these layout fields: explore lowers each combination once per thread.
+using LayerKey = std::tuple<int, int, int, bool, int, int, int>;
+LayerKey layer_key(const Layout& l) {
+  return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
+          static_cast<int>(l.precision)};
+}
+
+Scored score_of(const Estimate& e) {
+  Scored s;
+  s.layout = e.layout;
+  s.step_s = s.analytical_step_s = e.step_s;
+  s.tokens_per_s = e.tokens_per_s;
+  s.tflops_per_gpu = e.model_tflops_per_gpu;
+  s.mfu = e.mfu;
+  s.bubble = e.bubble_fraction;
+  s.exposed_comm_s = e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s;
+  s.peak_memory = e.peak_memory;
+  s.peak_rank = e.peak_rank;
+  s.capacity = e.capacity;
+  return s;
+}
+
+struct ThreadOut {
+  std::vector<Scored> fitting;
+  std::map<std::string, Rejection> rejected;
+  double smallest_peak = 0;
+  std::string smallest_peak_layout;
+};
+
+void reject(ThreadOut& out, const std::string& rule, const std::string& message) {
+  auto& r = out.rejected[rule];
+  if (r.count == 0) {
+    r.rule = rule;
+    r.example = message;
+  }
+  ++r.count;
+}
+
+void score_range(const Model& m, const System& sys, int gpus, const std::vector<Layout>& layouts, std::size_t begin,
+                 std::size_t end, ThreadOut& out, std::atomic<std::size_t>& done) {
+  std::map<LayerKey, LayerWork> cache;
+  for (std::size_t i = begin; i < end; ++i) {
+    const Layout& l = layouts[i];
+    if (auto p = layout_problem(l, m, gpus)) {
+      reject(out, p->rule, p->message);
+    } else {
+      const LayerKey key = layer_key(l);
+      auto it = cache.find(key);
+      if (it == cache.end()) it = cache.emplace(key, lower_layer(m, l, sys)).first;
+      try {
+        const Estimate e = estimate(m, l, sys, gpus, &it->second);
+        if (out.smallest_peak == 0 || e.peak_memory < out.smallest_peak) {
+          out.smallest_peak = e.peak_memory;
+          out.smallest_peak_layout = l.describe();
+        }
+        if (e.fits) {
+          out.fitting.push_back(score_of(e));
+        } else {
+          reject(out, "memory", "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) +
+                                    " of " + gib(e.capacity) + " (" + l.describe() + ")");
+        }
+      } catch (const InfeasibleLayout& err) {
+        reject(out, "unsupported", err.what());
+      }
+    }
+    if ((i - begin) % 256 == 255) done.fetch_add(256, std::memory_order_relaxed);
+  }
+}
+
+std::vector<Scored> pareto_front(std::vector<Scored> all) {
+  std::sort(all.begin(), all.end(), [](const Scored& a, const Scored& b) {
+    if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+    return better(a, b);
+  });
+  std::vector<Scored> front;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& s : all)
+    if (s.step_s < best) {
+      front.push_back(s);
+      best = s.step_s;
+    }
+  return front;
+}
+
+}  // namespace
+
+bool better(const Scored& a, const Scored& b) {
+  if (a.step_s != b.step_s) return a.step_s < b.step_s;
+  if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+  const int ma = a.layout.tp * a.layout.pp * a.layout.cp, mb = b.layout.tp * b.layout.pp * b.layout.cp;
+  if (ma != mb) return ma < mb;
+  return a.layout.describe() < b.layout.describe();
+}
+
+Space default_space(const Model& m, const System& sys, int gpus) {
+  Space s;
+  const int tp_max = std::min(gpus, s.max_tp_inside_node ? sys.node.gpus_per_node : 64);
+  for (int t = 1; t <= tp_max; t *= 2)
+    if (m.heads % t == 0 && gpus % t == 0) s.tp.push_back(t);
+  for (int p : divisors(gpus, std::min(m.layers, 128))) s.pp.push_back(p);
+  s.cp = {1};
+  if (m.seq_len >= 8192)
+    for (int c = 2; c <= 16; c *= 2)
+      if (gpus % c == 0) s.cp.push_back(c);
+  s.mbs = {1, 2, 4, 8};
+  s.schedules = {"gpipe", "1f1b", "interleaved", "zb1p", "zbv", "dualpipev"};
+  s.recompute = {Recompute::none, Recompute::selective, Recompute::full};
+  s.sp = {0, 1};
+  s.zero = {0, 1, 2, 3};
+  s.recompute_layers = {0, -2};  // all layers, or half of each stage's layers (block method)
+  return s;
+}
+
+std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& in) {
+  Space d = default_space(m, sys, gpus);
+  auto pick = [](const auto& given, const auto& dflt) { return given.empty() ? dflt : given; };
+  const auto tps = pick(in.tp, d.tp), pps = pick(in.pp, d.pp), cps = pick(in.cp, d.cp), mbss = pick(in.mbs, d.mbs);
+  const auto zeros = pick(in.zero, d.zero), sps = pick(in.sp, d.sp), rls = pick(in.recompute_layers, d.recompute_layers);
+  const auto scheds = pick(in.schedules, d.schedules);
+  const auto recs = pick(in.recompute, d.recompute);
+  std::vector<Layout> out;
+  for (int tp : tps) {
+    if (in.max_tp_inside_node && tp > sys.node.gpus_per_node && in.tp.empty()) continue;
+    for (int pp : pps)
+      for (int cp : cps) {
+        const long long mp = static_cast<long long>(tp) * pp * cp;
+        if (gpus % mp != 0) continue;
+        const int dp = static_cast<int>(gpus / mp);
+        for (int mbs : mbss) {
+          if (global_batch % (static_cast<long long>(mbs) * dp) != 0) continue;
+          for (const auto& sc : (pp == 1 ? std::vector<std::string>{"1f1b"} : scheds)) {
+            std::vector<int> vpps;
+            if (sc == "interleaved" || sc == "looped-bfs") {
+              for (int v : (in.vpp.empty() ? divisors(std::max(1, m.layers / pp), 16) : in.vpp))
+                if (v >= 2) vpps.push_back(v);
+            } else if (sc == "zbv" || sc == "dualpipev") {
+              vpps = {2};
+            } else {
+              vpps = {1};
+            }
+            for (int v : vpps) {
+              // Even split, and (where it helps the embedding and head stages) one layer fewer on the first
+              // and last stage (Llama 3; Zero Bubble Table 3).
+              std::vector<std::vector<int>> splits;
+              const int stages = pp * v;
+              if (m.layers % stages == 0) splits.push_back({});
+              if (in.uneven && stages > 2 && (m.layers + 2) % stages == 0 && (m.layers + 2) / stages >= 2) {
+                std::vector<int> st(stages, (m.layers + 2) / stages);
+                st.front() -= 1;
+                st.back() -= 1;
+                splits.push_back(st);
+              }
+              if (splits.empty()) splits.push_back({});  // kept so the rule rejection is counted
+              for (const auto& split : splits)
+                for (Recompute rc : recs) {
+                  // With flash attention the scores are never stored, so selective recompute (of the attention
+                  // core) costs and saves nothing over none: enumerate it once.
+                  if (rc == Recompute::selective && in.attention == AttentionImpl::flash &&
+                      std::find(recs.begin(), recs.end(), Recompute::none) != recs.end())
+                    continue;
+                  for (int rl : (rc == Recompute::full ? rls : std::vector<int>{0}))
+                    for (int sp : (tp > 1 ? sps : std::vector<int>{0}))
+                      for (int z : (dp * cp > 1 ? zeros : std::vector<int>{0})) {
+                        Layout l;
+                        l.tp = tp;
+                        l.pp = pp;
+                        l.dp = dp;
+                        l.cp = cp;
+                        l.vpp = pp == 1 ? 1 : v;
+                        l.micro_batch = mbs;
+                        l.global_batch = global_batch;
+                        l.schedule = sc;
+                        l.recompute = rc;
+                        if (rc == Recompute::full && rl != 0) {
+                          const int per_stage = m.layers / std::max(1, stages);
+                          if (per_stage < 2) continue;
+                          l.recompute_method = RecomputeMethod::block;
+                          l.recompute_layers = rl < 0 ? per_stage / -rl : rl;
+                        }
+                        l.sequence_parallel = sp == 1;
+                        l.zero_stage = z;
+                        l.stage_layers = split;
+                        l.precision = in.precision;
+                        l.attention = in.attention;
+                        out.push_back(std::move(l));
+                      }
+                }
+            }
+          }
+        }
+      }
+  }
+  return out;
+}
+
+Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
+  const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
+  Result res;
+  res.enumerated = static_cast<long long>(layouts.size());
+  const int threads = std::max(1, opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<ThreadOut> outs(threads);
+  std::atomic<std::size_t> done{0};
+  {
+    std::vector<std::thread> pool;
+    const std::size_t n = layouts.size();
+    for (int t = 0; t < threads; ++t) {
+      const std::size_t b = n * t / threads, e = n * (t + 1) / threads;
+      pool.emplace_back([&, b, e, t] { score_range(m, sys, gpus, layouts, b, e, outs[t], done); });
+    }
+    if (opt.progress) {
+      while (done.load() + 256 * threads < n) {
+        opt.progress(static_cast<double>(done.load()) / std::max<std::size_t>(1, n));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    for (auto& th : pool) th.join();
+    if (opt.progress) opt.progress(1.0);
+  }
+  std::vector<Scored> fitting;
+  std::map<std::string, Rejection> rejected;
+  for (auto& o : outs) {
+    fitting.insert(fitting.end(), o.fitting.begin(), o.fitting.end());
+    for (auto& [rule, r] : o.rejected) {
+      auto& agg = rejected[rule];
+      if (agg.count == 0) {
+        agg.rule = rule;
+        agg.example = r.example;
+      }
+      agg.count += r.count;
+    }
+    if (o.smallest_peak > 0 && (res.smallest_peak == 0 || o.smallest_peak < res.smallest_peak)) {
+      res.smallest_peak = o.smallest_peak;
+      res.smallest_peak_layout = o.smallest_peak_layout;
+    }
+  }
+  for (auto& [rule, r] : rejected) res.rejected.push_back(r);
+  std::sort(res.rejected.begin(), res.rejected.end(),
+            [](const Rejection& a, const Rejection& b) { return a.count != b.count ? a.count > b.count : a.rule < b.rule; });
+  res.scored = static_cast<long long>(fitting.size());
+  std::sort(fitting.begin(), fitting.end(), better);
+  res.pareto = pareto_front(fitting);
+  if (fitting.empty()) return res;
+
+  const int n = std::min<int>(opt.top_n, static_cast<int>(fitting.size()));
+  if (!opt.simulate) {
+    res.top.assign(fitting.begin(), fitting.begin() + n);
+    return res;
+  }
+  // Event-simulated tier: re-score the analytical best K; grow K until every final top-N layout came from
+  // the better half of the simulated set (so a layout just below the cut could not have displaced one).
+  int k = opt.simulate_k > 0 ? opt.simulate_k : std::max(2 * n, 16);
+  int simulated = 0;
+  while (true) {
+    k = std::min<int>(k, static_cast<int>(fitting.size()));
+    std::vector<std::thread> pool;
+    std::atomic<int> next{simulated};
+    std::mutex err_mu;
+    std::string first_error;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&] {
+        for (int i = next++; i < k; i = next++) {
+          try {
+            fitting[i].step_s = opt.simulate(fitting[i].layout);
+            fitting[i].tier = "des";
+          } catch (const std::exception& e) {
+            std::lock_guard<std::mutex> g(err_mu);
+            if (first_error.empty()) first_error = e.what();
+          }
+        }
+      });
+    for (auto& th : pool) th.join();
+    if (!first_error.empty()) throw InternalError("simulating a candidate failed: " + first_error);
+    simulated = k;
+    std::vector<int> order(k);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return better(fitting[a], fitting[b]); });
+    const int worst = *std::max_element(order.begin(), order.begin() + std::min(n, k));
+    const bool stable = worst < k / 2 || k == static_cast<int>(fitting.size()) || opt.simulate_k > 0;
+    if (stable) {
+      for (int i = 0; i < std::min(n, k); ++i) res.top.push_back(fitting[order[i]]);
+      break;
+    }
+    k *= 2;
+  }
+  res.simulated = simulated;
+  // The Pareto front uses simulated times where they exist.
+  res.pareto = pareto_front(fitting);
+  return res;
+}
+
+Json scored_to_json(const Scored& s) {
+  Json j;
+  j["layout"] = layout_to_json(s.layout);
+  j["describe"] = s.layout.describe();
+  j["step_s"] = s.step_s;
+  j["analytical_step_s"] = s.analytical_step_s;
+  j["tokens_per_s"] = s.tokens_per_s * s.analytical_step_s / s.step_s;
+  j["tflops_per_gpu"] = s.tflops_per_gpu * s.analytical_step_s / s.step_s;
+  j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
+  j["bubble_fraction"] = s.bubble;
+  j["exposed_comm_s"] = s.exposed_comm_s;
+  j["peak_memory_GiB"] = s.peak_memory / kGiB;
+  j["headroom_GiB"] = (s.capacity - s.peak_memory) / kGiB;
+  j["tier"] = s.tier;
+  return j;
+}
+
+Json result_to_json(const Result& r) {
+  Json j;
+  j["top"] = Json::array();
+  for (const auto& s : r.top) j["top"].push_back(scored_to_json(s));
+  j["pareto"] = Json::array();
+  for (const auto& s : r.pareto) j["pareto"].push_back(scored_to_json(s));
+  j["counts"] = {{"enumerated", r.enumerated}, {"scored", r.scored}, {"simulated", r.simulated}};
+  Json rej = Json::array();
+  for (const auto& x : r.rejected) rej.push_back({{"rule", x.rule}, {"count", x.count}, {"example", x.example}});
+  j["rejected"] = rej;
+  if (r.smallest_peak > 0) j["smallest_peak"] = {{"GiB", r.smallest_peak / kGiB}, {"layout", r.smallest_peak_layout}};
+  return j;
+}
+
+}  // namespace tessel::explore

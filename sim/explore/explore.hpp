@@ -1,0 +1,87 @@
+// Explore: enumerate the layouts of a model on N GPUs, reject the impossible ones with a reason, score the
+// rest with the analytical estimate (fast, all cores), re-score the best K with the event simulator, rank.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/estimate.hpp"
+
+namespace tessel::explore {
+
+// The search space. Empty vectors mean "every sensible value" (see default_space()).
+struct Space {
+  std::vector<int> tp, pp, cp, vpp, mbs, zero;
+  std::vector<std::string> schedules;
+  std::vector<Recompute> recompute;
+  std::vector<int> sp;                 // 0, 1
+  std::vector<int> recompute_layers;   // full recompute, block method: layers recomputed per stage (0 = all)
+  bool max_tp_inside_node = true;      // tp <= GPUs per node
+  bool uneven = true;                  // also try first/last stage one layer lighter (embedding / head)
+  Precision precision = Precision::bf16;
+  AttentionImpl attention = AttentionImpl::flash;
+};
+
+// One scored layout.
+struct Scored {
+  Layout layout;
+  double step_s = 0;            // the tier's step time (simulated when tier == "des")
+  double analytical_step_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;    // model TFLOP/s per GPU
+  double mfu = 0;
+  double bubble = 0;
+  double exposed_comm_s = 0;    // TP + CP + PP + DP exposed
+  double peak_memory = 0;       // bytes, busiest GPU
+  int peak_rank = 0;
+  double capacity = 0;
+  std::string tier = "analytical";
+};
+
+struct Rejection {
+  std::string rule;
+  std::string example;  // one message of this rule, for the table
+  long long count = 0;
+};
+
+struct Result {
+  std::vector<Scored> top;            // ranked best first, at most top_n
+  std::vector<Scored> pareto;         // step time vs peak memory front (fitting layouts), by memory
+  long long enumerated = 0;
+  long long scored = 0;               // analytical tier, fitting memory
+  long long simulated = 0;
+  std::vector<Rejection> rejected;    // by rule, most frequent first ("memory" among them)
+  double smallest_peak = 0;           // the smallest peak memory seen among well-formed layouts
+  std::string smallest_peak_layout;
+};
+
+// Re-scores one layout with the event simulator: returns its step time (seconds).
+using SimulateFn = std::function<double(const Layout&)>;
+
+struct Options {
+  int top_n = 10;
+  int simulate_k = 0;       // 0: adaptive (grow until the top N is stable)
+  int threads = 0;          // 0: all cores
+  SimulateFn simulate;      // empty: analytical tier only
+  std::function<void(double)> progress;  // fraction done, called from the main thread
+};
+
+Space default_space(const Model& m, const System& sys, int gpus);
+// All layouts of the space for this model, GPU count and global batch (dp derived).
+std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& space);
+Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt);
+
+// Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
+// then the layout's description in lexicographic order.
+bool better(const Scored& a, const Scored& b);
+
+// Why a layout ranks where it does or was rejected, and what would make it fit (text, several lines).
+std::string explain(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);
+
+Json scored_to_json(const Scored& s);
+Json result_to_json(const Result& r);
+
+}  // namespace tessel::explore
