@@ -71,6 +71,19 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
   }
 }
 
+// SplitMix64's finaliser (Steele, Lea & Flood 2014), as runtime/init.hpp's mix64.
+__device__ inline std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+__global__ void fill_uniform_kernel(float* x, std::size_t n, std::uint64_t seed, float bound) {
+  GRID_STRIDE(i, n) x[i] = bound * (float(mix64(seed + i * 0x9e3779b97f4a7c15ull) >> 40) * (2.0f / 16777216.0f) - 1.0f);
+}
+__global__ void fill_tokens_kernel(std::int32_t* t, std::size_t n, std::uint64_t seed, int vocab) {
+  GRID_STRIDE(i, n) t[i] = static_cast<std::int32_t>(mix64(seed + i * 0x9e3779b97f4a7c15ull) % std::uint64_t(vocab));
+}
+
 __global__ void scale_kernel(float* x, std::size_t n, float f) { GRID_STRIDE(i, n) x[i] *= f; }
 __global__ void add_kernel(const float* a, const float* b, float* out, std::size_t n) { GRID_STRIDE(i, n) out[i] = a[i] + b[i]; }
 __global__ void fill_kernel(float* x, std::size_t n, float value) { GRID_STRIDE(i, n) x[i] = value; }
@@ -169,6 +182,12 @@ Status add(cudaStream_t s, const float* a, const float* b, float* out, std::size
   ELEMENTWISE_LAUNCH(add_kernel, n, a, b, out, n);
 }
 Status fill(cudaStream_t s, float* x, std::size_t n, float value) { ELEMENTWISE_LAUNCH(fill_kernel, n, x, n, value); }
+Status fill_uniform(cudaStream_t s, float* x, std::size_t n, std::uint64_t seed, float bound) {
+  ELEMENTWISE_LAUNCH(fill_uniform_kernel, n, x, n, seed, bound);
+}
+Status fill_tokens(cudaStream_t s, std::int32_t* tokens, std::size_t n, std::uint64_t seed, int vocab) {
+  ELEMENTWISE_LAUNCH(fill_tokens_kernel, n, tokens, n, seed, vocab);
+}
 Status add_bias(cudaStream_t s, float* x, const float* bias, int rows, int cols) {
   const std::size_t n = std::size_t(rows) * cols;
   ELEMENTWISE_LAUNCH(add_bias_kernel, n, x, bias, n, cols);

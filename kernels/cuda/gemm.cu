@@ -26,7 +26,8 @@ struct Gemm::Plan {
 
 namespace {
 
-cudaDataType_t data_type(GemmType t) { return t == GemmType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t input_type(GemmType t) { return t == GemmType::bf16 || t == GemmType::bf16_fp32 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t output_type(GemmType t) { return t == GemmType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 cublasComputeType_t compute_type(GemmType t) {
   return t == GemmType::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
@@ -65,7 +66,7 @@ Status Gemm::plan(const GemmArgs& a, Plan*& out) {
     return {};
   }
   auto p = std::make_unique<Plan>();
-  const cudaDataType_t dt = data_type(a.type);
+  const cudaDataType_t dt = input_type(a.type), ct = output_type(a.type);
   TESSEL_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, compute_type(a.type), CUDA_R_32F));
   // Column-major roles: X = B (op flag trans_b), Y = A (op flag trans_a); D[N, M].
   const cublasOperation_t tx = a.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, ty = a.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -76,7 +77,7 @@ Status Gemm::plan(const GemmArgs& a, Plan*& out) {
   // Stored shapes before op, column-major: X is [N, K] (or [K, N] when transposed), Y is [K, M] (or [M, K]).
   TESSEL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, dt, a.trans_b ? a.K : a.N, a.trans_b ? a.N : a.K, a.ldb));
   TESSEL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, dt, a.trans_a ? a.M : a.K, a.trans_a ? a.K : a.M, a.lda));
-  TESSEL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, dt, a.N, a.M, a.ldc));
+  TESSEL_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ct, a.N, a.M, a.ldc));
 
   cublasLtMatmulPreference_t pref = nullptr;
   TESSEL_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));

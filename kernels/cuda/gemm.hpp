@@ -1,7 +1,8 @@
 // GEMMs through cuBLASLt, with the row-major contract of kernels/cpu/gemm.hpp:
 //   C[M,N] = alpha * op(A)[M,K] * op(B)[K,N] + beta * C  (+ bias[N] per column, then GELU, when asked).
 // Types: fp32 (exact fp32 products), tf32 (fp32 storage, tensor cores with 10-bit mantissas), bf16 (A, B,
-// C and bias in bf16, fp32 accumulation). Tessel adds no work around the library: the point of the GEMM
+// C and bias in bf16, fp32 accumulation), bf16_fp32 (A and B in bf16, C, bias and accumulation in fp32: the
+// runtime's mixed precision, fp32 master weights and gradients with bf16 GEMM operands). Tessel adds no work around the library: the point of the GEMM
 // sweep in tools/device-check.sh is that these calls run at cuBLAS's own rate.
 #pragma once
 
@@ -16,7 +17,7 @@
 
 namespace tessel::kernels::cuda {
 
-enum class GemmType { fp32, tf32, bf16 };
+enum class GemmType { fp32, tf32, bf16, bf16_fp32 };
 // bias_gelu: cuBLASLt's GELU epilogue (the tanh approximation, as kernels/cpu/activation.hpp's gelu_fwd).
 enum class Epilogue { none, bias, bias_gelu };
 

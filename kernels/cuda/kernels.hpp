@@ -87,5 +87,10 @@ Status to_bf16(cudaStream_t s, const float* in, __nv_bfloat16* out, std::size_t 
 Status from_bf16(cudaStream_t s, const __nv_bfloat16* in, float* out, std::size_t n);
 // Fills with a constant (the tests' poison, NaN for instance).
 Status fill(cudaStream_t s, float* x, std::size_t n, float value);
+// x[i] = uniform in [-bound, bound) from a counter hash of (seed, i): synthesised parameters and inputs
+// of --only-rank runs, where the host-side seeded init of a 175B stage would take minutes.
+Status fill_uniform(cudaStream_t s, float* x, std::size_t n, std::uint64_t seed, float bound);
+// tokens[i] = hash(seed, i) mod vocab.
+Status fill_tokens(cudaStream_t s, std::int32_t* tokens, std::size_t n, std::uint64_t seed, int vocab);
 
 }  // namespace tessel::kernels::cuda

@@ -21,7 +21,9 @@ struct Case {
 };
 
 double tolerance(kg::GemmType t) {
-  return t == kg::GemmType::bf16 ? kTolBf16 : t == kg::GemmType::tf32 ? kTolTf32 : kTolFp32Reduction;
+  return t == kg::GemmType::bf16 || t == kg::GemmType::bf16_fp32 ? kTolBf16
+         : t == kg::GemmType::tf32                                 ? kTolTf32
+                                                                   : kTolFp32Reduction;
 }
 
 // Runs one GEMM of type t on the device from fp32 host data (converted to bf16 on the device for bf16)
@@ -32,17 +34,22 @@ std::vector<float> run_device(kg::Gemm& g, kg::GemmType t, const Case& c, int ld
   DeviceBuf<float> dA(A), dB(B), dC(C0), dBias(bias.empty() ? std::vector<float>(1) : bias);
   kg::GemmArgs a{c.ta, c.tb, c.M, c.N, c.K, alpha, dA.get(), lda, dB.get(), ldb, beta, dC.get(), ldc, t, epi,
                  bias.empty() ? nullptr : dBias.get()};
-  if (t != kg::GemmType::bf16) {
+  if (t == kg::GemmType::fp32 || t == kg::GemmType::tf32) {
     REQUIRE_OK(g.run(nullptr, a));
     return dC.download();
   }
+  const bool out16 = t == kg::GemmType::bf16;  // bf16_fp32: only A and B are bf16
   DeviceBuf<__nv_bfloat16> hA(A.size()), hB(B.size()), hC(C0.size()), hBias(std::max<std::size_t>(bias.size(), 1));
   REQUIRE_OK(kg::to_bf16(nullptr, dA, hA, A.size()));
   REQUIRE_OK(kg::to_bf16(nullptr, dB, hB, B.size()));
-  REQUIRE_OK(kg::to_bf16(nullptr, dC, hC, C0.size()));
-  if (!bias.empty()) REQUIRE_OK(kg::to_bf16(nullptr, dBias, hBias, bias.size()));
   a.A = hA.get();
   a.B = hB.get();
+  if (!out16) {
+    REQUIRE_OK(g.run(nullptr, a));
+    return dC.download();
+  }
+  REQUIRE_OK(kg::to_bf16(nullptr, dC, hC, C0.size()));
+  if (!bias.empty()) REQUIRE_OK(kg::to_bf16(nullptr, dBias, hBias, bias.size()));
   a.C = hC.get();
   a.bias = bias.empty() ? nullptr : hBias.get();
   REQUIRE_OK(g.run(nullptr, a));
@@ -57,7 +64,7 @@ TEST_SUITE("gpu") {
 TEST_CASE("cuBLASLt GEMM matches the reference for every transpose, type and padded stride") {
   kg::Gemm g;
   REQUIRE_OK(g.init());
-  for (const kg::GemmType t : {kg::GemmType::fp32, kg::GemmType::tf32, kg::GemmType::bf16})
+  for (const kg::GemmType t : {kg::GemmType::fp32, kg::GemmType::tf32, kg::GemmType::bf16, kg::GemmType::bf16_fp32})
     for (const Case c : {Case{false, false, 96, 200, 72}, Case{true, false, 64, 48, 130}, Case{false, true, 33, 256, 64},
                          Case{true, true, 128, 80, 40}}) {
       CAPTURE(static_cast<int>(t));
@@ -89,7 +96,7 @@ TEST_CASE("bias and bias+GELU epilogues match GEMM + bias + the CPU GELU") {
     for (int j = 0; j < c.N; ++j) lin[std::size_t(r) * c.N + j] += bias[j];
   std::vector<float> act(lin.size());
   kc::gelu_fwd(lin.data(), act.data(), lin.size());
-  for (const kg::GemmType t : {kg::GemmType::tf32, kg::GemmType::bf16}) {
+  for (const kg::GemmType t : {kg::GemmType::tf32, kg::GemmType::bf16, kg::GemmType::bf16_fp32}) {
     CAPTURE(static_cast<int>(t));
     CHECK_CLOSE(run_device(g, t, c, c.K, c.N, c.N, A, B, C0, 1.0f, 0.0f, kg::Epilogue::bias, bias), lin, tolerance(t));
     CHECK_CLOSE(run_device(g, t, c, c.K, c.N, c.N, A, B, C0, 1.0f, 0.0f, kg::Epilogue::bias_gelu, bias), act,

@@ -1,0 +1,147 @@
+#include "runtime/cuda/device.hpp"
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/nvtx.hpp"
+
+namespace tessel::rt::cuda {
+
+namespace kg = kernels::cuda;
+
+namespace {
+// Checks a CUDA call where the caller expects an exception (constructors, the step loop).
+Status wrap(cudaError_t e, const char* expr, const char* file, int line) {
+  return e == cudaSuccess ? Status{} : kg::detail::cuda_status(e, expr, file, line);
+}
+}  // namespace
+#define RT_CUDA(expr) throw_if_failed(wrap((expr), #expr, __FILE__, __LINE__))
+
+// 512 B granules below 1 MiB (PyTorch's small-block rounding), 2 MiB above, so tensors of nearby sizes
+// share blocks and fragmentation stays bounded.
+std::size_t CachingAllocator::round(std::size_t bytes) {
+  const std::size_t g = bytes < (std::size_t(1) << 20) ? 512 : (std::size_t(2) << 20);
+  return std::max<std::size_t>(g, (bytes + g - 1) / g * g);
+}
+
+void* CachingAllocator::allocate(std::size_t bytes) {
+  const std::size_t size = round(bytes);
+  void* p = nullptr;
+  // Best fit among cached blocks no more than twice the request (bounded waste).
+  if (auto it = free_.lower_bound(size); it != free_.end() && it->first <= 2 * size) {
+    p = it->second;
+    live_[p] = it->first;
+    in_use_ += it->first;
+    free_.erase(it);
+  } else {
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation && !free_.empty()) {  // give the cache back and try once more
+      (void)cudaGetLastError();
+      for (auto& [s, q] : free_) cudaFree(q), reserved_ -= s;
+      free_.clear();
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess)
+      throw kg::DeviceError("device allocation of " + std::to_string(size) + " bytes failed (" +
+                            cudaGetErrorString(e) + "); in use " + std::to_string(in_use_) + " bytes");
+    live_[p] = size;
+    in_use_ += size;
+    reserved_ += size;
+  }
+  peak_ = std::max(peak_, in_use_);
+  return p;
+}
+
+void CachingAllocator::release(void* p) {
+  auto it = live_.find(p);
+  if (it == live_.end()) return;  // not ours: nothing to give back (never happens through DeviceBlock)
+  in_use_ -= it->second;
+  free_.emplace(it->second, p);
+  live_.erase(it);
+}
+
+CachingAllocator::~CachingAllocator() {
+  for (auto& [s, p] : free_) cudaFree(p);
+  for (auto& [p, s] : live_) cudaFree(p);
+}
+
+CudaDevice::CudaDevice(int device) : device_(device) {
+  const int n = kg::device_count();
+  if (n == 0) throw kg::DeviceError("no CUDA device is present");
+  if (device >= n)
+    throw kg::DeviceError("CUDA device " + std::to_string(device) + " requested, " + std::to_string(n) + " present");
+  RT_CUDA(cudaSetDevice(device));
+  RT_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  RT_CUDA(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  RT_CUDA(cudaEventCreate(&base_));
+  RT_CUDA(cudaEventCreateWithFlags(&sync_, cudaEventDisableTiming));
+  throw_if_failed(gemm_.init());
+}
+
+CudaDevice::~CudaDevice() {
+  cudaDeviceSynchronize();
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  if (sync_) cudaEventDestroy(sync_);
+  if (base_) cudaEventDestroy(base_);
+  if (comm_) cudaStreamDestroy(comm_);
+  if (compute_) cudaStreamDestroy(compute_);
+}
+
+cudaEvent_t CudaDevice::event() {
+  if (used_ == events_.size()) {
+    cudaEvent_t e = nullptr;
+    RT_CUDA(cudaEventCreate(&e));
+    events_.push_back(e);
+  }
+  return events_[used_++];
+}
+
+void CudaDevice::start_step(Recorder& rec) {
+  TESSEL_NVTX_FN();
+  RT_CUDA(cudaDeviceSynchronize());
+  used_ = 0;
+  ops_.clear();
+  RT_CUDA(cudaEventRecord(base_, compute_));
+  RT_CUDA(cudaEventSynchronize(base_));
+  anchor_us_ = rec.now_us();
+}
+
+std::size_t CudaDevice::begin_op(trace::Stream lane, const OpIdentity& id, std::string name, double flops,
+                                 double bytes, std::int64_t flow) {
+  Op op{lane, id, std::move(name), flops, bytes, flow, event(), nullptr};
+  RT_CUDA(cudaEventRecord(op.begin, stream_of(lane)));
+  ops_.push_back(std::move(op));
+  return ops_.size() - 1;
+}
+
+void CudaDevice::end_op(std::size_t i) {
+  Op& op = ops_.at(i);
+  op.end = event();
+  RT_CUDA(cudaEventRecord(op.end, stream_of(op.lane)));
+}
+
+void CudaDevice::collect(Recorder& rec) {
+  TESSEL_NVTX_FN();
+  RT_CUDA(cudaDeviceSynchronize());
+  for (const Op& op : ops_) {
+    float t0 = 0, t1 = 0;  // milliseconds since base_
+    RT_CUDA(cudaEventElapsedTime(&t0, base_, op.begin));
+    RT_CUDA(cudaEventElapsedTime(&t1, base_, op.end));
+    rec.record(op.lane, op.id, op.name, anchor_us_ + 1e3 * t0, anchor_us_ + 1e3 * t1, op.flops, op.bytes, op.flow);
+  }
+  ops_.clear();
+  used_ = 0;
+}
+
+void CudaDevice::compute_waits_comm() {
+  RT_CUDA(cudaEventRecord(sync_, comm_));
+  RT_CUDA(cudaStreamWaitEvent(compute_, sync_, 0));
+}
+
+void CudaDevice::comm_waits_compute() {
+  RT_CUDA(cudaEventRecord(sync_, compute_));
+  RT_CUDA(cudaStreamWaitEvent(comm_, sync_, 0));
+}
+
+}  // namespace tessel::rt::cuda

@@ -1,0 +1,118 @@
+// One GPU as the CUDA runtime uses it: a compute stream and a communication stream, the cuBLASLt GEMM
+// handle, a caching allocator whose peak is reported, and CUDA events around every op, turned into trace
+// events (traces/trace.hpp) when the step's work is done.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/status.hpp"
+#include "runtime/recorder.hpp"
+
+namespace tessel::rt::cuda {
+
+using kernels::cuda::Status;
+using kernels::cuda::throw_if_failed;
+
+// Device memory by size class, never returned to the driver until the allocator dies: cudaMalloc/cudaFree
+// synchronise the device, which a training step must not do per tensor (PyTorch's CUDA caching allocator
+// is the model). All use is ordered on one compute stream, so a freed block is safe to hand out again to
+// work queued later on that stream.
+class CachingAllocator {
+ public:
+  CachingAllocator() = default;
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+
+  void* allocate(std::size_t bytes);  // throws DeviceError naming the size when the device is full
+  void release(void* p);
+  std::size_t in_use() const { return in_use_; }
+  std::size_t peak() const { return peak_; }
+  std::size_t reserved() const { return reserved_; }
+  void reset_peak() { peak_ = in_use_; }
+
+ private:
+  static std::size_t round(std::size_t bytes);
+  std::multimap<std::size_t, void*> free_;
+  std::map<void*, std::size_t> live_;
+  std::size_t in_use_ = 0, peak_ = 0, reserved_ = 0;
+};
+
+// A block of device memory from the allocator, released when the last owner lets go.
+class DeviceBlock {
+ public:
+  DeviceBlock(CachingAllocator& a, std::size_t bytes) : a_(&a), p_(a.allocate(bytes)), bytes_(bytes) {}
+  ~DeviceBlock() { a_->release(p_); }
+  DeviceBlock(const DeviceBlock&) = delete;
+  DeviceBlock& operator=(const DeviceBlock&) = delete;
+  void* get() const { return p_; }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  CachingAllocator* a_;
+  void* p_;
+  std::size_t bytes_;
+};
+using DBuf = std::shared_ptr<DeviceBlock>;
+inline float* f32(const DBuf& b) { return b ? static_cast<float*>(b->get()) : nullptr; }
+
+class CudaDevice {
+ public:
+  // Selects `device` and creates the streams and the GEMM handle. Throws DeviceError when there is no GPU.
+  explicit CudaDevice(int device);
+  ~CudaDevice();
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  cudaStream_t compute() const { return compute_; }
+  cudaStream_t comm() const { return comm_; }
+  kernels::cuda::Gemm& gemm() { return gemm_; }
+  CachingAllocator& memory() { return alloc_; }
+  DBuf alloc(std::size_t bytes) { return std::make_shared<DeviceBlock>(alloc_, bytes); }
+  DBuf alloc_f32(std::size_t n) { return alloc(n * sizeof(float)); }
+  int device() const { return device_; }
+
+  // Trace: begin_op/end_op put events on `lane`'s stream (compute, or comm for tp/pp/dp); collect() waits
+  // for the device and turns every pair into a Recorder event, in microseconds since `anchor_us`, the
+  // host clock reading taken when the step's first event completed.
+  void start_step(Recorder& rec);
+  std::size_t begin_op(trace::Stream lane, const OpIdentity& id, std::string name, double flops, double bytes,
+                       std::int64_t flow = -1);
+  void end_op(std::size_t op);
+  void collect(Recorder& rec);
+  // Makes the compute stream wait for what is queued on the comm stream now (and the reverse).
+  void compute_waits_comm();
+  void comm_waits_compute();
+
+ private:
+  struct Op {
+    trace::Stream lane;
+    OpIdentity id;
+    std::string name;
+    double flops, bytes;
+    std::int64_t flow;
+    cudaEvent_t begin, end;
+  };
+  cudaEvent_t event();
+  cudaStream_t stream_of(trace::Stream lane) const { return lane == trace::Stream::compute ? compute_ : comm_; }
+
+  int device_ = 0;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  kernels::cuda::Gemm gemm_;
+  CachingAllocator alloc_;
+  std::vector<cudaEvent_t> events_;  // pool; events_[0..used_) are in use this step
+  std::size_t used_ = 0;
+  cudaEvent_t base_ = nullptr, sync_ = nullptr;
+  double anchor_us_ = 0;
+  std::vector<Op> ops_;
+};
+
+}  // namespace tessel::rt::cuda

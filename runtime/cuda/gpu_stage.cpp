@@ -1,0 +1,373 @@
+#include "runtime/cuda/gpu_stage.hpp"
+
+#include <cuda_runtime.h>
+
+#include <functional>
+
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/nvtx.hpp"
+#include "models/util/error.hpp"
+
+namespace tessel::rt::cuda {
+
+namespace kg = kernels::cuda;
+using kg::GemmType;
+
+namespace {
+
+struct Shape {
+  int B = 1, S = 1, T = 1, Tl = 1, h = 1, H = 1, K = 1, d = 1, f = 1;
+  bool swiglu = false, layernorm = true;
+  float eps = 1e-5f;
+};
+
+// What a layer's backward reads. gemm-typed copies (g*) alias the fp32 buffer unless GEMMs take bf16.
+struct Acts {
+  DBuf x, mu1, rs1, y1, g1, q, k, v, attn, ga, lse, x2, mu2, rs2, y2, g2, h1, gate, act, gact;
+};
+
+}  // namespace
+
+struct GpuStage::Impl {
+  CudaDevice& dev;
+  Model model;
+  GpuStageConfig cfg;
+  GpuParams& P;
+  GpuTp tp;
+  GemmType type;
+  Shape sh;
+  float* loss_sum = nullptr;
+  struct Mb {
+    std::vector<Acts> acts;            // per layer (only x under full recomputation)
+    DBuf head_x, head_mu, head_rs, head_y, head_g, logits, row_max, row_sum;
+    const std::int32_t* tokens = nullptr;
+    const std::int32_t* targets = nullptr;
+  };
+  std::map<int, Mb> mbs;
+
+  Impl(CudaDevice& d, const Model& m, const GpuStageConfig& c, GpuParams& p, const GpuTp& t, GemmType g)
+      : dev(d), model(m), cfg(c), P(p), tp(t), type(g) {
+    sh.B = c.micro_batch;
+    sh.S = m.seq_len;
+    sh.T = sh.B * sh.S;
+    sh.Tl = tp.sp ? sh.T / tp.size : sh.T;
+    sh.h = m.hidden;
+    sh.H = m.heads / tp.size;
+    sh.K = m.kv_heads / tp.size;
+    sh.d = m.head_dim;
+    sh.f = m.ffn / tp.size;
+    sh.swiglu = m.activation == Activation::swiglu;
+    sh.layernorm = m.norm == Norm::layernorm;
+  }
+
+  cudaStream_t s() const { return dev.compute(); }
+  bool half() const { return type == GemmType::bf16_fp32; }
+  DBuf buf(std::size_t n) { return dev.alloc_f32(n); }
+  std::string L(int l, const char* n) const { return "layers." + std::to_string(l) + "." + n; }
+  const void* W(const std::string& n) const { return half() ? static_cast<const void*>(P.half(n)) : P.data(n); }
+  float* bias(const std::string& n) { return P.has(n) ? P.data(n) : nullptr; }
+  float* bgrad(const std::string& n) { return P.has(n) ? P.grad(n) : nullptr; }
+
+  // The GEMM operand form of an fp32 activation: itself, or a bf16 copy.
+  DBuf operand(const DBuf& x, std::size_t n) {
+    if (!half()) return x;
+    DBuf b = dev.alloc(n * sizeof(__nv_bfloat16));
+    throw_if_failed(kg::to_bf16(s(), f32(x), static_cast<__nv_bfloat16*>(b->get()), n));
+    return b;
+  }
+  void mm(bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B, int ldb, float beta, float* C,
+          int ldc, const float* b = nullptr) {
+    kg::GemmArgs a{ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, type,
+                   b ? kg::Epilogue::bias : kg::Epilogue::none, b};
+    throw_if_failed(dev.gemm().run(s(), a));
+  }
+  // y[T,out] = x W + b;  dx[T,in] (+)= dy W^T;  dW += x^T dy, db += colsum(dy).
+  DBuf linear(const DBuf& gx, int in, int out, const std::string& w, const std::string& b) {
+    DBuf y = buf(std::size_t(sh.T) * out);
+    mm(false, false, sh.T, out, in, gx->get(), in, W(w), out, 0.0f, f32(y), out, bias(b));
+    return y;
+  }
+  void linear_dx(const DBuf& gdy, int in, int out, const std::string& w, float* dx, bool acc) {
+    mm(false, true, sh.T, in, out, gdy->get(), out, W(w), out, acc ? 1.0f : 0.0f, dx, in);
+  }
+  void weight_grad(const DBuf& gx, const DBuf& gdy, const DBuf& dy, int in, int out, const std::string& w,
+                   const std::string& b) {
+    mm(true, false, in, out, sh.T, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
+    if (float* db = bgrad(b)) throw_if_failed(kg::col_sum(s(), f32(dy), sh.T, out, db));
+  }
+
+  // ---- tensor-parallel collectives, timed on the trace's tp lane (comm stream) ----
+  void collective(const char* op, double bytes, const std::function<void()>& run) {
+    dev.comm_waits_compute();
+    const std::size_t id = dev.begin_op(trace::Stream::tp, current, std::string(op), 0.0, bytes);
+    if (!tp.record_only) run();
+    dev.end_op(id);
+    if (!tp.record_only) dev.compute_waits_comm();
+  }
+  DBuf gather_tokens(const DBuf& local) {  // [Tl,h] -> [T,h]
+    if (!tp.sp) return local;
+    DBuf full = buf(std::size_t(sh.T) * sh.h);
+    const std::size_t n = std::size_t(sh.Tl) * sh.h;
+    collective("tp_allgather", double(n) * tp.size * 4, [&] { tp.comm->all_gather(f32(local), f32(full), n); });
+    return full;
+  }
+  DBuf reduce_tokens(const DBuf& partial) {  // [T,h] partial sums -> [Tl,h]
+    if (tp.size == 1) return partial;
+    if (!tp.sp) {
+      const std::size_t n = std::size_t(sh.T) * sh.h;
+      collective("tp_allreduce", double(n) * 4, [&] { tp.comm->all_reduce(f32(partial), n); });
+      return partial;
+    }
+    DBuf local = buf(std::size_t(sh.Tl) * sh.h);
+    const std::size_t n = std::size_t(sh.Tl) * sh.h;
+    collective("tp_reducescatter", double(n) * tp.size * 4, [&] { tp.comm->reduce_scatter(f32(partial), f32(local), n); });
+    return local;
+  }
+  OpIdentity current;
+
+  void norm_fwd(const std::string& g, const std::string& b, const DBuf& x, DBuf& y, DBuf& mu, DBuf& rs) {
+    y = buf(std::size_t(sh.Tl) * sh.h);
+    mu = buf(sh.Tl);
+    rs = buf(sh.Tl);
+    if (sh.layernorm)
+      throw_if_failed(kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), f32(y), f32(mu), f32(rs), sh.Tl, sh.h, sh.eps));
+    else
+      throw_if_failed(kg::rmsnorm_fwd(s(), f32(x), P.data(g), f32(y), f32(rs), sh.Tl, sh.h, sh.eps));
+  }
+  void norm_bwd(const std::string& g, const std::string& b, const DBuf& dy, const DBuf& x, const DBuf& mu,
+                const DBuf& rs, float* dx) {
+    if (sh.layernorm)
+      throw_if_failed(kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.Tl, sh.h));
+    else
+      throw_if_failed(kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.Tl, sh.h));
+  }
+  kg::AttentionShape attn_shape() const { return {sh.B, sh.S, sh.H, sh.K, sh.d}; }
+
+  DBuf layer_forward(int l, const DBuf& x, Acts& a);
+  DBuf layer_backward(int l, const Acts& a, const DBuf& dout);
+  DBuf embed_forward(Mb& st);
+  void embed_backward(Mb& st, const DBuf& dx);
+  void head_forward(Mb& st, const DBuf& x);
+  DBuf head_backward(Mb& st);
+};
+
+DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
+  kg::NvtxRange r("layer_forward");
+  const int T = sh.T, h = sh.h, qd = sh.H * sh.d, kd = sh.K * sh.d, f = sh.f;
+  a.x = x;
+  DBuf yl;
+  norm_fwd(L(l, "ln1.w"), L(l, "ln1.b"), x, yl, a.mu1, a.rs1);
+  a.y1 = gather_tokens(yl);
+  a.g1 = operand(a.y1, std::size_t(T) * h);
+  a.q = linear(a.g1, h, qd, L(l, "attn.wq"), L(l, "attn.bq"));
+  a.k = linear(a.g1, h, kd, L(l, "attn.wk"), L(l, "attn.bk"));
+  a.v = linear(a.g1, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
+  a.attn = buf(std::size_t(T) * qd);
+  a.lse = buf(std::size_t(sh.B) * sh.H * sh.S);
+  throw_if_failed(kg::attention_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
+  a.ga = operand(a.attn, std::size_t(T) * qd);
+  DBuf partial = buf(std::size_t(T) * h);
+  mm(false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
+  a.x2 = reduce_tokens(partial);
+  const std::size_t nl = std::size_t(sh.Tl) * h;
+  throw_if_failed(kg::add(s(), f32(a.x2), f32(x), f32(a.x2), nl));
+  if (float* bo = bias(L(l, "attn.bo"))) throw_if_failed(kg::add_bias(s(), f32(a.x2), bo, sh.Tl, h));
+
+  norm_fwd(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, yl, a.mu2, a.rs2);
+  a.y2 = gather_tokens(yl);
+  a.g2 = operand(a.y2, std::size_t(T) * h);
+  a.h1 = linear(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
+  a.act = buf(std::size_t(T) * f);
+  if (sh.swiglu) {
+    a.gate = linear(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
+    throw_if_failed(kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), f32(a.act), std::size_t(T) * f));
+  } else {
+    throw_if_failed(kg::gelu_fwd(s(), f32(a.h1), f32(a.act), std::size_t(T) * f));
+  }
+  a.gact = operand(a.act, std::size_t(T) * f);
+  partial = buf(std::size_t(T) * h);
+  mm(false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
+  DBuf out = reduce_tokens(partial);
+  throw_if_failed(kg::add(s(), f32(out), f32(a.x2), f32(out), nl));
+  if (float* b2 = bias(L(l, "mlp.b2"))) throw_if_failed(kg::add_bias(s(), f32(out), b2, sh.Tl, h));
+  return out;
+}
+
+DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
+  kg::NvtxRange r("layer_backward");
+  const int T = sh.T, Tl = sh.Tl, h = sh.h, qd = sh.H * sh.d, kd = sh.K * sh.d, f = sh.f;
+  const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
+  if (float* b2 = bgrad(L(l, "mlp.b2"))) throw_if_failed(kg::col_sum(s(), f32(dout), Tl, h, b2));
+  DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
+  DBuf dact = buf(nf);
+  linear_dx(gdmf, f, h, L(l, "mlp.w2"), f32(dact), false);
+  mm(true, false, f, h, T, a.gact->get(), f, gdmf->get(), h, 1.0f, P.grad(L(l, "mlp.w2")), h);
+  DBuf dh1 = buf(nf), dy2 = buf(std::size_t(T) * h);
+  if (sh.swiglu) {
+    DBuf dg = buf(nf);
+    throw_if_failed(kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf));
+    DBuf gdg = operand(dg, nf);
+    linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
+    weight_grad(a.g2, gdg, dg, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
+  } else {
+    throw_if_failed(kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf));
+  }
+  DBuf gdh1 = operand(dh1, nf);
+  linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
+  weight_grad(a.g2, gdh1, dh1, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
+  DBuf dy2l = reduce_tokens(dy2), dx2 = buf(nl);
+  norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2));
+  throw_if_failed(kg::add(s(), f32(dx2), f32(dout), f32(dx2), nl));
+
+  if (float* bo = bgrad(L(l, "attn.bo"))) throw_if_failed(kg::col_sum(s(), f32(dx2), Tl, h, bo));
+  DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
+  DBuf da = buf(std::size_t(T) * qd);
+  linear_dx(gdpf, qd, h, L(l, "attn.wo"), f32(da), false);
+  mm(true, false, qd, h, T, a.ga->get(), qd, gdpf->get(), h, 1.0f, P.grad(L(l, "attn.wo")), h);
+  DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
+  DBuf delta = buf(std::size_t(sh.B) * sh.H * sh.S);
+  throw_if_failed(kg::attention_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
+                                    f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  DBuf gdq = operand(dq, std::size_t(T) * qd), gdk = operand(dk, std::size_t(T) * kd), gdv = operand(dv, std::size_t(T) * kd);
+  DBuf dy1 = buf(std::size_t(T) * h);
+  linear_dx(gdq, h, qd, L(l, "attn.wq"), f32(dy1), false);
+  linear_dx(gdk, h, kd, L(l, "attn.wk"), f32(dy1), true);
+  linear_dx(gdv, h, kd, L(l, "attn.wv"), f32(dy1), true);
+  weight_grad(a.g1, gdq, dq, h, qd, L(l, "attn.wq"), L(l, "attn.bq"));
+  weight_grad(a.g1, gdk, dk, h, kd, L(l, "attn.wk"), L(l, "attn.bk"));
+  weight_grad(a.g1, gdv, dv, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
+  DBuf dy1l = reduce_tokens(dy1), dx = buf(nl);
+  norm_bwd(L(l, "ln1.w"), L(l, "ln1.b"), dy1l, a.x, a.mu1, a.rs1, f32(dx));
+  throw_if_failed(kg::add(s(), f32(dx), f32(dx2), f32(dx), nl));
+  return dx;
+}
+
+// Vocab-parallel lookup (partial per shard, summed over tp or reduce-scattered by token) plus positions.
+DBuf GpuStage::Impl::embed_forward(Mb& st) {
+  const GpuParam& tok = P.at("embed.tok");
+  DBuf full = buf(std::size_t(sh.T) * sh.h);
+  throw_if_failed(kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.h, st.tokens, sh.T, f32(full)));
+  DBuf x = reduce_tokens(full);
+  if (P.has("embed.pos"))
+    throw_if_failed(kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.Tl, tp.sp ? tp.rank * sh.Tl : 0, sh.S, sh.h));
+  return x;
+}
+
+void GpuStage::Impl::embed_backward(Mb& st, const DBuf& dx) {
+  if (P.has("embed.pos"))
+    throw_if_failed(kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.Tl, tp.sp ? tp.rank * sh.Tl : 0, sh.S, sh.h));
+  const GpuParam& tok = P.at("embed.tok");
+  DBuf full = gather_tokens(dx);
+  throw_if_failed(kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.h, st.tokens, sh.T, P.grad("embed.tok")));
+}
+
+// Final norm, LM head (weights [V_local, h]: logits = y W^T) and cross-entropy over this vocab shard.
+void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
+  const std::string w = P.has("head.w") ? "head.w" : "embed.tok";
+  const GpuParam& hw = P.at(w);
+  const int V = int(hw.rows);
+  st.head_x = x;
+  DBuf yl;
+  norm_fwd("final_ln.w", "final_ln.b", x, yl, st.head_mu, st.head_rs);
+  st.head_y = gather_tokens(yl);
+  st.head_g = operand(st.head_y, std::size_t(sh.T) * sh.h);
+  st.logits = buf(std::size_t(sh.T) * V);
+  mm(false, true, sh.T, V, sh.h, st.head_g->get(), sh.h, W(w), sh.h, 0.0f, f32(st.logits), V);
+  st.row_max = buf(sh.T);
+  st.row_sum = buf(sh.T);
+  DBuf loss = buf(sh.T);
+  throw_if_failed(kg::cross_entropy_fwd(s(), f32(st.logits), sh.T, V, int(hw.row0), st.targets, f32(loss),
+                                        f32(st.row_max), f32(st.row_sum)));
+  if (loss_sum) throw_if_failed(kg::col_sum(s(), f32(loss), sh.T, 1, loss_sum));
+}
+
+DBuf GpuStage::Impl::head_backward(Mb& st) {
+  const std::string w = P.has("head.w") ? "head.w" : "embed.tok";
+  const GpuParam& hw = P.at(w);
+  const int V = int(hw.rows);
+  DBuf dloss = buf(sh.T);  // d(loss_scale * mean over T) / d loss_r
+  throw_if_failed(kg::fill(s(), f32(dloss), sh.T, cfg.loss_scale / float(sh.T)));
+  DBuf dlogits = buf(std::size_t(sh.T) * V);
+  throw_if_failed(kg::cross_entropy_bwd(s(), f32(st.logits), sh.T, V, int(hw.row0), st.targets, f32(st.row_max),
+                                        f32(st.row_sum), f32(dloss), f32(dlogits)));
+  st.logits.reset();
+  DBuf gdl = operand(dlogits, std::size_t(sh.T) * V);
+  DBuf dy = buf(std::size_t(sh.T) * sh.h);
+  mm(false, false, sh.T, sh.h, V, gdl->get(), V, W(w), sh.h, 0.0f, f32(dy), sh.h);
+  mm(true, false, V, sh.h, sh.T, gdl->get(), V, st.head_g->get(), sh.h, 1.0f, P.grad(w), sh.h);
+  DBuf dyl = reduce_tokens(dy), dx = buf(std::size_t(sh.Tl) * sh.h);
+  norm_bwd("final_ln.w", "final_ln.b", dyl, st.head_x, st.head_mu, st.head_rs, f32(dx));
+  return dx;
+}
+
+GpuStage::GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
+                   GemmType gemm)
+    : impl_(std::make_unique<Impl>(dev, m, cfg, params, tp, gemm)) {
+  TESSEL_CHECK(!tp.sp || impl_->sh.T % tp.size == 0, "tokens " << impl_->sh.T << " not divisible by tp " << tp.size);
+}
+GpuStage::~GpuStage() = default;
+
+void GpuStage::set_loss_sink(float* loss_sum) { impl_->loss_sum = loss_sum; }
+const GpuStageConfig& GpuStage::config() const { return impl_->cfg; }
+std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.Tl) * impl_->sh.h; }
+int GpuStage::tokens() const { return impl_->sh.T; }
+
+// The CPU Stage's count (runtime/gpt_stage.cpp): 2 T (GEMM weights) + 4 B H S^2 d for the attention core
+// (full square, the simulator's convention), per layer, plus the head.
+double GpuStage::forward_flops() const {
+  const Shape& s = impl_->sh;
+  const double T = s.T, h = s.h, qd = double(s.H) * s.d, kd = double(s.K) * s.d, f = s.f;
+  const double gemm = 2 * T * (h * (qd + 2 * kd) + qd * h + h * f * (s.swiglu ? 3 : 2));
+  const double attn = 4.0 * s.B * s.H * double(s.S) * s.S * s.d;
+  double total = (gemm + attn) * (impl_->cfg.l1 - impl_->cfg.l0);
+  if (impl_->cfg.last) total += 2 * T * h * (double(impl_->model.vocab) / impl_->tp.size);
+  return total;
+}
+
+DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::int32_t* targets) {
+  Impl& I = *impl_;
+  I.current = {"forward", I.cfg.stage, I.cfg.chunk, mb, I.cfg.l0, I.cfg.l1};
+  Impl::Mb& st = I.mbs[mb];
+  st.tokens = tokens;
+  st.targets = targets;
+  DBuf x = I.cfg.first ? I.embed_forward(st) : in;
+  st.acts.assign(std::size_t(I.cfg.l1 - I.cfg.l0), Acts{});
+  for (int l = I.cfg.l0; l < I.cfg.l1; ++l) {
+    Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
+    DBuf out = I.layer_forward(l, x, a);
+    if (I.cfg.recompute == Recompute::full) {  // keep the block input only
+      Acts kept;
+      kept.x = x;
+      a = std::move(kept);
+    }
+    x = out;
+  }
+  if (I.cfg.last) {
+    I.head_forward(st, x);
+    return nullptr;
+  }
+  return x;
+}
+
+DBuf GpuStage::backward(int mb, DBuf dout) {
+  Impl& I = *impl_;
+  I.current = {"backward", I.cfg.stage, I.cfg.chunk, mb, I.cfg.l0, I.cfg.l1};
+  auto it = I.mbs.find(mb);
+  TESSEL_CHECK(it != I.mbs.end(), "backward of stage " << I.cfg.stage << " mb " << mb << " before its forward");
+  Impl::Mb& st = it->second;
+  DBuf g = I.cfg.last ? I.head_backward(st) : dout;
+  for (int l = I.cfg.l1 - 1; l >= I.cfg.l0; --l) {
+    Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
+    if (I.cfg.recompute == Recompute::full) {  // re-run the forward from the kept input
+      const DBuf x = a.x;
+      (void)I.layer_forward(l, x, a);
+    }
+    g = I.layer_backward(l, a, g);
+    a = Acts{};
+  }
+  if (I.cfg.first) I.embed_backward(st, g);
+  I.mbs.erase(it);
+  return I.cfg.first ? nullptr : g;
+}
+
+}  // namespace tessel::rt::cuda

@@ -1,0 +1,62 @@
+// One pipeline stage of the GPT on one GPU rank: runtime/gpt_layer.hpp's block (Megatron TP partitioning,
+// optional sequence parallelism) and runtime/gpt_stage.hpp's embedding and head, on device buffers with
+// the kernels of kernels/cuda. Differences from the CPU stage, all deliberate:
+//   - attention is the flash kernel: no probabilities are kept, so `selective` recomputation is free and
+//     the same as `none`; `full` re-runs each layer's forward inside its backward (per layer);
+//   - the backward computes input and weight gradients together (an I action does both; W records an
+//     empty op), so zero-bubble schedules run with their order but without the deferred weight GEMMs;
+//   - GEMMs run in the chosen type (bf16 operands with fp32 accumulation by default, tf32 or fp32).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/comm/comm.hpp"
+#include "runtime/cuda/gpu_params.hpp"
+#include "sim/layout.hpp"
+
+namespace tessel::rt::cuda {
+
+// The tensor-parallel group on the GPU. record_only: collectives are recorded on the trace's tp lane
+// (bytes, issue time) but neither run nor waited for (--only-rank).
+struct GpuTp {
+  Comm* comm = nullptr;
+  int size = 1, rank = 0;
+  bool sp = false, record_only = false;
+};
+
+struct GpuStageConfig {
+  int stage = 0, chunk = 0, l0 = 0, l1 = 0;
+  bool first = false, last = false;
+  int micro_batch = 1;
+  float loss_scale = 1.0f;
+  Recompute recompute = Recompute::none;
+};
+
+class GpuStage {
+ public:
+  GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
+           kernels::cuda::GemmType gemm);
+  ~GpuStage();
+  GpuStage(const GpuStage&) = delete;
+  GpuStage& operator=(const GpuStage&) = delete;
+
+  // tokens/targets: device arrays of T on the first/last stage. in: [local_tokens, hidden] elsewhere.
+  DBuf forward(int mb, DBuf in, const std::int32_t* tokens, const std::int32_t* targets);
+  // Adds this micro-batch's summed token losses into `loss_sum` (device float) on the last stage.
+  DBuf backward(int mb, DBuf dout);
+  void set_loss_sink(float* loss_sum);
+
+  const GpuStageConfig& config() const;
+  std::size_t activation_elems() const;  // [local_tokens, hidden]
+  double forward_flops() const;           // per micro-batch (GEMMs, attention core, head)
+  int tokens() const;                      // T = micro_batch * seq
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessel::rt::cuda
