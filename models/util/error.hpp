@@ -39,7 +39,7 @@ namespace detail {
   do {                                                                                       \
     if (!(cond)) [[unlikely]] {                                                              \
       std::ostringstream tessel_check_os_;                                                   \
-      tessel_check_os_ __VA_OPT__(<< __VA_ARGS__);                                           \
+      tessel_check_os_ << "" __VA_OPT__(<< __VA_ARGS__);                                     \
       ::tessel::detail::check_failed(#cond, __FILE__, __LINE__, tessel_check_os_.str());     \
     }                                                                                        \
   } while (0)
