@@ -1,0 +1,71 @@
+// Training on the CUDA runtime: one GpuTrainer per GPU process, walking the same lowered schedule as the
+// CPU runtime (runtime_schedule) over GpuStages, then the data-parallel gradient reduction, global-norm
+// clipping and AdamW on the device. Every op is timed with CUDA events into the rank's Recorder.
+//
+// --only-rank R: this single process plays world rank R of a larger layout. Its stages get their real
+// shard shapes; parameters, tokens and received activations are synthesised on the device; every
+// communication (tp collectives, pp send/recv, dp reduction) is recorded on its trace lane with its bytes
+// but neither run nor waited for. What it measures is rank R's compute, which is what the cost model's
+// per-rank compute must predict for layouts far larger than one GPU.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "runtime/cuda/gpu_stage.hpp"
+#include "runtime/init.hpp"
+#include "runtime/optimizer_step.hpp"
+#include "runtime/rank_groups.hpp"
+#include "runtime/trainer.hpp"
+
+namespace tessel::rt::cuda {
+
+struct GpuTrainOptions {
+  std::uint64_t seed = 1234;
+  OptimizerConfig optimizer;
+  bool record_trace = false;
+  kernels::cuda::GemmType gemm = kernels::cuda::GemmType::bf16_fp32;
+  int only_rank = -1;          // >= 0: play this world rank alone (see above)
+};
+
+class GpuTrainer {
+ public:
+  // world: the communicator of all ranks (nullptr with only_rank >= 0 or a one-GPU layout).
+  GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const GpuTrainOptions& opt, Comm* world,
+             Recorder::Clock::time_point t0);
+  ~GpuTrainer();
+  StepStats step();
+
+  Recorder& recorder() { return rec_; }
+  GpuParams& params() { return *params_; }
+  std::string process_name() const;
+  int world_rank() const { return world_rank_; }
+  double step_flops() const;  // forward + backward (3x forward) of this rank's stages, one step
+
+ private:
+  struct Walker;
+  void load_batch(int step);
+  void reduce_gradients();
+  double global_grad_norm();
+
+  CudaDevice& dev_;
+  Model model_;
+  Layout layout_;
+  GpuTrainOptions opt_;
+  Comm* world_ = nullptr;
+  RankGroups groups_;
+  RankCoords at_;
+  int world_rank_ = 0;
+  bool record_only_ = false;
+  Recorder rec_;
+  sched::Schedule schedule_;
+  TokenStream data_;
+  std::unique_ptr<GpuParams> params_;
+  std::map<int, std::unique_ptr<GpuStage>> stages_;
+  std::vector<DBuf> tokens_, targets_;  // per micro-batch, device
+  DBuf loss_sum_;
+  int steps_ = 0;
+};
+
+}  // namespace tessel::rt::cuda

@@ -1,0 +1,140 @@
+#include "runtime/cuda/run_cuda.hpp"
+
+#include <cstdio>
+#include <mutex>
+
+#include "kernels/cuda/device_info.hpp"
+#include "models/util/error.hpp"
+#include "runtime/cuda/gpu_trainer.hpp"
+#include "runtime/cuda/nccl_comm.hpp"
+#include "traces/chrome.hpp"
+#ifdef TESSEL_HAVE_MPI
+#include "runtime/comm/mpi_comm.hpp"
+#endif
+
+namespace tessel::rt::cuda {
+
+namespace kg = kernels::cuda;
+
+int cuda_devices() { return kg::device_count(); }
+
+namespace {
+
+kg::GemmType gemm_type(const std::string& p) {
+  if (p == "bf16") return kg::GemmType::bf16_fp32;
+  if (p == "tf32") return kg::GemmType::tf32;
+  if (p == "fp32") return kg::GemmType::fp32;
+  throw InputError("--precision " + p + ": must be bf16, tf32 or fp32");
+}
+
+// What the GPU runtime does not do yet, rejected up front with the rule (docs/cuda.md lists them).
+void check_supported(const CudaRunOptions& o, int world) {
+  const Layout& l = o.layout;
+  if (o.only_rank >= 0) {
+    if (o.only_rank >= l.gpus())
+      throw InputError("--only-rank " + std::to_string(o.only_rank) + ": the layout has " + std::to_string(l.gpus()) +
+                       " ranks (0.." + std::to_string(l.gpus() - 1) + ")");
+    return;
+  }
+  if (world != l.gpus())
+    throw InputError("--backend cuda: the layout needs " + std::to_string(l.gpus()) + " GPU processes, " +
+                     std::to_string(world) + " started; launch one process per GPU (mpirun -n N, or torchrun-style "
+                     "RANK/WORLD_SIZE), or measure one rank with --only-rank R");
+  if (l.tp > 1)
+    throw InputError("--tp " + std::to_string(l.tp) + ": the CUDA runtime's vocab-parallel cross-entropy is not "
+                     "reduced across tp ranks yet; real runs need tp 1 (--only-rank measures tp > 1)");
+  if (l.zero_stage > 0) throw InputError("--zero " + std::to_string(l.zero_stage) + ": not implemented on the CUDA backend");
+  if (o.model.tied_embeddings && l.pp > 1)
+    throw InputError("--pp " + std::to_string(l.pp) + ": tied embeddings across pipeline ranks are not synchronised "
+                     "on the CUDA backend yet (use --pp 1, a model with untied embeddings, or --only-rank)");
+}
+
+// dev: the rank's GPU; NCCL communicators must enqueue on dev.comm(), which the trainer orders against
+// dev.compute() with events.
+void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_rank, trace::Trace& tr) {
+  GpuTrainOptions opt;
+  opt.seed = o.seed;
+  opt.optimizer.adamw.lr = o.lr;
+  opt.record_trace = !o.trace_path.empty();
+  opt.gemm = gemm_type(o.precision);
+  opt.only_rank = o.only_rank;
+  const auto t0 = Recorder::Clock::now();
+  GpuTrainer t(dev, o.model, o.layout, opt, world, t0);
+  kg::DeviceInfo info;
+  throw_if_failed(kg::device_info(info));
+  const bool talk = world_rank == 0 || o.only_rank >= 0;
+  const double tokens = double(o.layout.global_batch) * o.model.seq_len;
+  if (talk)
+    std::printf("tessel run: %s, %s, %s on %s (%d SMs), GEMMs %s%s\n", o.model.name.c_str(), o.layout.describe().c_str(),
+                o.only_rank >= 0 ? ("only rank " + std::to_string(o.only_rank)).c_str()
+                                 : (std::to_string(o.layout.gpus()) + " GPU process(es)").c_str(),
+                info.name.c_str(), info.sm_count, o.precision.c_str(),
+                o.only_rank >= 0 ? ", synthesised inputs, communication recorded not waited" : "");
+  for (int i = 0; i < o.steps; ++i) {
+    const StepStats s = t.step();
+    // Achieved model FLOP/s of this rank: 3x forward FLOPs (forward + backward) over the step time.
+    if (talk)
+      std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s  %7.1f TFLOP/s\n", s.step + 1,
+                  s.loss, s.grad_norm, s.seconds * 1e3, tokens / s.seconds, t.step_flops() / s.seconds / 1e12);
+  }
+  if (talk)
+    std::printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", dev.memory().peak() / 1048576.0,
+                dev.memory().reserved() / 1048576.0);
+  auto& ev = t.recorder().events();
+  tr.events.insert(tr.events.end(), ev.begin(), ev.end());
+  tr.process_names[t.world_rank()] = t.process_name();
+  tr.counters.push_back({t.world_rank(), "peak_device_MiB", 0.0, dev.memory().peak() / 1048576.0});
+}
+
+void write_trace(const CudaRunOptions& o, trace::Trace& tr, int world_rank, int world) {
+  if (o.trace_path.empty()) return;
+  tr.other_data["model"] = model_to_json(o.model);
+  tr.other_data["layout"] = layout_to_json(o.layout);
+  tr.other_data["schedule"] = o.layout.schedule;
+  tr.other_data["system"] = "cuda";
+  tr.other_data["precision"] = o.precision;
+  if (o.only_rank >= 0) tr.other_data["only_rank"] = o.only_rank;
+  tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
+  const std::string path = world > 1 ? o.trace_path + ".rank" + std::to_string(world_rank) : o.trace_path;
+  trace::write_chrome_trace(tr, path);
+  std::printf("trace: %s (%zu events)\n", path.c_str(), tr.events.size());
+}
+
+}  // namespace
+
+int run_cuda(const CudaRunOptions& o) {
+  if (kg::device_count() == 0)
+    throw InputError("--backend cuda: no CUDA device is visible to this process (no GPU or no driver); "
+                     "use --backend cpu");
+  (void)gemm_type(o.precision);
+  trace::Trace tr;
+  if (o.only_rank >= 0 || o.layout.gpus() == 1) {
+    check_supported(o, 1);
+    CudaDevice dev(0);
+    run_rank(o, dev, nullptr, o.only_rank >= 0 ? o.only_rank : 0, tr);
+    write_trace(o, tr, 0, 1);
+    return 0;
+  }
+#ifdef TESSEL_HAVE_MPI
+  if (launched_by_mpirun()) {
+    run_mpi([&](Comm& mpi) {
+      check_supported(o, mpi.size());
+      CudaDevice dev(mpi.rank() % kg::device_count());  // current before NCCL init
+      NcclComm world(bootstrap_over(mpi), dev.comm());
+      run_rank(o, dev, &world, mpi.rank(), tr);
+      write_trace(o, tr, mpi.rank(), mpi.size());
+    });
+    return 0;
+  }
+#endif
+  if (!launched_by_torchrun()) check_supported(o, 1);  // names the process-count rule
+  const NcclBootstrap b = bootstrap_from_env();
+  check_supported(o, b.world);
+  CudaDevice dev(b.rank % kg::device_count());
+  NcclComm world(b, dev.comm());
+  run_rank(o, dev, &world, b.rank, tr);
+  write_trace(o, tr, b.rank, b.world);
+  return 0;
+}
+
+}  // namespace tessel::rt::cuda

@@ -1,0 +1,32 @@
+// `tessel run --backend cuda` as one call: plain C++ (no CUDA header), so tools/cmd_run.cpp can include it
+// when the CUDA runtime is built (TESSEL_HAVE_CUDA).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/model.hpp"
+#include "sim/layout.hpp"
+
+namespace tessel::rt::cuda {
+
+struct CudaRunOptions {
+  Model model;
+  Layout layout;
+  int steps = 10;
+  std::uint64_t seed = 1234;
+  float lr = 1e-3f;
+  std::string trace_path;      // empty: no trace
+  int only_rank = -1;          // >= 0: execute this world rank of the layout alone (synthesised inputs)
+  std::string precision = "bf16";  // GEMM operands: bf16 (fp32 accumulate), tf32 or fp32
+};
+
+// Number of CUDA devices this process sees (0 without a driver or GPU).
+int cuda_devices();
+
+// Runs and prints per-step loss, time, tokens/s, MFU inputs and the device memory peak; writes the trace.
+// Without a GPU: InputError "--backend cuda: no CUDA device ..." (exit 2). A layout of several GPUs needs
+// one process per GPU (mpirun, or torchrun-style RANK/WORLD_SIZE), or --only-rank.
+int run_cuda(const CudaRunOptions& o);
+
+}  // namespace tessel::rt::cuda
