@@ -1,0 +1,64 @@
+// Internal to build_job: the state shared by the pipeline walk (job_pipeline.cpp) and the data-parallel,
+// optimizer and ZeRO parts (job_dp.cpp).
+#pragma once
+
+#include <limits>
+#include <vector>
+
+#include "sim/cost/comm.hpp"
+#include "sim/engine/job.hpp"
+
+namespace tessel::engine::detail {
+
+constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
+
+// A point in a position's backward after which some gradients are final (a bucket can be reduced).
+struct GradReady {
+  std::uint32_t task;
+  double params;
+};
+
+struct PositionState {
+  std::uint32_t prev_compute = kNone;
+  std::vector<std::uint32_t> wait;   // transfers the next compute waits for
+  std::vector<GradReady> grads;      // in the order they become ready
+  std::uint32_t slot = 0;            // next group-collective slot of this position
+};
+
+class JobBuilder {
+ public:
+  JobBuilder(const JobSpec& spec, const Cluster& c);
+  Job build();
+
+ private:
+  // job_pipeline.cpp
+  void walk_position(int pos);
+  void walk_compute(int pos, const sched::Action& a, std::size_t index);
+  void walk_comm(int pos, const sched::Action& a);
+  std::uint32_t compute_task(int pos, OpKind op, double seconds, int stage, int mb);
+  void emit_backward(int pos, const sched::Action& a, bool last_for_stage);
+  std::uint32_t emit_zero3_layers(int pos, OpKind op, double seconds, const sched::Action& a);  // first piece
+  void release(std::uint32_t task, int pos, const sched::Action& a);
+  // job_dp.cpp
+  void data_parallel(int pos);
+  std::uint32_t group_task(int pos, OpKind op, double seconds, double bytes, int group, std::uint32_t chain_after);
+  int dp_group_of(int pos);
+  double collective_seconds(cost::Collective c, double bytes, bool flat) const;
+
+  const JobSpec& spec_;
+  const Layout& l_;
+  const sched::Schedule& s_;
+  const Cluster& c_;
+  GraphBuilder g_;
+  Job job_;
+  std::vector<PositionState> st_;
+  std::vector<std::uint32_t> transfer_;            // per (direction, producer stage, mb), current replica
+  std::vector<std::vector<std::uint32_t>> slots_;  // per pp rank: group task of each slot
+  std::vector<std::vector<std::size_t>> last_bwd_;  // per pp rank, per stage: action index of its last W-carrying op
+  std::vector<int> dp_group_;                       // per pp rank: index into job_.groups
+  std::vector<std::uint32_t> tied_;                 // per (dp, cp): tied-embedding all-reduce task
+  std::vector<std::uint32_t> scratch_links_;
+  bool explicit_recompute_ = false;
+};
+
+}  // namespace tessel::engine::detail

@@ -1,0 +1,176 @@
+// build_job, part 2: what a position does besides its pipeline schedule. Data-parallel gradient buckets
+// (all-reduce, or reduce-scatter under the distributed optimizer) run on the dp stream in the order their
+// gradients become final; the tied-embedding all-reduce; the optimizer step; the parameter all-gather of the
+// distributed optimizer; ZeRO-3's per-layer gathers and reduce-scatters. A collective is one flow shared by
+// every member of its group; it starts when the last member reaches it.
+#include <algorithm>
+#include <cmath>
+
+#include "models/util/error.hpp"
+#include "sim/engine/job_builder.hpp"
+#include "sim/workload.hpp"
+
+namespace tessel::engine::detail {
+
+using cost::Collective;
+
+double JobBuilder::collective_seconds(Collective c, double bytes, bool flat) const {
+  cost::GroupPlacement g = dp_group(l_);
+  g.flat = flat;
+  return cost::collective_time(c_.flat_system(), c, bytes, g).seconds;
+}
+
+int JobBuilder::dp_group_of(int pos) {
+  if (dp_group_.empty()) dp_group_.assign(static_cast<std::size_t>(l_.pp), -1);
+  int& gi = dp_group_[static_cast<std::size_t>(c_.pp_of(pos))];
+  if (gi < 0) {
+    std::vector<int> members;
+    for (int d = 0; d < c_.replicas(); ++d)
+      for (int cp = 0; cp < l_.cp; ++cp) members.push_back(c_.position(c_.pp_of(pos), d, cp));
+    gi = static_cast<int>(job_.groups.size());
+    job_.groups.push_back(std::move(members));
+  }
+  return gi;
+}
+
+// The group collective of this position's next slot: created by the group's first member, shared by the
+// others (every member of a DP group plays the same pipeline rank, so their slots line up).
+std::uint32_t JobBuilder::group_task(int pos, OpKind op, double seconds, double bytes, int group, std::uint32_t chain_after) {
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  auto& slots = slots_[static_cast<std::size_t>(c_.pp_of(pos))];
+  const std::uint32_t k = ps.slot++;
+  if (k < slots.size()) return slots[k];
+  const auto& members = job_.groups[static_cast<std::size_t>(group)];
+  const int r = c_.pp_of(pos);
+  // The full group (all replicas) spans these global ranks, whatever the fidelity.
+  const int first = l_.tp * l_.cp * l_.dp * r, last = first + l_.tp * l_.cp * l_.dp - 1;
+  scratch_links_.clear();
+  c_.group_links(members, first, last, scratch_links_);
+  const auto t = g_.add_flow(seconds, scratch_links_);
+  TaskInfo ti;
+  ti.pos = pos;
+  ti.group = group;
+  ti.op = op;
+  ti.stream = trace::Stream::dp;
+  ti.bytes = bytes;
+  job_.info.push_back(ti);
+  if (chain_after != kNone) g_.edge(chain_after, t);
+  slots.push_back(t);
+  return t;
+}
+
+std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, const sched::Action& a) {
+  // DeepSpeed ZeRO-3: each layer's 16-bit weights are gathered before use and its gradients reduce-scattered
+  // after the backward. Forward gathers are prefetched one layer ahead; backward ones are not (with
+  // recomputation the backward waits for them), as estimate.cpp assumes.
+  const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+  const int layers = std::max(1, sc.layers);
+  const bool fwd = op == OpKind::forward;
+  const int group = dp_group_of(pos);
+  const bool multi = l_.dp * l_.cp > 1;
+  std::uint32_t first = kNone, prev_gather = kNone, two_back = kNone;
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  for (int j = 0; j < layers; ++j) {
+    std::uint32_t gather = kNone;
+    if (multi) {
+      // Prefetch: the gather may start once the layer two back is done (two gathered layers at most).
+      const std::uint32_t after = fwd ? (two_back != kNone ? two_back : kNone) : ps.prev_compute;
+      gather = group_task(pos, OpKind::zero3_allgather, spec_.costs.zero3_gather_layer, 0, group, prev_gather);
+      if (after != kNone && after != gather) g_.edge(after, gather);
+      prev_gather = gather;
+    }
+    two_back = ps.prev_compute;
+    const auto t = compute_task(pos, op, seconds / layers, a.stage, a.mb);
+    job_.info.back().piece = j;
+    job_.info.back().pieces = layers;
+    if (gather != kNone) g_.edge(gather, t);
+    if (first == kNone) first = t;
+    if (multi && !fwd) {
+      const auto rs = group_task(pos, OpKind::zero3_reducescatter, spec_.costs.zero3_scatter_layer, 0, group, prev_gather);
+      g_.edge(t, rs);
+      prev_gather = rs;
+      ps.wait.push_back(rs);  // the next layer's gather and compute come after this reduction
+    }
+  }
+  return first;
+}
+
+void JobBuilder::data_parallel(int pos) {
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  const int r = c_.pp_of(pos);
+  double params = 0;
+  for (int s = 0; s < s_.num_stages; ++s)
+    if (s_.rank_of(s) == r) params += spec_.costs.stages[static_cast<std::size_t>(s)].params;
+  job_.static_bytes[static_cast<std::size_t>(pos)] = params * spec_.costs.static_bytes_per_param + spec_.costs.fixed_bytes;
+  const std::uint32_t last_compute = ps.prev_compute;
+  std::vector<std::uint32_t> before_opt = {last_compute};
+  const bool dp = l_.dp * l_.cp > 1;
+  const int group = dp ? dp_group_of(pos) : -1;
+  std::uint32_t chain = kNone;
+  if (dp && l_.zero_stage < 3) {
+    // Without overlap, every bucket waits for the whole backward.
+    std::vector<GradReady> ready = ps.grads;
+    if (!l_.overlap_grad_reduce || ready.empty()) {
+      ready.clear();
+      for (int s = 0; s < s_.num_stages; ++s)
+        if (s_.rank_of(s) == r) {
+          const double p = spec_.costs.stages[static_cast<std::size_t>(s)].params;
+          const int nb = std::max(1, static_cast<int>(std::ceil(p / spec_.costs.bucket_params)));
+          for (int k = 0; k < nb; ++k) ready.push_back({last_compute, p / nb});
+        }
+    }
+    const Collective c = l_.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
+    const OpKind op = l_.zero_stage == 0 ? OpKind::dp_allreduce : OpKind::dp_reducescatter;
+    for (const auto& g : ready) {
+      const double bytes = 4.0 * g.params;  // fp32 main gradients (Megatron accumulates in fp32)
+      const auto t = group_task(pos, op, collective_seconds(c, bytes, false), bytes, group, chain);
+      g_.edge(g.task, t);
+      chain = t;
+    }
+    before_opt.push_back(chain);
+  }
+  const int last_rank = s_.rank_of(s_.num_stages - 1);
+  if (spec_.costs.tied_seconds > 0 && last_rank != s_.rank_of(0) && (r == 0 || r == last_rank)) {
+    const std::size_t key = static_cast<std::size_t>(c_.dp_of(pos) * l_.cp + c_.cp_of(pos));
+    if (tied_.empty()) tied_.assign(static_cast<std::size_t>(c_.replicas() * l_.cp), kNone);
+    if (tied_[key] == kNone) {
+      const int a = c_.position(0, c_.dp_of(pos), c_.cp_of(pos)), b = c_.position(last_rank, c_.dp_of(pos), c_.cp_of(pos));
+      scratch_links_.clear();
+      c_.p2p_links(a, b, scratch_links_);
+      tied_[key] = g_.add_flow(spec_.costs.tied_seconds, scratch_links_);
+      TaskInfo ti;
+      ti.pos = a;
+      ti.peer = b;
+      ti.op = OpKind::tied_allreduce;
+      ti.stream = trace::Stream::dp;
+      job_.info.push_back(ti);
+    }
+    for (auto t : before_opt) g_.edge(t, tied_[key]);
+    before_opt.push_back(tied_[key]);
+  }
+  const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp) * l_.cp : 1.0;
+  const auto opt = compute_task(pos, OpKind::optimizer, spec_.costs.optimizer_s_per_param * params / shard, -1, -1);
+  for (auto t : before_opt)
+    if (t != kNone && t != opt) g_.edge(t, opt);
+  job_.step_end[static_cast<std::size_t>(pos)] = opt;
+  if (dp && (l_.zero_stage == 1 || l_.zero_stage == 2)) {
+    // Distributed optimizer: gather the updated 16-bit parameters, bucket by bucket in forward order. With
+    // overlap_param_gather only the first bucket holds the next step's first forward.
+    std::uint32_t prev = kNone;
+    for (int s = 0; s < s_.num_stages; ++s) {
+      if (s_.rank_of(s) != r) continue;
+      const double p = spec_.costs.stages[static_cast<std::size_t>(s)].params;
+      const int nb = std::max(1, static_cast<int>(std::ceil(p / spec_.costs.bucket_params)));
+      for (int k = 0; k < nb; ++k) {
+        const double bytes = 2.0 * p / nb;
+        const auto t = group_task(pos, OpKind::dp_allgather, collective_seconds(Collective::all_gather, bytes, false),
+                                  bytes, group, prev);
+        g_.edge(opt, t);
+        if (prev == kNone || !l_.overlap_param_gather) job_.step_end[static_cast<std::size_t>(pos)] = t;
+        prev = t;
+      }
+    }
+  }
+}
+
+}  // namespace tessel::engine::detail

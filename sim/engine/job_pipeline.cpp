@@ -1,0 +1,211 @@
+// build_job, part 1: each position walks its pipeline rank's lowered action list. Compute ops chain on the
+// compute stream; a SEND/RECV pair is one transfer flow. Without --overlap-p2p-comm the comm ops between two
+// computes post together after the first and the second waits for all of them (Megatron's
+// batch_isend_irecv then wait: the schedule validator's "batched" model); with it, a send does not hold
+// its sender and the transfer starts when the producer ends (the "eager" model).
+#include <algorithm>
+#include <cmath>
+
+#include "models/util/error.hpp"
+#include "sim/engine/job_builder.hpp"
+
+namespace tessel::engine::detail {
+
+using sched::ActionType;
+
+JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
+    : spec_(spec), l_(*spec.layout), s_(*spec.schedule), c_(c), g_(c.num_positions(), c.link_capacity()) {
+  const int S = s_.num_stages, M = s_.num_microbatches;
+  if (s_.num_ranks != l_.pp)
+    throw InputError("schedule '" + s_.generator + "' has " + std::to_string(s_.num_ranks) + " ranks; the layout has pp " +
+                     std::to_string(l_.pp));
+  if (S != l_.num_stages())
+    throw InputError("schedule '" + s_.generator + "' has " + std::to_string(S) + " stages; the layout has pp*vpp " +
+                     std::to_string(l_.num_stages()));
+  if (M != l_.num_microbatches())
+    throw InputError("schedule '" + s_.generator + "' has " + std::to_string(M) +
+                     " micro-batches; the layout has global_batch/(micro_batch*dp) " + std::to_string(l_.num_microbatches()));
+  TESSEL_CHECK(spec.costs.stages.size() == static_cast<std::size_t>(S), "costs for " << spec.costs.stages.size() << " stages");
+  st_.resize(static_cast<std::size_t>(c.num_positions()));
+  transfer_.assign(2 * static_cast<std::size_t>(S) * M, kNone);
+  slots_.resize(static_cast<std::size_t>(l_.pp));
+  last_bwd_.assign(static_cast<std::size_t>(l_.pp), std::vector<std::size_t>(static_cast<std::size_t>(S), 0));
+  for (int r = 0; r < l_.pp; ++r) {
+    const auto& acts = s_.ranks[static_cast<std::size_t>(r)];
+    for (std::size_t k = 0; k < acts.size(); ++k) {
+      const auto& a = acts[k];
+      if (a.type == ActionType::RECOMPUTE) explicit_recompute_ = true;
+      auto note = [&](const sched::Action& x) {
+        if (x.type == ActionType::B || x.type == ActionType::W) last_bwd_[static_cast<std::size_t>(r)][static_cast<std::size_t>(x.stage)] = k;
+      };
+      note(a);
+      for (const auto& sub : a.sub) note(sub);
+    }
+  }
+  std::size_t actions = s_.num_actions();
+  g_.reserve(actions * static_cast<std::size_t>(c.replicas() * l_.cp) * 2, actions * static_cast<std::size_t>(c.replicas() * l_.cp) * 4);
+}
+
+std::uint32_t JobBuilder::compute_task(int pos, OpKind op, double seconds, int stage, int mb) {
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  const auto t = g_.add_fixed(seconds);
+  TaskInfo ti;
+  ti.pos = pos;
+  ti.op = op;
+  ti.stage = stage;
+  ti.mb = mb;
+  job_.info.push_back(ti);
+  if (ps.prev_compute != kNone) g_.edge(ps.prev_compute, t);
+  for (auto w : ps.wait) g_.edge(w, t);
+  ps.wait.clear();
+  ps.prev_compute = t;
+  return t;
+}
+
+// Frees what the forward of (stage, mb) allocated, at the end of `task`: the logits with the input-grad
+// (B or I) of the last stage, everything else with the op that ends the micro-batch's backward (B or W).
+void JobBuilder::release(std::uint32_t task, int pos, const sched::Action& a) {
+  const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+  const bool last = a.stage == s_.num_stages - 1;
+  double bytes = 0;
+  if (a.type == ActionType::B || a.type == ActionType::I) bytes += last ? sc.extra_bytes : 0.0;
+  if (a.type == ActionType::B || a.type == ActionType::W) bytes += sc.act_bytes + (last ? 0.0 : sc.extra_bytes);
+  if (bytes > 0) g_.memory(task, pos, 0, -bytes);
+}
+
+void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_stage) {
+  const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+  const bool input = a.type == ActionType::B || a.type == ActionType::I;
+  const bool weight = a.type == ActionType::B || a.type == ActionType::W;
+  if (input && sc.recompute > 0 && !explicit_recompute_)
+    compute_task(pos, OpKind::recompute, sc.recompute, a.stage, a.mb);
+  const double secs = (input ? sc.i - sc.recompute : 0.0) + (weight ? sc.w : 0.0);
+  const OpKind op = a.type == ActionType::B ? OpKind::backward : a.type == ActionType::I ? OpKind::input_grad : OpKind::weight_grad;
+  if (l_.zero_stage == 3 && input) {
+    emit_zero3_layers(pos, op, secs, a);
+    release(st_[static_cast<std::size_t>(pos)].prev_compute, pos, a);
+    return;
+  }
+  // The last weight-gradient op of a stage is cut into bucket-sized pieces: each bucket's reduction can
+  // start when its piece ends (Megatron's overlap_grad_reduce hooks fire as the gradients are final).
+  const int pieces = last_for_stage && weight && l_.overlap_grad_reduce && l_.dp * l_.cp > 1 && l_.zero_stage < 3
+                         ? std::max(1, static_cast<int>(std::ceil(sc.params / spec_.costs.bucket_params)))
+                         : 1;
+  std::uint32_t t = kNone;
+  for (int k = 0; k < pieces; ++k) {
+    t = compute_task(pos, op, secs / pieces, a.stage, a.mb);
+    job_.info.back().piece = k;
+    job_.info.back().pieces = pieces;
+    if (pieces > 1) st_[static_cast<std::size_t>(pos)].grads.push_back({t, sc.params / pieces});
+  }
+  release(t, pos, a);
+}
+
+void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index) {
+  const auto r = static_cast<std::size_t>(c_.pp_of(pos));
+  switch (a.type) {
+    case ActionType::F: {
+      const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+      if (l_.zero_stage == 3) {
+        const auto first = emit_zero3_layers(pos, OpKind::forward, sc.f, a);
+        g_.memory(first, pos, sc.act_bytes + sc.extra_bytes, 0);
+        return;
+      }
+      const auto t = compute_task(pos, OpKind::forward, sc.f, a.stage, a.mb);
+      g_.memory(t, pos, sc.act_bytes + sc.extra_bytes, 0);
+      return;
+    }
+    case ActionType::B:
+    case ActionType::I:
+    case ActionType::W:
+      emit_backward(pos, a, last_bwd_[r][static_cast<std::size_t>(a.stage)] == index);
+      return;
+    case ActionType::RECOMPUTE:
+      compute_task(pos, OpKind::recompute, spec_.costs.stages[static_cast<std::size_t>(a.stage)].recompute, a.stage, a.mb);
+      return;
+    case ActionType::OVERLAP_F_B: {
+      // DualPipe's F&B: one op running both parts; no overlap credit without expert all-to-all to hide.
+      double secs = 0;
+      for (const auto& p : a.sub) {
+        const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(p.stage)];
+        secs += p.type == ActionType::F ? sc.f : (p.type == ActionType::W ? 0.0 : sc.i) + (p.type == ActionType::I ? 0.0 : sc.w);
+      }
+      const auto t = compute_task(pos, OpKind::overlap_f_b, secs, a.sub[0].stage, a.sub[0].mb);
+      const StageCost& fc = spec_.costs.stages[static_cast<std::size_t>(a.sub[0].stage)];
+      g_.memory(t, pos, fc.act_bytes + fc.extra_bytes, 0);
+      release(t, pos, a.sub[1]);
+      if (last_bwd_[r][static_cast<std::size_t>(a.sub[1].stage)] == index && l_.dp * l_.cp > 1)
+        st_[static_cast<std::size_t>(pos)].grads.push_back(
+            {t, spec_.costs.stages[static_cast<std::size_t>(a.sub[1].stage)].params});
+      return;
+    }
+    default:
+      throw InputError("schedule action '" + a.token() + "' is not simulated (REDUCE_GRAD, OPTIMIZER_STEP, UNSHARD and "
+                       "RESHARD come from the layout, not the schedule file)");
+  }
+}
+
+void JobBuilder::walk_comm(int pos, const sched::Action& a) {
+  const bool fwd = a.type == ActionType::SEND_F || a.type == ActionType::RECV_F;
+  const bool send = sched::is_send(a.type);
+  const int producer = send ? a.stage : (fwd ? a.stage - 1 : a.stage + 1);
+  const int consumer = fwd ? producer + 1 : producer - 1;
+  if (producer < 0 || producer >= s_.num_stages || consumer < 0 || consumer >= s_.num_stages)
+    throw InputError("schedule action '" + a.token() + "' has no peer stage");
+  const std::size_t key = (static_cast<std::size_t>(fwd ? 0 : 1) * s_.num_stages + producer) * s_.num_microbatches + a.mb;
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  std::uint32_t& t = transfer_[key];
+  if (t == kNone) {
+    const int d = c_.dp_of(pos), cp = c_.cp_of(pos);
+    const int from = c_.position(s_.rank_of(producer), d, cp), to = c_.position(s_.rank_of(consumer), d, cp);
+    scratch_links_.clear();
+    c_.p2p_links(from, to, scratch_links_);
+    t = g_.add_flow(spec_.costs.p2p_seconds, scratch_links_);
+    TaskInfo ti;
+    ti.pos = from;
+    ti.peer = to;
+    ti.op = OpKind::transfer;
+    ti.stream = trace::Stream::pp;
+    ti.stage = producer;
+    ti.mb = a.mb;
+    ti.bytes = spec_.costs.p2p_bytes;
+    job_.info.push_back(ti);
+  }
+  // Sender: the transfer needs the producer's output. Receiver (batched only): the recv must be posted.
+  if ((send || !l_.overlap_p2p) && ps.prev_compute != kNone) g_.edge(ps.prev_compute, t);
+  if (!send || !l_.overlap_p2p) ps.wait.push_back(t);
+}
+
+void JobBuilder::walk_position(int pos) {
+  const auto& acts = s_.ranks[static_cast<std::size_t>(c_.pp_of(pos))];
+  for (std::size_t k = 0; k < acts.size(); ++k) {
+    if (sched::is_comm(acts[k].type)) walk_comm(pos, acts[k]);
+    else walk_compute(pos, acts[k], k);
+  }
+}
+
+Job JobBuilder::build() {
+  job_.groups.clear();
+  for (int d = 0; d < c_.replicas(); ++d)
+    for (int cp = 0; cp < l_.cp; ++cp) {
+      std::fill(transfer_.begin(), transfer_.end(), kNone);
+      for (int r = 0; r < l_.pp; ++r) walk_position(c_.position(r, d, cp));
+    }
+  job_.step_end.assign(static_cast<std::size_t>(c_.num_positions()), kNone);
+  job_.static_bytes.assign(static_cast<std::size_t>(c_.num_positions()), 0.0);
+  for (int pos = 0; pos < c_.num_positions(); ++pos) data_parallel(pos);
+  job_.graph = g_.finish();
+  TESSEL_CHECK(job_.info.size() == job_.graph.size(), job_.info.size() << " infos for " << job_.graph.size() << " tasks");
+  return std::move(job_);
+}
+
+}  // namespace tessel::engine::detail
+
+namespace tessel::engine {
+
+Job build_job(const JobSpec& spec, const Cluster& cluster) {
+  detail::JobBuilder b(spec, cluster);
+  return b.build();
+}
+
+}  // namespace tessel::engine

@@ -1,0 +1,168 @@
+#include "sim/engine/simulate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "models/util/error.hpp"
+#include "sim/cost/memory.hpp"
+#include "sim/estimate.hpp"
+
+namespace tessel::engine {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Megatron's DDP bucket: 40M parameters (megatron/core/distributed, bucket_size default), as estimate.cpp.
+constexpr double kBucketParams = 40e6;
+// AdamW step: ~30 bytes moved per local parameter (fp32 master, two moments, gradient read and written,
+// 16-bit copy written), memory-bound; the same constant as estimate.cpp.
+constexpr double kOptimizerBytesPerParam = 30.0;
+
+sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::optional<sched::Schedule>& given) {
+  const sched::CommModel comm = l.overlap_p2p ? sched::CommModel::Eager : sched::CommModel::Batched;
+  sched::Schedule s;
+  if (given) {
+    s = *given;
+    bool lowered = false;
+    for (const auto& r : s.ranks)
+      for (const auto& a : r) lowered = lowered || sched::is_comm(a.type);
+    if (!lowered) s = sched::lower(s);
+  } else {
+    sched::GenParams p;
+    p.pp = l.pp;
+    p.microbatches = l.num_microbatches();
+    p.vpp = l.vpp;
+    sched::Costs c;
+    c.F.clear();
+    c.B.clear();
+    c.W.clear();
+    for (const auto& st : jc.stages) {
+      c.F.push_back(st.f);
+      c.B.push_back(st.i);
+      c.W.push_back(st.w);
+    }
+    c.comm = jc.p2p_seconds;
+    p.costs = c;
+    s = sched::lower(sched::generate(l.schedule, p));
+  }
+  sched::ValidateOptions vo;
+  vo.comm = comm;
+  vo.max_violations = 1;
+  const auto rep = sched::validate(s, vo);
+  if (!rep.ok())
+    throw InputError("schedule '" + s.generator + "': " + rep.violations[0].rule + ": " + rep.violations[0].message);
+  for (int st = 0; st < s.num_stages && st < l.num_stages(); ++st)
+    if (s.rank_of(st) != l.rank_of_stage(st))
+      throw InputError("schedule '" + s.generator + "': stage " + std::to_string(st) + " on rank " +
+                       std::to_string(s.rank_of(st)) + ", but layout schedule " + l.schedule + " places it on rank " +
+                       std::to_string(l.rank_of_stage(st)));
+  return s;
+}
+
+}  // namespace
+
+JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
+  const Layout& l = w.layout;
+  const Model& m = w.model;
+  JobCosts jc;
+  for (const auto& st : w.stages) {
+    StageCost sc;
+    sc.f = st.f;
+    sc.i = st.i;
+    sc.w = st.w;
+    sc.recompute = st.recomputed_layers * w.layer.t_recompute;
+    sc.tp_f = st.tp_comm_f;
+    sc.tp_b = st.tp_comm_b;
+    sc.params = st.params;
+    sc.act_bytes = st.act_bytes;
+    sc.extra_bytes = st.act_extra_bytes;
+    sc.flops = st.flops_model;
+    sc.layers = st.layers;
+    sc.first_layer = l.first_layer_of_stage(st.stage, m.layers);
+    jc.stages.push_back(sc);
+  }
+  // Transfers use the flat system: the core link carries the oversubscription (cluster.hpp).
+  jc.p2p_seconds = l.pp > 1 ? cost::p2p_time(c.flat_system(), w.p2p_bytes, w.p2p_distance).seconds : 0.0;
+  jc.p2p_bytes = w.p2p_bytes;
+  jc.bucket_params = kBucketParams;
+  jc.optimizer_s_per_param = cost::memory_time(sys.gpu, kOptimizerBytesPerParam * 1e9, 4) / 1e9;
+  if (m.tied_embeddings && l.num_stages() > 1) {
+    const double bytes = 4.0 * m.vocab * m.hidden / l.tp;
+    jc.tied_seconds = 2 * cost::p2p_time(c.flat_system(), bytes, (l.pp - 1) * l.tp * l.cp * l.dp).seconds;
+  }
+  if (l.zero_stage == 3) {
+    cost::GroupPlacement flat = dp_group(l);
+    flat.flat = true;
+    const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+    jc.zero3_gather_layer = cost::collective_time(sys, cost::Collective::all_gather, 2 * layer_params, flat).seconds;
+    jc.zero3_scatter_layer = cost::collective_time(sys, cost::Collective::reduce_scatter, 2 * layer_params, flat).seconds;
+    jc.fixed_bytes += 2.0 * 2.0 * static_cast<double>(m.params_per_layer()) / l.tp;
+  }
+  jc.static_bytes_per_param = cost::state_bytes_per_param(l).total();
+  jc.fixed_bytes += sys.memory_reserved_bytes;
+  return jc;
+}
+
+SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOptions opt) {
+  const auto t0 = std::chrono::steady_clock::now();
+  check_layout(l, m, l.gpus());
+  if (l.gpus() > sys.max_gpus)
+    throw InfeasibleLayout(std::to_string(l.gpus()) + " GPUs exceed the system's max_gpus " + std::to_string(sys.max_gpus));
+  if (sys.gpu.peak(l.precision) <= 0)
+    throw InfeasibleLayout("precision " + to_string(l.precision) + " is not supported by " + sys.gpu.name);
+  SimReport r;
+  r.model = m;
+  r.layout = l;
+  r.system_name = sys.name;
+  r.fidelity = opt.fidelity;
+  r.gpus = l.gpus();
+  r.microbatches = l.num_microbatches();
+  r.workload = lower(m, l, sys);
+  const Cluster cluster(l, sys, opt.fidelity);
+  JobSpec spec;
+  spec.layout = &l;
+  spec.system = &sys;
+  spec.costs = job_costs(r.workload, sys, cluster);
+  spec.fidelity = opt.fidelity;
+  r.schedule = schedule_for(l, spec.costs, opt.schedule);
+  spec.schedule = &r.schedule;
+  r.job = build_job(spec, cluster);
+  r.positions = cluster.num_positions();
+  r.tasks = r.job.graph.size();
+  const auto t1 = std::chrono::steady_clock::now();
+  r.build_s = std::chrono::duration<double>(t1 - t0).count();
+  {
+    Simulator sim(r.job.graph);
+    RunOptions ro;
+    ro.memory_timeline = opt.memory_timeline;
+    r.run = sim.run(ro);
+  }
+  r.run_s = seconds_since(t1);
+  const auto t2 = std::chrono::steady_clock::now();
+  r.events = r.run.events;
+  for (auto t : r.job.step_end) r.step_s = std::max(r.step_s, r.run.end[t]);
+  r.tokens_per_s = static_cast<double>(l.global_batch) * m.seq_len / r.step_s;
+  const double flops = model_flops_per_step(r.workload);
+  r.model_tflops_per_gpu = flops / r.step_s / r.gpus / 1e12;
+  r.mfu = flops / r.step_s / r.gpus / sys.gpu.peak(l.precision);
+  r.capacity = sys.gpu.memory_bytes;
+  r.ranks = summarize_ranks(r.job, r.run, cluster, r.step_s);
+  for (const auto& k : r.ranks)
+    if (k.peak_bytes > r.peak_bytes) {
+      r.peak_bytes = k.peak_bytes;
+      r.peak_rank = k.global_rank;
+    }
+  r.fits = r.peak_bytes <= r.capacity;
+  if (opt.critical_path)
+    for (auto t : critical_path(r.job, r.run))
+      r.critical_path.push_back({t, cluster.global_rank(r.job.info[t].pos), describe_task(r.job, t, cluster),
+                                 r.run.start[t], r.run.end[t]});
+  r.analysis_s = seconds_since(t2);
+  return r;
+}
+
+}  // namespace tessel::engine

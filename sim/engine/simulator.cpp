@@ -1,0 +1,72 @@
+#include "sim/engine/simulator.hpp"
+
+#include <algorithm>
+
+#include "models/util/error.hpp"
+
+namespace tessel::engine {
+
+Simulator::Simulator(const TaskGraph& g) : g_(g), streams_(g), network_(g) {}
+
+void Simulator::memory_change(std::int32_t pos, double delta, double now, RunResult& r, bool timeline) {
+  if (pos < 0 || delta == 0) return;
+  double& h = held_[static_cast<std::size_t>(pos)];
+  h += delta;
+  if (h > r.peak_bytes[static_cast<std::size_t>(pos)]) {
+    r.peak_bytes[static_cast<std::size_t>(pos)] = h;
+    r.peak_time[static_cast<std::size_t>(pos)] = now;
+  }
+  if (timeline) r.memory.push_back({now, pos, h});
+}
+
+void Simulator::begin(std::uint32_t t, double now, RunResult& r, bool timeline) {
+  r.start[t] = now;
+  ++r.events;
+  memory_change(g_.mem_pos[t], g_.mem_at_start[t], now, r, timeline);
+  if (g_.kind[t] == TaskKind::flow) network_.start(t, now);
+  else streams_.start(t, now);
+}
+
+void Simulator::finish(std::uint32_t t, double now, RunResult& r, bool timeline) {
+  r.end[t] = now;
+  ++r.events;
+  memory_change(g_.mem_pos[t], g_.mem_at_end[t], now, r, timeline);
+  for (auto s : g_.successors(t))
+    if (--waiting_[s] == 0) begin(s, now, r, timeline);
+}
+
+RunResult Simulator::run(const RunOptions& opt) {
+  const std::uint32_t n = g_.size();
+  RunResult r;
+  r.start.assign(n, -1.0);
+  r.end.assign(n, -1.0);
+  r.peak_bytes.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
+  r.peak_time.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
+  held_.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
+  waiting_ = g_.num_preds;
+  done_.clear();
+  done_.reserve(256);
+  const bool tl = opt.memory_timeline;
+  for (std::uint32_t t = 0; t < n; ++t)
+    if (waiting_[t] == 0) begin(t, 0.0, r, tl);
+  std::uint32_t finished = 0;
+  double now = 0;
+  for (;;) {
+    const auto a = streams_.next_event(now), b = network_.next_event(now);
+    if (!a && !b) break;
+    now = std::min(a.value_or(b.value_or(0)), b.value_or(a.value_or(0)));
+    done_.clear();
+    streams_.advance(now, done_);
+    network_.advance(now, done_);
+    for (std::size_t i = 0; i < done_.size(); ++i) {
+      finish(done_[i], now, r, tl);
+      ++finished;
+    }
+  }
+  TESSEL_CHECK(finished == n, finished << " of " << n << " tasks ended: the graph has a cycle (a deadlocked schedule)");
+  r.makespan = now;
+  r.events += network_.rate_updates();
+  return r;
+}
+
+}  // namespace tessel::engine
