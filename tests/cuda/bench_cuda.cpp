@@ -1,0 +1,151 @@
+// GPU measurements for calibration (built, not run by `meson test`; tools/device-check.sh runs it):
+//   gemm       cuBLASLt through kernels/cuda/gemm.hpp over a shape sweep, TFLOP/s (2 M N K per product)
+//   attention  the flash kernels, forward and backward, TFLOP/s with the causal half counted
+//              (fwd 2 * 2 B H S^2 d / 2; bwd 2.5x the forward: FlashAttention-2's convention)
+//   bandwidth  a device-to-device copy (the ceiling, bytes read + written) and our memory-bound kernels
+// One CSV row per measurement on stdout: kind,name,shape,ms,value,unit. Median of `reps` timed with events
+// after warm-up, inputs random (never zeros: METHOD.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/kernels.hpp"
+
+namespace kg = tessel::kernels::cuda;
+
+namespace {
+
+void ok(const kg::Status& s) {
+  if (!s.ok()) throw kg::DeviceError(s.message);
+}
+void ok(cudaError_t e) {
+  if (e != cudaSuccess) throw kg::DeviceError(cudaGetErrorString(e));
+}
+
+double median_ms(const std::function<void()>& f, int reps = 20) {
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a));
+  ok(cudaEventCreate(&b));
+  for (int i = 0; i < 3; ++i) f();
+  std::vector<float> t;
+  for (int i = 0; i < reps; ++i) {
+    ok(cudaEventRecord(a));
+    f();
+    ok(cudaEventRecord(b));
+    ok(cudaEventSynchronize(b));
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+float* random_buf(std::size_t n, std::uint64_t seed) {
+  float* p = nullptr;
+  ok(cudaMalloc(&p, n * sizeof(float)));
+  ok(kg::fill_uniform(nullptr, p, n, seed, 1.0f));
+  return p;
+}
+
+void row(const char* kind, const std::string& name, const std::string& shape, double ms, double value, const char* unit) {
+  std::printf("%s,%s,%s,%.4f,%.2f,%s\n", kind, name.c_str(), shape.c_str(), ms, value, unit);
+  std::fflush(stdout);
+}
+
+void gemm_sweep() {
+  kg::Gemm g;
+  ok(g.init());
+  const int sizes[][3] = {{1024, 1024, 1024}, {2048, 2048, 2048}, {4096, 4096, 4096}, {8192, 8192, 8192},
+                          {8192, 2048, 8192}, {8192, 8192, 2048}, {16384, 6144, 2048}, {16384, 2048, 8192},
+                          {2048, 50304, 2048}, {4096, 12288, 1536}};
+  for (const auto& s : sizes) {
+    const int M = s[0], N = s[1], K = s[2];
+    float *A = random_buf(std::size_t(M) * K, 1), *B = random_buf(std::size_t(K) * N, 2), *C = random_buf(std::size_t(M) * N, 3);
+    __nv_bfloat16 *hA, *hB, *hC;
+    ok(cudaMalloc(&hA, std::size_t(M) * K * 2));
+    ok(cudaMalloc(&hB, std::size_t(K) * N * 2));
+    ok(cudaMalloc(&hC, std::size_t(M) * N * 2));
+    ok(kg::to_bf16(nullptr, A, hA, std::size_t(M) * K));
+    ok(kg::to_bf16(nullptr, B, hB, std::size_t(K) * N));
+    const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+    for (const auto& [name, t] : {std::pair{"bf16", kg::GemmType::bf16}, std::pair{"bf16_fp32", kg::GemmType::bf16_fp32},
+                                  std::pair{"tf32", kg::GemmType::tf32}}) {
+      const bool h = t != kg::GemmType::tf32, ho = t == kg::GemmType::bf16;
+      kg::GemmArgs a{false, false, M, N, K, 1.0f, h ? (void*)hA : A, K, h ? (void*)hB : B, N, 0.0f, ho ? (void*)hC : C, N, t};
+      const double ms = median_ms([&] { ok(g.run(nullptr, a)); });
+      row("gemm", name, shape, ms, 2.0 * M * N * K / (ms * 1e-3) / 1e12, "TFLOP/s");
+    }
+    cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(hA), cudaFree(hB), cudaFree(hC);
+  }
+}
+
+void attention_sweep() {
+  for (const int S : {512, 1024, 2048, 4096, 8192}) {
+    const tessel::kernels::cpu::AttentionShape a{std::max(1, 16384 / S), S, 16, 16, 128};
+    const std::size_t T = std::size_t(a.batch) * S, qd = std::size_t(a.hq) * a.d, rows = std::size_t(a.batch) * a.hq * S;
+    float *q = random_buf(T * qd, 4), *k = random_buf(T * qd, 5), *v = random_buf(T * qd, 6), *o = random_buf(T * qd, 7),
+          *dO = random_buf(T * qd, 8), *dq = random_buf(T * qd, 9), *dk = random_buf(T * qd, 10), *dv = random_buf(T * qd, 11),
+          *lse = random_buf(rows, 12), *delta = random_buf(rows, 13);
+    const int ld = static_cast<int>(qd);
+    const double fwd_flops = 2.0 * a.batch * a.hq * double(S) * S * a.d;  // 4 B H S^2 d, halved by the mask
+    const std::string shape = "b" + std::to_string(a.batch) + "_s" + std::to_string(S) + "_h16_d128";
+    const double f = median_ms([&] { ok(kg::attention_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
+    row("attention", "fwd_fp32", shape, f, fwd_flops / (f * 1e-3) / 1e12, "TFLOP/s");
+    const double b = median_ms([&] {
+      ok(kg::attention_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
+    }, 10);
+    row("attention", "bwd_fp32", shape, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12, "TFLOP/s");
+    for (float* p : {q, k, v, o, dO, dq, dk, dv, lse, delta}) cudaFree(p);
+  }
+}
+
+void bandwidth() {
+  const std::size_t n = std::size_t(1) << 28;  // 1 GiB of fp32: far past the L2
+  float *x = random_buf(n, 14), *y = random_buf(n, 15), *z = random_buf(n, 16);
+  const double gb = n * 4.0 / 1e9;
+  double ms = median_ms([&] { ok(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice)); });
+  row("bandwidth", "copy", "1GiB", ms, 2 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::add(nullptr, x, y, z, n)); });
+  row("bandwidth", "add", "1GiB", ms, 3 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::gelu_fwd(nullptr, x, y, n)); });
+  row("bandwidth", "gelu_fwd", "1GiB", ms, 2 * gb / (ms * 1e-3), "GB/s");
+  const int cols = 4096, rows = static_cast<int>(n / cols);
+  float *g = random_buf(cols, 17), *b = random_buf(cols, 18), *mu = random_buf(rows, 19), *rs = random_buf(rows, 20);
+  ms = median_ms([&] { ok(kg::layernorm_fwd(nullptr, x, g, b, y, mu, rs, rows, cols, 1e-5f)); });
+  row("bandwidth", "layernorm_fwd", "262144x4096", ms, 2 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::layernorm_bwd(nullptr, z, x, g, mu, rs, y, nullptr, nullptr, rows, cols)); });
+  row("bandwidth", "layernorm_bwd_dx", "262144x4096", ms, 3 * gb / (ms * 1e-3), "GB/s");
+  for (float* p : {x, y, z, g, b, mu, rs}) cudaFree(p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (kg::device_count() == 0) {
+    std::printf("no CUDA device\n");
+    return 77;
+  }
+  kg::DeviceInfo info;
+  ok(kg::device_info(info));
+  std::fprintf(stderr, "device %s, %d SMs, %.1f GiB\n", info.name.c_str(), info.sm_count, info.mem_bytes / 1073741824.0);
+  const std::string what = argc > 1 ? argv[1] : "all";
+  std::printf("kind,name,shape,ms,value,unit\n");
+  try {
+    if (what == "all" || what == "bandwidth") bandwidth();
+    if (what == "all" || what == "gemm") gemm_sweep();
+    if (what == "all" || what == "attention") attention_sweep();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

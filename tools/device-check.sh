@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The one prepared device check of issue 7 (about 8 minutes on one H200). Two modes:
+#
+#   tools/device-check.sh prepare     HERE (the development machine): collects the header-only and static
+#                                      dependencies the device image lacks (it has nvcc, cmake, ninja, meson
+#                                      from pip, PyTorch; no Debian packages) into .devdeps/ (git-ignored via
+#                                      .git/info/exclude): nlohmann/json, doctest, the Boost.Graph headers
+#                                      Tessel includes, zlib.h/zconf.h and libz.a, plus a CMake config for
+#                                      nlohmann_json so meson finds it without pkg-config. Nothing is
+#                                      downloaded: everything is copied from this machine's /usr.
+#   tools/device-check.sh             ON THE DEVICE (device tool: carry [".devdeps"], timeout_s 600): builds
+#                                      with CUDA in build-device, runs the GPU tests, the GEMM/attention/
+#                                      bandwidth sweeps, one-GPU training of tiny and of a ~1.3B GPT with
+#                                      traces, --only-rank runs of GPT-3 175B tp8 pp8 (first and last
+#                                      stage), and PyTorch eager + torch.compile on the same ~1.3B model and
+#                                      batch. Everything lands in $OUT as at most 8 files (the tool's limit):
+#                                      summary.txt (the table, printed last too), bench.csv, tests.log,
+#                                      runs.log, torch.log, traces.tar.gz, build.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+if [ "${1:-}" = "prepare" ]; then
+  set -e
+  d=.devdeps
+  rm -rf "$d" && mkdir -p "$d/include" "$d/lib" "$d/cmake/nlohmann_json"
+  grep -qx '/.devdeps/' .git/info/exclude 2>/dev/null || echo '/.devdeps/' >> .git/info/exclude
+  cp -r /usr/include/nlohmann /usr/include/doctest "$d/include/"
+  cp /usr/include/zlib.h /usr/include/zconf.h "$d/include/"
+  cp /usr/lib/x86_64-linux-gnu/libz.a "$d/lib/"
+  # Only the Boost headers that Tessel's sources pull in (g++ -M over every boost include we use).
+  grep -rhoE '#include <boost/[^>]+>' --include=*.cpp --include=*.hpp sim runtime traces tools models tests | sort -u > "$d/boost_includes.cpp"
+  echo '#include <boost/version.hpp>' >> "$d/boost_includes.cpp"
+  g++ -std=c++20 -M "$d/boost_includes.cpp" | tr ' \\' '\n\n' | grep '^/usr/include/boost/' | sort -u |
+    while read -r f; do mkdir -p "$d/include/$(dirname "${f#/usr/include/}")"; cp "$f" "$d/include/${f#/usr/include/}"; done
+  cat > "$d/cmake/nlohmann_json/nlohmann_jsonConfig.cmake" <<'EOF'
+# Minimal config for the carried header-only nlohmann/json (tools/device-check.sh prepare).
+set(nlohmann_json_VERSION 3.11.2)
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  add_library(nlohmann_json::nlohmann_json INTERFACE IMPORTED)
+  set_target_properties(nlohmann_json::nlohmann_json PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${CMAKE_CURRENT_LIST_DIR}/../../include")
+endif()
+EOF
+  echo 'set(PACKAGE_VERSION 3.11.2)
+set(PACKAGE_VERSION_COMPATIBLE TRUE)' > "$d/cmake/nlohmann_json/nlohmann_jsonConfigVersion.cmake"
+  du -sh "$d"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- on the device
+OUT=${OUT:-$root/device-out}
+mkdir -p "$OUT"
+work=$(mktemp -d)
+summary=$OUT/summary.txt
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+deps=$root/.devdeps
+[ -d "$deps" ] || { echo "device-check: .devdeps missing: run 'tools/device-check.sh prepare' here and carry .devdeps"; exit 2; }
+
+note "device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
+
+# 1. Build (about 3 minutes on 16 cores; attention.cu dominates).
+t0=$(date +%s)
+export CMAKE_PREFIX_PATH=$deps/cmake BOOST_INCLUDEDIR=$deps/include
+if ! { meson setup build-device -Dcuda=enabled -Dmpi=disabled -Dblas=disabled -Dbenchmarks=disabled \
+         -Dcpp_args="-I$deps/include" -Dcpp_link_args="-L$deps/lib" >"$OUT/build.log" 2>&1 &&
+       timeout 300 ninja -C build-device >>"$OUT/build.log" 2>&1; }; then
+  note "BUILD FAILED after $(( $(date +%s) - t0 )) s (tail of build.log follows)"; tail -40 "$OUT/build.log"; exit 1
+fi
+note "build: $(( $(date +%s) - t0 )) s"
+
+# 2. GPU tests (each kernel vs its CPU reference; the tiny GPT vs the CPU runtime).
+timeout 240 meson test -C build-device --suite cuda --print-errorlogs >"$OUT/tests.log" 2>&1
+note "gpu tests: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$OUT/tests.log" | tr -s ' ' | paste -sd' ')"
+
+# 3. Sweeps: GEMM, attention, bandwidth (bench.csv: kind,name,shape,ms,value,unit).
+timeout 150 build-device/tests/cuda/cuda_bench all >"$OUT/bench.csv" 2>>"$OUT/build.log"
+copy=$(awk -F, '$1=="bandwidth" && $2=="copy" {print $5}' "$OUT/bench.csv")
+note "bandwidth: copy ${copy:-?} GB/s; own kernels (fraction of copy):"
+awk -F, -v c="${copy:-1}" '$1=="bandwidth" && $2!="copy" {printf "  %-18s %8.0f GB/s  %.2f\n", $2, $5, $5/c}' "$OUT/bench.csv" | tee -a "$summary"
+awk -F, '$1=="gemm" && $3=="8192x8192x8192" {printf "gemm 8192^3 %-10s %7.1f TFLOP/s\n", $2, $5}' "$OUT/bench.csv" | tee -a "$summary"
+awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
+
+# 4. Training on one GPU: tiny, and a ~1.3B GPT (GPT-2 XL-like: 24 x 2048, vocab 50304, seq 1024).
+cat > "$work/gpt-1b.json" <<'EOF'
+{"name": "gpt-1.3b", "source": "device-check: GPT-2 XL-like shape at 2048 hidden (24 layers, 16 heads), vocab padded to 50304",
+ "params_b": 1.31, "layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn": 8192, "vocab": 50304,
+ "seq_len": 1024, "activation": "gelu", "norm": "layernorm", "position": "learned", "tied_embeddings": true,
+ "bias": true, "dropout": false}
+EOF
+tessel=build-device/tools/tessel
+run() { echo "== $*" >>"$OUT/runs.log"; timeout 120 "$tessel" run --backend cuda "$@" >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"; }
+run --model tiny --steps 20 --mbs 4 --gbs 8 --trace "$work/tiny.json"
+run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --trace "$work/gpt1b.json"
+tail_step() { grep '^step' "$OUT/runs.log" | tail -1; }
+note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
+# 5. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
+run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full --steps 2 --only-rank 0 --trace "$work/g3_r0.json"
+run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --steps 2 --only-rank 63 --trace "$work/g3_r63.json"
+grep -E '^(== |step|device memory|rc |tessel run:)' "$OUT/runs.log" | grep -A0 -E 'only-rank|^step|memory' | tail -8 | tee -a "$summary" >/dev/null
+
+# 6. PyTorch on the same ~1.3B model and batch: bf16 autocast, eager and torch.compile, median step.
+cat > "$work/torch_gpt.py" <<'EOF'
+import sys, time, json, torch, torch.nn as nn, torch.nn.functional as F
+cfg = json.load(open(sys.argv[1])); mode = sys.argv[2]; B = int(sys.argv[3])
+L, h, H, f, V, S = cfg["layers"], cfg["hidden"], cfg["heads"], cfg["ffn"], cfg["vocab"], cfg["seq_len"]
+class Block(nn.Module):
+    def __init__(s):
+        super().__init__(); s.ln1 = nn.LayerNorm(h); s.qkv = nn.Linear(h, 3 * h); s.o = nn.Linear(h, h)
+        s.ln2 = nn.LayerNorm(h); s.w1 = nn.Linear(h, f); s.w2 = nn.Linear(f, h)
+    def forward(s, x):
+        q, k, v = s.qkv(s.ln1(x)).view(x.shape[0], S, 3, H, h // H).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(x.shape)
+        x = x + s.o(a)
+        return x + s.w2(F.gelu(s.w1(s.ln2(x)), approximate="tanh"))
+class GPT(nn.Module):
+    def __init__(s):
+        super().__init__(); s.tok = nn.Embedding(V, h); s.pos = nn.Embedding(S, h)
+        s.blocks = nn.ModuleList(Block() for _ in range(L)); s.ln = nn.LayerNorm(h)
+    def forward(s, t, y):
+        x = s.tok(t) + s.pos.weight[None]
+        for b in s.blocks: x = b(x)
+        return F.cross_entropy((s.ln(x) @ s.tok.weight.t()).float().view(-1, V), y.view(-1))
+torch.manual_seed(0); m = GPT().cuda(); opt = torch.optim.AdamW(m.parameters(), lr=1e-4, fused=True)
+step_fn = torch.compile(m) if mode == "compile" else m
+t = torch.randint(0, V, (B, S), device="cuda"); y = torch.randint(0, V, (B, S), device="cuda")
+def step():
+    with torch.autocast("cuda", dtype=torch.bfloat16): loss = step_fn(t, y)
+    loss.backward(); torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0); opt.step(); opt.zero_grad(set_to_none=True)
+for _ in range(3): step()
+torch.cuda.synchronize(); ts = []
+for _ in range(8):
+    a = time.perf_counter(); step(); torch.cuda.synchronize(); ts.append(time.perf_counter() - a)
+ts.sort(); ms = ts[len(ts) // 2] * 1e3
+flops = 6 * sum(p.numel() for p in m.parameters()) * B * S + 12 * L * h * S * S * B / 2
+print(f"torch {mode}: median step {ms:.1f} ms, {B*S/ms*1e3:.0f} tokens/s, {flops/ms/1e9:.1f} TFLOP/s (6N + attention)")
+EOF
+for mode in eager compile; do
+  timeout 150 python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
+done
+grep '^torch' "$OUT/torch.log" | tee -a "$summary"
+
+(cd "$work" && tar czf "$OUT/traces.tar.gz" ./*.json 2>/dev/null)
+echo; echo "==== summary"; cat "$summary"
