@@ -24,7 +24,6 @@ std::vector<int> divisors(int n, int max) {
   return d;
 }
 
-bool is_pow2(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 std::string gib(double b) {
   char buf[32];
