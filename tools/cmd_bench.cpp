@@ -105,7 +105,8 @@ void bench_gemm(calib::BenchData& out, int threads) {
 void bench_membw(calib::BenchData& out, int threads) {
   for (const char* kernel : {"copy", "triad"}) {
     const bool triad = std::string(kernel) == "triad";
-    for (std::size_t n : {4096u, 65536u, 1048576u, 8388608u}) {
+    // 16 KiB .. 4 MiB per array: the range of the runtime's activation tensors (cache-resident, like them).
+    for (std::size_t n : {4096u, 16384u, 65536u, 262144u, 1048576u}) {
       calib::MemRow r{kernel, (triad ? 3.0 : 2.0) * 4.0 * n, 0};
       r.time_s = concurrent_time(threads, [&](int) {
         auto a = std::make_shared<std::vector<float>>(n, 0.0f);
@@ -125,7 +126,10 @@ void bench_membw(calib::BenchData& out, int threads) {
   }
 }
 
-std::vector<std::size_t> coll_counts() { return {256, 4096, 65536, 262144, 1048576, 4194304}; }
+// 1 KiB to 4 MiB per rank block: the sizes of TP activations and pipeline messages of the models the CPU
+// runtime trains. Larger buffers leave the caches and follow a different (DRAM) line, which a single
+// alpha-beta link cannot also fit; calibrating for GPT-sized CPU runs is the point here.
+std::vector<std::size_t> coll_counts() { return {256, 1024, 4096, 16384, 65536, 262144, 1048576}; }
 
 void add_coll_rows(calib::BenchData& out, const std::string& comm, rt::Collective c, int n,
                    const std::vector<rt::BenchRow>& rows) {

@@ -43,6 +43,9 @@ Json fit_to_json(const calib::FitResult& f, const calib::TraceFit* tf) {
                    {"scale", o.scale}, {"median_ratio", o.median_ratio}, {"achieved_GFLOPs", o.achieved_flops / 1e9}});
     j["trace_kinds"] = k;
     j["trace_compute_scale"] = tf->compute_scale;
+    j["trace_memory_scale"] = tf->memory_scale;
+    j["trace_rms_rel_before"] = tf->rms_before;
+    j["trace_rms_rel_after"] = tf->rms_after;
   }
   j["notes"] = f.notes;
   return j;
@@ -70,7 +73,9 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
     for (const auto& o : tf->kinds)
       t.push_back({o.op, std::to_string(o.events), fmt::seconds(o.measured_s), fmt::seconds(o.predicted_s),
                    fmt::fixed(o.scale, 3), fmt::fixed(o.median_ratio, 3), fmt::fixed(o.achieved_flops / 1e9, 2)});
-    std::cout << "\n" << fmt::table(t) << "compute scale applied to the profile: " << fmt::fixed(tf->compute_scale, 3) << "\n";
+    std::cout << "\n" << fmt::table(t) << "scales applied to the profile: compute x" << fmt::fixed(tf->compute_scale, 3)
+              << ", memory x" << fmt::fixed(tf->memory_scale, 3) << "; event rms error " << fmt::pct(tf->rms_before)
+              << " -> " << fmt::pct(tf->rms_after) << "\n";
   }
   for (const auto& n : f.notes) std::cout << "note: " << n << "\n";
   std::cout << "profile: " << out << "\n";
@@ -121,8 +126,7 @@ int calibrate(const Args& args) {
     std::vector<trace::Trace> traces;
     const std::vector<std::string> paths = cl.get_list("--trace");
     for (const auto& p : paths) traces.push_back(trace::read_chrome_trace(p));
-    tf = calib::fit_traces(traces, paths, fit.profile);
-    calib::apply_compute_scale(fit.profile, tf.compute_scale, precision, fit.notes);
+    tf = calib::fit_traces(traces, paths, fit.profile, precision, fit.notes);
     origin += " and " + std::to_string(paths.size()) + " trace(s)";
   }
   if (auto name = cl.get("--name")) fit.profile.name = *name;

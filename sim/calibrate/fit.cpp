@@ -261,8 +261,15 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   for (const CollRow& r : bench.collectives)
     if (r.comm == opts.comm && (opts.max_ranks <= 0 || r.ranks <= opts.max_ranks)) rows.push_back(r);
   if (rows.size() == 1) throw InputError("calibrate: one collective row (" + opts.comm + ") cannot determine latency and bandwidth (need >= 2)");
+  // The System has one intra link for collectives and p2p alike. The link is fitted to the collectives
+  // (what TP and DP pay on every layer); send/recv rows get their own alpha/beta in `links` only, because a
+  // buffered send (the thread communicator's) costs one copy, not a collective's synchronised steps.
+  std::vector<CollRow> coll_rows;
+  for (const CollRow& r : rows)
+    if (r.collective != cost::Collective::send_recv) coll_rows.push_back(r);
+  if (coll_rows.size() < 2) coll_rows = rows;  // only send/recv measured: they are all there is
   if (!rows.empty()) {
-    LinkFit all = fit_link(rows, base);
+    LinkFit all = fit_link(coll_rows, base);
     if (!(all.bw > 0)) throw InputError("calibrate: the " + opts.comm + " collective rows do not determine a bandwidth");
     out.link_latency_s = all.alpha_s;
     out.link_bw = all.bw;

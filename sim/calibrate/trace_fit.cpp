@@ -7,6 +7,7 @@
 
 #include "models/model.hpp"
 #include "models/util/error.hpp"
+#include "sim/calibrate/nnls.hpp"
 #include "sim/estimate.hpp"
 
 namespace tessel::calib {
@@ -58,63 +59,150 @@ OpKindFit summarize(const std::string& op, const std::vector<Pair>& v) {
 
 }  // namespace
 
-TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, const System& profile) {
-  std::map<std::string, std::vector<Pair>> by_kind;
-  std::vector<Pair> compute;
-  TraceFit out;
+namespace {
+
+struct Parsed {
+  Model model;
+  Layout layout;
+};
+
+std::vector<Parsed> parse_specs(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins) {
+  std::vector<Parsed> out;
   for (std::size_t i = 0; i < traces.size(); ++i) {
-    const trace::Trace& t = traces[i];
+    const Json& od = traces[i].other_data;
     const std::string& where = origins.at(i);
-    const Json& od = t.other_data;
     if (!od.is_object() || !od.contains("model") || !od.contains("layout"))
       throw InputError(where + ": otherData must hold the model and layout (a trace of `tessel run --trace`)");
-    const Model m = parse_model(od.at("model"), where + ": otherData.model");
-    const Layout l = parse_layout(od.at("layout"), where + ": otherData.layout");
-    const Estimate est = estimate(m, l, profile);
-    for (const trace::OpEvent& e : t.events) {
-      double pred = 0;
-      if (e.stream != trace::Stream::compute || e.dur_us <= 0 || !predict(e, est, pred)) {
-        ++out.skipped;
+    out.push_back({parse_model(od.at("model"), where + ": otherData.model"),
+                   parse_layout(od.at("layout"), where + ": otherData.layout")});
+  }
+  return out;
+}
+
+// One matched event with its prediction split into compute (g), memory (m) and fixed (c) parts.
+struct Row {
+  std::string op;
+  double measured = 0, g = 0, m = 0, c = 0, flops = 0;
+  double predicted() const { return g + m + c; }
+};
+
+System scaled(const System& s, double sg, double sm, Precision p) {
+  System t = s;
+  std::vector<std::string> ignore;
+  if (sg != 1) apply_compute_scale(t, sg, p, ignore);
+  if (sm != 1) apply_memory_scale(t, sm, ignore);
+  return t;
+}
+
+std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vector<Parsed>& specs, const System& prof,
+                       Precision p, int& skipped) {
+  std::vector<Row> rows;
+  skipped = 0;
+  const System pg = scaled(prof, 2, 1, p), pm = scaled(prof, 1, 2, p);
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    const Estimate e0 = estimate(specs[i].model, specs[i].layout, prof);
+    const Estimate eg = estimate(specs[i].model, specs[i].layout, pg);
+    const Estimate em = estimate(specs[i].model, specs[i].layout, pm);
+    for (const trace::OpEvent& e : traces[i].events) {
+      double t0 = 0, tg = 0, tm = 0;
+      if (e.stream != trace::Stream::compute || e.dur_us <= 0 || !predict(e, e0, t0) || !predict(e, eg, tg) ||
+          !predict(e, em, tm)) {
+        ++skipped;
         continue;
       }
-      Pair p{e.dur_us * 1e-6, pred, e.flops};
-      by_kind[e.op].push_back(p);
-      if (e.op != "optimizer") compute.push_back(p);
-      ++out.events;
+      Row r;
+      r.op = e.op;
+      r.measured = e.dur_us * 1e-6;
+      r.g = std::max(0.0, tg - t0);  // doubling the compute time adds G once
+      r.m = std::max(0.0, tm - t0);
+      r.c = std::max(0.0, t0 - r.g - r.m);
+      r.flops = e.flops;
+      rows.push_back(r);
     }
   }
-  if (out.events == 0)
+  return rows;
+}
+
+double rms_rel(const std::vector<Row>& rows, double sg, double sm) {
+  double ss = 0;
+  for (const Row& r : rows) {
+    const double e = (sg * r.g + sm * r.m + r.c) / r.measured - 1;
+    ss += e * e;
+  }
+  return rows.empty() ? 0 : std::sqrt(ss / rows.size());
+}
+
+}  // namespace
+
+TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, System& profile,
+                    Precision p, std::vector<std::string>& notes) {
+  const std::vector<Parsed> specs = parse_specs(traces, origins);
+  TraceFit out;
+  std::vector<Row> rows = match(traces, specs, profile, p, out.skipped);
+  if (rows.empty())
     throw InputError("calibrate --trace: no forward/backward/input_grad/weight_grad/optimizer events with a stage in " +
                      (origins.empty() ? std::string("the traces") : origins.front()));
+  out.events = static_cast<int>(rows.size());
+  out.rms_before = rms_rel(rows, 1, 1);
+  std::map<std::string, std::vector<Pair>> by_kind;
+  for (const Row& r : rows) by_kind[r.op].push_back({r.measured, r.predicted(), r.flops});
   for (const auto& [op, v] : by_kind) out.kinds.push_back(summarize(op, v));
-  if (!compute.empty()) out.compute_scale = summarize("compute", compute).scale;
+  // Three passes of: linearise at the current profile, fit (s_g, s_m), apply.
+  for (int pass = 0; pass < 3; ++pass) {
+    if (pass > 0) rows = match(traces, specs, profile, p, out.skipped);
+    Matrix A(static_cast<int>(rows.size()), 2);
+    std::vector<double> y(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const int r = static_cast<int>(i);
+      A.at(r, 0) = rows[i].g / rows[i].measured;
+      A.at(r, 1) = rows[i].m / rows[i].measured;
+      y[i] = 1 - rows[i].c / rows[i].measured;
+    }
+    const std::vector<double> x = nnls(A, y);
+    // A part with no events to determine it (x = 0) keeps its rate.
+    const double sg = x[0] > 0 ? x[0] : 1.0, sm = x[1] > 0 ? x[1] : 1.0;
+    apply_compute_scale(profile, sg, p, notes);
+    apply_memory_scale(profile, sm, notes);
+    out.compute_scale *= sg;
+    out.memory_scale *= sm;
+  }
+  rows = match(traces, specs, profile, p, out.skipped);
+  out.rms_after = rms_rel(rows, 1, 1);
   return out;
+}
+
+namespace {
+// Divides the rate datasheet * eff by `scale`, keeping eff within the parser's [0.01, 1] by moving the
+// datasheet value when needed.
+void rescale(double& datasheet, double& eff, double scale, const char* what, std::vector<std::string>& notes) {
+  const double target = eff / scale;
+  if (target <= 1.0 && target >= 0.01) {
+    eff = target;
+    return;
+  }
+  const double rate = datasheet * eff / scale;
+  eff = std::clamp(target, 0.01, 1.0);
+  datasheet = rate / eff;
+  std::ostringstream os;
+  os << what << " moved to " << datasheet << " to keep the efficiency within [0.01, 1]";
+  notes.push_back(os.str());
+}
+}  // namespace
+
+void apply_memory_scale(System& s, double scale, std::vector<std::string>& notes) {
+  TESSEL_CHECK(scale > 0, "memory scale " << scale);
+  rescale(s.gpu.memory_bw, s.gpu.memory_efficiency, scale, "gpu.memory_GBps", notes);
 }
 
 void apply_compute_scale(System& s, double scale, Precision p, std::vector<std::string>& notes) {
   TESSEL_CHECK(scale > 0, "compute scale " << scale);
   GpuSpec& g = s.gpu;
-  const auto rescale = [&](double& datasheet, double& eff, const char* what) {
-    const double target = eff / scale;
-    if (target <= 1.0 && target >= 0.01) {
-      eff = target;
-      return;
-    }
-    // Keep the product (the rate the cost model uses) and move the datasheet value instead.
-    const double rate = datasheet * eff / scale;
-    eff = std::clamp(target, 0.01, 1.0);
-    datasheet = rate / eff;
-    std::ostringstream os;
-    os << what << " moved to " << datasheet << " to keep the efficiency within [0.01, 1]";
-    notes.push_back(os.str());
-  };
   // GEMM and attention share one peak: scale the peak once when either efficiency would leave its bounds.
   double& peak = g.peak_flops[static_cast<int>(p)];
   const double gemm_rate = peak * g.gemm_efficiency / scale, att_rate = peak * g.attention_efficiency / scale;
-  rescale(peak, g.gemm_efficiency, "gpu.peak_tflops");
+  rescale(peak, g.gemm_efficiency, scale, "gpu.peak_tflops", notes);
   g.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
   TESSEL_CHECK(std::abs(peak * g.gemm_efficiency / gemm_rate - 1) < 1e-9, "GEMM rate after rescale");
-  rescale(g.memory_bw, g.memory_efficiency, "gpu.memory_GBps");
   g.kernel_overhead_s *= scale;
 }
 

@@ -1,8 +1,13 @@
 // Per-op-kind calibration from measured traces (the runtime's Chrome traces): each compute event is paired
 // with the time the cost model predicts for the same op (the trace's otherData names the model and layout;
 // the prediction lowers them on the profile), and per op kind the measured/predicted ratio is summarised.
-// The least-squares scale s_k = argmin_s sum_e ((s p_e - m_e)/m_e)^2 = sum(p/m) / sum((p/m)^2) (relative
-// error, as in fit.hpp) is the correction factor: s_k > 1 means ops of kind k run slower than predicted.
+//
+// The correction fitted: the predicted time of an op splits into a compute part G (GEMMs, attention,
+// kernel overheads), a memory part M (element-wise kernels, the optimizer) and a fixed rest C (TP
+// communication), and a measured time m is modelled as s_g G + s_m M + C. G and M are read off the cost
+// model by prediction on probe profiles (compute rates halved: +G; memory rate halved: +M), and (s_g, s_m)
+// minimise the relative error sum ((s_g G + s_m M + C - m) / m)^2 by NNLS, as in fit.hpp. A few passes
+// re-linearise around the corrected profile (a GEMM may change roofline branch).
 #pragma once
 
 #include <string>
@@ -25,13 +30,19 @@ struct OpKindFit {
 
 struct TraceFit {
   std::vector<OpKindFit> kinds;
-  double compute_scale = 1;    // over forward/backward/input_grad/weight_grad events together
+  double compute_scale = 1;    // s_g: multiplies GEMM/attention time and kernel overheads
+  double memory_scale = 1;     // s_m: multiplies memory-bound (element-wise, optimizer) time
+  double rms_before = 0, rms_after = 0;  // relative error over the events before and after the correction
   int events = 0, skipped = 0; // matched compute events; events of other kinds (communication, unknown)
 };
 
 // `traces` with their origins (file names, for messages). InputError if a trace lacks otherData model or
-// layout, or has no compute events of a known kind.
-TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, const System& profile);
+// layout, or has no compute events of a known kind. `profile` is updated with the fitted scales.
+TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, System& profile,
+                    Precision p, std::vector<std::string>& notes);
+
+// Divides the memory rate by `scale` (bounds as below).
+void apply_memory_scale(System& s, double scale, std::vector<std::string>& notes);
 
 // Scales the compute side of `s` (GEMM, attention and memory rates divided by `scale`, kernel overhead
 // multiplied) so the cost model's compute times grow by `scale`; efficiencies stay within [0.01, 1]

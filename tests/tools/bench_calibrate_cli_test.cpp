@@ -1,0 +1,131 @@
+// `tessel bench` and `tessel calibrate` from the command line: the bench document round trip into a profile
+// every command takes, trace calibration, and bad input (exit 2, message naming the file/field/flag).
+// Timing is never asserted (the machines are shared and noisy): only mechanics and the fit's own consistency.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_util.hpp"
+
+using tessel::test::run_tessel;
+using tessel::test::write_temp;
+
+namespace {
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_" + name)).string();
+}
+// A bench document written by `tessel bench --json` (collectives and memory only: seconds, not minutes).
+const std::string& bench_file() {
+  static const std::string path = [] {
+    auto r = run_tessel({"bench", "--backend", "cpu", "--what", "gemm,membw,collectives", "--json"});
+    REQUIRE(r.code == 0);
+    return write_temp("bench.json", r.out);
+  }();
+  return path;
+}
+}  // namespace
+
+TEST_CASE("bench: nccl-tests columns, --json rows, cuda refused") {
+  auto t = run_tessel({"bench", "--what", "collectives"});
+  REQUIRE(t.code == 0);
+  for (const char* col : {"size", "count", "type", "redop", "time", "algbw", "busbw", "all_reduce", "send_recv"})
+    CHECK(t.out.find(col) != std::string::npos);
+  const auto doc = nlohmann::json::parse(slurp(bench_file()));
+  CHECK(doc["format"] == "tessel-bench");
+  CHECK(doc["gemm"].size() > 3);
+  CHECK(doc["membw"].size() > 1);
+  // 4 collectives x 7 sizes on a group of 2.
+  CHECK(doc["collectives"].size() == 28);
+  for (const auto& row : doc["collectives"]) {
+    // busbw = algbw * factor (nccl-tests PERFORMANCE.md): all_reduce 2(n-1)/n = 1 for n = 2.
+    if (row["collective"] == "all_reduce")
+      CHECK(row["busbw_GBps"].get<double>() == doctest::Approx(row["algbw_GBps"].get<double>()).epsilon(1e-12));
+  }
+  auto c = run_tessel({"bench", "--backend", "cuda"});
+  CHECK(c.code == 2);
+  CHECK(c.err.find("not available in this build") != std::string::npos);
+  CHECK(run_tessel({"bench", "--what", "gemv"}).code == 2);
+}
+
+TEST_CASE("calibrate: bench -> profile that estimate accepts; residuals printed") {
+  const std::string prof = temp_path("profile.json");
+  auto r = run_tessel({"calibrate", "--bench", bench_file(), "-o", prof, "--json"});
+  REQUIRE(r.code == 0);
+  const auto rep = nlohmann::json::parse(r.out);
+  CHECK(rep["gemm_GFLOPs"].get<double>() > 0);
+  CHECK(rep["link_GBps"].get<double>() > 0);
+  // One residual line per category: gemm, membw, four collectives.
+  CHECK(rep["residuals"].size() == 6);
+  for (const auto& res : rep["residuals"]) CHECK(std::isfinite(res["rms_pct"].get<double>()));
+  auto e = run_tessel({"estimate", "--system", prof, "--model", "tiny", "--tp", "1", "--pp", "1", "--dp", "1", "--gbs",
+                       "4", "--precision", "fp32", "--json"});
+  REQUIRE(e.code == 0);
+  CHECK(nlohmann::json::parse(e.out)["step_s"].get<double>() > 0);
+  auto h = run_tessel({"calibrate", "--bench", bench_file(), "-o", prof});
+  CHECK(h.code == 0);
+  CHECK(h.out.find("median |err|") != std::string::npos);
+  std::filesystem::remove(prof);
+}
+
+TEST_CASE("calibrate: a measured trace adds per-op-kind scales") {
+  const std::string trace = temp_path("run_trace.json"), prof = temp_path("profile_t.json");
+  REQUIRE(run_tessel({"run", "--backend", "cpu", "--steps", "2", "--trace", trace}).code == 0);
+  auto r = run_tessel({"calibrate", "--bench", bench_file(), "--trace", trace, "-o", prof, "--json"});
+  REQUIRE(r.code == 0);
+  const auto rep = nlohmann::json::parse(r.out);
+  // The tiny run has forward, backward and optimizer events (2 micro-batches x 2 steps of F and B).
+  REQUIRE(rep["trace_kinds"].size() == 3);
+  CHECK(rep["trace_kinds"][0]["op"] == "backward");
+  CHECK(rep["trace_kinds"][0]["events"] == 4);
+  CHECK(rep["trace_compute_scale"].get<double>() > 0);
+  // The correction is a least-squares fit including the uncorrected point (1, 1): it cannot be worse.
+  CHECK(rep["trace_rms_rel_after"].get<double>() <= rep["trace_rms_rel_before"].get<double>() + 1e-9);
+  std::filesystem::remove(trace);
+  std::filesystem::remove(prof);
+}
+
+TEST_CASE("calibrate: bad input exits 2 naming the problem") {
+  const std::string prof = temp_path("never.json");
+  struct Case {
+    std::string content;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"", "bad.json"},                                        // empty file: a JSON syntax error with the file name
+      {"[1, 2]", "not a tessel bench document"},
+      {"{\"format\": \"tessel-bench\", \"version\": 1, \"backend\": \"cpu\", \"gemm_backend\": \"x\", \"precision\": "
+       "\"fp32\", \"concurrent\": 1, \"gemm\": [{\"m\": 1, \"n\": 1, \"k\": 1, \"batch\": 1, \"time_us\": NaN}], "
+       "\"membw\": [], \"collectives\": []}",
+       "bad.json"},                                            // NaN is not JSON
+      {"{\"format\": \"tessel-bench\", \"version\": 1, \"backend\": \"cpu\", \"gemm_backend\": \"x\", \"precision\": "
+       "\"fp32\", \"concurrent\": 1, \"gemm\": [{\"m\": 1, \"n\": 1, \"k\": 1, \"batch\": 1}], \"membw\": [], "
+       "\"collectives\": []}",
+       "time_us"},                                             // missing field
+      {"{\"format\": \"tessel-bench\", \"version\": 1, \"backend\": \"cpu\", \"gemm_backend\": \"x\", \"precision\": "
+       "\"fp32\", \"concurrent\": 1, \"gemm\": [], \"membw\": [], \"collectives\": []}",
+       "nothing to fit"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = write_temp("bad.json", c.content);
+    auto r = run_tessel({"calibrate", "--bench", path, "-o", prof});
+    INFO(c.content);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+    CHECK(!std::filesystem::exists(prof));
+  }
+  CHECK(run_tessel({"calibrate", "--bench", bench_file()}).code == 2);  // no -o
+  CHECK(run_tessel({"calibrate", "-o", prof}).code == 2);               // nothing to fit from
+  CHECK(run_tessel({"calibrate", "--bench", "/nonexistent/b.json", "-o", prof}).code == 2);
+  const std::string not_trace = write_temp("not_trace.json", "{\"hello\": 1}");
+  CHECK(run_tessel({"calibrate", "--bench", bench_file(), "--trace", not_trace, "-o", prof}).code == 2);
+  CHECK(run_tessel({"calibrate", "--bench", bench_file(), "--comm", "nccl", "-o", prof}).code == 2);
+}
