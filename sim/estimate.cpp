@@ -34,18 +34,21 @@ double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::
   if (sc == "1f1b" || sc == "gpipe") return m * cmax + (csum - cmax);
   // Interleaved / looped: fill and drain cost 1/v of a rank's pass per rank (bubble (p-1)/(v m), Narayanan).
   if (sc == "interleaved" || sc == "looped-bfs") return m * cmax + (csum - cmax) / l.vpp;
+  // Zero-bubble family: W can only fill bubbles that exist beside enough micro-batches. With few of them the
+  // forward/input-grad chain is the bound: (m + p - 1)(T_F + T_B) + T_W for m <= p (Qi et al. 2024, App. H).
+  const double chain = (m + p - 1) * (F + I) + W;
   // ZB-1P: bubble (p-1)(F + B - 2W) with B = I + W the full backward (DeepSeek-V3 Table 2).
-  if (sc == "zb1p") return m * cmax + (p - 1) * std::max(0.0, F + I - W);
+  if (sc == "zb1p") return std::max(chain, m * cmax + (p - 1) * std::max(0.0, F + I - W));
   // ZB-2P: twice the in-flight activations let W fill the warm-up; bubble (p-1) max(0, F + I - 2W),
   // zero when T_F = T_B = T_W (Qi et al. 2024, ZB-H2).
-  if (sc == "zb2p") return m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W);
+  if (sc == "zb2p") return std::max(chain, m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W));
   // ZB-V: same bound with chunks of half a stage (zero bubble when T_F = T_B = T_W, ZB README).
-  if (sc == "zbv") return m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W) / 2;
+  if (sc == "zbv") return std::max(chain, m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W) / 2);
   // DualPipeV: (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages and F, B, W chunk times (half a rank's);
   // F&B taken as F + B (no overlap credit without a communication model).
   if (sc == "dualpipev") {
     const double fc = F / 2, bc = (I + W) / 2, wc = W / 2;
-    return m * cmax + (p - 1) * std::max(0.0, (fc + bc) + bc - 3 * wc);
+    return std::max(chain, m * cmax + (p - 1) * std::max(0.0, (fc + bc) + bc - 3 * wc));
   }
   TESSEL_CHECK(false, "no closed form for schedule " << sc);
   return 0;

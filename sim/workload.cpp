@@ -50,6 +50,8 @@ Dims dims_of(const Model& m, const Layout& l) {
 }
 
 WorkOp gemm_op(const std::string& name, const System& sys, Precision p, GemmShape g, bool has_weights = true) {
+  // Only linear layers run in fp8 (Transformer Engine); attention's batched GEMMs stay in 16-bit.
+  if (p == Precision::fp8 && !has_weights) p = Precision::bf16;
   WorkOp op;
   op.name = name;
   op.cls = OpClass::gemm;
@@ -65,6 +67,13 @@ WorkOp gemm_op(const std::string& name, const System& sys, Precision p, GemmShap
   } else {
     // Attention's batched GEMMs have no weights: both gradients are input gradients.
     op.t_i += cost::gemm_time(sys.gpu, p, {g.k, g.n, g.m, g.batch});
+  }
+  if (p == Precision::fp8) {
+    // FP8 GEMMs need their 16-bit input cast (read 2 bytes, write 1 per element, with an amax reduction):
+    // the activation [m, k] in forward and the output gradient [m, n] in backward.
+    const double mk = static_cast<double>(g.m) * g.k * g.batch, mn = static_cast<double>(g.m) * g.n * g.batch;
+    op.t_f += cost::memory_time(sys.gpu, 3.0 * mk, 1);
+    op.t_i += cost::memory_time(sys.gpu, 3.0 * mn, 1);
   }
   return op;
 }

@@ -13,6 +13,9 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "traces/chrome.hpp"
+#ifdef TESSEL_HAVE_CUDA
+#include "runtime/cuda/run_cuda.hpp"
+#endif
 #ifdef TESSEL_HAVE_MPI
 #include "runtime/comm/mpi_comm.hpp"
 #endif
@@ -23,7 +26,9 @@ namespace {
 
 std::vector<cli::OptionSpec> run_options() {
   return {
-      {"--backend", true, "cpu (cuda: not in this build) [cpu]"},
+      {"--backend", true, "cpu or cuda (cuda needs a build with CUDA/NCCL and a GPU) [cpu]"},
+      {"--only-rank", true, "cuda: run world rank R of the layout alone (synthesised inputs, comm recorded)"},
+      {"--precision", true, "cuda GEMM operands: bf16|tf32|fp32 [bf16]"},
       {"--model", true, "model preset or JSON file [tiny]"},
       {"--layout", true, "layout JSON file (instead of the layout flags)"},
       {"--tp", true, "tensor-parallel size [1]"},
@@ -124,9 +129,26 @@ int run(const Args& args) {
     return 0;
   }
   const std::string backend = cl.get_or("--backend", "cpu");
-  if (backend == "cuda")
-    throw InputError("--backend cuda: not available in this build (the CUDA runtime is not built yet); use --backend cpu");
-  if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu)");
+  if (backend == "cuda") {
+#ifdef TESSEL_HAVE_CUDA
+    rt::cuda::CudaRunOptions o;
+    o.model = load_model(cl.get_or("--model", "tiny"));
+    o.layout = read_layout(cl);
+    o.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
+    o.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
+    if (auto lr = cl.get_double("--lr", 0.0, 10.0)) o.lr = static_cast<float>(*lr);
+    o.trace_path = cl.get_or("--trace", "");
+    if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
+    o.only_rank = static_cast<int>(cl.get_int("--only-rank", 0, 1 << 20).value_or(-1));
+    o.precision = cl.get_or("--precision", "bf16");
+    return rt::cuda::run_cuda(o);
+#else
+    throw InputError("--backend cuda: this build has no CUDA runtime (CUDA/NCCL not found at configure time); use --backend cpu");
+#endif
+  }
+  if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu or cuda)");
+  for (const char* f : {"--only-rank", "--precision"})
+    if (cl.has(f)) throw InputError(std::string(f) + ": only with --backend cuda (the CPU runtime is fp32, all ranks)");
   RunConfig c;
   c.model = load_model(cl.get_or("--model", "tiny"));
   c.layout = read_layout(cl);

@@ -48,6 +48,8 @@ double memory_time(const GpuSpec& gpu, double bytes, int kernels) {
 
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
   if (flops <= 0) return 0.0;
+  // FP8 recipes (Transformer Engine) keep the attention core in 16-bit: only linear layers run in fp8.
+  if (p == Precision::fp8) p = Precision::bf16;
   const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency);
   const double mem = bytes / (gpu.memory_bw * gpu.memory_efficiency);
   return std::max(compute, mem) + gpu.kernel_overhead_s;
