@@ -172,6 +172,37 @@ def print_repeat(res):
     sys.stdout.flush()
 
 
+def write_svg(results, key, path):
+    """Predicted vs measured step time (log-log), one colour per repeat, the y = x line and +-10% band."""
+    pts = [(r["measured_s"], r["predicted_s_" + key], i) for i, res in enumerate(results) for r in res["rows"]]
+    lo = min(min(m, p) for m, p, _ in pts) / 1.5
+    hi = max(max(m, p) for m, p, _ in pts) * 1.5
+    W, H, M = 420, 420, 50
+    import math
+
+    def xy(m, p):
+        fx = (math.log(m) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        fy = (math.log(p) - math.log(lo)) / (math.log(hi) - math.log(lo))
+        return M + fx * (W - 2 * M), H - M - fy * (H - 2 * M)
+
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (W, H),
+           '<rect width="100%" height="100%" fill="white"/>']
+    for f, dash in ((1.0, ""), (1.1, ' stroke-dasharray="4,3"'), (1 / 1.1, ' stroke-dasharray="4,3"')):
+        (x0, y0), (x1, y1) = xy(lo, lo * f), xy(hi / f if f > 1 else hi, (hi / f if f > 1 else hi) * f)
+        out.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888"%s/>' % (x0, y0, x1, y1, dash))
+    out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="black"/>' % (M, M, W - 2 * M, H - 2 * M))
+    for m, p, i in pts:
+        x, y = xy(m, p)
+        out.append('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s" fill-opacity="0.8"/>' % (x, y, colours[i % len(colours)]))
+    out.append('<text x="%d" y="%d" text-anchor="middle">measured step time (log, %.0f ms .. %.0f ms)</text>' % (W / 2, H - 15, 1e3 * lo, 1e3 * hi))
+    out.append('<text x="15" y="%d" transform="rotate(-90 15 %d)" text-anchor="middle">predicted (profile: %s)</text>' % (H / 2, H / 2, key))
+    out.append('<text x="%d" y="30" text-anchor="middle">closed loop: y = x solid, +-10%% dashed; colour = repeat</text>' % (W / 2))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessel", default="tessel", help="the tessel executable")
@@ -200,6 +231,8 @@ def main():
         overall[key] = {"median_abs_error_pct": med, "kendall_tau": tau}
         print("%-12s over %d repeats: median |error| %s %%, Kendall tau %s" % (
             key, len(results), " ".join("%.1f" % m for m in med), " ".join("%.3f" % t for t in tau)))
+    for key in results[0]["summary"]:
+        write_svg(results, key, os.path.join(args.out, "scatter_%s.svg" % key.replace("+", "_")))
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump({"loadavg_end": os.getloadavg(), "model": MODEL if not args.quick else QUICK_MODEL, "calibration_layout": CALIB, "repeats": results,
                    "overall": overall, "targets": {"median_abs_error_pct": 10, "kendall_tau": 0.8}}, f, indent=2)
