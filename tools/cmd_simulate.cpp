@@ -1,13 +1,125 @@
-// tessel simulate
+// tessel simulate: play one training step of a layout in the event simulator (sim/engine) and report step
+// time, throughput, per-rank busy / bubble / exposed communication, peak memory and the critical path;
+// --trace writes a Chrome trace (Perfetto), --svg a timeline.
+#include <algorithm>
+#include <iostream>
+
+#include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "sim/engine/sim_trace.hpp"
+#include "sim/engine/simulate.hpp"
+#include "traces/chrome.hpp"
+#include "traces/svg.hpp"
 #include "tools/commands.hpp"
+#include "tools/format.hpp"
+#include "tools/spec_args.hpp"
 
 namespace tessel::cmd {
 
-int simulate(const Args&) { throw InputError("tessel simulate: not built yet in this version"); }
+namespace {
+
+engine::Fidelity parse_fidelity(const std::string& v) {
+  if (v == "cluster") return engine::Fidelity::cluster;
+  if (v == "replica") return engine::Fidelity::replica;
+  throw InputError("--fidelity " + v + ": must be cluster (every rank) or replica (one data-parallel replica)");
+}
+
+void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t max_ranks, std::size_t max_path) {
+  std::cout << s.model.name << " on " << r.gpus << " x " << s.system.gpu.name << " (" << s.system.name << "), "
+            << s.layout.describe() << ", " << r.microbatches << " micro-batches, schedule " << r.schedule.generator
+            << ", fidelity " << engine::to_string(r.fidelity) << "\n\n";
+  std::vector<std::vector<std::string>> rows = {
+      {"metric", "value"},
+      {"step time", fmt::seconds(r.step_s)},
+      {"tokens/s", fmt::si(r.tokens_per_s, "tokens/s")},
+      {"model TFLOP/s/GPU", fmt::fixed(r.model_tflops_per_gpu, 1)},
+      {"MFU", fmt::pct(r.mfu)},
+      {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity) +
+                          (r.fits ? " (fits)" : " (DOES NOT FIT)")},
+      {"events / tasks", std::to_string(r.events) + " / " + std::to_string(r.tasks)},
+      {"simulator time", fmt::seconds(r.build_s) + " build (" + fmt::seconds(r.schedule_s) + " schedule), " + fmt::seconds(r.run_s) + " run, " +
+                             fmt::seconds(r.analysis_s) + " analysis"},
+  };
+  std::cout << fmt::table(rows) << "\n";
+  std::vector<std::vector<std::string>> t = {{"rank", "pp", "dp", "cp", "busy", "bubble", "exposed comm", "comm", "peak memory"}};
+  const std::size_t step = std::max<std::size_t>(1, (r.ranks.size() + max_ranks - 1) / max_ranks);
+  for (std::size_t i = 0; i < r.ranks.size(); i += step) {
+    const auto& k = r.ranks[i];
+    t.push_back({std::to_string(k.global_rank), std::to_string(k.pp), std::to_string(k.dp), std::to_string(k.cp),
+                 fmt::seconds(k.busy), fmt::seconds(k.bubble), fmt::seconds(k.exposed_comm), fmt::seconds(k.comm),
+                 fmt::gib(k.peak_bytes)});
+  }
+  std::cout << "per rank" << (step > 1 ? " (every " + std::to_string(step) + "th position)" : "")
+            << ", each standing for its " << s.layout.tp << " tp ranks:\n"
+            << fmt::table(t) << "\n";
+  std::cout << "critical path: " << r.critical_path.size() << " ops";
+  if (r.critical_path.size() > max_path) std::cout << " (first and last " << max_path / 2 << " shown)";
+  std::cout << "\n";
+  for (std::size_t i = 0; i < r.critical_path.size(); ++i) {
+    if (r.critical_path.size() > max_path && i == max_path / 2) {
+      std::cout << "  ...\n";
+      i = r.critical_path.size() - max_path / 2;
+    }
+    const auto& op = r.critical_path[i];
+    std::cout << "  " << fmt::seconds(op.start) << "  rank " << op.global_rank << "  " << op.what << "\n";
+  }
+  if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity) << ")\n";
+}
+
+}  // namespace
+
+int simulate(const Args& args) {
+  auto opts = cli::spec_options();
+  opts.push_back({"--json", false, "print one JSON document"});
+  opts.push_back({"--trace", true, "write a Chrome trace (Perfetto) of the simulated step to this path"});
+  opts.push_back({"--svg", true, "write an SVG timeline to this path"});
+  opts.push_back({"--schedule-file", true, "play this PyTorch-style CSV schedule instead of generating one"});
+  opts.push_back({"--fidelity", true, "cluster (every rank) or replica (one DP replica, others' load counted) [cluster]"});
+  cli::CommandLine cl("simulate", args, opts, 0);
+  if (cl.help_requested()) {
+    std::cout << cl.usage();
+    return 0;
+  }
+  const cli::Specs s = cli::read_specs(cl);
+  engine::SimOptions o;
+  o.fidelity = parse_fidelity(cl.get_or("--fidelity", "cluster"));
+  // Output paths are checked before the (possibly long) simulation: a bad path fails first, writes nothing.
+  const auto trace_path = cl.get("--trace");
+  const auto svg_path = cl.get("--svg");
+  if (trace_path) check_writable(*trace_path, "--trace");
+  if (svg_path) check_writable(*svg_path, "--svg");
+  if (auto f = cl.get("--schedule-file")) o.schedule = sched::read_csv(*f);
+  o.memory_timeline = trace_path || svg_path;
+  if (s.gpus != s.layout.gpus())
+    throw InputError("--gpus " + std::to_string(s.gpus) + ": the layout uses tp*pp*dp*cp = " + std::to_string(s.layout.gpus()) +
+                     " GPUs; the simulator plays exactly the layout's ranks");
+  const engine::SimReport r = engine::simulate(s.model, s.layout, s.system, o);
+  if (trace_path || svg_path) {
+    const trace::Trace t = engine::to_trace(r, s.system);
+    if (trace_path) trace::write_chrome_trace(t, *trace_path);
+    if (svg_path) {
+      trace::SvgOptions so;
+      so.title = s.model.name + " " + s.layout.describe() + " (" + r.schedule.generator + "), step " + fmt::seconds(r.step_s);
+      write_file_atomic(*svg_path, trace::timeline_svg(t, so));
+    }
+  }
+  if (cl.flag("--json")) {
+    Json j = engine::report_to_json(r);
+    j["tool"] = std::string("tessel ") + TESSEL_VERSION;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  print_table(r, s, 32, 24);
+  return 0;
+}
 
 std::function<double(const Model&, const Layout&, const System&)> des_step_time() {
-  throw InputError("--engine des: the event simulator is not built yet in this version");
+  return [](const Model& m, const Layout& l, const System& sys) {
+    engine::SimOptions o;
+    o.fidelity = engine::Fidelity::replica;  // the other replicas' traffic is counted on shared links
+    o.critical_path = false;
+    return engine::simulate(m, l, sys, o).step_s;
+  };
 }
 
 }  // namespace tessel::cmd

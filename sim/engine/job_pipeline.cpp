@@ -1,8 +1,10 @@
 // build_job, part 1: each position walks its pipeline rank's lowered action list. Compute ops chain on the
-// compute stream; a SEND/RECV pair is one transfer flow. Without --overlap-p2p-comm the comm ops between two
-// computes post together after the first and the second waits for all of them (Megatron's
-// batch_isend_irecv then wait: the schedule validator's "batched" model); with it, a send does not hold
-// its sender and the transfer starts when the producer ends (the "eager" model).
+// compute stream; a SEND/RECV pair is one transfer flow that starts when its producer ends (NCCL's send
+// is posted right after the producing op, and a recv posted earlier never holds it: the schedule
+// validator's "eager" model). The consumer waits for the transfer. Without --overlap-p2p-comm the sender's
+// next op waits for it too (Megatron waits on the batch_isend_irecv requests before the next step), which
+// is the steady-state exposure estimate.cpp counts; a rendezvous (the sender held until the receiver posts)
+// is not modelled, because Megatron posts matching pairs together in the 1F1B steady state.
 #include <algorithm>
 #include <cmath>
 
@@ -171,8 +173,9 @@ void JobBuilder::walk_comm(int pos, const sched::Action& a) {
     ti.bytes = spec_.costs.p2p_bytes;
     job_.info.push_back(ti);
   }
-  // Sender: the transfer needs the producer's output. Receiver (batched only): the recv must be posted.
-  if ((send || !l_.overlap_p2p) && ps.prev_compute != kNone) g_.edge(ps.prev_compute, t);
+  // The transfer starts when the producer's output exists; the consumer waits for it, and so does the
+  // sender's next compute unless p2p overlaps.
+  if (send && ps.prev_compute != kNone) g_.edge(ps.prev_compute, t);
   if (!send || !l_.overlap_p2p) ps.wait.push_back(t);
 }
 

@@ -51,6 +51,7 @@ struct SimReport {
   double model_tflops_per_gpu = 0, mfu = 0;
   std::uint64_t events = 0;
   std::size_t tasks = 0;
+  double schedule_s = 0;  // wall time generating, lowering and validating the schedule (part of build_s)
   double build_s = 0, run_s = 0, analysis_s = 0;  // wall time of the simulator's phases
   std::vector<RankSummary> ranks;  // one per position
   std::vector<CriticalOp> critical_path;

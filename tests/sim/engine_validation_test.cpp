@@ -1,0 +1,107 @@
+// `validate --engine des`: the simulator's step times on published rows (../shared/validation, skipped
+// when absent) must be at least as accurate as the analytical estimate's, and must rank the Zero Bubble
+// paper's schedules (Qi et al. 2024, Table 4) as measured. Also the CLI's bad-input rules for simulate.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "sim/engine/simulate.hpp"
+#include "sim/validate.hpp"
+#include "tests/test_paths.hpp"
+
+using namespace tessel;
+
+namespace {
+
+// Equal MAPE allowed up to rounding: the simulator must not be worse.
+constexpr double kMapeSlackPct = 0.05;
+
+StepTimeFn des() {
+  return [](const Model& m, const Layout& l, const System& sys) {
+    engine::SimOptions o;
+    o.fidelity = engine::Fidelity::replica;
+    o.critical_path = false;
+    return engine::simulate(m, l, sys, o).step_s;
+  };
+}
+
+Json rows_with_prefix(const Json& all, const std::vector<std::string>& prefixes) {
+  Json out = Json::array();
+  for (const auto& r : all) {
+    const auto id = r.at("id").get<std::string>();
+    for (const auto& p : prefixes)
+      if (id.rfind(p, 0) == 0) {
+        out.push_back(r);
+        break;
+      }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("validate --engine des: MAPE no worse than analytical; ZB Table 4 order") {
+  const std::string shared = test::shared_dir();
+  const std::string path = shared + "/validation/published.json";
+  if (shared.empty() || !std::filesystem::exists(path)) {
+    MESSAGE("../shared/validation/published.json absent: skipped");
+    return;
+  }
+  const Json rows = rows_with_prefix(parse_json_file(path), {"zb24_t4_", "korthikanti22", "narayanan21_t2"});
+  REQUIRE(rows.size() > 20);
+  const ValidationResult a = validate_rows(rows, path);
+  const ValidationResult d = validate_rows(rows, path, des());
+  for (const auto& [metric, mape] : a.mape_pct) {
+    CAPTURE(metric);
+    MESSAGE(metric << ": analytical " << mape << "%, des " << d.mape_pct.at(metric) << "%");
+    CHECK(d.mape_pct.at(metric) <= mape + kMapeSlackPct);
+  }
+  // Zero Bubble Table 4: for each model and micro-batch count, throughput ZB-2p > ZB-1p > 1F1B measured;
+  // the simulator must give the same order (ties are a failure).
+  std::map<std::string, std::map<std::string, std::pair<double, double>>> groups;  // model_m -> sched -> (meas, pred)
+  for (const auto& r : d.rows) {
+    if (r.id.rfind("zb24_t4_", 0) != 0 || r.metric != "samples_per_gpu_per_s") continue;
+    // id: zb24_t4_<model>_<schedule>_m<m>
+    const auto rest = r.id.substr(8);
+    const auto s1 = rest.find('_'), s2 = rest.rfind('_');
+    groups[rest.substr(0, s1) + rest.substr(s2)][rest.substr(s1 + 1, s2 - s1 - 1)] = {r.measured, r.predicted};
+  }
+  REQUIRE(groups.size() >= 6);
+  for (const auto& [key, g] : groups) {
+    CAPTURE(key);
+    REQUIRE(g.size() == 3);
+    const auto& zb2 = g.at("ZB-2p");
+    const auto& zb1 = g.at("ZB-1p");
+    const auto& f1b = g.at("1F1B");
+    REQUIRE(zb2.first > zb1.first);  // the paper's order
+    REQUIRE(zb1.first > f1b.first);
+    CHECK(zb2.second > zb1.second);
+    CHECK(zb1.second > f1b.second);
+  }
+}
+
+TEST_CASE("tessel simulate: bad input exits 2 before simulating and writes nothing") {
+  const std::string exe = test::tessel_exe();
+  const auto dir = std::filesystem::temp_directory_path() / "tessel_engine_cli_test";
+  std::filesystem::create_directories(dir);
+  auto run = [&](const std::string& args) {
+    const int rc = std::system((exe + " simulate " + args + " > /dev/null 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  const std::string small = "--model llama2-7b --tp 1 --pp 2 --dp 1 --gbs 4 --vpp 1 --schedule 1f1b";
+  CHECK(run(small + " --trace /nonexistent_dir/x.json") == 2);
+  CHECK(run(small + " --svg /nonexistent_dir/x.svg") == 2);
+  CHECK(run(small + " --fidelity bogus") == 2);
+  // A schedule file that does not validate: rank 0 forwards micro-batch 0 twice.
+  const auto csv = dir / "bad.csv";
+  std::ofstream(csv) << "0F0,0F0,0F1,0B0,0B1\n1F0,1F1,1B0,1B1\n";
+  CHECK(run(small + " --schedule-file " + csv.string()) == 2);
+  // A good run writes the trace.
+  const auto out = dir / "ok.json";
+  std::filesystem::remove(out);
+  CHECK(run(small + " --trace " + out.string()) == 0);
+  CHECK(std::filesystem::exists(out));
+}
