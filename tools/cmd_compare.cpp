@@ -16,6 +16,7 @@
 #include "traces/compare.hpp"
 #include "traces/event_reader.hpp"
 #include "traces/kineto.hpp"
+#include "tools/collectives_report.hpp"
 #include "traces/summary.hpp"
 #include "traces/svg.hpp"
 
@@ -110,7 +111,8 @@ int compare(const Args& args) {
                       {{"--json", false, "print one JSON document instead of tables"},
                        {"--svg", true, "write both timelines, one above the other, to this SVG file"},
                        {"--max-error", true, "exit 1 when |step-time error| exceeds this many percent"},
-                       {"--top", true, "how many of the largest op differences to list (default 10)"}},
+                       {"--top", true, "how many of the largest op differences to list (default 10)"},
+                       {"--system", true, "system for predicting a profiler trace's collectives [from its GPU name]"}},
                       2);
   if (cl.help_requested()) {
     std::cout << cl.usage()
@@ -150,8 +152,23 @@ int compare(const Args& args) {
     auto sa = summary_of(la), sb = summary_of(lb);
     auto j = trace::summary_json(sa, sb);
     step_error = j["step_error_pct"].get<double>();
-    if (cl.flag("--json")) std::cout << j.dump(2) << "\n";
-    else print_summary(sa, sb);
+    // Each profiler trace's collectives, measured against the communication model on its GPU's system.
+    std::vector<std::pair<std::string, std::string>> tables;
+    const std::pair<const Loaded*, const std::string*> sides[] = {{&la, &pa}, {&lb, &pb}};
+    for (int i = 0; i < 2; ++i) {
+      const auto* k = std::get_if<trace::kineto::KinetoTrace>(sides[i].first);
+      if (!k || k->collectives.empty()) continue;
+      const System sys = system_for_trace(*k, cl.get_or("--system", ""));
+      const auto rows = predict_collectives(*k, sys);
+      j[i == 0 ? "collectives_a" : "collectives_b"] = collectives_json(rows, sys);
+      tables.emplace_back(*sides[i].second, collectives_table(rows, sys));
+    }
+    if (cl.flag("--json")) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      print_summary(sa, sb);
+      for (const auto& [path, table] : tables) std::cout << "\ncollectives of " << path << ":\n" << table;
+    }
   }
   if (svg) {
     trace::Trace a = as_trace(la), b = as_trace(lb);
