@@ -32,7 +32,7 @@ trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t,
 }
 
 // TP collectives of one compute op, laid out at their offsets in the layer's op sequence.
-void add_tp_slices(const SimReport& r, const trace::OpEvent& op, bool forward, trace::Trace& out) {
+void add_tp_slices(const SimReport& r, const trace::OpEvent op, bool forward, trace::Trace& out) {  // op by value: out grows
   const auto& ops = r.workload.layer.ops;
   const int layers = op.layer_end - op.layer_begin;
   double t = op.start_us;
