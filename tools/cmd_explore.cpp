@@ -7,7 +7,11 @@
 #include <sstream>
 
 #include "models/util/atomic_file.hpp"
+#include "sim/engine/sim_trace.hpp"
+#include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
+#include "traces/chrome.hpp"
+#include "traces/svg.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
@@ -171,14 +175,24 @@ int explore(const Args& args) {
   opt.top_n = static_cast<int>(cl.get_int("--top", 1, 1000).value_or(10));
   opt.simulate_k = static_cast<int>(cl.get_int("--simulate-k", 1, 100000).value_or(0));
   opt.threads = static_cast<int>(cl.get_int("--threads", 1, 1024).value_or(0));
-  std::string sim_note;
   if (!cl.has("--no-simulate")) {
-    try {
-      auto step = des_step_time();
-      opt.simulate = [step, &m, &sys](const Layout& l) { return step(m, l, sys); };
-    } catch (const InputError& e) {
-      sim_note = e.what();
-    }
+    opt.simulate = [&m, &sys](const Layout& l) {
+      engine::SimOptions o;
+      o.fidelity = engine::Fidelity::replica;  // the other replicas' traffic still loads the shared links
+      o.critical_path = false;
+      const engine::SimReport r = engine::simulate(m, l, sys, o);
+      explore::SimScore sc;
+      sc.step_s = r.step_s;
+      sc.peak_memory = r.peak_bytes;
+      const engine::RankSummary* busiest = nullptr;
+      for (const auto& rk : r.ranks)
+        if (!busiest || rk.busy > busiest->busy) busiest = &rk;
+      if (busiest) {
+        sc.bubble = busiest->bubble / r.step_s;
+        sc.exposed_comm_s = busiest->exposed_comm;
+      }
+      return sc;
+    };
   }
   const bool json = cl.flag("--json");
   if (!json && ::isatty(2)) opt.progress = print_progress;
@@ -192,6 +206,31 @@ int explore(const Args& args) {
     return 0;
   }
   if (r.top.empty()) {
+    // With restrictions: which one, lifted alone, would let the most layouts fit (analytical tier only).
+    std::string culprit;
+    long long culprit_fit = 0;
+    explore::Options quick = opt;
+    quick.simulate = nullptr;
+    quick.progress = nullptr;
+    auto lift = [&](const char* flag, auto member) {
+      if (!cl.has(flag)) return;
+      explore::Space s2 = space;
+      (s2.*member).clear();
+      const long long fit = explore::run(m, sys, gpus, gbs, s2, quick).scored;
+      if (fit > culprit_fit) {
+        culprit_fit = fit;
+        culprit = flag;
+      }
+    };
+    lift("--tp", &explore::Space::tp);
+    lift("--pp", &explore::Space::pp);
+    lift("--cp", &explore::Space::cp);
+    lift("--vpp", &explore::Space::vpp);
+    lift("--mbs", &explore::Space::mbs);
+    lift("--zero", &explore::Space::zero);
+    lift("--schedule", &explore::Space::schedules);
+    lift("--recompute", &explore::Space::recompute);
+    lift("--sp", &explore::Space::sp);
     std::ostringstream os;
     os << "no layout of " << m.name << " fits on " << gpus << " x " << sys.gpu.name << " with global batch " << gbs
        << " (" << r.enumerated << " enumerated";
@@ -200,16 +239,26 @@ int explore(const Args& args) {
     if (r.smallest_peak > 0)
       os << "; the smallest peak memory found was " << fmt::gib(r.smallest_peak) << " (" << r.smallest_peak_layout
          << ") of " << fmt::gib(sys.gpu.memory_bytes);
+    if (!culprit.empty())
+      os << "; the restriction that removed the most is " << culprit << " (without it " << culprit_fit << " layouts fit)";
     throw InputError(os.str());
   }
   if (auto p = cl.get("--csv")) write_file_atomic(*p, csv_of(r));
+  if (cl.has("--trace-best") || cl.has("--svg-best")) {
+    // The winner at full fidelity, with its memory timeline, as simulate --trace / --svg write it.
+    engine::SimOptions o;
+    o.memory_timeline = true;
+    const engine::SimReport best = engine::simulate(m, r.top.front().layout, sys, o);
+    const trace::Trace t = engine::to_trace(best, sys);
+    if (auto p = cl.get("--trace-best")) trace::write_chrome_trace(t, *p);
+    if (auto p = cl.get("--svg-best")) write_file_atomic(*p, trace::timeline_svg(t, trace::SvgOptions{}));
+  }
   if (json) {
     Json j = explore::result_to_json(r);
     j["model"] = m.name;
     j["system"] = sys.name;
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
-    if (!sim_note.empty()) j["note"] = sim_note;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
@@ -218,7 +267,6 @@ int explore(const Args& args) {
   print_rows(r.top);
   std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
             << r.simulated << " re-scored by the event simulator\n";
-  if (!sim_note.empty()) std::cout << "(event-simulated tier unavailable: " << sim_note << ")\n";
   std::cout << "rejected:\n";
   for (const auto& x : r.rejected) std::cout << "  " << x.count << " x " << x.rule << " (e.g. " << x.example << ")\n";
   if (cl.flag("--pareto")) {

@@ -279,8 +279,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     res.top.assign(fitting.begin(), fitting.begin() + n);
     return res;
   }
-  // Event-simulated tier: re-score the analytical best K; grow K until every final top-N layout came from
-  // the better half of the simulated set (so a layout just below the cut could not have displaced one).
+  // Event-simulated tier: re-score the analytical best K; double K until the top N is stable (below).
   int k = opt.simulate_k > 0 ? opt.simulate_k : std::max(2 * n, 16);
   int simulated = 0;
   while (true) {
@@ -293,7 +292,11 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
       pool.emplace_back([&] {
         for (int i = next++; i < k; i = next++) {
           try {
-            fitting[i].step_s = opt.simulate(fitting[i].layout);
+            const SimScore sc = opt.simulate(fitting[i].layout);
+            fitting[i].step_s = sc.step_s;
+            fitting[i].bubble = sc.bubble;
+            fitting[i].exposed_comm_s = sc.exposed_comm_s;
+            fitting[i].peak_memory = sc.peak_memory;
             fitting[i].tier = "des";
           } catch (const std::exception& e) {
             std::lock_guard<std::mutex> g(err_mu);
@@ -307,8 +310,13 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     std::vector<int> order(k);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return better(fitting[a], fitting[b]); });
-    const int worst = *std::max_element(order.begin(), order.begin() + std::min(n, k));
-    const bool stable = worst < k / 2 || k == static_cast<int>(fitting.size()) || opt.simulate_k > 0;
+    // Stable when no unsimulated layout could displace the N-th: its simulated time would have to beat its
+    // analytical time by more than the best ratio (simulated / analytical) seen so far.
+    double min_ratio = std::numeric_limits<double>::infinity();
+    for (int i = 0; i < k; ++i) min_ratio = std::min(min_ratio, fitting[i].step_s / fitting[i].analytical_step_s);
+    const double nth = fitting[order[std::min(n, k) - 1]].step_s;
+    const bool exhausted = k == static_cast<int>(fitting.size());
+    const bool stable = exhausted || opt.simulate_k > 0 || nth <= fitting[k].analytical_step_s * min_ratio;
     if (stable) {
       for (int i = 0; i < std::min(n, k); ++i) res.top.push_back(fitting[order[i]]);
       break;

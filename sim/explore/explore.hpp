@@ -58,8 +58,14 @@ struct Result {
   std::string smallest_peak_layout;
 };
 
-// Re-scores one layout with the event simulator: returns its step time (seconds).
-using SimulateFn = std::function<double(const Layout&)>;
+// What the event simulator says of one layout.
+struct SimScore {
+  double step_s = 0;
+  double bubble = 0;          // idle share of the step on the busiest rank
+  double exposed_comm_s = 0;  // communication not hidden behind compute on that rank (TP inside compute)
+  double peak_memory = 0;     // bytes
+};
+using SimulateFn = std::function<SimScore(const Layout&)>;
 
 struct Options {
   int top_n = 10;

@@ -1,0 +1,39 @@
+// Analytical tier throughput: layouts scored per second on one core (target >= 100,000; issue 5).
+// Rerun: build/tests/explore/bench_explore --benchmark_counters_tabular=true
+#include <benchmark/benchmark.h>
+
+#include "sim/explore/explore.hpp"
+
+using namespace tessel;
+
+static void BM_ExploreAnalyticalOneCore(benchmark::State& state) {
+  const Model m = load_model("gpt3-175b");
+  const System sys = load_system("dgx-a100");
+  explore::Options o;
+  o.threads = 1;
+  long long layouts = 0;
+  for (auto _ : state) {
+    const auto r = explore::run(m, sys, 1024, 1536, {}, o);
+    layouts += r.enumerated;
+    benchmark::DoNotOptimize(r.top.data());
+  }
+  state.counters["layouts_per_s"] = benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ExploreAnalyticalOneCore)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+static void BM_ExploreLlama405bOneCore(benchmark::State& state) {
+  Model m = load_model("llama3-405b");
+  const System sys = load_system("meta-h100");
+  explore::Options o;
+  o.threads = 1;
+  long long layouts = 0;
+  for (auto _ : state) {
+    const auto r = explore::run(m, sys, 16384, 2048, {}, o);
+    layouts += r.enumerated;
+    benchmark::DoNotOptimize(r.top.data());
+  }
+  state.counters["layouts_per_s"] = benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ExploreLlama405bOneCore)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+BENCHMARK_MAIN();

@@ -1,0 +1,155 @@
+// explore: enumeration against restrictions, accounting of every candidate, deterministic ranking,
+// the Pareto front, the event-simulated tier's re-ranking, explain.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/explore/explore.hpp"
+
+using namespace tessel;
+
+namespace {
+struct Fixture {
+  Model m = load_model("megatron-7.5b");
+  System sys = load_system("dgx-a100");
+  int gpus = 64;
+  int gbs = 256;
+};
+}  // namespace
+
+TEST_CASE("every enumerated layout is scored or rejected with a rule") {
+  Fixture f;
+  explore::Options o;
+  o.threads = 2;
+  const explore::Result r = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, o);
+  long long rejected = 0;
+  for (const auto& x : r.rejected) {
+    CHECK(x.count > 0);
+    CHECK_FALSE(x.example.empty());
+    rejected += x.count;
+  }
+  CHECK(r.enumerated == r.scored + rejected);
+  REQUIRE(!r.top.empty());
+  CHECK(r.top.size() == 10);
+  // Sorted by the ranking rule, every row fits, the tier is named.
+  for (std::size_t i = 0; i + 1 < r.top.size(); ++i) CHECK_FALSE(explore::better(r.top[i + 1], r.top[i]));
+  for (const auto& s : r.top) {
+    CHECK(s.peak_memory <= s.capacity);
+    CHECK(s.tier == "analytical");
+  }
+}
+
+TEST_CASE("restrictions are honoured") {
+  Fixture f;
+  explore::Space sp;
+  sp.tp = {4};
+  sp.schedules = {"1f1b"};
+  sp.zero = {1};
+  explore::Options o;
+  o.top_n = 50;
+  const explore::Result r = explore::run(f.m, f.sys, f.gpus, f.gbs, sp, o);
+  REQUIRE(!r.top.empty());
+  for (const auto& s : r.top) {
+    CHECK(s.layout.tp == 4);
+    CHECK(s.layout.zero_stage == 1);
+    if (s.layout.pp > 1) CHECK(s.layout.schedule == "1f1b");
+  }
+}
+
+TEST_CASE("ranking is deterministic across thread counts") {
+  Fixture f;
+  explore::Options one, two;
+  one.threads = 1;
+  two.threads = 2;
+  one.top_n = two.top_n = 25;
+  const auto a = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, one);
+  const auto b = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, two);
+  REQUIRE(a.top.size() == b.top.size());
+  for (std::size_t i = 0; i < a.top.size(); ++i) {
+    CHECK(a.top[i].layout.describe() == b.top[i].layout.describe());
+    CHECK(a.top[i].step_s == b.top[i].step_s);
+  }
+  CHECK(a.scored == b.scored);
+}
+
+TEST_CASE("Pareto front: memory rises, step time falls") {
+  Fixture f;
+  const auto r = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, {});
+  REQUIRE(r.pareto.size() >= 2);
+  for (std::size_t i = 0; i + 1 < r.pareto.size(); ++i) {
+    CHECK(r.pareto[i].peak_memory <= r.pareto[i + 1].peak_memory);
+    CHECK(r.pareto[i].step_s > r.pareto[i + 1].step_s);
+  }
+  // Its fastest point is the overall winner.
+  CHECK(r.pareto.back().step_s == doctest::Approx(r.top.front().step_s));
+}
+
+TEST_CASE("simulated tier re-ranks: the final top equals the brute-force top under the simulator") {
+  Fixture f;
+  // A stand-in simulator that makes the ten analytical favourites 30% slower. The adaptive tier must return
+  // exactly the five best layouts by this simulator over ALL fitting layouts (computed here by brute force).
+  std::vector<std::string> favourites;
+  explore::Options all;
+  all.top_n = 100000;
+  const auto everything = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, all);
+  for (int i = 0; i < 10; ++i) favourites.push_back(everything.top[i].layout.describe());
+  auto sim = [&](const Layout& l) {
+    const Estimate e = estimate(f.m, l, f.sys, f.gpus);
+    explore::SimScore sc;
+    const bool fav = std::find(favourites.begin(), favourites.end(), l.describe()) != favourites.end();
+    sc.step_s = e.step_s * (fav ? 1.3 : 1.0);
+    sc.peak_memory = e.peak_memory;
+    return sc;
+  };
+  std::vector<explore::Scored> brute = everything.top;
+  for (auto& s : brute) s.step_s = sim(s.layout).step_s;
+  std::sort(brute.begin(), brute.end(), explore::better);
+  explore::Options o;
+  o.top_n = 5;
+  o.simulate = sim;
+  const auto r = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, o);
+  REQUIRE(r.top.size() == 5);
+  CHECK(r.simulated >= 16);
+  CHECK(r.simulated < everything.scored);  // it did not need to simulate everything
+  for (std::size_t i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    CHECK(r.top[i].tier == "des");
+    CHECK(r.top[i].layout.describe() == brute[i].layout.describe());
+    CHECK(r.top[i].step_s == doctest::Approx(brute[i].step_s));
+  }
+}
+
+TEST_CASE("a model that fits nowhere: no top, the smallest peak reported") {
+  const Model m = load_model("megatron-1t");
+  const System sys = load_system("dgx-a100");
+  const auto r = explore::run(m, sys, 8, 8, {}, {});
+  CHECK(r.top.empty());
+  CHECK(r.smallest_peak > sys.gpu.memory_bytes);
+  bool memory_rule = false;
+  for (const auto& x : r.rejected) memory_rule = memory_rule || (x.rule == "memory" && x.example.find("needs ") == 0);
+  CHECK(memory_rule);
+}
+
+TEST_CASE("explain: a rejected layout names the rule; one that does not fit lists what would") {
+  Fixture f;
+  const auto r = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, {});
+  Layout bad;
+  bad.tp = 3;
+  bad.pp = 1;
+  bad.dp = 21;
+  bad.micro_batch = 1;
+  bad.global_batch = f.gbs;
+  CHECK(explore::explain(f.m, f.sys, f.gpus, bad, r).find("rejected by rule 'gpu-count'") != std::string::npos);
+  Layout big;
+  big.tp = 1;
+  big.pp = 1;
+  big.dp = 64;
+  big.micro_batch = 4;
+  big.global_batch = f.gbs;
+  const std::string e = explore::explain(f.m, f.sys, f.gpus, big, r);
+  CHECK(e.find("rejected: needs") != std::string::npos);
+  CHECK(e.find("with recompute full") != std::string::npos);
+  const std::string w = explore::explain(f.m, f.sys, f.gpus, r.top.front().layout, r);
+  CHECK(w.find("ranks #1") != std::string::npos);
+}
