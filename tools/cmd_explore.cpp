@@ -118,6 +118,7 @@ int explore(const Args& args) {
        {"--sp", true, "sequence parallel: on, off or both [both]"},
        {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
+       {"--attention", true, "flash|unfused [flash]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node"},
        {"--max-tp-inside-node", false, "keep tp within one node (the default)"},
        {"--no-uneven", false, "do not try lighter first/last stages"},
@@ -172,7 +173,7 @@ int explore(const Args& args) {
   if (sys.gpu.peak(prec) <= 0) throw InputError("--precision " + to_string(prec) + ": not supported by " + sys.gpu.name);
 
   explore::Options opt;
-  opt.top_n = static_cast<int>(cl.get_int("--top", 1, 1000).value_or(10));
+  opt.top_n = static_cast<int>(cl.get_int("--top", 1, 10000000).value_or(10));
   opt.simulate_k = static_cast<int>(cl.get_int("--simulate-k", 1, 100000).value_or(0));
   opt.threads = static_cast<int>(cl.get_int("--threads", 1, 1024).value_or(0));
   if (!cl.has("--no-simulate")) {
@@ -198,6 +199,9 @@ int explore(const Args& args) {
   if (!json && ::isatty(2)) opt.progress = print_progress;
 
   space.precision = prec;
+  const std::string attn = cl.get_or("--attention", "flash");
+  if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
+  space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 
   if (auto e = cl.get("--explain")) {
