@@ -135,8 +135,8 @@ Space default_space(const Model& m, const System& sys, int gpus) {
   if (m.seq_len >= 8192)
     for (int c = 2; c <= 16; c *= 2)
       if (gpus % c == 0) s.cp.push_back(c);
-  s.mbs = {1, 2, 4, 8};
-  s.schedules = {"gpipe", "1f1b", "interleaved", "zb1p", "zbv", "dualpipev"};
+  s.mbs = {1, 2, 3, 4, 6, 8};  // 3 and 6 appear in published runs (Zero Bubble Table 3)
+  s.schedules = {"gpipe", "1f1b", "interleaved", "zb1p", "zb2p", "zbv", "dualpipev"};
   s.recompute = {Recompute::none, Recompute::selective, Recompute::full};
   s.sp = {0, 1};
   s.zero = {0, 1, 2, 3};
