@@ -212,7 +212,13 @@ std::optional<std::vector<OpRef>> find_cycle(const HbGraph& g) {
 std::vector<double> longest_path(const HbGraph& g) {
   Graph bg = to_boost(g);
   std::vector<std::size_t> order;
-  boost::topological_sort(bg, std::back_inserter(order));  // throws not_a_dag on a cycle
+  bool dag = true;
+  try {
+    boost::topological_sort(bg, std::back_inserter(order));
+  } catch (const boost::not_a_dag&) {
+    dag = false;  // a caller skipped validate() on a schedule that deadlocks
+  }
+  TESSEL_CHECK(dag, "longest_path on a happens-before graph with a cycle (the schedule deadlocks; validate() names it)");
   std::reverse(order.begin(), order.end());
   std::vector<std::vector<std::pair<int, double>>> out(static_cast<std::size_t>(g.num_nodes));
   for (const auto& e : g.edges) out[static_cast<std::size_t>(e.from)].push_back({e.to, e.w});

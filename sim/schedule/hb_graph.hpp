@@ -63,4 +63,7 @@ std::optional<std::vector<OpRef>> find_cycle(const HbGraph& g);
 // Earliest time of every node (longest path from the sources); TESSEL_CHECK on a cycle.
 std::vector<double> longest_path(const HbGraph& g);
 
+// unit_cost_simulate without the validate() pass: the schedule must be valid under `comm`.
+SimResult simulate_valid(const Schedule& s, const Costs& costs, CommModel comm);
+
 }  // namespace tessel::sched::detail

@@ -103,20 +103,23 @@ const std::vector<std::string>& generator_names();
 // Builds a compute-only schedule. InputError naming the parameter and the rule for impossible parameters.
 Schedule generate(const std::string& name, const GenParams& params);
 
-// How the comm ops of one gap between two computes (the sends of the compute before, the recvs of the
-// compute after) are ordered.
+// Where lower() puts the comm ops.
 enum class GapOrder {
-  SendsFirst,  // every send before every recv: never deadlocks under eager comms
-  Parity,      // Megatron p2p_communication._p2p_ops: even ranks SEND_F RECV_F SEND_B RECV_B, odd ranks
-               // RECV_F SEND_F RECV_B SEND_B; a neighbour pair never both wait in a blocking send
-  Auto,        // tries Parity and SendsFirst, each with recvs just in time and posted early (right after
-               // the rank's previous op of the same direction, as Megatron's send_forward_recv_forward);
-               // keeps the first deadlock-free under blocking comms, else under batched, else SendsFirst
+  SendsFirst,  // just in time: sends right after their producer, recvs right before their consumer, every
+               // send of a gap before its recvs. Runs exactly as the compute-only schedule under eager
+               // comms; may deadlock under rendezvous (blocking or batched) comms
+  Parity,      // just in time, each gap in Megatron p2p_communication._p2p_ops order: even ranks SEND_F
+               // RECV_F SEND_B RECV_B, odd ranks RECV_F SEND_F RECV_B SEND_B (enough for 1F1B, not for
+               // interleaved or V schedules)
+  Auto,        // ZB reorder_communication: every comm op keyed by (its producer's end time in a unit-cost
+               // eager simulation, transfer id), both sides of a transfer under one key, each op before the
+               // first compute of its rank that starts at or after that time. Deadlock-free under all three
+               // comm models whenever the compute order is valid; with free comms it runs under eager
+               // exactly as the compute-only schedule. An invalid compute order is lowered SendsFirst
 };
 
-// Inserts SEND_x right after each producing compute and RECV_x right before each consuming compute, for
-// adjacent stages on different ranks only (same-rank stages pass tensors locally). Input must be
-// compute-only. Deadlock-free under eager comms whenever the compute order is.
+// Inserts SEND_x/RECV_x for adjacent stages on different ranks only (same-rank stages pass tensors
+// locally) and never changes the order of the compute ops (checked). Input must be compute-only.
 Schedule lower(const Schedule& compute_only, GapOrder order = GapOrder::Auto);
 // Drops every SEND/RECV: the inverse of lower().
 Schedule strip_comms(const Schedule& s);
@@ -170,9 +173,12 @@ struct SimResult {
 };
 
 // Earliest-start timing of the schedule: each rank runs its list in order, each op starts when its rank is
-// free and its inputs (or, in a lowered schedule, its recvs) are ready. InputError if the schedule deadlocks
-// under `comm` (run validate() for the cycle).
+// free and its inputs (or, in a lowered schedule, its recvs) are ready. Runs validate() first and throws
+// InputError with its first violation (a deadlock under `comm` names the cycle).
 SimResult unit_cost_simulate(const Schedule& s, const Costs& costs, CommModel comm = CommModel::Eager);
+// For a caller that already ran validate(s) with this comm model and got ok(): skips that second pass
+// (about half the cost). A schedule that was not valid is an internal error (TESSEL_CHECK), not InputError.
+SimResult unit_cost_simulate_validated(const Schedule& s, const Costs& costs, CommModel comm = CommModel::Eager);
 
 // Closed-form bubble rates from reference/schedules.md for the generator `name` with per-op costs; nullopt
 // where the sources give no formula for these parameters. The rate compares with SimResult::bubble_rate,

@@ -15,6 +15,14 @@ SimResult unit_cost_simulate(const Schedule& s, const Costs& costs, CommModel co
   if (!rep.ok())
     throw InputError("cannot simulate schedule '" + s.generator + "': " + rep.violations[0].rule + ": " +
                      rep.violations[0].message);
+  return detail::simulate_valid(s, costs, comm);
+}
+
+SimResult unit_cost_simulate_validated(const Schedule& s, const Costs& costs, CommModel comm) {
+  return detail::simulate_valid(s, costs, comm);
+}
+
+SimResult detail::simulate_valid(const Schedule& s, const Costs& costs, CommModel comm) {
   const detail::OpIndex idx(s);
   const auto g = detail::build_hb_graph(s, idx, comm, costs);
   const auto t = detail::longest_path(g);

@@ -101,7 +101,7 @@ TEST_CASE("regression: pytorch/pytorch#172668 deadlocks under blocking sends, ru
         "deadlock under blocking comms: cycle rank 0 #3 '0SEND_F1' -> rank 0 #4 '2RECV_F0' -> rank 1 #2 '1SEND_F0' -> "
         "rank 1 #3 '1RECV_F1' -> back to the first (each must happen before the next)");
   CHECK_THROWS_WITH_AS(unit_cost_simulate(s, Costs{}, CommModel::Blocking), doctest::Contains("deadlock"), InputError);
-  // Tessel's own lowering of the same compute order avoids it (Megatron parity order).
+  // Tessel's own lowering of the same compute order avoids it (both sides of each transfer under one key).
   CHECK(validate(lower(strip_comms(s)), {CommModel::Blocking, {}, 10}).ok());
 }
 
