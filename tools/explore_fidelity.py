@@ -68,6 +68,8 @@ def main():
                    "--precision", "fp8" if lay.get("precision") == "fp8" else "bf16",
                    "--attention", "unfused" if unfused else "flash", "--threads", "2"]
             sched = lay.get("schedule")
+            if sched == "interleaved" and lay.get("vpp") == 1:
+                sched = "1f1b"  # one chunk per rank is plain 1F1B (as tessel validate reads it)
             # What the source's software offered: its schedules, its optimizer sharding.
             era = (["--schedule", "gpipe,1f1b,interleaved"] if rid.startswith(("narayanan21", "korthikanti22"))
                    else ["--schedule", "1f1b,interleaved,zb1p,zb2p"] if rid.startswith("zb24")
