@@ -76,7 +76,7 @@ class Walker {
     const double flops = (full ? 2.0 : 1.0) * st.forward_flops();
     compute(full ? "backward" : "input_grad", full ? "B" : "I", s, mb, flops, [&] {
       std::vector<float> dout = s == s_.num_stages - 1 ? std::vector<float>{} : take(bwd_in_, {s, mb}, "output gradient");
-      std::vector<float> dx = st.backward_input(mb, std::move(dout));
+      std::vector<float> dx = st.backward_input(mb, std::move(dout), /*defer_weight=*/!full);
       if (full) st.backward_weight(mb);
       if (s == 0) return;
       if (s_.rank_of(s - 1) == c_.pp_rank) bwd_in_[{s - 1, mb}] = std::move(dx);

@@ -1,6 +1,7 @@
 #include "runtime/gpt_stage.hpp"
 
 #include <algorithm>
+#include <set>
 
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
@@ -36,9 +37,25 @@ double Stage::forward_flops() const {
   return total;
 }
 
-void Stage::hold(MbState& st, std::int64_t bytes) {
-  st.held += bytes;
-  rec_.hold(bytes);
+void Stage::hold(MbState& st, const Buf& b) {
+  if (!b || st.counted.count(b.get())) return;
+  st.counted[b.get()] = buf_bytes(b);
+  rec_.hold(buf_bytes(b));
+}
+
+namespace {
+std::vector<const Buf*> bufs_of(const LayerActs& a) {
+  return {&a.x, &a.mu1, &a.rs1, &a.y1, &a.q, &a.k, &a.v, &a.probs, &a.attn, &a.x2, &a.mu2, &a.rs2, &a.y2, &a.h1, &a.g1, &a.act};
+}
+}  // namespace
+
+void Stage::hold_acts(MbState& st, const LayerActs& a) {
+  for (const Buf* b : bufs_of(a)) hold(st, *b);
+}
+
+void Stage::release_all(MbState& st) {
+  for (const auto& [buf, bytes] : st.counted) rec_.release(bytes);
+  st.counted.clear();
 }
 
 // Vocab-parallel token lookup (partial per shard, summed over tp; reduce-scattered by token under SP),
@@ -108,8 +125,8 @@ void Stage::head_forward(MbState& st, const float* x) {
   double s = 0;
   for (float l : loss) s += l;
   st.loss = static_cast<float>(s / T);
-  hold(st, buf_bytes(st.head_x) + buf_bytes(st.head_mu) + buf_bytes(st.head_rs) + buf_bytes(st.head_y) +
-               buf_bytes(st.logits) + buf_bytes(st.row_max) + buf_bytes(st.row_sum));
+  for (const Buf* b : {&st.head_x, &st.head_mu, &st.head_rs, &st.head_y, &st.logits, &st.row_max, &st.row_sum})
+    hold(st, *b);
 }
 
 std::vector<float> Stage::head_backward(MbState& st) {
@@ -146,12 +163,12 @@ void Stage::run_blocks_forward(MbState& st, std::vector<float>& x) {
     const Block& b = blocks_[bi];
     if (b.checkpointed) {
       st.block_inputs[bi] = std::make_shared<std::vector<float>>(x);
-      hold(st, buf_bytes(st.block_inputs[bi]));
+      hold(st, st.block_inputs[bi]);
     }
     for (int i = b.begin; i < b.end; ++i) {
       LayerActs* save = b.checkpointed ? nullptr : &st.acts[i];
       layer_forward(shape_, layers_[i], tp_, x.data(), out.data(), save, cfg_.recompute == Recompute::none);
-      if (save) hold(st, save->bytes());
+      if (save) hold_acts(st, *save);
       x.swap(out);
     }
   }
@@ -159,30 +176,43 @@ void Stage::run_blocks_forward(MbState& st, std::vector<float>& x) {
 
 void Stage::block_backward(MbState& st, const Block& b, std::vector<float>& grad) {
   std::vector<LayerActs> recomputed;
-  std::int64_t recomputed_bytes = 0;
   if (b.checkpointed) {
-    // Re-run the block's forward from its saved input, keeping activations this time.
+    // Re-run the block's forward from its saved input, keeping activations this time; they are counted
+    // while the block's backward runs (Megatron holds one recomputed block the same way).
     std::vector<float> x = *st.block_inputs[&b - blocks_.data()], out(x.size());
     recomputed.resize(b.end - b.begin);
     for (int i = b.begin; i < b.end; ++i) {
       layer_forward(shape_, layers_[i], tp_, x.data(), out.data(), &recomputed[i - b.begin], true);
-      recomputed_bytes += recomputed[i - b.begin].bytes();
+      hold_acts(st, recomputed[i - b.begin]);
       x.swap(out);
     }
-    rec_.hold(recomputed_bytes);
   }
   std::vector<float> dx(grad.size());
   for (int i = b.end - 1; i >= b.begin; --i) {
     const LayerActs& a = b.checkpointed ? recomputed[i - b.begin] : st.acts[i];
     const std::size_t jobs_before = st.jobs.size();
     layer_backward(shape_, layers_[i], tp_, a, grad.data(), dx.data(), st.jobs);
-    for (std::size_t j = jobs_before; j < st.jobs.size(); ++j) {
-      st.job_bytes += st.jobs[j].bytes();
-      rec_.hold(st.jobs[j].bytes());
-    }
+    // Split I: the output gradients the W will read are new memory from now on (the inputs are saved
+    // activations, already counted, or recomputed ones that the jobs now keep alive).
+    if (st.defer_weight)
+      for (std::size_t j = jobs_before; j < st.jobs.size(); ++j) {
+        hold(st, st.jobs[j].x);
+        hold(st, st.jobs[j].dy);
+      }
     grad.swap(dx);
   }
-  if (b.checkpointed) rec_.release(recomputed_bytes);
+  if (!b.checkpointed) return;
+  // The recomputed activations go, except the inputs a split I's queued weight jobs still read.
+  std::set<const void*> kept;
+  if (st.defer_weight)
+    for (const auto& j : st.jobs) kept.insert(j.x.get());
+  for (const auto& a : recomputed)
+    for (const Buf* buf : bufs_of(a)) {
+      auto it = *buf ? st.counted.find(buf->get()) : st.counted.end();
+      if (it == st.counted.end() || kept.count(it->first)) continue;
+      rec_.release(it->second);
+      st.counted.erase(it);
+    }
 }
 
 std::vector<float> Stage::forward(int mb, std::vector<float> input, const std::int32_t* tokens,
@@ -209,26 +239,26 @@ float Stage::loss(int mb) const {
   return it->second.loss;
 }
 
-std::vector<float> Stage::backward_input(int mb, std::vector<float> dout) {
+std::vector<float> Stage::backward_input(int mb, std::vector<float> dout, bool defer_weight) {
   auto it = mbs_.find(mb);
   TESSEL_CHECK(it != mbs_.end(), "stage " << cfg_.stage << ": backward of micro-batch " << mb << " before its forward");
   MbState& st = it->second;
+  st.defer_weight = defer_weight;
   std::vector<float> grad = cfg_.last ? head_backward(st) : std::move(dout);
   TESSEL_CHECK(grad.size() == activation_elems(), "stage " << cfg_.stage << " output gradient size " << grad.size());
   for (auto b = blocks_.rbegin(); b != blocks_.rend(); ++b) block_backward(st, *b, grad);
   if (cfg_.first) embed_backward(st, grad.data());
-  // Everything the forward saved is released; queued weight jobs stay counted until W.
-  rec_.release(st.held);
-  st.held = 0;
+  // Everything the forward saved is released; with a split I the buffers of the queued weight jobs
+  // (inputs and output gradients, each once) stay counted until W.
+  release_all(st);
   st.acts.clear();
   st.block_inputs.clear();
   st.head_x = st.head_mu = st.head_rs = st.logits = st.row_max = st.row_sum = nullptr;
-  // head_y and head jobs' buffers are owned by the jobs now.
-  st.head_y = nullptr;
-  for (std::size_t j = 0; j < st.jobs.size(); ++j)
-    if (st.jobs[j].transposed) {  // the head's job was queued before the counted layer jobs
-      st.job_bytes += st.jobs[j].bytes();
-      rec_.hold(st.jobs[j].bytes());
+  st.head_y = nullptr;  // the head's job owns it now
+  if (defer_weight)
+    for (const auto& j : st.jobs) {
+      hold(st, j.x);
+      hold(st, j.dy);
     }
   if (cfg_.first) return {};
   return grad;
@@ -238,7 +268,7 @@ void Stage::backward_weight(int mb) {
   auto it = mbs_.find(mb);
   TESSEL_CHECK(it != mbs_.end(), "stage " << cfg_.stage << ": W of micro-batch " << mb << " before its I");
   for (const auto& j : it->second.jobs) run_weight_grad(j);
-  rec_.release(it->second.job_bytes);
+  release_all(it->second);
   mbs_.erase(it);
 }
 

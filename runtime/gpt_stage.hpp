@@ -39,8 +39,11 @@ class Stage {
   std::vector<float> forward(int mb, std::vector<float> input, const std::int32_t* tokens, const std::int32_t* targets);
   float loss(int mb) const;
   // Input-gradient pass (I, or the first half of B). dout is empty on the last stage. Returns dx (empty on
-  // the first stage). Weight GEMMs are queued for backward_weight.
-  std::vector<float> backward_input(int mb, std::vector<float> dout);
+  // the first stage). Weight GEMMs are queued for backward_weight. defer_weight (a split I, zero bubble):
+  // what the queued GEMMs read stays counted until W; otherwise (B: backward_weight follows at once) the
+  // queue is transient, as in Megatron, where each layer's weight gradient is computed right after its
+  // input gradient and its output gradient freed.
+  std::vector<float> backward_input(int mb, std::vector<float> dout, bool defer_weight = true);
   void backward_weight(int mb);
 
   const StageConfig& config() const { return cfg_; }
@@ -59,9 +62,11 @@ class Stage {
     std::vector<std::int32_t> tokens, targets;
     Buf head_x, head_mu, head_rs, head_y, logits, row_max, row_sum;
     float loss = 0;
-    std::int64_t held = 0;                // bytes counted in the recorder for this micro-batch
+    // Buffers counted in the recorder for this micro-batch, each once however many jobs share it
+    // (the wq/wk/wv jobs all read the norm output, which is also a saved activation).
+    std::map<const void*, std::int64_t> counted;
+    bool defer_weight = true;             // during the backward: count the queued jobs' buffers
     std::vector<WeightGradJob> jobs;
-    std::int64_t job_bytes = 0;
   };
 
   void embed_forward(MbState& st, float* x);
@@ -70,7 +75,9 @@ class Stage {
   std::vector<float> head_backward(MbState& st);
   void run_blocks_forward(MbState& st, std::vector<float>& x);
   void block_backward(MbState& st, const Block& b, std::vector<float>& grad);
-  void hold(MbState& st, std::int64_t bytes);
+  void hold(MbState& st, const Buf& b);    // counts b once per micro-batch
+  void hold_acts(MbState& st, const LayerActs& a);
+  void release_all(MbState& st);
 
   Model model_;
   StageConfig cfg_;

@@ -2,6 +2,7 @@
 // print per-step loss, step time and tokens/s; optionally write a measured trace and recovery checkpoints.
 #include <cstdio>
 #include <iostream>
+#include <iterator>
 #include <mutex>
 
 #include "kernels/cpu/gemm.hpp"
@@ -9,6 +10,7 @@
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/comm/thread_comm.hpp"
+#include "runtime/trace_gather.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
@@ -94,8 +96,8 @@ struct RunConfig {
   std::string checkpoint_dir, resume, trace_path;
 };
 
-// One rank's whole run; rank 0 prints. Returns this rank's trace events.
-void run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0, trace::Trace& out, std::mutex& mu) {
+// One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
+trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0) {
   rt::Trainer t(c.model, c.layout, c.opt, world, t0);
   if (!c.resume.empty()) rt::load_checkpoint(t, c.resume, c.opt.seed);
   const double tokens = static_cast<double>(c.layout.global_batch) * c.model.seq_len;
@@ -113,12 +115,45 @@ void run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_poi
     if (c.save_every > 0 && t.steps_done() % c.save_every == 0) rt::save_checkpoint(t, c.checkpoint_dir, c.opt.seed);
   }
   if (talk) std::printf("peak activation memory on rank 0: %.3f MiB\n", t.recorder().peak_bytes() / 1048576.0);
-  std::lock_guard<std::mutex> lk(mu);
-  auto& ev = t.recorder().events();
-  out.events.insert(out.events.end(), ev.begin(), ev.end());
-  out.process_names[world.rank()] = t.process_name();
-  out.counters.push_back({world.rank(), "peak_activation_MiB", 0.0, t.recorder().peak_bytes() / 1048576.0});
+  trace::Trace part;
+  part.events = std::move(t.recorder().events());
+  part.process_names[world.rank()] = t.process_name();
+  part.counters.push_back({world.rank(), "peak_activation_MiB", 0.0, t.recorder().peak_bytes() / 1048576.0});
+  return part;
 }
+
+void merge_into(trace::Trace& all, trace::Trace&& part) {
+  all.events.insert(all.events.end(), std::make_move_iterator(part.events.begin()),
+                    std::make_move_iterator(part.events.end()));
+  all.counters.insert(all.counters.end(), part.counters.begin(), part.counters.end());
+  all.process_names.insert(part.process_names.begin(), part.process_names.end());
+}
+
+#ifdef TESSEL_HAVE_MPI
+// One process per rank. The world size is checked first, on every rank, before any group or Trainer
+// exists. Every rank prints the rule and waits at a barrier (mpirun kills the remaining processes as soon
+// as one exits non-zero, so nobody exits before all have printed), returns normally (no MPI_Abort), and
+// throws an InputError after MPI_Finalize: exit 2. The trace is gathered to rank 0, which alone writes it.
+void run_under_mpi(const RunConfig& c, rt::Recorder::Clock::time_point t0, trace::Trace& tr) {
+  bool mismatch = false;
+  rt::run_mpi([&](rt::Comm& world) {
+    if (world.size() != c.layout.gpus()) {
+      std::fprintf(stderr, "tessel run: mpirun started %d processes (this is rank %d), but the layout %s needs "
+                   "tp*pp*dp = %d: run mpirun -np %d\n", world.size(), world.rank(), c.layout.describe().c_str(),
+                   c.layout.gpus(), c.layout.gpus());
+      std::fflush(stderr);
+      world.barrier();
+      mismatch = true;
+      return;
+    }
+    trace::Trace part = run_rank(c, world, t0);
+    if (c.opt.record_trace) tr = rt::gather_trace(world, part);
+  });
+  if (mismatch)
+    throw InputError("mpirun -np: the process count differs from the layout's tp*pp*dp = " +
+                     std::to_string(c.layout.gpus()) + " (every rank printed the details above)");
+}
+#endif
 
 }  // namespace
 
@@ -152,6 +187,9 @@ int run(const Args& args) {
   RunConfig c;
   c.model = load_model(cl.get_or("--model", "tiny"));
   c.layout = read_layout(cl);
+  // The CPU runtime keeps the softmax probabilities (Megatron's unfused core attention): say so in the
+  // layout, so a simulation of it predicts its activation memory (docs/runtime.md).
+  c.layout.attention = AttentionImpl::unfused;
   c.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
   c.opt.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
   if (auto lr = cl.get_double("--lr", 0.0, 10.0)) c.opt.optimizer.adamw.lr = static_cast<float>(*lr);
@@ -173,27 +211,33 @@ int run(const Args& args) {
 
   kernels::cpu::gemm_set_single_thread();
   trace::Trace tr;
-  std::mutex mu;
   const auto t0 = rt::Recorder::Clock::now();
   bool under_mpi = false;
 #ifdef TESSEL_HAVE_MPI
   under_mpi = rt::launched_by_mpirun();
-  if (under_mpi) rt::run_mpi([&](rt::Comm& world) { run_rank(c, world, t0, tr, mu); });
+  if (under_mpi) run_under_mpi(c, t0, tr);
 #endif
-  if (!under_mpi) rt::run_threads(c.layout.gpus(), [&](rt::Comm& world) { run_rank(c, world, t0, tr, mu); });
-  if (!c.trace_path.empty()) {
+  if (!under_mpi) {
+    std::mutex mu;
+    rt::run_threads(c.layout.gpus(), [&](rt::Comm& world) {
+      trace::Trace part = run_rank(c, world, t0);
+      std::lock_guard<std::mutex> lk(mu);
+      merge_into(tr, std::move(part));
+    });
+  }
+  // Under mpirun only rank 0 holds the gathered trace (process 0 has rank 0's name); others write nothing.
+  if (!c.trace_path.empty() && !tr.process_names.empty()) {
     std::stable_sort(tr.events.begin(), tr.events.end(),
                      [](const trace::OpEvent& a, const trace::OpEvent& b) { return a.rank < b.rank; });
+    std::stable_sort(tr.counters.begin(), tr.counters.end(),
+                     [](const trace::Counter& a, const trace::Counter& b) { return a.rank < b.rank; });
     tr.other_data["model"] = model_to_json(c.model);
     tr.other_data["layout"] = layout_to_json(c.layout);
     tr.other_data["schedule"] = c.layout.schedule;
     tr.other_data["system"] = "cpu";
     tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
-    // Under mpirun each process writes its own ranks' events to PATH.rank<R>.
-    std::string path = c.trace_path;
-    if (under_mpi && !tr.process_names.empty()) path += ".rank" + std::to_string(tr.process_names.begin()->first);
-    trace::write_chrome_trace(tr, path);
-    std::printf("trace: %s (%zu events)\n", path.c_str(), tr.events.size());
+    trace::write_chrome_trace(tr, c.trace_path);
+    std::printf("trace: %s (%zu events, %zu ranks)\n", c.trace_path.c_str(), tr.events.size(), tr.process_names.size());
   }
   return 0;
 }

@@ -1,0 +1,35 @@
+#!/bin/sh
+# `tessel run` under mpirun (exit 77 = skip without mpirun):
+#  1. --trace writes ONE trace holding every rank (gathered to rank 0), not PATH.rank<R> per process;
+#  2. a world size that differs from the layout exits 2 on every rank with the rule, before training
+#     (no step line printed) and without MPI_Abort.
+exe="$1"
+command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipping"; exit 77; }
+dir=$(mktemp -d) || exit 1
+trap 'rm -rf "$dir"' EXIT
+mpi="mpirun --allow-run-as-root --oversubscribe"
+
+# 1. pp 2 x tp 2 = 4 processes; expected: trace.json exists, no trace.json.rank*, pids 0..3 named.
+timeout 300 $mpi -np 4 "$exe" run --tp 2 --pp 2 --steps 1 --trace "$dir/trace.json" >"$dir/out1.txt" 2>&1
+rc=$?
+tail -3 "$dir/out1.txt"
+[ $rc -eq 0 ] || { echo "FAIL: mpirun tessel run --trace exited $rc"; cat "$dir/out1.txt"; exit 1; }
+[ -f "$dir/trace.json" ] || { echo "FAIL: no $dir/trace.json"; exit 1; }
+ls "$dir" | grep -q 'trace.json.rank' && { echo "FAIL: per-rank trace files written"; exit 1; }
+for r in 0 1 2 3; do
+  grep -q "\"rank $r (stage" "$dir/trace.json" || { echo "FAIL: rank $r missing from the gathered trace"; exit 1; }
+done
+grep -q "4 ranks)" "$dir/out1.txt" || { echo "FAIL: rank 0 did not report 4 ranks in the trace"; exit 1; }
+
+# 2. 3 processes for a 4-GPU layout.
+timeout 120 $mpi -np 3 "$exe" run --tp 2 --pp 2 --steps 1 >"$dir/out2.txt" 2>&1
+rc=$?
+cat "$dir/out2.txt" | head -20
+[ $rc -eq 2 ] || { echo "FAIL: world-size mismatch exited $rc, expected 2"; exit 1; }
+for r in 0 1 2; do
+  grep -q "mpirun started 3 processes (this is rank $r), but the layout .* needs tp\*pp\*dp = 4" "$dir/out2.txt" ||
+    { echo "FAIL: no message from rank $r"; exit 1; }
+done
+grep -q "^step " "$dir/out2.txt" && { echo "FAIL: training started despite the mismatch"; exit 1; }
+grep -qi "MPI_ABORT" "$dir/out2.txt" && { echo "FAIL: the mismatch went through MPI_Abort"; exit 1; }
+echo "PASS"
