@@ -25,7 +25,7 @@ double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first,
 
 // Micro-batches (in units of one stage-chunk's activations) that rank r keeps in flight at its peak under the
 // layout's schedule: 1F1B min(m, p - r); GPipe m; interleaved (Megatron warmup) min(m v, 2(p-1-r) + (v-1) p) + 1
-// chunk-activations; ZB-1P as 1F1B; ZB-2P 2p - 1 (ZB-H2, Qi et al. 2024); ZB-V and DualPipeV per
+// chunk-activations; ZB-1P p and ZB-2P 2p on every rank (activations live until W); ZB-V and DualPipeV per
 // reference/schedules.md. Counts chunks: multiply by one chunk's bytes.
 double inflight_chunks(const Layout& l, int rank);
 
