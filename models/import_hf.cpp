@@ -74,6 +74,7 @@ Model import_hf_config(const Json& j, const std::string& where) {
   if (m.heads % m.kv_heads != 0)
     throw InputError(where + ": num_key_value_heads " + std::to_string(m.kv_heads) + " does not divide num_attention_heads " +
                      std::to_string(m.heads));
+  check_model_size(m, where);
   return m;
 }
 

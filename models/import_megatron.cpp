@@ -86,14 +86,21 @@ Model import_megatron_args(const std::vector<std::string>& argv, const std::stri
     // GPT-2 BPE: 50257 tokens, padded to a multiple of --make-vocab-size-divisible-by (default 128) x TP.
     int tp = f.values.count("--tensor-model-parallel-size") ? int_flag(f, where, "--tensor-model-parallel-size", 1, 1 << 16) : 1;
     int div = f.values.count("--make-vocab-size-divisible-by") ? int_flag(f, where, "--make-vocab-size-divisible-by", 1, 1 << 16) : 128;
-    int mult = div * tp;
-    m.vocab = (50257 + mult - 1) / mult * mult;
+    // In 64 bits: div and tp may each be up to 2^16, their product 2^32.
+    const std::int64_t mult = static_cast<std::int64_t>(div) * tp;
+    const std::int64_t padded = (50257 + mult - 1) / mult * mult;
+    if (padded > (1 << 24))
+      throw InputError(where + ": padded vocabulary " + std::to_string(padded) + " (50257 rounded up to a multiple of " +
+                       "--make-vocab-size-divisible-by x --tensor-model-parallel-size = " + std::to_string(mult) +
+                       ") exceeds 2^24");
+    m.vocab = static_cast<int>(padded);
   } else {
     throw InputError(where + ": the vocabulary size is unknown: give --vocab-size (Megatron reads it from the tokenizer)");
   }
   if (m.heads % m.kv_heads != 0)
     throw InputError(where + ": --num-query-groups " + std::to_string(m.kv_heads) + " does not divide --num-attention-heads " +
                      std::to_string(m.heads));
+  check_model_size(m, where);
   return m;
 }
 

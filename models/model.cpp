@@ -50,6 +50,21 @@ std::int64_t Model::total_params() const {
   return layers * params_per_layer() + embedding_params() + output_params();
 }
 
+void check_model_size(const Model& m, const std::string& where) {
+  constexpr double kMaxParams = 1e15;
+  // The same terms as params_per_layer() and friends, in double: no overflow, and exact enough to compare.
+  const double h = m.hidden, f = m.ffn, q = static_cast<double>(m.heads) * m.head_dim,
+               kv = static_cast<double>(m.kv_heads) * m.head_dim;
+  const double per_layer = h * (q + 2 * kv) + q * h + 3 * h * f + 2 * f + q + 2 * kv + 6 * h;
+  const double total = m.layers * per_layer + (static_cast<double>(m.vocab) + m.seq_len) * h * 2;
+  if (total > kMaxParams) {
+    std::ostringstream os;
+    os << where << ": the model has about " << total << " parameters (layers " << m.layers << ", hidden " << m.hidden
+       << ", ffn " << m.ffn << ", vocab " << m.vocab << "), more than the limit " << kMaxParams;
+    throw InputError(os.str());
+  }
+}
+
 Model parse_model(const Json& j, const std::string& where) {
   JsonObject o(j, where);
   Model m;
@@ -81,6 +96,7 @@ Model parse_model(const Json& j, const std::string& where) {
   if (m.heads % m.kv_heads != 0)
     o.fail("kv_heads", "heads " + std::to_string(m.heads) + " is not a multiple of kv_heads " + std::to_string(m.kv_heads));
   o.finish();
+  check_model_size(m, where);
   return m;
 }
 

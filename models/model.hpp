@@ -43,6 +43,11 @@ std::string to_string(Activation a);
 std::string to_string(Norm n);
 std::string to_string(PositionEmbedding p);
 
+// Every dimension is bounded on its own, but parameter counts multiply them in int64: a model of more than
+// 10^15 parameters (about 2500x Llama 3 405B, the largest dense preset) is rejected with an InputError naming
+// `where` before anything counts it. The parsers and importers below call it.
+void check_model_size(const Model& m, const std::string& where);
+
 // Strict parse of a model object; `where` names the file for messages.
 Model parse_model(const Json& j, const std::string& where);
 Json model_to_json(const Model& m);

@@ -127,9 +127,23 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
   l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
   if (o.has("stage_layers")) {
-    for (double x : o.number_array("stage_layers", 0, 100000)) l.stage_layers.push_back(static_cast<int>(x));
+    for (double x : o.number_array("stage_layers", 0, 100000)) {
+      if (x != static_cast<int>(x)) o.fail("stage_layers", "entries must be whole layer counts, got " + std::to_string(x));
+      l.stage_layers.push_back(static_cast<int>(x));
+    }
   } else {
     o.ignore("stage_layers");
+  }
+  // Each degree is bounded, but their product is the GPU count everything downstream multiplies in int:
+  // bound it as --gpus is bounded (tools/spec_args.cpp), far above any machine built (~10^5 GPUs).
+  // In double: four degrees of up to 2^20 multiply to 2^80, beyond int64 too.
+  constexpr double kMaxGpus = 1 << 22;
+  const double gpus = static_cast<double>(l.tp) * l.pp * l.dp * l.cp;
+  if (gpus > kMaxGpus) {
+    std::ostringstream os;
+    os << "tp*pp*dp*cp = " << l.tp << "*" << l.pp << "*" << l.dp << "*" << l.cp << " = " << gpus
+       << " GPUs, more than the limit " << kMaxGpus;
+    o.fail("tp", os.str());
   }
   o.finish();
   return l;

@@ -49,7 +49,8 @@ System parse_system(const Json& j, const std::string& where) {
       s.gpu.gemm_tiles.clear();
       for (const auto& p : t) {
         if (!p.is_array() || p.size() != 2 || !p[0].is_number_integer() || !p[1].is_number_integer() ||
-            p[0].get<int>() < 8 || p[1].get<int>() < 8 || p[0].get<int>() > 1024 || p[1].get<int>() > 1024)
+            p[0].get<std::int64_t>() < 8 || p[1].get<std::int64_t>() < 8 || p[0].get<std::int64_t>() > 1024 ||
+            p[1].get<std::int64_t>() > 1024)
           e.fail("gemm_tiles", "entry " + json_brief(p) + " must be [m, n] with 8 <= m, n <= 1024");
         s.gpu.gemm_tiles.push_back({p[0].get<int>(), p[1].get<int>()});
       }

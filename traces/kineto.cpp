@@ -6,6 +6,8 @@
 #include <unordered_map>
 
 #include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
+#include "traces/chrome.hpp"
 #include "traces/event_reader.hpp"
 #include "traces/intervals.hpp"
 
@@ -194,8 +196,19 @@ class Importer {
   void read_top() {
     const auto& top = k_.top;
     if (auto it = top.find("distributedInfo"); it != top.end() && it->is_object()) {
-      if (it->contains("rank") && (*it)["rank"].is_number_integer()) k_.rank = (*it)["rank"].get<int>();
-      if (it->contains("world_size") && (*it)["world_size"].is_number_integer()) k_.world_size = (*it)["world_size"].get<int>();
+      // Range-checked before narrowing: a profiler of a real job has fewer than kMaxRanks ranks, and an
+      // out-of-range value would otherwise wrap into a plausible-looking rank.
+      auto read_rank = [&](const char* key, std::int64_t min, std::int64_t max) -> std::optional<int> {
+        if (!it->contains(key) || !(*it)[key].is_number_integer()) return std::nullopt;
+        const nlohmann::json& v = (*it)[key];
+        if (v.is_number_unsigned() ? v.get<std::uint64_t>() > static_cast<std::uint64_t>(max)
+                                   : (v.get<std::int64_t>() < min || v.get<std::int64_t>() > max))
+          throw InputError(k_.origin + ": distributedInfo." + key + ": value " + json_brief(v) + " must be in [" +
+                           std::to_string(min) + ", " + std::to_string(max) + "]");
+        return static_cast<int>(v.get<std::int64_t>());
+      };
+      k_.world_size = read_rank("world_size", 1, kMaxRanks);
+      k_.rank = read_rank("rank", 0, k_.world_size.value_or(kMaxRanks) - 1);
     }
     if (auto it = top.find("deviceProperties"); it != top.end() && it->is_array() && !it->empty()) {
       k_.device_name = str_arg((*it)[0], "name");

@@ -43,6 +43,12 @@ Json parse_json_text(const std::string& text, const std::string& origin) {
     std::ostringstream os;
     os << origin << ":" << line << ":" << col << ": malformed JSON: " << what;
     throw InputError(os.str());
+  } catch (const Json::out_of_range& e) {
+    // A number literal too large for a double (1e400): nlohmann reports it as out_of_range (406), without
+    // a position. Found by tests/fuzz (regressions/model_json).
+    std::string what = e.what();
+    auto colon = what.find("] ");
+    throw InputError(origin + ": malformed JSON: " + (colon != std::string::npos ? what.substr(colon + 2) : what));
   }
 }
 

@@ -118,6 +118,11 @@ CsvMeta infer_meta(const std::vector<std::vector<Action>>& ranks, const std::str
       else
         note(a, r);
     }
+  // The sidecar's limits (parse_meta_json) hold for inferred sizes too: consumers allocate per stage and
+  // per micro-batch, and a 9-digit index must not become a billion-entry table.
+  if (max_stage >= (1 << 20) || max_mb >= (1 << 24))
+    throw InputError(origin + ": stage index " + std::to_string(max_stage) + " / micro-batch index " +
+                     std::to_string(max_mb) + " exceed the limits 2^20 stages and 2^24 micro-batches");
   m.num_stages = max_stage + 1;
   m.num_microbatches = max_mb + 1;
   for (int s = 0; s < m.num_stages; ++s) {
