@@ -227,6 +227,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     // Embedding output stays alive per in-flight micro-batch; logits only for the one in its backward.
     mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r];
     if (l.zero_stage == 3) mbk.zero3_gather = 2.0 * 2.0 * static_cast<double>(m.params_per_layer()) / l.tp;
+    mbk.recompute_transient = cost::recompute_transient_bytes(m, l);
     mbk.reserved = sys.memory_reserved_bytes;
     e.memory.push_back(mbk);
     if (mbk.total() > e.peak_memory) {
@@ -273,7 +274,8 @@ Json estimate_to_json(const Estimate& e) {
     mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights / kGiB}, {"grads_GiB", m.grads / kGiB},
                    {"optimizer_GiB", m.optimizer / kGiB}, {"activations_GiB", m.activations / kGiB},
                    {"extras_GiB", m.extras / kGiB}, {"zero3_gather_GiB", m.zero3_gather / kGiB},
-                   {"reserved_GiB", m.reserved / kGiB}, {"total_GiB", m.total() / kGiB}});
+                   {"recompute_transient_GiB", m.recompute_transient / kGiB}, {"reserved_GiB", m.reserved / kGiB},
+                   {"total_GiB", m.total() / kGiB}});
   j["memory_per_pipeline_rank"] = mem;
   j["peak_memory_GiB"] = e.peak_memory / kGiB;
   j["peak_rank"] = e.peak_rank;

@@ -50,7 +50,7 @@ int estimate(const Args& args) {
       {"pp rank", "weights", "grads", "optimizer", "activations", "extras", "reserved", "total", "of capacity"}};
   for (const auto& m : e.memory)
     mem.push_back({std::to_string(m.rank), fmt::gib(m.weights), fmt::gib(m.grads), fmt::gib(m.optimizer),
-                   fmt::gib(m.activations), fmt::gib(m.extras + m.zero3_gather), fmt::gib(m.reserved),
+                   fmt::gib(m.activations), fmt::gib(m.extras + m.zero3_gather + m.recompute_transient), fmt::gib(m.reserved),
                    fmt::gib(m.total()), fmt::pct(m.total() / e.capacity)});
   std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
   std::cout << "peak " << fmt::gib(e.peak_memory) << " on pipeline rank " << e.peak_rank << " of "

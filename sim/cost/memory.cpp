@@ -9,7 +9,9 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
   const double sbh = s * b * h;
   const double sp = l.sequence_parallel ? t : 1.0;  // divisor for tensors that SP shards along the sequence
-  if (l.recompute == Recompute::full) return 2.0 * sbh / sp;  // the layer's input only
+  // 16-bit elements take 2 bytes (fp8 recipes keep 16-bit activations between layers), fp32 4.
+  const double wide = l.precision == Precision::fp32 ? 2.0 : 1.0;
+  if (l.recompute == Recompute::full) return wide * 2.0 * sbh / sp;  // the layer's input only
   const double q = static_cast<double>(m.heads) * m.head_dim;
   const double kv = std::max(static_cast<double>(m.kv_heads) * m.head_dim / t, static_cast<double>(m.head_dim)) * t;
   const double f = m.ffn;
@@ -36,8 +38,7 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   }
   // fp8 halves the stored 16-bit tensors (Transformer Engine keeps fp8 copies for the GEMM inputs); bf16 and
   // fp16 as above; fp32 doubles them.
-  if (l.precision == Precision::fp32) bytes *= 2.0;
-  return bytes;
+  return wide * bytes;
 }
 
 double stage_activation_bytes(const Model& m, const Layout& l, int layers, int recomputed) {
@@ -60,10 +61,18 @@ double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first,
   double bytes = 0;
   // Embedding dropout output, sequence-sharded (Korthikanti: s b h p / t for p in-flight micro-batches;
   // this is one micro-batch's share, the schedule multiplies).
-  if (first) bytes += (m.dropout ? 2.0 : 0.0) * sbh / t;
+  const double wide = l.precision == Precision::fp32 ? 2.0 : 1.0;  // 16-bit tensors at 4 bytes in fp32 training
+  if (first) bytes += wide * (m.dropout ? 2.0 : 0.0) * sbh / t;
   // Final norm input and output-projection input (2 s b h / t each) and fp32 logits 4 s b v / t.
-  if (last) bytes += 4.0 * sbh / t + 4.0 * s * b * static_cast<double>(m.vocab) / t;
+  if (last) bytes += wide * 4.0 * sbh / t + 4.0 * s * b * static_cast<double>(m.vocab) / t;
   return bytes;
+}
+
+double recompute_transient_bytes(const Model& m, const Layout& l) {
+  if (l.recompute != Recompute::full) return 0.0;
+  Layout none = l;
+  none.recompute = Recompute::none;
+  return layer_activation_bytes(m, none);
 }
 
 double inflight_chunks(const Layout& l, int rank) {

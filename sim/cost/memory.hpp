@@ -23,6 +23,10 @@ double stage_activation_bytes(const Model& m, const Layout& l, int layers, int r
 // norm + head input + fp32 logits on the last (one micro-batch's worth).
 double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last);
 
+// Full recompute re-creates one layer's activations while that layer's backward runs (not in Korthikanti's
+// formula, which counts what is stored between passes): the peak holds one layer without recompute on top.
+double recompute_transient_bytes(const Model& m, const Layout& l);
+
 // Micro-batches (in units of one stage-chunk's activations) that rank r keeps in flight at its peak under the
 // layout's schedule: 1F1B min(m, p - r); GPipe m; interleaved (Megatron warmup) min(m v, 2(p-1-r) + (v-1) p) + 1
 // chunk-activations; ZB-1P p and ZB-2P 2p on every rank (activations live until W); ZB-V and DualPipeV per
@@ -44,8 +48,11 @@ struct MemoryBreakdown {
   double activations = 0;     // peak activations of the rank (all its chunks)
   double extras = 0;          // embedding / logits extras
   double zero3_gather = 0;    // ZeRO-3: the largest gathered layer's full weights
+  double recompute_transient = 0;  // full recompute: one layer's activations re-created during its backward
   double reserved = 0;        // the system's allowance (context, NCCL, fragmentation)
-  double total() const { return weights + grads + optimizer + activations + extras + zero3_gather + reserved; }
+  double total() const {
+    return weights + grads + optimizer + activations + extras + zero3_gather + recompute_transient + reserved;
+  }
 };
 
 }  // namespace tessel::cost

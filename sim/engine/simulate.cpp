@@ -108,6 +108,8 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
   }
   jc.static_bytes_per_param = cost::state_bytes_per_param(l).total();
   jc.fixed_bytes += sys.memory_reserved_bytes;
+  // Full recompute: one layer's activations re-created during its backward (cost/memory.hpp).
+  jc.fixed_bytes += cost::recompute_transient_bytes(w.model, w.layout);
   return jc;
 }
 

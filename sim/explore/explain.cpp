@@ -82,7 +82,7 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
   os << "  peak memory " << num(e.peak_memory / kGiB, 1) << " GiB on pipeline rank " << e.peak_rank << " of "
      << num(e.capacity / kGiB, 1) << " GiB: weights " << num(mem.weights / kGiB, 1) << ", gradients "
      << num(mem.grads / kGiB, 1) << ", optimizer " << num(mem.optimizer / kGiB, 1) << ", activations "
-     << num(mem.activations / kGiB, 1) << ", extras " << num((mem.extras + mem.zero3_gather) / kGiB, 1)
+     << num(mem.activations / kGiB, 1) << ", extras " << num((mem.extras + mem.zero3_gather + mem.recompute_transient) / kGiB, 1)
      << ", reserved " << num(mem.reserved / kGiB, 1) << "\n";
   if (!e.fits) {
     os << "  rejected: needs " << num(e.peak_memory / kGiB, 1) << " GiB of " << num(e.capacity / kGiB, 1) << "\n";
