@@ -226,7 +226,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     mbk.activations = chunks * rs.act[r];
     // Embedding output stays alive per in-flight micro-batch; logits only for the one in its backward.
     mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r];
-    if (l.zero_stage == 3) mbk.zero3_gather = 2.0 * 2.0 * static_cast<double>(m.params_per_layer()) / l.tp;
+    mbk.zero3_gather = cost::zero3_gather_bytes(m, l);
     mbk.recompute_transient = cost::recompute_transient_bytes(m, l);
     mbk.reserved = sys.memory_reserved_bytes;
     e.memory.push_back(mbk);

@@ -68,6 +68,15 @@ double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first,
   return bytes;
 }
 
+double zero3_gather_bytes(const Model& m, const Layout& l) {
+  if (l.zero_stage != 3) return 0.0;
+  const double h = m.hidden, f = m.ffn, q = static_cast<double>(m.heads) * m.head_dim;
+  const double kv = static_cast<double>(m.kv_heads) * m.head_dim;
+  const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  const double largest = std::max({gate * h * f, h * f, h * (q + 2 * kv), static_cast<double>(m.vocab) * h}) / l.tp;
+  return 2.0 * 2.0 * largest;
+}
+
 double recompute_transient_bytes(const Model& m, const Layout& l) {
   if (l.recompute != Recompute::full) return 0.0;
   Layout none = l;

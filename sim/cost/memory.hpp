@@ -23,6 +23,10 @@ double stage_activation_bytes(const Model& m, const Layout& l, int layers, int r
 // norm + head input + fp32 logits on the last (one micro-batch's worth).
 double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last);
 
+// ZeRO-3 working set: DeepSpeed gathers parameters per module (one Linear at a time, the next one prefetched),
+// so two of the largest weight matrices in 16-bit, not whole layers.
+double zero3_gather_bytes(const Model& m, const Layout& l);
+
 // Full recompute re-creates one layer's activations while that layer's backward runs (not in Korthikanti's
 // formula, which counts what is stored between passes): the peak holds one layer without recompute on top.
 double recompute_transient_bytes(const Model& m, const Layout& l);

@@ -104,7 +104,7 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
     const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
     jc.zero3_gather_layer = cost::collective_time(sys, cost::Collective::all_gather, 2 * layer_params, flat).seconds;
     jc.zero3_scatter_layer = cost::collective_time(sys, cost::Collective::reduce_scatter, 2 * layer_params, flat).seconds;
-    jc.fixed_bytes += 2.0 * 2.0 * static_cast<double>(m.params_per_layer()) / l.tp;
+    jc.fixed_bytes += cost::zero3_gather_bytes(m, l);
   }
   jc.static_bytes_per_param = cost::state_bytes_per_param(l).total();
   jc.fixed_bytes += sys.memory_reserved_bytes;
