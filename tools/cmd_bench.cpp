@@ -10,12 +10,20 @@
 #include <algorithm>
 #include <barrier>
 #include <chrono>
+#include <functional>
+#include <memory>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 #include <vector>
 
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "kernels/cpu/optimizer.hpp"
 #include "models/util/error.hpp"
 #include "runtime/comm/comm_bench.hpp"
 #include "runtime/comm/thread_comm.hpp"
@@ -126,6 +134,138 @@ void bench_membw(calib::BenchData& out, int threads) {
   }
 }
 
+// The runtime's own non-GEMM kernels (kernels/cpu) at the shapes of the closed-loop GPT (tools/closed_loop.py:
+// hidden 256, ffn 1024, 8 heads of 32, seq 128, vocab 512; 1 or 2 sequences; tp 1 or 2 halves heads, ffn
+// and vocab). Each row carries the bytes (and, for attention, the FLOPs) the cost model charges for that op,
+// so `calibrate` fits the rate of the path the simulator puts it on:
+//   norm:          2e x fwd, 3e x bwd                       (sim/workload.cpp, norm1/norm2)
+//   GELU:          2e t f fwd, 3e t f bwd                   ("act", gate = 1)
+//   cross-entropy: 3 ce fwd, 2 ce bwd, ce = 4 t V           (add_head)
+//   embedding:     3e x fwd, 3e x + 4x bwd                  (add_embedding)
+//   AdamW:         30 bytes per parameter                   (sim/estimate.cpp, optimizer_s)
+//   attention:     attention_time(F/2, io) fwd, attention_time(2.5 F/2, 2 io) bwd, F = 4 b h s^2 d,
+//                  io = e t 4 h_local                       (the flash path: the runtime's attention core is
+//                  one fused scalar loop; its rate is attention_efficiency, see docs/calibration.md)
+// with e = 4 (fp32), t tokens, x = t h. per_step: occurrences in the reference step, a held-out layout's
+// rank of the closed loop (4 layers x 4 micro-batches of layer kernels over the 4 shapes, so 4 per shape and
+// 8 for the two norms; head and embedding once per micro-batch, 1 per shape; AdamW once, 0.5 per size).
+struct KernelShape {
+  int tokens, hidden, ffn, heads, head_dim, seq, vocab;
+};
+
+std::vector<KernelShape> kernel_shapes() {
+  std::vector<KernelShape> v;
+  for (int seqs : {1, 2})
+    for (int tp : {1, 2}) v.push_back({128 * seqs, 256, 1024 / tp, 8 / tp, 32, 128, 512 / tp});
+  return v;
+}
+
+using Buf = std::shared_ptr<std::vector<float>>;
+Buf buf(std::size_t n, float x) { return std::make_shared<std::vector<float>>(n, x); }
+
+void add_kernel(calib::BenchData& out, int threads, const char* name, const char* path, double bytes, double flops,
+                double per_step, const std::function<std::function<void()>()>& make) {
+  calib::KernelRow r{name, path, bytes, flops, per_step, 0};
+  r.time_s = concurrent_time(threads, [&](int) { return make(); });
+  out.kernels.push_back(r);
+}
+
+void bench_norm_act(calib::BenchData& out, int threads, const KernelShape& s) {
+  const double e = 4, x = static_cast<double>(s.tokens) * s.hidden, tf = static_cast<double>(s.tokens) * s.ffn;
+  const int T = s.tokens, H = s.hidden;
+  add_kernel(out, threads, "layernorm_fwd", "memory", 2 * e * x, 0, 8, [=] {
+    Buf in = buf(T * H, 0.3f), g = buf(H, 1.0f), b = buf(H, 0.0f), y = buf(T * H, 0), m = buf(T, 0), r = buf(T, 0);
+    return std::function<void()>([=] { kc::layernorm_fwd(in->data(), g->data(), b->data(), y->data(), m->data(), r->data(), T, H, 1e-5f); });
+  });
+  add_kernel(out, threads, "layernorm_bwd", "memory", 3 * e * x, 0, 8, [=] {
+    Buf dy = buf(T * H, 0.1f), in = buf(T * H, 0.3f), g = buf(H, 1.0f), m = buf(T, 0.3f), r = buf(T, 1.0f),
+        dx = buf(T * H, 0), dg = buf(H, 0), db = buf(H, 0);
+    return std::function<void()>([=] {
+      kc::layernorm_bwd(dy->data(), in->data(), g->data(), m->data(), r->data(), dx->data(), dg->data(), db->data(), T, H);
+    });
+  });
+  const std::size_t n = static_cast<std::size_t>(T) * s.ffn;
+  add_kernel(out, threads, "gelu_fwd", "memory", 2 * e * tf, 0, 4, [=] {
+    Buf in = buf(n, 0.3f), y = buf(n, 0);
+    return std::function<void()>([=] { kc::gelu_fwd(in->data(), y->data(), n); });
+  });
+  add_kernel(out, threads, "gelu_bwd", "memory", 3 * e * tf, 0, 4, [=] {
+    Buf dy = buf(n, 0.1f), in = buf(n, 0.3f), dx = buf(n, 0);
+    return std::function<void()>([=] { kc::gelu_bwd(dy->data(), in->data(), dx->data(), n); });
+  });
+}
+
+void bench_head_embed(calib::BenchData& out, int threads, const KernelShape& s) {
+  const int T = s.tokens, V = s.vocab, H = s.hidden;
+  const double ce = 4.0 * T * V, e = 4, x = static_cast<double>(T) * H;
+  auto targets = std::make_shared<std::vector<std::int32_t>>(T);
+  for (int i = 0; i < T; ++i) (*targets)[i] = (i * 7) % V;
+  add_kernel(out, threads, "cross_entropy_fwd", "memory", 3 * ce, 0, 1, [=] {
+    Buf z = buf(static_cast<std::size_t>(T) * V, 0.01f), loss = buf(T, 0), mx = buf(T, 0), sm = buf(T, 0);
+    return std::function<void()>([=] {
+      kc::cross_entropy_fwd(z->data(), T, V, 0, targets->data(), loss->data(), mx->data(), sm->data(), nullptr);
+    });
+  });
+  add_kernel(out, threads, "cross_entropy_bwd", "memory", 2 * ce, 0, 1, [=] {
+    Buf z = buf(static_cast<std::size_t>(T) * V, 0.01f), mx = buf(T, 0.01f), sm = buf(T, static_cast<float>(V)),
+        dl = buf(T, 1.0f / T), dz = buf(static_cast<std::size_t>(T) * V, 0);
+    return std::function<void()>([=] {
+      kc::cross_entropy_bwd(z->data(), T, V, 0, targets->data(), mx->data(), sm->data(), dl->data(), dz->data());
+    });
+  });
+  add_kernel(out, threads, "embedding_fwd", "memory", 3 * e * x, 0, 1, [=] {
+    Buf table = buf(static_cast<std::size_t>(V) * H, 0.02f), y = buf(T * H, 0);
+    return std::function<void()>([=] { kc::embedding_fwd(table->data(), V, 0, H, targets->data(), T, y->data()); });
+  });
+  add_kernel(out, threads, "embedding_bwd", "memory", 3 * e * x + 4 * x, 0, 1, [=] {
+    Buf dy = buf(T * H, 0.1f), dt = buf(static_cast<std::size_t>(V) * H, 0);
+    return std::function<void()>([=] { kc::embedding_bwd(dy->data(), V, 0, H, targets->data(), T, dt->data()); });
+  });
+}
+
+void bench_attention(calib::BenchData& out, int threads, const KernelShape& s) {
+  kc::AttentionShape a{s.tokens / s.seq, s.seq, s.heads, s.heads, s.head_dim};
+  const int ld = s.heads * s.head_dim;
+  const std::size_t tq = static_cast<std::size_t>(s.tokens) * ld, np = static_cast<std::size_t>(a.batch) * a.hq * a.seq * a.seq;
+  const double full = 4.0 * a.batch * a.hq * static_cast<double>(a.seq) * a.seq * a.d;
+  const double io = 4.0 * s.tokens * 4.0 * ld;
+  add_kernel(out, threads, "attention_fwd", "attention", io, full / 2, 4, [=] {
+    Buf q = buf(tq, 0.1f), k = buf(tq, 0.2f), v = buf(tq, 0.3f), o = buf(tq, 0), p = buf(np, 0);
+    return std::function<void()>([=] {
+      kc::attention_fwd(a, q->data(), ld, k->data(), ld, v->data(), ld, o->data(), ld, p->data());
+    });
+  });
+  add_kernel(out, threads, "attention_bwd", "attention", 2 * io, 2.5 * full / 2, 4, [=] {
+    Buf q = buf(tq, 0.1f), k = buf(tq, 0.2f), v = buf(tq, 0.3f), o = buf(tq, 0), p = buf(np, 0), d = buf(tq, 0.01f),
+        dq = buf(tq, 0), dk = buf(tq, 0), dv = buf(tq, 0);
+    kc::attention_fwd(a, q->data(), ld, k->data(), ld, v->data(), ld, o->data(), ld, p->data());  // real probs
+    return std::function<void()>([=] {
+      kc::attention_bwd(a, q->data(), ld, k->data(), ld, v->data(), ld, p->data(), d->data(), ld, dq->data(), ld,
+                        dk->data(), ld, dv->data(), ld);
+    });
+  });
+}
+
+void bench_adamw(calib::BenchData& out, int threads) {
+  // The closed-loop GPT has ~3.3 M parameters; 2 ranks hold half each (dp with ZeRO-0 holds all: both sizes).
+  for (std::size_t n : {std::size_t{1} << 20, std::size_t{3} << 20}) {
+    add_kernel(out, threads, "adamw", "memory", 30.0 * n, 0, 0.5, [=] {
+      Buf p = buf(n, 0.1f), g = buf(n, 0.01f), m = buf(n, 0), v = buf(n, 0);
+      auto step = std::make_shared<int>(0);
+      return std::function<void()>([=] { kc::adamw_step(p->data(), g->data(), m->data(), v->data(), n, kc::AdamW{}, ++*step); });
+    });
+  }
+}
+
+void bench_kernels(calib::BenchData& out, int threads) {
+  for (const KernelShape& s : kernel_shapes()) {
+    bench_norm_act(out, threads, s);
+    bench_head_embed(out, threads, s);
+    bench_attention(out, threads, s);
+  }
+  bench_adamw(out, threads);
+}
+
 // 1 KiB to 4 MiB per rank block: the sizes of TP activations and pipeline messages of the models the CPU
 // runtime trains. Larger buffers leave the caches and follow a different (DRAM) line, which a single
 // alpha-beta link cannot also fit; calibrating for GPT-sized CPU runs is the point here.
@@ -172,6 +312,13 @@ void print_tables(const calib::BenchData& b) {
     for (const auto& r : b.membw)
       std::printf("%8s %12.0f %12.2f %10.2f\n", r.kernel.c_str(), r.bytes, r.time_s * 1e6, r.bytes / r.time_s / 1e9);
   }
+  if (!b.kernels.empty()) {
+    std::printf("\n# runtime kernels (kernels/cpu), bytes/FLOPs as the cost model charges them\n#%17s %10s %12s %12s %10s %10s\n",
+                "kernel", "path", "bytes", "time (us)", "GB/s", "GFLOP/s");
+    for (const auto& r : b.kernels)
+      std::printf("%18s %10s %12.0f %12.2f %10.2f %10.2f\n", r.kernel.c_str(), r.path.c_str(), r.bytes, r.time_s * 1e6,
+                  r.bytes / r.time_s / 1e9, r.flops / r.time_s / 1e9);
+  }
   // nccl-tests' columns (NVIDIA/nccl-tests src/common.cu): size, count, type, redop, time, algbw, busbw.
   std::string last;
   for (const auto& r : b.collectives) {
@@ -194,7 +341,7 @@ void print_tables(const calib::BenchData& b) {
 int bench(const Args& args) {
   cli::CommandLine cl("bench", args,
                       {{"--backend", true, "cpu (cuda: not in this build) [cpu]"},
-                       {"--what", true, "comma list of gemm, membw, collectives [all three]"},
+                       {"--what", true, "comma list of gemm, membw, kernels, collectives [all four]"},
                        {"--ranks", true, "comma list of collective group sizes on the thread communicator [2]"},
                        {"--concurrent", true, "threads computing at once for gemm/membw (per-rank rate under that load) [1]"},
                        {"--json", false, "print the bench document `tessel calibrate --bench` reads"}},
@@ -207,10 +354,10 @@ int bench(const Args& args) {
   if (backend == "cuda" || backend == "nccl")
     throw InputError("--backend " + backend + ": not available in this build (no CUDA runtime compiled in, or no GPU); use --backend cpu");
   if (backend != "cpu") throw InputError("--backend " + backend + ": expected cpu (or cuda where built)");
-  std::vector<std::string> what = cl.has("--what") ? cl.get_list("--what") : std::vector<std::string>{"gemm", "membw", "collectives"};
+  std::vector<std::string> what = cl.has("--what") ? cl.get_list("--what") : std::vector<std::string>{"gemm", "membw", "kernels", "collectives"};
   for (const auto& w : what)
-    if (w != "gemm" && w != "membw" && w != "collectives")
-      throw InputError("--what " + w + ": expected a comma list of gemm, membw, collectives");
+    if (w != "gemm" && w != "membw" && w != "kernels" && w != "collectives")
+      throw InputError("--what " + w + ": expected a comma list of gemm, membw, kernels, collectives");
   const auto has = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
   const int concurrent = static_cast<int>(cl.get_int("--concurrent", 1, 256).value_or(1));
   const std::vector<std::int64_t> groups = cl.has("--ranks") ? cl.get_int_list("--ranks", 2, 256) : std::vector<std::int64_t>{2};
@@ -236,6 +383,7 @@ int bench(const Args& args) {
 #endif
   if (has("gemm")) bench_gemm(b, concurrent);
   if (has("membw")) bench_membw(b, concurrent);
+  if (has("kernels")) bench_kernels(b, concurrent);
   if (has("collectives")) bench_thread_colls(b, groups);
   if (cl.flag("--json")) {
     std::cout << calib::bench_to_json(b).dump(1) << "\n";

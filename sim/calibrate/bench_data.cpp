@@ -59,6 +59,22 @@ CollRow read_coll(const Json& j, const std::string& where, const std::string& pa
   return r;
 }
 
+KernelRow read_kernel(const Json& j, const std::string& where, const std::string& path) {
+  JsonObject o(j, where, path);
+  KernelRow r;
+  r.kernel = o.string("kernel");
+  r.path = o.choice("path", {"memory", "attention"});
+  r.bytes = o.number("bytes", 1, kMaxBytes);
+  r.flops = o.number("flops", 0, 1e18);
+  if (r.path == "attention" && !(r.flops > 0)) o.fail("flops", "must be > 0 on the attention path");
+  r.per_step = o.opt_number("per_step", 0, 1e9).value_or(1.0);
+  r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  o.ignore("GBps");
+  o.ignore("gflops");
+  o.finish();
+  return r;
+}
+
 }  // namespace
 
 cost::Collective parse_collective_name(const std::string& name, const std::string& where) {
@@ -89,8 +105,12 @@ BenchData parse_bench(const Json& j, const std::string& where) {
   for (std::size_t i = 0; i < m.size(); ++i) b.membw.push_back(read_mem(m[i], where, row_path("membw", i)));
   const Json& c = array_of(o, "collectives");
   for (std::size_t i = 0; i < c.size(); ++i) b.collectives.push_back(read_coll(c[i], where, row_path("collectives", i)));
+  if (o.has("kernels")) {  // optional: documents written before the kernel rows existed have none
+    const Json& k = array_of(o, "kernels");
+    for (std::size_t i = 0; i < k.size(); ++i) b.kernels.push_back(read_kernel(k[i], where, row_path("kernels", i)));
+  }
   o.finish();
-  if (b.gemm.empty() && b.membw.empty() && b.collectives.empty())
+  if (b.gemm.empty() && b.membw.empty() && b.collectives.empty() && b.kernels.empty())
     throw InputError(where + ": the bench document has no rows in gemm, membw or collectives: nothing to fit");
   return b;
 }
@@ -126,6 +146,13 @@ Json bench_to_json(const BenchData& b) {
                  {"busbw_GBps", algbw * cost::bus_factor(r.collective, r.ranks)}});
   }
   j["collectives"] = c;
+  if (!b.kernels.empty()) {
+    Json k = Json::array();
+    for (const KernelRow& r : b.kernels)
+      k.push_back({{"kernel", r.kernel}, {"path", r.path}, {"bytes", r.bytes}, {"flops", r.flops},
+                   {"per_step", r.per_step}, {"time_us", r.time_s / kUs}, {"GBps", r.bytes / r.time_s / 1e9}, {"gflops", r.flops / r.time_s / 1e9}});
+    j["kernels"] = k;
+  }
   return j;
 }
 

@@ -8,7 +8,12 @@
 //    "gemm":        [{"m", "n", "k", "batch", "time_us"}],
 //    "membw":       [{"kernel": "copy"|"triad", "bytes", "time_us"}],             bytes = read + written
 //    "collectives": [{"comm": "thread"|"mpi", "collective", "ranks", "bytes", "count", "time_us",
-//                     "algbw_GBps", "busbw_GBps"}]}                               bytes as nccl-tests' S
+//                     "algbw_GBps", "busbw_GBps"}],                               bytes as nccl-tests' S
+//    "kernels":     [{"kernel", "path": "memory"|"attention", "bytes", "flops", "per_step", "time_us"}]}  optional
+// kernels rows time the runtime's own non-GEMM CPU kernels (layer norm, GELU, attention core, cross-entropy,
+// AdamW, embedding) at a model's shapes; bytes and flops are what the cost model charges for that op
+// (sim/workload.cpp, sim/estimate.cpp), so the fit puts them on the same path the simulator uses; per_step is
+// how often the op runs in the reference training step the bench describes (the fit's weight).
 // Optional documentation keys "host" and "notes" are accepted and ignored.
 #pragma once
 
@@ -32,6 +37,15 @@ struct MemRow {
   double time_s = 0;
 };
 
+struct KernelRow {
+  std::string kernel;   // e.g. layernorm_fwd
+  std::string path;     // memory (cost::memory_time) | attention (cost::attention_time)
+  double bytes = 0;     // bytes the cost model charges for the op
+  double flops = 0;     // attention path: the FLOPs cost::attention_time is given (0 on the memory path)
+  double per_step = 1;  // occurrences in the reference step (weight of the row in the fit)
+  double time_s = 0;
+};
+
 struct CollRow {
   std::string comm;    // thread | mpi
   cost::Collective collective = cost::Collective::all_reduce;
@@ -49,6 +63,7 @@ struct BenchData {
   std::vector<GemmRow> gemm;
   std::vector<MemRow> membw;
   std::vector<CollRow> collectives;
+  std::vector<KernelRow> kernels;
 };
 
 // Strict reading; InputError names `where`, the key path, the value and the rule. A document with no rows

@@ -186,7 +186,72 @@ LinkFit fit_link(const std::vector<CollRow>& rows, const System& base) {
   return f;
 }
 
+// The rate at which the reference step's total time on a path is right: with n_i the rows' per_step counts,
+// x = sum n_i (t_i - c) / sum n_i a_i, for t_i = a_i x + c. Not a relative least squares: the kernels of one
+// path run at 0.5..200 GB/s of the bytes the cost model charges (tanh GELU vs an embedding gather), so no
+// single rate fits every row, and a step's time on the path is a sum in which a 3 ms GELU that runs 16 times
+// matters and a 2 us gather does not. Per kernel the error remains (see kernel_residuals); the step's sum
+// is exact for the reference step.
+double fit_total_rate(const std::vector<double>& a, const std::vector<double>& t, const std::vector<double>& n,
+                      double c) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += n[i] * (t[i] - c);
+    den += n[i] * a[i];
+  }
+  return den > 0 ? num / den : 0;
+}
+
+double kernel_time(const KernelRow& r, const System& s, Precision p) {
+  return r.path == "attention" ? cost::attention_time(s.gpu, p, r.flops, r.bytes) : cost::memory_time(s.gpu, r.bytes, 1);
+}
+
+// Memory and attention rates from the runtime's kernel rows (see fit.hpp), each from the rows' totals.
+void fit_kernel_rows(const BenchData& bench, Precision p, FitResult& out) {
+  System& s = out.profile;
+  std::vector<double> am, tm, nm, aa, ta, na;
+  for (const KernelRow& r : bench.kernels) {
+    if (r.path == "memory") {
+      am.push_back(r.bytes);
+      tm.push_back(r.time_s);
+      nm.push_back(r.per_step);
+    } else {
+      aa.push_back(r.flops);  // compute branch of attention_time; its memory branch is far below on a CPU
+      ta.push_back(r.time_s);
+      na.push_back(r.per_step);
+    }
+  }
+  const double c = s.gpu.kernel_overhead_s;
+  if (!am.empty()) {
+    const double w = fit_total_rate(am, tm, nm, c);
+    if (!(w > 0)) throw InputError("calibrate: the memory kernel rows do not determine a rate (fitted 1/rate <= 0)");
+    out.mem_rate = 1.0 / w;
+    set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps (runtime kernels)", out.notes);
+  }
+  if (!aa.empty()) {
+    const double u = fit_total_rate(aa, ta, na, c);
+    if (!(u > 0)) throw InputError("calibrate: the attention kernel rows do not determine a rate (fitted 1/rate <= 0)");
+    out.attention_rate = 1.0 / u;
+    const double peak = s.gpu.peak(p);
+    const double e = out.attention_rate / peak;
+    if (e < 0.01 || e > 1.0) {
+      std::ostringstream os;
+      os << "attention: fitted rate " << out.attention_rate << " FLOP/s is " << e << " of the " << to_string(p)
+         << " peak; clamped to the schema's efficiency range [0.01, 1]";
+      out.notes.push_back(os.str());
+    }
+    s.gpu.attention_efficiency = std::clamp(e, 0.01, 1.0);
+  }
+}
+
 }  // namespace
+
+Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string& path, const System& sys, Precision p) {
+  std::vector<double> rel;
+  for (const KernelRow& r : rows)
+    if (r.path == path) rel.push_back(kernel_time(r, sys, p) / r.time_s - 1);
+  return summarize("kernels (" + path + ")", rel);
+}
 
 Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Precision p) {
   std::vector<double> rel;
@@ -247,7 +312,7 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
     }
     if (!bench.membw.empty()) {
       if (!(x[kW] > 0)) throw InputError("calibrate: the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
-      out.mem_rate = 1.0 / x[kW];
+      out.mem_rate = out.stream_rate = 1.0 / x[kW];
       set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps", out.notes);
     } else {
       out.notes.push_back("no membw rows: memory bandwidth kept from " + base.name);
@@ -255,6 +320,8 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   } else {
     out.notes.push_back("no GEMM or membw rows: compute numbers kept from " + base.name);
   }
+
+  if (!bench.kernels.empty()) fit_kernel_rows(bench, p, out);
 
   // Communication: one alpha/beta for the intra-node link from the chosen communicator's rows.
   std::vector<CollRow> rows;
@@ -297,6 +364,10 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   // Residuals under the final profile, through the cost functions the simulator calls.
   if (!bench.gemm.empty()) out.residuals.push_back(gemm_residuals(bench.gemm, s, p));
   if (!bench.membw.empty()) out.residuals.push_back(mem_residuals(bench.membw, s));
+  for (const char* path : {"memory", "attention"}) {
+    Residuals r = kernel_residuals(bench.kernels, path, s, p);
+    if (r.rows > 0) out.residuals.push_back(r);
+  }
   for (cost::Collective c : {cost::Collective::all_reduce, cost::Collective::all_gather, cost::Collective::reduce_scatter,
                              cost::Collective::broadcast, cost::Collective::send_recv}) {
     std::vector<double> rel;
@@ -313,7 +384,10 @@ std::string describe_fit(const FitResult& f, const std::string& bench_origin) {
   os << "Profile fitted by `tessel calibrate` from " << bench_origin << ": GEMM " << f.gemm_rate / 1e9
      << " GFLOP/s ceiling, K overhead " << f.k_overhead << ", tile " << f.tile.m << "x" << f.tile.n
      << ", kernel overhead " << f.kernel_overhead_s * 1e6 << " us, memory " << f.mem_rate / 1e9
-     << " GB/s, link latency " << f.link_latency_s * 1e6 << " us and " << f.link_bw / 1e9
+     << " GB/s";
+  if (f.stream_rate > 0 && f.stream_rate != f.mem_rate) os << " (runtime kernels; STREAM " << f.stream_rate / 1e9 << " GB/s)";
+  if (f.attention_rate > 0) os << ", attention core " << f.attention_rate / 1e9 << " GFLOP/s";
+  os << ", link latency " << f.link_latency_s * 1e6 << " us and " << f.link_bw / 1e9
      << " GB/s (weighted least squares on relative error against sim/cost).";
   for (const std::string& n : f.notes) os << " " << n << ".";
   return os.str();

@@ -52,7 +52,9 @@ struct FitResult {
   double gemm_rate = 0;         // FLOP/s achieved at the ceiling (peak * gemm_efficiency)
   double k_overhead = 0;        // elements of K per tile
   double kernel_overhead_s = 0;
-  double mem_rate = 0;          // bytes/s (memory_bw * memory_efficiency)
+  double mem_rate = 0;          // bytes/s (memory_bw * memory_efficiency) in the profile
+  double stream_rate = 0;       // bytes/s of the STREAM rows alone (0 without them)
+  double attention_rate = 0;    // FLOP/s of the attention kernel rows (peak * attention_eff); 0 without them
   double link_latency_s = 0;
   double link_bw = 0;           // bytes/s (intra_bw * intra_efficiency)
   int gemm_memory_bound = 0;    // GEMM rows fitted on the memory roofline
@@ -61,6 +63,11 @@ struct FitResult {
   std::vector<std::string> notes;  // what was kept from the base, what was raised to fit the bounds
 };
 
+// Kernel rows (the runtime's own element-wise, norm, attention and optimizer kernels), when present, set the
+// profile's memory rate (memory path rows; they replace the STREAM rows' rate, which stays in the report) and
+// its attention rate (attention path rows), each the rate that gets the rows' total time right with the kernel
+// overhead of the GEMM fit held fixed (a step's time on a path is a sum dominated by its slowest kernels, so
+// totals, not relative errors): what the runtime runs, not what a copy loop reaches.
 // InputError when a category has rows but too few to determine its parameters, or the fit is degenerate
 // (a zero rate). Categories without rows keep the base system's numbers (said in notes).
 FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts = {});
@@ -68,6 +75,8 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
 // The relative residuals of `rows` under `sys` (used for the report and by tests).
 Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Precision p);
 Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys);
+// Residuals of the kernel rows on one path ("memory" or "attention") through the cost function of that path.
+Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string& path, const System& sys, Precision p);
 
 // Human-readable profile "source" text: what was fitted from what.
 std::string describe_fit(const FitResult& f, const std::string& bench_origin);

@@ -6,7 +6,7 @@
 // kernel overheads), a memory part M (element-wise kernels, the optimizer) and a fixed rest C (TP
 // communication), and a measured time m is modelled as s_g G + s_m M + C. G and M are read off the cost
 // model by prediction on probe profiles (compute rates halved: +G; memory rate halved: +M), and (s_g, s_m)
-// minimise the relative error sum ((s_g G + s_m M + C - m) / m)^2 by NNLS, as in fit.hpp. A few passes
+// minimise the absolute error sum (s_g G + s_m M + C - m)^2 by NNLS (long events weigh more: a step is their sum). A few passes
 // re-linearise around the corrected profile (a GEMM may change roofline branch).
 #pragma once
 
