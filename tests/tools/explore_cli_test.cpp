@@ -1,0 +1,60 @@
+// `tessel explore` from the command line: the default job, JSON/CSV outputs, explain, and bad input (exit 2).
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_util.hpp"
+
+using tessel::test::run_tessel;
+
+TEST_CASE("explore: the default job, JSON and CSV") {
+  auto r = run_tessel({"explore"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("gpt3-175b") != std::string::npos);
+  CHECK(r.out.find("re-scored by the event simulator") != std::string::npos);
+  CHECK(r.out.find("des") != std::string::npos);  // the tier column
+  CHECK(r.err.empty());                           // no progress bar when stderr is not a terminal
+  const auto csv = std::filesystem::temp_directory_path() / ("explore_" + std::to_string(::getpid()) + ".csv");
+  auto j = run_tessel({"explore", "--json", "--top", "5", "--csv", csv.string(), "--model", "megatron-7.5b", "--gpus",
+                       "64", "--gbs", "256"});
+  REQUIRE(j.code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  REQUIRE(doc["top"].size() == 5);
+  CHECK(doc["counts"]["enumerated"].get<long long>() > doc["counts"]["scored"].get<long long>());
+  CHECK(doc["top"][0]["tier"] == "des");
+  std::ifstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  CHECK(header.rfind("rank,layout,tier,step_s", 0) == 0);
+  std::filesystem::remove(csv);
+}
+
+TEST_CASE("explore --explain") {
+  auto r = run_tessel({"explore", "--no-simulate", "--explain", "tp1 pp2 dp512 mbs1 1f1b"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("rejected: needs") != std::string::npos);
+  CHECK(r.out.find("with zero 3") != std::string::npos);
+  auto bad = run_tessel({"explore", "--no-simulate", "--explain", "tp8 warp9"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("word 'warp9' is not a layout term") != std::string::npos);
+}
+
+TEST_CASE("explore: bad input and empty results exit 2 with the reason") {
+  auto none = run_tessel({"explore", "--model", "megatron-1t", "--gpus", "8", "--gbs", "8"});
+  CHECK(none.code == 2);
+  CHECK(none.err.find("the smallest peak memory found was") != std::string::npos);
+  auto restricted = run_tessel({"explore", "--tp", "1", "--pp", "1"});
+  CHECK(restricted.code == 2);
+  CHECK(restricted.err.find("the restriction that removed the most is") != std::string::npos);
+  auto zero = run_tessel({"explore", "--gpus", "0"});
+  CHECK(zero.code == 2);
+  CHECK(zero.err.find("--gpus: 0 is out of range") != std::string::npos);
+  auto sched = run_tessel({"explore", "--schedule", "1f1b,zigzag"});
+  CHECK(sched.code == 2);
+  CHECK(sched.err.find("--schedule zigzag: unknown schedule") != std::string::npos);
+  auto path = run_tessel({"explore", "--csv", "/nonexistent_dir/x.csv"});
+  CHECK(path.code == 2);
+  CHECK(path.err.find("/nonexistent_dir") != std::string::npos);
+}
