@@ -56,6 +56,32 @@ TEST_CASE("bench: nccl-tests columns, --json rows, cuda refused") {
   CHECK(run_tessel({"bench", "--what", "gemv"}).code == 2);
 }
 
+TEST_CASE("bench: the runtime's kernels as rows on the cost model's paths; calibrate fits and reports them") {
+  auto r = run_tessel({"bench", "--backend", "cpu", "--what", "kernels", "--json"});
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  // 4 shapes x (8 memory-path kernels + attention fwd/bwd) + AdamW at 2 sizes (tools/cmd_bench.cpp).
+  REQUIRE(doc["kernels"].size() == 42);
+  int attention = 0;
+  for (const auto& row : doc["kernels"]) {
+    if (row["path"] == "attention") {
+      ++attention;
+      CHECK(row["flops"].get<double>() > 0);
+    }
+    // The bytes are the cost model's for the op; layernorm_fwd on 128 tokens x 256: 2 x 4 B x 32768.
+    if (row["kernel"] == "layernorm_fwd" && row["bytes"].get<double>() < 300000)
+      CHECK(row["bytes"].get<double>() == doctest::Approx(2.0 * 4 * 128 * 256).epsilon(1e-12));
+  }
+  CHECK(attention == 8);
+  const std::string bench = write_temp("kernels_bench.json", r.out), prof = temp_path("kernels_profile.json");
+  auto c = run_tessel({"calibrate", "--bench", bench, "--base-system", "cpu", "-o", prof});
+  REQUIRE(c.code == 0);
+  CHECK(c.out.find("kernels (memory)") != std::string::npos);
+  CHECK(c.out.find("kernels (attention)") != std::string::npos);
+  CHECK(run_tessel({"estimate", "--model", "tiny", "--system", prof, "--tp", "1", "--pp", "1", "--dp", "1", "--gbs", "4", "--mbs", "1", "--precision", "fp32", "--attention", "flash"}).code == 0);
+  std::filesystem::remove(prof);
+}
+
 TEST_CASE("calibrate: bench -> profile that estimate accepts; residuals printed") {
   const std::string prof = temp_path("profile.json");
   auto r = run_tessel({"calibrate", "--bench", bench_file(), "-o", prof, "--json"});
