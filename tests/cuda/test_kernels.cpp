@@ -18,7 +18,8 @@ using namespace tessel::test;
 TEST_SUITE("gpu") {
 
 TEST_CASE("layernorm and rmsnorm forward and backward match the CPU reference") {
-  for (const auto& [rows, cols] : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}}) {
+  for (const auto& rc : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}}) {
+    const int rows = rc.first, cols = rc.second;  // no structured binding: clang cannot capture one in CAPTURE
     CAPTURE(rows);
     CAPTURE(cols);
     const std::size_t n = std::size_t(rows) * cols;

@@ -106,9 +106,10 @@ TEST_CASE("every generator over PyTorch's 23 (v, m, p) cases") {
 TEST_CASE("interleaved over Megatron's (p, g, m, v) grid") {
   // tests/unit_tests/pipeline_parallel/test_schedules.py::test_get_pipeline_parallel_order
   const std::pair<int, int> pg[] = {{1, 1}, {2, 2}, {2, 4}, {4, 4}, {4, 5}, {8, 9}, {8, 11}};
-  for (auto [p, grp] : pg)
+  for (const auto& pgi : pg)  // no structured binding: clang 14 cannot capture one in INFO
     for (int m : {8, 32})
       for (int v : {1, 2, 4, 8}) {
+        const int p = pgi.first, grp = pgi.second;
         INFO("p " << p << " g " << grp << " m " << m << " v " << v);
         GenParams g = params(p, m, v);
         g.group_size = grp;
@@ -135,7 +136,9 @@ TEST_CASE("just-in-time orders deadlock where the time-keyed default does not") 
   // ...but not for interleaved or V schedules: a just-in-time recv on one rank waits for a peer whose
   // send comes after a recv from this rank (the 76-of-194 starting point). Expected: Parity and
   // SendsFirst report a deadlock under blocking for interleaved p4 m8 v2 and zbv p4 m8, Auto none.
-  for (const auto& [name, v] : {std::pair{"interleaved", 2}, std::pair{"zbv", 2}}) {
+  for (const auto& nv : {std::pair{"interleaved", 2}, std::pair{"zbv", 2}}) {
+    const char* name = nv.first;  // no structured binding: clang 14 cannot capture one in INFO
+    const int v = nv.second;
     INFO(name);
     const Schedule s = generate(name, params(4, 8, v));
     for (GapOrder o : {GapOrder::SendsFirst, GapOrder::Parity}) {

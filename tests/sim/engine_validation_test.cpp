@@ -54,7 +54,9 @@ TEST_CASE("validate --engine des: MAPE no worse than analytical; ZB Table 4 orde
   REQUIRE(rows.size() > 20);
   const ValidationResult a = validate_rows(rows, path);
   const ValidationResult d = validate_rows(rows, path, des());
-  for (const auto& [metric, mape] : a.mape_pct) {
+  for (const auto& kv : a.mape_pct) {  // no structured binding: clang 14 cannot capture one in CAPTURE
+    const std::string& metric = kv.first;
+    const double mape = kv.second;
     CAPTURE(metric);
     MESSAGE(metric << ": analytical " << mape << "%, des " << d.mape_pct.at(metric) << "%");
     CHECK(d.mape_pct.at(metric) <= mape + kMapeSlackPct);
@@ -70,7 +72,9 @@ TEST_CASE("validate --engine des: MAPE no worse than analytical; ZB Table 4 orde
     groups[rest.substr(0, s1) + rest.substr(s2)][rest.substr(s1 + 1, s2 - s1 - 1)] = {r.measured, r.predicted};
   }
   REQUIRE(groups.size() >= 6);
-  for (const auto& [key, g] : groups) {
+  for (const auto& kv : groups) {  // no structured binding: clang 14 cannot capture one in CAPTURE
+    const auto& key = kv.first;
+    const auto& g = kv.second;
     CAPTURE(key);
     REQUIRE(g.size() == 3);
     const auto& zb2 = g.at("ZB-2p");
