@@ -41,7 +41,7 @@ case "$mode" in
     dir="${BUILD:-build-tsan}"
     # MPI is off: Open MPI's progress threads are not TSan-instrumented and report false races.
     setup "$dir" "${common[@]}" -Db_sanitize=thread -Dmpi=disabled
-    time ninja -C "$dir" -j"$jobs" tests/runtime/comm_thread_test tests/sim/sim_engine_test
+    time ninja -C "$dir" -j"$jobs" tests/runtime/comm_thread_test tests/sim/sim_engine_test tools/tessel
     time meson test -C "$dir" --num-processes 1 --timeout-multiplier 5 --print-errorlogs comm_thread sim_engine
     ;;
   fuzz)
