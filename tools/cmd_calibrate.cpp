@@ -74,7 +74,7 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
       t.push_back({o.op, std::to_string(o.events), fmt::seconds(o.measured_s), fmt::seconds(o.predicted_s),
                    fmt::fixed(o.scale, 3), fmt::fixed(o.median_ratio, 3), fmt::fixed(o.achieved_flops / 1e9, 2)});
     std::cout << "\n" << fmt::table(t) << "scales applied to the profile: compute x" << fmt::fixed(tf->compute_scale, 3)
-              << ", memory x" << fmt::fixed(tf->memory_scale, 3) << "; event rms error " << fmt::pct(tf->rms_before)
+              << ", memory x" << fmt::fixed(tf->memory_scale, 3) << "; event rms error (of the rms duration; each op at its fastest step) " << fmt::pct(tf->rms_before)
               << " -> " << fmt::pct(tf->rms_after) << "\n";
   }
   for (const auto& n : f.notes) std::cout << "note: " << n << "\n";

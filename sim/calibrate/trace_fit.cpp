@@ -140,13 +140,16 @@ std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vecto
   return fastest_per_op(rows);
 }
 
+// sqrt(sum (pred - meas)^2 / sum meas^2): the error the fit minimises (absolute, see fit_traces), as a
+// fraction of the events' rms duration.
 double rms_rel(const std::vector<Row>& rows, double sg, double sm) {
-  double ss = 0;
+  double ss = 0, mm = 0;
   for (const Row& r : rows) {
-    const double e = (sg * r.g + sm * r.m + r.c) / r.measured - 1;
+    const double e = sg * r.g + sm * r.m + r.c - r.measured;
     ss += e * e;
+    mm += r.measured * r.measured;
   }
-  return rows.empty() ? 0 : std::sqrt(ss / rows.size());
+  return mm > 0 ? std::sqrt(ss / mm) : 0;
 }
 
 }  // namespace

@@ -32,7 +32,7 @@ struct TraceFit {
   std::vector<OpKindFit> kinds;
   double compute_scale = 1;    // s_g: multiplies GEMM/attention time and kernel overheads
   double memory_scale = 1;     // s_m: multiplies memory-bound (element-wise, optimizer) time
-  double rms_before = 0, rms_after = 0;  // relative error over the events before and after the correction
+  double rms_before = 0, rms_after = 0;  // rms of (pred - meas) over the events / their rms duration, before and after
   int events = 0, skipped = 0; // matched compute events; events of other kinds (communication, unknown)
 };
 
