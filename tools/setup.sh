@@ -8,7 +8,8 @@ build=${1:-build}
 shift || true
 
 packages=(g++ meson ninja-build pkg-config cmake python3 nlohmann-json3-dev doctest-dev libboost-graph-dev
-          libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev librsvg2-bin)
+          libbenchmark-dev libopenmpi-dev openmpi-bin libopenblas-dev zlib1g-dev librsvg2-bin
+          clang libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: the README's second command, and what CI runs.
+#   1. tools/setup.sh build       installs what is missing, configures and builds (CUDA when found)
+#   2. meson test -C build        every suite; GPU tests skip (77) without a device
+#   3. a short fuzz run           every parser's libFuzzer target on the committed corpus (clang, ASan+UBSan),
+#                                 FUZZ_SECONDS per target (default 3); TESSEL_SKIP_FUZZ=1 leaves it out
+# Ends with one line "tests: N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+tools/setup.sh build || exit 1
+meson test -C build --print-errorlogs
+rc=$?
+fuzz_rc=0
+fuzz=skipped
+if [ "${TESSEL_SKIP_FUZZ:-0}" != 1 ]; then
+  FUZZ_SECONDS="${FUZZ_SECONDS:-3}" tools/sanitize.sh fuzz
+  fuzz_rc=$?
+  fuzz=$([ $fuzz_rc -eq 0 ] && echo ok || echo failed)
+fi
+python3 - "$fuzz" <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for line in open("build/meson-logs/testlog.json"):
+    r = json.loads(line).get("result")
+    if r in ("OK", "EXPECTEDFAIL"): passed += 1
+    elif r == "SKIP": skipped += 1
+    else: failed += 1
+fuzz = sys.argv[1]
+print(f"fuzz smoke: {fuzz}")
+passed += fuzz == "ok"
+failed += fuzz == "failed"
+skipped += fuzz == "skipped"
+print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
+PY
+[ $rc -eq 0 ] && [ $fuzz_rc -eq 0 ]
