@@ -147,19 +147,16 @@ TEST_CASE("files: missing, corrupt gzip, unwritable output") {
   CHECK_THROWS_AS(write_chrome_trace(test::two_stage_trace(), "/nonexistent-dir/out.json"), InputError);
 }
 
-TEST_CASE("a large trace reads in well under a second") {
-  // 300,000 ops on 64 ranks. The SAX reader does no per-event DOM; on one core of the development machine
-  // it takes ~0.3 s. The bound is loose (machines are shared) but catches anything quadratic.
-  constexpr double kBoundSeconds = 3.0;
+TEST_CASE("a large trace reads back whole") {
+  // 300,000 ops on 64 ranks round-trip through the SAX reader. Its speed is measured by
+  // tests/bench/trace_read_bench.cpp (a benchmark, not a timed test).
   Trace t;
   for (int i = 0; i < 300000; ++i) {
     t.events.push_back(test::op(i % 64, Stream::compute, i % 2 ? "forward" : "backward", i % 8, i / 64, i * 1.5, 1.0));
   }
-  std::string text = to_chrome_json(t);
-  auto t0 = std::chrono::steady_clock::now();
-  Trace r = parse_chrome_trace(text, "big.json");
-  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE("read " << r.events.size() << " events (" << text.size() / 1e6 << " MB) in " << s << " s");
-  CHECK(r.events.size() == t.events.size());
-  CHECK(s < kBoundSeconds);
+  const std::string text = to_chrome_json(t);
+  const Trace r = parse_chrome_trace(text, "big.json");
+  REQUIRE(r.events.size() == t.events.size());
+  CHECK(r.events.back().start_us == doctest::Approx(t.events.back().start_us));
+  CHECK(r.events.back().rank == t.events.back().rank);
 }
