@@ -27,9 +27,14 @@ std::string mpi_error_text(int code) {
   return std::string(buf, static_cast<std::size_t>(len));
 }
 
+constexpr int kLeftTag = 7;  // on the notices communicator: "this rank's work returned"
+
 class MpiComm final : public Comm {
  public:
-  MpiComm(MPI_Comm c, MpiCommOptions opts, bool owned) : c_(c), opts_(opts), owned_(owned) {
+  // `notices`: where ranks that finished their work announce it (run_mpi), so a peer that times out waiting
+  // can name who left; MPI_COMM_NULL for none.
+  MpiComm(MPI_Comm c, MpiCommOptions opts, bool owned, MPI_Comm notices = MPI_COMM_NULL)
+      : c_(c), opts_(opts), owned_(owned), notices_(notices) {
     // Errors come back as codes that we turn into CommError, instead of MPI's default abort.
     MPI_Comm_set_errhandler(c_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(c_, &rank_);
@@ -137,7 +142,7 @@ class MpiComm final : public Comm {
     MPI_Comm sub;
     check(MPI_Comm_split(c_, color < 0 ? MPI_UNDEFINED : color, key, &sub), "split");
     if (sub == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiComm>(sub, opts_, true);
+    return std::make_unique<MpiComm>(sub, opts_, true, notices_);
   }
 
  private:
@@ -156,10 +161,25 @@ class MpiComm final : public Comm {
       if (done) return st;
       if (Clock::now() > deadline)
         throw CommError(std::string(what) + ": rank " + std::to_string(world_rank_) + " waited " +
-                        std::to_string(opts_.timeout.count()) + " ms for its peers");
+                        std::to_string(opts_.timeout.count()) + " ms for its peers" + departed());
       // Spin briefly for latency, then sleep so waiting ranks leave the cores to the working ones.
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+  // "; rank 1 had already finished its work and left" from the notices received so far (see run_mpi).
+  std::string departed() {
+    if (notices_ == MPI_COMM_NULL) return "";
+    std::string who;
+    for (;;) {
+      int flag = 0;
+      MPI_Status st{};
+      if (MPI_Iprobe(MPI_ANY_SOURCE, kLeftTag, notices_, &flag, &st) != MPI_SUCCESS || !flag) break;
+      int r = -1;
+      MPI_Recv(&r, 1, MPI_INT, st.MPI_SOURCE, kLeftTag, notices_, MPI_STATUS_IGNORE);
+      who += (who.empty() ? "" : ", ") + std::to_string(r);
+    }
+    if (who.empty()) return "";
+    return "; rank(s) " + who + " had already finished their work and left";
   }
   void reap() {
     while (!pending_.empty()) {
@@ -191,6 +211,7 @@ class MpiComm final : public Comm {
   MPI_Comm c_;
   MpiCommOptions opts_;
   bool owned_;
+  MPI_Comm notices_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1, world_rank_ = 0;
   std::deque<Pending> pending_;
 };
@@ -217,12 +238,32 @@ void run_mpi(const std::function<void(Comm&)>& fn, const MpiCommOptions& opts) {
   {
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);  // our own context: no tag clashes with other MPI users
+    MPI_Comm notices;
+    MPI_Comm_dup(MPI_COMM_WORLD, &notices);
     try {
-      MpiComm comm(dup, opts, true);
+      MpiComm comm(dup, opts, true, notices);
       fn(comm);
     } catch (...) {
       err = std::current_exception();
     }
+    if (!err && size > 1) {
+      // Announce that this rank's work returned, so a peer still waiting for it can name it when it times
+      // out, then meet everyone here and consume the notices before MPI_Finalize. A peer that fails instead
+      // aborts the job (below), which also ends this barrier.
+      static const int me_buffer[1] = {rank};
+      for (int r = 0; r < size; ++r) {
+        if (r == rank) continue;
+        MPI_Request req;
+        MPI_Isend(me_buffer, 1, MPI_INT, r, kLeftTag, notices, &req);
+        MPI_Request_free(&req);
+      }
+      MPI_Barrier(notices);
+      for (int k = 0; k < size - 1; ++k) {
+        int r = -1;
+        MPI_Recv(&r, 1, MPI_INT, MPI_ANY_SOURCE, kLeftTag, notices, MPI_STATUS_IGNORE);
+      }
+    }
+    if (!err) MPI_Comm_free(&notices);
   }
   if (err && size > 1) {
     int code = 1;
