@@ -10,6 +10,7 @@ const std::vector<Target>& targets() {
       {"system_json", system_json},
       {"layout_json", layout_json},
       {"validation_rows", validation_rows},
+      {"bench_json", bench_json},
       {"schedule_csv", schedule_csv},
       {"schedule_meta", schedule_meta},
       {"chrome_trace", chrome_trace},

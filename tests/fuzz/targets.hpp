@@ -38,6 +38,7 @@ void megatron_args(std::string_view data);
 void system_json(std::string_view data);
 void layout_json(std::string_view data);
 void validation_rows(std::string_view data);
+void bench_json(std::string_view data);  // tessel bench --json, as calibrate reads it
 void schedule_csv(std::string_view data);
 void schedule_meta(std::string_view data);
 void chrome_trace(std::string_view data);

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "models/model.hpp"
+#include "sim/calibrate/bench_data.hpp"
+#include "sim/calibrate/fit.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layout.hpp"
 #include "sim/system.hpp"
@@ -47,6 +49,15 @@ void validation_rows(std::string_view data) {
   const Json rows = parse_json_text(std::string(data), kOrigin);
   const ValidationResult r = validate_rows(rows, kOrigin);
   (void)validation_to_json(r).dump();
+}
+
+void bench_json(std::string_view data) {
+  // `tessel calibrate --bench`: strict reading, a round trip, then the fit that trusts every row.
+  const calib::BenchData b = calib::parse_bench(parse_json_text(std::string(data), kOrigin), kOrigin);
+  const Json j = calib::bench_to_json(b);
+  FUZZ_CHECK(calib::bench_to_json(calib::parse_bench(j, "round-trip")) == j, "bench JSON round trip changed it");
+  const calib::FitResult r = calib::fit_profile(b, load_system("cpu"));
+  (void)system_to_json(r.profile).dump();
 }
 
 }  // namespace tessel::fuzz
