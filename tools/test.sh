@@ -4,6 +4,8 @@
 #   2. meson test -C build        every suite; GPU tests skip (77) without a device
 #   3. a short fuzz run           every parser's libFuzzer target on the committed corpus (clang, ASan+UBSan),
 #                                 FUZZ_SECONDS per target (default 3); TESSEL_SKIP_FUZZ=1 leaves it out
+#   4. the suite under ASan+UBSan tools/sanitize.sh asan (clang, build-asan); TESSEL_SKIP_ASAN=1 leaves it out.
+#                                 Measured here: ~4 min build + ~5 min tests (docs/reliability.md)
 # Ends with one line "tests: N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,14 @@ if [ "${TESSEL_SKIP_FUZZ:-0}" != 1 ]; then
   fuzz_rc=$?
   fuzz=$([ $fuzz_rc -eq 0 ] && echo ok || echo failed)
 fi
-python3 - "$fuzz" <<'PY'
+asan_rc=0
+asan=skipped
+if [ "${TESSEL_SKIP_ASAN:-0}" != 1 ]; then
+  tools/sanitize.sh asan
+  asan_rc=$?
+  asan=$([ $asan_rc -eq 0 ] && echo ok || echo failed)
+fi
+python3 - "$fuzz" "$asan" <<'PY'
 import json, sys
 passed = failed = skipped = 0
 for line in open("build/meson-logs/testlog.json"):
@@ -25,11 +34,11 @@ for line in open("build/meson-logs/testlog.json"):
     if r in ("OK", "EXPECTEDFAIL"): passed += 1
     elif r == "SKIP": skipped += 1
     else: failed += 1
-fuzz = sys.argv[1]
-print(f"fuzz smoke: {fuzz}")
-passed += fuzz == "ok"
-failed += fuzz == "failed"
-skipped += fuzz == "skipped"
+for name, state in (("fuzz smoke", sys.argv[1]), ("ASan+UBSan suite", sys.argv[2])):
+    print(f"{name}: {state}")
+    passed += state == "ok"
+    failed += state == "failed"
+    skipped += state == "skipped"
 print(f"tests: {passed} passed, {failed} failed, {skipped} skipped")
 PY
-[ $rc -eq 0 ] && [ $fuzz_rc -eq 0 ]
+[ $rc -eq 0 ] && [ $fuzz_rc -eq 0 ] && [ $asan_rc -eq 0 ]
