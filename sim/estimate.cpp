@@ -127,7 +127,6 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   // Data-parallel gradient reduction (and parameter all-gather under the distributed optimizer / ZeRO).
   double dp_tail = 0;
   const cost::GroupPlacement dpg = dp_group(l);
-  double worst_end = 0;
   for (int r = 0; r < p; ++r) {
     const double params = rs.params[r];
     double t_grad = 0, t_param = 0;
@@ -153,7 +152,6 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     // Rank r finishes its last backward (p-1-r) forward+backward slots before rank 0 does, in 1F1B order.
     const double end = exposed_grad + exposed_param - (p > 1 ? (rs.f[r] + rs.i[r] + rs.w[r]) * r / l.vpp : 0.0);
     if (r == busiest) e.dp_comm_s = t_grad + t_param;
-    if (end > worst_end) worst_end = end;
     dp_tail = std::max(dp_tail, end);
   }
   e.dp_exposed_s = std::max(0.0, dp_tail);

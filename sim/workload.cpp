@@ -107,7 +107,6 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
   const Precision p = l.precision;
   const auto M = static_cast<std::int64_t>(d.tokens);
   const auto H = static_cast<std::int64_t>(d.h);
-  const auto t = static_cast<std::int64_t>(d.t);
   const double heads_local = d.heads / d.t;
   const double f_local = d.f / d.t;
   const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
@@ -193,7 +192,6 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
     ops.push_back(collective_op("tp_allreduce2", sys, Collective::all_reduce, e * d.x, tp_group(l), 1, 1));
   }
   ops.push_back(elementwise_op("residual2", sys, res_f, res_b));
-  (void)t;
 
   for (const auto& op : ops) {
     if (op.cls == OpClass::collective) {

@@ -148,7 +148,6 @@ int explore(const Args& args) {
     if (auto p = cl.get(f)) check_writable(*p, f);
 
   explore::Space space;
-  space.tp = std::vector<int>();
   for (auto v : cl.get_int_list("--tp", 1, 1 << 16)) space.tp.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--pp", 1, 1 << 16)) space.pp.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--cp", 1, 1 << 16)) space.cp.push_back(static_cast<int>(v));

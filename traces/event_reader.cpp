@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
 
 namespace tessel::trace {
 
@@ -74,19 +75,6 @@ std::string gunzip(const std::string& in, const std::string& path) {
   }
   out.resize(produced);
   return out;
-}
-
-std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_t byte) {
-  std::size_t line = 1, col = 1;
-  for (std::size_t i = 0; i < text.size() && i + 1 < byte; ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-  return {line, col};
 }
 
 // One JSON scalar as the SAX parser hands it over.

@@ -6,7 +6,6 @@
 
 namespace tessel {
 
-namespace {
 // nlohmann reports a byte offset; users want line and column.
 std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_t byte) {
   std::size_t line = 1, col = 1;
@@ -20,7 +19,6 @@ std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_
   }
   return {line, col};
 }
-}  // namespace
 
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

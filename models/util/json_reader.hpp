@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,6 +24,8 @@ using Json = nlohmann::json;
 Json parse_json_file(const std::string& path);
 // `origin` names the source in messages (a file name, "<stdin>", "--layout").
 Json parse_json_text(const std::string& text, const std::string& origin);
+// 1-based line and column of byte offset `byte` (as JSON parsers report positions) in `text`.
+std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_t byte);
 // Reads a whole file into a string; InputError if it cannot be read.
 std::string read_text_file(const std::string& path);
 
