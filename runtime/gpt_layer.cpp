@@ -15,6 +15,11 @@ namespace kc = kernels::cpu;
 Buf make_buf(std::size_t n) { return std::make_shared<std::vector<float>>(n, 0.0f); }
 std::int64_t buf_bytes(const Buf& b) { return b ? static_cast<std::int64_t>(b->size() * sizeof(float)) : 0; }
 
+void check_position_embedding(const Model& m) {
+  if (m.position == PositionEmbedding::rotary)
+    throw InputError("model " + m.name + ": rotary position embeddings are not implemented by the CPU runtime");
+}
+
 std::int64_t LayerActs::bytes() const {
   std::int64_t s = 0;
   for (const Buf* b : {&x, &mu1, &rs1, &y1, &q, &k, &v, &probs, &attn, &x2, &mu2, &rs2, &y2, &h1, &g1, &act})

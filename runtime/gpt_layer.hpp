@@ -56,6 +56,9 @@ struct LayerShape {
 };
 LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp);
 
+// Throws InputError for a position embedding this layer cannot compute.
+void check_position_embedding(const Model& m);
+
 // What the backward reads. Empty buffers were not kept: probs under selective recomputation.
 struct LayerActs {
   Buf x, mu1, rs1, y1, q, k, v, probs, attn, x2, mu2, rs2, y2, h1, g1, act;

@@ -11,8 +11,7 @@ namespace tessel::rt {
 
 void check_runnable(const Model& m, const Layout& l) {
   check_layout(l, m, l.gpus());
-  if (m.position == PositionEmbedding::rotary)
-    throw InputError("model " + m.name + ": rotary position embeddings are not implemented by the CPU runtime");
+  check_position_embedding(m);
   if (l.cp != 1) throw InputError("--cp " + std::to_string(l.cp) + ": the CPU runtime has no context parallelism");
   if (m.heads % l.tp != 0 || m.kv_heads % l.tp != 0 || m.ffn % l.tp != 0 || m.vocab % l.tp != 0)
     throw InputError("--tp " + std::to_string(l.tp) + ": must divide heads " + std::to_string(m.heads) + ", kv heads " +
