@@ -57,6 +57,13 @@ Model import_hf_config(const Json& j, const std::string& where) {
   m.position = j.contains("rope_theta") || j.value("model_type", "") == "llama" || j.value("model_type", "") == "mistral"
                    ? PositionEmbedding::rotary
                    : PositionEmbedding::learned;
+  // rope_theta: the rotary base (Llama 3 configs: 500000); absent means the RoFormer/Llama 2 default 10000.
+  if (m.position == PositionEmbedding::rotary && j.contains("rope_theta") && !j["rope_theta"].is_null()) {
+    const Json& t = j["rope_theta"];
+    if (!t.is_number() || !(t.get<double>() >= 1.0 && t.get<double>() <= 1e12))
+      throw InputError(where + ": rope_theta: value " + json_brief(t) + " must be a number in [1, 1e12]");
+    m.rope_theta = t.get<double>();
+  }
   m.tied_embeddings = j.contains("tie_word_embeddings") ? j["tie_word_embeddings"].is_boolean() &&
                                                               j["tie_word_embeddings"].get<bool>()
                                                         : !rms;  // GPT-2 ties, Llama does not

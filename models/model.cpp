@@ -82,6 +82,11 @@ Model parse_model(const Json& j, const std::string& where) {
   m.norm = o.choice("norm", {"layernorm", "rmsnorm"}) == "layernorm" ? Norm::layernorm : Norm::rmsnorm;
   m.position = o.choice("position", {"learned", "rotary"}) == "learned" ? PositionEmbedding::learned
                                                                          : PositionEmbedding::rotary;
+  if (auto theta = o.opt_number("rope_theta", 1.0, 1e12)) {
+    if (m.position != PositionEmbedding::rotary)
+      o.fail("rope_theta", "applies only to \"position\": \"rotary\" (this model has learned positions)");
+    m.rope_theta = *theta;
+  }
   m.tied_embeddings = o.boolean("tied_embeddings");
   m.bias = o.boolean("bias");
   m.dropout = o.opt_boolean("dropout").value_or(true);
@@ -114,6 +119,7 @@ Json model_to_json(const Model& m) {
   j["activation"] = to_string(m.activation);
   j["norm"] = to_string(m.norm);
   j["position"] = to_string(m.position);
+  if (m.position == PositionEmbedding::rotary) j["rope_theta"] = m.rope_theta;
   j["tied_embeddings"] = m.tied_embeddings;
   j["bias"] = m.bias;
   j["dropout"] = m.dropout;

@@ -27,6 +27,9 @@ struct Model {
   Activation activation = Activation::gelu;
   Norm norm = Norm::layernorm;
   PositionEmbedding position = PositionEmbedding::learned;
+  // Rotary base theta: inv_freq_j = theta^(-2j/head_dim) (Su et al. 2021 eq. 15). 10000 in RoFormer and
+  // Llama 2, 500000 in Llama 3 (its config.json rope_theta). Used only when position == rotary.
+  double rope_theta = 10000.0;
   bool tied_embeddings = true;
   bool bias = true;          // linear-layer biases (GPT: yes, Llama: no)
   bool dropout = true;       // dropout after attention and MLP (its masks count in activation memory)

@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/norm.hpp"
+#include "kernels/cpu/rope.hpp"
 #include "models/util/error.hpp"
 
 namespace tessel::rt {
@@ -16,8 +17,12 @@ Buf make_buf(std::size_t n) { return std::make_shared<std::vector<float>>(n, 0.0
 std::int64_t buf_bytes(const Buf& b) { return b ? static_cast<std::int64_t>(b->size() * sizeof(float)) : 0; }
 
 void check_position_embedding(const Model& m) {
-  if (m.position == PositionEmbedding::rotary)
-    throw InputError("model " + m.name + ": rotary position embeddings are not implemented by the CPU runtime");
+  // Rotate-half pairs element j with j + head_dim/2 (kernels/cpu/rope.hpp): an odd head has no partner.
+  if (m.position == PositionEmbedding::rotary && m.head_dim % 2 != 0)
+    throw InputError("model " + m.name + ": head_dim " + std::to_string(m.head_dim) +
+                     " must be even for rotary position embeddings");
+  if (m.position == PositionEmbedding::rotary && !(m.rope_theta > 0))
+    throw InputError("model " + m.name + ": rope_theta " + std::to_string(m.rope_theta) + " must be positive");
 }
 
 std::int64_t LayerActs::bytes() const {
@@ -125,6 +130,8 @@ LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp
   s.ffn = m.ffn / tp.size;
   s.swiglu = m.activation == Activation::swiglu;
   s.layernorm = m.norm == Norm::layernorm;
+  if (m.position == PositionEmbedding::rotary)
+    s.rope = std::make_shared<const kc::RopeTable>(kc::rope_table(m.seq_len, m.head_dim, m.rope_theta));
   return s;
 }
 
@@ -145,6 +152,12 @@ void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParal
   linear(a.y1->data(), T, h, qd, w.wq, w.bq, a.q->data());
   linear(a.y1->data(), T, h, kd, w.wk, w.bk, a.k->data());
   linear(a.y1->data(), T, h, kd, w.wv, w.bv, a.v->data());
+  // Rotary: every rank holds all T tokens here (the SP all-gather came before the GEMMs), so row t is at
+  // position t % seq, and this rank's heads are whole heads (tp splits by head).
+  if (s.rope) {
+    kc::rope_fwd(*s.rope, a.q->data(), T, s.heads, qd);
+    kc::rope_fwd(*s.rope, a.k->data(), T, s.kv_heads, kd);
+  }
   a.probs = make_buf(static_cast<std::size_t>(s.batch) * s.heads * s.seq * s.seq);
   a.attn = make_buf(static_cast<std::size_t>(T) * qd);
   kc::attention_fwd(attn_shape(s), a.q->data(), qd, a.k->data(), kd, a.v->data(), kd, a.attn->data(), qd, a.probs->data());
@@ -226,6 +239,11 @@ void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorPara
       dv = make_buf(static_cast<std::size_t>(T) * kd);
   kc::attention_bwd(attn_shape(s), a.q->data(), qd, a.k->data(), kd, a.v->data(), kd, probs, da.data(), qd,
                     dq->data(), qd, dk->data(), kd, dv->data(), kd);
+  // Back through the rotation: d(pre-rotation q) = R^T dq (R orthogonal), before the q/k GEMM gradients.
+  if (s.rope) {
+    kc::rope_bwd(*s.rope, dq->data(), T, s.heads, qd);
+    kc::rope_bwd(*s.rope, dk->data(), T, s.kv_heads, kd);
+  }
   std::vector<float> dy1(static_cast<std::size_t>(T) * h);
   linear_dx(dq->data(), T, h, qd, w.wq, dy1.data(), false);
   linear_dx(dk->data(), T, h, kd, w.wk, dy1.data(), true);

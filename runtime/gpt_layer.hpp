@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "kernels/cpu/rope.hpp"
 #include "models/model.hpp"
 #include "runtime/params.hpp"
 #include "runtime/tensor_parallel.hpp"
@@ -53,13 +54,17 @@ struct LayerShape {
   int hidden = 1, heads = 1, kv_heads = 1, head_dim = 1, ffn = 1;  // heads/kv_heads/ffn: this rank's share
   bool swiglu = false, layernorm = true;
   float eps = 1e-5f;        // norm epsilon (PyTorch LayerNorm default)
+  // Rotary models: cos/sin per position and frequency, shared by every layer of the stage; null for learned
+  // positions. q and k are rotated right after their GEMMs (bias included, as GPT-NeoX and HF Llama do).
+  std::shared_ptr<const kernels::cpu::RopeTable> rope;
 };
 LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp);
 
-// Throws InputError for a position embedding this layer cannot compute.
+// Throws InputError for a position embedding this layer cannot compute (rotary needs an even head_dim).
 void check_position_embedding(const Model& m);
 
-// What the backward reads. Empty buffers were not kept: probs under selective recomputation.
+// What the backward reads. Empty buffers were not kept: probs under selective recomputation. q and k are
+// kept after the rotary rotation (what attention read), so selective recomputation needs no re-rotation.
 struct LayerActs {
   Buf x, mu1, rs1, y1, q, k, v, probs, attn, x2, mu2, rs2, y2, h1, g1, act;
   std::int64_t bytes() const;

@@ -9,6 +9,11 @@ single-rank Tessel run against the file, so CI needs no PyTorch.
 
     pip install torch     # CPU wheel from PyPI
     python3 tools/torch_golden.py --out tests/golden/tiny_gpt/golden.json
+    python3 tools/torch_golden.py --model tests/golden/tiny_gpt/tiny_rotary.json \
+        --out tests/golden/tiny_gpt/golden_rotary.json
+
+Rotary models (position "rotary") are mirrored with an implementation written here from the paper, not from
+the C++: RoFormer (Su et al. 2021, arXiv 2104.09864) in the rotate-half form of GPT-NeoX / HF Llama.
 """
 import argparse
 import json
@@ -57,7 +62,9 @@ def param_specs(m):
     std, out_std = 0.02, 0.02 / math.sqrt(2.0 * L)
     mat = lambda n, r, c, s: (n, r, c, "uniform", s, True)
     vec = lambda n, c, k: (n, 1, c, k, 0.0, False)
-    specs = [mat("embed.tok", m["vocab"], h, std), mat("embed.pos", m["seq_len"], h, std)]
+    specs = [mat("embed.tok", m["vocab"], h, std)]
+    if m["position"] == "learned":
+        specs.append(mat("embed.pos", m["seq_len"], h, std))
     for i in range(L):
         p = f"layers.{i}."
         specs += [vec(p + "ln1.w", h, "ones"), vec(p + "ln1.b", h, "zeros"),
@@ -95,11 +102,36 @@ def batch(m, seed, step, gbs):
     return torch.tensor(xs), torch.tensor(ys)
 
 
+def rotary_cos_sin(S, d, theta):
+    """cos/sin of position * theta^(-2j/d) for j < d/2, repeated for both halves of a head: [S, d].
+    Angles in float64, rounded once to float32 (as the C++ table is)."""
+    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    ang = torch.outer(torch.arange(S, dtype=torch.float64), inv_freq)
+    ang = torch.cat([ang, ang], dim=-1)
+    return ang.cos().float(), ang.sin().float()
+
+
+def rotate_half(t):
+    """(x1, x2) -> (-x2, x1) over the two halves of the last dimension."""
+    t1, t2 = t.chunk(2, dim=-1)
+    return torch.cat([-t2, t1], dim=-1)
+
+
+def apply_rotary(t, cos, sin):
+    """t: [B, heads, S, d]; y = t cos + rotate_half(t) sin, i.e. each (j, j + d/2) pair turned by its angle."""
+    return t * cos + rotate_half(t) * sin
+
+
 def forward(m, P, x, y):
     g = lambda n: P[n][0]
     B, S = x.shape
     H, K, d = m["heads"], m["kv_heads"], m["head_dim"]
-    h = g("embed.tok")[x] + g("embed.pos")[torch.arange(S)]
+    rotary = m["position"] == "rotary"
+    if rotary:
+        h = g("embed.tok")[x]
+        cos, sin = rotary_cos_sin(S, d, float(m.get("rope_theta", 10000.0)))
+    else:
+        h = g("embed.tok")[x] + g("embed.pos")[torch.arange(S)]
     mask = torch.ones(S, S, dtype=torch.bool).tril()
     for i in range(m["layers"]):
         p = f"layers.{i}."
@@ -107,6 +139,8 @@ def forward(m, P, x, y):
         q = (a @ g(p + "attn.wq") + g(p + "attn.bq")).view(B, S, H, d).transpose(1, 2)
         k = (a @ g(p + "attn.wk") + g(p + "attn.bk")).view(B, S, K, d).transpose(1, 2)
         v = (a @ g(p + "attn.wv") + g(p + "attn.bv")).view(B, S, K, d).transpose(1, 2)
+        if rotary:
+            q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
         s = (q @ k.transpose(-1, -2)) / math.sqrt(d)
         s = s.masked_fill(~mask, float("-inf")).softmax(-1)
@@ -131,7 +165,7 @@ def main():
     with open(a.model) as f:
         m = json.load(f)
     m.setdefault("head_dim", m["hidden"] // m["heads"])
-    if m["activation"] != "gelu" or m["norm"] != "layernorm" or m["position"] != "learned" or not m["tied_embeddings"] or not m["bias"]:
+    if m["activation"] != "gelu" or m["norm"] != "layernorm" or m["position"] not in ("learned", "rotary") or not m["tied_embeddings"] or not m["bias"]:
         sys.exit("torch_golden.py: only GELU, LayerNorm, learned positions, tied embeddings and biases are mirrored")
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -151,11 +185,14 @@ def main():
         total = torch.nn.utils.clip_grad_norm_([t for t, _ in P.values()], 1.0)
         opt.step()
         losses.append(float(loss.detach()))
-        print(f"step {step} loss {float(loss):.7f} grad_norm {float(total):.7f}")
+        print(f"step {step} loss {float(loss.detach()):.7f} grad_norm {float(total):.7f}")
     doc = {"generator": "tools/torch_golden.py", "torch_version": torch.__version__, "model": m["name"],
+           "position": m["position"],
            "seed": a.seed, "global_batch": a.global_batch, "micro_batch": 1, "steps": a.steps,
            "optimizer": {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "clip_norm": 1.0},
            "losses": losses, "grad_norms_step1": grad_norms}
+    if m["position"] == "rotary":
+        doc["rope_theta"] = float(m.get("rope_theta", 10000.0))
     with open(a.out, "w") as f:
         json.dump(doc, f, indent=1, sort_keys=True)
         f.write("\n")

@@ -1,6 +1,8 @@
 // Tessel's single-rank CPU run of the `tiny` preset against PyTorch (tools/torch_golden.py wrote
 // tests/golden/tiny_gpt/golden.json from the same seeded init and data): the loss of each of 5 AdamW steps
-// within 1e-5 relative, and each parameter's step-1 gradient norm within 1e-5 relative.
+// within 1e-5 relative, and each parameter's step-1 gradient norm within 1e-5 relative. The same for the
+// rotary variant (tests/golden/tiny_gpt/tiny_rotary.json -> golden_rotary.json), whose PyTorch side
+// implements RoPE on its own (rotate_half on [B, heads, S, d] tensors).
 // Tolerances: both sides compute in fp32 with different summation orders (BLAS blocking, fused softmax),
 // ~1e-6 relative per op; the loss is a mean over 128 tokens of O(1) terms, the gradients of small
 // parameters (biases, positions) are sums of many cancelling terms, hence the looser gradient bound.
@@ -25,11 +27,13 @@ constexpr double kGradNormRelTol = 1e-5;
 constexpr double kZeroGrad = 1e-8;
 }  // namespace
 
-TEST_CASE("tiny GPT on one CPU rank matches the PyTorch golden run") {
-  std::ifstream in(test::source_root() + "/tests/golden/tiny_gpt/golden.json");
+namespace {
+
+void check_golden(const Model& m, const std::string& golden) {
+  std::ifstream in(test::source_root() + "/tests/golden/tiny_gpt/" + golden);
   REQUIRE(in.good());
   const auto g = nlohmann::json::parse(in);
-  const Model m = load_model("tiny");
+  REQUIRE(g.at("model").get<std::string>() == m.name);
   Layout l = test::layout(1, 1, 1, "1f1b", 1, g.at("global_batch").get<int>());
   rt::TrainOptions opt;
   opt.seed = g.at("seed").get<std::uint64_t>();
@@ -56,5 +60,15 @@ TEST_CASE("tiny GPT on one CPU rank matches the PyTorch golden run") {
     worst = std::max(worst, e);
     CHECK(e < kGradNormRelTol);
   }
-  MESSAGE("worst per-parameter gradient-norm relative error " << worst);
+  MESSAGE(golden << ": worst per-parameter gradient-norm relative error " << worst);
+}
+
+}  // namespace
+
+TEST_CASE("tiny GPT on one CPU rank matches the PyTorch golden run") { check_golden(load_model("tiny"), "golden.json"); }
+
+TEST_CASE("tiny GPT with rotary positions on one CPU rank matches the PyTorch golden run") {
+  const Model m = load_model(test::source_root() + "/tests/golden/tiny_gpt/tiny_rotary.json");
+  REQUIRE(m.position == PositionEmbedding::rotary);
+  check_golden(m, "golden_rotary.json");
 }
