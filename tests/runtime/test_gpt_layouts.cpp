@@ -1,12 +1,14 @@
 // The numerics matrix: every layout over tp {1,2} x pp {1,2,4} x dp {1,2}, every schedule generator, each
 // recompute policy, sequence parallelism and ZeRO-1 must reproduce the single-rank run: the loss of each of
 // 5 optimizer steps within 1e-5 relative and every parameter's gradient norm (step 1) within 1e-5 relative.
+// Rotary positions get their own cases on a Llama-shaped micro model (last test case).
 // Why those tolerances: each layout sums the same fp32 terms in another order (micro-batch accumulation,
 // all-reduce over tp/dp, vocab-parallel softmax sums); one reordering moves a sum by ~1e-7 relative, and
 // five Adam steps amplify differences in near-zero gradient elements only mildly at this scale.
 #include <doctest/doctest.h>
 
 #include <map>
+#include <string>
 #include <sstream>
 
 #include "runtime/trainer.hpp"
@@ -24,21 +26,43 @@ constexpr double kLossTol = 1e-5;
 constexpr double kGradNormTol = 1e-5;
 constexpr double kTinyGrad = 1e-7;  // below this a parameter's gradient norm is compared absolutely
 
-const std::vector<rt::StepStats>& reference() {
-  static const auto ref = rt::train_threads(micro_gpt(), layout(1, 1, 1, "1f1b", 1, kGlobalBatch), {}, kSteps).steps;
-  return ref;
+// The rotary cases use a Llama-shaped micro model: rotary positions with GQA (4 query heads sharing 2 kv
+// heads, so tp 2 gives each rank 2 query heads and 1 kv head), RMSNorm, SwiGLU, no biases, untied head.
+Model micro_llama() {
+  Model m = micro_gpt();
+  m.name = "micro-llama";
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 4;
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position = PositionEmbedding::rotary;
+  m.rope_theta = 100.0;  // small base: even the slowest pair (w_1 = 100^(-1/2)) turns 0.7 rad over 8 positions
+  m.tied_embeddings = false;
+  m.bias = false;
+  m.dropout = false;
+  return m;
 }
 
-void check_matches(const Layout& l) {
+const std::vector<rt::StepStats>& reference(const Model& m) {
+  static std::map<std::string, std::vector<rt::StepStats>> refs;
+  auto it = refs.find(m.name);
+  if (it == refs.end())
+    it = refs.emplace(m.name, rt::train_threads(m, layout(1, 1, 1, "1f1b", 1, kGlobalBatch), {}, kSteps).steps).first;
+  return it->second;
+}
+
+void check_matches(const Layout& l, const Model& m = micro_gpt()) {
   CAPTURE(l.describe());
-  const auto got = rt::train_threads(micro_gpt(), l, {}, kSteps).steps;
-  const auto& ref = reference();
+  CAPTURE(m.name);
+  const auto got = rt::train_threads(m, l, {}, kSteps).steps;
+  const auto& ref = reference(m);
   REQUIRE(got.size() == ref.size());
   for (int k = 0; k < kSteps; ++k) {
     CAPTURE(k);
     CHECK(rel_err(got[k].loss, ref[k].loss) < kLossTol);
   }
-  const auto specs = rt::gpt_param_specs(micro_gpt());
+  const auto specs = rt::gpt_param_specs(m);
   for (std::size_t i = 0; i < specs.size(); ++i) {
     CAPTURE(specs[i].name);
     const double a = got[0].param_grad_norms[i], b = ref[0].param_grad_norms[i];
@@ -90,4 +114,21 @@ TEST_CASE("sequence parallelism and the distributed optimizer match the single-r
       l.zero_stage = zero;
       check_matches(l);
     }
+}
+
+TEST_CASE("rotary positions (GQA, Llama-shaped) match the single-rank run across tp, sp, pp and recomputation") {
+  // tp 2 splits query and kv heads (each rank rotates its own heads); sp all-gathers tokens before q/k, so
+  // the rotation still sees positions t % seq of whole sequences; zbv runs split I/W backward on pp 2 x vpp 2;
+  // selective recomputes the probabilities from the saved post-rotation q/k, full re-runs the rotation.
+  const Model m = micro_llama();
+  check_matches(layout(2, 1, 1, "1f1b", 1, kGlobalBatch), m);
+  Layout sp = layout(2, 1, 1, "1f1b", 1, kGlobalBatch);
+  sp.sequence_parallel = true;
+  check_matches(sp, m);
+  check_matches(layout(1, 2, 1, "zbv", 2, kGlobalBatch), m);
+  for (Recompute rc : {Recompute::selective, Recompute::full}) {
+    Layout l = layout(2, 2, 1, "1f1b", 1, kGlobalBatch);
+    l.recompute = rc;
+    check_matches(l, m);
+  }
 }
