@@ -140,6 +140,12 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   if (is_null(lj, "micro_batch")) mbs_opts = {1, 2, 4, 8};
   else mbs_opts = {int_field(lj, "micro_batch", where + ".layout")};
   std::string sched = is_null(lj, "schedule") ? "" : lj.at("schedule").get<std::string>();
+  if (!sched.empty() && sched != "none" && sched != "dualpipe" &&
+      std::find(schedule_names().begin(), schedule_names().end(), sched) == schedule_names().end()) {
+    std::string known = "none, dualpipe";
+    for (const auto& n : schedule_names()) known += ", " + n;
+    throw InputError(where + ".layout.schedule: value \"" + sched + "\" is not a known schedule (" + known + ")");
+  }
   if (sched == "none" || base.pp == 1) sched_opts = {"1f1b"};
   else if (sched.empty()) sched_opts = {"1f1b", "interleaved"};
   else if (sched == "dualpipe") throw RowSkip{"bidirectional DualPipe is not modelled (dualpipev is)"};

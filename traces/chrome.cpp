@@ -47,8 +47,10 @@ void put_escaped(std::string& out, std::string_view s) {
 void put_us(std::string& out, double v) {
   TESSEL_CHECK(std::isfinite(v), "non-finite time " << v);
   if (std::fabs(v) < 0.0005) v = 0;  // never print "-0.000"
-  char buf[48];
-  int n = std::snprintf(buf, sizeof buf, "%.3f", v);
+  // %.3f of the largest double is 309 integer digits + sign + ".000": 320 bytes always suffice.
+  char buf[320];
+  const int n = std::snprintf(buf, sizeof buf, "%.3f", v);
+  TESSEL_CHECK(n > 0 && static_cast<std::size_t>(n) < sizeof buf, "time " << v << " does not format");
   out.append(buf, static_cast<std::size_t>(n));
 }
 
