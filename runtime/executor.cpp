@@ -51,6 +51,14 @@ class Walker {
 
   template <class F>
   void compute(const char* op, const std::string& letter, int s, int mb, double flops, F&& f) {
+    const bool reads_weights = letter != "W", makes_grads = letter != "F", grads_done = letter == "B" || letter == "W";
+    if (c_.before_compute) c_.before_compute(s, reads_weights, makes_grads);
+    timed_compute(op, letter, s, mb, flops, std::forward<F>(f));
+    if (c_.after_compute) c_.after_compute(s, grads_done);
+  }
+
+  template <class F>
+  void timed_compute(const char* op, const std::string& letter, int s, int mb, double flops, F&& f) {
     c_.rec->context = id_of(op, s, mb);
     const double t0 = c_.rec->now_us();
     f();

@@ -34,6 +34,11 @@ struct ExecutorContext {
   std::function<const MicroBatch&(int mb)> data;
   Recorder* rec = nullptr;
   std::int64_t flow_base = 0;  // makes send/recv flow ids unique per step and per tp/dp replica
+  // Around each compute action of a stage (optional; ZeRO uses them): before(stage, reads_weights,
+  // makes_grads), after(stage, grads_done). F reads weights; B reads weights and completes the micro-batch's
+  // gradients; I reads weights and makes some (norms, biases); W makes the rest and completes them.
+  std::function<void(int stage, bool reads_weights, bool makes_grads)> before_compute;
+  std::function<void(int stage, bool grads_done)> after_compute;
 };
 
 // Runs the rank's actions; returns the sum of this rank's last-stage micro-batch mean losses (0 when the

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 
 #include "models/util/error.hpp"
 
@@ -23,21 +25,44 @@ void timed(Recorder& rec, trace::Stream s, const char* op, std::size_t bytes, F&
 DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, RankGroups& groups,
                                            Recorder& rec, const OptimizerConfig& cfg, int tied_peer, bool tied_is_first)
     : model_(m), layout_(l), store_(store), g_(groups), rec_(rec), cfg_(cfg), tied_peer_(tied_peer),
-      tied_is_first_(tied_is_first) {
+      tied_is_first_(tied_is_first), sharded_(l.zero_stage >= 1) {
   const std::size_t n = store_.flat_data().size();
-  if (layout_.zero_stage >= 1) {
-    const std::size_t dp = static_cast<std::size_t>(layout_.dp);
-    padded_ = (n + dp - 1) / dp * dp;
-    const std::size_t shard = padded_ / dp;
-    lo_ = shard * static_cast<std::size_t>(g_.at.dp);
-    hi_ = lo_ + shard;
+  const auto bytes = [](std::size_t elems) { return static_cast<std::int64_t>(elems * sizeof(float)); };
+  if (!sharded_) {
+    m_.assign(n, 0.0f);
+    v_.assign(n, 0.0f);
+    mem_ = {bytes(n), bytes(n), bytes(2 * n), 0};
   } else {
-    padded_ = n;
-    lo_ = 0;
-    hi_ = n;
+    part_ = ZeroPartition(store_, layout_.dp, g_.at.dp);
+    const std::size_t k = part_.shard_size();
+    m_.assign(k, 0.0f);
+    v_.assign(k, 0.0f);
+    shard_grad_.assign(k, 0.0f);
+    gathered_.assign(part_.groups().size(), 0);
+    pending_.assign(part_.groups().size(), 0);
+    const int z = layout_.zero_stage;
+    mem_ = {bytes(z >= 3 ? k : n), bytes(z >= 2 ? k : n), bytes(2 * k), 0};
+    if (z >= 3) params_loaded();
   }
-  m_.assign(hi_ - lo_, 0.0f);
-  v_.assign(hi_ - lo_, 0.0f);
+  mem_.peak = mem_.persistent();
+}
+
+void DistributedOptimizer::track(std::int64_t delta) {
+  live_ += delta;
+  mem_.peak = std::max(mem_.peak, mem_.persistent() + live_);
+}
+
+template <class F>
+void DistributedOptimizer::for_owned_params(F&& f) {
+  const auto& groups = part_.groups();
+  std::size_t gi = 0;
+  for (Param& p : store_.params()) {
+    while (gi < groups.size() && groups[gi].end <= p.offset) ++gi;
+    const ZeroGroup& g = groups.at(gi);
+    const std::size_t own0 = part_.owned_begin(g, part_.dp_rank()), own1 = part_.owned_end(g, part_.dp_rank());
+    const std::size_t a = std::max(p.offset, own0), b = std::min(p.offset + p.size(), own1);
+    if (a < b) f(p, a, b, g.local + (a - own0));
+  }
 }
 
 void DistributedOptimizer::sync_tied() {
@@ -69,42 +94,128 @@ void DistributedOptimizer::sync_sequence_parallel() {
     }
 }
 
-void DistributedOptimizer::reduce_data_parallel() {
+void DistributedOptimizer::sync_tied_shard() {
+  if (tied_peer_ < 0) return;
+  // Both copies of embed.tok form a group of the same size on both ranks: the same owned chunk.
+  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+    if (p.spec.name != "embed.tok") return;
+    float* g = shard_grad_.data() + local;
+    std::vector<float> other(b - a);
+    timed(rec_, trace::Stream::pp, "embedding_allreduce", other.size() * sizeof(float), [&] {
+      g_.pp->send(g, other.size(), tied_peer_, kTiedTag);
+      g_.pp->recv(other.data(), other.size(), tied_peer_, kTiedTag);
+    });
+    for (std::size_t i = 0; i < other.size(); ++i) g[i] = tied_is_first_ ? g[i] + other[i] : other[i] + g[i];
+  });
+}
+
+void DistributedOptimizer::sync_sequence_parallel_shard() {
+  if (!layout_.sequence_parallel || layout_.tp == 1) return;
+  // tp peers hold equally sized shards of every parameter: the same flat offsets, the same owned runs.
+  std::vector<float> packed;
+  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+    if (p.spec.shard_dim == -1) packed.insert(packed.end(), shard_grad_.begin() + static_cast<long>(local),
+                                              shard_grad_.begin() + static_cast<long>(local + (b - a)));
+  });
+  if (packed.empty()) return;
+  timed(rec_, trace::Stream::tp, "tp_allreduce", packed.size() * sizeof(float),
+        [&] { g_.tp->all_reduce(packed.data(), packed.size()); });
+  std::size_t at = 0;
+  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+    if (p.spec.shard_dim != -1) return;
+    std::copy(packed.begin() + static_cast<long>(at), packed.begin() + static_cast<long>(at + (b - a)),
+              shard_grad_.begin() + static_cast<long>(local));
+    at += b - a;
+  });
+}
+
+void DistributedOptimizer::flush_group(std::size_t gi) {
+  const ZeroGroup& g = part_.groups()[gi];
   auto& grad = store_.flat_grad();
-  if (layout_.zero_stage == 0) {
-    if (layout_.dp > 1)
-      timed(rec_, trace::Stream::dp, "dp_allreduce", grad.size() * sizeof(float),
-            [&] { g_.dp->all_reduce(grad.data(), grad.size()); });
-    return;
-  }
-  std::vector<float> padded(padded_, 0.0f);
-  std::copy(grad.begin(), grad.end(), padded.begin());
-  shard_grad_.assign(hi_ - lo_, 0.0f);
-  if (layout_.dp > 1)
+  const std::size_t n = g.end - g.begin, dp = static_cast<std::size_t>(part_.dp());
+  std::vector<float> padded(g.chunk * dp, 0.0f), mine(g.chunk);
+  std::copy(grad.begin() + static_cast<long>(g.begin), grad.begin() + static_cast<long>(g.end), padded.begin());
+  if (dp > 1)
     timed(rec_, trace::Stream::dp, "dp_reducescatter", padded.size() * sizeof(float),
-          [&] { g_.dp->reduce_scatter(padded.data(), shard_grad_.data(), shard_grad_.size()); });
+          [&] { g_.dp->reduce_scatter(padded.data(), mine.data(), g.chunk); });
   else
-    std::copy(padded.begin() + lo_, padded.begin() + hi_, shard_grad_.begin());
+    std::copy(padded.begin(), padded.begin() + static_cast<long>(g.chunk), mine.begin());
+  for (std::size_t i = 0; i < g.chunk; ++i) shard_grad_[g.local + i] += mine[i];
+  std::fill(grad.begin() + static_cast<long>(g.begin), grad.begin() + static_cast<long>(g.begin + n), 0.0f);
+  if (pending_[gi] && layout_.zero_stage >= 2) track(-static_cast<std::int64_t>(n * sizeof(float)));
+  pending_[gi] = 0;
+}
+
+void DistributedOptimizer::gather_group(std::size_t gi) {
+  if (gathered_[gi]) return;
+  const ZeroGroup& g = part_.groups()[gi];
+  const std::size_t dp = static_cast<std::size_t>(part_.dp());
+  std::vector<float> all(g.chunk * dp);
+  if (dp > 1)
+    timed(rec_, trace::Stream::dp, "dp_allgather", all.size() * sizeof(float),
+          [&] { g_.dp->all_gather(shard_param_.data() + g.local, all.data(), g.chunk); });
+  else
+    std::copy(shard_param_.begin() + static_cast<long>(g.local), shard_param_.begin() + static_cast<long>(g.local + g.chunk),
+              all.begin());
+  std::copy(all.begin(), all.begin() + static_cast<long>(g.end - g.begin),
+            store_.flat_data().begin() + static_cast<long>(g.begin));
+  gathered_[gi] = 1;
+  track(static_cast<std::int64_t>((g.end - g.begin - (part_.owned_end(g, part_.dp_rank()) - part_.owned_begin(g, part_.dp_rank()))) * sizeof(float)));
+}
+
+void DistributedOptimizer::release_group(std::size_t gi) {
+  if (!gathered_[gi]) return;
+  const ZeroGroup& g = part_.groups()[gi];
+  auto& data = store_.flat_data();
+  std::fill(data.begin() + static_cast<long>(g.begin), data.begin() + static_cast<long>(g.end),
+            std::numeric_limits<float>::quiet_NaN());
+  gathered_[gi] = 0;
+  track(-static_cast<std::int64_t>((g.end - g.begin - (part_.owned_end(g, part_.dp_rank()) - part_.owned_begin(g, part_.dp_rank()))) * sizeof(float)));
+}
+
+void DistributedOptimizer::before_compute(int l0, int l1, bool first, bool last, bool reads_weights, bool makes_grads) {
+  if (!sharded_) return;
+  for (std::size_t gi : part_.stage_groups(l0, l1, first, last)) {
+    if (layout_.zero_stage >= 3 && reads_weights) gather_group(gi);
+    if (layout_.zero_stage >= 2 && makes_grads && !pending_[gi]) {
+      pending_[gi] = 1;
+      const ZeroGroup& g = part_.groups()[gi];
+      track(static_cast<std::int64_t>((g.end - g.begin) * sizeof(float)));
+    }
+  }
+}
+
+void DistributedOptimizer::after_compute(int l0, int l1, bool first, bool last, bool grads_done) {
+  if (!sharded_) return;
+  for (std::size_t gi : part_.stage_groups(l0, l1, first, last)) {
+    if (layout_.zero_stage >= 3) release_group(gi);
+    if (layout_.zero_stage >= 2 && grads_done) flush_group(gi);
+  }
 }
 
 OptimizerReport DistributedOptimizer::norms() {
   const auto specs = gpt_param_specs(model_);
   std::vector<float> sq(specs.size(), 0.0f);
-  const bool sharded = layout_.zero_stage >= 1;
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (!store_.has(specs[i].name)) continue;
-    const Param& p = store_.at(specs[i].name);
-    if (p.spec.shard_dim == -1 && g_.at.tp != 0) continue;               // tp replicas
-    if (p.spec.name == "embed.tok" && tied_peer_ >= 0 && !tied_is_first_) continue;  // tied copy
-    if (!sharded && g_.at.dp != 0) continue;                              // dp replicas
-    double s = 0;
-    if (sharded) {
-      const std::size_t a = std::max(p.offset, lo_), b = std::min(p.offset + p.size(), hi_);
-      if (a < b) s = kc::sum_squares(shard_grad_.data() + (a - lo_), b - a);
-    } else {
-      s = kc::sum_squares(store_.grad(p), p.size());
+  std::map<std::string, std::size_t> index;
+  for (std::size_t i = 0; i < specs.size(); ++i) index[specs[i].name] = i;
+  const auto counted = [&](const Param& p) {
+    if (p.spec.shard_dim == -1 && g_.at.tp != 0) return false;                      // tp replicas
+    if (p.spec.name == "embed.tok" && tied_peer_ >= 0 && !tied_is_first_) return false;  // tied copy
+    return true;
+  };
+  const auto& observe = cfg_.observe_grads;
+  if (sharded_) {
+    for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+      if (!counted(p)) return;
+      sq[index.at(p.spec.name)] += static_cast<float>(kc::sum_squares(shard_grad_.data() + local, b - a));
+      if (observe) observe(step_, p, a - p.offset, b - p.offset, shard_grad_.data() + local);
+    });
+  } else if (g_.at.dp == 0) {  // dp replicas hold the same all-reduced gradient
+    for (const Param& p : store_.params()) {
+      if (!counted(p)) continue;
+      sq[index.at(p.spec.name)] = static_cast<float>(kc::sum_squares(store_.grad(p), p.size()));
+      if (observe) observe(step_, p, 0, p.size(), store_.grad(p));
     }
-    sq[i] = static_cast<float>(s);
   }
   g_.world->all_reduce(sq.data(), sq.size());
   OptimizerReport r;
@@ -118,35 +229,57 @@ OptimizerReport DistributedOptimizer::norms() {
 }
 
 void DistributedOptimizer::update(float clip) {
-  const bool sharded = layout_.zero_stage >= 1;
-  float* grad_base = sharded ? shard_grad_.data() : store_.flat_grad().data();
   std::vector<float> g;
-  for (const auto& p : store_.params()) {
-    const std::size_t a = std::max(p.offset, lo_), b = std::min(p.offset + p.size(), hi_);
-    if (a >= b) continue;
-    g.assign(grad_base + (a - lo_), grad_base + (b - lo_));
+  const auto apply = [&](const Param& p, float* param, const float* grad, float* m, float* v, std::size_t n) {
+    g.assign(grad, grad + n);
     kc::scale(g.data(), g.size(), clip);
     kc::AdamW hp = cfg_.adamw;
     if (!p.spec.decay) hp.weight_decay = 0.0f;
-    kc::adamw_step(store_.flat_data().data() + a, g.data(), m_.data() + (a - lo_), v_.data() + (a - lo_), b - a, hp,
-                   step_ + 1);
+    kc::adamw_step(param, g.data(), m, v, n, hp, step_ + 1);
+  };
+  if (!sharded_) {
+    for (const Param& p : store_.params())
+      apply(p, store_.flat_data().data() + p.offset, store_.flat_grad().data() + p.offset, m_.data() + p.offset,
+            v_.data() + p.offset, p.size());
+    return;
   }
+  const bool zero3 = layout_.zero_stage >= 3;
+  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+    float* param = zero3 ? shard_param_.data() + local : store_.flat_data().data() + a;
+    apply(p, param, shard_grad_.data() + local, m_.data() + local, v_.data() + local, b - a);
+  });
 }
 
 void DistributedOptimizer::gather_params() {
-  if (layout_.zero_stage == 0 || layout_.dp == 1) return;
+  if (!sharded_ || layout_.zero_stage >= 3 || layout_.dp == 1) return;
   auto& data = store_.flat_data();
-  std::vector<float> mine(hi_ - lo_, 0.0f), all(padded_);
-  for (std::size_t i = lo_; i < std::min(hi_, data.size()); ++i) mine[i - lo_] = data[i];
-  timed(rec_, trace::Stream::dp, "dp_allgather", padded_ * sizeof(float),
-        [&] { g_.dp->all_gather(mine.data(), all.data(), mine.size()); });
-  std::copy(all.begin(), all.begin() + static_cast<long>(data.size()), data.begin());
+  for (const ZeroGroup& g : part_.groups()) {
+    const std::size_t a = part_.owned_begin(g, part_.dp_rank()), b = part_.owned_end(g, part_.dp_rank());
+    std::vector<float> mine(g.chunk, 0.0f), all(g.chunk * static_cast<std::size_t>(layout_.dp));
+    std::copy(data.begin() + static_cast<long>(a), data.begin() + static_cast<long>(b), mine.begin());
+    timed(rec_, trace::Stream::dp, "dp_allgather", all.size() * sizeof(float),
+          [&] { g_.dp->all_gather(mine.data(), all.data(), g.chunk); });
+    std::copy(all.begin(), all.begin() + static_cast<long>(g.end - g.begin), data.begin() + static_cast<long>(g.begin));
+  }
 }
 
 OptimizerReport DistributedOptimizer::step() {
-  sync_tied();
-  sync_sequence_parallel();
-  reduce_data_parallel();
+  if (!sharded_) {
+    sync_tied();
+    sync_sequence_parallel();
+    auto& grad = store_.flat_grad();
+    if (layout_.dp > 1)
+      timed(rec_, trace::Stream::dp, "dp_allreduce", grad.size() * sizeof(float),
+            [&] { g_.dp->all_reduce(grad.data(), grad.size()); });
+  } else {
+    if (layout_.zero_stage == 1)
+      for (std::size_t gi = 0; gi < part_.groups().size(); ++gi) flush_group(gi);
+    // ZeRO-2/3 reduced every group after its micro-batches' backward; nothing may be left behind.
+    for (float x : store_.flat_grad())
+      TESSEL_CHECK(x == 0.0f, "ZeRO-" << layout_.zero_stage << ": a gradient was not reduce-scattered before the step");
+    sync_tied_shard();
+    sync_sequence_parallel_shard();
+  }
   OptimizerReport r = norms();
   const double t0 = rec_.now_us();
   update(kc::clip_coefficient(r.grad_norm, cfg_.clip_norm));
@@ -155,8 +288,62 @@ OptimizerReport DistributedOptimizer::step() {
   rec_.record(trace::Stream::compute, id, "optimizer", t0, rec_.now_us(), 0.0, 0.0);
   gather_params();
   store_.zero_grad();
+  std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
   ++step_;
   return r;
+}
+
+void DistributedOptimizer::full_moments(std::vector<float>& m, std::vector<float>& v) {
+  const std::size_t n = store_.flat_data().size();
+  if (!sharded_) {
+    m = m_;
+    v = v_;
+    return;
+  }
+  for (auto* pair : {&m, &v}) {
+    std::vector<float> all(part_.shard_size() * static_cast<std::size_t>(part_.dp()));
+    g_.dp->all_gather((pair == &m ? m_ : v_).data(), all.data(), part_.shard_size());
+    *pair = part_.unshard(all, n);
+  }
+}
+
+void DistributedOptimizer::load_moments(const std::vector<float>& m, const std::vector<float>& v) {
+  if (!sharded_) {
+    m_ = m;
+    v_ = v;
+    return;
+  }
+  part_.for_owned([&](std::size_t a, std::size_t b, std::size_t local) {
+    std::copy(m.begin() + static_cast<long>(a), m.begin() + static_cast<long>(b), m_.begin() + static_cast<long>(local));
+    std::copy(v.begin() + static_cast<long>(a), v.begin() + static_cast<long>(b), v_.begin() + static_cast<long>(local));
+  });
+}
+
+void DistributedOptimizer::materialize_params() {
+  if (!sharded_ || layout_.zero_stage < 3) return;
+  for (std::size_t gi = 0; gi < part_.groups().size(); ++gi) gather_group(gi);
+}
+
+void DistributedOptimizer::release_params() {
+  if (!sharded_ || layout_.zero_stage < 3) return;
+  for (std::size_t gi = 0; gi < part_.groups().size(); ++gi) release_group(gi);
+}
+
+void DistributedOptimizer::params_loaded() {
+  if (!sharded_ || layout_.zero_stage < 3) return;
+  shard_param_.assign(part_.shard_size(), 0.0f);
+  const auto& data = store_.flat_data();
+  part_.for_owned([&](std::size_t a, std::size_t b, std::size_t local) {
+    std::copy(data.begin() + static_cast<long>(a), data.begin() + static_cast<long>(b),
+              shard_param_.begin() + static_cast<long>(local));
+  });
+  for (std::size_t gi = 0; gi < part_.groups().size(); ++gi) {
+    gathered_[gi] = 1;  // the whole buffer is valid now; release it (no tracking change: not counted yet)
+    const ZeroGroup& g = part_.groups()[gi];
+    std::fill(store_.flat_data().begin() + static_cast<long>(g.begin), store_.flat_data().begin() + static_cast<long>(g.end),
+              std::numeric_limits<float>::quiet_NaN());
+    gathered_[gi] = 0;
+  }
 }
 
 }  // namespace tessel::rt

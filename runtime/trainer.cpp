@@ -107,6 +107,17 @@ StepStats Trainer::step() {
   ctx.stages = &stages_;
   ctx.data = [this](int mb) -> const MicroBatch& { return batch_.at(static_cast<std::size_t>(mb)); };
   ctx.rec = &rec_;
+  if (layout_.zero_stage >= 1) {
+    const auto cfg = [this](int s) -> const StageConfig& { return stages_.at(s)->config(); };
+    ctx.before_compute = [this, cfg](int s, bool reads, bool makes) {
+      const StageConfig& c = cfg(s);
+      optimizer_->before_compute(c.l0, c.l1, c.first, c.last, reads, makes);
+    };
+    ctx.after_compute = [this, cfg](int s, bool done) {
+      const StageConfig& c = cfg(s);
+      optimizer_->after_compute(c.l0, c.l1, c.first, c.last, done);
+    };
+  }
   const std::int64_t per_step = 2LL * layout_.num_stages() * layout_.num_microbatches();
   ctx.flow_base = (static_cast<std::int64_t>(k) * layout_.tp * layout_.dp + groups_.at.tp + layout_.tp * groups_.at.dp) * per_step;
   const double local = run_pipeline(ctx);
@@ -135,6 +146,7 @@ ThreadRunResult train_threads(const Model& m, const Layout& l, const TrainOption
   kernels::cpu::gemm_set_single_thread();
   ThreadRunResult out;
   out.peak_activation_bytes.assign(static_cast<std::size_t>(l.gpus()), 0);
+  out.state_memory.assign(static_cast<std::size_t>(l.gpus()), StateMemory{});
   std::mutex mu;
   const auto t0 = Recorder::Clock::now();
   run_threads(l.gpus(), [&](Comm& world) {
@@ -143,6 +155,7 @@ ThreadRunResult train_threads(const Model& m, const Layout& l, const TrainOption
     for (int i = 0; i < steps; ++i) mine.push_back(t.step());
     std::lock_guard<std::mutex> lk(mu);
     out.peak_activation_bytes[static_cast<std::size_t>(world.rank())] = t.recorder().peak_bytes();
+    out.state_memory[static_cast<std::size_t>(world.rank())] = t.optimizer().state_memory();
     if (world.rank() == 0) out.steps = std::move(mine);
     auto& ev = t.recorder().events();
     out.trace.events.insert(out.trace.events.end(), ev.begin(), ev.end());

@@ -38,7 +38,8 @@ struct StepStats {
   double seconds = 0;
 };
 
-// Rejects what this runtime cannot run (rotary positions, cp > 1, SP with tokens not divisible by tp) and
+// Rejects what this runtime cannot run (cp > 1, SP with tokens not divisible by tp, position embeddings the
+// layer cannot compute) and
 // every layout rule of check_layout, with InputError/InfeasibleLayout naming the rule.
 void check_runnable(const Model& m, const Layout& l);
 
@@ -81,6 +82,7 @@ class Trainer {
 struct ThreadRunResult {
   std::vector<StepStats> steps;                  // identical on every rank; rank 0's copy
   std::vector<std::int64_t> peak_activation_bytes;  // per world rank
+  std::vector<StateMemory> state_memory;             // per world rank: parameters, gradients, Adam moments
   trace::Trace trace;                            // all ranks' events when opt.record_trace
 };
 

@@ -9,25 +9,6 @@ namespace tessel::rt {
 
 namespace {
 
-// Full-flat Adam moments on every dp rank (ZeRO keeps a 1/dp slice of the flat buffer per rank).
-void full_moments(Trainer& t, std::vector<float>& m, std::vector<float>& v) {
-  DistributedOptimizer& o = t.optimizer();
-  const std::size_t n = t.params().flat_data().size();
-  if (o.shard_begin() == 0 && o.shard_end() == n) {
-    m = o.exp_avg();
-    v = o.exp_avg_sq();
-    return;
-  }
-  const std::size_t shard = o.shard_end() - o.shard_begin();
-  const int dp = t.groups().dp->size();
-  for (auto* pair : {&m, &v}) {
-    std::vector<float> all(shard * static_cast<std::size_t>(dp));
-    t.groups().dp->all_gather((pair == &m ? o.exp_avg() : o.exp_avg_sq()).data(), all.data(), shard);
-    all.resize(n);
-    *pair = std::move(all);
-  }
-}
-
 bool owns_copy(Trainer& t, const Param& p) {
   const RankCoords& c = t.groups().at;
   if (c.dp != 0) return false;
@@ -41,7 +22,8 @@ bool owns_copy(Trainer& t, const Param& p) {
 
 void save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
   std::vector<float> m, v;
-  full_moments(t, m, v);
+  t.optimizer().full_moments(m, v);
+  t.optimizer().materialize_params();  // ZeRO-3: every rank writes from full parameters
   CheckpointWriter w(dir, t.steps_done(), *t.groups().world);
   ParamStore& st = t.params();
   for (const Param& p : st.params()) {
@@ -60,6 +42,7 @@ void save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
   meta["model"] = model_to_json(t.model());
   meta["layout"] = layout_to_json(t.layout());
   w.set_metadata(meta);
+  t.optimizer().release_params();
   w.commit();
 }
 
@@ -72,6 +55,7 @@ void load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
                      std::to_string(seed) + " (the data stream depends on it)");
   ParamStore& st = t.params();
   DistributedOptimizer& o = t.optimizer();
+  std::vector<float> m(st.flat_data().size(), 0.0f), v(m.size(), 0.0f);
   for (const Param& p : st.params()) {
     if (!r.has_tensor(p.spec.name))
       throw InputError("--resume " + dir + ": no tensor " + p.spec.name + " (checkpoint of another model?)");
@@ -84,14 +68,11 @@ void load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
     std::copy(d.begin(), d.end(), st.data(p));
     const auto mm = r.read_slice("optim.exp_avg." + p.spec.name, off, ext);
     const auto vv = r.read_slice("optim.exp_avg_sq." + p.spec.name, off, ext);
-    // Keep the part of this parameter inside the rank's optimizer shard.
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      const std::size_t flat = p.offset + i;
-      if (flat < o.shard_begin() || flat >= o.shard_end()) continue;
-      o.exp_avg()[flat - o.shard_begin()] = mm[i];
-      o.exp_avg_sq()[flat - o.shard_begin()] = vv[i];
-    }
+    std::copy(mm.begin(), mm.end(), m.begin() + static_cast<long>(p.offset));
+    std::copy(vv.begin(), vv.end(), v.begin() + static_cast<long>(p.offset));
   }
+  o.load_moments(m, v);  // each rank keeps its shard of them
+  o.params_loaded();
   o.set_steps_done(static_cast<int>(meta.at("step").get<std::int64_t>()));
 }
 
