@@ -157,3 +157,24 @@ TEST_CASE("Megatron-LM command line import (GPT-3 175B example script)") {
   }
   CHECK(err.find("--num-layers x") != std::string::npos);
 }
+
+TEST_CASE("rope_theta: rotary models only, round-trips, Llama 3's base from the preset and from config.json") {
+  // Default 10000 (RoFormer; Llama 2 config.json); Llama 3 Table 3 states a RoPE base of 500,000.
+  std::string rotary = std::string(kTinyJson);
+  rotary.replace(rotary.find("\"learned\""), 9, "\"rotary\"");
+  CHECK(parse(rotary).rope_theta == 10000.0);
+  std::string with_theta = rotary;
+  with_theta.replace(1, 0, "\"rope_theta\":500000,");
+  const Model r = parse(with_theta);
+  CHECK(r.rope_theta == 500000.0);
+  CHECK(parse_model(model_to_json(r), "round-trip").rope_theta == 500000.0);
+  std::string learned = std::string(kTinyJson).replace(1, 0, "\"rope_theta\":500000,");
+  CHECK(error_of(learned).find("rope_theta") != std::string::npos);
+  CHECK(error_of(learned).find("learned positions") != std::string::npos);
+  CHECK(load_model("llama3-8b").rope_theta == 500000.0);
+  CHECK(load_model("llama2-7b").rope_theta == 10000.0);
+  const char* cfg = R"({"hidden_act":"silu","hidden_size":4096,"intermediate_size":14336,"model_type":"llama",
+    "num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":8,"vocab_size":128256,
+    "max_position_embeddings":8192,"tie_word_embeddings":false,"rope_theta":500000.0})";
+  CHECK(import_hf_config(parse_json_text(cfg, "config.json"), "config.json").rope_theta == 500000.0);
+}
