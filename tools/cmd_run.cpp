@@ -12,6 +12,8 @@
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/trace_gather.hpp"
 #include "runtime/trainer_checkpoint.hpp"
+#include "sim/estimate.hpp"
+#include "sim/system.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "traces/chrome.hpp"
@@ -44,7 +46,7 @@ std::vector<cli::OptionSpec> run_options() {
       {"--recompute-method", true, "uniform|block [uniform]"},
       {"--recompute-layers", true, "full recompute: layers per block (uniform) or recomputed per stage (block) [all]"},
       {"--sp", false, "sequence parallelism (tp > 1)"},
-      {"--zero", true, "0 none, 1 distributed optimizer, 2, 3 (same arithmetic as 1 here) [0]"},
+      {"--zero", true, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp [0]"},
       {"--steps", true, "optimizer steps to run [10]"},
       {"--seed", true, "seed of initialisation and synthetic data [1234]"},
       {"--lr", true, "AdamW learning rate [1e-3]"},
@@ -114,12 +116,55 @@ trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::
                   s.grad_norm, s.seconds * 1e3, tokens / s.seconds);
     if (c.save_every > 0 && t.steps_done() % c.save_every == 0) rt::save_checkpoint(t, c.checkpoint_dir, c.opt.seed);
   }
-  if (talk) std::printf("peak activation memory on rank 0: %.3f MiB\n", t.recorder().peak_bytes() / 1048576.0);
+  if (talk) {
+    const rt::StateMemory& m = t.optimizer().state_memory();
+    std::printf("peak activation memory on rank 0: %.3f MiB\n", t.recorder().peak_bytes() / 1048576.0);
+    std::printf("state memory on rank 0: %.3f MiB between steps (parameters %.3f, gradients %.3f, Adam %.3f), "
+                "peak %.3f MiB\n", m.persistent() / 1048576.0, m.weights / 1048576.0, m.grads / 1048576.0,
+                m.optimizer / 1048576.0, m.peak / 1048576.0);
+  }
   trace::Trace part;
   part.events = std::move(t.recorder().events());
   part.process_names[world.rank()] = t.process_name();
   part.counters.push_back({world.rank(), "peak_activation_MiB", 0.0, t.recorder().peak_bytes() / 1048576.0});
   return part;
+}
+
+// Bytes this machine can still give (Linux /proc/meminfo MemAvailable), or 0 when unknown.
+double available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  double kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %lf kB", &kib) == 1) break;
+  std::fclose(f);
+  return kib * 1024.0;
+}
+
+// Refuses a run whose parameters, gradients, Adam moments and activations (the cost model's per-rank
+// memory at fp32, for every rank this process hosts) would not fit in the memory available now, instead
+// of dying in an allocation half-way. ranks_here: all of them with threads, one under mpirun.
+void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
+  const double avail = available_memory_bytes();
+  if (avail <= 0) return;
+  Layout l = c.layout;
+  l.precision = Precision::fp32;
+  const Estimate e = estimate(c.model, l, load_system("cpu"));
+  double need = 0;
+  for (const auto& mb : e.memory) need = one_rank_per_process ? std::max(need, mb.total() - mb.reserved)
+                                                           : need + (mb.total() - mb.reserved) * l.tp * l.dp;
+  // 80%: the estimate leaves out allocator slack and the kernels' temporaries.
+  if (need > 0.8 * avail) {
+    char msg[512];
+    std::snprintf(msg, sizeof msg,
+                  "--model %s: this CPU run needs about %.1f GiB (fp32 parameters, gradients, Adam moments and "
+                  "activations of %s, by the cost model) and this machine has %.1f GiB available; use a smaller "
+                  "model (--model tiny) or spread ranks over machines with mpirun",
+                  c.model.name.c_str(), need / 1073741824.0, one_rank_per_process ? "this process's rank" : "all ranks",
+                  avail / 1073741824.0);
+    throw InputError(msg);
+  }
 }
 
 void merge_into(trace::Trace& all, trace::Trace&& part) {
@@ -215,6 +260,9 @@ int run(const Args& args) {
   bool under_mpi = false;
 #ifdef TESSEL_HAVE_MPI
   under_mpi = rt::launched_by_mpirun();
+#endif
+  check_fits_in_memory(c, under_mpi);
+#ifdef TESSEL_HAVE_MPI
   if (under_mpi) run_under_mpi(c, t0, tr);
 #endif
   if (!under_mpi) {
