@@ -46,6 +46,10 @@ TEST_CASE("estimate: bad input exits 2 with the rule") {
       {{"estimate", "--gpus", "1000"}, "--gpus 1000 is not divisible by tp*pp*cp = 64"},
       {{"estimate", "--schedule", "zbv", "--vpp", "3"}, "zbv needs exactly 2 stages per rank"},
       {{"estimate", "--precision", "fp8"}, "precision fp8 is not supported by A100"},
+      // GPT-3 175B at fp32 on the CPU runtime: ~6 TiB (16 bytes per parameter plus activations), beyond any
+      // machine running this suite; refused up front, not by bad_alloc after allocating.
+      {{"run", "--backend", "cpu", "--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--steps", "1"},
+       "GiB available; use a smaller model"},
   };
   for (const auto& c : cases) {
     auto r = run_tessel(c.args);
