@@ -109,6 +109,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     e.pp_comm_s = 2.0 * mb * l.vpp * w.p2p_seconds;
     e.pp_exposed_s = 2.0 * (p - 1) * l.vpp * w.p2p_seconds;
     if (!l.overlap_p2p) e.pp_exposed_s += 2.0 * mb * l.vpp * w.p2p_seconds;
+    else e.overlapped_comm_s += 2.0 * mb * l.vpp * w.p2p_seconds;
     pipe += e.pp_exposed_s;
   }
   int busiest = 0;
@@ -151,7 +152,10 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     }
     // Rank r finishes its last backward (p-1-r) forward+backward slots before rank 0 does, in 1F1B order.
     const double end = exposed_grad + exposed_param - (p > 1 ? (rs.f[r] + rs.i[r] + rs.w[r]) * r / l.vpp : 0.0);
-    if (r == busiest) e.dp_comm_s = t_grad + t_param;
+    if (r == busiest) {
+      e.dp_comm_s = t_grad + t_param;
+      e.overlapped_comm_s += (t_grad - exposed_grad) + (t_param - exposed_param);
+    }
     dp_tail = std::max(dp_tail, end);
   }
   e.dp_exposed_s = std::max(0.0, dp_tail);
@@ -171,6 +175,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     const double f_layer = lw.t_f + lw.t_tp_f;
     const int layers = w.stages[0].layers;
     const double exposed = mb * layers * (std::max(0.0, ag - f_layer) + ag + rsg);
+    e.overlapped_comm_s += mb * layers * std::min(ag, f_layer);
     e.dp_comm_s += mb * layers * (2 * ag + rsg);
     e.dp_exposed_s += exposed;
   }
@@ -186,7 +191,9 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     const double params = *std::max_element(rs.params.begin(), rs.params.end()) / shard;
     e.optimizer_s = cost::memory_time(sys.gpu, 30.0 * params, 4);
   }
-  e.step_s = pipe + e.dp_exposed_s + e.optimizer_s;
+  const double s_ov = sys.gpu.overlap_slowdown;
+  e.overlap_slowdown_s = e.overlapped_comm_s * s_ov / (1.0 + s_ov);
+  e.step_s = pipe + e.dp_exposed_s + e.optimizer_s + e.overlap_slowdown_s;
   e.bubble_fraction = p > 1 ? std::max(0.0, (pipe - busy[busiest]) / e.step_s) : 0.0;
 
   // Throughput and FLOP rates.
@@ -264,7 +271,8 @@ Json estimate_to_json(const Estimate& e) {
   j["compute_s"] = e.compute_s;
   j["comm"] = {{"tp_s", e.tp_comm_s}, {"tp_exposed_s", e.tp_exposed_s}, {"cp_exposed_s", e.cp_exposed_s},
                {"pp_s", e.pp_comm_s}, {"pp_exposed_s", e.pp_exposed_s}, {"dp_s", e.dp_comm_s},
-               {"dp_exposed_s", e.dp_exposed_s}};
+               {"dp_exposed_s", e.dp_exposed_s}, {"overlapped_s", e.overlapped_comm_s},
+               {"overlap_slowdown_s", e.overlap_slowdown_s}};
   j["optimizer_s"] = e.optimizer_s;
   constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   Json mem = Json::array();

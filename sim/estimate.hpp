@@ -31,6 +31,10 @@ struct Estimate {
   double pp_comm_s = 0, pp_exposed_s = 0;
   double dp_comm_s = 0, dp_exposed_s = 0;
   double optimizer_s = 0;
+  // Compute lost to communication that overlaps it (GpuSpec::overlap_slowdown): a compute op slowed to
+  // 1 / (1 + s) of its rate for the overlapped time t_o loses t_o s / (1 + s). Counted for the busiest rank's
+  // overlapped DP reductions and parameter gathers, overlapped p2p and ZeRO-3's prefetched gathers.
+  double overlapped_comm_s = 0, overlap_slowdown_s = 0;
   std::vector<cost::MemoryBreakdown> memory;  // one per pipeline rank
   double peak_memory = 0;
   int peak_rank = 0;

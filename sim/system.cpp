@@ -43,6 +43,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.gpu.attention_efficiency = e.number("attention", 0.01, 1.0);
     s.gpu.memory_efficiency = e.number("memory", 0.01, 1.0);
     s.gpu.kernel_overhead_s = e.number("kernel_overhead_us", 0, 1e5) * kUs;
+    s.gpu.overlap_slowdown = e.opt_number("overlap_slowdown", 0.0, 4.0).value_or(0.0);
     if (e.has("gemm_tiles")) {
       const Json& t = e.raw("gemm_tiles");
       if (!t.is_array() || t.empty()) e.fail("gemm_tiles", "must be a non-empty array of [m, n] pairs");
@@ -94,7 +95,8 @@ Json system_to_json(const System& s) {
   for (const auto& t : s.gpu.gemm_tiles) tiles.push_back({t.m, t.n});
   g["efficiency"] = {{"gemm", s.gpu.gemm_efficiency}, {"gemm_k_overhead", s.gpu.gemm_k_overhead},
                      {"attention", s.gpu.attention_efficiency}, {"memory", s.gpu.memory_efficiency},
-                     {"kernel_overhead_us", s.gpu.kernel_overhead_s / kUs}, {"gemm_tiles", tiles}};
+                     {"kernel_overhead_us", s.gpu.kernel_overhead_s / kUs}, {"gemm_tiles", tiles},
+                     {"overlap_slowdown", s.gpu.overlap_slowdown}};
   Json j;
   j["name"] = s.name;
   j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;

@@ -33,6 +33,9 @@ struct GpuSpec {
   double attention_efficiency = 0.5;  // fused (flash) attention: fraction of the matrix peak
   double memory_efficiency = 0.8;     // achieved fraction of memory_bw for element-wise kernels
   double kernel_overhead_s = 4e-6;    // per-kernel launch and tail
+  // Compute slowdown while communication overlaps it on the same GPU (NCCL kernels hold SMs and memory
+  // bandwidth): a compute op progresses at 1 / (1 + overlap_slowdown) of its rate meanwhile. 0 = none.
+  double overlap_slowdown = 0;
 
   double peak(Precision p) const { return peak_flops[static_cast<int>(p)]; }
 };

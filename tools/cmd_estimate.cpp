@@ -43,6 +43,7 @@ int estimate(const Args& args) {
       {"CP comm exposed", fmt::seconds(e.cp_exposed_s)},
       {"PP comm (exposed)", fmt::seconds(e.pp_comm_s) + " (" + fmt::seconds(e.pp_exposed_s) + ")"},
       {"DP comm (exposed)", fmt::seconds(e.dp_comm_s) + " (" + fmt::seconds(e.dp_exposed_s) + ")"},
+      {"compute lost to overlapped comm", fmt::seconds(e.overlap_slowdown_s)},
       {"optimizer step", fmt::seconds(e.optimizer_s)},
   };
   std::cout << fmt::table(rows) << "\n";

@@ -17,6 +17,7 @@ using sched::ActionType;
 
 JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
     : spec_(spec), l_(*spec.layout), s_(*spec.schedule), c_(c), g_(c.num_positions(), c.link_capacity()) {
+  g_.overlap(spec.system->gpu.overlap_slowdown, c.num_positions());
   const int S = s_.num_stages, M = s_.num_microbatches;
   if (s_.num_ranks != l_.pp)
     throw InputError("schedule '" + s_.generator + "' has " + std::to_string(s_.num_ranks) + " ranks; the layout has pp " +
@@ -51,6 +52,7 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
 std::uint32_t JobBuilder::compute_task(int pos, OpKind op, double seconds, int stage, int mb) {
   PositionState& ps = st_[static_cast<std::size_t>(pos)];
   const auto t = g_.add_fixed(seconds);
+  g_.compute_on(t, pos);
   TaskInfo ti;
   ti.pos = pos;
   ti.op = op;

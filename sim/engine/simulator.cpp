@@ -19,18 +19,38 @@ void Simulator::memory_change(std::int32_t pos, double delta, double now, RunRes
   if (timeline) r.memory.push_back({now, pos, h});
 }
 
+void Simulator::comm_on_positions(std::uint32_t flow, int delta, double now) {
+  const auto P = static_cast<std::uint32_t>(g_.link_positions);
+  for (std::uint32_t link : g_.links_of(flow)) {
+    if (link >= 2 * P) continue;  // a pod's core link belongs to no position
+    const std::uint32_t pos = link % P;
+    if (stamp_[pos] == flow + 1) continue;
+    stamp_[pos] = flow + 1;
+    std::uint32_t& n = comm_active_[pos];
+    if (delta > 0 && n++ == 0) streams_.set_comm_busy(static_cast<int>(pos), true, now);
+    if (delta < 0 && --n == 0) streams_.set_comm_busy(static_cast<int>(pos), false, now);
+  }
+  for (std::uint32_t link : g_.links_of(flow))
+    if (link < 2 * P) stamp_[link % P] = 0;
+}
+
 void Simulator::begin(std::uint32_t t, double now, RunResult& r, bool timeline) {
   r.start[t] = now;
   ++r.events;
   memory_change(g_.mem_pos[t], g_.mem_at_start[t], now, r, timeline);
-  if (g_.kind[t] == TaskKind::flow) network_.start(t, now);
-  else streams_.start(t, now);
+  if (g_.kind[t] == TaskKind::flow) {
+    network_.start(t, now);
+    if (!comm_active_.empty()) comm_on_positions(t, +1, now);
+  } else {
+    streams_.start(t, now);
+  }
 }
 
 void Simulator::finish(std::uint32_t t, double now, RunResult& r, bool timeline) {
   r.end[t] = now;
   ++r.events;
   memory_change(g_.mem_pos[t], g_.mem_at_end[t], now, r, timeline);
+  if (g_.kind[t] == TaskKind::flow && !comm_active_.empty()) comm_on_positions(t, -1, now);
   for (auto s : g_.successors(t))
     if (--waiting_[s] == 0) begin(s, now, r, timeline);
 }
@@ -44,6 +64,10 @@ RunResult Simulator::run(const RunOptions& opt) {
   r.peak_time.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
   held_.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
   waiting_ = g_.num_preds;
+  if (g_.overlap_slowdown > 0 && g_.link_positions > 0) {
+    comm_active_.assign(static_cast<std::size_t>(g_.link_positions), 0);
+    stamp_.assign(static_cast<std::size_t>(g_.link_positions), 0);
+  }
   done_.clear();
   done_.reserve(256);
   const bool tl = opt.memory_timeline;

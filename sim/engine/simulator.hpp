@@ -45,6 +45,7 @@ class Simulator {
   void begin(std::uint32_t t, double now, RunResult& r, bool timeline);
   void finish(std::uint32_t t, double now, RunResult& r, bool timeline);
   void memory_change(std::int32_t pos, double delta, double now, RunResult& r, bool timeline);
+  void comm_on_positions(std::uint32_t flow, int delta, double now);  // overlap slowdown bookkeeping
 
   const TaskGraph& g_;
   StreamModel streams_;
@@ -52,6 +53,8 @@ class Simulator {
   std::vector<std::uint32_t> waiting_;  // predecessors not yet ended, per task
   std::vector<double> held_;            // activation bytes per position
   std::vector<std::uint32_t> done_;
+  std::vector<std::uint32_t> comm_active_;  // per position: flows on its own links now
+  std::vector<std::uint32_t> stamp_;        // per position: last flow counted (a flow may list two links)
 };
 
 }  // namespace tessel::engine

@@ -1,9 +1,13 @@
 // Fixed-length tasks: compute ops on a rank's compute stream, and communication whose links are not
 // modelled (its time is what the cost model says). A stream runs one op at a time because the graph
-// chains each op to the previous one of its stream; this model only keeps their end dates.
+// chains each op to the previous one of its stream; this model keeps their end dates. A compute op runs
+// slower while communication that uses its position's links is in flight (TaskGraph::overlap_slowdown):
+// the Simulator says when a position becomes busy or quiet, and the running op's remaining work is
+// settled at that date and rescheduled at the new rate (stale heap entries are skipped by version).
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <queue>
 
 #include "sim/engine/resource_model.hpp"
@@ -19,9 +23,20 @@ class StreamModel final : public ResourceModel {
   void start(std::uint32_t task, double now) override;
   std::optional<double> next_event(double now) override;
   void advance(double now, std::vector<std::uint32_t>& done) override;
+  // Communication on `position`'s links started (busy) or all of it ended (!busy) at `now`.
+  void set_comm_busy(int position, bool busy, double now);
 
  private:
+  struct Running {
+    std::uint32_t task = UINT32_MAX;
+    double remaining = 0, rate = 1, since = 0;
+  };
+  void schedule(Running& r, double now);
   const TaskGraph& g_;
+  double slow_rate_ = 1;
+  std::vector<Running> running_;   // per position: its compute op now
+  std::vector<char> busy_;         // per position
+  std::vector<std::uint32_t> version_;
   std::priority_queue<TimedTask, std::vector<TimedTask>, std::greater<>> heap_;
 };
 

@@ -9,6 +9,7 @@ namespace tessel::engine {
 std::size_t TaskGraph::bytes_used() const {
   return work.capacity() * sizeof(double) + kind.capacity() + num_preds.capacity() * 4 + succ_begin.capacity() * 4 +
          succ.capacity() * 4 + link_begin.capacity() * 4 + links.capacity() * 4 + mem_pos.capacity() * 4 +
+         compute_pos.capacity() * 4 +
          (mem_at_start.capacity() + mem_at_end.capacity() + link_capacity.capacity()) * sizeof(double);
 }
 
@@ -23,10 +24,23 @@ void GraphBuilder::reserve(std::size_t tasks, std::size_t edges) {
   g_.kind.reserve(tasks);
   g_.link_begin.reserve(tasks + 1);
   g_.mem_pos.reserve(tasks);
+  g_.compute_pos.reserve(tasks);
   g_.mem_at_start.reserve(tasks);
   g_.mem_at_end.reserve(tasks);
   from_.reserve(edges);
   to_.reserve(edges);
+}
+
+void GraphBuilder::compute_on(std::uint32_t task, int position) {
+  TESSEL_CHECK(g_.kind.at(task) == TaskKind::fixed && position >= 0 && position < g_.num_positions,
+               "compute task " << task << " on position " << position);
+  g_.compute_pos[task] = position;
+}
+
+void GraphBuilder::overlap(double slowdown, int link_positions) {
+  TESSEL_CHECK(std::isfinite(slowdown) && slowdown >= 0 && link_positions >= 0, "overlap slowdown " << slowdown);
+  g_.overlap_slowdown = slowdown;
+  g_.link_positions = link_positions;
 }
 
 std::uint32_t GraphBuilder::add(double seconds, TaskKind k) {
@@ -34,6 +48,7 @@ std::uint32_t GraphBuilder::add(double seconds, TaskKind k) {
   g_.work.push_back(seconds);
   g_.kind.push_back(k);
   g_.mem_pos.push_back(-1);
+  g_.compute_pos.push_back(-1);
   g_.mem_at_start.push_back(0);
   g_.mem_at_end.push_back(0);
   return static_cast<std::uint32_t>(g_.work.size() - 1);

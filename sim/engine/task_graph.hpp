@@ -28,6 +28,12 @@ struct TaskGraph {
   std::vector<double> mem_at_start, mem_at_end;
   std::vector<double> link_capacity;     // per link, in units of one flow at full rate
   int num_positions = 0;
+  // Compute slowed by overlapping communication: while a flow that uses a position's own links (NVLink
+  // [0, P), NIC [P, 2P), as Cluster numbers them) runs, that position's compute ops progress at
+  // 1 / (1 + overlap_slowdown) of their rate (communication kernels take SMs and memory bandwidth).
+  std::vector<std::int32_t> compute_pos;  // position whose compute stream runs the task; -1: not compute
+  int link_positions = 0;                 // P above; 0: no flow touches a position's compute
+  double overlap_slowdown = 0;
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(work.size()); }
   std::span<const std::uint32_t> successors(std::uint32_t t) const {
@@ -45,6 +51,8 @@ class GraphBuilder {
  public:
   explicit GraphBuilder(int num_positions, std::vector<double> link_capacity = {});
   std::uint32_t add_fixed(double seconds);
+  void compute_on(std::uint32_t task, int position);               // a fixed task on a compute stream
+  void overlap(double slowdown, int link_positions);                // see TaskGraph::overlap_slowdown
   std::uint32_t add_flow(double seconds, std::span<const std::uint32_t> links);
   void edge(std::uint32_t from, std::uint32_t to);
   void memory(std::uint32_t task, int position, double at_start, double at_end);

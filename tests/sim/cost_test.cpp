@@ -164,3 +164,31 @@ TEST_CASE("pipeline closed forms with uniform stages") {
   l.schedule = "zb2p";
   CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0));
 }
+
+TEST_CASE("overlapped communication slows compute: the estimate charges t_o s / (1 + s)") {
+  // GPT-3 175B, tp 8 pp 8 dp 16 with Megatron's overlapped gradient reduction: the DP reduction that
+  // overlaps the last backward is t_o > 0; with slowdown s the compute running beside it does t_o / (1 + s)
+  // of work in t_o, so the step grows by t_o s / (1 + s) and by nothing else. Without overlap nothing is
+  // charged. s = 0.189: Lee et al. 2025 (arXiv:2507.03114), mean compute slowdown under overlap.
+  const Model m = load_model("gpt3-175b");
+  System sys = load_system("dgx-a100");
+  CHECK(sys.gpu.overlap_slowdown == doctest::Approx(0.189));
+  Layout l;
+  l.tp = 8;
+  l.pp = 8;
+  l.dp = 16;
+  l.micro_batch = 1;
+  l.global_batch = 1536;
+  l.sequence_parallel = true;
+  l.recompute = Recompute::selective;
+  const Estimate with = estimate(m, l, sys);
+  sys.gpu.overlap_slowdown = 0;
+  const Estimate without = estimate(m, l, sys);
+  CHECK(with.overlapped_comm_s > 0);
+  CHECK(with.overlapped_comm_s == doctest::Approx(without.overlapped_comm_s));
+  CHECK(without.overlap_slowdown_s == 0);
+  CHECK(with.step_s - without.step_s == doctest::Approx(with.overlapped_comm_s * 0.189 / 1.189).epsilon(1e-9));
+  l.overlap_grad_reduce = false;
+  l.overlap_param_gather = false;
+  CHECK(estimate(m, l, load_system("dgx-a100")).overlapped_comm_s == 0);
+}

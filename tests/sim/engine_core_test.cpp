@@ -86,3 +86,40 @@ TEST_CASE("engine: a cycle is reported, not hung on") {
   Simulator sim(g);
   CHECK_THROWS_AS(sim.run(), InternalError);
 }
+
+TEST_CASE("engine: compute slows while communication on its position's links overlaps it") {
+  // Two positions (links: NVLink 0, 1; NIC 2, 3), overlap slowdown s = 0.25 -> rate 1 / 1.25 = 0.8.
+  // Compute c (work 1) on position 0 from t = 0; flow f (work 0.5) on position 0's NIC from t = 0, then
+  // flow g (work 0.5) on position 1's links only, after f. Expectations: during f (0 to 0.5) c does 0.4;
+  // the remaining 0.6 at full rate ends c at 1.1. g touches position 1 only: c is not slowed again.
+  // Compute d (work 1) on position 1 starts at 0 and overlaps g (0.5 to 1.0): it does 0.5 alone, then
+  // 0.4 during g, the last 0.1 alone -> ends at 1.1 too.
+  GraphBuilder b(2, {1.0, 1.0, 1.0, 1.0});
+  b.overlap(0.25, 2);
+  const std::uint32_t nic0[] = {2}, pos1[] = {1, 3};
+  const auto c = b.add_fixed(1.0);
+  b.compute_on(c, 0);
+  const auto d = b.add_fixed(1.0);
+  b.compute_on(d, 1);
+  const auto f = b.add_flow(0.5, nic0);
+  const auto g = b.add_flow(0.5, pos1);
+  b.edge(f, g);
+  const TaskGraph graph = b.finish();
+  Simulator sim(graph);
+  const RunResult r = sim.run();
+  CHECK(r.end[f] == doctest::Approx(0.5).epsilon(kTol));
+  CHECK(r.end[c] == doctest::Approx(1.1).epsilon(1e-9));
+  CHECK(r.end[g] == doctest::Approx(1.0).epsilon(kTol));
+  CHECK(r.end[d] == doctest::Approx(1.1).epsilon(1e-9));
+
+  SUBCASE("without a slowdown the same graph overlaps for free") {
+    GraphBuilder b0(2, {1.0, 1.0, 1.0, 1.0});
+    const auto c0 = b0.add_fixed(1.0);
+    b0.compute_on(c0, 0);
+    const auto f0 = b0.add_flow(0.5, nic0);
+    (void)f0;
+    const TaskGraph g0 = b0.finish();
+    Simulator s0(g0);
+    CHECK(s0.run().end[c0] == doctest::Approx(1.0).epsilon(kTol));
+  }
+}

@@ -16,8 +16,9 @@ using namespace tessel;
 
 namespace {
 
-// Equal MAPE allowed up to rounding: the simulator must not be worse.
-constexpr double kMapeSlackPct = 0.05;
+// The simulator must not be worse on any metric; equal is allowed (metrics it does not change, such as
+// memory and per-layer times, come out identical up to floating-point noise).
+constexpr double kMapeSlackPct = 1e-9;
 
 StepTimeFn des() {
   return [](const Model& m, const Layout& l, const System& sys) {
@@ -28,30 +29,18 @@ StepTimeFn des() {
   };
 }
 
-Json rows_with_prefix(const Json& all, const std::vector<std::string>& prefixes) {
-  Json out = Json::array();
-  for (const auto& r : all) {
-    const auto id = r.at("id").get<std::string>();
-    for (const auto& p : prefixes)
-      if (id.rfind(p, 0) == 0) {
-        out.push_back(r);
-        break;
-      }
-  }
-  return out;
-}
-
 }  // namespace
 
-TEST_CASE("validate --engine des: MAPE no worse than analytical; ZB Table 4 order") {
+TEST_CASE("validate --engine des: MAPE no worse than analytical on every metric of the file; ZB Table 4 order") {
   const std::string shared = test::shared_dir();
   const std::string path = shared + "/validation/published.json";
   if (shared.empty() || !std::filesystem::exists(path)) {
     MESSAGE("../shared/validation/published.json absent: skipped");
     return;
   }
-  const Json rows = rows_with_prefix(parse_json_file(path), {"zb24_t4_", "korthikanti22", "narayanan21_t2"});
-  REQUIRE(rows.size() > 20);
+  // Every row of the file, as `tessel validate --engine des` runs it (the criterion), not a subset.
+  const Json rows = parse_json_file(path);
+  REQUIRE(rows.size() > 100);
   const ValidationResult a = validate_rows(rows, path);
   const ValidationResult d = validate_rows(rows, path, des());
   for (const auto& kv : a.mape_pct) {  // no structured binding: clang 14 cannot capture one in CAPTURE
