@@ -36,12 +36,21 @@ int int_field(const Json& obj, const char* key, const std::string& where) {
 
 bool is_null(const Json& obj, const char* key) { return !obj.contains(key) || obj.at(key).is_null(); }
 
+// A string field, or `fallback` when absent or null; any other type is an InputError naming it.
+std::string str_field(const Json& obj, const char* key, const std::string& where, const std::string& fallback = "") {
+  if (!obj.is_object()) throw InputError(where + ": must be an object, got " + json_brief(obj));
+  if (is_null(obj, key)) return fallback;
+  const Json& v = obj.at(key);
+  if (!v.is_string()) throw InputError(where + "." + key + ": value " + json_brief(v) + " must be a string");
+  return v.get<std::string>();
+}
+
 // The row's model. Architecture facts not in the row follow the model family: Llama rows are SwiGLU,
 // RMSNorm, rotary, untied and bias-free; GPT rows GELU, LayerNorm, learned positions, tied, with biases.
 Model model_of(const Json& row, const std::string& where, std::vector<std::string>& assumed) {
   const Json& mj = row.at("model");
   Model m;
-  m.name = mj.value("name", std::string("row model"));
+  m.name = str_field(mj, "name", where + ".model", "row model");
   if (is_null(mj, "layers") || is_null(mj, "hidden") || is_null(mj, "heads")) {
     // A row that names a known model without its shape ("LLAMA2-7B") takes the preset's shape.
     auto norm = [](std::string x) {
@@ -111,7 +120,7 @@ struct Candidate {
 std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, const std::string& where,
                                      std::vector<std::string>& notes) {
   const Json& lj = row.at("layout");
-  const std::string id = row.value("id", std::string("?"));
+  const std::string id = row.at("id").is_string() ? row.at("id").get<std::string>() : std::string("?");
   for (const char* k : {"tp", "pp"})
     if (is_null(lj, k)) throw RowSkip{std::string("layout.") + k + " is not given"};
   if (!is_null(lj, "ep") && lj.at("ep").is_number_integer() && lj.at("ep").get<int>() > 1)
@@ -126,11 +135,11 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   } else {
     base.dp = int_field(lj, "dp", where + ".layout");
   }
-  const std::string prec = is_null(lj, "precision") ? "fp16_or_bf16" : lj.at("precision").get<std::string>();
+  const std::string prec = str_field(lj, "precision", where + ".layout", "fp16_or_bf16");
   base.precision = prec == "fp8" ? Precision::fp8 : Precision::bf16;
   apply_source_conventions(id, base, notes);
   // First and last pipeline stages one layer short (ZB paper Table 3; Llama 3).
-  const std::string arch = row.at("model").value("arch", std::string());
+  const std::string arch = str_field(row.at("model"), "arch", where + ".model");
   const bool fewer = arch.find("one fewer") != std::string::npos;
 
   std::vector<int> mbs_opts, vpp_opts, zero_opts;
@@ -139,7 +148,7 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   std::vector<std::string> sched_opts;
   if (is_null(lj, "micro_batch")) mbs_opts = {1, 2, 4, 8};
   else mbs_opts = {int_field(lj, "micro_batch", where + ".layout")};
-  std::string sched = is_null(lj, "schedule") ? "" : lj.at("schedule").get<std::string>();
+  std::string sched = str_field(lj, "schedule", where + ".layout");
   if (!sched.empty() && sched != "none" && sched != "dualpipe" &&
       std::find(schedule_names().begin(), schedule_names().end(), sched) == schedule_names().end()) {
     std::string known = "none, dualpipe";
@@ -158,8 +167,10 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
     vpp_opts = {int_field(lj, "vpp", where + ".layout")};
   }
   if (is_null(lj, "recompute")) rec_opts = {Recompute::none, Recompute::selective, Recompute::full};
-  else rec_opts = {parse_recompute(lj.at("recompute").get<std::string>(), where + ".layout.recompute")};
+  else rec_opts = {parse_recompute(str_field(lj, "recompute", where + ".layout"), where + ".layout.recompute")};
   if (is_null(lj, "sequence_parallel")) sp_opts = base.tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  else if (!lj.at("sequence_parallel").is_boolean())
+    throw InputError(where + ".layout.sequence_parallel: value " + json_brief(lj.at("sequence_parallel")) + " must be true, false or null");
   else sp_opts = {lj.at("sequence_parallel").get<bool>() ? 1 : 0};
   if (is_null(lj, "zero_stage")) zero_opts = {0, 1};
   else {
@@ -327,6 +338,9 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       }
     } catch (const RowSkip& s) {
       out.skipped.push_back({id, s.reason});
+    } catch (const Json::exception& e) {
+      // A field of an unexpected type or shape that no check above names: still the row's fault.
+      throw InputError(rw + " (" + id + "): a field has an unexpected type or is missing (" + e.what() + ")");
     }
   }
   std::map<std::string, std::pair<double, int>> acc;
