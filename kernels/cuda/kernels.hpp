@@ -49,6 +49,19 @@ Status attention_bwd(cudaStream_t s, const AttentionShape& a, const float* q, in
                      const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                      int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
 
+// ---- rotary position embeddings (kernels/cpu/rope.hpp), in place on fp32 q or k ----
+// The cos/sin table on the device: kernels::cpu::rope_table's [seq, head_dim/2] arrays, uploaded once.
+struct RopeTableView {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  int seq = 0;
+  int d = 0;  // head dimension (even)
+};
+// x = R(position) x for `heads` heads of `rows` rows (rows % seq == 0, position = row % seq); rope_bwd
+// applies R^T (the gradient). Same float expressions as the CPU reference, without FMA contraction.
+Status rope_fwd(cudaStream_t s, const RopeTableView& t, float* x, int rows, int heads, int ld);
+Status rope_bwd(cudaStream_t s, const RopeTableView& t, float* dx, int rows, int heads, int ld);
+
 // ---- softmax cross-entropy over this shard's vocabulary columns (kernels/cpu/cross_entropy.hpp with
 // hooks == nullptr: the shard's own statistics) ----
 Status cross_entropy_fwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
 #include "models/util/error.hpp"
@@ -37,6 +38,9 @@ struct GpuStage::Impl {
   GemmType type;
   Shape sh;
   float* loss_sum = nullptr;
+  // Rotary models: the stage's cos/sin table on the device (null buffers for learned positions).
+  DBuf rope_cos, rope_sin;
+  kg::RopeTableView rope;
   struct Mb {
     std::vector<Acts> acts;            // per layer (only x under full recomputation)
     DBuf head_x, head_mu, head_rs, head_y, head_g, logits, row_max, row_sum;
@@ -58,7 +62,25 @@ struct GpuStage::Impl {
     sh.f = m.ffn / tp.size;
     sh.swiglu = m.activation == Activation::swiglu;
     sh.layernorm = m.norm == Norm::layernorm;
+    if (m.position == PositionEmbedding::rotary) upload_rope_table();
   }
+
+  // kernels::cpu::rope_table (double angles, rounded once to float) copied up once per stage, so every
+  // layer and micro-batch rotates by the CPU runtime's exact table.
+  void upload_rope_table() {
+    const kernels::cpu::RopeTable t = kernels::cpu::rope_table(model.seq_len, model.head_dim, model.rope_theta);
+    const auto ok = [](cudaError_t e) {
+      if (e != cudaSuccess) throw kg::DeviceError(std::string("rotary table upload: ") + cudaGetErrorString(e));
+    };
+    const std::size_t bytes = t.cos.size() * sizeof(float);
+    rope_cos = buf(t.cos.size());
+    rope_sin = buf(t.sin.size());
+    ok(cudaMemcpyAsync(f32(rope_cos), t.cos.data(), bytes, cudaMemcpyHostToDevice, s()));
+    ok(cudaMemcpyAsync(f32(rope_sin), t.sin.data(), bytes, cudaMemcpyHostToDevice, s()));
+    ok(cudaStreamSynchronize(s()));  // the host table dies with this scope
+    rope = {f32(rope_cos), f32(rope_sin), t.seq, t.d};
+  }
+  bool rotary() const { return rope.cos != nullptr; }
 
   cudaStream_t s() const { return dev.compute(); }
   bool half() const { return type == GemmType::bf16_fp32; }
@@ -162,6 +184,13 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   a.q = linear(a.g1, h, qd, L(l, "attn.wq"), L(l, "attn.bq"));
   a.k = linear(a.g1, h, kd, L(l, "attn.wk"), L(l, "attn.bk"));
   a.v = linear(a.g1, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
+  // Rotary: q and k turn after their GEMMs, bias included (runtime/gpt_layer.cpp); every rank holds all T
+  // tokens here (any SP all-gather came first), so row t sits at position t % seq. a.q/a.k keep the rotated
+  // values that attention reads and its backward needs; full recomputation re-runs this function.
+  if (rotary()) {
+    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.q), T, sh.H, qd));
+    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.k), T, sh.K, kd));
+  }
   a.attn = buf(std::size_t(T) * qd);
   a.lse = buf(std::size_t(sh.B) * sh.H * sh.S);
   throw_if_failed(kg::attention_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
@@ -228,6 +257,12 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf delta = buf(std::size_t(sh.B) * sh.H * sh.S);
   throw_if_failed(kg::attention_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
                                     f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
+  // before the input, weight and bias gradients read them.
+  if (rotary()) {
+    throw_if_failed(kg::rope_bwd(s(), rope, f32(dq), T, sh.H, qd));
+    throw_if_failed(kg::rope_bwd(s(), rope, f32(dk), T, sh.K, kd));
+  }
   DBuf gdq = operand(dq, std::size_t(T) * qd), gdk = operand(dk, std::size_t(T) * kd), gdv = operand(dv, std::size_t(T) * kd);
   DBuf dy1 = buf(std::size_t(T) * h);
   linear_dx(gdq, h, qd, L(l, "attn.wq"), f32(dy1), false);

@@ -120,9 +120,6 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
                        Recorder::Clock::time_point t0)
     : dev_(dev), model_(m), layout_(l), opt_(opt), world_(world), record_only_(opt.only_rank >= 0) {
   check_runnable(m, l);
-  // The CPU runtime applies rotary embeddings; the CUDA kernels do not yet (docs/cuda.md).
-  if (m.position == PositionEmbedding::rotary)
-    throw InputError("model " + m.name + ": rotary position embeddings are not implemented by the CUDA runtime");
   if (record_only_) {
     world_rank_ = opt.only_rank;
     at_ = coords_of(opt.only_rank, l);

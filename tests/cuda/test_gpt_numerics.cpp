@@ -27,8 +27,27 @@ Layout tiny_layout(Recompute rc) {
   return l;
 }
 
-void compare(kernels::cuda::GemmType type, Recompute rcmp, double loss_tol, double norm_tol) {
-  const Model m = load_model("tiny");
+// tests/runtime/test_gpt_layouts.cpp's micro_llama at the tiny model's size: rotary positions (no
+// embed.pos), GQA (4 query heads on 2 kv heads, head_dim 16), RMSNorm, SwiGLU, no biases, untied head.
+// rope_theta 100 so that even the slowest pair (w_7 = 100^(-14/16) ~ 0.018) turns 0.55 rad by position 31
+// (seq 32): a missing or mispositioned rotation changes attention scores, not only in the fast pairs.
+Model tiny_llama() {
+  Model m = load_model("tiny");
+  m.name = "tiny-llama";
+  m.kv_heads = 2;
+  m.activation = Activation::swiglu;
+  m.norm = Norm::rmsnorm;
+  m.position = PositionEmbedding::rotary;
+  m.rope_theta = 100.0;
+  m.tied_embeddings = false;
+  m.bias = false;
+  m.dropout = false;
+  return m;
+}
+
+void compare(kernels::cuda::GemmType type, Recompute rcmp, double loss_tol, double norm_tol,
+             const Model& m = load_model("tiny")) {
+  CAPTURE(m.name);
   const Layout l = tiny_layout(rcmp);
   rt::TrainOptions copt;
   const auto cpu = rt::train_threads(m, l, copt, 3);
@@ -36,6 +55,7 @@ void compare(kernels::cuda::GemmType type, Recompute rcmp, double loss_tol, doub
   rc::GpuTrainOptions gopt;
   gopt.gemm = type;
   rc::GpuTrainer g(dev, m, l, gopt, nullptr, rt::Recorder::Clock::now());
+  REQUIRE(cpu.steps.size() == 3);
   for (int i = 0; i < 3; ++i) {
     const rt::StepStats s = g.step();
     CAPTURE(i);
@@ -55,6 +75,17 @@ TEST_CASE("tiny GPT on the GPU matches the CPU runtime: fp32 GEMMs tightly, bf16
 
 TEST_CASE("full recomputation on the GPU changes nothing but memory") {
   compare(kernels::cuda::GemmType::fp32, Recompute::full, kLossTolFp32, kNormTolFp32);
+}
+
+// Rotary: q/k rotated after their GEMMs and dq/dk rotated back before the weight gradients, as the CPU
+// layer; a sign or pairing error in either direction moves the loss or the gradient norm by far more
+// than 1e-4. Full recomputation re-rotates inside the backward; selective keeps the rotated q/k.
+TEST_CASE("a Llama-shaped model with rotary positions on the GPU matches the CPU runtime") {
+  const Model m = tiny_llama();
+  compare(kernels::cuda::GemmType::fp32, Recompute::none, kLossTolFp32, kNormTolFp32, m);
+  compare(kernels::cuda::GemmType::fp32, Recompute::selective, kLossTolFp32, kNormTolFp32, m);
+  compare(kernels::cuda::GemmType::fp32, Recompute::full, kLossTolFp32, kNormTolFp32, m);
+  compare(kernels::cuda::GemmType::bf16_fp32, Recompute::none, kLossTolBf16, kNormTolBf16, m);
 }
 
 }  // TEST_SUITE

@@ -3,11 +3,16 @@
 // sums), so the tolerance bounds only fp32 rounding and summation order (gpu_util.hpp).
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "kernels/cpu/activation.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "tests/cuda/gpu_util.hpp"
 
@@ -71,6 +76,60 @@ TEST_CASE("GELU and SwiGLU forward and backward match the CPU reference") {
   CHECK_CLOSE(dYS.download(), ys, kTolFp32);
   CHECK_CLOSE(dDG.download(), dgate, kTolFp32);
   CHECK_CLOSE(dDU.download(), dup, kTolFp32);
+}
+
+TEST_CASE("rotary embedding forward and backward match the CPU reference, padded rows included") {
+  // Expected: kernels::cpu::rope_fwd/rope_bwd on the same data and the same host table (rope_table, uploaded
+  // as is). Both compute each output as two rounded products and one rounded sum, so they should agree to
+  // the last bit; the bound is the fp32 one of the other element-wise cases. In place, so "poisoning the
+  // output" means: the ld - heads * d padding columns of every row are NaN on the device; a kernel that
+  // reads them produces NaN (rel_error -> inf), one that writes them is caught by the padding check.
+  struct Case {
+    int batch, seq, heads, d, pad;
+    double theta;
+  };
+  for (const Case c : {Case{3, 37, 4, 64, 8, 10000.0}, Case{2, 4096, 2, 128, 0, 500000.0}, Case{5, 8, 3, 2, 1, 100.0}}) {
+    CAPTURE(c.seq);
+    CAPTURE(c.d);
+    const int rows = c.batch * c.seq, ld = c.heads * c.d + c.pad;
+    const std::size_t n = std::size_t(rows) * ld;
+    const kc::RopeTable t = kc::rope_table(c.seq, c.d, c.theta);
+    auto x = random_vec(n, -2, 2), dy = random_vec(n, -2, 2);
+    for (int r = 0; r < rows; ++r)  // NaN padding, on the host and so on the device
+      for (int col = c.heads * c.d; col < ld; ++col)
+        x[std::size_t(r) * ld + col] = dy[std::size_t(r) * ld + col] = std::numeric_limits<float>::quiet_NaN();
+    DeviceBuf<float> dX(x), dDY(dy), dCOS(t.cos), dSIN(t.sin);
+    const kg::RopeTableView view{dCOS, dSIN, t.seq, t.d};
+    REQUIRE_OK(kg::rope_fwd(nullptr, view, dX, rows, c.heads, ld));
+    REQUIRE_OK(kg::rope_bwd(nullptr, view, dDY, rows, c.heads, ld));
+    auto gx = dX.download(), gdy = dDY.download();
+    kc::rope_fwd(t, x.data(), rows, c.heads, ld);
+    kc::rope_bwd(t, dy.data(), rows, c.heads, ld);
+    int pad_changed = 0;  // padding must still be NaN; then compare the head columns only
+    std::vector<float> hx, hgx, hdy, hgdy;
+    for (int r = 0; r < rows; ++r)
+      for (int col = 0; col < ld; ++col) {
+        const std::size_t i = std::size_t(r) * ld + col;
+        if (col >= c.heads * c.d) {
+          pad_changed += !std::isnan(gx[i]) || !std::isnan(gdy[i]);
+          continue;
+        }
+        hx.push_back(x[i]);
+        hgx.push_back(gx[i]);
+        hdy.push_back(dy[i]);
+        hgdy.push_back(gdy[i]);
+      }
+    CHECK(pad_changed == 0);
+    CHECK_CLOSE(hgx, hx, kTolFp32);
+    CHECK_CLOSE(hgdy, hdy, kTolFp32);
+  }
+  // The launcher refuses what the CPU reference's check refuses: rows not a multiple of seq, odd d, short ld.
+  const kc::RopeTable t = kc::rope_table(8, 4, 100.0);
+  DeviceBuf<float> dCOS(t.cos), dSIN(t.sin), dX(64);
+  const kg::RopeTableView view{dCOS, dSIN, t.seq, t.d};
+  CHECK_FALSE(kg::rope_fwd(nullptr, view, dX, 12, 1, 4).ok());
+  CHECK_FALSE(kg::rope_fwd(nullptr, kg::RopeTableView{dCOS, dSIN, 8, 3}, dX, 8, 1, 4).ok());
+  CHECK_FALSE(kg::rope_bwd(nullptr, view, dX, 8, 2, 4).ok());
 }
 
 TEST_CASE("softmax cross-entropy forward and backward match the CPU reference, whole and sharded vocabulary") {
