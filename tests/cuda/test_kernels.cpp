@@ -197,7 +197,10 @@ TEST_CASE("reductions: sum of squares, column sums, block sum/max, bf16 round tr
   const double expect = kc::sum_squares(x.data(), n);  // double sum on the CPU
   CHECK(dS.download()[0] == doctest::Approx(expect).epsilon(kTolFp32));
 
-  const int rows = 513, cols = 2048;  // col_sum: db[c] += sum_r x[r, c] over the first rows*cols values
+  // col_sum: db[c] += sum_r x[r, c] over the first rows*cols values. 511 rows, not 513: 513 * 2048 is 2048
+  // more than n, and both sides read past x (the H200 reported an illegal address, error 700).
+  const int rows = 511, cols = 2048;
+  REQUIRE(std::size_t(rows) * cols <= n);
   std::vector<float> db = random_vec(cols);
   DeviceBuf<float> dDB(db);
   for (int r = 0; r < rows; ++r)
