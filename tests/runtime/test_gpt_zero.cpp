@@ -76,7 +76,9 @@ void check_elementwise(const Layout& l, const Model& m = micro_gpt(), int step =
   const Grads& ref = refs.at(key);
   const Grads got = gradients(m, l, step, step + 1);
   REQUIRE(got.size() == ref.size());
-  for (const auto& [name, r] : ref) {
+  for (const auto& kv : ref) {  // no structured binding: clang 14 cannot capture one in CAPTURE
+    const std::string& name = kv.first;
+    const FullGrad& r = kv.second;
     CAPTURE(name);
     REQUIRE(got.count(name) == 1);
     const FullGrad& g = got.at(name);
