@@ -1,15 +1,20 @@
 // GPU measurements for calibration (built, not run by `meson test`; tools/device-check.sh runs it):
-//   gemm       cuBLASLt through kernels/cuda/gemm.hpp over a shape sweep, TFLOP/s (2 M N K per product)
+//   gemm       cuBLASLt through kernels/cuda/gemm.hpp over a shape sweep, TFLOP/s (2 M N K per product);
+//              fp8 (e4m3 operands, bf16 output, fp32 accumulation, unit scales) straight through cuBLASLt in
+//              the "TN" layout Hopper's fp8 kernels need: the rate the cost model's fp8 path should be fitted to
 //   attention  the flash kernels, forward and backward, TFLOP/s with the causal half counted
 //              (fwd 2 * 2 B H S^2 d / 2; bwd 2.5x the forward: FlashAttention-2's convention)
 //   bandwidth  a device-to-device copy (the ceiling, bytes read + written) and our memory-bound kernels
 // One CSV row per measurement on stdout: kind,name,shape,ms,value,unit. Median of `reps` timed with events
 // after warm-up, inputs random (never zeros: METHOD.md).
+#include <cublasLt.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -61,6 +66,8 @@ void row(const char* kind, const std::string& name, const std::string& shape, do
   std::fflush(stdout);
 }
 
+void fp8_sweep(const int (*sizes)[3], std::size_t count);
+
 void gemm_sweep() {
   kg::Gemm g;
   ok(g.init());
@@ -86,6 +93,70 @@ void gemm_sweep() {
     }
     cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(hA), cudaFree(hB), cudaFree(hC);
   }
+  fp8_sweep(sizes, sizeof sizes / sizeof sizes[0]);
+}
+
+void ok(cublasStatus_t st) {
+  if (st != CUBLAS_STATUS_SUCCESS) throw kg::DeviceError(std::string("cuBLASLt: ") + cublasGetStatusString(st));
+}
+
+// fp8 e4m3 values in [-1, 1) from a seeded generator (host conversion; never zeros, never NaN encodings).
+__nv_fp8_e4m3* random_fp8(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<__nv_fp8_e4m3> h(n);
+  for (auto& x : h) x = __nv_fp8_e4m3(u(gen));
+  __nv_fp8_e4m3* d = nullptr;
+  ok(cudaMalloc(&d, n));
+  ok(cudaMemcpy(d, h.data(), n, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// D[M,N] (bf16) = A[M,K] B[K,N] with fp8 operands. Column-major cuBLASLt view: A stored K x M and
+// transposed, B stored K x N, D stored M x N ("TN", the only fp8 layout on Hopper).
+void fp8_sweep(const int (*sizes)[3], std::size_t count) {
+  cublasLtHandle_t lt;
+  ok(cublasLtCreate(&lt));
+  const std::size_t ws_bytes = std::size_t(32) << 20;
+  void* ws = nullptr;
+  ok(cudaMalloc(&ws, ws_bytes));
+  for (std::size_t i = 0; i < count; ++i) {
+    const int M = sizes[i][0], N = sizes[i][1], K = sizes[i][2];
+    __nv_fp8_e4m3 *A = random_fp8(std::size_t(M) * K, 31 + i), *B = random_fp8(std::size_t(K) * N, 57 + i);
+    __nv_bfloat16* D = nullptr;
+    ok(cudaMalloc(&D, std::size_t(M) * N * 2));
+    cublasLtMatmulDesc_t op;
+    ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtMatrixLayout_t la, lb, lc;
+    ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, K, M, K));
+    ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, K, N, K));
+    ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, M, N, M));
+    cublasLtMatmulPreference_t pref;
+    ok(cublasLtMatmulPreferenceCreate(&pref));
+    ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    ok(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
+    const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
+    if (found == 0) {
+      std::fprintf(stderr, "cuda_bench: no fp8 algorithm for %s\n", shape.c_str());
+    } else {
+      const float alpha = 1.0f, beta = 0.0f;
+      const double ms = median_ms([&] {
+        ok(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, lc, D, lc, &heur.algo, ws, ws_bytes, nullptr));
+      });
+      row("gemm", "fp8_e4m3", shape, ms, 2.0 * M * N * K / (ms * 1e-3) / 1e12, "TFLOP/s");
+    }
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(op);
+    cudaFree(A), cudaFree(B), cudaFree(D);
+  }
+  cudaFree(ws);
+  cublasLtDestroy(lt);
 }
 
 void attention_sweep() {
