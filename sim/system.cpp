@@ -39,6 +39,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.gpu.sms = static_cast<int>(g.integer("sms", 1, 100000));
     JsonObject e = g.object("efficiency");
     s.gpu.gemm_efficiency = e.number("gemm", 0.01, 1.0);
+    s.gpu.gemm_efficiency_fp8 = e.opt_number("gemm_fp8", 0.01, 1.0).value_or(0.0);
     s.gpu.gemm_k_overhead = e.number("gemm_k_overhead", 0, 1e5);
     s.gpu.attention_efficiency = e.number("attention", 0.01, 1.0);
     s.gpu.memory_efficiency = e.number("memory", 0.01, 1.0);
@@ -97,6 +98,7 @@ Json system_to_json(const System& s) {
                      {"attention", s.gpu.attention_efficiency}, {"memory", s.gpu.memory_efficiency},
                      {"kernel_overhead_us", s.gpu.kernel_overhead_s / kUs}, {"gemm_tiles", tiles},
                      {"overlap_slowdown", s.gpu.overlap_slowdown}};
+  if (s.gpu.gemm_efficiency_fp8 > 0) g["efficiency"]["gemm_fp8"] = s.gpu.gemm_efficiency_fp8;
   Json j;
   j["name"] = s.name;
   j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;

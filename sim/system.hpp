@@ -28,6 +28,7 @@ struct GpuSpec {
   // Efficiency model (see sim/cost/compute.hpp): GEMM time over candidate output tiles with tile and wave
   // quantization, a per-tile K overhead (prologue/epilogue), and a ceiling efficiency.
   double gemm_efficiency = 0.8;
+  double gemm_efficiency_fp8 = 0;  // fp8 GEMMs' ceiling when measured apart (0: gemm_efficiency)
   double gemm_k_overhead = 64;  // elements of K added per tile for fill/drain
   std::vector<GemmTile> gemm_tiles{{256, 128}, {128, 128}, {128, 64}};
   double attention_efficiency = 0.5;  // fused (flash) attention: fraction of the matrix peak

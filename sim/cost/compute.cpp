@@ -25,7 +25,8 @@ double peak_for(const GpuSpec& gpu, Precision p) {
 
 double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g) {
   if (g.m <= 0 || g.n <= 0 || g.k <= 0 || g.batch <= 0) return 0.0;
-  const double per_sm = peak_for(gpu, p) * gpu.gemm_efficiency / gpu.sms;
+  const double eff = p == Precision::fp8 && gpu.gemm_efficiency_fp8 > 0 ? gpu.gemm_efficiency_fp8 : gpu.gemm_efficiency;
+  const double per_sm = peak_for(gpu, p) * eff / gpu.sms;
   double best = std::numeric_limits<double>::infinity();
   for (const GemmTile& t : gpu.gemm_tiles) {
     const double tiles = std::ceil(static_cast<double>(g.m) / t.m) * std::ceil(static_cast<double>(g.n) / t.n) *

@@ -192,3 +192,18 @@ TEST_CASE("overlapped communication slows compute: the estimate charges t_o s / 
   l.overlap_param_gather = false;
   CHECK(estimate(m, l, load_system("dgx-a100")).overlapped_comm_s == 0);
 }
+
+TEST_CASE("GEMM: fp8 has its own ceiling when the system gives one") {
+  // Same shape and tiles: time is inversely proportional to peak x efficiency (plus the kernel overhead), so
+  // with gemm_fp8 = gemm / 2 an fp8 GEMM takes twice as long (minus overhead) as with the shared number.
+  System sys = load_system("dgx-h100");
+  const cost::GemmShape g{8192, 8192, 8192, 1};
+  const double shared = cost::gemm_time(sys.gpu, Precision::fp8, g) - sys.gpu.kernel_overhead_s;
+  sys.gpu.gemm_efficiency_fp8 = sys.gpu.gemm_efficiency / 2;
+  const double own = cost::gemm_time(sys.gpu, Precision::fp8, g) - sys.gpu.kernel_overhead_s;
+  CHECK(own == doctest::Approx(2 * shared).epsilon(1e-12));
+  // bf16 is untouched.
+  const double bf16 = cost::gemm_time(sys.gpu, Precision::bf16, g);
+  sys.gpu.gemm_efficiency_fp8 = 0;
+  CHECK(cost::gemm_time(sys.gpu, Precision::bf16, g) == bf16);
+}
