@@ -49,6 +49,16 @@ Status attention_bwd(cudaStream_t s, const AttentionShape& a, const float* q, in
                      const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                      int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
 
+// ---- causal attention on the tensor cores (attention_tc.cu): bf16 operands rounded from the fp32 inputs as
+// they are loaded, fp32 accumulation and softmax; same layout, arguments and lse as attention_fwd/bwd above.
+// head_dim 64 or 128; pointers 16-byte aligned and row strides divisible by 4 (float4 loads).
+bool attention_tc_supported(const AttentionShape& a);
+Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                        const float* v, int ldv, float* out, int ldo, float* lse);
+Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                        const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                        int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
+
 // ---- rotary position embeddings (kernels/cpu/rope.hpp), in place on fp32 q or k ----
 // The cos/sin table on the device: kernels::cpu::rope_table's [seq, head_dim/2] arrays, uploaded once.
 struct RopeTableView {

@@ -1,7 +1,14 @@
 // The flash-style attention against kernels/cpu/attention (which materialises the probabilities): out
 // from the forward, dq/dk/dv from the backward, over head dims of every tile width (1..4 columns per
 // lane), grouped-query heads and sequence lengths that are not multiples of the 16/32-row tiles.
+// Then the tensor-core kernels (attention_tc.cu, bf16 operands) against the same reference, out and lse too.
 #include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cuda/kernels.hpp"
@@ -46,6 +53,137 @@ TEST_CASE("attention rejects shapes it does not support, naming them") {
   const auto s = kg::attention_fwd(nullptr, too_wide, buf, 160, buf, 160, buf, 160, buf, 160, buf);
   CHECK_FALSE(s.ok());
   CHECK(s.message.find("d 160") != std::string::npos);
+}
+
+// ---- tensor-core attention (attention_tc.cu): bf16 operands, fp32 accumulation ----
+
+// Tolerance: q, k, v and the probabilities are rounded to bf16 (unit roundoff 2^-9 ~ 2e-3 each) before
+// products that accumulate in fp32; out carries about two such roundings (~4e-3 in norm, METHOD.md's bf16
+// band of 1e-3..1e-2), the gradients two more (dS = P (dP - delta) rounded again for dQ and dK) plus the
+// cancellation in dP - delta. The project's bf16 bound kTolBf16 (1.5e-2) covers that; the measured errors
+// are printed so the margin is visible.
+constexpr double kTolAttnTc = kTolBf16;
+
+// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)) in double (the max subtracted first), the
+// quantity both forward kernels store for the backward.
+std::vector<float> lse_reference(const kc::AttentionShape& a, const std::vector<float>& q, const std::vector<float>& k) {
+  const int qd = a.hq * a.d, kd = a.hkv * a.d;
+  const double scale = 1.0 / std::sqrt(double(a.d));
+  std::vector<float> lse(std::size_t(a.batch) * a.hq * a.seq);
+  std::vector<double> s(a.seq);
+  for (int b = 0; b < a.batch; ++b)
+    for (int h = 0; h < a.hq; ++h)
+      for (int i = 0; i < a.seq; ++i) {
+        const int hk = h / (a.hq / a.hkv);
+        double m = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int c = 0; c < a.d; ++c)
+            dot += double(q[std::size_t(b * a.seq + i) * qd + h * a.d + c]) * k[std::size_t(b * a.seq + j) * kd + hk * a.d + c];
+          s[j] = dot * scale;
+          m = std::max(m, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+        lse[(std::size_t(b) * a.hq + h) * a.seq + i] = float(m + std::log(sum));
+      }
+  return lse;
+}
+
+TEST_CASE("tensor-core attention forward and backward match the CPU reference within bf16 tolerance") {
+  // seq not a multiple of the 64-row / 64-key / 32-query tiles, GQA groups of 1, 2 and 4, batch > 1.
+  const kc::AttentionShape shapes[] = {{2, 77, 4, 2, 64},  {1, 130, 2, 2, 128}, {3, 64, 4, 1, 64},
+                                       {2, 200, 8, 2, 128}, {1, 333, 4, 4, 64},  {1, 520, 4, 1, 128}};
+  for (const kc::AttentionShape& a : shapes) {
+    CAPTURE(a.batch);
+    CAPTURE(a.seq);
+    CAPTURE(a.hq);
+    CAPTURE(a.hkv);
+    CAPTURE(a.d);
+    REQUIRE(kg::attention_tc_supported(a));
+    const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
+    const auto q = random_vec(std::size_t(T) * qd, -2, 2), k = random_vec(std::size_t(T) * kd, -2, 2),
+               v = random_vec(std::size_t(T) * kd), dout = random_vec(std::size_t(T) * qd);
+    std::vector<float> out(q.size()), probs(std::size_t(a.batch) * a.hq * a.seq * a.seq), dq(q.size()), dk(k.size()),
+        dv(v.size());
+    kc::attention_fwd(a, q.data(), qd, k.data(), kd, v.data(), kd, out.data(), qd, probs.data());
+    kc::attention_bwd(a, q.data(), qd, k.data(), kd, v.data(), kd, probs.data(), dout.data(), qd, dq.data(), qd,
+                      dk.data(), kd, dv.data(), kd);
+    const std::vector<float> lse = lse_reference(a, q, k);
+    const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
+    DeviceBuf<float> dQ(q), dK(k), dV(v), dDO(dout), dOUT(out.size()), dLSE(rows), dDELTA(rows), dDQ(dq.size()),
+        dDK(dk.size()), dDV(dv.size());  // outputs poisoned with NaN
+    REQUIRE_OK(kg::attention_tc_fwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT, qd, dLSE));
+    REQUIRE_OK(kg::attention_tc_bwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT, qd, dLSE, dDO, qd, dDQ, qd, dDK, kd, dDV,
+                                    kd, dDELTA));
+    const auto g_out = dOUT.download(), g_lse = dLSE.download(), g_dq = dDQ.download(), g_dk = dDK.download(),
+               g_dv = dDV.download();
+    MESSAGE("tc attention b" << a.batch << " s" << a.seq << " hq" << a.hq << " hkv" << a.hkv << " d" << a.d
+                             << ": rel err out " << rel_error(g_out, out) << " lse " << rel_error(g_lse, lse) << " dq "
+                             << rel_error(g_dq, dq) << " dk " << rel_error(g_dk, dk) << " dv " << rel_error(g_dv, dv));
+    CHECK_CLOSE(g_out, out, kTolAttnTc);
+    CHECK_CLOSE(g_lse, lse, kTolAttnTc);
+    CHECK_CLOSE(g_dq, dq, kTolAttnTc);
+    CHECK_CLOSE(g_dk, dk, kTolAttnTc);
+    CHECK_CLOSE(g_dv, dv, kTolAttnTc);
+  }
+}
+
+TEST_CASE("tensor-core attention rejects head dims it has no tiles for, naming them") {
+  DeviceBuf<float> buf(1024);
+  const kc::AttentionShape d96{1, 4, 1, 1, 96};
+  CHECK_FALSE(kg::attention_tc_supported(d96));
+  const auto s = kg::attention_tc_fwd(nullptr, d96, buf, 96, buf, 96, buf, 96, buf, 96, buf);
+  CHECK_FALSE(s.ok());
+  CHECK(s.message.find("d 96") != std::string::npos);
+}
+
+// Timing only (no assertion): runs when TESSEL_TIME_ATTENTION is set, for the device notes. Shapes as
+// bench.csv names them (b x s x heads x d); causal FLOPs fwd = 4 b s^2 h d / 2, bwd = 2.5 x fwd.
+TEST_CASE("tensor-core attention timing (TESSEL_TIME_ATTENTION=1)") {
+  if (!std::getenv("TESSEL_TIME_ATTENTION")) {
+    MESSAGE("timing skipped: TESSEL_TIME_ATTENTION is not set");
+    return;
+  }
+  const kc::AttentionShape shapes[] = {{16, 1024, 16, 16, 128}, {2, 8192, 16, 16, 128}, {16, 1024, 16, 16, 64}};
+  for (const kc::AttentionShape& a : shapes) {
+    const std::size_t n = std::size_t(a.batch) * a.seq * a.hq * a.d, rows = std::size_t(a.batch) * a.hq * a.seq;
+    std::vector<float> host(n);
+    std::uint64_t x = 88172645463325252ull;  // xorshift: fast fresh-ish data of gigabyte size
+    for (float& f : host) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      f = float(double(x >> 11) / double(1ull << 53) * 2.0 - 1.0);
+    }
+    DeviceBuf<float> q(host), k(host), v(host), dO(host), out(n), dq(n), dk(n), dv(n), lse(rows), delta(rows);
+    const int ld = a.hq * a.d;
+    const double fwd_flop = 4.0 * a.batch * double(a.seq) * a.seq * a.hq * a.d / 2, bwd_flop = 2.5 * fwd_flop;
+    cudaEvent_t e0, e1;
+    REQUIRE(cudaEventCreate(&e0) == cudaSuccess);
+    REQUIRE(cudaEventCreate(&e1) == cudaSuccess);
+    const auto median_ms = [&](auto&& fn) {
+      std::vector<float> ms;
+      for (int r = 0; r < 12; ++r) {
+        REQUIRE(cudaEventRecord(e0) == cudaSuccess);
+        fn();
+        REQUIRE(cudaEventRecord(e1) == cudaSuccess);
+        REQUIRE(cudaEventSynchronize(e1) == cudaSuccess);
+        float t = 0;
+        REQUIRE(cudaEventElapsedTime(&t, e0, e1) == cudaSuccess);
+        if (r >= 2) ms.push_back(t);  // two warm-up runs
+      }
+      std::sort(ms.begin(), ms.end());
+      return double(ms[ms.size() / 2]);
+    };
+    const double tf = median_ms([&] { REQUIRE_OK(kg::attention_tc_fwd(nullptr, a, q, ld, k, ld, v, ld, out, ld, lse)); });
+    const double tb = median_ms([&] {
+      REQUIRE_OK(kg::attention_tc_bwd(nullptr, a, q, ld, k, ld, v, ld, out, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
+    });
+    MESSAGE("attention_tc b" << a.batch << "_s" << a.seq << "_h" << a.hq << "_d" << a.d << ": fwd " << tf << " ms "
+                             << fwd_flop / tf * 1e-9 << " TFLOP/s, bwd " << tb << " ms " << bwd_flop / tb * 1e-9
+                             << " TFLOP/s");
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
 }
 
 }  // TEST_SUITE

@@ -1,0 +1,506 @@
+// Causal attention on the tensor cores: bf16 operands, fp32 accumulation, FlashAttention-2 (Dao 2023)
+// structure. The fp32 kernels of attention.cu stay the reference path (--precision fp32).
+//
+// Matrix products are PTX mma.sync.m16n8k16 (bf16 x bf16 -> f32). Its register layouts (PTX ISA, "Matrix
+// Fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
+//   A (16x16, row-major): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8, "col"):      b0 = (k 2t..2t+1, n g), b1 = (k 2t+8.., n g)
+//   C (16x8 f32):         c0, c1 = (g, 2t), (g, 2t+1); c2, c3 = (g+8, 2t), (g+8, 2t+1)
+// so the accumulators of two adjacent 8-column tiles are, packed to bf16, exactly an A fragment over those
+// 16 columns: P = softmax(S) feeds P V without leaving registers. Every operand tile sits in shared memory
+// as bf16, row-major with 8 elements of padding per row (16 bytes: the 8 rows x 4 words a fragment load
+// touches land in 32 distinct banks), and B operands that must be read down a column are stored
+// transposed. fp32 inputs are rounded to bf16 as they are loaded, so the layer needs no bf16 copies.
+//
+// Work split (4 warps, 16 rows each): forward and dQ own 64 query rows and stream 64-key tiles; dK/dV own
+// 64 keys and stream 32-query tiles for every query head of the GQA group (no atomics, deterministic).
+// Softmax in base 2: scores are scaled by log2(e)/sqrt(d) once, lse is stored in natural units as the fp32
+// kernels store it (lse = ln 2 * (m2 + log2 l)), so either kernel's lse serves either backward.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/nvtx.hpp"
+
+namespace tessel::kernels::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kRows = 64;      // rows a block owns: 16 per warp
+constexpr int kKeyTile = 64;   // forward and dQ: keys per streamed tile
+constexpr int kQryTile = 32;   // dK/dV: queries per streamed tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Dims {
+  int S, HQ, HKV;
+  float scale;  // 1 / sqrt(d)
+};
+
+__device__ inline std::uint32_t pack(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+__device__ inline void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A fragment: rows r0..r0+15, columns k0..k0+15 of a row-major bf16 tile with row pitch P elements.
+template <int P>
+__device__ inline void load_a(std::uint32_t (&a)[4], const bf16* tile, int r0, int k0) {
+  const int g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
+  const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(tile);
+  constexpr int PW = P / 2;
+  const int lo = (r0 + g) * PW + k0 / 2 + t, hi = lo + 8 * PW;
+  a[0] = w[lo];
+  a[1] = w[hi];
+  a[2] = w[lo + 4];
+  a[3] = w[hi + 4];
+}
+
+// B fragment for B[k][n] = Y[n][k], Y row-major (pitch P): rows n0..n0+7 of Y, columns k0..k0+15.
+template <int P>
+__device__ inline void load_b(std::uint32_t& b0, std::uint32_t& b1, const bf16* tile, int n0, int k0) {
+  const int g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
+  const std::uint32_t* w = reinterpret_cast<const std::uint32_t*>(tile) + (n0 + g) * (P / 2) + k0 / 2 + t;
+  b0 = w[0];
+  b1 = w[4];
+}
+
+// Accumulator tiles 2kk and 2kk+1 (16 columns) as the A fragment of the next product.
+__device__ inline void to_a(std::uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack(c0[0], c0[1]);
+  a[1] = pack(c0[2], c0[3]);
+  a[2] = pack(c1[0], c1[1]);
+  a[3] = pack(c1[2], c1[3]);
+}
+
+// Rows [row0, row0 + R) of a head's D columns (token-major, batch base row `base`), fp32 -> bf16, into
+// `row` ([R][D + 8]) and/or `col` ([D][R + 8], transposed). Rows at or past S are zeros. 16-byte loads:
+// the launcher checked ld % 4 == 0 and 16-byte aligned pointers.
+template <int R, int D>
+__device__ void load_tile(bf16* row, bf16* col, const float* __restrict__ src, int ld, std::size_t base, int col0,
+                          int row0, int S) {
+  constexpr int V = D / 4;
+  // A warp takes 8 rows x 4 float4s: 64 contiguous bytes per row (two full sectors), and its transposed
+  // bf16 stores hit at most 2 words per bank.
+  for (int idx = threadIdx.x; idx < R * V; idx += kThreads) {
+    const int rest = idx / 8, r = (rest / V) * 8 + idx % 8, c = (rest % V) * 4, i = row0 + r;
+    const float4 x = i < S ? *reinterpret_cast<const float4*>(src + (base + i) * ld + col0 + c)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+    if (row) *reinterpret_cast<uint2*>(row + r * (D + 8) + c) = make_uint2(pack(x.x, x.y), pack(x.z, x.w));
+    if (col) {
+      col[(c + 0) * (R + 8) + r] = __float2bfloat16_rn(x.x);
+      col[(c + 1) * (R + 8) + r] = __float2bfloat16_rn(x.y);
+      col[(c + 2) * (R + 8) + r] = __float2bfloat16_rn(x.z);
+      col[(c + 3) * (R + 8) + r] = __float2bfloat16_rn(x.w);
+    }
+  }
+}
+
+__device__ inline float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ inline float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// grid (ceil(S / 64), HQ, B); block x runs in reverse so the longest rows (most keys) start first.
+template <int D>
+__global__ void __launch_bounds__(kThreads) fwd_kernel(Dims d, const float* __restrict__ q, int ldq,
+                                                       const float* __restrict__ k, int ldk,
+                                                       const float* __restrict__ v, int ldv, float* __restrict__ out,
+                                                       int ldo, float* __restrict__ lse) {
+  constexpr int PD = D + 8, PK = kKeyTile + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][PD]
+  bf16* Ks = Qs + kRows * PD;                // [64][PD]
+  bf16* Vt = Ks + kKeyTile * PD;             // [D][PK]
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
+  const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  load_tile<kRows, D>(Qs, nullptr, q, ldq, base, h * D, i0, d.S);
+  __syncthreads();
+  std::uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) load_a<PD>(qf[kk], Qs, warp * 16, kk * 16);
+  float o[D / 8][4] = {};
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const float sl2 = d.scale * kLog2e;
+  const int ia = i0 + warp * 16 + g;  // this thread's rows: ia and ia + 8
+  const int last = min(d.S, i0 + kRows);
+  for (int j0 = 0; j0 < last; j0 += kKeyTile) {
+    __syncthreads();  // the previous tile is no longer read
+    load_tile<kKeyTile, D>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
+    load_tile<kKeyTile, D>(nullptr, Vt, v, ldv, base, hk * D, j0, d.S);
+    __syncthreads();
+    float sc[kKeyTile / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int n = 0; n < kKeyTile / 8; ++n) {
+        std::uint32_t b0, b1;
+        load_b<PD>(b0, b1, Ks, n * 8, kk * 16);
+        mma(sc[n], qf[kk], b0, b1);
+      }
+    // Causal mask (j > i), needed only where the tile reaches past this warp's first row. It also hides
+    // keys >= S for rows < S (such keys only occur in the diagonal tile); every row sees key j0 <= i, so
+    // the running max is finite after the first tile.
+    const bool diag = j0 + kKeyTile - 1 > i0 + warp * 16;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kKeyTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + (e >> 1) * 8;
+        sc[n][e] = (diag && j > i) ? -INFINITY : sc[n][e] * sl2;
+        mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], quad_max(mx[r]));
+      alpha[r] = exp2f(m[r] - m_new);  // 0 on the first tile (m = -inf)
+      m[r] = m_new;
+      l[r] *= alpha[r];  // per-thread partial sums; the quad's are added at the end
+    }
+#pragma unroll
+    for (int n = 0; n < kKeyTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sc[n][e] = exp2f(sc[n][e] - m[e >> 1]);
+        l[e >> 1] += sc[n][e];
+      }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      std::uint32_t a[4];
+      to_a(a, sc[2 * kk], sc[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        std::uint32_t b0, b1;
+        load_b<PK>(b0, b1, Vt, n * 8, kk * 16);
+        mma(o[n], a, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = ia + 8 * r;
+    const float sum = quad_sum(l[r]);
+    if (i >= d.S) continue;
+    const float inv = 1.0f / sum;
+    float* dst = out + (base + i) * ldo + h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (m[r] + log2f(sum));
+  }
+}
+
+// delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i), in fp32: one warp per row.
+__global__ void delta_kernel(Dims d, int B, int D, const float* __restrict__ out, int ldo,
+                             const float* __restrict__ dout, int lddo, float* __restrict__ delta) {
+  const std::size_t row = blockIdx.x * std::size_t(kThreads / kWarp) + threadIdx.x / kWarp;  // over B * HQ * S
+  if (row >= std::size_t(B) * d.HQ * d.S) return;
+  const int lane = threadIdx.x % kWarp, i = row % d.S, h = (row / d.S) % d.HQ;
+  const std::size_t tok = (row / (std::size_t(d.S) * d.HQ)) * d.S + i;
+  float s = 0;
+  for (int c = lane; c < D; c += kWarp) s += dout[tok * lddo + h * D + c] * out[tok * ldo + h * D + c];
+  s = warp_sum(s);
+  if (lane == 0) delta[row] = s;
+}
+
+// grid (ceil(S / 64), HKV, B): a block owns 64 keys, a warp 16 of them. Per streamed query tile it forms
+// S^T = K Q^T and dP^T = V dO^T, then P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta), and accumulates
+// dV += P^T dO and dK += dS^T Q (the transposed tiles give those products' B operands).
+template <int D>
+__global__ void __launch_bounds__(kThreads) dkdv_kernel(Dims d, const float* __restrict__ q, int ldq,
+                                                        const float* __restrict__ k, int ldk,
+                                                        const float* __restrict__ v, int ldv,
+                                                        const float* __restrict__ lse, const float* __restrict__ delta,
+                                                        const float* __restrict__ dout, int lddo,
+                                                        float* __restrict__ dk, int lddk, float* __restrict__ dv,
+                                                        int lddv) {
+  constexpr int PD = D + 8, PQ = kQryTile + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Ks = reinterpret_cast<bf16*>(smem);  // [64][PD]
+  bf16* Vs = Ks + kRows * PD;                // [64][PD]
+  bf16* Qs = Vs + kRows * PD;                // [32][PD]
+  bf16* Os = Qs + kQryTile * PD;             // [32][PD] dO
+  bf16* Qt = Os + kQryTile * PD;             // [D][PQ]
+  bf16* Ot = Qt + D * PQ;                    // [D][PQ]
+  float* Ls = reinterpret_cast<float*>(Ot + D * PQ);  // [32] lse * log2(e)
+  float* Ds = Ls + kQryTile;                          // [32] delta
+  const int j0 = (gridDim.x - 1 - blockIdx.x) * kRows, hk = blockIdx.y, b = blockIdx.z, group = d.HQ / d.HKV;
+  const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  load_tile<kRows, D>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
+  load_tile<kRows, D>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
+  float gk[D / 8][4] = {}, gv[D / 8][4] = {};
+  const float sl2 = d.scale * kLog2e;
+  const int ja = j0 + warp * 16 + g;  // this thread's keys: ja and ja + 8
+  for (int h = hk * group; h < (hk + 1) * group; ++h) {
+    const float* lse_h = lse + (std::size_t(b) * d.HQ + h) * d.S;
+    const float* delta_h = delta + (std::size_t(b) * d.HQ + h) * d.S;
+    for (int i0 = j0; i0 < d.S; i0 += kQryTile) {  // causal: queries i >= j only (j0 % 32 == 0)
+      __syncthreads();
+      load_tile<kQryTile, D>(Qs, Qt, q, ldq, base, h * D, i0, d.S);
+      load_tile<kQryTile, D>(Os, Ot, dout, lddo, base, h * D, i0, d.S);
+      if (threadIdx.x < kQryTile) {
+        const int i = i0 + threadIdx.x;
+        Ls[threadIdx.x] = i < d.S ? lse_h[i] * kLog2e : 0.0f;
+        Ds[threadIdx.x] = i < d.S ? delta_h[i] : 0.0f;
+      }
+      __syncthreads();
+      float st[kQryTile / 8][4] = {}, dpt[kQryTile / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        std::uint32_t ak[4], av[4];
+        load_a<PD>(ak, Ks, warp * 16, kk * 16);
+        load_a<PD>(av, Vs, warp * 16, kk * 16);
+#pragma unroll
+        for (int n = 0; n < kQryTile / 8; ++n) {
+          std::uint32_t b0, b1;
+          load_b<PD>(b0, b1, Qs, n * 8, kk * 16);
+          mma(st[n], ak, b0, b1);
+          load_b<PD>(b0, b1, Os, n * 8, kk * 16);
+          mma(dpt[n], av, b0, b1);
+        }
+      }
+      const bool mask = i0 < j0 + kRows || i0 + kQryTile > d.S;  // causal edge or queries past S
+#pragma unroll
+      for (int n = 0; n < kQryTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int il = n * 8 + 2 * t + (e & 1), i = i0 + il, j = ja + (e >> 1) * 8;
+          float p = exp2f(st[n][e] * sl2 - Ls[il]);
+          if (mask && (i < j || i >= d.S)) p = 0.0f;
+          st[n][e] = p;
+          dpt[n][e] = p * (dpt[n][e] - Ds[il]);
+        }
+#pragma unroll
+      for (int kk = 0; kk < kQryTile / 16; ++kk) {
+        std::uint32_t ap[4], ads[4];
+        to_a(ap, st[2 * kk], st[2 * kk + 1]);
+        to_a(ads, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+          std::uint32_t b0, b1;
+          load_b<PQ>(b0, b1, Ot, n * 8, kk * 16);
+          mma(gv[n], ap, b0, b1);
+          load_b<PQ>(b0, b1, Qt, n * 8, kk * 16);
+          mma(gk[n], ads, b0, b1);
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = ja + 8 * r;
+    if (j >= d.S) continue;
+    float* pk = dk + (base + j) * lddk + hk * D + 2 * t;
+    float* pv = dv + (base + j) * lddv + hk * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(pk + n * 8) = make_float2(gk[n][2 * r] * d.scale, gk[n][2 * r + 1] * d.scale);
+      *reinterpret_cast<float2*>(pv + n * 8) = make_float2(gv[n][2 * r], gv[n][2 * r + 1]);
+    }
+  }
+}
+
+// grid (ceil(S / 64), HQ, B): a block owns 64 query rows; key tiles stream through. dQ = scale dS K.
+template <int D>
+__global__ void __launch_bounds__(kThreads) dq_kernel(Dims d, const float* __restrict__ q, int ldq,
+                                                      const float* __restrict__ k, int ldk,
+                                                      const float* __restrict__ v, int ldv,
+                                                      const float* __restrict__ lse, const float* __restrict__ delta,
+                                                      const float* __restrict__ dout, int lddo,
+                                                      float* __restrict__ dq, int lddq) {
+  constexpr int PD = D + 8, PK = kKeyTile + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][PD]
+  bf16* Os = Qs + kRows * PD;                // [64][PD] dO
+  bf16* Ks = Os + kRows * PD;                // [64][PD]
+  bf16* Vs = Ks + kKeyTile * PD;             // [64][PD]
+  bf16* Kt = Vs + kKeyTile * PD;             // [D][PK]
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
+  const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  load_tile<kRows, D>(Qs, nullptr, q, ldq, base, h * D, i0, d.S);
+  load_tile<kRows, D>(Os, nullptr, dout, lddo, base, h * D, i0, d.S);
+  const int ia = i0 + warp * 16 + g;
+  float l2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t at = (std::size_t(b) * d.HQ + h) * d.S + min(ia + 8 * r, d.S - 1);
+    l2[r] = lse[at] * kLog2e;
+    dl[r] = delta[at];
+  }
+  float gq[D / 8][4] = {};
+  const float sl2 = d.scale * kLog2e;
+  const int last = min(d.S, i0 + kRows);
+  for (int j0 = 0; j0 < last; j0 += kKeyTile) {
+    __syncthreads();
+    load_tile<kKeyTile, D>(Ks, Kt, k, ldk, base, hk * D, j0, d.S);
+    load_tile<kKeyTile, D>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
+    __syncthreads();
+    float sc[kKeyTile / 8][4] = {}, dp[kKeyTile / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t aq[4], ao[4];
+      load_a<PD>(aq, Qs, warp * 16, kk * 16);
+      load_a<PD>(ao, Os, warp * 16, kk * 16);
+#pragma unroll
+      for (int n = 0; n < kKeyTile / 8; ++n) {
+        std::uint32_t b0, b1;
+        load_b<PD>(b0, b1, Ks, n * 8, kk * 16);
+        mma(sc[n], aq, b0, b1);
+        load_b<PD>(b0, b1, Vs, n * 8, kk * 16);
+        mma(dp[n], ao, b0, b1);
+      }
+    }
+    const bool diag = j0 + kKeyTile - 1 > i0 + warp * 16;  // as in the forward: also hides keys >= S
+#pragma unroll
+    for (int n = 0; n < kKeyTile / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + n * 8 + 2 * t + (e & 1), r = e >> 1;
+        float p = exp2f(sc[n][e] * sl2 - l2[r]);
+        if (diag && j > ia + 8 * r) p = 0.0f;
+        dp[n][e] = p * (dp[n][e] - dl[r]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKeyTile / 16; ++kk) {
+      std::uint32_t a[4];
+      to_a(a, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n) {
+        std::uint32_t b0, b1;
+        load_b<PK>(b0, b1, Kt, n * 8, kk * 16);
+        mma(gq[n], a, b0, b1);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = ia + 8 * r;
+    if (i >= d.S) continue;
+    float* dst = dq + (base + i) * lddq + h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(gq[n][2 * r] * d.scale, gq[n][2 * r + 1] * d.scale);
+  }
+}
+
+template <int D>
+constexpr std::size_t fwd_smem() { return sizeof(bf16) * ((kRows + kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
+template <int D>
+constexpr std::size_t dkdv_smem() {
+  return sizeof(bf16) * (2 * kRows * (D + 8) + 2 * kQryTile * (D + 8) + 2 * D * (kQryTile + 8)) +
+         sizeof(float) * 2 * kQryTile;
+}
+template <int D>
+constexpr std::size_t dq_smem() { return sizeof(bf16) * ((2 * kRows + 2 * kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
+
+template <typename Kernel, typename... Args>
+Status launch(Kernel kernel, dim3 grid, std::size_t smem, cudaStream_t s, Args... args) {
+  DeviceInfo info;
+  TESSEL_STATUS_CHECK(device_info(info));
+  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
+    return {1, "attention_tc: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
+                   std::to_string(info.max_smem_per_block_optin)};
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  kernel<<<grid, kThreads, smem, s>>>(args...);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// The tile loads read float4s: every matrix 16-byte aligned with a row stride divisible by 4.
+Status check_operands(const AttentionShape& a, std::initializer_list<std::pair<const void*, int>> mats) {
+  if (!attention_tc_supported(a))
+    return {1, "attention_tc: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
+                   " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
+                   " (needs hq % hkv == 0 and d 64 or 128)"};
+  for (const auto& [p, ld] : mats)
+    if (!aligned16(p) || ld % 4 != 0)
+      return {1, "attention_tc: operands need 16-byte aligned pointers and row strides divisible by 4 (ld " +
+                     std::to_string(ld) + ")"};
+  return {};
+}
+
+Dims dims_of(const AttentionShape& a) { return {a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))}; }
+unsigned row_blocks(const AttentionShape& a) { return static_cast<unsigned>(ceil_div(a.seq, kRows)); }
+
+template <int D>
+Status fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
+           int ldv, float* out, int ldo, float* lse) {
+  return launch(fwd_kernel<D>, dim3(row_blocks(a), a.hq, a.batch), fwd_smem<D>(), s, dims_of(a), q, ldq, k, ldk, v,
+                ldv, out, ldo, lse);
+}
+
+template <int D>
+Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
+           int ldv, const float* lse, const float* delta, const float* dout, int lddo, float* dq, int lddq, float* dk,
+           int lddk, float* dv, int lddv) {
+  const Dims d = dims_of(a);
+  TESSEL_STATUS_CHECK(launch(dkdv_kernel<D>, dim3(row_blocks(a), a.hkv, a.batch), dkdv_smem<D>(), s, d, q, ldq, k, ldk,
+                             v, ldv, lse, delta, dout, lddo, dk, lddk, dv, lddv));
+  return launch(dq_kernel<D>, dim3(row_blocks(a), a.hq, a.batch), dq_smem<D>(), s, d, q, ldq, k, ldk, v, ldv, lse,
+                delta, dout, lddo, dq, lddq);
+}
+
+}  // namespace
+
+bool attention_tc_supported(const AttentionShape& a) {
+  return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
+}
+
+Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                        const float* v, int ldv, float* out, int ldo, float* lse) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}}));
+  if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
+    return {1, "attention_tc: out needs 8-byte alignment and an even row stride"};
+  return a.d == 64 ? fwd<64>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse)
+                   : fwd<128>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+}
+
+Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                        const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                        int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}, {dq, lddq}, {dk, lddk}, {dv, lddv}}));
+  const Dims d = dims_of(a);
+  const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
+  delta_kernel<<<static_cast<unsigned>(ceil_div(rows, kThreads / kWarp)), kThreads, 0, s>>>(d, a.batch, a.d, out, ldo,
+                                                                                          dout, lddo, delta);
+  TESSEL_LAUNCH_CHECK();
+  return a.d == 64 ? bwd<64>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
+                   : bwd<128>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+}
+
+}  // namespace tessel::kernels::cuda
