@@ -12,8 +12,9 @@
 // touches land in 32 distinct banks), and B operands that must be read down a column are stored
 // transposed. fp32 inputs are rounded to bf16 as they are loaded, so the layer needs no bf16 copies.
 //
-// Work split (4 warps, 16 rows each): forward and dQ own 64 query rows and stream 64-key tiles; dK/dV own
-// 64 keys and stream 32-query tiles for every query head of the GQA group (no atomics, deterministic).
+// Work split (W = 4 or 8 warps, 16 rows each): forward and dQ own 16 W query rows and stream 64-key tiles;
+// dK/dV own 16 W keys and stream 32-query tiles for every query head of the GQA group (no atomics,
+// deterministic).
 // Softmax in base 2: scores are scaled by log2(e)/sqrt(d) once, lse is stored in natural units as the fp32
 // kernels store it (lse = ln 2 * (m2 + log2 l)), so either kernel's lse serves either backward.
 #include <cuda_bf16.h>
@@ -34,8 +35,10 @@ namespace tessel::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 128;  // 4 warps
-constexpr int kRows = 64;      // rows a block owns: 16 per warp
+constexpr int kThreads = 128;  // the delta kernel's block
+// Blocks of W warps own 16 W rows (W = 4 or 8, attention_tc_set_block_warps): 8 halves the K/V (forward,
+// dQ) or Q/dO (dK/dV) tiles streamed per FLOP, 4 keeps more blocks per SM.
+int g_block_warps = 4;
 constexpr int kKeyTile = 64;   // forward and dQ: keys per streamed tile
 constexpr int kQryTile = 32;   // dK/dV: queries per streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
@@ -98,7 +101,7 @@ __device__ void load_tile(bf16* row, bf16* col, const float* __restrict__ src, i
   constexpr int V = D / 4;
   // A warp takes 8 rows x 4 float4s: 64 contiguous bytes per row (two full sectors), and its transposed
   // bf16 stores hit at most 2 words per bank.
-  for (int idx = threadIdx.x; idx < R * V; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < R * V; idx += blockDim.x) {
     const int rest = idx / 8, r = (rest / V) * 8 + idx % 8, c = (rest % V) * 4, i = row0 + r;
     const float4 x = i < S ? *reinterpret_cast<const float4*>(src + (base + i) * ld + col0 + c)
                            : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -122,15 +125,17 @@ __device__ inline float quad_sum(float v) {
 }
 
 // grid (ceil(S / 64), HQ, B); block x runs in reverse so the longest rows (most keys) start first.
-template <int D>
-__global__ void __launch_bounds__(kThreads) fwd_kernel(Dims d, const float* __restrict__ q, int ldq,
+// W = 4: at most 168 registers (3 blocks per SM instead of 2 at 176; ptxas: 4 bytes spilled, outside the key loop).
+template <int D, int W>
+__global__ void __launch_bounds__(kWarp * W, W == 4 ? 3 : 1) fwd_kernel(Dims d, const float* __restrict__ q, int ldq,
                                                        const float* __restrict__ k, int ldk,
                                                        const float* __restrict__ v, int ldv, float* __restrict__ out,
                                                        int ldo, float* __restrict__ lse) {
   constexpr int PD = D + 8, PK = kKeyTile + 8;
+  constexpr int kRows = 16 * W;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][PD]
-  bf16* Ks = Qs + kRows * PD;                // [64][PD]
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [16 W][PD]
+  bf16* Ks = Qs + kRows * PD;                // [16 W][PD]
   bf16* Vt = Ks + kKeyTile * PD;             // [D][PK]
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
   const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
@@ -235,8 +240,8 @@ __global__ void delta_kernel(Dims d, int B, int D, const float* __restrict__ out
 // grid (ceil(S / 64), HKV, B): a block owns 64 keys, a warp 16 of them. Per streamed query tile it forms
 // S^T = K Q^T and dP^T = V dO^T, then P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta), and accumulates
 // dV += P^T dO and dK += dS^T Q (the transposed tiles give those products' B operands).
-template <int D>
-__global__ void __launch_bounds__(kThreads) dkdv_kernel(Dims d, const float* __restrict__ q, int ldq,
+template <int D, int W>
+__global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __restrict__ q, int ldq,
                                                         const float* __restrict__ k, int ldk,
                                                         const float* __restrict__ v, int ldv,
                                                         const float* __restrict__ lse, const float* __restrict__ delta,
@@ -244,9 +249,10 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Dims d, const float* __r
                                                         float* __restrict__ dk, int lddk, float* __restrict__ dv,
                                                         int lddv) {
   constexpr int PD = D + 8, PQ = kQryTile + 8;
+  constexpr int kRows = 16 * W;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Ks = reinterpret_cast<bf16*>(smem);  // [64][PD]
-  bf16* Vs = Ks + kRows * PD;                // [64][PD]
+  bf16* Ks = reinterpret_cast<bf16*>(smem);  // [16 W][PD]
+  bf16* Vs = Ks + kRows * PD;                // [16 W][PD]
   bf16* Qs = Vs + kRows * PD;                // [32][PD]
   bf16* Os = Qs + kQryTile * PD;             // [32][PD] dO
   bf16* Qt = Os + kQryTile * PD;             // [D][PQ]
@@ -331,19 +337,20 @@ __global__ void __launch_bounds__(kThreads) dkdv_kernel(Dims d, const float* __r
 }
 
 // grid (ceil(S / 64), HQ, B): a block owns 64 query rows; key tiles stream through. dQ = scale dS K.
-template <int D>
-__global__ void __launch_bounds__(kThreads) dq_kernel(Dims d, const float* __restrict__ q, int ldq,
+template <int D, int W>
+__global__ void __launch_bounds__(kWarp * W) dq_kernel(Dims d, const float* __restrict__ q, int ldq,
                                                       const float* __restrict__ k, int ldk,
                                                       const float* __restrict__ v, int ldv,
                                                       const float* __restrict__ lse, const float* __restrict__ delta,
                                                       const float* __restrict__ dout, int lddo,
                                                       float* __restrict__ dq, int lddq) {
   constexpr int PD = D + 8, PK = kKeyTile + 8;
+  constexpr int kRows = 16 * W;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][PD]
-  bf16* Os = Qs + kRows * PD;                // [64][PD] dO
-  bf16* Ks = Os + kRows * PD;                // [64][PD]
-  bf16* Vs = Ks + kKeyTile * PD;             // [64][PD]
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [16 W][PD]
+  bf16* Os = Qs + kRows * PD;                // [16 W][PD] dO
+  bf16* Ks = Os + kRows * PD;                // [16 W][PD]
+  bf16* Vs = Ks + kKeyTile * PD;             // [16 W][PD]
   bf16* Kt = Vs + kKeyTile * PD;             // [D][PK]
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
   const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
@@ -414,25 +421,25 @@ __global__ void __launch_bounds__(kThreads) dq_kernel(Dims d, const float* __res
   }
 }
 
-template <int D>
-constexpr std::size_t fwd_smem() { return sizeof(bf16) * ((kRows + kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
-template <int D>
+template <int D, int W>
+constexpr std::size_t fwd_smem() { return sizeof(bf16) * ((16 * W + kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
+template <int D, int W>
 constexpr std::size_t dkdv_smem() {
-  return sizeof(bf16) * (2 * kRows * (D + 8) + 2 * kQryTile * (D + 8) + 2 * D * (kQryTile + 8)) +
+  return sizeof(bf16) * (2 * 16 * W * (D + 8) + 2 * kQryTile * (D + 8) + 2 * D * (kQryTile + 8)) +
          sizeof(float) * 2 * kQryTile;
 }
-template <int D>
-constexpr std::size_t dq_smem() { return sizeof(bf16) * ((2 * kRows + 2 * kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
+template <int D, int W>
+constexpr std::size_t dq_smem() { return sizeof(bf16) * ((2 * 16 * W + 2 * kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
 
 template <typename Kernel, typename... Args>
-Status launch(Kernel kernel, dim3 grid, std::size_t smem, cudaStream_t s, Args... args) {
+Status launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t s, Args... args) {
   DeviceInfo info;
   TESSEL_STATUS_CHECK(device_info(info));
   if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
     return {1, "attention_tc: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
                    std::to_string(info.max_smem_per_block_optin)};
   TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kThreads, smem, s>>>(args...);
+  kernel<<<grid, threads, smem, s>>>(args...);
   TESSEL_LAUNCH_CHECK();
   return {};
 }
@@ -453,27 +460,34 @@ Status check_operands(const AttentionShape& a, std::initializer_list<std::pair<c
 }
 
 Dims dims_of(const AttentionShape& a) { return {a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))}; }
-unsigned row_blocks(const AttentionShape& a) { return static_cast<unsigned>(ceil_div(a.seq, kRows)); }
+unsigned row_blocks(const AttentionShape& a, int W) { return static_cast<unsigned>(ceil_div(a.seq, 16 * W)); }
 
-template <int D>
+template <int D, int W>
 Status fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
            int ldv, float* out, int ldo, float* lse) {
-  return launch(fwd_kernel<D>, dim3(row_blocks(a), a.hq, a.batch), fwd_smem<D>(), s, dims_of(a), q, ldq, k, ldk, v,
-                ldv, out, ldo, lse);
+  return launch(fwd_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W, fwd_smem<D, W>(), s, dims_of(a), q,
+                ldq, k, ldk, v, ldv, out, ldo, lse);
 }
 
-template <int D>
+template <int D, int W>
 Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
            int ldv, const float* lse, const float* delta, const float* dout, int lddo, float* dq, int lddq, float* dk,
            int lddk, float* dv, int lddv) {
   const Dims d = dims_of(a);
-  TESSEL_STATUS_CHECK(launch(dkdv_kernel<D>, dim3(row_blocks(a), a.hkv, a.batch), dkdv_smem<D>(), s, d, q, ldq, k, ldk,
-                             v, ldv, lse, delta, dout, lddo, dk, lddk, dv, lddv));
-  return launch(dq_kernel<D>, dim3(row_blocks(a), a.hq, a.batch), dq_smem<D>(), s, d, q, ldq, k, ldk, v, ldv, lse,
-                delta, dout, lddo, dq, lddq);
+  TESSEL_STATUS_CHECK(launch(dkdv_kernel<D, W>, dim3(row_blocks(a, W), a.hkv, a.batch), kWarp * W, dkdv_smem<D, W>(),
+                             s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dk, lddk, dv, lddv));
+  return launch(dq_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W, dq_smem<D, W>(), s, d, q, ldq, k,
+                ldk, v, ldv, lse, delta, dout, lddo, dq, lddq);
 }
 
 }  // namespace
+
+Status attention_tc_set_block_warps(int warps) {
+  if (warps != 4 && warps != 8)
+    return {1, "attention_tc: block warps " + std::to_string(warps) + " (needs 4 or 8)"};
+  g_block_warps = warps;
+  return {};
+}
 
 bool attention_tc_supported(const AttentionShape& a) {
   return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
@@ -485,8 +499,11 @@ Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q,
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}}));
   if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
     return {1, "attention_tc: out needs 8-byte alignment and an even row stride"};
-  return a.d == 64 ? fwd<64>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse)
-                   : fwd<128>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  if (g_block_warps == 8)
+    return a.d == 64 ? fwd<64, 8>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse)
+                     : fwd<128, 8>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  return a.d == 64 ? fwd<64, 4>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse)
+                   : fwd<128, 4>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 }
 
 Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
@@ -499,8 +516,11 @@ Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q,
   delta_kernel<<<static_cast<unsigned>(ceil_div(rows, kThreads / kWarp)), kThreads, 0, s>>>(d, a.batch, a.d, out, ldo,
                                                                                           dout, lddo, delta);
   TESSEL_LAUNCH_CHECK();
-  return a.d == 64 ? bwd<64>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
-                   : bwd<128>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+  if (g_block_warps == 8)
+    return a.d == 64 ? bwd<64, 8>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
+                     : bwd<128, 8>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+  return a.d == 64 ? bwd<64, 4>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
+                   : bwd<128, 4>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
 }
 
 }  // namespace tessel::kernels::cuda

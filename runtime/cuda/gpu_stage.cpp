@@ -164,6 +164,11 @@ struct GpuStage::Impl {
       throw_if_failed(kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.Tl, sh.h));
   }
   kg::AttentionShape attn_shape() const { return {sh.B, sh.S, sh.H, sh.K, sh.d}; }
+  // bf16 GEMM stages run attention on the tensor cores too (bf16 operands, fp32 accumulation); fp32/tf32
+  // stages, and head dims the tensor-core kernels have no tiles for, keep the fp32 kernels.
+  bool tc_attention() const {
+    return (type == GemmType::bf16 || type == GemmType::bf16_fp32) && kg::attention_tc_supported(attn_shape());
+  }
 
   DBuf layer_forward(int l, const DBuf& x, Acts& a);
   DBuf layer_backward(int l, const Acts& a, const DBuf& dout);
@@ -193,7 +198,8 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   }
   a.attn = buf(std::size_t(T) * qd);
   a.lse = buf(std::size_t(sh.B) * sh.H * sh.S);
-  throw_if_failed(kg::attention_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
+  const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
+  throw_if_failed(attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
   mm(false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
@@ -255,8 +261,9 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   mm(true, false, qd, h, T, a.ga->get(), qd, gdpf->get(), h, 1.0f, P.grad(L(l, "attn.wo")), h);
   DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
   DBuf delta = buf(std::size_t(sh.B) * sh.H * sh.S);
-  throw_if_failed(kg::attention_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
-                                    f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
+  throw_if_failed(attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
+                           f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
   // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
   // before the input, weight and bias gradients read them.
   if (rotary()) {

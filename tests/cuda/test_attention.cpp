@@ -94,7 +94,10 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
   // seq not a multiple of the 64-row / 64-key / 32-query tiles, GQA groups of 1, 2 and 4, batch > 1.
   const kc::AttentionShape shapes[] = {{2, 77, 4, 2, 64},  {1, 130, 2, 2, 128}, {3, 64, 4, 1, 64},
                                        {2, 200, 8, 2, 128}, {1, 333, 4, 4, 64},  {1, 520, 4, 1, 128}};
+  for (const int warps : {4, 8})  // both block sizes (16 x warps rows)
   for (const kc::AttentionShape& a : shapes) {
+    REQUIRE_OK(kg::attention_tc_set_block_warps(warps));
+    CAPTURE(warps);
     CAPTURE(a.batch);
     CAPTURE(a.seq);
     CAPTURE(a.hq);
@@ -118,7 +121,7 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
                                     kd, dDELTA));
     const auto g_out = dOUT.download(), g_lse = dLSE.download(), g_dq = dDQ.download(), g_dk = dDK.download(),
                g_dv = dDV.download();
-    MESSAGE("tc attention b" << a.batch << " s" << a.seq << " hq" << a.hq << " hkv" << a.hkv << " d" << a.d
+    MESSAGE("tc attention (" << warps << " warps) b" << a.batch << " s" << a.seq << " hq" << a.hq << " hkv" << a.hkv << " d" << a.d
                              << ": rel err out " << rel_error(g_out, out) << " lse " << rel_error(g_lse, lse) << " dq "
                              << rel_error(g_dq, dq) << " dk " << rel_error(g_dk, dk) << " dv " << rel_error(g_dv, dv));
     CHECK_CLOSE(g_out, out, kTolAttnTc);
@@ -127,6 +130,7 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
     CHECK_CLOSE(g_dk, dk, kTolAttnTc);
     CHECK_CLOSE(g_dv, dv, kTolAttnTc);
   }
+  REQUIRE_OK(kg::attention_tc_set_block_warps(4));
 }
 
 TEST_CASE("tensor-core attention rejects head dims it has no tiles for, naming them") {
@@ -136,6 +140,7 @@ TEST_CASE("tensor-core attention rejects head dims it has no tiles for, naming t
   const auto s = kg::attention_tc_fwd(nullptr, d96, buf, 96, buf, 96, buf, 96, buf, 96, buf);
   CHECK_FALSE(s.ok());
   CHECK(s.message.find("d 96") != std::string::npos);
+  CHECK_FALSE(kg::attention_tc_set_block_warps(6).ok());
 }
 
 // Timing only (no assertion): runs when TESSEL_TIME_ATTENTION is set, for the device notes. Shapes as
@@ -146,7 +151,9 @@ TEST_CASE("tensor-core attention timing (TESSEL_TIME_ATTENTION=1)") {
     return;
   }
   const kc::AttentionShape shapes[] = {{16, 1024, 16, 16, 128}, {2, 8192, 16, 16, 128}, {16, 1024, 16, 16, 64}};
+  for (const int warps : {4, 8})
   for (const kc::AttentionShape& a : shapes) {
+    REQUIRE_OK(kg::attention_tc_set_block_warps(warps));
     const std::size_t n = std::size_t(a.batch) * a.seq * a.hq * a.d, rows = std::size_t(a.batch) * a.hq * a.seq;
     std::vector<float> host(n);
     std::uint64_t x = 88172645463325252ull;  // xorshift: fast fresh-ish data of gigabyte size
@@ -178,12 +185,13 @@ TEST_CASE("tensor-core attention timing (TESSEL_TIME_ATTENTION=1)") {
     const double tb = median_ms([&] {
       REQUIRE_OK(kg::attention_tc_bwd(nullptr, a, q, ld, k, ld, v, ld, out, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
     });
-    MESSAGE("attention_tc b" << a.batch << "_s" << a.seq << "_h" << a.hq << "_d" << a.d << ": fwd " << tf << " ms "
+    MESSAGE("attention_tc (" << warps << " warps) b" << a.batch << "_s" << a.seq << "_h" << a.hq << "_d" << a.d << ": fwd " << tf << " ms "
                              << fwd_flop / tf * 1e-9 << " TFLOP/s, bwd " << tb << " ms " << bwd_flop / tb * 1e-9
                              << " TFLOP/s");
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
   }
+  REQUIRE_OK(kg::attention_tc_set_block_warps(4));
 }
 
 }  // TEST_SUITE
