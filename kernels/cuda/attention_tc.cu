@@ -17,6 +17,12 @@
 // deterministic).
 // Softmax in base 2: scores are scaled by log2(e)/sqrt(d) once, lse is stored in natural units as the fp32
 // kernels store it (lse = ln 2 * (m2 + log2 l)), so either kernel's lse serves either backward.
+//
+// Measured on an H200 (2026-11-29, 8-warp blocks, median of 10; causal FLOPs fwd 2 b s^2 h d, bwd 2.5x):
+// b16 s1024 h16 d128 fwd 75 / bwd 68 TFLOP/s, b2 s8192 h16 d128 fwd 97 / bwd 90, b16 s1024 h16 d64 fwd 75 /
+// bwd 55; the fp32 kernels: 4-6. That is 12% of the 785 TFLOP/s bf16 GEMM rate, against issue 7's 50%:
+// what is left is a software pipeline (cp.async or TMA double buffering of the K/V tiles, which are
+// loaded synchronously here), bf16 inputs instead of fp32 ones converted on every load, and wgmma.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -37,8 +43,9 @@ namespace {
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 128;  // the delta kernel's block
 // Blocks of W warps own 16 W rows (W = 4 or 8, attention_tc_set_block_warps): 8 halves the K/V (forward,
-// dQ) or Q/dO (dK/dV) tiles streamed per FLOP, 4 keeps more blocks per SM.
-int g_block_warps = 4;
+// dQ) or Q/dO (dK/dV) tiles streamed per FLOP, 4 keeps more blocks per SM. 8 by default: faster at every
+// shape of the first H200 run (b2 s8192 h16 d128: fwd 54 vs 45, bwd 60 vs 41 TFLOP/s).
+int g_block_warps = 8;
 constexpr int kKeyTile = 64;   // forward and dQ: keys per streamed tile
 constexpr int kQryTile = 32;   // dK/dV: queries per streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
@@ -93,24 +100,36 @@ __device__ inline void to_a(std::uint32_t (&a)[4], const float (&c0)[4], const f
 }
 
 // Rows [row0, row0 + R) of a head's D columns (token-major, batch base row `base`), fp32 -> bf16, into
-// `row` ([R][D + 8]) and/or `col` ([D][R + 8], transposed). Rows at or past S are zeros. 16-byte loads:
-// the launcher checked ld % 4 == 0 and 16-byte aligned pointers.
-template <int R, int D>
+// `row` ([R][D + 8]) and/or `col` ([D][R + 8], transposed), by NT threads. Rows at or past S are zeros.
+// 16-byte loads: the launcher checked ld % 4 == 0 and 16-byte aligned pointers. Each thread issues up to
+// 8 loads before its first store, so a tile costs one or two memory latencies, not one per load (the
+// first device run, with one load in flight per thread, reached 7% of the bf16 matrix rate).
+template <int R, int D, int NT>
 __device__ void load_tile(bf16* row, bf16* col, const float* __restrict__ src, int ld, std::size_t base, int col0,
                           int row0, int S) {
-  constexpr int V = D / 4;
-  // A warp takes 8 rows x 4 float4s: 64 contiguous bytes per row (two full sectors), and its transposed
-  // bf16 stores hit at most 2 words per bank.
-  for (int idx = threadIdx.x; idx < R * V; idx += blockDim.x) {
-    const int rest = idx / 8, r = (rest / V) * 8 + idx % 8, c = (rest % V) * 4, i = row0 + r;
-    const float4 x = i < S ? *reinterpret_cast<const float4*>(src + (base + i) * ld + col0 + c)
-                           : make_float4(0.f, 0.f, 0.f, 0.f);
-    if (row) *reinterpret_cast<uint2*>(row + r * (D + 8) + c) = make_uint2(pack(x.x, x.y), pack(x.z, x.w));
-    if (col) {
-      col[(c + 0) * (R + 8) + r] = __float2bfloat16_rn(x.x);
-      col[(c + 1) * (R + 8) + r] = __float2bfloat16_rn(x.y);
-      col[(c + 2) * (R + 8) + r] = __float2bfloat16_rn(x.z);
-      col[(c + 3) * (R + 8) + r] = __float2bfloat16_rn(x.w);
+  constexpr int V = D / 4, N = R * V / NT, kBatch = N < 8 ? N : 8;
+  static_assert(R * V % NT == 0 && N % kBatch == 0, "whole float4s per thread");
+#pragma unroll
+  for (int u0 = 0; u0 < N; u0 += kBatch) {
+    float4 x[kBatch];
+    // A warp takes 8 rows x 4 float4s: 64 contiguous bytes per row (two full sectors), and its transposed
+    // bf16 stores hit at most 2 words per bank.
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int idx = threadIdx.x + (u0 + u) * NT, rest = idx / 8, r = (rest / V) * 8 + idx % 8, c = (rest % V) * 4;
+      x[u] = row0 + r < S ? __ldg(reinterpret_cast<const float4*>(src + (base + row0 + r) * ld + col0 + c))
+                          : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int idx = threadIdx.x + (u0 + u) * NT, rest = idx / 8, r = (rest / V) * 8 + idx % 8, c = (rest % V) * 4;
+      if (row) *reinterpret_cast<uint2*>(row + r * (D + 8) + c) = make_uint2(pack(x[u].x, x[u].y), pack(x[u].z, x[u].w));
+      if (col) {
+        col[(c + 0) * (R + 8) + r] = __float2bfloat16_rn(x[u].x);
+        col[(c + 1) * (R + 8) + r] = __float2bfloat16_rn(x[u].y);
+        col[(c + 2) * (R + 8) + r] = __float2bfloat16_rn(x[u].z);
+        col[(c + 3) * (R + 8) + r] = __float2bfloat16_rn(x[u].w);
+      }
     }
   }
 }
@@ -125,9 +144,8 @@ __device__ inline float quad_sum(float v) {
 }
 
 // grid (ceil(S / 64), HQ, B); block x runs in reverse so the longest rows (most keys) start first.
-// W = 4: at most 168 registers (3 blocks per SM instead of 2 at 176; ptxas: 4 bytes spilled, outside the key loop).
 template <int D, int W>
-__global__ void __launch_bounds__(kWarp * W, W == 4 ? 3 : 1) fwd_kernel(Dims d, const float* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarp * W) fwd_kernel(Dims d, const float* __restrict__ q, int ldq,
                                                        const float* __restrict__ k, int ldk,
                                                        const float* __restrict__ v, int ldv, float* __restrict__ out,
                                                        int ldo, float* __restrict__ lse) {
@@ -140,7 +158,7 @@ __global__ void __launch_bounds__(kWarp * W, W == 4 ? 3 : 1) fwd_kernel(Dims d, 
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
   const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
   const std::size_t base = std::size_t(b) * d.S;
-  load_tile<kRows, D>(Qs, nullptr, q, ldq, base, h * D, i0, d.S);
+  load_tile<kRows, D, kWarp * W>(Qs, nullptr, q, ldq, base, h * D, i0, d.S);
   __syncthreads();
   std::uint32_t qf[D / 16][4];
 #pragma unroll
@@ -152,8 +170,8 @@ __global__ void __launch_bounds__(kWarp * W, W == 4 ? 3 : 1) fwd_kernel(Dims d, 
   const int last = min(d.S, i0 + kRows);
   for (int j0 = 0; j0 < last; j0 += kKeyTile) {
     __syncthreads();  // the previous tile is no longer read
-    load_tile<kKeyTile, D>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
-    load_tile<kKeyTile, D>(nullptr, Vt, v, ldv, base, hk * D, j0, d.S);
+    load_tile<kKeyTile, D, kWarp * W>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
+    load_tile<kKeyTile, D, kWarp * W>(nullptr, Vt, v, ldv, base, hk * D, j0, d.S);
     __syncthreads();
     float sc[kKeyTile / 8][4] = {};
 #pragma unroll
@@ -262,8 +280,8 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __
   const int j0 = (gridDim.x - 1 - blockIdx.x) * kRows, hk = blockIdx.y, b = blockIdx.z, group = d.HQ / d.HKV;
   const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
   const std::size_t base = std::size_t(b) * d.S;
-  load_tile<kRows, D>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
-  load_tile<kRows, D>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
+  load_tile<kRows, D, kWarp * W>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
+  load_tile<kRows, D, kWarp * W>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
   float gk[D / 8][4] = {}, gv[D / 8][4] = {};
   const float sl2 = d.scale * kLog2e;
   const int ja = j0 + warp * 16 + g;  // this thread's keys: ja and ja + 8
@@ -272,8 +290,8 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __
     const float* delta_h = delta + (std::size_t(b) * d.HQ + h) * d.S;
     for (int i0 = j0; i0 < d.S; i0 += kQryTile) {  // causal: queries i >= j only (j0 % 32 == 0)
       __syncthreads();
-      load_tile<kQryTile, D>(Qs, Qt, q, ldq, base, h * D, i0, d.S);
-      load_tile<kQryTile, D>(Os, Ot, dout, lddo, base, h * D, i0, d.S);
+      load_tile<kQryTile, D, kWarp * W>(Qs, Qt, q, ldq, base, h * D, i0, d.S);
+      load_tile<kQryTile, D, kWarp * W>(Os, Ot, dout, lddo, base, h * D, i0, d.S);
       if (threadIdx.x < kQryTile) {
         const int i = i0 + threadIdx.x;
         Ls[threadIdx.x] = i < d.S ? lse_h[i] * kLog2e : 0.0f;
@@ -355,8 +373,8 @@ __global__ void __launch_bounds__(kWarp * W) dq_kernel(Dims d, const float* __re
   const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
   const int warp = threadIdx.x / kWarp, g = (threadIdx.x % kWarp) / 4, t = threadIdx.x % 4;
   const std::size_t base = std::size_t(b) * d.S;
-  load_tile<kRows, D>(Qs, nullptr, q, ldq, base, h * D, i0, d.S);
-  load_tile<kRows, D>(Os, nullptr, dout, lddo, base, h * D, i0, d.S);
+  load_tile<kRows, D, kWarp * W>(Qs, nullptr, q, ldq, base, h * D, i0, d.S);
+  load_tile<kRows, D, kWarp * W>(Os, nullptr, dout, lddo, base, h * D, i0, d.S);
   const int ia = i0 + warp * 16 + g;
   float l2[2], dl[2];
 #pragma unroll
@@ -370,8 +388,8 @@ __global__ void __launch_bounds__(kWarp * W) dq_kernel(Dims d, const float* __re
   const int last = min(d.S, i0 + kRows);
   for (int j0 = 0; j0 < last; j0 += kKeyTile) {
     __syncthreads();
-    load_tile<kKeyTile, D>(Ks, Kt, k, ldk, base, hk * D, j0, d.S);
-    load_tile<kKeyTile, D>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
+    load_tile<kKeyTile, D, kWarp * W>(Ks, Kt, k, ldk, base, hk * D, j0, d.S);
+    load_tile<kKeyTile, D, kWarp * W>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
     __syncthreads();
     float sc[kKeyTile / 8][4] = {}, dp[kKeyTile / 8][4] = {};
 #pragma unroll

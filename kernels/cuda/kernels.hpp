@@ -53,7 +53,7 @@ Status attention_bwd(cudaStream_t s, const AttentionShape& a, const float* q, in
 // they are loaded, fp32 accumulation and softmax; same layout, arguments and lse as attention_fwd/bwd above.
 // head_dim 64 or 128; pointers 16-byte aligned and row strides divisible by 4 (float4 loads).
 bool attention_tc_supported(const AttentionShape& a);
-// Tuning: warps per block (4 or 8; rows per block 16 x warps) for all later calls of this process. Default 4.
+// Tuning: warps per block (4 or 8; rows per block 16 x warps) for all later calls of this process. Default 8.
 Status attention_tc_set_block_warps(int warps);
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse);

@@ -58,11 +58,12 @@ TEST_CASE("attention rejects shapes it does not support, naming them") {
 // ---- tensor-core attention (attention_tc.cu): bf16 operands, fp32 accumulation ----
 
 // Tolerance: q, k, v and the probabilities are rounded to bf16 (unit roundoff 2^-9 ~ 2e-3 each) before
-// products that accumulate in fp32; out carries about two such roundings (~4e-3 in norm, METHOD.md's bf16
-// band of 1e-3..1e-2), the gradients two more (dS = P (dP - delta) rounded again for dQ and dK) plus the
-// cancellation in dP - delta. The project's bf16 bound kTolBf16 (1.5e-2) covers that; the measured errors
-// are printed so the margin is visible.
-constexpr double kTolAttnTc = kTolBf16;
+// products that accumulate in fp32; out carries about two such roundings (~4e-3 in norm at most), the
+// gradients two more (dS = P (dP - delta) is rounded again for dQ and dK). METHOD.md's bf16 band is 1e-3 to
+// 1e-2; we take its upper edge. Measured on an H200 (2026-11-29, both block sizes, these shapes): out
+// 2.5e-3..2.9e-3, lse 1e-4..3e-4, dq/dk 3.7e-3..4.1e-3, dv 2.9e-3..3.3e-3, so 1e-2 leaves a 2.4x margin
+// and still fails a wrong mask or a dropped tile (errors of order 1e-1 and more). The errors are printed.
+constexpr double kTolAttnTc = 1e-2;
 
 // lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)) in double (the max subtracted first), the
 // quantity both forward kernels store for the backward.
