@@ -2,7 +2,8 @@
 //   gemm       cuBLASLt through kernels/cuda/gemm.hpp over a shape sweep, TFLOP/s (2 M N K per product);
 //              fp8 (e4m3 operands, bf16 output, fp32 accumulation, unit scales) straight through cuBLASLt in
 //              the "TN" layout Hopper's fp8 kernels need: the rate the cost model's fp8 path should be fitted to
-//   attention  the flash kernels, forward and backward, TFLOP/s with the causal half counted
+//   attention  the flash kernels (fp32 on CUDA cores, and bf16 on the tensor cores), forward and backward,
+//              TFLOP/s with the causal half counted
 //              (fwd 2 * 2 B H S^2 d / 2; bwd 2.5x the forward: FlashAttention-2's convention)
 //   bandwidth  a device-to-device copy (the ceiling, bytes read + written) and our memory-bound kernels
 // One CSV row per measurement on stdout: kind,name,shape,ms,value,unit. Median of `reps` timed with events
@@ -175,6 +176,14 @@ void attention_sweep() {
       ok(kg::attention_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
     }, 10);
     row("attention", "bwd_fp32", shape, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12, "TFLOP/s");
+    if (kg::attention_tc_supported(a)) {  // the tensor-core kernels (bf16 operands, fp32 accumulation)
+      const double tf = median_ms([&] { ok(kg::attention_tc_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
+      row("attention", "fwd_tc_bf16", shape, tf, fwd_flops / (tf * 1e-3) / 1e12, "TFLOP/s");
+      const double tb = median_ms([&] {
+        ok(kg::attention_tc_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
+      }, 10);
+      row("attention", "bwd_tc_bf16", shape, tb, 2.5 * fwd_flops / (tb * 1e-3) / 1e12, "TFLOP/s");
+    }
     for (float* p : {q, k, v, o, dO, dq, dk, dv, lse, delta}) cudaFree(p);
   }
 }
