@@ -14,22 +14,6 @@ using namespace tessel::test;
 
 namespace {
 
-// Runs `steps` steps of layout l (optionally resuming from / saving to dir) and returns the losses.
-std::vector<double> run(const Layout& l, int steps, const std::string& resume, const std::string& save) {
-  std::vector<double> losses;
-  std::mutex mu;
-  rt::run_threads(l.gpus(), [&](rt::Comm& world) {
-    rt::Trainer t(micro_gpt(), l, {}, world, rt::Recorder::Clock::now());
-    if (!resume.empty()) rt::load_checkpoint(t, resume, 1234);
-    std::vector<double> mine;
-    for (int i = 0; i < steps; ++i) mine.push_back(t.step().loss);
-    if (!save.empty()) rt::save_checkpoint(t, save, 1234);
-    std::lock_guard<std::mutex> lk(mu);
-    if (world.rank() == 0) losses = mine;
-  });
-  return losses;
-}
-
 std::string fresh_dir(const std::string& name) {
   auto p = std::filesystem::temp_directory_path() / ("tessel_rt_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(p);
@@ -43,17 +27,17 @@ TEST_CASE("resume continues with bit-identical losses on the same layout and wit
   // step, so steps 3-4 after a resume must equal steps 3-4 of an uninterrupted run bit for bit.
   Layout a = layout(2, 2, 1, "1f1b", 1, 8);
   a.zero_stage = 0;
-  const auto whole = run(a, 4, "", "");
+  const auto whole = run_losses(a, 4, "", "");
   const std::string dir = fresh_dir("resume");
-  run(a, 2, "", dir);
-  const auto resumed = run(a, 2, dir, "");
+  run_losses(a, 2, "", dir);
+  const auto resumed = run_losses(a, 2, dir, "");
   REQUIRE(resumed.size() == 2u);
   CHECK(resumed[0] == whole[2]);
   CHECK(resumed[1] == whole[3]);
   // Another layout (tp1 pp4 dp2, ZeRO-1): resharded on load; fp32 reordering only, so 1e-5 relative.
   Layout b = layout(1, 4, 2, "1f1b", 1, 8);
   b.zero_stage = 1;
-  const auto other = run(b, 2, dir, "");
+  const auto other = run_losses(b, 2, dir, "");
   CHECK(rel_err(other[0], whole[2]) < 1e-5);
   CHECK(rel_err(other[1], whole[3]) < 1e-5);
   std::filesystem::remove_all(dir);

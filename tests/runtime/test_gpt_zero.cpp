@@ -104,20 +104,6 @@ void check_elementwise(const Layout& l, const Model& m = micro_gpt(), int step =
   }
 }
 
-std::vector<double> run_losses(const Layout& l, int steps, const std::string& resume, const std::string& save) {
-  std::vector<double> losses;
-  std::mutex mu;
-  rt::run_threads(l.gpus(), [&](rt::Comm& world) {
-    rt::Trainer t(micro_gpt(), l, {}, world, rt::Recorder::Clock::now());
-    if (!resume.empty()) rt::load_checkpoint(t, resume, 1234);
-    std::vector<double> mine;
-    for (int i = 0; i < steps; ++i) mine.push_back(t.step().loss);
-    if (!save.empty()) rt::save_checkpoint(t, save, 1234);
-    std::lock_guard<std::mutex> lk(mu);
-    if (world.rank() == 0) losses = mine;
-  });
-  return losses;
-}
 
 }  // namespace
 
