@@ -135,6 +135,13 @@ LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp
   return s;
 }
 
+double stage_forward_flops(const LayerShape& s, int layers, bool last, std::int64_t vocab, int tp) {
+  const double T = s.tokens, h = s.hidden, qd = double(s.heads) * s.head_dim, kd = double(s.kv_heads) * s.head_dim;
+  const double gemm = 2 * T * (h * (qd + 2 * kd) + qd * h + h * double(s.ffn) * (s.swiglu ? 3 : 2));
+  const double attn = 4.0 * s.batch * s.heads * double(s.seq) * s.seq * s.head_dim;
+  return (gemm + attn) * layers + (last ? 2 * T * h * (double(vocab) / tp) : 0.0);
+}
+
 void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const float* x, float* out,
                    LayerActs* save, bool keep_probs) {
   const int T = s.tokens, Tl = s.local_tokens, h = s.hidden;

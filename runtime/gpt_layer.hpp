@@ -60,6 +60,11 @@ struct LayerShape {
 };
 LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp);
 
+// Forward FLOPs of one micro-batch through `layers` such layers, plus the vocab-parallel head when `last`:
+// 2 T per GEMM weight and 4 B H S^2 d for the attention core (the full square, the simulator's convention).
+// The CPU and CUDA stages both report it on their forward ops.
+double stage_forward_flops(const LayerShape& s, int layers, bool last, std::int64_t vocab, int tp);
+
 // Throws InputError for a position embedding this layer cannot compute (rotary needs an even head_dim).
 void check_position_embedding(const Model& m);
 

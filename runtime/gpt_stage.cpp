@@ -28,13 +28,7 @@ Stage::Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const Te
 }
 
 double Stage::forward_flops() const {
-  const double T = shape_.tokens, h = shape_.hidden, qd = double(shape_.heads) * shape_.head_dim,
-               kd = double(shape_.kv_heads) * shape_.head_dim, f = shape_.ffn;
-  const double gemm = 2 * T * (h * (qd + 2 * kd) + qd * h + h * f * (shape_.swiglu ? 3 : 2));
-  const double attn = 4.0 * shape_.batch * shape_.heads * double(shape_.seq) * shape_.seq * shape_.head_dim;
-  double total = (gemm + attn) * (cfg_.l1 - cfg_.l0);
-  if (cfg_.last) total += 2 * T * h * (double(model_.vocab) / tp_.size);
-  return total;
+  return stage_forward_flops(shape_, cfg_.l1 - cfg_.l0, cfg_.last, model_.vocab, tp_.size);
 }
 
 void Stage::hold(MbState& st, const Buf& b) {

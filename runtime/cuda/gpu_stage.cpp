@@ -7,6 +7,7 @@
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
+#include "runtime/gpt_layer.hpp"
 #include "models/util/error.hpp"
 
 namespace tessel::rt::cuda {
@@ -15,12 +16,6 @@ namespace kg = kernels::cuda;
 using kg::GemmType;
 
 namespace {
-
-struct Shape {
-  int B = 1, S = 1, T = 1, Tl = 1, h = 1, H = 1, K = 1, d = 1, f = 1;
-  bool swiglu = false, layernorm = true;
-  float eps = 1e-5f;
-};
 
 // What a layer's backward reads. gemm-typed copies (g*) alias the fp32 buffer unless GEMMs take bf16.
 struct Acts {
@@ -36,7 +31,7 @@ struct GpuStage::Impl {
   GpuParams& P;
   GpuTp tp;
   GemmType type;
-  Shape sh;
+  LayerShape sh;  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
   float* loss_sum = nullptr;
   // Rotary models: the stage's cos/sin table on the device (null buffers for learned positions).
   DBuf rope_cos, rope_sin;
@@ -51,24 +46,13 @@ struct GpuStage::Impl {
 
   Impl(CudaDevice& d, const Model& m, const GpuStageConfig& c, GpuParams& p, const GpuTp& t, GemmType g)
       : dev(d), model(m), cfg(c), P(p), tp(t), type(g) {
-    sh.B = c.micro_batch;
-    sh.S = m.seq_len;
-    sh.T = sh.B * sh.S;
-    sh.Tl = tp.sp ? sh.T / tp.size : sh.T;
-    sh.h = m.hidden;
-    sh.H = m.heads / tp.size;
-    sh.K = m.kv_heads / tp.size;
-    sh.d = m.head_dim;
-    sh.f = m.ffn / tp.size;
-    sh.swiglu = m.activation == Activation::swiglu;
-    sh.layernorm = m.norm == Norm::layernorm;
-    if (m.position == PositionEmbedding::rotary) upload_rope_table();
+    sh = layer_shape(m, c.micro_batch, TensorParallel{nullptr, t.size, t.rank, t.sp, nullptr});
+    if (sh.rope) upload_rope_table(*sh.rope);
   }
 
-  // kernels::cpu::rope_table (double angles, rounded once to float) copied up once per stage, so every
-  // layer and micro-batch rotates by the CPU runtime's exact table.
-  void upload_rope_table() {
-    const kernels::cpu::RopeTable t = kernels::cpu::rope_table(model.seq_len, model.head_dim, model.rope_theta);
+  // layer_shape's kernels::cpu::rope_table (double angles, rounded once to float) copied up once per stage,
+  // so every layer and micro-batch rotates by the CPU runtime's exact table.
+  void upload_rope_table(const kernels::cpu::RopeTable& t) {
     const auto ok = [](cudaError_t e) {
       if (e != cudaSuccess) throw kg::DeviceError(std::string("rotary table upload: ") + cudaGetErrorString(e));
     };
@@ -77,7 +61,7 @@ struct GpuStage::Impl {
     rope_sin = buf(t.sin.size());
     ok(cudaMemcpyAsync(f32(rope_cos), t.cos.data(), bytes, cudaMemcpyHostToDevice, s()));
     ok(cudaMemcpyAsync(f32(rope_sin), t.sin.data(), bytes, cudaMemcpyHostToDevice, s()));
-    ok(cudaStreamSynchronize(s()));  // the host table dies with this scope
+    ok(cudaStreamSynchronize(s()));  // the host table need not outlive the copies
     rope = {f32(rope_cos), f32(rope_sin), t.seq, t.d};
   }
   bool rotary() const { return rope.cos != nullptr; }
@@ -105,17 +89,17 @@ struct GpuStage::Impl {
   }
   // y[T,out] = x W + b;  dx[T,in] (+)= dy W^T;  dW += x^T dy, db += colsum(dy).
   DBuf linear(const DBuf& gx, int in, int out, const std::string& w, const std::string& b) {
-    DBuf y = buf(std::size_t(sh.T) * out);
-    mm(false, false, sh.T, out, in, gx->get(), in, W(w), out, 0.0f, f32(y), out, bias(b));
+    DBuf y = buf(std::size_t(sh.tokens) * out);
+    mm(false, false, sh.tokens, out, in, gx->get(), in, W(w), out, 0.0f, f32(y), out, bias(b));
     return y;
   }
   void linear_dx(const DBuf& gdy, int in, int out, const std::string& w, float* dx, bool acc) {
-    mm(false, true, sh.T, in, out, gdy->get(), out, W(w), out, acc ? 1.0f : 0.0f, dx, in);
+    mm(false, true, sh.tokens, in, out, gdy->get(), out, W(w), out, acc ? 1.0f : 0.0f, dx, in);
   }
   void weight_grad(const DBuf& gx, const DBuf& gdy, const DBuf& dy, int in, int out, const std::string& w,
                    const std::string& b) {
-    mm(true, false, in, out, sh.T, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
-    if (float* db = bgrad(b)) throw_if_failed(kg::col_sum(s(), f32(dy), sh.T, out, db));
+    mm(true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
+    if (float* db = bgrad(b)) throw_if_failed(kg::col_sum(s(), f32(dy), sh.tokens, out, db));
   }
 
   // ---- tensor-parallel collectives, timed on the trace's tp lane (comm stream) ----
@@ -128,42 +112,42 @@ struct GpuStage::Impl {
   }
   DBuf gather_tokens(const DBuf& local) {  // [Tl,h] -> [T,h]
     if (!tp.sp) return local;
-    DBuf full = buf(std::size_t(sh.T) * sh.h);
-    const std::size_t n = std::size_t(sh.Tl) * sh.h;
+    DBuf full = buf(std::size_t(sh.tokens) * sh.hidden);
+    const std::size_t n = std::size_t(sh.local_tokens) * sh.hidden;
     collective("tp_allgather", double(n) * tp.size * 4, [&] { tp.comm->all_gather(f32(local), f32(full), n); });
     return full;
   }
   DBuf reduce_tokens(const DBuf& partial) {  // [T,h] partial sums -> [Tl,h]
     if (tp.size == 1) return partial;
     if (!tp.sp) {
-      const std::size_t n = std::size_t(sh.T) * sh.h;
+      const std::size_t n = std::size_t(sh.tokens) * sh.hidden;
       collective("tp_allreduce", double(n) * 4, [&] { tp.comm->all_reduce(f32(partial), n); });
       return partial;
     }
-    DBuf local = buf(std::size_t(sh.Tl) * sh.h);
-    const std::size_t n = std::size_t(sh.Tl) * sh.h;
+    DBuf local = buf(std::size_t(sh.local_tokens) * sh.hidden);
+    const std::size_t n = std::size_t(sh.local_tokens) * sh.hidden;
     collective("tp_reducescatter", double(n) * tp.size * 4, [&] { tp.comm->reduce_scatter(f32(partial), f32(local), n); });
     return local;
   }
   OpIdentity current;
 
   void norm_fwd(const std::string& g, const std::string& b, const DBuf& x, DBuf& y, DBuf& mu, DBuf& rs) {
-    y = buf(std::size_t(sh.Tl) * sh.h);
-    mu = buf(sh.Tl);
-    rs = buf(sh.Tl);
+    y = buf(std::size_t(sh.local_tokens) * sh.hidden);
+    mu = buf(sh.local_tokens);
+    rs = buf(sh.local_tokens);
     if (sh.layernorm)
-      throw_if_failed(kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), f32(y), f32(mu), f32(rs), sh.Tl, sh.h, sh.eps));
+      throw_if_failed(kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), f32(y), f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
     else
-      throw_if_failed(kg::rmsnorm_fwd(s(), f32(x), P.data(g), f32(y), f32(rs), sh.Tl, sh.h, sh.eps));
+      throw_if_failed(kg::rmsnorm_fwd(s(), f32(x), P.data(g), f32(y), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
   }
   void norm_bwd(const std::string& g, const std::string& b, const DBuf& dy, const DBuf& x, const DBuf& mu,
                 const DBuf& rs, float* dx) {
     if (sh.layernorm)
-      throw_if_failed(kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.Tl, sh.h));
+      throw_if_failed(kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden));
     else
-      throw_if_failed(kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.Tl, sh.h));
+      throw_if_failed(kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden));
   }
-  kg::AttentionShape attn_shape() const { return {sh.B, sh.S, sh.H, sh.K, sh.d}; }
+  kg::AttentionShape attn_shape() const { return {sh.batch, sh.seq, sh.heads, sh.kv_heads, sh.head_dim}; }
   // bf16 GEMM stages run attention on the tensor cores too (bf16 operands, fp32 accumulation); fp32/tf32
   // stages, and head dims the tensor-core kernels have no tiles for, keep the fp32 kernels.
   bool tc_attention() const {
@@ -180,7 +164,7 @@ struct GpuStage::Impl {
 
 DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   kg::NvtxRange r("layer_forward");
-  const int T = sh.T, h = sh.h, qd = sh.H * sh.d, kd = sh.K * sh.d, f = sh.f;
+  const int T = sh.tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   a.x = x;
   DBuf yl;
   norm_fwd(L(l, "ln1.w"), L(l, "ln1.b"), x, yl, a.mu1, a.rs1);
@@ -193,20 +177,20 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   // tokens here (any SP all-gather came first), so row t sits at position t % seq. a.q/a.k keep the rotated
   // values that attention reads and its backward needs; full recomputation re-runs this function.
   if (rotary()) {
-    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.q), T, sh.H, qd));
-    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.k), T, sh.K, kd));
+    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.q), T, sh.heads, qd));
+    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.k), T, sh.kv_heads, kd));
   }
   a.attn = buf(std::size_t(T) * qd);
-  a.lse = buf(std::size_t(sh.B) * sh.H * sh.S);
+  a.lse = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
   throw_if_failed(attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
   mm(false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
   a.x2 = reduce_tokens(partial);
-  const std::size_t nl = std::size_t(sh.Tl) * h;
+  const std::size_t nl = std::size_t(sh.local_tokens) * h;
   throw_if_failed(kg::add(s(), f32(a.x2), f32(x), f32(a.x2), nl));
-  if (float* bo = bias(L(l, "attn.bo"))) throw_if_failed(kg::add_bias(s(), f32(a.x2), bo, sh.Tl, h));
+  if (float* bo = bias(L(l, "attn.bo"))) throw_if_failed(kg::add_bias(s(), f32(a.x2), bo, sh.local_tokens, h));
 
   norm_fwd(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, yl, a.mu2, a.rs2);
   a.y2 = gather_tokens(yl);
@@ -224,13 +208,13 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   mm(false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
   DBuf out = reduce_tokens(partial);
   throw_if_failed(kg::add(s(), f32(out), f32(a.x2), f32(out), nl));
-  if (float* b2 = bias(L(l, "mlp.b2"))) throw_if_failed(kg::add_bias(s(), f32(out), b2, sh.Tl, h));
+  if (float* b2 = bias(L(l, "mlp.b2"))) throw_if_failed(kg::add_bias(s(), f32(out), b2, sh.local_tokens, h));
   return out;
 }
 
 DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   kg::NvtxRange r("layer_backward");
-  const int T = sh.T, Tl = sh.Tl, h = sh.h, qd = sh.H * sh.d, kd = sh.K * sh.d, f = sh.f;
+  const int T = sh.tokens, Tl = sh.local_tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
   if (float* b2 = bgrad(L(l, "mlp.b2"))) throw_if_failed(kg::col_sum(s(), f32(dout), Tl, h, b2));
   DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
@@ -260,15 +244,15 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   linear_dx(gdpf, qd, h, L(l, "attn.wo"), f32(da), false);
   mm(true, false, qd, h, T, a.ga->get(), qd, gdpf->get(), h, 1.0f, P.grad(L(l, "attn.wo")), h);
   DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
-  DBuf delta = buf(std::size_t(sh.B) * sh.H * sh.S);
+  DBuf delta = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
   throw_if_failed(attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
                            f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
   // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
   // before the input, weight and bias gradients read them.
   if (rotary()) {
-    throw_if_failed(kg::rope_bwd(s(), rope, f32(dq), T, sh.H, qd));
-    throw_if_failed(kg::rope_bwd(s(), rope, f32(dk), T, sh.K, kd));
+    throw_if_failed(kg::rope_bwd(s(), rope, f32(dq), T, sh.heads, qd));
+    throw_if_failed(kg::rope_bwd(s(), rope, f32(dk), T, sh.kv_heads, kd));
   }
   DBuf gdq = operand(dq, std::size_t(T) * qd), gdk = operand(dk, std::size_t(T) * kd), gdv = operand(dv, std::size_t(T) * kd);
   DBuf dy1 = buf(std::size_t(T) * h);
@@ -287,20 +271,20 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
 // Vocab-parallel lookup (partial per shard, summed over tp or reduce-scattered by token) plus positions.
 DBuf GpuStage::Impl::embed_forward(Mb& st) {
   const GpuParam& tok = P.at("embed.tok");
-  DBuf full = buf(std::size_t(sh.T) * sh.h);
-  throw_if_failed(kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.h, st.tokens, sh.T, f32(full)));
+  DBuf full = buf(std::size_t(sh.tokens) * sh.hidden);
+  throw_if_failed(kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
   DBuf x = reduce_tokens(full);
   if (P.has("embed.pos"))
-    throw_if_failed(kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.Tl, tp.sp ? tp.rank * sh.Tl : 0, sh.S, sh.h));
+    throw_if_failed(kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   return x;
 }
 
 void GpuStage::Impl::embed_backward(Mb& st, const DBuf& dx) {
   if (P.has("embed.pos"))
-    throw_if_failed(kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.Tl, tp.sp ? tp.rank * sh.Tl : 0, sh.S, sh.h));
+    throw_if_failed(kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = gather_tokens(dx);
-  throw_if_failed(kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.h, st.tokens, sh.T, P.grad("embed.tok")));
+  throw_if_failed(kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, P.grad("embed.tok")));
 }
 
 // Final norm, LM head (weights [V_local, h]: logits = y W^T) and cross-entropy over this vocab shard.
@@ -312,32 +296,32 @@ void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
   DBuf yl;
   norm_fwd("final_ln.w", "final_ln.b", x, yl, st.head_mu, st.head_rs);
   st.head_y = gather_tokens(yl);
-  st.head_g = operand(st.head_y, std::size_t(sh.T) * sh.h);
-  st.logits = buf(std::size_t(sh.T) * V);
-  mm(false, true, sh.T, V, sh.h, st.head_g->get(), sh.h, W(w), sh.h, 0.0f, f32(st.logits), V);
-  st.row_max = buf(sh.T);
-  st.row_sum = buf(sh.T);
-  DBuf loss = buf(sh.T);
-  throw_if_failed(kg::cross_entropy_fwd(s(), f32(st.logits), sh.T, V, int(hw.row0), st.targets, f32(loss),
+  st.head_g = operand(st.head_y, std::size_t(sh.tokens) * sh.hidden);
+  st.logits = buf(std::size_t(sh.tokens) * V);
+  mm(false, true, sh.tokens, V, sh.hidden, st.head_g->get(), sh.hidden, W(w), sh.hidden, 0.0f, f32(st.logits), V);
+  st.row_max = buf(sh.tokens);
+  st.row_sum = buf(sh.tokens);
+  DBuf loss = buf(sh.tokens);
+  throw_if_failed(kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
                                         f32(st.row_max), f32(st.row_sum)));
-  if (loss_sum) throw_if_failed(kg::col_sum(s(), f32(loss), sh.T, 1, loss_sum));
+  if (loss_sum) throw_if_failed(kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
 }
 
 DBuf GpuStage::Impl::head_backward(Mb& st) {
   const std::string w = P.has("head.w") ? "head.w" : "embed.tok";
   const GpuParam& hw = P.at(w);
   const int V = int(hw.rows);
-  DBuf dloss = buf(sh.T);  // d(loss_scale * mean over T) / d loss_r
-  throw_if_failed(kg::fill(s(), f32(dloss), sh.T, cfg.loss_scale / float(sh.T)));
-  DBuf dlogits = buf(std::size_t(sh.T) * V);
-  throw_if_failed(kg::cross_entropy_bwd(s(), f32(st.logits), sh.T, V, int(hw.row0), st.targets, f32(st.row_max),
+  DBuf dloss = buf(sh.tokens);  // d(loss_scale * mean over T) / d loss_r
+  throw_if_failed(kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
+  DBuf dlogits = buf(std::size_t(sh.tokens) * V);
+  throw_if_failed(kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
                                         f32(st.row_sum), f32(dloss), f32(dlogits)));
   st.logits.reset();
-  DBuf gdl = operand(dlogits, std::size_t(sh.T) * V);
-  DBuf dy = buf(std::size_t(sh.T) * sh.h);
-  mm(false, false, sh.T, sh.h, V, gdl->get(), V, W(w), sh.h, 0.0f, f32(dy), sh.h);
-  mm(true, false, V, sh.h, sh.T, gdl->get(), V, st.head_g->get(), sh.h, 1.0f, P.grad(w), sh.h);
-  DBuf dyl = reduce_tokens(dy), dx = buf(std::size_t(sh.Tl) * sh.h);
+  DBuf gdl = operand(dlogits, std::size_t(sh.tokens) * V);
+  DBuf dy = buf(std::size_t(sh.tokens) * sh.hidden);
+  mm(false, false, sh.tokens, sh.hidden, V, gdl->get(), V, W(w), sh.hidden, 0.0f, f32(dy), sh.hidden);
+  mm(true, false, V, sh.hidden, sh.tokens, gdl->get(), V, st.head_g->get(), sh.hidden, 1.0f, P.grad(w), sh.hidden);
+  DBuf dyl = reduce_tokens(dy), dx = buf(std::size_t(sh.local_tokens) * sh.hidden);
   norm_bwd("final_ln.w", "final_ln.b", dyl, st.head_x, st.head_mu, st.head_rs, f32(dx));
   return dx;
 }
@@ -345,25 +329,18 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
 GpuStage::GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
                    GemmType gemm)
     : impl_(std::make_unique<Impl>(dev, m, cfg, params, tp, gemm)) {
-  TESSEL_CHECK(!tp.sp || impl_->sh.T % tp.size == 0, "tokens " << impl_->sh.T << " not divisible by tp " << tp.size);
 }
 GpuStage::~GpuStage() = default;
 
 void GpuStage::set_loss_sink(float* loss_sum) { impl_->loss_sum = loss_sum; }
 const GpuStageConfig& GpuStage::config() const { return impl_->cfg; }
-std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.Tl) * impl_->sh.h; }
-int GpuStage::tokens() const { return impl_->sh.T; }
+std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.local_tokens) * impl_->sh.hidden; }
+int GpuStage::tokens() const { return impl_->sh.tokens; }
 
-// The CPU Stage's count (runtime/gpt_stage.cpp): 2 T (GEMM weights) + 4 B H S^2 d for the attention core
-// (full square, the simulator's convention), per layer, plus the head.
+// The CPU Stage's count (stage_forward_flops, runtime/gpt_layer.hpp).
 double GpuStage::forward_flops() const {
-  const Shape& s = impl_->sh;
-  const double T = s.T, h = s.h, qd = double(s.H) * s.d, kd = double(s.K) * s.d, f = s.f;
-  const double gemm = 2 * T * (h * (qd + 2 * kd) + qd * h + h * f * (s.swiglu ? 3 : 2));
-  const double attn = 4.0 * s.B * s.H * double(s.S) * s.S * s.d;
-  double total = (gemm + attn) * (impl_->cfg.l1 - impl_->cfg.l0);
-  if (impl_->cfg.last) total += 2 * T * h * (double(impl_->model.vocab) / impl_->tp.size);
-  return total;
+  const Impl& I = *impl_;
+  return stage_forward_flops(I.sh, I.cfg.l1 - I.cfg.l0, I.cfg.last, I.model.vocab, I.tp.size);
 }
 
 DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::int32_t* targets) {
