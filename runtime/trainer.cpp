@@ -39,6 +39,33 @@ sched::Schedule runtime_schedule(const Layout& l) {
   return sched::lower(s);
 }
 
+std::vector<std::string> rank_param_names(const Model& m, const Layout& l, const sched::Schedule& s, int pp_rank) {
+  const int S = l.num_stages();
+  std::vector<std::string> names;
+  for (int st : s.stages_of(pp_rank)) {
+    const int l0 = l.first_layer_of_stage(st, m.layers);
+    for (const auto& n : stage_param_names(m, l0, l0 + l.layers_of_stage(st, m.layers), st == 0, st == S - 1))
+      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+  }
+  return names;
+}
+
+StageConfig stage_config(const Model& m, const Layout& l, const sched::Schedule& s, int stage) {
+  StageConfig c;
+  c.stage = stage;
+  c.chunk = s.chunk_of(stage);
+  c.l0 = l.first_layer_of_stage(stage, m.layers);
+  c.l1 = c.l0 + l.layers_of_stage(stage, m.layers);
+  c.first = stage == 0;
+  c.last = stage == l.num_stages() - 1;
+  c.micro_batch = l.micro_batch;
+  c.loss_scale = 1.0f / static_cast<float>(l.num_microbatches() * l.dp);
+  c.recompute = l.recompute;
+  c.method = l.recompute_method;
+  c.recompute_layers = l.recompute_layers;
+  return c;
+}
+
 Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm& world, Recorder::Clock::time_point t0)
     : model_(m), layout_(l), opt_(opt) {
   check_runnable(m, l);
@@ -47,31 +74,10 @@ Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm&
   schedule_ = runtime_schedule(l);
   data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
   const int S = l.num_stages(), pp_rank = groups_.at.pp;
-  const std::vector<int> mine = schedule_.stages_of(pp_rank);
-  std::vector<std::string> names;
-  for (int s : mine) {
-    const int l0 = l.first_layer_of_stage(s, m.layers);
-    for (const auto& n : stage_param_names(m, l0, l0 + l.layers_of_stage(s, m.layers), s == 0, s == S - 1))
-      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-  }
-  store_ = ParamStore(m, names, l.tp, groups_.at.tp, opt.seed);
+  store_ = ParamStore(m, rank_param_names(m, l, schedule_, pp_rank), l.tp, groups_.at.tp, opt.seed);
   tp_ = {l.tp > 1 ? groups_.tp.get() : nullptr, l.tp, groups_.at.tp, l.sequence_parallel && l.tp > 1, &rec_};
-  const float loss_scale = 1.0f / static_cast<float>(l.num_microbatches() * l.dp);
-  for (int s : mine) {
-    StageConfig c;
-    c.stage = s;
-    c.chunk = schedule_.chunk_of(s);
-    c.l0 = l.first_layer_of_stage(s, m.layers);
-    c.l1 = c.l0 + l.layers_of_stage(s, m.layers);
-    c.first = s == 0;
-    c.last = s == S - 1;
-    c.micro_batch = l.micro_batch;
-    c.loss_scale = loss_scale;
-    c.recompute = l.recompute;
-    c.method = l.recompute_method;
-    c.recompute_layers = l.recompute_layers;
-    stages_[s] = std::make_unique<Stage>(m, c, store_, tp_, rec_);
-  }
+  for (int s : schedule_.stages_of(pp_rank))
+    stages_[s] = std::make_unique<Stage>(m, stage_config(m, l, schedule_, s), store_, tp_, rec_);
   // Tied embeddings on two pipeline ranks: the first and last stages' ranks exchange embed.tok gradients.
   const int first_rank = schedule_.rank_of(0), last_rank = schedule_.rank_of(S - 1);
   int tied_peer = -1;

@@ -46,6 +46,11 @@ void check_runnable(const Model& m, const Layout& l);
 // The pipeline schedule of the layout, lowered with sends/recvs. pp 1 runs F then B per micro-batch.
 sched::Schedule runtime_schedule(const Layout& l);
 
+// What the CPU and CUDA trainers build a rank from: the parameters its stages need (gpt_param_specs order,
+// each once: a tied embedding shared by two stages of the rank is one tensor), and one stage's config.
+std::vector<std::string> rank_param_names(const Model& m, const Layout& l, const sched::Schedule& s, int pp_rank);
+StageConfig stage_config(const Model& m, const Layout& l, const sched::Schedule& s, int stage);
+
 class Trainer {
  public:
   Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm& world, Recorder::Clock::time_point t0);

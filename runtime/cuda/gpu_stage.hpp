@@ -15,6 +15,7 @@
 
 #include "runtime/comm/comm.hpp"
 #include "runtime/cuda/gpu_params.hpp"
+#include "runtime/gpt_stage.hpp"
 #include "sim/layout.hpp"
 
 namespace tessel::rt::cuda {
@@ -27,13 +28,9 @@ struct GpuTp {
   bool sp = false, record_only = false;
 };
 
-struct GpuStageConfig {
-  int stage = 0, chunk = 0, l0 = 0, l1 = 0;
-  bool first = false, last = false;
-  int micro_batch = 1;
-  float loss_scale = 1.0f;
-  Recompute recompute = Recompute::none;
-};
+// The CPU stage's StageConfig (runtime/gpt_stage.hpp); full recomputation is per layer here, whatever its
+// method and recompute_layers say (docs/cuda.md).
+using GpuStageConfig = StageConfig;
 
 class GpuStage {
  public:

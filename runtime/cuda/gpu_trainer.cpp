@@ -131,13 +131,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   rec_ = Recorder(world_rank_, t0, opt.record_trace);
   schedule_ = runtime_schedule(l);
   data_ = TokenStream::synthetic(opt.seed, m.vocab);
-  const int S = l.num_stages();
-  std::vector<std::string> names;
-  for (int st : schedule_.stages_of(at_.pp)) {
-    const int l0 = l.first_layer_of_stage(st, m.layers);
-    for (const auto& n : stage_param_names(m, l0, l0 + l.layers_of_stage(st, m.layers), st == 0, st == S - 1))
-      if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
-  }
+  const std::vector<std::string> names = rank_param_names(m, l, schedule_, at_.pp);
   params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp);
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
@@ -145,17 +139,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   const GpuTp tp{l.tp > 1 && !record_only_ ? groups_.tp.get() : nullptr, l.tp, at_.tp,
                  l.sequence_parallel && l.tp > 1, record_only_};
   for (int st : schedule_.stages_of(at_.pp)) {
-    GpuStageConfig c;
-    c.stage = st;
-    c.chunk = schedule_.chunk_of(st);
-    c.l0 = l.first_layer_of_stage(st, m.layers);
-    c.l1 = c.l0 + l.layers_of_stage(st, m.layers);
-    c.first = st == 0;
-    c.last = st == S - 1;
-    c.micro_batch = l.micro_batch;
-    c.loss_scale = 1.0f / float(l.num_microbatches() * l.dp);
-    c.recompute = l.recompute;
-    stages_[st] = std::make_unique<GpuStage>(dev, m, c, *params_, tp, opt.gemm);
+    stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm);
     stages_[st]->set_loss_sink(f32(loss_sum_));
   }
   const std::size_t T = std::size_t(l.micro_batch) * m.seq_len;
