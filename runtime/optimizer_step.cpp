@@ -1,6 +1,7 @@
 #include "runtime/optimizer_step.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -65,68 +66,52 @@ void DistributedOptimizer::for_owned_params(F&& f) {
   }
 }
 
-void DistributedOptimizer::sync_tied() {
-  if (tied_peer_ < 0) return;
-  Param& p = store_.at("embed.tok");
-  float* g = store_.grad(p);
-  std::vector<float> other(p.size());
-  timed(rec_, trace::Stream::pp, "embedding_allreduce", p.size() * sizeof(float), [&] {
-    g_.pp->send(g, p.size(), tied_peer_, kTiedTag);
-    g_.pp->recv(other.data(), other.size(), tied_peer_, kTiedTag);
+void DistributedOptimizer::add_tied_peer(float* g, std::size_t n) {
+  std::vector<float> other(n);
+  timed(rec_, trace::Stream::pp, "embedding_allreduce", n * sizeof(float), [&] {
+    g_.pp->send(g, n, tied_peer_, kTiedTag);
+    g_.pp->recv(other.data(), n, tied_peer_, kTiedTag);
   });
   // first + last in that order on both ranks: bitwise equal copies.
-  for (std::size_t i = 0; i < other.size(); ++i) g[i] = tied_is_first_ ? g[i] + other[i] : other[i] + g[i];
+  for (std::size_t i = 0; i < n; ++i) g[i] = tied_is_first_ ? g[i] + other[i] : other[i] + g[i];
+}
+
+void DistributedOptimizer::sync_tied() {
+  if (tied_peer_ < 0) return;
+  if (!sharded_) {
+    Param& p = store_.at("embed.tok");
+    add_tied_peer(store_.grad(p), p.size());
+    return;
+  }
+  // Both copies of embed.tok form a group of the same size on both ranks: the same owned chunk.
+  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+    if (p.spec.name == "embed.tok") add_tied_peer(shard_grad_.data() + local, b - a);
+  });
 }
 
 void DistributedOptimizer::sync_sequence_parallel() {
   if (!layout_.sequence_parallel || layout_.tp == 1) return;
-  std::vector<float> packed;
-  for (const auto& p : store_.params())
-    if (p.spec.shard_dim == -1) packed.insert(packed.end(), store_.grad(p), store_.grad(p) + p.size());
-  if (packed.empty()) return;
-  timed(rec_, trace::Stream::tp, "tp_allreduce", packed.size() * sizeof(float),
-        [&] { g_.tp->all_reduce(packed.data(), packed.size()); });
-  std::size_t at = 0;
-  for (const auto& p : store_.params())
-    if (p.spec.shard_dim == -1) {
-      std::copy(packed.begin() + at, packed.begin() + at + p.size(), store_.grad(p));
-      at += p.size();
-    }
-}
-
-void DistributedOptimizer::sync_tied_shard() {
-  if (tied_peer_ < 0) return;
-  // Both copies of embed.tok form a group of the same size on both ranks: the same owned chunk.
-  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
-    if (p.spec.name != "embed.tok") return;
-    float* g = shard_grad_.data() + local;
-    std::vector<float> other(b - a);
-    timed(rec_, trace::Stream::pp, "embedding_allreduce", other.size() * sizeof(float), [&] {
-      g_.pp->send(g, other.size(), tied_peer_, kTiedTag);
-      g_.pp->recv(other.data(), other.size(), tied_peer_, kTiedTag);
+  // The gradients of tp-replicated parameters (whole, or this rank's ZeRO runs of them: tp peers hold equally
+  // sized shards, so the same runs), summed over tp in one packed all-reduce.
+  std::vector<std::pair<float*, std::size_t>> runs;
+  if (!sharded_) {
+    for (const auto& p : store_.params())
+      if (p.spec.shard_dim == -1) runs.emplace_back(store_.grad(p), p.size());
+  } else {
+    for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
+      if (p.spec.shard_dim == -1) runs.emplace_back(shard_grad_.data() + local, b - a);
     });
-    for (std::size_t i = 0; i < other.size(); ++i) g[i] = tied_is_first_ ? g[i] + other[i] : other[i] + g[i];
-  });
-}
-
-void DistributedOptimizer::sync_sequence_parallel_shard() {
-  if (!layout_.sequence_parallel || layout_.tp == 1) return;
-  // tp peers hold equally sized shards of every parameter: the same flat offsets, the same owned runs.
+  }
   std::vector<float> packed;
-  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
-    if (p.spec.shard_dim == -1) packed.insert(packed.end(), shard_grad_.begin() + static_cast<long>(local),
-                                              shard_grad_.begin() + static_cast<long>(local + (b - a)));
-  });
+  for (const auto& [ptr, n] : runs) packed.insert(packed.end(), ptr, ptr + n);
   if (packed.empty()) return;
   timed(rec_, trace::Stream::tp, "tp_allreduce", packed.size() * sizeof(float),
         [&] { g_.tp->all_reduce(packed.data(), packed.size()); });
   std::size_t at = 0;
-  for_owned_params([&](Param& p, std::size_t a, std::size_t b, std::size_t local) {
-    if (p.spec.shard_dim != -1) return;
-    std::copy(packed.begin() + static_cast<long>(at), packed.begin() + static_cast<long>(at + (b - a)),
-              shard_grad_.begin() + static_cast<long>(local));
-    at += b - a;
-  });
+  for (const auto& [ptr, n] : runs) {
+    std::copy(packed.begin() + static_cast<long>(at), packed.begin() + static_cast<long>(at + n), ptr);
+    at += n;
+  }
 }
 
 void DistributedOptimizer::flush_group(std::size_t gi) {
@@ -146,6 +131,12 @@ void DistributedOptimizer::flush_group(std::size_t gi) {
   pending_[gi] = 0;
 }
 
+// Bytes a ZeRO-3 gather of group g adds beside this rank's own chunk.
+std::int64_t DistributedOptimizer::gathered_bytes(const ZeroGroup& g) const {
+  const std::size_t own = part_.owned_end(g, part_.dp_rank()) - part_.owned_begin(g, part_.dp_rank());
+  return static_cast<std::int64_t>((g.end - g.begin - own) * sizeof(float));
+}
+
 void DistributedOptimizer::gather_group(std::size_t gi) {
   if (gathered_[gi]) return;
   const ZeroGroup& g = part_.groups()[gi];
@@ -160,7 +151,7 @@ void DistributedOptimizer::gather_group(std::size_t gi) {
   std::copy(all.begin(), all.begin() + static_cast<long>(g.end - g.begin),
             store_.flat_data().begin() + static_cast<long>(g.begin));
   gathered_[gi] = 1;
-  track(static_cast<std::int64_t>((g.end - g.begin - (part_.owned_end(g, part_.dp_rank()) - part_.owned_begin(g, part_.dp_rank()))) * sizeof(float)));
+  track(gathered_bytes(g));
 }
 
 void DistributedOptimizer::release_group(std::size_t gi) {
@@ -170,12 +161,20 @@ void DistributedOptimizer::release_group(std::size_t gi) {
   std::fill(data.begin() + static_cast<long>(g.begin), data.begin() + static_cast<long>(g.end),
             std::numeric_limits<float>::quiet_NaN());
   gathered_[gi] = 0;
-  track(-static_cast<std::int64_t>((g.end - g.begin - (part_.owned_end(g, part_.dp_rank()) - part_.owned_begin(g, part_.dp_rank()))) * sizeof(float)));
+  track(-gathered_bytes(g));
+}
+
+// A stage's groups, looked up once per stage (the hooks run around every compute action).
+const std::vector<std::size_t>& DistributedOptimizer::stage_groups(int l0, int l1, bool first, bool last) {
+  const std::array<int, 4> key{l0, l1, first, last};
+  auto it = stage_groups_.find(key);
+  if (it == stage_groups_.end()) it = stage_groups_.emplace(key, part_.stage_groups(l0, l1, first, last)).first;
+  return it->second;
 }
 
 void DistributedOptimizer::before_compute(int l0, int l1, bool first, bool last, bool reads_weights, bool makes_grads) {
   if (!sharded_) return;
-  for (std::size_t gi : part_.stage_groups(l0, l1, first, last)) {
+  for (std::size_t gi : stage_groups(l0, l1, first, last)) {
     if (layout_.zero_stage >= 3 && reads_weights) gather_group(gi);
     if (layout_.zero_stage >= 2 && makes_grads && !pending_[gi]) {
       pending_[gi] = 1;
@@ -187,7 +186,7 @@ void DistributedOptimizer::before_compute(int l0, int l1, bool first, bool last,
 
 void DistributedOptimizer::after_compute(int l0, int l1, bool first, bool last, bool grads_done) {
   if (!sharded_) return;
-  for (std::size_t gi : part_.stage_groups(l0, l1, first, last)) {
+  for (std::size_t gi : stage_groups(l0, l1, first, last)) {
     if (layout_.zero_stage >= 3) release_group(gi);
     if (layout_.zero_stage >= 2 && grads_done) flush_group(gi);
   }
@@ -277,8 +276,8 @@ OptimizerReport DistributedOptimizer::step() {
     // ZeRO-2/3 reduced every group after its micro-batches' backward; nothing may be left behind.
     for (float x : store_.flat_grad())
       TESSEL_CHECK(x == 0.0f, "ZeRO-" << layout_.zero_stage << ": a gradient was not reduce-scattered before the step");
-    sync_tied_shard();
-    sync_sequence_parallel_shard();
+    sync_tied();
+    sync_sequence_parallel();
   }
   OptimizerReport r = norms();
   const double t0 = rec_.now_us();
@@ -337,13 +336,9 @@ void DistributedOptimizer::params_loaded() {
     std::copy(data.begin() + static_cast<long>(a), data.begin() + static_cast<long>(b),
               shard_param_.begin() + static_cast<long>(local));
   });
-  for (std::size_t gi = 0; gi < part_.groups().size(); ++gi) {
-    gathered_[gi] = 1;  // the whole buffer is valid now; release it (no tracking change: not counted yet)
-    const ZeroGroup& g = part_.groups()[gi];
-    std::fill(store_.flat_data().begin() + static_cast<long>(g.begin), store_.flat_data().begin() + static_cast<long>(g.end),
-              std::numeric_limits<float>::quiet_NaN());
-    gathered_[gi] = 0;
-  }
+  // The shards hold the parameters now: the full buffer is released as a whole (groups cover it all).
+  std::fill(store_.flat_data().begin(), store_.flat_data().end(), std::numeric_limits<float>::quiet_NaN());
+  std::fill(gathered_.begin(), gathered_.end(), 0);
 }
 
 }  // namespace tessel::rt

@@ -22,7 +22,9 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -89,13 +91,14 @@ class DistributedOptimizer {
   const StateMemory& state_memory() const { return mem_; }
 
  private:
-  void sync_tied();
-  void sync_sequence_parallel();
-  void sync_tied_shard();
-  void sync_sequence_parallel_shard();
+  void add_tied_peer(float* g, std::size_t n);  // g += the tied copy's gradient, in a fixed order
+  void sync_tied();                  // on the flat gradient, or on the shards when sharded_
+  void sync_sequence_parallel();     // likewise
   void flush_group(std::size_t g);
   void gather_group(std::size_t g);
   void release_group(std::size_t g);
+  std::int64_t gathered_bytes(const ZeroGroup& g) const;
+  const std::vector<std::size_t>& stage_groups(int l0, int l1, bool first, bool last);
   OptimizerReport norms();
   void update(float clip);
   void gather_params();
@@ -119,6 +122,7 @@ class DistributedOptimizer {
   std::vector<float> shard_param_;  // ZeRO-3: this rank's parameters, in shard order
   std::vector<float> m_, v_;        // Adam moments: flat (ZeRO 0) or shard order
   std::vector<char> gathered_, pending_;  // per group: ZeRO-3 gathered now; ZeRO-2/3 full gradient live
+  std::map<std::array<int, 4>, std::vector<std::size_t>> stage_groups_;  // (l0, l1, first, last) -> groups
   StateMemory mem_;
   std::int64_t live_ = 0;
 };
