@@ -24,11 +24,9 @@ void Simulator::comm_on_positions(std::uint32_t flow, int delta, double now) {
   for (std::uint32_t link : g_.links_of(flow)) {
     if (link >= 2 * P) continue;  // a pod's core link belongs to no position
     const std::uint32_t pos = link % P;
-    if (stamp_[pos] == flow + 1) continue;
+    if (stamp_[pos] == flow + 1) continue;  // the flow's NVLink and NIC of one position count once
     stamp_[pos] = flow + 1;
-    std::uint32_t& n = comm_active_[pos];
-    if (delta > 0 && n++ == 0) streams_.set_comm_busy(static_cast<int>(pos), true, now);
-    if (delta < 0 && --n == 0) streams_.set_comm_busy(static_cast<int>(pos), false, now);
+    streams_.comm_changed(static_cast<int>(pos), delta, now);
   }
   for (std::uint32_t link : g_.links_of(flow))
     if (link < 2 * P) stamp_[link % P] = 0;
@@ -40,7 +38,7 @@ void Simulator::begin(std::uint32_t t, double now, RunResult& r, bool timeline) 
   memory_change(g_.mem_pos[t], g_.mem_at_start[t], now, r, timeline);
   if (g_.kind[t] == TaskKind::flow) {
     network_.start(t, now);
-    if (!comm_active_.empty()) comm_on_positions(t, +1, now);
+    if (!stamp_.empty()) comm_on_positions(t, +1, now);
   } else {
     streams_.start(t, now);
   }
@@ -50,7 +48,7 @@ void Simulator::finish(std::uint32_t t, double now, RunResult& r, bool timeline)
   r.end[t] = now;
   ++r.events;
   memory_change(g_.mem_pos[t], g_.mem_at_end[t], now, r, timeline);
-  if (g_.kind[t] == TaskKind::flow && !comm_active_.empty()) comm_on_positions(t, -1, now);
+  if (g_.kind[t] == TaskKind::flow && !stamp_.empty()) comm_on_positions(t, -1, now);
   for (auto s : g_.successors(t))
     if (--waiting_[s] == 0) begin(s, now, r, timeline);
 }
@@ -65,7 +63,6 @@ RunResult Simulator::run(const RunOptions& opt) {
   held_.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
   waiting_ = g_.num_preds;
   if (g_.overlap_slowdown > 0 && g_.link_positions > 0) {
-    comm_active_.assign(static_cast<std::size_t>(g_.link_positions), 0);
     stamp_.assign(static_cast<std::size_t>(g_.link_positions), 0);
   }
   done_.clear();

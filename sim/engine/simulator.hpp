@@ -53,8 +53,7 @@ class Simulator {
   std::vector<std::uint32_t> waiting_;  // predecessors not yet ended, per task
   std::vector<double> held_;            // activation bytes per position
   std::vector<std::uint32_t> done_;
-  std::vector<std::uint32_t> comm_active_;  // per position: flows on its own links now
-  std::vector<std::uint32_t> stamp_;        // per position: last flow counted (a flow may list two links)
+  std::vector<std::uint32_t> stamp_;  // per position: last flow counted (a flow may list two links); empty: no slowdown
 };
 
 }  // namespace tessel::engine

@@ -11,7 +11,7 @@ StreamModel::StreamModel(const TaskGraph& g) : g_(g) {
   if (g_.overlap_slowdown > 0 && g_.link_positions > 0) {
     slow_rate_ = 1.0 / (1.0 + g_.overlap_slowdown);
     running_.assign(static_cast<std::size_t>(g_.num_positions), Running{});
-    busy_.assign(static_cast<std::size_t>(g_.num_positions), 0);
+    comm_.assign(static_cast<std::size_t>(g_.num_positions), 0);
     version_.assign(g_.size(), 0);
   }
 }
@@ -28,16 +28,17 @@ void StreamModel::start(std::uint32_t task, double now) {
     return;
   }
   Running& r = running_[static_cast<std::size_t>(pos)];
-  r = {task, g_.work[task], busy_[static_cast<std::size_t>(pos)] ? slow_rate_ : 1.0, now};
+  r = {task, g_.work[task], comm_[static_cast<std::size_t>(pos)] > 0 ? slow_rate_ : 1.0, now};
   schedule(r, now);
 }
 
-void StreamModel::set_comm_busy(int position, bool busy, double now) {
+void StreamModel::comm_changed(int position, int delta, double now) {
   if (running_.empty()) return;
-  busy_[static_cast<std::size_t>(position)] = busy;
+  std::uint32_t& n = comm_[static_cast<std::size_t>(position)];
+  n = delta > 0 ? n + 1 : n - 1;
   Running& r = running_[static_cast<std::size_t>(position)];
   if (r.task == UINT32_MAX) return;
-  const double rate = busy ? slow_rate_ : 1.0;
+  const double rate = n > 0 ? slow_rate_ : 1.0;
   if (rate == r.rate) return;
   r.remaining = std::max(0.0, r.remaining - (now - r.since) * r.rate);
   r.since = now;

@@ -23,8 +23,8 @@ class StreamModel final : public ResourceModel {
   void start(std::uint32_t task, double now) override;
   std::optional<double> next_event(double now) override;
   void advance(double now, std::vector<std::uint32_t>& done) override;
-  // Communication on `position`'s links started (busy) or all of it ended (!busy) at `now`.
-  void set_comm_busy(int position, bool busy, double now);
+  // A flow on `position`'s links started (+1) or ended (-1) at `now`; its compute op runs slowed while any does.
+  void comm_changed(int position, int delta, double now);
 
  private:
   struct Running {
@@ -35,7 +35,7 @@ class StreamModel final : public ResourceModel {
   const TaskGraph& g_;
   double slow_rate_ = 1;
   std::vector<Running> running_;   // per position: its compute op now
-  std::vector<char> busy_;         // per position
+  std::vector<std::uint32_t> comm_;  // per position: flows on its links now
   std::vector<std::uint32_t> version_;
   std::priority_queue<TimedTask, std::vector<TimedTask>, std::greater<>> heap_;
 };
