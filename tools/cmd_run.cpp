@@ -16,6 +16,7 @@
 #include "sim/system.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
+#include "tools/format.hpp"
 #include "traces/chrome.hpp"
 #ifdef TESSEL_HAVE_CUDA
 #include "runtime/cuda/run_cuda.hpp"
@@ -144,7 +145,7 @@ double available_memory_bytes() {
 
 // Refuses a run whose parameters, gradients, Adam moments and activations (the cost model's per-rank
 // memory at fp32, for every rank this process hosts) would not fit in the memory available now, instead
-// of dying in an allocation half-way. ranks_here: all of them with threads, one under mpirun.
+// of dying in an allocation half-way: all ranks with threads, one per process under mpirun.
 void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
   const double avail = available_memory_bytes();
   if (avail <= 0) return;
@@ -156,14 +157,11 @@ void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
                                                            : need + (mb.total() - mb.reserved) * l.tp * l.dp;
   // 80%: the estimate leaves out allocator slack and the kernels' temporaries.
   if (need > 0.8 * avail) {
-    char msg[512];
-    std::snprintf(msg, sizeof msg,
-                  "--model %s: this CPU run needs about %.1f GiB (fp32 parameters, gradients, Adam moments and "
-                  "activations of %s, by the cost model) and this machine has %.1f GiB available; use a smaller "
-                  "model (--model tiny) or spread ranks over machines with mpirun",
-                  c.model.name.c_str(), need / 1073741824.0, one_rank_per_process ? "this process's rank" : "all ranks",
-                  avail / 1073741824.0);
-    throw InputError(msg);
+    throw InputError("--model " + c.model.name + ": this CPU run needs about " + fmt::gib(need) +
+                     " (fp32 parameters, gradients, Adam moments and activations of " +
+                     (one_rank_per_process ? "this process's rank" : "all ranks") + ", by the cost model) and this "
+                     "machine has " + fmt::gib(avail) + " available; use a smaller model (--model tiny) or spread "
+                     "ranks over machines with mpirun");
   }
 }
 
