@@ -123,7 +123,7 @@ else
   note "gpu tests: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$OUT/tests.log" | tr -s ' ' | paste -sd' ')"
 fi
 
-# 4. Training on one GPU: tiny, and a ~1.3B GPT (GPT-2 XL-like: 24 x 2048, vocab 50304, seq 1024).
+# 3. Training on one GPU: tiny, and a ~1.3B GPT (GPT-2 XL-like: 24 x 2048, vocab 50304, seq 1024).
 cat > "$work/gpt-1b.json" <<'EOF'
 {"name": "gpt-1.3b", "source": "device-check: GPT-2 XL-like shape at 2048 hidden (24 layers, 16 heads), vocab padded to 50304",
  "params_b": 1.31, "layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 16, "ffn": 8192, "vocab": 50304,
@@ -134,9 +134,9 @@ run() { local c; c=$(cap "$RUN_CAP"); [ "$c" -eq 0 ] && { echo "== skipped (time
        echo "== $*" >>"$OUT/runs.log"; timeout "$c" "$tessel" run --backend cuda "$@" >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"; }
 RUN_CAP=40 run --model tiny --steps 20 --mbs 4 --gbs 8 --trace "$work/tiny.json"
 RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --trace "$work/gpt1b.json"
-tail_step() { grep '^step' "$OUT/runs.log" | tail -1; }
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
-# 6. PyTorch on the same ~1.3B model and batch: bf16 autocast, eager and torch.compile, median step.
+# 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last
+#    (its compilation is the slowest stage).
 cat > "$work/torch_gpt.py" <<'EOF'
 import sys, time, json, torch, torch.nn as nn, torch.nn.functional as F
 cfg = json.load(open(sys.argv[1])); mode = sys.argv[2]; B = int(sys.argv[3])
@@ -177,7 +177,7 @@ for mode in eager; do
   timeout "$c" python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
 done
 
-# 3. Sweeps: GEMM, attention, bandwidth (bench.csv: kind,name,shape,ms,value,unit).
+# 5. Sweeps: GEMM, attention, bandwidth (bench.csv: kind,name,shape,ms,value,unit).
 c=$(cap 100)
 if [ "$c" -gt 0 ]; then timeout "$c" "$tdir/cuda_bench" all >"$OUT/bench.csv" 2>>"$OUT/build.log"; else note "sweeps skipped (time)"; fi
 copy=$(awk -F, '$1=="bandwidth" && $2=="copy" {print $5}' "$OUT/bench.csv")
@@ -186,11 +186,12 @@ awk -F, -v c="${copy:-1}" '$1=="bandwidth" && $2!="copy" {printf "  %-18s %8.0f 
 awk -F, '$1=="gemm" && $3=="8192x8192x8192" {printf "gemm 8192^3 %-10s %7.1f TFLOP/s\n", $2, $5}' "$OUT/bench.csv" | tee -a "$summary"
 awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
 
-# 5. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
+# 6. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
 RUN_CAP=45 run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full --steps 2 --only-rank 0 --trace "$work/g3_r0.json"
 RUN_CAP=45 run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --steps 2 --only-rank 63 --trace "$work/g3_r63.json"
 grep -E '^(== |step|device memory|rc |tessel run:)' "$OUT/runs.log" | grep -A0 -E 'only-rank|^step|memory' | tail -8 | tee -a "$summary" >/dev/null
 
+# 7. torch.compile on the same model and batch.
 for mode in compile; do
   c=$(cap 120); [ "$c" -eq 0 ] && { echo "torch $mode skipped (time)" >>"$OUT/torch.log"; continue; }
   timeout "$c" python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
