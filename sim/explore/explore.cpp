@@ -8,6 +8,7 @@
 #include <numeric>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 
 #include "models/util/error.hpp"
 
@@ -60,11 +61,15 @@ struct ThreadOut {
   std::string smallest_peak_layout;
 };
 
-void reject(ThreadOut& out, const std::string& rule, const std::string& message) {
+// Counts a rejection under its rule; only the first of a rule keeps its message as the example, so a message
+// that must be formatted comes as a callable and is built once per rule, not once per rejected layout.
+template <class Message>
+void reject(ThreadOut& out, const std::string& rule, Message&& message) {
   auto& r = out.rejected[rule];
   if (r.count == 0) {
     r.rule = rule;
-    r.example = message;
+    if constexpr (std::is_invocable_v<Message>) r.example = message();
+    else r.example = message;
   }
   ++r.count;
 }
@@ -89,8 +94,10 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
         if (e.fits) {
           out.fitting.push_back(score_of(e));
         } else {
-          reject(out, "memory", "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) +
-                                    " of " + gib(e.capacity) + " (" + l.describe() + ")");
+          reject(out, "memory", [&] {
+            return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
+                   gib(e.capacity) + " (" + l.describe() + ")";
+          });
         }
       } catch (const InfeasibleLayout& err) {
         reject(out, "unsupported", err.what());
