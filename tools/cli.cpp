@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <sstream>
 
 #include "models/util/error.hpp"
@@ -137,6 +138,11 @@ std::string CommandLine::usage() const {
     os << std::string(w < 24 ? 24 - w : 1, ' ') << s.help << "\n";
   }
   return os.str();
+}
+
+bool CommandLine::print_help(const std::string& before, const std::string& after) const {
+  if (help_) std::cout << before << usage() << after;
+  return help_;
 }
 
 }  // namespace tessel::cli

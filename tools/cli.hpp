@@ -36,6 +36,9 @@ class CommandLine {
   const std::vector<std::string>& positional() const { return positional_; }
   bool help_requested() const { return help_; }
   std::string usage() const;
+  // Prints usage() on stdout (between `before` and `after`) when --help was given and says so:
+  // `if (cl.print_help()) return 0;`.
+  bool print_help(const std::string& before = "", const std::string& after = "") const;
   const std::string& verb() const { return verb_; }
 
  private:

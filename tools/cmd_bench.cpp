@@ -346,10 +346,7 @@ int bench(const Args& args) {
                        {"--concurrent", true, "threads computing at once for gemm/membw (per-rank rate under that load) [1]"},
                        {"--json", false, "print the bench document `tessel calibrate --bench` reads"}},
                       0);
-  if (cl.help_requested()) {
-    std::cout << cl.usage();
-    return 0;
-  }
+  if (cl.print_help()) return 0;
   const std::string backend = cl.get_or("--backend", "cpu");
   if (backend == "cuda" || backend == "nccl")
     throw InputError("--backend " + backend + ": not available in this build (no CUDA runtime compiled in, or no GPU); use --backend cpu");

@@ -94,10 +94,7 @@ int calibrate(const Args& args) {
                        {"-o", true, "write the profile (a system JSON) here (required)"},
                        {"--json", false, "print the fit report as one JSON document"}},
                       0);
-  if (cl.help_requested()) {
-    std::cout << cl.usage();
-    return 0;
-  }
+  if (cl.print_help()) return 0;
   const auto out = cl.get("-o");
   if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
   if (!cl.has("--bench") && !cl.has("--trace")) throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES");

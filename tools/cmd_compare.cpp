@@ -114,12 +114,10 @@ int compare(const Args& args) {
                        {"--top", true, "how many of the largest op differences to list (default 10)"},
                        {"--system", true, "system for predicting a profiler trace's collectives [from its GPU name]"}},
                       2);
-  if (cl.help_requested()) {
-    std::cout << cl.usage()
-              << "\nA.json B.json: Tessel traces (Chrome JSON, optionally gzip) align op by op; a PyTorch profiler\n"
-                 "trace on either side gives a per-step summary comparison. A is the reference: error = (B - A) / A.\n";
+  if (cl.print_help("", "\nA.json B.json: Tessel traces (Chrome JSON, optionally gzip) align op by op; a PyTorch "
+                        "profiler\ntrace on either side gives a per-step summary comparison. A is the reference: "
+                        "error = (B - A) / A.\n"))
     return 0;
-  }
   if (cl.positional().size() != 2) {
     throw InputError("compare: expected two traces, A and B, got " + std::to_string(cl.positional().size()) + " arguments");
   }

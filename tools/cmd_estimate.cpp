@@ -12,10 +12,7 @@ int estimate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
   cli::CommandLine cl("estimate", args, opts, 0);
-  if (cl.help_requested()) {
-    std::cout << cl.usage();
-    return 0;
-  }
+  if (cl.print_help()) return 0;
   const cli::Specs s = cli::read_specs(cl);
   const Estimate e = tessel::estimate(s.model, s.layout, s.system, s.gpus);
   if (cl.flag("--json")) {

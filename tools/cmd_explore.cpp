@@ -133,10 +133,7 @@ int explore(const Args& args) {
        {"--trace-best", true, "write the simulator's Chrome trace of the winner"},
        {"--svg-best", true, "write the simulator's SVG timeline of the winner"}},
       0);
-  if (cl.help_requested()) {
-    std::cout << cl.usage();
-    return 0;
-  }
+  if (cl.print_help()) return 0;
   Model m = load_model(cl.get_or("--model", "gpt3-175b"));
   if (auto seq = cl.get_int("--seq", 1, 1 << 24)) m.seq_len = static_cast<int>(*seq);
   const System sys = load_system(cl.get_or("--system", "dgx-a100"));

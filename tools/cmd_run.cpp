@@ -202,10 +202,7 @@ void run_under_mpi(const RunConfig& c, rt::Recorder::Clock::time_point t0, trace
 
 int run(const Args& args) {
   cli::CommandLine cl("run", args, run_options(), 0);
-  if (cl.help_requested()) {
-    std::cout << cl.usage();
-    return 0;
-  }
+  if (cl.print_help()) return 0;
   const std::string backend = cl.get_or("--backend", "cpu");
   if (backend == "cuda") {
 #ifdef TESSEL_HAVE_CUDA

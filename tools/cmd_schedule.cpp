@@ -63,10 +63,7 @@ int gen(const Args& args) {
                        {"--lower", false, "insert SEND/RECV"},
                        {"-o", true, "output CSV (a .meta.json sidecar is written beside it); default stdout"}},
                       2);
-  if (cl.help_requested()) {
-    std::cout << kUsage << cl.usage();
-    return 0;
-  }
+  if (cl.print_help(kUsage)) return 0;
   GenParams p;
   const std::string name = positional(cl, 1, "generator NAME");
   if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("tessel schedule gen: --pp and --mb are required");
@@ -96,10 +93,7 @@ int validate_cmd(const Args& args) {
                        {"--mem-limit", true, "max in-flight activations per rank"},
                        {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
                       2);
-  if (cl.help_requested()) {
-    std::cout << kUsage << cl.usage();
-    return 0;
-  }
+  if (cl.print_help(kUsage)) return 0;
   const std::string path = positional(cl, 1, "FILE.csv");
   const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
   ValidateOptions opt;
@@ -128,10 +122,7 @@ int show(const Args& args) {
                        {"--width", true, "max ASCII columns (default 120)"},
                        {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
                       2);
-  if (cl.help_requested()) {
-    std::cout << kUsage << cl.usage();
-    return 0;
-  }
+  if (cl.print_help(kUsage)) return 0;
   const Schedule s = read_csv(positional(cl, 1, "FILE.csv"), cl.flag("--legacy-bw"));
   if (auto svg = cl.get("--svg")) check_writable(*svg, "--svg");
   const auto sim = unit_cost_simulate(s, parse_costs(cl), parse_comm_model(cl.get_or("--comm", "eager")));
@@ -146,10 +137,7 @@ int show(const Args& args) {
 
 int diff_cmd(const Args& args) {
   cli::CommandLine cl("schedule diff", args, {{"--legacy-bw", false, "read both files in the older PyTorch dialect"}}, 3);
-  if (cl.help_requested()) {
-    std::cout << kUsage << cl.usage();
-    return 0;
-  }
+  if (cl.print_help(kUsage)) return 0;
   const Schedule a = read_csv(positional(cl, 1, "A.csv"), cl.flag("--legacy-bw"));
   const Schedule b = read_csv(positional(cl, 2, "B.csv"), cl.flag("--legacy-bw"));
   const auto lines = sched::diff(a, b);

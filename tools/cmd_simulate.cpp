@@ -76,10 +76,7 @@ int simulate(const Args& args) {
   opts.push_back({"--schedule-file", true, "play this PyTorch-style CSV schedule instead of generating one"});
   opts.push_back({"--fidelity", true, "cluster (every rank) or replica (one DP replica, others' load counted) [cluster]"});
   cli::CommandLine cl("simulate", args, opts, 0);
-  if (cl.help_requested()) {
-    std::cout << cl.usage();
-    return 0;
-  }
+  if (cl.print_help()) return 0;
   const cli::Specs s = cli::read_specs(cl);
   engine::SimOptions o;
   o.fidelity = parse_fidelity(cl.get_or("--fidelity", "cluster"));
