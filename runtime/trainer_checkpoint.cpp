@@ -7,15 +7,81 @@
 
 namespace tessel::rt {
 
+bool checkpoint_owns(const ParamSpec& p, const RankCoords& at, const sched::Schedule& s) {
+  if (at.dp != 0) return false;
+  if (p.shard_dim == -1 && at.tp != 0) return false;
+  if (p.name == "embed.tok" && s.rank_of(0) != at.pp) return false;
+  return true;
+}
+
+void write_checkpoint(const std::string& dir, int step, std::uint64_t seed, const Model& m, const Layout& l,
+                      const std::string& runtime, Comm& world, const std::vector<CheckpointTensor>& tensors) {
+  CheckpointWriter w(dir, step, world);
+  for (const CheckpointTensor& t : tensors) {
+    if (!t.owned) continue;
+    const Shape full{static_cast<std::uint64_t>(t.spec.rows), static_cast<std::uint64_t>(t.spec.cols)};
+    const Shape off{static_cast<std::uint64_t>(t.row0), static_cast<std::uint64_t>(t.col0)};
+    const Shape ext{static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)};
+    w.add_tensor(t.spec.name, full, off, ext, t.data);
+    w.add_tensor("optim.exp_avg." + t.spec.name, full, off, ext, t.exp_avg);
+    w.add_tensor("optim.exp_avg_sq." + t.spec.name, full, off, ext, t.exp_avg_sq);
+  }
+  Json meta;
+  meta["step"] = step;
+  meta["seed"] = seed;
+  meta["format"] = "tessel-cpu-runtime-1";  // the name of the format since the first runtime, kept for readers
+  meta["runtime"] = runtime;
+  meta["model"] = model_to_json(m);
+  meta["layout"] = layout_to_json(l);
+  w.set_metadata(meta);
+  w.commit();
+}
+
+int read_checkpoint(const std::string& dir, std::uint64_t seed, const std::vector<CheckpointTensor>& tensors) {
+  CheckpointReader r(dir);
+  const Json& meta = r.metadata();
+  if (!meta.contains("seed") || meta["seed"].get<std::uint64_t>() != seed)
+    throw InputError("--resume " + dir + ": checkpoint was trained with seed " +
+                     (meta.contains("seed") ? meta["seed"].dump() : std::string("?")) + ", this run uses " +
+                     std::to_string(seed) + " (the data stream depends on it)");
+  for (const CheckpointTensor& t : tensors) {
+    if (!r.has_tensor(t.spec.name))
+      throw InputError("--resume " + dir + ": no tensor " + t.spec.name + " (checkpoint of another model?)");
+    const Shape& full = r.shape(t.spec.name);
+    if (full != Shape{static_cast<std::uint64_t>(t.spec.rows), static_cast<std::uint64_t>(t.spec.cols)})
+      throw InputError("--resume " + dir + ": tensor " + t.spec.name + " has another shape than this model's");
+    const Shape off{static_cast<std::uint64_t>(t.row0), static_cast<std::uint64_t>(t.col0)};
+    const Shape ext{static_cast<std::uint64_t>(t.rows), static_cast<std::uint64_t>(t.cols)};
+    const auto d = r.read_slice(t.spec.name, off, ext);
+    const auto mm = r.read_slice("optim.exp_avg." + t.spec.name, off, ext);
+    const auto vv = r.read_slice("optim.exp_avg_sq." + t.spec.name, off, ext);
+    std::copy(d.begin(), d.end(), t.data);
+    std::copy(mm.begin(), mm.end(), t.exp_avg);
+    std::copy(vv.begin(), vv.end(), t.exp_avg_sq);
+  }
+  return static_cast<int>(meta.at("step").get<std::int64_t>());
+}
+
 namespace {
 
-bool owns_copy(Trainer& t, const Param& p) {
-  const RankCoords& c = t.groups().at;
-  if (c.dp != 0) return false;
-  if (p.spec.shard_dim == -1 && c.tp != 0) return false;
-  // The tied embedding also lives on the last stage's rank: the first stage's copy is the one saved.
-  if (p.spec.name == "embed.tok" && t.schedule().rank_of(0) != c.pp) return false;
-  return true;
+// The CPU Trainer's tensors over its ParamStore and the full moment vectors m, v (flat, ParamStore order).
+std::vector<CheckpointTensor> trainer_tensors(Trainer& t, std::vector<float>& m, std::vector<float>& v) {
+  ParamStore& st = t.params();
+  std::vector<CheckpointTensor> out;
+  for (const Param& p : st.params()) {
+    CheckpointTensor c;
+    c.spec = p.spec;
+    c.rows = p.rows;
+    c.cols = p.cols;
+    c.row0 = p.row0;
+    c.col0 = p.col0;
+    c.owned = checkpoint_owns(p.spec, t.groups().at, t.schedule());
+    c.data = st.data(p);
+    c.exp_avg = m.data() + p.offset;
+    c.exp_avg_sq = v.data() + p.offset;
+    out.push_back(c);
+  }
+  return out;
 }
 
 }  // namespace
@@ -24,56 +90,18 @@ void save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
   std::vector<float> m, v;
   t.optimizer().full_moments(m, v);
   t.optimizer().materialize_params();  // ZeRO-3: every rank writes from full parameters
-  CheckpointWriter w(dir, t.steps_done(), *t.groups().world);
-  ParamStore& st = t.params();
-  for (const Param& p : st.params()) {
-    if (!owns_copy(t, p)) continue;
-    const Shape full{static_cast<std::uint64_t>(p.spec.rows), static_cast<std::uint64_t>(p.spec.cols)};
-    const Shape off{static_cast<std::uint64_t>(p.row0), static_cast<std::uint64_t>(p.col0)};
-    const Shape ext{static_cast<std::uint64_t>(p.rows), static_cast<std::uint64_t>(p.cols)};
-    w.add_tensor(p.spec.name, full, off, ext, st.data(p));
-    w.add_tensor("optim.exp_avg." + p.spec.name, full, off, ext, m.data() + p.offset);
-    w.add_tensor("optim.exp_avg_sq." + p.spec.name, full, off, ext, v.data() + p.offset);
-  }
-  Json meta;
-  meta["step"] = t.steps_done();
-  meta["seed"] = seed;
-  meta["format"] = "tessel-cpu-runtime-1";
-  meta["model"] = model_to_json(t.model());
-  meta["layout"] = layout_to_json(t.layout());
-  w.set_metadata(meta);
+  write_checkpoint(dir, t.steps_done(), seed, t.model(), t.layout(), "cpu", *t.groups().world,
+                   trainer_tensors(t, m, v));
   t.optimizer().release_params();
-  w.commit();
 }
 
 void load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
-  CheckpointReader r(dir);
-  const Json& meta = r.metadata();
-  if (!meta.contains("seed") || meta["seed"].get<std::uint64_t>() != seed)
-    throw InputError("--resume " + dir + ": checkpoint was trained with seed " +
-                     (meta.contains("seed") ? meta["seed"].dump() : std::string("?")) + ", this run uses " +
-                     std::to_string(seed) + " (the data stream depends on it)");
-  ParamStore& st = t.params();
+  std::vector<float> m(t.params().flat_data().size(), 0.0f), v(m.size(), 0.0f);
+  const int step = read_checkpoint(dir, seed, trainer_tensors(t, m, v));
   DistributedOptimizer& o = t.optimizer();
-  std::vector<float> m(st.flat_data().size(), 0.0f), v(m.size(), 0.0f);
-  for (const Param& p : st.params()) {
-    if (!r.has_tensor(p.spec.name))
-      throw InputError("--resume " + dir + ": no tensor " + p.spec.name + " (checkpoint of another model?)");
-    const Shape& full = r.shape(p.spec.name);
-    if (full != Shape{static_cast<std::uint64_t>(p.spec.rows), static_cast<std::uint64_t>(p.spec.cols)})
-      throw InputError("--resume " + dir + ": tensor " + p.spec.name + " has another shape than this model's");
-    const Shape off{static_cast<std::uint64_t>(p.row0), static_cast<std::uint64_t>(p.col0)};
-    const Shape ext{static_cast<std::uint64_t>(p.rows), static_cast<std::uint64_t>(p.cols)};
-    const auto d = r.read_slice(p.spec.name, off, ext);
-    std::copy(d.begin(), d.end(), st.data(p));
-    const auto mm = r.read_slice("optim.exp_avg." + p.spec.name, off, ext);
-    const auto vv = r.read_slice("optim.exp_avg_sq." + p.spec.name, off, ext);
-    std::copy(mm.begin(), mm.end(), m.begin() + static_cast<long>(p.offset));
-    std::copy(vv.begin(), vv.end(), v.begin() + static_cast<long>(p.offset));
-  }
   o.load_moments(m, v);  // each rank keeps its shard of them
   o.params_loaded();
-  o.set_steps_done(static_cast<int>(meta.at("step").get<std::int64_t>()));
+  o.set_steps_done(step);
 }
 
 }  // namespace tessel::rt
