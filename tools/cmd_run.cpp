@@ -34,6 +34,7 @@ std::vector<cli::OptionSpec> run_options() {
       {"--backend", true, "cpu or cuda (cuda needs a build with CUDA/NCCL and a GPU) [cpu]"},
       {"--only-rank", true, "cuda: run world rank R of the layout alone (synthesised inputs, comm recorded)"},
       {"--precision", true, "cuda GEMM operands: bf16|tf32|fp32 [bf16]"},
+      {"--gpu-threads", false, "cuda: every rank of the layout as a thread on one GPU (functional check of tp/pp/dp)"},
       {"--model", true, "model preset or JSON file [tiny]"},
       {"--layout", true, "layout JSON file (instead of the layout flags)"},
       {"--tp", true, "tensor-parallel size [1]"},
@@ -98,6 +99,17 @@ struct RunConfig {
   int save_every = 0;
   std::string checkpoint_dir, resume, trace_path;
 };
+
+// The recovery-checkpoint flags of either backend, checked before any rank starts: --save-every and
+// --checkpoint-dir go together, and a checkpoint to resume is verified (checksums) and of this model.
+void check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m) {
+  if (save_every > 0 && dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
+  if (!dir.empty() && save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
+  if (!resume.empty()) {
+    rt::CheckpointReader r(resume);
+    r.check_model(model_to_json(m));
+  }
+}
 
 // One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
 trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0) {
@@ -216,13 +228,21 @@ int run(const Args& args) {
     if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
     o.only_rank = static_cast<int>(cl.get_int("--only-rank", 0, 1 << 20).value_or(-1));
     o.precision = cl.get_or("--precision", "bf16");
+    o.gpu_threads = cl.flag("--gpu-threads");
+    o.data_file = cl.get_or("--data", "");
+    o.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
+    o.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
+    o.resume = cl.get_or("--resume", "");
+    check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model);
+    rt::check_runnable(o.model, o.layout);
+    if (!o.data_file.empty()) (void)rt::TokenStream::from_file(o.data_file, o.model.vocab);  // fail early
     return rt::cuda::run_cuda(o);
 #else
     throw InputError("--backend cuda: this build has no CUDA runtime (CUDA/NCCL not found at configure time); use --backend cpu");
 #endif
   }
   if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu or cuda)");
-  for (const char* f : {"--only-rank", "--precision"})
+  for (const char* f : {"--only-rank", "--precision", "--gpu-threads"})
     if (cl.has(f)) throw InputError(std::string(f) + ": only with --backend cuda (the CPU runtime is fp32, all ranks)");
   RunConfig c;
   c.model = load_model(cl.get_or("--model", "tiny"));
@@ -239,15 +259,10 @@ int run(const Args& args) {
   c.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
   c.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
   c.resume = cl.get_or("--resume", "");
-  if (c.save_every > 0 && c.checkpoint_dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
-  if (!c.checkpoint_dir.empty() && c.save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
   if (!c.trace_path.empty()) check_writable(c.trace_path, "--trace");
+  check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model);
   rt::check_runnable(c.model, c.layout);
   if (!c.opt.data_file.empty()) (void)rt::TokenStream::from_file(c.opt.data_file, c.model.vocab);  // fail early
-  if (!c.resume.empty()) {
-    rt::CheckpointReader r(c.resume);  // verifies checksums before any rank starts
-    r.check_model(model_to_json(c.model));
-  }
 
   kernels::cpu::gemm_set_single_thread();
   trace::Trace tr;

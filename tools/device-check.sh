@@ -56,7 +56,7 @@ if [ "${1:-}" = "prepare-bin" ]; then
   grep -qx '/.devbin/' .git/info/exclude 2>/dev/null || echo '/.devbin/' >> .git/info/exclude
   [ -d build-devbin/meson-private ] ||
     meson setup build-devbin -Dcuda=enabled -Dmpi=disabled -Dblas=disabled -Dbenchmarks=disabled -Dbuildtype=release
-  bins="tools/tessel tests/cuda/cuda_test_kernels tests/cuda/cuda_test_attention tests/cuda/cuda_test_gemm tests/cuda/cuda_test_gpt_numerics tests/cuda/cuda_bench"
+  bins="tools/tessel tests/cuda/cuda_test_kernels tests/cuda/cuda_test_attention tests/cuda/cuda_test_gemm tests/cuda/cuda_test_gpt_numerics tests/cuda/cuda_test_gpt_multirank tests/cuda/cuda_bench"
   ninja -C build-devbin $bins
   rm -rf .devbin && mkdir -p .devbin
   for b in $bins; do cp "build-devbin/$b" .devbin/; done
@@ -97,14 +97,14 @@ if [ -d "$bin" ]; then
   ldd "$tessel" > "$OUT/build.log" 2>&1
   : > "$OUT/tests.log"
   fails=0 skips=0
-  for t in cuda_test_kernels cuda_test_attention cuda_test_gemm cuda_test_gpt_numerics; do
-    c=$(cap 60); [ "$c" -eq 0 ] && { echo "skipped $t: time" >> "$OUT/tests.log"; continue; }
+  for t in cuda_test_kernels cuda_test_attention cuda_test_gemm cuda_test_gpt_numerics cuda_test_gpt_multirank; do
+    c=$(cap 120); [ "$c" -eq 0 ] && { echo "skipped $t: time" >> "$OUT/tests.log"; continue; }
     echo "== $t" >> "$OUT/tests.log"
     TESSEL_SOURCE_ROOT=$root timeout "$c" "$tdir/$t" >> "$OUT/tests.log" 2>&1
     rc=$?; echo "rc $rc" >> "$OUT/tests.log"
     case $rc in 0) ;; 77) skips=$((skips + 1)) ;; *) fails=$((fails + 1)) ;; esac
   done
-  note "gpu tests: 4 executables, $fails failed, ${skips} skipped (no device)"
+  note "gpu tests: 5 executables, $fails failed, ${skips} skipped (no device)"
 else
   [ -d "$deps" ] || { echo "device-check: neither .devbin nor .devdeps: run 'tools/device-check.sh prepare-bin' (or prepare) here and carry it"; exit 2; }
   # 1. Build (about 3 minutes on 16 cores; attention.cu dominates).
@@ -133,6 +133,17 @@ EOF
 run() { local c; c=$(cap "$RUN_CAP"); [ "$c" -eq 0 ] && { echo "== skipped (time): $*" >>"$OUT/runs.log"; return; }
        echo "== $*" >>"$OUT/runs.log"; timeout "$c" "$tessel" run --backend cuda "$@" >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"; }
 RUN_CAP=40 run --model tiny --steps 20 --mbs 4 --gbs 8 --trace "$work/tiny.json"
+# 3b. Multi-rank code paths on one GPU (ranks as threads, communication staged through the host) against
+#     the CPU backend on the same layout, and a recovery checkpoint written and resumed through the CLI.
+multi="--model tiny --tp 2 --pp 2 --dp 2 --sp --zero 1 --mbs 2 --gbs 16 --steps 4"
+RUN_CAP=40 run $multi --precision fp32 --gpu-threads --trace "$work/tiny_t2p2d2.json"
+echo "== cpu backend: $multi" >>"$OUT/runs.log"
+timeout "$(( $(cap 40) + 1 ))" "$tessel" run --backend cpu $multi >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"
+note "tiny tp2 pp2 dp2 sp zero1, step 4 loss: gpu-threads $(grep -A6 -- '--gpu-threads --trace' "$OUT/runs.log" | awk '/^step +4 /{print $4}') cpu $(grep -A6 -- '== cpu backend' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
+RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --steps 2 --save-every 2 --checkpoint-dir "$work/ckpt"
+RUN_CAP=30 run --model tiny --tp 2 --mbs 2 --gbs 8 --precision fp32 --steps 4 --gpu-threads --resume "$work/ckpt"
+RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --steps 4
+note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/runs.log" | awk '/^step +4 /{print $4}') vs uninterrupted $(grep -A8 -- '--gbs 8 --steps 4$' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
 RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --trace "$work/gpt1b.json"
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 # 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last

@@ -81,6 +81,16 @@ Status cross_entropy_fwd(cudaStream_t s, const float* logits, int rows, int voca
 Status cross_entropy_bwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, const float* row_max, const float* row_sum,
                          const float* dloss, float* dlogits);
+// Vocab-parallel forward in three passes with the caller's tp all-reduces between them, as the CPU
+// reference's hooks (max, then sum of row_sum and of the target logit):
+//   cross_entropy_max:     row_max[r] = max over the shard's columns;          then all-reduce(max)
+//   cross_entropy_partial: sums[r] = sum_j exp(z_rj - row_max[r]), sums[rows + r] = z_r,target when the
+//                          shard owns the target, else 0;                     then all-reduce(sum) of sums
+//   cross_entropy_loss:    loss[r] = row_max[r] + log(sums[r]) - sums[rows + r]
+Status cross_entropy_max(cudaStream_t s, const float* logits, int rows, int vocab_local, float* row_max);
+Status cross_entropy_partial(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
+                             const std::int32_t* targets, const float* row_max, float* sums);
+Status cross_entropy_loss(cudaStream_t s, int rows, const float* row_max, const float* sums, float* loss);
 
 // ---- embedding (kernels/cpu/embedding.hpp); the backward accumulates with atomics ----
 Status embedding_fwd(cudaStream_t s, const float* table, int vocab_local, int vocab_start, int dim,

@@ -46,6 +46,39 @@ __global__ void cross_entropy_bwd_kernel(const float* __restrict__ logits, int v
   for (int j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = d * (expf(z[j] - m) * inv) - (j == t ? d : 0.0f);
 }
 
+// The vocab-parallel passes (kernels.hpp): the fused kernel above split where the tp reductions go.
+__global__ void cross_entropy_max_kernel(const float* __restrict__ logits, int vocab, float* __restrict__ row_max) {
+  __shared__ float scratch[kWarp];
+  const float* z = logits + std::size_t(blockIdx.x) * vocab;
+  float m = -INFINITY;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) m = fmaxf(m, z[j]);
+  m = block_max(m, scratch);
+  if (threadIdx.x == 0) row_max[blockIdx.x] = m;
+}
+
+__global__ void cross_entropy_partial_kernel(const float* __restrict__ logits, int rows, int vocab, int vocab_start,
+                                             const std::int32_t* __restrict__ targets,
+                                             const float* __restrict__ row_max, float* __restrict__ sums) {
+  __shared__ float scratch[kWarp];
+  const int r = blockIdx.x;
+  const float* z = logits + std::size_t(r) * vocab;
+  const float m = row_max[r];
+  float s = 0;
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) s += expf(z[j] - m);
+  s = block_sum(s, scratch);
+  if (threadIdx.x == 0) {
+    const int t = targets[r] - vocab_start;
+    sums[r] = s;
+    sums[rows + r] = (t >= 0 && t < vocab) ? z[t] : 0.0f;
+  }
+}
+
+__global__ void cross_entropy_loss_kernel(int rows, const float* __restrict__ row_max, const float* __restrict__ sums,
+                                          float* __restrict__ loss) {
+  for (int r = blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += gridDim.x * blockDim.x)
+    loss[r] = row_max[r] + logf(sums[r]) - sums[rows + r];
+}
+
 // Block per token row; columns across threads.
 __global__ void embedding_fwd_kernel(const float* __restrict__ table, int vocab, int vocab_start, int dim,
                                      const std::int32_t* __restrict__ tokens, float* __restrict__ out) {
@@ -93,6 +126,31 @@ Status cross_entropy_bwd(cudaStream_t s, const float* logits, int rows, int voca
   if (rows == 0) return {};
   cross_entropy_bwd_kernel<<<rows, kThreads, 0, s>>>(logits, vocab_local, vocab_start, targets, row_max, row_sum, dloss,
                                                      dlogits);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status cross_entropy_max(cudaStream_t s, const float* logits, int rows, int vocab_local, float* row_max) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  cross_entropy_max_kernel<<<rows, kThreads, 0, s>>>(logits, vocab_local, row_max);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status cross_entropy_partial(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
+                             const std::int32_t* targets, const float* row_max, float* sums) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  cross_entropy_partial_kernel<<<rows, kThreads, 0, s>>>(logits, rows, vocab_local, vocab_start, targets, row_max, sums);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status cross_entropy_loss(cudaStream_t s, int rows, const float* row_max, const float* sums, float* loss) {
+  TESSEL_NVTX_FN();
+  if (rows == 0) return {};
+  cross_entropy_loss_kernel<<<(rows + kThreads - 1) / kThreads, kThreads, 0, s>>>(rows, row_max, sums, loss);
   TESSEL_LAUNCH_CHECK();
   return {};
 }

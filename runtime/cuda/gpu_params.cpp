@@ -18,8 +18,9 @@ void cuda_ok(cudaError_t e, const char* what) {
 }
 }  // namespace
 
-GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank)
-    : dev_(dev) {
+GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
+                     int zero_dp, int zero_rank)
+    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank) {
   for (const ParamSpec& s : gpt_param_specs(m)) {
     if (std::find(names.begin(), names.end(), s.name) == names.end()) continue;
     GpuParam p;
@@ -38,14 +39,25 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
     index_[s.name] = params_.size();
     params_.push_back(p);
   }
-  data_ = dev.alloc_f32(total_);
-  grad_ = dev.alloc_f32(total_);
-  m_ = dev.alloc_f32(total_);
-  v_ = dev.alloc_f32(total_);
-  half_ = dev.alloc(total_ * sizeof(__nv_bfloat16));
+  TESSEL_CHECK(zero_dp >= 1 && zero_rank >= 0 && zero_rank < zero_dp, "ZeRO rank " << zero_rank << " of " << zero_dp);
+  // Equal shards of 64-element (256-byte) multiples, so every shard starts aligned.
+  const std::size_t unit = 64 * std::size_t(zero_dp);
+  padded_ = (total_ + unit - 1) / unit * unit;
+  shard_ = padded_ / std::size_t(zero_dp);
+  data_ = dev.alloc_f32(padded_);
+  grad_ = dev.alloc_f32(padded_);
+  const std::size_t moments = sharded() ? shard_ : padded_;
+  m_ = dev.alloc_f32(moments);
+  v_ = dev.alloc_f32(moments);
+  half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
   scratch_ = dev.alloc(sizeof(double));
+  std::vector<DBuf> all{data_, grad_, m_, v_};
+  if (sharded()) {
+    shard_grad_ = dev.alloc_f32(shard_);
+    all.push_back(shard_grad_);
+  }
   const cudaStream_t s = dev.compute();
-  for (const DBuf& b : {data_, grad_, m_, v_}) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "parameter buffers");
+  for (const DBuf& b : all) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "parameter buffers");
 }
 
 const GpuParam& GpuParams::at(const std::string& n) const {
@@ -87,11 +99,19 @@ void GpuParams::refresh_half(cudaStream_t s) {
   throw_if_failed(kg::to_bf16(s, f32(data_), static_cast<__nv_bfloat16*>(half_->get()), total_));
 }
 
-double GpuParams::local_grad_sq(cudaStream_t s, bool count_replicated) {
+double GpuParams::local_grad_sq(cudaStream_t s, const std::function<bool(const GpuParam&)>& counted) {
   auto* acc = static_cast<double*>(scratch_->get());
   cuda_ok(cudaMemsetAsync(acc, 0, sizeof(double), s), "grad norm");
-  for (const GpuParam& p : params_)
-    if (p.spec.shard_dim >= 0 || count_replicated) throw_if_failed(kg::sum_squares(s, f32(grad_) + p.offset, p.size(), acc));
+  const std::size_t z0 = shard_begin(), z1 = z0 + shard_;
+  for (const GpuParam& p : params_) {
+    if (!counted(p)) continue;
+    if (!sharded()) {
+      throw_if_failed(kg::sum_squares(s, f32(grad_) + p.offset, p.size(), acc));
+      continue;
+    }
+    const std::size_t a = std::max(p.offset, z0), b = std::min(p.offset + p.size(), z1);
+    if (a < b) throw_if_failed(kg::sum_squares(s, f32(shard_grad_) + (a - z0), b - a, acc));
+  }
   double out = 0;
   cuda_ok(cudaMemcpyAsync(&out, acc, sizeof(double), cudaMemcpyDeviceToHost, s), "grad norm");
   cuda_ok(cudaStreamSynchronize(s), "grad norm");
@@ -99,14 +119,27 @@ double GpuParams::local_grad_sq(cudaStream_t s, bool count_replicated) {
 }
 
 void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, double clip_coef) {
-  if (clip_coef < 1.0) throw_if_failed(kg::scale(s, f32(grad_), total_, static_cast<float>(clip_coef)));
-  for (const GpuParam& p : params_) {
-    kernels::cpu::AdamW h = hp;
-    if (!p.spec.decay) h.weight_decay = 0.0f;  // matrices only, as the CPU optimizer
-    throw_if_failed(kg::adamw_step(s, f32(data_) + p.offset, f32(grad_) + p.offset, f32(m_) + p.offset,
-                                   f32(v_) + p.offset, p.size(), h, step));
+  if (!sharded()) {
+    if (clip_coef < 1.0) throw_if_failed(kg::scale(s, f32(grad_), total_, static_cast<float>(clip_coef)));
+    for (const GpuParam& p : params_) {
+      kernels::cpu::AdamW h = hp;
+      if (!p.spec.decay) h.weight_decay = 0.0f;  // matrices only, as the CPU optimizer
+      throw_if_failed(kg::adamw_step(s, f32(data_) + p.offset, f32(grad_) + p.offset, f32(m_) + p.offset,
+                                     f32(v_) + p.offset, p.size(), h, step));
+    }
+    refresh_half(s);
+    return;
   }
-  refresh_half(s);
+  if (clip_coef < 1.0) throw_if_failed(kg::scale(s, f32(shard_grad_), shard_, static_cast<float>(clip_coef)));
+  const std::size_t z0 = shard_begin(), z1 = z0 + shard_;
+  for (const GpuParam& p : params_) {  // each parameter's part inside the shard
+    const std::size_t a = std::max(p.offset, z0), b = std::min(p.offset + p.size(), z1);
+    if (a >= b) continue;
+    kernels::cpu::AdamW h = hp;
+    if (!p.spec.decay) h.weight_decay = 0.0f;
+    throw_if_failed(kg::adamw_step(s, f32(data_) + a, f32(shard_grad_) + (a - z0), f32(m_) + (a - z0),
+                                   f32(v_) + (a - z0), b - a, h, step));
+  }
 }
 
 std::vector<float> GpuParams::download_grad(const std::string& n) {
@@ -115,6 +148,61 @@ std::vector<float> GpuParams::download_grad(const std::string& n) {
   cuda_ok(cudaStreamSynchronize(dev_.compute()), "download");
   cuda_ok(cudaMemcpy(h.data(), f32(grad_) + p.offset, h.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
   return h;
+}
+
+void GpuParams::download_state(const std::string& n, std::vector<float>& data, std::vector<float>& exp_avg,
+                               std::vector<float>& exp_avg_sq) {
+  const GpuParam& p = at(n);
+  cuda_ok(cudaStreamSynchronize(dev_.compute()), "checkpoint download");
+  for (auto [buf, out] : {std::pair{f32(data_), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
+    TESSEL_CHECK(buf != f32(m_) || !sharded(), "sharded moments: gather_moments() first");
+    out->resize(p.size());
+    cuda_ok(cudaMemcpy(out->data(), buf + p.offset, p.size() * sizeof(float), cudaMemcpyDeviceToHost),
+            "checkpoint download");
+  }
+}
+
+void GpuParams::upload_state(const std::string& n, const std::vector<float>& data, const std::vector<float>& exp_avg,
+                             const std::vector<float>& exp_avg_sq) {
+  const GpuParam& p = at(n);
+  cuda_ok(cudaStreamSynchronize(dev_.compute()), "checkpoint upload");
+  for (auto [buf, in] : {std::pair{f32(data_), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
+    TESSEL_CHECK(buf != f32(m_) || !sharded(), "sharded moments: load_moments_begin() first");
+    TESSEL_CHECK(in->size() == p.size(), "checkpoint upload of " << n << ": " << in->size() << " values for " << p.size());
+    cuda_ok(cudaMemcpy(buf + p.offset, in->data(), p.size() * sizeof(float), cudaMemcpyHostToDevice),
+            "checkpoint upload");
+  }
+}
+
+void GpuParams::gather_moments(Comm& dp) {
+  if (!sharded()) return;
+  m_full_ = dev_.alloc_f32(padded_);
+  v_full_ = dev_.alloc_f32(padded_);
+  cuda_ok(cudaStreamSynchronize(dev_.compute()), "gather moments");
+  dp.all_gather(f32(m_), f32(m_full_), shard_);
+  dp.all_gather(f32(v_), f32(v_full_), shard_);
+  dp.barrier();  // NCCL: the gathers are on the comm stream; the downloads that follow read their output
+}
+
+void GpuParams::release_moments() {
+  m_full_.reset();
+  v_full_.reset();
+}
+
+void GpuParams::load_moments_begin() {
+  if (!sharded()) return;
+  m_full_ = dev_.alloc_f32(padded_);
+  v_full_ = dev_.alloc_f32(padded_);
+  for (const DBuf& b : {m_full_, v_full_}) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), dev_.compute()), "load moments");
+  cuda_ok(cudaStreamSynchronize(dev_.compute()), "load moments");
+}
+
+void GpuParams::load_moments_end() {
+  if (!sharded()) return;
+  const std::size_t bytes = shard_ * sizeof(float);
+  cuda_ok(cudaMemcpy(f32(m_), f32(m_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice), "load moments");
+  cuda_ok(cudaMemcpy(f32(v_), f32(v_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice), "load moments");
+  release_moments();
 }
 
 }  // namespace tessel::rt::cuda

@@ -302,8 +302,22 @@ void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
   st.row_max = buf(sh.tokens);
   st.row_sum = buf(sh.tokens);
   DBuf loss = buf(sh.tokens);
-  throw_if_failed(kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
-                                        f32(st.row_max), f32(st.row_sum)));
+  if (tp.size == 1) {
+    throw_if_failed(kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
+                                          f32(st.row_max), f32(st.row_sum)));
+  } else {
+    // Vocab-parallel (Megatron's): the max, then the exp-sums and target logits, reduced over the tp group.
+    const int T = sh.tokens;
+    throw_if_failed(kg::cross_entropy_max(s(), f32(st.logits), T, V, f32(st.row_max)));
+    collective("tp_allreduce", double(T) * 4, [&] { tp.comm->all_reduce(f32(st.row_max), T, ReduceOp::max); });
+    DBuf sums = buf(2 * std::size_t(T));  // [row_sum | target logit]
+    throw_if_failed(kg::cross_entropy_partial(s(), f32(st.logits), T, V, int(hw.row0), st.targets, f32(st.row_max), f32(sums)));
+    collective("tp_allreduce", double(T) * 8, [&] { tp.comm->all_reduce(f32(sums), 2 * std::size_t(T)); });
+    throw_if_failed(kg::cross_entropy_loss(s(), T, f32(st.row_max), f32(sums), f32(loss)));
+    const cudaError_t e = cudaMemcpyAsync(f32(st.row_sum), f32(sums), std::size_t(T) * sizeof(float),
+                                          cudaMemcpyDeviceToDevice, s());
+    if (e != cudaSuccess) throw kg::DeviceError(std::string("cross-entropy statistics: ") + cudaGetErrorString(e));
+  }
   if (loss_sum) throw_if_failed(kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
 }
 

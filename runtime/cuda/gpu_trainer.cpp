@@ -9,6 +9,9 @@
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
 #include "models/util/error.hpp"
+#include "runtime/comm/self_comm.hpp"
+#include "runtime/cuda/staged_comm.hpp"
+#include "runtime/trainer_checkpoint.hpp"
 
 namespace tessel::rt::cuda {
 
@@ -130,9 +133,17 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   }
   rec_ = Recorder(world_rank_, t0, opt.record_trace);
   schedule_ = runtime_schedule(l);
-  data_ = TokenStream::synthetic(opt.seed, m.vocab);
+  data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
+  first_pp_ = schedule_.rank_of(0);
+  last_pp_ = schedule_.rank_of(l.num_stages() - 1);
+  // Every member of a pp group splits it (a collective), members of the pair or not.
+  if (m.tied_embeddings && first_pp_ != last_pp_ && world && !record_only_) {
+    const bool pair = at_.pp == first_pp_ || at_.pp == last_pp_;
+    embed_ = groups_.pp->split(pair ? 0 : -1, at_.pp == first_pp_ ? 0 : 1);
+  }
   const std::vector<std::string> names = rank_param_names(m, l, schedule_, at_.pp);
-  params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp);
+  params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp, l.zero_stage == 1 ? l.dp : 1,
+                                        l.zero_stage == 1 ? at_.dp : 0);
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
   loss_sum_ = dev.alloc_f32(1);
@@ -172,9 +183,22 @@ void GpuTrainer::load_batch(int step) {
   }
 }
 
-// Data-parallel sum of the gradients (each micro-batch loss already carries 1 / (microbatches * dp)).
+// The CPU optimizer's order (runtime/optimizer_step.cpp): tied-embedding pair sum, sequence-parallel tp sum
+// of the replicated parameters, then the data-parallel sum (each micro-batch loss already carries
+// 1 / (microbatches * dp)).
 void GpuTrainer::reduce_gradients() {
+  sync_tied();
+  sync_sequence_parallel();
   if (layout_.dp == 1) return;
+  if (params_->sharded()) {  // ZeRO-1: each dp rank receives the sum of its shard only
+    dev_.comm_waits_compute();
+    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
+                                         0.0, double(params_->padded()) * sizeof(float));
+    if (!record_only_) groups_.dp->reduce_scatter(params_->flat_grad(), params_->shard_grad(), params_->shard_size());
+    dev_.end_op(id);
+    if (!record_only_) dev_.compute_waits_comm();
+    return;
+  }
   dev_.comm_waits_compute();
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allreduce", -1, -1, -1, -1, -1}, "dp_allreduce", 0.0,
                                        double(params_->count()) * sizeof(float));
@@ -183,20 +207,115 @@ void GpuTrainer::reduce_gradients() {
   if (!record_only_) dev_.compute_waits_comm();
 }
 
-// sqrt of the sum over ranks of squared gradients, each tensor counted once: tp-replicated ones on tp rank
-// 0, every tensor on dp rank 0 only (replicas hold the same reduced gradients).
-double GpuTrainer::global_grad_norm() {
-  double sq = at_.dp == 0 ? params_->local_grad_sq(dev_.compute(), at_.tp == 0) : 0.0;
-  if (world_ && !record_only_ && world_->size() > 1) {
-    DBuf d = dev_.alloc_f32(1);
-    float v = static_cast<float>(sq);
-    cuda_ok(cudaMemcpy(f32(d), &v, sizeof(float), cudaMemcpyHostToDevice), "grad norm");
-    world_->all_reduce(f32(d), 1);
-    world_->barrier();
-    cuda_ok(cudaMemcpy(&v, f32(d), sizeof(float), cudaMemcpyDeviceToHost), "grad norm");
-    sq = v;
+// Both copies of the tied embedding end with the sum of the two stages' gradients.
+void GpuTrainer::sync_tied() {
+  if (!embed_) return;
+  const std::size_t n = params_->at("embed.tok").size();
+  dev_.comm_waits_compute();
+  const std::size_t id = dev_.begin_op(trace::Stream::pp, {"embedding_allreduce", -1, -1, -1, -1, -1},
+                                       "embedding_allreduce", 0.0, double(n) * sizeof(float));
+  embed_->all_reduce(params_->grad("embed.tok"), n);
+  dev_.end_op(id);
+  dev_.compute_waits_comm();
+}
+
+// Under sequence parallelism each tp rank's norm (and row-parallel bias, learned position) gradients cover
+// its own tokens only: sum them over tp, as Megatron's allreduce of layernorm grads.
+void GpuTrainer::sync_sequence_parallel() {
+  if (!layout_.sequence_parallel || layout_.tp == 1 || record_only_) return;
+  for (const GpuParam& p : params_->params()) {
+    if (p.spec.shard_dim != -1) continue;
+    dev_.comm_waits_compute();
+    const std::size_t id = dev_.begin_op(trace::Stream::tp, {"tp_allreduce", -1, -1, -1, -1, -1}, "tp_allreduce", 0.0,
+                                         double(p.size()) * sizeof(float));
+    groups_.tp->all_reduce(params_->grad(p.spec.name), p.size());
+    dev_.end_op(id);
+    dev_.compute_waits_comm();
   }
-  return std::sqrt(sq);
+}
+
+// Each tensor once in the world: dp rank 0 (replicas hold the same reduced gradients), tp rank 0 for the
+// tp-replicated ones, the first stage's copy of a tied embedding held on two pipeline ranks.
+bool GpuTrainer::counts_in_norm(const GpuParam& p) const {
+  if (at_.dp != 0 && !params_->sharded()) return false;  // ZeRO-1: every dp rank counts its own shard
+  if (p.spec.shard_dim == -1 && at_.tp != 0) return false;
+  if (p.spec.name == "embed.tok" && model_.tied_embeddings && first_pp_ != last_pp_ && at_.pp != first_pp_) return false;
+  return true;
+}
+
+// ZeRO-1: every dp rank updated its shard of the flat values; all-gather them in place (NCCL's in-place
+// form: this rank's input is its own slot of the output), then refresh the bf16 copy.
+void GpuTrainer::gather_params() {
+  dev_.comm_waits_compute();
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                       double(params_->padded()) * sizeof(float));
+  if (!record_only_)
+    groups_.dp->all_gather(params_->flat_data() + params_->shard_begin(), params_->flat_data(), params_->shard_size());
+  dev_.end_op(id);
+  if (!record_only_) dev_.compute_waits_comm();
+  params_->refresh_half(dev_.compute());
+}
+
+Comm& GpuTrainer::host_world() {
+  if (!host_world_) {
+    if (world_ && !record_only_) host_world_ = std::make_unique<HostStagedComm>(*world_, dev_.comm());
+    else host_world_ = std::make_unique<SelfComm>();
+  }
+  return *host_world_;
+}
+
+float GpuTrainer::world_sum(float v) {
+  if (!world_ || record_only_ || world_->size() == 1) return v;
+  host_world().all_reduce(&v, 1);
+  return v;
+}
+
+double GpuTrainer::global_grad_norm() {
+  const double sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
+  return std::sqrt(double(world_sum(static_cast<float>(sq))));
+}
+
+void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
+  TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
+  std::vector<std::vector<float>> host(3 * params_->params().size());
+  std::vector<CheckpointTensor> ts;
+  if (params_->sharded()) params_->gather_moments(*groups_.dp);  // ZeRO-1: the whole moments from the dp shards
+  std::size_t k = 0;
+  for (const GpuParam& p : params_->params()) {
+    std::vector<float>& d = host[k++];
+    std::vector<float>& m = host[k++];
+    std::vector<float>& v = host[k++];
+    params_->download_state(p.spec.name, d, m, v);
+    ts.push_back({p.spec, p.rows, p.cols, p.row0, p.col0, checkpoint_owns(p.spec, at_, schedule_), d.data(), m.data(), v.data()});
+  }
+  params_->release_moments();
+  write_checkpoint(dir, steps_, seed, model_, layout_, "cuda", host_world(), ts);
+}
+
+void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
+  TESSEL_CHECK(!record_only_, "--only-rank runs do not resume");
+  std::vector<std::vector<float>> host(3 * params_->params().size());
+  std::vector<CheckpointTensor> ts;
+  std::size_t k = 0;
+  for (const GpuParam& p : params_->params()) {
+    std::vector<float>& d = host[k++];
+    std::vector<float>& m = host[k++];
+    std::vector<float>& v = host[k++];
+    d.assign(p.size(), 0.0f);
+    m.assign(p.size(), 0.0f);
+    v.assign(p.size(), 0.0f);
+    ts.push_back({p.spec, p.rows, p.cols, p.row0, p.col0, false, d.data(), m.data(), v.data()});
+  }
+  const int step = read_checkpoint(dir, seed, ts);
+  params_->load_moments_begin();
+  k = 0;
+  for (const GpuParam& p : params_->params()) {
+    params_->upload_state(p.spec.name, host[k], host[k + 1], host[k + 2]);
+    k += 3;
+  }
+  params_->load_moments_end();  // ZeRO-1: keeps this rank's shard
+  params_->refresh_half(dev_.compute());
+  steps_ = step;
 }
 
 StepStats GpuTrainer::step() {
@@ -217,20 +336,14 @@ StepStats GpuTrainer::step() {
                                        double(params_->count()) * 16);
   params_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
   dev_.end_op(id);
+  if (params_->sharded()) gather_params();
   // Loss: summed token losses of this rank's last-stage micro-batches, over T per micro-batch and m * dp.
   const bool counts = stages_.count(layout_.num_stages() - 1) && at_.tp == 0;
   float sum = 0;
   cuda_ok(cudaMemcpyAsync(&sum, loss_sum_->get(), sizeof(float), cudaMemcpyDeviceToHost, dev_.compute()), "loss");
   dev_.collect(rec_);  // waits for the device
   const double T = double(layout_.micro_batch) * model_.seq_len;
-  float loss = counts ? static_cast<float>(sum / T / (layout_.num_microbatches() * layout_.dp)) : 0.0f;
-  if (world_ && !record_only_ && world_->size() > 1) {
-    cuda_ok(cudaMemcpy(loss_sum_->get(), &loss, sizeof(float), cudaMemcpyHostToDevice), "loss");
-    world_->all_reduce(f32(loss_sum_), 1);
-    world_->barrier();
-    cuda_ok(cudaMemcpy(&loss, loss_sum_->get(), sizeof(float), cudaMemcpyDeviceToHost), "loss");
-  }
-  st.loss = loss;
+  st.loss = world_sum(counts ? static_cast<float>(sum / T / (layout_.num_microbatches() * layout_.dp)) : 0.0f);
   ++steps_;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return st;

@@ -27,6 +27,7 @@ struct GpuTrainOptions {
   bool record_trace = false;
   kernels::cuda::GemmType gemm = kernels::cuda::GemmType::bf16_fp32;
   int only_rank = -1;          // >= 0: play this world rank alone (see above)
+  std::string data_file;       // token file (runtime/init.hpp's TokenStream); empty: the synthetic stream
 };
 
 class GpuTrainer {
@@ -41,13 +42,25 @@ class GpuTrainer {
   GpuParams& params() { return *params_; }
   std::string process_name() const;
   int world_rank() const { return world_rank_; }
+  int steps_done() const { return steps_; }
   double step_flops() const;  // forward + backward (3x forward) of this rank's stages, one step
+
+  // Recovery checkpoints in the CPU runtime's format (runtime/trainer_checkpoint.hpp), so a run saved on
+  // either runtime resumes on the other, under any layout. Collective over the world.
+  void save_checkpoint(const std::string& dir, std::uint64_t seed);
+  void load_checkpoint(const std::string& dir, std::uint64_t seed);
 
  private:
   struct Walker;
   void load_batch(int step);
   void reduce_gradients();
+  void sync_tied();
+  void sync_sequence_parallel();
+  void gather_params();
   double global_grad_norm();
+  bool counts_in_norm(const GpuParam& p) const;
+  float world_sum(float v);  // over every rank (host scalar)
+  Comm& host_world();
 
   CudaDevice& dev_;
   Model model_;
@@ -55,6 +68,11 @@ class GpuTrainer {
   GpuTrainOptions opt_;
   Comm* world_ = nullptr;
   RankGroups groups_;
+  // The first and last stages' pipeline ranks; with tied embeddings on two of them, both hold embed.tok
+  // and sum its gradient over `embed_` (the pair, per tp and dp position), Megatron's embedding group.
+  int first_pp_ = 0, last_pp_ = 0;
+  std::unique_ptr<Comm> embed_;
+  std::unique_ptr<Comm> host_world_;  // host-pointer view of world_ (checkpoints, scalars)
   RankCoords at_;
   int world_rank_ = 0;
   bool record_only_ = false;

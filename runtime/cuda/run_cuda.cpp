@@ -6,7 +6,9 @@
 #include "kernels/cuda/device_info.hpp"
 #include "models/util/error.hpp"
 #include "runtime/cuda/gpu_trainer.hpp"
+#include "runtime/comm/thread_comm.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
+#include "runtime/cuda/staged_comm.hpp"
 #include "traces/chrome.hpp"
 #ifdef TESSEL_HAVE_MPI
 #include "runtime/comm/mpi_comm.hpp"
@@ -31,6 +33,9 @@ kg::GemmType gemm_type(const std::string& p) {
 void check_supported(const CudaRunOptions& o, int world) {
   const Layout& l = o.layout;
   if (o.only_rank >= 0) {
+    if (o.gpu_threads) throw InputError("--gpu-threads: cannot be combined with --only-rank (one rank alone)");
+    if (o.save_every > 0 || !o.resume.empty())
+      throw InputError("--only-rank: runs on synthesised weights, so it neither saves nor resumes recovery checkpoints");
     if (o.only_rank >= l.gpus())
       throw InputError("--only-rank " + std::to_string(o.only_rank) + ": the layout has " + std::to_string(l.gpus()) +
                        " ranks (0.." + std::to_string(l.gpus() - 1) + ")");
@@ -40,13 +45,9 @@ void check_supported(const CudaRunOptions& o, int world) {
     throw InputError("--backend cuda: the layout needs " + std::to_string(l.gpus()) + " GPU processes, " +
                      std::to_string(world) + " started; launch one process per GPU (mpirun -n N, or torchrun-style "
                      "RANK/WORLD_SIZE), or measure one rank with --only-rank R");
-  if (l.tp > 1)
-    throw InputError("--tp " + std::to_string(l.tp) + ": the CUDA runtime's vocab-parallel cross-entropy is not "
-                     "reduced across tp ranks yet; real runs need tp 1 (--only-rank measures tp > 1)");
-  if (l.zero_stage > 0) throw InputError("--zero " + std::to_string(l.zero_stage) + ": not implemented on the CUDA backend");
-  if (o.model.tied_embeddings && l.pp > 1)
-    throw InputError("--pp " + std::to_string(l.pp) + ": tied embeddings across pipeline ranks are not synchronised "
-                     "on the CUDA backend yet (use --pp 1, a model with untied embeddings, or --only-rank)");
+  if (l.zero_stage > 1)
+    throw InputError("--zero " + std::to_string(l.zero_stage) + ": the CUDA backend shards the optimizer state only "
+                     "(--zero 1, Megatron's distributed optimizer); ZeRO-2/3 run on the CPU backend");
 }
 
 // dev: the rank's GPU; NCCL communicators must enqueue on dev.comm(), which the trainer orders against
@@ -58,24 +59,30 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
   opt.record_trace = !o.trace_path.empty();
   opt.gemm = gemm_type(o.precision);
   opt.only_rank = o.only_rank;
+  opt.data_file = o.data_file;
   const auto t0 = Recorder::Clock::now();
   GpuTrainer t(dev, o.model, o.layout, opt, world, t0);
+  if (!o.resume.empty()) t.load_checkpoint(o.resume, o.seed);
   kg::DeviceInfo info;
   throw_if_failed(kg::device_info(info));
   const bool talk = world_rank == 0 || o.only_rank >= 0;
   const double tokens = double(o.layout.global_batch) * o.model.seq_len;
   if (talk)
-    std::printf("tessel run: %s, %s, %s on %s (%d SMs), GEMMs %s%s\n", o.model.name.c_str(), o.layout.describe().c_str(),
+    std::printf("tessel run: %s, %s, %s on %s (%d SMs), GEMMs %s%s%s\n", o.model.name.c_str(), o.layout.describe().c_str(),
                 o.only_rank >= 0 ? ("only rank " + std::to_string(o.only_rank)).c_str()
+                : o.gpu_threads  ? (std::to_string(o.layout.gpus()) + " rank(s) as threads on one GPU").c_str()
                                  : (std::to_string(o.layout.gpus()) + " GPU process(es)").c_str(),
                 info.name.c_str(), info.sm_count, o.precision.c_str(),
-                o.only_rank >= 0 ? ", synthesised inputs, communication recorded not waited" : "");
-  for (int i = 0; i < o.steps; ++i) {
+                o.only_rank >= 0 ? ", synthesised inputs, communication recorded not waited"
+                : o.gpu_threads  ? ", communication staged through host memory (times are not a multi-GPU run's)" : "",
+                o.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done())).c_str());
+  while (t.steps_done() < o.steps) {
     const StepStats s = t.step();
     // Achieved model FLOP/s of this rank: 3x forward FLOPs (forward + backward) over the step time.
     if (talk)
       std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s  %7.1f TFLOP/s\n", s.step + 1,
                   s.loss, s.grad_norm, s.seconds * 1e3, tokens / s.seconds, t.step_flops() / s.seconds / 1e12);
+    if (o.save_every > 0 && t.steps_done() % o.save_every == 0) t.save_checkpoint(o.checkpoint_dir, o.seed);
   }
   if (talk)
     std::printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", dev.memory().peak() / 1048576.0,
@@ -108,6 +115,22 @@ int run_cuda(const CudaRunOptions& o) {
                      "use --backend cpu");
   (void)gemm_type(o.precision);
   trace::Trace tr;
+  if (o.gpu_threads && o.only_rank < 0 && o.layout.gpus() > 1) {
+    check_supported(o, o.layout.gpus());
+    std::mutex mu;
+    run_threads(o.layout.gpus(), [&](Comm& host) {
+      CudaDevice dev(0);
+      DeviceStagedComm world(host, dev.comm());
+      trace::Trace part;
+      run_rank(o, dev, &world, host.rank(), part);
+      std::lock_guard<std::mutex> lk(mu);
+      tr.events.insert(tr.events.end(), part.events.begin(), part.events.end());
+      tr.process_names.insert(part.process_names.begin(), part.process_names.end());
+      tr.counters.insert(tr.counters.end(), part.counters.begin(), part.counters.end());
+    });
+    write_trace(o, tr, 0, 1);
+    return 0;
+  }
   if (o.only_rank >= 0 || o.layout.gpus() == 1) {
     check_supported(o, 1);
     CudaDevice dev(0);

@@ -19,6 +19,10 @@ struct CudaRunOptions {
   std::string trace_path;      // empty: no trace
   int only_rank = -1;          // >= 0: execute this world rank of the layout alone (synthesised inputs)
   std::string precision = "bf16";  // GEMM operands: bf16 (fp32 accumulate), tf32 or fp32
+  bool gpu_threads = false;    // every rank of the layout as a thread on GPU 0, communicating through the host
+  std::string data_file;       // token file; empty: the synthetic stream
+  int save_every = 0;          // > 0: recovery checkpoint every N steps into checkpoint_dir
+  std::string checkpoint_dir, resume;
 };
 
 // Number of CUDA devices this process sees (0 without a driver or GPU).
@@ -26,7 +30,8 @@ int cuda_devices();
 
 // Runs and prints per-step loss, time, tokens/s, MFU inputs and the device memory peak; writes the trace.
 // Without a GPU: InputError "--backend cuda: no CUDA device ..." (exit 2). A layout of several GPUs needs
-// one process per GPU (mpirun, or torchrun-style RANK/WORLD_SIZE), or --only-rank.
+// one process per GPU (mpirun, or torchrun-style RANK/WORLD_SIZE), or --only-rank, or --gpu-threads (all ranks
+// as threads on one GPU: the multi-rank code paths checked on one device; times are not a multi-GPU run's).
 int run_cuda(const CudaRunOptions& o);
 
 }  // namespace tessel::rt::cuda

@@ -3,6 +3,7 @@
 // sums), so the tolerance bounds only fp32 rounding and summation order (gpu_util.hpp).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -149,6 +150,52 @@ TEST_CASE("softmax cross-entropy forward and backward match the CPU reference, w
     CHECK_CLOSE(dMX.download(), mx, kTolFp32);
     CHECK_CLOSE(dSM.download(), sm, kTolFp32Reduction);
     CHECK_CLOSE(dDZ.download(), dz, kTolFp32Reduction);
+  }
+}
+
+// tp = 3 shards of one vocabulary, each a slice of the full logits, through the three passes with the
+// all-reduces done here on the host (max, then sum): loss, statistics and every shard's dlogits must equal
+// the single-shard CPU reference over the whole vocabulary. Targets fall in every shard.
+TEST_CASE("vocab-parallel cross-entropy passes over three shards match the whole-vocabulary reference") {
+  const int rows = 37, vocab = 3 * 1001, shards = 3, vl = vocab / shards;
+  const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
+  const auto t = random_tokens(rows, vocab);
+  std::vector<float> loss(rows), mx(rows), sm(rows), dz(z.size());
+  kc::cross_entropy_fwd(z.data(), rows, vocab, 0, t.data(), loss.data(), mx.data(), sm.data(), nullptr);
+  kc::cross_entropy_bwd(z.data(), rows, vocab, 0, t.data(), mx.data(), sm.data(), dl.data(), dz.data());
+  std::vector<std::vector<float>> zs(shards);
+  for (int k = 0; k < shards; ++k)
+    for (int r = 0; r < rows; ++r)
+      zs[k].insert(zs[k].end(), z.begin() + std::size_t(r) * vocab + k * vl, z.begin() + std::size_t(r) * vocab + (k + 1) * vl);
+  DeviceBuf<std::int32_t> dT(t);
+  std::vector<float> gmax(rows, -std::numeric_limits<float>::infinity()), gsums(2 * std::size_t(rows), 0.0f);
+  for (int k = 0; k < shards; ++k) {  // pass 1 on every shard, then the max all-reduce
+    DeviceBuf<float> dZ(zs[k]), dMX(rows);
+    REQUIRE_OK(kg::cross_entropy_max(nullptr, dZ, rows, vl, dMX));
+    const auto m = dMX.download();
+    for (int r = 0; r < rows; ++r) gmax[r] = std::max(gmax[r], m[r]);
+  }
+  CHECK_CLOSE(gmax, mx, kTolFp32);
+  DeviceBuf<float> dGMAX(gmax);
+  for (int k = 0; k < shards; ++k) {  // pass 2, then the sum all-reduce
+    DeviceBuf<float> dZ(zs[k]), dSUMS(2 * std::size_t(rows));
+    REQUIRE_OK(kg::cross_entropy_partial(nullptr, dZ, rows, vl, k * vl, dT, dGMAX, dSUMS));
+    const auto p = dSUMS.download();
+    for (std::size_t i = 0; i < p.size(); ++i) gsums[i] += p[i];
+  }
+  CHECK_CLOSE(std::vector<float>(gsums.begin(), gsums.begin() + rows), sm, kTolFp32Reduction);
+  DeviceBuf<float> dSUMS(gsums), dLOSS(rows);
+  REQUIRE_OK(kg::cross_entropy_loss(nullptr, rows, dGMAX, dSUMS, dLOSS));
+  CHECK_CLOSE(dLOSS.download(), loss, kTolFp32Reduction);
+  DeviceBuf<float> dDL(dl), dSM(std::vector<float>(gsums.begin(), gsums.begin() + rows));
+  for (int k = 0; k < shards; ++k) {  // the backward needs only the reduced statistics
+    CAPTURE(k);
+    DeviceBuf<float> dZ(zs[k]), dDZ(zs[k].size());
+    REQUIRE_OK(kg::cross_entropy_bwd(nullptr, dZ, rows, vl, k * vl, dT, dGMAX, dSM, dDL, dDZ));
+    std::vector<float> want;
+    for (int r = 0; r < rows; ++r)
+      want.insert(want.end(), dz.begin() + std::size_t(r) * vocab + k * vl, dz.begin() + std::size_t(r) * vocab + (k + 1) * vl);
+    CHECK_CLOSE(dDZ.download(), want, kTolFp32Reduction);
   }
 }
 
