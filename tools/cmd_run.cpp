@@ -34,6 +34,7 @@ std::vector<cli::OptionSpec> run_options() {
       {"--backend", true, "cpu or cuda (cuda needs a build with CUDA/NCCL and a GPU) [cpu]"},
       {"--only-rank", true, "cuda: run world rank R of the layout alone (synthesised inputs, comm recorded)"},
       {"--precision", true, "cuda GEMM operands: bf16|tf32|fp32 [bf16]"},
+      {"--profile-kernels", false, "cuda: time each kernel kind and print where the step goes"},
       {"--gpu-threads", false, "cuda: every rank of the layout as a thread on one GPU (functional check of tp/pp/dp)"},
       {"--model", true, "model preset or JSON file [tiny]"},
       {"--layout", true, "layout JSON file (instead of the layout flags)"},
@@ -229,6 +230,7 @@ int run(const Args& args) {
     o.only_rank = static_cast<int>(cl.get_int("--only-rank", 0, 1 << 20).value_or(-1));
     o.precision = cl.get_or("--precision", "bf16");
     o.gpu_threads = cl.flag("--gpu-threads");
+    o.profile_kernels = cl.flag("--profile-kernels");
     o.data_file = cl.get_or("--data", "");
     o.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
     o.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
@@ -242,7 +244,7 @@ int run(const Args& args) {
 #endif
   }
   if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu or cuda)");
-  for (const char* f : {"--only-rank", "--precision", "--gpu-threads"})
+  for (const char* f : {"--only-rank", "--precision", "--gpu-threads", "--profile-kernels"})
     if (cl.has(f)) throw InputError(std::string(f) + ": only with --backend cuda (the CPU runtime is fp32, all ranks)");
   RunConfig c;
   c.model = load_model(cl.get_or("--model", "tiny"));

@@ -102,6 +102,7 @@ void CudaDevice::start_step(Recorder& rec) {
   RT_CUDA(cudaDeviceSynchronize());
   used_ = 0;
   ops_.clear();
+  scopes_.clear();
   RT_CUDA(cudaEventRecord(base_, compute_));
   RT_CUDA(cudaEventSynchronize(base_));
   anchor_us_ = rec.now_us();
@@ -130,8 +131,32 @@ void CudaDevice::collect(Recorder& rec) {
     RT_CUDA(cudaEventElapsedTime(&t1, base_, op.end));
     rec.record(op.lane, op.id, op.name, anchor_us_ + 1e3 * t0, anchor_us_ + 1e3 * t1, op.flops, op.bytes, op.flow);
   }
+  for (const Scope& sc : scopes_) {
+    float ms = 0;
+    RT_CUDA(cudaEventElapsedTime(&ms, sc.begin, sc.end));
+    KernelTotal& k = totals_[sc.name];
+    ++k.calls;
+    k.ms += ms;
+  }
   ops_.clear();
+  scopes_.clear();
   used_ = 0;
+}
+
+std::size_t CudaDevice::scope_begin(const char* name) {
+  if (!profile_) return static_cast<std::size_t>(-1);
+  Scope sc{name, event(), nullptr};
+  RT_CUDA(cudaEventRecord(sc.begin, compute_));
+  scopes_.push_back(sc);
+  return scopes_.size() - 1;
+}
+
+void CudaDevice::scope_end(std::size_t i) {
+  if (i == static_cast<std::size_t>(-1)) return;
+  Scope& sc = scopes_.at(i);
+  sc.end = event();
+  // A destructor: a failed record must not throw (the scope's time is then simply missing).
+  if (cudaEventRecord(sc.end, compute_) != cudaSuccess) sc.end = sc.begin;
 }
 
 void CudaDevice::compute_waits_comm() {

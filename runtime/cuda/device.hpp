@@ -92,6 +92,20 @@ class CudaDevice {
   void compute_waits_comm();
   void comm_waits_compute();
 
+  // Kernel-level profile (`tessel run --backend cuda --profile-kernels`): named scopes of launches on the
+  // compute stream (KernelScope), each timed by an event pair and summed per name by collect(). Off by
+  // default: then a scope records nothing.
+  struct KernelTotal {
+    std::int64_t calls = 0;
+    double ms = 0;
+  };
+  void set_kernel_profile(bool on) { profile_ = on; }
+  bool kernel_profile() const { return profile_; }
+  std::size_t scope_begin(const char* name);  // npos when profiling is off
+  void scope_end(std::size_t scope);
+  const std::map<std::string, KernelTotal>& kernel_totals() const { return totals_; }
+  void reset_kernel_totals() { totals_.clear(); }
+
  private:
   struct Op {
     trace::Stream lane;
@@ -113,6 +127,27 @@ class CudaDevice {
   cudaEvent_t base_ = nullptr, sync_ = nullptr;
   double anchor_us_ = 0;
   std::vector<Op> ops_;
+  struct Scope {
+    const char* name;
+    cudaEvent_t begin, end;
+  };
+  bool profile_ = false;
+  std::vector<Scope> scopes_;
+  std::map<std::string, KernelTotal> totals_;
+};
+
+// RAII kernel scope on the device's compute stream (see CudaDevice::set_kernel_profile); `name` must
+// outlive the step (a string literal).
+class KernelScope {
+ public:
+  KernelScope(CudaDevice& d, const char* name) : d_(d), i_(d.scope_begin(name)) {}
+  ~KernelScope() { d_.scope_end(i_); }
+  KernelScope(const KernelScope&) = delete;
+  KernelScope& operator=(const KernelScope&) = delete;
+
+ private:
+  CudaDevice& d_;
+  std::size_t i_;
 };
 
 }  // namespace tessel::rt::cuda

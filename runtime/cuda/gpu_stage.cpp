@@ -15,6 +15,13 @@ namespace tessel::rt::cuda {
 namespace kg = kernels::cuda;
 using kg::GemmType;
 
+// A launch (returning Status) inside a named kernel scope of the device's profile (--profile-kernels).
+#define TIMED(name, expr)              \
+  do {                                 \
+    KernelScope ks_(dev, name);        \
+    throw_if_failed(expr);             \
+  } while (0)
+
 namespace {
 
 // What a layer's backward reads. gemm-typed copies (g*) alias the fp32 buffer unless GEMMs take bf16.
@@ -78,28 +85,28 @@ struct GpuStage::Impl {
   DBuf operand(const DBuf& x, std::size_t n) {
     if (!half()) return x;
     DBuf b = dev.alloc(n * sizeof(__nv_bfloat16));
-    throw_if_failed(kg::to_bf16(s(), f32(x), static_cast<__nv_bfloat16*>(b->get()), n));
+    TIMED("to_bf16", kg::to_bf16(s(), f32(x), static_cast<__nv_bfloat16*>(b->get()), n));
     return b;
   }
-  void mm(bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B, int ldb, float beta, float* C,
-          int ldc, const float* b = nullptr) {
+  void mm(const char* what, bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B, int ldb,
+          float beta, float* C, int ldc, const float* b = nullptr) {
     kg::GemmArgs a{ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, type,
                    b ? kg::Epilogue::bias : kg::Epilogue::none, b};
-    throw_if_failed(dev.gemm().run(s(), a));
+    TIMED(what, dev.gemm().run(s(), a));
   }
   // y[T,out] = x W + b;  dx[T,in] (+)= dy W^T;  dW += x^T dy, db += colsum(dy).
   DBuf linear(const DBuf& gx, int in, int out, const std::string& w, const std::string& b) {
     DBuf y = buf(std::size_t(sh.tokens) * out);
-    mm(false, false, sh.tokens, out, in, gx->get(), in, W(w), out, 0.0f, f32(y), out, bias(b));
+    mm("gemm_fwd", false, false, sh.tokens, out, in, gx->get(), in, W(w), out, 0.0f, f32(y), out, bias(b));
     return y;
   }
   void linear_dx(const DBuf& gdy, int in, int out, const std::string& w, float* dx, bool acc) {
-    mm(false, true, sh.tokens, in, out, gdy->get(), out, W(w), out, acc ? 1.0f : 0.0f, dx, in);
+    mm("gemm_dgrad", false, true, sh.tokens, in, out, gdy->get(), out, W(w), out, acc ? 1.0f : 0.0f, dx, in);
   }
   void weight_grad(const DBuf& gx, const DBuf& gdy, const DBuf& dy, int in, int out, const std::string& w,
                    const std::string& b) {
-    mm(true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
-    if (float* db = bgrad(b)) throw_if_failed(kg::col_sum(s(), f32(dy), sh.tokens, out, db));
+    mm("gemm_wgrad", true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
+    if (float* db = bgrad(b)) TIMED("bias_grad", kg::col_sum(s(), f32(dy), sh.tokens, out, db));
   }
 
   // ---- tensor-parallel collectives, timed on the trace's tp lane (comm stream) ----
@@ -136,16 +143,16 @@ struct GpuStage::Impl {
     mu = buf(sh.local_tokens);
     rs = buf(sh.local_tokens);
     if (sh.layernorm)
-      throw_if_failed(kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), f32(y), f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
+      TIMED("norm_fwd", kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), f32(y), f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
     else
-      throw_if_failed(kg::rmsnorm_fwd(s(), f32(x), P.data(g), f32(y), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
+      TIMED("norm_fwd", kg::rmsnorm_fwd(s(), f32(x), P.data(g), f32(y), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
   }
   void norm_bwd(const std::string& g, const std::string& b, const DBuf& dy, const DBuf& x, const DBuf& mu,
                 const DBuf& rs, float* dx) {
     if (sh.layernorm)
-      throw_if_failed(kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden));
+      TIMED("norm_bwd", kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden));
     else
-      throw_if_failed(kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden));
+      TIMED("norm_bwd", kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden));
   }
   kg::AttentionShape attn_shape() const { return {sh.batch, sh.seq, sh.heads, sh.kv_heads, sh.head_dim}; }
   // bf16 GEMM stages run attention on the tensor cores too (bf16 operands, fp32 accumulation); fp32/tf32
@@ -177,20 +184,20 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   // tokens here (any SP all-gather came first), so row t sits at position t % seq. a.q/a.k keep the rotated
   // values that attention reads and its backward needs; full recomputation re-runs this function.
   if (rotary()) {
-    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.q), T, sh.heads, qd));
-    throw_if_failed(kg::rope_fwd(s(), rope, f32(a.k), T, sh.kv_heads, kd));
+    TIMED("rope", kg::rope_fwd(s(), rope, f32(a.q), T, sh.heads, qd));
+    TIMED("rope", kg::rope_fwd(s(), rope, f32(a.k), T, sh.kv_heads, kd));
   }
   a.attn = buf(std::size_t(T) * qd);
   a.lse = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
-  throw_if_failed(attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
+  TIMED("attention_fwd", attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
-  mm(false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
+  mm("gemm_fwd", false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
   a.x2 = reduce_tokens(partial);
   const std::size_t nl = std::size_t(sh.local_tokens) * h;
-  throw_if_failed(kg::add(s(), f32(a.x2), f32(x), f32(a.x2), nl));
-  if (float* bo = bias(L(l, "attn.bo"))) throw_if_failed(kg::add_bias(s(), f32(a.x2), bo, sh.local_tokens, h));
+  TIMED("residual_add", kg::add(s(), f32(a.x2), f32(x), f32(a.x2), nl));
+  if (float* bo = bias(L(l, "attn.bo"))) TIMED("bias_add", kg::add_bias(s(), f32(a.x2), bo, sh.local_tokens, h));
 
   norm_fwd(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, yl, a.mu2, a.rs2);
   a.y2 = gather_tokens(yl);
@@ -199,16 +206,16 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   a.act = buf(std::size_t(T) * f);
   if (sh.swiglu) {
     a.gate = linear(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
-    throw_if_failed(kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), f32(a.act), std::size_t(T) * f));
+    TIMED("activation_fwd", kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), f32(a.act), std::size_t(T) * f));
   } else {
-    throw_if_failed(kg::gelu_fwd(s(), f32(a.h1), f32(a.act), std::size_t(T) * f));
+    TIMED("activation_fwd", kg::gelu_fwd(s(), f32(a.h1), f32(a.act), std::size_t(T) * f));
   }
   a.gact = operand(a.act, std::size_t(T) * f);
   partial = buf(std::size_t(T) * h);
-  mm(false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
+  mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
   DBuf out = reduce_tokens(partial);
-  throw_if_failed(kg::add(s(), f32(out), f32(a.x2), f32(out), nl));
-  if (float* b2 = bias(L(l, "mlp.b2"))) throw_if_failed(kg::add_bias(s(), f32(out), b2, sh.local_tokens, h));
+  TIMED("residual_add", kg::add(s(), f32(out), f32(a.x2), f32(out), nl));
+  if (float* b2 = bias(L(l, "mlp.b2"))) TIMED("bias_add", kg::add_bias(s(), f32(out), b2, sh.local_tokens, h));
   return out;
 }
 
@@ -216,43 +223,43 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   kg::NvtxRange r("layer_backward");
   const int T = sh.tokens, Tl = sh.local_tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
-  if (float* b2 = bgrad(L(l, "mlp.b2"))) throw_if_failed(kg::col_sum(s(), f32(dout), Tl, h, b2));
+  if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED("bias_grad", kg::col_sum(s(), f32(dout), Tl, h, b2));
   DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
   DBuf dact = buf(nf);
   linear_dx(gdmf, f, h, L(l, "mlp.w2"), f32(dact), false);
-  mm(true, false, f, h, T, a.gact->get(), f, gdmf->get(), h, 1.0f, P.grad(L(l, "mlp.w2")), h);
+  mm("gemm_wgrad", true, false, f, h, T, a.gact->get(), f, gdmf->get(), h, 1.0f, P.grad(L(l, "mlp.w2")), h);
   DBuf dh1 = buf(nf), dy2 = buf(std::size_t(T) * h);
   if (sh.swiglu) {
     DBuf dg = buf(nf);
-    throw_if_failed(kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf));
+    TIMED("activation_bwd", kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf));
     DBuf gdg = operand(dg, nf);
     linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
     weight_grad(a.g2, gdg, dg, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
   } else {
-    throw_if_failed(kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf));
+    TIMED("activation_bwd", kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf));
   }
   DBuf gdh1 = operand(dh1, nf);
   linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
   weight_grad(a.g2, gdh1, dh1, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
   DBuf dy2l = reduce_tokens(dy2), dx2 = buf(nl);
   norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2));
-  throw_if_failed(kg::add(s(), f32(dx2), f32(dout), f32(dx2), nl));
+  TIMED("residual_add", kg::add(s(), f32(dx2), f32(dout), f32(dx2), nl));
 
-  if (float* bo = bgrad(L(l, "attn.bo"))) throw_if_failed(kg::col_sum(s(), f32(dx2), Tl, h, bo));
+  if (float* bo = bgrad(L(l, "attn.bo"))) TIMED("bias_grad", kg::col_sum(s(), f32(dx2), Tl, h, bo));
   DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
   DBuf da = buf(std::size_t(T) * qd);
   linear_dx(gdpf, qd, h, L(l, "attn.wo"), f32(da), false);
-  mm(true, false, qd, h, T, a.ga->get(), qd, gdpf->get(), h, 1.0f, P.grad(L(l, "attn.wo")), h);
+  mm("gemm_wgrad", true, false, qd, h, T, a.ga->get(), qd, gdpf->get(), h, 1.0f, P.grad(L(l, "attn.wo")), h);
   DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
   DBuf delta = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
-  throw_if_failed(attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
+  TIMED("attention_bwd", attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
                            f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
   // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
   // before the input, weight and bias gradients read them.
   if (rotary()) {
-    throw_if_failed(kg::rope_bwd(s(), rope, f32(dq), T, sh.heads, qd));
-    throw_if_failed(kg::rope_bwd(s(), rope, f32(dk), T, sh.kv_heads, kd));
+    TIMED("rope", kg::rope_bwd(s(), rope, f32(dq), T, sh.heads, qd));
+    TIMED("rope", kg::rope_bwd(s(), rope, f32(dk), T, sh.kv_heads, kd));
   }
   DBuf gdq = operand(dq, std::size_t(T) * qd), gdk = operand(dk, std::size_t(T) * kd), gdv = operand(dv, std::size_t(T) * kd);
   DBuf dy1 = buf(std::size_t(T) * h);
@@ -264,7 +271,7 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   weight_grad(a.g1, gdv, dv, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
   DBuf dy1l = reduce_tokens(dy1), dx = buf(nl);
   norm_bwd(L(l, "ln1.w"), L(l, "ln1.b"), dy1l, a.x, a.mu1, a.rs1, f32(dx));
-  throw_if_failed(kg::add(s(), f32(dx), f32(dx2), f32(dx), nl));
+  TIMED("residual_add", kg::add(s(), f32(dx), f32(dx2), f32(dx), nl));
   return dx;
 }
 
@@ -272,19 +279,19 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
 DBuf GpuStage::Impl::embed_forward(Mb& st) {
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = buf(std::size_t(sh.tokens) * sh.hidden);
-  throw_if_failed(kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
+  TIMED("embedding_fwd", kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
   DBuf x = reduce_tokens(full);
   if (P.has("embed.pos"))
-    throw_if_failed(kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
+    TIMED("embedding_fwd", kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   return x;
 }
 
 void GpuStage::Impl::embed_backward(Mb& st, const DBuf& dx) {
   if (P.has("embed.pos"))
-    throw_if_failed(kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
+    TIMED("embedding_bwd", kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = gather_tokens(dx);
-  throw_if_failed(kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, P.grad("embed.tok")));
+  TIMED("embedding_bwd", kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, P.grad("embed.tok")));
 }
 
 // Final norm, LM head (weights [V_local, h]: logits = y W^T) and cross-entropy over this vocab shard.
@@ -298,27 +305,27 @@ void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
   st.head_y = gather_tokens(yl);
   st.head_g = operand(st.head_y, std::size_t(sh.tokens) * sh.hidden);
   st.logits = buf(std::size_t(sh.tokens) * V);
-  mm(false, true, sh.tokens, V, sh.hidden, st.head_g->get(), sh.hidden, W(w), sh.hidden, 0.0f, f32(st.logits), V);
+  mm("gemm_head", false, true, sh.tokens, V, sh.hidden, st.head_g->get(), sh.hidden, W(w), sh.hidden, 0.0f, f32(st.logits), V);
   st.row_max = buf(sh.tokens);
   st.row_sum = buf(sh.tokens);
   DBuf loss = buf(sh.tokens);
   if (tp.size == 1) {
-    throw_if_failed(kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
+    TIMED("cross_entropy_fwd", kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
                                           f32(st.row_max), f32(st.row_sum)));
   } else {
     // Vocab-parallel (Megatron's): the max, then the exp-sums and target logits, reduced over the tp group.
     const int T = sh.tokens;
-    throw_if_failed(kg::cross_entropy_max(s(), f32(st.logits), T, V, f32(st.row_max)));
+    TIMED("cross_entropy_fwd", kg::cross_entropy_max(s(), f32(st.logits), T, V, f32(st.row_max)));
     collective("tp_allreduce", double(T) * 4, [&] { tp.comm->all_reduce(f32(st.row_max), T, ReduceOp::max); });
     DBuf sums = buf(2 * std::size_t(T));  // [row_sum | target logit]
-    throw_if_failed(kg::cross_entropy_partial(s(), f32(st.logits), T, V, int(hw.row0), st.targets, f32(st.row_max), f32(sums)));
+    TIMED("cross_entropy_fwd", kg::cross_entropy_partial(s(), f32(st.logits), T, V, int(hw.row0), st.targets, f32(st.row_max), f32(sums)));
     collective("tp_allreduce", double(T) * 8, [&] { tp.comm->all_reduce(f32(sums), 2 * std::size_t(T)); });
-    throw_if_failed(kg::cross_entropy_loss(s(), T, f32(st.row_max), f32(sums), f32(loss)));
+    TIMED("cross_entropy_fwd", kg::cross_entropy_loss(s(), T, f32(st.row_max), f32(sums), f32(loss)));
     const cudaError_t e = cudaMemcpyAsync(f32(st.row_sum), f32(sums), std::size_t(T) * sizeof(float),
                                           cudaMemcpyDeviceToDevice, s());
     if (e != cudaSuccess) throw kg::DeviceError(std::string("cross-entropy statistics: ") + cudaGetErrorString(e));
   }
-  if (loss_sum) throw_if_failed(kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
+  if (loss_sum) TIMED("cross_entropy_fwd", kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
 }
 
 DBuf GpuStage::Impl::head_backward(Mb& st) {
@@ -326,15 +333,15 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
   const GpuParam& hw = P.at(w);
   const int V = int(hw.rows);
   DBuf dloss = buf(sh.tokens);  // d(loss_scale * mean over T) / d loss_r
-  throw_if_failed(kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
+  TIMED("cross_entropy_bwd", kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
   DBuf dlogits = buf(std::size_t(sh.tokens) * V);
-  throw_if_failed(kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
+  TIMED("cross_entropy_bwd", kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
                                         f32(st.row_sum), f32(dloss), f32(dlogits)));
   st.logits.reset();
   DBuf gdl = operand(dlogits, std::size_t(sh.tokens) * V);
   DBuf dy = buf(std::size_t(sh.tokens) * sh.hidden);
-  mm(false, false, sh.tokens, sh.hidden, V, gdl->get(), V, W(w), sh.hidden, 0.0f, f32(dy), sh.hidden);
-  mm(true, false, V, sh.hidden, sh.tokens, gdl->get(), V, st.head_g->get(), sh.hidden, 1.0f, P.grad(w), sh.hidden);
+  mm("gemm_head", false, false, sh.tokens, sh.hidden, V, gdl->get(), V, W(w), sh.hidden, 0.0f, f32(dy), sh.hidden);
+  mm("gemm_head", true, false, V, sh.hidden, sh.tokens, gdl->get(), V, st.head_g->get(), sh.hidden, 1.0f, P.grad(w), sh.hidden);
   DBuf dyl = reduce_tokens(dy), dx = buf(std::size_t(sh.local_tokens) * sh.hidden);
   norm_bwd("final_ln.w", "final_ln.b", dyl, st.head_x, st.head_mu, st.head_rs, f32(dx));
   return dx;

@@ -253,6 +253,7 @@ void GpuTrainer::gather_params() {
     groups_.dp->all_gather(params_->flat_data() + params_->shard_begin(), params_->flat_data(), params_->shard_size());
   dev_.end_op(id);
   if (!record_only_) dev_.compute_waits_comm();
+  KernelScope k(dev_, "optimizer");
   params_->refresh_half(dev_.compute());
 }
 
@@ -322,7 +323,10 @@ StepStats GpuTrainer::step() {
   kg::NvtxRange r("train_step");
   const auto start = std::chrono::steady_clock::now();
   dev_.start_step(rec_);
-  params_->zero_grad(dev_.compute());
+  {
+    KernelScope k(dev_, "zero_grad");
+    params_->zero_grad(dev_.compute());
+  }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
   load_batch(steps_);
   Walker w{*this, schedule_, at_.pp, {}, {}, {}, {}};
@@ -330,11 +334,17 @@ StepStats GpuTrainer::step() {
   reduce_gradients();
   StepStats st;
   st.step = steps_;
-  st.grad_norm = global_grad_norm();
+  {
+    KernelScope k(dev_, "grad_norm");
+    st.grad_norm = global_grad_norm();
+  }
   const double coef = kernels::cpu::clip_coefficient(st.grad_norm, opt_.optimizer.clip_norm);
   const std::size_t id = dev_.begin_op(trace::Stream::compute, {"optimizer", -1, -1, -1, -1, -1}, "optimizer", 0.0,
                                        double(params_->count()) * 16);
-  params_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
+  {
+    KernelScope k(dev_, "optimizer");
+    params_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
+  }
   dev_.end_op(id);
   if (params_->sharded()) gather_params();
   // Loss: summed token losses of this rank's last-stage micro-batches, over T per micro-batch and m * dp.

@@ -1,6 +1,8 @@
 #include "runtime/cuda/run_cuda.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <vector>
 #include <mutex>
 
 #include "kernels/cuda/device_info.hpp"
@@ -50,6 +52,28 @@ void check_supported(const CudaRunOptions& o, int world) {
                      "(--zero 1, Megatron's distributed optimizer); ZeRO-2/3 run on the CPU backend");
 }
 
+// Where the step goes, per kernel scope: calls and milliseconds per step over the profiled steps, share of
+// the step's wall time; what no scope covers (communication, host work, launch gaps) is the remainder.
+void print_kernel_profile(const CudaDevice& dev, int steps, double seconds) {
+  if (steps <= 0) {
+    std::printf("kernel profile: needs --steps 2 or more (the first step is warm-up)\n");
+    return;
+  }
+  std::vector<std::pair<std::string, CudaDevice::KernelTotal>> rows(dev.kernel_totals().begin(), dev.kernel_totals().end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
+  const double step_ms = seconds * 1e3 / steps;
+  double covered = 0;
+  std::printf("kernel profile over %d step(s), %.2f ms per step:\n  %-20s %10s %12s %7s\n", steps, step_ms, "scope",
+              "calls/step", "ms/step", "share");
+  for (const auto& r : rows) {
+    const double ms = r.second.ms / steps;
+    covered += ms;
+    std::printf("  %-20s %10.1f %12.3f %6.1f%%\n", r.first.c_str(), double(r.second.calls) / steps, ms,
+                100.0 * ms / step_ms);
+  }
+  std::printf("  %-20s %10s %12.3f %6.1f%%\n", "(not in a scope)", "", step_ms - covered, 100.0 * (step_ms - covered) / step_ms);
+}
+
 // dev: the rank's GPU; NCCL communicators must enqueue on dev.comm(), which the trainer orders against
 // dev.compute() with events.
 void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_rank, trace::Trace& tr) {
@@ -76,14 +100,20 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
                 o.only_rank >= 0 ? ", synthesised inputs, communication recorded not waited"
                 : o.gpu_threads  ? ", communication staged through host memory (times are not a multi-GPU run's)" : "",
                 o.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done())).c_str());
+  dev.set_kernel_profile(o.profile_kernels);
+  double profiled_s = 0;  // step time summed over the profiled steps (all but the first: warm-up)
+  int profiled = 0;
   while (t.steps_done() < o.steps) {
     const StepStats s = t.step();
+    if (profiled++ == 0) dev.reset_kernel_totals();
+    else profiled_s += s.seconds;
     // Achieved model FLOP/s of this rank: 3x forward FLOPs (forward + backward) over the step time.
     if (talk)
       std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s  %7.1f TFLOP/s\n", s.step + 1,
                   s.loss, s.grad_norm, s.seconds * 1e3, tokens / s.seconds, t.step_flops() / s.seconds / 1e12);
     if (o.save_every > 0 && t.steps_done() % o.save_every == 0) t.save_checkpoint(o.checkpoint_dir, o.seed);
   }
+  if (talk && o.profile_kernels) print_kernel_profile(dev, profiled - 1, profiled_s);
   if (talk)
     std::printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", dev.memory().peak() / 1048576.0,
                 dev.memory().reserved() / 1048576.0);

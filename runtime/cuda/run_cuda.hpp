@@ -19,6 +19,7 @@ struct CudaRunOptions {
   std::string trace_path;      // empty: no trace
   int only_rank = -1;          // >= 0: execute this world rank of the layout alone (synthesised inputs)
   std::string precision = "bf16";  // GEMM operands: bf16 (fp32 accumulate), tf32 or fp32
+  bool profile_kernels = false;  // time named kernel scopes and print where the step goes
   bool gpu_threads = false;    // every rank of the layout as a thread on GPU 0, communicating through the host
   std::string data_file;       // token file; empty: the synthetic stream
   int save_every = 0;          // > 0: recovery checkpoint every N steps into checkpoint_dir
