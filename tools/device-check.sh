@@ -203,6 +203,34 @@ RUN_CAP=45 run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full
 RUN_CAP=45 run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --steps 2 --only-rank 63 --trace "$work/g3_r63.json"
 grep -E '^(== |step|device memory|rc |tessel run:)' "$OUT/runs.log" | grep -A0 -E 'only-rank|^step|memory' | tail -8 | tee -a "$summary" >/dev/null
 
+# 6b. PyTorch's scaled_dot_product_attention (flash backend on Hopper) on the attention sweep's shapes, rows
+#     appended to bench.csv in its format: the cost model's attention efficiency and our kernels' yardstick.
+cat > "$work/torch_sdpa.py" <<'EOF'
+import torch, torch.nn.functional as F
+def med(fn, n=10):
+    for _ in range(2): fn()
+    ts = []
+    for _ in range(n):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record(); fn(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b))
+    return sorted(ts)[n // 2]
+for S in (512, 1024, 2048, 4096, 8192):
+    B, H, D = max(1, 16384 // S), 16, 128
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    flops = 2.0 * B * H * S * S * D  # 4 B H S^2 d, halved by the causal mask (bench_cuda.cpp's count)
+    f = med(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True); g = torch.randn_like(o)
+    fb = med(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True))
+    shape = f"b{B}_s{S}_h16_d128"
+    print(f"attention,fwd_sdpa_bf16,{shape},{f:.4f},{flops / f / 1e9:.2f},TFLOP/s")
+    print(f"attention,bwd_sdpa_bf16,{shape},{fb:.4f},{2.5 * flops / fb / 1e9:.2f},TFLOP/s")
+EOF
+c=$(cap 40)
+if [ "$c" -gt 0 ]; then
+  timeout "$c" python3 "$work/torch_sdpa.py" >>"$OUT/bench.csv" 2>>"$OUT/torch.log" || echo "torch sdpa failed or timed out" >>"$OUT/torch.log"
+  awk -F, '$1=="attention" && $2 ~ /sdpa/ {printf "attention %-14s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
+fi
+
 # 7. torch.compile on the same model and batch.
 for mode in compile; do
   c=$(cap 120); [ "$c" -eq 0 ] && { echo "torch $mode skipped (time)" >>"$OUT/torch.log"; continue; }
