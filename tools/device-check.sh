@@ -140,10 +140,10 @@ RUN_CAP=40 run $multi --precision fp32 --gpu-threads --trace "$work/tiny_t2p2d2.
 echo "== cpu backend: $multi" >>"$OUT/runs.log"
 timeout "$(( $(cap 40) + 1 ))" "$tessel" run --backend cpu $multi >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"
 note "tiny tp2 pp2 dp2 sp zero1, step 4 loss: gpu-threads $(grep -A6 -- '--gpu-threads --trace' "$OUT/runs.log" | awk '/^step +4 /{print $4}') cpu $(grep -A6 -- '== cpu backend' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
-RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --steps 2 --save-every 2 --checkpoint-dir "$work/ckpt"
+RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-threads --steps 2 --save-every 2 --checkpoint-dir "$work/ckpt"
 RUN_CAP=30 run --model tiny --tp 2 --mbs 2 --gbs 8 --precision fp32 --steps 4 --gpu-threads --resume "$work/ckpt"
-RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --steps 4
-note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/runs.log" | awk '/^step +4 /{print $4}') vs uninterrupted $(grep -A8 -- '--gbs 8 --steps 4$' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
+RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-threads --steps 4
+note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/runs.log" | awk '/^step +4 /{print $4}') vs uninterrupted $(grep -A8 -- '--gpu-threads --steps 4$' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
 RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --profile-kernels --trace "$work/gpt1b.json"
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p' "$OUT/runs.log" | tee -a "$summary"

@@ -16,6 +16,13 @@ namespace {
 void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw kg::DeviceError(std::string(what) + ": " + cudaGetErrorString(e));
 }
+// A copy ordered on stream s and finished on return. Not plain cudaMemcpy: that runs on the legacy default
+// stream, which the non-blocking compute stream does not wait for, and a pageable host-to-device
+// cudaMemcpy may return before its transfer lands.
+void copy_sync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s, const char* what) {
+  cuda_ok(cudaMemcpyAsync(dst, src, bytes, kind, s), what);
+  cuda_ok(cudaStreamSynchronize(s), what);
+}
 }  // namespace
 
 GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
@@ -145,8 +152,7 @@ void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, d
 std::vector<float> GpuParams::download_grad(const std::string& n) {
   const GpuParam& p = at(n);
   std::vector<float> h(p.size());
-  cuda_ok(cudaStreamSynchronize(dev_.compute()), "download");
-  cuda_ok(cudaMemcpy(h.data(), f32(grad_) + p.offset, h.size() * sizeof(float), cudaMemcpyDeviceToHost), "download");
+  copy_sync(h.data(), f32(grad_) + p.offset, h.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(), "download");
   return h;
 }
 
@@ -157,8 +163,8 @@ void GpuParams::download_state(const std::string& n, std::vector<float>& data, s
   for (auto [buf, out] : {std::pair{f32(data_), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
     TESSEL_CHECK(buf != f32(m_) || !sharded(), "sharded moments: gather_moments() first");
     out->resize(p.size());
-    cuda_ok(cudaMemcpy(out->data(), buf + p.offset, p.size() * sizeof(float), cudaMemcpyDeviceToHost),
-            "checkpoint download");
+    copy_sync(out->data(), buf + p.offset, p.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(),
+              "checkpoint download");
   }
 }
 
@@ -169,8 +175,8 @@ void GpuParams::upload_state(const std::string& n, const std::vector<float>& dat
   for (auto [buf, in] : {std::pair{f32(data_), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
     TESSEL_CHECK(buf != f32(m_) || !sharded(), "sharded moments: load_moments_begin() first");
     TESSEL_CHECK(in->size() == p.size(), "checkpoint upload of " << n << ": " << in->size() << " values for " << p.size());
-    cuda_ok(cudaMemcpy(buf + p.offset, in->data(), p.size() * sizeof(float), cudaMemcpyHostToDevice),
-            "checkpoint upload");
+    copy_sync(buf + p.offset, in->data(), p.size() * sizeof(float), cudaMemcpyHostToDevice, dev_.compute(),
+              "checkpoint upload");
   }
 }
 
@@ -200,8 +206,8 @@ void GpuParams::load_moments_begin() {
 void GpuParams::load_moments_end() {
   if (!sharded()) return;
   const std::size_t bytes = shard_ * sizeof(float);
-  cuda_ok(cudaMemcpy(f32(m_), f32(m_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice), "load moments");
-  cuda_ok(cudaMemcpy(f32(v_), f32(v_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice), "load moments");
+  copy_sync(f32(m_), f32(m_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice, dev_.compute(), "load moments");
+  copy_sync(f32(v_), f32(v_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice, dev_.compute(), "load moments");
   release_moments();
 }
 

@@ -177,9 +177,13 @@ void GpuTrainer::load_batch(int step) {
       const std::int64_t j = std::int64_t(step) * layout_.global_batch + std::int64_t(at_.dp) * m * b + std::int64_t(i) * b + k;
       data_.sample(j, seq, tok.data() + std::size_t(k) * seq, tgt.data() + std::size_t(k) * seq);
     }
-    // Synchronous copies: the host vectors die at the end of this iteration.
-    cuda_ok(cudaMemcpy(tokens_[i]->get(), tok.data(), T * sizeof(std::int32_t), cudaMemcpyHostToDevice), "tokens");
-    cuda_ok(cudaMemcpy(targets_[i]->get(), tgt.data(), T * sizeof(std::int32_t), cudaMemcpyHostToDevice), "targets");
+    // On the compute stream, which reads them (plain cudaMemcpy would be on the legacy default stream, not
+    // ordered with the non-blocking compute stream, and may return before a pageable transfer lands), and
+    // finished before the host vectors die at the end of this iteration.
+    const std::size_t bytes = T * sizeof(std::int32_t);
+    cuda_ok(cudaMemcpyAsync(tokens_[i]->get(), tok.data(), bytes, cudaMemcpyHostToDevice, dev_.compute()), "tokens");
+    cuda_ok(cudaMemcpyAsync(targets_[i]->get(), tgt.data(), bytes, cudaMemcpyHostToDevice, dev_.compute()), "targets");
+    cuda_ok(cudaStreamSynchronize(dev_.compute()), "tokens");
   }
 }
 
@@ -221,17 +225,37 @@ void GpuTrainer::sync_tied() {
 
 // Under sequence parallelism each tp rank's norm (and row-parallel bias, learned position) gradients cover
 // its own tokens only: sum them over tp, as Megatron's allreduce of layernorm grads.
+// One packed all-reduce, as the CPU optimizer (a collective per tensor would be ~4 per layer).
 void GpuTrainer::sync_sequence_parallel() {
   if (!layout_.sequence_parallel || layout_.tp == 1 || record_only_) return;
-  for (const GpuParam& p : params_->params()) {
-    if (p.spec.shard_dim != -1) continue;
-    dev_.comm_waits_compute();
-    const std::size_t id = dev_.begin_op(trace::Stream::tp, {"tp_allreduce", -1, -1, -1, -1, -1}, "tp_allreduce", 0.0,
-                                         double(p.size()) * sizeof(float));
-    groups_.tp->all_reduce(params_->grad(p.spec.name), p.size());
-    dev_.end_op(id);
-    dev_.compute_waits_comm();
-  }
+  std::vector<const GpuParam*> rep;
+  std::size_t n = 0;
+  for (const GpuParam& p : params_->params())
+    if (p.spec.shard_dim == -1) {
+      rep.push_back(&p);
+      n += p.size();
+    }
+  if (n == 0) return;
+  DBuf packed = dev_.alloc_f32(n);
+  const auto pack = [&](bool in) {
+    std::size_t at = 0;
+    for (const GpuParam* p : rep) {
+      float* g = params_->grad(p->spec.name);
+      const std::size_t bytes = p->size() * sizeof(float);
+      cuda_ok(cudaMemcpyAsync(in ? f32(packed) + at : g, in ? g : f32(packed) + at, bytes, cudaMemcpyDeviceToDevice,
+                              dev_.compute()),
+              "sequence-parallel gradients");
+      at += p->size();
+    }
+  };
+  pack(true);
+  dev_.comm_waits_compute();
+  const std::size_t id = dev_.begin_op(trace::Stream::tp, {"tp_allreduce", -1, -1, -1, -1, -1}, "tp_allreduce", 0.0,
+                                       double(n) * sizeof(float));
+  groups_.tp->all_reduce(f32(packed), n);
+  dev_.end_op(id);
+  dev_.compute_waits_comm();
+  pack(false);
 }
 
 // Each tensor once in the world: dp rank 0 (replicas hold the same reduced gradients), tp rank 0 for the

@@ -4,7 +4,9 @@
 // sequence-parallel gradient sums, pipeline send/recv, the tied-embedding pair, the dp reduction); only the
 // transport differs. Expected values: the CPU runtime on the same layout (train_threads), the reference
 // every GPU test uses; fp32 GEMMs, so the differences are summation order only (the bounds of
-// test_gpt_numerics.cpp). Recovery checkpoints cross runtimes and layouts both ways.
+// test_gpt_numerics.cpp), on the loss, the global gradient norm and every parameter's gradient norm.
+// Recovery checkpoints cross runtimes and layouts both ways. What this cannot show: that the pipeline is
+// deadlock-free under NCCL, whose sends wait for their receives (the thread backend buffers them).
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -15,7 +17,10 @@
 
 #include <unistd.h>
 
+#include "kernels/cpu/optimizer.hpp"
 #include "runtime/comm/thread_comm.hpp"
+#include "runtime/params.hpp"
+#include "runtime/rank_groups.hpp"
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/cuda/staged_comm.hpp"
 #include "runtime/trainer.hpp"
@@ -62,11 +67,29 @@ Model tiny_llama() {  // untied head, GQA (2 kv heads: one per tp rank at tp 2),
   return m;
 }
 
-// Rank 0's per-step stats of the GPU runtime with every rank a thread on GPU 0; optionally resumes from /
-// saves a recovery checkpoint.
-std::vector<rt::StepStats> gpu_threads(const Model& m, const Layout& l, int steps, const std::string& resume = "",
-                                       const std::string& save = "") {
-  std::vector<rt::StepStats> out;
+struct GpuRun {
+  std::vector<rt::StepStats> steps;                // rank 0's
+  std::vector<std::vector<double>> param_sq;       // per step, per gpt_param_specs() entry: world sum of squares
+};
+
+// Whether world rank r's copy of p counts in the world's per-parameter norm (the CPU optimizer's rule):
+// dp rank 0 (replicas hold the same reduced gradient), tp rank 0 for tp-replicated tensors, and the first
+// stage's copy of an embedding tied across pipeline ranks (every schedule here puts stage 0 on pp rank 0).
+bool counted(const rt::ParamSpec& p, const Model& m, const Layout& l, int r) {
+  const rt::RankCoords c = rt::coords_of(r, l);
+  if (c.dp != 0) return false;
+  if (p.shard_dim == -1 && c.tp != 0) return false;
+  if (p.name == "embed.tok" && m.tied_embeddings && l.pp > 1 && c.pp != 0) return false;
+  return true;
+}
+
+// The GPU runtime with every rank a thread on GPU 0; optionally resumes from / saves a recovery checkpoint.
+// Without ZeRO, also every parameter's gradient norm per step, from each rank's reduced gradient buffer
+// (scaled in place by the clip coefficient, which is undone here).
+GpuRun gpu_threads(const Model& m, const Layout& l, int steps, const std::string& resume = "",
+                   const std::string& save = "") {
+  GpuRun out;
+  const std::vector<rt::ParamSpec> specs = rt::gpt_param_specs(m);
   std::mutex mu;
   rt::run_threads(l.gpus(), [&](rt::Comm& host) {
     rc::CudaDevice dev(0);
@@ -76,25 +99,51 @@ std::vector<rt::StepStats> gpu_threads(const Model& m, const Layout& l, int step
     rc::GpuTrainer t(dev, m, l, opt, &world, rt::Recorder::Clock::now());
     if (!resume.empty()) t.load_checkpoint(resume, opt.seed);
     std::vector<rt::StepStats> mine;
-    while (t.steps_done() < steps) mine.push_back(t.step());
+    std::vector<std::vector<double>> sq;
+    while (t.steps_done() < steps) {
+      mine.push_back(t.step());
+      sq.emplace_back(specs.size(), 0.0);
+      if (l.zero_stage > 0) continue;  // ZeRO-1: the flat buffer holds unreduced gradients
+      const double coef = kernels::cpu::clip_coefficient(mine.back().grad_norm, opt.optimizer.clip_norm);
+      for (std::size_t k = 0; k < specs.size(); ++k) {
+        if (!t.params().has(specs[k].name) || !counted(specs[k], m, l, host.rank())) continue;
+        for (float v : t.params().download_grad(specs[k].name)) sq.back()[k] += double(v / coef) * (v / coef);
+      }
+    }
     if (!save.empty()) t.save_checkpoint(save, opt.seed);
     std::lock_guard<std::mutex> lk(mu);
-    if (host.rank() == 0) out = mine;
+    if (host.rank() == 0) out.steps = mine;
+    if (out.param_sq.empty()) out.param_sq.assign(sq.size(), std::vector<double>(specs.size(), 0.0));
+    for (std::size_t i = 0; i < sq.size(); ++i)
+      for (std::size_t k = 0; k < specs.size(); ++k) out.param_sq[i][k] += sq[i][k];
   });
   return out;
 }
+
+constexpr double kTinyGrad = 1e-7;  // below this a parameter's gradient norm is compared absolutely
 
 void compare(const Model& m, const Layout& l) {
   CAPTURE(m.name);
   const std::string where = l.describe();
   CAPTURE(where);
   const auto cpu = rt::train_threads(m, l, {}, 3);
-  const auto gpu = gpu_threads(m, l, 3);
-  REQUIRE(gpu.size() == 3);
+  const GpuRun gpu = gpu_threads(m, l, 3);
+  REQUIRE(gpu.steps.size() == 3);
+  const std::vector<rt::ParamSpec> specs = rt::gpt_param_specs(m);
   for (int i = 0; i < 3; ++i) {
     CAPTURE(i);
-    CHECK(std::abs(gpu[i].loss - cpu.steps[i].loss) <= kLossTol * std::abs(cpu.steps[i].loss));
-    CHECK(std::abs(gpu[i].grad_norm - cpu.steps[i].grad_norm) <= kNormTol * cpu.steps[i].grad_norm);
+    CHECK(std::abs(gpu.steps[i].loss - cpu.steps[i].loss) <= kLossTol * std::abs(cpu.steps[i].loss));
+    CHECK(std::abs(gpu.steps[i].grad_norm - cpu.steps[i].grad_norm) <= kNormTol * cpu.steps[i].grad_norm);
+    // Per parameter: a missing sequence-parallel sum of a norm weight or bias barely moves the global norm.
+    if (l.zero_stage > 0) continue;
+    REQUIRE(cpu.steps[i].param_grad_norms.size() == specs.size());
+    for (std::size_t k = 0; k < specs.size(); ++k) {
+      const double got = std::sqrt(gpu.param_sq[std::size_t(i)][k]), want = cpu.steps[i].param_grad_norms[k];
+      CAPTURE(specs[k].name);
+      CAPTURE(got);
+      CAPTURE(want);
+      CHECK(std::abs(got - want) <= kNormTol * std::max(want, kTinyGrad));
+    }
   }
 }
 
@@ -132,37 +181,54 @@ TEST_CASE("ZeRO-1 on the GPU matches the CPU runtime") {
   compare(tiny_llama(), zero1(layout(1, 2, 2)));
 }
 
-// Saved on one runtime and layout, resumed on the other runtime under another layout: step 3 equals the
-// uninterrupted CPU run's step 3 (same data position, weights and AdamW moments).
+// Saved after step 2 on one runtime and layout, resumed on the other runtime under another layout and run
+// to step 4: step 3's loss and norm check the weights and the data position, step 4's also the restored
+// AdamW moments and step count (step 3's update used them).
 TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and between layouts") {
   const Model m = load_model("tiny");
   const Layout a = layout(2, 2, 1, "1f1b", true), b = layout(1, 2, 2);
   const Layout c = zero1(layout(1, 2, 2));  // the GPU's sharded moments, gathered to save, sliced to load
-  const auto whole = rt::train_threads(m, b, {}, 3);
+  const auto whole = rt::train_threads(m, b, {}, 4);
+  const auto check_tail = [&](const std::vector<double>& loss, const std::vector<double>& norm) {
+    REQUIRE(loss.size() == 2);
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i + 2);
+      CHECK(std::abs(loss[i] - whole.steps[i + 2].loss) <= kLossTol * whole.steps[i + 2].loss);
+      CHECK(std::abs(norm[i] - whole.steps[i + 2].grad_norm) <= kNormTol * whole.steps[i + 2].grad_norm);
+    }
+  };
+  const auto gpu_tail = [&](const Layout& g, const std::string& dir) {
+    const GpuRun r = gpu_threads(m, g, 4, dir);
+    REQUIRE(r.steps.size() == 2);
+    CHECK(r.steps[0].step == 2);
+    check_tail({r.steps[0].loss, r.steps[1].loss}, {r.steps[0].grad_norm, r.steps[1].grad_norm});
+  };
   {
     TempDir dir("tessel-gpu-ckpt-a");
-    (void)gpu_threads(m, a, 2, "", dir.p.string());  // GPU, tp2 pp2 -> CPU, pp2 dp2
-    std::vector<double> resumed;
+    (void)gpu_threads(m, a, 2, "", dir.p.string());  // GPU, tp2 pp2 sp -> CPU, pp2 dp2
+    std::vector<double> loss, norm;
     int at = -1;
     std::mutex mu;
     rt::run_threads(b.gpus(), [&](rt::Comm& world) {
       rt::Trainer t(m, b, {}, world, rt::Recorder::Clock::now());
       rt::load_checkpoint(t, dir.p.string(), 1234);
       const int done = t.steps_done();
-      const double loss = t.step().loss;
+      std::vector<rt::StepStats> mine;
+      while (t.steps_done() < 4) mine.push_back(t.step());
       std::lock_guard<std::mutex> lk(mu);
-      if (world.rank() == 0) {
-        resumed.push_back(loss);
-        at = done;
+      if (world.rank() != 0) return;
+      at = done;
+      for (const auto& st : mine) {
+        loss.push_back(st.loss);
+        norm.push_back(st.grad_norm);
       }
     });
     CHECK(at == 2);
-    REQUIRE(resumed.size() == 1);
-    CHECK(std::abs(resumed[0] - whole.steps[2].loss) <= kLossTol * whole.steps[2].loss);
+    check_tail(loss, norm);
   }
   {
     TempDir dir("tessel-gpu-ckpt-b");
-    rt::run_threads(b.gpus(), [&](rt::Comm& world) {  // CPU, pp2 dp2 -> GPU, tp2 pp2
+    rt::run_threads(b.gpus(), [&](rt::Comm& world) {  // CPU, pp2 dp2 -> GPU, tp2 pp2 sp and GPU ZeRO-1
       rt::Trainer t(m, b, {}, world, rt::Recorder::Clock::now());
       for (int i = 0; i < 2; ++i) (void)t.step();
       rt::save_checkpoint(t, dir.p.string(), 1234);
@@ -170,20 +236,13 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
     for (const Layout& g : {a, c}) {
       const std::string where = g.describe();
       CAPTURE(where);
-      const auto resumed = gpu_threads(m, g, 3, dir.p.string());
-      REQUIRE(resumed.size() == 1);
-      CHECK(resumed[0].step == 2);
-      CHECK(std::abs(resumed[0].loss - whole.steps[2].loss) <= kLossTol * whole.steps[2].loss);
-      CHECK(std::abs(resumed[0].grad_norm - whole.steps[2].grad_norm) <= kNormTol * whole.steps[2].grad_norm);
+      gpu_tail(g, dir.p.string());
     }
   }
   {
     TempDir dir("tessel-gpu-ckpt-c");
-    (void)gpu_threads(m, c, 2, "", dir.p.string());  // GPU ZeRO-1 -> GPU tp2 pp2
-    const auto resumed = gpu_threads(m, a, 3, dir.p.string());
-    REQUIRE(resumed.size() == 1);
-    CHECK(std::abs(resumed[0].loss - whole.steps[2].loss) <= kLossTol * whole.steps[2].loss);
-    CHECK(std::abs(resumed[0].grad_norm - whole.steps[2].grad_norm) <= kNormTol * whole.steps[2].grad_norm);
+    (void)gpu_threads(m, c, 2, "", dir.p.string());  // GPU ZeRO-1 -> GPU tp2 pp2 sp
+    gpu_tail(a, dir.p.string());
   }
 }
 
