@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/colreduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernels.hpp"
@@ -97,14 +98,12 @@ __global__ void from_bf16_kernel(const __nv_bfloat16* __restrict__ in, float* __
   GRID_STRIDE(i, n) out[i] = __bfloat162float(in[i]);
 }
 
-// Thread per column, rows in order: coalesced across the warp and deterministic.
-__global__ void col_sum_kernel(const float* __restrict__ dy, int rows, int cols, float* __restrict__ db) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float s = 0;
-  for (int r = 0; r < rows; ++r) s += dy[std::size_t(r) * cols + c];
-  db[c] += s;
-}
+// The element of column_sums' first pass for col_sum: dy itself.
+struct ColValue {
+  const float* dy;
+  int cols;
+  __device__ void operator()(int r, int c, float (&v)[1]) const { v[0] = dy[std::size_t(r) * cols + c]; }
+};
 
 __global__ void reduce_blocks_kernel(const float* __restrict__ in, int parts, std::size_t count, float* __restrict__ out,
                                      bool take_max) {
@@ -205,9 +204,7 @@ Status reduce_blocks(cudaStream_t s, const float* in, int parts, std::size_t cou
 Status col_sum(cudaStream_t s, const float* dy, int rows, int cols, float* db) {
   TESSEL_NVTX_FN();
   if (cols == 0) return {};
-  col_sum_kernel<<<static_cast<unsigned>(ceil_div(cols, kThreads)), kThreads, 0, s>>>(dy, rows, cols, db);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  return column_sums<1>(s, ColValue{dy, cols}, rows, cols, ColOut<1>{{db}});
 }
 
 }  // namespace tessel::kernels::cuda

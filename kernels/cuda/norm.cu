@@ -1,7 +1,8 @@
 // LayerNorm / RMSNorm forward and backward (formulas in kernels/cpu/norm.hpp). One warp per row: the row's
-// statistics are warp reductions with no shared memory or block barrier; the parameter gradients are a
-// second, column-parallel pass over the rows (deterministic, no atomics).
+// statistics are warp reductions with no shared memory or block barrier; the parameter gradients are
+// column sums in two deterministic passes (colreduce.cuh), no atomics.
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/colreduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
@@ -11,7 +12,6 @@ namespace tessel::kernels::cuda {
 namespace {
 
 constexpr int kRowsPerBlock = 8;  // 8 warps = 256 threads per block
-constexpr int kColThreads = 256;
 
 // rms = false: LayerNorm (mean and biased variance); true: RMSNorm (mean of squares, no centring).
 template <bool kRms>
@@ -60,22 +60,18 @@ __global__ void norm_bwd_dx_kernel(const float* __restrict__ dy, const float* __
   for (int c = lane; c < cols; c += kWarp) dxr[c] = rs * (dyr[c] * gamma[c] - sg - (xr[c] - mu) * rs * sgx);
 }
 
-// dgamma[c] += sum_r dy xhat; dbeta[c] += sum_r dy. Thread per column: coalesced, fixed order.
+// The element of column_sums' first pass for the parameter gradients: (dy xhat, dy), summed down the
+// columns into dgamma and dbeta.
 template <bool kRms>
-__global__ void norm_bwd_params_kernel(const float* __restrict__ dy, const float* __restrict__ x,
-                                       const float* __restrict__ mean, const float* __restrict__ rstd,
-                                       float* __restrict__ dgamma, float* __restrict__ dbeta, int rows, int cols) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
-  float sg = 0, sb = 0;
-  for (int r = 0; r < rows; ++r) {
+struct NormParamValues {
+  const float *dy, *x, *mean, *rstd;
+  int cols;
+  __device__ void operator()(int r, int c, float (&v)[2]) const {
     const std::size_t i = std::size_t(r) * cols + c;
-    sg += dy[i] * (x[i] - (kRms ? 0.0f : mean[r])) * rstd[r];
-    sb += dy[i];
+    v[0] = dy[i] * (x[i] - (kRms ? 0.0f : mean[r])) * rstd[r];
+    v[1] = dy[i];
   }
-  if (dgamma) dgamma[c] += sg;
-  if (!kRms && dbeta) dbeta[c] += sb;
-}
+};
 
 unsigned row_blocks(int rows) { return static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)); }
 
@@ -87,11 +83,9 @@ Status norm_bwd(cudaStream_t s, const float* dy, const float* x, const float* ga
     norm_bwd_dx_kernel<kRms><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
     TESSEL_LAUNCH_CHECK();
   }
-  if (dgamma || dbeta) {
-    norm_bwd_params_kernel<kRms><<<static_cast<unsigned>(ceil_div(cols, kColThreads)), kColThreads, 0, s>>>(
-        dy, x, mean, rstd, dgamma, dbeta, rows, cols);
-    TESSEL_LAUNCH_CHECK();
-  }
+  if (dgamma || dbeta)
+    return column_sums<2>(s, NormParamValues<kRms>{dy, x, mean, rstd, cols}, rows, cols,
+                          ColOut<2>{{dgamma, kRms ? nullptr : dbeta}});
   return {};
 }
 

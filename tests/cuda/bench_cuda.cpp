@@ -204,6 +204,14 @@ void bandwidth() {
   row("bandwidth", "layernorm_fwd", "262144x4096", ms, 2 * gb / (ms * 1e-3), "GB/s");
   ms = median_ms([&] { ok(kg::layernorm_bwd(nullptr, z, x, g, mu, rs, y, nullptr, nullptr, rows, cols)); });
   row("bandwidth", "layernorm_bwd_dx", "262144x4096", ms, 3 * gb / (ms * 1e-3), "GB/s");
+  // The column sums (colreduce.cuh): norm parameter gradients read dy and x; a bias gradient reads dy.
+  float *dg = random_buf(cols, 21), *dbeta = random_buf(cols, 22);
+  ms = median_ms([&] { ok(kg::layernorm_bwd(nullptr, z, x, g, mu, rs, nullptr, dg, dbeta, rows, cols)); });
+  row("bandwidth", "layernorm_bwd_params", "262144x4096", ms, 2 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::col_sum(nullptr, x, rows, cols, dg)); });
+  row("bandwidth", "col_sum", "262144x4096", ms, gb / (ms * 1e-3), "GB/s");
+  cudaFree(dg);
+  cudaFree(dbeta);
   for (float* p : {x, y, z, g, b, mu, rs}) cudaFree(p);
 }
 

@@ -24,7 +24,9 @@ using namespace tessel::test;
 TEST_SUITE("gpu") {
 
 TEST_CASE("layernorm and rmsnorm forward and backward match the CPU reference") {
-  for (const auto& rc : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}}) {
+  // 1031 x 300: five 256-row chunks of the parameter-gradient column sums (the last partial), and a last
+  // 32-column block with 12 columns.
+  for (const auto& rc : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}, std::pair{1031, 300}}) {
     const int rows = rc.first, cols = rc.second;  // no structured binding: clang cannot capture one in CAPTURE
     CAPTURE(rows);
     CAPTURE(cols);
@@ -254,6 +256,15 @@ TEST_CASE("reductions: sum of squares, column sums, block sum/max, bf16 round tr
     for (int c = 0; c < cols; ++c) db[c] += x[std::size_t(r) * cols + c];
   REQUIRE_OK(kg::col_sum(nullptr, dX, rows, cols, dDB));
   CHECK_CLOSE(dDB.download(), db, kTolFp32Reduction);
+  {  // a partial last chunk (700 = 2 x 256 + 188 rows) and a partial last column block (333 = 10 x 32 + 13)
+    const int r2 = 700, c2 = 333;
+    std::vector<float> db2 = random_vec(c2);
+    DeviceBuf<float> dDB2(db2);
+    for (int r = 0; r < r2; ++r)
+      for (int c = 0; c < c2; ++c) db2[c] += x[std::size_t(r) * c2 + c];
+    REQUIRE_OK(kg::col_sum(nullptr, dX, r2, c2, dDB2));
+    CHECK_CLOSE(dDB2.download(), db2, kTolFp32Reduction);
+  }
 
   const int parts = 4;  // reduce_blocks: out[i] = sum (or max) over the 4 blocks of n/4
   const std::size_t count = n / parts;
