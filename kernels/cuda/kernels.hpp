@@ -57,6 +57,11 @@ bool attention_tc_supported(const AttentionShape& a);
 Status attention_tc_set_block_warps(int warps);
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse);
+// The forward's second version (attention_tc2.cu): same contract and numerics; q/k/v rounded to bf16 once,
+// K/V tiles double-buffered with cp.async, fragments by ldmatrix. Measured beside the first version before
+// the runtime uses it.
+Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse);
 Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);

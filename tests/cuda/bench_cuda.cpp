@@ -179,6 +179,8 @@ void attention_sweep() {
     if (kg::attention_tc_supported(a)) {  // the tensor-core kernels (bf16 operands, fp32 accumulation)
       const double tf = median_ms([&] { ok(kg::attention_tc_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
       row("attention", "fwd_tc_bf16", shape, tf, fwd_flops / (tf * 1e-3) / 1e12, "TFLOP/s");
+      const double tf2 = median_ms([&] { ok(kg::attention_tc2_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
+      row("attention", "fwd_tc2_bf16", shape, tf2, fwd_flops / (tf2 * 1e-3) / 1e12, "TFLOP/s");
       const double tb = median_ms([&] {
         ok(kg::attention_tc_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
       }, 10);

@@ -130,6 +130,15 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
     CHECK_CLOSE(g_dq, dq, kTolAttnTc);
     CHECK_CLOSE(g_dk, dk, kTolAttnTc);
     CHECK_CLOSE(g_dv, dv, kTolAttnTc);
+    if (warps == 4) {  // the forward's second version (attention_tc2.cu), same numerics, fresh poisoned outputs
+      DeviceBuf<float> dOUT2(out.size()), dLSE2(rows);
+      REQUIRE_OK(kg::attention_tc2_fwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT2, qd, dLSE2));
+      const auto g_out2 = dOUT2.download(), g_lse2 = dLSE2.download();
+      MESSAGE("tc2 attention forward: rel err out " << rel_error(g_out2, out) << " lse " << rel_error(g_lse2, lse)
+                                                    << ", against the first version's out " << rel_error(g_out2, g_out));
+      CHECK_CLOSE(g_out2, out, kTolAttnTc);
+      CHECK_CLOSE(g_lse2, lse, kTolAttnTc);
+    }
   }
   REQUIRE_OK(kg::attention_tc_set_block_warps(4));
 }

@@ -1,0 +1,309 @@
+// Causal attention forward, second tensor-core version: the same contract and numerics as
+// attention_tc_fwd (bf16 operands, fp32 accumulation and softmax, fp32 out, lse in natural units), with the
+// three changes the first version's H200 figures pointed at (12-20% of the bf16 rate):
+//   - q, k, v are rounded to bf16 once, by a pass over the whole tensors, instead of on every tile load
+//     (each K/V tile is read by every query block of its head);
+//   - K/V tiles are double-buffered with cp.async (Ampere+ asynchronous global->shared copies): tile j+1
+//     is in flight while tile j's products run, instead of load, barrier, compute, barrier;
+//   - operand fragments come from shared memory by ldmatrix (four 8x8 matrices per instruction) instead of
+//     one 32-bit load per register, and V is read row-major through ldmatrix.trans, so no transposed store.
+// Work split: a block of 4 warps owns 64 query rows (16 per warp, kept in registers as A fragments) and
+// streams 64-key tiles. Shared memory: Q 64 rows + 2 x (K, V) 64 rows, bf16, rows padded by 8 elements
+// (16 bytes), so the 8 row addresses of an ldmatrix land in distinct banks: 87,040 bytes at d 128.
+//
+// ldmatrix.x4 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes 8m..8m+7 give the row
+// addresses of matrix m; register m of lane L receives matrix m's elements (row L/4, columns 2(L%4), +1),
+// or with .trans (rows 2(L%4), +1, column L/4). Against mma.m16n8k16's fragments (attention_tc.cu's header):
+//   A (Q rows r0.., d k0..):    matrix m at rows r0 + 8(m%2), columns k0 + 8(m/2)  -> a0..a3;
+//   B of S = Q K^T (K row-major [key][d], keys n0..n0+15): matrix m at keys n0 + 8(m/2), d k0 + 8(m%2)
+//                               -> b0, b1 of keys n0..n0+7, then b0, b1 of keys n0+8..;
+//   B of O = P V (V row-major [key][d], .trans): matrix m at keys k0 + 8(m%2), d n0 + 8(m/2)
+//                               -> b0, b1 of d n0..n0+7, then b0, b1 of d n0+8...
+//
+// Not yet run on a GPU when written (2026-11-29, after the device session): tests/cuda/test_attention.cpp
+// compares it with the CPU reference, tests/cuda/bench_cuda.cpp times it beside the first version, and the
+// runtime keeps the first version until the device has measured this one.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/nvtx.hpp"
+
+namespace tessel::kernels::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // query rows per block
+constexpr int kKeys = 64;           // keys per streamed tile
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+struct Dims2 {
+  int S, HQ, HKV;
+  float scale;
+};
+
+__device__ inline std::uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const std::uint32_t*>(&v);
+}
+
+__device__ inline void mma16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
+
+__device__ inline void ldsm_x4(std::uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ inline void ldsm_x4_trans(std::uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+// 16 bytes global -> shared, asynchronous; with valid == false the destination is zero-filled and nothing
+// is read (the source must still be a mapped address).
+__device__ inline void cp_async16(bf16* dst, const bf16* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Rows [row0, row0 + 64) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
+// a [64][D + 8] tile; rows at or past S are zeros.
+template <int D>
+__device__ void load_tile_async(bf16* dst, const bf16* __restrict__ src, int ld, std::size_t base, int col0, int row0,
+                                int S) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int idx = threadIdx.x; idx < 64 * kChunks; idx += kWarps * kWarp) {
+    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+    const bool ok = row0 + r < S;
+    cp_async16(dst + r * (D + 8) + c, src + (base + (ok ? row0 + r : 0)) * ld + col0 + c, ok);
+  }
+}
+
+__device__ inline float quad_max2(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ inline float quad_sum2(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// grid (ceil(S / 64), HQ, B); block x in reverse so the rows with the most keys start first.
+template <int D>
+__global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(Dims2 d, const bf16* __restrict__ q, int ldq,
+                                                               const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                               int ldkv, float* __restrict__ out, int ldo,
+                                                               float* __restrict__ lse) {
+  constexpr int P = D + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][P]
+  bf16* Ks = Qs + kRows * P;                 // [2][64][P]
+  bf16* Vs = Ks + 2 * kKeys * P;             // [2][64][P]
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  const int last = min(d.S, i0 + kRows), tiles = (last + kKeys - 1) / kKeys;
+
+  load_tile_async<D>(Qs, q, ldq, base, h * D, i0, d.S);
+  load_tile_async<D>(Ks, k, ldkv, base, hk * D, 0, d.S);
+  load_tile_async<D>(Vs, v, ldkv, base, hk * D, 0, d.S);
+  cp_async_commit();
+
+  // Lane address offsets of the three ldmatrix patterns (header), within a tile.
+  const int m = lane / 8, r8 = lane % 8;
+  const int a_off = (warp * 16 + (m % 2) * 8 + r8) * P + (m / 2) * 8;  // + kk * 16
+  const int k_off = ((m / 2) * 8 + r8) * P + (m % 2) * 8;              // + n0 * P + kk * 16
+  const int v_off = ((m % 2) * 8 + r8) * P + (m / 2) * 8;              // + kk * 16 * P + n0
+
+  std::uint32_t qf[D / 16][4];
+  float o[D / 8][4] = {};
+  float mrow[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const float sl2 = d.scale * kLog2e;
+  const int ia = i0 + warp * 16 + g;  // this thread's rows: ia and ia + 8
+
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int cur = tile & 1, j0 = tile * kKeys;
+    if (tile + 1 < tiles) {  // the next tile into the other buffer, free since the last iteration's barrier
+      load_tile_async<D>(Ks + (cur ^ 1) * kKeys * P, k, ldkv, base, hk * D, j0 + kKeys, d.S);
+      load_tile_async<D>(Vs + (cur ^ 1) * kKeys * P, v, ldkv, base, hk * D, j0 + kKeys, d.S);
+      cp_async_commit();
+      cp_async_wait<1>();  // everything but the group just issued: this tile (and Q) have landed
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (tile == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) ldsm_x4(qf[kk], Qs + a_off + kk * 16);
+    }
+    const bf16* Kt = Ks + cur * kKeys * P;
+    const bf16* Vt = Vs + cur * kKeys * P;
+
+    float sc[kKeys / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        std::uint32_t bk[4];
+        ldsm_x4(bk, Kt + k_off + np * 16 * P + kk * 16);
+        mma16816(sc[2 * np], qf[kk], bk[0], bk[1]);
+        mma16816(sc[2 * np + 1], qf[kk], bk[2], bk[3]);
+      }
+    // Causal mask where the tile reaches past this warp's first row (it also hides keys >= S for rows < S).
+    const bool diag = j0 + kKeys - 1 > i0 + warp * 16;
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + (e >> 1) * 8;
+        sc[n][e] = (diag && j > i) ? -INFINITY : sc[n][e] * sl2;
+        mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
+      }
+    float alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(mrow[r], quad_max2(mx[r]));
+      alpha[r] = exp2f(mrow[r] - m_new);  // 0 on the first tile
+      mrow[r] = m_new;
+      l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        sc[n][e] = exp2f(sc[n][e] - mrow[e >> 1]);
+        l[e >> 1] += sc[n][e];
+      }
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      std::uint32_t a[4] = {pack2(sc[2 * kk][0], sc[2 * kk][1]), pack2(sc[2 * kk][2], sc[2 * kk][3]),
+                            pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]), pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        std::uint32_t bv[4];
+        ldsm_x4_trans(bv, Vt + v_off + kk * 16 * P + np * 16);
+        mma16816(o[2 * np], a, bv[0], bv[1]);
+        mma16816(o[2 * np + 1], a, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();  // this buffer is refilled by the load issued at the top of the next iteration
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = ia + 8 * r;
+    const float sum = quad_sum2(l[r]);
+    if (i >= d.S) continue;
+    const float inv = 1.0f / sum;
+    float* dst = out + (base + i) * ldo + h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (mrow[r] + log2f(sum));
+  }
+}
+
+// dst[r, c] = bf16(src[r * ld + c]) for a [rows, cols] block (cols % 4 == 0, ld % 4 == 0, 16-byte aligned).
+__global__ void to_bf16_rows_kernel(const float* __restrict__ src, int ld, int rows, int cols, bf16* __restrict__ dst) {
+  const std::size_t quads = std::size_t(rows) * (cols / 4);
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < quads; i += std::size_t(gridDim.x) * blockDim.x) {
+    const std::size_t r = i / (cols / 4), c = (i % (cols / 4)) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(src + r * ld + c);
+    *reinterpret_cast<uint2*>(dst + r * cols + c) = make_uint2(pack2(x.x, x.y), pack2(x.z, x.w));
+  }
+}
+
+template <int D>
+constexpr std::size_t fwd2_smem() { return sizeof(bf16) * (kRows + 4 * kKeys) * (D + 8); }
+
+template <int D>
+Status fwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
+            float* lse) {
+  DeviceInfo info;
+  TESSEL_STATUS_CHECK(device_info(info));
+  constexpr std::size_t smem = fwd2_smem<D>();
+  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
+    return {1, "attention_tc2: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
+                   std::to_string(info.max_smem_per_block_optin)};
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(fwd2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
+  fwd2_kernel<D><<<grid, kWarps * kWarp, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status to_bf16_rows(cudaStream_t s, const float* src, int ld, int rows, int cols, bf16* dst) {
+  const std::size_t quads = std::size_t(rows) * (cols / 4);
+  if (quads == 0) return {};
+  DeviceInfo info;
+  TESSEL_STATUS_CHECK(device_info(info));
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(ceil_div(quads, 256), std::size_t(info.sm_count) * 8));
+  to_bf16_rows_kernel<<<blocks, 256, 0, s>>>(src, ld, rows, cols, dst);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+}  // namespace
+
+Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  TESSEL_NVTX_FN();
+  if (!attention_tc_supported(a))
+    return {1, "attention_tc2: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
+                   " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
+                   " (needs hq % hkv == 0 and d 64 or 128)"};
+  const std::pair<const float*, int> operands[] = {{q, ldq}, {k, ldk}, {v, ldv}};
+  for (const auto& [p, ld] : operands)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)
+      return {1, "attention_tc2: operands need 16-byte aligned pointers and row strides divisible by 4 (ld " +
+                     std::to_string(ld) + ")"};
+  if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
+    return {1, "attention_tc2: out needs 8-byte alignment and an even row stride"};
+  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
+  // The bf16 copies: stream-ordered allocations from the driver's pool, freed on the stream after use.
+  bf16* buf = nullptr;
+  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
+  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (qn + 2 * kn) * sizeof(bf16), s));
+  bf16 *qb = buf, *kb = buf + qn, *vb = kb + kn;
+  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
+  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
+  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
+  if (st.ok()) st = a.d == 64 ? fwd2<64>(s, a, qb, kb, vb, out, ldo, lse) : fwd2<128>(s, a, qb, kb, vb, out, ldo, lse);
+  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
+  return st;
+}
+
+}  // namespace tessel::kernels::cuda
