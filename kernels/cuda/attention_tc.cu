@@ -500,6 +500,17 @@ Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, con
 
 }  // namespace
 
+namespace {
+int g_forward_version = 1;  // attention_tc_set_forward_version
+}  // namespace
+
+Status attention_tc_set_forward_version(int version) {
+  if (version != 1 && version != 2)
+    return {1, "attention_tc: forward version " + std::to_string(version) + " (needs 1 or 2)"};
+  g_forward_version = version;
+  return {};
+}
+
 Status attention_tc_set_block_warps(int warps) {
   if (warps != 4 && warps != 8)
     return {1, "attention_tc: block warps " + std::to_string(warps) + " (needs 4 or 8)"};
@@ -514,6 +525,7 @@ bool attention_tc_supported(const AttentionShape& a) {
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse) {
   TESSEL_NVTX_FN();
+  if (g_forward_version == 2) return attention_tc2_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}}));
   if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
     return {1, "attention_tc: out needs 8-byte alignment and an even row stride"};

@@ -60,6 +60,9 @@ Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q,
 // The forward's second version (attention_tc2.cu): same contract and numerics; q/k/v rounded to bf16 once,
 // K/V tiles double-buffered with cp.async, fragments by ldmatrix. Measured beside the first version before
 // the runtime uses it.
+// Which version attention_tc_fwd runs: 1 (default) or 2 (attention_tc2_fwd). The runtime reads it from
+// TESSEL_ATTENTION_FWD (runtime/cuda/run_cuda.cpp), so a run can compare them end to end.
+Status attention_tc_set_forward_version(int version);
 Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse);
 Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
