@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernels.hpp"
 #include "models/util/error.hpp"
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/comm/thread_comm.hpp"
