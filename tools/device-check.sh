@@ -147,10 +147,10 @@ note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/
 RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --profile-kernels --trace "$work/gpt1b.json"
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p' "$OUT/runs.log" | tee -a "$summary"
-# The same step with the second attention forward (attention_tc2.cu), end to end.
-RUN_CAP=60 TESSEL_ATTENTION_FWD=2 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
-note "tessel 1.3B with attention forward 2: $(awk '/version 2 \(TESSEL_ATTENTION_FWD\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
-awk '/version 2 \(TESSEL_ATTENTION_FWD\)/{f=1} f && /attention_fwd/{print "  v2 " $0; exit}' "$OUT/runs.log" | tee -a "$summary"
+# The same step with the second attention kernels (attention_tc2.cu), end to end.
+RUN_CAP=60 TESSEL_ATTENTION=2 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
+note "tessel 1.3B with attention 2: $(awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
+awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v2 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
 # 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last
 #    (its compilation is the slowest stage).
 cat > "$work/torch_gpt.py" <<'EOF'

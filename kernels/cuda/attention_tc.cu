@@ -501,13 +501,13 @@ Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, con
 }  // namespace
 
 namespace {
-int g_forward_version = 1;  // attention_tc_set_forward_version
+int g_version = 1;  // attention_tc_set_version
 }  // namespace
 
-Status attention_tc_set_forward_version(int version) {
+Status attention_tc_set_version(int version) {
   if (version != 1 && version != 2)
-    return {1, "attention_tc: forward version " + std::to_string(version) + " (needs 1 or 2)"};
-  g_forward_version = version;
+    return {1, "attention_tc: version " + std::to_string(version) + " (needs 1 or 2)"};
+  g_version = version;
   return {};
 }
 
@@ -525,7 +525,7 @@ bool attention_tc_supported(const AttentionShape& a) {
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse) {
   TESSEL_NVTX_FN();
-  if (g_forward_version == 2) return attention_tc2_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  if (g_version == 2) return attention_tc2_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}}));
   if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
     return {1, "attention_tc: out needs 8-byte alignment and an even row stride"};
@@ -540,6 +540,8 @@ Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q,
                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   TESSEL_NVTX_FN();
+  if (g_version == 2)
+    return attention_tc2_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}, {dq, lddq}, {dk, lddk}, {dv, lddv}}));
   const Dims d = dims_of(a);
   const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;

@@ -1,14 +1,15 @@
-// Causal attention forward, second tensor-core version: the same contract and numerics as
-// attention_tc_fwd (bf16 operands, fp32 accumulation and softmax, fp32 out, lse in natural units), with the
-// three changes the first version's H200 figures pointed at (12-20% of the bf16 rate):
-//   - q, k, v are rounded to bf16 once, by a pass over the whole tensors, instead of on every tile load
-//     (each K/V tile is read by every query block of its head);
+// Causal attention, second tensor-core version, forward and backward: the same contracts and numerics as
+// attention_tc_fwd / attention_tc_bwd (bf16 operands, fp32 accumulation and softmax, fp32 outputs, lse in
+// natural units), with the three changes the first version's H200 figures pointed at (12-20% of the bf16
+// rate):
+//   - q, k, v (and dO) are rounded to bf16 once, by a pass over the whole tensors, instead of on every tile
+//     load (each K/V tile is read by every query block of its head);
 //   - K/V tiles are double-buffered with cp.async (Ampere+ asynchronous global->shared copies): tile j+1
 //     is in flight while tile j's products run, instead of load, barrier, compute, barrier;
 //   - operand fragments come from shared memory by ldmatrix (four 8x8 matrices per instruction) instead of
 //     one 32-bit load per register, and V is read row-major through ldmatrix.trans, so no transposed store.
-// Work split: a block of 4 warps owns 64 query rows (16 per warp, kept in registers as A fragments) and
-// streams 64-key tiles. Shared memory: Q 64 rows + 2 x (K, V) 64 rows, bf16, rows padded by 8 elements
+// Work split of the forward: a block of 4 warps owns 64 query rows (16 per warp, kept in registers as A
+// fragments) and streams 64-key tiles; the backward's kernels are described where they are defined. Shared memory: Q 64 rows + 2 x (K, V) 64 rows, bf16, rows padded by 8 elements
 // (16 bytes), so the 8 row addresses of an ldmatrix land in distinct banks: 87,040 bytes at d 128.
 //
 // ldmatrix.x4 (PTX ISA, "Warp-level matrix load instruction: ldmatrix"): lanes 8m..8m+7 give the row
@@ -21,12 +22,14 @@
 //                               -> b0, b1 of d n0..n0+7, then b0, b1 of d n0+8...
 //
 // Not yet run on a GPU when written (2026-11-29, after the device session): tests/cuda/test_attention.cpp
-// compares it with the CPU reference, tests/cuda/bench_cuda.cpp times it beside the first version, and the
-// runtime keeps the first version until the device has measured this one.
+// compares both directions with the CPU reference, tests/cuda/bench_cuda.cpp times them beside the first
+// version, and the runtime keeps the first version (TESSEL_ATTENTION=2 selects these) until the device has
+// measured them.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -90,14 +93,15 @@ __device__ inline void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// Rows [row0, row0 + 64) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
-// a [64][D + 8] tile; rows at or past S are zeros.
-template <int D>
+// Rows [row0, row0 + R) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
+// an [R][D + 8] tile; rows at or past S are zeros.
+template <int D, int R = 64>
 __device__ void load_tile_async(bf16* dst, const bf16* __restrict__ src, int ld, std::size_t base, int col0, int row0,
                                 int S) {
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
+  static_assert(R * kChunks % (kWarps * kWarp) == 0, "whole chunks per thread");
 #pragma unroll
-  for (int idx = threadIdx.x; idx < 64 * kChunks; idx += kWarps * kWarp) {
+  for (int idx = threadIdx.x; idx < R * kChunks; idx += kWarps * kWarp) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool ok = row0 + r < S;
     cp_async16(dst + r * (D + 8) + c, src + (base + (ok ? row0 + r : 0)) * ld + col0 + c, ok);
@@ -235,6 +239,254 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(Dims2 d, const bf1
   }
 }
 
+// delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i) in fp32, one warp per row.
+__global__ void delta2_kernel(Dims2 d, int B, int D, const float* __restrict__ out, int ldo,
+                              const float* __restrict__ dout, int lddo, float* __restrict__ delta) {
+  const std::size_t row = blockIdx.x * std::size_t(kWarps) + threadIdx.x / kWarp;  // over B * HQ * S
+  if (row >= std::size_t(B) * d.HQ * d.S) return;
+  const int lane = threadIdx.x % kWarp, i = row % d.S, h = (row / d.S) % d.HQ;
+  const std::size_t tok = (row / (std::size_t(d.S) * d.HQ)) * d.S + i;
+  float s = 0;
+  for (int c = lane; c < D; c += kWarp) s += dout[tok * lddo + h * D + c] * out[tok * ldo + h * D + c];
+  s = warp_sum(s);
+  if (lane == 0) delta[row] = s;
+}
+
+constexpr int kQry = 32;  // dK/dV: queries per streamed tile
+
+// grid (ceil(S / 64), HKV, B): a block owns 64 keys (16 per warp) and streams 32-query tiles of every query
+// head of its GQA group, double-buffered. Per tile: S^T = K Q^T and dP^T = V dO^T (B operands from the
+// row-major Q and dO tiles), P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta), then dV += P^T dO and
+// dK += dS^T Q (B operands through ldmatrix.trans of the same tiles: no transposed copies).
+template <int D>
+__global__ void __launch_bounds__(kWarps * kWarp) dkdv2_kernel(Dims2 d, const bf16* __restrict__ q, int ldq,
+                                                                const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                                int ldkv, const bf16* __restrict__ dout,
+                                                                const float* __restrict__ lse,
+                                                                const float* __restrict__ delta, float* __restrict__ dk,
+                                                                int lddk, float* __restrict__ dv, int lddv) {
+  constexpr int P = D + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Ks = reinterpret_cast<bf16*>(smem);  // [64][P]
+  bf16* Vs = Ks + kRows * P;                 // [64][P]
+  bf16* Qs = Vs + kRows * P;                 // [2][32][P]
+  bf16* Os = Qs + 2 * kQry * P;              // [2][32][P] dO
+  const int j0 = (gridDim.x - 1 - blockIdx.x) * kRows, hk = blockIdx.y, b = blockIdx.z, group = d.HQ / d.HKV;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  const int per_head = (d.S - j0 + kQry - 1) / kQry, tiles = group * per_head;  // causal: queries i >= j0
+  const auto tile_of = [&](int u, int& h, int& i0) {
+    h = hk * group + u / per_head;
+    i0 = j0 + (u % per_head) * kQry;
+  };
+  const auto load_qdo = [&](int u, int buf) {
+    int h, i0;
+    tile_of(u, h, i0);
+    load_tile_async<D, kQry>(Qs + buf * kQry * P, q, ldq, base, h * D, i0, d.S);
+    load_tile_async<D, kQry>(Os + buf * kQry * P, dout, ldq, base, h * D, i0, d.S);
+  };
+  load_tile_async<D, kRows>(Ks, k, ldkv, base, hk * D, j0, d.S);
+  load_tile_async<D, kRows>(Vs, v, ldkv, base, hk * D, j0, d.S);
+  load_qdo(0, 0);
+  cp_async_commit();
+
+  const int m = lane / 8, r8 = lane % 8;
+  const int a_off = (warp * 16 + (m % 2) * 8 + r8) * P + (m / 2) * 8;
+  const int k_off = ((m / 2) * 8 + r8) * P + (m % 2) * 8;
+  const int v_off = ((m % 2) * 8 + r8) * P + (m / 2) * 8;
+  float gk[D / 8][4] = {}, gv[D / 8][4] = {};
+  const float sl2 = d.scale * kLog2e;
+  const int ja = j0 + warp * 16 + g;  // this thread's keys: ja and ja + 8
+
+  for (int u = 0; u < tiles; ++u) {
+    const int cur = u & 1;
+    if (u + 1 < tiles) {
+      load_qdo(u + 1, cur ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    int h, i0;
+    tile_of(u, h, i0);
+    const bf16* Qt = Qs + cur * kQry * P;
+    const bf16* Ot = Os + cur * kQry * P;
+    float st[kQry / 8][4] = {}, dpt[kQry / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t ak[4], av[4];
+      ldsm_x4(ak, Ks + a_off + kk * 16);
+      ldsm_x4(av, Vs + a_off + kk * 16);
+#pragma unroll
+      for (int np = 0; np < kQry / 16; ++np) {
+        std::uint32_t bq[4], bo[4];
+        ldsm_x4(bq, Qt + k_off + np * 16 * P + kk * 16);
+        ldsm_x4(bo, Ot + k_off + np * 16 * P + kk * 16);
+        mma16816(st[2 * np], ak, bq[0], bq[1]);
+        mma16816(st[2 * np + 1], ak, bq[2], bq[3]);
+        mma16816(dpt[2 * np], av, bo[0], bo[1]);
+        mma16816(dpt[2 * np + 1], av, bo[2], bo[3]);
+      }
+    }
+    const float* lse_h = lse + (std::size_t(b) * d.HQ + h) * d.S;
+    const float* delta_h = delta + (std::size_t(b) * d.HQ + h) * d.S;
+    const bool mask = i0 < j0 + kRows || i0 + kQry > d.S;  // causal edge or queries past S
+#pragma unroll
+    for (int n = 0; n < kQry / 8; ++n)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {  // the thread's two queries of this 8-query block
+        const int i = i0 + n * 8 + 2 * t + e2;
+        const bool in = i < d.S;
+        const float l2 = in ? __ldg(lse_h + i) * kLog2e : 0.0f, dl = in ? __ldg(delta_h + i) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {  // its two keys
+          const int e = 2 * r + e2, j = ja + 8 * r;
+          float p = exp2f(st[n][e] * sl2 - l2);
+          if (mask && (i < j || !in)) p = 0.0f;
+          st[n][e] = p;
+          dpt[n][e] = p * (dpt[n][e] - dl);
+        }
+      }
+#pragma unroll
+    for (int kk = 0; kk < kQry / 16; ++kk) {
+      const std::uint32_t ap[4] = {pack2(st[2 * kk][0], st[2 * kk][1]), pack2(st[2 * kk][2], st[2 * kk][3]),
+                                   pack2(st[2 * kk + 1][0], st[2 * kk + 1][1]), pack2(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      const std::uint32_t ads[4] = {pack2(dpt[2 * kk][0], dpt[2 * kk][1]), pack2(dpt[2 * kk][2], dpt[2 * kk][3]),
+                                    pack2(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                                    pack2(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        std::uint32_t bo[4], bq[4];
+        ldsm_x4_trans(bo, Ot + v_off + kk * 16 * P + np * 16);
+        ldsm_x4_trans(bq, Qt + v_off + kk * 16 * P + np * 16);
+        mma16816(gv[2 * np], ap, bo[0], bo[1]);
+        mma16816(gv[2 * np + 1], ap, bo[2], bo[3]);
+        mma16816(gk[2 * np], ads, bq[0], bq[1]);
+        mma16816(gk[2 * np + 1], ads, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = ja + 8 * r;
+    if (j >= d.S) continue;
+    float* pk = dk + (base + j) * lddk + hk * D + 2 * t;
+    float* pv = dv + (base + j) * lddv + hk * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(pk + n * 8) = make_float2(gk[n][2 * r] * d.scale, gk[n][2 * r + 1] * d.scale);
+      *reinterpret_cast<float2*>(pv + n * 8) = make_float2(gv[n][2 * r], gv[n][2 * r + 1]);
+    }
+  }
+}
+
+// grid (ceil(S / 64), HQ, B): a block owns 64 query rows (Q and dO in shared memory) and streams 64-key
+// tiles, double-buffered. S = Q K^T, dP = dO V^T (B operands from the row-major K and V tiles), dS =
+// P (dP - delta), dQ += dS K (B operand through ldmatrix.trans of the K tile).
+template <int D>
+__global__ void __launch_bounds__(kWarps * kWarp) dq2_kernel(Dims2 d, const bf16* __restrict__ q, int ldq,
+                                                              const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                              int ldkv, const bf16* __restrict__ dout,
+                                                              const float* __restrict__ lse,
+                                                              const float* __restrict__ delta, float* __restrict__ dq,
+                                                              int lddq) {
+  constexpr int P = D + 8;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* Qs = reinterpret_cast<bf16*>(smem);  // [64][P]
+  bf16* Os = Qs + kRows * P;                 // [64][P] dO
+  bf16* Ks = Os + kRows * P;                 // [2][64][P]
+  bf16* Vs = Ks + 2 * kKeys * P;             // [2][64][P]
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, g = lane / 4, t = lane % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  const int last = min(d.S, i0 + kRows), tiles = (last + kKeys - 1) / kKeys;
+  load_tile_async<D, kRows>(Qs, q, ldq, base, h * D, i0, d.S);
+  load_tile_async<D, kRows>(Os, dout, ldq, base, h * D, i0, d.S);
+  load_tile_async<D, kKeys>(Ks, k, ldkv, base, hk * D, 0, d.S);
+  load_tile_async<D, kKeys>(Vs, v, ldkv, base, hk * D, 0, d.S);
+  cp_async_commit();
+
+  const int m = lane / 8, r8 = lane % 8;
+  const int a_off = (warp * 16 + (m % 2) * 8 + r8) * P + (m / 2) * 8;
+  const int k_off = ((m / 2) * 8 + r8) * P + (m % 2) * 8;
+  const int v_off = ((m % 2) * 8 + r8) * P + (m / 2) * 8;
+  const int ia = i0 + warp * 16 + g;
+  float l2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t at = (std::size_t(b) * d.HQ + h) * d.S + min(ia + 8 * r, d.S - 1);
+    l2[r] = lse[at] * kLog2e;
+    dl[r] = delta[at];
+  }
+  float gq[D / 8][4] = {};
+  const float sl2 = d.scale * kLog2e;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int cur = tile & 1, j0 = tile * kKeys;
+    if (tile + 1 < tiles) {
+      load_tile_async<D, kKeys>(Ks + (cur ^ 1) * kKeys * P, k, ldkv, base, hk * D, j0 + kKeys, d.S);
+      load_tile_async<D, kKeys>(Vs + (cur ^ 1) * kKeys * P, v, ldkv, base, hk * D, j0 + kKeys, d.S);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const bf16* Kt = Ks + cur * kKeys * P;
+    const bf16* Vt = Vs + cur * kKeys * P;
+    float sc[kKeys / 8][4] = {}, dp[kKeys / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      std::uint32_t aq[4], ao[4];
+      ldsm_x4(aq, Qs + a_off + kk * 16);
+      ldsm_x4(ao, Os + a_off + kk * 16);
+#pragma unroll
+      for (int np = 0; np < kKeys / 16; ++np) {
+        std::uint32_t bk[4], bv[4];
+        ldsm_x4(bk, Kt + k_off + np * 16 * P + kk * 16);
+        ldsm_x4(bv, Vt + k_off + np * 16 * P + kk * 16);
+        mma16816(sc[2 * np], aq, bk[0], bk[1]);
+        mma16816(sc[2 * np + 1], aq, bk[2], bk[3]);
+        mma16816(dp[2 * np], ao, bv[0], bv[1]);
+        mma16816(dp[2 * np + 1], ao, bv[2], bv[3]);
+      }
+    }
+    const bool diag = j0 + kKeys - 1 > i0 + warp * 16;  // as in the forward: also hides keys >= S
+#pragma unroll
+    for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + n * 8 + 2 * t + (e & 1), r = e >> 1;
+        float p = exp2f(sc[n][e] * sl2 - l2[r]);
+        if (diag && j > ia + 8 * r) p = 0.0f;
+        dp[n][e] = p * (dp[n][e] - dl[r]);
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const std::uint32_t a[4] = {pack2(dp[2 * kk][0], dp[2 * kk][1]), pack2(dp[2 * kk][2], dp[2 * kk][3]),
+                                  pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]), pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+      for (int np = 0; np < D / 16; ++np) {
+        std::uint32_t bk[4];
+        ldsm_x4_trans(bk, Kt + v_off + kk * 16 * P + np * 16);
+        mma16816(gq[2 * np], a, bk[0], bk[1]);
+        mma16816(gq[2 * np + 1], a, bk[2], bk[3]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = ia + 8 * r;
+    if (i >= d.S) continue;
+    float* dst = dq + (base + i) * lddq + h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(gq[n][2 * r] * d.scale, gq[n][2 * r + 1] * d.scale);
+  }
+}
+
 // dst[r, c] = bf16(src[r * ld + c]) for a [rows, cols] block (cols % 4 == 0, ld % 4 == 0, 16-byte aligned).
 __global__ void to_bf16_rows_kernel(const float* __restrict__ src, int ld, int rows, int cols, bf16* __restrict__ dst) {
   const std::size_t quads = std::size_t(rows) * (cols / 4);
@@ -276,22 +528,81 @@ Status to_bf16_rows(cudaStream_t s, const float* src, int ld, int rows, int cols
   return {};
 }
 
-}  // namespace
+template <int D>
+constexpr std::size_t dkdv2_smem() { return sizeof(bf16) * (2 * kRows + 4 * kQry) * (D + 8); }
+template <int D>
+constexpr std::size_t dq2_smem() { return sizeof(bf16) * (2 * kRows + 4 * kKeys) * (D + 8); }
 
-Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
+template <int D>
+Status bwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+            const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
+  DeviceInfo info;
+  TESSEL_STATUS_CHECK(device_info(info));
+  constexpr std::size_t s1 = dkdv2_smem<D>(), s2 = dq2_smem<D>();
+  if (std::max(s1, s2) > static_cast<std::size_t>(info.max_smem_per_block_optin))
+    return {1, "attention_tc2: needs " + std::to_string(std::max(s1, s2)) +
+                   " bytes of shared memory per block, device allows " + std::to_string(info.max_smem_per_block_optin)};
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dkdv2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dq2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
+  const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+  const unsigned blocks = static_cast<unsigned>(ceil_div(a.seq, kRows));
+  dkdv2_kernel<D><<<dim3(blocks, a.hkv, a.batch), kWarps * kWarp, s1, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
+                                                                          delta, dk, lddk, dv, lddv);
+  TESSEL_LAUNCH_CHECK();
+  dq2_kernel<D><<<dim3(blocks, a.hq, a.batch), kWarps * kWarp, s2, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
+                                                                       delta, dq, lddq);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status check2(const AttentionShape& a, std::initializer_list<std::pair<const float*, int>> in,
+              std::initializer_list<std::pair<const float*, int>> out) {
   if (!attention_tc_supported(a))
     return {1, "attention_tc2: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
                    " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
                    " (needs hq % hkv == 0 and d 64 or 128)"};
-  const std::pair<const float*, int> operands[] = {{q, ldq}, {k, ldk}, {v, ldv}};
-  for (const auto& [p, ld] : operands)
+  for (const auto& [p, ld] : in)
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)
-      return {1, "attention_tc2: operands need 16-byte aligned pointers and row strides divisible by 4 (ld " +
+      return {1, "attention_tc2: inputs need 16-byte aligned pointers and row strides divisible by 4 (ld " +
                      std::to_string(ld) + ")"};
-  if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
-    return {1, "attention_tc2: out needs 8-byte alignment and an even row stride"};
+  for (const auto& [p, ld] : out)
+    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0 || ld % 2 != 0)
+      return {1, "attention_tc2: outputs need 8-byte alignment and an even row stride (ld " + std::to_string(ld) + ")"};
+  return {};
+}
+
+}  // namespace
+
+Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(check2(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
+  const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+  const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
+  delta2_kernel<<<static_cast<unsigned>(ceil_div(rows, kWarps)), kWarps * kWarp, 0, s>>>(d, a.batch, a.d, out, ldo,
+                                                                                       dout, lddo, delta);
+  TESSEL_LAUNCH_CHECK();
+  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
+  bf16* buf = nullptr;
+  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
+  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (2 * qn + 2 * kn) * sizeof(bf16), s));
+  bf16 *qb = buf, *ob = buf + qn, *kb = ob + qn, *vb = kb + kn;
+  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
+  if (st.ok()) st = to_bf16_rows(s, dout, lddo, T, qd, ob);
+  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
+  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
+  if (st.ok())
+    st = a.d == 64 ? bwd2<64>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv)
+                   : bwd2<128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
+  return st;
+}
+
+Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(check2(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
   const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
   // The bf16 copies: stream-ordered allocations from the driver's pool, freed on the stream after use.
   bf16* buf = nullptr;

@@ -57,12 +57,15 @@ bool attention_tc_supported(const AttentionShape& a);
 Status attention_tc_set_block_warps(int warps);
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse);
-// The forward's second version (attention_tc2.cu): same contract and numerics; q/k/v rounded to bf16 once,
-// K/V tiles double-buffered with cp.async, fragments by ldmatrix. Measured beside the first version before
-// the runtime uses it.
-// Which version attention_tc_fwd runs: 1 (default) or 2 (attention_tc2_fwd). The runtime reads it from
-// TESSEL_ATTENTION_FWD (runtime/cuda/run_cuda.cpp), so a run can compare them end to end.
-Status attention_tc_set_forward_version(int version);
+// The second versions (attention_tc2.cu): same contracts and numerics; q/k/v (and dO) rounded to bf16 once,
+// streamed tiles double-buffered with cp.async, fragments by ldmatrix. Measured beside the first version
+// before the runtime uses them.
+// Which version attention_tc_fwd / attention_tc_bwd run: 1 (default) or 2 (attention_tc2_*). The runtime
+// reads it from TESSEL_ATTENTION (runtime/cuda/run_cuda.cpp), so a run can compare them end to end.
+Status attention_tc_set_version(int version);
+Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
 Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse);
 Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,

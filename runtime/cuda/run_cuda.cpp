@@ -145,12 +145,12 @@ int run_cuda(const CudaRunOptions& o) {
   if (kg::device_count() == 0)
     throw InputError("--backend cuda: no CUDA device is visible to this process (no GPU or no driver); "
                      "use --backend cpu");
-  // Experiment switch for the attention forward (docs/cuda.md): 1, the measured kernel, or 2.
-  if (const char* v = std::getenv("TESSEL_ATTENTION_FWD")) {
+  // Experiment switch for the tensor-core attention (docs/cuda.md): 1, the measured kernels, or 2.
+  if (const char* v = std::getenv("TESSEL_ATTENTION")) {
     const std::string s = v;
-    if (s != "1" && s != "2") throw InputError("environment TESSEL_ATTENTION_FWD=" + s + ": must be 1 or 2");
-    throw_if_failed(kg::attention_tc_set_forward_version(s == "2" ? 2 : 1));
-    std::printf("attention forward: version %s (TESSEL_ATTENTION_FWD)\n", s.c_str());
+    if (s != "1" && s != "2") throw InputError("environment TESSEL_ATTENTION=" + s + ": must be 1 or 2");
+    throw_if_failed(kg::attention_tc_set_version(s == "2" ? 2 : 1));
+    std::printf("attention: version %s (TESSEL_ATTENTION)\n", s.c_str());
   }
   (void)gemm_type(o.precision);
   trace::Trace tr;

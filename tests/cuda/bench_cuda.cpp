@@ -185,6 +185,10 @@ void attention_sweep() {
         ok(kg::attention_tc_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
       }, 10);
       row("attention", "bwd_tc_bf16", shape, tb, 2.5 * fwd_flops / (tb * 1e-3) / 1e12, "TFLOP/s");
+      const double tb2 = median_ms([&] {
+        ok(kg::attention_tc2_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
+      }, 10);
+      row("attention", "bwd_tc2_bf16", shape, tb2, 2.5 * fwd_flops / (tb2 * 1e-3) / 1e12, "TFLOP/s");
     }
     for (float* p : {q, k, v, o, dO, dq, dk, dv, lse, delta}) cudaFree(p);
   }

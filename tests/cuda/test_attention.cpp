@@ -130,14 +130,22 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
     CHECK_CLOSE(g_dq, dq, kTolAttnTc);
     CHECK_CLOSE(g_dk, dk, kTolAttnTc);
     CHECK_CLOSE(g_dv, dv, kTolAttnTc);
-    if (warps == 4) {  // the forward's second version (attention_tc2.cu), same numerics, fresh poisoned outputs
-      DeviceBuf<float> dOUT2(out.size()), dLSE2(rows);
+    if (warps == 4) {  // the second versions (attention_tc2.cu), same numerics, fresh poisoned outputs
+      DeviceBuf<float> dOUT2(out.size()), dLSE2(rows), dDELTA2(rows), dDQ2(dq.size()), dDK2(dk.size()), dDV2(dv.size());
       REQUIRE_OK(kg::attention_tc2_fwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT2, qd, dLSE2));
-      const auto g_out2 = dOUT2.download(), g_lse2 = dLSE2.download();
-      MESSAGE("tc2 attention forward: rel err out " << rel_error(g_out2, out) << " lse " << rel_error(g_lse2, lse)
-                                                    << ", against the first version's out " << rel_error(g_out2, g_out));
+      REQUIRE_OK(kg::attention_tc2_bwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT2, qd, dLSE2, dDO, qd, dDQ2, qd, dDK2, kd,
+                                       dDV2, kd, dDELTA2));
+      const auto g_out2 = dOUT2.download(), g_lse2 = dLSE2.download(), g_dq2 = dDQ2.download(),
+                 g_dk2 = dDK2.download(), g_dv2 = dDV2.download();
+      MESSAGE("tc2 attention: rel err out " << rel_error(g_out2, out) << " lse " << rel_error(g_lse2, lse) << " dq "
+                                            << rel_error(g_dq2, dq) << " dk " << rel_error(g_dk2, dk) << " dv "
+                                            << rel_error(g_dv2, dv) << "; out against the first version's "
+                                            << rel_error(g_out2, g_out));
       CHECK_CLOSE(g_out2, out, kTolAttnTc);
       CHECK_CLOSE(g_lse2, lse, kTolAttnTc);
+      CHECK_CLOSE(g_dq2, dq, kTolAttnTc);
+      CHECK_CLOSE(g_dk2, dk, kTolAttnTc);
+      CHECK_CLOSE(g_dv2, dv, kTolAttnTc);
     }
   }
   REQUIRE_OK(kg::attention_tc_set_block_warps(4));
