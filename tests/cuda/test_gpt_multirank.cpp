@@ -24,10 +24,12 @@
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/cuda/staged_comm.hpp"
 #include "runtime/trainer.hpp"
+#include "tests/cuda/tiny_llama.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 
 using namespace tessel;
 namespace rc = tessel::rt::cuda;
+using tessel::test::tiny_llama;
 namespace fs = std::filesystem;
 
 namespace {
@@ -53,19 +55,6 @@ Layout zero1(Layout l) {
   return l;
 }
 
-Model tiny_llama() {  // untied head, GQA (2 kv heads: one per tp rank at tp 2), RMSNorm, SwiGLU, rotary
-  Model m = load_model("tiny");
-  m.name = "tiny-llama";
-  m.kv_heads = 2;
-  m.activation = Activation::swiglu;
-  m.norm = Norm::rmsnorm;
-  m.position = PositionEmbedding::rotary;
-  m.rope_theta = 100.0;
-  m.tied_embeddings = false;
-  m.bias = false;
-  m.dropout = false;
-  return m;
-}
 
 struct GpuRun {
   std::vector<rt::StepStats> steps;                // rank 0's

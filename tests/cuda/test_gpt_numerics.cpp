@@ -13,10 +13,12 @@
 
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/trainer.hpp"
+#include "tests/cuda/tiny_llama.hpp"
 #include "tests/cuda/gpu_util.hpp"
 
 using namespace tessel;
 namespace rc = tessel::rt::cuda;
+using tessel::test::tiny_llama;
 
 namespace {
 
@@ -54,24 +56,6 @@ Layout tiny_layout(Recompute rc) {
   l.recompute = rc;
   l.precision = Precision::fp32;
   return l;
-}
-
-// tests/runtime/test_gpt_layouts.cpp's micro_llama at the tiny model's size: rotary positions (no
-// embed.pos), GQA (4 query heads on 2 kv heads, head_dim 16), RMSNorm, SwiGLU, no biases, untied head.
-// rope_theta 100 so that even the slowest pair (w_7 = 100^(-14/16) ~ 0.018) turns 0.55 rad by position 31
-// (seq 32): a missing or mispositioned rotation changes attention scores, not only in the fast pairs.
-Model tiny_llama() {
-  Model m = load_model("tiny");
-  m.name = "tiny-llama";
-  m.kv_heads = 2;
-  m.activation = Activation::swiglu;
-  m.norm = Norm::rmsnorm;
-  m.position = PositionEmbedding::rotary;
-  m.rope_theta = 100.0;
-  m.tied_embeddings = false;
-  m.bias = false;
-  m.dropout = false;
-  return m;
 }
 
 void compare(kernels::cuda::GemmType type, Recompute rcmp, double loss_tol, double norm_tol,
