@@ -13,11 +13,14 @@
 #                                      into .devbin/ (git-ignored). Carried instead of .devdeps, the device
 #                                      runs them and skips its ~3 min build: device time is the scarce part.
 #   tools/device-check.sh             ON THE DEVICE (device tool: carry [".devdeps"] or [".devbin"]): builds
-#                                      with CUDA in build-device, runs the GPU tests, the GEMM/attention/
-#                                      bandwidth sweeps, one-GPU training of tiny and of a ~1.3B GPT with
-#                                      traces, --only-rank runs of GPT-3 175B tp8 pp8 (first and last
-#                                      stage), and PyTorch eager + torch.compile on the same ~1.3B model and
-#                                      batch. Everything lands in $OUT as at most 8 files (the tool's limit):
+#                                      with CUDA in build-device, runs the GPU tests (the multi-rank ones as
+#                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, one-GPU
+#                                      training of tiny (also tp2 pp2 dp2 zero1 under --gpu-threads against
+#                                      the CPU backend, and a checkpoint resumed under another layout) and of
+#                                      a ~1.3B GPT with traces and the kernel profile (attention versions 1
+#                                      and 2), --only-rank runs of GPT-3 175B tp8 pp8 (first and last
+#                                      stage), PyTorch eager, SDPA and torch.compile on the same shapes, and
+#                                      compute-sanitizer over the attention test, in that order of priority. Everything lands in $OUT as at most 8 files (the tool's limit):
 #                                      summary.txt (the table, printed last too), bench.csv, tests.log,
 #                                      runs.log, torch.log, traces.tar.gz, build.log.
 set -uo pipefail
@@ -241,6 +244,21 @@ for mode in compile; do
   timeout "$c" python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
 done
 grep '^torch' "$OUT/torch.log" | tee -a "$summary"
+
+# 8. compute-sanitizer over the tensor-core attention test (both versions): shared-memory races
+#     (racecheck: the cp.async double buffering) and out-of-bounds or misaligned accesses (memcheck).
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  for tool in racecheck memcheck; do
+    c=$(cap 60); [ "$c" -eq 0 ] && { echo "skipped sanitizer $tool: time" >> "$OUT/tests.log"; continue; }
+    echo "== compute-sanitizer --tool $tool cuda_test_attention (tensor-core case)" >> "$OUT/tests.log"
+    timeout "$c" compute-sanitizer --tool "$tool" --error-exitcode 9 "$tdir/cuda_test_attention" \
+      --test-case='tensor-core attention forward and backward*' >> "$OUT/tests.log" 2>&1
+    rc=$?; echo "rc $rc" >> "$OUT/tests.log"
+    note "compute-sanitizer $tool (tensor-core attention): rc $rc$( [ $rc -eq 0 ] && echo ' (clean)')"
+  done
+else
+  note "compute-sanitizer: not on this image"
+fi
 
 (cd "$work" && tar czf "$OUT/traces.tar.gz" ./*.json 2>/dev/null)
 echo; echo "==== summary"; cat "$summary"

@@ -73,24 +73,27 @@ __device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigne
 __device__ inline void ldsm_x4(std::uint32_t (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_addr(p))
+               : "memory");
 }
 
 __device__ inline void ldsm_x4_trans(std::uint32_t (&r)[4], const bf16* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
+               : "r"(smem_addr(p))
+               : "memory");
 }
 
 // 16 bytes global -> shared, asynchronous; with valid == false the destination is zero-filled and nothing
 // is read (the source must still be a mapped address).
 __device__ inline void cp_async16(bf16* dst, const bf16* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
+               : "memory");
 }
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 // Rows [row0, row0 + R) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
@@ -101,8 +104,8 @@ __device__ void load_tile_async(bf16* dst, const bf16* __restrict__ src, int ld,
   constexpr int kChunks = D / 8;  // 16-byte chunks per row
   static_assert(R * kChunks % (kWarps * kWarp) == 0, "whole chunks per thread");
 #pragma unroll
-  for (int idx = threadIdx.x; idx < R * kChunks; idx += kWarps * kWarp) {
-    const int r = idx / kChunks, c = (idx % kChunks) * 8;
+  for (int u = 0; u < R * kChunks / (kWarps * kWarp); ++u) {  // a constant trip count, so it unrolls
+    const int idx = threadIdx.x + u * kWarps * kWarp, r = idx / kChunks, c = (idx % kChunks) * 8;
     const bool ok = row0 + r < S;
     cp_async16(dst + r * (D + 8) + c, src + (base + (ok ? row0 + r : 0)) * ld + col0 + c, ok);
   }
