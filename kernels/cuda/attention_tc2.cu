@@ -21,8 +21,10 @@
 //   B of O = P V (V row-major [key][d], .trans): matrix m at keys k0 + 8(m%2), d n0 + 8(m/2)
 //                               -> b0, b1 of d n0..n0+7, then b0, b1 of d n0+8...
 //
-// Not yet run on a GPU when written (2026-11-29, after the device session): tests/cuda/test_attention.cpp
-// compares both directions with the CPU reference, tests/cuda/bench_cuda.cpp times them beside the first
+// Not yet run on a GPU when written (2026-11-29, after the device session). tests/cuda_emu runs this file's
+// code on the CPU in every build (an emulation of ldmatrix, mma, cp.async and the barriers per the PTX ISA,
+// with race and alignment checks); tests/cuda/test_attention.cpp compares both directions with the CPU
+// reference on the GPU, tests/cuda/bench_cuda.cpp times them beside the first
 // version, and the runtime keeps the first version (TESSEL_ATTENTION=2 selects these) until the device has
 // measured them.
 #include <cuda_bf16.h>
@@ -55,6 +57,8 @@ struct Dims2 {
   float scale;
 };
 
+// The inline-PTX helpers from pack2 to cp_async_wait are what tests/cuda_emu/emulate_cuda.py replaces with
+// CPU emulations (keep them together, pack2 first and cp_async_wait last, one line each body of the latter).
 __device__ inline std::uint32_t pack2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const std::uint32_t*>(&v);
