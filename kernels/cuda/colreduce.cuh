@@ -76,7 +76,7 @@ Status column_sums(cudaStream_t s, F f, int rows, int cols, ColOut<K> o) {
   float* partial = nullptr;
   TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&partial), std::size_t(chunks) * K * cols * sizeof(float), s));
   const dim3 grid(static_cast<unsigned>(ceil_div(std::size_t(cols), kWarp)), static_cast<unsigned>(chunks));
-  col_partials_kernel<K><<<grid, kColWarps * kWarp, 0, s>>>(f, rows, cols, partial);
+  col_partials_kernel<K, F><<<grid, kColWarps * kWarp, 0, s>>>(f, rows, cols, partial);
   const cudaError_t launched = cudaGetLastError();
   if (launched == cudaSuccess)
     col_finish_kernel<K><<<static_cast<unsigned>(ceil_div(std::size_t(cols), 256)), 256, 0, s>>>(partial, chunks, cols, o);

@@ -25,8 +25,10 @@ TEST_SUITE("gpu") {
 
 TEST_CASE("layernorm and rmsnorm forward and backward match the CPU reference") {
   // 1031 x 300: five 256-row chunks of the parameter-gradient column sums (the last partial), and a last
-  // 32-column block with 12 columns.
-  for (const auto& rc : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}, std::pair{1031, 300}}) {
+  // 32-column block with 12 columns. 21 x 66: cols not a multiple of 4, so the scalar row path (the others
+  // take the 16-byte one).
+  for (const auto& rc : {std::pair{33, 64}, std::pair{128, 1000}, std::pair{7, 4096}, std::pair{1031, 300},
+                         std::pair{21, 66}}) {
     const int rows = rc.first, cols = rc.second;  // no structured binding: clang cannot capture one in CAPTURE
     CAPTURE(rows);
     CAPTURE(cols);

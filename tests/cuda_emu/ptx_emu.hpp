@@ -1,5 +1,5 @@
-// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu uses, so CI (no GPU) runs that
-// kernel file's own code: each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
+// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu and norm.cu (with colreduce.cuh)
+// use, so CI (no GPU) runs those kernel files' own code: each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
 // warp instructions (shfl.xor, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
 // their operands through a per-warp barrier and compute what the PTX ISA specifies for each lane:
 //   - ldmatrix: register m of lane L holds matrix m's elements (row L/4, columns 2(L%4), +1), the row
@@ -49,6 +49,7 @@ inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldg(const T* p) { return *p; }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // the device's is within 2 ulp of this
 
 struct __nv_bfloat16 { std::uint16_t x; };
 inline std::uint16_t f2bf(float f) {

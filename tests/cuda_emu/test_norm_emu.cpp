@@ -1,0 +1,85 @@
+// kernels/cuda/norm.cu's own code (with colreduce.cuh's column sums), rewritten by emulate_cuda.py onto
+// ptx_emu.hpp and run on the CPU: LayerNorm and RMSNorm forward and backward against kernels/cpu/norm with
+// the tolerances of tests/cuda/test_kernels.cpp (1e-5 relative for the row results, 1e-4 for the long
+// sums), on shapes that reach both row paths (16-byte vectors when cols % 4 == 0, scalar otherwise) and
+// the column sums' edges (several 256-row chunks, the last partial; a partial last 32-column block).
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/norm.hpp"
+#include "kernels/cuda/status.hpp"
+
+namespace tessel::kernels::cuda {
+Status layernorm_fwd(void* s, const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                     float* rstd, int rows, int cols, float eps);
+Status layernorm_bwd(void* s, const float* dy, const float* x, const float* gamma, const float* mean,
+                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols);
+Status rmsnorm_fwd(void* s, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols, float eps);
+Status rmsnorm_bwd(void* s, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
+                   float* dgamma, int rows, int cols);
+}  // namespace tessel::kernels::cuda
+
+namespace {
+
+namespace kc = tessel::kernels::cpu;
+namespace kg = tessel::kernels::cuda;
+
+std::mt19937 rng(20261130);
+
+std::vector<float> random_vec(std::size_t n, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+double rel_error(const std::vector<float>& o, const std::vector<float>& r) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    if (!std::isfinite(o[i])) return INFINITY;
+    num += (double(o[i]) - r[i]) * (double(o[i]) - r[i]);
+    den += double(r[i]) * r[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+bool check(int rows, int cols, bool rms) {
+  const std::size_t n = std::size_t(rows) * cols;
+  const auto x = random_vec(n, -3, 3), g = random_vec(cols, 0.5f, 1.5f), b = random_vec(cols), dy = random_vec(n);
+  const auto dg0 = random_vec(cols), db0 = random_vec(cols);  // accumulated into, as parameter gradients are
+  std::vector<float> y(n), mu(rows), rs(rows), dx(n), dg = dg0, db = db0;
+  std::vector<float> y2(n, NAN), mu2(rows, NAN), rs2(rows, NAN), dx2(n, NAN), dg2 = dg0, db2 = db0;
+  bool ok = true;
+  if (rms) {
+    kc::rmsnorm_fwd(x.data(), g.data(), y.data(), rs.data(), rows, cols, 1e-5f);
+    kc::rmsnorm_bwd(dy.data(), x.data(), g.data(), rs.data(), dx.data(), dg.data(), rows, cols);
+    ok = kg::rmsnorm_fwd(nullptr, x.data(), g.data(), y2.data(), rs2.data(), rows, cols, 1e-5f).ok() &&
+         kg::rmsnorm_bwd(nullptr, dy.data(), x.data(), g.data(), rs2.data(), dx2.data(), dg2.data(), rows, cols).ok();
+  } else {
+    kc::layernorm_fwd(x.data(), g.data(), b.data(), y.data(), mu.data(), rs.data(), rows, cols, 1e-5f);
+    kc::layernorm_bwd(dy.data(), x.data(), g.data(), mu.data(), rs.data(), dx.data(), dg.data(), db.data(), rows, cols);
+    ok = kg::layernorm_fwd(nullptr, x.data(), g.data(), b.data(), y2.data(), mu2.data(), rs2.data(), rows, cols, 1e-5f).ok() &&
+         kg::layernorm_bwd(nullptr, dy.data(), x.data(), g.data(), mu2.data(), rs2.data(), dx2.data(), dg2.data(),
+                           db2.data(), rows, cols).ok();
+  }
+  const double ey = rel_error(y2, y), ers = rel_error(rs2, rs), edx = rel_error(dx2, dx), edg = rel_error(dg2, dg);
+  const double emu = rms ? 0.0 : rel_error(mu2, mu), edb = rms ? 0.0 : rel_error(db2, db);
+  ok = ok && ey <= 1e-5 && ers <= 1e-5 && emu <= 1e-5 && edx <= 1e-4 && edg <= 1e-4 && edb <= 1e-4;
+  std::printf("%s %d x %d: rel err y %.1e rstd %.1e mean %.1e dx %.1e dgamma %.1e dbeta %.1e %s\n",
+              rms ? "rmsnorm" : "layernorm", rows, cols, ey, ers, emu, edx, edg, edb, ok ? "ok" : "FAILED");
+  return ok;
+}
+
+}  // namespace
+
+int main() {
+  int bad = 0;
+  for (const bool rms : {false, true}) {
+    bad += !check(33, 64, rms);   // 16-byte rows
+    bad += !check(21, 66, rms);   // scalar rows (66 % 4 != 0)
+    bad += !check(520, 100, rms);  // three 256-row chunks (the last 8 rows), columns 96 + a partial block of 4
+  }
+  return bad == 0 ? 0 : 1;
+}
