@@ -163,7 +163,9 @@ TEST_CASE("softmax cross-entropy forward and backward match the CPU reference, w
 TEST_CASE("vocab-parallel cross-entropy passes over three shards match the whole-vocabulary reference") {
   const int rows = 37, vocab = 3 * 1001, shards = 3, vl = vocab / shards;
   const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
-  const auto t = random_tokens(rows, vocab);
+  auto t = random_tokens(rows, vocab);
+  const std::int32_t edges[] = {0, vl - 1, vl, 2 * vl - 1, 2 * vl, 3 * vl - 1};  // each shard's first and last column
+  std::copy(std::begin(edges), std::end(edges), t.begin());
   std::vector<float> loss(rows), mx(rows), sm(rows), dz(z.size());
   kc::cross_entropy_fwd(z.data(), rows, vocab, 0, t.data(), loss.data(), mx.data(), sm.data(), nullptr);
   kc::cross_entropy_bwd(z.data(), rows, vocab, 0, t.data(), mx.data(), sm.data(), dl.data(), dz.data());

@@ -1,11 +1,11 @@
 # Rewrites a kernels/cuda .cu file into plain C++ over tests/cuda_emu/ptx_emu.hpp, to run its own code on
 # the CPU: CUDA headers give way to the emulation's, kernel launches become emu::launch, static __shared__
 # arrays become function statics (blocks run one at a time, so one copy per kernel is one per block), and
-# headers named with --inline (device templates the file includes, e.g. kernels/cuda/colreduce.cuh) are
-# pasted in. In attention_tc2.cu the inline-PTX helpers (pack2 .. cp_async_wait) are swapped for the
-# emulation's ldmatrix, mma and cp.async. Everything else is compiled as written.
+# common.cuh plus the headers named with --inline (device templates the file includes, e.g.
+# kernels/cuda/colreduce.cuh) are pasted in. In attention_tc2.cu the inline-PTX helpers (pack2 ..
+# cp_async_wait) are swapped for the emulation's ldmatrix, mma and cp.async. The rest compiles as written.
 # usage: emulate_cuda.py IN.cu OUT.cpp [--inline HEADER ...]
-import re, sys
+import os, re, sys
 
 args = sys.argv[1:]
 if len(args) < 2:
@@ -49,18 +49,20 @@ def strip_cuda(text):
     return re.sub(r'[ \t]*#pragma unroll\n', '', text)  # nvcc's; the host compiler would warn
 
 text = strip_cuda('\n'.join(src))
-pasted = ''.join(strip_cuda(open(h).read()) + '\n' for h in inline)
+# common.cuh (warp and block reductions, ceil_div) is part of every kernel file's world.
+common = os.path.join(os.path.dirname(os.path.abspath(in_path)), 'common.cuh')
+pasted = ''.join(strip_cuda(open(h).read()) + '\n' for h in [common] + inline)
 text = text.replace('namespace tessel::kernels::cuda {',
                     '#include "tests/cuda_emu/ptx_emu.hpp"\n' + pasted + 'namespace tessel::kernels::cuda {', 1)
 text = text.replace('extern __shared__ __align__(16) unsigned char smem[];', 'unsigned char* smem = emu::tb->smem.data();')
 text = re.sub(r'(?<!extern )__shared__ ', 'static ', text)
-pasted_launches = 0
+launches = 0
 def rep(m):
-    global pasted_launches
-    pasted_launches += 1
+    global launches
+    launches += 1
     return 'emu::launch(%s, %s, ' % (m.group(1), m.group(2))
 text = re.sub(r'(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\(', rep, text, flags=re.S)
-if pasted_launches == 0:
+if launches == 0:
     raise SystemExit('emulate_cuda.py: no kernel launch found in ' + in_path)
 text += '\nnamespace emu { void set_late(int v) { g_late = v; } void reg_ext(const void* p, std::size_t n) { reg(p, n); } }\n'
 open(out_path, 'w').write(text)

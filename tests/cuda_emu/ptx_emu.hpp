@@ -1,5 +1,6 @@
-// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu and norm.cu (with colreduce.cuh)
-// use, so CI (no GPU) runs those kernel files' own code: each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
+// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu, norm.cu (with colreduce.cuh) and
+// rows.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
+// included, pasted in by emulate_cuda.py): each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
 // warp instructions (shfl.xor, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
 // their operands through a per-warp barrier and compute what the PTX ISA specifies for each lane:
 //   - ldmatrix: register m of lane L holds matrix m's elements (row L/4, columns 2(L%4), +1), the row
@@ -50,6 +51,14 @@ inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldg(const T* p) { return *p; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // the device's is within 2 ulp of this
+// Float atomics: one lock for all (correct, not fast; the emulated kernels use them in embedding gradients).
+inline std::mutex atomic_mu;
+inline float atomicAdd(float* p, float v) {
+  std::lock_guard<std::mutex> l(atomic_mu);
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
 
 struct __nv_bfloat16 { std::uint16_t x; };
 inline std::uint16_t f2bf(float f) {
@@ -291,12 +300,6 @@ namespace tessel::kernels::cpu { struct AttentionShape; }
 
 namespace tessel::kernels::cuda {
 using cpu::AttentionShape;
-constexpr int kWarp = 32;
-constexpr std::size_t ceil_div(std::size_t a, std::size_t b) { return (a + b - 1) / b; }
-inline float warp_sum(float v) {
-  for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 struct DeviceInfo { int sm_count = 132; int max_smem_per_block_optin = 232448; };
 inline Status device_info(DeviceInfo& d) { d = DeviceInfo{}; return {}; }
 inline bool attention_tc_supported(const AttentionShape& a) {

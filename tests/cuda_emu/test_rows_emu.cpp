@@ -1,0 +1,160 @@
+// kernels/cuda/rows.cu's own code, rewritten by emulate_cuda.py onto ptx_emu.hpp and run on the CPU:
+// softmax cross-entropy forward and backward (whole vocabulary and a shard), the vocab-parallel passes
+// that tensor parallelism uses (three shards, the all-reduces done here: max, then sum), and the
+// embedding lookup and its gradient, each against kernels/cpu with the tolerances of
+// tests/cuda/test_kernels.cpp (1e-5 relative, 1e-4 where long sums or exp/log chains are involved).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cuda/status.hpp"
+
+namespace tessel::kernels::cuda {
+Status cross_entropy_fwd(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, float* loss, float* row_max, float* row_sum);
+Status cross_entropy_bwd(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, const float* row_max, const float* row_sum,
+                         const float* dloss, float* dlogits);
+Status cross_entropy_max(void* s, const float* logits, int rows, int vocab_local, float* row_max);
+Status cross_entropy_partial(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
+                             const std::int32_t* targets, const float* row_max, float* sums);
+Status cross_entropy_loss(void* s, int rows, const float* row_max, const float* sums, float* loss);
+Status embedding_fwd(void* s, const float* table, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* out);
+Status embedding_bwd(void* s, const float* dout, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* dtable);
+}  // namespace tessel::kernels::cuda
+
+namespace {
+
+namespace kc = tessel::kernels::cpu;
+namespace kg = tessel::kernels::cuda;
+
+std::mt19937 rng(20261131);
+
+std::vector<float> random_vec(std::size_t n, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+std::vector<std::int32_t> random_tokens(std::size_t n, int vocab) {
+  std::uniform_int_distribution<int> d(0, vocab - 1);
+  std::vector<std::int32_t> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double rel_error(const std::vector<float>& o, const std::vector<float>& r) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < o.size(); ++i) {
+    if (!std::isfinite(o[i])) return INFINITY;
+    num += (double(o[i]) - r[i]) * (double(o[i]) - r[i]);
+    den += double(r[i]) * r[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+int bad = 0;
+void expect(const char* what, double err, double tol) {
+  const bool ok = err <= tol;
+  bad += !ok;
+  std::printf("  %-40s rel err %.1e (tol %.0e) %s\n", what, err, tol, ok ? "ok" : "FAILED");
+}
+
+void cross_entropy() {
+  const int rows = 13, vocab = 1003;
+  for (const int start : {0, 400}) {  // 400: a shard; targets below it contribute no target logit
+    std::printf("cross-entropy, %d rows, vocabulary shard [%d, %d):\n", rows, start, start + vocab);
+    const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
+    auto t = random_tokens(rows, vocab + start);
+    // Targets on the shard's edges: just outside it (no target logit here) and its first and last columns.
+    t[0] = start - 1 >= 0 ? start - 1 : 0;
+    t[1] = start;
+    t[2] = start + vocab - 1;
+    t[3] = start + vocab;
+    std::vector<float> loss(rows), mx(rows), sm(rows), dz(z.size());
+    kc::cross_entropy_fwd(z.data(), rows, vocab, start, t.data(), loss.data(), mx.data(), sm.data(), nullptr);
+    kc::cross_entropy_bwd(z.data(), rows, vocab, start, t.data(), mx.data(), sm.data(), dl.data(), dz.data());
+    std::vector<float> loss2(rows, NAN), mx2(rows, NAN), sm2(rows, NAN), dz2(z.size(), NAN);
+    bad += !kg::cross_entropy_fwd(nullptr, z.data(), rows, vocab, start, t.data(), loss2.data(), mx2.data(), sm2.data()).ok();
+    bad += !kg::cross_entropy_bwd(nullptr, z.data(), rows, vocab, start, t.data(), mx2.data(), sm2.data(), dl.data(),
+                                  dz2.data()).ok();
+    expect("loss", rel_error(loss2, loss), 1e-4);
+    expect("row max", rel_error(mx2, mx), 1e-5);
+    expect("row sum", rel_error(sm2, sm), 1e-4);
+    expect("dlogits", rel_error(dz2, dz), 1e-4);
+  }
+}
+
+// Three shards of one vocabulary through the three passes, the all-reduces done here, against the whole.
+void vocab_parallel() {
+  const int rows = 11, shards = 3, vl = 301, vocab = shards * vl;
+  std::printf("vocab-parallel cross-entropy, %d rows, %d shards of %d:\n", rows, shards, vl);
+  const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
+  auto t = random_tokens(rows, vocab);
+  const std::int32_t edges[] = {0, vl - 1, vl, 2 * vl - 1, 2 * vl, 3 * vl - 1};  // each shard's first and last column
+  std::copy(std::begin(edges), std::end(edges), t.begin());
+  std::vector<float> loss(rows), mx(rows), sm(rows), dz(z.size());
+  kc::cross_entropy_fwd(z.data(), rows, vocab, 0, t.data(), loss.data(), mx.data(), sm.data(), nullptr);
+  kc::cross_entropy_bwd(z.data(), rows, vocab, 0, t.data(), mx.data(), sm.data(), dl.data(), dz.data());
+  std::vector<std::vector<float>> zs(shards);
+  for (int k = 0; k < shards; ++k)
+    for (int r = 0; r < rows; ++r)
+      zs[k].insert(zs[k].end(), z.begin() + std::size_t(r) * vocab + k * vl, z.begin() + std::size_t(r) * vocab + (k + 1) * vl);
+  std::vector<float> gmax(rows, -std::numeric_limits<float>::infinity()), sums(2 * std::size_t(rows), 0.0f);
+  for (int k = 0; k < shards; ++k) {
+    std::vector<float> m(rows, NAN);
+    bad += !kg::cross_entropy_max(nullptr, zs[k].data(), rows, vl, m.data()).ok();
+    for (int r = 0; r < rows; ++r) gmax[r] = std::max(gmax[r], m[r]);
+  }
+  expect("max all-reduced", rel_error(gmax, mx), 1e-5);
+  for (int k = 0; k < shards; ++k) {
+    std::vector<float> p(2 * std::size_t(rows), NAN);
+    bad += !kg::cross_entropy_partial(nullptr, zs[k].data(), rows, vl, k * vl, t.data(), gmax.data(), p.data()).ok();
+    for (std::size_t i = 0; i < p.size(); ++i) sums[i] += p[i];
+  }
+  expect("exp-sums all-reduced", rel_error(std::vector<float>(sums.begin(), sums.begin() + rows), sm), 1e-4);
+  std::vector<float> loss2(rows, NAN);
+  bad += !kg::cross_entropy_loss(nullptr, rows, gmax.data(), sums.data(), loss2.data()).ok();
+  expect("loss", rel_error(loss2, loss), 1e-4);
+  const std::vector<float> row_sum(sums.begin(), sums.begin() + rows);
+  for (int k = 0; k < shards; ++k) {
+    std::vector<float> dz2(zs[k].size(), NAN), want;
+    bad += !kg::cross_entropy_bwd(nullptr, zs[k].data(), rows, vl, k * vl, t.data(), gmax.data(), row_sum.data(),
+                                  dl.data(), dz2.data()).ok();
+    for (int r = 0; r < rows; ++r)
+      want.insert(want.end(), dz.begin() + std::size_t(r) * vocab + k * vl, dz.begin() + std::size_t(r) * vocab + (k + 1) * vl);
+    expect("dlogits of a shard", rel_error(dz2, want), 1e-4);
+  }
+}
+
+void embedding() {
+  const int vocab = 50, start = 20, dim = 40, n = 37;  // ids outside [20, 70) belong to other shards
+  std::printf("embedding, %d tokens, rows [%d, %d) x %d:\n", n, start, start + vocab, dim);
+  const auto table = random_vec(std::size_t(vocab) * dim), dout = random_vec(std::size_t(n) * dim);
+  const auto dt0 = random_vec(table.size());
+  const auto tok = random_tokens(n, 90);
+  std::vector<float> out(std::size_t(n) * dim), dt = dt0, out2(out.size(), NAN), dt2 = dt0;
+  kc::embedding_fwd(table.data(), vocab, start, dim, tok.data(), n, out.data());
+  kc::embedding_bwd(dout.data(), vocab, start, dim, tok.data(), n, dt.data());
+  bad += !kg::embedding_fwd(nullptr, table.data(), vocab, start, dim, tok.data(), n, out2.data()).ok();
+  bad += !kg::embedding_bwd(nullptr, dout.data(), vocab, start, dim, tok.data(), n, dt2.data()).ok();
+  expect("lookup", rel_error(out2, out), 1e-5);
+  expect("table gradient (repeated tokens)", rel_error(dt2, dt), 1e-5);
+}
+
+}  // namespace
+
+int main() {
+  cross_entropy();
+  vocab_parallel();
+  embedding();
+  return bad == 0 ? 0 : 1;
+}
