@@ -1,0 +1,333 @@
+// kernels/cuda's API (kernels.hpp, gemm.hpp, device_info.hpp) implemented by the CPU reference kernels
+// (kernels/cpu) on the fake runtime's host memory: the GPU runtime's code (runtime/cuda) then runs on the
+// CPU with the CPU runtime's own arithmetic, so what tests/cuda_fake compares is the orchestration (the
+// schedule walk, tp collectives and the vocab-parallel cross-entropy, sequence-parallel and tied-embedding
+// sums, the dp reduction and ZeRO-1, checkpoints, staged communication), not the kernels, which
+// tests/cuda and tests/cuda_emu cover. Flash attention's lse, which the CPU reference does not produce,
+// is computed here in double.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/norm.hpp"
+#include "kernels/cpu/optimizer.hpp"
+#include "kernels/cpu/rope.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/kernels.hpp"
+
+namespace tessel::kernels::cuda {
+
+namespace kc = tessel::kernels::cpu;
+
+namespace {
+
+Status bad(const std::string& what) { return {1, "fake kernels: " + what}; }
+
+// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)), as the flash kernels store it.
+void lse_of(const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, float* lse) {
+  const double scale = 1.0 / std::sqrt(double(a.d));
+  std::vector<double> s(a.seq);
+  for (int b = 0; b < a.batch; ++b)
+    for (int h = 0; h < a.hq; ++h) {
+      const int hk = h / (a.hq / a.hkv);
+      for (int i = 0; i < a.seq; ++i) {
+        double m = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int c = 0; c < a.d; ++c)
+            dot += double(q[std::size_t(b * a.seq + i) * ldq + h * a.d + c]) * k[std::size_t(b * a.seq + j) * ldk + hk * a.d + c];
+          s[j] = dot * scale;
+          m = std::max(m, s[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+        lse[(std::size_t(b) * a.hq + h) * a.seq + i] = float(m + std::log(sum));
+      }
+    }
+}
+
+kc::RopeTable table_of(const RopeTableView& t) {
+  kc::RopeTable r;
+  r.seq = t.seq;
+  r.d = t.d;
+  const std::size_t n = std::size_t(t.seq) * (t.d / 2);
+  r.cos.assign(t.cos, t.cos + n);
+  r.sin.assign(t.sin, t.sin + n);
+  return r;
+}
+
+std::uint64_t mix64(std::uint64_t z) {  // runtime/init.hpp's SplitMix64 finaliser, as elementwise.cu
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+// ---- device_info.hpp ----
+int device_count() { return 1; }
+Status device_info(DeviceInfo& out) {
+  out = DeviceInfo{};
+  out.name = "fake device (tests/cuda_fake: host memory, CPU kernels)";
+  out.sm_count = 132;
+  out.major = 9;
+  out.max_smem_per_block_optin = 232448;
+  out.l2_bytes = 50 << 20;
+  out.mem_bytes = 64e9;
+  return {};
+}
+
+// ---- gemm.hpp: the row-major contract on kc::gemm; bf16 operands widened exactly first ----
+struct Gemm::Plan {};
+Gemm::Gemm() = default;
+Gemm::~Gemm() = default;
+Status Gemm::init(std::size_t workspace_bytes) {  // nothing to create; the fields say what a real handle would hold
+  handle_ = this;
+  workspace_ = nullptr;
+  workspace_bytes_ = workspace_bytes;
+  return {};
+}
+Status Gemm::plan(const GemmArgs&, Plan*& out) {
+  out = nullptr;
+  return {};
+}
+Status Gemm::run(cudaStream_t, const GemmArgs& a) {
+  if (!handle_) return bad("Gemm::run before init");
+  if (a.type == GemmType::bf16) return bad("bf16 output GEMMs are not faked");
+  if (a.epilogue == Epilogue::bias_gelu) return bad("the GELU epilogue is not faked");
+  const float* A = static_cast<const float*>(a.A);
+  const float* B = static_cast<const float*>(a.B);
+  std::vector<float> wa, wb;
+  if (a.type == GemmType::bf16_fp32) {
+    const std::size_t na = std::size_t(a.trans_a ? a.K : a.M) * a.lda, nb = std::size_t(a.trans_b ? a.N : a.K) * a.ldb;
+    const auto* ha = static_cast<const __nv_bfloat16*>(a.A);
+    const auto* hb = static_cast<const __nv_bfloat16*>(a.B);
+    wa.resize(na);
+    wb.resize(nb);
+    for (std::size_t i = 0; i < na; ++i) wa[i] = __bfloat162float(ha[i]);
+    for (std::size_t i = 0; i < nb; ++i) wb[i] = __bfloat162float(hb[i]);
+    A = wa.data();
+    B = wb.data();
+  }
+  float* C = static_cast<float*>(a.C);
+  kc::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, A, a.lda, B, a.ldb, a.beta, C, a.ldc);
+  if (a.epilogue == Epilogue::bias) {
+    const float* bias = static_cast<const float*>(a.bias);
+    for (int r = 0; r < a.M; ++r)
+      for (int c = 0; c < a.N; ++c) C[std::size_t(r) * a.ldc + c] += bias[c];
+  }
+  return {};
+}
+
+// ---- kernels.hpp ----
+Status layernorm_fwd(cudaStream_t, const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                     float* rstd, int rows, int cols, float eps) {
+  kc::layernorm_fwd(x, gamma, beta, y, mean, rstd, rows, cols, eps);
+  return {};
+}
+Status layernorm_bwd(cudaStream_t, const float* dy, const float* x, const float* gamma, const float* mean,
+                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols) {
+  std::vector<float> scratch;
+  if (!dx) scratch.resize(std::size_t(rows) * cols), dx = scratch.data();
+  kc::layernorm_bwd(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols);
+  return {};
+}
+Status rmsnorm_fwd(cudaStream_t, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
+                   float eps) {
+  kc::rmsnorm_fwd(x, gamma, y, rstd, rows, cols, eps);
+  return {};
+}
+Status rmsnorm_bwd(cudaStream_t, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
+                   float* dgamma, int rows, int cols) {
+  std::vector<float> scratch;
+  if (!dx) scratch.resize(std::size_t(rows) * cols), dx = scratch.data();
+  kc::rmsnorm_bwd(dy, x, gamma, rstd, dx, dgamma, rows, cols);
+  return {};
+}
+Status gelu_fwd(cudaStream_t, const float* x, float* y, std::size_t n) {
+  kc::gelu_fwd(x, y, n);
+  return {};
+}
+Status gelu_bwd(cudaStream_t, const float* dy, const float* x, float* dx, std::size_t n) {
+  kc::gelu_bwd(dy, x, dx, n);
+  return {};
+}
+Status swiglu_fwd(cudaStream_t, const float* gate, const float* up, float* y, std::size_t n) {
+  kc::swiglu_fwd(gate, up, y, n);
+  return {};
+}
+Status swiglu_bwd(cudaStream_t, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+                  std::size_t n) {
+  kc::swiglu_bwd(dy, gate, up, dgate, dup, n);
+  return {};
+}
+Status attention_fwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                     const float* v, int ldv, float* out, int ldo, float* lse) {
+  std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
+  kc::attention_fwd(a, q, ldq, k, ldk, v, ldv, out, ldo, probs.data());
+  lse_of(a, q, ldq, k, ldk, lse);
+  return {};
+}
+Status attention_bwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                     const float* v, int ldv, const float*, int, const float*, const float* dout, int lddo, float* dq,
+                     int lddq, float* dk, int lddk, float* dv, int lddv, float*) {
+  std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
+  kc::attention_probs(a, q, ldq, k, ldk, probs.data());
+  kc::attention_bwd(a, q, ldq, k, ldk, v, ldv, probs.data(), dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+  return {};
+}
+bool attention_tc_supported(const AttentionShape& a) {
+  return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
+}
+Status attention_tc_set_block_warps(int warps) { return warps == 4 || warps == 8 ? Status{} : bad("block warps"); }
+Status attention_tc_set_version(int version) { return version == 1 || version == 2 ? Status{} : bad("version"); }
+Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                        const float* v, int ldv, float* out, int ldo, float* lse) {
+  return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+}
+Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+}
+Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                        const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                        int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
+}
+Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
+}
+Status rope_fwd(cudaStream_t, const RopeTableView& t, float* x, int rows, int heads, int ld) {
+  kc::rope_fwd(table_of(t), x, rows, heads, ld);
+  return {};
+}
+Status rope_bwd(cudaStream_t, const RopeTableView& t, float* dx, int rows, int heads, int ld) {
+  kc::rope_bwd(table_of(t), dx, rows, heads, ld);
+  return {};
+}
+Status cross_entropy_fwd(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, float* loss, float* row_max, float* row_sum) {
+  kc::cross_entropy_fwd(logits, rows, vocab_local, vocab_start, targets, loss, row_max, row_sum, nullptr);
+  return {};
+}
+Status cross_entropy_bwd(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
+                         const std::int32_t* targets, const float* row_max, const float* row_sum, const float* dloss,
+                         float* dlogits) {
+  kc::cross_entropy_bwd(logits, rows, vocab_local, vocab_start, targets, row_max, row_sum, dloss, dlogits);
+  return {};
+}
+Status cross_entropy_max(cudaStream_t, const float* logits, int rows, int vocab_local, float* row_max) {
+  for (int r = 0; r < rows; ++r) {
+    const float* z = logits + std::size_t(r) * vocab_local;
+    row_max[r] = *std::max_element(z, z + vocab_local);
+  }
+  return {};
+}
+Status cross_entropy_partial(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
+                             const std::int32_t* targets, const float* row_max, float* sums) {
+  for (int r = 0; r < rows; ++r) {  // the CPU reference's second pass (kernels/cpu/cross_entropy.cpp)
+    const float* z = logits + std::size_t(r) * vocab_local;
+    double s = 0;
+    for (int j = 0; j < vocab_local; ++j) s += std::exp(z[j] - row_max[r]);
+    sums[r] = static_cast<float>(s);
+    const int t = targets[r] - vocab_start;
+    sums[rows + r] = t >= 0 && t < vocab_local ? z[t] : 0.0f;
+  }
+  return {};
+}
+Status cross_entropy_loss(cudaStream_t, int rows, const float* row_max, const float* sums, float* loss) {
+  for (int r = 0; r < rows; ++r) loss[r] = row_max[r] + std::log(sums[r]) - sums[rows + r];
+  return {};
+}
+Status embedding_fwd(cudaStream_t, const float* table, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* out) {
+  kc::embedding_fwd(table, vocab_local, vocab_start, dim, tokens, n, out);
+  return {};
+}
+Status embedding_bwd(cudaStream_t, const float* dout, int vocab_local, int vocab_start, int dim,
+                     const std::int32_t* tokens, int n, float* dtable) {
+  kc::embedding_bwd(dout, vocab_local, vocab_start, dim, tokens, n, dtable);
+  return {};
+}
+Status add_positions(cudaStream_t, float* x, const float* pos, int rows, int row0, int seq, int dim) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < dim; ++c) x[std::size_t(r) * dim + c] += pos[std::size_t((row0 + r) % seq) * dim + c];
+  return {};
+}
+Status add_positions_bwd(cudaStream_t, const float* dx, float* dpos, int rows, int row0, int seq, int dim) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < dim; ++c) dpos[std::size_t((row0 + r) % seq) * dim + c] += dx[std::size_t(r) * dim + c];
+  return {};
+}
+Status adamw_step(cudaStream_t, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
+                  int step) {
+  if (step < 1) return bad("AdamW step " + std::to_string(step) + " (steps count from 1)");
+  kc::adamw_step(param, grad, m, v, n, hp, step);
+  return {};
+}
+Status sum_squares(cudaStream_t, const float* x, std::size_t n, double* out) {
+  *out += kc::sum_squares(x, n);
+  return {};
+}
+Status scale(cudaStream_t, float* x, std::size_t n, float factor) {
+  kc::scale(x, n, factor);
+  return {};
+}
+Status add(cudaStream_t, const float* a, const float* b, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  return {};
+}
+Status add_bias(cudaStream_t, float* x, const float* bias, int rows, int cols) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) x[std::size_t(r) * cols + c] += bias[c];
+  return {};
+}
+Status col_sum(cudaStream_t, const float* dy, int rows, int cols, float* db) {
+  for (int c = 0; c < cols; ++c) {
+    double s = 0;
+    for (int r = 0; r < rows; ++r) s += dy[std::size_t(r) * cols + c];
+    db[c] += static_cast<float>(s);
+  }
+  return {};
+}
+Status reduce_blocks(cudaStream_t, const float* in, int parts, std::size_t count, float* out, bool max) {
+  for (std::size_t i = 0; i < count; ++i) {
+    float a = in[i];
+    for (int p = 1; p < parts; ++p) a = max ? std::max(a, in[std::size_t(p) * count + i]) : a + in[std::size_t(p) * count + i];
+    out[i] = a;
+  }
+  return {};
+}
+Status to_bf16(cudaStream_t, const float* in, __nv_bfloat16* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = __float2bfloat16(in[i]);
+  return {};
+}
+Status from_bf16(cudaStream_t, const __nv_bfloat16* in, float* out, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = __bfloat162float(in[i]);
+  return {};
+}
+Status fill(cudaStream_t, float* x, std::size_t n, float value) {
+  std::fill(x, x + n, value);
+  return {};
+}
+Status fill_uniform(cudaStream_t, float* x, std::size_t n, std::uint64_t seed, float bound) {
+  for (std::size_t i = 0; i < n; ++i)
+    x[i] = bound * (float(mix64(seed + i * 0x9e3779b97f4a7c15ull) >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  return {};
+}
+Status fill_tokens(cudaStream_t, std::int32_t* tokens, std::size_t n, std::uint64_t seed, int vocab) {
+  for (std::size_t i = 0; i < n; ++i)
+    tokens[i] = static_cast<std::int32_t>(mix64(seed + i * 0x9e3779b97f4a7c15ull) % std::uint64_t(vocab));
+  return {};
+}
+
+}  // namespace tessel::kernels::cuda
