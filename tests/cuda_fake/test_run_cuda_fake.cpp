@@ -1,0 +1,101 @@
+// `tessel run --backend cuda`'s body (run_cuda) on the fake CUDA runtime: the rules it enforces before any
+// rank starts (each an InputError naming the flag and the rule), and a --gpu-threads run of four ranks
+// that writes a recovery checkpoint and a merged trace, then resumes under another layout.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <unistd.h>
+
+#include "models/util/error.hpp"
+#include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/cuda/run_cuda.hpp"
+
+using namespace tessel;
+namespace fs = std::filesystem;
+
+namespace {
+
+rt::cuda::CudaRunOptions options(int tp, int pp, int dp) {
+  rt::cuda::CudaRunOptions o;
+  o.model = load_model("tiny");
+  o.layout.tp = tp;
+  o.layout.pp = pp;
+  o.layout.dp = dp;
+  o.layout.micro_batch = 2;
+  o.layout.global_batch = 16;
+  o.layout.precision = Precision::fp32;
+  o.precision = "fp32";
+  o.steps = 2;
+  return o;
+}
+
+std::string error_of(const rt::cuda::CudaRunOptions& o) {
+  try {
+    rt::cuda::run_cuda(o);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("run_cuda rejects what it cannot run, naming the flag and the rule") {
+  auto o = options(1, 1, 2);
+  o.layout.zero_stage = 2;
+  o.gpu_threads = true;
+  CHECK(error_of(o).find("--zero 2") != std::string::npos);
+  o = options(2, 1, 1);  // two ranks, one process, no --gpu-threads
+  CHECK(error_of(o).find("needs 2 GPU processes") != std::string::npos);
+  o = options(2, 1, 1);
+  o.only_rank = 1;
+  o.save_every = 1;
+  o.checkpoint_dir = "/tmp/never";
+  CHECK(error_of(o).find("--only-rank") != std::string::npos);
+  o = options(2, 1, 1);
+  o.only_rank = 5;
+  CHECK(error_of(o).find("--only-rank 5") != std::string::npos);
+  o = options(2, 1, 1);
+  o.only_rank = 0;
+  o.gpu_threads = true;
+  CHECK(error_of(o).find("--gpu-threads") != std::string::npos);
+  o = options(1, 1, 1);
+  o.precision = "fp16";
+  CHECK(error_of(o).find("--precision fp16") != std::string::npos);
+  setenv("TESSEL_ATTENTION", "3", 1);
+  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION=3") != std::string::npos);
+  unsetenv("TESSEL_ATTENTION");
+}
+
+TEST_CASE("--gpu-threads runs every rank, saves a checkpoint, writes one trace, and resumes under another layout") {
+  const fs::path dir = fs::temp_directory_path() / ("tessel-fake-run-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto o = options(2, 2, 1);
+  o.gpu_threads = true;
+  o.layout.sequence_parallel = true;
+  o.save_every = 2;
+  o.checkpoint_dir = (dir / "ckpt").string();
+  o.trace_path = (dir / "trace.json").string();
+  fs::create_directories(dir);
+  REQUIRE(rt::cuda::run_cuda(o) == 0);
+  rt::CheckpointReader r(o.checkpoint_dir);
+  CHECK(r.metadata().at("step").get<int>() == 2);
+  CHECK(r.metadata().at("runtime").get<std::string>() == "cuda");
+  CHECK(r.world() == 4);
+  std::ifstream in(o.trace_path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  for (int rank = 0; rank < 4; ++rank) CHECK(ss.str().find("rank " + std::to_string(rank) + " (stage") != std::string::npos);
+  auto p = options(1, 2, 2);  // resume two steps later under pp2 dp2 with ZeRO-1
+  p.gpu_threads = true;
+  p.layout.zero_stage = 1;
+  p.steps = 4;
+  p.resume = o.checkpoint_dir;
+  CHECK(rt::cuda::run_cuda(p) == 0);
+  fs::remove_all(dir);
+}
