@@ -117,4 +117,27 @@ void attention_bwd(const AttentionShape& s, const float* q, int ldq, const float
     }
 }
 
+void attention_lse(const AttentionShape& s, const float* q, int ldq, const float* k, int ldk, float* lse) {
+  check(s);
+  const double scale = 1.0 / std::sqrt(double(s.d));
+  const int group = s.hq / s.hkv;
+  std::vector<double> sc(s.seq);
+  for (int b = 0; b < s.batch; ++b)
+    for (int h = 0; h < s.hq; ++h)
+      for (int i = 0; i < s.seq; ++i) {
+        const float* qi = q + static_cast<long>(b * s.seq + i) * ldq + h * s.d;
+        double m = -INFINITY;
+        for (int j = 0; j <= i; ++j) {
+          const float* kj = k + static_cast<long>(b * s.seq + j) * ldk + (h / group) * s.d;
+          double dot = 0;
+          for (int c = 0; c < s.d; ++c) dot += double(qi[c]) * kj[c];
+          sc[j] = dot * scale;
+          m = std::max(m, sc[j]);
+        }
+        double sum = 0;
+        for (int j = 0; j <= i; ++j) sum += std::exp(sc[j] - m);
+        lse[(static_cast<long>(b) * s.hq + h) * s.seq + i] = static_cast<float>(m + std::log(sum));
+      }
+}
+
 }  // namespace tessel::kernels::cpu

@@ -21,6 +21,10 @@ struct AttentionShape {
 // probs = softmax(Q K^T / sqrt(d)) with the causal mask.
 void attention_probs(const AttentionShape& s, const float* q, int ldq, const float* k, int ldk, float* probs);
 
+// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)) (rows ordered batch, query head, position), in
+// double: the statistic the flash kernels save for their backward instead of the probabilities.
+void attention_lse(const AttentionShape& s, const float* q, int ldq, const float* k, int ldk, float* lse);
+
 // probs as above, then out = probs V.
 void attention_fwd(const AttentionShape& s, const float* q, int ldq, const float* k, int ldk, const float* v,
                    int ldv, float* out, int ldo, float* probs);

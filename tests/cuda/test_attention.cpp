@@ -65,29 +65,9 @@ TEST_CASE("attention rejects shapes it does not support, naming them") {
 // and still fails a wrong mask or a dropped tile (errors of order 1e-1 and more). The errors are printed.
 constexpr double kTolAttnTc = 1e-2;
 
-// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)) in double (the max subtracted first), the
-// quantity both forward kernels store for the backward.
 std::vector<float> lse_reference(const kc::AttentionShape& a, const std::vector<float>& q, const std::vector<float>& k) {
-  const int qd = a.hq * a.d, kd = a.hkv * a.d;
-  const double scale = 1.0 / std::sqrt(double(a.d));
   std::vector<float> lse(std::size_t(a.batch) * a.hq * a.seq);
-  std::vector<double> s(a.seq);
-  for (int b = 0; b < a.batch; ++b)
-    for (int h = 0; h < a.hq; ++h)
-      for (int i = 0; i < a.seq; ++i) {
-        const int hk = h / (a.hq / a.hkv);
-        double m = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int c = 0; c < a.d; ++c)
-            dot += double(q[std::size_t(b * a.seq + i) * qd + h * a.d + c]) * k[std::size_t(b * a.seq + j) * kd + hk * a.d + c];
-          s[j] = dot * scale;
-          m = std::max(m, s[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
-        lse[(std::size_t(b) * a.hq + h) * a.seq + i] = float(m + std::log(sum));
-      }
+  kc::attention_lse(a, q.data(), a.hq * a.d, k.data(), a.hkv * a.d, lse.data());
   return lse;
 }
 

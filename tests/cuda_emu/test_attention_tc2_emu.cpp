@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cuda/status.hpp"
+#include "tests/cuda_emu/emu_check.hpp"
 
 namespace tessel::kernels::cuda {
 Status attention_tc2_bwd(void* s, const cpu::AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
@@ -29,63 +30,24 @@ namespace {
 
 namespace kc = tessel::kernels::cpu;
 namespace kg = tessel::kernels::cuda;
+using tessel::test::random_vec;
+using tessel::test::rel_error;
 
 constexpr double kTol = 1e-2;
 std::mt19937 rng(20261129);
 
-std::vector<float> random_vec(std::size_t n, float lo = -1, float hi = 1) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-double rel_error(const std::vector<float>& o, const std::vector<float>& r) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < o.size(); ++i) {
-    if (!std::isfinite(o[i])) return INFINITY;
-    num += (double(o[i]) - r[i]) * (double(o[i]) - r[i]);
-    den += double(r[i]) * r[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)), in double.
-std::vector<float> lse_reference(const kc::AttentionShape& a, const std::vector<float>& q, const std::vector<float>& k) {
-  const int qd = a.hq * a.d, kd = a.hkv * a.d;
-  const double scale = 1.0 / std::sqrt(double(a.d));
-  std::vector<float> lse(std::size_t(a.batch) * a.hq * a.seq);
-  std::vector<double> s(a.seq);
-  for (int b = 0; b < a.batch; ++b)
-    for (int h = 0; h < a.hq; ++h)
-      for (int i = 0; i < a.seq; ++i) {
-        const int hk = h / (a.hq / a.hkv);
-        double m = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int c = 0; c < a.d; ++c)
-            dot += double(q[std::size_t(b * a.seq + i) * qd + h * a.d + c]) * k[std::size_t(b * a.seq + j) * kd + hk * a.d + c];
-          s[j] = dot * scale;
-          m = std::max(m, s[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
-        lse[(std::size_t(b) * a.hq + h) * a.seq + i] = float(m + std::log(sum));
-      }
-  return lse;
-}
-
 bool check(const kc::AttentionShape& a, int late) {
   emu::set_late(late);
   const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
-  auto q = random_vec(std::size_t(T) * qd, -2, 2), k = random_vec(std::size_t(T) * kd, -2, 2),
-       v = random_vec(std::size_t(T) * kd), dout = random_vec(std::size_t(T) * qd);
+  auto q = random_vec(rng, std::size_t(T) * qd, -2, 2), k = random_vec(rng, std::size_t(T) * kd, -2, 2),
+       v = random_vec(rng, std::size_t(T) * kd), dout = random_vec(rng, std::size_t(T) * qd);
   std::vector<float> out(q.size()), probs(std::size_t(a.batch) * a.hq * a.seq * a.seq), dq(q.size()), dk(k.size()),
       dv(v.size());
   kc::attention_fwd(a, q.data(), qd, k.data(), kd, v.data(), kd, out.data(), qd, probs.data());
   kc::attention_bwd(a, q.data(), qd, k.data(), kd, v.data(), kd, probs.data(), dout.data(), qd, dq.data(), qd, dk.data(),
                     kd, dv.data(), kd);
-  const auto lse = lse_reference(a, q, k);
+  std::vector<float> lse(std::size_t(a.batch) * a.hq * a.seq);
+  kc::attention_lse(a, q.data(), qd, k.data(), kd, lse.data());
   const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
   std::vector<float> o2(out.size(), NAN), l2(rows, NAN), delta(rows, NAN), dq2(dq.size(), NAN), dk2(dk.size(), NAN),
       dv2(dv.size(), NAN);

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cuda/status.hpp"
+#include "tests/cuda_emu/emu_check.hpp"
 
 namespace tessel::kernels::cuda {
 Status layernorm_fwd(void* s, const float* x, const float* gamma, const float* beta, float* y, float* mean,
@@ -25,30 +26,15 @@ namespace {
 
 namespace kc = tessel::kernels::cpu;
 namespace kg = tessel::kernels::cuda;
+using tessel::test::random_vec;
+using tessel::test::rel_error;
 
 std::mt19937 rng(20261130);
 
-std::vector<float> random_vec(std::size_t n, float lo = -1, float hi = 1) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-double rel_error(const std::vector<float>& o, const std::vector<float>& r) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < o.size(); ++i) {
-    if (!std::isfinite(o[i])) return INFINITY;
-    num += (double(o[i]) - r[i]) * (double(o[i]) - r[i]);
-    den += double(r[i]) * r[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
 bool check(int rows, int cols, bool rms) {
   const std::size_t n = std::size_t(rows) * cols;
-  const auto x = random_vec(n, -3, 3), g = random_vec(cols, 0.5f, 1.5f), b = random_vec(cols), dy = random_vec(n);
-  const auto dg0 = random_vec(cols), db0 = random_vec(cols);  // accumulated into, as parameter gradients are
+  const auto x = random_vec(rng, n, -3, 3), g = random_vec(rng, cols, 0.5f, 1.5f), b = random_vec(rng, cols), dy = random_vec(rng, n);
+  const auto dg0 = random_vec(rng, cols), db0 = random_vec(rng, cols);  // accumulated into, as parameter gradients are
   std::vector<float> y(n), mu(rows), rs(rows), dx(n), dg = dg0, db = db0;
   std::vector<float> y2(n, NAN), mu2(rows, NAN), rs2(rows, NAN), dx2(n, NAN), dg2 = dg0, db2 = db0;
   bool ok = true;

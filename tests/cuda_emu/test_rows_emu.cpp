@@ -14,6 +14,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cuda/status.hpp"
+#include "tests/cuda_emu/emu_check.hpp"
 
 namespace tessel::kernels::cuda {
 Status cross_entropy_fwd(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
@@ -35,31 +36,11 @@ namespace {
 
 namespace kc = tessel::kernels::cpu;
 namespace kg = tessel::kernels::cuda;
+using tessel::test::random_tokens;
+using tessel::test::random_vec;
+using tessel::test::rel_error;
 
 std::mt19937 rng(20261131);
-
-std::vector<float> random_vec(std::size_t n, float lo = -1, float hi = 1) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-std::vector<std::int32_t> random_tokens(std::size_t n, int vocab) {
-  std::uniform_int_distribution<int> d(0, vocab - 1);
-  std::vector<std::int32_t> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
-double rel_error(const std::vector<float>& o, const std::vector<float>& r) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < o.size(); ++i) {
-    if (!std::isfinite(o[i])) return INFINITY;
-    num += (double(o[i]) - r[i]) * (double(o[i]) - r[i]);
-    den += double(r[i]) * r[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 int bad = 0;
 void expect(const char* what, double err, double tol) {
@@ -72,8 +53,8 @@ void cross_entropy() {
   const int rows = 13, vocab = 1003;
   for (const int start : {0, 400}) {  // 400: a shard; targets below it contribute no target logit
     std::printf("cross-entropy, %d rows, vocabulary shard [%d, %d):\n", rows, start, start + vocab);
-    const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
-    auto t = random_tokens(rows, vocab + start);
+    const auto z = random_vec(rng, std::size_t(rows) * vocab, -8, 8), dl = random_vec(rng, rows);
+    auto t = random_tokens(rng, rows, vocab + start);
     // Targets on the shard's edges: just outside it (no target logit here) and its first and last columns.
     t[0] = start - 1 >= 0 ? start - 1 : 0;
     t[1] = start;
@@ -97,8 +78,8 @@ void cross_entropy() {
 void vocab_parallel() {
   const int rows = 11, shards = 3, vl = 301, vocab = shards * vl;
   std::printf("vocab-parallel cross-entropy, %d rows, %d shards of %d:\n", rows, shards, vl);
-  const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
-  auto t = random_tokens(rows, vocab);
+  const auto z = random_vec(rng, std::size_t(rows) * vocab, -8, 8), dl = random_vec(rng, rows);
+  auto t = random_tokens(rng, rows, vocab);
   const std::int32_t edges[] = {0, vl - 1, vl, 2 * vl - 1, 2 * vl, 3 * vl - 1};  // each shard's first and last column
   std::copy(std::begin(edges), std::end(edges), t.begin());
   std::vector<float> loss(rows), mx(rows), sm(rows), dz(z.size());
@@ -138,9 +119,9 @@ void vocab_parallel() {
 void embedding() {
   const int vocab = 50, start = 20, dim = 40, n = 37;  // ids outside [20, 70) belong to other shards
   std::printf("embedding, %d tokens, rows [%d, %d) x %d:\n", n, start, start + vocab, dim);
-  const auto table = random_vec(std::size_t(vocab) * dim), dout = random_vec(std::size_t(n) * dim);
-  const auto dt0 = random_vec(table.size());
-  const auto tok = random_tokens(n, 90);
+  const auto table = random_vec(rng, std::size_t(vocab) * dim), dout = random_vec(rng, std::size_t(n) * dim);
+  const auto dt0 = random_vec(rng, table.size());
+  const auto tok = random_tokens(rng, n, 90);
   std::vector<float> out(std::size_t(n) * dim), dt = dt0, out2(out.size(), NAN), dt2 = dt0;
   kc::embedding_fwd(table.data(), vocab, start, dim, tok.data(), n, out.data());
   kc::embedding_bwd(dout.data(), vocab, start, dim, tok.data(), n, dt.data());

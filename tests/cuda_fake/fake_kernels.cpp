@@ -3,8 +3,7 @@
 // CPU with the CPU runtime's own arithmetic, so what tests/cuda_fake compares is the orchestration (the
 // schedule walk, tp collectives and the vocab-parallel cross-entropy, sequence-parallel and tied-embedding
 // sums, the dp reduction and ZeRO-1, checkpoints, staged communication), not the kernels, which
-// tests/cuda and tests/cuda_emu cover. Flash attention's lse, which the CPU reference does not produce,
-// is computed here in double.
+// tests/cuda and tests/cuda_emu cover.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -29,29 +28,6 @@ namespace kc = tessel::kernels::cpu;
 namespace {
 
 Status bad(const std::string& what) { return {1, "fake kernels: " + what}; }
-
-// lse[b, h, i] = ln sum_{j <= i} exp(q_i . k_j / sqrt(d)), as the flash kernels store it.
-void lse_of(const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, float* lse) {
-  const double scale = 1.0 / std::sqrt(double(a.d));
-  std::vector<double> s(a.seq);
-  for (int b = 0; b < a.batch; ++b)
-    for (int h = 0; h < a.hq; ++h) {
-      const int hk = h / (a.hq / a.hkv);
-      for (int i = 0; i < a.seq; ++i) {
-        double m = -INFINITY;
-        for (int j = 0; j <= i; ++j) {
-          double dot = 0;
-          for (int c = 0; c < a.d; ++c)
-            dot += double(q[std::size_t(b * a.seq + i) * ldq + h * a.d + c]) * k[std::size_t(b * a.seq + j) * ldk + hk * a.d + c];
-          s[j] = dot * scale;
-          m = std::max(m, s[j]);
-        }
-        double sum = 0;
-        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
-        lse[(std::size_t(b) * a.hq + h) * a.seq + i] = float(m + std::log(sum));
-      }
-    }
-}
 
 kc::RopeTable table_of(const RopeTableView& t) {
   kc::RopeTable r;
@@ -172,7 +148,7 @@ Status attention_fwd(cudaStream_t, const AttentionShape& a, const float* q, int 
                      const float* v, int ldv, float* out, int ldo, float* lse) {
   std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
   kc::attention_fwd(a, q, ldq, k, ldk, v, ldv, out, ldo, probs.data());
-  lse_of(a, q, ldq, k, ldk, lse);
+  kc::attention_lse(a, q, ldq, k, ldk, lse);
   return {};
 }
 Status attention_bwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
