@@ -1,5 +1,5 @@
-// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu, norm.cu (with colreduce.cuh) and
-// rows.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
+// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu, norm.cu (with colreduce.cuh),
+// rows.cu and elementwise.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
 // included, pasted in by emulate_cuda.py): each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
 // warp instructions (shfl.xor, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
 // their operands through a per-warp barrier and compute what the PTX ISA specifies for each lane:
@@ -53,9 +53,10 @@ template <class T> T __ldg(const T* p) { return *p; }
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // the device's is within 2 ulp of this
 // Float atomics: one lock for all (correct, not fast; the emulated kernels use them in embedding gradients).
 inline std::mutex atomic_mu;
-inline float atomicAdd(float* p, float v) {
+template <class T>
+inline T atomicAdd(T* p, T v) {  // float and double
   std::lock_guard<std::mutex> l(atomic_mu);
-  const float old = *p;
+  const T old = *p;
   *p = old + v;
   return old;
 }
@@ -68,6 +69,8 @@ inline std::uint16_t f2bf(float f) {
   return std::uint16_t(u >> 16);
 }
 inline float bf2f(std::uint16_t h) { std::uint32_t u = std::uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
+inline __nv_bfloat16 __float2bfloat16(float f) { return {f2bf(f)}; }
+inline float __bfloat162float(__nv_bfloat16 h) { return bf2f(h.x); }
 
 typedef void* cudaStream_t;
 typedef int cudaError_t;
@@ -297,8 +300,10 @@ inline cudaError_t cudaGetLastError() { return 0; }
 
 namespace tessel::kernels::cpu { struct AttentionShape; }
 #include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/optimizer.hpp"
 
 namespace tessel::kernels::cuda {
+using cpu::AdamW;  // kernels.hpp's aliases
 using cpu::AttentionShape;
 struct DeviceInfo { int sm_count = 132; int max_smem_per_block_optin = 232448; };
 inline Status device_info(DeviceInfo& d) { d = DeviceInfo{}; return {}; }

@@ -1,0 +1,135 @@
+// kernels/cuda/elementwise.cu's own code, rewritten by emulate_cuda.py onto ptx_emu.hpp and run on the CPU:
+// GELU and SwiGLU forward and backward, AdamW, the sum of squares, scale/add/bias, the bias-gradient column
+// sums (colreduce.cuh: several row chunks, a partial last column block) and the bf16 round trip, against
+// kernels/cpu with the tolerances of tests/cuda/test_kernels.cpp. Sizes are not multiples of any block.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/status.hpp"
+#include "tests/cuda_emu/emu_check.hpp"
+
+struct __nv_bfloat16;  // the rewritten file's 16-bit type; only pointers to it cross this file
+
+namespace tessel::kernels::cuda {
+Status gelu_fwd(void* s, const float* x, float* y, std::size_t n);
+Status gelu_bwd(void* s, const float* dy, const float* x, float* dx, std::size_t n);
+Status swiglu_fwd(void* s, const float* gate, const float* up, float* y, std::size_t n);
+Status swiglu_bwd(void* s, const float* dy, const float* gate, const float* up, float* dgate, float* dup, std::size_t n);
+Status adamw_step(void* s, float* param, const float* grad, float* m, float* v, std::size_t n,
+                  const cpu::AdamW& hp, int step);
+Status sum_squares(void* s, const float* x, std::size_t n, double* out);
+Status scale(void* s, float* x, std::size_t n, float factor);
+Status add(void* s, const float* a, const float* b, float* out, std::size_t n);
+Status add_bias(void* s, float* x, const float* bias, int rows, int cols);
+Status col_sum(void* s, const float* dy, int rows, int cols, float* db);
+Status to_bf16(void* s, const float* in, __nv_bfloat16* out, std::size_t n);
+Status from_bf16(void* s, const __nv_bfloat16* in, float* out, std::size_t n);
+}  // namespace tessel::kernels::cuda
+
+namespace {
+
+namespace kc = tessel::kernels::cpu;
+namespace kg = tessel::kernels::cuda;
+using tessel::test::random_vec;
+using tessel::test::rel_error;
+
+std::mt19937 rng(20261201);
+int bad = 0;
+
+void expect(const char* what, bool ran, double err, double tol) {
+  const bool ok = ran && err <= tol;
+  bad += !ok;
+  std::printf("  %-34s rel err %.1e (tol %.0e) %s\n", what, err, tol, ok ? "ok" : "FAILED");
+}
+
+}  // namespace
+
+int main() {
+  const std::size_t n = 1031;
+  const auto x = random_vec(rng, n, -5, 5), up = random_vec(rng, n, -2, 2), dy = random_vec(rng, n);
+  std::printf("element-wise kernels, n = %zu:\n", n);
+  {
+    std::vector<float> y(n), dx(n), y2(n, NAN), dx2(n, NAN);
+    kc::gelu_fwd(x.data(), y.data(), n);
+    kc::gelu_bwd(dy.data(), x.data(), dx.data(), n);
+    const bool ran = kg::gelu_fwd(nullptr, x.data(), y2.data(), n).ok() &&
+                     kg::gelu_bwd(nullptr, dy.data(), x.data(), dx2.data(), n).ok();
+    expect("gelu forward", ran, rel_error(y2, y), 1e-5);
+    expect("gelu backward", ran, rel_error(dx2, dx), 1e-5);
+  }
+  {
+    std::vector<float> y(n), dg(n), du(n), y2(n, NAN), dg2(n, NAN), du2(n, NAN);
+    kc::swiglu_fwd(x.data(), up.data(), y.data(), n);
+    kc::swiglu_bwd(dy.data(), x.data(), up.data(), dg.data(), du.data(), n);
+    const bool ran = kg::swiglu_fwd(nullptr, x.data(), up.data(), y2.data(), n).ok() &&
+                     kg::swiglu_bwd(nullptr, dy.data(), x.data(), up.data(), dg2.data(), du2.data(), n).ok();
+    expect("swiglu forward", ran, rel_error(y2, y), 1e-5);
+    expect("swiglu backward (gate)", ran, rel_error(dg2, dg), 1e-5);
+    expect("swiglu backward (up)", ran, rel_error(du2, du), 1e-5);
+  }
+  {
+    kc::AdamW hp;
+    hp.lr = 3e-3f;
+    hp.weight_decay = 0.1f;
+    auto p = random_vec(rng, n), m = random_vec(rng, n, -0.01f, 0.01f), v = random_vec(rng, n, 0, 1e-4f);
+    auto p2 = p, m2 = m, v2 = v;
+    bool ran = true;
+    for (int step = 1; step <= 3; ++step) {
+      const auto g = random_vec(rng, n);
+      kc::adamw_step(p.data(), g.data(), m.data(), v.data(), n, hp, step);
+      ran = ran && kg::adamw_step(nullptr, p2.data(), g.data(), m2.data(), v2.data(), n, hp, step).ok();
+    }
+    expect("adamw, 3 steps (parameters)", ran, rel_error(p2, p), 1e-5);
+    expect("adamw, 3 steps (second moment)", ran, rel_error(v2, v), 1e-5);
+  }
+  {
+    double sq = 0;
+    const bool ran = kg::sum_squares(nullptr, x.data(), n, &sq).ok();
+    expect("sum of squares", ran, std::abs(sq - kc::sum_squares(x.data(), n)) / kc::sum_squares(x.data(), n), 1e-6);
+  }
+  {
+    std::vector<float> a = x, sum(n), sum2(n, NAN);
+    for (std::size_t i = 0; i < n; ++i) sum[i] = x[i] + up[i];
+    kc::scale(a.data(), n, 0.37f);
+    auto a2 = x;
+    bool ran = kg::scale(nullptr, a2.data(), n, 0.37f).ok() && kg::add(nullptr, x.data(), up.data(), sum2.data(), n).ok();
+    expect("scale", ran, rel_error(a2, a), 1e-7);
+    expect("add", ran, rel_error(sum2, sum), 1e-7);
+  }
+  {
+    // Bias add and its gradient over [520, 100]: three 256-row chunks (the last 8 rows) and a last 32-column
+    // block of 4 columns.
+    const int rows = 520, cols = 100;
+    const auto m = random_vec(rng, std::size_t(rows) * cols), bias = random_vec(rng, cols), db0 = random_vec(rng, cols);
+    std::vector<float> xb = m, db = db0, xb2 = m, db2 = db0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        xb[std::size_t(r) * cols + c] += bias[c];
+        db[c] += m[std::size_t(r) * cols + c];
+      }
+    const bool ran = kg::add_bias(nullptr, xb2.data(), bias.data(), rows, cols).ok() &&
+                     kg::col_sum(nullptr, m.data(), rows, cols, db2.data()).ok();
+    expect("bias add", ran, rel_error(xb2, xb), 1e-7);
+    expect("bias gradient (column sums)", ran, rel_error(db2, db), 1e-4);
+  }
+  {
+    std::vector<std::uint16_t> h(n);
+    std::vector<float> back(n, NAN), rounded(n);
+    for (std::size_t i = 0; i < n; ++i) {  // round to nearest even on the top 16 bits, the reference
+      std::uint32_t u;
+      std::memcpy(&u, &x[i], 4);
+      u += 0x7fffu + ((u >> 16) & 1u);
+      u &= 0xffff0000u;
+      std::memcpy(&rounded[i], &u, 4);
+    }
+    auto* hb = reinterpret_cast<__nv_bfloat16*>(h.data());
+    const bool ran = kg::to_bf16(nullptr, x.data(), hb, n).ok() && kg::from_bf16(nullptr, hb, back.data(), n).ok();
+    expect("bf16 round trip (nearest even)", ran, rel_error(back, rounded), 0.0);
+  }
+  return bad == 0 ? 0 : 1;
+}
