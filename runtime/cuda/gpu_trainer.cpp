@@ -296,7 +296,11 @@ float GpuTrainer::world_sum(float v) {
 }
 
 double GpuTrainer::global_grad_norm() {
-  const double sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
+  double sq = 0;
+  {
+    KernelScope k(dev_, "grad_norm");  // this rank's sum only: the wait for the others is communication
+    sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
+  }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
 }
 
@@ -358,10 +362,7 @@ StepStats GpuTrainer::step() {
   reduce_gradients();
   StepStats st;
   st.step = steps_;
-  {
-    KernelScope k(dev_, "grad_norm");
-    st.grad_norm = global_grad_norm();
-  }
+  st.grad_norm = global_grad_norm();
   const double coef = kernels::cpu::clip_coefficient(st.grad_norm, opt_.optimizer.clip_norm);
   const std::size_t id = dev_.begin_op(trace::Stream::compute, {"optimizer", -1, -1, -1, -1, -1}, "optimizer", 0.0,
                                        double(params_->count()) * 16);

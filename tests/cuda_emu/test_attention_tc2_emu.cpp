@@ -1,6 +1,6 @@
 // kernels/cuda/attention_tc2.cu's own code, rewritten by emulate_cuda.py onto ptx_emu.hpp and run on the
 // CPU: forward and backward against the materialised CPU reference (kernels/cpu/attention), with the
-// tolerance of tests/cuda/test_attention.cpp (1e-2 relative: bf16 operands), on shapes that reach every
+// tolerances below (bf16 operands), on shapes that reach every
 // edge the kernels handle: sequence lengths that are not multiples of the 64-row / 64-key / 32-query
 // tiles, GQA groups of 2 and 1, batch 2, head dims 64 and 128. cp.async lands late (at its wait_group) in
 // every case and early (at issue) once: the results must not depend on when copies land. Any race,
@@ -33,7 +33,10 @@ namespace kg = tessel::kernels::cuda;
 using tessel::test::random_vec;
 using tessel::test::rel_error;
 
-constexpr double kTol = 1e-2;
+// About twice the errors the emulation gives (deterministic: fixed seed, no atomics) and the first
+// version gave on the H200: out 2.4-2.9e-3, lse 1.8-3.9e-4, dq/dk 3.8-4.2e-3, dv 2.8-3.1e-3. The GPU test
+// keeps 1e-2 for run-to-run and device differences; here a subtler error than a wrong mask shows.
+constexpr double kTolOut = 6e-3, kTolLse = 1e-3, kTolGrad = 8e-3;
 std::mt19937 rng(20261129);
 
 bool check(const kc::AttentionShape& a, int late) {
@@ -63,9 +66,10 @@ bool check(const kc::AttentionShape& a, int late) {
   }
   const double e[5] = {rel_error(o2, out), rel_error(l2, lse), rel_error(dq2, dq), rel_error(dk2, dk), rel_error(dv2, dv)};
   bool ok = true;
-  for (double x : e) ok = ok && x <= kTol;
-  std::printf("b%d s%d hq%d hkv%d d%d, cp.async lands %s: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e (tol %.0e) %s\n",
-              a.batch, a.seq, a.hq, a.hkv, a.d, late ? "at its wait" : "at issue", e[0], e[1], e[2], e[3], e[4], kTol,
+  const double tol[5] = {kTolOut, kTolLse, kTolGrad, kTolGrad, kTolGrad};
+  for (int i = 0; i < 5; ++i) ok = ok && e[i] <= tol[i];
+  std::printf("b%d s%d hq%d hkv%d d%d, cp.async lands %s: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n",
+              a.batch, a.seq, a.hq, a.hkv, a.d, late ? "at its wait" : "at issue", e[0], e[1], e[2], e[3], e[4],
               ok ? "ok" : "FAILED");
   return ok;
 }

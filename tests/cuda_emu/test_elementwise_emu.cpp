@@ -1,6 +1,6 @@
 // kernels/cuda/elementwise.cu's own code, rewritten by emulate_cuda.py onto ptx_emu.hpp and run on the CPU:
 // GELU and SwiGLU forward and backward, AdamW, the sum of squares, scale/add/bias, the bias-gradient column
-// sums (colreduce.cuh: several row chunks, a partial last column block) and the bf16 round trip, against
+// sums (colreduce.cuh: several row chunks, a partial last column block) and bf16 conversion, against
 // kernels/cpu with the tolerances of tests/cuda/test_kernels.cpp. Sizes are not multiples of any block.
 #include <cmath>
 #include <cstdio>
@@ -118,18 +118,31 @@ int main() {
     expect("bias gradient (column sums)", ran, rel_error(db2, db), 1e-4);
   }
   {
-    std::vector<std::uint16_t> h(n);
-    std::vector<float> back(n, NAN), rounded(n);
-    for (std::size_t i = 0; i < n; ++i) {  // round to nearest even on the top 16 bits, the reference
+    // Rounding cases with their bf16 bits written out (the emulation's conversion is the formula the
+    // device documents, so a computed reference would only repeat it): exact, ties to even both ways,
+    // round up, the largest float overflowing to infinity, a negative tie; then NaN, which must stay a NaN
+    // (its payload is the implementation's: 0x7FFF on the device, 0x7FC0 here).
+    const std::uint32_t in_bits[] = {0x3F800000u, 0x3F808000u, 0x3F818000u, 0x3F808001u, 0x7F7FFFFFu, 0xBF818000u,
+                                     0x7FC00000u};
+    const std::uint16_t want[] = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x7F80, 0xBF82};
+    const std::size_t k = sizeof(in_bits) / sizeof(in_bits[0]), exact = sizeof(want) / sizeof(want[0]);
+    std::vector<float> in(k);
+    for (std::size_t i = 0; i < k; ++i) std::memcpy(&in[i], &in_bits[i], 4);
+    std::vector<std::uint16_t> h(k, 0);
+    const bool ran = kg::to_bf16(nullptr, in.data(), reinterpret_cast<__nv_bfloat16*>(h.data()), k).ok();
+    int wrong = 0;
+    for (std::size_t i = 0; i < exact; ++i) wrong += h[i] != want[i];
+    wrong += !((h[k - 1] & 0x7F80) == 0x7F80 && (h[k - 1] & 0x007F) != 0);
+    expect("bf16 rounding, 7 written-out cases", ran, double(wrong), 0.0);
+    std::vector<float> back(exact, 0.0f);
+    const bool ran2 = kg::from_bf16(nullptr, reinterpret_cast<const __nv_bfloat16*>(want), back.data(), exact).ok();
+    int off = 0;
+    for (std::size_t i = 0; i < exact; ++i) {
       std::uint32_t u;
-      std::memcpy(&u, &x[i], 4);
-      u += 0x7fffu + ((u >> 16) & 1u);
-      u &= 0xffff0000u;
-      std::memcpy(&rounded[i], &u, 4);
+      std::memcpy(&u, &back[i], 4);
+      off += u != (std::uint32_t(want[i]) << 16);
     }
-    auto* hb = reinterpret_cast<__nv_bfloat16*>(h.data());
-    const bool ran = kg::to_bf16(nullptr, x.data(), hb, n).ok() && kg::from_bf16(nullptr, hb, back.data(), n).ok();
-    expect("bf16 round trip (nearest even)", ran, rel_error(back, rounded), 0.0);
+    expect("bf16 widening, the 6 exact ones", ran2, double(off), 0.0);
   }
   return bad == 0 ? 0 : 1;
 }

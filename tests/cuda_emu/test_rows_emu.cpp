@@ -121,7 +121,10 @@ void embedding() {
   std::printf("embedding, %d tokens, rows [%d, %d) x %d:\n", n, start, start + vocab, dim);
   const auto table = random_vec(rng, std::size_t(vocab) * dim), dout = random_vec(rng, std::size_t(n) * dim);
   const auto dt0 = random_vec(rng, table.size());
-  const auto tok = random_tokens(rng, n, 90);
+  auto tok = random_tokens(rng, n, 90);
+  // The shard's edges (just outside, first and last row) and a repeated id, not left to the draw.
+  const std::int32_t edges[] = {start - 1, start, start + vocab - 1, start + vocab, start, start};
+  std::copy(std::begin(edges), std::end(edges), tok.begin());
   std::vector<float> out(std::size_t(n) * dim), dt = dt0, out2(out.size(), NAN), dt2 = dt0;
   kc::embedding_fwd(table.data(), vocab, start, dim, tok.data(), n, out.data());
   kc::embedding_bwd(dout.data(), vocab, start, dim, tok.data(), n, dt.data());

@@ -151,11 +151,38 @@ Status attention_fwd(cudaStream_t, const AttentionShape& a, const float* q, int 
   kc::attention_lse(a, q, ldq, k, ldk, lse);
   return {};
 }
+// As strict as the flash backward about what it is handed: the probabilities are rebuilt from the lse
+// passed in (p_ij = exp(s_ij - lse_i)), not recomputed, and the out passed in must be probs V, else
+// delta = rowsum(dO * out) would be wrong on the device: a stale or reused lse/out fails here too.
 Status attention_bwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, const float*, int, const float*, const float* dout, int lddo, float* dq,
-                     int lddq, float* dk, int lddk, float* dv, int lddv, float*) {
-  std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
-  kc::attention_probs(a, q, ldq, k, ldk, probs.data());
+                     const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                     int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float*) {
+  std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq, 0.0f);
+  const double scale = 1.0 / std::sqrt(double(a.d));
+  for (int b = 0; b < a.batch; ++b)
+    for (int h = 0; h < a.hq; ++h)
+      for (int i = 0; i < a.seq; ++i) {
+        const std::size_t row = (std::size_t(b) * a.hq + h) * a.seq + i;
+        const float* qi = q + std::size_t(b * a.seq + i) * ldq + h * a.d;
+        for (int j = 0; j <= i; ++j) {
+          const float* kj = k + std::size_t(b * a.seq + j) * ldk + (h / (a.hq / a.hkv)) * a.d;
+          double dot = 0;
+          for (int c = 0; c < a.d; ++c) dot += double(qi[c]) * kj[c];
+          probs[row * a.seq + j] = static_cast<float>(std::exp(dot * scale - lse[row]));
+        }
+      }
+  std::vector<float> expect(std::size_t(a.batch) * a.seq * ldo, 0.0f), probs2(probs.size());
+  kc::attention_fwd(a, q, ldq, k, ldk, v, ldv, expect.data(), ldo, probs2.data());
+  double num = 0, den = 0;
+  for (int t = 0; t < a.batch * a.seq; ++t)
+    for (int c = 0; c < a.hq * a.d; ++c) {
+      const double e = expect[std::size_t(t) * ldo + c], g = out[std::size_t(t) * ldo + c];
+      num += (g - e) * (g - e);
+      den += e * e;
+    }
+  if (!(num <= 1e-8 * den))
+    return bad("attention backward handed an out that is not softmax(q k^T) v (relative error " +
+               std::to_string(std::sqrt(num / std::max(den, 1e-30))) + ")");
   kc::attention_bwd(a, q, ldq, k, ldk, v, ldv, probs.data(), dout, lddo, dq, lddq, dk, lddk, dv, lddv);
   return {};
 }

@@ -3,6 +3,7 @@
 // that writes a recovery checkpoint and a merged trace, then resumes under another layout.
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/cuda/run_cuda.hpp"
+#include "runtime/trainer.hpp"
 
 using namespace tessel;
 namespace fs = std::filesystem;
@@ -32,6 +34,38 @@ rt::cuda::CudaRunOptions options(int tp, int pp, int dp) {
   o.precision = "fp32";
   o.steps = 2;
   return o;
+}
+
+// run_cuda's stdout while it runs (the per-step lines are its report), through a temporary file.
+std::string run_capturing(const rt::cuda::CudaRunOptions& o, int& rc) {
+  const fs::path out = fs::temp_directory_path() / ("tessel-fake-stdout-" + std::to_string(::getpid()));
+  std::fflush(stdout);
+  const int saved = dup(fileno(stdout));
+  FILE* f = std::fopen(out.c_str(), "w");
+  REQUIRE(f);
+  dup2(fileno(f), fileno(stdout));
+  rc = rt::cuda::run_cuda(o);
+  std::fflush(stdout);
+  dup2(saved, fileno(stdout));
+  close(saved);
+  std::fclose(f);
+  std::ifstream in(out);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  fs::remove(out);
+  return ss.str();
+}
+
+// "step    4  loss 5.303900  grad_norm 2.0915 ..." -> {loss, grad_norm} of that step, or {-1, -1}.
+std::pair<double, double> step_line(const std::string& text, int step) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    int s = 0;
+    double loss = 0, norm = 0;
+    if (std::sscanf(line.c_str(), "step %d loss %lf grad_norm %lf", &s, &loss, &norm) == 3 && s == step) return {loss, norm};
+  }
+  return {-1, -1};
 }
 
 std::string error_of(const rt::cuda::CudaRunOptions& o) {
@@ -55,7 +89,7 @@ TEST_CASE("run_cuda rejects what it cannot run, naming the flag and the rule") {
   o = options(2, 1, 1);
   o.only_rank = 1;
   o.save_every = 1;
-  o.checkpoint_dir = "/tmp/never";
+  o.checkpoint_dir = (std::filesystem::temp_directory_path() / "tessel-never-written").string();
   CHECK(error_of(o).find("--only-rank") != std::string::npos);
   o = options(2, 1, 1);
   o.only_rank = 5;
@@ -96,6 +130,18 @@ TEST_CASE("--gpu-threads runs every rank, saves a checkpoint, writes one trace, 
   p.layout.zero_stage = 1;
   p.steps = 4;
   p.resume = o.checkpoint_dir;
-  CHECK(rt::cuda::run_cuda(p) == 0);
+  int rc = -1;
+  const std::string text = run_capturing(p, rc);
+  CHECK(rc == 0);
+  // Steps 3 and 4 as the CPU runtime trains the same model and data uninterrupted (any layout: the data
+  // stream and the mathematics do not depend on it), at the printed precision (6 and 4 decimals).
+  const auto cpu = rt::train_threads(p.model, p.layout, {}, 4);
+  for (int step = 3; step <= 4; ++step) {
+    CAPTURE(step);
+    const auto [loss, norm] = step_line(text, step);
+    CHECK(loss == doctest::Approx(cpu.steps[step - 1].loss).epsilon(2e-6));
+    CHECK(norm == doctest::Approx(cpu.steps[step - 1].grad_norm).epsilon(1e-4));
+  }
+  CHECK(step_line(text, 2).first < 0);  // resumed after step 2: steps 1-2 did not run again
   fs::remove_all(dir);
 }
