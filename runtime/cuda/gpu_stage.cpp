@@ -122,7 +122,15 @@ struct GpuStage::Impl {
     DBuf full = buf(std::size_t(sh.tokens) * sh.hidden);
     const std::size_t n = std::size_t(sh.local_tokens) * sh.hidden;
     collective("tp_allgather", double(n) * tp.size * 4, [&] { tp.comm->all_gather(f32(local), f32(full), n); });
+    if (tp.record_only)  // --only-rank: no peers; this rank's block stands in for every rank's
+      for (int r = 0; r < tp.size; ++r) stand_in(f32(full) + std::size_t(r) * n, f32(local), n);
     return full;
+  }
+  // --only-rank's stand-in for a collective's output that no peer fills: real values of the right size
+  // (the buffer would otherwise be whatever the allocator last held, NaNs included), not a sum over ranks.
+  void stand_in(float* dst, const float* src, std::size_t n) {
+    const cudaError_t e = cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s());
+    if (e != cudaSuccess) throw kg::DeviceError(std::string("--only-rank stand-in copy: ") + cudaGetErrorString(e));
   }
   DBuf reduce_tokens(const DBuf& partial) {  // [T,h] partial sums -> [Tl,h]
     if (tp.size == 1) return partial;
@@ -134,6 +142,7 @@ struct GpuStage::Impl {
     DBuf local = buf(std::size_t(sh.local_tokens) * sh.hidden);
     const std::size_t n = std::size_t(sh.local_tokens) * sh.hidden;
     collective("tp_reducescatter", double(n) * tp.size * 4, [&] { tp.comm->reduce_scatter(f32(partial), f32(local), n); });
+    if (tp.record_only) stand_in(f32(local), f32(partial) + std::size_t(tp.rank) * n, n);  // its own block, unsummed
     return local;
   }
   OpIdentity current;

@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/cuda/run_cuda.hpp"
 #include "runtime/trainer.hpp"
+#include "traces/chrome.hpp"
 
 using namespace tessel;
 namespace fs = std::filesystem;
@@ -36,19 +37,28 @@ rt::cuda::CudaRunOptions options(int tp, int pp, int dp) {
   return o;
 }
 
-// run_cuda's stdout while it runs (the per-step lines are its report), through a temporary file.
+// run_cuda's stdout while it runs (the per-step lines are its report), through a temporary file; stdout is
+// given back however run_cuda ends (an exception must still reach doctest's report).
 std::string run_capturing(const rt::cuda::CudaRunOptions& o, int& rc) {
   const fs::path out = fs::temp_directory_path() / ("tessel-fake-stdout-" + std::to_string(::getpid()));
   std::fflush(stdout);
-  const int saved = dup(fileno(stdout));
   FILE* f = std::fopen(out.c_str(), "w");
   REQUIRE(f);
-  dup2(fileno(f), fileno(stdout));
-  rc = rt::cuda::run_cuda(o);
-  std::fflush(stdout);
-  dup2(saved, fileno(stdout));
-  close(saved);
-  std::fclose(f);
+  struct Redirect {
+    int saved;
+    FILE* f;
+    Redirect(FILE* file) : saved(dup(fileno(stdout))), f(file) { dup2(fileno(f), fileno(stdout)); }
+    ~Redirect() {
+      std::fflush(stdout);
+      dup2(saved, fileno(stdout));
+      close(saved);
+      std::fclose(f);
+    }
+  };
+  {
+    Redirect r(f);
+    rc = rt::cuda::run_cuda(o);
+  }
   std::ifstream in(out);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -144,4 +154,35 @@ TEST_CASE("--gpu-threads runs every rank, saves a checkpoint, writes one trace, 
   }
   CHECK(step_line(text, 2).first < 0);  // resumed after step 2: steps 1-2 did not run again
   fs::remove_all(dir);
+}
+
+// --only-rank: one rank of a larger layout alone, weights and inputs synthesised, every communication
+// recorded with its bytes on its lane and neither run nor waited for (there are no peers).
+TEST_CASE("--only-rank plays one rank of tp2 pp2 alone and records its communication without running it") {
+  const fs::path trace = fs::temp_directory_path() / ("tessel-fake-only-" + std::to_string(::getpid()) + ".json");
+  auto o = options(2, 2, 1);
+  o.layout.sequence_parallel = true;
+  o.only_rank = 3;  // tp rank 1 of the last pipeline stage: receives activations, sends gradients back
+  o.trace_path = trace.string();
+  int rc = -1;
+  const std::string text = run_capturing(o, rc);
+  REQUIRE(rc == 0);
+  CHECK(text.find("only rank 3") != std::string::npos);
+  const trace::Trace t = trace::read_chrome_trace(o.trace_path);
+  int recv = 0, send = 0, tp = 0, compute = 0;
+  for (const auto& e : t.events) {
+    CHECK(e.rank == 3);
+    if (e.stream == trace::Stream::pp && e.op == "recv") recv += e.bytes > 0;
+    if (e.stream == trace::Stream::pp && e.op == "send") send += e.bytes > 0;
+    if (e.stream == trace::Stream::tp) tp += e.bytes > 0;
+    if (e.stream == trace::Stream::compute && (e.op == "forward" || e.op == "backward")) ++compute;
+  }
+  // Every micro-batch of both steps (global batch 16 / micro-batch 2: 8 a step) is received, computed
+  // forward and backward, and its input gradient sent back.
+  const int mbs = o.layout.num_microbatches() * o.steps;
+  CHECK(recv == mbs);
+  CHECK(send == mbs);
+  CHECK(compute == 2 * mbs);
+  CHECK(tp > 0);
+  fs::remove(trace);
 }
