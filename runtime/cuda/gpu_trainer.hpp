@@ -18,6 +18,7 @@
 #include "runtime/optimizer_step.hpp"
 #include "runtime/rank_groups.hpp"
 #include "runtime/trainer.hpp"
+#include "runtime/trainer_checkpoint.hpp"
 
 namespace tessel::rt::cuda {
 
@@ -61,6 +62,8 @@ class GpuTrainer {
   bool counts_in_norm(const GpuParam& p) const;
   float world_sum(float v);  // over every rank (host scalar)
   Comm& host_world();
+  struct HostState;  // one parameter's value and AdamW moments on the host (checkpoints)
+  std::vector<CheckpointTensor> checkpoint_views(std::vector<HostState>& host, bool for_writing) const;
 
   CudaDevice& dev_;
   Model model_;
