@@ -1,9 +1,11 @@
 // Device-side helpers shared by the kernel files: warp/block reductions, grid sizing.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace tessel::kernels::cuda {
 
@@ -38,6 +40,41 @@ __device__ inline float block_max(float v, float* scratch) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : -INFINITY;
   return warp_max(v);
+}
+
+// V consecutive elements in one access: V = 4 is one 16-byte float load or store, or one 8-byte store of
+// four bf16 (the caller has checked the alignment, `aligned` below); V = 1 is scalar.
+template <int V>
+__device__ inline void load_vec(float (&r)[V], const float* p) {
+  if constexpr (V == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else {
+    for (int k = 0; k < V; ++k) r[k] = p[k];
+  }
+}
+template <int V>
+__device__ inline void store_vec(float* p, const float (&r)[V]) {
+  if constexpr (V == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+  } else {
+    for (int k = 0; k < V; ++k) p[k] = r[k];
+  }
+}
+__device__ inline unsigned bf16_pair(float lo, float hi) {
+  return unsigned(__bfloat16_as_ushort(__float2bfloat16(lo))) | (unsigned(__bfloat16_as_ushort(__float2bfloat16(hi))) << 16);
+}
+template <int V>
+__device__ inline void store_vec(__nv_bfloat16* p, const float (&r)[V]) {
+  if constexpr (V == 4) {
+    *reinterpret_cast<uint2*>(p) = make_uint2(bf16_pair(r[0], r[1]), bf16_pair(r[2], r[3]));
+  } else {
+    for (int k = 0; k < V; ++k) p[k] = __float2bfloat16(r[k]);
+  }
+}
+// Null (an output not asked for) or aligned to `bytes`.
+inline bool aligned(const void* p, std::size_t bytes) {
+  return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
 
 // Grid for a grid-stride element-wise kernel: enough blocks to fill every SM a few times over, no more.

@@ -1,7 +1,10 @@
 // Launchers of Tessel's own CUDA kernels (llm.c's layout: kernels in the .cu files, then thin launchers
 // that take an explicit stream, check the launch and name an NVTX range). Every launcher has the contract
 // of its CPU reference in kernels/cpu (same argument order, same row-major layout, fp32 in and out) plus
-// the stream; the tests in tests/cuda compare each one with that reference.
+// the stream; the tests in tests/cuda compare each one with that reference. Fused extras, each defaulted
+// to the plain contract: a bf16 copy of an output written in the same pass (`*16` pointers; the fp32
+// output may then be null), a residual added to a backward's dx (`dres`), a gradient scale and a bf16
+// parameter copy in AdamW.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,20 +24,23 @@ using cpu::AttentionShape;
 
 // ---- norms (kernels/cpu/norm.hpp): one warp per row; dgamma/dbeta ADD (nullptr skips them) ----
 Status layernorm_fwd(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                     float* rstd, int rows, int cols, float eps);
+                     float* rstd, int rows, int cols, float eps, __nv_bfloat16* y16 = nullptr);
 Status layernorm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* mean,
-                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols);
+                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols,
+                     const float* dres = nullptr);
 Status rmsnorm_fwd(cudaStream_t s, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
-                   float eps);
+                   float eps, __nv_bfloat16* y16 = nullptr);
 Status rmsnorm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
-                   float* dgamma, int rows, int cols);
+                   float* dgamma, int rows, int cols, const float* dres = nullptr);
 
 // ---- activations (kernels/cpu/activation.hpp) ----
-Status gelu_fwd(cudaStream_t s, const float* x, float* y, std::size_t n);
-Status gelu_bwd(cudaStream_t s, const float* dy, const float* x, float* dx, std::size_t n);
-Status swiglu_fwd(cudaStream_t s, const float* gate, const float* up, float* y, std::size_t n);
+Status gelu_fwd(cudaStream_t s, const float* x, float* y, std::size_t n, __nv_bfloat16* y16 = nullptr);
+Status gelu_bwd(cudaStream_t s, const float* dy, const float* x, float* dx, std::size_t n,
+                __nv_bfloat16* dx16 = nullptr);
+Status swiglu_fwd(cudaStream_t s, const float* gate, const float* up, float* y, std::size_t n,
+                  __nv_bfloat16* y16 = nullptr);
 Status swiglu_bwd(cudaStream_t s, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
-                  std::size_t n);
+                  std::size_t n, __nv_bfloat16* dgate16 = nullptr, __nv_bfloat16* dup16 = nullptr);
 
 // ---- causal attention, flash style (kernels/cpu/attention.hpp's layout and GQA) ----
 // No [seq, seq] matrix exists: keys stream through shared-memory tiles with an online softmax (Milakov &
@@ -91,7 +97,7 @@ Status cross_entropy_fwd(cudaStream_t s, const float* logits, int rows, int voca
                          const std::int32_t* targets, float* loss, float* row_max, float* row_sum);
 Status cross_entropy_bwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, const float* row_max, const float* row_sum,
-                         const float* dloss, float* dlogits);
+                         const float* dloss, float* dlogits, __nv_bfloat16* dlogits16 = nullptr);
 // Vocab-parallel forward in three passes with the caller's tp all-reduces between them, as the CPU
 // reference's hooks (max, then sum of row_sum and of the target logit):
 //   cross_entropy_max:     row_max[r] = max over the shard's columns;          then all-reduce(max)
@@ -114,7 +120,7 @@ Status add_positions_bwd(cudaStream_t s, const float* dx, float* dpos, int rows,
 
 // ---- optimizer (kernels/cpu/optimizer.hpp) ----
 Status adamw_step(cudaStream_t s, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
-                  int step);
+                  int step, float grad_scale = 1.0f, __nv_bfloat16* param16 = nullptr);
 
 // ---- reductions and element-wise helpers ----
 // *out (device, double) += sum of x^2: the global-norm input, reduced in double like the CPU reference.
@@ -123,7 +129,8 @@ Status scale(cudaStream_t s, float* x, std::size_t n, float factor);
 // out = a + b (out may alias a or b).
 Status add(cudaStream_t s, const float* a, const float* b, float* out, std::size_t n);
 // x[r, c] += bias[c] for a row-major [rows, cols] x.
-Status add_bias(cudaStream_t s, float* x, const float* bias, int rows, int cols);
+// out = (a + b) + bias[column] over [rows, cols] (bias may be null; out may be a or b).
+Status residual_add(cudaStream_t s, const float* a, const float* b, const float* bias, float* out, int rows, int cols);
 // db[c] += sum_r dy[r, c] (bias gradients; column sums in a fixed order, so deterministic).
 Status col_sum(cudaStream_t s, const float* dy, int rows, int cols, float* db);
 // Element-wise sum/max of `count` floats over `parts` rank-major blocks of in into out: the local step

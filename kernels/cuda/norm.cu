@@ -3,6 +3,7 @@
 // column sums in two deterministic passes (colreduce.cuh), no atomics.
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/colreduce.cuh"
@@ -16,67 +17,49 @@ namespace {
 
 constexpr int kRowsPerBlock = 8;  // 8 warps = 256 threads per block
 
-// Row access in vectors of V floats (V = 4: 16-byte loads and stores, used when cols % 4 == 0 and every
-// pointer is 16-byte aligned; V = 1 otherwise). The first device run measured the scalar kernels at 48%
-// (forward) and 59% (backward dx) of the copy bandwidth, against issue 7's 70%.
-template <int V>
-struct Vec;
-template <>
-struct Vec<1> {
-  using T = float;
-  __device__ static float at(const T& v, int) { return v; }
-  __device__ static void set(T& v, int, float x) { v = x; }
-};
-template <>
-struct Vec<4> {
-  using T = float4;
-  __device__ static float at(const T& v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
-  __device__ static void set(T& v, int k, float x) {
-    if (k == 0) v.x = x;
-    else if (k == 1) v.y = x;
-    else if (k == 2) v.z = x;
-    else v.w = x;
-  }
-};
+// Rows are read in vectors of V floats (common.cuh's load_vec: V = 4, 16-byte loads and stores, when
+// cols % 4 == 0 and every pointer is aligned; V = 1 otherwise). The first device run measured the scalar
+// kernels at 48% (forward) and 59% (backward dx) of the copy bandwidth, against issue 7's 70%.
 
-// rms = false: LayerNorm (mean and biased variance); true: RMSNorm (mean of squares, no centring).
+// rms = false: LayerNorm (mean and biased variance); true: RMSNorm (mean of squares, no centring). y and
+// y16 (the bf16 form a GEMM reads) are each optional.
 template <bool kRms, int V>
 __global__ void norm_fwd_kernel(const float* __restrict__ x, const float* __restrict__ gamma,
-                                const float* __restrict__ beta, float* __restrict__ y, float* __restrict__ mean,
-                                float* __restrict__ rstd, int rows, int cols, float eps) {
-  using T = typename Vec<V>::T;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n = cols / V;
+                                const float* __restrict__ beta, float* __restrict__ y,
+                                __nv_bfloat16* __restrict__ y16, float* __restrict__ mean, float* __restrict__ rstd,
+                                int rows, int cols, float eps) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= rows) return;
-  const T* xr = reinterpret_cast<const T*>(x + std::size_t(row) * cols);
-  const T* g = reinterpret_cast<const T*>(gamma);
-  const T* b = reinterpret_cast<const T*>(beta);
+  const std::size_t r0 = std::size_t(row) * cols;
+  const float* xr = x + r0;
   float mu = 0;
   if (!kRms) {
     float s = 0;
-    for (int c = lane; c < n; c += kWarp) {
-      const T v = xr[c];
+    for (int c = lane * V; c < cols; c += kWarp * V) {
+      float v[V];
+      load_vec<V>(v, xr + c);
 #pragma unroll
-      for (int k = 0; k < V; ++k) s += Vec<V>::at(v, k);
+      for (int k = 0; k < V; ++k) s += v[k];
     }
     mu = warp_sum(s) / cols;
   }
   float var = 0;  // second pass over the (cached) row: no cancellation from E[x^2] - E[x]^2
-  for (int c = lane; c < n; c += kWarp) {
-    const T v = xr[c];
+  for (int c = lane * V; c < cols; c += kWarp * V) {
+    float v[V];
+    load_vec<V>(v, xr + c);
 #pragma unroll
-    for (int k = 0; k < V; ++k) var += (Vec<V>::at(v, k) - mu) * (Vec<V>::at(v, k) - mu);
+    for (int k = 0; k < V; ++k) var += (v[k] - mu) * (v[k] - mu);
   }
   const float rs = rsqrtf(warp_sum(var) / cols + eps);
-  T* yr = reinterpret_cast<T*>(y + std::size_t(row) * cols);
-  for (int c = lane; c < n; c += kWarp) {
-    const T v = xr[c], gv = g[c];
-    T bv{};
-    if (!kRms) bv = b[c];
-    T out;
+  for (int c = lane * V; c < cols; c += kWarp * V) {
+    float v[V], g[V], b[V] = {};
+    load_vec<V>(v, xr + c);
+    load_vec<V>(g, gamma + c);
+    if (!kRms) load_vec<V>(b, beta + c);
 #pragma unroll
-    for (int k = 0; k < V; ++k)
-      Vec<V>::set(out, k, (Vec<V>::at(v, k) - mu) * rs * Vec<V>::at(gv, k) + (kRms ? 0.0f : Vec<V>::at(bv, k)));
-    yr[c] = out;
+    for (int k = 0; k < V; ++k) v[k] = (v[k] - mu) * rs * g[k] + (kRms ? 0.0f : b[k]);
+    if (y) store_vec<V>(y + r0 + c, v);
+    if (y16) store_vec<V>(y16 + r0 + c, v);
   }
   if (lane == 0) {
     if (!kRms && mean) mean[row] = mu;
@@ -84,47 +67,54 @@ __global__ void norm_fwd_kernel(const float* __restrict__ x, const float* __rest
   }
 }
 
-// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma (RMSNorm: no mean(g) term, xhat = x rstd).
+// dx = rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma (RMSNorm: no mean(g) term, xhat = x rstd), plus
+// dres when given (the residual branch's gradient, added in the same pass).
 template <bool kRms, int V>
 __global__ void norm_bwd_dx_kernel(const float* __restrict__ dy, const float* __restrict__ x,
                                    const float* __restrict__ gamma, const float* __restrict__ mean,
-                                   const float* __restrict__ rstd, float* __restrict__ dx, int rows, int cols) {
-  using T = typename Vec<V>::T;
-  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp, n = cols / V;
+                                   const float* __restrict__ rstd, const float* __restrict__ dres,
+                                   float* __restrict__ dx, int rows, int cols) {
+  const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   if (row >= rows) return;
-  const T* dyr = reinterpret_cast<const T*>(dy + std::size_t(row) * cols);
-  const T* xr = reinterpret_cast<const T*>(x + std::size_t(row) * cols);
-  const T* gm = reinterpret_cast<const T*>(gamma);
+  const std::size_t r0 = std::size_t(row) * cols;
   const float mu = kRms ? 0.0f : mean[row], rs = rstd[row];
   float sg = 0, sgx = 0;
-  for (int c = lane; c < n; c += kWarp) {
-    const T d = dyr[c], xv = xr[c], gv = gm[c];
+  for (int c = lane * V; c < cols; c += kWarp * V) {
+    float d[V], xv[V], gv[V];
+    load_vec<V>(d, dy + r0 + c);
+    load_vec<V>(xv, x + r0 + c);
+    load_vec<V>(gv, gamma + c);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const float g = Vec<V>::at(d, k) * Vec<V>::at(gv, k);
+      const float g = d[k] * gv[k];
       sg += g;
-      sgx += g * (Vec<V>::at(xv, k) - mu) * rs;
+      sgx += g * (xv[k] - mu) * rs;
     }
   }
   sg = kRms ? 0.0f : warp_sum(sg) / cols;
   sgx = warp_sum(sgx) / cols;
-  T* dxr = reinterpret_cast<T*>(dx + std::size_t(row) * cols);
-  for (int c = lane; c < n; c += kWarp) {
-    const T d = dyr[c], xv = xr[c], gv = gm[c];
-    T out;
+  for (int c = lane * V; c < cols; c += kWarp * V) {
+    float d[V], xv[V], gv[V];
+    load_vec<V>(d, dy + r0 + c);
+    load_vec<V>(xv, x + r0 + c);
+    load_vec<V>(gv, gamma + c);
 #pragma unroll
-    for (int k = 0; k < V; ++k)
-      Vec<V>::set(out, k, rs * (Vec<V>::at(d, k) * Vec<V>::at(gv, k) - sg - (Vec<V>::at(xv, k) - mu) * rs * sgx));
-    dxr[c] = out;
+    for (int k = 0; k < V; ++k) d[k] = rs * (d[k] * gv[k] - sg - (xv[k] - mu) * rs * sgx);
+    if (dres) {
+      float r[V];
+      load_vec<V>(r, dres + r0 + c);
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] = d[k] + r[k];
+    }
+    store_vec<V>(dx + r0 + c, d);
   }
 }
 
-bool aligned16(const void* p) { return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-// The 16-byte path: whole float4s per row, and every row start aligned.
-bool vec4(int cols, std::initializer_list<const void*> ptrs) {
-  if (cols % 4 != 0) return false;
+// The 16-byte path: whole float4s per row, and every row start aligned (bf16 rows: 8 bytes).
+bool vec4(int cols, std::initializer_list<const void*> ptrs, const void* half = nullptr) {
+  if (cols % 4 != 0 || !aligned(half, 8)) return false;
   for (const void* p : ptrs)
-    if (!aligned16(p)) return false;
+    if (!aligned(p, 16)) return false;
   return true;
 }
 
@@ -144,14 +134,27 @@ struct NormParamValues {
 unsigned row_blocks(int rows) { return static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)); }
 
 template <bool kRms>
+Status norm_fwd(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, __nv_bfloat16* y16,
+                float* mean, float* rstd, int rows, int cols, float eps) {
+  if (!y && !y16) return {1, std::string(kRms ? "rmsnorm" : "layernorm") + "_fwd: neither y nor y16 given"};
+  if (rows == 0) return {};
+  if (vec4(cols, {x, gamma, beta, y}, y16))
+    norm_fwd_kernel<kRms, 4><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, gamma, beta, y, y16, mean, rstd, rows, cols, eps);
+  else
+    norm_fwd_kernel<kRms, 1><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, gamma, beta, y, y16, mean, rstd, rows, cols, eps);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+template <bool kRms>
 Status norm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* mean,
-                const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols) {
+                const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols, const float* dres) {
   if (rows == 0) return {};
   if (dx) {
-    if (vec4(cols, {dy, x, gamma, dx}))
-      norm_bwd_dx_kernel<kRms, 4><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
+    if (vec4(cols, {dy, x, gamma, dx, dres}))
+      norm_bwd_dx_kernel<kRms, 4><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(dy, x, gamma, mean, rstd, dres, dx, rows, cols);
     else
-      norm_bwd_dx_kernel<kRms, 1><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
+      norm_bwd_dx_kernel<kRms, 1><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(dy, x, gamma, mean, rstd, dres, dx, rows, cols);
     TESSEL_LAUNCH_CHECK();
   }
   if (dgamma || dbeta)
@@ -163,39 +166,27 @@ Status norm_bwd(cudaStream_t s, const float* dy, const float* x, const float* ga
 }  // namespace
 
 Status layernorm_fwd(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                     float* rstd, int rows, int cols, float eps) {
+                     float* rstd, int rows, int cols, float eps, __nv_bfloat16* y16) {
   TESSEL_NVTX_FN();
-  if (rows == 0) return {};
-  if (vec4(cols, {x, gamma, beta, y}))
-    norm_fwd_kernel<false, 4><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
-  else
-    norm_fwd_kernel<false, 1><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  return norm_fwd<false>(s, x, gamma, beta, y, y16, mean, rstd, rows, cols, eps);
 }
 
 Status layernorm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* mean,
-                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols) {
+                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols, const float* dres) {
   TESSEL_NVTX_FN();
-  return norm_bwd<false>(s, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols);
+  return norm_bwd<false>(s, dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols, dres);
 }
 
 Status rmsnorm_fwd(cudaStream_t s, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
-                   float eps) {
+                   float eps, __nv_bfloat16* y16) {
   TESSEL_NVTX_FN();
-  if (rows == 0) return {};
-  if (vec4(cols, {x, gamma, y}))
-    norm_fwd_kernel<true, 4><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, gamma, nullptr, y, nullptr, rstd, rows, cols, eps);
-  else
-    norm_fwd_kernel<true, 1><<<row_blocks(rows), kRowsPerBlock * kWarp, 0, s>>>(x, gamma, nullptr, y, nullptr, rstd, rows, cols, eps);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  return norm_fwd<true>(s, x, gamma, nullptr, y, y16, nullptr, rstd, rows, cols, eps);
 }
 
 Status rmsnorm_bwd(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
-                   float* dgamma, int rows, int cols) {
+                   float* dgamma, int rows, int cols, const float* dres) {
   TESSEL_NVTX_FN();
-  return norm_bwd<true>(s, dy, x, gamma, nullptr, rstd, dx, dgamma, nullptr, rows, cols);
+  return norm_bwd<true>(s, dy, x, gamma, nullptr, rstd, dx, dgamma, nullptr, rows, cols, dres);
 }
 
 }  // namespace tessel::kernels::cuda

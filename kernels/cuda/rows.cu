@@ -34,16 +34,21 @@ __global__ void cross_entropy_fwd_kernel(const float* __restrict__ logits, int v
   }
 }
 
+__device__ inline void put(float* p, float v) { *p = v; }
+__device__ inline void put(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+
+// O = float, or bf16 when the logits' gradient only feeds bf16 GEMMs (no fp32 copy written and converted).
+template <class O>
 __global__ void cross_entropy_bwd_kernel(const float* __restrict__ logits, int vocab, int vocab_start,
                                          const std::int32_t* __restrict__ targets, const float* __restrict__ row_max,
                                          const float* __restrict__ row_sum, const float* __restrict__ dloss,
-                                         float* __restrict__ dlogits) {
+                                         O* __restrict__ dlogits) {
   const int r = blockIdx.x;
   const float* z = logits + std::size_t(r) * vocab;
-  float* dz = dlogits + std::size_t(r) * vocab;
+  O* dz = dlogits + std::size_t(r) * vocab;
   const float m = row_max[r], inv = 1.0f / row_sum[r], d = dloss[r];
   const int t = targets[r] - vocab_start;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) dz[j] = d * (expf(z[j] - m) * inv) - (j == t ? d : 0.0f);
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) put(dz + j, d * (expf(z[j] - m) * inv) - (j == t ? d : 0.0f));
 }
 
 // The vocab-parallel passes (kernels.hpp): the fused kernel above split where the tp reductions go.
@@ -121,11 +126,16 @@ Status cross_entropy_fwd(cudaStream_t s, const float* logits, int rows, int voca
 
 Status cross_entropy_bwd(cudaStream_t s, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, const float* row_max, const float* row_sum, const float* dloss,
-                         float* dlogits) {
+                         float* dlogits, __nv_bfloat16* dlogits16) {
   TESSEL_NVTX_FN();
+  if (!dlogits == !dlogits16) return {1, "cross_entropy_bwd: exactly one of dlogits and dlogits16 is written"};
   if (rows == 0) return {};
-  cross_entropy_bwd_kernel<<<rows, kThreads, 0, s>>>(logits, vocab_local, vocab_start, targets, row_max, row_sum, dloss,
-                                                     dlogits);
+  if (dlogits16)
+    cross_entropy_bwd_kernel<__nv_bfloat16><<<rows, kThreads, 0, s>>>(logits, vocab_local, vocab_start, targets,
+                                                                      row_max, row_sum, dloss, dlogits16);
+  else
+    cross_entropy_bwd_kernel<float><<<rows, kThreads, 0, s>>>(logits, vocab_local, vocab_start, targets, row_max,
+                                                              row_sum, dloss, dlogits);
   TESSEL_LAUNCH_CHECK();
   return {};
 }

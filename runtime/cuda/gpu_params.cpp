@@ -125,19 +125,21 @@ double GpuParams::local_grad_sq(cudaStream_t s, const std::function<bool(const G
   return out;
 }
 
+// The clip coefficient scales each gradient as AdamW reads it (the gradient buffer keeps the unclipped
+// values), and the unsharded step writes the GEMMs' bf16 parameter copy in the same pass: one read of
+// every parameter, gradient and moment per step. ZeRO-1 refreshes the copy after its all-gather.
 void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, double clip_coef) {
+  const float coef = clip_coef < 1.0 ? static_cast<float>(clip_coef) : 1.0f;
   if (!sharded()) {
-    if (clip_coef < 1.0) throw_if_failed(kg::scale(s, f32(grad_), total_, static_cast<float>(clip_coef)));
+    auto* half = static_cast<__nv_bfloat16*>(half_->get());
     for (const GpuParam& p : params_) {
       kernels::cpu::AdamW h = hp;
       if (!p.spec.decay) h.weight_decay = 0.0f;  // matrices only, as the CPU optimizer
       throw_if_failed(kg::adamw_step(s, f32(data_) + p.offset, f32(grad_) + p.offset, f32(m_) + p.offset,
-                                     f32(v_) + p.offset, p.size(), h, step));
+                                     f32(v_) + p.offset, p.size(), h, step, coef, half + p.offset));
     }
-    refresh_half(s);
     return;
   }
-  if (clip_coef < 1.0) throw_if_failed(kg::scale(s, f32(shard_grad_), shard_, static_cast<float>(clip_coef)));
   const std::size_t z0 = shard_begin(), z1 = z0 + shard_;
   for (const GpuParam& p : params_) {  // each parameter's part inside the shard
     const std::size_t a = std::max(p.offset, z0), b = std::min(p.offset + p.size(), z1);
@@ -145,7 +147,7 @@ void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, d
     kernels::cpu::AdamW h = hp;
     if (!p.spec.decay) h.weight_decay = 0.0f;
     throw_if_failed(kg::adamw_step(s, f32(data_) + a, f32(shard_grad_) + (a - z0), f32(m_) + (a - z0),
-                                   f32(v_) + (a - z0), b - a, h, step));
+                                   f32(v_) + (a - z0), b - a, h, step, coef));
   }
 }
 

@@ -57,9 +57,10 @@ class GpuParams {
 
   void zero_grad(cudaStream_t s);
   void refresh_half(cudaStream_t s);
-  // Clipping by `clip_coef` then AdamW (kernels/cpu/optimizer.hpp's contract), on every parameter or, when
-  // sharded, on this rank's shard of the flat buffer (gradients from shard_grad(); the caller all-gathers
-  // the values afterwards, then calls refresh_half).
+  // Clipping by `clip_coef` then AdamW (kernels/cpu/optimizer.hpp's contract), on every parameter (the bf16
+  // copy written in the same pass) or, when sharded, on this rank's shard of the flat buffer (gradients
+  // from shard_grad(); the caller all-gathers the values afterwards, then calls refresh_half). The clip is
+  // applied as the gradients are read: the gradient buffers keep the unclipped gradient.
   void adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, double clip_coef);
   // Device sum of squares of the gradients of the parameters `counted` accepts (the caller's rule: each
   // tensor counted once in the world); when sharded, of the parts inside this rank's shard.

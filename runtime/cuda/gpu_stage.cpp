@@ -24,9 +24,11 @@ using kg::GemmType;
 
 namespace {
 
-// What a layer's backward reads. gemm-typed copies (g*) alias the fp32 buffer unless GEMMs take bf16.
+// What a layer's backward reads. The GEMM operands (g1, g2, ga, gact) are bf16 when GEMMs take bf16, else
+// the fp32 activations themselves; norm and activation outputs that only feed GEMMs are kept in that form
+// alone.
 struct Acts {
-  DBuf x, mu1, rs1, y1, g1, q, k, v, attn, ga, lse, x2, mu2, rs2, y2, g2, h1, gate, act, gact;
+  DBuf x, mu1, rs1, g1, q, k, v, attn, ga, lse, x2, mu2, rs2, g2, h1, gate, gact;
 };
 
 }  // namespace
@@ -45,7 +47,7 @@ struct GpuStage::Impl {
   kg::RopeTableView rope;
   struct Mb {
     std::vector<Acts> acts;            // per layer (only x under full recomputation)
-    DBuf head_x, head_mu, head_rs, head_y, head_g, logits, row_max, row_sum;
+    DBuf head_x, head_mu, head_rs, head_g, logits, row_max, row_sum;
     const std::int32_t* tokens = nullptr;
     const std::int32_t* targets = nullptr;
   };
@@ -76,6 +78,8 @@ struct GpuStage::Impl {
   cudaStream_t s() const { return dev.compute(); }
   bool half() const { return type == GemmType::bf16_fp32; }
   DBuf buf(std::size_t n) { return dev.alloc_f32(n); }
+  DBuf buf16(std::size_t n) { return dev.alloc(n * sizeof(__nv_bfloat16)); }
+  static __nv_bfloat16* bf16(const DBuf& b) { return b ? static_cast<__nv_bfloat16*>(b->get()) : nullptr; }
   std::string L(int l, const char* n) const { return "layers." + std::to_string(l) + "." + n; }
   const void* W(const std::string& n) const { return half() ? static_cast<const void*>(P.half(n)) : P.data(n); }
   float* bias(const std::string& n) { return P.has(n) ? P.data(n) : nullptr; }
@@ -84,8 +88,8 @@ struct GpuStage::Impl {
   // The GEMM operand form of an fp32 activation: itself, or a bf16 copy.
   DBuf operand(const DBuf& x, std::size_t n) {
     if (!half()) return x;
-    DBuf b = dev.alloc(n * sizeof(__nv_bfloat16));
-    TIMED("to_bf16", kg::to_bf16(s(), f32(x), static_cast<__nv_bfloat16*>(b->get()), n));
+    DBuf b = buf16(n);
+    TIMED("to_bf16", kg::to_bf16(s(), f32(x), bf16(b), n));
     return b;
   }
   void mm(const char* what, bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B, int ldb,
@@ -147,21 +151,30 @@ struct GpuStage::Impl {
   }
   OpIdentity current;
 
-  void norm_fwd(const std::string& g, const std::string& b, const DBuf& x, DBuf& y, DBuf& mu, DBuf& rs) {
-    y = buf(std::size_t(sh.local_tokens) * sh.hidden);
+  // The normalised rows of x as the GEMMs read them, all T tokens: under bf16 GEMMs without sequence
+  // parallelism the norm writes the bf16 operand alone; otherwise fp32 rows, all-gathered over tp under SP,
+  // then operand().
+  DBuf norm_operand(const std::string& g, const std::string& b, const DBuf& x, DBuf& mu, DBuf& rs) {
+    const std::size_t n = std::size_t(sh.local_tokens) * sh.hidden;
     mu = buf(sh.local_tokens);
     rs = buf(sh.local_tokens);
+    const bool direct = half() && !tp.sp;
+    DBuf y = direct ? buf16(n) : buf(n);
+    float* y32 = direct ? nullptr : f32(y);
+    __nv_bfloat16* y16 = direct ? bf16(y) : nullptr;
     if (sh.layernorm)
-      TIMED("norm_fwd", kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), f32(y), f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
+      TIMED("norm_fwd", kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), y32, f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
     else
-      TIMED("norm_fwd", kg::rmsnorm_fwd(s(), f32(x), P.data(g), f32(y), f32(rs), sh.local_tokens, sh.hidden, sh.eps));
+      TIMED("norm_fwd", kg::rmsnorm_fwd(s(), f32(x), P.data(g), y32, f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
+    return direct ? y : operand(gather_tokens(y), std::size_t(sh.tokens) * sh.hidden);
   }
+  // dx = the norm's input gradient, plus dres (a residual branch's gradient) when given.
   void norm_bwd(const std::string& g, const std::string& b, const DBuf& dy, const DBuf& x, const DBuf& mu,
-                const DBuf& rs, float* dx) {
+                const DBuf& rs, float* dx, const float* dres = nullptr) {
     if (sh.layernorm)
-      TIMED("norm_bwd", kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden));
+      TIMED("norm_bwd", kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden, dres));
     else
-      TIMED("norm_bwd", kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden));
+      TIMED("norm_bwd", kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden, dres));
   }
   kg::AttentionShape attn_shape() const { return {sh.batch, sh.seq, sh.heads, sh.kv_heads, sh.head_dim}; }
   // bf16 GEMM stages run attention on the tensor cores too (bf16 operands, fp32 accumulation); fp32/tf32
@@ -182,10 +195,7 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   kg::NvtxRange r("layer_forward");
   const int T = sh.tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   a.x = x;
-  DBuf yl;
-  norm_fwd(L(l, "ln1.w"), L(l, "ln1.b"), x, yl, a.mu1, a.rs1);
-  a.y1 = gather_tokens(yl);
-  a.g1 = operand(a.y1, std::size_t(T) * h);
+  a.g1 = norm_operand(L(l, "ln1.w"), L(l, "ln1.b"), x, a.mu1, a.rs1);
   a.q = linear(a.g1, h, qd, L(l, "attn.wq"), L(l, "attn.bq"));
   a.k = linear(a.g1, h, kd, L(l, "attn.wk"), L(l, "attn.bk"));
   a.v = linear(a.g1, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
@@ -203,28 +213,25 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
-  a.x2 = reduce_tokens(partial);
-  const std::size_t nl = std::size_t(sh.local_tokens) * h;
-  TIMED("residual_add", kg::add(s(), f32(a.x2), f32(x), f32(a.x2), nl));
-  if (float* bo = bias(L(l, "attn.bo"))) TIMED("bias_add", kg::add_bias(s(), f32(a.x2), bo, sh.local_tokens, h));
+  a.x2 = reduce_tokens(partial);  // x2 = (attention out + x) + bo, in one pass
+  TIMED("residual_add", kg::residual_add(s(), f32(a.x2), f32(x), bias(L(l, "attn.bo")), f32(a.x2), sh.local_tokens, h));
 
-  norm_fwd(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, yl, a.mu2, a.rs2);
-  a.y2 = gather_tokens(yl);
-  a.g2 = operand(a.y2, std::size_t(T) * h);
+  a.g2 = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2);
   a.h1 = linear(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
-  a.act = buf(std::size_t(T) * f);
+  // The activation feeds the second GEMM only: written once, in the GEMM's operand type.
+  const std::size_t nf = std::size_t(T) * f;
+  a.gact = half() ? buf16(nf) : buf(nf);
+  float* act32 = half() ? nullptr : f32(a.gact);
   if (sh.swiglu) {
     a.gate = linear(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
-    TIMED("activation_fwd", kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), f32(a.act), std::size_t(T) * f));
+    TIMED("activation_fwd", kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), act32, nf, bf16(half() ? a.gact : nullptr)));
   } else {
-    TIMED("activation_fwd", kg::gelu_fwd(s(), f32(a.h1), f32(a.act), std::size_t(T) * f));
+    TIMED("activation_fwd", kg::gelu_fwd(s(), f32(a.h1), act32, nf, bf16(half() ? a.gact : nullptr)));
   }
-  a.gact = operand(a.act, std::size_t(T) * f);
   partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
   DBuf out = reduce_tokens(partial);
-  TIMED("residual_add", kg::add(s(), f32(out), f32(a.x2), f32(out), nl));
-  if (float* b2 = bias(L(l, "mlp.b2"))) TIMED("bias_add", kg::add_bias(s(), f32(out), b2, sh.local_tokens, h));
+  TIMED("residual_add", kg::residual_add(s(), f32(out), f32(a.x2), bias(L(l, "mlp.b2")), f32(out), sh.local_tokens, h));
   return out;
 }
 
@@ -237,22 +244,27 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf dact = buf(nf);
   linear_dx(gdmf, f, h, L(l, "mlp.w2"), f32(dact), false);
   mm("gemm_wgrad", true, false, f, h, T, a.gact->get(), f, gdmf->get(), h, 1.0f, P.grad(L(l, "mlp.w2")), h);
-  DBuf dh1 = buf(nf), dy2 = buf(std::size_t(T) * h);
+  // Activation gradients in the GEMMs' operand type, and in fp32 too where a bias gradient sums them.
+  const auto grads = [&](const std::string& b, DBuf& d32, DBuf& d16) {
+    d32 = !half() || P.has(b) ? buf(nf) : nullptr;
+    d16 = half() ? buf16(nf) : d32;
+  };
+  DBuf dh1, gdh1, dy2 = buf(std::size_t(T) * h);
+  grads(L(l, "mlp.b1"), dh1, gdh1);
+  const auto h16 = [&](const DBuf& g) { return half() ? bf16(g) : nullptr; };
   if (sh.swiglu) {
-    DBuf dg = buf(nf);
-    TIMED("activation_bwd", kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf));
-    DBuf gdg = operand(dg, nf);
+    DBuf dg, gdg;
+    grads(L(l, "mlp.bg"), dg, gdg);
+    TIMED("activation_bwd", kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf, h16(gdg), h16(gdh1)));
     linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
     weight_grad(a.g2, gdg, dg, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
   } else {
-    TIMED("activation_bwd", kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf));
+    TIMED("activation_bwd", kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf, h16(gdh1)));
   }
-  DBuf gdh1 = operand(dh1, nf);
   linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
   weight_grad(a.g2, gdh1, dh1, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
   DBuf dy2l = reduce_tokens(dy2), dx2 = buf(nl);
-  norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2));
-  TIMED("residual_add", kg::add(s(), f32(dx2), f32(dout), f32(dx2), nl));
+  norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2), f32(dout));  // + the residual's dout
 
   if (float* bo = bgrad(L(l, "attn.bo"))) TIMED("bias_grad", kg::col_sum(s(), f32(dx2), Tl, h, bo));
   DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
@@ -279,8 +291,7 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   weight_grad(a.g1, gdk, dk, h, kd, L(l, "attn.wk"), L(l, "attn.bk"));
   weight_grad(a.g1, gdv, dv, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
   DBuf dy1l = reduce_tokens(dy1), dx = buf(nl);
-  norm_bwd(L(l, "ln1.w"), L(l, "ln1.b"), dy1l, a.x, a.mu1, a.rs1, f32(dx));
-  TIMED("residual_add", kg::add(s(), f32(dx), f32(dx2), f32(dx), nl));
+  norm_bwd(L(l, "ln1.w"), L(l, "ln1.b"), dy1l, a.x, a.mu1, a.rs1, f32(dx), f32(dx2));  // + the residual's dx2
   return dx;
 }
 
@@ -309,10 +320,7 @@ void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
   const GpuParam& hw = P.at(w);
   const int V = int(hw.rows);
   st.head_x = x;
-  DBuf yl;
-  norm_fwd("final_ln.w", "final_ln.b", x, yl, st.head_mu, st.head_rs);
-  st.head_y = gather_tokens(yl);
-  st.head_g = operand(st.head_y, std::size_t(sh.tokens) * sh.hidden);
+  st.head_g = norm_operand("final_ln.w", "final_ln.b", x, st.head_mu, st.head_rs);
   st.logits = buf(std::size_t(sh.tokens) * V);
   mm("gemm_head", false, true, sh.tokens, V, sh.hidden, st.head_g->get(), sh.hidden, W(w), sh.hidden, 0.0f, f32(st.logits), V);
   st.row_max = buf(sh.tokens);
@@ -343,11 +351,13 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
   const int V = int(hw.rows);
   DBuf dloss = buf(sh.tokens);  // d(loss_scale * mean over T) / d loss_r
   TIMED("cross_entropy_bwd", kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
-  DBuf dlogits = buf(std::size_t(sh.tokens) * V);
+  // The logits' gradient feeds the two head GEMMs only: written once, in their operand type.
+  const std::size_t nv = std::size_t(sh.tokens) * V;
+  DBuf gdl = half() ? buf16(nv) : buf(nv);
   TIMED("cross_entropy_bwd", kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
-                                        f32(st.row_sum), f32(dloss), f32(dlogits)));
+                                        f32(st.row_sum), f32(dloss), half() ? nullptr : f32(gdl),
+                                        half() ? bf16(gdl) : nullptr));
   st.logits.reset();
-  DBuf gdl = operand(dlogits, std::size_t(sh.tokens) * V);
   DBuf dy = buf(std::size_t(sh.tokens) * sh.hidden);
   mm("gemm_head", false, false, sh.tokens, sh.hidden, V, gdl->get(), V, W(w), sh.hidden, 0.0f, f32(dy), sh.hidden);
   mm("gemm_head", true, false, V, sh.hidden, sh.tokens, gdl->get(), V, st.head_g->get(), sh.hidden, 1.0f, P.grad(w), sh.hidden);

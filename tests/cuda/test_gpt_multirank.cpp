@@ -74,7 +74,7 @@ bool counted(const rt::ParamSpec& p, const Model& m, const Layout& l, int r) {
 
 // The GPU runtime with every rank a thread on GPU 0; optionally resumes from / saves a recovery checkpoint.
 // Without ZeRO, also every parameter's gradient norm per step, from each rank's reduced gradient buffer
-// (scaled in place by the clip coefficient, which is undone here).
+// (unclipped: GpuParams::adamw applies the clip as it reads).
 GpuRun gpu_threads(const Model& m, const Layout& l, int steps, const std::string& resume = "",
                    const std::string& save = "") {
   GpuRun out;
@@ -93,10 +93,9 @@ GpuRun gpu_threads(const Model& m, const Layout& l, int steps, const std::string
       mine.push_back(t.step());
       sq.emplace_back(specs.size(), 0.0);
       if (l.zero_stage > 0) continue;  // ZeRO-1: the flat buffer holds unreduced gradients
-      const double coef = kernels::cpu::clip_coefficient(mine.back().grad_norm, opt.optimizer.clip_norm);
       for (std::size_t k = 0; k < specs.size(); ++k) {
         if (!t.params().has(specs[k].name) || !counted(specs[k], m, l, host.rank())) continue;
-        for (float v : t.params().download_grad(specs[k].name)) sq.back()[k] += double(v / coef) * (v / coef);
+        for (float v : t.params().download_grad(specs[k].name)) sq.back()[k] += double(v) * v;
       }
     }
     if (!save.empty()) t.save_checkpoint(save, opt.seed);

@@ -294,4 +294,106 @@ TEST_CASE("reductions: sum of squares, column sums, block sum/max, bf16 round tr
   CHECK_CLOSE(dBACK.download(), x, kTolBf16 / 2);  // one rounding to 8 significant bits: <= 2^-9 relative
 }
 
+// The fused extras (kernels.hpp) against the same kernels' plain outputs, bit for bit: a bf16 copy written
+// beside or instead of the fp32 result is that result rounded (by the CUDA headers' host conversion), a
+// residual added inside the norm backward is the float sum, AdamW with a gradient scale is AdamW on the
+// scaled gradient. Sizes reach the 16-byte paths (4 divides n) and the scalar ones.
+namespace {
+std::size_t bf16_off(const std::vector<__nv_bfloat16>& h, const std::vector<float>& f) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < f.size(); ++i) bad += __bfloat16_as_ushort(h[i]) != __bfloat16_as_ushort(__float2bfloat16(f[i]));
+  return bad;
+}
+}  // namespace
+
+TEST_CASE("fused outputs equal the plain kernels' results bit for bit, 16-byte and scalar paths") {
+  for (const std::size_t n : {std::size_t(100004), std::size_t(100003)}) {
+    CAPTURE(n);
+    const auto x = random_vec(n, -5, 5), up = random_vec(n, -2, 2), dy = random_vec(n);
+    DeviceBuf<float> dX(x), dUP(up), dDY(dy), dY(n), dDX(n), dDG(n), dDU(n);
+    DeviceBuf<__nv_bfloat16> hY(n), hDX(n), hDG(n), hDU(n), hY2(n);
+    REQUIRE_OK(kg::gelu_fwd(nullptr, dX, dY, n, hY));
+    REQUIRE_OK(kg::gelu_fwd(nullptr, dX, nullptr, n, hY2));
+    REQUIRE_OK(kg::gelu_bwd(nullptr, dDY, dX, dDX, n, hDX));
+    const auto y = dY.download(), dx = dDX.download();
+    CHECK(bf16_off(hY.download(), y) == 0);
+    CHECK(bf16_off(hY2.download(), y) == 0);
+    CHECK(bf16_off(hDX.download(), dx) == 0);
+    REQUIRE_OK(kg::swiglu_fwd(nullptr, dX, dUP, dY, n, hY));
+    REQUIRE_OK(kg::swiglu_bwd(nullptr, dDY, dX, dUP, dDG, dDU, n, hDG, hDU));
+    CHECK(bf16_off(hY.download(), dY.download()) == 0);
+    CHECK(bf16_off(hDG.download(), dDG.download()) == 0);
+    CHECK(bf16_off(hDU.download(), dDU.download()) == 0);
+
+    kc::AdamW hp;
+    hp.lr = 3e-3f;
+    hp.weight_decay = 0.1f;
+    auto p = random_vec(n), m = random_vec(n, -0.01f, 0.01f), v = random_vec(n, 0, 1e-4f);
+    auto g = dy;
+    kc::scale(g.data(), n, 0.37f);
+    DeviceBuf<float> dP(p), dM(m), dV(v), dP2(p), dM2(m), dV2(v), dGS(g);
+    DeviceBuf<__nv_bfloat16> hP(n);
+    REQUIRE_OK(kg::adamw_step(nullptr, dP, dDY, dM, dV, n, hp, 1, 0.37f, hP));  // scaled as read
+    REQUIRE_OK(kg::adamw_step(nullptr, dP2, dGS, dM2, dV2, n, hp, 1));           // scaled beforehand
+    const auto p1 = dP.download();
+    CHECK(p1 == dP2.download());
+    CHECK(dV.download() == dV2.download());
+    CHECK(bf16_off(hP.download(), p1) == 0);
+  }
+  for (const auto& rc : {std::pair{33, 64}, std::pair{21, 66}}) {
+    const int rows = rc.first, cols = rc.second;
+    CAPTURE(cols);
+    const std::size_t n = std::size_t(rows) * cols;
+    const auto x = random_vec(n, -3, 3), g = random_vec(cols, 0.5f, 1.5f), b = random_vec(cols), dy = random_vec(n);
+    const auto res = random_vec(n);
+    DeviceBuf<float> dX(x), dG(g), dB(b), dDY(dy), dRES(res), dY(n), dMU(rows), dRS(rows), dDX(n), dDXR(n), dOUT(n);
+    DeviceBuf<__nv_bfloat16> hY(n), hY2(n);
+    for (const bool rms : {false, true}) {
+      CAPTURE(rms);
+      if (rms) {
+        REQUIRE_OK(kg::rmsnorm_fwd(nullptr, dX, dG, dY, dRS, rows, cols, 1e-5f, hY));
+        REQUIRE_OK(kg::rmsnorm_fwd(nullptr, dX, dG, nullptr, dRS, rows, cols, 1e-5f, hY2));
+        REQUIRE_OK(kg::rmsnorm_bwd(nullptr, dDY, dX, dG, dRS, dDX, nullptr, rows, cols));
+        REQUIRE_OK(kg::rmsnorm_bwd(nullptr, dDY, dX, dG, dRS, dDXR, nullptr, rows, cols, dRES));
+      } else {
+        REQUIRE_OK(kg::layernorm_fwd(nullptr, dX, dG, dB, dY, dMU, dRS, rows, cols, 1e-5f, hY));
+        REQUIRE_OK(kg::layernorm_fwd(nullptr, dX, dG, dB, nullptr, dMU, dRS, rows, cols, 1e-5f, hY2));
+        REQUIRE_OK(kg::layernorm_bwd(nullptr, dDY, dX, dG, dMU, dRS, dDX, nullptr, nullptr, rows, cols));
+        REQUIRE_OK(kg::layernorm_bwd(nullptr, dDY, dX, dG, dMU, dRS, dDXR, nullptr, nullptr, rows, cols, dRES));
+      }
+      const auto y = dY.download(), dx = dDX.download(), dxr = dDXR.download();
+      CHECK(bf16_off(hY.download(), y) == 0);
+      CHECK(bf16_off(hY2.download(), y) == 0);
+      std::size_t off = 0;
+      for (std::size_t i = 0; i < n; ++i) off += !(dxr[i] == dx[i] + res[i]);
+      CHECK(off == 0);
+    }
+    // residual_add: (a + b) + bias per column, out of place and in place
+    REQUIRE_OK(kg::residual_add(nullptr, dX, dDY, dB, dOUT, rows, cols));
+    REQUIRE_OK(kg::residual_add(nullptr, dX, dDY, dB, dX, rows, cols));
+    const auto out = dOUT.download(), in_place = dX.download();
+    std::size_t off = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) {
+        const std::size_t i = std::size_t(r) * cols + c;
+        const float want = (x[i] + dy[i]) + b[c];
+        off += !(out[i] == want) + !(in_place[i] == want);
+      }
+    CHECK(off == 0);
+  }
+  {  // cross-entropy's logit gradient written in bf16 only
+    const int rows = 37, vocab = 5003;
+    const auto z = random_vec(std::size_t(rows) * vocab, -8, 8), dl = random_vec(rows);
+    const auto t = random_tokens(rows, vocab);
+    DeviceBuf<float> dZ(z), dDL(dl), dLOSS(rows), dMX(rows), dSM(rows), dDZ(z.size());
+    DeviceBuf<std::int32_t> dT(t);
+    DeviceBuf<__nv_bfloat16> hDZ(z.size());
+    REQUIRE_OK(kg::cross_entropy_fwd(nullptr, dZ, rows, vocab, 0, dT, dLOSS, dMX, dSM));
+    REQUIRE_OK(kg::cross_entropy_bwd(nullptr, dZ, rows, vocab, 0, dT, dMX, dSM, dDL, dDZ));
+    REQUIRE_OK(kg::cross_entropy_bwd(nullptr, dZ, rows, vocab, 0, dT, dMX, dSM, dDL, nullptr, hDZ));
+    CHECK(bf16_off(hDZ.download(), dDZ.download()) == 0);
+    CHECK_FALSE(kg::cross_entropy_bwd(nullptr, dZ, rows, vocab, 0, dT, dMX, dSM, dDL, dDZ, hDZ).ok());  // one form
+  }
+}
+
 }  // TEST_SUITE

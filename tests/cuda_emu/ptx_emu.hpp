@@ -46,6 +46,7 @@ struct alignas(8) float2 { float x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct alignas(8) uint2 { unsigned x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
@@ -71,6 +72,7 @@ inline std::uint16_t f2bf(float f) {
 inline float bf2f(std::uint16_t h) { std::uint32_t u = std::uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
 inline __nv_bfloat16 __float2bfloat16(float f) { return {f2bf(f)}; }
 inline float __bfloat162float(__nv_bfloat16 h) { return bf2f(h.x); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 
 typedef void* cudaStream_t;
 typedef int cudaError_t;

@@ -16,12 +16,14 @@
 #include "kernels/cuda/status.hpp"
 #include "tests/cuda_emu/emu_check.hpp"
 
+struct __nv_bfloat16;  // the rewritten file's 16-bit type; only pointers to it cross this file
+
 namespace tessel::kernels::cuda {
 Status cross_entropy_fwd(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, float* loss, float* row_max, float* row_sum);
 Status cross_entropy_bwd(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, const float* row_max, const float* row_sum,
-                         const float* dloss, float* dlogits);
+                         const float* dloss, float* dlogits, __nv_bfloat16* dlogits16);
 Status cross_entropy_max(void* s, const float* logits, int rows, int vocab_local, float* row_max);
 Status cross_entropy_partial(void* s, const float* logits, int rows, int vocab_local, int vocab_start,
                              const std::int32_t* targets, const float* row_max, float* sums);
@@ -66,11 +68,15 @@ void cross_entropy() {
     std::vector<float> loss2(rows, NAN), mx2(rows, NAN), sm2(rows, NAN), dz2(z.size(), NAN);
     bad += !kg::cross_entropy_fwd(nullptr, z.data(), rows, vocab, start, t.data(), loss2.data(), mx2.data(), sm2.data()).ok();
     bad += !kg::cross_entropy_bwd(nullptr, z.data(), rows, vocab, start, t.data(), mx2.data(), sm2.data(), dl.data(),
-                                  dz2.data()).ok();
+                                  dz2.data(), nullptr).ok();
+    std::vector<std::uint16_t> dz16(z.size(), 0xffff);  // the bf16-only output: dz2 rounded, bit for bit
+    bad += !kg::cross_entropy_bwd(nullptr, z.data(), rows, vocab, start, t.data(), mx2.data(), sm2.data(), dl.data(),
+                                  nullptr, reinterpret_cast<__nv_bfloat16*>(dz16.data())).ok();
     expect("loss", rel_error(loss2, loss), 1e-4);
     expect("row max", rel_error(mx2, mx), 1e-5);
     expect("row sum", rel_error(sm2, sm), 1e-4);
     expect("dlogits", rel_error(dz2, dz), 1e-4);
+    expect("dlogits in bf16 (mismatched elements)", double(tessel::test::bf16_mismatches(dz16, dz2)), 0.0);
   }
 }
 
@@ -109,7 +115,7 @@ void vocab_parallel() {
   for (int k = 0; k < shards; ++k) {
     std::vector<float> dz2(zs[k].size(), NAN), want;
     bad += !kg::cross_entropy_bwd(nullptr, zs[k].data(), rows, vl, k * vl, t.data(), gmax.data(), row_sum.data(),
-                                  dl.data(), dz2.data()).ok();
+                                  dl.data(), dz2.data(), nullptr).ok();
     for (int r = 0; r < rows; ++r)
       want.insert(want.end(), dz.begin() + std::size_t(r) * vocab + k * vl, dz.begin() + std::size_t(r) * vocab + (k + 1) * vl);
     expect("dlogits of a shard", rel_error(dz2, want), 1e-4);

@@ -29,6 +29,32 @@ namespace {
 
 Status bad(const std::string& what) { return {1, "fake kernels: " + what}; }
 
+// A result wanted in fp32 (f32), bf16 (f16) or both: the CPU kernel writes fp32 (into f32, or scratch),
+// the bf16 form is rounded from it when the scope ends, as the fused CUDA kernels write it.
+struct Out {
+  Out(float* f32, __nv_bfloat16* f16, std::size_t n) : f16_(f16), n_(n) {
+    if (!f32) scratch_.resize(n), f32 = scratch_.data();
+    f = f32;
+  }
+  ~Out() {
+    if (f16_)
+      for (std::size_t i = 0; i < n_; ++i) f16_[i] = __float2bfloat16(f[i]);
+  }
+  Out(const Out&) = delete;
+  Out& operator=(const Out&) = delete;
+  float* f = nullptr;
+
+ private:
+  std::vector<float> scratch_;
+  __nv_bfloat16* f16_;
+  std::size_t n_;
+};
+
+void add_residual(float* dx, const float* dres, std::size_t n) {
+  if (dres)
+    for (std::size_t i = 0; i < n; ++i) dx[i] = dx[i] + dres[i];
+}
+
 kc::RopeTable table_of(const RopeTableView& t) {
   kc::RopeTable r;
   r.seq = t.seq;
@@ -104,44 +130,58 @@ Status Gemm::run(cudaStream_t, const GemmArgs& a) {
 
 // ---- kernels.hpp ----
 Status layernorm_fwd(cudaStream_t, const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                     float* rstd, int rows, int cols, float eps) {
-  kc::layernorm_fwd(x, gamma, beta, y, mean, rstd, rows, cols, eps);
+                     float* rstd, int rows, int cols, float eps, __nv_bfloat16* y16) {
+  if (!y && !y16) return bad("layernorm_fwd without an output");
+  Out o(y, y16, std::size_t(rows) * cols);
+  kc::layernorm_fwd(x, gamma, beta, o.f, mean, rstd, rows, cols, eps);
   return {};
 }
 Status layernorm_bwd(cudaStream_t, const float* dy, const float* x, const float* gamma, const float* mean,
-                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols) {
+                     const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols, const float* dres) {
   std::vector<float> scratch;
   if (!dx) scratch.resize(std::size_t(rows) * cols), dx = scratch.data();
   kc::layernorm_bwd(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols);
+  add_residual(dx, dres, std::size_t(rows) * cols);
   return {};
 }
 Status rmsnorm_fwd(cudaStream_t, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
-                   float eps) {
-  kc::rmsnorm_fwd(x, gamma, y, rstd, rows, cols, eps);
+                   float eps, __nv_bfloat16* y16) {
+  if (!y && !y16) return bad("rmsnorm_fwd without an output");
+  Out o(y, y16, std::size_t(rows) * cols);
+  kc::rmsnorm_fwd(x, gamma, o.f, rstd, rows, cols, eps);
   return {};
 }
 Status rmsnorm_bwd(cudaStream_t, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
-                   float* dgamma, int rows, int cols) {
+                   float* dgamma, int rows, int cols, const float* dres) {
   std::vector<float> scratch;
   if (!dx) scratch.resize(std::size_t(rows) * cols), dx = scratch.data();
   kc::rmsnorm_bwd(dy, x, gamma, rstd, dx, dgamma, rows, cols);
+  add_residual(dx, dres, std::size_t(rows) * cols);
   return {};
 }
-Status gelu_fwd(cudaStream_t, const float* x, float* y, std::size_t n) {
-  kc::gelu_fwd(x, y, n);
+Status gelu_fwd(cudaStream_t, const float* x, float* y, std::size_t n, __nv_bfloat16* y16) {
+  if (!y && !y16) return bad("gelu_fwd without an output");
+  Out o(y, y16, n);
+  kc::gelu_fwd(x, o.f, n);
   return {};
 }
-Status gelu_bwd(cudaStream_t, const float* dy, const float* x, float* dx, std::size_t n) {
-  kc::gelu_bwd(dy, x, dx, n);
+Status gelu_bwd(cudaStream_t, const float* dy, const float* x, float* dx, std::size_t n, __nv_bfloat16* dx16) {
+  if (!dx && !dx16) return bad("gelu_bwd without an output");
+  Out o(dx, dx16, n);
+  kc::gelu_bwd(dy, x, o.f, n);
   return {};
 }
-Status swiglu_fwd(cudaStream_t, const float* gate, const float* up, float* y, std::size_t n) {
-  kc::swiglu_fwd(gate, up, y, n);
+Status swiglu_fwd(cudaStream_t, const float* gate, const float* up, float* y, std::size_t n, __nv_bfloat16* y16) {
+  if (!y && !y16) return bad("swiglu_fwd without an output");
+  Out o(y, y16, n);
+  kc::swiglu_fwd(gate, up, o.f, n);
   return {};
 }
 Status swiglu_bwd(cudaStream_t, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
-                  std::size_t n) {
-  kc::swiglu_bwd(dy, gate, up, dgate, dup, n);
+                  std::size_t n, __nv_bfloat16* dgate16, __nv_bfloat16* dup16) {
+  if ((!dgate && !dgate16) || (!dup && !dup16)) return bad("swiglu_bwd without an output");
+  Out og(dgate, dgate16, n), ou(dup, dup16, n);
+  kc::swiglu_bwd(dy, gate, up, og.f, ou.f, n);
   return {};
 }
 Status attention_fwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
@@ -224,8 +264,10 @@ Status cross_entropy_fwd(cudaStream_t, const float* logits, int rows, int vocab_
 }
 Status cross_entropy_bwd(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, const float* row_max, const float* row_sum, const float* dloss,
-                         float* dlogits) {
-  kc::cross_entropy_bwd(logits, rows, vocab_local, vocab_start, targets, row_max, row_sum, dloss, dlogits);
+                         float* dlogits, __nv_bfloat16* dlogits16) {
+  if (!dlogits == !dlogits16) return bad("cross_entropy_bwd: exactly one of dlogits and dlogits16");
+  Out o(dlogits, dlogits16, std::size_t(rows) * vocab_local);
+  kc::cross_entropy_bwd(logits, rows, vocab_local, vocab_start, targets, row_max, row_sum, dloss, o.f);
   return {};
 }
 Status cross_entropy_max(cudaStream_t, const float* logits, int rows, int vocab_local, float* row_max) {
@@ -272,9 +314,13 @@ Status add_positions_bwd(cudaStream_t, const float* dx, float* dpos, int rows, i
   return {};
 }
 Status adamw_step(cudaStream_t, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
-                  int step) {
+                  int step, float grad_scale, __nv_bfloat16* param16) {
   if (step < 1) return bad("AdamW step " + std::to_string(step) + " (steps count from 1)");
-  kc::adamw_step(param, grad, m, v, n, hp, step);
+  std::vector<float> g(grad, grad + n);
+  kc::scale(g.data(), n, grad_scale);
+  kc::adamw_step(param, g.data(), m, v, n, hp, step);
+  if (param16)
+    for (std::size_t i = 0; i < n; ++i) param16[i] = __float2bfloat16(param[i]);
   return {};
 }
 Status sum_squares(cudaStream_t, const float* x, std::size_t n, double* out) {
@@ -289,9 +335,12 @@ Status add(cudaStream_t, const float* a, const float* b, float* out, std::size_t
   for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   return {};
 }
-Status add_bias(cudaStream_t, float* x, const float* bias, int rows, int cols) {
+Status residual_add(cudaStream_t, const float* a, const float* b, const float* bias, float* out, int rows, int cols) {
   for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c) x[std::size_t(r) * cols + c] += bias[c];
+    for (int c = 0; c < cols; ++c) {
+      const std::size_t i = std::size_t(r) * cols + c;
+      out[i] = a[i] + b[i] + (bias ? bias[c] : 0.0f);
+    }
   return {};
 }
 Status col_sum(cudaStream_t, const float* dy, int rows, int cols, float* db) {
