@@ -18,6 +18,10 @@ Status wrap(cudaError_t e, const char* expr, const char* file, int line) {
 }  // namespace
 #define RT_CUDA(expr) throw_if_failed(wrap((expr), #expr, __FILE__, __LINE__))
 
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw kg::DeviceError(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
 // 512 B granules below 1 MiB (PyTorch's small-block rounding), 2 MiB above, so tensors of nearby sizes
 // share blocks and fragmentation stays bounded.
 std::size_t CachingAllocator::round(std::size_t bytes) {

@@ -64,6 +64,10 @@ class DeviceBlock {
 using DBuf = std::shared_ptr<DeviceBlock>;
 inline float* f32(const DBuf& b) { return b ? static_cast<float*>(b->get()) : nullptr; }
 
+// Throws kernels::cuda::DeviceError("what: CUDA's message") unless e is cudaSuccess: the runtime's CUDA
+// calls outside CudaDevice (which checks its own with file and line).
+void cuda_ok(cudaError_t e, const char* what);
+
 class CudaDevice {
  public:
   // Selects `device` and creates the streams and the GEMM handle. Throws DeviceError when there is no GPU.

@@ -13,9 +13,6 @@ namespace tessel::rt::cuda {
 namespace kg = kernels::cuda;
 
 namespace {
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw kg::DeviceError(std::string(what) + ": " + cudaGetErrorString(e));
-}
 // A copy ordered on stream s and finished on return. Not plain cudaMemcpy: that runs on the legacy default
 // stream, which the non-blocking compute stream does not wait for, and a pageable host-to-device
 // cudaMemcpy may return before its transfer lands.

@@ -62,15 +62,12 @@ struct GpuStage::Impl {
   // layer_shape's kernels::cpu::rope_table (double angles, rounded once to float) copied up once per stage,
   // so every layer and micro-batch rotates by the CPU runtime's exact table.
   void upload_rope_table(const kernels::cpu::RopeTable& t) {
-    const auto ok = [](cudaError_t e) {
-      if (e != cudaSuccess) throw kg::DeviceError(std::string("rotary table upload: ") + cudaGetErrorString(e));
-    };
     const std::size_t bytes = t.cos.size() * sizeof(float);
     rope_cos = buf(t.cos.size());
     rope_sin = buf(t.sin.size());
-    ok(cudaMemcpyAsync(f32(rope_cos), t.cos.data(), bytes, cudaMemcpyHostToDevice, s()));
-    ok(cudaMemcpyAsync(f32(rope_sin), t.sin.data(), bytes, cudaMemcpyHostToDevice, s()));
-    ok(cudaStreamSynchronize(s()));  // the host table need not outlive the copies
+    cuda_ok(cudaMemcpyAsync(f32(rope_cos), t.cos.data(), bytes, cudaMemcpyHostToDevice, s()), "rotary table upload");
+    cuda_ok(cudaMemcpyAsync(f32(rope_sin), t.sin.data(), bytes, cudaMemcpyHostToDevice, s()), "rotary table upload");
+    cuda_ok(cudaStreamSynchronize(s()), "rotary table upload");  // the host table need not outlive the copies
     rope = {f32(rope_cos), f32(rope_sin), t.seq, t.d};
   }
   bool rotary() const { return rope.cos != nullptr; }
@@ -133,8 +130,7 @@ struct GpuStage::Impl {
   // --only-rank's stand-in for a collective's output that no peer fills: real values of the right size
   // (the buffer would otherwise be whatever the allocator last held, NaNs included), not a sum over ranks.
   void stand_in(float* dst, const float* src, std::size_t n) {
-    const cudaError_t e = cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s());
-    if (e != cudaSuccess) throw kg::DeviceError(std::string("--only-rank stand-in copy: ") + cudaGetErrorString(e));
+    cuda_ok(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s()), "--only-rank stand-in copy");
   }
   DBuf reduce_tokens(const DBuf& partial) {  // [T,h] partial sums -> [Tl,h]
     if (tp.size == 1) return partial;
@@ -338,9 +334,8 @@ void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
     TIMED("cross_entropy_fwd", kg::cross_entropy_partial(s(), f32(st.logits), T, V, int(hw.row0), st.targets, f32(st.row_max), f32(sums)));
     collective("tp_allreduce", double(T) * 8, [&] { tp.comm->all_reduce(f32(sums), 2 * std::size_t(T)); });
     TIMED("cross_entropy_fwd", kg::cross_entropy_loss(s(), T, f32(st.row_max), f32(sums), f32(loss)));
-    const cudaError_t e = cudaMemcpyAsync(f32(st.row_sum), f32(sums), std::size_t(T) * sizeof(float),
-                                          cudaMemcpyDeviceToDevice, s());
-    if (e != cudaSuccess) throw kg::DeviceError(std::string("cross-entropy statistics: ") + cudaGetErrorString(e));
+    cuda_ok(cudaMemcpyAsync(f32(st.row_sum), f32(sums), std::size_t(T) * sizeof(float), cudaMemcpyDeviceToDevice, s()),
+            "cross-entropy statistics");
   }
   if (loss_sum) TIMED("cross_entropy_fwd", kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
 }

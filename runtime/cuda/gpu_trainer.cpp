@@ -19,12 +19,6 @@ namespace kg = kernels::cuda;
 using sched::Action;
 using sched::ActionType;
 
-namespace {
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw kg::DeviceError(std::string(what) + ": " + cudaGetErrorString(e));
-}
-}  // namespace
-
 // runtime/executor.cpp's walk, on device buffers: the same actions in the same order.
 struct GpuTrainer::Walker {
   using Key = std::pair<int, int>;
