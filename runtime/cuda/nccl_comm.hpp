@@ -7,8 +7,12 @@
 // Bootstrap: every rank needs rank 0's ncclUniqueId.
 //   - over an existing Comm (MPI under mpirun, or threads): rank 0's id is broadcast through it;
 //   - torchrun-style environment: RANK, WORLD_SIZE, and either TESSEL_NCCL_ID_FILE (rank 0 writes the id
-//     there atomically, the others poll for it) or MASTER_ADDR/MASTER_PORT (rank 0 listens, the others
-//     connect and read 128 bytes). Both wait at most TESSEL_NCCL_TIMEOUT_S seconds (default 120).
+//     there atomically, the others poll for it; rank 0 removes it once the communicator is up) or
+//     MASTER_ADDR plus TESSEL_NCCL_PORT or MASTER_PORT (rank 0 listens, the others connect and read it).
+//     The id travels tagged with the world size, so another service on the port or a stale file of another
+//     run is named, not taken. Under torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE=True) MASTER_PORT
+//     is torchrun's own, so TESSEL_NCCL_PORT or the file is required. Every wait is bounded by
+//     TESSEL_NCCL_TIMEOUT_S seconds (default 120), rank 0's for the others included.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -24,6 +28,7 @@ namespace tessel::rt::cuda {
 struct NcclBootstrap {
   int rank = 0, world = 1;
   ncclUniqueId id{};
+  std::string id_file;  // rank 0 of a file rendezvous: removed once the communicator is up
 };
 
 // Rank 0 creates the id; the others receive it through `world` (a collective over it).
