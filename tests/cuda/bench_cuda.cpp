@@ -216,6 +216,32 @@ void bandwidth() {
   row("bandwidth", "layernorm_bwd_params", "262144x4096", ms, 2 * gb / (ms * 1e-3), "GB/s");
   ms = median_ms([&] { ok(kg::col_sum(nullptr, x, rows, cols, dg)); });
   row("bandwidth", "col_sum", "262144x4096", ms, gb / (ms * 1e-3), "GB/s");
+  // The fused forms the runtime uses (docs/cuda.md, Kernels): bytes moved counted as read + written, a bf16
+  // element as half a float.
+  __nv_bfloat16* h = nullptr;
+  ok(cudaMalloc(&h, n * sizeof(__nv_bfloat16)));
+  ms = median_ms([&] { ok(kg::gelu_bwd(nullptr, z, x, y, n)); });
+  row("bandwidth", "gelu_bwd", "1GiB", ms, 3 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::gelu_fwd(nullptr, x, nullptr, n, h)); });
+  row("bandwidth", "gelu_fwd_to_bf16", "1GiB", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::to_bf16(nullptr, x, h, n)); });
+  row("bandwidth", "to_bf16", "1GiB", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::layernorm_fwd(nullptr, x, g, b, nullptr, mu, rs, rows, cols, 1e-5f, h)); });
+  row("bandwidth", "layernorm_fwd_to_bf16", "262144x4096", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::layernorm_bwd(nullptr, z, x, g, mu, rs, y, nullptr, nullptr, rows, cols, x)); });
+  row("bandwidth", "layernorm_bwd_dx_residual", "262144x4096", ms, 4 * gb / (ms * 1e-3), "GB/s");
+  ms = median_ms([&] { ok(kg::residual_add(nullptr, x, y, g, z, rows, cols)); });
+  row("bandwidth", "residual_add_bias", "262144x4096", ms, 3 * gb / (ms * 1e-3), "GB/s");
+  {  // AdamW reads p, g, m, v and writes p, m, v and the bf16 copy: 7.5 floats per element
+    float *m = random_buf(n, 23), *v = random_buf(n, 24);
+    ok(cudaMemset(v, 0, n * sizeof(float)));  // a valid second moment
+    kg::AdamW hp;
+    ms = median_ms([&] { ok(kg::adamw_step(nullptr, x, y, m, v, n, hp, 1, 0.5f, h)); });
+    row("bandwidth", "adamw_clip_bf16", "1GiB", ms, 7.5 * gb / (ms * 1e-3), "GB/s");
+    cudaFree(m);
+    cudaFree(v);
+  }
+  cudaFree(h);
   cudaFree(dg);
   cudaFree(dbeta);
   for (float* p : {x, y, z, g, b, mu, rs}) cudaFree(p);
