@@ -201,7 +201,7 @@ c=$(cap 100)
 if [ "$c" -gt 0 ]; then timeout "$c" "$tdir/cuda_bench" all >"$OUT/bench.csv" 2>>"$OUT/build.log"; else note "sweeps skipped (time)"; fi
 copy=$(awk -F, '$1=="bandwidth" && $2=="copy" {print $5}' "$OUT/bench.csv")
 note "bandwidth: copy ${copy:-?} GB/s; own kernels (fraction of copy):"
-awk -F, -v c="${copy:-1}" '$1=="bandwidth" && $2!="copy" {printf "  %-18s %8.0f GB/s  %.2f\n", $2, $5, $5/c}' "$OUT/bench.csv" | tee -a "$summary"
+awk -F, -v c="${copy:-1}" '$1=="bandwidth" && $2!="copy" {printf "  %-26s %8.0f GB/s  %.2f\n", $2, $5, $5/c}' "$OUT/bench.csv" | tee -a "$summary"
 awk -F, '$1=="gemm" && $3=="8192x8192x8192" {printf "gemm 8192^3 %-10s %7.1f TFLOP/s\n", $2, $5}' "$OUT/bench.csv" | tee -a "$summary"
 awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
 
