@@ -33,6 +33,7 @@ Status device_info(DeviceInfo& out) {
   d.device = dev;
   d.name = p.name;
   d.sm_count = p.multiProcessorCount;
+  d.max_threads_per_sm = p.maxThreadsPerMultiProcessor;
   d.major = p.major;
   d.minor = p.minor;
   d.max_smem_per_block_optin = static_cast<int>(p.sharedMemPerBlockOptin);

@@ -12,6 +12,7 @@ struct DeviceInfo {
   int device = 0;
   std::string name;
   int sm_count = 0;                 // multiprocessors
+  int max_threads_per_sm = 0;       // resident threads per multiprocessor
   int major = 0, minor = 0;         // compute capability
   int max_smem_per_block_optin = 0; // bytes a block may get after cudaFuncSetAttribute
   int l2_bytes = 0;

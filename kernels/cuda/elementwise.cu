@@ -2,6 +2,7 @@
 // Memory-bound: each thread walks a grid-stride loop so a grid sized from the SM count covers any n; the
 // large ones move 16 bytes per access where the pointers allow (the first device run measured GELU at 69%
 // of the copy rate with 4-byte accesses, against issue 7's 70%).
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -219,9 +220,11 @@ __global__ void sum_squares_kernel(const float* __restrict__ x, std::size_t n, d
 
 unsigned elementwise_blocks(std::size_t n, int threads) {
   DeviceInfo info;
-  const int sms = device_info(info).ok() ? info.sm_count : 1;
+  const bool known = device_info(info).ok();
+  const int sms = known ? info.sm_count : 1;
+  const int per_sm = known ? std::max(1, info.max_threads_per_sm / threads) : 1;  // resident blocks per SM
   const std::size_t want = ceil_div(n, static_cast<std::size_t>(threads));
-  const std::size_t cap = static_cast<std::size_t>(sms) * 8;  // 8 resident 256-thread blocks per SM (2048 threads)
+  const std::size_t cap = static_cast<std::size_t>(sms) * static_cast<std::size_t>(per_sm);
   return static_cast<unsigned>(std::max<std::size_t>(1, std::min(want, cap)));
 }
 

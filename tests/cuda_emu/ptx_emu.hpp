@@ -307,7 +307,7 @@ namespace tessel::kernels::cpu { struct AttentionShape; }
 namespace tessel::kernels::cuda {
 using cpu::AdamW;  // kernels.hpp's aliases
 using cpu::AttentionShape;
-struct DeviceInfo { int sm_count = 132; int max_smem_per_block_optin = 232448; };
+struct DeviceInfo { int sm_count = 132; int max_threads_per_sm = 2048; int max_smem_per_block_optin = 232448; };
 inline Status device_info(DeviceInfo& d) { d = DeviceInfo{}; return {}; }
 inline bool attention_tc_supported(const AttentionShape& a) {
   return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);

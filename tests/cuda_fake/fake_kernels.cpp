@@ -79,6 +79,7 @@ Status device_info(DeviceInfo& out) {
   out = DeviceInfo{};
   out.name = "fake device (tests/cuda_fake: host memory, CPU kernels)";
   out.sm_count = 132;
+  out.max_threads_per_sm = 2048;
   out.major = 9;
   out.max_smem_per_block_optin = 232448;
   out.l2_bytes = 50 << 20;
