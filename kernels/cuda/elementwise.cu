@@ -117,7 +117,7 @@ __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g,
     load_vec<V>(vv, v + i);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      const float gi = gv[k] * gscale;
+      const float gi = __fmul_rn(gv[k], gscale);  // rounded, never fused: the gradient a scale pass would store
       float pi = pv[k] * decay;
       const float mi = mv[k] + (1.0f - b1) * (gi - mv[k]);
       const float vi = b2 * vv[k] + (1.0f - b2) * gi * gi;

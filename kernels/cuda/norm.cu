@@ -104,7 +104,8 @@ __global__ void norm_bwd_dx_kernel(const float* __restrict__ dy, const float* __
       float r[V];
       load_vec<V>(r, dres + r0 + c);
 #pragma unroll
-      for (int k = 0; k < V; ++k) d[k] = d[k] + r[k];
+      for (int k = 0; k < V; ++k) d[k] = __fadd_rn(d[k], r[k]);  // not fused into the product above: dx rounds
+                                                                   // first, as when the add was its own pass
     }
     store_vec<V>(dx + r0 + c, d);
   }

@@ -320,8 +320,10 @@ TEST_CASE("fused outputs equal the plain kernels' results bit for bit, 16-byte a
     CHECK(bf16_off(hY2.download(), y) == 0);
     CHECK(bf16_off(hDX.download(), dx) == 0);
     REQUIRE_OK(kg::swiglu_fwd(nullptr, dX, dUP, dY, n, hY));
+    REQUIRE_OK(kg::swiglu_fwd(nullptr, dX, dUP, nullptr, n, hY2));
     REQUIRE_OK(kg::swiglu_bwd(nullptr, dDY, dX, dUP, dDG, dDU, n, hDG, hDU));
     CHECK(bf16_off(hY.download(), dY.download()) == 0);
+    CHECK(bf16_off(hY2.download(), dY.download()) == 0);
     CHECK(bf16_off(hDG.download(), dDG.download()) == 0);
     CHECK(bf16_off(hDU.download(), dDU.download()) == 0);
 
@@ -337,6 +339,7 @@ TEST_CASE("fused outputs equal the plain kernels' results bit for bit, 16-byte a
     REQUIRE_OK(kg::adamw_step(nullptr, dP2, dGS, dM2, dV2, n, hp, 1));           // scaled beforehand
     const auto p1 = dP.download();
     CHECK(p1 == dP2.download());
+    CHECK(dM.download() == dM2.download());
     CHECK(dV.download() == dV2.download());
     CHECK(bf16_off(hP.download(), p1) == 0);
   }

@@ -64,5 +64,6 @@ def rep(m):
 text = re.sub(r'(\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\(', rep, text, flags=re.S)
 if launches == 0:
     raise SystemExit('emulate_cuda.py: no kernel launch found in ' + in_path)
-text += '\nnamespace emu { void set_late(int v) { g_late = v; } void reg_ext(const void* p, std::size_t n) { reg(p, n); } }\n'
+text += ('\nnamespace emu { void set_late(int v) { g_late = v; } void reg_ext(const void* p, std::size_t n) { reg(p, n); }\n'
+         'long last_threads() { return last_launch_threads; } }\n')
 open(out_path, 'w').write(text)

@@ -51,7 +51,9 @@ inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 template <class T> T __ldg(const T* p) { return *p; }
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }  // the device's is within 2 ulp of this
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __fadd_rn(float a, float b) { return a + b; }  // ISO C++ rounds each operation: no fusion here
+inline float __fmul_rn(float a, float b) { return a * b; }  // the device's is within 2 ulp of this
 // Float atomics: one lock for all (correct, not fast; the emulated kernels use them in embedding gradients).
 inline std::mutex atomic_mu;
 template <class T>
@@ -256,6 +258,7 @@ inline void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, st
 inline std::mutex fmu;
 inline std::map<const void*, int> max_dyn;
 inline std::atomic<long> blocks_run{0};
+inline std::atomic<long> last_launch_threads{0};  // grid x block of the latest launch (which path a launcher took)
 
 template <class K, class... A>
 void launch(K kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t, A... args) {
@@ -268,6 +271,7 @@ void launch(K kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t, A..
   }
   const int nt = block.x * block.y * block.z;
   EMU_CHECK(block.y == 1 && block.z == 1 && nt % 32 == 0);
+  last_launch_threads = long(grid.x) * grid.y * grid.z * nt;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {

@@ -18,6 +18,10 @@
 
 struct __nv_bfloat16;  // the rewritten file's 16-bit type; only pointers to it cross this file
 
+namespace emu {
+long last_threads();  // grid x block of the latest launch (defined in the rewritten file)
+}
+
 namespace tessel::kernels::cuda {
 Status gelu_fwd(void* s, const float* x, float* y, std::size_t n, __nv_bfloat16* y16);
 Status gelu_bwd(void* s, const float* dy, const float* x, float* dx, std::size_t n, __nv_bfloat16* dx16);
@@ -51,6 +55,14 @@ void expect(const char* what, bool ran, double err, double tol) {
   std::printf("  %-34s rel err %.1e (tol %.0e) %s\n", what, err, tol, ok ? "ok" : "FAILED");
 }
 
+// 1 when the launch just made did not take the path expected: n / 4 groups of four (the 16-byte kernels)
+// or n elements, in 256-thread blocks (a launcher that always fell back to scalar would pass the value
+// checks unnoticed).
+double path_off(std::size_t n, bool vec) {
+  const std::size_t units = vec ? n / 4 : n;
+  return emu::last_threads() == long((units + 255) / 256 * 256) ? 0.0 : 1.0;
+}
+
 using H = std::vector<std::uint16_t>;
 __nv_bfloat16* bf(H& h) { return reinterpret_cast<__nv_bfloat16*>(h.data()); }
 double off(const H& h, const std::vector<float>& f) { return double(tessel::test::bf16_mismatches(h, f)); }
@@ -66,8 +78,9 @@ void elementwise(std::size_t n) {
     H y16(n, 0xffff), y16a(n, 0xffff), dx16(n, 0xffff), dx16a(n, 0xffff);
     kc::gelu_fwd(x.data(), y.data(), n);
     kc::gelu_bwd(dy.data(), x.data(), dx.data(), n);
-    const bool ran = kg::gelu_fwd(nullptr, x.data(), y2.data(), n, bf(y16)).ok() &&
-                     kg::gelu_fwd(nullptr, x.data(), nullptr, n, bf(y16a)).ok() &&
+    const bool ran0 = kg::gelu_fwd(nullptr, x.data(), y2.data(), n, bf(y16)).ok();
+    expect(n % 4 == 0 ? "gelu took the 16-byte path" : "gelu took the scalar path", ran0, path_off(n, n % 4 == 0), 0.0);
+    const bool ran = ran0 && kg::gelu_fwd(nullptr, x.data(), nullptr, n, bf(y16a)).ok() &&
                      kg::gelu_bwd(nullptr, dy.data(), x.data(), dx2.data(), n, bf(dx16)).ok() &&
                      kg::gelu_bwd(nullptr, dy.data(), x.data(), nullptr, n, bf(dx16a)).ok();
     expect("gelu forward", ran, rel_error(y2, y), 1e-5);
@@ -109,6 +122,7 @@ void elementwise(std::size_t n) {
       ran = ran && kg::adamw_step(nullptr, p2.data(), g.data(), m2.data(), v2.data(), n, hp, step, coef,
                                   step == 3 ? bf(p16) : nullptr).ok();
     }
+    expect("adamw launch path", ran, path_off(n, n % 4 == 0), 0.0);
     expect("adamw, 3 steps (parameters)", ran, rel_error(p2, p), 1e-5);
     expect("adamw, 3 steps (second moment)", ran, rel_error(v2, v), 1e-5);
     expect("adamw bf16 parameter copy off", ran, off(p16, p2), 0.0);
@@ -131,6 +145,7 @@ void elementwise(std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) in[i] = x[i] * 1e-3f;
     H h(n, 0xffff);
     const bool ran = kg::to_bf16(nullptr, in.data(), bf(h), n).ok();
+    expect("bf16 conversion launch path", ran, path_off(n, n % 4 == 0), 0.0);
     expect("bf16 conversion off", ran, off(h, in), 0.0);
   }
 }
@@ -154,7 +169,9 @@ int main() {
           const std::size_t i = std::size_t(r) * cols + c;
           want[i] = (a[i] + b[i]) + bias[c];
         }
-      const bool ran = kg::residual_add(nullptr, a.data(), b.data(), bias.data(), out.data(), rows, cols).ok() &&
+      const bool ran0 = kg::residual_add(nullptr, a.data(), b.data(), bias.data(), out.data(), rows, cols).ok();
+      expect("residual + bias launch path", ran0, path_off(n, cols % 4 == 0), 0.0);
+      const bool ran = ran0 &&
                        kg::residual_add(nullptr, in_place.data(), b.data(), bias.data(), in_place.data(), rows, cols).ok();
       std::size_t wrong = 0;
       for (std::size_t i = 0; i < n; ++i) wrong += !(out[i] == want[i]) + !(in_place[i] == want[i]);
