@@ -50,8 +50,17 @@ struct GpuStage::Impl {
     DBuf head_x, head_mu, head_rs, head_g, logits, row_max, row_sum;
     const std::int32_t* tokens = nullptr;
     const std::int32_t* targets = nullptr;
+    std::vector<std::function<void()>> jobs;  // a split I's weight GEMMs, each holding the buffers it reads
   };
   std::map<int, Mb> mbs;
+  Mb* current_mb = nullptr;  // the micro-batch whose backward is running
+  bool defer = false;        // its weight GEMMs are queued (split I) rather than run
+  // A weight-gradient GEMM (and the bias it carries): now, or queued for W. The closure holds the
+  // DBufs it reads, so they outlive the I.
+  void weight_job(std::function<void()> job) {
+    if (defer) current_mb->jobs.push_back(std::move(job));
+    else job();
+  }
 
   Impl(CudaDevice& d, const Model& m, const GpuStageConfig& c, GpuParams& p, const GpuTp& t, GemmType g)
       : dev(d), model(m), cfg(c), P(p), tp(t), type(g) {
@@ -106,8 +115,10 @@ struct GpuStage::Impl {
   }
   void weight_grad(const DBuf& gx, const DBuf& gdy, const DBuf& dy, int in, int out, const std::string& w,
                    const std::string& b) {
-    mm("gemm_wgrad", true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
-    if (float* db = bgrad(b)) TIMED("bias_grad", kg::col_sum(s(), f32(dy), sh.tokens, out, db));
+    weight_job([this, gx, gdy, dy, in, out, w, b] {
+      mm("gemm_wgrad", true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
+      if (float* db = bgrad(b)) TIMED("bias_grad", kg::col_sum(s(), f32(dy), sh.tokens, out, db));
+    });
   }
 
   // ---- tensor-parallel collectives, timed on the trace's tp lane (comm stream) ----
@@ -239,7 +250,7 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
   DBuf dact = buf(nf);
   linear_dx(gdmf, f, h, L(l, "mlp.w2"), f32(dact), false);
-  mm("gemm_wgrad", true, false, f, h, T, a.gact->get(), f, gdmf->get(), h, 1.0f, P.grad(L(l, "mlp.w2")), h);
+  weight_grad(a.gact, gdmf, nullptr, f, h, L(l, "mlp.w2"), "");  // b2's gradient is above (a residual bias)
   // Activation gradients in the GEMMs' operand type, and in fp32 too where a bias gradient sums them.
   const auto grads = [&](const std::string& b, DBuf& d32, DBuf& d16) {
     d32 = !half() || P.has(b) ? buf(nf) : nullptr;
@@ -266,7 +277,7 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
   DBuf da = buf(std::size_t(T) * qd);
   linear_dx(gdpf, qd, h, L(l, "attn.wo"), f32(da), false);
-  mm("gemm_wgrad", true, false, qd, h, T, a.ga->get(), qd, gdpf->get(), h, 1.0f, P.grad(L(l, "attn.wo")), h);
+  weight_grad(a.ga, gdpf, nullptr, qd, h, L(l, "attn.wo"), "");
   DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
   DBuf delta = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
@@ -355,7 +366,9 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
   st.logits.reset();
   DBuf dy = buf(std::size_t(sh.tokens) * sh.hidden);
   mm("gemm_head", false, false, sh.tokens, sh.hidden, V, gdl->get(), V, W(w), sh.hidden, 0.0f, f32(dy), sh.hidden);
-  mm("gemm_head", true, false, V, sh.hidden, sh.tokens, gdl->get(), V, st.head_g->get(), sh.hidden, 1.0f, P.grad(w), sh.hidden);
+  weight_job([this, gdl, hg = st.head_g, V, w] {
+    mm("gemm_head", true, false, V, sh.hidden, sh.tokens, gdl->get(), V, hg->get(), sh.hidden, 1.0f, P.grad(w), sh.hidden);
+  });
   DBuf dyl = reduce_tokens(dy), dx = buf(std::size_t(sh.local_tokens) * sh.hidden);
   norm_bwd("final_ln.w", "final_ln.b", dyl, st.head_x, st.head_mu, st.head_rs, f32(dx));
   return dx;
@@ -403,12 +416,14 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
   return x;
 }
 
-DBuf GpuStage::backward(int mb, DBuf dout) {
+DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
   Impl& I = *impl_;
-  I.current = {"backward", I.cfg.stage, I.cfg.chunk, mb, I.cfg.l0, I.cfg.l1};
+  I.current = {defer_weight ? "input_grad" : "backward", I.cfg.stage, I.cfg.chunk, mb, I.cfg.l0, I.cfg.l1};
   auto it = I.mbs.find(mb);
   TESSEL_CHECK(it != I.mbs.end(), "backward of stage " << I.cfg.stage << " mb " << mb << " before its forward");
   Impl::Mb& st = it->second;
+  I.current_mb = &st;
+  I.defer = defer_weight;
   DBuf g = I.cfg.last ? I.head_backward(st) : dout;
   for (int l = I.cfg.l1 - 1; l >= I.cfg.l0; --l) {
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
@@ -420,8 +435,24 @@ DBuf GpuStage::backward(int mb, DBuf dout) {
     a = Acts{};
   }
   if (I.cfg.first) I.embed_backward(st, g);
-  I.mbs.erase(it);
+  I.defer = false;
+  I.current_mb = nullptr;
+  if (defer_weight) {  // the saved activations go now; what the queued GEMMs read stays with them
+    st.acts.clear();
+    st.head_x = st.head_mu = st.head_rs = st.head_g = st.logits = st.row_max = st.row_sum = nullptr;
+  } else {
+    I.mbs.erase(it);
+  }
   return I.cfg.first ? nullptr : g;
+}
+
+void GpuStage::backward_weight(int mb) {
+  Impl& I = *impl_;
+  auto it = I.mbs.find(mb);
+  TESSEL_CHECK(it != I.mbs.end(), "W of stage " << I.cfg.stage << " mb " << mb << " before its I");
+  I.current = {"weight_grad", I.cfg.stage, I.cfg.chunk, mb, I.cfg.l0, I.cfg.l1};
+  for (const auto& job : it->second.jobs) job();
+  I.mbs.erase(it);
 }
 
 }  // namespace tessel::rt::cuda

@@ -3,8 +3,9 @@
 // the kernels of kernels/cuda. Differences from the CPU stage, all deliberate:
 //   - attention is the flash kernel: no probabilities are kept, so `selective` recomputation is free and
 //     the same as `none`; `full` re-runs each layer's forward inside its backward (per layer);
-//   - the backward computes input and weight gradients together (an I action does both; W records an
-//     empty op), so zero-bubble schedules run with their order but without the deferred weight GEMMs;
+//   - none in the split backward: as on the CPU, an I action queues the weight GEMMs (with the biases
+//     they carry; the head's included) and a W action runs them, so zero-bubble schedules defer the same
+//     work; the residual biases, norm parameters and embeddings get their gradients in I;
 //   - GEMMs run in the chosen type (bf16 operands with fp32 accumulation by default, tf32 or fp32).
 #pragma once
 
@@ -43,7 +44,9 @@ class GpuStage {
   // tokens/targets: device arrays of T on the first/last stage. in: [local_tokens, hidden] elsewhere.
   DBuf forward(int mb, DBuf in, const std::int32_t* tokens, const std::int32_t* targets);
   // Adds this micro-batch's summed token losses into `loss_sum` (device float) on the last stage.
-  DBuf backward(int mb, DBuf dout);
+  // defer_weight (a split I): the weight GEMMs are queued, with the buffers they read, for backward_weight.
+  DBuf backward(int mb, DBuf dout, bool defer_weight = false);
+  void backward_weight(int mb);  // W: the queued weight GEMMs of micro-batch mb
   void set_loss_sink(float* loss_sum);
 
   const GpuStageConfig& config() const;

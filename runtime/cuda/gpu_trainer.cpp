@@ -64,9 +64,9 @@ struct GpuTrainer::Walker {
   }
   void backward(int st, int mb, bool full) {
     GpuStage& g = stage(st);
-    compute(full ? "backward" : "input_grad", full ? "B" : "I", st, mb, 2.0 * g.forward_flops(), [&] {
+    compute(full ? "backward" : "input_grad", full ? "B" : "I", st, mb, (full ? 2.0 : 1.0) * g.forward_flops(), [&] {
       DBuf dout = st == s.num_stages - 1 ? nullptr : take(bwd_in, {st, mb}, "output gradient");
-      DBuf dx = g.backward(mb, dout);
+      DBuf dx = g.backward(mb, dout, /*defer_weight=*/!full);
       if (st == 0) return;
       if (s.rank_of(st - 1) == pp_rank) bwd_in[{st - 1, mb}] = dx;
       else bwd_out[{st, mb}] = dx;
@@ -98,7 +98,10 @@ struct GpuTrainer::Walker {
       case ActionType::F: forward(a.stage, a.mb); break;
       case ActionType::B: backward(a.stage, a.mb, true); break;
       case ActionType::I: backward(a.stage, a.mb, false); break;
-      case ActionType::W: compute("weight_grad", "W", a.stage, a.mb, 0.0, [] {}); break;  // done inside I
+      case ActionType::W:
+        compute("weight_grad", "W", a.stage, a.mb, stage(a.stage).forward_flops(),
+                [&] { stage(a.stage).backward_weight(a.mb); });
+        break;
       case ActionType::OVERLAP_F_B:
         for (const Action& sub : a.sub) execute(sub);
         break;

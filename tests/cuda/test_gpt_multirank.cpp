@@ -165,6 +165,11 @@ TEST_CASE("pipeline and data parallelism on the GPU match the CPU runtime, tied 
   compare(tiny_llama(), layout(1, 2, 1));                     // untied
   compare(load_model("tiny"), layout(1, 1, 2));
   compare(load_model("tiny"), layout(2, 2, 2, "1f1b", true));  // eight ranks on one GPU
+  // Zero bubble: I queues the weight GEMMs, W runs them later (a W that did nothing leaves the weight
+  // gradients at zero; one run twice doubles them).
+  compare(load_model("tiny"), layout(1, 2, 1, "zb1p"));
+  compare(tiny_llama(), layout(1, 2, 1, "zbv", false, 2));
+  compare(load_model("tiny"), layout(2, 2, 1, "dualpipev", true, 2));
 }
 
 // ZeRO-1 on the GPU: gradients reduce-scattered over dp, AdamW on each rank's shard of the flat buffer
