@@ -1,11 +1,11 @@
 // One pipeline stage of the GPT on one GPU rank: runtime/gpt_layer.hpp's block (Megatron TP partitioning,
 // optional sequence parallelism) and runtime/gpt_stage.hpp's embedding and head, on device buffers with
-// the kernels of kernels/cuda. Differences from the CPU stage, all deliberate:
+// the kernels of kernels/cuda. The split backward is the CPU stage's: an I action queues the weight GEMMs
+// (with the bias gradients they carry; the head's included) and a W action runs them, so zero-bubble
+// schedules defer the same work; the residual biases, norm parameters and embeddings get their gradients
+// in I. Differences from the CPU stage, all deliberate:
 //   - attention is the flash kernel: no probabilities are kept, so `selective` recomputation is free and
 //     the same as `none`; `full` re-runs each layer's forward inside its backward (per layer);
-//   - none in the split backward: as on the CPU, an I action queues the weight GEMMs (with the biases
-//     they carry; the head's included) and a W action runs them, so zero-bubble schedules defer the same
-//     work; the residual biases, norm parameters and embeddings get their gradients in I;
 //   - GEMMs run in the chosen type (bf16 operands with fp32 accumulation by default, tf32 or fp32).
 #pragma once
 
