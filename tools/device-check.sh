@@ -12,6 +12,13 @@
 #                                      image lacks) and copies tessel and the CUDA test/bench executables
 #                                      into .devbin/ (git-ignored). Carried instead of .devdeps, the device
 #                                      runs them and skips its ~3 min build: device time is the scarce part.
+#   tools/device-check.sh dry-run     HERE, no GPU: the device part below end to end, with tessel and the
+#                                      GPU runtime tests built over the fake CUDA (tests/cuda_fake: the CPU
+#                                      kernels), small models in place of the 1.3B and GPT-3 ones, and the
+#                                      kernel tests and sweeps as they are here (exit 77, no device). It
+#                                      checks the script's flow and its reading of the programs' output
+#                                      before a device session spends its minutes on it. BUILD names the
+#                                      build folder (default build); output in device-dry/.
 #   tools/device-check.sh             ON THE DEVICE (device tool: carry [".devdeps"] or [".devbin"]): builds
 #                                      with CUDA in build-device, runs the GPU tests (the multi-rank ones as
 #                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, one-GPU
@@ -68,6 +75,26 @@ if [ "${1:-}" = "prepare-bin" ]; then
   exit 0
 fi
 
+if [ "${1:-}" = "dry-run" ]; then
+  set -e
+  b=${BUILD:-build}
+  ninja -C "$b" tests/cuda_fake/tessel_fake tests/cuda_fake/cuda_fake_gpt_numerics tests/cuda_fake/cuda_fake_gpt_multirank
+  d=$(mktemp -d)
+  cp "$b/tests/cuda_fake/tessel_fake" "$d/tessel"
+  cp "$b/tests/cuda_fake/cuda_fake_gpt_numerics" "$d/cuda_test_gpt_numerics"
+  cp "$b/tests/cuda_fake/cuda_fake_gpt_multirank" "$d/cuda_test_gpt_multirank"
+  for t in cuda_test_kernels cuda_test_attention cuda_test_gemm cuda_bench; do
+    if [ -x "$b/tests/cuda/$t" ]; then cp "$b/tests/cuda/$t" "$d/"
+    else printf '#!/bin/sh\necho "no CUDA device (dry run: not built)"\nexit 77\n' > "$d/$t" && chmod +x "$d/$t"; fi
+  done
+  echo "$(git rev-parse --short HEAD) (dry run: fake CUDA)" > "$d/built_from.txt"
+  set +e
+  DRY_RUN=1 DEVBIN=$d OUT=${OUT:-$root/device-dry} DEADLINE=${DEADLINE:-600} bash "$0"
+  rc=$?
+  rm -rf "$d"
+  exit $rc
+fi
+
 # ---------------------------------------------------------------- on the device
 OUT=${OUT:-$root/device-out}
 # Stages past this many seconds are skipped (the tool's command limit and the session's device time are
@@ -83,9 +110,13 @@ summary=$OUT/summary.txt
 note() { echo "$*" | tee -a "$summary"; }
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 deps=$root/.devdeps
-bin=$root/.devbin
+bin=${DEVBIN:-$root/.devbin}
 note "device-check $(date -u +%Y-%m-%dT%H:%M:%SZ) $(git rev-parse --short HEAD 2>/dev/null || cat "$bin/built_from.txt" 2>/dev/null || echo '?')"
-nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader 2>&1 | sed 's/^/gpu: /' | tee -a "$summary"
+else
+  note "gpu: no nvidia-smi on this machine"
+fi
 
 if [ -d "$bin" ]; then
   # Prebuilt here (prepare-bin): no build on the device. A shared library the image keeps outside the
@@ -133,6 +164,20 @@ cat > "$work/gpt-1b.json" <<'EOF'
  "seq_len": 1024, "activation": "gelu", "norm": "layernorm", "position": "learned", "tied_embeddings": true,
  "bias": true, "dropout": false}
 EOF
+g3=gpt3-175b
+if [ -n "${DRY_RUN:-}" ]; then  # the same names and flags on shapes the CPU kernels finish
+  cat > "$work/gpt-1b.json" <<'EOF'
+{"name": "gpt-1.3b", "source": "device-check dry run: small stand-in", "params_b": 0.002, "layers": 2, "hidden": 128,
+ "heads": 2, "kv_heads": 2, "ffn": 512, "vocab": 512, "seq_len": 64, "activation": "gelu", "norm": "layernorm",
+ "position": "learned", "tied_embeddings": true, "bias": true, "dropout": false}
+EOF
+  cat > "$work/g3.json" <<'EOF'
+{"name": "gpt3-175b", "source": "device-check dry run: small stand-in", "params_b": 0.01, "layers": 16, "hidden": 256,
+ "heads": 8, "kv_heads": 8, "ffn": 1024, "vocab": 1024, "seq_len": 64, "activation": "gelu", "norm": "layernorm",
+ "position": "learned", "tied_embeddings": true, "bias": true, "dropout": false}
+EOF
+  g3=$work/g3.json
+fi
 run() { local c; c=$(cap "$RUN_CAP"); [ "$c" -eq 0 ] && { echo "== skipped (time): $*" >>"$OUT/runs.log"; return; }
        echo "== $*" >>"$OUT/runs.log"; timeout "$c" "$tessel" run --backend cuda "$@" >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"; }
 RUN_CAP=40 run --model tiny --steps 20 --mbs 4 --gbs 8 --trace "$work/tiny.json"
@@ -206,9 +251,12 @@ awk -F, '$1=="gemm" && $3=="8192x8192x8192" {printf "gemm 8192^3 %-10s %7.1f TFL
 awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
 
 # 6. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
-RUN_CAP=45 run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full --steps 2 --only-rank 0 --trace "$work/g3_r0.json"
-RUN_CAP=45 run --model gpt3-175b --tp 8 --pp 8 --mbs 1 --gbs 16 --steps 2 --only-rank 63 --trace "$work/g3_r63.json"
-grep -E '^(== |step|device memory|rc |tessel run:)' "$OUT/runs.log" | grep -A0 -E 'only-rank|^step|memory' | tail -8 | tee -a "$summary" >/dev/null
+RUN_CAP=45 run --model "$g3" --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full --steps 2 --only-rank 0 --trace "$work/g3_r0.json"
+RUN_CAP=45 run --model "$g3" --tp 8 --pp 8 --mbs 1 --gbs 16 --steps 2 --only-rank 63 --trace "$work/g3_r63.json"
+awk '/^== .*--only-rank/ {r = $0; sub(/.*--only-rank /, "", r); sub(/ .*/, "", r); f = 1; s = "no step"; next}
+     f && /^step/ {s = $0}
+     f && /^(device memory|rc )/ {print "gpt3-175b tp8 pp8 --only-rank " r ": " s (/^device/ ? "; " $0 : " (" $0 ")"); f = 0}' \
+  "$OUT/runs.log" | tee -a "$summary"
 
 # 6b. PyTorch's scaled_dot_product_attention (flash backend on Hopper) on the attention sweep's shapes, rows
 #     appended to bench.csv in its format: the cost model's attention efficiency and our kernels' yardstick.
