@@ -3,7 +3,8 @@
 //
 // - DeviceStagedComm: device pointers over a host Comm. Each call waits for `stream` (the device's comm
 //   stream, which the trainer has made wait for the compute that produced the data), copies the buffers to
-//   the host, runs the host operation and copies the result back before returning. With run_threads it
+//   the host, runs the host operation and queues the copy of the result back on `stream`, as NCCL would
+//   leave it (the host is not synchronised with that copy: readers wait for the stream). With run_threads it
 //   lets every rank of a layout run as a thread on ONE GPU (`tessel run --backend cuda --gpu-threads`,
 //   tests/cuda/test_gpt_multirank.cpp): tp, pp, dp and the tied-embedding exchange go through the same
 //   GpuTrainer code paths as under NCCL, with the thread backend's rank-ordered, bitwise-reproducible sums.

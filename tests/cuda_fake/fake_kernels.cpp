@@ -101,7 +101,8 @@ Status Gemm::plan(const GemmArgs&, Plan*& out) {
   out = nullptr;
   return {};
 }
-Status Gemm::run(cudaStream_t, const GemmArgs& a) {
+Status Gemm::run(cudaStream_t stream_, const GemmArgs& a) {
+  fake_stream_op(stream_, "gemm");
   if (!handle_) return bad("Gemm::run before init");
   if (a.type == GemmType::bf16) return bad("bf16 output GEMMs are not faked");
   if (a.epilogue == Epilogue::bias_gelu) return bad("the GELU epilogue is not faked");
@@ -130,63 +131,72 @@ Status Gemm::run(cudaStream_t, const GemmArgs& a) {
 }
 
 // ---- kernels.hpp ----
-Status layernorm_fwd(cudaStream_t, const float* x, const float* gamma, const float* beta, float* y, float* mean,
+Status layernorm_fwd(cudaStream_t stream_, const float* x, const float* gamma, const float* beta, float* y, float* mean,
                      float* rstd, int rows, int cols, float eps, __nv_bfloat16* y16) {
+  fake_stream_op(stream_, "layernorm_fwd");
   if (!y && !y16) return bad("layernorm_fwd without an output");
   Out o(y, y16, std::size_t(rows) * cols);
   kc::layernorm_fwd(x, gamma, beta, o.f, mean, rstd, rows, cols, eps);
   return {};
 }
-Status layernorm_bwd(cudaStream_t, const float* dy, const float* x, const float* gamma, const float* mean,
+Status layernorm_bwd(cudaStream_t stream_, const float* dy, const float* x, const float* gamma, const float* mean,
                      const float* rstd, float* dx, float* dgamma, float* dbeta, int rows, int cols, const float* dres) {
+  fake_stream_op(stream_, "layernorm_bwd");
   std::vector<float> scratch;
   if (!dx) scratch.resize(std::size_t(rows) * cols), dx = scratch.data();
   kc::layernorm_bwd(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, rows, cols);
   add_residual(dx, dres, std::size_t(rows) * cols);
   return {};
 }
-Status rmsnorm_fwd(cudaStream_t, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
+Status rmsnorm_fwd(cudaStream_t stream_, const float* x, const float* gamma, float* y, float* rstd, int rows, int cols,
                    float eps, __nv_bfloat16* y16) {
+  fake_stream_op(stream_, "rmsnorm_fwd");
   if (!y && !y16) return bad("rmsnorm_fwd without an output");
   Out o(y, y16, std::size_t(rows) * cols);
   kc::rmsnorm_fwd(x, gamma, o.f, rstd, rows, cols, eps);
   return {};
 }
-Status rmsnorm_bwd(cudaStream_t, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
+Status rmsnorm_bwd(cudaStream_t stream_, const float* dy, const float* x, const float* gamma, const float* rstd, float* dx,
                    float* dgamma, int rows, int cols, const float* dres) {
+  fake_stream_op(stream_, "rmsnorm_bwd");
   std::vector<float> scratch;
   if (!dx) scratch.resize(std::size_t(rows) * cols), dx = scratch.data();
   kc::rmsnorm_bwd(dy, x, gamma, rstd, dx, dgamma, rows, cols);
   add_residual(dx, dres, std::size_t(rows) * cols);
   return {};
 }
-Status gelu_fwd(cudaStream_t, const float* x, float* y, std::size_t n, __nv_bfloat16* y16) {
+Status gelu_fwd(cudaStream_t stream_, const float* x, float* y, std::size_t n, __nv_bfloat16* y16) {
+  fake_stream_op(stream_, "gelu_fwd");
   if (!y && !y16) return bad("gelu_fwd without an output");
   Out o(y, y16, n);
   kc::gelu_fwd(x, o.f, n);
   return {};
 }
-Status gelu_bwd(cudaStream_t, const float* dy, const float* x, float* dx, std::size_t n, __nv_bfloat16* dx16) {
+Status gelu_bwd(cudaStream_t stream_, const float* dy, const float* x, float* dx, std::size_t n, __nv_bfloat16* dx16) {
+  fake_stream_op(stream_, "gelu_bwd");
   if (!dx && !dx16) return bad("gelu_bwd without an output");
   Out o(dx, dx16, n);
   kc::gelu_bwd(dy, x, o.f, n);
   return {};
 }
-Status swiglu_fwd(cudaStream_t, const float* gate, const float* up, float* y, std::size_t n, __nv_bfloat16* y16) {
+Status swiglu_fwd(cudaStream_t stream_, const float* gate, const float* up, float* y, std::size_t n, __nv_bfloat16* y16) {
+  fake_stream_op(stream_, "swiglu_fwd");
   if (!y && !y16) return bad("swiglu_fwd without an output");
   Out o(y, y16, n);
   kc::swiglu_fwd(gate, up, o.f, n);
   return {};
 }
-Status swiglu_bwd(cudaStream_t, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
+Status swiglu_bwd(cudaStream_t stream_, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
                   std::size_t n, __nv_bfloat16* dgate16, __nv_bfloat16* dup16) {
+  fake_stream_op(stream_, "swiglu_bwd");
   if ((!dgate && !dgate16) || (!dup && !dup16)) return bad("swiglu_bwd without an output");
   Out og(dgate, dgate16, n), ou(dup, dup16, n);
   kc::swiglu_bwd(dy, gate, up, og.f, ou.f, n);
   return {};
 }
-Status attention_fwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+Status attention_fwd(cudaStream_t stream_, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                      const float* v, int ldv, float* out, int ldo, float* lse) {
+  fake_stream_op(stream_, "attention_fwd");
   std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
   kc::attention_fwd(a, q, ldq, k, ldk, v, ldv, out, ldo, probs.data());
   kc::attention_lse(a, q, ldq, k, ldk, lse);
@@ -195,9 +205,10 @@ Status attention_fwd(cudaStream_t, const AttentionShape& a, const float* q, int 
 // As strict as the flash backward about what it is handed: the probabilities are rebuilt from the lse
 // passed in (p_ij = exp(s_ij - lse_i)), not recomputed, and the out passed in must be probs V, else
 // delta = rowsum(dO * out) would be wrong on the device: a stale or reused lse/out fails here too.
-Status attention_bwd(cudaStream_t, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+Status attention_bwd(cudaStream_t stream_, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                      const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                      int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float*) {
+  fake_stream_op(stream_, "attention_bwd");
   std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq, 0.0f);
   const double scale = 1.0 / std::sqrt(double(a.d));
   for (int b = 0; b < a.batch; ++b)
@@ -234,52 +245,62 @@ Status attention_tc_set_block_warps(int warps) { return warps == 4 || warps == 8
 Status attention_tc_set_version(int version) { return version == 1 || version == 2 ? Status{} : bad("version"); }
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  fake_stream_op(s, "attention_tc_fwd");
   return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 }
 Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse) {
+  fake_stream_op(s, "attention_tc2_fwd");
   return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 }
 Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  fake_stream_op(s, "attention_tc_bwd");
   return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
 }
 Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  fake_stream_op(s, "attention_tc2_bwd");
   return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
 }
-Status rope_fwd(cudaStream_t, const RopeTableView& t, float* x, int rows, int heads, int ld) {
+Status rope_fwd(cudaStream_t stream_, const RopeTableView& t, float* x, int rows, int heads, int ld) {
+  fake_stream_op(stream_, "rope_fwd");
   kc::rope_fwd(table_of(t), x, rows, heads, ld);
   return {};
 }
-Status rope_bwd(cudaStream_t, const RopeTableView& t, float* dx, int rows, int heads, int ld) {
+Status rope_bwd(cudaStream_t stream_, const RopeTableView& t, float* dx, int rows, int heads, int ld) {
+  fake_stream_op(stream_, "rope_bwd");
   kc::rope_bwd(table_of(t), dx, rows, heads, ld);
   return {};
 }
-Status cross_entropy_fwd(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
+Status cross_entropy_fwd(cudaStream_t stream_, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, float* loss, float* row_max, float* row_sum) {
+  fake_stream_op(stream_, "cross_entropy_fwd");
   kc::cross_entropy_fwd(logits, rows, vocab_local, vocab_start, targets, loss, row_max, row_sum, nullptr);
   return {};
 }
-Status cross_entropy_bwd(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
+Status cross_entropy_bwd(cudaStream_t stream_, const float* logits, int rows, int vocab_local, int vocab_start,
                          const std::int32_t* targets, const float* row_max, const float* row_sum, const float* dloss,
                          float* dlogits, __nv_bfloat16* dlogits16) {
+  fake_stream_op(stream_, "cross_entropy_bwd");
   if (!dlogits == !dlogits16) return bad("cross_entropy_bwd: exactly one of dlogits and dlogits16");
   Out o(dlogits, dlogits16, std::size_t(rows) * vocab_local);
   kc::cross_entropy_bwd(logits, rows, vocab_local, vocab_start, targets, row_max, row_sum, dloss, o.f);
   return {};
 }
-Status cross_entropy_max(cudaStream_t, const float* logits, int rows, int vocab_local, float* row_max) {
+Status cross_entropy_max(cudaStream_t stream_, const float* logits, int rows, int vocab_local, float* row_max) {
+  fake_stream_op(stream_, "cross_entropy_max");
   for (int r = 0; r < rows; ++r) {
     const float* z = logits + std::size_t(r) * vocab_local;
     row_max[r] = *std::max_element(z, z + vocab_local);
   }
   return {};
 }
-Status cross_entropy_partial(cudaStream_t, const float* logits, int rows, int vocab_local, int vocab_start,
+Status cross_entropy_partial(cudaStream_t stream_, const float* logits, int rows, int vocab_local, int vocab_start,
                              const std::int32_t* targets, const float* row_max, float* sums) {
+  fake_stream_op(stream_, "cross_entropy_partial");
   for (int r = 0; r < rows; ++r) {  // the CPU reference's second pass (kernels/cpu/cross_entropy.cpp)
     const float* z = logits + std::size_t(r) * vocab_local;
     double s = 0;
@@ -290,32 +311,38 @@ Status cross_entropy_partial(cudaStream_t, const float* logits, int rows, int vo
   }
   return {};
 }
-Status cross_entropy_loss(cudaStream_t, int rows, const float* row_max, const float* sums, float* loss) {
+Status cross_entropy_loss(cudaStream_t stream_, int rows, const float* row_max, const float* sums, float* loss) {
+  fake_stream_op(stream_, "cross_entropy_loss");
   for (int r = 0; r < rows; ++r) loss[r] = row_max[r] + std::log(sums[r]) - sums[rows + r];
   return {};
 }
-Status embedding_fwd(cudaStream_t, const float* table, int vocab_local, int vocab_start, int dim,
+Status embedding_fwd(cudaStream_t stream_, const float* table, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* out) {
+  fake_stream_op(stream_, "embedding_fwd");
   kc::embedding_fwd(table, vocab_local, vocab_start, dim, tokens, n, out);
   return {};
 }
-Status embedding_bwd(cudaStream_t, const float* dout, int vocab_local, int vocab_start, int dim,
+Status embedding_bwd(cudaStream_t stream_, const float* dout, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* dtable) {
+  fake_stream_op(stream_, "embedding_bwd");
   kc::embedding_bwd(dout, vocab_local, vocab_start, dim, tokens, n, dtable);
   return {};
 }
-Status add_positions(cudaStream_t, float* x, const float* pos, int rows, int row0, int seq, int dim) {
+Status add_positions(cudaStream_t stream_, float* x, const float* pos, int rows, int row0, int seq, int dim) {
+  fake_stream_op(stream_, "add_positions");
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < dim; ++c) x[std::size_t(r) * dim + c] += pos[std::size_t((row0 + r) % seq) * dim + c];
   return {};
 }
-Status add_positions_bwd(cudaStream_t, const float* dx, float* dpos, int rows, int row0, int seq, int dim) {
+Status add_positions_bwd(cudaStream_t stream_, const float* dx, float* dpos, int rows, int row0, int seq, int dim) {
+  fake_stream_op(stream_, "add_positions_bwd");
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < dim; ++c) dpos[std::size_t((row0 + r) % seq) * dim + c] += dx[std::size_t(r) * dim + c];
   return {};
 }
-Status adamw_step(cudaStream_t, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
+Status adamw_step(cudaStream_t stream_, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
                   int step, float grad_scale, __nv_bfloat16* param16) {
+  fake_stream_op(stream_, "adamw_step");
   if (step < 1) return bad("AdamW step " + std::to_string(step) + " (steps count from 1)");
   std::vector<float> g(grad, grad + n);
   kc::scale(g.data(), n, grad_scale);
@@ -324,19 +351,23 @@ Status adamw_step(cudaStream_t, float* param, const float* grad, float* m, float
     for (std::size_t i = 0; i < n; ++i) param16[i] = __float2bfloat16(param[i]);
   return {};
 }
-Status sum_squares(cudaStream_t, const float* x, std::size_t n, double* out) {
+Status sum_squares(cudaStream_t stream_, const float* x, std::size_t n, double* out) {
+  fake_stream_op(stream_, "sum_squares");
   *out += kc::sum_squares(x, n);
   return {};
 }
-Status scale(cudaStream_t, float* x, std::size_t n, float factor) {
+Status scale(cudaStream_t stream_, float* x, std::size_t n, float factor) {
+  fake_stream_op(stream_, "scale");
   kc::scale(x, n, factor);
   return {};
 }
-Status add(cudaStream_t, const float* a, const float* b, float* out, std::size_t n) {
+Status add(cudaStream_t stream_, const float* a, const float* b, float* out, std::size_t n) {
+  fake_stream_op(stream_, "add");
   for (std::size_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
   return {};
 }
-Status residual_add(cudaStream_t, const float* a, const float* b, const float* bias, float* out, int rows, int cols) {
+Status residual_add(cudaStream_t stream_, const float* a, const float* b, const float* bias, float* out, int rows, int cols) {
+  fake_stream_op(stream_, "residual_add");
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < cols; ++c) {
       const std::size_t i = std::size_t(r) * cols + c;
@@ -344,7 +375,8 @@ Status residual_add(cudaStream_t, const float* a, const float* b, const float* b
     }
   return {};
 }
-Status col_sum(cudaStream_t, const float* dy, int rows, int cols, float* db) {
+Status col_sum(cudaStream_t stream_, const float* dy, int rows, int cols, float* db) {
+  fake_stream_op(stream_, "col_sum");
   for (int c = 0; c < cols; ++c) {
     double s = 0;
     for (int r = 0; r < rows; ++r) s += dy[std::size_t(r) * cols + c];
@@ -352,7 +384,8 @@ Status col_sum(cudaStream_t, const float* dy, int rows, int cols, float* db) {
   }
   return {};
 }
-Status reduce_blocks(cudaStream_t, const float* in, int parts, std::size_t count, float* out, bool max) {
+Status reduce_blocks(cudaStream_t stream_, const float* in, int parts, std::size_t count, float* out, bool max) {
+  fake_stream_op(stream_, "reduce_blocks");
   for (std::size_t i = 0; i < count; ++i) {
     float a = in[i];
     for (int p = 1; p < parts; ++p) a = max ? std::max(a, in[std::size_t(p) * count + i]) : a + in[std::size_t(p) * count + i];
@@ -360,24 +393,29 @@ Status reduce_blocks(cudaStream_t, const float* in, int parts, std::size_t count
   }
   return {};
 }
-Status to_bf16(cudaStream_t, const float* in, __nv_bfloat16* out, std::size_t n) {
+Status to_bf16(cudaStream_t stream_, const float* in, __nv_bfloat16* out, std::size_t n) {
+  fake_stream_op(stream_, "to_bf16");
   for (std::size_t i = 0; i < n; ++i) out[i] = __float2bfloat16(in[i]);
   return {};
 }
-Status from_bf16(cudaStream_t, const __nv_bfloat16* in, float* out, std::size_t n) {
+Status from_bf16(cudaStream_t stream_, const __nv_bfloat16* in, float* out, std::size_t n) {
+  fake_stream_op(stream_, "from_bf16");
   for (std::size_t i = 0; i < n; ++i) out[i] = __bfloat162float(in[i]);
   return {};
 }
-Status fill(cudaStream_t, float* x, std::size_t n, float value) {
+Status fill(cudaStream_t stream_, float* x, std::size_t n, float value) {
+  fake_stream_op(stream_, "fill");
   std::fill(x, x + n, value);
   return {};
 }
-Status fill_uniform(cudaStream_t, float* x, std::size_t n, std::uint64_t seed, float bound) {
+Status fill_uniform(cudaStream_t stream_, float* x, std::size_t n, std::uint64_t seed, float bound) {
+  fake_stream_op(stream_, "fill_uniform");
   for (std::size_t i = 0; i < n; ++i)
     x[i] = bound * (float(mix64(seed + i * 0x9e3779b97f4a7c15ull) >> 40) * (2.0f / 16777216.0f) - 1.0f);
   return {};
 }
-Status fill_tokens(cudaStream_t, std::int32_t* tokens, std::size_t n, std::uint64_t seed, int vocab) {
+Status fill_tokens(cudaStream_t stream_, std::int32_t* tokens, std::size_t n, std::uint64_t seed, int vocab) {
+  fake_stream_op(stream_, "fill_tokens");
   for (std::size_t i = 0; i < n; ++i)
     tokens[i] = static_cast<std::int32_t>(mix64(seed + i * 0x9e3779b97f4a7c15ull) % std::uint64_t(vocab));
   return {};

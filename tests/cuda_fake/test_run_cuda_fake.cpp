@@ -8,9 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 
 #include <unistd.h>
+
+#include <cuda_runtime_api.h>
 
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -185,4 +188,29 @@ TEST_CASE("--only-rank plays one rank of tp2 pp2 alone and records its communica
   CHECK(compute == 2 * mbs);
   CHECK(tp > 0);
   fs::remove(trace);
+}
+
+// The fake's stream-order check itself (fake_cudart.cpp): work on one stream, then on another, is a
+// violation unless an event recorded after the first was waited for, or the host synchronised with it.
+TEST_CASE("fake CUDA: an operation not ordered after another stream's earlier work throws, naming both") {
+  cudaStream_t a = nullptr, b = nullptr;
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  float x[4] = {};
+  REQUIRE(cudaMemsetAsync(x, 0, sizeof(x), a) == cudaSuccess);
+  CHECK_THROWS_WITH_AS(cudaMemsetAsync(x, 0, sizeof(x), b), doctest::Contains("'cudaMemsetAsync' is not ordered after 'cudaMemsetAsync'"),
+                       std::logic_error);
+  REQUIRE(cudaEventRecord(e, a) == cudaSuccess);  // the fence: b waits for what a has issued
+  REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
+  CHECK_NOTHROW(cudaMemsetAsync(x, 0, sizeof(x), b));
+  CHECK_THROWS_AS(cudaMemsetAsync(x, 0, sizeof(x), a), std::logic_error);  // and the other way round
+  REQUIRE(cudaStreamSynchronize(b) == cudaSuccess);  // the host waited for b: what it issues next is after
+  CHECK_NOTHROW(cudaMemsetAsync(x, 0, sizeof(x), a));
+  cudaEventRecord(e, a);
+  cudaStreamWaitEvent(b, e, 0);
+  cudaEventDestroy(e);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
 }

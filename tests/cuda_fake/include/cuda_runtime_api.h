@@ -48,6 +48,8 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s);
+// The fake's stream-order check (fake_cudart.cpp): every fake kernel launch and async copy calls it.
+void fake_stream_op(cudaStream_t s, const char* what);
 template <class T>
 cudaError_t cudaMalloc(T** p, std::size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
