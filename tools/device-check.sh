@@ -104,6 +104,7 @@ start_all=$(date +%s)
 left() { echo $(( deadline - ($(date +%s) - start_all) )); }
 cap() { local want=$1 l; l=$(left); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 5 ] && want=0; echo "$want"; }
 mkdir -p "$OUT"
+for f in summary.txt bench.csv tests.log runs.log torch.log traces.tar.gz build.log; do rm -f "$OUT/$f"; done  # a rerun starts clean
 work=$(mktemp -d)
 summary=$OUT/summary.txt
 : > "$summary"

@@ -25,9 +25,14 @@
 
 #include "cuda_runtime_api.h"
 
-using Clock = std::map<const void*, std::uint64_t>;  // stream -> operations of it this is ordered after
+using Clock = std::map<std::uint64_t, std::uint64_t>;  // stream id -> operations of it this is ordered after
+
+namespace {
+std::uint64_t next_stream_id = 1;  // ids, not addresses: a new stream may reuse a destroyed one's address
+}  // namespace
 
 struct CUstream_st {
+  std::uint64_t id = 0;
   std::thread::id owner = std::this_thread::get_id();
   std::uint64_t issued = 0;
   std::string last;  // the latest operation's name
@@ -56,14 +61,14 @@ void fake_stream_op(cudaStream_t s, const char* what) {
   merge(s->known, host_clock);
   for (CUstream_st* t : streams) {
     if (t == s || t->owner != s->owner) continue;
-    const auto it = s->known.find(t);
+    const auto it = s->known.find(t->id);
     const std::uint64_t seen = it == s->known.end() ? 0 : it->second;
     if (seen < t->issued)
       throw std::logic_error(std::string("fake CUDA stream order: '") + what + "' is not ordered after '" + t->last +
                              "' on another stream of this thread (" + std::to_string(t->issued - seen) +
                              " operation(s) there unfenced: a missing event wait)");
   }
-  s->known[s] = ++s->issued;
+  s->known[s->id] = ++s->issued;
   s->last = what;
 }
 
@@ -85,6 +90,7 @@ cudaError_t cudaDeviceSynchronize() {
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
   *s = new CUstream_st;
   std::lock_guard<std::mutex> l(order_mu);
+  (*s)->id = next_stream_id++;
   streams.insert(*s);
   return cudaSuccess;
 }
