@@ -80,6 +80,7 @@ if [ "${1:-}" = "dry-run" ]; then
   b=${BUILD:-build}
   ninja -C "$b" tests/cuda_fake/tessel_fake tests/cuda_fake/cuda_fake_gpt_numerics tests/cuda_fake/cuda_fake_gpt_multirank
   d=$(mktemp -d)
+  trap 'rm -rf "$d"' EXIT
   cp "$b/tests/cuda_fake/tessel_fake" "$d/tessel"
   cp "$b/tests/cuda_fake/cuda_fake_gpt_numerics" "$d/cuda_test_gpt_numerics"
   cp "$b/tests/cuda_fake/cuda_fake_gpt_multirank" "$d/cuda_test_gpt_multirank"
@@ -90,9 +91,7 @@ if [ "${1:-}" = "dry-run" ]; then
   echo "$(git rev-parse --short HEAD) (dry run: fake CUDA)" > "$d/built_from.txt"
   set +e
   DRY_RUN=1 DEVBIN=$d OUT=${OUT:-$root/device-dry} DEADLINE=${DEADLINE:-600} bash "$0"
-  rc=$?
-  rm -rf "$d"
-  exit $rc
+  exit $?
 fi
 
 # ---------------------------------------------------------------- on the device
@@ -254,10 +253,15 @@ awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3,
 # 6. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
 RUN_CAP=45 run --model "$g3" --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full --steps 2 --only-rank 0 --trace "$work/g3_r0.json"
 RUN_CAP=45 run --model "$g3" --tp 8 --pp 8 --mbs 1 --gbs 16 --steps 2 --only-rank 63 --trace "$work/g3_r63.json"
-awk '/^== .*--only-rank/ {r = $0; sub(/.*--only-rank /, "", r); sub(/ .*/, "", r); f = 1; s = "no step"; next}
-     f && /^step/ {s = $0}
-     f && /^(device memory|rc )/ {print "gpt3-175b tp8 pp8 --only-rank " r ": " s (/^device/ ? "; " $0 : " (" $0 ")"); f = 0}' \
-  "$OUT/runs.log" | tee -a "$summary"
+awk 'function flush() { if (f) print "gpt3-175b tp8 pp8 --only-rank " r ": " s m; f = 0 }
+     /^== / { flush() }
+     /^== .*--only-rank/ { r = $0; sub(/.*--only-rank /, "", r); sub(/ .*/, "", r); f = 1; s = "no step"; m = ""
+                           if ($0 ~ /^== skipped/) { s = "skipped (time)"; flush() }
+                           next }
+     f && /^step/ { s = $0 }
+     f && /^device memory/ { m = "; " $0 }
+     f && /^rc / { if ($2 != 0) m = m " (" $0 ")"; flush() }
+     END { flush() }' "$OUT/runs.log" | tee -a "$summary"
 
 # 6b. PyTorch's scaled_dot_product_attention (flash backend on Hopper) on the attention sweep's shapes, rows
 #     appended to bench.csv in its format: the cost model's attention efficiency and our kernels' yardstick.

@@ -394,6 +394,10 @@ double GpuStage::forward_flops() const {
 DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::int32_t* targets) {
   Impl& I = *impl_;
   I.current = {"forward", I.cfg.stage, I.cfg.chunk, mb, I.cfg.l0, I.cfg.l1};
+  // A micro-batch's state lives from its forward to its B, or its W after a split I: one still here
+  // (an I whose W never ran) would hand its queued weight GEMMs to the next step's W.
+  TESSEL_CHECK(I.mbs.count(mb) == 0, "stage " << I.cfg.stage << ": forward of micro-batch " << mb
+                                               << " while its previous backward is unfinished (an I without its W?)");
   Impl::Mb& st = I.mbs[mb];
   st.tokens = tokens;
   st.targets = targets;

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -66,57 +68,142 @@ int ms_left(Clock::time_point deadline) {
   return static_cast<int>(std::max<long long>(0, std::min<long long>(ms, 1 << 30)));
 }
 
-// What rank 0 hands out, by file or socket: a tag, the world size, then the id. The tag and size let a
-// reader tell the id apart from another service's bytes on the port or a stale file of another run.
-constexpr char kTag[8] = {'T', 'E', 'S', 'S', 'E', 'L', 'I', 'D'};
-constexpr std::size_t kMessage = sizeof(kTag) + 4 + sizeof(ncclUniqueId::internal);
+// The launch this process belongs to, when its launcher says: TESSEL_RUN_ID, torchrun's run id and
+// restart count, or SLURM's job and step. An id file of another launch (a crashed run's, say) carries
+// another key and is refused; without a key only the world size tells launches apart.
+std::string launch_key() {
+  const auto env = [](const char* v) { const char* x = std::getenv(v); return std::string(x ? x : ""); };
+  if (!env("TESSEL_RUN_ID").empty()) return "TESSEL_RUN_ID=" + env("TESSEL_RUN_ID");
+  if (!env("TORCHELASTIC_RUN_ID").empty())
+    return "torchrun " + env("TORCHELASTIC_RUN_ID") + " restart " + env("TORCHELASTIC_RESTART_COUNT");
+  if (!env("SLURM_JOB_ID").empty()) return "slurm " + env("SLURM_JOB_ID") + "." + env("SLURM_STEP_ID");
+  return "";
+}
 
-std::string id_message(const NcclBootstrap& b) {
+// What rank 0 hands out, by file or socket: a tag, the world size, the launch key, then the id; a rank
+// that took it over TCP answers with the tag and its rank. The tag, size and key let a reader tell the id
+// apart from another service's bytes on the port or a stale file of another run.
+constexpr char kTag[8] = {'T', 'E', 'S', 'S', 'E', 'L', 'I', 'D'};
+constexpr std::size_t kHeader = sizeof(kTag) + 4 + 2;  // tag, world size, key length
+constexpr std::size_t kId = sizeof(ncclUniqueId::internal);
+
+void put_u32(std::string& m, std::uint32_t v, int bytes) {
+  for (int k = 0; k < bytes; ++k) m.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
+}
+std::uint32_t get_u32(const std::string& m, std::size_t at, int bytes) {
+  std::uint32_t v = 0;
+  for (int k = 0; k < bytes; ++k) v |= std::uint32_t(static_cast<unsigned char>(m[at + k])) << (8 * k);
+  return v;
+}
+
+std::string id_message(const NcclBootstrap& b, const std::string& key) {
   std::string m(kTag, sizeof(kTag));
-  const auto w = static_cast<std::uint32_t>(b.world);
-  for (int k = 0; k < 4; ++k) m.push_back(static_cast<char>((w >> (8 * k)) & 0xff));
-  m.append(b.id.internal, sizeof(b.id.internal));
+  put_u32(m, static_cast<std::uint32_t>(b.world), 4);
+  put_u32(m, static_cast<std::uint32_t>(key.size()), 2);
+  m += key;
+  m.append(b.id.internal, kId);
   return m;
 }
 
+// Bytes a whole message has, once its header is in (0 before).
+std::size_t message_size(const std::string& m) { return m.size() < kHeader ? 0 : kHeader + get_u32(m, 12, 2) + kId; }
+
 // Takes the id from a whole message; otherwise says what is wrong with it (empty: not complete yet).
-std::string take_id(const std::string& m, NcclBootstrap& b) {
-  if (std::memcmp(m.data(), kTag, std::min(m.size(), sizeof(kTag))) != 0 || m.size() > kMessage)
-    return "not a Tessel NCCL id";
-  if (m.size() < kMessage) return "";  // nothing yet, or cut short: ask again
-  std::uint32_t w = 0;
-  for (int k = 0; k < 4; ++k) w |= std::uint32_t(static_cast<unsigned char>(m[sizeof(kTag) + k])) << (8 * k);
+std::string take_id(const std::string& m, NcclBootstrap& b, const std::string& key) {
+  if (std::memcmp(m.data(), kTag, std::min(m.size(), sizeof(kTag))) != 0) return "not a Tessel NCCL id";
+  const std::size_t whole = message_size(m);
+  if (whole == 0 || m.size() < whole) return "";  // nothing yet, or cut short: ask again
+  if (m.size() > whole) return "not a Tessel NCCL id";
+  const std::uint32_t w = get_u32(m, 8, 4);
   if (w != static_cast<std::uint32_t>(b.world))
     return "an id for " + std::to_string(w) + " ranks, not WORLD_SIZE=" + std::to_string(b.world);
-  std::memcpy(b.id.internal, m.data() + sizeof(kTag) + 4, sizeof(b.id.internal));
+  const std::string theirs = m.substr(kHeader, whole - kHeader - kId);
+  if (theirs != key)
+    return "an id of another launch ('" + theirs + "'; this one is '" + key + "')";
+  std::memcpy(b.id.internal, m.data() + whole - kId, kId);
   return "ok";
 }
 
 void file_rendezvous(NcclBootstrap& b, const std::string& path) {
+  const std::string key = launch_key();
+  const double limit = timeout_s();
   if (b.rank == 0) {
-    write_file_atomic(path, id_message(b));  // readers never see a partial id
-    b.id_file = path;                         // removed once every rank has joined (NcclComm)
+    write_file_atomic(path, id_message(b, key));  // readers never see a partial id
+    b.id_file = path;                              // removed once every rank has joined (NcclComm), or on failure
     return;
   }
-  const auto deadline = deadline_after(timeout_s());
+  const auto deadline = deadline_after(limit);
   std::string why;
   while (Clock::now() < deadline) {
     std::ifstream in(path, std::ios::binary);
     const std::string m((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    why = take_id(m, b);
+    why = take_id(m, b, key);
     if (why == "ok") return;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw CommError("rank " + std::to_string(b.rank) + ": TESSEL_NCCL_ID_FILE=" + path + ": no id for this run within " +
-                  std::to_string(timeout_s()) + " s (rank 0 writes it" +
+                  std::to_string(limit) + " s (rank 0 writes it" +
                   (why.empty() ? ")" : "; the file holds " + why + ": a stale file of another run?)"));
 }
 
-// Rank 0 listens on `port` and hands the id to each of the world - 1 others as they connect; the others
-// connect to addr:port until it answers. Every wait is bounded by TESSEL_NCCL_TIMEOUT_S.
+void set_timeouts(int fd, int ms) {  // receive and send on fd give up after ms (at least 1)
+  timeval tv{};
+  ms = std::max(1, ms);
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+}
+bool send_all(int fd, const std::string& m) {
+  std::size_t done = 0;
+  while (done < m.size()) {
+    const ssize_t n = send(fd, m.data() + done, m.size() - done, MSG_NOSIGNAL);  // a closed peer: no SIGPIPE
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    done += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+// Reads until m holds `want` bytes, the peer closes, or the receive timeout.
+void recv_upto(int fd, std::string& m, std::size_t want) {
+  char chunk[256];
+  while (m.size() < want) {
+    const ssize_t n = read(fd, chunk, std::min(sizeof(chunk), want - m.size()));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    m.append(chunk, static_cast<std::size_t>(n));
+  }
+}
+// A connection to a, given up at the deadline (a host that drops packets would otherwise hold connect()
+// for the kernel's two minutes); -1 when refused or out of time.
+int connect_until(const addrinfo* a, Clock::time_point deadline) {
+  const int s = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+  if (s < 0) return -1;
+  const int flags = fcntl(s, F_GETFL, 0);
+  fcntl(s, F_SETFL, flags | O_NONBLOCK);
+  int rc = connect(s, a->ai_addr, a->ai_addrlen);
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd pf{s, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    rc = poll(&pf, 1, ms_left(deadline)) == 1 && getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0 ? 0 : -1;
+  }
+  if (rc != 0) {
+    close(s);
+    return -1;
+  }
+  fcntl(s, F_SETFL, flags);
+  return s;
+}
+
+// Rank 0 listens on `port` and hands the id to each of the world - 1 others as they connect, counting a
+// rank once it has answered with its rank number (a probe that connects and leaves is not a rank); the
+// others connect to addr:port until it answers. Every wait is bounded by TESSEL_NCCL_TIMEOUT_S.
 void tcp_rendezvous(NcclBootstrap& b, const std::string& addr, int port, const char* port_var) {
   const std::string where = addr + ":" + std::to_string(port) + " (" + port_var + ")";
-  const auto deadline = deadline_after(timeout_s());
+  const std::string key = launch_key();
+  const double limit = timeout_s();
+  const auto deadline = deadline_after(limit);
   if (b.rank == 0) {
     const int srv = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
@@ -131,22 +218,28 @@ void tcp_rendezvous(NcclBootstrap& b, const std::string& addr, int port, const c
       throw CommError("rank 0: cannot listen on port " + std::to_string(port) + " (" + port_var + "): " +
                       std::strerror(err));
     }
-    const std::string m = id_message(b);
-    int served = 0;
-    while (served < b.world - 1) {
+    const std::string m = id_message(b, key);
+    std::set<std::uint32_t> served;
+    while (served.size() < static_cast<std::size_t>(b.world - 1)) {
       pollfd pf{srv, POLLIN, 0};
       const int ready = poll(&pf, 1, ms_left(deadline));
-      if (ready <= 0 && (ready == 0 || errno != EINTR)) {
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) {
         close(srv);
-        throw CommError("rank 0: " + std::to_string(served) + " of the " + std::to_string(b.world - 1) +
+        throw CommError("rank 0: " + std::to_string(served.size()) + " of the " + std::to_string(b.world - 1) +
                         " other ranks fetched the NCCL id from port " + std::to_string(port) + " within " +
-                        std::to_string(timeout_s()) + " s");
+                        std::to_string(limit) + " s");
       }
-      if (ready <= 0) continue;
       const int c = accept(srv, nullptr, nullptr);
       if (c < 0) continue;
-      served += write(c, m.data(), m.size()) == static_cast<ssize_t>(m.size());
+      set_timeouts(c, std::min(5000, ms_left(deadline)));  // one slow or silent peer cannot hold the others
+      std::string reply;
+      if (send_all(c, m)) recv_upto(c, reply, sizeof(kTag) + 4);
       close(c);
+      if (reply.size() == sizeof(kTag) + 4 && std::memcmp(reply.data(), kTag, sizeof(kTag)) == 0) {
+        const std::uint32_t r = get_u32(reply, sizeof(kTag), 4);
+        if (r >= 1 && r < static_cast<std::uint32_t>(b.world)) served.insert(r);
+      }
     }
     close(srv);
     return;
@@ -154,44 +247,51 @@ void tcp_rendezvous(NcclBootstrap& b, const std::string& addr, int port, const c
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_INET;
   hints.ai_socktype = SOCK_STREAM;
-  if (getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res)
-    throw InputError("environment MASTER_ADDR=" + addr + ": cannot resolve");
   std::string why;
   while (Clock::now() < deadline) {
-    const int s = socket(AF_INET, SOCK_STREAM, 0);
-    if (s >= 0 && connect(s, res->ai_addr, res->ai_addrlen) == 0) {
-      timeval tv{};  // a peer that accepts and says nothing must not hold this rank past the deadline
-      const int left = std::max(1, ms_left(deadline));
-      tv.tv_sec = left / 1000;
-      tv.tv_usec = (left % 1000) * 1000;
-      setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (!res) {  // a name not resolvable yet (pods still starting) is retried; one that does not exist is not
+      const int rc = getaddrinfo(addr.c_str(), std::to_string(port).c_str(), &hints, &res);
+      if (rc == EAI_AGAIN) {
+        res = nullptr;
+        why = "MASTER_ADDR not resolvable yet";
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      if (rc != 0 || !res) throw InputError("environment MASTER_ADDR=" + addr + ": cannot resolve (" + gai_strerror(rc) + ")");
+    }
+    const int s = connect_until(res, deadline);
+    if (s >= 0) {
+      set_timeouts(s, ms_left(deadline));  // a peer that accepts and says nothing must not hold this rank
       std::string m;
-      char chunk[256];
-      for (;;) {  // until rank 0 closes (the whole message), a timeout, or more bytes than a message
-        const ssize_t n = read(s, chunk, sizeof(chunk));
-        if (n <= 0 || m.size() + static_cast<std::size_t>(n) > kMessage + sizeof(chunk)) break;
-        m.append(chunk, static_cast<std::size_t>(n));
-      }
-      close(s);
-      why = take_id(m, b);
+      recv_upto(s, m, kHeader);
+      if (const std::size_t whole = message_size(m); whole > 0 && std::memcmp(m.data(), kTag, sizeof(kTag)) == 0)
+        recv_upto(s, m, whole);
+      why = take_id(m, b, key);
       if (why == "ok") {
-        freeaddrinfo(res);
-        return;
+        std::string ack(kTag, sizeof(kTag));
+        put_u32(ack, static_cast<std::uint32_t>(b.rank), 4);
+        const bool acked = send_all(s, ack);
+        close(s);
+        if (acked) {
+          freeaddrinfo(res);
+          return;
+        }
+        why = "rank 0 left before this rank confirmed";
+      } else {
+        close(s);
+        if (!why.empty()) {  // someone else answers on this port: waiting longer will not help
+          freeaddrinfo(res);
+          throw CommError("rank " + std::to_string(b.rank) + ": " + where + " answered with " + why +
+                          " (another service on that port? under torchrun, MASTER_PORT is torchrun's own store)");
+        }
+        why = "connected, no id";
       }
-      if (!why.empty()) {  // someone else answers on this port: waiting longer will not help
-        freeaddrinfo(res);
-        throw CommError("rank " + std::to_string(b.rank) + ": " + where + " answered with " + why +
-                        " (another service on that port? under torchrun, MASTER_PORT is torchrun's own store)");
-      }
-      why = "connected, no id";
-    } else if (s >= 0) {
-      close(s);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  freeaddrinfo(res);
+  if (res) freeaddrinfo(res);
   throw CommError("rank " + std::to_string(b.rank) + ": no NCCL id from rank 0 at " + where + " within " +
-                  std::to_string(timeout_s()) + " s" + (why.empty() ? "" : " (" + why + ")"));
+                  std::to_string(limit) + " s" + (why.empty() ? "" : " (" + why + ")"));
 }
 
 // TESSEL_NCCL_PORT, else MASTER_PORT, except under torchrun's agent store, which owns MASTER_PORT.
@@ -233,6 +333,7 @@ NcclBootstrap bootstrap_from_env() {
   b.rank = env_int("RANK", 0, b.world - 1);
   if (b.rank == 0) NCCL_CHECK(ncclGetUniqueId(&b.id));
   if (b.world == 1) return b;
+  (void)timeout_s();  // a malformed TESSEL_NCCL_TIMEOUT_S is refused on every rank, rank 0 of a file rendezvous too
   if (const char* f = std::getenv("TESSEL_NCCL_ID_FILE")) {
     file_rendezvous(b, f);
     return b;

@@ -191,6 +191,14 @@ int run_cuda(const CudaRunOptions& o) {
 #endif
   if (!launched_by_torchrun()) check_supported(o, 1);  // names the process-count rule
   const NcclBootstrap b = bootstrap_from_env();
+  // Rank 0's id file goes however this ends (NcclComm removes it once every rank has joined; a failure
+  // before that would leave it for the next launch to find).
+  struct IdFileGuard {
+    const NcclBootstrap& b;
+    ~IdFileGuard() {
+      if (!b.id_file.empty()) std::remove(b.id_file.c_str());
+    }
+  } id_file_guard{b};
   check_supported(o, b.world);
   CudaDevice dev(b.rank % kg::device_count());
   NcclComm world(b, dev.comm());

@@ -40,43 +40,51 @@ void to_host(float* h, const float* d, std::size_t n, cudaStream_t s) {
 
 // ---- DeviceStagedComm ----
 
+DeviceStagedComm::~DeviceStagedComm() {
+  if (!pending_.empty()) cudaStreamSynchronize(stream_);  // the queued copies still read pending_
+}
+
 void DeviceStagedComm::down(const float* dev, std::size_t n, std::vector<float>& h) {
   h.resize(n);
   to_host(h.data(), dev, n, stream_);  // after whatever the stream had queued: the data's producers
+  pending_.clear();                    // the stream is synchronised: every queued copy has read its source
 }
 
-// Not synchronised: a copy from pageable host memory returns once h is staged (CUDA's documented
-// behaviour), so h may die with the caller's frame, and the result lands in stream order on the comm
-// stream, as an NCCL collective's would. Compute that reads it must wait for that stream (the trainer's
-// fence); the fake CUDA's stream-order check then sees a missing fence as it would matter under NCCL.
-void DeviceStagedComm::up(const std::vector<float>& h, float* dev) { to_device(dev, h.data(), h.size(), stream_); }
+// Not synchronised: the result lands in stream order on the comm stream, as an NCCL collective's would.
+// Compute that reads it must wait for that stream (the trainer's fence); the fake CUDA's stream-order
+// check then sees a missing fence as it would matter under NCCL. The source is kept until the stream is
+// next synchronised (an asynchronous copy from pageable memory is not promised to have read it on return).
+void DeviceStagedComm::up(std::vector<float>&& h, float* dev) {
+  pending_.push_back(std::move(h));
+  to_device(dev, pending_.back().data(), pending_.back().size(), stream_);
+}
 
 void DeviceStagedComm::all_reduce(float* data, std::size_t count, ReduceOp op) {
   std::vector<float> h;
   down(data, count, h);
   host_->all_reduce(h.data(), count, op);
-  up(h, data);
+  up(std::move(h), data);
 }
 
 void DeviceStagedComm::all_gather(const float* in, float* out, std::size_t count) {
   std::vector<float> h, all(count * std::size_t(size()));
   down(in, count, h);
   host_->all_gather(h.data(), all.data(), count);
-  up(all, out);
+  up(std::move(all), out);
 }
 
 void DeviceStagedComm::reduce_scatter(const float* in, float* out, std::size_t count, ReduceOp op) {
   std::vector<float> h, mine(count);
   down(in, count * std::size_t(size()), h);
   host_->reduce_scatter(h.data(), mine.data(), count, op);
-  up(mine, out);
+  up(std::move(mine), out);
 }
 
 void DeviceStagedComm::broadcast(float* data, std::size_t count, int root) {
   std::vector<float> h;
   down(data, count, h);
   host_->broadcast(h.data(), count, root);
-  up(h, data);
+  up(std::move(h), data);
 }
 
 void DeviceStagedComm::send(const float* data, std::size_t count, int peer, int tag) {
@@ -88,11 +96,12 @@ void DeviceStagedComm::send(const float* data, std::size_t count, int peer, int 
 void DeviceStagedComm::recv(float* data, std::size_t count, int peer, int tag) {
   std::vector<float> h(count);
   host_->recv(h.data(), count, peer, tag);
-  up(h, data);
+  up(std::move(h), data);
 }
 
 void DeviceStagedComm::barrier() {
   ok(cudaStreamSynchronize(stream_), "stream synchronise");
+  pending_.clear();
   host_->barrier();
 }
 

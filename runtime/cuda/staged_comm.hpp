@@ -29,6 +29,9 @@ class DeviceStagedComm final : public Comm {
   DeviceStagedComm(Comm& host, cudaStream_t stream) : host_(&host), stream_(stream) {}
   DeviceStagedComm(std::unique_ptr<Comm> host, cudaStream_t stream)
       : host_(host.get()), owned_(std::move(host)), stream_(stream) {}
+  ~DeviceStagedComm() override;
+  DeviceStagedComm(const DeviceStagedComm&) = delete;
+  DeviceStagedComm& operator=(const DeviceStagedComm&) = delete;
 
   int rank() const override { return host_->rank(); }
   int size() const override { return host_->size(); }
@@ -44,10 +47,11 @@ class DeviceStagedComm final : public Comm {
 
  private:
   void down(const float* dev, std::size_t n, std::vector<float>& h);  // waits for stream_, then copies
-  void up(const std::vector<float>& h, float* dev);
+  void up(std::vector<float>&& h, float* dev);                           // queues the copy; h kept until a sync
   Comm* host_;
   std::unique_ptr<Comm> owned_;
   cudaStream_t stream_;
+  std::vector<std::vector<float>> pending_;  // sources of copies queued on stream_, freed once it is synchronised
 };
 
 class HostStagedComm final : public Comm {

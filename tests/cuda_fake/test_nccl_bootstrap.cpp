@@ -63,7 +63,8 @@ Rank spawn(const Env& env) {
   if (pid == 0) {
     close(p[0]);
     for (const char* v : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TESSEL_NCCL_PORT", "TESSEL_NCCL_ID_FILE",
-                          "TESSEL_NCCL_TIMEOUT_S", "TORCHELASTIC_USE_AGENT_STORE"})
+                          "TESSEL_NCCL_TIMEOUT_S", "TORCHELASTIC_USE_AGENT_STORE", "TESSEL_RUN_ID", "TORCHELASTIC_RUN_ID",
+                          "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_STEP_ID"})
       unsetenv(v);
     for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     const std::string r = run_bootstrap();
@@ -190,6 +191,30 @@ TEST_CASE("TCP rendezvous: three processes get rank 0's id, the others started f
   check_same_id(ranks);
 }
 
+TEST_CASE("TCP rendezvous: probes that connect and leave are not counted as ranks") {
+  const int port = free_port();
+  const Env common{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"TESSEL_NCCL_TIMEOUT_S", "10"}};
+  Env e0 = common, e1 = common;
+  e0["RANK"] = "0", e0["WORLD_SIZE"] = "2";
+  e1["RANK"] = "1", e1["WORLD_SIZE"] = "2";
+  std::vector<Rank> ranks{spawn(e0)};
+  int probes = 0;  // a health check or port scan: connect, close, before the real rank comes
+  for (const auto end = Clock::now() + std::chrono::seconds(5); probes < 3 && Clock::now() < end;) {
+    const int s = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (connect(s, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) ++probes;
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    close(s);
+  }
+  REQUIRE(probes == 3);
+  ranks.push_back(spawn(e1));
+  collect(ranks);
+  check_same_id(ranks);
+}
+
 TEST_CASE("TCP rendezvous on TESSEL_NCCL_PORT, which also serves torchrun's agent-store launches") {
   const auto ranks = world_of(2, {{"MASTER_ADDR", "localhost"},
                                   {"MASTER_PORT", "1"},
@@ -210,6 +235,25 @@ TEST_CASE("file rendezvous: three processes get rank 0's id; a stale file of ano
   CHECK(r.rfind("CommError", 0) == 0);
   CHECK(has(r, "an id for 3 ranks, not WORLD_SIZE=2"));
   CHECK(has(r, "stale"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("file rendezvous: an id file of another launch is refused, naming both launch keys") {
+  const auto dir = std::filesystem::temp_directory_path() / ("tessel_nccl_key_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "id").string();
+  // Rank 0 of launch a writes the file and stops there (no NCCL on the fake), as a crashed run would.
+  const std::string r0 = one({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TESSEL_NCCL_ID_FILE", path}, {"TESSEL_RUN_ID", "a"}});
+  REQUIRE(r0.rfind("id ", 0) == 0);
+  const std::string other = one({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TESSEL_NCCL_ID_FILE", path},
+                                 {"TESSEL_RUN_ID", "b"}, {"TESSEL_NCCL_TIMEOUT_S", "0.5"}});
+  CAPTURE(other);
+  CHECK(has(other, "an id of another launch ('TESSEL_RUN_ID=a'; this one is 'TESSEL_RUN_ID=b')"));
+  const std::string torchrun = one({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TESSEL_NCCL_ID_FILE", path},
+                                    {"TORCHELASTIC_RUN_ID", "job7"}, {"TORCHELASTIC_RESTART_COUNT", "1"},
+                                    {"TESSEL_NCCL_TIMEOUT_S", "0.5"}});
+  CHECK(has(torchrun, "this one is 'torchrun job7 restart 1'"));
+  CHECK(one({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TESSEL_NCCL_ID_FILE", path}, {"TESSEL_RUN_ID", "a"}}) == r0);
   std::filesystem::remove_all(dir);
 }
 
