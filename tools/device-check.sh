@@ -194,7 +194,8 @@ RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-thread
 note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/runs.log" | awk '/^step +4 /{print $4}') vs uninterrupted $(grep -A8 -- '--gpu-threads --steps 4$' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
 RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --profile-kernels --trace "$work/gpt1b.json"
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
-awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p' "$OUT/runs.log" | tee -a "$summary"
+note "tessel 1.3B $(awk '/gpt-1.3b/{f=1} f && /^summary:/{print; exit}' "$OUT/runs.log")"
+awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p && !/^summary:/' "$OUT/runs.log" | tee -a "$summary"
 # The same step with the second attention kernels (attention_tc2.cu), end to end.
 RUN_CAP=60 TESSEL_ATTENTION=2 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
 note "tessel 1.3B with attention 2: $(awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
@@ -297,6 +298,16 @@ for mode in compile; do
   timeout "$c" python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
 done
 grep '^torch' "$OUT/torch.log" | tee -a "$summary"
+# The issue's ratios: tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch.
+tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
+for mode in eager compile; do
+  pm=$(awk -v m="$mode:" '$1 == "torch" && $2 == m {print $5; exit}' "$OUT/torch.log")
+  if [ -n "$tm" ] && [ -n "$pm" ]; then
+    note "1.3B step, tessel / torch $mode: $(awk -v a="$tm" -v b="$pm" 'BEGIN {printf "%.2f (%.1f ms / %.1f ms)", a / b, a, b}')"
+  else
+    note "1.3B step, tessel / torch $mode: n/a (tessel ${tm:-missing}, torch ${pm:-missing})"
+  fi
+done
 
 # 8. compute-sanitizer over the tensor-core attention test (both versions): shared-memory races
 #     (racecheck: the cp.async double buffering) and out-of-bounds or misaligned accesses (memcheck).

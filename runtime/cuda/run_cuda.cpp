@@ -13,6 +13,8 @@
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/cuda/staged_comm.hpp"
+#include "sim/system.hpp"
+#include "sim/validate.hpp"
 #include "traces/chrome.hpp"
 #ifdef TESSEL_HAVE_MPI
 #include "runtime/comm/mpi_comm.hpp"
@@ -23,6 +25,20 @@ namespace tessel::rt::cuda {
 namespace kg = kernels::cuda;
 
 int cuda_devices() { return kg::device_count(); }
+
+double device_peak_flops(const std::string& device, const std::string& precision, std::string& what) {
+  try {
+    const std::string preset = system_for_gpu(device, "device");
+    const System sys = load_system(preset);
+    const double peak = precision == "tf32" ? sys.gpu.tf32_flops
+                        : precision == "fp32" ? sys.gpu.peak(Precision::fp32) : sys.gpu.peak(Precision::bf16);
+    what = precision + " dense peak of system preset " + preset;
+    return peak;
+  } catch (const InputError&) {
+    what = "no system preset matches device '" + device + "'";
+    return 0.0;
+  }
+}
 
 namespace {
 
@@ -78,6 +94,7 @@ void print_kernel_profile(const CudaDevice& dev, int steps, double seconds) {
 
 // dev: the rank's GPU; NCCL communicators must enqueue on dev.comm(), which the trainer orders against
 // dev.compute() with events.
+
 void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_rank, trace::Trace& tr) {
   GpuTrainOptions opt;
   opt.seed = o.seed;
@@ -105,8 +122,10 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
   dev.set_kernel_profile(o.profile_kernels);
   double profiled_s = 0;  // step time summed over the profiled steps (all but the first: warm-up)
   int profiled = 0;
+  std::vector<double> times;  // step seconds, for the summary's median
   while (t.steps_done() < o.steps) {
     const StepStats s = t.step();
+    times.push_back(s.seconds);
     if (profiled++ == 0) dev.reset_kernel_totals();
     else profiled_s += s.seconds;
     // Achieved model FLOP/s of this rank: 3x forward FLOPs (forward + backward) over the step time.
@@ -116,6 +135,24 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
     if (o.save_every > 0 && t.steps_done() % o.save_every == 0) t.save_checkpoint(o.checkpoint_dir, o.seed);
   }
   if (talk && o.profile_kernels) print_kernel_profile(dev, profiled - 1, profiled_s);
+  // Median step after the first (warm-up), its throughput, and MFU: the model FLOPs this rank computes per
+  // step (3x forward: forward and backward, recomputation not counted) over the step time and the peak.
+  if (talk && !times.empty()) {
+    std::vector<double> tail(times.size() > 1 ? times.begin() + 1 : times.begin(), times.end());
+    std::nth_element(tail.begin(), tail.begin() + tail.size() / 2, tail.end());
+    const double med = tail[tail.size() / 2], achieved = t.step_flops() / med;
+    std::string what;
+    const double peak = device_peak_flops(info.name, o.precision, what);
+    char mfu[512];
+    if (o.gpu_threads) std::snprintf(mfu, sizeof(mfu), "MFU n/a (the ranks share one GPU)");
+    else if (peak > 0)
+      std::snprintf(mfu, sizeof(mfu), "MFU %.1f%% of %.1f TFLOP/s (%s)", 100.0 * achieved / peak, peak / 1e12, what.c_str());
+    else std::snprintf(mfu, sizeof(mfu), "MFU n/a (%s)", what.c_str());
+    const std::string over = times.size() > 1 ? "over " + std::to_string(tail.size()) + " step(s) after the first"
+                                              : "of the one step (its warm-up included)";
+    std::printf("summary: median step %.2f ms %s, %.0f tokens/s, %.1f TFLOP/s, %s\n", med * 1e3, over.c_str(),
+                tokens / med, achieved / 1e12, mfu);
+  }
   if (talk)
     std::printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", dev.memory().peak() / 1048576.0,
                 dev.memory().reserved() / 1048576.0);

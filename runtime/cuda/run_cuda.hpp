@@ -35,4 +35,10 @@ int cuda_devices();
 // as threads on one GPU: the multi-rank code paths checked on one device; times are not a multi-GPU run's).
 int run_cuda(const CudaRunOptions& o);
 
+// The dense peak FLOP/s of a device for the GEMM precision ("bf16", "tf32", "fp32"), from the system
+// preset its name matches (the table `tessel validate` uses for published rows: H200 -> h200, H100 ->
+// dgx-h100, ...); 0 when none does, `what` saying which preset or why not. run_cuda's summary line
+// divides the achieved model FLOP/s by it: MFU.
+double device_peak_flops(const std::string& device, const std::string& precision, std::string& what);
+
 }  // namespace tessel::rt::cuda

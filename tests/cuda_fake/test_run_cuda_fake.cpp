@@ -19,6 +19,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/cuda/run_cuda.hpp"
 #include "runtime/trainer.hpp"
+#include "sim/system.hpp"
 #include "traces/chrome.hpp"
 
 using namespace tessel;
@@ -213,4 +214,29 @@ TEST_CASE("fake CUDA: an operation not ordered after another stream's earlier wo
   cudaEventDestroy(e);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
+}
+
+// MFU's denominator: the device name picks the system preset, the GEMM precision its peak; the summary line
+// reports the median step after the first and, on a device no preset describes (the fake), says so.
+TEST_CASE("run summary: median step, throughput and MFU against the matched preset's dense peak") {
+  std::string what;
+  const System h200 = load_system("h200");
+  CHECK(rt::cuda::device_peak_flops("NVIDIA H200", "bf16", what) == h200.gpu.peak(Precision::bf16));
+  CHECK(what == "bf16 dense peak of system preset h200");
+  CHECK(rt::cuda::device_peak_flops("NVIDIA H200", "tf32", what) == h200.gpu.tf32_flops);
+  CHECK(rt::cuda::device_peak_flops("NVIDIA A100-SXM4-80GB", "fp32", what) ==
+        load_system("dgx-a100").gpu.peak(Precision::fp32));
+  CHECK(rt::cuda::device_peak_flops("NVIDIA GeForce RTX 4090", "bf16", what) == 0.0);
+  CHECK(what == "no system preset matches device 'NVIDIA GeForce RTX 4090'");
+  CHECK(h200.gpu.peak(Precision::bf16) > 9e14);  // the preset's 989 TFLOP/s, not an empty field
+
+  auto o = options(1, 1, 1);
+  o.steps = 3;
+  int rc = -1;
+  const std::string text = run_capturing(o, rc);
+  REQUIRE(rc == 0);
+  CAPTURE(text);
+  CHECK(text.find("summary: median step ") != std::string::npos);
+  CHECK(text.find("over 2 step(s) after the first") != std::string::npos);
+  CHECK(text.find("MFU n/a (no system preset matches device 'fake device") != std::string::npos);
 }
