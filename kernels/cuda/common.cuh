@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 namespace tessel::kernels::cuda {
 
@@ -72,9 +73,14 @@ __device__ inline void store_vec(__nv_bfloat16* p, const float (&r)[V]) {
     for (int k = 0; k < V; ++k) p[k] = __float2bfloat16(r[k]);
   }
 }
-// Null (an output not asked for) or aligned to `bytes`.
+// Null (an output not asked for) or aligned to `bytes`; all_aligned: every one of ps.
 inline bool aligned(const void* p, std::size_t bytes) {
   return p == nullptr || reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+inline bool all_aligned(std::initializer_list<const void*> ps, std::size_t bytes) {
+  for (const void* p : ps)
+    if (!aligned(p, bytes)) return false;
+  return true;
 }
 
 // Grid for a grid-stride element-wise kernel: enough blocks to fill every SM a few times over, no more.

@@ -4,7 +4,6 @@
 // of the copy rate with 4-byte accesses, against issue 7's 70%).
 #include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <string>
 
 #include "kernels/cuda/check.cuh"
@@ -252,36 +251,29 @@ unsigned elementwise_blocks(std::size_t n, int threads) {
   } while (0)
 
 namespace {
-bool f16(std::initializer_list<const void*> ps) {  // fp32 pointers, 16 bytes
-  for (const void* p : ps)
-    if (!aligned(p, 16)) return false;
-  return true;
-}
-bool h8(std::initializer_list<const void*> ps) {  // bf16 pointers, 8 bytes
-  for (const void* p : ps)
-    if (!aligned(p, 8)) return false;
-  return true;
-}
+// The 16-byte path's alignment: fp32 pointers to 16 bytes, bf16 ones (four elements) to 8.
+bool f32_vec(std::initializer_list<const void*> ps) { return all_aligned(ps, 16); }
+bool bf16_vec(std::initializer_list<const void*> ps) { return all_aligned(ps, 8); }
 Status no_output(const char* fn) { return {1, std::string(fn) + ": neither the fp32 nor the bf16 output given"}; }
 }  // namespace
 
 Status gelu_fwd(cudaStream_t s, const float* x, float* y, std::size_t n, __nv_bfloat16* y16) {
   if (!y && !y16) return no_output("gelu_fwd");
-  VEC_LAUNCH(gelu_fwd_kernel, n, f16({x, y}) && h8({y16}), x, y, y16);
+  VEC_LAUNCH(gelu_fwd_kernel, n, f32_vec({x, y}) && bf16_vec({y16}), x, y, y16);
 }
 Status gelu_bwd(cudaStream_t s, const float* dy, const float* x, float* dx, std::size_t n, __nv_bfloat16* dx16) {
   if (!dx && !dx16) return no_output("gelu_bwd");
-  VEC_LAUNCH(gelu_bwd_kernel, n, f16({dy, x, dx}) && h8({dx16}), dy, x, dx, dx16);
+  VEC_LAUNCH(gelu_bwd_kernel, n, f32_vec({dy, x, dx}) && bf16_vec({dx16}), dy, x, dx, dx16);
 }
 Status swiglu_fwd(cudaStream_t s, const float* gate, const float* up, float* y, std::size_t n, __nv_bfloat16* y16) {
   if (!y && !y16) return no_output("swiglu_fwd");
-  VEC_LAUNCH(swiglu_fwd_kernel, n, f16({gate, up, y}) && h8({y16}), gate, up, y, y16);
+  VEC_LAUNCH(swiglu_fwd_kernel, n, f32_vec({gate, up, y}) && bf16_vec({y16}), gate, up, y, y16);
 }
 Status swiglu_bwd(cudaStream_t s, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
                   std::size_t n, __nv_bfloat16* dgate16, __nv_bfloat16* dup16) {
   if (!dgate && !dgate16) return no_output("swiglu_bwd (gate)");
   if (!dup && !dup16) return no_output("swiglu_bwd (up)");
-  VEC_LAUNCH(swiglu_bwd_kernel, n, f16({dy, gate, up, dgate, dup}) && h8({dgate16, dup16}), dy, gate, up, dgate, dup,
+  VEC_LAUNCH(swiglu_bwd_kernel, n, f32_vec({dy, gate, up, dgate, dup}) && bf16_vec({dgate16, dup16}), dy, gate, up, dgate, dup,
              dgate16, dup16);
 }
 
@@ -292,7 +284,7 @@ Status adamw_step(cudaStream_t s, float* param, const float* grad, float* m, flo
   const double bc2 = 1.0 - std::pow(static_cast<double>(hp.beta2), step);
   const float step_size = static_cast<float>(hp.lr / bc1), bc2_sqrt = static_cast<float>(std::sqrt(bc2));
   const float decay = 1.0f - hp.lr * hp.weight_decay;
-  VEC_LAUNCH(adamw_kernel, n, f16({param, grad, m, v}) && h8({param16}), param, grad, m, v, param16, grad_scale, decay,
+  VEC_LAUNCH(adamw_kernel, n, f32_vec({param, grad, m, v}) && bf16_vec({param16}), param, grad, m, v, param16, grad_scale, decay,
              hp.beta1, hp.beta2, hp.eps, step_size, bc2_sqrt);
 }
 
@@ -301,11 +293,11 @@ Status sum_squares(cudaStream_t s, const float* x, std::size_t n, double* out) {
 }
 Status scale(cudaStream_t s, float* x, std::size_t n, float factor) { ELEMENTWISE_LAUNCH(scale_kernel, n, x, n, factor); }
 Status add(cudaStream_t s, const float* a, const float* b, float* out, std::size_t n) {
-  VEC_LAUNCH(residual_add_kernel, n, f16({a, b, out}), a, b, nullptr, out, 1);
+  VEC_LAUNCH(residual_add_kernel, n, f32_vec({a, b, out}), a, b, nullptr, out, 1);
 }
 Status residual_add(cudaStream_t s, const float* a, const float* b, const float* bias, float* out, int rows, int cols) {
   const std::size_t n = std::size_t(rows) * cols;
-  VEC_LAUNCH(residual_add_kernel, n, f16({a, b, bias, out}) && cols % 4 == 0, a, b, bias, out, cols);
+  VEC_LAUNCH(residual_add_kernel, n, f32_vec({a, b, bias, out}) && cols % 4 == 0, a, b, bias, out, cols);
 }
 Status fill(cudaStream_t s, float* x, std::size_t n, float value) { ELEMENTWISE_LAUNCH(fill_kernel, n, x, n, value); }
 Status fill_uniform(cudaStream_t s, float* x, std::size_t n, std::uint64_t seed, float bound) {
@@ -315,7 +307,7 @@ Status fill_tokens(cudaStream_t s, std::int32_t* tokens, std::size_t n, std::uin
   ELEMENTWISE_LAUNCH(fill_tokens_kernel, n, tokens, n, seed, vocab);
 }
 Status to_bf16(cudaStream_t s, const float* in, __nv_bfloat16* out, std::size_t n) {
-  VEC_LAUNCH(to_bf16_kernel, n, f16({in}) && h8({out}), in, out);
+  VEC_LAUNCH(to_bf16_kernel, n, f32_vec({in}) && bf16_vec({out}), in, out);
 }
 Status from_bf16(cudaStream_t s, const __nv_bfloat16* in, float* out, std::size_t n) {
   ELEMENTWISE_LAUNCH(from_bf16_kernel, n, in, out, n);

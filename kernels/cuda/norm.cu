@@ -113,10 +113,7 @@ __global__ void norm_bwd_dx_kernel(const float* __restrict__ dy, const float* __
 
 // The 16-byte path: whole float4s per row, and every row start aligned (bf16 rows: 8 bytes).
 bool vec4(int cols, std::initializer_list<const void*> ptrs, const void* half = nullptr) {
-  if (cols % 4 != 0 || !aligned(half, 8)) return false;
-  for (const void* p : ptrs)
-    if (!aligned(p, 16)) return false;
-  return true;
+  return cols % 4 == 0 && aligned(half, 8) && all_aligned(ptrs, 16);
 }
 
 // The element of column_sums' first pass for the parameter gradients: (dy xhat, dy), summed down the

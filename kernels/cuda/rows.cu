@@ -34,9 +34,6 @@ __global__ void cross_entropy_fwd_kernel(const float* __restrict__ logits, int v
   }
 }
 
-__device__ inline void put(float* p, float v) { *p = v; }
-__device__ inline void put(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
-
 // O = float, or bf16 when the logits' gradient only feeds bf16 GEMMs (no fp32 copy written and converted).
 template <class O>
 __global__ void cross_entropy_bwd_kernel(const float* __restrict__ logits, int vocab, int vocab_start,
@@ -48,7 +45,10 @@ __global__ void cross_entropy_bwd_kernel(const float* __restrict__ logits, int v
   O* dz = dlogits + std::size_t(r) * vocab;
   const float m = row_max[r], inv = 1.0f / row_sum[r], d = dloss[r];
   const int t = targets[r] - vocab_start;
-  for (int j = threadIdx.x; j < vocab; j += blockDim.x) put(dz + j, d * (expf(z[j] - m) * inv) - (j == t ? d : 0.0f));
+  for (int j = threadIdx.x; j < vocab; j += blockDim.x) {
+    const float g[1] = {d * (expf(z[j] - m) * inv) - (j == t ? d : 0.0f)};
+    store_vec<1>(dz + j, g);
+  }
 }
 
 // The vocab-parallel passes (kernels.hpp): the fused kernel above split where the tp reductions go.

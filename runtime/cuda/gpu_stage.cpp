@@ -86,6 +86,11 @@ struct GpuStage::Impl {
   DBuf buf(std::size_t n) { return dev.alloc_f32(n); }
   DBuf buf16(std::size_t n) { return dev.alloc(n * sizeof(__nv_bfloat16)); }
   static __nv_bfloat16* bf16(const DBuf& b) { return b ? static_cast<__nv_bfloat16*>(b->get()) : nullptr; }
+  // A GEMM operand written directly by the kernel producing it: bf16 under bf16 GEMMs, else fp32. The
+  // kernel gets the pointer of the operand's type and null for the other form.
+  DBuf operand_buf(std::size_t n) { return half() ? buf16(n) : buf(n); }
+  float* as_f32(const DBuf& g) const { return half() ? nullptr : f32(g); }
+  __nv_bfloat16* as_bf16(const DBuf& g) const { return half() ? bf16(g) : nullptr; }
   std::string L(int l, const char* n) const { return "layers." + std::to_string(l) + "." + n; }
   const void* W(const std::string& n) const { return half() ? static_cast<const void*>(P.half(n)) : P.data(n); }
   float* bias(const std::string& n) { return P.has(n) ? P.data(n) : nullptr; }
@@ -227,13 +232,12 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   a.h1 = linear(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
   // The activation feeds the second GEMM only: written once, in the GEMM's operand type.
   const std::size_t nf = std::size_t(T) * f;
-  a.gact = half() ? buf16(nf) : buf(nf);
-  float* act32 = half() ? nullptr : f32(a.gact);
+  a.gact = operand_buf(nf);
   if (sh.swiglu) {
     a.gate = linear(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
-    TIMED("activation_fwd", kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), act32, nf, bf16(half() ? a.gact : nullptr)));
+    TIMED("activation_fwd", kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
   } else {
-    TIMED("activation_fwd", kg::gelu_fwd(s(), f32(a.h1), act32, nf, bf16(half() ? a.gact : nullptr)));
+    TIMED("activation_fwd", kg::gelu_fwd(s(), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
   }
   partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
@@ -258,15 +262,14 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   };
   DBuf dh1, gdh1, dy2 = buf(std::size_t(T) * h);
   grads(L(l, "mlp.b1"), dh1, gdh1);
-  const auto h16 = [&](const DBuf& g) { return half() ? bf16(g) : nullptr; };
   if (sh.swiglu) {
     DBuf dg, gdg;
     grads(L(l, "mlp.bg"), dg, gdg);
-    TIMED("activation_bwd", kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf, h16(gdg), h16(gdh1)));
+    TIMED("activation_bwd", kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf, as_bf16(gdg), as_bf16(gdh1)));
     linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
     weight_grad(a.g2, gdg, dg, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
   } else {
-    TIMED("activation_bwd", kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf, h16(gdh1)));
+    TIMED("activation_bwd", kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf, as_bf16(gdh1)));
   }
   linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
   weight_grad(a.g2, gdh1, dh1, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
@@ -359,10 +362,9 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
   TIMED("cross_entropy_bwd", kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
   // The logits' gradient feeds the two head GEMMs only: written once, in their operand type.
   const std::size_t nv = std::size_t(sh.tokens) * V;
-  DBuf gdl = half() ? buf16(nv) : buf(nv);
+  DBuf gdl = operand_buf(nv);
   TIMED("cross_entropy_bwd", kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
-                                        f32(st.row_sum), f32(dloss), half() ? nullptr : f32(gdl),
-                                        half() ? bf16(gdl) : nullptr));
+                                        f32(st.row_sum), f32(dloss), as_f32(gdl), as_bf16(gdl)));
   st.logits.reset();
   DBuf dy = buf(std::size_t(sh.tokens) * sh.hidden);
   mm("gemm_head", false, false, sh.tokens, sh.hidden, V, gdl->get(), V, W(w), sh.hidden, 0.0f, f32(dy), sh.hidden);
