@@ -24,8 +24,8 @@
 #                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, one-GPU
 #                                      training of tiny (also tp2 pp2 dp2 zero1 under --gpu-threads against
 #                                      the CPU backend, and a checkpoint resumed under another layout) and of
-#                                      a ~1.3B GPT with traces and the kernel profile (attention versions 1
-#                                      and 2), --only-rank runs of GPT-3 175B tp8 pp8 (first and last
+#                                      a ~1.3B GPT with traces and the kernel profile (attention versions 1,
+#                                      2 and 3), --only-rank runs of GPT-3 175B tp8 pp8 (first and last
 #                                      stage), PyTorch eager, SDPA and torch.compile on the same shapes, and
 #                                      compute-sanitizer over the attention test, in that order of priority. Everything lands in $OUT as at most 8 files (the tool's limit):
 #                                      summary.txt (the table, printed last too), bench.csv, tests.log,
@@ -200,6 +200,10 @@ awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p &
 RUN_CAP=60 TESSEL_ATTENTION=2 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
 note "tessel 1.3B with attention 2: $(awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v2 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
+# And with the wgmma forward (attention_tc3.cu; its backward is version 2's).
+RUN_CAP=60 TESSEL_ATTENTION=3 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
+note "tessel 1.3B with attention 3: $(awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
+awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v3 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
 # 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last
 #    (its compilation is the slowest stage).
 cat > "$work/torch_gpt.py" <<'EOF'

@@ -505,8 +505,8 @@ int g_version = 1;  // attention_tc_set_version
 }  // namespace
 
 Status attention_tc_set_version(int version) {
-  if (version != 1 && version != 2)
-    return {1, "attention_tc: version " + std::to_string(version) + " (needs 1 or 2)"};
+  if (version < 1 || version > 3)
+    return {1, "attention_tc: version " + std::to_string(version) + " (needs 1, 2 or 3)"};
   g_version = version;
   return {};
 }
@@ -526,6 +526,7 @@ Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q,
                         const float* v, int ldv, float* out, int ldo, float* lse) {
   TESSEL_NVTX_FN();
   if (g_version == 2) return attention_tc2_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  if (g_version == 3) return attention_tc3_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}}));
   if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
     return {1, "attention_tc: out needs 8-byte alignment and an even row stride"};
@@ -540,7 +541,7 @@ Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q,
                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   TESSEL_NVTX_FN();
-  if (g_version == 2)
+  if (g_version >= 2)  // version 3 is a forward; its backward is version 2's
     return attention_tc2_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}, {dq, lddq}, {dk, lddk}, {dv, lddv}}));
   const Dims d = dims_of(a);

@@ -35,6 +35,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cuda/bf16_rows.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
@@ -494,16 +495,6 @@ __global__ void __launch_bounds__(kWarps * kWarp) dq2_kernel(Dims2 d, const bf16
   }
 }
 
-// dst[r, c] = bf16(src[r * ld + c]) for a [rows, cols] block (cols % 4 == 0, ld % 4 == 0, 16-byte aligned).
-__global__ void to_bf16_rows_kernel(const float* __restrict__ src, int ld, int rows, int cols, bf16* __restrict__ dst) {
-  const std::size_t quads = std::size_t(rows) * (cols / 4);
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < quads; i += std::size_t(gridDim.x) * blockDim.x) {
-    const std::size_t r = i / (cols / 4), c = (i % (cols / 4)) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(src + r * ld + c);
-    *reinterpret_cast<uint2*>(dst + r * cols + c) = make_uint2(pack2(x.x, x.y), pack2(x.z, x.w));
-  }
-}
-
 template <int D>
 constexpr std::size_t fwd2_smem() { return sizeof(bf16) * (kRows + 4 * kKeys) * (D + 8); }
 
@@ -520,17 +511,6 @@ Status fwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
   const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
   fwd2_kernel<D><<<grid, kWarps * kWarp, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
-  TESSEL_LAUNCH_CHECK();
-  return {};
-}
-
-Status to_bf16_rows(cudaStream_t s, const float* src, int ld, int rows, int cols, bf16* dst) {
-  const std::size_t quads = std::size_t(rows) * (cols / 4);
-  if (quads == 0) return {};
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(device_info(info));
-  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>(ceil_div(quads, 256), std::size_t(info.sm_count) * 8));
-  to_bf16_rows_kernel<<<blocks, 256, 0, s>>>(src, ld, rows, cols, dst);
   TESSEL_LAUNCH_CHECK();
   return {};
 }

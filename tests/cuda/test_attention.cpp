@@ -126,6 +126,23 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
       CHECK_CLOSE(g_dq2, dq, kTolAttnTc);
       CHECK_CLOSE(g_dk2, dk, kTolAttnTc);
       CHECK_CLOSE(g_dv2, dv, kTolAttnTc);
+      // The wgmma forward (attention_tc3.cu), both shared-memory layouts; Hopper (9.0) only.
+      if (kg::attention_tc3_available()) {
+        for (const int swz : {0, 128}) {
+          DeviceBuf<float> dOUT3(out.size()), dLSE3(rows);
+          REQUIRE_OK(kg::attention_tc3_set_layout(swz));
+          REQUIRE_OK(kg::attention_tc3_fwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT3, qd, dLSE3));
+          const auto g_out3 = dOUT3.download(), g_lse3 = dLSE3.download();
+          MESSAGE("tc3 attention (swizzle " << swz << "): rel err out " << rel_error(g_out3, out) << " lse "
+                                            << rel_error(g_lse3, lse) << "; out against the second version's "
+                                            << rel_error(g_out3, g_out2));
+          CHECK_CLOSE(g_out3, out, kTolAttnTc);
+          CHECK_CLOSE(g_lse3, lse, kTolAttnTc);
+        }
+        REQUIRE_OK(kg::attention_tc3_set_layout(128));
+      } else {
+        MESSAGE("tc3 attention: skipped, the device is not compute capability 9.0");
+      }
     }
   }
   REQUIRE_OK(kg::attention_tc_set_block_warps(4));

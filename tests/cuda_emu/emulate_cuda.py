@@ -4,7 +4,9 @@
 # common.cuh plus the headers named with --inline (device templates the file includes, e.g.
 # kernels/cuda/colreduce.cuh) are pasted in. In attention_tc2.cu the inline-PTX helpers (pack2 ..
 # cp_async_wait) are swapped for the emulation's ldmatrix, mma and cp.async. The rest compiles as written.
-# usage: emulate_cuda.py IN.cu OUT.cpp [--inline HEADER ...]
+# A file may instead mark its inline-PTX helpers with "// PTX helpers: begin" and "// PTX helpers: end"
+# lines; --helpers FILE gives their emulation (attention_tc3.cu: tests/cuda_emu/wgmma_helpers.inc).
+# usage: emulate_cuda.py IN.cu OUT.cpp [--inline HEADER ...] [--helpers FILE]
 import os, re, sys
 
 args = sys.argv[1:]
@@ -12,10 +14,14 @@ if len(args) < 2:
     raise SystemExit('usage: emulate_cuda.py IN.cu OUT.cpp [--inline HEADER ...]')
 in_path, out_path, rest = args[0], args[1], args[2:]
 inline = []
+helpers_file = None
 while rest:
-    if rest[0] != '--inline' or len(rest) < 2:
+    if rest[0] not in ('--inline', '--helpers') or len(rest) < 2:
         raise SystemExit('emulate_cuda.py: unexpected argument ' + rest[0])
-    inline.append(rest[1])
+    if rest[0] == '--inline':
+        inline.append(rest[1])
+    else:
+        helpers_file = rest[1]
     rest = rest[2:]
 
 src = open(in_path).read().split('\n')
@@ -41,10 +47,20 @@ inline void cp_async_commit() { emu::commit(); }
 template <int N> inline void cp_async_wait() { emu::wait_group(N); }'''
     src = src[:i_pack] + [helpers] + src[i_wait + 2:]
 
+# marked helpers
+i_begin = find(lambda l: l.startswith('// PTX helpers: begin'))
+if (i_begin >= 0) != (helpers_file is not None):
+    raise SystemExit('emulate_cuda.py: --helpers and a "// PTX helpers: begin" line go together (' + in_path + ')')
+if i_begin >= 0:
+    i_end = find(lambda l: l.startswith('// PTX helpers: end'), i_begin)
+    if i_end < 0:
+        raise SystemExit('emulate_cuda.py: no "// PTX helpers: end" line in ' + in_path)
+    src = src[:i_begin] + [open(helpers_file).read()] + src[i_end + 1:]
+
 def strip_cuda(text):
     text = re.sub(r'#include <cuda_bf16.h>\n', '', text)
     text = re.sub(r'#include <cuda_runtime.h>\n', '', text)
-    text = re.sub(r'#include "kernels/cuda/[a-z_]+\.(cuh|hpp)"\n', '', text)
+    text = re.sub(r'#include "kernels/cuda/[a-z0-9_]+\.(cuh|hpp)"\n', '', text)
     text = re.sub(r'#pragma once\n', '', text)
     return re.sub(r'[ \t]*#pragma unroll\n', '', text)  # nvcc's; the host compiler would warn
 

@@ -1,5 +1,5 @@
-// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu, norm.cu (with colreduce.cuh),
-// rows.cu and elementwise.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
+// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu, attention_tc3.cu, norm.cu (with
+// colreduce.cuh), rows.cu and elementwise.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
 // included, pasted in by emulate_cuda.py): each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
 // warp instructions (shfl.xor, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
 // their operands through a per-warp barrier and compute what the PTX ISA specifies for each lane:
@@ -8,7 +8,8 @@
 //   - mma.m16n8k16: the fragment layouts of attention_tc.cu's header (which ran on an H200), products of
 //     the bf16 operands accumulated in fp32;
 //   - cp.async: queued per commit group and landed at the wait_group that covers it (g_late = 1) or at
-//     issue (0); both orders must give the same results.
+//     issue (0); both orders must give the same results;
+//   - wgmma.mma_async m64nNk16 bf16 -> f32 (Hopper, sm_90a): described where it is defined below.
 // Shared memory carries a shadow per 16-byte chunk that fails the run on a read of a copy not yet waited
 // for, a read of another thread's copy with no barrier in between, or a copy into a chunk another thread
 // read in the same barrier interval; every cp.async/ldmatrix address is checked for 16-byte alignment and
@@ -35,7 +36,7 @@
 #define __global__
 #define __device__
 #define __host__
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(x) alignas(x)
 
 struct dim3 {
@@ -100,7 +101,7 @@ struct Block {
   // shadow per 16-byte chunk
   struct Chunk {
     int writer = -1; long wissue_epoch = -1; bool pending = false; long land_epoch = -1;
-    long read_epoch = -1; std::uint64_t readers[2] = {0, 0};
+    long read_epoch = -1; std::uint64_t readers[4] = {0, 0, 0, 0};  // up to 256 threads
   };
   std::vector<Chunk> sh;
 };
@@ -143,12 +144,12 @@ inline void shadow_read(const void* p) {
   std::lock_guard l(tb->mu);
   auto& c = chunk_of(p);
   const int me = tid();
-  if (c.pending) fail("RAW: ldmatrix reads a chunk whose cp.async has not been waited for", __FILE__, __LINE__);
+  if (c.pending) fail("RAW: a shared read (ldmatrix, wgmma) of a chunk whose cp.async has not been waited for", __FILE__, __LINE__);
   if (c.writer >= 0 && c.writer != me && c.land_epoch >= epoch)
     fail("RAW: chunk landed by another thread without a barrier in between", __FILE__, __LINE__);
   if (c.writer >= 0 && c.writer != me && c.wissue_epoch == epoch)
     fail("race: read in the same barrier interval as another thread's cp.async to it", __FILE__, __LINE__);
-  if (c.read_epoch != epoch) { c.read_epoch = epoch; c.readers[0] = c.readers[1] = 0; }
+  if (c.read_epoch != epoch) { c.read_epoch = epoch; c.readers[0] = c.readers[1] = c.readers[2] = c.readers[3] = 0; }
   c.readers[me / 64] |= 1ull << (me % 64);
 }
 
@@ -165,9 +166,9 @@ inline void cp_async(void* dst, const void* src, bool valid) {
     auto& c = chunk_of(dst);
     const int me = tid();
     if (c.read_epoch == epoch) {
-      std::uint64_t others[2] = {c.readers[0], c.readers[1]};
+      std::uint64_t others[4] = {c.readers[0], c.readers[1], c.readers[2], c.readers[3]};
       others[me / 64] &= ~(1ull << (me % 64));
-      if (others[0] | others[1]) fail("WAR: cp.async to a chunk another thread read in this barrier interval", __FILE__, __LINE__);
+      if (others[0] | others[1] | others[2] | others[3]) fail("WAR: cp.async to a chunk another thread read in this barrier interval", __FILE__, __LINE__);
     }
     if (c.pending) fail("WAW: second cp.async to a chunk still pending", __FILE__, __LINE__);
     c.writer = me; c.wissue_epoch = epoch; c.pending = true;
@@ -254,6 +255,152 @@ inline void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, st
   });
 }
 
+// wgmma.mma_async (sm_90a), bf16 inputs, f32 accumulator, shape m64nNk16, per the PTX ISA ("Asynchronous
+// Warpgroup Level Matrix Multiply-Accumulate"): warp w of the warpgroup owns accumulator rows 16(w % 4) +
+// g and + 8 (g = lane / 4, t = lane % 4), d[4i + 0, 1] at columns 8i + 2t, +1 of row g, d[4i + 2, 3] the
+// same of row g + 8; A from registers has mma.m16n8k16's fragment of the warp's 16 rows. Operands in
+// shared memory are read through a 64-bit descriptor (start address, leading and stride byte offsets, each
+// encoded >> 4; swizzle mode in bits 62-63) with the canonical layouts of the ISA's "Shared Memory Matrix
+// Layout" (T = 8 bf16 elements per 16 bytes), for no swizzling and the 128-byte swizzle:
+//   K-major,  none: (mn % 8) * 16 + (mn / 8) * SBO + (k % 8) * 2 + (k / 8) * LBO
+//   MN-major, none: (mn % 8) * 2 + (mn / 8) * SBO + (k % 8) * 16 + (k / 8) * LBO
+//   K-major,  128B: (mn % 8) * 128 + (mn / 8) * SBO + k * 2                       then the swizzle below
+//   MN-major, 128B: (mn % 64) * 2 + (mn / 64) * LBO + (k % 8) * 128 + (k / 8) * SBO
+// where the 128-byte swizzle XORs address bits 4-6 with bits 7-9 of the shared-memory address.
+// Asynchrony: the products are computed at issue and written to the accumulator registers only at the
+// wgmma.wait_group that covers them, so reading an accumulator early gives the old value; at that wait the
+// registers must still hold what they held at issue (nothing may touch them in flight) and the shared
+// operands must still give the same products (nothing may overwrite them in flight), or the run fails.
+// Several wgmmas on one accumulator before a wait chain as on the hardware.
+struct WgOp {
+  float* d; int n;                 // accumulator registers, n floats
+  std::vector<float> before;       // the registers at the chain's first issue
+  std::vector<float> in;           // the accumulator input of this op (after earlier ops of the chain)
+  std::vector<float> result;
+  bool rs; std::vector<float> a;   // A in registers: the warp's 16 x 16 (row, k), gathered at issue
+  std::uint64_t adesc, bdesc; bool atrans, btrans; int N;
+};
+inline thread_local std::vector<WgOp> wg_open;
+inline thread_local std::vector<std::vector<WgOp>> wg_groups;
+
+inline unsigned shared_addr(const void* p) {
+  const auto off = (const unsigned char*)p - tb->smem.data();
+  EMU_CHECK(off >= 0 && std::size_t(off) <= tb->smem.size());
+  return unsigned(off);
+}
+
+// The shared-memory byte address of the bf16 element (mn, k) of an operand, by its descriptor.
+inline unsigned desc_addr(std::uint64_t desc, bool mn_major, int mn, int k) {
+  const unsigned start = unsigned(desc & 0x3fff) << 4, lbo = unsigned((desc >> 16) & 0x3fff) << 4,
+                 sbo = unsigned((desc >> 32) & 0x3fff) << 4, base_off = unsigned((desc >> 49) & 7),
+                 swz = unsigned(desc >> 62);
+  EMU_CHECK(base_off == 0);
+  EMU_CHECK(swz == 0 || swz == 1);  // the two modes this emulation knows: none, 128-byte
+  unsigned off;
+  if (swz == 0)
+    off = mn_major ? (mn % 8) * 2 + (mn / 8) * sbo + (k % 8) * 16 + (k / 8) * lbo
+                   : (mn % 8) * 16 + (mn / 8) * sbo + (k % 8) * 2 + (k / 8) * lbo;
+  else
+    off = mn_major ? (mn % 64) * 2 + (mn / 64) * lbo + (k % 8) * 128 + (k / 8) * sbo
+                   : (mn % 8) * 128 + (mn / 8) * sbo + k * 2;
+  unsigned addr = start + off;
+  if (swz == 1) addr ^= ((addr >> 7) & 7) << 4;
+  EMU_CHECK(addr + 2 <= tb->smem.size());
+  return addr;
+}
+inline float smem_bf16(unsigned addr) {
+  std::uint16_t h;
+  std::memcpy(&h, tb->smem.data() + addr, 2);
+  return bf2f(h);
+}
+
+// This thread's products: rows 16 (warp % 4) + g, + 8; columns 8i + 2t, +1.
+inline std::vector<float> wg_compute(const WgOp& op) {
+  const int L = lane(), g = L / 4, t = L % 4, row0 = 16 * (warp() % 4);
+  float A[2][16];
+  for (int h = 0; h < 2; ++h)
+    for (int k = 0; k < 16; ++k)
+      A[h][k] = op.rs ? op.a[(g + 8 * h) * 16 + k] : smem_bf16(desc_addr(op.adesc, op.atrans, row0 + g + 8 * h, k));
+  std::vector<float> out(op.in);
+  for (int i = 0; i < op.N / 8; ++i)
+    for (int e1 = 0; e1 < 2; ++e1) {
+      const int c = 8 * i + 2 * t + e1;
+      float B[16];
+      for (int k = 0; k < 16; ++k) B[k] = smem_bf16(desc_addr(op.bdesc, op.btrans, c, k));
+      for (int h = 0; h < 2; ++h) {
+        float s = out[4 * i + 2 * h + e1];
+        for (int k = 0; k < 16; ++k) s += A[h][k] * B[k];
+        out[4 * i + 2 * h + e1] = s;
+      }
+    }
+  return out;
+}
+
+// The race checks of the shared operands (shadow_read), once per warp and 16-byte chunk: lane 0 reads what
+// the warp's rows of A and all of B cover.
+inline void wg_shadow(const WgOp& op) {
+  if (lane() != 0) return;
+  std::vector<unsigned> chunks;
+  const int row0 = 16 * (warp() % 4);
+  for (int k = 0; k < 16; ++k) {
+    if (!op.rs)
+      for (int r = 0; r < 16; ++r) chunks.push_back(desc_addr(op.adesc, op.atrans, row0 + r, k) & ~15u);
+    for (int c = 0; c < op.N; ++c) chunks.push_back(desc_addr(op.bdesc, op.btrans, c, k) & ~15u);
+  }
+  std::sort(chunks.begin(), chunks.end());
+  chunks.erase(std::unique(chunks.begin(), chunks.end()), chunks.end());
+  for (unsigned a : chunks) shadow_read(tb->smem.data() + a);
+}
+
+inline WgOp* wg_pending(float* d) {
+  for (auto it = wg_open.rbegin(); it != wg_open.rend(); ++it) if (it->d == d) return &*it;
+  for (auto g = wg_groups.rbegin(); g != wg_groups.rend(); ++g)
+    for (auto it = g->rbegin(); it != g->rend(); ++it) if (it->d == d) return &*it;
+  return nullptr;
+}
+
+inline void wgmma(float* d, int N, const std::uint32_t* a_regs, std::uint64_t adesc, bool atrans, std::uint64_t bdesc,
+                  bool btrans, int scale_d) {
+  WgOp op{d, N / 2, {}, {}, {}, a_regs != nullptr, {}, adesc, bdesc, atrans, btrans, N};
+  if (op.rs) {  // the warp's A fragment (mma.m16n8k16's layout)
+    op.a.assign(256, 0.0f);
+    collective(a_regs, 4, [&](auto& ws) {
+      for (int L = 0; L < 32; ++L) {
+        const int g = L / 4, t = L % 4;
+        const std::uint32_t* s = ws[L];
+        auto put = [&](int r, int k, std::uint32_t w) { op.a[r * 16 + k] = bf2f(w & 0xffff); op.a[r * 16 + k + 1] = bf2f(w >> 16); };
+        put(g, 2 * t, s[0]); put(g + 8, 2 * t, s[1]); put(g, 2 * t + 8, s[2]); put(g + 8, 2 * t + 8, s[3]);
+      }
+    });
+  }
+  if (const WgOp* prev = wg_pending(d)) { op.before = prev->before; op.in = prev->result; }
+  else { op.before.assign(d, d + op.n); op.in = op.before; }
+  if (!scale_d) op.in.assign(op.n, 0.0f);
+  wg_shadow(op);
+  op.result = wg_compute(op);
+  wg_open.push_back(std::move(op));
+}
+inline void wg_commit() { wg_groups.push_back(std::move(wg_open)); wg_open.clear(); }
+inline void wg_wait(int n) {
+  while ((int)wg_groups.size() > n) {
+    for (auto& op : wg_groups.front()) {
+      for (int i = 0; i < op.n; ++i)
+        if (std::memcmp(&op.d[i], &op.before[i], 4) != 0)
+          fail("wgmma: accumulator registers changed while the wgmma was in flight", __FILE__, __LINE__);
+      const std::vector<float> again = wg_compute(op);
+      if (std::memcmp(again.data(), op.result.data(), 4 * op.result.size()) != 0)
+        fail("wgmma: a shared-memory operand changed while the wgmma was in flight", __FILE__, __LINE__);
+    }
+    // The chain's registers become each op's result in issue order; the last one stands.
+    for (auto& op : wg_groups.front()) {
+      std::memcpy(op.d, op.result.data(), 4 * op.n);
+      for (auto& g : wg_groups) for (auto& o2 : g) if (o2.d == op.d) o2.before = op.result;
+      for (auto& o2 : wg_open) if (o2.d == op.d) o2.before = op.result;
+    }
+    wg_groups.erase(wg_groups.begin());
+  }
+}
+
 // launch
 inline std::mutex fmu;
 inline std::map<const void*, int> max_dyn;
@@ -270,7 +417,7 @@ void launch(K kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t, A..
     EMU_CHECK(smem <= std::size_t(lim));
   }
   const int nt = block.x * block.y * block.z;
-  EMU_CHECK(block.y == 1 && block.z == 1 && nt % 32 == 0);
+  EMU_CHECK(block.y == 1 && block.z == 1 && nt % 32 == 0 && nt <= 256);  // the shadow's reader masks
   last_launch_threads = long(grid.x) * grid.y * grid.z * nt;
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
@@ -283,10 +430,11 @@ void launch(K kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t, A..
         std::vector<std::thread> th;
         for (int t = 0; t < nt; ++t)
           th.emplace_back([&, t] {
-            tb = B.get(); epoch = 0; groups.clear(); open_group.clear();
+            tb = B.get(); epoch = 0; groups.clear(); open_group.clear(); wg_open.clear(); wg_groups.clear();
             threadIdx = dim3(t); blockIdx = dim3(bx, by, bz); gridDim = grid; blockDim = block;
             kernel(args...);
             EMU_CHECK(open_group.empty());
+            EMU_CHECK(wg_open.empty() && wg_groups.empty());  // every wgmma committed and waited for
             wait_group(0);
           });
         for (auto& x : th) x.join();
@@ -311,7 +459,9 @@ namespace tessel::kernels::cpu { struct AttentionShape; }
 namespace tessel::kernels::cuda {
 using cpu::AdamW;  // kernels.hpp's aliases
 using cpu::AttentionShape;
-struct DeviceInfo { int sm_count = 132; int max_threads_per_sm = 2048; int max_smem_per_block_optin = 232448; };
+struct DeviceInfo {  // an H200's figures
+  int sm_count = 132; int max_threads_per_sm = 2048; int max_smem_per_block_optin = 232448; int major = 9, minor = 0;
+};
 inline Status device_info(DeviceInfo& d) { d = DeviceInfo{}; return {}; }
 inline bool attention_tc_supported(const AttentionShape& a) {
   return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);

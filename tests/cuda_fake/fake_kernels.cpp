@@ -242,7 +242,16 @@ bool attention_tc_supported(const AttentionShape& a) {
   return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
 }
 Status attention_tc_set_block_warps(int warps) { return warps == 4 || warps == 8 ? Status{} : bad("block warps"); }
-Status attention_tc_set_version(int version) { return version == 1 || version == 2 ? Status{} : bad("version"); }
+Status attention_tc_set_version(int version) { return version >= 1 && version <= 3 ? Status{} : bad("version"); }
+bool attention_tc3_available() { return true; }  // the fake stands in for the Hopper GPU the runtime targets
+Status attention_tc3_set_layout(int swizzle_bytes) {
+  return swizzle_bytes == 0 || swizzle_bytes == 128 ? Status{} : bad("swizzle");
+}
+Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  fake_stream_op(s, "attention_tc3_fwd");
+  return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+}
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse) {
   fake_stream_op(s, "attention_tc_fwd");

@@ -115,9 +115,12 @@ TEST_CASE("run_cuda rejects what it cannot run, naming the flag and the rule") {
   o = options(1, 1, 1);
   o.precision = "fp16";
   CHECK(error_of(o).find("--precision fp16") != std::string::npos);
-  setenv("TESSEL_ATTENTION", "3", 1);
-  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION=3") != std::string::npos);
+  setenv("TESSEL_ATTENTION", "4", 1);
+  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION=4: must be 1, 2 or 3") != std::string::npos);
   unsetenv("TESSEL_ATTENTION");
+  setenv("TESSEL_ATTENTION_SWIZZLE", "64", 1);
+  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION_SWIZZLE=64: must be 0 or 128") != std::string::npos);
+  unsetenv("TESSEL_ATTENTION_SWIZZLE");
 }
 
 TEST_CASE("--gpu-threads runs every rank, saves a checkpoint, writes one trace, and resumes under another layout") {
