@@ -35,7 +35,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cuda/bf16_rows.cuh"
+#include "kernels/cuda/attention_prep.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
@@ -245,19 +245,6 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(Dims2 d, const bf1
       *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
     if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (mrow[r] + log2f(sum));
   }
-}
-
-// delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i) in fp32, one warp per row.
-__global__ void delta2_kernel(Dims2 d, int B, int D, const float* __restrict__ out, int ldo,
-                              const float* __restrict__ dout, int lddo, float* __restrict__ delta) {
-  const std::size_t row = blockIdx.x * std::size_t(kWarps) + threadIdx.x / kWarp;  // over B * HQ * S
-  if (row >= std::size_t(B) * d.HQ * d.S) return;
-  const int lane = threadIdx.x % kWarp, i = row % d.S, h = (row / d.S) % d.HQ;
-  const std::size_t tok = (row / (std::size_t(d.S) * d.HQ)) * d.S + i;
-  float s = 0;
-  for (int c = lane; c < D; c += kWarp) s += dout[tok * lddo + h * D + c] * out[tok * ldo + h * D + c];
-  s = warp_sum(s);
-  if (lane == 0) delta[row] = s;
 }
 
 constexpr int kQry = 32;  // dK/dV: queries per streamed tile
@@ -565,11 +552,7 @@ Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   TESSEL_NVTX_FN();
   TESSEL_STATUS_CHECK(check2(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
-  const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
-  delta2_kernel<<<static_cast<unsigned>(ceil_div(rows, kWarps)), kWarps * kWarp, 0, s>>>(d, a.batch, a.d, out, ldo,
-                                                                                       dout, lddo, delta);
-  TESSEL_LAUNCH_CHECK();
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
   const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
   bf16* buf = nullptr;
   const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;

@@ -35,7 +35,7 @@
 #include <string>
 #include <utility>
 
-#include "kernels/cuda/bf16_rows.cuh"
+#include "kernels/cuda/attention_prep.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
