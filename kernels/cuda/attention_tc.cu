@@ -541,7 +541,9 @@ Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q,
                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   TESSEL_NVTX_FN();
-  if (g_version >= 2)  // version 3 is a forward; its backward is version 2's
+  if (g_version == 3)
+    return attention_tc3_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
+  if (g_version == 2)
     return attention_tc2_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}, {dq, lddq}, {dk, lddk}, {dv, lddv}}));
   const Dims d = dims_of(a);

@@ -1,10 +1,10 @@
-// Causal attention forward, third version: warpgroup matrix multiply-accumulate (wgmma, Hopper's sm_90a),
-// the instruction the second version's mma.sync cannot stand in for: the H200's tensor cores reach their
-// rate only through it (HGMMA in SASS; mma.sync runs at a fraction). Same contract and numerics as
-// attention_tc_fwd (bf16 operands, fp32 accumulation and softmax, fp32 output, lse in natural units); the
-// backward stays the second version's.
+// Causal attention, third version, forward and backward: warpgroup matrix multiply-accumulate (wgmma,
+// Hopper's sm_90a), the instruction the second version's mma.sync cannot stand in for: the H200's tensor
+// cores reach their rate only through it (HGMMA in SASS; mma.sync runs at a fraction). Same contracts and
+// numerics as attention_tc_fwd / attention_tc_bwd (bf16 operands, fp32 accumulation and softmax, fp32
+// outputs, lse in natural units). The backward's two kernels are described where they are defined.
 //
-// Work split: a block of two warpgroups (256 threads) owns 128 query rows, 64 per warpgroup, and streams
+// Forward: a block of two warpgroups (256 threads) owns 128 query rows, 64 per warpgroup, and streams
 // 128-key tiles of K and V through two shared-memory buffers filled by cp.async (tile j + 2 is loaded
 // while tiles j + 1 and j are resident). Per tile and warpgroup:
 //   S = Q K^T   D/16 wgmma m64n128k16, A (Q) and B (K) from shared memory, both K-major;
@@ -19,17 +19,19 @@
 //   kSwz128   rows of 64 columns (128 bytes) in slabs of the tile's rows, 16-byte chunks XOR-swizzled by
 //             the row: chunk (r, c) at (c / 8) * R * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16, in
 //             1024-byte aligned slabs.
-// Both layouts serve K (K-major for S) and V (MN-major for O) from the same bytes; only the descriptors
-// differ (make_desc callers below). cp.async chunk order: consecutive threads write consecutive 16-byte
-// chunks of shared memory (no bank conflicts) and read 64 or 128 contiguous bytes of a global row.
+// Both layouts serve a tile as a K-major operand (K for S) and as an MN-major one (V for O; Q, dO and K in
+// the backward) from the same bytes; only the descriptors differ (desc_kmajor, desc_mnmajor). cp.async
+// chunk order: consecutive threads write consecutive 16-byte chunks of shared memory (no bank conflicts)
+// and read 64 or 128 contiguous bytes of a global row.
 //
 // Written without a GPU (2026-11-30): tests/cuda_emu runs this file's code on the CPU with an emulation of
 // wgmma read from the PTX ISA (descriptors, both layouts, fragments, the asynchronous completion at
 // wgmma.wait_group), and tests/cuda/test_attention.cpp and bench_cuda.cpp check and time it on the device.
-// The runtime uses it only with TESSEL_ATTENTION=3 until the device has measured it. Built for sm_90a only
-// (kernels/cuda/meson.build); other GPUs get a Status error from attention_tc3_fwd, never a launch.
+// The runtime uses them only with TESSEL_ATTENTION=3 until the device has measured them. Built for sm_90a
+// only (kernels/cuda/meson.build); other GPUs get a Status error from the launchers, never a launch.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -91,6 +93,15 @@ __device__ inline void fence_regs(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The same for A fragments in registers: written before the wgmma.fence, and kept alive (not reused for
+// other values) until the wait, since the hardware reads them asynchronously after the issue.
+template <int M>
+__device__ inline void fence_regs(std::uint32_t (&r)[M][4]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 // D (64 x N, f32) = A B + (scale_d ? D : 0), A (64 x 16) and B (16 x N) in shared memory, K-major.
 template <int N>
 __device__ void wgmma_ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, int scale_d);
@@ -107,6 +118,17 @@ __device__ inline void wgmma_rs_bt<64>(float (&d)[32], const std::uint32_t (&a)[
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(scale_d));
+}
+template <>
+__device__ inline void wgmma_ss<64>(float (&d)[32], std::uint64_t a, std::uint64_t b, int scale_d) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(scale_d));
 }
 template <>
 __device__ inline void wgmma_ss<128>(float (&d)[64], std::uint64_t a, std::uint64_t b, int scale_d) {
@@ -252,6 +274,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(Dims3 d, const bf16* 
     float s[kKeys / 2];
 #pragma unroll
     for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.0f;  // overwritten (scale-d 0), but never read undefined
+    fence_regs(s);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
@@ -302,12 +325,14 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(Dims3 d, const bf16* 
       o[4 * n + 3] *= alpha[1];
     }
     fence_regs(o);
+    fence_regs(p);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_rs_bt<D>(o, p[kk], desc_mnmajor<Swz, kKeys, D>(Vt, kk), 1);
     wg_commit();
     wg_wait<0>();
     fence_regs(o);
+    fence_regs(p);
     __syncthreads();  // both warpgroups are done with buffer cur: refill it with tile + 2
     if (tile + 2 < tiles) {
       load_tile<Swz, kKeys, D>(Ks + cur * kTile, k, ldkv, base, hk * D, j0 + 2 * kKeys, d.S);
@@ -345,6 +370,285 @@ Status fwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
   return {};
 }
 
+// ---- backward (FlashAttention-2's two kernels, on wgmma) ----
+constexpr int kQryB = 64;   // dK/dV: queries per streamed tile
+constexpr int kKeysB = 64;  // dQ: keys per streamed tile
+
+template <int D>
+constexpr std::size_t dkdv3_smem() { return sizeof(bf16) * std::size_t(2 * kRows + 4 * kQryB) * D + 1024; }
+template <int D>
+constexpr std::size_t dq3_smem() { return sizeof(bf16) * std::size_t(2 * kRows + 4 * kKeysB) * D + 1024; }
+
+// grid (ceil(S / 128), HKV, B): a block owns 128 keys (64 per warpgroup; K and V resident) and streams
+// 64-query tiles of Q and dO of every query head of its GQA group, double-buffered. Per tile and warpgroup:
+// S^T = K Q^T and dP^T = V dO^T (wgmma, both operands K-major from shared memory: the row-major tiles),
+// P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta) in registers, then dV += P^T dO and dK += dS^T Q with
+// P^T and dS^T as register A operands and dO, Q as MN-major B operands of the same tiles (trans-b).
+template <int D, int Swz>
+__global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+                                                            const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                            int ldkv, const bf16* __restrict__ dout,
+                                                            const float* __restrict__ lse,
+                                                            const float* __restrict__ delta, float* __restrict__ dk,
+                                                            int lddk, float* __restrict__ dv, int lddv) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const Ks = smem + ((1024u - (smem_addr(smem) & 1023u)) & 1023u);
+  unsigned char* const Vs = Ks + kRows * D * 2;
+  unsigned char* const Qs = Vs + kRows * D * 2;     // [2][kQryB x D]
+  unsigned char* const Os = Qs + 2 * kQryB * D * 2;  // [2][kQryB x D] dO
+  constexpr int kTile = kQryB * D * 2;
+  const int j0 = (gridDim.x - 1 - blockIdx.x) * kRows, hk = blockIdx.y, b = blockIdx.z, group = d.HQ / d.HKV;
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  const int per_head = (d.S - j0 + kQryB - 1) / kQryB, tiles = group * per_head;  // causal: queries i >= j0
+  const auto tile_of = [&](int u, int& h, int& i0) {
+    h = hk * group + u / per_head;
+    i0 = j0 + (u % per_head) * kQryB;
+  };
+  const auto load_qdo = [&](int u, int buf) {
+    int h, i0;
+    tile_of(u, h, i0);
+    load_tile<Swz, kQryB, D>(Qs + buf * kTile, q, ldq, base, h * D, i0, d.S);
+    load_tile<Swz, kQryB, D>(Os + buf * kTile, dout, ldq, base, h * D, i0, d.S);
+  };
+  load_tile<Swz, kRows, D>(Ks, k, ldkv, base, hk * D, j0, d.S);
+  load_tile<Swz, kRows, D>(Vs, v, ldkv, base, hk * D, j0, d.S);
+  load_qdo(0, 0);
+  cp_async_commit();
+  if (tiles > 1) {
+    load_qdo(1, 1);
+    cp_async_commit();
+  }
+  float gk[D / 2], gv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) gk[i] = gv[i] = 0.0f;
+  const float sl2 = d.scale * kLog2e;
+  const int jr0 = j0 + 64 * wg + 16 * warp, ja = jr0 + g;  // this thread's keys: ja and ja + 8
+
+  for (int u = 0; u < tiles; ++u) {
+    const int cur = u & 1;
+    if (u + 1 < tiles) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    int h, i0;
+    tile_of(u, h, i0);
+    const unsigned char* Qt = Qs + cur * kTile;
+    const unsigned char* Ot = Os + cur * kTile;
+    float st[kQryB / 2], dpt[kQryB / 2];
+#pragma unroll
+    for (int i = 0; i < kQryB / 2; ++i) st[i] = dpt[i] = 0.0f;
+    fence_regs(st);
+    fence_regs(dpt);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<kQryB>(st, desc_kmajor<Swz, kRows, D>(Ks, 64 * wg, kk), desc_kmajor<Swz, kQryB, D>(Qt, 0, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<kQryB>(dpt, desc_kmajor<Swz, kRows, D>(Vs, 64 * wg, kk), desc_kmajor<Swz, kQryB, D>(Ot, 0, kk), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(st);
+    fence_regs(dpt);
+    const float* lse_h = lse + (std::size_t(b) * d.HQ + h) * d.S;
+    const float* delta_h = delta + (std::size_t(b) * d.HQ + h) * d.S;
+    const bool mask = i0 < jr0 + 16 || i0 + kQryB > d.S;  // causal edge of this warp's keys, or queries past S
+#pragma unroll
+    for (int n = 0; n < kQryB / 8; ++n)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {  // the thread's two queries of this 8-query block
+        const int i = i0 + n * 8 + 2 * t + e2;
+        const bool in = i < d.S;
+        const float l2 = in ? __ldg(lse_h + i) * kLog2e : 0.0f, dl = in ? __ldg(delta_h + i) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {  // its two keys
+          const int e = 2 * r + e2, j = ja + 8 * r;
+          float p = exp2f(st[4 * n + e] * sl2 - l2);
+          if (mask && (i < j || !in)) p = 0.0f;
+          st[4 * n + e] = p;
+          dpt[4 * n + e] = p * (dpt[4 * n + e] - dl);
+        }
+      }
+    std::uint32_t ap[kQryB / 16][4], ads[kQryB / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kQryB / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        ap[kk][r] = pack2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+        ads[kk][r] = pack2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+      }
+    fence_regs(gk);
+    fence_regs(gv);
+    fence_regs(ap);
+    fence_regs(ads);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQryB / 16; ++kk) wgmma_rs_bt<D>(gv, ap[kk], desc_mnmajor<Swz, kQryB, D>(Ot, kk), 1);
+#pragma unroll
+    for (int kk = 0; kk < kQryB / 16; ++kk) wgmma_rs_bt<D>(gk, ads[kk], desc_mnmajor<Swz, kQryB, D>(Qt, kk), 1);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(gk);
+    fence_regs(gv);
+    fence_regs(ap);
+    fence_regs(ads);
+    __syncthreads();  // both warpgroups are done with buffer cur: refill it with tile u + 2
+    if (u + 2 < tiles) {
+      load_qdo(u + 2, cur);
+      cp_async_commit();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = ja + 8 * r;
+    if (j >= d.S) continue;
+    float* pk = dk + (base + j) * lddk + hk * D + 2 * t;
+    float* pv = dv + (base + j) * lddv + hk * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(pk + n * 8) = make_float2(gk[4 * n + 2 * r] * d.scale, gk[4 * n + 2 * r + 1] * d.scale);
+      *reinterpret_cast<float2*>(pv + n * 8) = make_float2(gv[4 * n + 2 * r], gv[4 * n + 2 * r + 1]);
+    }
+  }
+#endif
+}
+
+// grid (ceil(S / 128), HQ, B): a block owns 128 query rows (64 per warpgroup; Q and dO resident) and
+// streams 64-key tiles of K and V, double-buffered. S = Q K^T, dP = dO V^T (both K-major), dS = P (dP -
+// delta), dQ += dS K with dS as the register A operand and K as the MN-major B operand of its tile.
+template <int D, int Swz>
+__global__ void __launch_bounds__(kThreads, 1) dq3_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+                                                          const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                          int ldkv, const bf16* __restrict__ dout,
+                                                          const float* __restrict__ lse, const float* __restrict__ delta,
+                                                          float* __restrict__ dq, int lddq) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const Qs = smem + ((1024u - (smem_addr(smem) & 1023u)) & 1023u);
+  unsigned char* const Os = Qs + kRows * D * 2;      // dO
+  unsigned char* const Ks = Os + kRows * D * 2;      // [2][kKeysB x D]
+  unsigned char* const Vs = Ks + 2 * kKeysB * D * 2;  // [2][kKeysB x D]
+  constexpr int kTile = kKeysB * D * 2;
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  const int last = min(d.S, i0 + kRows), tiles = (last + kKeysB - 1) / kKeysB;
+  load_tile<Swz, kRows, D>(Qs, q, ldq, base, h * D, i0, d.S);
+  load_tile<Swz, kRows, D>(Os, dout, ldq, base, h * D, i0, d.S);
+  load_tile<Swz, kKeysB, D>(Ks, k, ldkv, base, hk * D, 0, d.S);
+  load_tile<Swz, kKeysB, D>(Vs, v, ldkv, base, hk * D, 0, d.S);
+  cp_async_commit();
+  if (tiles > 1) {
+    load_tile<Swz, kKeysB, D>(Ks + kTile, k, ldkv, base, hk * D, kKeysB, d.S);
+    load_tile<Swz, kKeysB, D>(Vs + kTile, v, ldkv, base, hk * D, kKeysB, d.S);
+    cp_async_commit();
+  }
+  const int row0 = i0 + 64 * wg + 16 * warp, ia = row0 + g;
+  float l2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const std::size_t at = (std::size_t(b) * d.HQ + h) * d.S + min(ia + 8 * r, d.S - 1);
+    l2[r] = lse[at] * kLog2e;
+    dl[r] = delta[at];
+  }
+  float gq[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) gq[i] = 0.0f;
+  const float sl2 = d.scale * kLog2e;
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int cur = tile & 1, j0 = tile * kKeysB;
+    if (tile + 1 < tiles) cp_async_wait<1>();
+    else cp_async_wait<0>();
+    fence_proxy_async();
+    __syncthreads();
+    const unsigned char* Kt = Ks + cur * kTile;
+    const unsigned char* Vt = Vs + cur * kTile;
+    float sc[kKeysB / 2], dp[kKeysB / 2];
+#pragma unroll
+    for (int i = 0; i < kKeysB / 2; ++i) sc[i] = dp[i] = 0.0f;
+    fence_regs(sc);
+    fence_regs(dp);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<kKeysB>(sc, desc_kmajor<Swz, kRows, D>(Qs, 64 * wg, kk), desc_kmajor<Swz, kKeysB, D>(Kt, 0, kk), kk > 0);
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<kKeysB>(dp, desc_kmajor<Swz, kRows, D>(Os, 64 * wg, kk), desc_kmajor<Swz, kKeysB, D>(Vt, 0, kk), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(sc);
+    fence_regs(dp);
+    const bool diag = j0 + kKeysB - 1 > row0;  // as in the forward: also hides keys >= S
+#pragma unroll
+    for (int n = 0; n < kKeysB / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int j = j0 + n * 8 + 2 * t + (e & 1), r = e >> 1;
+        float p = exp2f(sc[4 * n + e] * sl2 - l2[r]);
+        if (diag && j > ia + 8 * r) p = 0.0f;
+        dp[4 * n + e] = p * (dp[4 * n + e] - dl[r]);
+      }
+    std::uint32_t ads[kKeysB / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kKeysB / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ads[kk][r] = pack2(dp[8 * kk + 2 * r], dp[8 * kk + 2 * r + 1]);
+    fence_regs(gq);
+    fence_regs(ads);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeysB / 16; ++kk) wgmma_rs_bt<D>(gq, ads[kk], desc_mnmajor<Swz, kKeysB, D>(Kt, kk), 1);
+    wg_commit();
+    wg_wait<0>();
+    fence_regs(gq);
+    fence_regs(ads);
+    __syncthreads();
+    if (tile + 2 < tiles) {
+      load_tile<Swz, kKeysB, D>(Ks + cur * kTile, k, ldkv, base, hk * D, j0 + 2 * kKeysB, d.S);
+      load_tile<Swz, kKeysB, D>(Vs + cur * kTile, v, ldkv, base, hk * D, j0 + 2 * kKeysB, d.S);
+      cp_async_commit();
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = ia + 8 * r;
+    if (i >= d.S) continue;
+    float* dst = dq + (base + i) * lddq + h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(gq[4 * n + 2 * r] * d.scale, gq[4 * n + 2 * r + 1] * d.scale);
+  }
+#endif
+}
+
+template <int D, int Swz>
+Status bwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+            const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+            const DeviceInfo& info) {
+  constexpr std::size_t s1 = dkdv3_smem<D>(), s2 = dq3_smem<D>();
+  if (std::max(s1, s2) > static_cast<std::size_t>(info.max_smem_per_block_optin))
+    return {1, "attention_tc3: needs " + std::to_string(std::max(s1, s2)) +
+                   " bytes of shared memory per block, device allows " + std::to_string(info.max_smem_per_block_optin)};
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dkdv3_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dq3_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
+  const Dims3 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+  const unsigned blocks = static_cast<unsigned>(ceil_div(a.seq, kRows));
+  dkdv3_kernel<D, Swz><<<dim3(blocks, a.hkv, a.batch), kThreads, s1, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
+                                                                          delta, dk, lddk, dv, lddv);
+  TESSEL_LAUNCH_CHECK();
+  dq3_kernel<D, Swz><<<dim3(blocks, a.hq, a.batch), kThreads, s2, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
+                                                                       delta, dq, lddq);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
 int g_layout = kSwz128;  // attention_tc3_set_layout
 
 }  // namespace
@@ -361,24 +665,35 @@ bool attention_tc3_available() {
   return device_info(info).ok() && info.major == 9 && info.minor == 0;
 }
 
-Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
+namespace {
+
+Status check3(const AttentionShape& a, std::initializer_list<std::pair<const float*, int>> in,
+              std::initializer_list<std::pair<const float*, int>> out, DeviceInfo& info) {
   if (!attention_tc_supported(a))
     return {1, "attention_tc3: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
                    " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
                    " (needs hq % hkv == 0 and d 64 or 128)"};
-  for (const auto& [p, ld] : {std::pair<const float*, int>{q, ldq}, {k, ldk}, {v, ldv}})
+  for (const auto& [p, ld] : in)
     if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)
       return {1, "attention_tc3: inputs need 16-byte aligned pointers and row strides divisible by 4 (ld " +
                      std::to_string(ld) + ")"};
-  if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
-    return {1, "attention_tc3: out needs 8-byte alignment and an even row stride (ld " + std::to_string(ldo) + ")"};
-  DeviceInfo info;
+  for (const auto& [p, ld] : out)
+    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0 || ld % 2 != 0)
+      return {1, "attention_tc3: outputs need 8-byte alignment and an even row stride (ld " + std::to_string(ld) + ")"};
   TESSEL_STATUS_CHECK(device_info(info));
   if (info.major != 9 || info.minor != 0)
     return {1, "attention_tc3: wgmma needs compute capability 9.0 (sm_90a machine code); this device is " +
                    std::to_string(info.major) + "." + std::to_string(info.minor)};
+  return {};
+}
+
+}  // namespace
+
+Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  TESSEL_NVTX_FN();
+  DeviceInfo info;
+  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}, info));
   const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
   bf16* buf = nullptr;
   const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
@@ -394,6 +709,35 @@ Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q
     else
       st = g_layout == kSwz128 ? fwd3<128, kSwz128>(s, a, qb, kb, vb, out, ldo, lse, info)
                                : fwd3<128, kSwzNone>(s, a, qb, kb, vb, out, ldo, lse, info);
+  }
+  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
+  return st;
+}
+
+Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  TESSEL_NVTX_FN();
+  DeviceInfo info;
+  TESSEL_STATUS_CHECK(
+      check3(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}, info));
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
+  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
+  bf16* buf = nullptr;
+  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
+  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (2 * qn + 2 * kn) * sizeof(bf16), s));
+  bf16 *qb = buf, *ob = buf + qn, *kb = ob + qn, *vb = kb + kn;
+  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
+  if (st.ok()) st = to_bf16_rows(s, dout, lddo, T, qd, ob);
+  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
+  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
+  if (st.ok()) {
+    if (a.d == 64)
+      st = g_layout == kSwz128 ? bwd3<64, kSwz128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info)
+                               : bwd3<64, kSwzNone>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info);
+    else
+      st = g_layout == kSwz128 ? bwd3<128, kSwz128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info)
+                               : bwd3<128, kSwzNone>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info);
   }
   TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
   return st;

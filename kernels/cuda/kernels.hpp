@@ -66,17 +66,20 @@ Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q,
 // The second versions (attention_tc2.cu): same contracts and numerics; q/k/v (and dO) rounded to bf16 once,
 // streamed tiles double-buffered with cp.async, fragments by ldmatrix. Measured beside the first version
 // before the runtime uses them.
-// Which version attention_tc_fwd / attention_tc_bwd run: 1 (default), 2 (attention_tc2_*) or 3 (the forward
-// of attention_tc3_fwd with the backward of version 2). The runtime reads it from TESSEL_ATTENTION
-// (runtime/cuda/run_cuda.cpp), so a run can compare them end to end.
+// Which version attention_tc_fwd / attention_tc_bwd run: 1 (default), 2 (attention_tc2_*) or 3
+// (attention_tc3_*). The runtime reads it from TESSEL_ATTENTION (runtime/cuda/run_cuda.cpp), so a run can
+// compare them end to end.
 Status attention_tc_set_version(int version);
-// The third forward (attention_tc3.cu): warpgroup MMA (wgmma) on sm_90a, same contract and numerics as
-// attention_tc_fwd; a Status error on any device but compute capability 9.0. Shared-memory operand layout
-// (0: 8 x 16-byte core matrices, 128: 128-byte swizzle, the default) for all later calls of this process.
+// The third versions (attention_tc3.cu): warpgroup MMA (wgmma) on sm_90a, same contracts and numerics; a
+// Status error on any device but compute capability 9.0. Shared-memory operand layout (0: 8 x 16-byte core
+// matrices, 128: 128-byte swizzle, the default) for all later calls of this process.
 bool attention_tc3_available();
 Status attention_tc3_set_layout(int swizzle_bytes);
 Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse);
+Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
 Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);

@@ -181,12 +181,16 @@ void attention_sweep() {
       row("attention", "fwd_tc_bf16", shape, tf, fwd_flops / (tf * 1e-3) / 1e12, "TFLOP/s");
       const double tf2 = median_ms([&] { ok(kg::attention_tc2_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
       row("attention", "fwd_tc2_bf16", shape, tf2, fwd_flops / (tf2 * 1e-3) / 1e12, "TFLOP/s");
-      if (kg::attention_tc3_available()) {  // the wgmma forward, both shared-memory layouts (Hopper only)
+      if (kg::attention_tc3_available()) {  // the wgmma versions, both shared-memory layouts (Hopper only)
         for (const int swz : {128, 0}) {
           ok(kg::attention_tc3_set_layout(swz));
+          const std::string tag = swz == 128 ? "tc3_bf16" : "tc3_noswizzle_bf16";
           const double tf3 = median_ms([&] { ok(kg::attention_tc3_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
-          row("attention", swz == 128 ? "fwd_tc3_bf16" : "fwd_tc3_noswizzle_bf16", shape, tf3,
-              fwd_flops / (tf3 * 1e-3) / 1e12, "TFLOP/s");
+          row("attention", "fwd_" + tag, shape, tf3, fwd_flops / (tf3 * 1e-3) / 1e12, "TFLOP/s");
+          const double tb3 = median_ms([&] {
+            ok(kg::attention_tc3_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
+          }, 10);
+          row("attention", "bwd_" + tag, shape, tb3, 2.5 * fwd_flops / (tb3 * 1e-3) / 1e12, "TFLOP/s");
         }
         ok(kg::attention_tc3_set_layout(128));
       }

@@ -126,18 +126,26 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
       CHECK_CLOSE(g_dq2, dq, kTolAttnTc);
       CHECK_CLOSE(g_dk2, dk, kTolAttnTc);
       CHECK_CLOSE(g_dv2, dv, kTolAttnTc);
-      // The wgmma forward (attention_tc3.cu), both shared-memory layouts; Hopper (9.0) only.
+      // The wgmma versions (attention_tc3.cu), both shared-memory layouts; Hopper (9.0) only.
       if (kg::attention_tc3_available()) {
         for (const int swz : {0, 128}) {
-          DeviceBuf<float> dOUT3(out.size()), dLSE3(rows);
+          DeviceBuf<float> dOUT3(out.size()), dLSE3(rows), dDELTA3(rows), dDQ3(dq.size()), dDK3(dk.size()),
+              dDV3(dv.size());
           REQUIRE_OK(kg::attention_tc3_set_layout(swz));
           REQUIRE_OK(kg::attention_tc3_fwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT3, qd, dLSE3));
-          const auto g_out3 = dOUT3.download(), g_lse3 = dLSE3.download();
+          REQUIRE_OK(kg::attention_tc3_bwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT3, qd, dLSE3, dDO, qd, dDQ3, qd, dDK3,
+                                           kd, dDV3, kd, dDELTA3));
+          const auto g_out3 = dOUT3.download(), g_lse3 = dLSE3.download(), g_dq3 = dDQ3.download(),
+                     g_dk3 = dDK3.download(), g_dv3 = dDV3.download();
           MESSAGE("tc3 attention (swizzle " << swz << "): rel err out " << rel_error(g_out3, out) << " lse "
-                                            << rel_error(g_lse3, lse) << "; out against the second version's "
-                                            << rel_error(g_out3, g_out2));
+                                            << rel_error(g_lse3, lse) << " dq " << rel_error(g_dq3, dq) << " dk "
+                                            << rel_error(g_dk3, dk) << " dv " << rel_error(g_dv3, dv)
+                                            << "; out against the second version's " << rel_error(g_out3, g_out2));
           CHECK_CLOSE(g_out3, out, kTolAttnTc);
           CHECK_CLOSE(g_lse3, lse, kTolAttnTc);
+          CHECK_CLOSE(g_dq3, dq, kTolAttnTc);
+          CHECK_CLOSE(g_dk3, dk, kTolAttnTc);
+          CHECK_CLOSE(g_dv3, dv, kTolAttnTc);
         }
         REQUIRE_OK(kg::attention_tc3_set_layout(128));
       } else {

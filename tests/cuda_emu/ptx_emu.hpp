@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,7 +119,16 @@ namespace emu {
 // global allocations (for the "mapped source" check)
 inline std::mutex amu;
 inline std::map<const unsigned char*, std::size_t> allocs;
-inline void reg(const void* p, std::size_t n) { std::lock_guard l(amu); allocs[(const unsigned char*)p] = n; }
+// A new allocation cannot overlap a live one: any registered range it overlaps is stale (a host buffer a
+// test registered and freed without unregistering) and is dropped, or it would hide the new range.
+inline void reg(const void* p, std::size_t n) {
+  std::lock_guard l(amu);
+  const auto* c = (const unsigned char*)p;
+  auto it = allocs.lower_bound(c);
+  if (it != allocs.begin() && std::prev(it)->first + std::prev(it)->second > c) --it;
+  while (it != allocs.end() && it->first < c + n) it = allocs.erase(it);
+  allocs[c] = n;
+}
 inline void unreg(const void* p) { std::lock_guard l(amu); allocs.erase((const unsigned char*)p); }
 inline bool mapped(const void* p, std::size_t n) {
   std::lock_guard l(amu);

@@ -252,6 +252,12 @@ Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q
   fake_stream_op(s, "attention_tc3_fwd");
   return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
 }
+Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
+                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
+  fake_stream_op(s, "attention_tc3_bwd");
+  return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
+}
 Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, float* out, int ldo, float* lse) {
   fake_stream_op(s, "attention_tc_fwd");
