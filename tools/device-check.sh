@@ -200,7 +200,7 @@ awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p &
 RUN_CAP=60 TESSEL_ATTENTION=2 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
 note "tessel 1.3B with attention 2: $(awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v2 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
-# And with the wgmma forward (attention_tc3.cu; its backward is version 2's).
+# And with the wgmma kernels (attention_tc3.cu, forward and backward).
 RUN_CAP=60 TESSEL_ATTENTION=3 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
 note "tessel 1.3B with attention 3: $(awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v3 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
@@ -302,15 +302,22 @@ for mode in compile; do
   timeout "$c" python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
 done
 grep '^torch' "$OUT/torch.log" | tee -a "$summary"
-# The issue's ratios: tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch.
-tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
-for mode in eager compile; do
-  pm=$(awk -v m="$mode:" '$1 == "torch" && $2 == m {print $5; exit}' "$OUT/torch.log")
-  if [ -n "$tm" ] && [ -n "$pm" ]; then
-    note "1.3B step, tessel / torch $mode: $(awk -v a="$tm" -v b="$pm" 'BEGIN {printf "%.2f (%.1f ms / %.1f ms)", a / b, a, b}')"
+# The issue's ratios: tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch;
+# for the default attention kernels and for versions 2 and 3 (their runs' own summary lines).
+for v in default 2 3; do
+  if [ "$v" = default ]; then
+    tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
   else
-    note "1.3B step, tessel / torch $mode: n/a (tessel ${tm:-missing}, torch ${pm:-missing})"
+    tm=$(awk -v v="$v" '$0 ~ ("version " v " \\(TESSEL_ATTENTION\\)") {f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
   fi
+  for mode in eager compile; do
+    pm=$(awk -v m="$mode:" '$1 == "torch" && $2 == m {print $5; exit}' "$OUT/torch.log")
+    if [ -n "$tm" ] && [ -n "$pm" ]; then
+      note "1.3B step (attention $v), tessel / torch $mode: $(awk -v a="$tm" -v b="$pm" 'BEGIN {printf "%.2f (%.1f ms / %.1f ms)", a / b, a, b}')"
+    else
+      note "1.3B step (attention $v), tessel / torch $mode: n/a (tessel ${tm:-missing}, torch ${pm:-missing})"
+    fi
+  done
 done
 
 # 8. compute-sanitizer over the tensor-core attention test (both versions): shared-memory races
