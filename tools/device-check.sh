@@ -252,7 +252,9 @@ if [ "$c" -gt 0 ]; then timeout "$c" "$tdir/cuda_bench" all >"$OUT/bench.csv" 2>
 copy=$(awk -F, '$1=="bandwidth" && $2=="copy" {print $5}' "$OUT/bench.csv")
 note "bandwidth: copy ${copy:-?} GB/s; own kernels (fraction of copy):"
 awk -F, -v c="${copy:-1}" '$1=="bandwidth" && $2!="copy" {printf "  %-26s %8.0f GB/s  %.2f\n", $2, $5, $5/c}' "$OUT/bench.csv" | tee -a "$summary"
-awk -F, '$1=="gemm" && $3=="8192x8192x8192" {printf "gemm 8192^3 %-10s %7.1f TFLOP/s\n", $2, $5}' "$OUT/bench.csv" | tee -a "$summary"
+awk -F, '$1=="gemm" && $3=="8192x8192x8192" && $6=="TFLOP/s" {printf "gemm 8192^3 %-10s %7.1f TFLOP/s\n", $2, $5}' "$OUT/bench.csv" | tee -a "$summary"
+# Tessel's bf16 GEMM call over cuBLASLt called directly, per shape (target: within 5%, ratio <= 1.05).
+awk -F, '$2=="tessel_over_cublaslt_bf16" {n++; if ($5 > m) {m = $5; at = $3}} END {if (n) printf "gemm tessel / cuBLASLt alone (bf16): worst %.3f at %s over %d shapes\n", m, at, n; else print "gemm tessel / cuBLASLt alone: no rows"}' "$OUT/bench.csv" | tee -a "$summary"
 awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
 
 # 6. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
