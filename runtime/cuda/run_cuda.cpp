@@ -183,14 +183,14 @@ int run_cuda(const CudaRunOptions& o) {
     throw InputError("--backend cuda: no CUDA device is visible to this process (no GPU or no driver); "
                      "use --backend cpu");
   // Experiment switches for the tensor-core attention (docs/cuda.md): 1, the measured kernels, 2, or 3 (the
-  // wgmma forward, compute capability 9.0 only); TESSEL_ATTENTION_SWIZZLE 0 or 128 picks version 3's
+  // wgmma kernels, compute capability 9.0 only); TESSEL_ATTENTION_SWIZZLE 0 or 128 picks version 3's
   // shared-memory layout.
   if (const char* v = std::getenv("TESSEL_ATTENTION")) {
     const std::string s = v;
     if (s != "1" && s != "2" && s != "3")
       throw InputError("environment TESSEL_ATTENTION=" + s + ": must be 1, 2 or 3");
     if (s == "3" && !kg::attention_tc3_available())
-      throw InputError("environment TESSEL_ATTENTION=3: the wgmma forward needs a GPU of compute capability 9.0 "
+      throw InputError("environment TESSEL_ATTENTION=3: the wgmma kernels need a GPU of compute capability 9.0 "
                        "(Hopper); use 1 or 2");
     throw_if_failed(kg::attention_tc_set_version(std::stoi(s)));
     std::printf("attention: version %s (TESSEL_ATTENTION)\n", s.c_str());
