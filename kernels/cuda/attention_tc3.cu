@@ -442,18 +442,13 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(Dims3 d, const bf16*
 #pragma unroll
     for (int i = 0; i < kQryB / 2; ++i) st[i] = dpt[i] = 0.0f;
     fence_regs(st);
-    fence_regs(dpt);
     wg_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
       wgmma_ss<kQryB>(st, desc_kmajor<Swz, kRows, D>(Ks, 64 * wg, kk), desc_kmajor<Swz, kQryB, D>(Qt, 0, kk), kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk)
-      wgmma_ss<kQryB>(dpt, desc_kmajor<Swz, kRows, D>(Vs, 64 * wg, kk), desc_kmajor<Swz, kQryB, D>(Ot, 0, kk), kk > 0);
     wg_commit();
     wg_wait<0>();
     fence_regs(st);
-    fence_regs(dpt);
     const float* lse_h = lse + (std::size_t(b) * d.HQ + h) * d.S;
     const float* delta_h = delta + (std::size_t(b) * d.HQ + h) * d.S;
     const bool mask = i0 < jr0 + 16 || i0 + kQryB > d.S;  // causal edge of this warp's keys, or queries past S
@@ -463,31 +458,55 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(Dims3 d, const bf16*
       for (int e2 = 0; e2 < 2; ++e2) {  // the thread's two queries of this 8-query block
         const int i = i0 + n * 8 + 2 * t + e2;
         const bool in = i < d.S;
-        const float l2 = in ? __ldg(lse_h + i) * kLog2e : 0.0f, dl = in ? __ldg(delta_h + i) : 0.0f;
+        const float l2 = in ? __ldg(lse_h + i) * kLog2e : 0.0f;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {  // its two keys
           const int e = 2 * r + e2, j = ja + 8 * r;
           float p = exp2f(st[4 * n + e] * sl2 - l2);
           if (mask && (i < j || !in)) p = 0.0f;
           st[4 * n + e] = p;
-          dpt[4 * n + e] = p * (dpt[4 * n + e] - dl);
         }
       }
     std::uint32_t ap[kQryB / 16][4], ads[kQryB / 16][4];
 #pragma unroll
     for (int kk = 0; kk < kQryB / 16; ++kk)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        ap[kk][r] = pack2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
-        ads[kk][r] = pack2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
-      }
-    fence_regs(gk);
+      for (int r = 0; r < 4; ++r) ap[kk][r] = pack2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+    // dP^T = V dO^T and dV += P^T dO in flight together; dS^T needs only the first (wait_group 1), and dK's
+    // products start while dV's finish. Fewer accumulators live at once than computing S^T and dP^T
+    // together (FlashAttention-3's order): no spill at d 128.
     fence_regs(gv);
     fence_regs(ap);
-    fence_regs(ads);
+    fence_regs(dpt);
     wg_fence();
 #pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<kQryB>(dpt, desc_kmajor<Swz, kRows, D>(Vs, 64 * wg, kk), desc_kmajor<Swz, kQryB, D>(Ot, 0, kk), kk > 0);
+    wg_commit();
+#pragma unroll
     for (int kk = 0; kk < kQryB / 16; ++kk) wgmma_rs_bt<D>(gv, ap[kk], desc_mnmajor<Swz, kQryB, D>(Ot, kk), 1);
+    wg_commit();
+    wg_wait<1>();
+    fence_regs(dpt);
+#pragma unroll
+    for (int n = 0; n < kQryB / 8; ++n)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int i = i0 + n * 8 + 2 * t + e2;
+        const float dl = i < d.S ? __ldg(delta_h + i) : 0.0f;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int e = 2 * r + e2;
+          dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - dl);
+        }
+      }
+#pragma unroll
+    for (int kk = 0; kk < kQryB / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) ads[kk][r] = pack2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+    fence_regs(gk);
+    fence_regs(ads);
+    wg_fence();
 #pragma unroll
     for (int kk = 0; kk < kQryB / 16; ++kk) wgmma_rs_bt<D>(gk, ads[kk], desc_mnmajor<Swz, kQryB, D>(Qt, kk), 1);
     wg_commit();
