@@ -204,6 +204,10 @@ awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v
 RUN_CAP=60 TESSEL_ATTENTION=3 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
 note "tessel 1.3B with attention 3: $(awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v3 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
+# And version 3 with its overlapped forward.
+RUN_CAP=60 TESSEL_ATTENTION=3 TESSEL_ATTENTION_OVERLAP=1 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
+note "tessel 1.3B with attention 3, overlapped forward: $(awk '/overlapped forward \(TESSEL_ATTENTION_OVERLAP\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
+awk '/overlapped forward \(TESSEL_ATTENTION_OVERLAP\)/{f=1} f && /attention_(fwd|bwd)/{print "  v3o " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
 # 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last
 #    (its compilation is the slowest stage).
 cat > "$work/torch_gpt.py" <<'EOF'
@@ -306,12 +310,12 @@ done
 grep '^torch' "$OUT/torch.log" | tee -a "$summary"
 # The issue's ratios: tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch;
 # for the default attention kernels and for versions 2 and 3 (their runs' own summary lines).
-for v in default 2 3; do
-  if [ "$v" = default ]; then
-    tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
-  else
-    tm=$(awk -v v="$v" '$0 ~ ("version " v " \\(TESSEL_ATTENTION\\)") {f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
-  fi
+for v in default 2 3 3-overlapped; do
+  case $v in
+    default) tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log") ;;
+    3-overlapped) tm=$(awk '/overlapped forward \(TESSEL_ATTENTION_OVERLAP\)/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log") ;;
+    *) tm=$(awk -v v="$v" '$0 ~ ("version " v " \\(TESSEL_ATTENTION\\)") {f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log") ;;
+  esac
   for mode in eager compile; do
     pm=$(awk -v m="$mode:" '$1 == "torch" && $2 == m {print $5; exit}' "$OUT/torch.log")
     if [ -n "$tm" ] && [ -n "$pm" ]; then

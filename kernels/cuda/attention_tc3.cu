@@ -223,6 +223,73 @@ __device__ inline float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
+// One online-softmax step on this thread's part of an S tile (rows ia and ia + 8 of the warp whose first
+// row is row0; keys j0 + 8 n + 2 t + (e & 1)): scaled by sl2 (scale * log2 e), keys past the causal edge
+// masked when the tile reaches it (which also hides keys >= S for rows < S), the running max and sum
+// updated; alpha is the factor the O accumulated so far must be rescaled by (0 on the first tile), and p
+// receives P in bf16 as the A fragments of O += P V (the accumulator's columns 16 kk .. as A's k16 slice kk).
+__device__ inline void softmax_tile(float (&s)[kKeys / 2], int j0, int row0, int ia, int t, float sl2, float (&mrow)[2],
+                                    float (&l)[2], float (&alpha)[2], std::uint32_t (&p)[kKeys / 16][4]) {
+  const bool diag = j0 + kKeys - 1 > row0;
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + (e >> 1) * 8;
+      s[4 * n + e] = (diag && j > i) ? -INFINITY : s[4 * n + e] * sl2;
+      mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * n + e]);
+    }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float m_new = fmaxf(mrow[r], quad_max(mx[r]));
+    alpha[r] = exp2f(mrow[r] - m_new);
+    mrow[r] = m_new;
+    l[r] *= alpha[r];
+  }
+#pragma unroll
+  for (int n = 0; n < kKeys / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[4 * n + e] = exp2f(s[4 * n + e] - mrow[e >> 1]);
+      l[e >> 1] += s[4 * n + e];
+    }
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) p[kk][r] = pack2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+template <int D>
+__device__ inline void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    o[4 * n + 0] *= alpha[0];
+    o[4 * n + 1] *= alpha[0];
+    o[4 * n + 2] *= alpha[1];
+    o[4 * n + 3] *= alpha[1];
+  }
+}
+
+// out = O / l and lse = ln 2 (m + log2 l) for this thread's rows ia and ia + 8 (those below S).
+template <int D>
+__device__ inline void store_out(const Dims3& d, const float (&o)[D / 2], const float (&mrow)[2], const float (&l)[2],
+                                 int ia, int t, std::size_t base, int b, int h, float* __restrict__ out, int ldo,
+                                 float* __restrict__ lse) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int i = ia + 8 * r;
+    const float sum = quad_sum(l[r]);
+    if (i >= d.S) continue;
+    const float inv = 1.0f / sum;
+    float* dst = out + (base + i) * ldo + h * D + 2 * t;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
+    if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (mrow[r] + log2f(sum));
+  }
+}
+
 template <int D>
 constexpr std::size_t fwd3_smem() { return sizeof(bf16) * std::size_t(kRows + 4 * kKeys) * D + 1024; }
 
@@ -283,47 +350,10 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(Dims3 d, const bf16* 
     wg_wait<0>();
     fence_regs(s);
 
-    // Causal mask where the tile reaches past this warp's first row (it also hides keys >= S for rows < S).
-    const bool diag = j0 + kKeys - 1 > row0;
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = j0 + n * 8 + 2 * t + (e & 1), i = ia + (e >> 1) * 8;
-        s[4 * n + e] = (diag && j > i) ? -INFINITY : s[4 * n + e] * sl2;
-        mx[e >> 1] = fmaxf(mx[e >> 1], s[4 * n + e]);
-      }
     float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(mrow[r], quad_max(mx[r]));
-      alpha[r] = exp2f(mrow[r] - m_new);  // 0 on the first tile
-      mrow[r] = m_new;
-      l[r] *= alpha[r];
-    }
     std::uint32_t p[kKeys / 16][4];
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[4 * n + e] = exp2f(s[4 * n + e] - mrow[e >> 1]);
-        l[e >> 1] += s[4 * n + e];
-      }
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {  // the accumulator's columns 16 kk .. as A's k16 slice kk
-      p[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
-      p[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
-      p[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
-      p[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[4 * n + 0] *= alpha[0];
-      o[4 * n + 1] *= alpha[0];
-      o[4 * n + 2] *= alpha[1];
-      o[4 * n + 3] *= alpha[1];
-    }
+    softmax_tile(s, j0, row0, ia, t, sl2, mrow, l, alpha, p);
+    rescale<D>(o, alpha);
     fence_regs(o);
     fence_regs(p);
     wg_fence();
@@ -340,18 +370,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(Dims3 d, const bf16* 
       cp_async_commit();
     }
   }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int i = ia + 8 * r;
-    const float sum = quad_sum(l[r]);
-    if (i >= d.S) continue;
-    const float inv = 1.0f / sum;
-    float* dst = out + (base + i) * ldo + h * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[4 * n + 2 * r] * inv, o[4 * n + 2 * r + 1] * inv);
-    if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (mrow[r] + log2f(sum));
-  }
+  store_out<D>(d, o, mrow, l, ia, t, base, b, h, out, ldo, lse);
 #endif
 }
 
@@ -366,6 +385,138 @@ Status fwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
   const Dims3 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
   fwd3_kernel<D, Swz><<<grid, kThreads, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+// The forward with each warpgroup's tensor-core work overlapping its softmax (FlashAttention-3's
+// "intra-warpgroup overlapping", Shah et al. 2024, section 3.2): in iteration j it issues S_j = Q K_j^T
+// and O += P_{j-1} V_{j-1} back to back, waits for S_j only, runs the softmax of S_j while the P V
+// products finish, then waits for those and rescales O. Tile j's K and tile j - 1's V are read in the
+// same iteration, so K and V stream through three buffers (tile j in buffer j % 3; tile j + 1 is loaded
+// while j runs, into the buffer tile j - 2 left): 225 KiB of shared memory at d 128. Same numerics as
+// fwd3_kernel (the same products, softmax and rounding in the same order per tile).
+template <int D>
+constexpr std::size_t fwd3o_smem() { return sizeof(bf16) * std::size_t(kRows + 6 * kKeys) * D + 1024; }
+
+template <int D, int Swz>
+__global__ void __launch_bounds__(kThreads, 1) fwd3o_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+                                                            const bf16* __restrict__ k, const bf16* __restrict__ v,
+                                                            int ldkv, float* __restrict__ out, int ldo,
+                                                            float* __restrict__ lse) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* const Qs = smem + ((1024u - (smem_addr(smem) & 1023u)) & 1023u);
+  constexpr int kTile = kKeys * D * 2;
+  unsigned char* const Ks = Qs + kRows * D * 2;  // [3][kKeys x D]
+  unsigned char* const Vs = Ks + 3 * kTile;      // [3][kKeys x D]
+  const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows, h = blockIdx.y, b = blockIdx.z, hk = h / (d.HQ / d.HKV);
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const std::size_t base = std::size_t(b) * d.S;
+  const int last = min(d.S, i0 + kRows), tiles = (last + kKeys - 1) / kKeys;
+  const auto load_kv = [&](int tile) {
+    load_tile<Swz, kKeys, D>(Ks + (tile % 3) * kTile, k, ldkv, base, hk * D, tile * kKeys, d.S);
+    load_tile<Swz, kKeys, D>(Vs + (tile % 3) * kTile, v, ldkv, base, hk * D, tile * kKeys, d.S);
+  };
+  load_tile<Swz, kRows, D>(Qs, q, ldq, base, h * D, i0, d.S);
+  load_kv(0);
+  cp_async_commit();
+  if (tiles > 1) {
+    load_kv(1);
+    cp_async_commit();
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  fence_proxy_async();
+  __syncthreads();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  float mrow[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+  const float sl2 = d.scale * kLog2e;
+  const int row0 = i0 + 64 * wg + 16 * warp, ia = row0 + g;
+  float s[kKeys / 2];
+  std::uint32_t p[kKeys / 16][4];
+#pragma unroll
+  for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.0f;
+  fence_regs(s);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wgmma_ss<kKeys>(s, desc_kmajor<Swz, kRows, D>(Qs, 64 * wg, kk), desc_kmajor<Swz, kKeys, D>(Ks, 0, kk), kk > 0);
+  wg_commit();
+  wg_wait<0>();
+  fence_regs(s);
+  softmax_tile(s, 0, row0, ia, t, sl2, mrow, l, alpha, p);  // O is still 0: alpha not needed
+
+  for (int tile = 1; tile < tiles; ++tile) {
+    __syncthreads();  // every warpgroup is past iteration tile - 1: tile - 2's buffer is free
+    if (tile + 1 < tiles) {
+      load_kv(tile + 1);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile's group has landed
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();
+    __syncthreads();
+    const unsigned char* Kt = Ks + (tile % 3) * kTile;
+    const unsigned char* Vp = Vs + ((tile - 1) % 3) * kTile;
+#pragma unroll
+    for (int i = 0; i < kKeys / 2; ++i) s[i] = 0.0f;
+    fence_regs(s);
+    fence_regs(o);
+    fence_regs(p);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk)
+      wgmma_ss<kKeys>(s, desc_kmajor<Swz, kRows, D>(Qs, 64 * wg, kk), desc_kmajor<Swz, kKeys, D>(Kt, 0, kk), kk > 0);
+    wg_commit();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_rs_bt<D>(o, p[kk], desc_mnmajor<Swz, kKeys, D>(Vp, kk), 1);
+    wg_commit();
+    wg_wait<1>();  // S_tile is complete; O += P V may still run
+    fence_regs(s);
+    std::uint32_t pn[kKeys / 16][4];
+    softmax_tile(s, tile * kKeys, row0, ia, t, sl2, mrow, l, alpha, pn);
+    wg_wait<0>();
+    fence_regs(o);
+    fence_regs(p);
+    rescale<D>(o, alpha);
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[kk][r] = pn[kk][r];
+  }
+  fence_regs(o);
+  fence_regs(p);
+  wg_fence();
+  const unsigned char* Vl = Vs + ((tiles - 1) % 3) * kTile;
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_rs_bt<D>(o, p[kk], desc_mnmajor<Swz, kKeys, D>(Vl, kk), 1);
+  wg_commit();
+  wg_wait<0>();
+  fence_regs(o);
+  fence_regs(p);
+  store_out<D>(d, o, mrow, l, ia, t, base, b, h, out, ldo, lse);
+#endif
+}
+
+template <int D, int Swz>
+Status fwd3o(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
+             float* lse, const DeviceInfo& info) {
+  constexpr std::size_t smem = fwd3o_smem<D>();
+  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
+    return {1, "attention_tc3: the overlapped forward needs " + std::to_string(smem) +
+                   " bytes of shared memory per block, device allows " + std::to_string(info.max_smem_per_block_optin)};
+  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(fwd3o_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const Dims3 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+  const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
+  fwd3o_kernel<D, Swz><<<grid, kThreads, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
   TESSEL_LAUNCH_CHECK();
   return {};
 }
@@ -669,6 +820,7 @@ Status bwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
 }
 
 int g_layout = kSwz128;  // attention_tc3_set_layout
+bool g_overlap = false;  // attention_tc3_set_overlap
 
 }  // namespace
 
@@ -678,6 +830,8 @@ Status attention_tc3_set_layout(int swizzle_bytes) {
   g_layout = swizzle_bytes == 128 ? kSwz128 : kSwzNone;
   return {};
 }
+
+void attention_tc3_set_overlap(bool on) { g_overlap = on; }
 
 bool attention_tc3_available() {
   DeviceInfo info;
@@ -722,12 +876,13 @@ Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q
   if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
   if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
   if (st.ok()) {
-    if (a.d == 64)
-      st = g_layout == kSwz128 ? fwd3<64, kSwz128>(s, a, qb, kb, vb, out, ldo, lse, info)
-                               : fwd3<64, kSwzNone>(s, a, qb, kb, vb, out, ldo, lse, info);
+    const bool sw = g_layout == kSwz128;
+    if (g_overlap)
+      st = a.d == 64 ? (sw ? fwd3o<64, kSwz128> : fwd3o<64, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info)
+                     : (sw ? fwd3o<128, kSwz128> : fwd3o<128, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info);
     else
-      st = g_layout == kSwz128 ? fwd3<128, kSwz128>(s, a, qb, kb, vb, out, ldo, lse, info)
-                               : fwd3<128, kSwzNone>(s, a, qb, kb, vb, out, ldo, lse, info);
+      st = a.d == 64 ? (sw ? fwd3<64, kSwz128> : fwd3<64, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info)
+                     : (sw ? fwd3<128, kSwz128> : fwd3<128, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info);
   }
   TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
   return st;

@@ -73,8 +73,11 @@ Status attention_tc_set_version(int version);
 // The third versions (attention_tc3.cu): warpgroup MMA (wgmma) on sm_90a, same contracts and numerics; a
 // Status error on any device but compute capability 9.0. Shared-memory operand layout (0: 8 x 16-byte core
 // matrices, 128: 128-byte swizzle, the default) for all later calls of this process.
+// set_overlap(true): the forward whose tensor-core products overlap its softmax (FlashAttention-3's
+// intra-warpgroup pipelining; three K/V buffers), a candidate measured beside the plain one.
 bool attention_tc3_available();
 Status attention_tc3_set_layout(int swizzle_bytes);
+void attention_tc3_set_overlap(bool on);
 Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse);
 Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,

@@ -237,6 +237,11 @@ void attention_sweep() {
             ok(kg::attention_tc3_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
           }, 10);
           row("attention", "bwd_" + tag, shape, tb3, 2.5 * fwd_flops / (tb3 * 1e-3) / 1e12, "TFLOP/s");
+          kg::attention_tc3_set_overlap(true);
+          const double to3 = median_ms([&] { ok(kg::attention_tc3_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
+          kg::attention_tc3_set_overlap(false);
+          row("attention", "fwd_" + std::string(swz == 128 ? "tc3_overlap_bf16" : "tc3_overlap_noswizzle_bf16"), shape,
+              to3, fwd_flops / (to3 * 1e-3) / 1e12, "TFLOP/s");
         }
         ok(kg::attention_tc3_set_layout(128));
       }

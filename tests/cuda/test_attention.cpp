@@ -146,6 +146,17 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
           CHECK_CLOSE(g_dq3, dq, kTolAttnTc);
           CHECK_CLOSE(g_dk3, dk, kTolAttnTc);
           CHECK_CLOSE(g_dv3, dv, kTolAttnTc);
+          // The overlapped forward (three K/V buffers, softmax overlapping the products).
+          DeviceBuf<float> dOUT3o(out.size()), dLSE3o(rows);
+          kg::attention_tc3_set_overlap(true);
+          const auto so = kg::attention_tc3_fwd(nullptr, a, dQ, qd, dK, kd, dV, kd, dOUT3o, qd, dLSE3o);
+          kg::attention_tc3_set_overlap(false);
+          REQUIRE_OK(so);
+          const auto g_out3o = dOUT3o.download(), g_lse3o = dLSE3o.download();
+          MESSAGE("tc3 attention, overlapped forward (swizzle " << swz << "): rel err out " << rel_error(g_out3o, out)
+                                                               << " lse " << rel_error(g_lse3o, lse));
+          CHECK_CLOSE(g_out3o, out, kTolAttnTc);
+          CHECK_CLOSE(g_lse3o, lse, kTolAttnTc);
         }
         REQUIRE_OK(kg::attention_tc3_set_layout(128));
       } else {

@@ -21,6 +21,7 @@ namespace tessel::kernels::cuda {
 Status attention_tc3_fwd(void* s, const cpu::AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse);
 Status attention_tc3_set_layout(int swizzle_bytes);
+void attention_tc3_set_overlap(bool on);
 Status attention_tc3_bwd(void* s, const cpu::AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
@@ -41,9 +42,10 @@ using tessel::test::rel_error;
 constexpr double kTolOut = 6e-3, kTolLse = 1e-3, kTolGrad = 8e-3;
 std::mt19937 rng(20261130);
 
-bool check(const kc::AttentionShape& a, int swizzle) {
+bool check(const kc::AttentionShape& a, int swizzle, bool overlap = false) {
   emu::set_late(1);
   if (!kg::attention_tc3_set_layout(swizzle).ok()) return false;
+  kg::attention_tc3_set_overlap(overlap);
   const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
   auto q = random_vec(rng, std::size_t(T) * qd, -2, 2), k = random_vec(rng, std::size_t(T) * kd, -2, 2),
        v = random_vec(rng, std::size_t(T) * kd), dout = random_vec(rng, std::size_t(T) * qd);
@@ -70,8 +72,9 @@ bool check(const kc::AttentionShape& a, int swizzle) {
   const double tol[5] = {kTolOut, kTolLse, kTolGrad, kTolGrad, kTolGrad};
   bool ok = true;
   for (int i = 0; i < 5; ++i) ok = ok && e[i] <= tol[i];
-  std::printf("b%d s%d hq%d hkv%d d%d, swizzle %d: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n", a.batch,
-              a.seq, a.hq, a.hkv, a.d, swizzle, e[0], e[1], e[2], e[3], e[4], ok ? "ok" : "FAILED");
+  std::printf("b%d s%d hq%d hkv%d d%d, swizzle %d%s: rel err out %.2e lse %.2e dq %.2e dk %.2e dv %.2e %s\n", a.batch,
+              a.seq, a.hq, a.hkv, a.d, swizzle, overlap ? ", overlapped forward" : "", e[0], e[1], e[2], e[3], e[4],
+              ok ? "ok" : "FAILED");
   return ok;
 }
 
@@ -84,5 +87,9 @@ int main() {
     bad += !check({1, 300, 2, 1, 128}, swz);  // d 128, one kv head, 3 key tiles: 300 = 2 x 128 + 44
   }
   bad += !check({1, 200, 1, 1, 64}, 128);  // d 64, 2 tiles, second warpgroup partly past S
+  // The overlapped forward: one tile, and five (the three K/V buffers each refilled), both layouts.
+  bad += !check({2, 45, 4, 2, 64}, 128, true);
+  bad += !check({1, 520, 2, 1, 64}, 128, true);
+  bad += !check({1, 300, 2, 2, 128}, 0, true);
   return bad == 0 ? 0 : 1;
 }

@@ -244,6 +244,7 @@ bool attention_tc_supported(const AttentionShape& a) {
 Status attention_tc_set_block_warps(int warps) { return warps == 4 || warps == 8 ? Status{} : bad("block warps"); }
 Status attention_tc_set_version(int version) { return version >= 1 && version <= 3 ? Status{} : bad("version"); }
 bool attention_tc3_available() { return true; }  // the fake stands in for the Hopper GPU the runtime targets
+void attention_tc3_set_overlap(bool) {}
 Status attention_tc3_set_layout(int swizzle_bytes) {
   return swizzle_bytes == 0 || swizzle_bytes == 128 ? Status{} : bad("swizzle");
 }

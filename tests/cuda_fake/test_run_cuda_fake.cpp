@@ -121,6 +121,9 @@ TEST_CASE("run_cuda rejects what it cannot run, naming the flag and the rule") {
   setenv("TESSEL_ATTENTION_SWIZZLE", "64", 1);
   CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION_SWIZZLE=64: must be 0 or 128") != std::string::npos);
   unsetenv("TESSEL_ATTENTION_SWIZZLE");
+  setenv("TESSEL_ATTENTION_OVERLAP", "yes", 1);
+  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION_OVERLAP=yes: must be 0 or 1") != std::string::npos);
+  unsetenv("TESSEL_ATTENTION_OVERLAP");
 }
 
 TEST_CASE("--gpu-threads runs every rank, saves a checkpoint, writes one trace, and resumes under another layout") {
