@@ -41,6 +41,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
+#include "kernels/cuda/ptx.cuh"
 
 namespace tessel::kernels::cuda {
 
@@ -57,49 +58,6 @@ struct Dims2 {
   int S, HQ, HKV;
   float scale;
 };
-
-// The inline-PTX helpers from pack2 to cp_async_wait are what tests/cuda_emu/emulate_cuda.py replaces with
-// CPU emulations (keep them together, pack2 first and cp_async_wait last, one line each body of the latter).
-__device__ inline std::uint32_t pack2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
-__device__ inline void mma16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ inline unsigned smem_addr(const void* p) { return static_cast<unsigned>(__cvta_generic_to_shared(p)); }
-
-__device__ inline void ldsm_x4(std::uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-
-__device__ inline void ldsm_x4_trans(std::uint32_t (&r)[4], const bf16* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p))
-               : "memory");
-}
-
-// 16 bytes global -> shared, asynchronous; with valid == false the destination is zero-filled and nothing
-// is read (the source must still be a mapped address).
-__device__ inline void cp_async16(bf16* dst, const bf16* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ inline void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 // Rows [row0, row0 + R) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
 // an [R][D + 8] tile; rows at or past S are zeros.
