@@ -35,6 +35,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
+#include "kernels/cuda/ptx.cuh"
 
 namespace tessel::kernels::cuda {
 
@@ -55,19 +56,6 @@ struct Dims {
   int S, HQ, HKV;
   float scale;  // 1 / sqrt(d)
 };
-
-__device__ inline std::uint32_t pack(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<const std::uint32_t*>(&v);
-}
-
-__device__ inline void mma(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // A fragment: rows r0..r0+15, columns k0..k0+15 of a row-major bf16 tile with row pitch P elements.
 template <int P>
@@ -93,10 +81,10 @@ __device__ inline void load_b(std::uint32_t& b0, std::uint32_t& b1, const bf16* 
 
 // Accumulator tiles 2kk and 2kk+1 (16 columns) as the A fragment of the next product.
 __device__ inline void to_a(std::uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = pack(c0[0], c0[1]);
-  a[1] = pack(c0[2], c0[3]);
-  a[2] = pack(c1[0], c1[1]);
-  a[3] = pack(c1[2], c1[3]);
+  a[0] = pack2(c0[0], c0[1]);
+  a[1] = pack2(c0[2], c0[3]);
+  a[2] = pack2(c1[0], c1[1]);
+  a[3] = pack2(c1[2], c1[3]);
 }
 
 // Rows [row0, row0 + R) of a head's D columns (token-major, batch base row `base`), fp32 -> bf16, into
@@ -123,7 +111,7 @@ __device__ void load_tile(bf16* row, bf16* col, const float* __restrict__ src, i
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int idx = threadIdx.x + (u0 + u) * NT, rest = idx / 8, r = (rest / V) * 8 + idx % 8, c = (rest % V) * 4;
-      if (row) *reinterpret_cast<uint2*>(row + r * (D + 8) + c) = make_uint2(pack(x[u].x, x[u].y), pack(x[u].z, x[u].w));
+      if (row) *reinterpret_cast<uint2*>(row + r * (D + 8) + c) = make_uint2(pack2(x[u].x, x[u].y), pack2(x[u].z, x[u].w));
       if (col) {
         col[(c + 0) * (R + 8) + r] = __float2bfloat16_rn(x[u].x);
         col[(c + 1) * (R + 8) + r] = __float2bfloat16_rn(x[u].y);
@@ -180,7 +168,7 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(Dims d, const float* __r
       for (int n = 0; n < kKeyTile / 8; ++n) {
         std::uint32_t b0, b1;
         load_b<PD>(b0, b1, Ks, n * 8, kk * 16);
-        mma(sc[n], qf[kk], b0, b1);
+        mma16816(sc[n], qf[kk], b0, b1);
       }
     // Causal mask (j > i), needed only where the tile reaches past this warp's first row. It also hides
     // keys >= S for rows < S (such keys only occur in the diagonal tile); every row sees key j0 <= i, so
@@ -225,7 +213,7 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(Dims d, const float* __r
       for (int n = 0; n < D / 8; ++n) {
         std::uint32_t b0, b1;
         load_b<PK>(b0, b1, Vt, n * 8, kk * 16);
-        mma(o[n], a, b0, b1);
+        mma16816(o[n], a, b0, b1);
       }
     }
   }
@@ -308,9 +296,9 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __
         for (int n = 0; n < kQryTile / 8; ++n) {
           std::uint32_t b0, b1;
           load_b<PD>(b0, b1, Qs, n * 8, kk * 16);
-          mma(st[n], ak, b0, b1);
+          mma16816(st[n], ak, b0, b1);
           load_b<PD>(b0, b1, Os, n * 8, kk * 16);
-          mma(dpt[n], av, b0, b1);
+          mma16816(dpt[n], av, b0, b1);
         }
       }
       const bool mask = i0 < j0 + kRows || i0 + kQryTile > d.S;  // causal edge or queries past S
@@ -333,9 +321,9 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __
         for (int n = 0; n < D / 8; ++n) {
           std::uint32_t b0, b1;
           load_b<PQ>(b0, b1, Ot, n * 8, kk * 16);
-          mma(gv[n], ap, b0, b1);
+          mma16816(gv[n], ap, b0, b1);
           load_b<PQ>(b0, b1, Qt, n * 8, kk * 16);
-          mma(gk[n], ads, b0, b1);
+          mma16816(gk[n], ads, b0, b1);
         }
       }
     }
@@ -401,9 +389,9 @@ __global__ void __launch_bounds__(kWarp * W) dq_kernel(Dims d, const float* __re
       for (int n = 0; n < kKeyTile / 8; ++n) {
         std::uint32_t b0, b1;
         load_b<PD>(b0, b1, Ks, n * 8, kk * 16);
-        mma(sc[n], aq, b0, b1);
+        mma16816(sc[n], aq, b0, b1);
         load_b<PD>(b0, b1, Vs, n * 8, kk * 16);
-        mma(dp[n], ao, b0, b1);
+        mma16816(dp[n], ao, b0, b1);
       }
     }
     const bool diag = j0 + kKeyTile - 1 > i0 + warp * 16;  // as in the forward: also hides keys >= S
@@ -424,7 +412,7 @@ __global__ void __launch_bounds__(kWarp * W) dq_kernel(Dims d, const float* __re
       for (int n = 0; n < D / 8; ++n) {
         std::uint32_t b0, b1;
         load_b<PK>(b0, b1, Kt, n * 8, kk * 16);
-        mma(gq[n], a, b0, b1);
+        mma16816(gq[n], a, b0, b1);
       }
     }
   }
