@@ -299,6 +299,13 @@ Status fwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
 // same iteration, so K and V stream through three buffers (tile j in buffer j % 3; tile j + 1 is loaded
 // while j runs, into the buffer tile j - 2 left): 225 KiB of shared memory at d 128. Same numerics as
 // fwd3_kernel (the same products, softmax and rounding in the same order per tile).
+// What the compiler made of it (nvcc 13.0, cuobjdump of the sm_90a object): the PTX has the softmax between
+// the two waits, but ptxas moves the second wait up to just after the scale and mask, so the exponentials
+// run after the P V products finish and little overlaps. Two tries did not move them (P alternating between
+// two register arrays, so it is not rewritten in place; a real use of P's registers after the wait); the
+// device's timing of this against fwd3_kernel says whether the rest of the reordering is worth keeping.
+// FlashAttention-3 gets the overlap with warp-specialised producers and named-barrier scheduling, which
+// this kernel does not have.
 template <int D>
 constexpr std::size_t fwd3o_smem() { return sizeof(bf16) * std::size_t(kRows + 6 * kKeys) * D + 1024; }
 
