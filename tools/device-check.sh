@@ -156,6 +156,15 @@ else
   timeout "$(( $(cap 240) + 1 ))" meson test -C build-device --suite cuda --print-errorlogs >"$OUT/tests.log" 2>&1
   note "gpu tests: $(grep -E '^(Ok|Fail|Skipped|Timeout):' "$OUT/tests.log" | tr -s ' ' | paste -sd' ')"
 fi
+# The machine code the attention kernels became (HOPPER.md: HGMMA is wgmma; a matrix kernel showing only
+# HMMA is on mma.sync, FFMA on the CUDA cores), when the image has cuobjdump.
+if command -v cuobjdump >/dev/null 2>&1; then
+  cuobjdump -sass "$tessel" 2>/dev/null | awk '/Function :/ {f = ($3 ~ /attention/) ? $3 : ""} f != "" && /HGMMA/ {h[f]++}
+    f != "" && /HMMA/ && !/HGMMA/ {m[f]++} END {for (k in h) nh++; for (k in m) nm++;
+    printf "sass: %d attention kernels with HGMMA (wgmma), %d with HMMA (mma.sync)\n", nh, nm}' | tee -a "$summary"
+else
+  note "sass: cuobjdump not on this image"
+fi
 
 # 3. Training on one GPU: tiny, and a ~1.3B GPT (GPT-2 XL-like: 24 x 2048, vocab 50304, seq 1024).
 cat > "$work/gpt-1b.json" <<'EOF'
