@@ -205,18 +205,20 @@ RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --profile-k
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 note "tessel 1.3B $(awk '/gpt-1.3b/{f=1} f && /^summary:/{print; exit}' "$OUT/runs.log")"
 awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p && !/^summary:/' "$OUT/runs.log" | tee -a "$summary"
-# The same step with the second attention kernels (attention_tc2.cu), end to end.
-RUN_CAP=60 TESSEL_ATTENTION=2 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
-note "tessel 1.3B with attention 2: $(awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
-awk '/version 2 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v2 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
-# And with the wgmma kernels (attention_tc3.cu, forward and backward).
-RUN_CAP=60 TESSEL_ATTENTION=3 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
-note "tessel 1.3B with attention 3: $(awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
-awk '/version 3 \(TESSEL_ATTENTION\)/{f=1} f && /attention_(fwd|bwd)/{print "  v3 " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
-# And version 3 with its overlapped forward.
-RUN_CAP=60 TESSEL_ATTENTION=3 TESSEL_ATTENTION_OVERLAP=1 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels
-note "tessel 1.3B with attention 3, overlapped forward: $(awk '/overlapped forward \(TESSEL_ATTENTION_OVERLAP\)/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
-awk '/overlapped forward \(TESSEL_ATTENTION_OVERLAP\)/{f=1} f && /attention_(fwd|bwd)/{print "  v3o " $0; n++} n == 2 {exit}' "$OUT/runs.log" | tee -a "$summary"
+# The same step with the other attention kernels, end to end: version 2 (attention_tc2.cu), version 3
+# (attention_tc3.cu, wgmma) and version 3 with its overlapped forward. Each run follows a marker line of its
+# own in runs.log; attn_log prints that run's lines (up to the next run's "== " line).
+attn_log() { awk -v m="== attention variant $1" '$0 == m {f = 1; next} f && /^== / && ++n == 2 {exit} f' "$OUT/runs.log"; }
+attn_run() {  # label, then environment assignments
+  local label=$1; shift
+  echo "== attention variant $label" >>"$OUT/runs.log"
+  (export "$@"; RUN_CAP=60 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels)
+  note "tessel 1.3B with attention $label: $(attn_log "$label" | awk '/^step/{l=$0} END{print l}')"
+  attn_log "$label" | awk -v l="$label" '/attention_(fwd|bwd)/{print "  v" l " " $0; n++} n == 2 {exit}' | tee -a "$summary"
+}
+attn_run 2 TESSEL_ATTENTION=2
+attn_run 3 TESSEL_ATTENTION=3
+attn_run 3-overlapped TESSEL_ATTENTION=3 TESSEL_ATTENTION_OVERLAP=1
 # 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last
 #    (its compilation is the slowest stage).
 cat > "$work/torch_gpt.py" <<'EOF'
@@ -320,11 +322,11 @@ grep '^torch' "$OUT/torch.log" | tee -a "$summary"
 # The issue's ratios: tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch;
 # for the default attention kernels and for versions 2 and 3 (their runs' own summary lines).
 for v in default 2 3 3-overlapped; do
-  case $v in
-    default) tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log") ;;
-    3-overlapped) tm=$(awk '/overlapped forward \(TESSEL_ATTENTION_OVERLAP\)/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log") ;;
-    *) tm=$(awk -v v="$v" '$0 ~ ("version " v " \\(TESSEL_ATTENTION\\)") {f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log") ;;
-  esac
+  if [ "$v" = default ]; then
+    tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
+  else
+    tm=$(attn_log "$v" | awk '/^summary:/{print $4; exit}')
+  fi
   for mode in eager compile; do
     pm=$(awk -v m="$mode:" '$1 == "torch" && $2 == m {print $5; exit}' "$OUT/torch.log")
     if [ -n "$tm" ] && [ -n "$pm" ]; then

@@ -30,6 +30,7 @@
 #include <string>
 #include <utility>
 
+#include "kernels/cuda/attention_prep.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
@@ -42,7 +43,6 @@ namespace tessel::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr int kThreads = 128;  // the delta kernel's block
 // Blocks of W warps own 16 W rows (W = 4 or 8, attention_tc_set_block_warps): 8 halves the K/V (forward,
 // dQ) or Q/dO (dK/dV) tiles streamed per FLOP, 4 keeps more blocks per SM. 8 by default: faster at every
 // shape of the first H200 run (b2 s8192 h16 d128: fwd 54 vs 45, bwd 60 vs 41 TFLOP/s).
@@ -51,11 +51,6 @@ constexpr int kKeyTile = 64;   // forward and dQ: keys per streamed tile
 constexpr int kQryTile = 32;   // dK/dV: queries per streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-struct Dims {
-  int S, HQ, HKV;
-  float scale;  // 1 / sqrt(d)
-};
 
 // A fragment: rows r0..r0+15, columns k0..k0+15 of a row-major bf16 tile with row pitch P elements.
 template <int P>
@@ -122,18 +117,9 @@ __device__ void load_tile(bf16* row, bf16* col, const float* __restrict__ src, i
   }
 }
 
-__device__ inline float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ inline float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
-
 // grid (ceil(S / 64), HQ, B); block x runs in reverse so the longest rows (most keys) start first.
 template <int D, int W>
-__global__ void __launch_bounds__(kWarp * W) fwd_kernel(Dims d, const float* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarp * W) fwd_kernel(AttnDims d, const float* __restrict__ q, int ldq,
                                                        const float* __restrict__ k, int ldk,
                                                        const float* __restrict__ v, int ldv, float* __restrict__ out,
                                                        int ldo, float* __restrict__ lse) {
@@ -230,24 +216,12 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(Dims d, const float* __r
   }
 }
 
-// delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i), in fp32: one warp per row.
-__global__ void delta_kernel(Dims d, int B, int D, const float* __restrict__ out, int ldo,
-                             const float* __restrict__ dout, int lddo, float* __restrict__ delta) {
-  const std::size_t row = blockIdx.x * std::size_t(kThreads / kWarp) + threadIdx.x / kWarp;  // over B * HQ * S
-  if (row >= std::size_t(B) * d.HQ * d.S) return;
-  const int lane = threadIdx.x % kWarp, i = row % d.S, h = (row / d.S) % d.HQ;
-  const std::size_t tok = (row / (std::size_t(d.S) * d.HQ)) * d.S + i;
-  float s = 0;
-  for (int c = lane; c < D; c += kWarp) s += dout[tok * lddo + h * D + c] * out[tok * ldo + h * D + c];
-  s = warp_sum(s);
-  if (lane == 0) delta[row] = s;
-}
 
 // grid (ceil(S / 64), HKV, B): a block owns 64 keys, a warp 16 of them. Per streamed query tile it forms
 // S^T = K Q^T and dP^T = V dO^T, then P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta), and accumulates
 // dV += P^T dO and dK += dS^T Q (the transposed tiles give those products' B operands).
 template <int D, int W>
-__global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarp * W) dkdv_kernel(AttnDims d, const float* __restrict__ q, int ldq,
                                                         const float* __restrict__ k, int ldk,
                                                         const float* __restrict__ v, int ldv,
                                                         const float* __restrict__ lse, const float* __restrict__ delta,
@@ -344,7 +318,7 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(Dims d, const float* __
 
 // grid (ceil(S / 64), HQ, B): a block owns 64 query rows; key tiles stream through. dQ = scale dS K.
 template <int D, int W>
-__global__ void __launch_bounds__(kWarp * W) dq_kernel(Dims d, const float* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarp * W) dq_kernel(AttnDims d, const float* __restrict__ q, int ldq,
                                                       const float* __restrict__ k, int ldk,
                                                       const float* __restrict__ v, int ldv,
                                                       const float* __restrict__ lse, const float* __restrict__ delta,
@@ -437,18 +411,6 @@ constexpr std::size_t dkdv_smem() {
 template <int D, int W>
 constexpr std::size_t dq_smem() { return sizeof(bf16) * ((2 * 16 * W + 2 * kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
 
-template <typename Kernel, typename... Args>
-Status launch(Kernel kernel, dim3 grid, int threads, std::size_t smem, cudaStream_t s, Args... args) {
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(device_info(info));
-  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention_tc: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
-                   std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, threads, smem, s>>>(args...);
-  TESSEL_LAUNCH_CHECK();
-  return {};
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
@@ -465,25 +427,25 @@ Status check_operands(const AttentionShape& a, std::initializer_list<std::pair<c
   return {};
 }
 
-Dims dims_of(const AttentionShape& a) { return {a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))}; }
 unsigned row_blocks(const AttentionShape& a, int W) { return static_cast<unsigned>(ceil_div(a.seq, 16 * W)); }
 
 template <int D, int W>
 Status fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
            int ldv, float* out, int ldo, float* lse) {
-  return launch(fwd_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W, fwd_smem<D, W>(), s, dims_of(a), q,
-                ldq, k, ldk, v, ldv, out, ldo, lse);
+  return attn_launch("attention_tc", fwd_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W,
+                     fwd_smem<D, W>(), s, attn_dims(a), q, ldq, k, ldk, v, ldv, out, ldo, lse);
 }
 
 template <int D, int W>
 Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
            int ldv, const float* lse, const float* delta, const float* dout, int lddo, float* dq, int lddq, float* dk,
            int lddk, float* dv, int lddv) {
-  const Dims d = dims_of(a);
-  TESSEL_STATUS_CHECK(launch(dkdv_kernel<D, W>, dim3(row_blocks(a, W), a.hkv, a.batch), kWarp * W, dkdv_smem<D, W>(),
-                             s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dk, lddk, dv, lddv));
-  return launch(dq_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W, dq_smem<D, W>(), s, d, q, ldq, k,
-                ldk, v, ldv, lse, delta, dout, lddo, dq, lddq);
+  const AttnDims d = attn_dims(a);
+  TESSEL_STATUS_CHECK(attn_launch("attention_tc", dkdv_kernel<D, W>, dim3(row_blocks(a, W), a.hkv, a.batch), kWarp * W,
+                                  dkdv_smem<D, W>(), s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dk, lddk, dv,
+                                  lddv));
+  return attn_launch("attention_tc", dq_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W,
+                     dq_smem<D, W>(), s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq);
 }
 
 }  // namespace
@@ -534,11 +496,7 @@ Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q,
   if (g_version == 2)
     return attention_tc2_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
   TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}, {dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  const Dims d = dims_of(a);
-  const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
-  delta_kernel<<<static_cast<unsigned>(ceil_div(rows, kThreads / kWarp)), kThreads, 0, s>>>(d, a.batch, a.d, out, ldo,
-                                                                                          dout, lddo, delta);
-  TESSEL_LAUNCH_CHECK();
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
   if (g_block_warps == 8)
     return a.d == 64 ? bwd<64, 8>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
                      : bwd<128, 8>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);

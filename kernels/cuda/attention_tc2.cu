@@ -54,10 +54,6 @@ constexpr int kKeys = 64;           // keys per streamed tile
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-struct Dims2 {
-  int S, HQ, HKV;
-  float scale;
-};
 
 // Rows [row0, row0 + R) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
 // an [R][D + 8] tile; rows at or past S are zeros.
@@ -74,18 +70,10 @@ __device__ void load_tile_async(bf16* dst, const bf16* __restrict__ src, int ld,
   }
 }
 
-__device__ inline float quad_max2(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ inline float quad_sum2(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
 
 // grid (ceil(S / 64), HQ, B); block x in reverse so the rows with the most keys start first.
 template <int D>
-__global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(Dims2 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                                const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                                int ldkv, float* __restrict__ out, int ldo,
                                                                float* __restrict__ lse) {
@@ -158,7 +146,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(Dims2 d, const bf1
     float alpha[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(mrow[r], quad_max2(mx[r]));
+      const float m_new = fmaxf(mrow[r], quad_max(mx[r]));
       alpha[r] = exp2f(mrow[r] - m_new);  // 0 on the first tile
       mrow[r] = m_new;
       l[r] *= alpha[r];
@@ -194,7 +182,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(Dims2 d, const bf1
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = ia + 8 * r;
-    const float sum = quad_sum2(l[r]);
+    const float sum = quad_sum(l[r]);
     if (i >= d.S) continue;
     const float inv = 1.0f / sum;
     float* dst = out + (base + i) * ldo + h * D + 2 * t;
@@ -212,7 +200,7 @@ constexpr int kQry = 32;  // dK/dV: queries per streamed tile
 // row-major Q and dO tiles), P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta), then dV += P^T dO and
 // dK += dS^T Q (B operands through ldmatrix.trans of the same tiles: no transposed copies).
 template <int D>
-__global__ void __launch_bounds__(kWarps * kWarp) dkdv2_kernel(Dims2 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarps * kWarp) dkdv2_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                                 const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                                 int ldkv, const bf16* __restrict__ dout,
                                                                 const float* __restrict__ lse,
@@ -339,7 +327,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) dkdv2_kernel(Dims2 d, const bf
 // tiles, double-buffered. S = Q K^T, dP = dO V^T (B operands from the row-major K and V tiles), dS =
 // P (dP - delta), dQ += dS K (B operand through ldmatrix.trans of the K tile).
 template <int D>
-__global__ void __launch_bounds__(kWarps * kWarp) dq2_kernel(Dims2 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kWarps * kWarp) dq2_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                               const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                               int ldkv, const bf16* __restrict__ dout,
                                                               const float* __restrict__ lse,
@@ -446,18 +434,9 @@ constexpr std::size_t fwd2_smem() { return sizeof(bf16) * (kRows + 4 * kKeys) * 
 template <int D>
 Status fwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
             float* lse) {
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(device_info(info));
-  constexpr std::size_t smem = fwd2_smem<D>();
-  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention_tc2: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
-                   std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(fwd2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
-  fwd2_kernel<D><<<grid, kWarps * kWarp, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  return attn_launch("attention_tc2", fwd2_kernel<D>, grid, kWarps * kWarp, fwd2_smem<D>(), s, attn_dims(a), q,
+                     a.hq * D, k, v, a.hkv * D, out, ldo, lse);
 }
 
 template <int D>
@@ -468,39 +447,13 @@ constexpr std::size_t dq2_smem() { return sizeof(bf16) * (2 * kRows + 4 * kKeys)
 template <int D>
 Status bwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
             const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(device_info(info));
-  constexpr std::size_t s1 = dkdv2_smem<D>(), s2 = dq2_smem<D>();
-  if (std::max(s1, s2) > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention_tc2: needs " + std::to_string(std::max(s1, s2)) +
-                   " bytes of shared memory per block, device allows " + std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dkdv2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dq2_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
-  const Dims2 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+  const AttnDims d = attn_dims(a);
   const unsigned blocks = static_cast<unsigned>(ceil_div(a.seq, kRows));
-  dkdv2_kernel<D><<<dim3(blocks, a.hkv, a.batch), kWarps * kWarp, s1, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
-                                                                          delta, dk, lddk, dv, lddv);
-  TESSEL_LAUNCH_CHECK();
-  dq2_kernel<D><<<dim3(blocks, a.hq, a.batch), kWarps * kWarp, s2, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
-                                                                       delta, dq, lddq);
-  TESSEL_LAUNCH_CHECK();
-  return {};
-}
-
-Status check2(const AttentionShape& a, std::initializer_list<std::pair<const float*, int>> in,
-              std::initializer_list<std::pair<const float*, int>> out) {
-  if (!attention_tc_supported(a))
-    return {1, "attention_tc2: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
-                   " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
-                   " (needs hq % hkv == 0 and d 64 or 128)"};
-  for (const auto& [p, ld] : in)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)
-      return {1, "attention_tc2: inputs need 16-byte aligned pointers and row strides divisible by 4 (ld " +
-                     std::to_string(ld) + ")"};
-  for (const auto& [p, ld] : out)
-    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0 || ld % 2 != 0)
-      return {1, "attention_tc2: outputs need 8-byte alignment and an even row stride (ld " + std::to_string(ld) + ")"};
-  return {};
+  TESSEL_STATUS_CHECK(attn_launch("attention_tc2", dkdv2_kernel<D>, dim3(blocks, a.hkv, a.batch), kWarps * kWarp,
+                                  dkdv2_smem<D>(), s, d, q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dk, lddk, dv,
+                                  lddv));
+  return attn_launch("attention_tc2", dq2_kernel<D>, dim3(blocks, a.hq, a.batch), kWarps * kWarp, dq2_smem<D>(), s, d,
+                     q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dq, lddq);
 }
 
 }  // namespace
@@ -509,40 +462,25 @@ Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q
                          const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check2(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
+  TESSEL_STATUS_CHECK(attn_check("attention_tc2", a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}},
+                                 {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
   TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
-  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
-  bf16* buf = nullptr;
-  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
-  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (2 * qn + 2 * kn) * sizeof(bf16), s));
-  bf16 *qb = buf, *ob = buf + qn, *kb = ob + qn, *vb = kb + kn;
-  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
-  if (st.ok()) st = to_bf16_rows(s, dout, lddo, T, qd, ob);
-  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
-  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
-  if (st.ok())
-    st = a.d == 64 ? bwd2<64>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv)
-                   : bwd2<128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
-  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
-  return st;
+  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, dout, lddo,
+                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16* ob) {
+                            return a.d == 64 ? bwd2<64>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv)
+                                             : bwd2<128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+                          });
 }
 
 Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse) {
   TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check2(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
-  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
-  // The bf16 copies: stream-ordered allocations from the driver's pool, freed on the stream after use.
-  bf16* buf = nullptr;
-  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
-  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (qn + 2 * kn) * sizeof(bf16), s));
-  bf16 *qb = buf, *kb = buf + qn, *vb = kb + kn;
-  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
-  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
-  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
-  if (st.ok()) st = a.d == 64 ? fwd2<64>(s, a, qb, kb, vb, out, ldo, lse) : fwd2<128>(s, a, qb, kb, vb, out, ldo, lse);
-  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
-  return st;
+  TESSEL_STATUS_CHECK(attn_check("attention_tc2", a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
+  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, nullptr, 0,
+                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16*) {
+                            return a.d == 64 ? fwd2<64>(s, a, qb, kb, vb, out, ldo, lse)
+                                             : fwd2<128>(s, a, qb, kb, vb, out, ldo, lse);
+                          });
 }
 
 }  // namespace tessel::kernels::cuda

@@ -59,10 +59,6 @@ constexpr int kSwzNone = 0, kSwz128 = 1; // descriptor swizzle field values (bit
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-struct Dims3 {
-  int S, HQ, HKV;
-  float scale;
-};
 
 
 // A shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"): start address, leading and
@@ -117,14 +113,6 @@ __device__ void load_tile(unsigned char* dst, const bf16* __restrict__ src, int 
   }
 }
 
-__device__ inline float quad_max(float v) {
-  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-}
-__device__ inline float quad_sum(float v) {
-  v += __shfl_xor_sync(0xffffffffu, v, 1);
-  return v + __shfl_xor_sync(0xffffffffu, v, 2);
-}
 
 // One online-softmax step on this thread's part of an S tile (rows ia and ia + 8 of the warp whose first
 // row is row0; keys j0 + 8 n + 2 t + (e & 1)): scaled by sl2 (scale * log2 e), keys past the causal edge
@@ -176,7 +164,7 @@ __device__ inline void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
 
 // out = O / l and lse = ln 2 (m + log2 l) for this thread's rows ia and ia + 8 (those below S).
 template <int D>
-__device__ inline void store_out(const Dims3& d, const float (&o)[D / 2], const float (&mrow)[2], const float (&l)[2],
+__device__ inline void store_out(const AttnDims& d, const float (&o)[D / 2], const float (&mrow)[2], const float (&l)[2],
                                  int ia, int t, std::size_t base, int b, int h, float* __restrict__ out, int ldo,
                                  float* __restrict__ lse) {
 #pragma unroll
@@ -198,7 +186,7 @@ constexpr std::size_t fwd3_smem() { return sizeof(bf16) * std::size_t(kRows + 4 
 
 // grid (ceil(S / 128), HQ, B); block x in reverse so the rows with the most keys start first.
 template <int D, int Swz>
-__global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                            const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                            int ldkv, float* __restrict__ out, int ldo,
                                                            float* __restrict__ lse) {
@@ -279,17 +267,10 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(Dims3 d, const bf16* 
 
 template <int D, int Swz>
 Status fwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
-            float* lse, const DeviceInfo& info) {
-  constexpr std::size_t smem = fwd3_smem<D>();
-  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention_tc3: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
-                   std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(fwd3_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const Dims3 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+            float* lse) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
-  fwd3_kernel<D, Swz><<<grid, kThreads, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  return attn_launch("attention_tc3", fwd3_kernel<D, Swz>, grid, kThreads, fwd3_smem<D>(), s, attn_dims(a), q,
+                     a.hq * D, k, v, a.hkv * D, out, ldo, lse);
 }
 
 // The forward with each warpgroup's tensor-core work overlapping its softmax (FlashAttention-3's
@@ -310,7 +291,7 @@ template <int D>
 constexpr std::size_t fwd3o_smem() { return sizeof(bf16) * std::size_t(kRows + 6 * kKeys) * D + 1024; }
 
 template <int D, int Swz>
-__global__ void __launch_bounds__(kThreads, 1) fwd3o_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kThreads, 1) fwd3o_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                             const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                             int ldkv, float* __restrict__ out, int ldo,
                                                             float* __restrict__ lse) {
@@ -418,17 +399,10 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3o_kernel(Dims3 d, const bf16*
 
 template <int D, int Swz>
 Status fwd3o(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
-             float* lse, const DeviceInfo& info) {
-  constexpr std::size_t smem = fwd3o_smem<D>();
-  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention_tc3: the overlapped forward needs " + std::to_string(smem) +
-                   " bytes of shared memory per block, device allows " + std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(fwd3o_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const Dims3 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+             float* lse) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
-  fwd3o_kernel<D, Swz><<<grid, kThreads, smem, s>>>(d, q, a.hq * D, k, v, a.hkv * D, out, ldo, lse);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  return attn_launch("attention_tc3", fwd3o_kernel<D, Swz>, grid, kThreads, fwd3o_smem<D>(), s, attn_dims(a), q,
+                     a.hq * D, k, v, a.hkv * D, out, ldo, lse);
 }
 
 // ---- backward (FlashAttention-2's two kernels, on wgmma) ----
@@ -446,7 +420,7 @@ constexpr std::size_t dq3_smem() { return sizeof(bf16) * std::size_t(2 * kRows +
 // P^T = exp(S^T - lse), dS^T = P^T (dP^T - delta) in registers, then dV += P^T dO and dK += dS^T Q with
 // P^T and dS^T as register A operands and dO, Q as MN-major B operands of the same tiles (trans-b).
 template <int D, int Swz>
-__global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                             const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                             int ldkv, const bf16* __restrict__ dout,
                                                             const float* __restrict__ lse,
@@ -601,7 +575,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(Dims3 d, const bf16*
 // streams 64-key tiles of K and V, double-buffered. S = Q K^T, dP = dO V^T (both K-major), dS = P (dP -
 // delta), dQ += dS K with dS as the register A operand and K as the MN-major B operand of its tile.
 template <int D, int Swz>
-__global__ void __launch_bounds__(kThreads, 1) dq3_kernel(Dims3 d, const bf16* __restrict__ q, int ldq,
+__global__ void __launch_bounds__(kThreads, 1) dq3_kernel(AttnDims d, const bf16* __restrict__ q, int ldq,
                                                           const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                           int ldkv, const bf16* __restrict__ dout,
                                                           const float* __restrict__ lse, const float* __restrict__ delta,
@@ -710,23 +684,14 @@ __global__ void __launch_bounds__(kThreads, 1) dq3_kernel(Dims3 d, const bf16* _
 
 template <int D, int Swz>
 Status bwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-            const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-            const DeviceInfo& info) {
-  constexpr std::size_t s1 = dkdv3_smem<D>(), s2 = dq3_smem<D>();
-  if (std::max(s1, s2) > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention_tc3: needs " + std::to_string(std::max(s1, s2)) +
-                   " bytes of shared memory per block, device allows " + std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dkdv3_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s1)));
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(dq3_kernel<D, Swz>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(s2)));
-  const Dims3 d{a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
+            const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
+  const AttnDims d = attn_dims(a);
   const unsigned blocks = static_cast<unsigned>(ceil_div(a.seq, kRows));
-  dkdv3_kernel<D, Swz><<<dim3(blocks, a.hkv, a.batch), kThreads, s1, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
-                                                                          delta, dk, lddk, dv, lddv);
-  TESSEL_LAUNCH_CHECK();
-  dq3_kernel<D, Swz><<<dim3(blocks, a.hq, a.batch), kThreads, s2, s>>>(d, q, a.hq * D, k, v, a.hkv * D, dout, lse,
-                                                                       delta, dq, lddq);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+  TESSEL_STATUS_CHECK(attn_launch("attention_tc3", dkdv3_kernel<D, Swz>, dim3(blocks, a.hkv, a.batch), kThreads,
+                                  dkdv3_smem<D>(), s, d, q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dk, lddk, dv,
+                                  lddv));
+  return attn_launch("attention_tc3", dq3_kernel<D, Swz>, dim3(blocks, a.hq, a.batch), kThreads, dq3_smem<D>(), s, d,
+                     q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dq, lddq);
 }
 
 int g_layout = kSwz128;  // attention_tc3_set_layout
@@ -750,19 +715,11 @@ bool attention_tc3_available() {
 
 namespace {
 
+// attn_check's rules, then the device: wgmma exists only on compute capability 9.0.
 Status check3(const AttentionShape& a, std::initializer_list<std::pair<const float*, int>> in,
-              std::initializer_list<std::pair<const float*, int>> out, DeviceInfo& info) {
-  if (!attention_tc_supported(a))
-    return {1, "attention_tc3: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
-                   " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
-                   " (needs hq % hkv == 0 and d 64 or 128)"};
-  for (const auto& [p, ld] : in)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)
-      return {1, "attention_tc3: inputs need 16-byte aligned pointers and row strides divisible by 4 (ld " +
-                     std::to_string(ld) + ")"};
-  for (const auto& [p, ld] : out)
-    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0 || ld % 2 != 0)
-      return {1, "attention_tc3: outputs need 8-byte alignment and an even row stride (ld " + std::to_string(ld) + ")"};
+              std::initializer_list<std::pair<const float*, int>> out) {
+  TESSEL_STATUS_CHECK(attn_check("attention_tc3", a, in, out));
+  DeviceInfo info;
   TESSEL_STATUS_CHECK(device_info(info));
   if (info.major != 9 || info.minor != 0)
     return {1, "attention_tc3: wgmma needs compute capability 9.0 (sm_90a machine code); this device is " +
@@ -775,56 +732,31 @@ Status check3(const AttentionShape& a, std::initializer_list<std::pair<const flo
 Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, float* out, int ldo, float* lse) {
   TESSEL_NVTX_FN();
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}, info));
-  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
-  bf16* buf = nullptr;
-  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
-  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (qn + 2 * kn) * sizeof(bf16), s));
-  bf16 *qb = buf, *kb = buf + qn, *vb = kb + kn;
-  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
-  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
-  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
-  if (st.ok()) {
-    const bool sw = g_layout == kSwz128;
-    if (g_overlap)
-      st = a.d == 64 ? (sw ? fwd3o<64, kSwz128> : fwd3o<64, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info)
-                     : (sw ? fwd3o<128, kSwz128> : fwd3o<128, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info);
-    else
-      st = a.d == 64 ? (sw ? fwd3<64, kSwz128> : fwd3<64, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info)
-                     : (sw ? fwd3<128, kSwz128> : fwd3<128, kSwzNone>)(s, a, qb, kb, vb, out, ldo, lse, info);
-  }
-  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
-  return st;
+  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
+  const bool sw = g_layout == kSwz128, d64 = a.d == 64;
+  const auto fwd = g_overlap ? (d64 ? (sw ? fwd3o<64, kSwz128> : fwd3o<64, kSwzNone>)
+                                    : (sw ? fwd3o<128, kSwz128> : fwd3o<128, kSwzNone>))
+                             : (d64 ? (sw ? fwd3<64, kSwz128> : fwd3<64, kSwzNone>)
+                                    : (sw ? fwd3<128, kSwz128> : fwd3<128, kSwzNone>));
+  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, nullptr, 0,
+                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16*) {
+                            return fwd(s, a, qb, kb, vb, out, ldo, lse);
+                          });
 }
 
 Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   TESSEL_NVTX_FN();
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(
-      check3(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}, info));
+  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
   TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
-  const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
-  bf16* buf = nullptr;
-  const std::size_t qn = std::size_t(T) * qd, kn = std::size_t(T) * kd;
-  TESSEL_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (2 * qn + 2 * kn) * sizeof(bf16), s));
-  bf16 *qb = buf, *ob = buf + qn, *kb = ob + qn, *vb = kb + kn;
-  Status st = to_bf16_rows(s, q, ldq, T, qd, qb);
-  if (st.ok()) st = to_bf16_rows(s, dout, lddo, T, qd, ob);
-  if (st.ok()) st = to_bf16_rows(s, k, ldk, T, kd, kb);
-  if (st.ok()) st = to_bf16_rows(s, v, ldv, T, kd, vb);
-  if (st.ok()) {
-    if (a.d == 64)
-      st = g_layout == kSwz128 ? bwd3<64, kSwz128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info)
-                               : bwd3<64, kSwzNone>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info);
-    else
-      st = g_layout == kSwz128 ? bwd3<128, kSwz128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info)
-                               : bwd3<128, kSwzNone>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv, info);
-  }
-  TESSEL_CUDA_CHECK(cudaFreeAsync(buf, s));
-  return st;
+  const bool sw = g_layout == kSwz128;
+  const auto bwd = a.d == 64 ? (sw ? bwd3<64, kSwz128> : bwd3<64, kSwzNone>)
+                             : (sw ? bwd3<128, kSwz128> : bwd3<128, kSwzNone>);
+  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, dout, lddo,
+                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16* ob) {
+                            return bwd(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+                          });
 }
 
 }  // namespace tessel::kernels::cuda

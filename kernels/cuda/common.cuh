@@ -22,6 +22,15 @@ __device__ inline float warp_max(float v) {
   for (int o = kWarp / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Over the 4 lanes of a quad (lanes 4g .. 4g + 3): the lanes that hold one row of an mma/wgmma accumulator.
+__device__ inline float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ inline float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
 
 // Sum over a block of up to 1024 threads; every thread gets the result. `scratch` holds 32 floats.
 __device__ inline float block_sum(float v, float* scratch) {

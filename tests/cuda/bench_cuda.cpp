@@ -69,7 +69,9 @@ void row(const char* kind, const std::string& name, const std::string& shape, do
 
 void fp8_sweep(const int (*sizes)[3], std::size_t count);
 
-void ok(cublasStatus_t st);
+void ok(cublasStatus_t st) {
+  if (st != CUBLAS_STATUS_SUCCESS) throw kg::DeviceError(std::string("cuBLASLt: ") + cublasGetStatusString(st));
+}
 
 // Median milliseconds of cublasLtMatmul for C[M, N] = A[M, K] B[K, N], row-major bf16 in and out, fp32
 // compute: column-major C^T = B^T A^T (m = N, n = M, k = K), the heuristic's first algorithm, a 32 MiB
@@ -143,9 +145,6 @@ void gemm_sweep() {
   fp8_sweep(sizes, sizeof sizes / sizeof sizes[0]);
 }
 
-void ok(cublasStatus_t st) {
-  if (st != CUBLAS_STATUS_SUCCESS) throw kg::DeviceError(std::string("cuBLASLt: ") + cublasGetStatusString(st));
-}
 
 // fp8 e4m3 values in [-1, 1) from a seeded generator (host conversion; never zeros, never NaN encodings).
 __nv_fp8_e4m3* random_fp8(std::size_t n, std::uint64_t seed) {
