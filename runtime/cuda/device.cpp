@@ -42,8 +42,7 @@ void* CachingAllocator::allocate(std::size_t bytes) {
     cudaError_t e = cudaMalloc(&p, size);
     if (e == cudaErrorMemoryAllocation && !free_.empty()) {  // give the cache back and try once more
       (void)cudaGetLastError();
-      for (auto& [s, q] : free_) cudaFree(q), reserved_ -= s;
-      free_.clear();
+      empty_cache();
       e = cudaMalloc(&p, size);
     }
     if (e != cudaSuccess)
@@ -63,6 +62,11 @@ void CachingAllocator::release(void* p) {
   in_use_ -= it->second;
   free_.emplace(it->second, p);
   live_.erase(it);
+}
+
+void CachingAllocator::empty_cache() {
+  for (auto& [s, q] : free_) cudaFree(q), reserved_ -= s;
+  free_.clear();
 }
 
 CachingAllocator::~CachingAllocator() {

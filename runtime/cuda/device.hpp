@@ -34,13 +34,15 @@ class CachingAllocator {
 
   void* allocate(std::size_t bytes);  // throws DeviceError naming the size when the device is full
   void release(void* p);
+  // Returns the cached free blocks to the driver. cudaFree synchronises the device: not inside a step.
+  void empty_cache();
   std::size_t in_use() const { return in_use_; }
   std::size_t peak() const { return peak_; }
   std::size_t reserved() const { return reserved_; }
   void reset_peak() { peak_ = in_use_; }
+  static std::size_t round(std::size_t bytes);  // the block size a request of `bytes` takes
 
  private:
-  static std::size_t round(std::size_t bytes);
   std::multimap<std::size_t, void*> free_;
   std::map<void*, std::size_t> live_;
   std::size_t in_use_ = 0, peak_ = 0, reserved_ = 0;

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/kernels.hpp"
 #include "models/util/error.hpp"
+#include "runtime/zero_partition.hpp"
 
 namespace tessel::rt::cuda {
 
@@ -23,8 +24,19 @@ void copy_sync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kin
 }  // namespace
 
 GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
-                     int zero_dp, int zero_rank)
-    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank) {
+                     int zero_dp, int zero_rank, int zero_stage)
+    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank), zero_stage_(zero_stage) {
+  TESSEL_CHECK(zero_dp >= 1 && zero_rank >= 0 && zero_rank < zero_dp, "ZeRO rank " << zero_rank << " of " << zero_dp);
+  TESSEL_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage " << zero_stage);
+  const std::size_t dp = std::size_t(zero_dp);
+  // ZeRO-2/3: a group ends at a multiple of zero_dp 64-element chunks, so its chunks are even and aligned.
+  const auto close_group = [&] {
+    if (!grouped() || groups_.empty()) return;
+    GpuZeroGroup& g = groups_.back();
+    g.end = total_;
+    g.chunk = ((g.end - g.begin + dp - 1) / dp + 63) / 64 * 64;
+    total_ = g.begin + g.chunk * dp;
+  };
   for (const ParamSpec& s : gpt_param_specs(m)) {
     if (std::find(names.begin(), names.end(), s.name) == names.end()) continue;
     GpuParam p;
@@ -38,24 +50,57 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
       p.cols = s.cols / tp;
       p.col0 = p.cols * tp_rank;
     }
+    if (grouped()) {
+      const std::string g = zero_group_of(s.name);
+      if (groups_.empty() || groups_.back().name != g) {
+        for (const GpuZeroGroup& seen : groups_)
+          TESSEL_CHECK(seen.name != g, "parameter " << s.name << " is not contiguous with its ZeRO group " << g);
+        close_group();
+        groups_.push_back({g, total_, total_, 0, 0});
+      }
+      p.group = groups_.size() - 1;
+    }
     p.offset = total_;
     total_ += (p.size() + 63) / 64 * 64;  // 256-byte aligned starts: bf16 GEMM operands need 16 bytes
     index_[s.name] = params_.size();
     params_.push_back(p);
   }
-  TESSEL_CHECK(zero_dp >= 1 && zero_rank >= 0 && zero_rank < zero_dp, "ZeRO rank " << zero_rank << " of " << zero_dp);
-  // Equal shards of 64-element (256-byte) multiples, so every shard starts aligned.
-  const std::size_t unit = 64 * std::size_t(zero_dp);
-  padded_ = (total_ + unit - 1) / unit * unit;
-  shard_ = padded_ / std::size_t(zero_dp);
-  data_ = dev.alloc_f32(padded_);
-  grad_ = dev.alloc_f32(padded_);
+  close_group();
+  if (grouped()) {
+    padded_ = total_;
+    for (GpuZeroGroup& g : groups_) {
+      g.local = shard_;
+      shard_ += g.chunk;
+    }
+  } else {
+    // Equal shards of 64-element (256-byte) multiples, so every shard starts aligned.
+    const std::size_t unit = 64 * dp;
+    padded_ = (total_ + unit - 1) / unit * unit;
+    shard_ = padded_ / dp;
+    if (sharded()) groups_.push_back({"all", 0, total_, shard_, 0});  // ZeRO-1: the whole buffer is one group
+  }
+  group_grad_.resize(groups_.size());
+  group_data_.resize(groups_.size());
+  group_half_.resize(groups_.size());
+  std::vector<DBuf> all;
+  if (this->zero_stage() < 3) {
+    data_ = dev.alloc_f32(padded_);
+    half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
+    all.push_back(data_);
+  } else {
+    shard_data_ = dev.alloc_f32(shard_);
+    all.push_back(shard_data_);
+  }
+  if (!grouped()) {
+    grad_ = dev.alloc_f32(padded_);
+    all.push_back(grad_);
+  }
   const std::size_t moments = sharded() ? shard_ : padded_;
   m_ = dev.alloc_f32(moments);
   v_ = dev.alloc_f32(moments);
-  half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
+  all.push_back(m_);
+  all.push_back(v_);
   scratch_ = dev.alloc(sizeof(double));
-  std::vector<DBuf> all{data_, grad_, m_, v_};
   if (sharded()) {
     shard_grad_ = dev.alloc_f32(shard_);
     all.push_back(shard_grad_);
@@ -64,57 +109,200 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
   for (const DBuf& b : all) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "parameter buffers");
 }
 
+template <class F>
+void GpuParams::for_owned(F&& f) const {
+  for (const GpuParam& p : params_) {
+    const GpuZeroGroup& g = groups_.at(grouped() ? p.group : 0);
+    const std::size_t own0 = g.begin + g.chunk * std::size_t(zero_rank_), own1 = own0 + g.chunk;
+    const std::size_t a = std::max(p.offset, own0), b = std::min(p.offset + p.size(), own1);
+    if (a < b) f(p, a, b, g.local + (a - own0));
+  }
+}
+
+std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, bool last) const {
+  std::vector<std::string> want;
+  if (first) want = {"embed.tok", "embed.pos"};
+  for (int i = l0; i < l1; ++i) want.push_back("layers." + std::to_string(i));
+  if (last) {
+    want.push_back("final");
+    want.push_back("embed.tok");  // the tied LM head (not on this rank when untied)
+  }
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < groups_.size(); ++i)
+    if (std::find(want.begin(), want.end(), groups_[i].name) != want.end()) out.push_back(i);
+  return out;
+}
+
+std::size_t GpuParams::group_index(const std::string& name) const {
+  for (std::size_t i = 0; i < groups_.size(); ++i)
+    if (groups_[i].name == name) return i;
+  return groups_.size();
+}
+
+bool GpuParams::begin_group_grad(std::size_t g, cudaStream_t s) {
+  TESSEL_CHECK(grouped(), "per-group gradients need ZeRO-2/3");
+  DBuf& b = group_grad_.at(g);
+  if (b) return false;
+  b = dev_.alloc_f32(groups_[g].chunk * std::size_t(zero_dp_));
+  cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "group gradient");
+  return true;
+}
+
+DBuf GpuParams::take_group_grad(std::size_t g) {
+  TESSEL_CHECK(group_grad_.at(g), "ZeRO group " << groups_[g].name << ": no live gradient to reduce");
+  return std::move(group_grad_[g]);
+}
+
+float* GpuParams::gather_target(std::size_t g) {
+  TESSEL_CHECK(zero_stage() == 3, "gathering a parameter group needs ZeRO-3");
+  TESSEL_CHECK(!group_data_.at(g), "ZeRO group " << groups_[g].name << " is gathered already");
+  group_data_[g] = dev_.alloc_f32(groups_[g].chunk * std::size_t(zero_dp_));
+  return f32(group_data_[g]);
+}
+
+void GpuParams::finish_gather(std::size_t g, cudaStream_t s) {
+  const std::size_t n = groups_[g].chunk * std::size_t(zero_dp_);
+  group_half_.at(g) = dev_.alloc(n * sizeof(__nv_bfloat16));
+  throw_if_failed(kg::to_bf16(s, f32(group_data_.at(g)), static_cast<__nv_bfloat16*>(group_half_[g]->get()), n));
+}
+
+void GpuParams::release_group(std::size_t g) {
+  group_data_.at(g).reset();
+  group_half_.at(g).reset();
+}
+
+void GpuParams::synthesise_group(std::size_t g, std::uint64_t seed, cudaStream_t s) {
+  float* full = gather_target(g);
+  cuda_ok(cudaMemsetAsync(full, 0, group_data_[g]->bytes(), s), "synthesised group");
+  synthesise_into(full - groups_[g].begin, groups_[g].begin, groups_[g].end, seed, s);
+  finish_gather(g, s);
+}
+
 const GpuParam& GpuParams::at(const std::string& n) const {
   auto it = index_.find(n);
   TESSEL_CHECK(it != index_.end(), "parameter " << n << " is not on this rank");
   return params_[it->second];
 }
 
-const __nv_bfloat16* GpuParams::half(const std::string& n) const {
-  return static_cast<const __nv_bfloat16*>(half_->get()) + at(n).offset;
+float* GpuParams::data(const std::string& n) {
+  const GpuParam& p = at(n);
+  if (zero_stage() < 3) return f32(data_) + p.offset;
+  if (data_full_) return f32(data_full_) + p.offset;
+  const DBuf& b = group_data_[p.group];
+  TESSEL_CHECK(b, "ZeRO-3: parameter " << n << " read outside its group's gather (" << groups_[p.group].name << ")");
+  return f32(b) + (p.offset - groups_[p.group].begin);
 }
 
+const __nv_bfloat16* GpuParams::half(const std::string& n) const {
+  const GpuParam& p = at(n);
+  if (zero_stage() < 3) return static_cast<const __nv_bfloat16*>(half_->get()) + p.offset;
+  const DBuf& b = group_half_[p.group];
+  TESSEL_CHECK(b, "ZeRO-3: parameter " << n << " read outside its group's gather (" << groups_[p.group].name << ")");
+  return static_cast<const __nv_bfloat16*>(b->get()) + (p.offset - groups_[p.group].begin);
+}
+
+float* GpuParams::grad(const std::string& n) {
+  const GpuParam& p = at(n);
+  if (!grouped()) return f32(grad_) + p.offset;
+  const DBuf& b = group_grad_[p.group];
+  TESSEL_CHECK(b, "ZeRO-" << zero_stage() << ": gradient of " << n << " used outside its group's backward window ("
+                          << groups_[p.group].name << ")");
+  return f32(b) + (p.offset - groups_[p.group].begin);
+}
+
+float* GpuParams::flat_grad() {
+  TESSEL_CHECK(!grouped(), "ZeRO-" << zero_stage() << " keeps no whole gradient buffer");
+  return f32(grad_);
+}
+
+float* GpuParams::flat_data() {
+  TESSEL_CHECK(zero_stage() < 3, "ZeRO-3 keeps no whole parameter buffer");
+  return f32(data_);
+}
+
+float* GpuParams::data_all() {
+  if (zero_stage() < 3) return f32(data_);
+  TESSEL_CHECK(data_full_, "ZeRO-3: the whole parameters are not gathered (gather_moments / load_moments_begin first)");
+  return f32(data_full_);
+}
+
+void GpuParams::synthesise_into(float* base, std::size_t begin, std::size_t end, std::uint64_t seed, cudaStream_t s) {
+  for (const GpuParam& p : params_) {
+    if (p.offset < begin || p.offset >= end) continue;
+    float* d = base + p.offset;
+    if (p.spec.init == InitKind::ones) throw_if_failed(kg::fill(s, d, p.size(), 1.0f));
+    else if (p.spec.init == InitKind::uniform)  // uniform in [-a, a) has std a / sqrt(3)
+      throw_if_failed(kg::fill_uniform(s, d, p.size(), seed + p.offset, static_cast<float>(p.spec.stddev * std::sqrt(3.0))));
+  }
+}
+
+// ZeRO-3 holds no whole buffer: each parameter passes through a buffer of its own size, and this rank keeps
+// its runs of it.
 void GpuParams::upload(const ParamStore& host) {
+  const cudaStream_t s = dev_.compute();
   for (const GpuParam& p : params_) {
     const Param& h = host.at(p.spec.name);
     TESSEL_CHECK(h.size() == p.size(), "shard of " << p.spec.name << ": host " << h.size() << ", device " << p.size());
-    cuda_ok(cudaMemcpyAsync(f32(data_) + p.offset, host.data(h), p.size() * sizeof(float), cudaMemcpyHostToDevice,
-                            dev_.compute()),
-            "parameter upload");
+    const std::size_t bytes = p.size() * sizeof(float);
+    if (zero_stage() < 3) {
+      cuda_ok(cudaMemcpyAsync(f32(data_) + p.offset, host.data(h), bytes, cudaMemcpyHostToDevice, s), "parameter upload");
+      continue;
+    }
+    DBuf one = dev_.alloc_f32(p.size());
+    copy_sync(f32(one), host.data(h), bytes, cudaMemcpyHostToDevice, s, "parameter upload");
+    keep_owned(p, f32(one), s);
   }
-  refresh_half(dev_.compute());
-  cuda_ok(cudaStreamSynchronize(dev_.compute()), "parameter upload");
+  refresh_half(s);
+  cuda_ok(cudaStreamSynchronize(s), "parameter upload");
+  if (zero_stage() == 3) dev_.memory().empty_cache();  // the staging blocks are not kept for the step
 }
 
 void GpuParams::synthesise(std::uint64_t seed) {
+  const cudaStream_t s = dev_.compute();
   for (const GpuParam& p : params_) {
-    float* d = f32(data_) + p.offset;
-    if (p.spec.init == InitKind::ones) throw_if_failed(kg::fill(dev_.compute(), d, p.size(), 1.0f));
-    else if (p.spec.init == InitKind::uniform)  // uniform in [-a, a) has std a / sqrt(3)
-      throw_if_failed(kg::fill_uniform(dev_.compute(), d, p.size(), seed + p.offset,
-                                       static_cast<float>(p.spec.stddev * std::sqrt(3.0))));
+    if (zero_stage() < 3) {
+      synthesise_into(f32(data_), p.offset, p.offset + 1, seed, s);
+      continue;
+    }
+    DBuf one = dev_.alloc_f32(p.size());
+    synthesise_into(f32(one) - p.offset, p.offset, p.offset + 1, seed, s);
+    keep_owned(p, f32(one), s);
   }
-  refresh_half(dev_.compute());
+  refresh_half(s);
+  cuda_ok(cudaStreamSynchronize(s), "synthesised parameters");
+  if (zero_stage() == 3) dev_.memory().empty_cache();
 }
 
-void GpuParams::zero_grad(cudaStream_t s) { cuda_ok(cudaMemsetAsync(grad_->get(), 0, grad_->bytes(), s), "zero_grad"); }
+// ZeRO-3: this rank's runs of parameter p, whose whole values are at `values`, into the shard.
+void GpuParams::keep_owned(const GpuParam& p, const float* values, cudaStream_t s) {
+  const GpuZeroGroup& g = groups_[p.group];
+  const std::size_t own0 = g.begin + g.chunk * std::size_t(zero_rank_), own1 = own0 + g.chunk;
+  const std::size_t a = std::max(p.offset, own0), b = std::min(p.offset + p.size(), own1);
+  if (a < b)
+    copy_sync(f32(shard_data_) + g.local + (a - own0), values + (a - p.offset), (b - a) * sizeof(float),
+              cudaMemcpyDeviceToDevice, s, "parameter shard");
+}
+
+void GpuParams::zero_grad(cudaStream_t s) {
+  const DBuf& g = grouped() ? shard_grad_ : grad_;  // ZeRO-2/3: the group gradients are zeroed as they start
+  cuda_ok(cudaMemsetAsync(g->get(), 0, g->bytes(), s), "zero_grad");
+}
 
 void GpuParams::refresh_half(cudaStream_t s) {
+  if (zero_stage() == 3) return;  // each gather makes its group's bf16 copy
   throw_if_failed(kg::to_bf16(s, f32(data_), static_cast<__nv_bfloat16*>(half_->get()), total_));
 }
 
 double GpuParams::local_grad_sq(cudaStream_t s, const std::function<bool(const GpuParam&)>& counted) {
   auto* acc = static_cast<double*>(scratch_->get());
   cuda_ok(cudaMemsetAsync(acc, 0, sizeof(double), s), "grad norm");
-  const std::size_t z0 = shard_begin(), z1 = z0 + shard_;
-  for (const GpuParam& p : params_) {
-    if (!counted(p)) continue;
-    if (!sharded()) {
-      throw_if_failed(kg::sum_squares(s, f32(grad_) + p.offset, p.size(), acc));
-      continue;
-    }
-    const std::size_t a = std::max(p.offset, z0), b = std::min(p.offset + p.size(), z1);
-    if (a < b) throw_if_failed(kg::sum_squares(s, f32(shard_grad_) + (a - z0), b - a, acc));
+  if (!sharded()) {
+    for (const GpuParam& p : params_)
+      if (counted(p)) throw_if_failed(kg::sum_squares(s, f32(grad_) + p.offset, p.size(), acc));
+  } else {
+    for_owned([&](const GpuParam& p, std::size_t a, std::size_t b, std::size_t local) {
+      if (counted(p)) throw_if_failed(kg::sum_squares(s, f32(shard_grad_) + local, b - a, acc));
+    });
   }
   double out = 0;
   cuda_ok(cudaMemcpyAsync(&out, acc, sizeof(double), cudaMemcpyDeviceToHost, s), "grad norm");
@@ -124,7 +312,8 @@ double GpuParams::local_grad_sq(cudaStream_t s, const std::function<bool(const G
 
 // The clip coefficient scales each gradient as AdamW reads it (the gradient buffer keeps the unclipped
 // values), and the unsharded step writes the GEMMs' bf16 parameter copy in the same pass: one read of
-// every parameter, gradient and moment per step. ZeRO-1 refreshes the copy after its all-gather.
+// every parameter, gradient and moment per step. ZeRO-1/2 refresh the copy after their all-gather; ZeRO-3
+// steps its shard of the values, which the next gathers read.
 void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, double clip_coef) {
   const float coef = clip_coef < 1.0 ? static_cast<float>(clip_coef) : 1.0f;
   if (!sharded()) {
@@ -137,21 +326,34 @@ void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, d
     }
     return;
   }
-  const std::size_t z0 = shard_begin(), z1 = z0 + shard_;
-  for (const GpuParam& p : params_) {  // each parameter's part inside the shard
-    const std::size_t a = std::max(p.offset, z0), b = std::min(p.offset + p.size(), z1);
-    if (a >= b) continue;
+  for_owned([&](const GpuParam& p, std::size_t a, std::size_t b, std::size_t local) {  // p's runs in the shard
     kernels::cpu::AdamW h = hp;
     if (!p.spec.decay) h.weight_decay = 0.0f;
-    throw_if_failed(kg::adamw_step(s, f32(data_) + a, f32(shard_grad_) + (a - z0), f32(m_) + (a - z0),
-                                   f32(v_) + (a - z0), b - a, h, step, coef));
+    float* value = zero_stage() == 3 ? f32(shard_data_) + local : f32(data_) + a;
+    throw_if_failed(kg::adamw_step(s, value, f32(shard_grad_) + local, f32(m_) + local, f32(v_) + local, b - a, h,
+                                   step, coef));
+  });
+}
+
+std::vector<std::pair<float*, std::size_t>> GpuParams::grad_runs(bool shard,
+                                                                 const std::function<bool(const GpuParam&)>& pick) {
+  std::vector<std::pair<float*, std::size_t>> runs;
+  if (!shard) {
+    for (const GpuParam& p : params_)
+      if (pick(p)) runs.emplace_back(grad(p.spec.name), p.size());
+    return runs;
   }
+  TESSEL_CHECK(sharded(), "gradient shard runs without ZeRO");
+  for_owned([&](const GpuParam& p, std::size_t a, std::size_t b, std::size_t local) {
+    if (pick(p)) runs.emplace_back(f32(shard_grad_) + local, b - a);
+  });
+  return runs;
 }
 
 std::vector<float> GpuParams::download_grad(const std::string& n) {
   const GpuParam& p = at(n);
   std::vector<float> h(p.size());
-  copy_sync(h.data(), f32(grad_) + p.offset, h.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(), "download");
+  copy_sync(h.data(), grad(n), h.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(), "download");
   return h;
 }
 
@@ -159,8 +361,8 @@ void GpuParams::download_state(const std::string& n, std::vector<float>& data, s
                                std::vector<float>& exp_avg_sq) {
   const GpuParam& p = at(n);
   cuda_ok(cudaStreamSynchronize(dev_.compute()), "checkpoint download");
-  for (auto [buf, out] : {std::pair{f32(data_), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
-    TESSEL_CHECK(buf != f32(m_) || !sharded(), "sharded moments: gather_moments() first");
+  TESSEL_CHECK(!sharded() || m_full_, "sharded moments: gather_moments() first");
+  for (auto [buf, out] : {std::pair{data_all(), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
     out->resize(p.size());
     copy_sync(out->data(), buf + p.offset, p.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(),
               "checkpoint download");
@@ -171,42 +373,61 @@ void GpuParams::upload_state(const std::string& n, const std::vector<float>& dat
                              const std::vector<float>& exp_avg_sq) {
   const GpuParam& p = at(n);
   cuda_ok(cudaStreamSynchronize(dev_.compute()), "checkpoint upload");
-  for (auto [buf, in] : {std::pair{f32(data_), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
-    TESSEL_CHECK(buf != f32(m_) || !sharded(), "sharded moments: load_moments_begin() first");
+  TESSEL_CHECK(!sharded() || m_full_, "sharded moments: load_moments_begin() first");
+  for (auto [buf, in] : {std::pair{data_all(), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
     TESSEL_CHECK(in->size() == p.size(), "checkpoint upload of " << n << ": " << in->size() << " values for " << p.size());
     copy_sync(buf + p.offset, in->data(), p.size() * sizeof(float), cudaMemcpyHostToDevice, dev_.compute(),
               "checkpoint upload");
   }
 }
 
+// Every group's chunks from the dp ranks, into flat order (each group spans chunk * zero_dp elements from
+// its begin, so one all-gather per group lands in place).
+void GpuParams::gather_all(Comm& dp, const float* shard, float* full) {
+  for (const GpuZeroGroup& g : groups_) dp.all_gather(shard + g.local, full + g.begin, g.chunk);
+}
+
+void GpuParams::slice_all(const float* full, float* shard, cudaStream_t s) {
+  for (const GpuZeroGroup& g : groups_)
+    cuda_ok(cudaMemcpyAsync(shard + g.local, full + g.begin + g.chunk * std::size_t(zero_rank_), g.chunk * sizeof(float),
+                            cudaMemcpyDeviceToDevice, s),
+            "parameter shard");
+  cuda_ok(cudaStreamSynchronize(s), "parameter shard");
+}
+
 void GpuParams::gather_moments(Comm& dp) {
   if (!sharded()) return;
   m_full_ = dev_.alloc_f32(padded_);
   v_full_ = dev_.alloc_f32(padded_);
+  if (zero_stage() == 3) data_full_ = dev_.alloc_f32(padded_);
   cuda_ok(cudaStreamSynchronize(dev_.compute()), "gather moments");
-  dp.all_gather(f32(m_), f32(m_full_), shard_);
-  dp.all_gather(f32(v_), f32(v_full_), shard_);
+  gather_all(dp, f32(m_), f32(m_full_));
+  gather_all(dp, f32(v_), f32(v_full_));
+  if (zero_stage() == 3) gather_all(dp, f32(shard_data_), f32(data_full_));
   dp.barrier();  // NCCL: the gathers are on the comm stream; the downloads that follow read their output
 }
 
 void GpuParams::release_moments() {
   m_full_.reset();
   v_full_.reset();
+  data_full_.reset();
 }
 
 void GpuParams::load_moments_begin() {
   if (!sharded()) return;
   m_full_ = dev_.alloc_f32(padded_);
   v_full_ = dev_.alloc_f32(padded_);
-  for (const DBuf& b : {m_full_, v_full_}) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), dev_.compute()), "load moments");
+  if (zero_stage() == 3) data_full_ = dev_.alloc_f32(padded_);
+  for (const DBuf& b : {m_full_, v_full_, data_full_})
+    if (b) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), dev_.compute()), "load moments");
   cuda_ok(cudaStreamSynchronize(dev_.compute()), "load moments");
 }
 
 void GpuParams::load_moments_end() {
   if (!sharded()) return;
-  const std::size_t bytes = shard_ * sizeof(float);
-  copy_sync(f32(m_), f32(m_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice, dev_.compute(), "load moments");
-  copy_sync(f32(v_), f32(v_full_) + shard_begin(), bytes, cudaMemcpyDeviceToDevice, dev_.compute(), "load moments");
+  slice_all(f32(m_full_), f32(m_), dev_.compute());
+  slice_all(f32(v_full_), f32(v_), dev_.compute());
+  if (zero_stage() == 3) slice_all(f32(data_full_), f32(shard_data_), dev_.compute());
   release_moments();
 }
 

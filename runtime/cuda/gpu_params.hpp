@@ -2,10 +2,21 @@
 // ParamStore, in flat device buffers (fp32 master data and gradients, AdamW moments, and a bf16 shadow of
 // the data that the mixed-precision GEMMs read, refreshed after every optimizer step).
 //
-// ZeRO-1 (Megatron's distributed optimizer): with zero_dp > 1 the flat buffers are padded to zero_dp equal
-// shards, and this rank keeps AdamW moments for its shard only; the trainer reduce-scatters the gradients
-// into shard_grad(), steps the shard, and all-gathers the updated values. Elementwise, so the same update
-// as unsharded AdamW; only the gradient norm's summation order differs.
+// ZeRO (Rajbhandari et al. 2020) over zero_dp data-parallel ranks, as the CPU runtime's optimizer
+// (runtime/optimizer_step.hpp) does it, so the two agree value for value:
+//  - ZeRO-1 (Megatron's distributed optimizer): the flat buffers are padded to zero_dp equal shards and this
+//    rank keeps AdamW moments for its shard only; the trainer reduce-scatters the whole gradient into
+//    shard_grad(), steps the shard, and all-gathers the updated values (one group covering everything).
+//  - ZeRO-2/3: per parameter group (runtime/zero_partition.hpp's groups: the token embedding, positions,
+//    each layer, the final norm + head), each laid out in the flat buffer over zero_dp equal 64-element
+//    chunks, so one group's gather or reduce-scatter is a single even collective in place. No whole-model
+//    gradient buffer exists: a group's full gradient is allocated when a compute action starts producing
+//    it (begin_group_grad) and handed to the trainer's reduce-scatter when a micro-batch's weight gradient
+//    is done (take_group_grad), which frees it. ZeRO-3 also keeps only its chunks of the fp32 master
+//    values (shard_data()); a group's full values (and their bf16 copy) exist between gather_target /
+//    finish_gather and release_group. Looking up a gradient, or a ZeRO-3 value, outside those windows
+//    throws, naming the parameter, instead of reading freed memory.
+// The update is elementwise, so the same as unsharded AdamW; only the gradient norm's summation order differs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,17 +34,26 @@
 
 namespace tessel::rt::cuda {
 
+struct GpuZeroGroup {
+  std::string name;
+  std::size_t begin = 0, end = 0;  // flat [begin, end): the group's parameters (alignment padding included)
+  std::size_t chunk = 0;           // elements per dp rank; the group spans [begin, begin + chunk * zero_dp)
+  std::size_t local = 0;           // where this rank's chunk starts in the shard vectors
+};
+
 struct GpuParam {
   ParamSpec spec;
   std::int64_t rows = 1, cols = 1, row0 = 0, col0 = 0;  // local shard, as ParamStore shards
   std::size_t offset = 0;
+  std::size_t group = 0;  // index into GpuParams::groups() when sharded
   std::size_t size() const { return static_cast<std::size_t>(rows * cols); }
 };
 
 class GpuParams {
  public:
+  // zero_stage 0 (or zero_dp 1): unsharded; 1, 2, 3: ZeRO over zero_dp ranks, this one zero_rank.
   GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
-            int zero_dp = 1, int zero_rank = 0);
+            int zero_dp = 1, int zero_rank = 0, int zero_stage = 0);
 
   // The CPU runtime's seeded initialisation, copied up: the GPU starts from the CPU reference's weights.
   void upload(const ParamStore& host);
@@ -42,18 +62,45 @@ class GpuParams {
 
   bool has(const std::string& n) const { return index_.count(n) > 0; }
   const GpuParam& at(const std::string& n) const;
-  float* data(const std::string& n) { return f32(data_) + at(n).offset; }
-  float* grad(const std::string& n) { return f32(grad_) + at(n).offset; }
+  float* data(const std::string& n);  // ZeRO-3: only while its group is gathered (or whole for a checkpoint)
+  float* grad(const std::string& n);  // ZeRO-2/3: only while its group's gradient is live
   const __nv_bfloat16* half(const std::string& n) const;
   const std::vector<GpuParam>& params() const { return params_; }
   std::size_t count() const { return total_; }     // elements of the flat buffers in use (padding excluded)
   std::size_t padded() const { return padded_; }   // zero_dp * shard_size()
-  float* flat_grad() { return f32(grad_); }
-  float* flat_data() { return f32(data_); }
+  float* flat_grad();  // unsharded and ZeRO-1 only
+  float* flat_data();  // not under ZeRO-3
   bool sharded() const { return zero_dp_ > 1; }
+  int zero_stage() const { return sharded() ? zero_stage_ : 0; }
+  bool grouped() const { return zero_stage() >= 2; }  // per-group gradients (ZeRO-2/3)
   std::size_t shard_size() const { return shard_; }
   std::size_t shard_begin() const { return shard_ * std::size_t(zero_rank_); }
   float* shard_grad() { return f32(shard_grad_); }
+  int zero_rank() const { return zero_rank_; }
+
+  // ZeRO-2/3 groups (ZeRO-1: one group over the whole padded buffer), and those of the stage covering
+  // layers [l0, l1) (the embeddings when first; the final group and a tied embedding when last).
+  const std::vector<GpuZeroGroup>& groups() const { return groups_; }
+  std::vector<std::size_t> stage_groups(int l0, int l1, bool first, bool last) const;
+  std::size_t group_index(const std::string& name) const;  // groups().size() when this rank has no such group
+  // ZeRO-2/3 gradients of group g: allocated and zeroed on stream s if not live (returns whether it was not),
+  // and taken (the caller reduce-scatters the chunk * zero_dp elements, then lets the buffer go).
+  bool begin_group_grad(std::size_t g, cudaStream_t s);
+  bool group_grad_live(std::size_t g) const { return bool(group_grad_.at(g)); }
+  DBuf take_group_grad(std::size_t g);
+  // ZeRO-3 values of group g: gather_target allocates the full group (the caller all-gathers this rank's
+  // chunk, shard_data() + local, into it), finish_gather makes its bf16 copy on s; release_group drops both.
+  float* gather_target(std::size_t g);
+  void finish_gather(std::size_t g, cudaStream_t s);
+  void release_group(std::size_t g);
+  bool gathered(std::size_t g) const { return bool(group_data_.at(g)); }
+  float* shard_data() { return f32(shard_data_); }
+  // Gradient runs of the parameters `pick` accepts: each whole gradient (shard false, not under ZeRO-2/3), or
+  // this rank's runs of them in shard_grad() (shard true, sharded only). Equal on tp peers and on the two
+  // ranks of a tied embedding, whose groups have the same sizes.
+  std::vector<std::pair<float*, std::size_t>> grad_runs(bool shard, const std::function<bool(const GpuParam&)>& pick);
+  // --only-rank under ZeRO-3: the group's full values synthesised in place of a gather (see synthesise()).
+  void synthesise_group(std::size_t g, std::uint64_t seed, cudaStream_t s);
 
   void zero_grad(cudaStream_t s);
   void refresh_half(cudaStream_t s);
@@ -70,7 +117,7 @@ class GpuParams {
   // Recovery checkpoints: one parameter's value and AdamW moments to and from the host (synchronous). When
   // sharded, the moments of the whole buffer are assembled first (gather_moments, collective over the dp
   // group) and released after (release_moments); loading writes them whole and keeps this rank's shard
-  // (load_moments_begin / load_moments_end).
+  // (load_moments_begin / load_moments_end). Under ZeRO-3 the values take the same path as the moments.
   void download_state(const std::string& n, std::vector<float>& data, std::vector<float>& exp_avg,
                       std::vector<float>& exp_avg_sq);
   void upload_state(const std::string& n, const std::vector<float>& data, const std::vector<float>& exp_avg,
@@ -85,11 +132,24 @@ class GpuParams {
   std::vector<GpuParam> params_;
   std::map<std::string, std::size_t> index_;
   std::size_t total_ = 0, padded_ = 0, shard_ = 0;
-  int zero_dp_ = 1, zero_rank_ = 0;
+  int zero_dp_ = 1, zero_rank_ = 0, zero_stage_ = 0;
+  std::vector<GpuZeroGroup> groups_;
+  std::vector<DBuf> group_grad_, group_data_, group_half_;  // ZeRO-2/3 per group, live or empty
   DBuf data_, grad_, m_, v_, half_, scratch_, shard_grad_;
+  DBuf shard_data_;       // ZeRO-3: this rank's chunks of the values
   DBuf m_full_, v_full_;  // whole-buffer moments while a sharded checkpoint is written or read
+  DBuf data_full_;        // ZeRO-3: whole-buffer values at construction and while a checkpoint is written or read
   float* m_all() { return m_full_ ? f32(m_full_) : f32(m_); }  // moments indexed by flat offset
   float* v_all() { return v_full_ ? f32(v_full_) : f32(v_); }
+  float* data_all();  // values indexed by flat offset (ZeRO-3: data_full_, which must be live)
+  std::size_t group_of(std::size_t offset) const;
+  // f(p, flat_begin, flat_end, shard_index) for every run of a parameter inside this rank's chunks.
+  template <class F>
+  void for_owned(F&& f) const;
+  void gather_all(Comm& dp, const float* shard, float* full);  // every group's chunks, into flat order
+  void slice_all(const float* full, float* shard, cudaStream_t s);  // this rank's chunks out of flat order
+  void keep_owned(const GpuParam& p, const float* values, cudaStream_t s);  // ZeRO-3: p's runs into the shard
+  void synthesise_into(float* base, std::size_t begin, std::size_t end, std::uint64_t seed, cudaStream_t s);
 };
 
 }  // namespace tessel::rt::cuda

@@ -57,6 +57,17 @@ struct GpuStage::Impl {
   bool defer = false;        // its weight GEMMs are queued (split I) rather than run
   // A weight-gradient GEMM (and the bias it carries): now, or queued for W. The closure holds the
   // DBufs it reads, so they outlive the I.
+  GpuStage::ParamWindow window;  // ZeRO-3's gathers, or empty
+  void enter(std::initializer_list<std::string> groups) {
+    if (window)
+      for (const std::string& g : groups) window(g, true);
+  }
+  void leave(std::initializer_list<std::string> groups) {
+    if (window)
+      for (const std::string& g : groups) window(g, false);
+  }
+  std::string head_group() const { return P.has("head.w") ? "final" : "embed.tok"; }  // tied: the embedding
+
   void weight_job(std::function<void()> job) {
     if (defer) current_mb->jobs.push_back(std::move(job));
     else job();
@@ -383,6 +394,7 @@ GpuStage::GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, G
 GpuStage::~GpuStage() = default;
 
 void GpuStage::set_loss_sink(float* loss_sum) { impl_->loss_sum = loss_sum; }
+void GpuStage::set_param_window(ParamWindow w) { impl_->window = std::move(w); }
 const GpuStageConfig& GpuStage::config() const { return impl_->cfg; }
 std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.local_tokens) * impl_->sh.hidden; }
 int GpuStage::tokens() const { return impl_->sh.tokens; }
@@ -403,11 +415,19 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
   Impl::Mb& st = I.mbs[mb];
   st.tokens = tokens;
   st.targets = targets;
-  DBuf x = I.cfg.first ? I.embed_forward(st) : in;
+  DBuf x = in;
+  if (I.cfg.first) {
+    I.enter({"embed.tok", "embed.pos"});
+    x = I.embed_forward(st);
+    I.leave({"embed.tok", "embed.pos"});
+  }
   st.acts.assign(std::size_t(I.cfg.l1 - I.cfg.l0), Acts{});
   for (int l = I.cfg.l0; l < I.cfg.l1; ++l) {
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
+    const std::string group = "layers." + std::to_string(l);
+    I.enter({group});
     DBuf out = I.layer_forward(l, x, a);
+    I.leave({group});
     if (I.cfg.recompute == Recompute::full) {  // keep the block input only
       Acts kept;
       kept.x = x;
@@ -416,7 +436,9 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
     x = out;
   }
   if (I.cfg.last) {
+    I.enter({"final", I.head_group()});
     I.head_forward(st, x);
+    I.leave({"final", I.head_group()});
     return nullptr;
   }
   return x;
@@ -430,14 +452,22 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
   Impl::Mb& st = it->second;
   I.current_mb = &st;
   I.defer = defer_weight;
-  DBuf g = I.cfg.last ? I.head_backward(st) : dout;
+  DBuf g = dout;
+  if (I.cfg.last) {
+    I.enter({"final", I.head_group()});
+    g = I.head_backward(st);
+    I.leave({"final", I.head_group()});
+  }
   for (int l = I.cfg.l1 - 1; l >= I.cfg.l0; --l) {
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
+    const std::string group = "layers." + std::to_string(l);
+    I.enter({group});
     if (I.cfg.recompute == Recompute::full) {  // re-run the forward from the kept input
       const DBuf x = a.x;
       (void)I.layer_forward(l, x, a);
     }
     g = I.layer_backward(l, a, g);
+    I.leave({group});
     a = Acts{};
   }
   if (I.cfg.first) I.embed_backward(st, g);

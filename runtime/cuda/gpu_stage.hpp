@@ -10,8 +10,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/comm/comm.hpp"
@@ -48,6 +50,12 @@ class GpuStage {
   DBuf backward(int mb, DBuf dout, bool defer_weight = false);
   void backward_weight(int mb);  // W: the queued weight GEMMs of micro-batch mb
   void set_loss_sink(float* loss_sum);
+  // ZeRO-3 (gpu_trainer.cpp): called with a parameter group's name (runtime/zero_partition.hpp's: "embed.tok",
+  // "embed.pos", "layers.<i>", "final") before the kernels reading its values are queued (enter true) and
+  // after them (false): the embeddings, each layer (its recomputation and backward included) and the head.
+  // The weight-gradient GEMMs read no weights and are outside every window.
+  using ParamWindow = std::function<void(const std::string& group, bool enter)>;
+  void set_param_window(ParamWindow w);
 
   const GpuStageConfig& config() const;
   std::size_t activation_elems() const;  // [local_tokens, hidden]

@@ -43,8 +43,20 @@ struct GpuTrainer::Walker {
     const GpuStageConfig& c = stage(st).config();
     return {op, st, s.chunk_of(st), mb, c.l0, c.l1};
   }
+  // ZeRO-2/3 around every compute action, as the CPU executor: a stage's gradient groups live from the
+  // first action making them (B, I, W), reduced when a micro-batch's weight gradient is done (B, or W after
+  // I). ZeRO-3's gathers are finer than the CPU's (per action): the stage asks for each layer's group as it
+  // reaches it (GpuStage::set_param_window), so one layer's values are whole at a time, as FSDP does.
   template <class F>
   void compute(const char* op, const char* letter, int st, int mb, double flops, F&& f) {
+    const char l = letter[0];
+    const std::vector<std::size_t>* zg = t.params_->grouped() ? &t.stage_groups(st) : nullptr;
+    if (zg && l != 'F') t.begin_grads(*zg);
+    timed(op, letter, st, mb, flops, std::forward<F>(f));
+    if (zg && (l == 'B' || l == 'W')) t.flush_grads(*zg);
+  }
+  template <class F>
+  void timed(const char* op, const char* letter, int st, int mb, double flops, F&& f) {
     kg::NvtxRange r(op);
     const std::size_t id = t.dev_.begin_op(trace::Stream::compute, id_of(op, st, mb),
                                            std::string(letter) + " s" + std::to_string(st) + " mb" + std::to_string(mb), flops, 0.0);
@@ -139,8 +151,8 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     embed_ = groups_.pp->split(pair ? 0 : -1, at_.pp == first_pp_ ? 0 : 1);
   }
   const std::vector<std::string> names = rank_param_names(m, l, schedule_, at_.pp);
-  params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp, l.zero_stage == 1 ? l.dp : 1,
-                                        l.zero_stage == 1 ? at_.dp : 0);
+  params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp, l.zero_stage >= 1 ? l.dp : 1,
+                                        l.zero_stage >= 1 ? at_.dp : 0, l.zero_stage);
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
   loss_sum_ = dev.alloc_f32(1);
@@ -149,6 +161,8 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   for (int st : schedule_.stages_of(at_.pp)) {
     stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm);
     stages_[st]->set_loss_sink(f32(loss_sum_));
+    if (params_->zero_stage() == 3)
+      stages_[st]->set_param_window([this](const std::string& g, bool enter) { param_window(g, enter); });
   }
   const std::size_t T = std::size_t(l.micro_batch) * m.seq_len;
   for (int i = 0; i < l.num_microbatches(); ++i) {
@@ -188,6 +202,14 @@ void GpuTrainer::load_batch(int step) {
 // of the replicated parameters, then the data-parallel sum (each micro-batch loss already carries
 // 1 / (microbatches * dp)).
 void GpuTrainer::reduce_gradients() {
+  if (params_->grouped()) {  // ZeRO-2/3: every group was reduce-scattered after its backward; sums on the shards
+    for (std::size_t g = 0; g < params_->groups().size(); ++g)
+      TESSEL_CHECK(!params_->group_grad_live(g), "ZeRO-" << layout_.zero_stage << ": the gradient of group "
+                   << params_->groups()[g].name << " was not reduce-scattered before the step");
+    sync_tied();
+    sync_sequence_parallel();
+    return;
+  }
   sync_tied();
   sync_sequence_parallel();
   if (layout_.dp == 1) return;
@@ -209,13 +231,16 @@ void GpuTrainer::reduce_gradients() {
 }
 
 // Both copies of the tied embedding end with the sum of the two stages' gradients.
+// Under ZeRO-2/3 on this rank's run of it (the two copies form groups of one size: the same run).
 void GpuTrainer::sync_tied() {
   if (!embed_) return;
-  const std::size_t n = params_->at("embed.tok").size();
+  const auto runs = params_->grad_runs(params_->grouped(), [](const GpuParam& p) { return p.spec.name == "embed.tok"; });
+  if (runs.empty()) return;  // a rank whose chunk is all padding: so is its pair's
+  const auto [g, n] = runs.front();
   dev_.comm_waits_compute();
   const std::size_t id = dev_.begin_op(trace::Stream::pp, {"embedding_allreduce", -1, -1, -1, -1, -1},
                                        "embedding_allreduce", 0.0, double(n) * sizeof(float));
-  embed_->all_reduce(params_->grad("embed.tok"), n);
+  embed_->all_reduce(g, n);
   dev_.end_op(id);
   dev_.compute_waits_comm();
 }
@@ -225,24 +250,19 @@ void GpuTrainer::sync_tied() {
 // One packed all-reduce, as the CPU optimizer (a collective per tensor would be ~4 per layer).
 void GpuTrainer::sync_sequence_parallel() {
   if (!layout_.sequence_parallel || layout_.tp == 1 || record_only_) return;
-  std::vector<const GpuParam*> rep;
+  // Whole gradients, or under ZeRO-2/3 this rank's runs of them (tp peers' groups have equal sizes).
+  const auto runs = params_->grad_runs(params_->grouped(), [](const GpuParam& p) { return p.spec.shard_dim == -1; });
   std::size_t n = 0;
-  for (const GpuParam& p : params_->params())
-    if (p.spec.shard_dim == -1) {
-      rep.push_back(&p);
-      n += p.size();
-    }
+  for (const auto& r : runs) n += r.second;
   if (n == 0) return;
   DBuf packed = dev_.alloc_f32(n);
   const auto pack = [&](bool in) {
     std::size_t at = 0;
-    for (const GpuParam* p : rep) {
-      float* g = params_->grad(p->spec.name);
-      const std::size_t bytes = p->size() * sizeof(float);
-      cuda_ok(cudaMemcpyAsync(in ? f32(packed) + at : g, in ? g : f32(packed) + at, bytes, cudaMemcpyDeviceToDevice,
-                              dev_.compute()),
+    for (const auto& [g, k] : runs) {
+      cuda_ok(cudaMemcpyAsync(in ? f32(packed) + at : g, in ? g : f32(packed) + at, k * sizeof(float),
+                              cudaMemcpyDeviceToDevice, dev_.compute()),
               "sequence-parallel gradients");
-      at += p->size();
+      at += k;
     }
   };
   pack(true);
@@ -264,18 +284,92 @@ bool GpuTrainer::counts_in_norm(const GpuParam& p) const {
   return true;
 }
 
-// ZeRO-1: every dp rank updated its shard of the flat values; all-gather them in place (NCCL's in-place
-// form: this rank's input is its own slot of the output), then refresh the bf16 copy.
+// ZeRO-1/2: every dp rank updated its chunks of the flat values; all-gather them in place, group by group
+// (ZeRO-1: one group, the whole buffer; NCCL's in-place form: this rank's input is its own slot of the
+// output), then refresh the bf16 copy. ZeRO-3 keeps its shard: the next step's gathers read it.
 void GpuTrainer::gather_params() {
+  if (params_->zero_stage() == 3) return;
   dev_.comm_waits_compute();
-  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
-                                       double(params_->padded()) * sizeof(float));
-  if (!record_only_)
-    groups_.dp->all_gather(params_->flat_data() + params_->shard_begin(), params_->flat_data(), params_->shard_size());
-  dev_.end_op(id);
+  const std::size_t dp = std::size_t(layout_.dp);
+  for (const GpuZeroGroup& g : params_->groups()) {
+    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                         double(g.chunk * dp) * sizeof(float));
+    if (!record_only_) {
+      float* flat = params_->flat_data() + g.begin;
+      groups_.dp->all_gather(flat + g.chunk * std::size_t(at_.dp), flat, g.chunk);
+    }
+    dev_.end_op(id);
+  }
   if (!record_only_) dev_.compute_waits_comm();
   KernelScope k(dev_, "optimizer");
   params_->refresh_half(dev_.compute());
+}
+
+const std::vector<std::size_t>& GpuTrainer::stage_groups(int st) {
+  auto it = stage_groups_.find(st);
+  if (it == stage_groups_.end()) {
+    const GpuStageConfig& c = stages_.at(st)->config();
+    it = stage_groups_.emplace(st, params_->stage_groups(c.l0, c.l1, st == 0, st == layout_.num_stages() - 1)).first;
+  }
+  return it->second;
+}
+
+void GpuTrainer::begin_grads(const std::vector<std::size_t>& groups) {
+  for (std::size_t g : groups) params_->begin_group_grad(g, dev_.compute());
+}
+
+void GpuTrainer::flush_grads(const std::vector<std::size_t>& groups) {
+  for (std::size_t g : groups)
+    if (params_->group_grad_live(g)) flush_group(g);
+}
+
+// ZeRO-3: a stage's window on one parameter group (GpuStage::ParamWindow). Groups this rank lacks (learned
+// positions of a rotary model) are skipped.
+void GpuTrainer::param_window(const std::string& group, bool enter) {
+  const std::size_t g = params_->group_index(group);
+  if (g == params_->groups().size()) return;
+  if (!enter) params_->release_group(g);
+  else if (!params_->gathered(g)) gather_group(g);
+}
+
+// ZeRO-3: group g's values from every dp rank's chunk, then their bf16 copy (--only-rank: synthesised).
+void GpuTrainer::gather_group(std::size_t gi) {
+  const GpuZeroGroup& g = params_->groups()[gi];
+  dev_.comm_waits_compute();  // the new buffer may be memory that queued compute work still reads
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                       double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
+  if (record_only_) {
+    dev_.end_op(id);
+    KernelScope k(dev_, "zero3_gather");
+    params_->synthesise_group(gi, opt_.seed, dev_.compute());
+    return;
+  }
+  groups_.dp->all_gather(params_->shard_data() + g.local, params_->gather_target(gi), g.chunk);
+  dev_.end_op(id);
+  dev_.compute_waits_comm();
+  KernelScope k(dev_, "zero3_gather");
+  params_->finish_gather(gi, dev_.compute());
+}
+
+// ZeRO-2/3: group g's gradient of this micro-batch, reduce-scattered over dp and added to this rank's
+// sharded accumulator; the full gradient buffer goes (DeepSpeed's per-micro-batch reduction, as the CPU).
+void GpuTrainer::flush_group(std::size_t gi) {
+  const GpuZeroGroup& g = params_->groups()[gi];
+  DBuf full = params_->take_group_grad(gi);
+  DBuf mine = dev_.alloc_f32(g.chunk);
+  dev_.comm_waits_compute();
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
+                                       0.0, double(full->bytes()));
+  if (!record_only_) groups_.dp->reduce_scatter(f32(full), f32(mine), g.chunk);
+  dev_.end_op(id);
+  if (!record_only_) dev_.compute_waits_comm();
+  else  // nobody to reduce with: this rank's own slot stands in
+    cuda_ok(cudaMemcpyAsync(f32(mine), f32(full) + g.chunk * std::size_t(at_.dp), g.chunk * sizeof(float),
+                            cudaMemcpyDeviceToDevice, dev_.compute()),
+            "gradient shard");
+  KernelScope k(dev_, "zero_accumulate");
+  float* acc = params_->shard_grad() + g.local;
+  throw_if_failed(kg::add(dev_.compute(), acc, f32(mine), acc, g.chunk));
 }
 
 Comm& GpuTrainer::host_world() {

@@ -58,6 +58,15 @@ class GpuTrainer {
   void sync_tied();
   void sync_sequence_parallel();
   void gather_params();
+  // ZeRO-2/3 (see Walker::compute): the parameter groups of a stage; their gradients made live before a
+  // compute action and reduced after; ZeRO-3's per-group window inside the stage; one group's gather and
+  // one group's gradient reduction.
+  const std::vector<std::size_t>& stage_groups(int stage);
+  void begin_grads(const std::vector<std::size_t>& groups);
+  void flush_grads(const std::vector<std::size_t>& groups);
+  void param_window(const std::string& group, bool enter);
+  void gather_group(std::size_t g);
+  void flush_group(std::size_t g);
   double global_grad_norm();
   bool counts_in_norm(const GpuParam& p) const;
   float world_sum(float v);  // over every rank (host scalar)
@@ -84,6 +93,7 @@ class GpuTrainer {
   TokenStream data_;
   std::unique_ptr<GpuParams> params_;
   std::map<int, std::unique_ptr<GpuStage>> stages_;
+  std::map<int, std::vector<std::size_t>> stage_groups_;
   std::vector<DBuf> tokens_, targets_;  // per micro-batch, device
   DBuf loss_sum_;
   int steps_ = 0;

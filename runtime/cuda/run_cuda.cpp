@@ -65,9 +65,6 @@ void check_supported(const CudaRunOptions& o, int world) {
     throw InputError("--backend cuda: the layout needs " + std::to_string(l.gpus()) + " GPU processes, " +
                      std::to_string(world) + " started; launch one process per GPU (mpirun -n N, or torchrun-style "
                      "RANK/WORLD_SIZE), or measure one rank with --only-rank R");
-  if (l.zero_stage > 1)
-    throw InputError("--zero " + std::to_string(l.zero_stage) + ": the CUDA backend shards the optimizer state only "
-                     "(--zero 1, Megatron's distributed optimizer); ZeRO-2/3 run on the CPU backend");
 }
 
 // Where the step goes, per kernel scope: calls and milliseconds per step over the profiled steps, share of

@@ -50,10 +50,11 @@ Layout layout(int tp, int pp, int dp, const char* schedule = "1f1b", bool sp = f
   return l;
 }
 
-Layout zero1(Layout l) {
-  l.zero_stage = 1;
+Layout zero(int stage, Layout l) {
+  l.zero_stage = stage;
   return l;
 }
+Layout zero1(Layout l) { return zero(1, l); }
 
 
 struct GpuRun {
@@ -189,6 +190,24 @@ TEST_CASE("ZeRO-1 on the GPU matches the CPU runtime") {
   compare(tiny_llama(), zero1(layout(1, 2, 2)));
 }
 
+// ZeRO-2/3 on the GPU: per-group gradients reduce-scattered after every micro-batch's weight gradient
+// (the tied embedding and SP sums then on the shards), ZeRO-3's groups gathered around each forward and
+// input gradient; against the CPU runtime's ZeRO-2/3. Split backward (zb1p: I makes the norm gradients,
+// W the weight gradients), two stages on one rank (interleaved, DualPipeV: the tied embedding's group
+// used by the first and the last stage of the same rank), SP with tp peers' equal shards.
+TEST_CASE("ZeRO-2 and ZeRO-3 on the GPU match the CPU runtime") {
+  const Model tiny = load_model("tiny");
+  compare(tiny, zero(2, layout(1, 1, 2)));
+  compare(tiny, zero(2, layout(2, 2, 2, "1f1b", true)));
+  compare(tiny, zero(3, layout(1, 1, 2)));
+  compare(tiny, zero(3, layout(2, 2, 2, "1f1b", true)));
+  compare(tiny, zero(3, layout(1, 2, 2, "zb1p")));
+  compare(tiny, zero(3, layout(1, 2, 2, "interleaved", false, 2)));
+  compare(tiny_llama(), zero(3, layout(1, 2, 2, "dualpipev", false, 2)));
+  compare(tiny_llama(), zero(2, layout(2, 1, 2, "1f1b", true)), kernels::cuda::GemmType::bf16_fp32);
+  compare(tiny, zero(3, layout(2, 2, 2, "1f1b", true)), kernels::cuda::GemmType::bf16_fp32);
+}
+
 // Saved after step 2 on one runtime and layout, resumed on the other runtime under another layout and run
 // to step 4: step 3's loss and norm check the weights and the data position, step 4's also the restored
 // AdamW moments and step count (step 3's update used them).
@@ -196,6 +215,7 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
   const Model m = load_model("tiny");
   const Layout a = layout(2, 2, 1, "1f1b", true), b = layout(1, 2, 2);
   const Layout c = zero1(layout(1, 2, 2));  // the GPU's sharded moments, gathered to save, sliced to load
+  const Layout c2 = zero(2, layout(2, 1, 2, "1f1b", true)), c3 = zero(3, layout(1, 2, 2));  // ZeRO-3: values too
   const auto whole = rt::train_threads(m, b, {}, 4);
   const auto check_tail = [&](const std::vector<double>& loss, const std::vector<double>& norm) {
     REQUIRE(loss.size() == 2);
@@ -241,7 +261,7 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
       for (int i = 0; i < 2; ++i) (void)t.step();
       rt::save_checkpoint(t, dir.p.string(), 1234);
     });
-    for (const Layout& g : {a, c}) {
+    for (const Layout& g : {a, c, c2, c3}) {
       const std::string where = g.describe();
       CAPTURE(where);
       gpu_tail(g, dir.p.string());
@@ -251,6 +271,61 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
     TempDir dir("tessel-gpu-ckpt-c");
     (void)gpu_threads(m, c, 2, "", dir.p.string());  // GPU ZeRO-1 -> GPU tp2 pp2 sp
     gpu_tail(a, dir.p.string());
+  }
+  {
+    TempDir dir("tessel-gpu-ckpt-d");
+    (void)gpu_threads(m, c3, 2, "", dir.p.string());  // GPU ZeRO-3 -> GPU ZeRO-2 tp2 sp, and tp2 pp2 sp
+    gpu_tail(c2, dir.p.string());
+    gpu_tail(a, dir.p.string());
+  }
+}
+
+// What each ZeRO stage keeps between steps, to the byte: after a step, the device memory in use on dp rank
+// 0 is what it was before the step, and ZeRO 0's less exactly the buffers the stage shards (in the
+// allocator's block sizes), so no group gradient and no gathered group outlives its window. ZeRO-1: moments of a shard (plus the reduced-gradient
+// shard); ZeRO-2: no whole gradient; ZeRO-3: no whole values nor bf16 copy, only their shard. The step's
+// peak falls with them.
+TEST_CASE("ZeRO stages on the GPU hold exactly the sharded state between steps, and their peaks fall") {
+  const Model m = load_model("tiny");
+  const auto blk = [](std::size_t elems, std::size_t bytes) { return rc::CachingAllocator::round(elems * bytes); };
+  struct Mem {
+    std::size_t in_use = 0, peak = 0, state = 0;
+  };
+  std::vector<Mem> mem;
+  for (int z = 0; z <= 3; ++z) {
+    const Layout l = zero(z, layout(1, 1, 2));
+    Mem got;
+    std::mutex mu;
+    rt::run_threads(l.gpus(), [&](rt::Comm& host) {
+      rc::CudaDevice dev(0);
+      rc::DeviceStagedComm world(host, dev.comm());
+      rc::GpuTrainer t(dev, m, l, {}, &world, rt::Recorder::Clock::now());
+      const std::size_t built = dev.memory().in_use();
+      (void)t.step();
+      CHECK(dev.memory().in_use() == built);  // nothing of a step outlives it
+      (void)t.step();
+      CHECK(dev.memory().in_use() == built);
+      if (host.rank() != 0) return;
+      const rc::GpuParams& p = t.params();
+      const std::size_t n = p.padded(), k = p.shard_size();
+      Mem r{dev.memory().in_use(), dev.memory().peak(), 0};
+      // Buffers of the state, as GpuParams allocates them for this stage.
+      if (z < 3) r.state += blk(n, 4) + blk(n, 2);  // values and their bf16 copy
+      else r.state += blk(k, 4);                    // the values' shard
+      if (z < 2) r.state += blk(n, 4);              // the whole gradient
+      r.state += 2 * blk(z >= 1 ? k : n, 4);        // moments
+      if (z >= 1) r.state += blk(k, 4);             // the reduced gradient's shard
+      std::lock_guard<std::mutex> lk(mu);
+      got = r;
+    });
+    mem.push_back(got);
+  }
+  for (int z = 1; z <= 3; ++z) {
+    CAPTURE(z);
+    CHECK(mem[z].state < mem[z - 1].state);
+    // Everything else (tokens, rotary tables, the loss) is the same whatever the stage.
+    CHECK(mem[z].in_use - mem[z].state == mem[0].in_use - mem[0].state);
+    CHECK(mem[z].peak < mem[z - 1].peak);
   }
 }
 
