@@ -203,9 +203,11 @@ void GpuTrainer::load_batch(int step) {
 // 1 / (microbatches * dp)).
 void GpuTrainer::reduce_gradients() {
   if (params_->grouped()) {  // ZeRO-2/3: every group was reduce-scattered after its backward; sums on the shards
-    for (std::size_t g = 0; g < params_->groups().size(); ++g)
+    for (std::size_t g = 0; g < params_->groups().size(); ++g) {
       TESSEL_CHECK(!params_->group_grad_live(g), "ZeRO-" << layout_.zero_stage << ": the gradient of group "
                    << params_->groups()[g].name << " was not reduce-scattered before the step");
+      TESSEL_CHECK(!params_->gathered(g), "ZeRO-3: group " << params_->groups()[g].name << " is still gathered after the last action");
+    }
     sync_tied();
     sync_sequence_parallel();
     return;
