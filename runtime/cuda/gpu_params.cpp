@@ -187,7 +187,6 @@ const GpuParam& GpuParams::at(const std::string& n) const {
 float* GpuParams::data(const std::string& n) {
   const GpuParam& p = at(n);
   if (zero_stage() < 3) return f32(data_) + p.offset;
-  if (data_full_) return f32(data_full_) + p.offset;
   const DBuf& b = group_data_[p.group];
   TESSEL_CHECK(b, "ZeRO-3: parameter " << n << " read outside its group's gather (" << groups_[p.group].name << ")");
   return f32(b) + (p.offset - groups_[p.group].begin);
@@ -218,12 +217,6 @@ float* GpuParams::flat_grad() {
 float* GpuParams::flat_data() {
   TESSEL_CHECK(zero_stage() < 3, "ZeRO-3 keeps no whole parameter buffer");
   return f32(data_);
-}
-
-float* GpuParams::data_all() {
-  if (zero_stage() < 3) return f32(data_);
-  TESSEL_CHECK(data_full_, "ZeRO-3: the whole parameters are not gathered (gather_moments / load_moments_begin first)");
-  return f32(data_full_);
 }
 
 void GpuParams::synthesise_into(float* base, std::size_t begin, std::size_t end, std::uint64_t seed, cudaStream_t s) {
@@ -357,78 +350,84 @@ std::vector<float> GpuParams::download_grad(const std::string& n) {
   return h;
 }
 
-void GpuParams::download_state(const std::string& n, std::vector<float>& data, std::vector<float>& exp_avg,
-                               std::vector<float>& exp_avg_sq) {
-  const GpuParam& p = at(n);
-  cuda_ok(cudaStreamSynchronize(dev_.compute()), "checkpoint download");
-  TESSEL_CHECK(!sharded() || m_full_, "sharded moments: gather_moments() first");
-  for (auto [buf, out] : {std::pair{data_all(), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
-    out->resize(p.size());
-    copy_sync(out->data(), buf + p.offset, p.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(),
-              "checkpoint download");
+// Recovery checkpoints. Sharded, one group at a time through buffers of one group's size (the whole
+// buffer under ZeRO-1, one group), so saving adds at most three group-sized buffers to the device's peak.
+void GpuParams::save_states(Comm* dp, std::vector<HostParamState>& out) {
+  const cudaStream_t s = dev_.compute();
+  cuda_ok(cudaStreamSynchronize(s), "checkpoint download");
+  out.assign(params_.size(), {});
+  const auto down = [&](std::vector<float>& to, const float* from, std::size_t n) {
+    to.resize(n);
+    copy_sync(to.data(), from, n * sizeof(float), cudaMemcpyDeviceToHost, s, "checkpoint download");
+  };
+  if (!sharded()) {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const GpuParam& p = params_[i];
+      down(out[i].data, f32(data_) + p.offset, p.size());
+      down(out[i].exp_avg, f32(m_) + p.offset, p.size());
+      down(out[i].exp_avg_sq, f32(v_) + p.offset, p.size());
+    }
+    return;
+  }
+  TESSEL_CHECK(dp, "a sharded checkpoint needs the data-parallel group");
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    const GpuZeroGroup& g = groups_[gi];
+    const std::size_t span = g.chunk * std::size_t(zero_dp_);
+    DBuf m = dev_.alloc_f32(span), v = dev_.alloc_f32(span), d = zero_stage() == 3 ? dev_.alloc_f32(span) : nullptr;
+    dp->all_gather(f32(m_) + g.local, f32(m), g.chunk);
+    dp->all_gather(f32(v_) + g.local, f32(v), g.chunk);
+    if (d) dp->all_gather(f32(shard_data_) + g.local, f32(d), g.chunk);
+    dp->barrier();  // NCCL: the gathers are on the comm stream; the downloads below read their output
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const GpuParam& p = params_[i];
+      if (p.group != gi) continue;
+      const std::size_t at = p.offset - g.begin;
+      down(out[i].data, d ? f32(d) + at : f32(data_) + p.offset, p.size());
+      down(out[i].exp_avg, f32(m) + at, p.size());
+      down(out[i].exp_avg_sq, f32(v) + at, p.size());
+    }
   }
 }
 
-void GpuParams::upload_state(const std::string& n, const std::vector<float>& data, const std::vector<float>& exp_avg,
-                             const std::vector<float>& exp_avg_sq) {
-  const GpuParam& p = at(n);
-  cuda_ok(cudaStreamSynchronize(dev_.compute()), "checkpoint upload");
-  TESSEL_CHECK(!sharded() || m_full_, "sharded moments: load_moments_begin() first");
-  for (auto [buf, in] : {std::pair{data_all(), &data}, std::pair{m_all(), &exp_avg}, std::pair{v_all(), &exp_avg_sq}}) {
-    TESSEL_CHECK(in->size() == p.size(), "checkpoint upload of " << n << ": " << in->size() << " values for " << p.size());
-    copy_sync(buf + p.offset, in->data(), p.size() * sizeof(float), cudaMemcpyHostToDevice, dev_.compute(),
-              "checkpoint upload");
+void GpuParams::load_states(const std::vector<HostParamState>& in) {
+  const cudaStream_t s = dev_.compute();
+  cuda_ok(cudaStreamSynchronize(s), "checkpoint upload");
+  TESSEL_CHECK(in.size() == params_.size(), "checkpoint upload: " << in.size() << " parameters for " << params_.size());
+  const auto up = [&](float* to, const std::vector<float>& from, const GpuParam& p) {
+    TESSEL_CHECK(from.size() == p.size(), "checkpoint upload of " << p.spec.name << ": " << from.size() << " values for " << p.size());
+    copy_sync(to, from.data(), p.size() * sizeof(float), cudaMemcpyHostToDevice, s, "checkpoint upload");
+  };
+  if (!sharded()) {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const GpuParam& p = params_[i];
+      up(f32(data_) + p.offset, in[i].data, p);
+      up(f32(m_) + p.offset, in[i].exp_avg, p);
+      up(f32(v_) + p.offset, in[i].exp_avg_sq, p);
+    }
+    refresh_half(s);
+    return;
   }
-}
-
-// Every group's chunks from the dp ranks, into flat order (each group spans chunk * zero_dp elements from
-// its begin, so one all-gather per group lands in place).
-void GpuParams::gather_all(Comm& dp, const float* shard, float* full) {
-  for (const GpuZeroGroup& g : groups_) dp.all_gather(shard + g.local, full + g.begin, g.chunk);
-}
-
-void GpuParams::slice_all(const float* full, float* shard, cudaStream_t s) {
-  for (const GpuZeroGroup& g : groups_)
-    cuda_ok(cudaMemcpyAsync(shard + g.local, full + g.begin + g.chunk * std::size_t(zero_rank_), g.chunk * sizeof(float),
-                            cudaMemcpyDeviceToDevice, s),
-            "parameter shard");
-  cuda_ok(cudaStreamSynchronize(s), "parameter shard");
-}
-
-void GpuParams::gather_moments(Comm& dp) {
-  if (!sharded()) return;
-  m_full_ = dev_.alloc_f32(padded_);
-  v_full_ = dev_.alloc_f32(padded_);
-  if (zero_stage() == 3) data_full_ = dev_.alloc_f32(padded_);
-  cuda_ok(cudaStreamSynchronize(dev_.compute()), "gather moments");
-  gather_all(dp, f32(m_), f32(m_full_));
-  gather_all(dp, f32(v_), f32(v_full_));
-  if (zero_stage() == 3) gather_all(dp, f32(shard_data_), f32(data_full_));
-  dp.barrier();  // NCCL: the gathers are on the comm stream; the downloads that follow read their output
-}
-
-void GpuParams::release_moments() {
-  m_full_.reset();
-  v_full_.reset();
-  data_full_.reset();
-}
-
-void GpuParams::load_moments_begin() {
-  if (!sharded()) return;
-  m_full_ = dev_.alloc_f32(padded_);
-  v_full_ = dev_.alloc_f32(padded_);
-  if (zero_stage() == 3) data_full_ = dev_.alloc_f32(padded_);
-  for (const DBuf& b : {m_full_, v_full_, data_full_})
-    if (b) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), dev_.compute()), "load moments");
-  cuda_ok(cudaStreamSynchronize(dev_.compute()), "load moments");
-}
-
-void GpuParams::load_moments_end() {
-  if (!sharded()) return;
-  slice_all(f32(m_full_), f32(m_), dev_.compute());
-  slice_all(f32(v_full_), f32(v_), dev_.compute());
-  if (zero_stage() == 3) slice_all(f32(data_full_), f32(shard_data_), dev_.compute());
-  release_moments();
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {  // each group whole, then this rank's chunk kept
+    const GpuZeroGroup& g = groups_[gi];
+    const std::size_t span = g.chunk * std::size_t(zero_dp_);
+    DBuf m = dev_.alloc_f32(span), v = dev_.alloc_f32(span), d = zero_stage() == 3 ? dev_.alloc_f32(span) : nullptr;
+    for (const DBuf& b : {m, v, d})
+      if (b) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "checkpoint upload");  // the padding
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const GpuParam& p = params_[i];
+      if (p.group != gi) continue;
+      const std::size_t at = p.offset - g.begin;
+      up(d ? f32(d) + at : f32(data_) + p.offset, in[i].data, p);
+      up(f32(m) + at, in[i].exp_avg, p);
+      up(f32(v) + at, in[i].exp_avg_sq, p);
+    }
+    const std::size_t own = g.chunk * std::size_t(zero_rank_), bytes = g.chunk * sizeof(float);
+    copy_sync(f32(m_) + g.local, f32(m) + own, bytes, cudaMemcpyDeviceToDevice, s, "checkpoint upload");
+    copy_sync(f32(v_) + g.local, f32(v) + own, bytes, cudaMemcpyDeviceToDevice, s, "checkpoint upload");
+    if (d) copy_sync(f32(shard_data_) + g.local, f32(d) + own, bytes, cudaMemcpyDeviceToDevice, s, "checkpoint upload");
+  }
+  refresh_half(s);
+  cuda_ok(cudaStreamSynchronize(s), "checkpoint upload");
 }
 
 }  // namespace tessel::rt::cuda

@@ -114,18 +114,14 @@ class GpuParams {
   double local_grad_sq(cudaStream_t s, const std::function<bool(const GpuParam&)>& counted);
   // Host copy of one parameter's gradient (the numerics test).
   std::vector<float> download_grad(const std::string& n);
-  // Recovery checkpoints: one parameter's value and AdamW moments to and from the host (synchronous). When
-  // sharded, the moments of the whole buffer are assembled first (gather_moments, collective over the dp
-  // group) and released after (release_moments); loading writes them whole and keeps this rank's shard
-  // (load_moments_begin / load_moments_end). Under ZeRO-3 the values take the same path as the moments.
-  void download_state(const std::string& n, std::vector<float>& data, std::vector<float>& exp_avg,
-                      std::vector<float>& exp_avg_sq);
-  void upload_state(const std::string& n, const std::vector<float>& data, const std::vector<float>& exp_avg,
-                    const std::vector<float>& exp_avg_sq);  // then refresh_half() once after the last
-  void gather_moments(Comm& dp);
-  void release_moments();
-  void load_moments_begin();
-  void load_moments_end();
+  // Recovery checkpoints: every parameter's value and AdamW moments (params() order) to and from the host,
+  // synchronously. Sharded, group by group: saving all-gathers each group's chunks over `dp` (a collective:
+  // every dp rank calls it), loading keeps this rank's chunks of each group.
+  struct HostParamState {
+    std::vector<float> data, exp_avg, exp_avg_sq;
+  };
+  void save_states(Comm* dp, std::vector<HostParamState>& out);
+  void load_states(const std::vector<HostParamState>& in);
 
  private:
   CudaDevice& dev_;
@@ -136,18 +132,10 @@ class GpuParams {
   std::vector<GpuZeroGroup> groups_;
   std::vector<DBuf> group_grad_, group_data_, group_half_;  // ZeRO-2/3 per group, live or empty
   DBuf data_, grad_, m_, v_, half_, scratch_, shard_grad_;
-  DBuf shard_data_;       // ZeRO-3: this rank's chunks of the values
-  DBuf m_full_, v_full_;  // whole-buffer moments while a sharded checkpoint is written or read
-  DBuf data_full_;        // ZeRO-3: whole-buffer values at construction and while a checkpoint is written or read
-  float* m_all() { return m_full_ ? f32(m_full_) : f32(m_); }  // moments indexed by flat offset
-  float* v_all() { return v_full_ ? f32(v_full_) : f32(v_); }
-  float* data_all();  // values indexed by flat offset (ZeRO-3: data_full_, which must be live)
-  std::size_t group_of(std::size_t offset) const;
+  DBuf shard_data_;  // ZeRO-3: this rank's chunks of the values
   // f(p, flat_begin, flat_end, shard_index) for every run of a parameter inside this rank's chunks.
   template <class F>
   void for_owned(F&& f) const;
-  void gather_all(Comm& dp, const float* shard, float* full);  // every group's chunks, into flat order
-  void slice_all(const float* full, float* shard, cudaStream_t s);  // this rank's chunks out of flat order
   void keep_owned(const GpuParam& p, const float* values, cudaStream_t s);  // ZeRO-3: p's runs into the shard
   void synthesise_into(float* base, std::size_t begin, std::size_t end, std::uint64_t seed, cudaStream_t s);
 };

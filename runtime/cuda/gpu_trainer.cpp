@@ -397,17 +397,13 @@ double GpuTrainer::global_grad_norm() {
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
 }
 
-// One parameter's value and AdamW moments on the host, as the checkpoint writer and reader see them.
-struct GpuTrainer::HostState {
-  std::vector<float> data, exp_avg, exp_avg_sq;
-};
-
 // The checkpoint's views of `host` (one entry per parameter, in params() order), which must outlive them.
-std::vector<CheckpointTensor> GpuTrainer::checkpoint_views(std::vector<HostState>& host, bool for_writing) const {
+std::vector<CheckpointTensor> GpuTrainer::checkpoint_views(std::vector<GpuParams::HostParamState>& host,
+                                                           bool for_writing) const {
   std::vector<CheckpointTensor> ts;
   std::size_t i = 0;
   for (const GpuParam& p : params_->params()) {
-    HostState& h = host[i++];
+    GpuParams::HostParamState& h = host[i++];
     const bool owned = for_writing && checkpoint_owns(p.spec, at_, schedule_);
     ts.push_back({p.spec, p.rows, p.cols, p.row0, p.col0, owned, h.data.data(), h.exp_avg.data(), h.exp_avg_sq.data()});
   }
@@ -416,27 +412,20 @@ std::vector<CheckpointTensor> GpuTrainer::checkpoint_views(std::vector<HostState
 
 void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
-  std::vector<HostState> host(params_->params().size());
-  if (params_->sharded()) params_->gather_moments(*groups_.dp);  // ZeRO-1: the whole moments from the dp shards
-  for (std::size_t i = 0; i < host.size(); ++i)
-    params_->download_state(params_->params()[i].spec.name, host[i].data, host[i].exp_avg, host[i].exp_avg_sq);
-  params_->release_moments();
+  std::vector<GpuParams::HostParamState> host;
+  params_->save_states(groups_.dp.get(), host);  // ZeRO: the whole values and moments from the dp shards
   write_checkpoint(dir, steps_, seed, model_, layout_, "cuda", host_world(), checkpoint_views(host, true));
 }
 
 void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not resume");
-  std::vector<HostState> host(params_->params().size());
+  std::vector<GpuParams::HostParamState> host(params_->params().size());
   for (std::size_t i = 0; i < host.size(); ++i) {
     const std::size_t n = params_->params()[i].size();
     host[i] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   }
   const int step = read_checkpoint(dir, seed, checkpoint_views(host, false));
-  params_->load_moments_begin();
-  for (std::size_t i = 0; i < host.size(); ++i)
-    params_->upload_state(params_->params()[i].spec.name, host[i].data, host[i].exp_avg, host[i].exp_avg_sq);
-  params_->load_moments_end();  // ZeRO-1: keeps this rank's shard
-  params_->refresh_half(dev_.compute());
+  params_->load_states(host);  // ZeRO: this rank keeps its chunks
   steps_ = step;
 }
 

@@ -71,8 +71,7 @@ class GpuTrainer {
   bool counts_in_norm(const GpuParam& p) const;
   float world_sum(float v);  // over every rank (host scalar)
   Comm& host_world();
-  struct HostState;  // one parameter's value and AdamW moments on the host (checkpoints)
-  std::vector<CheckpointTensor> checkpoint_views(std::vector<HostState>& host, bool for_writing) const;
+  std::vector<CheckpointTensor> checkpoint_views(std::vector<GpuParams::HostParamState>& host, bool for_writing) const;
 
   CudaDevice& dev_;
   Model model_;
