@@ -1,6 +1,4 @@
-// Fake NCCL (tests/cuda_fake): the names runtime/cuda/nccl_comm.cpp uses, every call but ncclGetUniqueId
-// failing with ncclInvalidUsage, so the code links and a path that reaches NCCL on the fake says so
-// (CommError).
+// Fake NCCL (tests/cuda_fake): the names runtime/cuda/nccl_comm.cpp uses.
 #pragma once
 
 #include <unistd.h>
@@ -22,7 +20,9 @@ enum ncclDataType_t { ncclFloat = 7 };
 enum ncclRedOp_t { ncclSum = 0, ncclMax = 2 };
 constexpr int NCCL_SPLIT_NOCOLOR = -1;
 
-inline const char* ncclGetErrorString(ncclResult_t) { return "fake NCCL: no communication on the fake CUDA runtime"; }
+inline const char* ncclGetErrorString(ncclResult_t r) {
+  return r == 2 ? "fake NCCL: a wait timed out or the ranks disagreed (see stderr)" : "fake NCCL: invalid usage";
+}
 // A fresh id each call (the bootstrap's rendezvous is tested across processes on the fake): bytes from the
 // process id, a counter and the clock, none of them zero.
 inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
@@ -35,27 +35,25 @@ inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
   }
   return ncclSuccess;
 }
-inline ncclResult_t ncclCommInitRank(ncclComm_t*, int, ncclUniqueId, int) { return ncclInvalidUsage; }
-inline ncclResult_t ncclCommDestroy(ncclComm_t) { return ncclSuccess; }
-inline ncclResult_t ncclCommUserRank(ncclComm_t, int*) { return ncclInvalidUsage; }
-inline ncclResult_t ncclCommCount(ncclComm_t, int*) { return ncclInvalidUsage; }
-inline ncclResult_t ncclCommSplit(ncclComm_t, int, int, ncclComm_t*, void*) { return ncclInvalidUsage; }
-inline ncclResult_t ncclAllReduce(const void*, void*, std::size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclAllGather(const void*, void*, std::size_t, ncclDataType_t, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclReduceScatter(const void*, void*, std::size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t,
-                                      cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclBroadcast(const void*, void*, std::size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclSend(const void*, std::size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
-inline ncclResult_t ncclRecv(void*, std::size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
-  return ncclInvalidUsage;
-}
+// The rest: an in-process NCCL over threads (fake_nccl.cpp), one rank per thread, with NCCL's blocking
+// semantics: a collective returns once every rank of the communicator has issued it, a send once its
+// receive has been issued (ncclSend/ncclRecv block the GPU stream; the fake's streams run at issue, so the
+// host waits instead, and a schedule that would hang on GPUs hangs here). Every wait gives up after
+// TESSEL_FAKE_NCCL_TIMEOUT_S seconds (default 60) with ncclSystemError and a line on stderr naming the call,
+// the ranks and what it waited for. Ranks in other processes never join (ncclCommInitRank times out).
+constexpr ncclResult_t ncclSystemError = 2;
+ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommUserRank(ncclComm_t comm, int* rank);
+ncclResult_t ncclCommCount(ncclComm_t comm, int* count);
+ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, void* config);
+ncclResult_t ncclAllReduce(const void* send, void* recv, std::size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void* send, void* recv, std::size_t sendcount, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void* send, void* recv, std::size_t recvcount, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, ncclDataType_t type, int root, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream);
