@@ -133,6 +133,11 @@ std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, boo
   return out;
 }
 
+GpuParams::StateBytes GpuParams::state_bytes() const {
+  const auto b = [](const DBuf& d) { return d ? d->bytes() : std::size_t(0); };
+  return {b(data_) + b(half_) + b(shard_data_), b(grad_) + b(shard_grad_), b(m_) + b(v_)};
+}
+
 std::size_t GpuParams::group_index(const std::string& name) const {
   for (std::size_t i = 0; i < groups_.size(); ++i)
     if (groups_[i].name == name) return i;

@@ -114,6 +114,15 @@ class GpuParams {
   double local_grad_sq(cudaStream_t s, const std::function<bool(const GpuParam&)>& counted);
   // Host copy of one parameter's gradient (the numerics test).
   std::vector<float> download_grad(const std::string& n);
+  // Device bytes of the state this rank keeps between steps, by kind (ZeRO-sharded buffers at their shard
+  // size): values (fp32, plus the bf16 copy the GEMMs read, not under ZeRO-3), gradients (the whole buffer
+  // and/or the reduced shard), AdamW moments.
+  struct StateBytes {
+    std::size_t values = 0, grads = 0, moments = 0;
+    std::size_t total() const { return values + grads + moments; }
+  };
+  StateBytes state_bytes() const;
+
   // Recovery checkpoints: every parameter's value and AdamW moments (params() order) to and from the host,
   // synchronously. Sharded, group by group: saving all-gathers each group's chunks over `dp` (a collective:
   // every dp rank calls it), loading keeps this rank's chunks of each group.

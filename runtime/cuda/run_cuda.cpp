@@ -150,9 +150,14 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
     std::printf("summary: median step %.2f ms %s, %.0f tokens/s, %.1f TFLOP/s, %s\n", med * 1e3, over.c_str(),
                 tokens / med, achieved / 1e12, mfu);
   }
-  if (talk)
-    std::printf("device memory: peak %.1f MiB in use, %.1f MiB reserved\n", dev.memory().peak() / 1048576.0,
-                dev.memory().reserved() / 1048576.0);
+  if (talk) {
+    const GpuParams::StateBytes sb = t.params().state_bytes();
+    const double mib = 1048576.0;
+    std::printf("device memory: peak %.1f MiB in use, %.1f MiB reserved; state between steps %.1f MiB (values %.1f, "
+                "gradients %.1f, AdamW %.1f%s)\n",
+                dev.memory().peak() / mib, dev.memory().reserved() / mib, sb.total() / mib, sb.values / mib, sb.grads / mib,
+                sb.moments / mib, o.layout.zero_stage > 0 && o.layout.dp > 1 ? (", ZeRO-" + std::to_string(o.layout.zero_stage) + " shards").c_str() : "");
+  }
   auto& ev = t.recorder().events();
   tr.events.insert(tr.events.end(), ev.begin(), ev.end());
   tr.process_names[t.world_rank()] = t.process_name();

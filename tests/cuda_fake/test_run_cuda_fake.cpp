@@ -216,6 +216,8 @@ TEST_CASE("--only-rank under ZeRO-3 records a gather per layer and use, and a re
   const int mbs = o.layout.num_microbatches() * o.steps, groups = 4 + 2;  // four layers, "final", "embed.tok"
   CHECK(gathers == 2 * groups * mbs);
   CHECK(reduces == groups * mbs);
+  CHECK(text.find("state between steps") != std::string::npos);
+  CHECK(text.find("ZeRO-3 shards") != std::string::npos);
   fs::remove(trace);
 }
 
