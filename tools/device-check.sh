@@ -23,7 +23,8 @@
 #                                      with CUDA in build-device, runs the GPU tests (the multi-rank ones as
 #                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, one-GPU
 #                                      training of tiny (also tp2 pp2 dp2 zero1 under --gpu-threads against
-#                                      the CPU backend, and a checkpoint resumed under another layout) and of
+#                                      the CPU backend, pp2 dp2 zero3 with its state memory, and a
+#                                      checkpoint resumed under another layout) and of
 #                                      a ~1.3B GPT with traces and the kernel profile (attention versions 1,
 #                                      2 and 3), --only-rank runs of GPT-3 175B tp8 pp8 (first and last
 #                                      stage), PyTorch eager, SDPA and torch.compile on the same shapes, and
@@ -200,6 +201,8 @@ note "tiny tp2 pp2 dp2 sp zero1, step 4 loss: gpu-threads $(grep -A6 -- '--gpu-t
 RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-threads --steps 2 --save-every 2 --checkpoint-dir "$work/ckpt"
 RUN_CAP=30 run --model tiny --tp 2 --mbs 2 --gbs 8 --precision fp32 --steps 4 --gpu-threads --resume "$work/ckpt"
 RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-threads --steps 4
+RUN_CAP=30 run --model tiny --pp 2 --dp 2 --zero 3 --mbs 2 --gbs 16 --gpu-threads --steps 4 --precision fp32
+note "tiny pp2 dp2 zero3 (gpu-threads), step 4 loss $(grep -A9 -- '--zero 3 --mbs' "$OUT/runs.log" | awk '/^step +4 /{print $4}'); $(grep -A9 -- '--zero 3 --mbs' "$OUT/runs.log" | grep '^device memory')"
 note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/runs.log" | awk '/^step +4 /{print $4}') vs uninterrupted $(grep -A8 -- '--gpu-threads --steps 4$' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
 RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --profile-kernels --trace "$work/gpt1b.json"
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
