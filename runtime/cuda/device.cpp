@@ -145,15 +145,17 @@ void CudaDevice::collect(Recorder& rec) {
     KernelTotal& k = totals_[sc.name];
     ++k.calls;
     k.ms += ms;
+    k.flops += sc.flops;
+    k.bytes += sc.bytes;
   }
   ops_.clear();
   scopes_.clear();
   used_ = 0;
 }
 
-std::size_t CudaDevice::scope_begin(const char* name) {
+std::size_t CudaDevice::scope_begin(const char* name, double flops, double bytes) {
   if (!profile_) return static_cast<std::size_t>(-1);
-  Scope sc{name, event(), nullptr};
+  Scope sc{name, event(), nullptr, flops, bytes};
   RT_CUDA(cudaEventRecord(sc.begin, compute_));
   scopes_.push_back(sc);
   return scopes_.size() - 1;

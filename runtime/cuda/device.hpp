@@ -100,14 +100,16 @@ class CudaDevice {
 
   // Kernel-level profile (`tessel run --backend cuda --profile-kernels`): named scopes of launches on the
   // compute stream (KernelScope), each timed by an event pair and summed per name by collect(). Off by
-  // default: then a scope records nothing.
+  // default: then a scope records nothing. A scope may say the work it does (FLOPs, and the bytes it must
+  // move to and from device memory at least), so the profile can set its time against the roofline.
   struct KernelTotal {
     std::int64_t calls = 0;
     double ms = 0;
+    double flops = 0, bytes = 0;  // summed over the calls
   };
   void set_kernel_profile(bool on) { profile_ = on; }
   bool kernel_profile() const { return profile_; }
-  std::size_t scope_begin(const char* name);  // npos when profiling is off
+  std::size_t scope_begin(const char* name, double flops = 0, double bytes = 0);  // npos when profiling is off
   void scope_end(std::size_t scope);
   const std::map<std::string, KernelTotal>& kernel_totals() const { return totals_; }
   void reset_kernel_totals() { totals_.clear(); }
@@ -136,6 +138,7 @@ class CudaDevice {
   struct Scope {
     const char* name;
     cudaEvent_t begin, end;
+    double flops, bytes;
   };
   bool profile_ = false;
   std::vector<Scope> scopes_;
@@ -146,7 +149,8 @@ class CudaDevice {
 // outlive the step (a string literal).
 class KernelScope {
  public:
-  KernelScope(CudaDevice& d, const char* name) : d_(d), i_(d.scope_begin(name)) {}
+  KernelScope(CudaDevice& d, const char* name, double flops = 0, double bytes = 0)
+      : d_(d), i_(d.scope_begin(name, flops, bytes)) {}
   ~KernelScope() { d_.scope_end(i_); }
   KernelScope(const KernelScope&) = delete;
   KernelScope& operator=(const KernelScope&) = delete;

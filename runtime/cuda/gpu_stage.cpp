@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "kernels/cpu/rope.hpp"
@@ -16,10 +17,13 @@ namespace kg = kernels::cuda;
 using kg::GemmType;
 
 // A launch (returning Status) inside a named kernel scope of the device's profile (--profile-kernels).
-#define TIMED(name, expr)              \
-  do {                                 \
-    KernelScope ks_(dev, name);        \
-    throw_if_failed(expr);             \
+// A kernel launch in a named profile scope (CudaDevice::set_kernel_profile) with the work it does: its
+// FLOPs and the bytes it must move to and from device memory at least (each tensor read or written once;
+// the profile sets the measured time against the roofline of the two).
+#define TIMED_W(name, flops, bytes, expr)          \
+  do {                                              \
+    KernelScope ks_(dev, name, (flops), (bytes));   \
+    throw_if_failed(expr);                          \
   } while (0)
 
 namespace {
@@ -107,18 +111,30 @@ struct GpuStage::Impl {
   float* bias(const std::string& n) { return P.has(n) ? P.data(n) : nullptr; }
   float* bgrad(const std::string& n) { return P.has(n) ? P.grad(n) : nullptr; }
 
+  // The profile's work counts (TIMED_W): bytes per element of a GEMM operand; a column sum of [R, C] into an
+  // accumulated vector; causal attention's FLOPs, `gemms` s x s x d products halved by the mask (forward 2:
+  // Q K^T and P V; backward 5: both again, dP, dQ, dK); rows of the softmax statistics.
+  double operand_bytes() const { return half() ? 2.0 : 4.0; }
+  static double col_sum_bytes(double rows, double cols) { return 4.0 * rows * cols + 8.0 * cols; }
+  double attention_flops(double gemms) const {
+    return gemms * 2.0 * sh.batch * sh.heads * double(sh.seq) * sh.seq * sh.head_dim * 0.5;
+  }
+  double stats_rows() const { return double(sh.batch) * sh.heads * sh.seq; }
+
   // The GEMM operand form of an fp32 activation: itself, or a bf16 copy.
   DBuf operand(const DBuf& x, std::size_t n) {
     if (!half()) return x;
     DBuf b = buf16(n);
-    TIMED("to_bf16", kg::to_bf16(s(), f32(x), bf16(b), n));
+    TIMED_W("to_bf16", 0.0, 6.0 * double(n), kg::to_bf16(s(), f32(x), bf16(b), n));
     return b;
   }
   void mm(const char* what, bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B, int ldb,
           float beta, float* C, int ldc, const float* b = nullptr) {
     kg::GemmArgs a{ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, type,
                    b ? kg::Epilogue::bias : kg::Epilogue::none, b};
-    TIMED(what, dev.gemm().run(s(), a));
+    const double es = type == GemmType::fp32 || type == GemmType::tf32 ? 4.0 : 2.0, m = M, n = N, k = K;
+    const double bytes = es * (m * k + k * n) + 4.0 * m * n * (beta != 0.0f ? 2.0 : 1.0) + (b ? 4.0 * n : 0.0);
+    TIMED_W(what, 2.0 * m * n * k, bytes, dev.gemm().run(s(), a));
   }
   // y[T,out] = x W + b;  dx[T,in] (+)= dy W^T;  dW += x^T dy, db += colsum(dy).
   DBuf linear(const DBuf& gx, int in, int out, const std::string& w, const std::string& b) {
@@ -133,7 +149,7 @@ struct GpuStage::Impl {
                    const std::string& b) {
     weight_job([this, gx, gdy, dy, in, out, w, b] {
       mm("gemm_wgrad", true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
-      if (float* db = bgrad(b)) TIMED("bias_grad", kg::col_sum(s(), f32(dy), sh.tokens, out, db));
+      if (float* db = bgrad(b)) TIMED_W("bias_grad", 0.0, col_sum_bytes(sh.tokens, out), kg::col_sum(s(), f32(dy), sh.tokens, out, db));
     });
   }
 
@@ -185,19 +201,24 @@ struct GpuStage::Impl {
     DBuf y = direct ? buf16(n) : buf(n);
     float* y32 = direct ? nullptr : f32(y);
     __nv_bfloat16* y16 = direct ? bf16(y) : nullptr;
+    const double R = sh.local_tokens, C = sh.hidden, stats = sh.layernorm ? 2.0 : 1.0;
+    const double bytes = (4.0 + (y32 ? 4.0 : 0.0) + (y16 ? 2.0 : 0.0)) * R * C + 4.0 * stats * (R + C);
     if (sh.layernorm)
-      TIMED("norm_fwd", kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), y32, f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
+      TIMED_W("norm_fwd", 0.0, bytes, kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), y32, f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
     else
-      TIMED("norm_fwd", kg::rmsnorm_fwd(s(), f32(x), P.data(g), y32, f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
+      TIMED_W("norm_fwd", 0.0, bytes, kg::rmsnorm_fwd(s(), f32(x), P.data(g), y32, f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
     return direct ? y : operand(gather_tokens(y), std::size_t(sh.tokens) * sh.hidden);
   }
   // dx = the norm's input gradient, plus dres (a residual branch's gradient) when given.
   void norm_bwd(const std::string& g, const std::string& b, const DBuf& dy, const DBuf& x, const DBuf& mu,
                 const DBuf& rs, float* dx, const float* dres = nullptr) {
+    // dy, x (and dres) read, dx written; the statistics; gamma read, its gradients (and beta's) updated.
+    const double R = sh.local_tokens, C = sh.hidden, stats = sh.layernorm ? 2.0 : 1.0;
+    const double bytes = (12.0 + (dres ? 4.0 : 0.0)) * R * C + 4.0 * stats * R + 4.0 * C + 8.0 * stats * C;
     if (sh.layernorm)
-      TIMED("norm_bwd", kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden, dres));
+      TIMED_W("norm_bwd", 0.0, bytes, kg::layernorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(mu), f32(rs), dx, P.grad(g), P.grad(b), sh.local_tokens, sh.hidden, dres));
     else
-      TIMED("norm_bwd", kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden, dres));
+      TIMED_W("norm_bwd", 0.0, bytes, kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden, dres));
   }
   kg::AttentionShape attn_shape() const { return {sh.batch, sh.seq, sh.heads, sh.kv_heads, sh.head_dim}; }
   // bf16 GEMM stages run attention on the tensor cores too (bf16 operands, fp32 accumulation); fp32/tf32
@@ -226,18 +247,20 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   // tokens here (any SP all-gather came first), so row t sits at position t % seq. a.q/a.k keep the rotated
   // values that attention reads and its backward needs; full recomputation re-runs this function.
   if (rotary()) {
-    TIMED("rope", kg::rope_fwd(s(), rope, f32(a.q), T, sh.heads, qd));
-    TIMED("rope", kg::rope_fwd(s(), rope, f32(a.k), T, sh.kv_heads, kd));
+    TIMED_W("rope", 0.0, 8.0 * T * qd, kg::rope_fwd(s(), rope, f32(a.q), T, sh.heads, qd));
+    TIMED_W("rope", 0.0, 8.0 * T * kd, kg::rope_fwd(s(), rope, f32(a.k), T, sh.kv_heads, kd));
   }
   a.attn = buf(std::size_t(T) * qd);
   a.lse = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
-  TIMED("attention_fwd", attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
+  TIMED_W("attention_fwd", attention_flops(2.0), 4.0 * T * (2.0 * qd + 2.0 * kd) + 4.0 * stats_rows(),
+          attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
   a.x2 = reduce_tokens(partial);  // x2 = (attention out + x) + bo, in one pass
-  TIMED("residual_add", kg::residual_add(s(), f32(a.x2), f32(x), bias(L(l, "attn.bo")), f32(a.x2), sh.local_tokens, h));
+  TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + 4.0 * h,
+          kg::residual_add(s(), f32(a.x2), f32(x), bias(L(l, "attn.bo")), f32(a.x2), sh.local_tokens, h));
 
   a.g2 = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2);
   a.h1 = linear(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
@@ -246,14 +269,16 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   a.gact = operand_buf(nf);
   if (sh.swiglu) {
     a.gate = linear(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
-    TIMED("activation_fwd", kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
+    TIMED_W("activation_fwd", 0.0, (8.0 + operand_bytes()) * double(nf),
+            kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
   } else {
-    TIMED("activation_fwd", kg::gelu_fwd(s(), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
+    TIMED_W("activation_fwd", 0.0, (4.0 + operand_bytes()) * double(nf), kg::gelu_fwd(s(), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
   }
   partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
   DBuf out = reduce_tokens(partial);
-  TIMED("residual_add", kg::residual_add(s(), f32(out), f32(a.x2), bias(L(l, "mlp.b2")), f32(out), sh.local_tokens, h));
+  TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + 4.0 * h,
+          kg::residual_add(s(), f32(out), f32(a.x2), bias(L(l, "mlp.b2")), f32(out), sh.local_tokens, h));
   return out;
 }
 
@@ -261,7 +286,7 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   kg::NvtxRange r("layer_backward");
   const int T = sh.tokens, Tl = sh.local_tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
-  if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED("bias_grad", kg::col_sum(s(), f32(dout), Tl, h, b2));
+  if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dout), Tl, h, b2));
   DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
   DBuf dact = buf(nf);
   linear_dx(gdmf, f, h, L(l, "mlp.w2"), f32(dact), false);
@@ -276,18 +301,21 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   if (sh.swiglu) {
     DBuf dg, gdg;
     grads(L(l, "mlp.bg"), dg, gdg);
-    TIMED("activation_bwd", kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf, as_bf16(gdg), as_bf16(gdh1)));
+    const double out = (dg ? 4.0 : 0.0) + (dh1 ? 4.0 : 0.0) + (half() ? 4.0 : 0.0);  // fp32 where kept, bf16 operands
+    TIMED_W("activation_bwd", 0.0, (12.0 + out) * double(nf),
+            kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf, as_bf16(gdg), as_bf16(gdh1)));
     linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
     weight_grad(a.g2, gdg, dg, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
   } else {
-    TIMED("activation_bwd", kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf, as_bf16(gdh1)));
+    const double out = (dh1 ? 4.0 : 0.0) + (half() ? 2.0 : 0.0);
+    TIMED_W("activation_bwd", 0.0, (8.0 + out) * double(nf), kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf, as_bf16(gdh1)));
   }
   linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
   weight_grad(a.g2, gdh1, dh1, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
   DBuf dy2l = reduce_tokens(dy2), dx2 = buf(nl);
   norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2), f32(dout));  // + the residual's dout
 
-  if (float* bo = bgrad(L(l, "attn.bo"))) TIMED("bias_grad", kg::col_sum(s(), f32(dx2), Tl, h, bo));
+  if (float* bo = bgrad(L(l, "attn.bo"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dx2), Tl, h, bo));
   DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
   DBuf da = buf(std::size_t(T) * qd);
   linear_dx(gdpf, qd, h, L(l, "attn.wo"), f32(da), false);
@@ -295,13 +323,15 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
   DBuf delta = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
-  TIMED("attention_bwd", attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
-                           f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  // q, k, v, out and its gradient read, dq, dk, dv written; the log-sum-exps read, delta written.
+  TIMED_W("attention_bwd", attention_flops(5.0), 4.0 * T * (4.0 * qd + 4.0 * kd) + 8.0 * stats_rows(),
+          attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
+                   f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
   // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
   // before the input, weight and bias gradients read them.
   if (rotary()) {
-    TIMED("rope", kg::rope_bwd(s(), rope, f32(dq), T, sh.heads, qd));
-    TIMED("rope", kg::rope_bwd(s(), rope, f32(dk), T, sh.kv_heads, kd));
+    TIMED_W("rope", 0.0, 8.0 * T * qd, kg::rope_bwd(s(), rope, f32(dq), T, sh.heads, qd));
+    TIMED_W("rope", 0.0, 8.0 * T * kd, kg::rope_bwd(s(), rope, f32(dk), T, sh.kv_heads, kd));
   }
   DBuf gdq = operand(dq, std::size_t(T) * qd), gdk = operand(dk, std::size_t(T) * kd), gdv = operand(dv, std::size_t(T) * kd);
   DBuf dy1 = buf(std::size_t(T) * h);
@@ -320,19 +350,25 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
 DBuf GpuStage::Impl::embed_forward(Mb& st) {
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = buf(std::size_t(sh.tokens) * sh.hidden);
-  TIMED("embedding_fwd", kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
+  const double T = sh.tokens, h = sh.hidden, Tl = sh.local_tokens;
+  TIMED_W("embedding_fwd", 0.0, 8.0 * T * h + 4.0 * T,  // rows read (at most), the output written, the tokens
+          kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
   DBuf x = reduce_tokens(full);
   if (P.has("embed.pos"))
-    TIMED("embedding_fwd", kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
+    TIMED_W("embedding_fwd", 0.0, 8.0 * Tl * h + 4.0 * std::min(Tl, double(sh.seq)) * h,
+            kg::add_positions(s(), f32(x), P.data("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   return x;
 }
 
 void GpuStage::Impl::embed_backward(Mb& st, const DBuf& dx) {
+  const double T = sh.tokens, h = sh.hidden, Tl = sh.local_tokens;
   if (P.has("embed.pos"))
-    TIMED("embedding_bwd", kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
+    TIMED_W("embedding_bwd", 0.0, 4.0 * Tl * h + 8.0 * std::min(Tl, double(sh.seq)) * h,
+            kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = gather_tokens(dx);
-  TIMED("embedding_bwd", kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, P.grad("embed.tok")));
+  TIMED_W("embedding_bwd", 0.0, 12.0 * T * h + 4.0 * T,  // the gradient read, its rows of the table's updated
+          kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, P.grad("embed.tok")));
 }
 
 // Final norm, LM head (weights [V_local, h]: logits = y W^T) and cross-entropy over this vocab shard.
@@ -347,22 +383,23 @@ void GpuStage::Impl::head_forward(Mb& st, const DBuf& x) {
   st.row_max = buf(sh.tokens);
   st.row_sum = buf(sh.tokens);
   DBuf loss = buf(sh.tokens);
+  const double logits = 4.0 * double(sh.tokens) * V, rows = 4.0 * double(sh.tokens);
   if (tp.size == 1) {
-    TIMED("cross_entropy_fwd", kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
+    TIMED_W("cross_entropy_fwd", 0.0, logits + 4.0 * rows, kg::cross_entropy_fwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(loss),
                                           f32(st.row_max), f32(st.row_sum)));
   } else {
     // Vocab-parallel (Megatron's): the max, then the exp-sums and target logits, reduced over the tp group.
     const int T = sh.tokens;
-    TIMED("cross_entropy_fwd", kg::cross_entropy_max(s(), f32(st.logits), T, V, f32(st.row_max)));
+    TIMED_W("cross_entropy_fwd", 0.0, logits + rows, kg::cross_entropy_max(s(), f32(st.logits), T, V, f32(st.row_max)));
     collective("tp_allreduce", double(T) * 4, [&] { tp.comm->all_reduce(f32(st.row_max), T, ReduceOp::max); });
     DBuf sums = buf(2 * std::size_t(T));  // [row_sum | target logit]
-    TIMED("cross_entropy_fwd", kg::cross_entropy_partial(s(), f32(st.logits), T, V, int(hw.row0), st.targets, f32(st.row_max), f32(sums)));
+    TIMED_W("cross_entropy_fwd", 0.0, logits + 4.0 * rows, kg::cross_entropy_partial(s(), f32(st.logits), T, V, int(hw.row0), st.targets, f32(st.row_max), f32(sums)));
     collective("tp_allreduce", double(T) * 8, [&] { tp.comm->all_reduce(f32(sums), 2 * std::size_t(T)); });
-    TIMED("cross_entropy_fwd", kg::cross_entropy_loss(s(), T, f32(st.row_max), f32(sums), f32(loss)));
+    TIMED_W("cross_entropy_fwd", 0.0, 4.0 * rows, kg::cross_entropy_loss(s(), T, f32(st.row_max), f32(sums), f32(loss)));
     cuda_ok(cudaMemcpyAsync(f32(st.row_sum), f32(sums), std::size_t(T) * sizeof(float), cudaMemcpyDeviceToDevice, s()),
             "cross-entropy statistics");
   }
-  if (loss_sum) TIMED("cross_entropy_fwd", kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
+  if (loss_sum) TIMED_W("cross_entropy_fwd", 0.0, rows, kg::col_sum(s(), f32(loss), sh.tokens, 1, loss_sum));
 }
 
 DBuf GpuStage::Impl::head_backward(Mb& st) {
@@ -370,11 +407,12 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
   const GpuParam& hw = P.at(w);
   const int V = int(hw.rows);
   DBuf dloss = buf(sh.tokens);  // d(loss_scale * mean over T) / d loss_r
-  TIMED("cross_entropy_bwd", kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
+  TIMED_W("cross_entropy_bwd", 0.0, 4.0 * double(sh.tokens), kg::fill(s(), f32(dloss), sh.tokens, cfg.loss_scale / float(sh.tokens)));
   // The logits' gradient feeds the two head GEMMs only: written once, in their operand type.
   const std::size_t nv = std::size_t(sh.tokens) * V;
   DBuf gdl = operand_buf(nv);
-  TIMED("cross_entropy_bwd", kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
+  // The logits read, their gradient written in the GEMMs' operand type; the row statistics and targets.
+  TIMED_W("cross_entropy_bwd", 0.0, (4.0 + operand_bytes()) * double(nv) + 16.0 * double(sh.tokens), kg::cross_entropy_bwd(s(), f32(st.logits), sh.tokens, V, int(hw.row0), st.targets, f32(st.row_max),
                                         f32(st.row_sum), f32(dloss), as_f32(gdl), as_bf16(gdl)));
   st.logits.reset();
   DBuf dy = buf(std::size_t(sh.tokens) * sh.hidden);

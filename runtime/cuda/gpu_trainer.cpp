@@ -303,7 +303,7 @@ void GpuTrainer::gather_params() {
     dev_.end_op(id);
   }
   if (!record_only_) dev_.compute_waits_comm();
-  KernelScope k(dev_, "optimizer");
+  KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(params_->count()));  // fp32 read, bf16 written
   params_->refresh_half(dev_.compute());
 }
 
@@ -342,14 +342,14 @@ void GpuTrainer::gather_group(std::size_t gi) {
                                        double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
   if (record_only_) {
     dev_.end_op(id);
-    KernelScope k(dev_, "zero3_gather");
+    KernelScope k(dev_, "zero3_gather", 0.0, 10.0 * double(g.chunk) * layout_.dp);
     params_->synthesise_group(gi, opt_.seed, dev_.compute());
     return;
   }
   groups_.dp->all_gather(params_->shard_data() + g.local, params_->gather_target(gi), g.chunk);
   dev_.end_op(id);
   dev_.compute_waits_comm();
-  KernelScope k(dev_, "zero3_gather");
+  KernelScope k(dev_, "zero3_gather", 0.0, 6.0 * double(g.chunk) * layout_.dp);  // the bf16 copy
   params_->finish_gather(gi, dev_.compute());
 }
 
@@ -369,7 +369,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
     cuda_ok(cudaMemcpyAsync(f32(mine), f32(full) + g.chunk * std::size_t(at_.dp), g.chunk * sizeof(float),
                             cudaMemcpyDeviceToDevice, dev_.compute()),
             "gradient shard");
-  KernelScope k(dev_, "zero_accumulate");
+  KernelScope k(dev_, "zero_accumulate", 0.0, 12.0 * double(g.chunk));
   float* acc = params_->shard_grad() + g.local;
   throw_if_failed(kg::add(dev_.compute(), acc, f32(mine), acc, g.chunk));
 }
@@ -391,7 +391,8 @@ float GpuTrainer::world_sum(float v) {
 double GpuTrainer::global_grad_norm() {
   double sq = 0;
   {
-    KernelScope k(dev_, "grad_norm");  // this rank's sum only: the wait for the others is communication
+    // This rank's sum only: the wait for the others is communication.
+    KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(params_->sharded() ? params_->shard_size() : params_->count()));
     sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
   }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
@@ -434,7 +435,7 @@ StepStats GpuTrainer::step() {
   const auto start = std::chrono::steady_clock::now();
   dev_.start_step(rec_);
   {
-    KernelScope k(dev_, "zero_grad");
+    KernelScope k(dev_, "zero_grad", 0.0, double(params_->state_bytes().grads));
     params_->zero_grad(dev_.compute());
   }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
@@ -449,7 +450,9 @@ StepStats GpuTrainer::step() {
   const std::size_t id = dev_.begin_op(trace::Stream::compute, {"optimizer", -1, -1, -1, -1, -1}, "optimizer", 0.0,
                                        double(params_->count()) * 16);
   {
-    KernelScope k(dev_, "optimizer");
+    // Values, gradients and moments read, values and moments written (and the bf16 copy, unsharded).
+    const double n = double(params_->sharded() ? params_->shard_size() : params_->count());
+    KernelScope k(dev_, "optimizer", 0.0, n * (params_->sharded() ? 28.0 : 30.0));
     params_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
   }
   dev_.end_op(id);
@@ -474,7 +477,10 @@ double GpuTrainer::step_flops() const {
 
 std::string GpuTrainer::process_name() const {
   std::string s;
-  for (const auto& [stage, _] : stages_) s += (s.empty() ? "" : ",") + std::to_string(stage);
+  for (const auto& [stage, _] : stages_) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(stage);
+  }
   return "rank " + std::to_string(world_rank_) + " (stage " + s + ")";
 }
 

@@ -40,6 +40,14 @@ double device_peak_flops(const std::string& device, const std::string& precision
   }
 }
 
+double device_memory_bw(const std::string& device) {
+  try {
+    return load_system(system_for_gpu(device, "device")).gpu.memory_bw;
+  } catch (const InputError&) {
+    return 0.0;
+  }
+}
+
 namespace {
 
 kg::GemmType gemm_type(const std::string& p) {
@@ -69,7 +77,11 @@ void check_supported(const CudaRunOptions& o, int world) {
 
 // Where the step goes, per kernel scope: calls and milliseconds per step over the profiled steps, share of
 // the step's wall time; what no scope covers (communication, host work, launch gaps) is the remainder.
-void print_kernel_profile(const CudaDevice& dev, int steps, double seconds) {
+// Scopes that state their work also show its rates and how close they came to the roofline of the matched
+// system preset: the time the FLOPs take at the dense peak or the bytes at the datasheet bandwidth,
+// whichever is longer, over the time measured ("flop" or "mem" says which bound). peak / bw: 0 when no
+// preset matches the device.
+void print_kernel_profile(const CudaDevice& dev, int steps, double seconds, double peak, double bw) {
   if (steps <= 0) {
     std::printf("kernel profile: needs --steps 2 or more (the first step is warm-up)\n");
     return;
@@ -78,15 +90,28 @@ void print_kernel_profile(const CudaDevice& dev, int steps, double seconds) {
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   const double step_ms = seconds * 1e3 / steps;
   double covered = 0;
-  std::printf("kernel profile over %d step(s), %.2f ms per step:\n  %-20s %10s %12s %7s\n", steps, step_ms, "scope",
-              "calls/step", "ms/step", "share");
+  std::printf("kernel profile over %d step(s), %.2f ms per step:\n  %-20s %10s %12s %7s %9s %9s %14s\n", steps, step_ms,
+              "scope", "calls/step", "ms/step", "share", "TFLOP/s", "GB/s", "of roofline");
   for (const auto& r : rows) {
-    const double ms = r.second.ms / steps;
+    const CudaDevice::KernelTotal& k = r.second;
+    const double ms = k.ms / steps;
     covered += ms;
-    std::printf("  %-20s %10.1f %12.3f %6.1f%%\n", r.first.c_str(), double(r.second.calls) / steps, ms,
-                100.0 * ms / step_ms);
+    std::printf("  %-20s %10.1f %12.3f %6.1f%%", r.first.c_str(), double(k.calls) / steps, ms, 100.0 * ms / step_ms);
+    if ((k.flops > 0 || k.bytes > 0) && k.ms > 0) {
+      const double s = k.ms * 1e-3;
+      std::printf(" %9.1f %9.0f", k.flops / s / 1e12, k.bytes / s / 1e9);
+      const double t_flop = peak > 0 ? k.flops / peak : 0.0, t_mem = bw > 0 ? k.bytes / bw : 0.0;
+      if (peak > 0 && bw > 0) std::printf(" %8.1f%% %-4s", 100.0 * std::max(t_flop, t_mem) / s, t_flop >= t_mem ? "flop" : "mem");
+      else std::printf(" %14s", "n/a");
+    }
+    std::printf("\n");
   }
   std::printf("  %-20s %10s %12.3f %6.1f%%\n", "(not in a scope)", "", step_ms - covered, 100.0 * (step_ms - covered) / step_ms);
+  if (peak > 0 && bw > 0)
+    std::printf("  roofline: %.1f TFLOP/s dense peak, %.0f GB/s memory bandwidth (matched system preset)\n", peak / 1e12,
+                bw / 1e9);
+  else
+    std::printf("  roofline: n/a (no system preset matches this device)\n");
 }
 
 // dev: the rank's GPU; NCCL communicators must enqueue on dev.comm(), which the trainer orders against
@@ -131,7 +156,11 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
                   s.loss, s.grad_norm, s.seconds * 1e3, tokens / s.seconds, t.step_flops() / s.seconds / 1e12);
     if (o.save_every > 0 && t.steps_done() % o.save_every == 0) t.save_checkpoint(o.checkpoint_dir, o.seed);
   }
-  if (talk && o.profile_kernels) print_kernel_profile(dev, profiled - 1, profiled_s);
+  if (talk && o.profile_kernels) {
+    std::string what;
+    print_kernel_profile(dev, profiled - 1, profiled_s, device_peak_flops(info.name, o.precision, what),
+                         device_memory_bw(info.name));
+  }
   // Median step after the first (warm-up), its throughput, and MFU: the model FLOPs this rank computes per
   // step (3x forward: forward and backward, recomputation not counted) over the step time and the peak.
   if (talk && !times.empty()) {

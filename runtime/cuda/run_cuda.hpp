@@ -40,5 +40,7 @@ int run_cuda(const CudaRunOptions& o);
 // dgx-h100, ...); 0 when none does, `what` saying which preset or why not. run_cuda's summary line
 // divides the achieved model FLOP/s by it: MFU.
 double device_peak_flops(const std::string& device, const std::string& precision, std::string& what);
+// The matched system preset's memory bandwidth (bytes/s, datasheet), 0 when none matches.
+double device_memory_bw(const std::string& device);
 
 }  // namespace tessel::rt::cuda

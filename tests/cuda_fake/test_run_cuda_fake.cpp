@@ -17,6 +17,7 @@
 
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
+#include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/cuda/run_cuda.hpp"
 #include "runtime/trainer.hpp"
 #include "sim/system.hpp"
@@ -269,4 +270,38 @@ TEST_CASE("run summary: median step, throughput and MFU against the matched pres
   CHECK(text.find("summary: median step ") != std::string::npos);
   CHECK(text.find("over 2 step(s) after the first") != std::string::npos);
   CHECK(text.find("MFU n/a (no system preset matches device 'fake device") != std::string::npos);
+}
+
+// --profile-kernels' work counts (gpu_stage.cpp's TIMED_W), against the model's shapes counted here: each
+// GEMM scope's FLOPs (the forward GEMMs once; their input and weight gradients the same again each; the LM
+// head three times its forward), causal attention (half the s x s products; the backward 5/2 of the
+// forward), and the bytes of one memory-bound kernel. One step of the tiny GPT, two micro-batches.
+TEST_CASE("kernel profile: each scope's FLOPs and bytes are the model's") {
+  const Model m = load_model("tiny");
+  Layout l;
+  l.micro_batch = 4;
+  l.global_batch = 8;
+  l.precision = Precision::fp32;
+  rt::cuda::CudaDevice dev(0);
+  rt::cuda::GpuTrainOptions opt;
+  opt.gemm = kernels::cuda::GemmType::fp32;
+  rt::cuda::GpuTrainer t(dev, m, l, opt, nullptr, rt::Recorder::Clock::now());
+  dev.set_kernel_profile(true);
+  (void)t.step();
+  const auto& k = dev.kernel_totals();
+  const double mbs = 2, L = m.layers, T = 4.0 * m.seq_len, h = m.hidden, f = m.ffn, V = double(m.vocab);
+  const double d = double(m.hidden) / m.heads;
+  const double fwd = mbs * L * 2 * T * (4 * h * h + 2 * h * f);  // q, k, v, o; w1, w2 (GELU, no gate)
+  REQUIRE(k.count("gemm_fwd"));
+  CHECK(k.at("gemm_fwd").flops == doctest::Approx(fwd).epsilon(1e-12));
+  CHECK(k.at("gemm_dgrad").flops == doctest::Approx(fwd).epsilon(1e-12));
+  CHECK(k.at("gemm_wgrad").flops == doctest::Approx(fwd).epsilon(1e-12));
+  CHECK(k.at("gemm_head").flops == doctest::Approx(3 * mbs * 2 * T * h * V).epsilon(1e-12));
+  const double attn = mbs * L * 2 * 4.0 * m.heads * double(m.seq_len) * m.seq_len * d;  // 2 GEMMs, masked half
+  CHECK(k.at("attention_fwd").flops == doctest::Approx(attn).epsilon(1e-12));
+  CHECK(k.at("attention_bwd").flops == doctest::Approx(2.5 * attn).epsilon(1e-12));
+  // x2 = partial + x + bias: two [T, h] reads and one write in fp32, the bias once; twice per layer.
+  CHECK(k.at("residual_add").calls == std::int64_t(2 * mbs * L));
+  CHECK(k.at("residual_add").bytes == doctest::Approx(2 * mbs * L * (12 * T * h + 4 * h)).epsilon(1e-12));
+  CHECK(k.at("gemm_fwd").bytes > 0);
 }
