@@ -15,6 +15,7 @@ std::string zero_group_of(const std::string& name) {
 ZeroPartition::ZeroPartition(const ParamStore& store, int dp, int dp_rank) : dp_(dp), rank_(dp_rank) {
   TESSEL_CHECK(dp >= 1 && dp_rank >= 0 && dp_rank < dp, "ZeRO partition of dp rank " << dp_rank << " of " << dp);
   for (const Param& p : store.params()) {
+    if (p.spec.name == "head.w") tied_ = false;
     const std::string g = zero_group_of(p.spec.name);
     if (groups_.empty() || groups_.back().name != g) {
       TESSEL_CHECK(groups_.empty() || groups_.back().end == p.offset, "parameter " << p.spec.name << " is not contiguous with its group");
@@ -45,7 +46,9 @@ std::vector<std::size_t> ZeroPartition::stage_groups(int l0, int l1, bool first,
   for (int i = l0; i < l1; ++i) want.push_back("layers." + std::to_string(i));
   if (last) {
     want.push_back("final");
-    want.push_back("embed.tok");  // the tied LM head (absent from the store when untied: not listed)
+    // The tied LM head. Untied, the last stage never touches embed.tok, even where its rank holds the
+    // first stage too (V-shaped placements).
+    if (tied_) want.push_back("embed.tok");
   }
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < groups_.size(); ++i)

@@ -64,6 +64,7 @@ class ZeroPartition {
   std::vector<ZeroGroup> groups_;
   std::size_t shard_size_ = 0;
   int dp_ = 1, rank_ = 0;
+  bool tied_ = true;  // no separate LM head among this rank's parameters
 };
 
 }  // namespace tessel::rt

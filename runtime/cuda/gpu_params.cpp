@@ -125,7 +125,9 @@ std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, boo
   for (int i = l0; i < l1; ++i) want.push_back("layers." + std::to_string(i));
   if (last) {
     want.push_back("final");
-    want.push_back("embed.tok");  // the tied LM head (not on this rank when untied)
+    // The tied LM head. Untied, the last stage never touches embed.tok, even where its rank holds the
+    // first stage too (V-shaped placements).
+    if (!has("head.w")) want.push_back("embed.tok");
   }
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < groups_.size(); ++i)
@@ -172,6 +174,12 @@ void GpuParams::finish_gather(std::size_t g, cudaStream_t s) {
 }
 
 void GpuParams::release_group(std::size_t g) {
+#ifdef TESSEL_FAKE_CUDA
+  // The fake CUDA runs work at issue and its allocator hands blocks out again with their contents: NaN in
+  // what a released group held, so a pointer kept past its window reads NaN, as after the CPU's release.
+  for (const DBuf& b : {group_data_.at(g), group_half_.at(g)})
+    if (b) cuda_ok(cudaMemsetAsync(b->get(), 0xFF, b->bytes(), dev_.compute()), "released group");
+#endif
   group_data_.at(g).reset();
   group_half_.at(g).reset();
 }
@@ -357,6 +365,20 @@ std::vector<float> GpuParams::download_grad(const std::string& n) {
 
 // Recovery checkpoints. Sharded, one group at a time through buffers of one group's size (the whole
 // buffer under ZeRO-1, one group), so saving adds at most three group-sized buffers to the device's peak.
+std::vector<float> GpuParams::download_shard_grad(const std::string& n) {
+  TESSEL_CHECK(sharded(), "the gradient shard of " << n << " without ZeRO");
+  const GpuParam& want = at(n);
+  std::vector<float> h;
+  for_owned([&](const GpuParam& p, std::size_t a, std::size_t b, std::size_t local) {
+    if (&p != &want) return;
+    const std::size_t at = h.size();
+    h.resize(at + (b - a));
+    copy_sync(h.data() + at, f32(shard_grad_) + local, (b - a) * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(),
+              "download");
+  });
+  return h;
+}
+
 void GpuParams::save_states(Comm* dp, std::vector<HostParamState>& out) {
   const cudaStream_t s = dev_.compute();
   cuda_ok(cudaStreamSynchronize(s), "checkpoint download");

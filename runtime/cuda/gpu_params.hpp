@@ -112,8 +112,10 @@ class GpuParams {
   // Device sum of squares of the gradients of the parameters `counted` accepts (the caller's rule: each
   // tensor counted once in the world); when sharded, of the parts inside this rank's shard.
   double local_grad_sq(cudaStream_t s, const std::function<bool(const GpuParam&)>& counted);
-  // Host copy of one parameter's gradient (the numerics test).
+  // Host copy of one parameter's gradient (the numerics test); sharded, of the reduced gradient of this
+  // rank's runs of it (download_shard_grad: empty when it owns none).
   std::vector<float> download_grad(const std::string& n);
+  std::vector<float> download_shard_grad(const std::string& n);
   // Device bytes of the state this rank keeps between steps, by kind (ZeRO-sharded buffers at their shard
   // size): values (fp32, plus the bf16 copy the GEMMs read, not under ZeRO-3), gradients (the whole buffer
   // and/or the reduced shard), AdamW moments.

@@ -67,19 +67,20 @@ struct GpuRun {
 };
 
 // Whether world rank r's copy of p counts in the world's per-parameter norm (the CPU optimizer's rule):
-// dp rank 0 (replicas hold the same reduced gradient), tp rank 0 for tp-replicated tensors, and the first
-// stage's copy of an embedding tied across pipeline ranks (every schedule here puts stage 0 on pp rank 0).
+// dp rank 0 (replicas hold the same reduced gradient; under ZeRO every dp rank its own shard), tp rank 0
+// for tp-replicated tensors, and the first stage's copy of an embedding tied across pipeline ranks (every
+// schedule here puts stage 0 on pp rank 0).
 bool counted(const rt::ParamSpec& p, const Model& m, const Layout& l, int r) {
   const rt::RankCoords c = rt::coords_of(r, l);
-  if (c.dp != 0) return false;
+  if (c.dp != 0 && l.zero_stage == 0) return false;
   if (p.shard_dim == -1 && c.tp != 0) return false;
   if (p.name == "embed.tok" && m.tied_embeddings && l.pp > 1 && c.pp != 0) return false;
   return true;
 }
 
 // The GPU runtime with every rank a thread on GPU 0; optionally resumes from / saves a recovery checkpoint.
-// Without ZeRO, also every parameter's gradient norm per step, from each rank's reduced gradient buffer
-// (unclipped: GpuParams::adamw applies the clip as it reads).
+// Also every parameter's gradient norm per step, from each rank's reduced gradient buffer, or under ZeRO
+// from its runs of the reduced shard (unclipped: GpuParams::adamw applies the clip as it reads).
 // nccl: the ranks talk through NcclComm (only on the fake NCCL: real NCCL takes one GPU per rank).
 GpuRun gpu_threads(const Model& m, const Layout& l, int steps, const std::string& resume = "",
                    const std::string& save = "", kernels::cuda::GemmType gemm = kernels::cuda::GemmType::fp32,
@@ -101,10 +102,11 @@ GpuRun gpu_threads(const Model& m, const Layout& l, int steps, const std::string
     while (t.steps_done() < steps) {
       mine.push_back(t.step());
       sq.emplace_back(specs.size(), 0.0);
-      if (l.zero_stage > 0) continue;  // ZeRO-1: the flat buffer holds unreduced gradients
       for (std::size_t k = 0; k < specs.size(); ++k) {
         if (!t.params().has(specs[k].name) || !counted(specs[k], m, l, host.rank())) continue;
-        for (float v : t.params().download_grad(specs[k].name)) sq.back()[k] += double(v) * v;
+        const std::string& n = specs[k].name;
+        for (float v : t.params().sharded() ? t.params().download_shard_grad(n) : t.params().download_grad(n))
+          sq.back()[k] += double(v) * v;
       }
     }
     if (!save.empty()) t.save_checkpoint(save, opt.seed);
@@ -140,7 +142,6 @@ void compare(const Model& m, const Layout& l, kernels::cuda::GemmType gemm = ker
     CHECK(std::abs(gpu.steps[i].loss - cpu.steps[i].loss) <= loss_tol * std::abs(cpu.steps[i].loss));
     CHECK(std::abs(gpu.steps[i].grad_norm - cpu.steps[i].grad_norm) <= norm_tol * cpu.steps[i].grad_norm);
     // Per parameter: a missing sequence-parallel sum of a norm weight or bias barely moves the global norm.
-    if (l.zero_stage > 0) continue;
     REQUIRE(cpu.steps[i].param_grad_norms.size() == specs.size());
     for (std::size_t k = 0; k < specs.size(); ++k) {
       const double got = std::sqrt(gpu.param_sq[std::size_t(i)][k]), want = cpu.steps[i].param_grad_norms[k];
@@ -308,7 +309,35 @@ TEST_CASE("the multi-rank layouts run over NCCL's blocking semantics without dea
   compare(tiny_llama(), layout(1, 2, 1, "zbv", false, 2), fp32, true);
   compare(tiny, layout(2, 2, 1, "dualpipev", true, 2), fp32, true);
   compare(tiny, zero1(layout(2, 2, 2, "1f1b", true)), fp32, true);
+  compare(tiny, zero(2, layout(2, 2, 2, "1f1b", true)), fp32, true);
   compare(tiny, zero(3, layout(1, 2, 2, "zb1p")), fp32, true);
+}
+
+// A sharded checkpoint written through NcclComm (its barrier only waits for its own stream) resumes on the
+// CPU runtime under another layout and continues the uninterrupted run.
+TEST_CASE("a ZeRO-3 checkpoint saved over NCCL resumes on the CPU runtime") {
+  const Model m = load_model("tiny");
+  const Layout z3 = zero(3, layout(2, 2, 2, "1f1b", true)), b = layout(1, 2, 2);
+  const auto whole = rt::train_threads(m, b, {}, 4);
+  TempDir dir("tessel-gpu-ckpt-nccl");
+  (void)gpu_threads(m, z3, 2, "", dir.p.string(), kernels::cuda::GemmType::fp32, true);
+  std::vector<rt::StepStats> tail;
+  std::mutex mu;
+  rt::run_threads(b.gpus(), [&](rt::Comm& world) {
+    rt::Trainer t(m, b, {}, world, rt::Recorder::Clock::now());
+    rt::load_checkpoint(t, dir.p.string(), 1234);
+    std::vector<rt::StepStats> mine;
+    while (t.steps_done() < 4) mine.push_back(t.step());
+    std::lock_guard<std::mutex> lk(mu);
+    if (world.rank() == 0) tail = mine;
+  });
+  REQUIRE(tail.size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CAPTURE(i + 2);
+    CHECK(std::abs(tail[std::size_t(i)].loss - whole.steps[std::size_t(i) + 2].loss) <= kLossTolFp32 * whole.steps[std::size_t(i) + 2].loss);
+    CHECK(std::abs(tail[std::size_t(i)].grad_norm - whole.steps[std::size_t(i) + 2].grad_norm) <=
+          kNormTolFp32 * whole.steps[std::size_t(i) + 2].grad_norm);
+  }
 }
 #endif
 
@@ -339,6 +368,7 @@ TEST_CASE("ZeRO stages on the GPU hold exactly the sharded state between steps, 
       CHECK(dev.memory().in_use() == built);  // nothing of a step outlives it
       (void)t.step();
       CHECK(dev.memory().in_use() == built);
+      const std::size_t step_peak = dev.memory().peak();
       if (z >= 2) {  // a sharded checkpoint passes group by group: three buffers of the largest group at most
         dev.memory().reset_peak();
         t.save_checkpoint(dir.p.string(), 1234);
@@ -350,7 +380,7 @@ TEST_CASE("ZeRO stages on the GPU hold exactly the sharded state between steps, 
       if (host.rank() != 0) return;
       const rc::GpuParams& p = t.params();
       const std::size_t n = p.padded(), k = p.shard_size();
-      Mem r{dev.memory().in_use(), dev.memory().peak(), 0};
+      Mem r{dev.memory().in_use(), step_peak, 0};
       // Buffers of the state, as GpuParams allocates them for this stage.
       if (z < 3) r.state += blk(n, 4) + blk(n, 2);  // values and their bf16 copy
       else r.state += blk(k, 4);                    // the values' shard

@@ -94,10 +94,25 @@ std::string who(const ncclComm* c) {
   return "rank " + std::to_string(c->rank) + " of " + std::to_string(c->group->size);
 }
 
+// NCCL defines in-place operation only in one form per call (the output's slot of this rank, or the same
+// buffer); any other overlap of input and output is undefined, so the fake refuses it.
+ncclResult_t check_overlap(const ncclComm* c, const Post& p, std::size_t in_count, std::size_t out_count,
+                           const float* in_place) {
+  const bool disjoint = p.in + in_count <= p.out || p.out + out_count <= p.in;
+  if (disjoint || p.in == in_place) return ncclSuccess;
+  return fail(p.call + " on " + who(c) + ": input and output overlap other than in NCCL's in-place form");
+}
+
 // The two-phase rendezvous: post, wait for all; compute(result, posts); wait for all; write.
 template <class Compute>
 ncclResult_t collective(ncclComm* c, const Post& mine, std::size_t out_count, cudaStream_t stream, Compute&& compute) {
   if (!c) return ncclInvalidUsage;
+  const std::size_t n = std::size_t(c->group->size), r = std::size_t(c->rank);
+  const bool gather = mine.call == "ncclAllGather", scatter = mine.call == "ncclReduceScatter";
+  const std::size_t in_count = scatter ? mine.count * n : mine.count;
+  const float* in_place = gather ? mine.out + r * mine.count : scatter ? nullptr : mine.out;
+  if (scatter && mine.out == mine.in + r * mine.count) in_place = mine.in;  // recv is this rank's slot of send
+  if (const ncclResult_t e = check_overlap(c, mine, in_count, out_count, in_place); e != ncclSuccess) return e;
   fake_stream_op(stream, mine.call.c_str());
   Group& g = *c->group;
   std::unique_lock<std::mutex> lk(g.mu);

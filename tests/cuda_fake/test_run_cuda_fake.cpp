@@ -10,10 +10,13 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
+#include <nccl.h>
 
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -304,4 +307,57 @@ TEST_CASE("kernel profile: each scope's FLOPs and bytes are the model's") {
   CHECK(k.at("residual_add").calls == std::int64_t(2 * mbs * L));
   CHECK(k.at("residual_add").bytes == doctest::Approx(2 * mbs * L * (12 * T * h + 4 * h)).epsilon(1e-12));
   CHECK(k.at("gemm_fwd").bytes > 0);
+}
+
+// The fake NCCL itself (fake_nccl.cpp), which the multi-rank tests lean on: two ranks as threads. Its
+// collectives compute NCCL's results in the in-place forms and refuse other overlaps; ncclCommSplit orders
+// a color's ranks by key; two ranks that both send first wait for each other and give up with
+// ncclSystemError (on GPUs: a hang), while a send issued against its receive goes through.
+TEST_CASE("fake NCCL: in-place collectives, split order, and a send that waits for its receive") {
+  setenv("TESSEL_FAKE_NCCL_TIMEOUT_S", "0.5", 1);
+  ncclUniqueId id;
+  REQUIRE(ncclGetUniqueId(&id) == ncclSuccess);
+  std::vector<std::vector<float>> got(2);
+  std::vector<int> split_rank(2, -1), bad_overlap(2, -1), deadlock(2, -1), ok_p2p(2, -1);
+  const auto rank = [&](int r) {
+    ncclComm_t c = nullptr;
+    if (ncclCommInitRank(&c, 2, id, r) != ncclSuccess) return;
+    std::vector<float> buf{float(r + 1), float(10 * (r + 1)), 0, 0};  // all-gather in place: slot r of [4]
+    std::vector<float> g(4, 0.0f);
+    g[std::size_t(2 * r)] = float(r + 1);
+    g[std::size_t(2 * r + 1)] = float(10 * (r + 1));
+    ncclAllGather(g.data() + 2 * r, g.data(), 2, ncclFloat, c, nullptr);
+    std::vector<float> sum{float(r + 1), 2.0f};
+    ncclAllReduce(sum.data(), sum.data(), 2, ncclFloat, ncclSum, c, nullptr);
+    g.insert(g.end(), sum.begin(), sum.end());
+    got[std::size_t(r)] = g;
+    ncclComm_t sub = nullptr;  // one color, keys reversing the order
+    ncclCommSplit(c, 0, 1 - r, &sub, nullptr);
+    if (sub) ncclCommUserRank(sub, &split_rank[std::size_t(r)]);
+    ncclCommDestroy(sub);
+    // Output overlapping the input at the wrong slot (rank 1 passes slot 0): refused, on every rank.
+    bad_overlap[std::size_t(r)] = ncclAllGather(buf.data() + 1, buf.data(), 2, ncclFloat, c, nullptr);
+    float x = 1, y = 0;
+    deadlock[std::size_t(r)] = ncclSend(&x, 1, ncclFloat, 1 - r, c, nullptr);  // both send first
+    ncclComm_t fresh = nullptr;  // the failed calls left the first communicator unusable
+    ncclUniqueId id2 = id;
+    id2.internal[0] ^= 0x55;
+    if (ncclCommInitRank(&fresh, 2, id2, r) != ncclSuccess) return;
+    ok_p2p[std::size_t(r)] = r == 0 ? ncclSend(&x, 1, ncclFloat, 1, fresh, nullptr) : ncclRecv(&y, 1, ncclFloat, 0, fresh, nullptr);
+    if (r == 1) CHECK(y == 1.0f);
+    ncclCommDestroy(fresh);
+    ncclCommDestroy(c);
+  };
+  std::thread a(rank, 0), b(rank, 1);
+  a.join();
+  b.join();
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(got[std::size_t(r)] == std::vector<float>{1, 10, 2, 20, 3, 4});
+    CHECK(split_rank[std::size_t(r)] == 1 - r);
+    CHECK(deadlock[std::size_t(r)] == ncclSystemError);
+    CHECK(ok_p2p[std::size_t(r)] == ncclSuccess);
+  }
+  CHECK(bad_overlap == std::vector<int>{ncclSystemError, ncclSystemError});  // neither input is its slot
+  unsetenv("TESSEL_FAKE_NCCL_TIMEOUT_S");
 }
