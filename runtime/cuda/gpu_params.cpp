@@ -140,6 +140,17 @@ GpuParams::StateBytes GpuParams::state_bytes() const {
   return {b(data_) + b(half_) + b(shard_data_), b(grad_) + b(shard_grad_), b(m_) + b(v_)};
 }
 
+std::size_t GpuParams::zero_grad_bytes() const { return (grouped() ? shard_grad_ : grad_)->bytes(); }
+
+std::size_t GpuParams::stepped_elements() const {
+  std::size_t n = 0;
+  if (!sharded())
+    for (const GpuParam& p : params_) n += p.size();
+  else
+    for_owned([&](const GpuParam&, std::size_t a, std::size_t b, std::size_t) { n += b - a; });
+  return n;
+}
+
 std::size_t GpuParams::group_index(const std::string& name) const {
   for (std::size_t i = 0; i < groups_.size(); ++i)
     if (groups_[i].name == name) return i;

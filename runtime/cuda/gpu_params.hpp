@@ -124,6 +124,10 @@ class GpuParams {
     std::size_t total() const { return values + grads + moments; }
   };
   StateBytes state_bytes() const;
+  // The profile's work counts: bytes zero_grad() clears; parameter elements AdamW steps on this rank (this
+  // rank's runs when sharded; alignment and chunk padding excluded).
+  std::size_t zero_grad_bytes() const;
+  std::size_t stepped_elements() const;
 
   // Recovery checkpoints: every parameter's value and AdamW moments (params() order) to and from the host,
   // synchronously. Sharded, group by group: saving all-gathers each group's chunks over `dp` (a collective:

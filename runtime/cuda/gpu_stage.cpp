@@ -259,7 +259,7 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   DBuf partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
   a.x2 = reduce_tokens(partial);  // x2 = (attention out + x) + bo, in one pass
-  TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + 4.0 * h,
+  TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + (P.has(L(l, "attn.bo")) ? 4.0 * h : 0.0),
           kg::residual_add(s(), f32(a.x2), f32(x), bias(L(l, "attn.bo")), f32(a.x2), sh.local_tokens, h));
 
   a.g2 = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2);
@@ -277,7 +277,7 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
   DBuf out = reduce_tokens(partial);
-  TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + 4.0 * h,
+  TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + (P.has(L(l, "mlp.b2")) ? 4.0 * h : 0.0),
           kg::residual_add(s(), f32(out), f32(a.x2), bias(L(l, "mlp.b2")), f32(out), sh.local_tokens, h));
   return out;
 }
@@ -351,7 +351,9 @@ DBuf GpuStage::Impl::embed_forward(Mb& st) {
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = buf(std::size_t(sh.tokens) * sh.hidden);
   const double T = sh.tokens, h = sh.hidden, Tl = sh.local_tokens;
-  TIMED_W("embedding_fwd", 0.0, 8.0 * T * h + 4.0 * T,  // rows read (at most), the output written, the tokens
+  // The output written; the rows of this rank's vocabulary shard read (a 1/tp share of the tokens on
+  // average; repeated tokens read once at best, so this is at most); the tokens.
+  TIMED_W("embedding_fwd", 0.0, 4.0 * T * h * (1.0 + 1.0 / tp.size) + 4.0 * T,
           kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
   DBuf x = reduce_tokens(full);
   if (P.has("embed.pos"))
@@ -367,7 +369,8 @@ void GpuStage::Impl::embed_backward(Mb& st, const DBuf& dx) {
             kg::add_positions_bwd(s(), f32(dx), P.grad("embed.pos"), sh.local_tokens, tp.sp ? tp.rank * sh.local_tokens : 0, sh.seq, sh.hidden));
   const GpuParam& tok = P.at("embed.tok");
   DBuf full = gather_tokens(dx);
-  TIMED_W("embedding_bwd", 0.0, 12.0 * T * h + 4.0 * T,  // the gradient read, its rows of the table's updated
+  // For this rank's share of the tokens (1/tp on average): the gradient read, its table rows updated.
+  TIMED_W("embedding_bwd", 0.0, 12.0 * T * h / tp.size + 4.0 * T,
           kg::embedding_bwd(s(), f32(full), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, P.grad("embed.tok")));
 }
 

@@ -342,7 +342,7 @@ void GpuTrainer::gather_group(std::size_t gi) {
                                        double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
   if (record_only_) {
     dev_.end_op(id);
-    KernelScope k(dev_, "zero3_gather", 0.0, 10.0 * double(g.chunk) * layout_.dp);
+    KernelScope k(dev_, "zero3_gather", 0.0, 14.0 * double(g.chunk) * layout_.dp);  // cleared, filled, converted
     params_->synthesise_group(gi, opt_.seed, dev_.compute());
     return;
   }
@@ -392,7 +392,10 @@ double GpuTrainer::global_grad_norm() {
   double sq = 0;
   {
     // This rank's sum only: the wait for the others is communication.
-    KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(params_->sharded() ? params_->shard_size() : params_->count()));
+    const auto counted = [this](const GpuParam& p) { return counts_in_norm(p); };
+    std::size_t n = 0;
+    for (const auto& run : params_->grad_runs(params_->sharded(), counted)) n += run.second;
+    KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(n));
     sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
   }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
@@ -435,7 +438,7 @@ StepStats GpuTrainer::step() {
   const auto start = std::chrono::steady_clock::now();
   dev_.start_step(rec_);
   {
-    KernelScope k(dev_, "zero_grad", 0.0, double(params_->state_bytes().grads));
+    KernelScope k(dev_, "zero_grad", 0.0, double(params_->zero_grad_bytes()));
     params_->zero_grad(dev_.compute());
   }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
@@ -451,8 +454,7 @@ StepStats GpuTrainer::step() {
                                        double(params_->count()) * 16);
   {
     // Values, gradients and moments read, values and moments written (and the bf16 copy, unsharded).
-    const double n = double(params_->sharded() ? params_->shard_size() : params_->count());
-    KernelScope k(dev_, "optimizer", 0.0, n * (params_->sharded() ? 28.0 : 30.0));
+    KernelScope k(dev_, "optimizer", 0.0, double(params_->stepped_elements()) * (params_->sharded() ? 28.0 : 30.0));
     params_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
   }
   dev_.end_op(id);

@@ -306,7 +306,41 @@ TEST_CASE("kernel profile: each scope's FLOPs and bytes are the model's") {
   // x2 = partial + x + bias: two [T, h] reads and one write in fp32, the bias once; twice per layer.
   CHECK(k.at("residual_add").calls == std::int64_t(2 * mbs * L));
   CHECK(k.at("residual_add").bytes == doctest::Approx(2 * mbs * L * (12 * T * h + 4 * h)).epsilon(1e-12));
-  CHECK(k.at("gemm_fwd").bytes > 0);
+}
+
+// The byte counts of the bf16 path (GEMM operands in bf16, the norms and activations writing them
+// directly) against the shapes: the forward GEMMs' operands, C and biases; the norms; GELU; the
+// cross-entropy gradient; AdamW (30 bytes a parameter with the bf16 copy) and zero_grad.
+TEST_CASE("kernel profile: the bf16 path's bytes are the model's") {
+  const Model m = load_model("tiny");
+  Layout l;
+  l.micro_batch = 4;
+  l.global_batch = 8;
+  rt::cuda::CudaDevice dev(0);
+  rt::cuda::GpuTrainOptions opt;
+  opt.gemm = kernels::cuda::GemmType::bf16_fp32;
+  rt::cuda::GpuTrainer t(dev, m, l, opt, nullptr, rt::Recorder::Clock::now());
+  dev.set_kernel_profile(true);
+  (void)t.step();
+  const auto& k = dev.kernel_totals();
+  const double mbs = 2, L = m.layers, T = 4.0 * m.seq_len, h = m.hidden, f = m.ffn, V = double(m.vocab);
+  // One GEMM y[T, n] = x[T, kk] W[kk, n] (+ b): bf16 operands, fp32 output, fp32 bias.
+  const auto gemm = [&](double n, double kk, bool bias) { return 2 * (T * kk + kk * n) + 4 * T * n + (bias ? 4 * n : 0); };
+  const double layer_fwd = 3 * gemm(h, h, true) + gemm(h, h, false) + gemm(f, h, true) + gemm(h, f, false);
+  CHECK(k.at("gemm_fwd").bytes == doctest::Approx(mbs * L * layer_fwd).epsilon(1e-12));
+  // LayerNorm forward writing the bf16 operand only: x read, y written in bf16, mean and rstd, gamma and beta.
+  CHECK(k.at("norm_fwd").calls == std::int64_t(mbs * (2 * L + 1)));
+  CHECK(k.at("norm_fwd").bytes == doctest::Approx(mbs * (2 * L + 1) * (6 * T * h + 8 * (T + h))).epsilon(1e-12));
+  CHECK(k.at("activation_fwd").bytes == doctest::Approx(mbs * L * 6 * T * f).epsilon(1e-12));
+  // The logits' gradient: fp32 logits read, bf16 written; targets and the row statistics.
+  double ce_bwd = 0;
+  for (double b : {6 * T * V + 16 * T, 4 * T}) ce_bwd += mbs * b;  // and the fill of d loss
+  CHECK(k.at("cross_entropy_bwd").bytes == doctest::Approx(ce_bwd).epsilon(1e-12));
+  double params = 0;
+  for (const auto& p : t.params().params()) params += double(p.size());
+  CHECK(k.at("optimizer").bytes == doctest::Approx(30 * params).epsilon(1e-12));
+  CHECK(k.at("zero_grad").bytes == doctest::Approx(4.0 * double(t.params().padded())).epsilon(1e-12));
+  CHECK(k.at("grad_norm").bytes == doctest::Approx(4 * params).epsilon(1e-12));
 }
 
 // The fake NCCL itself (fake_nccl.cpp), which the multi-rank tests lean on: two ranks as threads. Its
