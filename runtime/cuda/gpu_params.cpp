@@ -24,14 +24,14 @@ void copy_sync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kin
 }  // namespace
 
 GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
-                     int zero_dp, int zero_rank, int zero_stage)
-    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank), zero_stage_(zero_stage) {
+                     int zero_dp, int zero_rank, int zero_stage, bool bf16_gemms)
+    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank), zero_stage_(zero_stage), bf16_gemms_(bf16_gemms) {
   TESSEL_CHECK(zero_dp >= 1 && zero_rank >= 0 && zero_rank < zero_dp, "ZeRO rank " << zero_rank << " of " << zero_dp);
   TESSEL_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage " << zero_stage);
   const std::size_t dp = std::size_t(zero_dp);
-  // ZeRO-2/3: a group ends at a multiple of zero_dp 64-element chunks, so its chunks are even and aligned.
+  // ZeRO: a group ends at a multiple of zero_dp 64-element chunks, so its chunks are even and aligned.
   const auto close_group = [&] {
-    if (!grouped() || groups_.empty()) return;
+    if (!sharded() || groups_.empty()) return;
     GpuZeroGroup& g = groups_.back();
     g.end = total_;
     g.chunk = ((g.end - g.begin + dp - 1) / dp + 63) / 64 * 64;
@@ -50,7 +50,7 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
       p.cols = s.cols / tp;
       p.col0 = p.cols * tp_rank;
     }
-    if (grouped()) {
+    if (sharded()) {
       const std::string g = zero_group_of(s.name);
       if (groups_.empty() || groups_.back().name != g) {
         for (const GpuZeroGroup& seen : groups_)
@@ -62,34 +62,34 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
     }
     p.offset = total_;
     total_ += (p.size() + 63) / 64 * 64;  // 256-byte aligned starts: bf16 GEMM operands need 16 bytes
+    if (reads_fp32(s)) {
+      p.small = small_size_;
+      small_size_ += (p.size() + 63) / 64 * 64;
+    }
     index_[s.name] = params_.size();
     params_.push_back(p);
   }
   close_group();
-  if (grouped()) {
-    padded_ = total_;
-    for (GpuZeroGroup& g : groups_) {
-      g.local = shard_;
-      shard_ += g.chunk;
-    }
-  } else {
-    // Equal shards of 64-element (256-byte) multiples, so every shard starts aligned.
-    const std::size_t unit = 64 * dp;
-    padded_ = (total_ + unit - 1) / unit * unit;
-    shard_ = padded_ / dp;
-    if (sharded()) groups_.push_back({"all", 0, total_, shard_, 0});  // ZeRO-1: the whole buffer is one group
+  padded_ = total_;
+  for (GpuZeroGroup& g : groups_) {
+    g.local = shard_;
+    shard_ += g.chunk;
   }
   group_grad_.resize(groups_.size());
   group_data_.resize(groups_.size());
   group_half_.resize(groups_.size());
   std::vector<DBuf> all;
-  if (this->zero_stage() < 3) {
+  if (!sharded_values()) {
     data_ = dev.alloc_f32(padded_);
-    half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
     all.push_back(data_);
   } else {
     shard_data_ = dev.alloc_f32(shard_);
     all.push_back(shard_data_);
+  }
+  if (this->zero_stage() < 3) half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
+  if (sharded_values() && this->zero_stage() < 3 && small_size_ > 0) {
+    small_ = dev.alloc_f32(small_size_);
+    all.push_back(small_);
   }
   if (!grouped()) {
     grad_ = dev.alloc_f32(padded_);
@@ -112,7 +112,7 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
 template <class F>
 void GpuParams::for_owned(F&& f) const {
   for (const GpuParam& p : params_) {
-    const GpuZeroGroup& g = groups_.at(grouped() ? p.group : 0);
+    const GpuZeroGroup& g = groups_.at(p.group);
     const std::size_t own0 = g.begin + g.chunk * std::size_t(zero_rank_), own1 = own0 + g.chunk;
     const std::size_t a = std::max(p.offset, own0), b = std::min(p.offset + p.size(), own1);
     if (a < b) f(p, a, b, g.local + (a - own0));
@@ -137,7 +137,7 @@ std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, boo
 
 GpuParams::StateBytes GpuParams::state_bytes() const {
   const auto b = [](const DBuf& d) { return d ? d->bytes() : std::size_t(0); };
-  return {b(data_) + b(half_) + b(shard_data_), b(grad_) + b(shard_grad_), b(m_) + b(v_)};
+  return {b(data_) + b(half_) + b(shard_data_) + b(small_), b(grad_) + b(shard_grad_), b(m_) + b(v_)};
 }
 
 std::size_t GpuParams::zero_grad_bytes() const { return (grouped() ? shard_grad_ : grad_)->bytes(); }
@@ -210,7 +210,12 @@ const GpuParam& GpuParams::at(const std::string& n) const {
 
 float* GpuParams::data(const std::string& n) {
   const GpuParam& p = at(n);
-  if (zero_stage() < 3) return f32(data_) + p.offset;
+  if (!sharded_values()) return f32(data_) + p.offset;
+  if (zero_stage() < 3) {
+    TESSEL_CHECK(reads_fp32(p.spec), "ZeRO-" << zero_stage() << " with bf16 GEMMs keeps " << n
+                                             << "'s fp32 values sharded: read its bf16 copy (half)");
+    return f32(small_) + p.small;
+  }
   const DBuf& b = group_data_[p.group];
   TESSEL_CHECK(b, "ZeRO-3: parameter " << n << " read outside its group's gather (" << groups_[p.group].name << ")");
   return f32(b) + (p.offset - groups_[p.group].begin);
@@ -239,7 +244,7 @@ float* GpuParams::flat_grad() {
 }
 
 float* GpuParams::flat_data() {
-  TESSEL_CHECK(zero_stage() < 3, "ZeRO-3 keeps no whole parameter buffer");
+  TESSEL_CHECK(!sharded_values(), "ZeRO-" << zero_stage() << " keeps no whole fp32 parameter buffer here");
   return f32(data_);
 }
 
@@ -261,7 +266,7 @@ void GpuParams::upload(const ParamStore& host) {
     const Param& h = host.at(p.spec.name);
     TESSEL_CHECK(h.size() == p.size(), "shard of " << p.spec.name << ": host " << h.size() << ", device " << p.size());
     const std::size_t bytes = p.size() * sizeof(float);
-    if (zero_stage() < 3) {
+    if (!sharded_values()) {
       cuda_ok(cudaMemcpyAsync(f32(data_) + p.offset, host.data(h), bytes, cudaMemcpyHostToDevice, s), "parameter upload");
       continue;
     }
@@ -271,13 +276,13 @@ void GpuParams::upload(const ParamStore& host) {
   }
   refresh_half(s);
   cuda_ok(cudaStreamSynchronize(s), "parameter upload");
-  if (zero_stage() == 3) dev_.memory().empty_cache();  // the staging blocks are not kept for the step
+  if (sharded_values()) dev_.memory().empty_cache();  // the staging blocks are not kept for the step
 }
 
 void GpuParams::synthesise(std::uint64_t seed) {
   const cudaStream_t s = dev_.compute();
   for (const GpuParam& p : params_) {
-    if (zero_stage() < 3) {
+    if (!sharded_values()) {
       synthesise_into(f32(data_), p.offset, p.offset + 1, seed, s);
       continue;
     }
@@ -287,10 +292,11 @@ void GpuParams::synthesise(std::uint64_t seed) {
   }
   refresh_half(s);
   cuda_ok(cudaStreamSynchronize(s), "synthesised parameters");
-  if (zero_stage() == 3) dev_.memory().empty_cache();
+  if (sharded_values()) dev_.memory().empty_cache();
 }
 
-// ZeRO-3: this rank's runs of parameter p, whose whole values are at `values`, into the shard.
+// Sharded values: this rank's runs of parameter p, whose whole values are at `values`, into the shard;
+// below ZeRO-3 also its whole bf16 copy and, for what kernels read in fp32, its fp32 store.
 void GpuParams::keep_owned(const GpuParam& p, const float* values, cudaStream_t s) {
   const GpuZeroGroup& g = groups_[p.group];
   const std::size_t own0 = g.begin + g.chunk * std::size_t(zero_rank_), own1 = own0 + g.chunk;
@@ -298,6 +304,22 @@ void GpuParams::keep_owned(const GpuParam& p, const float* values, cudaStream_t 
   if (a < b)
     copy_sync(f32(shard_data_) + g.local + (a - own0), values + (a - p.offset), (b - a) * sizeof(float),
               cudaMemcpyDeviceToDevice, s, "parameter shard");
+  if (zero_stage() == 3) return;
+  throw_if_failed(kg::to_bf16(s, values, static_cast<__nv_bfloat16*>(half_->get()) + p.offset, p.size()));
+  if (reads_fp32(p.spec))
+    copy_sync(f32(small_) + p.small, values, p.size() * sizeof(float), cudaMemcpyDeviceToDevice, s, "parameter values");
+  cuda_ok(cudaStreamSynchronize(s), "parameter values");  // `values` may go when this returns
+}
+
+void GpuParams::gather_values(std::size_t gi, const float* values, cudaStream_t s) {
+  TESSEL_CHECK(sharded_values() && zero_stage() < 3, "gather_values: only ZeRO-1/2 with sharded values");
+  const GpuZeroGroup& g = groups_.at(gi);
+  throw_if_failed(kg::to_bf16(s, values, static_cast<__nv_bfloat16*>(half_->get()) + g.begin, g.chunk * std::size_t(zero_dp_)));
+  for (const GpuParam& p : params_)
+    if (p.group == gi && reads_fp32(p.spec))
+      cuda_ok(cudaMemcpyAsync(f32(small_) + p.small, values + (p.offset - g.begin), p.size() * sizeof(float),
+                              cudaMemcpyDeviceToDevice, s),
+              "parameter values");
 }
 
 void GpuParams::zero_grad(cudaStream_t s) {
@@ -306,7 +328,7 @@ void GpuParams::zero_grad(cudaStream_t s) {
 }
 
 void GpuParams::refresh_half(cudaStream_t s) {
-  if (zero_stage() == 3) return;  // each gather makes its group's bf16 copy
+  if (sharded_values()) return;  // each gather (gather_values, or ZeRO-3's per group) makes the bf16 copy
   throw_if_failed(kg::to_bf16(s, f32(data_), static_cast<__nv_bfloat16*>(half_->get()), total_));
 }
 
@@ -346,7 +368,7 @@ void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, d
   for_owned([&](const GpuParam& p, std::size_t a, std::size_t b, std::size_t local) {  // p's runs in the shard
     kernels::cpu::AdamW h = hp;
     if (!p.spec.decay) h.weight_decay = 0.0f;
-    float* value = zero_stage() == 3 ? f32(shard_data_) + local : f32(data_) + a;
+    float* value = sharded_values() ? f32(shard_data_) + local : f32(data_) + a;
     throw_if_failed(kg::adamw_step(s, value, f32(shard_grad_) + local, f32(m_) + local, f32(v_) + local, b - a, h,
                                    step, coef));
   });
@@ -411,7 +433,7 @@ void GpuParams::save_states(Comm* dp, std::vector<HostParamState>& out) {
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
     const GpuZeroGroup& g = groups_[gi];
     const std::size_t span = g.chunk * std::size_t(zero_dp_);
-    DBuf m = dev_.alloc_f32(span), v = dev_.alloc_f32(span), d = zero_stage() == 3 ? dev_.alloc_f32(span) : nullptr;
+    DBuf m = dev_.alloc_f32(span), v = dev_.alloc_f32(span), d = sharded_values() ? dev_.alloc_f32(span) : nullptr;
     dp->all_gather(f32(m_) + g.local, f32(m), g.chunk);
     dp->all_gather(f32(v_) + g.local, f32(v), g.chunk);
     if (d) dp->all_gather(f32(shard_data_) + g.local, f32(d), g.chunk);
@@ -448,7 +470,7 @@ void GpuParams::load_states(const std::vector<HostParamState>& in) {
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) {  // each group whole, then this rank's chunk kept
     const GpuZeroGroup& g = groups_[gi];
     const std::size_t span = g.chunk * std::size_t(zero_dp_);
-    DBuf m = dev_.alloc_f32(span), v = dev_.alloc_f32(span), d = zero_stage() == 3 ? dev_.alloc_f32(span) : nullptr;
+    DBuf m = dev_.alloc_f32(span), v = dev_.alloc_f32(span), d = sharded_values() ? dev_.alloc_f32(span) : nullptr;
     for (const DBuf& b : {m, v, d})
       if (b) cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "checkpoint upload");  // the padding
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -463,6 +485,10 @@ void GpuParams::load_states(const std::vector<HostParamState>& in) {
     copy_sync(f32(m_) + g.local, f32(m) + own, bytes, cudaMemcpyDeviceToDevice, s, "checkpoint upload");
     copy_sync(f32(v_) + g.local, f32(v) + own, bytes, cudaMemcpyDeviceToDevice, s, "checkpoint upload");
     if (d) copy_sync(f32(shard_data_) + g.local, f32(d) + own, bytes, cudaMemcpyDeviceToDevice, s, "checkpoint upload");
+    if (d && zero_stage() < 3) {  // the bf16 copy and fp32 store from the group's whole values
+      gather_values(gi, f32(d), s);
+      cuda_ok(cudaStreamSynchronize(s), "checkpoint upload");
+    }
   }
   refresh_half(s);
   cuda_ok(cudaStreamSynchronize(s), "checkpoint upload");

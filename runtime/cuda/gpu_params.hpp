@@ -3,19 +3,22 @@
 // the data that the mixed-precision GEMMs read, refreshed after every optimizer step).
 //
 // ZeRO (Rajbhandari et al. 2020) over zero_dp data-parallel ranks, as the CPU runtime's optimizer
-// (runtime/optimizer_step.hpp) does it, so the two agree value for value:
-//  - ZeRO-1 (Megatron's distributed optimizer): the flat buffers are padded to zero_dp equal shards and this
-//    rank keeps AdamW moments for its shard only; the trainer reduce-scatters the whole gradient into
-//    shard_grad(), steps the shard, and all-gathers the updated values (one group covering everything).
-//  - ZeRO-2/3: per parameter group (runtime/zero_partition.hpp's groups: the token embedding, positions,
-//    each layer, the final norm + head), each laid out in the flat buffer over zero_dp equal 64-element
-//    chunks, so one group's gather or reduce-scatter is a single even collective in place. No whole-model
-//    gradient buffer exists: a group's full gradient is allocated when a compute action starts producing
-//    it (begin_group_grad) and handed to the trainer's reduce-scatter when a micro-batch's weight gradient
-//    is done (take_group_grad), which frees it. ZeRO-3 also keeps only its chunks of the fp32 master
-//    values (shard_data()); a group's full values (and their bf16 copy) exist between gather_target /
-//    finish_gather and release_group. Looking up a gradient, or a ZeRO-3 value, outside those windows
-//    throws, naming the parameter, instead of reading freed memory.
+// (runtime/optimizer_step.hpp) does it, so the two agree value for value. Every stage lays the flat
+// buffers out by parameter group (runtime/zero_partition.hpp's groups: the token embedding, positions,
+// each layer, the final norm + head), each group over zero_dp equal 64-element chunks, so one group's
+// gather or reduce-scatter is a single even collective in place; this rank keeps AdamW moments and the
+// reduced gradient (shard_grad()) for its chunks only.
+//  - ZeRO-1 (Megatron's distributed optimizer): the trainer reduce-scatters the whole gradient group by
+//    group after the flush, steps the chunks and all-gathers the values.
+//  - ZeRO-2/3: no whole-model gradient buffer exists: a group's full gradient is allocated when a compute
+//    action starts producing it (begin_group_grad) and handed to the trainer's reduce-scatter when a
+//    micro-batch's weight gradient is done (take_group_grad), which frees it.
+//  - Sharded values (sharded_values()): ZeRO-3, and ZeRO-1/2 under bf16 GEMMs, keep only this rank's
+//    chunks of the fp32 master values (shard_data()). ZeRO-1/2 then hold whole only the bf16 copy the
+//    GEMMs read and the fp32 values of the vectors and embeddings (reads_fp32), rebuilt after each step
+//    from a group-sized gather (gather_values); ZeRO-3's group values (and their bf16 copy) exist between
+//    gather_target / finish_gather and release_group.
+// Looking up a gradient, or a value that is not held, outside its window throws, naming the parameter.
 // The update is elementwise, so the same as unsharded AdamW; only the gradient norm's summation order differs.
 #pragma once
 
@@ -46,14 +49,18 @@ struct GpuParam {
   std::int64_t rows = 1, cols = 1, row0 = 0, col0 = 0;  // local shard, as ParamStore shards
   std::size_t offset = 0;
   std::size_t group = 0;  // index into GpuParams::groups() when sharded
+  std::size_t small = 0;  // offset in the fp32 store of the parameters kernels read in fp32 (see below)
   std::size_t size() const { return static_cast<std::size_t>(rows * cols); }
 };
 
 class GpuParams {
  public:
   // zero_stage 0 (or zero_dp 1): unsharded; 1, 2, 3: ZeRO over zero_dp ranks, this one zero_rank.
+  // bf16_gemms: the GEMMs read the weight matrices' bf16 copy only (GemmType::bf16_fp32), so ZeRO-1/2 can
+  // shard the fp32 master values too (Megatron's distributed optimizer) and keep whole only the bf16
+  // copy and the fp32 values of what the kernels read in fp32 (reads_fp32).
   GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
-            int zero_dp = 1, int zero_rank = 0, int zero_stage = 0);
+            int zero_dp = 1, int zero_rank = 0, int zero_stage = 0, bool bf16_gemms = false);
 
   // The CPU runtime's seeded initialisation, copied up: the GPU starts from the CPU reference's weights.
   void upload(const ParamStore& host);
@@ -62,23 +69,30 @@ class GpuParams {
 
   bool has(const std::string& n) const { return index_.count(n) > 0; }
   const GpuParam& at(const std::string& n) const;
-  float* data(const std::string& n);  // ZeRO-3: only while its group is gathered (or whole for a checkpoint)
+  // fp32 values: ZeRO-3 only while the group is gathered; ZeRO-1/2 with sharded values only for reads_fp32.
+  float* data(const std::string& n);
   float* grad(const std::string& n);  // ZeRO-2/3: only while its group's gradient is live
   const __nv_bfloat16* half(const std::string& n) const;
   const std::vector<GpuParam>& params() const { return params_; }
   std::size_t count() const { return total_; }     // elements of the flat buffers in use (padding excluded)
   std::size_t padded() const { return padded_; }   // zero_dp * shard_size()
   float* flat_grad();  // unsharded and ZeRO-1 only
-  float* flat_data();  // not under ZeRO-3
+  float* flat_data();  // the whole fp32 values: not when sharded_values()
   bool sharded() const { return zero_dp_ > 1; }
   int zero_stage() const { return sharded() ? zero_stage_ : 0; }
   bool grouped() const { return zero_stage() >= 2; }  // per-group gradients (ZeRO-2/3)
+  // The fp32 master values live in this rank's chunks only (shard_data()): ZeRO-3, and ZeRO-1/2 under
+  // bf16 GEMMs. Their whole bf16 copy (and the reads_fp32 values) then come from gather_values().
+  bool sharded_values() const { return zero_stage() == 3 || (sharded() && bf16_gemms_); }
+  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases) and the embeddings.
+  static bool reads_fp32(const ParamSpec& s) { return s.rows == 1 || s.cols == 1 || s.name.rfind("embed.", 0) == 0; }
   std::size_t shard_size() const { return shard_; }
+  std::size_t small_size() const { return small_size_; }  // elements of the reads_fp32 parameters (aligned)
   std::size_t shard_begin() const { return shard_ * std::size_t(zero_rank_); }
   float* shard_grad() { return f32(shard_grad_); }
   int zero_rank() const { return zero_rank_; }
 
-  // ZeRO-2/3 groups (ZeRO-1: one group over the whole padded buffer), and those of the stage covering
+  // ZeRO groups (every stage lays the flat buffers out by group), and those of the stage covering
   // layers [l0, l1) (the embeddings when first; the final group and a tied embedding when last).
   const std::vector<GpuZeroGroup>& groups() const { return groups_; }
   std::vector<std::size_t> stage_groups(int l0, int l1, bool first, bool last) const;
@@ -95,6 +109,9 @@ class GpuParams {
   void release_group(std::size_t g);
   bool gathered(std::size_t g) const { return bool(group_data_.at(g)); }
   float* shard_data() { return f32(shard_data_); }
+  // ZeRO-1/2 with sharded values, after the step: group g's whole fp32 values (gathered by the caller into
+  // `values`, chunk * zero_dp elements) become its bf16 copy and its reads_fp32 values, on stream s.
+  void gather_values(std::size_t g, const float* values, cudaStream_t s);
   // Gradient runs of the parameters `pick` accepts: each whole gradient (shard false, not under ZeRO-2/3), or
   // this rank's runs of them in shard_grad() (shard true, sharded only). Equal on tp peers and on the two
   // ranks of a tied embedding, whose groups have the same sizes.
@@ -147,11 +164,16 @@ class GpuParams {
   std::vector<GpuZeroGroup> groups_;
   std::vector<DBuf> group_grad_, group_data_, group_half_;  // ZeRO-2/3 per group, live or empty
   DBuf data_, grad_, m_, v_, half_, scratch_, shard_grad_;
-  DBuf shard_data_;  // ZeRO-3: this rank's chunks of the values
+  DBuf shard_data_;  // sharded_values(): this rank's chunks of the fp32 values
+  DBuf small_;       // sharded_values() below ZeRO-3: the reads_fp32 parameters' fp32 values, whole
+  std::size_t small_size_ = 0;
+  bool bf16_gemms_ = false;
   // f(p, flat_begin, flat_end, shard_index) for every run of a parameter inside this rank's chunks.
   template <class F>
   void for_owned(F&& f) const;
-  void keep_owned(const GpuParam& p, const float* values, cudaStream_t s);  // ZeRO-3: p's runs into the shard
+  // sharded_values(): p's whole values at `values` -> its runs into the shard, and below ZeRO-3 its bf16
+  // copy and (reads_fp32) its fp32 store.
+  void keep_owned(const GpuParam& p, const float* values, cudaStream_t s);
   void synthesise_into(float* base, std::size_t begin, std::size_t end, std::uint64_t seed, cudaStream_t s);
 };
 

@@ -152,7 +152,8 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   }
   const std::vector<std::string> names = rank_param_names(m, l, schedule_, at_.pp);
   params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp, l.zero_stage >= 1 ? l.dp : 1,
-                                        l.zero_stage >= 1 ? at_.dp : 0, l.zero_stage);
+                                        l.zero_stage >= 1 ? at_.dp : 0, l.zero_stage,
+                                        opt.gemm == kernels::cuda::GemmType::bf16_fp32);
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
   loss_sum_ = dev.alloc_f32(1);
@@ -215,12 +216,15 @@ void GpuTrainer::reduce_gradients() {
   sync_tied();
   sync_sequence_parallel();
   if (layout_.dp == 1) return;
-  if (params_->sharded()) {  // ZeRO-1: each dp rank receives the sum of its shard only
+  if (params_->sharded()) {  // ZeRO-1: each dp rank receives the sum of its chunks only, group by group
     dev_.comm_waits_compute();
-    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
-                                         0.0, double(params_->padded()) * sizeof(float));
-    if (!record_only_) groups_.dp->reduce_scatter(params_->flat_grad(), params_->shard_grad(), params_->shard_size());
-    dev_.end_op(id);
+    const std::size_t dp = std::size_t(layout_.dp);
+    for (const GpuZeroGroup& g : params_->groups()) {
+      const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1},
+                                           "dp_reducescatter", 0.0, double(g.chunk * dp) * sizeof(float));
+      if (!record_only_) groups_.dp->reduce_scatter(params_->flat_grad() + g.begin, params_->shard_grad() + g.local, g.chunk);
+      dev_.end_op(id);
+    }
     if (!record_only_) dev_.compute_waits_comm();
     return;
   }
@@ -286,22 +290,40 @@ bool GpuTrainer::counts_in_norm(const GpuParam& p) const {
   return true;
 }
 
-// ZeRO-1/2: every dp rank updated its chunks of the flat values; all-gather them in place, group by group
-// (ZeRO-1: one group, the whole buffer; NCCL's in-place form: this rank's input is its own slot of the
-// output), then refresh the bf16 copy. ZeRO-3 keeps its shard: the next step's gathers read it.
+// ZeRO-1/2: every dp rank updated its chunks of the values; all-gather them group by group. With the
+// whole fp32 values kept (fp32 GEMMs), in place (NCCL's in-place form: this rank's input is its own slot
+// of the output), then the bf16 copy is refreshed. With them sharded (bf16 GEMMs), each group's fp32
+// values pass through a buffer of the group's size, which becomes its bf16 copy and the fp32 values the
+// kernels read (GpuParams::gather_values). ZeRO-3 keeps its shard: the next step's gathers read it.
 void GpuTrainer::gather_params() {
   if (params_->zero_stage() == 3) return;
-  dev_.comm_waits_compute();
   const std::size_t dp = std::size_t(layout_.dp);
-  for (const GpuZeroGroup& g : params_->groups()) {
+  const bool in_place = !params_->sharded_values();
+  if (in_place) dev_.comm_waits_compute();
+  for (std::size_t gi = 0; gi < params_->groups().size(); ++gi) {
+    const GpuZeroGroup& g = params_->groups()[gi];
+    DBuf whole = in_place || record_only_ ? nullptr : dev_.alloc_f32(g.chunk * dp);
+    if (!in_place) dev_.comm_waits_compute();  // `whole` may be memory that queued compute work still reads
     const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
                                          double(g.chunk * dp) * sizeof(float));
     if (!record_only_) {
-      float* flat = params_->flat_data() + g.begin;
-      groups_.dp->all_gather(flat + g.chunk * std::size_t(at_.dp), flat, g.chunk);
+      if (in_place) {
+        float* flat = params_->flat_data() + g.begin;
+        groups_.dp->all_gather(flat + g.chunk * std::size_t(at_.dp), flat, g.chunk);
+      } else {
+        groups_.dp->all_gather(params_->shard_data() + g.local, f32(whole), g.chunk);
+      }
     }
     dev_.end_op(id);
+    if (in_place || record_only_) continue;  // --only-rank: the synthesised copies stay
+    dev_.compute_waits_comm();
+    double fp32_read = 0;  // elements of the group's vectors and embeddings, copied to the fp32 store
+    for (const GpuParam& p : params_->params())
+      if (p.group == gi && GpuParams::reads_fp32(p.spec)) fp32_read += double(p.size());
+    KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(g.chunk * dp) + 8.0 * fp32_read);
+    params_->gather_values(gi, f32(whole), dev_.compute());
   }
+  if (!in_place) return;
   if (!record_only_) dev_.compute_waits_comm();
   KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(params_->count()));  // fp32 read, bf16 written
   params_->refresh_half(dev_.compute());

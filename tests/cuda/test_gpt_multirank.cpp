@@ -216,6 +216,7 @@ TEST_CASE("ZeRO-2 and ZeRO-3 on the GPU match the CPU runtime") {
   compare(tiny, zero(3, layout(1, 2, 2, "interleaved", false, 2)));
   compare(tiny_llama(), zero(3, layout(1, 2, 2, "dualpipev", false, 2)));
   compare(tiny_llama(), zero(2, layout(2, 1, 2, "1f1b", true)), kernels::cuda::GemmType::bf16_fp32);
+  compare(tiny, zero1(layout(1, 2, 2)), kernels::cuda::GemmType::bf16_fp32);  // the fp32 values sharded too
   compare(tiny, zero(3, layout(2, 2, 2, "1f1b", true)), kernels::cuda::GemmType::bf16_fp32);
 }
 
@@ -291,6 +292,30 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
   }
 }
 
+// Under bf16 GEMMs ZeRO-1/2 keep the fp32 values sharded, and a checkpoint gathers them group by group; a
+// load rebuilds the bf16 copy and the fp32 vectors from them. Saved at step 2 and resumed, the run
+// continues the uninterrupted one (the same GPU arithmetic both ways), also when resumed under ZeRO-2.
+TEST_CASE("bf16 ZeRO-1/2 checkpoints round-trip the sharded fp32 values") {
+  const Model m = load_model("tiny");
+  const auto bf16 = kernels::cuda::GemmType::bf16_fp32;
+  const Layout z1 = zero1(layout(1, 2, 2)), z2 = zero(2, layout(1, 2, 2));
+  const GpuRun whole = gpu_threads(m, z1, 4, "", "", bf16);
+  TempDir dir("tessel-gpu-ckpt-bf16");
+  (void)gpu_threads(m, z1, 2, "", dir.p.string(), bf16);
+  for (const Layout& g : {z1, z2}) {
+    const std::string where = g.describe();
+    CAPTURE(where);
+    const GpuRun tail = gpu_threads(m, g, 4, dir.p.string(), "", bf16);
+    REQUIRE(tail.steps.size() == 2);
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i + 2);
+      const rt::StepStats& want = whole.steps[std::size_t(i) + 2];
+      CHECK(std::abs(tail.steps[std::size_t(i)].loss - want.loss) <= kLossTolFp32 * want.loss);
+      CHECK(std::abs(tail.steps[std::size_t(i)].grad_norm - want.grad_norm) <= kNormTolFp32 * want.grad_norm);
+    }
+  }
+}
+
 #ifdef TESSEL_FAKE_NCCL
 // The same layouts through NcclComm on the fake NCCL (tests/cuda_fake/fake_nccl.cpp), whose sends wait for
 // their receives and whose collectives wait for every rank, as on GPUs: the staged transport above buffers
@@ -343,7 +368,9 @@ TEST_CASE("a ZeRO-3 checkpoint saved over NCCL resumes on the CPU runtime") {
 
 // What each ZeRO stage keeps between steps, to the byte: after a step, the device memory in use on dp rank
 // 0 is what it was before the step, and ZeRO 0's less exactly the buffers the stage shards (in the
-// allocator's block sizes), so no group gradient and no gathered group outlives its window. Saving a
+// allocator's block sizes), so no group gradient and no gathered group outlives its window. Under bf16
+// GEMMs ZeRO-1/2 shard the fp32 values too, keeping whole only the bf16 copy and the fp32 values of the
+// vectors and embeddings. Saving a
 // sharded checkpoint adds no more than three buffers of its largest group. ZeRO-1: moments of a shard (plus the reduced-gradient
 // shard); ZeRO-2: no whole gradient; ZeRO-3: no whole values nor bf16 copy, only their shard. The step's
 // peak falls with them.
@@ -381,9 +408,11 @@ TEST_CASE("ZeRO stages on the GPU hold exactly the sharded state between steps, 
       const rc::GpuParams& p = t.params();
       const std::size_t n = p.padded(), k = p.shard_size();
       Mem r{dev.memory().in_use(), step_peak, 0};
-      // Buffers of the state, as GpuParams allocates them for this stage.
-      if (z < 3) r.state += blk(n, 4) + blk(n, 2);  // values and their bf16 copy
-      else r.state += blk(k, 4);                    // the values' shard
+      // Buffers of the state, as GpuParams allocates them for this stage (bf16 GEMMs).
+      if (z == 0) r.state += blk(n, 4) + blk(n, 2);  // values and their bf16 copy
+      else if (z < 3)                                 // the values' shard, the bf16 copy, the fp32-read ones
+        r.state += blk(k, 4) + blk(n, 2) + blk(p.small_size(), 4);
+      else r.state += blk(k, 4);                      // the values' shard
       if (z < 2) r.state += blk(n, 4);              // the whole gradient
       r.state += 2 * blk(z >= 1 ? k : n, 4);        // moments
       if (z >= 1) r.state += blk(k, 4);             // the reduced gradient's shard
