@@ -163,11 +163,13 @@ bool GpuParams::begin_group_grad(std::size_t g, cudaStream_t s) {
   if (b) return false;
   b = dev_.alloc_f32(groups_[g].chunk * std::size_t(zero_dp_));
   cuda_ok(cudaMemsetAsync(b->get(), 0, b->bytes(), s), "group gradient");
+  max_live_ = std::max(max_live_, ++live_);
   return true;
 }
 
 DBuf GpuParams::take_group_grad(std::size_t g) {
   TESSEL_CHECK(group_grad_.at(g), "ZeRO group " << groups_[g].name << ": no live gradient to reduce");
+  --live_;
   return std::move(group_grad_[g]);
 }
 

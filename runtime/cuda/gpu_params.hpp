@@ -10,9 +10,10 @@
 // reduced gradient (shard_grad()) for its chunks only.
 //  - ZeRO-1 (Megatron's distributed optimizer): the trainer reduce-scatters the whole gradient group by
 //    group after the flush, steps the chunks and all-gathers the values.
-//  - ZeRO-2/3: no whole-model gradient buffer exists: a group's full gradient is allocated when a compute
-//    action starts producing it (begin_group_grad) and handed to the trainer's reduce-scatter when a
-//    micro-batch's weight gradient is done (take_group_grad), which frees it.
+//  - ZeRO-2/3: no whole-model gradient buffer exists: a group's full gradient is allocated when the
+//    stage's backward reaches it (begin_group_grad, through GpuStage's gradient window) and handed to the
+//    trainer's reduce-scatter when the micro-batch's part of it is complete (take_group_grad), which
+//    frees it.
 //  - Sharded values (sharded_values()): ZeRO-3, and ZeRO-1/2 under bf16 GEMMs, keep only this rank's
 //    chunks of the fp32 master values (shard_data()). ZeRO-1/2 then hold whole only the bf16 copy the
 //    GEMMs read and the fp32 values of the vectors and embeddings (reads_fp32), rebuilt after each step
@@ -102,6 +103,7 @@ class GpuParams {
   bool begin_group_grad(std::size_t g, cudaStream_t s);
   bool group_grad_live(std::size_t g) const { return bool(group_grad_.at(g)); }
   DBuf take_group_grad(std::size_t g);
+  std::size_t max_live_group_grads() const { return max_live_; }  // the most live at once so far
   // ZeRO-3 values of group g: gather_target allocates the full group (the caller all-gathers this rank's
   // chunk, shard_data() + local, into it), finish_gather makes its bf16 copy on s; release_group drops both.
   float* gather_target(std::size_t g);
@@ -163,6 +165,7 @@ class GpuParams {
   int zero_dp_ = 1, zero_rank_ = 0, zero_stage_ = 0;
   std::vector<GpuZeroGroup> groups_;
   std::vector<DBuf> group_grad_, group_data_, group_half_;  // ZeRO-2/3 per group, live or empty
+  std::size_t live_ = 0, max_live_ = 0;                     // group gradients live now, and at most
   DBuf data_, grad_, m_, v_, half_, scratch_, shard_grad_;
   DBuf shard_data_;  // sharded_values(): this rank's chunks of the fp32 values
   DBuf small_;       // sharded_values() below ZeRO-3: the reads_fp32 parameters' fp32 values, whole

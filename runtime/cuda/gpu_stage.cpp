@@ -61,14 +61,34 @@ struct GpuStage::Impl {
   bool defer = false;        // its weight GEMMs are queued (split I) rather than run
   // A weight-gradient GEMM (and the bias it carries): now, or queued for W. The closure holds the
   // DBufs it reads, so they outlive the I.
-  GpuStage::ParamWindow window;  // ZeRO-3's gathers, or empty
+  GpuStage::ParamHooks hooks;  // ZeRO's gathers and gradient windows, or empty
   void enter(std::initializer_list<std::string> groups) {
-    if (window)
-      for (const std::string& g : groups) window(g, true);
+    if (hooks.values)
+      for (const std::string& g : groups) hooks.values(g, true);
   }
   void leave(std::initializer_list<std::string> groups) {
-    if (window)
-      for (const std::string& g : groups) window(g, false);
+    if (hooks.values)
+      for (const std::string& g : groups) hooks.values(g, false);
+  }
+  // Gradient windows (GpuStage::ParamHooks::grads). With a split I (defer), the same calls are queued
+  // around the weight GEMMs it queues, so W makes the groups live again and completes them.
+  // weight_jobs: the code between begin and end may queue weight GEMMs (a split I queues them).
+  void grads_begin(const std::vector<std::string>& groups, bool weight_jobs) {
+    if (!hooks.grads) return;
+    for (const std::string& g : groups) hooks.grads(g, true, false);
+    if (defer && weight_jobs)
+      current_mb->jobs.push_back([this, groups] {
+        for (const std::string& g : groups) hooks.grads(g, true, false);
+      });
+  }
+  void grads_end(const std::vector<std::string>& groups, bool weight_jobs) {
+    if (!hooks.grads) return;
+    const bool later = defer && weight_jobs;
+    for (const std::string& g : groups) hooks.grads(g, false, !later);
+    if (later)
+      current_mb->jobs.push_back([this, groups] {
+        for (const std::string& g : groups) hooks.grads(g, false, true);
+      });
   }
   std::string head_group() const { return P.has("head.w") ? "final" : "embed.tok"; }  // tied: the embedding
 
@@ -435,7 +455,7 @@ GpuStage::GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, G
 GpuStage::~GpuStage() = default;
 
 void GpuStage::set_loss_sink(float* loss_sum) { impl_->loss_sum = loss_sum; }
-void GpuStage::set_param_window(ParamWindow w) { impl_->window = std::move(w); }
+void GpuStage::set_param_hooks(ParamHooks h) { impl_->hooks = std::move(h); }
 const GpuStageConfig& GpuStage::config() const { return impl_->cfg; }
 std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.local_tokens) * impl_->sh.hidden; }
 int GpuStage::tokens() const { return impl_->sh.tokens; }
@@ -495,23 +515,33 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
   I.defer = defer_weight;
   DBuf g = dout;
   if (I.cfg.last) {
+    const std::vector<std::string> head{"final", I.head_group()};
     I.enter({"final", I.head_group()});
+    I.grads_begin(head, true);
     g = I.head_backward(st);
+    I.grads_end(head, true);
     I.leave({"final", I.head_group()});
   }
   for (int l = I.cfg.l1 - 1; l >= I.cfg.l0; --l) {
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
     const std::string group = "layers." + std::to_string(l);
     I.enter({group});
+    I.grads_begin({group}, true);
     if (I.cfg.recompute == Recompute::full) {  // re-run the forward from the kept input
       const DBuf x = a.x;
       (void)I.layer_forward(l, x, a);
     }
     g = I.layer_backward(l, a, g);
+    I.grads_end({group}, true);
     I.leave({group});
     a = Acts{};
   }
-  if (I.cfg.first) I.embed_backward(st, g);
+  if (I.cfg.first) {  // the embeddings' gradients are complete here, split I or not
+    const std::vector<std::string> embed{"embed.tok", "embed.pos"};
+    I.grads_begin(embed, false);
+    I.embed_backward(st, g);
+    I.grads_end(embed, false);
+  }
   I.defer = false;
   I.current_mb = nullptr;
   if (defer_weight) {  // the saved activations go now; what the queued GEMMs read stays with them

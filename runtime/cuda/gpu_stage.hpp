@@ -50,12 +50,21 @@ class GpuStage {
   DBuf backward(int mb, DBuf dout, bool defer_weight = false);
   void backward_weight(int mb);  // W: the queued weight GEMMs of micro-batch mb
   void set_loss_sink(float* loss_sum);
-  // ZeRO-3 (gpu_trainer.cpp): called with a parameter group's name (runtime/zero_partition.hpp's: "embed.tok",
-  // "embed.pos", "layers.<i>", "final") before the kernels reading its values are queued (enter true) and
-  // after them (false): the embeddings, each layer (its recomputation and backward included) and the head.
-  // The weight-gradient GEMMs read no weights and are outside every window.
-  using ParamWindow = std::function<void(const std::string& group, bool enter)>;
-  void set_param_window(ParamWindow w);
+  // ZeRO (gpu_trainer.cpp), with a parameter group's name (runtime/zero_partition.hpp's: "embed.tok",
+  // "embed.pos", "layers.<i>", "final"):
+  //  - values (ZeRO-3): called before the kernels reading the group's values are queued (enter true) and
+  //    after them (false): the embeddings, each layer (its recomputation and backward included) and the
+  //    head. The weight-gradient GEMMs read no weights and are outside every window.
+  //  - grads (ZeRO-2/3): called before kernels write the group's gradient (enter true), and after the
+  //    micro-batch's part of it is complete (enter false, done true): at once in a full backward, for the
+  //    embeddings at once in any backward, and for a split I after the weight GEMMs W runs (the calls are
+  //    queued with them); after a split I itself it is called with done false. So a group's full gradient
+  //    lives for about one layer's backward, as DeepSpeed's reduction buckets.
+  struct ParamHooks {
+    std::function<void(const std::string& group, bool enter)> values;
+    std::function<void(const std::string& group, bool enter, bool done)> grads;
+  };
+  void set_param_hooks(ParamHooks h);
 
   const GpuStageConfig& config() const;
   std::size_t activation_elems() const;  // [local_tokens, hidden]

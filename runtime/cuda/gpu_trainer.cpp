@@ -43,17 +43,16 @@ struct GpuTrainer::Walker {
     const GpuStageConfig& c = stage(st).config();
     return {op, st, s.chunk_of(st), mb, c.l0, c.l1};
   }
-  // ZeRO-2/3 around every compute action, as the CPU executor: a stage's gradient groups live from the
-  // first action making them (B, I, W), reduced when a micro-batch's weight gradient is done (B, or W after
-  // I). ZeRO-3's gathers are finer than the CPU's (per action): the stage asks for each layer's group as it
-  // reaches it (GpuStage::set_param_window), so one layer's values are whole at a time, as FSDP does.
+  // ZeRO-2/3 are finer than the CPU executor's per-action hooks: the stage opens each group's windows as
+  // it reaches it (GpuStage::ParamHooks): ZeRO-3 gathers one layer's values at a time, as FSDP does, and
+  // a group's gradient lives from the first kernel writing it to the end of its micro-batch's part (B, or
+  // W after I), as DeepSpeed's reduction buckets. The same micro-batch sums as the CPU's, in more pieces.
+  // After a B or W nothing of the stage's may be left live (checked at the step's end).
   template <class F>
   void compute(const char* op, const char* letter, int st, int mb, double flops, F&& f) {
     const char l = letter[0];
-    const std::vector<std::size_t>* zg = t.params_->grouped() ? &t.stage_groups(st) : nullptr;
-    if (zg && l != 'F') t.begin_grads(*zg);
     timed(op, letter, st, mb, flops, std::forward<F>(f));
-    if (zg && (l == 'B' || l == 'W')) t.flush_grads(*zg);
+    if (t.params_->grouped() && (l == 'B' || l == 'W')) t.flush_grads(t.stage_groups(st));
   }
   template <class F>
   void timed(const char* op, const char* letter, int st, int mb, double flops, F&& f) {
@@ -162,8 +161,11 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   for (int st : schedule_.stages_of(at_.pp)) {
     stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm);
     stages_[st]->set_loss_sink(f32(loss_sum_));
-    if (params_->zero_stage() == 3)
-      stages_[st]->set_param_window([this](const std::string& g, bool enter) { param_window(g, enter); });
+    GpuStage::ParamHooks hooks;
+    if (params_->zero_stage() == 3) hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
+    if (params_->grouped())
+      hooks.grads = [this](const std::string& g, bool enter, bool done) { grads_window(g, enter, done); };
+    stages_[st]->set_param_hooks(std::move(hooks));
   }
   const std::size_t T = std::size_t(l.micro_batch) * m.seq_len;
   for (int i = 0; i < l.num_microbatches(); ++i) {
@@ -338,17 +340,21 @@ const std::vector<std::size_t>& GpuTrainer::stage_groups(int st) {
   return it->second;
 }
 
-void GpuTrainer::begin_grads(const std::vector<std::size_t>& groups) {
-  for (std::size_t g : groups) params_->begin_group_grad(g, dev_.compute());
-}
-
 void GpuTrainer::flush_grads(const std::vector<std::size_t>& groups) {
   for (std::size_t g : groups)
     if (params_->group_grad_live(g)) flush_group(g);
 }
 
-// ZeRO-3: a stage's window on one parameter group (GpuStage::ParamWindow). Groups this rank lacks (learned
-// positions of a rotary model) are skipped.
+// ZeRO-2/3: a stage's gradient window on one group (GpuStage::ParamHooks::grads).
+void GpuTrainer::grads_window(const std::string& group, bool enter, bool done) {
+  const std::size_t g = params_->group_index(group);
+  if (g == params_->groups().size()) return;
+  if (enter) params_->begin_group_grad(g, dev_.compute());
+  else if (done && params_->group_grad_live(g)) flush_group(g);
+}
+
+// ZeRO-3: a stage's window on one parameter group's values (GpuStage::ParamHooks::values). Groups this
+// rank lacks (learned positions of a rotary model) are skipped.
 void GpuTrainer::param_window(const std::string& group, bool enter) {
   const std::size_t g = params_->group_index(group);
   if (g == params_->groups().size()) return;

@@ -58,12 +58,12 @@ class GpuTrainer {
   void sync_tied();
   void sync_sequence_parallel();
   void gather_params();
-  // ZeRO-2/3 (see Walker::compute): the parameter groups of a stage; their gradients made live before a
-  // compute action and reduced after; ZeRO-3's per-group window inside the stage; one group's gather and
-  // one group's gradient reduction.
+  // ZeRO-2/3 (see Walker::compute): the parameter groups of a stage; any still live after a B/W reduced;
+  // the stage's per-group windows (gradients; ZeRO-3's values); one group's gather and one group's
+  // gradient reduction.
   const std::vector<std::size_t>& stage_groups(int stage);
-  void begin_grads(const std::vector<std::size_t>& groups);
   void flush_grads(const std::vector<std::size_t>& groups);
+  void grads_window(const std::string& group, bool enter, bool done);
   void param_window(const std::string& group, bool enter);
   void gather_group(std::size_t g);
   void flush_group(std::size_t g);
