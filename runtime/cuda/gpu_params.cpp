@@ -24,8 +24,9 @@ void copy_sync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kin
 }  // namespace
 
 GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
-                     int zero_dp, int zero_rank, int zero_stage, bool bf16_gemms)
-    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank), zero_stage_(zero_stage), bf16_gemms_(bf16_gemms) {
+                     int zero_dp, int zero_rank, int zero_stage, bool bf16_gemms, bool first_stage)
+    : dev_(dev), zero_dp_(zero_dp), zero_rank_(zero_rank), zero_stage_(zero_stage), bf16_gemms_(bf16_gemms),
+      first_stage_(first_stage) {
   TESSEL_CHECK(zero_dp >= 1 && zero_rank >= 0 && zero_rank < zero_dp, "ZeRO rank " << zero_rank << " of " << zero_dp);
   TESSEL_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage " << zero_stage);
   const std::size_t dp = std::size_t(zero_dp);
@@ -197,6 +198,12 @@ void GpuParams::release_group(std::size_t g) {
   group_half_.at(g).reset();
 }
 
+void GpuParams::synthesise_values(std::size_t gi, float* values, std::uint64_t seed, cudaStream_t s) {
+  const GpuZeroGroup& g = groups_.at(gi);
+  cuda_ok(cudaMemsetAsync(values, 0, g.chunk * std::size_t(zero_dp_) * sizeof(float), s), "synthesised group");
+  synthesise_into(values - g.begin, g.begin, g.end, seed, s);
+}
+
 void GpuParams::synthesise_group(std::size_t g, std::uint64_t seed, cudaStream_t s) {
   float* full = gather_target(g);
   cuda_ok(cudaMemsetAsync(full, 0, group_data_[g]->bytes(), s), "synthesised group");
@@ -289,6 +296,7 @@ void GpuParams::synthesise(std::uint64_t seed) {
       continue;
     }
     DBuf one = dev_.alloc_f32(p.size());
+    cuda_ok(cudaMemsetAsync(one->get(), 0, one->bytes(), s), "synthesised parameters");  // zero-initialised ones
     synthesise_into(f32(one) - p.offset, p.offset, p.offset + 1, seed, s);
     keep_owned(p, f32(one), s);
   }

@@ -60,8 +60,9 @@ class GpuParams {
   // bf16_gemms: the GEMMs read the weight matrices' bf16 copy only (GemmType::bf16_fp32), so ZeRO-1/2 can
   // shard the fp32 master values too (Megatron's distributed optimizer) and keep whole only the bf16
   // copy and the fp32 values of what the kernels read in fp32 (reads_fp32).
+  // first_stage: this rank runs stage 0, whose embedding lookup reads the embeddings in fp32.
   GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::string>& names, int tp, int tp_rank,
-            int zero_dp = 1, int zero_rank = 0, int zero_stage = 0, bool bf16_gemms = false);
+            int zero_dp = 1, int zero_rank = 0, int zero_stage = 0, bool bf16_gemms = false, bool first_stage = true);
 
   // The CPU runtime's seeded initialisation, copied up: the GPU starts from the CPU reference's weights.
   void upload(const ParamStore& host);
@@ -85,8 +86,11 @@ class GpuParams {
   // The fp32 master values live in this rank's chunks only (shard_data()): ZeRO-3, and ZeRO-1/2 under
   // bf16 GEMMs. Their whole bf16 copy (and the reads_fp32 values) then come from gather_values().
   bool sharded_values() const { return zero_stage() == 3 || (sharded() && bf16_gemms_); }
-  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases) and the embeddings.
-  static bool reads_fp32(const ParamSpec& s) { return s.rows == 1 || s.cols == 1 || s.name.rfind("embed.", 0) == 0; }
+  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases), and the embeddings on
+  // the rank of the first stage (its lookup; a tied head elsewhere reads the bf16 copy).
+  bool reads_fp32(const ParamSpec& s) const {
+    return s.rows == 1 || s.cols == 1 || (first_stage_ && s.name.rfind("embed.", 0) == 0);
+  }
   std::size_t shard_size() const { return shard_; }
   std::size_t small_size() const { return small_size_; }  // elements of the reads_fp32 parameters (aligned)
   std::size_t shard_begin() const { return shard_ * std::size_t(zero_rank_); }
@@ -114,6 +118,8 @@ class GpuParams {
   // ZeRO-1/2 with sharded values, after the step: group g's whole fp32 values (gathered by the caller into
   // `values`, chunk * zero_dp elements) become its bf16 copy and its reads_fp32 values, on stream s.
   void gather_values(std::size_t g, const float* values, cudaStream_t s);
+  // --only-rank: group g's whole values synthesised into `values` in place of the gather (synthesise()).
+  void synthesise_values(std::size_t g, float* values, std::uint64_t seed, cudaStream_t s);
   // Gradient runs of the parameters `pick` accepts: each whole gradient (shard false, not under ZeRO-2/3), or
   // this rank's runs of them in shard_grad() (shard true, sharded only). Equal on tp peers and on the two
   // ranks of a tied embedding, whose groups have the same sizes.
@@ -163,6 +169,7 @@ class GpuParams {
   std::map<std::string, std::size_t> index_;
   std::size_t total_ = 0, padded_ = 0, shard_ = 0;
   int zero_dp_ = 1, zero_rank_ = 0, zero_stage_ = 0;
+  bool bf16_gemms_ = false, first_stage_ = true;
   std::vector<GpuZeroGroup> groups_;
   std::vector<DBuf> group_grad_, group_data_, group_half_;  // ZeRO-2/3 per group, live or empty
   std::size_t live_ = 0, max_live_ = 0;                     // group gradients live now, and at most
@@ -170,7 +177,6 @@ class GpuParams {
   DBuf shard_data_;  // sharded_values(): this rank's chunks of the fp32 values
   DBuf small_;       // sharded_values() below ZeRO-3: the reads_fp32 parameters' fp32 values, whole
   std::size_t small_size_ = 0;
-  bool bf16_gemms_ = false;
   // f(p, flat_begin, flat_end, shard_index) for every run of a parameter inside this rank's chunks.
   template <class F>
   void for_owned(F&& f) const;

@@ -152,7 +152,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   const std::vector<std::string> names = rank_param_names(m, l, schedule_, at_.pp);
   params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp, l.zero_stage >= 1 ? l.dp : 1,
                                         l.zero_stage >= 1 ? at_.dp : 0, l.zero_stage,
-                                        opt.gemm == kernels::cuda::GemmType::bf16_fp32);
+                                        opt.gemm == kernels::cuda::GemmType::bf16_fp32, first_pp_ == at_.pp);
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
   loss_sum_ = dev.alloc_f32(1);
@@ -304,7 +304,7 @@ void GpuTrainer::gather_params() {
   if (in_place) dev_.comm_waits_compute();
   for (std::size_t gi = 0; gi < params_->groups().size(); ++gi) {
     const GpuZeroGroup& g = params_->groups()[gi];
-    DBuf whole = in_place || record_only_ ? nullptr : dev_.alloc_f32(g.chunk * dp);
+    DBuf whole = in_place ? nullptr : dev_.alloc_f32(g.chunk * dp);
     if (!in_place) dev_.comm_waits_compute();  // `whole` may be memory that queued compute work still reads
     const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
                                          double(g.chunk * dp) * sizeof(float));
@@ -317,11 +317,14 @@ void GpuTrainer::gather_params() {
       }
     }
     dev_.end_op(id);
-    if (in_place || record_only_) continue;  // --only-rank: the synthesised copies stay
-    dev_.compute_waits_comm();
+    if (in_place) continue;
+    if (record_only_)  // --only-rank: synthesised values stand in for the peers' chunks (the work is the same)
+      params_->synthesise_values(gi, f32(whole), opt_.seed, dev_.compute());
+    else
+      dev_.compute_waits_comm();
     double fp32_read = 0;  // elements of the group's vectors and embeddings, copied to the fp32 store
     for (const GpuParam& p : params_->params())
-      if (p.group == gi && GpuParams::reads_fp32(p.spec)) fp32_read += double(p.size());
+      if (p.group == gi && params_->reads_fp32(p.spec)) fp32_read += double(p.size());
     KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(g.chunk * dp) + 8.0 * fp32_read);
     params_->gather_values(gi, f32(whole), dev_.compute());
   }

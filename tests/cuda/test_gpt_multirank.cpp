@@ -204,8 +204,8 @@ TEST_CASE("ZeRO-1 on the GPU matches the CPU runtime") {
 // ZeRO-2/3 on the GPU: per-group gradients reduce-scattered after every micro-batch's weight gradient
 // (the tied embedding and SP sums then on the shards), ZeRO-3's groups gathered around each forward and
 // input gradient; against the CPU runtime's ZeRO-2/3. Split backward (zb1p: I makes the norm gradients,
-// W the weight gradients), two stages on one rank (interleaved, DualPipeV: the tied embedding's group
-// used by the first and the last stage of the same rank), SP with tp peers' equal shards.
+// W the weight gradients), two stages on one rank (interleaved; DualPipeV and zbv with the tied
+// embedding's group used by the first and the last stage of the same rank), SP with tp peers' equal shards.
 TEST_CASE("ZeRO-2 and ZeRO-3 on the GPU match the CPU runtime") {
   const Model tiny = load_model("tiny");
   compare(tiny, zero(2, layout(1, 1, 2)));
@@ -217,6 +217,10 @@ TEST_CASE("ZeRO-2 and ZeRO-3 on the GPU match the CPU runtime") {
   compare(tiny_llama(), zero(3, layout(1, 2, 2, "dualpipev", false, 2)));
   compare(tiny_llama(), zero(2, layout(2, 1, 2, "1f1b", true)), kernels::cuda::GemmType::bf16_fp32);
   compare(tiny, zero1(layout(1, 2, 2)), kernels::cuda::GemmType::bf16_fp32);  // the fp32 values sharded too
+  // Tied and V-shaped: rank 0's last stage head re-opens embed.tok's gradient (in W, after a split I)
+  // after its first stage's embedding backward reduced it.
+  compare(tiny, zero(2, layout(1, 2, 2, "dualpipev", false, 2)));
+  compare(tiny, zero(3, layout(1, 2, 2, "zbv", false, 2)), kernels::cuda::GemmType::bf16_fp32);
   compare(tiny, zero(3, layout(2, 2, 2, "1f1b", true)), kernels::cuda::GemmType::bf16_fp32);
 }
 

@@ -225,6 +225,33 @@ TEST_CASE("--only-rank under ZeRO-3 records a gather per layer and use, and a re
   fs::remove(trace);
 }
 
+// --only-rank under bf16 ZeRO-1 (sharded fp32 values): after each step every group's values are
+// synthesised in place of the gather and still turned into the bf16 copy, so the timed work is the real
+// run's; one reduce-scatter and one all-gather per group and step are recorded.
+TEST_CASE("--only-rank under bf16 ZeRO-1 records a reduce-scatter and an all-gather per group and step") {
+  const fs::path trace = fs::temp_directory_path() / ("tessel-fake-only-z1-" + std::to_string(::getpid()) + ".json");
+  auto o = options(1, 2, 2);
+  o.layout.zero_stage = 1;
+  o.layout.precision = Precision::bf16;
+  o.precision = "bf16";
+  o.only_rank = 3;  // the last stage: layers 4-7, "final", the tied "embed.tok"
+  o.trace_path = trace.string();
+  int rc = -1;
+  const std::string text = run_capturing(o, rc);
+  REQUIRE(rc == 0);
+  CAPTURE(text);
+  const trace::Trace t = trace::read_chrome_trace(o.trace_path);
+  int gathers = 0, reduces = 0;
+  for (const auto& e : t.events) {
+    gathers += e.stream == trace::Stream::dp && e.op == "dp_allgather";
+    reduces += e.stream == trace::Stream::dp && e.op == "dp_reducescatter";
+  }
+  CHECK(gathers == 6 * o.steps);
+  CHECK(reduces == 6 * o.steps);
+  CHECK(text.find("ZeRO-1 shards") != std::string::npos);
+  fs::remove(trace);
+}
+
 // The fake's stream-order check itself (fake_cudart.cpp): work on one stream, then on another, is a
 // violation unless an event recorded after the first was waited for, or the host synchronised with it.
 TEST_CASE("fake CUDA: an operation not ordered after another stream's earlier work throws, naming both") {
