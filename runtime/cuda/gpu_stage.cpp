@@ -519,7 +519,10 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
     I.enter({"final", I.head_group()});
     I.grads_begin(head, true);
     g = I.head_backward(st);
-    I.grads_end(head, true);
+    // A tied head on the stage that also looks the tokens up: embed.tok's gradient stays open through the
+    // layers and closes with the embeddings', one reduction a micro-batch instead of two.
+    const bool tied_here = I.cfg.first && I.head_group() == "embed.tok";
+    I.grads_end(tied_here ? std::vector<std::string>{"final"} : head, true);
     I.leave({"final", I.head_group()});
   }
   for (int l = I.cfg.l1 - 1; l >= I.cfg.l0; --l) {

@@ -222,6 +222,18 @@ TEST_CASE("--only-rank under ZeRO-3 records a gather per layer and use, and a re
   CHECK(reduces == groups * mbs);
   CHECK(text.find("state between steps") != std::string::npos);
   CHECK(text.find("ZeRO-3 shards") != std::string::npos);
+  // One stage with the tied head: embed.tok's gradient (head and lookup) is reduced once a micro-batch,
+  // with the embeddings', not once for each: 8 layers, "final", "embed.tok", "embed.pos".
+  o = options(1, 1, 2);
+  o.layout.zero_stage = 3;
+  o.only_rank = 1;
+  o.trace_path = trace.string();
+  REQUIRE(run_capturing(o, rc).size() > 0);
+  REQUIRE(rc == 0);
+  reduces = 0;
+  for (const auto& e : trace::read_chrome_trace(o.trace_path).events)
+    reduces += e.stream == trace::Stream::dp && e.op == "dp_reducescatter";
+  CHECK(reduces == 11 * o.layout.num_microbatches() * o.steps);
   fs::remove(trace);
 }
 
