@@ -40,7 +40,7 @@ std::size_t ZeroPartition::owned_end(const ZeroGroup& g, int d) const {
   return std::min(g.end, g.begin + static_cast<std::size_t>(d + 1) * g.chunk);
 }
 
-std::vector<std::size_t> ZeroPartition::stage_groups(int l0, int l1, bool first, bool last) const {
+std::vector<std::string> zero_stage_group_names(int l0, int l1, bool first, bool last, bool tied) {
   std::vector<std::string> want;
   if (first) want = {"embed.tok", "embed.pos"};
   for (int i = l0; i < l1; ++i) want.push_back("layers." + std::to_string(i));
@@ -48,8 +48,13 @@ std::vector<std::size_t> ZeroPartition::stage_groups(int l0, int l1, bool first,
     want.push_back("final");
     // The tied LM head. Untied, the last stage never touches embed.tok, even where its rank holds the
     // first stage too (V-shaped placements).
-    if (tied_) want.push_back("embed.tok");
+    if (tied) want.push_back("embed.tok");
   }
+  return want;
+}
+
+std::vector<std::size_t> ZeroPartition::stage_groups(int l0, int l1, bool first, bool last) const {
+  const std::vector<std::string> want = zero_stage_group_names(l0, l1, first, last, tied_);
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < groups_.size(); ++i)
     if (std::find(want.begin(), want.end(), groups_[i].name) != want.end()) out.push_back(i);

@@ -30,6 +30,10 @@ struct ZeroGroup {
 // The group a parameter name belongs to (see above).
 std::string zero_group_of(const std::string& param_name);
 
+// The names of the groups the stage covering layers [l0, l1) uses: the embeddings when first, its
+// layers, the final group and (tied: no separate LM head) the token embedding when last.
+std::vector<std::string> zero_stage_group_names(int l0, int l1, bool first, bool last, bool tied);
+
 class ZeroPartition {
  public:
   ZeroPartition() = default;

@@ -121,15 +121,7 @@ void GpuParams::for_owned(F&& f) const {
 }
 
 std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, bool last) const {
-  std::vector<std::string> want;
-  if (first) want = {"embed.tok", "embed.pos"};
-  for (int i = l0; i < l1; ++i) want.push_back("layers." + std::to_string(i));
-  if (last) {
-    want.push_back("final");
-    // The tied LM head. Untied, the last stage never touches embed.tok, even where its rank holds the
-    // first stage too (V-shaped placements).
-    if (!has("head.w")) want.push_back("embed.tok");
-  }
+  const std::vector<std::string> want = zero_stage_group_names(l0, l1, first, last, !has("head.w"));
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < groups_.size(); ++i)
     if (std::find(want.begin(), want.end(), groups_[i].name) != want.end()) out.push_back(i);
@@ -205,9 +197,7 @@ void GpuParams::synthesise_values(std::size_t gi, float* values, std::uint64_t s
 }
 
 void GpuParams::synthesise_group(std::size_t g, std::uint64_t seed, cudaStream_t s) {
-  float* full = gather_target(g);
-  cuda_ok(cudaMemsetAsync(full, 0, group_data_[g]->bytes(), s), "synthesised group");
-  synthesise_into(full - groups_[g].begin, groups_[g].begin, groups_[g].end, seed, s);
+  synthesise_values(g, gather_target(g), seed, s);
   finish_gather(g, s);
 }
 
