@@ -1,5 +1,7 @@
 #include "runtime/cuda/device.hpp"
 
+#include <stdexcept>
+
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/check.cuh"
@@ -89,6 +91,9 @@ CudaDevice::CudaDevice(int device) : device_(device) {
 
 CudaDevice::~CudaDevice() {
   cudaDeviceSynchronize();
+  for (InFlight& f : in_flight_) spare_events_.push_back(f.done_event);
+  in_flight_.clear();  // after the synchronisation: their buffers may go
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   if (sync_) cudaEventDestroy(sync_);
   if (base_) cudaEventDestroy(base_);
@@ -132,6 +137,9 @@ void CudaDevice::end_op(std::size_t i) {
 
 void CudaDevice::collect(Recorder& rec) {
   TESSEL_NVTX_FN();
+  if (!in_flight_.empty())
+    throw std::logic_error("CudaDevice: " + std::to_string(in_flight_.size()) +
+                           " communication op(s) still in flight at the end of the step (compute never waited for them)");
   RT_CUDA(cudaDeviceSynchronize());
   for (const Op& op : ops_) {
     float t0 = 0, t1 = 0;  // milliseconds since base_
@@ -172,6 +180,41 @@ void CudaDevice::scope_end(std::size_t i) {
 void CudaDevice::compute_waits_comm() {
   RT_CUDA(cudaEventRecord(sync_, comm_));
   RT_CUDA(cudaStreamWaitEvent(compute_, sync_, 0));
+  if (!in_flight_.empty()) complete_through(in_flight_.back().ticket);
+}
+
+CudaDevice::Ticket CudaDevice::comm_in_flight(std::vector<DBuf> keep, std::function<void()> done) {
+  cudaEvent_t e = nullptr;
+  if (!spare_events_.empty()) {
+    e = spare_events_.back();
+    spare_events_.pop_back();
+  } else {
+    RT_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  RT_CUDA(cudaEventRecord(e, comm_));
+  in_flight_.push_back({next_ticket_, e, std::move(keep), std::move(done)});
+  return next_ticket_++;
+}
+
+void CudaDevice::compute_waits(Ticket t) {
+  if (completed(t)) return;
+  for (const InFlight& f : in_flight_)
+    if (f.ticket == t) {
+      RT_CUDA(cudaStreamWaitEvent(compute_, f.done_event, 0));
+      break;
+    }
+  complete_through(t);
+}
+
+// Compute has waited for ticket t (and so for every earlier one): their follow-up work is queued after
+// that wait, in issue order, and their buffers go back to the allocator, safe for later compute work.
+void CudaDevice::complete_through(Ticket t) {
+  while (!in_flight_.empty() && in_flight_.front().ticket <= t) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    spare_events_.push_back(f.done_event);
+    if (f.done) f.done();
+  }
 }
 
 void CudaDevice::comm_waits_compute() {

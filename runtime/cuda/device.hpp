@@ -7,6 +7,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,8 +25,9 @@ using kernels::cuda::throw_if_failed;
 
 // Device memory by size class, never returned to the driver until the allocator dies: cudaMalloc/cudaFree
 // synchronise the device, which a training step must not do per tensor (PyTorch's CUDA caching allocator
-// is the model). All use is ordered on one compute stream, so a freed block is safe to hand out again to
-// work queued later on that stream.
+// is the model). Reuse is ordered on the compute stream: a freed block is safe to hand out again to work
+// queued later on it. Communication on the other stream waits for the compute queued before it, and a
+// block it still uses when compute goes on is held until compute has waited for it (comm_in_flight).
 class CachingAllocator {
  public:
   CachingAllocator() = default;
@@ -94,9 +97,24 @@ class CudaDevice {
                        std::int64_t flow = -1);
   void end_op(std::size_t op);
   void collect(Recorder& rec);
-  // Makes the compute stream wait for what is queued on the comm stream now (and the reverse).
+  // Makes the compute stream wait for what is queued on the comm stream now (and the reverse). The first
+  // also completes everything in flight (below).
   void compute_waits_comm();
   void comm_waits_compute();
+
+  // Communication that compute does not wait for yet: the overlap of a data-parallel reduction with the
+  // backward, of a ZeRO-3 gather with the layer before it, of a pipeline send with the next op.
+  // comm_in_flight() marks what the comm stream has queued now with an event and keeps `keep` alive: the
+  // buffers that work reads or writes, which the allocator (ordered on the compute stream alone) must not
+  // hand out again before compute has waited for it. compute_waits(t) makes compute wait for ticket t and
+  // every earlier one (the comm stream runs them in order), then runs their `done` in issue order (work
+  // to queue on compute once the result is there, such as adding it to an accumulator) and lets their
+  // buffers go. compute_waits_comm() completes all of them. Nothing may be in flight when a step ends.
+  using Ticket = std::uint64_t;
+  Ticket comm_in_flight(std::vector<DBuf> keep, std::function<void()> done = {});
+  void compute_waits(Ticket t);
+  bool completed(Ticket t) const { return in_flight_.empty() || t < in_flight_.front().ticket; }
+  std::size_t in_flight() const { return in_flight_.size(); }
 
   // Kernel-level profile (`tessel run --backend cuda --profile-kernels`): named scopes of launches on the
   // compute stream (KernelScope), each timed by an event pair and summed per name by collect(). Off by
@@ -140,6 +158,16 @@ class CudaDevice {
     cudaEvent_t begin, end;
     double flops, bytes;
   };
+  struct InFlight {
+    Ticket ticket;
+    cudaEvent_t done_event;
+    std::vector<DBuf> keep;
+    std::function<void()> done;
+  };
+  std::deque<InFlight> in_flight_;
+  std::vector<cudaEvent_t> spare_events_;  // of completed in-flight work, for the next
+  Ticket next_ticket_ = 0;
+  void complete_through(Ticket t);
   bool profile_ = false;
   std::vector<Scope> scopes_;
   std::map<std::string, KernelTotal> totals_;

@@ -162,7 +162,6 @@ bool GpuParams::begin_group_grad(std::size_t g, cudaStream_t s) {
 
 DBuf GpuParams::take_group_grad(std::size_t g) {
   TESSEL_CHECK(group_grad_.at(g), "ZeRO group " << groups_[g].name << ": no live gradient to reduce");
-  --live_;
   return std::move(group_grad_[g]);
 }
 

@@ -106,8 +106,10 @@ class GpuParams {
   // and taken (the caller reduce-scatters the chunk * zero_dp elements, then lets the buffer go).
   bool begin_group_grad(std::size_t g, cudaStream_t s);
   bool group_grad_live(std::size_t g) const { return bool(group_grad_.at(g)); }
+  // The group's buffer, counted live until group_grad_released() (its reduction may still be in flight).
   DBuf take_group_grad(std::size_t g);
-  std::size_t max_live_group_grads() const { return max_live_; }  // the most live at once so far
+  void group_grad_released() { --live_; }
+  std::size_t max_live_group_grads() const { return max_live_; }  // the most live at once so far (open or reducing)
   // ZeRO-3 values of group g: gather_target allocates the full group (the caller all-gathers this rank's
   // chunk, shard_data() + local, into it), finish_gather makes its bf16 copy on s; release_group drops both.
   float* gather_target(std::size_t g);

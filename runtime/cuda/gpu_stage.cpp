@@ -66,6 +66,10 @@ struct GpuStage::Impl {
     if (hooks.values)
       for (const std::string& g : groups) hooks.values(g, true);
   }
+  // The layer whose values window comes after the current one (ZeRO-3 prefetch), if it is on this stage.
+  void prefetch_layer(int l) {
+    if (hooks.prefetch && l >= cfg.l0 && l < cfg.l1) hooks.prefetch("layers." + std::to_string(l));
+  }
   void leave(std::initializer_list<std::string> groups) {
     if (hooks.values)
       for (const std::string& g : groups) hooks.values(g, false);
@@ -479,6 +483,7 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
   DBuf x = in;
   if (I.cfg.first) {
     I.enter({"embed.tok", "embed.pos"});
+    I.prefetch_layer(I.cfg.l0);
     x = I.embed_forward(st);
     I.leave({"embed.tok", "embed.pos"});
   }
@@ -487,6 +492,7 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
     const std::string group = "layers." + std::to_string(l);
     I.enter({group});
+    I.prefetch_layer(l + 1);
     DBuf out = I.layer_forward(l, x, a);
     I.leave({group});
     if (I.cfg.recompute == Recompute::full) {  // keep the block input only
@@ -517,6 +523,7 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
   if (I.cfg.last) {
     const std::vector<std::string> head{"final", I.head_group()};
     I.enter({"final", I.head_group()});
+    I.prefetch_layer(I.cfg.l1 - 1);
     I.grads_begin(head, true);
     g = I.head_backward(st);
     // A tied head on the stage that also looks the tokens up: embed.tok's gradient stays open through the
@@ -529,6 +536,7 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
     const std::string group = "layers." + std::to_string(l);
     I.enter({group});
+    I.prefetch_layer(l - 1);
     I.grads_begin({group}, true);
     if (I.cfg.recompute == Recompute::full) {  // re-run the forward from the kept input
       const DBuf x = a.x;

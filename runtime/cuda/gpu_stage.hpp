@@ -60,8 +60,12 @@ class GpuStage {
   //    embeddings at once in any backward, and for a split I after the weight GEMMs W runs (the calls are
   //    queued with them); after a split I itself it is called with done false. So a group's full gradient
   //    lives for about one layer's backward, as DeepSpeed's reduction buckets.
+  //  - prefetch (ZeRO-3): the group whose values window comes next (the next layer, forward or backward),
+  //    called once the current window is entered and before its kernels are queued, so its gather can
+  //    run beside them.
   struct ParamHooks {
     std::function<void(const std::string& group, bool enter)> values;
+    std::function<void(const std::string& group)> prefetch;
     std::function<void(const std::string& group, bool enter, bool done)> grads;
   };
   void set_param_hooks(ParamHooks h);

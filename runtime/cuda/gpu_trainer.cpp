@@ -101,8 +101,12 @@ struct GpuTrainer::Walker {
       else t.groups_.pp->recv(f32(buf), n, peer, 0);
     }
     t.dev_.end_op(id);
-    if (!t.record_only_) t.dev_.compute_waits_comm();
-    if (!send) (fwd ? fwd_in : bwd_in)[{st, mb}] = buf;
+    if (send) {  // compute goes on; the buffer stays until compute next waits for the comm stream
+      if (!t.record_only_) t.dev_.comm_in_flight({buf});
+      return;
+    }
+    if (!t.record_only_) t.dev_.compute_waits_comm();  // (a synthesised input is on the compute stream already)
+    (fwd ? fwd_in : bwd_in)[{st, mb}] = buf;
   }
   void execute(const Action& a) {
     switch (a.type) {
@@ -162,7 +166,10 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm);
     stages_[st]->set_loss_sink(f32(loss_sum_));
     GpuStage::ParamHooks hooks;
-    if (params_->zero_stage() == 3) hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
+    if (params_->zero_stage() == 3) {
+      hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
+      hooks.prefetch = [this](const std::string& g) { prefetch_group(g); };
+    }
     if (params_->grouped())
       hooks.grads = [this](const std::string& g, bool enter, bool done) { grads_window(g, enter, done); };
     stages_[st]->set_param_hooks(std::move(hooks));
@@ -205,6 +212,9 @@ void GpuTrainer::load_batch(int step) {
 // of the replicated parameters, then the data-parallel sum (each micro-batch loss already carries
 // 1 / (microbatches * dp)).
 void GpuTrainer::reduce_gradients() {
+  // Reductions still in flight complete (their shards are added to the accumulators) before anything reads them.
+  dev_.compute_waits_comm();
+  TESSEL_CHECK(prefetched_.empty(), "ZeRO-3: a group was gathered ahead for a window that never opened");
   if (params_->grouped()) {  // ZeRO-2/3: every group was reduce-scattered after its backward; sums on the shards
     for (std::size_t g = 0; g < params_->groups().size(); ++g) {
       TESSEL_CHECK(!params_->group_grad_live(g), "ZeRO-" << layout_.zero_stage << ": the gradient of group "
@@ -361,8 +371,34 @@ void GpuTrainer::grads_window(const std::string& group, bool enter, bool done) {
 void GpuTrainer::param_window(const std::string& group, bool enter) {
   const std::size_t g = params_->group_index(group);
   if (g == params_->groups().size()) return;
-  if (!enter) params_->release_group(g);
-  else if (!params_->gathered(g)) gather_group(g);
+  if (!enter) {
+    params_->release_group(g);
+    return;
+  }
+  const auto ahead = prefetched_.find(g);
+  if (ahead != prefetched_.end()) {  // gathered beside the compute before: wait for it here, then the bf16 copy
+    dev_.compute_waits(ahead->second);
+    prefetched_.erase(ahead);
+    KernelScope k(dev_, "zero3_gather", 0.0, 6.0 * double(params_->groups()[g].chunk) * layout_.dp);
+    params_->finish_gather(g, dev_.compute());
+  } else if (!params_->gathered(g)) {
+    gather_group(g);
+  }
+}
+
+// ZeRO-3: the next window's group, all-gathered on the comm stream while compute runs the current one
+// (FSDP's forward and backward prefetch, one group ahead). Compute waits for it when the window opens.
+void GpuTrainer::prefetch_group(const std::string& group) {
+  const std::size_t gi = params_->group_index(group);
+  if (record_only_ || gi == params_->groups().size() || params_->gathered(gi)) return;
+  const GpuZeroGroup& g = params_->groups()[gi];
+  float* target = params_->gather_target(gi);
+  dev_.comm_waits_compute();  // the new buffer may be memory that queued compute work still reads
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                       double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
+  groups_.dp->all_gather(params_->shard_data() + g.local, target, g.chunk);
+  dev_.end_op(id);
+  prefetched_[gi] = dev_.comm_in_flight({});  // the buffer is the group's own, held until release_group
 }
 
 // ZeRO-3: group g's values from every dp rank's chunk, then their bf16 copy (--only-rank: synthesised).
@@ -386,23 +422,40 @@ void GpuTrainer::gather_group(std::size_t gi) {
 
 // ZeRO-2/3: group g's gradient of this micro-batch, reduce-scattered over dp and added to this rank's
 // sharded accumulator; the full gradient buffer goes (DeepSpeed's per-micro-batch reduction, as the CPU).
+// The reduce-scatter overlaps the backward: compute does not wait for it here but when the next group's
+// is issued (so one is in flight at a time, and its layer's backward hides it), or at the next fence. Then
+// the shard is added on compute and the group's buffers go back to the allocator.
 void GpuTrainer::flush_group(std::size_t gi) {
   const GpuZeroGroup& g = params_->groups()[gi];
   DBuf full = params_->take_group_grad(gi);
   DBuf mine = dev_.alloc_f32(g.chunk);
-  dev_.comm_waits_compute();
-  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
-                                       0.0, double(full->bytes()));
-  if (!record_only_) groups_.dp->reduce_scatter(f32(full), f32(mine), g.chunk);
-  dev_.end_op(id);
-  if (!record_only_) dev_.compute_waits_comm();
-  else  // nobody to reduce with: this rank's own slot stands in
+  float* acc = params_->shard_grad() + g.local;
+  const auto accumulate = [this, acc, mine, n = g.chunk] {
+    KernelScope k(dev_, "zero_accumulate", 0.0, 12.0 * double(n));
+    throw_if_failed(kg::add(dev_.compute(), acc, f32(mine), acc, n));
+  };
+  if (record_only_) {  // nobody to reduce with: this rank's own slot stands in
+    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1},
+                                         "dp_reducescatter", 0.0, double(full->bytes()));
+    dev_.end_op(id);
     cuda_ok(cudaMemcpyAsync(f32(mine), f32(full) + g.chunk * std::size_t(at_.dp), g.chunk * sizeof(float),
                             cudaMemcpyDeviceToDevice, dev_.compute()),
             "gradient shard");
-  KernelScope k(dev_, "zero_accumulate", 0.0, 12.0 * double(g.chunk));
-  float* acc = params_->shard_grad() + g.local;
-  throw_if_failed(kg::add(dev_.compute(), acc, f32(mine), acc, g.chunk));
+    params_->group_grad_released();
+    accumulate();
+    return;
+  }
+  // The previous group's reduction completes first: compute has queued the layer it overlapped.
+  if (grad_ticket_) dev_.compute_waits(*grad_ticket_);
+  dev_.comm_waits_compute();  // full is complete; mine may be memory that queued compute work still reads
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
+                                       0.0, double(full->bytes()));
+  groups_.dp->reduce_scatter(f32(full), f32(mine), g.chunk);
+  dev_.end_op(id);
+  grad_ticket_ = dev_.comm_in_flight({full, mine}, [this, accumulate] {
+    params_->group_grad_released();
+    accumulate();
+  });
 }
 
 Comm& GpuTrainer::host_world() {

@@ -11,6 +11,7 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "runtime/cuda/gpu_stage.hpp"
@@ -65,6 +66,7 @@ class GpuTrainer {
   void flush_grads(const std::vector<std::size_t>& groups);
   void grads_window(const std::string& group, bool enter, bool done);
   void param_window(const std::string& group, bool enter);
+  void prefetch_group(const std::string& group);
   void gather_group(std::size_t g);
   void flush_group(std::size_t g);
   double global_grad_norm();
@@ -93,6 +95,10 @@ class GpuTrainer {
   std::unique_ptr<GpuParams> params_;
   std::map<int, std::unique_ptr<GpuStage>> stages_;
   std::map<int, std::vector<std::size_t>> stage_groups_;
+  // Communication in flight (CudaDevice::comm_in_flight): the latest ZeRO-2/3 gradient reduce-scatter,
+  // and ZeRO-3 gathers issued ahead of their window, by group.
+  std::optional<CudaDevice::Ticket> grad_ticket_;
+  std::map<std::size_t, CudaDevice::Ticket> prefetched_;
   std::vector<DBuf> tokens_, targets_;  // per micro-batch, device
   DBuf loss_sum_;
   int steps_ = 0;

@@ -77,7 +77,7 @@ void check_supported(const CudaRunOptions& o, int world) {
 
 // Where the step goes, per kernel scope: calls and milliseconds per step over the profiled steps, share of
 // the step's wall time; what no scope covers (communication, host work, launch gaps) is the remainder.
-// Scopes that state their work also show its rates and how close they came to the roofline of the matched
+// Scopes that state their work also show it per step (GFLOP, GB), its rates and how close they came to the roofline of the matched
 // system preset: the time the FLOPs take at the dense peak or the bytes at the datasheet bandwidth,
 // whichever is longer, over the time measured ("flop" or "mem" says which bound). peak / bw: 0 when no
 // preset matches the device.
@@ -90,8 +90,8 @@ void print_kernel_profile(const CudaDevice& dev, int steps, double seconds, doub
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.ms > b.second.ms; });
   const double step_ms = seconds * 1e3 / steps;
   double covered = 0;
-  std::printf("kernel profile over %d step(s), %.2f ms per step:\n  %-20s %10s %12s %7s %9s %9s %14s\n", steps, step_ms,
-              "scope", "calls/step", "ms/step", "share", "TFLOP/s", "GB/s", "of roofline");
+  std::printf("kernel profile over %d step(s), %.2f ms per step:\n  %-20s %10s %12s %7s %11s %9s %9s %9s %14s\n", steps,
+              step_ms, "scope", "calls/step", "ms/step", "share", "GFLOP/step", "GB/step", "TFLOP/s", "GB/s", "of roofline");
   for (const auto& r : rows) {
     const CudaDevice::KernelTotal& k = r.second;
     const double ms = k.ms / steps;
@@ -99,7 +99,8 @@ void print_kernel_profile(const CudaDevice& dev, int steps, double seconds, doub
     std::printf("  %-20s %10.1f %12.3f %6.1f%%", r.first.c_str(), double(k.calls) / steps, ms, 100.0 * ms / step_ms);
     if ((k.flops > 0 || k.bytes > 0) && k.ms > 0) {
       const double s = k.ms * 1e-3;
-      std::printf(" %9.1f %9.0f", k.flops / s / 1e12, k.bytes / s / 1e9);
+      std::printf(" %11.1f %9.3f %9.1f %9.0f", k.flops / steps / 1e9, k.bytes / steps / 1e9, k.flops / s / 1e12,
+                  k.bytes / s / 1e9);
       const double t_flop = peak > 0 ? k.flops / peak : 0.0, t_mem = bw > 0 ? k.bytes / bw : 0.0;
       if (peak > 0 && bw > 0) std::printf(" %8.1f%% %-4s", 100.0 * std::max(t_flop, t_mem) / s, t_flop >= t_mem ? "flop" : "mem");
       else std::printf(" %14s", "n/a");

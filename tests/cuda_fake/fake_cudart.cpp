@@ -1,16 +1,26 @@
 // The fake CUDA runtime (include/cuda_runtime_api.h) on host memory: every stream operation runs when it is
-// called, so stream order, events and synchronisation are trivially satisfied; events read the host clock.
-// New allocations are filled with 0xFF bytes (NaN as float and bf16), so a read of memory nobody wrote shows.
+// called; events read the host clock. New allocations are filled with 0xFF bytes (NaN as float and bf16),
+// so a read of memory nobody wrote shows.
 //
-// Because the work runs at once, a missing wait between two streams changes nothing here, yet on a GPU it
-// lets a kernel read what a copy on the other stream has not written yet. So the fake also checks stream
-// ORDER, with the runtime's own rule (runtime/cuda/device.hpp: compute and communication streams fence each
-// other around every communication op): each operation issued on a stream must be ordered, through events
-// the stream waited for or host synchronisations, after every operation issued before it on the other
-// streams the same thread created. Vector clocks: a stream's clock is what it is ordered after; an event
-// takes its stream's clock when recorded; a wait merges it in; a host synchronisation merges it into the
-// thread's clock, which every later operation of that thread inherits. A violation throws
-// std::logic_error naming both operations (a test then fails with that message).
+// Because the work runs at once, a missing wait between two streams would change nothing here, yet on a GPU
+// it lets a kernel read what a copy on the other stream has not written yet. So the fake checks stream
+// order, in two ways.
+//
+// Strict operations (kernels, GEMMs, memsets, device-to-host copies) are checked by ORDER: each operation
+// issued on a stream must be ordered, through events the stream waited for or host synchronisations, after
+// every strict operation issued before it on the other streams the same thread created. Vector clocks: a
+// stream's clock is what it is ordered after; an event takes its stream's clock when recorded; a wait merges
+// it in; a host synchronisation merges it into the thread's clock, which every later operation of that thread
+// inherits. A violation throws std::logic_error naming both operations.
+//
+// Deferred operations (copies into device memory, and the fake NCCL's collectives and point-to-point calls:
+// fake_deferred) are what a runtime overlaps with compute, so nothing has to be ordered after them; they are
+// checked by DATA instead. Each computes its result when issued (reading its inputs then) but LANDS it only
+// once something is ordered after it: an operation of its own stream, or another stream or the host that
+// waited for it. Until then its output holds NaN bytes, so compute that reads it without waiting reads NaN,
+// and its inputs and output are fingerprinted, so anything that writes them while it is in flight (a buffer
+// released and reused too early, a result overwritten) throws when it lands, naming the operation. That is
+// the hardware's worst case: a collective that runs late.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cuda_runtime_api.h"
 
@@ -34,8 +45,11 @@ std::uint64_t next_stream_id = 1;  // ids, not addresses: a new stream may reuse
 struct CUstream_st {
   std::uint64_t id = 0;
   std::thread::id owner = std::this_thread::get_id();
-  std::uint64_t issued = 0;
-  std::string last;  // the latest operation's name
+  std::uint64_t issued = 0;  // operations, strict and deferred
+  std::uint64_t strict = 0;  // the number of the latest strict one
+  std::string last;          // its name
+  std::uint64_t prev_strict = 0;  // both before the latest operation (fake_deferred takes it back)
+  std::string prev_last;
   Clock known;
 };
 struct CUevent_st {
@@ -45,13 +59,58 @@ struct CUevent_st {
 
 namespace {
 std::mutex mu;
-std::set<void*> live;
+std::map<void*, std::size_t> live;
 std::mutex order_mu;
 std::set<CUstream_st*> streams;
 thread_local Clock host_clock;  // what this thread has synchronised with
 
 void merge(Clock& into, const Clock& from) {
   for (const auto& [k, v] : from) into[k] = std::max(into[k], v);
+}
+
+std::uint64_t fingerprint(const void* p, std::size_t bytes) {  // FNV-1a
+  std::uint64_t h = 1469598103934665603ull;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+struct Region {
+  const void* p;
+  std::size_t bytes;
+  std::uint64_t hash;
+};
+struct Pending {  // a deferred operation's result, not landed yet
+  std::uint64_t stream, seq;
+  std::thread::id owner;
+  std::string what;
+  void* out;
+  std::vector<unsigned char> result;
+  std::vector<Region> regions;  // its inputs and its (NaN-filled) output, fingerprinted at issue
+};
+std::vector<Pending> pending;  // under order_mu, in issue order
+thread_local std::size_t overlapped = 0;  // this thread's operations issued beside one in flight elsewhere
+
+// Lands every pending result that `c` is ordered after (`by`: the operation or wait that orders it).
+void land(const Clock& c, const char* by) {
+  for (auto it = pending.begin(); it != pending.end();) {
+    const auto k = c.find(it->stream);
+    if (k == c.end() || k->second < it->seq) {
+      ++it;
+      continue;
+    }
+    for (const Region& r : it->regions)
+      if (fingerprint(r.p, r.bytes) != r.hash) {
+        const std::string msg = "fake CUDA: '" + it->what + "' was still in flight when its " +
+                                (r.p == it->out ? "output" : "input") + " was written (found when '" + by +
+                                "' waited for it): a buffer released or reused, or a result overwritten, before "
+                                "the stream that touched it waited for the operation";
+        pending.erase(it);  // reported once
+        throw std::logic_error(msg);
+      }
+    if (!it->result.empty()) std::memcpy(it->out, it->result.data(), it->result.size());
+    it = pending.erase(it);
+  }
 }
 }  // namespace
 
@@ -63,13 +122,51 @@ void fake_stream_op(cudaStream_t s, const char* what) {
     if (t == s || t->owner != s->owner) continue;
     const auto it = s->known.find(t->id);
     const std::uint64_t seen = it == s->known.end() ? 0 : it->second;
-    if (seen < t->issued)
+    if (seen < t->strict)
       throw std::logic_error(std::string("fake CUDA stream order: '") + what + "' is not ordered after '" + t->last +
-                             "' on another stream of this thread (" + std::to_string(t->issued - seen) +
+                             "' on another stream of this thread (" + std::to_string(t->strict - seen) +
                              " operation(s) there unfenced: a missing event wait)");
   }
+  for (const Pending& p : pending)
+    if (p.stream != s->id && p.owner == s->owner) {
+      const auto k = s->known.find(p.stream);
+      if (k == s->known.end() || k->second < p.seq) {
+        ++overlapped;
+        break;
+      }
+    }
   s->known[s->id] = ++s->issued;
+  s->prev_strict = s->strict;
+  s->prev_last = s->last;
+  s->strict = s->issued;
   s->last = what;
+  land(s->known, what);
+}
+
+std::size_t fake_overlapped_ops() { return overlapped; }
+
+void fake_deferred(cudaStream_t s, const char* what, void* out, const void* result, std::size_t bytes,
+                   std::initializer_list<std::pair<const void*, std::size_t>> inputs) {
+  std::lock_guard<std::mutex> l(order_mu);
+  if (!s) {  // the legacy stream: at once
+    if (bytes) std::memmove(out, result, bytes);
+    return;
+  }
+  // fake_stream_op counted this operation, the stream's latest, as strict: it is not.
+  s->strict = s->prev_strict;
+  s->last = s->prev_last;
+  Pending p{s->id, s->issued, s->owner, what, out, {}, {}};
+  p.result.assign(static_cast<const unsigned char*>(result), static_cast<const unsigned char*>(result) + bytes);
+  const auto* o = static_cast<const unsigned char*>(out);
+  for (const auto& [in, n] : inputs) {
+    const auto* i = static_cast<const unsigned char*>(in);
+    if (n && (i + n <= o || o + bytes <= i)) p.regions.push_back({in, n, fingerprint(in, n)});  // in place: the output's
+  }
+  if (bytes) {
+    std::memset(out, 0xFF, bytes);
+    p.regions.push_back({out, bytes, fingerprint(out, bytes)});
+  }
+  pending.push_back(std::move(p));
 }
 
 const char* cudaGetErrorString(cudaError_t e) {
@@ -85,6 +182,7 @@ cudaError_t cudaDeviceSynchronize() {
   std::lock_guard<std::mutex> l(order_mu);
   for (CUstream_st* t : streams)
     if (t->owner == std::this_thread::get_id()) merge(host_clock, t->known);
+  land(host_clock, "cudaDeviceSynchronize");
   return cudaSuccess;
 }
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
@@ -97,6 +195,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
 cudaError_t cudaStreamDestroy(cudaStream_t s) {
   {
     std::lock_guard<std::mutex> l(order_mu);
+    land(s->known, "cudaStreamDestroy");
     streams.erase(s);
   }
   delete s;
@@ -106,12 +205,14 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   if (!s) return cudaSuccess;
   std::lock_guard<std::mutex> l(order_mu);
   merge(host_clock, s->known);
+  land(host_clock, "cudaStreamSynchronize");
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   if (!s || !e) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> l(order_mu);
   merge(s->known, e->clock);
+  land(s->known, "cudaStreamWaitEvent");
   return cudaSuccess;
 }
 cudaError_t cudaEventCreate(cudaEvent_t* e) {
@@ -135,6 +236,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   if (!e) return cudaErrorInvalidValue;
   std::lock_guard<std::mutex> l(order_mu);
   merge(host_clock, e->clock);
+  land(host_clock, "cudaEventSynchronize");
   return cudaSuccess;
 }
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -147,31 +249,62 @@ cudaError_t cudaMalloc(void** p, std::size_t bytes) {
   if (!*p) return cudaErrorMemoryAllocation;
   std::memset(*p, 0xFF, bytes);
   std::lock_guard<std::mutex> l(mu);
-  live.insert(*p);
+  live[*p] = bytes;
   return cudaSuccess;
 }
 cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
+  std::size_t bytes = 0;
   {
     std::lock_guard<std::mutex> l(mu);
-    if (!live.erase(p)) return cudaErrorInvalidValue;  // not ours, or freed twice
+    const auto it = live.find(p);
+    if (it == live.end()) return cudaErrorInvalidValue;  // not ours, or freed twice
+    bytes = it->second;
+    live.erase(it);
+  }
+  {
+    std::lock_guard<std::mutex> l(order_mu);
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (const Pending& q : pending)
+      for (const Region& r : q.regions) {
+        const auto* a = static_cast<const unsigned char*>(r.p);
+        if (a < b + bytes && b < a + r.bytes)
+          throw std::logic_error("fake CUDA: memory freed while '" + q.what + "' on it was still in flight");
+      }
   }
   std::free(p);
   return cudaSuccess;
 }
-// Stream-ordered allocation is not checked: the driver's pool never hands a block to another stream before
-// its free on the first stream has run.
+// Stream-ordered allocation: the driver's pool never hands a block to another stream before its free on the
+// first stream has run, so only the free's own stream matters: what it has queued lands first.
 cudaError_t cudaMallocAsync(void** p, std::size_t bytes, cudaStream_t) { return cudaMalloc(p, bytes); }
-cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
+  if (s) {
+    std::lock_guard<std::mutex> l(order_mu);
+    land(s->known, "cudaFreeAsync");
+  }
+  return cudaFree(p);
+}
+// Synchronous: after everything this thread has queued, as the legacy stream's copy on a GPU.
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
+  cudaDeviceSynchronize();
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
+// A copy into device memory is deferred (it lands when something waits for it); one to the host runs at
+// once (the host reads it only after synchronising).
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
-  fake_stream_op(s, kind == cudaMemcpyHostToDevice   ? "cudaMemcpyAsync host to device"
-                    : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync device to host"
-                                                     : "cudaMemcpyAsync");
-  return cudaMemcpy(dst, src, bytes, kind);
+  const char* what = kind == cudaMemcpyHostToDevice   ? "cudaMemcpyAsync host to device"
+                     : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync device to host"
+                                                      : "cudaMemcpyAsync";
+  fake_stream_op(s, what);
+  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) {
+    if (bytes) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  }
+  // The source is fingerprinted when it is device memory: writing it before the copy ran is the race.
+  fake_deferred(s, what, dst, src, bytes, {{src, kind == cudaMemcpyDeviceToDevice ? bytes : 0}});
+  return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s) {
   fake_stream_op(s, "cudaMemsetAsync");

@@ -8,7 +8,8 @@
 // issued and has copied the data (NCCL matches a pair's messages in issue order), a receive until a send
 // from its peer is there, so two ranks that both send first wait for each other, as on GPUs.
 //
-// The calls are stream operations for the fake CUDA's order check (fake_stream_op), on the stream given.
+// The calls are deferred stream operations of the fake CUDA (fake_stream_op, fake_deferred) on the stream
+// given: a result lands once something waits for it, and inputs must stay unchanged until then.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -129,7 +130,9 @@ ncclResult_t collective(ncclComm* c, const Post& mine, std::size_t out_count, cu
   compute(result, g.posts);
   if (!g.barrier(lk)) return fail(mine.call + ": " + who(c) + " timed out in its second phase");
   lk.unlock();
-  std::copy(result.begin(), result.end(), mine.out);
+  // Lands when something waits for it (fake_cudart.cpp); its input must not change until then.
+  fake_deferred(stream, mine.call.c_str(), mine.out, result.data(), out_count * sizeof(float),
+                {{mine.in, in_count * sizeof(float)}});
   return ncclSuccess;
 }
 
@@ -255,6 +258,8 @@ ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t, int p
     return fail("ncclSend: " + who(comm) + " sent " + std::to_string(count) + " floats to rank " + std::to_string(peer) +
                 ", which issued no matching receive for " + std::to_string(timeout().count()) +
                 " s (on GPUs the stream blocks: a deadlock)");
+  lk.unlock();
+  fake_deferred(stream, "ncclSend", nullptr, nullptr, 0, {{send, count * sizeof(float)}});  // its buffer stays put
   return ncclSuccess;
 }
 
@@ -275,8 +280,10 @@ ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t, int peer, n
     return fail("ncclRecv: " + who(comm) + " expected " + std::to_string(count) + " floats from rank " + std::to_string(peer) +
                 ", which sent " + std::to_string(m->count));
   }
-  std::memcpy(recv, m->data, count * sizeof(float));
+  std::vector<float> got(m->data, m->data + count);
   m->taken = true;
   g.cv.notify_all();
+  lk.unlock();
+  fake_deferred(stream, "ncclRecv", recv, got.data(), count * sizeof(float), {});
   return ncclSuccess;
 }

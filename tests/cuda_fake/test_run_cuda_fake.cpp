@@ -3,6 +3,7 @@
 // that writes a recovery checkpoint and a merged trace, then resumes under another layout.
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -287,6 +288,56 @@ TEST_CASE("fake CUDA: an operation not ordered after another stream's earlier wo
   cudaEventDestroy(e);
   cudaStreamDestroy(a);
   cudaStreamDestroy(b);
+}
+
+// The fake's data check of deferred operations (fake_cudart.cpp): a copy into device memory on one stream
+// lands only once something is ordered after it. Another stream reading it first reads NaN; writing its
+// source or destination before anything waited for it throws when it lands; waiting makes it land intact.
+TEST_CASE("fake CUDA: a deferred copy lands when waited for; read early it is NaN, written early it throws") {
+  cudaStream_t compute = nullptr, comm = nullptr;
+  cudaEvent_t e = nullptr;
+  REQUIRE(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&comm, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  float *src = nullptr, *dst = nullptr;
+  REQUIRE(cudaMalloc(&src, 4 * sizeof(float)) == cudaSuccess);
+  REQUIRE(cudaMalloc(&dst, 4 * sizeof(float)) == cudaSuccess);
+  const float host[4] = {1, 2, 3, 4};
+  const std::size_t before = fake_overlapped_ops();
+  // Landed in order: a copy's own stream is ordered after it.
+  REQUIRE(cudaMemcpyAsync(src, host, sizeof(host), cudaMemcpyHostToDevice, comm) == cudaSuccess);
+  REQUIRE(cudaMemcpyAsync(dst, src, sizeof(host), cudaMemcpyDeviceToDevice, comm) == cudaSuccess);
+  CHECK(std::isnan(dst[0]));  // in flight: nothing has waited for it
+  REQUIRE(cudaMemsetAsync(nullptr, 0, 0, compute) == cudaSuccess);  // compute work beside it: not a violation
+  CHECK(fake_overlapped_ops() == before + 1);
+  REQUIRE(cudaEventRecord(e, comm) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(compute, e, 0) == cudaSuccess);  // compute waits: it lands
+  CHECK(dst[0] == 1.0f);
+  CHECK(dst[3] == 4.0f);
+  const auto comm_waits_compute = [&] {  // comm work is strict about what compute issued before it
+    REQUIRE(cudaEventRecord(e, compute) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(comm, e, 0) == cudaSuccess);
+  };
+  // The source written (on compute) while a copy from it is in flight on comm.
+  comm_waits_compute();
+  REQUIRE(cudaMemcpyAsync(dst, src, sizeof(host), cudaMemcpyDeviceToDevice, comm) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(src, 0, sizeof(host), compute) == cudaSuccess);
+  REQUIRE(cudaEventRecord(e, comm) == cudaSuccess);
+  CHECK_THROWS_WITH_AS(cudaStreamWaitEvent(compute, e, 0),
+                       doctest::Contains("'cudaMemcpyAsync' was still in flight when its input was written"), std::logic_error);
+  // The destination written before the copy landed.
+  comm_waits_compute();
+  REQUIRE(cudaMemcpyAsync(dst, host, sizeof(host), cudaMemcpyHostToDevice, comm) == cudaSuccess);
+  REQUIRE(cudaMemsetAsync(dst, 0, sizeof(host), compute) == cudaSuccess);
+  CHECK_THROWS_WITH_AS(cudaStreamSynchronize(comm),
+                       doctest::Contains("'cudaMemcpyAsync host to device' was still in flight when its output was written"),
+                       std::logic_error);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);  // nothing left in flight
+  cudaEventDestroy(e);
+  cudaFree(src);
+  cudaFree(dst);
+  cudaStreamDestroy(compute);
+  cudaStreamDestroy(comm);
 }
 
 // MFU's denominator: the device name picks the system preset, the GEMM precision its peak; the summary line

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
+#include <utility>
 
 using cudaError_t = int;
 constexpr cudaError_t cudaSuccess = 0;
@@ -50,6 +52,14 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
 cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s);
 // The fake's stream-order check (fake_cudart.cpp): every fake kernel launch and async copy calls it.
 void fake_stream_op(cudaStream_t s, const char* what);
+// After fake_stream_op for the same operation: its result (`bytes` at `result`, copied now) lands in `out`
+// only once something is ordered after it; until then `out` holds NaN bytes, and the inputs and `out` must
+// not be written (fake_cudart.cpp).
+void fake_deferred(cudaStream_t s, const char* what, void* out, const void* result, std::size_t bytes,
+                   std::initializer_list<std::pair<const void*, std::size_t>> inputs);
+// Operations this thread has issued while a deferred one of another of its streams was in flight (not
+// ordered before them): the work a GPU could overlap with that communication.
+std::size_t fake_overlapped_ops();
 template <class T>
 cudaError_t cudaMalloc(T** p, std::size_t bytes) {
   return cudaMalloc(reinterpret_cast<void**>(p), bytes);
