@@ -308,6 +308,6 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
 }
 cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s) {
   fake_stream_op(s, "cudaMemsetAsync");
-  std::memset(p, value, bytes);
+  if (bytes) std::memset(p, value, bytes);
   return cudaSuccess;
 }
