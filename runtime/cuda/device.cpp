@@ -206,6 +206,13 @@ void CudaDevice::compute_waits(Ticket t) {
   complete_through(t);
 }
 
+void CudaDevice::abandon_in_flight() {
+  if (in_flight_.empty()) return;
+  cudaDeviceSynchronize();  // its buffers may go only once the comm stream is done with them
+  for (InFlight& f : in_flight_) spare_events_.push_back(f.done_event);
+  in_flight_.clear();
+}
+
 // Compute has waited for ticket t (and so for every earlier one): their follow-up work is queued after
 // that wait, in issue order, and their buffers go back to the allocator, safe for later compute work.
 void CudaDevice::complete_through(Ticket t) {

@@ -115,6 +115,9 @@ class CudaDevice {
   void compute_waits(Ticket t);
   bool completed(Ticket t) const { return in_flight_.empty() || t < in_flight_.front().ticket; }
   std::size_t in_flight() const { return in_flight_.size(); }
+  // After a failed step: waits for the device and drops what is in flight without its `done` work (which
+  // may refer to an owner that is going away).
+  void abandon_in_flight();
 
   // Kernel-level profile (`tessel run --backend cuda --profile-kernels`): named scopes of launches on the
   // compute stream (KernelScope), each timed by an event pair and summed per name by collect(). Off by

@@ -181,7 +181,8 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   }
 }
 
-GpuTrainer::~GpuTrainer() = default;
+// A step that failed part-way can leave communication in flight whose follow-up work refers to this trainer.
+GpuTrainer::~GpuTrainer() { dev_.abandon_in_flight(); }
 
 // Samples as the CPU trainer (trainer.hpp): dp rank d takes samples [d m b, (d + 1) m b) of its step.
 void GpuTrainer::load_batch(int step) {

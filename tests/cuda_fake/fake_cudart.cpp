@@ -16,8 +16,8 @@
 // Deferred operations (copies into device memory, and the fake NCCL's collectives and point-to-point calls:
 // fake_deferred) are what a runtime overlaps with compute, so nothing has to be ordered after them; they are
 // checked by DATA instead. Each computes its result when issued (reading its inputs then) but LANDS it only
-// once something is ordered after it: an operation of its own stream, or another stream or the host that
-// waited for it. Until then its output holds NaN bytes, so compute that reads it without waiting reads NaN,
+// once something is ordered after it: another stream or the host that waited for it, or an operation of its
+// own stream that touches its memory (or does not say what it touches: a kernel). Until then its output holds NaN bytes, so compute that reads it without waiting reads NaN,
 // and its inputs and output are fingerprinted, so anything that writes them while it is in flight (a buffer
 // released and reused too early, a result overwritten) throws when it lands, naming the operation. That is
 // the hardware's worst case: a collective that runs late.
@@ -91,11 +91,25 @@ struct Pending {  // a deferred operation's result, not landed yet
 std::vector<Pending> pending;  // under order_mu, in issue order
 thread_local std::size_t overlapped = 0;  // this thread's operations issued beside one in flight elsewhere
 
-// Lands every pending result that `c` is ordered after (`by`: the operation or wait that orders it).
-void land(const Clock& c, const char* by) {
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
+
+// Lands every pending result that `c` is ordered after (`by`: the operation or wait that orders it). A
+// later operation of the pending one's own stream (`own`) is ordered after it on that stream only, not for
+// the thread's other streams: when it says what memory it touches (`touches`), only pending results that
+// share memory with it land (it reads or replaces them); the rest stay in flight for the other streams.
+void land(const Clock& c, const char* by, std::uint64_t own = 0, const Touches* touches = nullptr) {
   for (auto it = pending.begin(); it != pending.end();) {
     const auto k = c.find(it->stream);
-    if (k == c.end() || k->second < it->seq) {
+    bool now = k != c.end() && k->second >= it->seq;
+    if (now && touches && it->stream == own) {
+      now = false;
+      for (const Region& r : it->regions)
+        for (const auto& [p, n] : *touches) now = now || overlaps(r.p, r.bytes, p, n);
+    }
+    if (!now) {
       ++it;
       continue;
     }
@@ -114,7 +128,10 @@ void land(const Clock& c, const char* by) {
 }
 }  // namespace
 
-void fake_stream_op(cudaStream_t s, const char* what) {
+void fake_stream_op(cudaStream_t s, const char* what) { fake_stream_op(s, what, nullptr); }
+void fake_stream_op(cudaStream_t s, const char* what, Touches touches) { fake_stream_op(s, what, &touches); }
+
+void fake_stream_op(cudaStream_t s, const char* what, const Touches* touches) {
   if (!s) return;  // the legacy stream: not used by the runtime (its copies are ordered on its streams)
   std::lock_guard<std::mutex> l(order_mu);
   merge(s->known, host_clock);
@@ -140,7 +157,7 @@ void fake_stream_op(cudaStream_t s, const char* what) {
   s->prev_last = s->last;
   s->strict = s->issued;
   s->last = what;
-  land(s->known, what);
+  land(s->known, what, s->id, touches);
 }
 
 std::size_t fake_overlapped_ops() { return overlapped; }
@@ -160,7 +177,7 @@ void fake_deferred(cudaStream_t s, const char* what, void* out, const void* resu
   const auto* o = static_cast<const unsigned char*>(out);
   for (const auto& [in, n] : inputs) {
     const auto* i = static_cast<const unsigned char*>(in);
-    if (n && (i + n <= o || o + bytes <= i)) p.regions.push_back({in, n, fingerprint(in, n)});  // in place: the output's
+    if (n && !overlaps(i, n, o, bytes)) p.regions.push_back({in, n, fingerprint(in, n)});  // in place: the output's
   }
   if (bytes) {
     std::memset(out, 0xFF, bytes);
@@ -285,9 +302,9 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s) {
   }
   return cudaFree(p);
 }
-// Synchronous: after everything this thread has queued, as the legacy stream's copy on a GPU.
+// Synchronous for the host, but (as the legacy stream's copy and the non-blocking streams the runtime
+// creates) not ordered after anything queued on a stream: a result still in flight there is not landed.
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
-  cudaDeviceSynchronize();
   if (bytes) std::memmove(dst, src, bytes);
   return cudaSuccess;
 }
@@ -297,7 +314,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
   const char* what = kind == cudaMemcpyHostToDevice   ? "cudaMemcpyAsync host to device"
                      : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync device to host"
                                                       : "cudaMemcpyAsync";
-  fake_stream_op(s, what);
+  fake_stream_op(s, what, {{src, bytes}, {dst, bytes}});
   if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) {
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;

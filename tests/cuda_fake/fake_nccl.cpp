@@ -114,7 +114,7 @@ ncclResult_t collective(ncclComm* c, const Post& mine, std::size_t out_count, cu
   const float* in_place = gather ? mine.out + r * mine.count : scatter ? nullptr : mine.out;
   if (scatter && mine.out == mine.in + r * mine.count) in_place = mine.in;  // recv is this rank's slot of send
   if (const ncclResult_t e = check_overlap(c, mine, in_count, out_count, in_place); e != ncclSuccess) return e;
-  fake_stream_op(stream, mine.call.c_str());
+  fake_stream_op(stream, mine.call.c_str(), {{mine.in, in_count * sizeof(float)}, {mine.out, out_count * sizeof(float)}});
   Group& g = *c->group;
   std::unique_lock<std::mutex> lk(g.mu);
   g.posts[std::size_t(c->rank)] = mine;
@@ -246,7 +246,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
 
 ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (!comm || peer < 0 || peer >= comm->group->size || peer == comm->rank) return ncclInvalidUsage;
-  fake_stream_op(stream, "ncclSend");
+  fake_stream_op(stream, "ncclSend", {{send, count * sizeof(float)}});
   Group& g = *comm->group;
   auto m = std::make_shared<Message>();
   m->data = static_cast<const float*>(send);
@@ -265,7 +265,7 @@ ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t, int p
 
 ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (!comm || peer < 0 || peer >= comm->group->size || peer == comm->rank) return ncclInvalidUsage;
-  fake_stream_op(stream, "ncclRecv");
+  fake_stream_op(stream, "ncclRecv", {{recv, count * sizeof(float)}});
   Group& g = *comm->group;
   std::unique_lock<std::mutex> lk(g.mu);
   auto& q = g.channels[{peer, comm->rank}];

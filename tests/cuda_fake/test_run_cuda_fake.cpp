@@ -308,12 +308,17 @@ TEST_CASE("fake CUDA: a deferred copy lands when waited for; read early it is Na
   REQUIRE(cudaMemcpyAsync(src, host, sizeof(host), cudaMemcpyHostToDevice, comm) == cudaSuccess);
   REQUIRE(cudaMemcpyAsync(dst, src, sizeof(host), cudaMemcpyDeviceToDevice, comm) == cudaSuccess);
   CHECK(std::isnan(dst[0]));  // in flight: nothing has waited for it
+  // A later copy on the same stream that shares no memory with it orders that stream only: still in flight.
+  float other[4] = {};
+  REQUIRE(cudaMemcpyAsync(other, host, sizeof(host), cudaMemcpyHostToDevice, comm) == cudaSuccess);
+  CHECK(std::isnan(dst[0]));
   REQUIRE(cudaMemsetAsync(nullptr, 0, 0, compute) == cudaSuccess);  // compute work beside it: not a violation
   CHECK(fake_overlapped_ops() == before + 1);
   REQUIRE(cudaEventRecord(e, comm) == cudaSuccess);
   REQUIRE(cudaStreamWaitEvent(compute, e, 0) == cudaSuccess);  // compute waits: it lands
   CHECK(dst[0] == 1.0f);
   CHECK(dst[3] == 4.0f);
+  CHECK(other[2] == 3.0f);
   const auto comm_waits_compute = [&] {  // comm work is strict about what compute issued before it
     REQUIRE(cudaEventRecord(e, compute) == cudaSuccess);
     REQUIRE(cudaStreamWaitEvent(comm, e, 0) == cudaSuccess);
