@@ -63,6 +63,12 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
     }
     p.offset = total_;
     total_ += (p.size() + 63) / 64 * 64;  // 256-byte aligned starts: bf16 GEMM operands need 16 bytes
+    if (!sharded()) {  // buckets: the groups' spans, contiguous as the specs are in group order
+      const std::string g = zero_group_of(s.name);
+      if (buckets_.empty() || buckets_.back().name != g) buckets_.push_back({g, p.offset, p.offset, 0, 0});
+      buckets_.back().end = total_;
+      buckets_.back().chunk = total_ - buckets_.back().begin;
+    }
     if (reads_fp32(s)) {
       p.small = small_size_;
       small_size_ += (p.size() + 63) / 64 * 64;
@@ -120,13 +126,29 @@ void GpuParams::for_owned(F&& f) const {
   }
 }
 
-std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, bool last) const {
-  const std::vector<std::string> want = zero_stage_group_names(l0, l1, first, last, !has("head.w"));
+namespace {
+std::vector<std::size_t> named(const std::vector<GpuZeroGroup>& groups, const std::vector<std::string>& want) {
   std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < groups_.size(); ++i)
-    if (std::find(want.begin(), want.end(), groups_[i].name) != want.end()) out.push_back(i);
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    if (std::find(want.begin(), want.end(), groups[i].name) != want.end()) out.push_back(i);
   return out;
 }
+std::size_t index_of(const std::vector<GpuZeroGroup>& groups, const std::string& name) {
+  for (std::size_t i = 0; i < groups.size(); ++i)
+    if (groups[i].name == name) return i;
+  return groups.size();
+}
+}  // namespace
+
+std::vector<std::size_t> GpuParams::stage_groups(int l0, int l1, bool first, bool last) const {
+  return named(groups_, zero_stage_group_names(l0, l1, first, last, !has("head.w")));
+}
+
+std::vector<std::size_t> GpuParams::stage_buckets(int l0, int l1, bool first, bool last) const {
+  return named(buckets(), zero_stage_group_names(l0, l1, first, last, !has("head.w")));
+}
+
+std::size_t GpuParams::bucket_index(const std::string& name) const { return index_of(buckets(), name); }
 
 GpuParams::StateBytes GpuParams::state_bytes() const {
   const auto b = [](const DBuf& d) { return d ? d->bytes() : std::size_t(0); };
@@ -144,11 +166,7 @@ std::size_t GpuParams::stepped_elements() const {
   return n;
 }
 
-std::size_t GpuParams::group_index(const std::string& name) const {
-  for (std::size_t i = 0; i < groups_.size(); ++i)
-    if (groups_[i].name == name) return i;
-  return groups_.size();
-}
+std::size_t GpuParams::group_index(const std::string& name) const { return index_of(groups_, name); }
 
 bool GpuParams::begin_group_grad(std::size_t g, cudaStream_t s) {
   TESSEL_CHECK(grouped(), "per-group gradients need ZeRO-2/3");

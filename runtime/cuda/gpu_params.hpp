@@ -102,6 +102,12 @@ class GpuParams {
   const std::vector<GpuZeroGroup>& groups() const { return groups_; }
   std::vector<std::size_t> stage_groups(int l0, int l1, bool first, bool last) const;
   std::size_t group_index(const std::string& name) const;  // groups().size() when this rank has no such group
+  // The data-parallel reduction's buckets, one per group: the ZeRO groups when sharded; unsharded, the same
+  // groups' spans of the flat gradient (begin, end; chunk = end - begin). stage_buckets / bucket_index as
+  // stage_groups / group_index.
+  const std::vector<GpuZeroGroup>& buckets() const { return sharded() ? groups_ : buckets_; }
+  std::vector<std::size_t> stage_buckets(int l0, int l1, bool first, bool last) const;
+  std::size_t bucket_index(const std::string& name) const;
   // ZeRO-2/3 gradients of group g: allocated and zeroed on stream s if not live (returns whether it was not),
   // and taken (the caller reduce-scatters the chunk * zero_dp elements, then lets the buffer go).
   bool begin_group_grad(std::size_t g, cudaStream_t s);
@@ -173,6 +179,7 @@ class GpuParams {
   int zero_dp_ = 1, zero_rank_ = 0, zero_stage_ = 0;
   bool bf16_gemms_ = false, first_stage_ = true;
   std::vector<GpuZeroGroup> groups_;
+  std::vector<GpuZeroGroup> buckets_;  // unsharded only (buckets())
   std::vector<DBuf> group_grad_, group_data_, group_half_;  // ZeRO-2/3 per group, live or empty
   std::size_t live_ = 0, max_live_ = 0;                     // group gradients live now, and at most
   DBuf data_, grad_, m_, v_, half_, scratch_, shard_grad_;

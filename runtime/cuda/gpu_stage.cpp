@@ -62,7 +62,7 @@ struct GpuStage::Impl {
   // A weight-gradient GEMM (and the bias it carries): now, or queued for W. The closure holds the
   // DBufs it reads, so they outlive the I.
   GpuStage::ParamHooks hooks;  // ZeRO's gathers and gradient windows, or empty
-  void enter(std::initializer_list<std::string> groups) {
+  void enter(const std::vector<std::string>& groups) {
     if (hooks.values)
       for (const std::string& g : groups) hooks.values(g, true);
   }
@@ -70,7 +70,7 @@ struct GpuStage::Impl {
   void prefetch_layer(int l) {
     if (hooks.prefetch && l >= cfg.l0 && l < cfg.l1) hooks.prefetch("layers." + std::to_string(l));
   }
-  void leave(std::initializer_list<std::string> groups) {
+  void leave(const std::vector<std::string>& groups) {
     if (hooks.values)
       for (const std::string& g : groups) hooks.values(g, false);
   }
@@ -94,7 +94,11 @@ struct GpuStage::Impl {
         for (const std::string& g : groups) hooks.grads(g, false, true);
       });
   }
-  std::string head_group() const { return P.has("head.w") ? "final" : "embed.tok"; }  // tied: the embedding
+  // The head's groups: the final norm and head, and a tied head's embedding (each group once: a window
+  // closed twice would count twice).
+  std::vector<std::string> head_groups() const {
+    return P.has("head.w") ? std::vector<std::string>{"final"} : std::vector<std::string>{"final", "embed.tok"};
+  }
 
   void weight_job(std::function<void()> job) {
     if (defer) current_mb->jobs.push_back(std::move(job));
@@ -503,9 +507,9 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
     x = out;
   }
   if (I.cfg.last) {
-    I.enter({"final", I.head_group()});
+    I.enter(I.head_groups());
     I.head_forward(st, x);
-    I.leave({"final", I.head_group()});
+    I.leave(I.head_groups());
     return nullptr;
   }
   return x;
@@ -521,16 +525,16 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
   I.defer = defer_weight;
   DBuf g = dout;
   if (I.cfg.last) {
-    const std::vector<std::string> head{"final", I.head_group()};
-    I.enter({"final", I.head_group()});
+    const std::vector<std::string> head = I.head_groups();
+    I.enter(head);
     I.prefetch_layer(I.cfg.l1 - 1);
     I.grads_begin(head, true);
     g = I.head_backward(st);
     // A tied head on the stage that also looks the tokens up: embed.tok's gradient stays open through the
     // layers and closes with the embeddings', one reduction a micro-batch instead of two.
-    const bool tied_here = I.cfg.first && I.head_group() == "embed.tok";
+    const bool tied_here = I.cfg.first && head.size() == 2;
     I.grads_end(tied_here ? std::vector<std::string>{"final"} : head, true);
-    I.leave({"final", I.head_group()});
+    I.leave(head);
   }
   for (int l = I.cfg.l1 - 1; l >= I.cfg.l0; --l) {
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];

@@ -170,9 +170,19 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
       hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
       hooks.prefetch = [this](const std::string& g) { prefetch_group(g); };
     }
-    if (params_->grouped())
+    dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped();
+    if (params_->grouped() || dp_overlap_)
       hooks.grads = [this](const std::string& g, bool enter, bool done) { grads_window(g, enter, done); };
     stages_[st]->set_param_hooks(std::move(hooks));
+  }
+  if (dp_overlap_) {  // each stage's windows close each of its buckets once per micro-batch
+    bucket_expected_.assign(params_->buckets().size(), 0);
+    bucket_closed_.assign(params_->buckets().size(), 0);
+    for (const auto& [st, stage] : stages_) {
+      const GpuStageConfig& c = stage->config();
+      for (std::size_t b : params_->stage_buckets(c.l0, c.l1, st == 0, st == l.num_stages() - 1))
+        bucket_expected_[b] += l.num_microbatches();
+    }
   }
   const std::size_t T = std::size_t(l.micro_batch) * m.seq_len;
   for (int i = 0; i < l.num_microbatches(); ++i) {
@@ -216,6 +226,17 @@ void GpuTrainer::reduce_gradients() {
   // Reductions still in flight complete (their shards are added to the accumulators) before anything reads them.
   dev_.compute_waits_comm();
   TESSEL_CHECK(prefetched_.empty(), "ZeRO-3: a group was gathered ahead for a window that never opened");
+  if (dp_overlap_) {  // every bucket was reduced beside the last micro-batch's backward
+    for (std::size_t b = 0; b < bucket_closed_.size(); ++b) {
+      TESSEL_CHECK(bucket_closed_[b] == bucket_expected_[b],
+                   "data-parallel bucket " << params_->buckets()[b].name << " closed " << bucket_closed_[b]
+                                           << " time(s) this step, " << bucket_expected_[b] << " expected");
+      bucket_closed_[b] = 0;
+    }
+    sync_tied();
+    sync_sequence_parallel();
+    return;
+  }
   if (params_->grouped()) {  // ZeRO-2/3: every group was reduce-scattered after its backward; sums on the shards
     for (std::size_t g = 0; g < params_->groups().size(); ++g) {
       TESSEL_CHECK(!params_->group_grad_live(g), "ZeRO-" << layout_.zero_stage << ": the gradient of group "
@@ -253,7 +274,7 @@ void GpuTrainer::reduce_gradients() {
 // Under ZeRO-2/3 on this rank's run of it (the two copies form groups of one size: the same run).
 void GpuTrainer::sync_tied() {
   if (!embed_) return;
-  const auto runs = params_->grad_runs(params_->grouped(), [](const GpuParam& p) { return p.spec.name == "embed.tok"; });
+  const auto runs = params_->grad_runs(shard_sums(), [](const GpuParam& p) { return p.spec.name == "embed.tok"; });
   if (runs.empty()) return;  // a rank whose chunk is all padding: so is its pair's
   const auto [g, n] = runs.front();
   dev_.comm_waits_compute();
@@ -270,7 +291,7 @@ void GpuTrainer::sync_tied() {
 void GpuTrainer::sync_sequence_parallel() {
   if (!layout_.sequence_parallel || layout_.tp == 1 || record_only_) return;
   // Whole gradients, or under ZeRO-2/3 this rank's runs of them (tp peers' groups have equal sizes).
-  const auto runs = params_->grad_runs(params_->grouped(), [](const GpuParam& p) { return p.spec.shard_dim == -1; });
+  const auto runs = params_->grad_runs(shard_sums(), [](const GpuParam& p) { return p.spec.shard_dim == -1; });
   std::size_t n = 0;
   for (const auto& r : runs) n += r.second;
   if (n == 0) return;
@@ -359,8 +380,22 @@ void GpuTrainer::flush_grads(const std::vector<std::size_t>& groups) {
     if (params_->group_grad_live(g)) flush_group(g);
 }
 
-// ZeRO-2/3: a stage's gradient window on one group (GpuStage::ParamHooks::grads).
+// The tied-embedding and sequence-parallel gradient sums follow the data-parallel reduction where it ran
+// during the backward, on what it produced: this rank's shards (ZeRO-2/3, and ZeRO-1 over dp), or the whole
+// gradients. Sums commute, so either order gives the CPU optimizer's totals.
+bool GpuTrainer::shard_sums() const { return params_->grouped() || (dp_overlap_ && params_->sharded()); }
+
+// A stage's gradient window on one group (GpuStage::ParamHooks::grads): ZeRO-2/3's group buffers, or
+// ZeRO-0/1's bucket count.
 void GpuTrainer::grads_window(const std::string& group, bool enter, bool done) {
+  if (dp_overlap_) {
+    const std::size_t b = params_->bucket_index(group);
+    if (b == params_->buckets().size() || enter || !done) return;
+    TESSEL_CHECK(bucket_closed_[b] < bucket_expected_[b], "data-parallel bucket " << group << " closed more than "
+                                                            << bucket_expected_[b] << " times in a step");
+    if (++bucket_closed_[b] == bucket_expected_[b]) reduce_bucket(b);
+    return;
+  }
   const std::size_t g = params_->group_index(group);
   if (g == params_->groups().size()) return;
   if (enter) params_->begin_group_grad(g, dev_.compute());
@@ -457,6 +492,24 @@ void GpuTrainer::flush_group(std::size_t gi) {
     params_->group_grad_released();
     accumulate();
   });
+}
+
+// ZeRO-0/1: bucket b's gradient is complete for the step; reduce it over dp on the comm stream while the
+// backward goes on: an all-reduce in place, or under ZeRO-1 a reduce-scatter into this rank's shard.
+// Nothing writes the bucket again this step and both buffers persist, so compute waits for it only at
+// the step's end (reduce_gradients), or at the next fence.
+void GpuTrainer::reduce_bucket(std::size_t bi) {
+  const GpuZeroGroup& b = params_->buckets()[bi];
+  float* grad = params_->flat_grad() + b.begin;
+  dev_.comm_waits_compute();
+  const bool scatter = params_->sharded();
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {scatter ? "dp_reducescatter" : "dp_allreduce", -1, -1, -1, -1, -1},
+                                       scatter ? "dp_reducescatter" : "dp_allreduce", 0.0,
+                                       double(scatter ? b.chunk * std::size_t(layout_.dp) : b.chunk) * sizeof(float));
+  if (scatter) groups_.dp->reduce_scatter(grad, params_->shard_grad() + b.local, b.chunk);
+  else groups_.dp->all_reduce(grad, b.end - b.begin);
+  dev_.end_op(id);
+  dev_.comm_in_flight({});
 }
 
 Comm& GpuTrainer::host_world() {

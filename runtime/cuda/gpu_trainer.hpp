@@ -69,6 +69,8 @@ class GpuTrainer {
   void prefetch_group(const std::string& group);
   void gather_group(std::size_t g);
   void flush_group(std::size_t g);
+  void reduce_bucket(std::size_t b);
+  bool shard_sums() const;  // the tied and sequence-parallel sums run on the reduced shards
   double global_grad_norm();
   bool counts_in_norm(const GpuParam& p) const;
   float world_sum(float v);  // over every rank (host scalar)
@@ -99,6 +101,11 @@ class GpuTrainer {
   // and ZeRO-3 gathers issued ahead of their window, by group.
   std::optional<CudaDevice::Ticket> grad_ticket_;
   std::map<std::size_t, CudaDevice::Ticket> prefetched_;
+  // ZeRO-0/1 over dp: each bucket's reduction is issued when the step's last micro-batch has completed its
+  // part of it (every window of this rank's stages that closes it: `expected` per step), beside the rest
+  // of that backward, as Megatron's overlap_grad_reduce; `closed` counts this step's.
+  bool dp_overlap_ = false;
+  std::vector<int> bucket_expected_, bucket_closed_;
   std::vector<DBuf> tokens_, targets_;  // per micro-batch, device
   DBuf loss_sum_;
   int steps_ = 0;
