@@ -101,8 +101,12 @@ struct GpuTrainer::Walker {
       else t.groups_.pp->recv(f32(buf), n, peer, 0);
     }
     t.dev_.end_op(id);
-    if (send) {  // compute goes on; the buffer stays until compute next waits for the comm stream
+    if (send && t.layout_.overlap_p2p) {  // compute goes on; the buffer stays until compute next waits for comm
       if (!t.record_only_) t.dev_.comm_in_flight({buf});
+      return;
+    }
+    if (send) {
+      if (!t.record_only_) t.dev_.compute_waits_comm();
       return;
     }
     if (!t.record_only_) t.dev_.compute_waits_comm();  // (a synthesised input is on the compute stream already)
@@ -168,9 +172,9 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     GpuStage::ParamHooks hooks;
     if (params_->zero_stage() == 3) {
       hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
-      hooks.prefetch = [this](const std::string& g) { prefetch_group(g); };
+      if (l.overlap_param_gather) hooks.prefetch = [this](const std::string& g) { prefetch_group(g); };
     }
-    dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped();
+    dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped() && l.overlap_grad_reduce;
     if (params_->grouped() || dp_overlap_)
       hooks.grads = [this](const std::string& g, bool enter, bool done) { grads_window(g, enter, done); };
     stages_[st]->set_param_hooks(std::move(hooks));
@@ -492,6 +496,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
     params_->group_grad_released();
     accumulate();
   });
+  if (!layout_.overlap_grad_reduce) dev_.compute_waits_comm();  // --no-overlap: completes here
 }
 
 // ZeRO-0/1: bucket b's gradient is complete for the step; reduce it over dp on the comm stream while the

@@ -59,7 +59,16 @@ Layout zero(int stage, Layout l) {
   return l;
 }
 Layout zero1(Layout l) { return zero(1, l); }
-
+// The layout's overlap switches: pipeline sends that compute does not wait for (overlap_p2p), and none of
+// the data-parallel overlap (--no-overlap: every reduction and gather fenced where it is issued).
+Layout p2p_overlap(Layout l) {
+  l.overlap_p2p = true;
+  return l;
+}
+Layout no_overlap(Layout l) {
+  l.overlap_grad_reduce = l.overlap_param_gather = false;
+  return l;
+}
 
 struct GpuRun {
   std::vector<rt::StepStats> steps;                // rank 0's
@@ -332,14 +341,17 @@ TEST_CASE("the multi-rank layouts run over NCCL's blocking semantics without dea
   const auto fp32 = kernels::cuda::GemmType::fp32;
   compare(tiny, layout(2, 2, 2, "1f1b", true), fp32, true);
   compare(tiny, layout(1, 4, 1, "1f1b"), fp32, true);
+  compare(tiny, p2p_overlap(layout(1, 4, 1, "1f1b")), fp32, true);
   compare(tiny, layout(1, 4, 1, "gpipe"), fp32, true);
-  compare(tiny, layout(1, 2, 2, "interleaved", false, 2), fp32, true);
+  compare(tiny, p2p_overlap(layout(1, 2, 2, "interleaved", false, 2)), fp32, true);
   compare(tiny, layout(1, 4, 1, "zb1p"), fp32, true);
   compare(tiny_llama(), layout(1, 2, 1, "zbv", false, 2), fp32, true);
-  compare(tiny, layout(2, 2, 1, "dualpipev", true, 2), fp32, true);
+  compare(tiny, p2p_overlap(layout(2, 2, 1, "dualpipev", true, 2)), fp32, true);
   compare(tiny, zero1(layout(2, 2, 2, "1f1b", true)), fp32, true);
+  compare(tiny, no_overlap(zero1(layout(1, 2, 2, "1f1b"))), fp32, true);
   compare(tiny, zero(2, layout(2, 2, 2, "1f1b", true)), fp32, true);
   compare(tiny, zero(3, layout(1, 2, 2, "zb1p")), fp32, true);
+  compare(tiny, no_overlap(zero(3, layout(1, 2, 2, "1f1b"))), fp32, true);
 }
 
 // A sharded checkpoint written through NcclComm (its barrier only waits for its own stream) resumes on the
@@ -366,6 +378,30 @@ TEST_CASE("a ZeRO-3 checkpoint saved over NCCL resumes on the CPU runtime") {
     CHECK(std::abs(tail[std::size_t(i)].loss - whole.steps[std::size_t(i) + 2].loss) <= kLossTolFp32 * whole.steps[std::size_t(i) + 2].loss);
     CHECK(std::abs(tail[std::size_t(i)].grad_norm - whole.steps[std::size_t(i) + 2].grad_norm) <=
           kNormTolFp32 * whole.steps[std::size_t(i) + 2].grad_norm);
+  }
+}
+#endif
+
+#ifdef TESSEL_FAKE_NCCL
+// The layout's switches reach the runtime: with --no-overlap every data-parallel reduction and ZeRO-3
+// gather is fenced where it is issued, and without overlap_p2p so are the pipeline sends, so no compute
+// is issued while communication is in flight (the fake CUDA's count; the same layouts with the switches
+// on count hundreds, the memory test below).
+TEST_CASE("--no-overlap and no overlap_p2p leave nothing in flight beside compute") {
+  const Model m = load_model("tiny");
+  for (const Layout& l : {no_overlap(zero1(layout(1, 2, 2))), no_overlap(zero(3, layout(1, 2, 2))), no_overlap(layout(1, 2, 2))}) {
+    CAPTURE(l.describe());
+    std::mutex mu;
+    std::vector<std::size_t> counts;
+    rt::run_threads(l.gpus(), [&](rt::Comm& host) {
+      rc::CudaDevice dev(0);
+      rc::DeviceStagedComm world(host, dev.comm());
+      rc::GpuTrainer t(dev, m, l, {}, &world, rt::Recorder::Clock::now());
+      (void)t.step();
+      std::lock_guard<std::mutex> lk(mu);
+      counts.push_back(fake_overlapped_ops());
+    });
+    for (std::size_t c : counts) CHECK(c == 0);
   }
 }
 #endif
