@@ -50,6 +50,8 @@ std::vector<cli::OptionSpec> run_options() {
       {"--recompute-layers", true, "full recompute: layers per block (uniform) or recomputed per stage (block) [all]"},
       {"--sp", false, "sequence parallelism (tp > 1)"},
       {"--zero", true, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp [0]"},
+      {"--no-overlap", false, "cuda: fence the dp gradient reductions and ZeRO-3 gathers instead of overlapping them"},
+      {"--overlap-p2p", false, "cuda: let compute go on while a pipeline send is in flight"},
       {"--steps", true, "optimizer steps to run [10]"},
       {"--seed", true, "seed of initialisation and synthetic data [1234]"},
       {"--lr", true, "AdamW learning rate [1e-3]"},
@@ -63,7 +65,7 @@ std::vector<cli::OptionSpec> run_options() {
 
 Layout read_layout(const cli::CommandLine& cl) {
   const char* flags[] = {"--tp", "--pp", "--dp", "--vpp", "--mbs", "--gbs", "--schedule", "--recompute",
-                         "--recompute-method", "--recompute-layers", "--sp", "--zero"};
+                         "--recompute-method", "--recompute-layers", "--sp", "--zero", "--no-overlap", "--overlap-p2p"};
   Layout l;
   if (auto path = cl.get("--layout")) {
     for (const char* f : flags)
@@ -87,6 +89,8 @@ Layout read_layout(const cli::CommandLine& cl) {
     l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 0, 1 << 20).value_or(0));
     l.sequence_parallel = cl.flag("--sp");
     l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
+    l.overlap_grad_reduce = l.overlap_param_gather = !cl.flag("--no-overlap");
+    l.overlap_p2p = cl.flag("--overlap-p2p");
   }
   l.precision = Precision::fp32;  // the CPU runtime computes in fp32
   return l;
@@ -244,8 +248,9 @@ int run(const Args& args) {
 #endif
   }
   if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu or cuda)");
-  for (const char* f : {"--only-rank", "--precision", "--gpu-threads", "--profile-kernels"})
-    if (cl.has(f)) throw InputError(std::string(f) + ": only with --backend cuda (the CPU runtime is fp32, all ranks)");
+  for (const char* f : {"--only-rank", "--precision", "--gpu-threads", "--profile-kernels", "--no-overlap", "--overlap-p2p"})
+    if (cl.has(f))
+      throw InputError(std::string(f) + ": only with --backend cuda (the CPU runtime is fp32, all ranks, and overlaps no communication)");
   RunConfig c;
   c.model = load_model(cl.get_or("--model", "tiny"));
   c.layout = read_layout(cl);
