@@ -140,11 +140,24 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
       }
     }
     double exposed_grad = t_grad, exposed_param = t_param;
+    // ZeRO-2 keeps no whole gradient to accumulate into, so every micro-batch's gradient is reduce-scattered
+    // after its backward (DeepSpeed's stage 2, FSDP's SHARD_GRAD_OP): mb reductions per step where ZeRO-1
+    // has one. They queue on the data-parallel links from the first backward on, behind the compute that
+    // follows (every later micro-batch's forward and backward, and the last one's backward, as ZeRO-1's):
+    // what the queue cannot finish inside that window is exposed.
+    const double reductions = l.zero_stage == 2 ? mb : 1.0;
+    const double t_one = t_grad;
+    t_grad *= reductions;
+    exposed_grad = t_grad;
     if (l.overlap_grad_reduce && t_grad > 0) {
       // Buckets reduce while the last micro-batch's backward runs; the last bucket cannot overlap.
       const double buckets = std::max(1.0, std::ceil(params / kBucketParams));
-      const double window = rs.i[r] + rs.w[r];
-      exposed_grad = std::max(t_grad / buckets, t_grad - window);
+      // Compute beside the reductions runs slowed by overlap_slowdown s, so it covers (1 + s) times its
+      // own length; what overlaps is charged that slowdown below (overlap_slowdown_s), so an exposure of
+      // C - W (1 + s) makes the step's added time C - W when the reductions (C) outlast the window (W).
+      const double window = ((reductions - 1) * (rs.f[r] + rs.i[r] + rs.w[r]) + rs.i[r] + rs.w[r]) *
+                            (1.0 + sys.gpu.overlap_slowdown);
+      exposed_grad = std::max(t_one / buckets, t_grad - window);
     }
     if (l.overlap_param_gather && t_param > 0) {
       const double buckets = std::max(1.0, std::ceil(params / kBucketParams));

@@ -112,11 +112,12 @@ void JobBuilder::data_parallel(int pos) {
     std::vector<GradReady> ready = ps.grads;
     if (!l_.overlap_grad_reduce || ready.empty()) {
       ready.clear();
+      const int times = l_.zero_stage == 2 ? s_.num_microbatches : 1;  // ZeRO-2: every micro-batch's gradient
       for (int s = 0; s < s_.num_stages; ++s)
         if (s_.rank_of(s) == r) {
           const double p = spec_.costs.stages[static_cast<std::size_t>(s)].params;
           const int nb = std::max(1, static_cast<int>(std::ceil(p / spec_.costs.bucket_params)));
-          for (int k = 0; k < nb; ++k) ready.push_back({last_compute, p / nb});
+          for (int k = 0; k < nb * times; ++k) ready.push_back({last_compute, p / nb});
         }
     }
     const Collective c = l_.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;

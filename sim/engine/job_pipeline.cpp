@@ -92,7 +92,10 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
   }
   // The last weight-gradient op of a stage is cut into bucket-sized pieces: each bucket's reduction can
   // start when its piece ends (Megatron's overlap_grad_reduce hooks fire as the gradients are final).
-  const int pieces = last_for_stage && weight && l_.overlap_grad_reduce && l_.dp * l_.cp > 1 && l_.zero_stage < 3
+  // ZeRO-2 reduces every micro-batch's gradient (it keeps no whole gradient to accumulate into), so every
+  // weight-gradient op is cut.
+  const bool reduces = last_for_stage || l_.zero_stage == 2;
+  const int pieces = reduces && weight && l_.overlap_grad_reduce && l_.dp * l_.cp > 1 && l_.zero_stage < 3
                          ? std::max(1, static_cast<int>(std::ceil(sc.params / spec_.costs.bucket_params)))
                          : 1;
   std::uint32_t t = kNone;
@@ -138,7 +141,8 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
       const StageCost& fc = spec_.costs.stages[static_cast<std::size_t>(a.sub[0].stage)];
       g_.memory(t, pos, fc.act_bytes + fc.extra_bytes, 0);
       release(t, pos, a.sub[1]);
-      if (last_bwd_[r][static_cast<std::size_t>(a.sub[1].stage)] == index && l_.dp * l_.cp > 1)
+      if ((last_bwd_[r][static_cast<std::size_t>(a.sub[1].stage)] == index || l_.zero_stage == 2) &&
+          a.sub[1].type != ActionType::I && l_.dp * l_.cp > 1)
         st_[static_cast<std::size_t>(pos)].grads.push_back(
             {t, spec_.costs.stages[static_cast<std::size_t>(a.sub[1].stage)].params});
       return;

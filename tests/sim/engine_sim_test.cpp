@@ -79,6 +79,7 @@ TEST_CASE("simulator: agrees with the analytical estimate without contention") {
   const Case cases[] = {
       {"gpt3-175b", 8, 8, 16, 3, 1536, "interleaved", 0},  // the reference job (Narayanan et al.)
       {"gpt3-175b", 8, 8, 4, 1, 256, "1f1b", 1},
+      {"gpt3-175b", 8, 8, 4, 1, 256, "1f1b", 2},
       {"llama2-7b", 2, 4, 2, 1, 64, "1f1b", 0},
       {"llama2-7b", 1, 4, 1, 1, 32, "zb1p", 0},
       {"llama2-7b", 1, 4, 1, 1, 32, "zb2p", 0},
@@ -108,6 +109,44 @@ TEST_CASE("simulator: agrees with the analytical estimate without contention") {
     for (const auto& k : r.ranks)
       CHECK(k.peak_bytes == doctest::Approx(e.memory[static_cast<std::size_t>(k.pp)].total()).epsilon(kMemoryTol));
   }
+}
+
+// ZeRO-2 keeps no whole gradient to accumulate micro-batches into, so each micro-batch's gradient is
+// reduce-scattered after its backward (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, and both Tessel runtimes):
+// m reductions a step where ZeRO-1 has one. With one micro-batch the two cost the same; with m, ZeRO-2's
+// data-parallel traffic exceeds ZeRO-1's by (m - 1) reductions, in the estimate and the event simulator.
+TEST_CASE("ZeRO-2 reduce-scatters every micro-batch's gradient, ZeRO-1 once a step") {
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  const auto run = [&](int zero, int gbs) {
+    Layout l;
+    l.tp = 8;
+    l.pp = 8;
+    l.dp = 4;
+    l.global_batch = gbs;
+    l.schedule = "1f1b";
+    l.zero_stage = zero;
+    l.sequence_parallel = true;
+    l.recompute = Recompute::selective;
+    return std::make_pair(estimate(m, l, sys), simulate(m, l, sys));
+  };
+  // m = 1 (gbs = dp x mbs): the same single reduction.
+  const auto [e1, s1] = run(1, 4);
+  const auto [e2, s2] = run(2, 4);
+  CHECK(e2.dp_comm_s == doctest::Approx(e1.dp_comm_s).epsilon(kExact));
+  CHECK(s2.step_s == doctest::Approx(s1.step_s).epsilon(kExact));
+  // m = 8 and 32: ZeRO-2's extra traffic is (m - 1) times one reduction, whatever m.
+  const auto [e1_8, s1_8] = run(1, 32);
+  const auto [e2_8, s2_8] = run(2, 32);
+  const auto [e1_32, s1_32] = run(1, 128);
+  const auto [e2_32, s2_32] = run(2, 128);
+  const double one = (e2_8.dp_comm_s - e1_8.dp_comm_s) / 7.0;
+  CHECK(one > 0);
+  CHECK((e2_32.dp_comm_s - e1_32.dp_comm_s) == doctest::Approx(31.0 * one).epsilon(1e-9));
+  // The reductions cost time the single one did not: more exposed communication, a longer step.
+  CHECK(e2_32.dp_exposed_s >= e1_32.dp_exposed_s);
+  CHECK(s2_32.step_s > s1_32.step_s);
+  CHECK(e2_32.step_s > e1_32.step_s);
 }
 
 TEST_CASE("simulator: same inputs give the same trace bytes; replica fidelity gives the cluster's step") {
