@@ -204,7 +204,7 @@ RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-thread
 RUN_CAP=30 run --model tiny --pp 2 --dp 2 --zero 3 --mbs 2 --gbs 16 --gpu-threads --steps 4 --precision fp32
 note "tiny pp2 dp2 zero3 (gpu-threads), step 4 loss $(grep -A9 -- '--zero 3 --mbs' "$OUT/runs.log" | awk '/^step +4 /{print $4}'); $(grep -A9 -- '--zero 3 --mbs' "$OUT/runs.log" | grep '^device memory')"
 note "checkpoint pp2 -> tp2 resume, step 4 loss: $(grep -A8 -- '--resume' "$OUT/runs.log" | awk '/^step +4 /{print $4}') vs uninterrupted $(grep -A8 -- '--gpu-threads --steps 4$' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
-RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --profile-kernels --trace "$work/gpt1b.json"
+RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --lr 1e-4 --profile-kernels --trace "$work/gpt1b.json"
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 note "tessel 1.3B $(awk '/gpt-1.3b/{f=1} f && /^summary:/{print; exit}' "$OUT/runs.log")"
 awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p && !/^summary:/' "$OUT/runs.log" | tee -a "$summary"
@@ -215,7 +215,7 @@ attn_log() { awk -v m="== attention variant $1" '$0 == m {f = 1; next} f && /^==
 attn_run() {  # label, then environment assignments
   local label=$1; shift
   echo "== attention variant $label" >>"$OUT/runs.log"
-  (export "$@"; RUN_CAP=60 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --profile-kernels)
+  (export "$@"; RUN_CAP=60 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --lr 1e-4 --profile-kernels)
   note "tessel 1.3B with attention $label: $(attn_log "$label" | awk '/^step/{l=$0} END{print l}')"
   attn_log "$label" | awk -v l="$label" '/attention_(fwd|bwd)/{print "  v" l " " $0; n++} n == 2 {exit}' | tee -a "$summary"
 }
