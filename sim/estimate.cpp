@@ -155,6 +155,8 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
       // Compute beside the reductions runs slowed by overlap_slowdown s, so it covers (1 + s) times its
       // own length; what overlaps is charged that slowdown below (overlap_slowdown_s), so an exposure of
       // C - W (1 + s) makes the step's added time C - W when the reductions (C) outlast the window (W).
+      // The slowdown is charged for the busiest rank: where the tail comes from another rank, the step is
+      // short by at most that rank's window times s.
       const double window = ((reductions - 1) * (rs.f[r] + rs.i[r] + rs.w[r]) + rs.i[r] + rs.w[r]) *
                             (1.0 + sys.gpu.overlap_slowdown);
       exposed_grad = std::max(t_one / buckets, t_grad - window);

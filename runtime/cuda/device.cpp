@@ -84,6 +84,7 @@ CudaDevice::CudaDevice(int device) : device_(device) {
   RT_CUDA(cudaSetDevice(device));
   RT_CUDA(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
   RT_CUDA(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  RT_CUDA(cudaStreamCreateWithFlags(&dp_, cudaStreamNonBlocking));
   RT_CUDA(cudaEventCreate(&base_));
   RT_CUDA(cudaEventCreateWithFlags(&sync_, cudaEventDisableTiming));
   throw_if_failed(gemm_.init());
@@ -97,6 +98,7 @@ CudaDevice::~CudaDevice() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   if (sync_) cudaEventDestroy(sync_);
   if (base_) cudaEventDestroy(base_);
+  if (dp_) cudaStreamDestroy(dp_);
   if (comm_) cudaStreamDestroy(comm_);
   if (compute_) cudaStreamDestroy(compute_);
 }
@@ -177,13 +179,27 @@ void CudaDevice::scope_end(std::size_t i) {
   if (cudaEventRecord(sc.end, compute_) != cudaSuccess) sc.end = sc.begin;
 }
 
-void CudaDevice::compute_waits_comm() {
-  RT_CUDA(cudaEventRecord(sync_, comm_));
+void CudaDevice::compute_waits_comm(Lane l) {
+  RT_CUDA(cudaEventRecord(sync_, stream(l)));
   RT_CUDA(cudaStreamWaitEvent(compute_, sync_, 0));
-  if (!in_flight_.empty()) complete_through(in_flight_.back().ticket);
+  for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
+    if (it->lane == l) {
+      complete_through(l, it->ticket);
+      break;
+    }
 }
 
-CudaDevice::Ticket CudaDevice::comm_in_flight(std::vector<DBuf> keep, std::function<void()> done) {
+void CudaDevice::comm_waits_compute(Lane l) {
+  RT_CUDA(cudaEventRecord(sync_, compute_));
+  RT_CUDA(cudaStreamWaitEvent(stream(l), sync_, 0));
+}
+
+void CudaDevice::compute_waits_all() {
+  compute_waits_comm(Lane::comm);
+  compute_waits_comm(Lane::dp);
+}
+
+CudaDevice::Ticket CudaDevice::comm_in_flight(std::vector<DBuf> keep, std::function<void()> done, Lane l) {
   cudaEvent_t e = nullptr;
   if (!spare_events_.empty()) {
     e = spare_events_.back();
@@ -191,19 +207,24 @@ CudaDevice::Ticket CudaDevice::comm_in_flight(std::vector<DBuf> keep, std::funct
   } else {
     RT_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   }
-  RT_CUDA(cudaEventRecord(e, comm_));
-  in_flight_.push_back({next_ticket_, e, std::move(keep), std::move(done)});
+  RT_CUDA(cudaEventRecord(e, stream(l)));
+  in_flight_.push_back({next_ticket_, l, e, std::move(keep), std::move(done)});
   return next_ticket_++;
 }
 
+bool CudaDevice::completed(Ticket t) const {
+  for (const InFlight& f : in_flight_)
+    if (f.ticket == t) return false;
+  return true;
+}
+
 void CudaDevice::compute_waits(Ticket t) {
-  if (completed(t)) return;
   for (const InFlight& f : in_flight_)
     if (f.ticket == t) {
       RT_CUDA(cudaStreamWaitEvent(compute_, f.done_event, 0));
-      break;
+      complete_through(f.lane, t);
+      return;
     }
-  complete_through(t);
 }
 
 void CudaDevice::abandon_in_flight() {
@@ -213,20 +234,22 @@ void CudaDevice::abandon_in_flight() {
   in_flight_.clear();
 }
 
-// Compute has waited for ticket t (and so for every earlier one): their follow-up work is queued after
-// that wait, in issue order, and their buffers go back to the allocator, safe for later compute work.
-void CudaDevice::complete_through(Ticket t) {
-  while (!in_flight_.empty() && in_flight_.front().ticket <= t) {
-    InFlight f = std::move(in_flight_.front());
-    in_flight_.pop_front();
+// Compute has waited for ticket t of lane l (and so for every earlier one of that lane): their follow-up
+// work is queued after that wait, in issue order, and their buffers go back to the allocator, safe for
+// later compute work.
+void CudaDevice::complete_through(Lane l, Ticket t) {
+  std::vector<InFlight> done;
+  for (auto it = in_flight_.begin(); it != in_flight_.end();)
+    if (it->lane == l && it->ticket <= t) {
+      done.push_back(std::move(*it));
+      it = in_flight_.erase(it);
+    } else {
+      ++it;
+    }
+  for (InFlight& f : done) {
     spare_events_.push_back(f.done_event);
     if (f.done) f.done();
   }
-}
-
-void CudaDevice::comm_waits_compute() {
-  RT_CUDA(cudaEventRecord(sync_, compute_));
-  RT_CUDA(cudaStreamWaitEvent(comm_, sync_, 0));
 }
 
 }  // namespace tessel::rt::cuda

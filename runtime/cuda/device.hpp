@@ -82,7 +82,14 @@ class CudaDevice {
   CudaDevice& operator=(const CudaDevice&) = delete;
 
   cudaStream_t compute() const { return compute_; }
+  // Two communication streams: `comm` for tensor and pipeline parallelism (and the tied and
+  // sequence-parallel sums), `dp` for the data-parallel reductions and ZeRO gathers, so a reduction
+  // overlapping the backward does not hold up a pipeline send queued after it (separate NCCL
+  // communicators, as Megatron's process groups).
+  enum class Lane { comm, dp };
   cudaStream_t comm() const { return comm_; }
+  cudaStream_t dp() const { return dp_; }
+  cudaStream_t stream(Lane l) const { return l == Lane::dp ? dp_ : comm_; }
   kernels::cuda::Gemm& gemm() { return gemm_; }
   CachingAllocator& memory() { return alloc_; }
   DBuf alloc(std::size_t bytes) { return std::make_shared<DeviceBlock>(alloc_, bytes); }
@@ -97,10 +104,11 @@ class CudaDevice {
                        std::int64_t flow = -1);
   void end_op(std::size_t op);
   void collect(Recorder& rec);
-  // Makes the compute stream wait for what is queued on the comm stream now (and the reverse). The first
-  // also completes everything in flight (below).
-  void compute_waits_comm();
-  void comm_waits_compute();
+  // Makes the compute stream wait for what is queued on a communication stream now (and the reverse). The
+  // first also completes everything in flight on it (below); compute_waits_all, on both.
+  void compute_waits_comm(Lane l = Lane::comm);
+  void comm_waits_compute(Lane l = Lane::comm);
+  void compute_waits_all();
 
   // Communication that compute does not wait for yet: the overlap of a data-parallel reduction with the
   // backward, of a ZeRO-3 gather with the layer before it, of a pipeline send with the next op.
@@ -110,10 +118,11 @@ class CudaDevice {
   // every earlier one (the comm stream runs them in order), then runs their `done` in issue order (work
   // to queue on compute once the result is there, such as adding it to an accumulator) and lets their
   // buffers go. compute_waits_comm() completes all of them. Nothing may be in flight when a step ends.
+  // Tickets are in issue order per lane, whose stream runs its work in that order.
   using Ticket = std::uint64_t;
-  Ticket comm_in_flight(std::vector<DBuf> keep, std::function<void()> done = {});
+  Ticket comm_in_flight(std::vector<DBuf> keep, std::function<void()> done = {}, Lane l = Lane::comm);
   void compute_waits(Ticket t);
-  bool completed(Ticket t) const { return in_flight_.empty() || t < in_flight_.front().ticket; }
+  bool completed(Ticket t) const;
   std::size_t in_flight() const { return in_flight_.size(); }
   // After a failed step: waits for the device and drops what is in flight without its `done` work (which
   // may refer to an owner that is going away).
@@ -145,10 +154,12 @@ class CudaDevice {
     cudaEvent_t begin, end;
   };
   cudaEvent_t event();
-  cudaStream_t stream_of(trace::Stream lane) const { return lane == trace::Stream::compute ? compute_ : comm_; }
+  cudaStream_t stream_of(trace::Stream lane) const {
+    return lane == trace::Stream::compute ? compute_ : lane == trace::Stream::dp ? dp_ : comm_;
+  }
 
   int device_ = 0;
-  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr, dp_ = nullptr;
   kernels::cuda::Gemm gemm_;
   CachingAllocator alloc_;
   std::vector<cudaEvent_t> events_;  // pool; events_[0..used_) are in use this step
@@ -163,6 +174,7 @@ class CudaDevice {
   };
   struct InFlight {
     Ticket ticket;
+    Lane lane;
     cudaEvent_t done_event;
     std::vector<DBuf> keep;
     std::function<void()> done;
@@ -170,7 +182,7 @@ class CudaDevice {
   std::deque<InFlight> in_flight_;
   std::vector<cudaEvent_t> spare_events_;  // of completed in-flight work, for the next
   Ticket next_ticket_ = 0;
-  void complete_through(Ticket t);
+  void complete_through(Lane l, Ticket t);
   bool profile_ = false;
   std::vector<Scope> scopes_;
   std::map<std::string, KernelTotal> totals_;

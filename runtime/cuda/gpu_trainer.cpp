@@ -10,6 +10,7 @@
 #include "kernels/cuda/nvtx.hpp"
 #include "models/util/error.hpp"
 #include "runtime/comm/self_comm.hpp"
+#include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/cuda/staged_comm.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 
@@ -146,6 +147,10 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     groups_ = make_groups(*world, l);
     at_ = groups_.at;
     world_rank_ = world->rank();
+    // The data-parallel group enqueues on the device's dp stream (CudaDevice::Lane::dp).
+    if (auto* n = dynamic_cast<NcclComm*>(groups_.dp.get())) n->set_stream(dev.dp());
+    else if (auto* d = dynamic_cast<DeviceStagedComm*>(groups_.dp.get())) d->set_stream(dev.dp());
+    else TESSEL_CHECK(l.dp == 1, "the data-parallel communicator is neither NCCL nor device-staged: " << groups_.dp->backend());
   }
   rec_ = Recorder(world_rank_, t0, opt.record_trace);
   schedule_ = runtime_schedule(l);
@@ -228,7 +233,7 @@ void GpuTrainer::load_batch(int step) {
 // 1 / (microbatches * dp)).
 void GpuTrainer::reduce_gradients() {
   // Reductions still in flight complete (their shards are added to the accumulators) before anything reads them.
-  dev_.compute_waits_comm();
+  dev_.compute_waits_all();
   TESSEL_CHECK(prefetched_.empty(), "ZeRO-3: a group was gathered ahead for a window that never opened");
   if (dp_overlap_) {  // every bucket was reduced beside the last micro-batch's backward
     for (std::size_t b = 0; b < bucket_closed_.size(); ++b) {
@@ -255,7 +260,7 @@ void GpuTrainer::reduce_gradients() {
   sync_sequence_parallel();
   if (layout_.dp == 1) return;
   if (params_->sharded()) {  // ZeRO-1: each dp rank receives the sum of its chunks only, group by group
-    dev_.comm_waits_compute();
+    dev_.comm_waits_compute(CudaDevice::Lane::dp);
     const std::size_t dp = std::size_t(layout_.dp);
     for (const GpuZeroGroup& g : params_->groups()) {
       const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1},
@@ -263,15 +268,15 @@ void GpuTrainer::reduce_gradients() {
       if (!record_only_) groups_.dp->reduce_scatter(params_->flat_grad() + g.begin, params_->shard_grad() + g.local, g.chunk);
       dev_.end_op(id);
     }
-    if (!record_only_) dev_.compute_waits_comm();
+    if (!record_only_) dev_.compute_waits_comm(CudaDevice::Lane::dp);
     return;
   }
-  dev_.comm_waits_compute();
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allreduce", -1, -1, -1, -1, -1}, "dp_allreduce", 0.0,
                                        double(params_->count()) * sizeof(float));
   if (!record_only_) groups_.dp->all_reduce(params_->flat_grad(), params_->count());
   dev_.end_op(id);
-  if (!record_only_) dev_.compute_waits_comm();
+  if (!record_only_) dev_.compute_waits_comm(CudaDevice::Lane::dp);
 }
 
 // Both copies of the tied embedding end with the sum of the two stages' gradients.
@@ -337,11 +342,11 @@ void GpuTrainer::gather_params() {
   if (params_->zero_stage() == 3) return;
   const std::size_t dp = std::size_t(layout_.dp);
   const bool in_place = !params_->sharded_values();
-  if (in_place) dev_.comm_waits_compute();
+  if (in_place) dev_.comm_waits_compute(CudaDevice::Lane::dp);
   for (std::size_t gi = 0; gi < params_->groups().size(); ++gi) {
     const GpuZeroGroup& g = params_->groups()[gi];
     DBuf whole = in_place ? nullptr : dev_.alloc_f32(g.chunk * dp);
-    if (!in_place) dev_.comm_waits_compute();  // `whole` may be memory that queued compute work still reads
+    if (!in_place) dev_.comm_waits_compute(CudaDevice::Lane::dp);  // `whole` may be memory that queued compute work still reads
     const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
                                          double(g.chunk * dp) * sizeof(float));
     if (!record_only_) {
@@ -357,7 +362,7 @@ void GpuTrainer::gather_params() {
     if (record_only_)  // --only-rank: synthesised values stand in for the peers' chunks (the work is the same)
       params_->synthesise_values(gi, f32(whole), opt_.seed, dev_.compute());
     else
-      dev_.compute_waits_comm();
+      dev_.compute_waits_comm(CudaDevice::Lane::dp);
     double fp32_read = 0;  // elements of the group's vectors and embeddings, copied to the fp32 store
     for (const GpuParam& p : params_->params())
       if (p.group == gi && params_->reads_fp32(p.spec)) fp32_read += double(p.size());
@@ -365,7 +370,7 @@ void GpuTrainer::gather_params() {
     params_->gather_values(gi, f32(whole), dev_.compute());
   }
   if (!in_place) return;
-  if (!record_only_) dev_.compute_waits_comm();
+  if (!record_only_) dev_.compute_waits_comm(CudaDevice::Lane::dp);
   KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(params_->count()));  // fp32 read, bf16 written
   params_->refresh_half(dev_.compute());
 }
@@ -426,25 +431,25 @@ void GpuTrainer::param_window(const std::string& group, bool enter) {
   }
 }
 
-// ZeRO-3: the next window's group, all-gathered on the comm stream while compute runs the current one
+// ZeRO-3: the next window's group, all-gathered on the dp stream while compute runs the current one
 // (FSDP's forward and backward prefetch, one group ahead). Compute waits for it when the window opens.
 void GpuTrainer::prefetch_group(const std::string& group) {
   const std::size_t gi = params_->group_index(group);
   if (record_only_ || gi == params_->groups().size() || params_->gathered(gi)) return;
   const GpuZeroGroup& g = params_->groups()[gi];
   float* target = params_->gather_target(gi);
-  dev_.comm_waits_compute();  // the new buffer may be memory that queued compute work still reads
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);  // the new buffer may be memory that queued compute work still reads
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
                                        double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
   groups_.dp->all_gather(params_->shard_data() + g.local, target, g.chunk);
   dev_.end_op(id);
-  prefetched_[gi] = dev_.comm_in_flight({});  // the buffer is the group's own, held until release_group
+  prefetched_[gi] = dev_.comm_in_flight({}, {}, CudaDevice::Lane::dp);  // the buffer is the group's own, held until release_group
 }
 
 // ZeRO-3: group g's values from every dp rank's chunk, then their bf16 copy (--only-rank: synthesised).
 void GpuTrainer::gather_group(std::size_t gi) {
   const GpuZeroGroup& g = params_->groups()[gi];
-  dev_.comm_waits_compute();  // the new buffer may be memory that queued compute work still reads
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);  // the new buffer may be memory that queued compute work still reads
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
                                        double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
   if (record_only_) {
@@ -455,7 +460,7 @@ void GpuTrainer::gather_group(std::size_t gi) {
   }
   groups_.dp->all_gather(params_->shard_data() + g.local, params_->gather_target(gi), g.chunk);
   dev_.end_op(id);
-  dev_.compute_waits_comm();
+  dev_.compute_waits_comm(CudaDevice::Lane::dp);
   KernelScope k(dev_, "zero3_gather", 0.0, 6.0 * double(g.chunk) * layout_.dp);  // the bf16 copy
   params_->finish_gather(gi, dev_.compute());
 }
@@ -487,7 +492,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
   }
   // The previous group's reduction completes first: compute has queued the layer it overlapped.
   if (grad_ticket_) dev_.compute_waits(*grad_ticket_);
-  dev_.comm_waits_compute();  // full is complete; mine may be memory that queued compute work still reads
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);  // full is complete; mine may be memory that queued compute work still reads
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
                                        0.0, double(full->bytes()));
   groups_.dp->reduce_scatter(f32(full), f32(mine), g.chunk);
@@ -495,8 +500,8 @@ void GpuTrainer::flush_group(std::size_t gi) {
   grad_ticket_ = dev_.comm_in_flight({full, mine}, [this, accumulate] {
     params_->group_grad_released();
     accumulate();
-  });
-  if (!layout_.overlap_grad_reduce) dev_.compute_waits_comm();  // --no-overlap: completes here
+  }, CudaDevice::Lane::dp);
+  if (!layout_.overlap_grad_reduce) dev_.compute_waits_comm(CudaDevice::Lane::dp);  // --no-overlap: completes here
 }
 
 // ZeRO-0/1: bucket b's gradient is complete for the step; reduce it over dp on the comm stream while the
@@ -506,7 +511,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
 void GpuTrainer::reduce_bucket(std::size_t bi) {
   const GpuZeroGroup& b = params_->buckets()[bi];
   float* grad = params_->flat_grad() + b.begin;
-  dev_.comm_waits_compute();
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);
   const bool scatter = params_->sharded();
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {scatter ? "dp_reducescatter" : "dp_allreduce", -1, -1, -1, -1, -1},
                                        scatter ? "dp_reducescatter" : "dp_allreduce", 0.0,
@@ -514,7 +519,7 @@ void GpuTrainer::reduce_bucket(std::size_t bi) {
   if (scatter) groups_.dp->reduce_scatter(grad, params_->shard_grad() + b.local, b.chunk);
   else groups_.dp->all_reduce(grad, b.end - b.begin);
   dev_.end_op(id);
-  dev_.comm_in_flight({});
+  dev_.comm_in_flight({}, {}, CudaDevice::Lane::dp);
 }
 
 Comm& GpuTrainer::host_world() {

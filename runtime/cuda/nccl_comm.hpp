@@ -57,6 +57,8 @@ class NcclComm final : public Comm {
   void recv(float* data, std::size_t count, int peer, int tag) override;
   void barrier() override;
   std::unique_ptr<Comm> split(int color, int key) override;
+  // The stream later calls enqueue on (a communicator of its own stream: GpuTrainer's dp group).
+  void set_stream(cudaStream_t s) { stream_ = s; }
 
  private:
   NcclComm(ncclComm_t c, cudaStream_t stream);

@@ -105,6 +105,12 @@ void DeviceStagedComm::barrier() {
   host_->barrier();
 }
 
+void DeviceStagedComm::set_stream(cudaStream_t s) {
+  ok(cudaStreamSynchronize(stream_), "stream synchronise");  // the queued copies still read pending_
+  pending_.clear();
+  stream_ = s;
+}
+
 std::unique_ptr<Comm> DeviceStagedComm::split(int color, int key) {
   std::unique_ptr<Comm> h = host_->split(color, key);
   if (!h) return nullptr;

@@ -44,6 +44,8 @@ class DeviceStagedComm final : public Comm {
   void recv(float* data, std::size_t count, int peer, int tag) override;
   void barrier() override;
   std::unique_ptr<Comm> split(int color, int key) override;
+  // The stream later calls stage through; nothing may be queued on the old one (a fresh communicator).
+  void set_stream(cudaStream_t s);
 
  private:
   void down(const float* dev, std::size_t n, std::vector<float>& h);  // waits for stream_, then copies

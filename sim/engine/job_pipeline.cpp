@@ -94,16 +94,16 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
   // start when its piece ends (Megatron's overlap_grad_reduce hooks fire as the gradients are final).
   // ZeRO-2 reduces every micro-batch's gradient (it keeps no whole gradient to accumulate into), so every
   // weight-gradient op is cut.
-  const bool reduces = last_for_stage || l_.zero_stage == 2;
-  const int pieces = reduces && weight && l_.overlap_grad_reduce && l_.dp * l_.cp > 1 && l_.zero_stage < 3
-                         ? std::max(1, static_cast<int>(std::ceil(sc.params / spec_.costs.bucket_params)))
-                         : 1;
+  // A stage of one bucket or less is one piece, and its reduction starts when the op ends.
+  const bool ready = (last_for_stage || l_.zero_stage == 2) && weight && l_.overlap_grad_reduce &&
+                     l_.dp * l_.cp > 1 && l_.zero_stage < 3;
+  const int pieces = ready ? std::max(1, static_cast<int>(std::ceil(sc.params / spec_.costs.bucket_params))) : 1;
   std::uint32_t t = kNone;
   for (int k = 0; k < pieces; ++k) {
     t = compute_task(pos, op, secs / pieces, a.stage, a.mb);
     job_.info.back().piece = k;
     job_.info.back().pieces = pieces;
-    if (pieces > 1) st_[static_cast<std::size_t>(pos)].grads.push_back({t, sc.params / pieces});
+    if (ready) st_[static_cast<std::size_t>(pos)].grads.push_back({t, sc.params / pieces});
   }
   release(t, pos, a);
 }

@@ -210,6 +210,18 @@ TEST_CASE("ZeRO-1 on the GPU matches the CPU runtime") {
   compare(tiny_llama(), zero1(layout(1, 2, 2)));
 }
 
+// Plain data parallelism and ZeRO-1 reduce each bucket when the step's last micro-batch has closed every
+// window of it on the rank (the count comes from the rank's stages): split backward (the layers' buckets
+// close in W), and V-shaped placements where the tied embedding's bucket is closed by the first and the
+// last stage of one rank (twice a micro-batch).
+TEST_CASE("data-parallel bucket reductions under split and V-shaped schedules match the CPU runtime") {
+  const Model tiny = load_model("tiny");
+  compare(tiny, layout(1, 2, 2, "zb1p"));
+  compare(tiny, layout(1, 2, 2, "dualpipev", false, 2));
+  compare(tiny, zero1(layout(1, 2, 2, "dualpipev", false, 2)));
+  compare(tiny_llama(), zero1(layout(1, 2, 2, "zbv", false, 2)));
+}
+
 // ZeRO-2/3 on the GPU: per-group gradients reduce-scattered after every micro-batch's weight gradient
 // (the tied embedding and SP sums then on the shards), ZeRO-3's groups gathered around each forward and
 // input gradient; against the CPU runtime's ZeRO-2/3. Split backward (zb1p: I makes the norm gradients,
@@ -349,6 +361,7 @@ TEST_CASE("the multi-rank layouts run over NCCL's blocking semantics without dea
   compare(tiny, p2p_overlap(layout(2, 2, 1, "dualpipev", true, 2)), fp32, true);
   compare(tiny, zero1(layout(2, 2, 2, "1f1b", true)), fp32, true);
   compare(tiny, no_overlap(zero1(layout(1, 2, 2, "1f1b"))), fp32, true);
+  compare(tiny, zero1(layout(2, 2, 2, "dualpipev", true, 2)), fp32, true);
   compare(tiny, zero(2, layout(2, 2, 2, "1f1b", true)), fp32, true);
   compare(tiny, zero(3, layout(1, 2, 2, "zb1p")), fp32, true);
   compare(tiny, no_overlap(zero(3, layout(1, 2, 2, "1f1b"))), fp32, true);
