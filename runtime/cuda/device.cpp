@@ -212,12 +212,6 @@ CudaDevice::Ticket CudaDevice::comm_in_flight(std::vector<DBuf> keep, std::funct
   return next_ticket_++;
 }
 
-bool CudaDevice::completed(Ticket t) const {
-  for (const InFlight& f : in_flight_)
-    if (f.ticket == t) return false;
-  return true;
-}
-
 void CudaDevice::compute_waits(Ticket t) {
   for (const InFlight& f : in_flight_)
     if (f.ticket == t) {
@@ -246,10 +240,9 @@ void CudaDevice::complete_through(Lane l, Ticket t) {
     } else {
       ++it;
     }
-  for (InFlight& f : done) {
-    spare_events_.push_back(f.done_event);
+  for (InFlight& f : done) spare_events_.push_back(f.done_event);  // before a follow-up can throw
+  for (InFlight& f : done)
     if (f.done) f.done();
-  }
 }
 
 }  // namespace tessel::rt::cuda

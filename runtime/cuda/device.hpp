@@ -1,4 +1,4 @@
-// One GPU as the CUDA runtime uses it: a compute stream and a communication stream, the cuBLASLt GEMM
+// One GPU as the CUDA runtime uses it: a compute stream and two communication streams, the cuBLASLt GEMM
 // handle, a caching allocator whose peak is reported, and CUDA events around every op, turned into trace
 // events (traces/trace.hpp) when the step's work is done.
 #pragma once
@@ -26,7 +26,7 @@ using kernels::cuda::throw_if_failed;
 // Device memory by size class, never returned to the driver until the allocator dies: cudaMalloc/cudaFree
 // synchronise the device, which a training step must not do per tensor (PyTorch's CUDA caching allocator
 // is the model). Reuse is ordered on the compute stream: a freed block is safe to hand out again to work
-// queued later on it. Communication on the other stream waits for the compute queued before it, and a
+// queued later on it. Communication on the other streams waits for the compute queued before it, and a
 // block it still uses when compute goes on is held until compute has waited for it (comm_in_flight).
 class CachingAllocator {
  public:
@@ -96,7 +96,7 @@ class CudaDevice {
   DBuf alloc_f32(std::size_t n) { return alloc(n * sizeof(float)); }
   int device() const { return device_; }
 
-  // Trace: begin_op/end_op put events on `lane`'s stream (compute, or comm for tp/pp/dp); collect() waits
+  // Trace: begin_op/end_op put events on `lane`'s stream (compute; comm for tp/pp; dp); collect() waits
   // for the device and turns every pair into a Recorder event, in microseconds since `anchor_us`, the
   // host clock reading taken when the step's first event completed.
   void start_step(Recorder& rec);
@@ -112,17 +112,16 @@ class CudaDevice {
 
   // Communication that compute does not wait for yet: the overlap of a data-parallel reduction with the
   // backward, of a ZeRO-3 gather with the layer before it, of a pipeline send with the next op.
-  // comm_in_flight() marks what the comm stream has queued now with an event and keeps `keep` alive: the
+  // comm_in_flight() marks what a lane's stream has queued now with an event and keeps `keep` alive: the
   // buffers that work reads or writes, which the allocator (ordered on the compute stream alone) must not
   // hand out again before compute has waited for it. compute_waits(t) makes compute wait for ticket t and
-  // every earlier one (the comm stream runs them in order), then runs their `done` in issue order (work
-  // to queue on compute once the result is there, such as adding it to an accumulator) and lets their
-  // buffers go. compute_waits_comm() completes all of them. Nothing may be in flight when a step ends.
-  // Tickets are in issue order per lane, whose stream runs its work in that order.
+  // every earlier one of its lane (whose stream runs them in order), then runs their `done` in issue order
+  // (work to queue on compute once the result is there, such as adding it to an accumulator) and lets
+  // their buffers go. compute_waits_comm(lane) completes all of that lane's. Nothing may be in flight when
+  // a step ends.
   using Ticket = std::uint64_t;
   Ticket comm_in_flight(std::vector<DBuf> keep, std::function<void()> done = {}, Lane l = Lane::comm);
   void compute_waits(Ticket t);
-  bool completed(Ticket t) const;
   std::size_t in_flight() const { return in_flight_.size(); }
   // After a failed step: waits for the device and drops what is in flight without its `done` work (which
   // may refer to an owner that is going away).

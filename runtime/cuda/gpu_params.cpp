@@ -454,7 +454,7 @@ void GpuParams::save_states(Comm* dp, std::vector<HostParamState>& out) {
     dp->all_gather(f32(m_) + g.local, f32(m), g.chunk);
     dp->all_gather(f32(v_) + g.local, f32(v), g.chunk);
     if (d) dp->all_gather(f32(shard_data_) + g.local, f32(d), g.chunk);
-    dp->barrier();  // NCCL: the gathers are on the comm stream; the downloads below read their output
+    dp->barrier();  // NCCL: the gathers are on the dp communicator's stream; the downloads below read their output
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const GpuParam& p = params_[i];
       if (p.group != gi) continue;

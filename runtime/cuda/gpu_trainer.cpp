@@ -480,6 +480,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
     throw_if_failed(kg::add(dev_.compute(), acc, f32(mine), acc, n));
   };
   if (record_only_) {  // nobody to reduce with: this rank's own slot stands in
+    dev_.comm_waits_compute(CudaDevice::Lane::dp);  // recorded where the gradient is complete
     const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1},
                                          "dp_reducescatter", 0.0, double(full->bytes()));
     dev_.end_op(id);
@@ -504,7 +505,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
   if (!layout_.overlap_grad_reduce) dev_.compute_waits_comm(CudaDevice::Lane::dp);  // --no-overlap: completes here
 }
 
-// ZeRO-0/1: bucket b's gradient is complete for the step; reduce it over dp on the comm stream while the
+// ZeRO-0/1: bucket b's gradient is complete for the step; reduce it over dp on the dp stream while the
 // backward goes on: an all-reduce in place, or under ZeRO-1 a reduce-scatter into this rank's shard.
 // Nothing writes the bucket again this step and both buffers persist, so compute waits for it only at
 // the step's end (reduce_gradients), or at the next fence.

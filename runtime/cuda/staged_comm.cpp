@@ -50,7 +50,7 @@ void DeviceStagedComm::down(const float* dev, std::size_t n, std::vector<float>&
   pending_.clear();                    // the stream is synchronised: every queued copy has read its source
 }
 
-// Not synchronised: the result lands in stream order on the comm stream, as an NCCL collective's would.
+// Not synchronised: the result lands in stream order on the communicator's stream, as an NCCL collective's would.
 // Compute that reads it must wait for that stream (the trainer's fence or comm_in_flight's wait); the fake
 // CUDA lands the copy only then (NaN before), so a missing wait shows as it would matter under NCCL. The source is kept until the stream is
 // next synchronised (an asynchronous copy from pageable memory is not promised to have read it on return).
