@@ -24,8 +24,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <set>
@@ -91,6 +93,16 @@ struct Pending {  // a deferred operation's result, not landed yet
 std::vector<Pending> pending;  // under order_mu, in issue order
 thread_local std::size_t overlapped = 0;  // this thread's operations issued beside one in flight elsewhere
 
+// A check that fails throws std::logic_error, so the test case running it fails with the message. Found
+// while an exception is already unwinding (a destructor synchronising or freeing), a throw would end the
+// process mid-run; then the message is printed and the process exits 1 when it ends.
+void fail(const std::string& msg) {
+  if (std::uncaught_exceptions() == 0) throw std::logic_error(msg);
+  std::fprintf(stderr, "%s (found while unwinding another error; the process will exit 1)\n", msg.c_str());
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit([] { std::_Exit(1); }); });
+}
+
 bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
   const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
   return an && bn && x < y + bn && y < x + an;
@@ -113,17 +125,15 @@ void land(const Clock& c, const char* by, std::uint64_t own = 0, const Touches* 
       ++it;
       continue;
     }
+    std::string broken;
     for (const Region& r : it->regions)
-      if (fingerprint(r.p, r.bytes) != r.hash) {
-        const std::string msg = "fake CUDA: '" + it->what + "' was still in flight when its " +
-                                (r.p == it->out ? "output" : "input") + " was written (found when '" + by +
-                                "' waited for it): a buffer released or reused, or a result overwritten, before "
-                                "the stream that touched it waited for the operation";
-        pending.erase(it);  // reported once
-        throw std::logic_error(msg);
-      }
-    if (!it->result.empty()) std::memcpy(it->out, it->result.data(), it->result.size());
-    it = pending.erase(it);
+      if (broken.empty() && fingerprint(r.p, r.bytes) != r.hash)
+        broken = "fake CUDA: '" + it->what + "' was still in flight when its " + (r.p == it->out ? "output" : "input") +
+                 " was written (found when '" + by + "' waited for it): a buffer released or reused, or a result "
+                 "overwritten, before the stream that touched it waited for the operation";
+    if (broken.empty() && !it->result.empty()) std::memcpy(it->out, it->result.data(), it->result.size());
+    it = pending.erase(it);  // a broken one is reported once
+    if (!broken.empty()) fail(broken);
   }
 }
 }  // namespace
@@ -285,8 +295,10 @@ cudaError_t cudaFree(void* p) {
     for (const Pending& q : pending)
       for (const Region& r : q.regions) {
         const auto* a = static_cast<const unsigned char*>(r.p);
-        if (a < b + bytes && b < a + r.bytes)
-          throw std::logic_error("fake CUDA: memory freed while '" + q.what + "' on it was still in flight");
+        if (a < b + bytes && b < a + r.bytes) {
+          fail("fake CUDA: memory freed while '" + q.what + "' on it was still in flight");
+          return cudaErrorInvalidValue;  // (unwinding: kept, so landing it later writes nothing freed)
+        }
       }
   }
   std::free(p);
