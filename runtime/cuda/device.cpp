@@ -1,5 +1,6 @@
 #include "runtime/cuda/device.hpp"
 
+#include <limits>
 #include <stdexcept>
 
 #include <cuda_runtime.h>
@@ -92,8 +93,7 @@ CudaDevice::CudaDevice(int device) : device_(device) {
 
 CudaDevice::~CudaDevice() {
   cudaDeviceSynchronize();
-  for (InFlight& f : in_flight_) spare_events_.push_back(f.done_event);
-  in_flight_.clear();  // after the synchronisation: their buffers may go
+  abandon_in_flight();
   for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   if (sync_) cudaEventDestroy(sync_);
@@ -182,11 +182,7 @@ void CudaDevice::scope_end(std::size_t i) {
 void CudaDevice::compute_waits_comm(Lane l) {
   RT_CUDA(cudaEventRecord(sync_, stream(l)));
   RT_CUDA(cudaStreamWaitEvent(compute_, sync_, 0));
-  for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it)
-    if (it->lane == l) {
-      complete_through(l, it->ticket);
-      break;
-    }
+  complete_through(l, std::numeric_limits<Ticket>::max());
 }
 
 void CudaDevice::comm_waits_compute(Lane l) {

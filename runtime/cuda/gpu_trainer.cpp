@@ -102,16 +102,12 @@ struct GpuTrainer::Walker {
       else t.groups_.pp->recv(f32(buf), n, peer, 0);
     }
     t.dev_.end_op(id);
-    if (send && t.layout_.overlap_p2p) {  // compute goes on; the buffer stays until compute next waits for comm
-      if (!t.record_only_) t.dev_.comm_in_flight({buf});
-      return;
+    if (!t.record_only_) {  // (a synthesised input is on the compute stream already)
+      // With overlap_p2p compute goes on past a send; the buffer stays until compute next waits for comm.
+      if (send && t.layout_.overlap_p2p) t.dev_.comm_in_flight({buf});
+      else t.dev_.compute_waits_comm();
     }
-    if (send) {
-      if (!t.record_only_) t.dev_.compute_waits_comm();
-      return;
-    }
-    if (!t.record_only_) t.dev_.compute_waits_comm();  // (a synthesised input is on the compute stream already)
-    (fwd ? fwd_in : bwd_in)[{st, mb}] = buf;
+    if (!send) (fwd ? fwd_in : bwd_in)[{st, mb}] = buf;
   }
   void execute(const Action& a) {
     switch (a.type) {
@@ -171,6 +167,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   loss_sum_ = dev.alloc_f32(1);
   const GpuTp tp{l.tp > 1 && !record_only_ ? groups_.tp.get() : nullptr, l.tp, at_.tp,
                  l.sequence_parallel && l.tp > 1, record_only_};
+  dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped() && l.overlap_grad_reduce;
   for (int st : schedule_.stages_of(at_.pp)) {
     stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm);
     stages_[st]->set_loss_sink(f32(loss_sum_));
@@ -179,7 +176,6 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
       hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
       if (l.overlap_param_gather) hooks.prefetch = [this](const std::string& g) { prefetch_group(g); };
     }
-    dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped() && l.overlap_grad_reduce;
     if (params_->grouped() || dp_overlap_)
       hooks.grads = [this](const std::string& g, bool enter, bool done) { grads_window(g, enter, done); };
     stages_[st]->set_param_hooks(std::move(hooks));
@@ -260,14 +256,7 @@ void GpuTrainer::reduce_gradients() {
   sync_sequence_parallel();
   if (layout_.dp == 1) return;
   if (params_->sharded()) {  // ZeRO-1: each dp rank receives the sum of its chunks only, group by group
-    dev_.comm_waits_compute(CudaDevice::Lane::dp);
-    const std::size_t dp = std::size_t(layout_.dp);
-    for (const GpuZeroGroup& g : params_->groups()) {
-      const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1},
-                                           "dp_reducescatter", 0.0, double(g.chunk * dp) * sizeof(float));
-      if (!record_only_) groups_.dp->reduce_scatter(params_->flat_grad() + g.begin, params_->shard_grad() + g.local, g.chunk);
-      dev_.end_op(id);
-    }
+    for (std::size_t b = 0; b < params_->buckets().size(); ++b) reduce_bucket(b);
     if (!record_only_) dev_.compute_waits_comm(CudaDevice::Lane::dp);
     return;
   }
@@ -508,7 +497,7 @@ void GpuTrainer::flush_group(std::size_t gi) {
 // ZeRO-0/1: bucket b's gradient is complete for the step; reduce it over dp on the dp stream while the
 // backward goes on: an all-reduce in place, or under ZeRO-1 a reduce-scatter into this rank's shard.
 // Nothing writes the bucket again this step and both buffers persist, so compute waits for it only at
-// the step's end (reduce_gradients), or at the next fence.
+// the step's end (reduce_gradients), or at the next fence. --only-rank records it without running it.
 void GpuTrainer::reduce_bucket(std::size_t bi) {
   const GpuZeroGroup& b = params_->buckets()[bi];
   float* grad = params_->flat_grad() + b.begin;
@@ -517,10 +506,12 @@ void GpuTrainer::reduce_bucket(std::size_t bi) {
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {scatter ? "dp_reducescatter" : "dp_allreduce", -1, -1, -1, -1, -1},
                                        scatter ? "dp_reducescatter" : "dp_allreduce", 0.0,
                                        double(scatter ? b.chunk * std::size_t(layout_.dp) : b.chunk) * sizeof(float));
-  if (scatter) groups_.dp->reduce_scatter(grad, params_->shard_grad() + b.local, b.chunk);
-  else groups_.dp->all_reduce(grad, b.end - b.begin);
+  if (!record_only_) {
+    if (scatter) groups_.dp->reduce_scatter(grad, params_->shard_grad() + b.local, b.chunk);
+    else groups_.dp->all_reduce(grad, b.end - b.begin);
+  }
   dev_.end_op(id);
-  dev_.comm_in_flight({}, {}, CudaDevice::Lane::dp);
+  if (!record_only_) dev_.comm_in_flight({}, {}, CudaDevice::Lane::dp);
 }
 
 Comm& GpuTrainer::host_world() {

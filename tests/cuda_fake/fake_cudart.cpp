@@ -50,8 +50,6 @@ struct CUstream_st {
   std::uint64_t issued = 0;  // operations, strict and deferred
   std::uint64_t strict = 0;  // the number of the latest strict one
   std::string last;          // its name
-  std::uint64_t prev_strict = 0;  // both before the latest operation (fake_deferred takes it back)
-  std::string prev_last;
   Clock known;
 };
 struct CUevent_st {
@@ -138,10 +136,10 @@ void land(const Clock& c, const char* by, std::uint64_t own = 0, const Touches* 
 }
 }  // namespace
 
-void fake_stream_op(cudaStream_t s, const char* what) { fake_stream_op(s, what, nullptr); }
-void fake_stream_op(cudaStream_t s, const char* what, Touches touches) { fake_stream_op(s, what, &touches); }
+void fake_stream_op(cudaStream_t s, const char* what) { fake_stream_op(s, what, nullptr, true); }
+void fake_stream_op(cudaStream_t s, const char* what, Touches touches) { fake_stream_op(s, what, &touches, false); }
 
-void fake_stream_op(cudaStream_t s, const char* what, const Touches* touches) {
+void fake_stream_op(cudaStream_t s, const char* what, const Touches* touches, bool strict) {
   if (!s) return;  // the legacy stream: not used by the runtime (its copies are ordered on its streams)
   std::lock_guard<std::mutex> l(order_mu);
   merge(s->known, host_clock);
@@ -163,10 +161,10 @@ void fake_stream_op(cudaStream_t s, const char* what, const Touches* touches) {
       }
     }
   s->known[s->id] = ++s->issued;
-  s->prev_strict = s->strict;
-  s->prev_last = s->last;
-  s->strict = s->issued;
-  s->last = what;
+  if (strict) {
+    s->strict = s->issued;
+    s->last = what;
+  }
   land(s->known, what, s->id, touches);
 }
 
@@ -179,9 +177,6 @@ void fake_deferred(cudaStream_t s, const char* what, void* out, const void* resu
     if (bytes) std::memmove(out, result, bytes);
     return;
   }
-  // fake_stream_op counted this operation, the stream's latest, as strict: it is not.
-  s->strict = s->prev_strict;
-  s->last = s->prev_last;
   Pending p{s->id, s->issued, s->owner, what, out, {}, {}};
   p.result.assign(static_cast<const unsigned char*>(result), static_cast<const unsigned char*>(result) + bytes);
   const auto* o = static_cast<const unsigned char*>(out);
@@ -291,11 +286,9 @@ cudaError_t cudaFree(void* p) {
   }
   {
     std::lock_guard<std::mutex> l(order_mu);
-    const auto* b = static_cast<const unsigned char*>(p);
     for (const Pending& q : pending)
       for (const Region& r : q.regions) {
-        const auto* a = static_cast<const unsigned char*>(r.p);
-        if (a < b + bytes && b < a + r.bytes) {
+        if (overlaps(r.p, r.bytes, p, bytes)) {
           fail("fake CUDA: memory freed while '" + q.what + "' on it was still in flight");
           return cudaErrorInvalidValue;  // (unwinding: kept, so landing it later writes nothing freed)
         }
@@ -326,8 +319,10 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
   const char* what = kind == cudaMemcpyHostToDevice   ? "cudaMemcpyAsync host to device"
                      : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync device to host"
                                                       : "cudaMemcpyAsync";
-  fake_stream_op(s, what, {{src, bytes}, {dst, bytes}});
-  if (kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost) {
+  const bool to_host = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyHostToHost;
+  const Touches touches{{src, bytes}, {dst, bytes}};
+  fake_stream_op(s, what, &touches, /*strict=*/to_host);
+  if (to_host) {
     if (bytes) std::memmove(dst, src, bytes);
     return cudaSuccess;
   }

@@ -50,13 +50,14 @@ cudaError_t cudaFreeAsync(void* p, cudaStream_t s);
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
 cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t s);
-// The fake's stream-order check (fake_cudart.cpp): every fake kernel launch and async copy calls it. An
-// operation that names the memory it touches lands only the pending results of its stream it shares memory
-// with; without the list, all of them.
+// The fake's stream-order check (fake_cudart.cpp): every fake kernel launch and async copy calls it. A
+// strict operation (a kernel: the first form) is checked by order; a deferred one (the second form, then
+// fake_deferred) by data. An operation that names the memory it touches lands only the pending results of
+// its stream it shares memory with; without the list, all of them.
 using Touches = std::initializer_list<std::pair<const void*, std::size_t>>;
 void fake_stream_op(cudaStream_t s, const char* what);
 void fake_stream_op(cudaStream_t s, const char* what, Touches touches);
-void fake_stream_op(cudaStream_t s, const char* what, const Touches* touches);
+void fake_stream_op(cudaStream_t s, const char* what, const Touches* touches, bool strict);
 // After fake_stream_op for the same operation: its result (`bytes` at `result`, copied now) lands in `out`
 // only once something is ordered after it; until then `out` holds NaN bytes, and the inputs and `out` must
 // not be written (fake_cudart.cpp).
