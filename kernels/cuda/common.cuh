@@ -71,6 +71,18 @@ __device__ inline void store_vec(float* p, const float (&r)[V]) {
     for (int k = 0; k < V; ++k) p[k] = r[k];
   }
 }
+// bf16 inputs widen exactly to fp32: V = 4 is one 8-byte load of four.
+__device__ inline float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ inline float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+template <int V>
+__device__ inline void load_vec(float (&r)[V], const __nv_bfloat16* p) {
+  if constexpr (V == 4) {
+    const uint2 v = *reinterpret_cast<const uint2*>(p);
+    r[0] = bf16_lo(v.x), r[1] = bf16_hi(v.x), r[2] = bf16_lo(v.y), r[3] = bf16_hi(v.y);
+  } else {
+    for (int k = 0; k < V; ++k) r[k] = __bfloat162float(p[k]);
+  }
+}
 __device__ inline unsigned bf16_pair(float lo, float hi) {
   return unsigned(__bfloat16_as_ushort(__float2bfloat16(lo))) | (unsigned(__bfloat16_as_ushort(__float2bfloat16(hi))) << 16);
 }

@@ -1,4 +1,4 @@
-// Element-wise kernels: GELU/SwiGLU forward and backward, AdamW, scale/add/residual, bf16 conversion, fill.
+// Element-wise kernels: GELU/SwiGLU forward and backward (fp32 or bf16 inputs), AdamW, scale/add/residual, bf16 conversion, fill.
 // Memory-bound: each thread walks a grid-stride loop so a grid sized from the SM count covers any n; the
 // large ones move 16 bytes per access where the pointers allow (the first device run measured GELU at 69%
 // of the copy rate with 4-byte accesses, against issue 7's 70%).
@@ -34,9 +34,10 @@ __device__ inline float gelu_grad(float v) {
 // The kernels below take V elements per thread and iteration over `groups` = n / V (VEC_LAUNCH picks V = 4,
 // 16-byte accesses, when it can). An output pointer may be null: the fp32 and the bf16 form of a result are
 // each written only where a caller reads them, so an activation that only feeds bf16 GEMMs is never
-// stored in fp32 and read back for a conversion.
-template <int V>
-__global__ void gelu_fwd_kernel(const float* __restrict__ x, float* __restrict__ y, __nv_bfloat16* __restrict__ y16,
+// stored in fp32 and read back for a conversion. The activations' inputs (In) are fp32, or bf16 where
+// the GEMM before them writes bf16 (widened exactly, then the same fp32 arithmetic).
+template <int V, class In = float>
+__global__ void gelu_fwd_kernel(const In* __restrict__ x, float* __restrict__ y, __nv_bfloat16* __restrict__ y16,
                                 std::size_t groups) {
   GRID_STRIDE(j, groups) {
     float v[V];
@@ -48,8 +49,8 @@ __global__ void gelu_fwd_kernel(const float* __restrict__ x, float* __restrict__
   }
 }
 
-template <int V>
-__global__ void gelu_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ x, float* __restrict__ dx,
+template <int V, class In = float>
+__global__ void gelu_bwd_kernel(const In* __restrict__ dy, const In* __restrict__ x, float* __restrict__ dx,
                                 __nv_bfloat16* __restrict__ dx16, std::size_t groups) {
   GRID_STRIDE(j, groups) {
     float d[V], v[V];
@@ -62,8 +63,8 @@ __global__ void gelu_bwd_kernel(const float* __restrict__ dy, const float* __res
   }
 }
 
-template <int V>
-__global__ void swiglu_fwd_kernel(const float* __restrict__ gate, const float* __restrict__ up, float* __restrict__ y,
+template <int V, class In = float>
+__global__ void swiglu_fwd_kernel(const In* __restrict__ gate, const In* __restrict__ up, float* __restrict__ y,
                                   __nv_bfloat16* __restrict__ y16, std::size_t groups) {
   GRID_STRIDE(j, groups) {
     float a[V], u[V];
@@ -77,9 +78,9 @@ __global__ void swiglu_fwd_kernel(const float* __restrict__ gate, const float* _
 }
 
 // silu'(a) = s (1 + a (1 - s)), s = sigmoid(a).
-template <int V>
-__global__ void swiglu_bwd_kernel(const float* __restrict__ dy, const float* __restrict__ gate,
-                                  const float* __restrict__ up, float* __restrict__ dgate, float* __restrict__ dup,
+template <int V, class In = float>
+__global__ void swiglu_bwd_kernel(const In* __restrict__ dy, const In* __restrict__ gate,
+                                  const In* __restrict__ up, float* __restrict__ dgate, float* __restrict__ dup,
                                   __nv_bfloat16* __restrict__ dgate16, __nv_bfloat16* __restrict__ dup16,
                                   std::size_t groups) {
   GRID_STRIDE(j, groups) {
@@ -181,11 +182,16 @@ __global__ void from_bf16_kernel(const __nv_bfloat16* __restrict__ in, float* __
   GRID_STRIDE(i, n) out[i] = __bfloat162float(in[i]);
 }
 
-// The element of column_sums' first pass for col_sum: dy itself.
+// The element of column_sums' first pass for col_sum: dy itself (fp32, or bf16 widened).
 struct ColValue {
   const float* dy;
   int cols;
   __device__ void operator()(int r, int c, float (&v)[1]) const { v[0] = dy[std::size_t(r) * cols + c]; }
+};
+struct ColValueBf16 {
+  const __nv_bfloat16* dy;
+  int cols;
+  __device__ void operator()(int r, int c, float (&v)[1]) const { v[0] = __bfloat162float(dy[std::size_t(r) * cols + c]); }
 };
 
 __global__ void reduce_blocks_kernel(const float* __restrict__ in, int parts, std::size_t count, float* __restrict__ out,
@@ -250,6 +256,19 @@ unsigned elementwise_blocks(std::size_t n, int threads) {
     return {};                                                                                 \
   } while (0)
 
+// VEC_LAUNCH for the kernels templated on their input type In as well.
+#define VEC_LAUNCH_IN(kernel, In, n, vec, ...)                                                        \
+  do {                                                                                                \
+    TESSEL_NVTX_FN();                                                                                 \
+    if ((n) == 0) return {};                                                                          \
+    if ((vec) && (n) % 4 == 0)                                                                        \
+      kernel<4, In><<<elementwise_blocks((n) / 4, kThreads), kThreads, 0, s>>>(__VA_ARGS__, (n) / 4); \
+    else                                                                                              \
+      kernel<1, In><<<elementwise_blocks((n), kThreads), kThreads, 0, s>>>(__VA_ARGS__, (n));       \
+    TESSEL_LAUNCH_CHECK();                                                                            \
+    return {};                                                                                        \
+  } while (0)
+
 namespace {
 // The 16-byte path's alignment: fp32 pointers to 16 bytes, bf16 ones (four elements) to 8.
 bool f32_vec(std::initializer_list<const void*> ps) { return all_aligned(ps, 16); }
@@ -275,6 +294,26 @@ Status swiglu_bwd(cudaStream_t s, const float* dy, const float* gate, const floa
   if (!dup && !dup16) return no_output("swiglu_bwd (up)");
   VEC_LAUNCH(swiglu_bwd_kernel, n, f32_vec({dy, gate, up, dgate, dup}) && bf16_vec({dgate16, dup16}), dy, gate, up, dgate, dup,
              dgate16, dup16);
+}
+
+Status gelu_fwd_bf16(cudaStream_t s, const __nv_bfloat16* x, __nv_bfloat16* y, std::size_t n) {
+  if (!y) return no_output("gelu_fwd_bf16");
+  VEC_LAUNCH_IN(gelu_fwd_kernel, __nv_bfloat16, n, bf16_vec({x, y}), x, nullptr, y);
+}
+Status gelu_bwd_bf16(cudaStream_t s, const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dx, std::size_t n) {
+  if (!dx) return no_output("gelu_bwd_bf16");
+  VEC_LAUNCH_IN(gelu_bwd_kernel, __nv_bfloat16, n, bf16_vec({dy, x, dx}), dy, x, nullptr, dx);
+}
+Status swiglu_fwd_bf16(cudaStream_t s, const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* y,
+                       std::size_t n) {
+  if (!y) return no_output("swiglu_fwd_bf16");
+  VEC_LAUNCH_IN(swiglu_fwd_kernel, __nv_bfloat16, n, bf16_vec({gate, up, y}), gate, up, nullptr, y);
+}
+Status swiglu_bwd_bf16(cudaStream_t s, const __nv_bfloat16* dy, const __nv_bfloat16* gate, const __nv_bfloat16* up,
+                       __nv_bfloat16* dgate, __nv_bfloat16* dup, std::size_t n) {
+  if (!dgate || !dup) return no_output("swiglu_bwd_bf16");
+  VEC_LAUNCH_IN(swiglu_bwd_kernel, __nv_bfloat16, n, bf16_vec({dy, gate, up, dgate, dup}), dy, gate, up, nullptr,
+                nullptr, dgate, dup);
 }
 
 Status adamw_step(cudaStream_t s, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
@@ -320,6 +359,11 @@ Status col_sum(cudaStream_t s, const float* dy, int rows, int cols, float* db) {
   TESSEL_NVTX_FN();
   if (cols == 0) return {};
   return column_sums<1>(s, ColValue{dy, cols}, rows, cols, ColOut<1>{{db}});
+}
+Status col_sum_bf16(cudaStream_t s, const __nv_bfloat16* dy, int rows, int cols, float* db) {
+  TESSEL_NVTX_FN();
+  if (cols == 0) return {};
+  return column_sums<1>(s, ColValueBf16{dy, cols}, rows, cols, ColOut<1>{{db}});
 }
 
 }  // namespace tessel::kernels::cuda

@@ -41,6 +41,15 @@ Status swiglu_fwd(cudaStream_t s, const float* gate, const float* up, float* y, 
                   __nv_bfloat16* y16 = nullptr);
 Status swiglu_bwd(cudaStream_t s, const float* dy, const float* gate, const float* up, float* dgate, float* dup,
                   std::size_t n, __nv_bfloat16* dgate16 = nullptr, __nv_bfloat16* dup16 = nullptr);
+// The same on bf16 tensors (the mixed-precision runtime's MLP activations, written by bf16-output GEMMs):
+// inputs widened exactly, fp32 arithmetic as above, outputs rounded once. Bit for bit the fp32 kernels'
+// bf16 outputs given the widened inputs.
+Status gelu_fwd_bf16(cudaStream_t s, const __nv_bfloat16* x, __nv_bfloat16* y, std::size_t n);
+Status gelu_bwd_bf16(cudaStream_t s, const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dx, std::size_t n);
+Status swiglu_fwd_bf16(cudaStream_t s, const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* y,
+                       std::size_t n);
+Status swiglu_bwd_bf16(cudaStream_t s, const __nv_bfloat16* dy, const __nv_bfloat16* gate, const __nv_bfloat16* up,
+                       __nv_bfloat16* dgate, __nv_bfloat16* dup, std::size_t n);
 
 // ---- causal attention, flash style (kernels/cpu/attention.hpp's layout and GQA) ----
 // No [seq, seq] matrix exists: keys stream through shared-memory tiles with an online softmax (Milakov &
@@ -147,6 +156,7 @@ Status add(cudaStream_t s, const float* a, const float* b, float* out, std::size
 Status residual_add(cudaStream_t s, const float* a, const float* b, const float* bias, float* out, int rows, int cols);
 // db[c] += sum_r dy[r, c] (bias gradients; column sums in a fixed order, so deterministic).
 Status col_sum(cudaStream_t s, const float* dy, int rows, int cols, float* db);
+Status col_sum_bf16(cudaStream_t s, const __nv_bfloat16* dy, int rows, int cols, float* db);  // dy widened exactly
 // Element-wise sum/max of `count` floats over `parts` rank-major blocks of in into out: the local step
 // of a reduce-scatter and the checks of the collectives.
 Status reduce_blocks(cudaStream_t s, const float* in, int parts, std::size_t count, float* out, bool max);

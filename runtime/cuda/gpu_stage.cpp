@@ -30,7 +30,7 @@ namespace {
 
 // What a layer's backward reads. The GEMM operands (g1, g2, ga, gact) are bf16 when GEMMs take bf16, else
 // the fp32 activations themselves; norm and activation outputs that only feed GEMMs are kept in that form
-// alone.
+// alone. Under bf16 GEMMs the MLP's inner activations (h1, gate) are bf16 too: their GEMMs write them so.
 struct Acts {
   DBuf x, mu1, rs1, g1, q, k, v, attn, ga, lse, x2, mu2, rs2, g2, h1, gate, gact;
 };
@@ -143,7 +143,7 @@ struct GpuStage::Impl {
   // accumulated vector; causal attention's FLOPs, `gemms` s x s x d products halved by the mask (forward 2:
   // Q K^T and P V; backward 5: both again, dP, dQ, dK); rows of the softmax statistics.
   double operand_bytes() const { return half() ? 2.0 : 4.0; }
-  static double col_sum_bytes(double rows, double cols) { return 4.0 * rows * cols + 8.0 * cols; }
+  static double col_sum_bytes(double rows, double cols, double es = 4.0) { return es * rows * cols + 8.0 * cols; }
   double attention_flops(double gemms) const {
     return gemms * 2.0 * sh.batch * sh.heads * double(sh.seq) * sh.seq * sh.head_dim * 0.5;
   }
@@ -156,13 +156,19 @@ struct GpuStage::Impl {
     TIMED_W("to_bf16", 0.0, 6.0 * double(n), kg::to_bf16(s(), f32(x), bf16(b), n));
     return b;
   }
+  // C (and the bias) in fp32, or with out16 (bf16 GEMMs only) in bf16: GemmType::bf16, rounded once.
+  void mm_to(const char* what, bool out16, bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B,
+             int ldb, float beta, void* C, int ldc, const void* b = nullptr) {
+    const GemmType t = out16 ? GemmType::bf16 : type;
+    kg::GemmArgs a{ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, t, b ? kg::Epilogue::bias : kg::Epilogue::none, b};
+    const double es = type == GemmType::fp32 || type == GemmType::tf32 ? 4.0 : 2.0, cs = out16 ? 2.0 : 4.0;
+    const double m = M, n = N, k = K;
+    const double bytes = es * (m * k + k * n) + cs * m * n * (beta != 0.0f ? 2.0 : 1.0) + (b ? cs * n : 0.0);
+    TIMED_W(what, 2.0 * m * n * k, bytes, dev.gemm().run(s(), a));
+  }
   void mm(const char* what, bool ta, bool tb, int M, int N, int K, const void* A, int lda, const void* B, int ldb,
           float beta, float* C, int ldc, const float* b = nullptr) {
-    kg::GemmArgs a{ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, type,
-                   b ? kg::Epilogue::bias : kg::Epilogue::none, b};
-    const double es = type == GemmType::fp32 || type == GemmType::tf32 ? 4.0 : 2.0, m = M, n = N, k = K;
-    const double bytes = es * (m * k + k * n) + 4.0 * m * n * (beta != 0.0f ? 2.0 : 1.0) + (b ? 4.0 * n : 0.0);
-    TIMED_W(what, 2.0 * m * n * k, bytes, dev.gemm().run(s(), a));
+    mm_to(what, false, ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc, b);
   }
   // y[T,out] = x W + b;  dx[T,in] (+)= dy W^T;  dW += x^T dy, db += colsum(dy).
   DBuf linear(const DBuf& gx, int in, int out, const std::string& w, const std::string& b) {
@@ -170,14 +176,29 @@ struct GpuStage::Impl {
     mm("gemm_fwd", false, false, sh.tokens, out, in, gx->get(), in, W(w), out, 0.0f, f32(y), out, bias(b));
     return y;
   }
+  // The same, y in the GEMMs' operand type: under bf16 GEMMs a bf16 output with the bias's bf16 copy (the
+  // MLP's inner activations, which only activation kernels read), as autocast's bf16 linear.
+  DBuf linear_act(const DBuf& gx, int in, int out, const std::string& w, const std::string& b) {
+    if (!half()) return linear(gx, in, out, w, b);
+    DBuf y = buf16(std::size_t(sh.tokens) * out);
+    mm_to("gemm_fwd", true, false, false, sh.tokens, out, in, gx->get(), in, W(w), out, 0.0f, y->get(), out,
+          P.has(b) ? P.half(b) : nullptr);
+    return y;
+  }
   void linear_dx(const DBuf& gdy, int in, int out, const std::string& w, float* dx, bool acc) {
     mm("gemm_dgrad", false, true, sh.tokens, in, out, gdy->get(), out, W(w), out, acc ? 1.0f : 0.0f, dx, in);
   }
+  // The bias gradient sums dy (fp32) when given, else the GEMM operand gdy itself (bf16 under bf16 GEMMs).
   void weight_grad(const DBuf& gx, const DBuf& gdy, const DBuf& dy, int in, int out, const std::string& w,
                    const std::string& b) {
     weight_job([this, gx, gdy, dy, in, out, w, b] {
       mm("gemm_wgrad", true, false, in, out, sh.tokens, gx->get(), in, gdy->get(), out, 1.0f, P.grad(w), out);
-      if (float* db = bgrad(b)) TIMED_W("bias_grad", 0.0, col_sum_bytes(sh.tokens, out), kg::col_sum(s(), f32(dy), sh.tokens, out, db));
+      float* db = bgrad(b);
+      if (!db) return;
+      if (dy || !half())
+        TIMED_W("bias_grad", 0.0, col_sum_bytes(sh.tokens, out), kg::col_sum(s(), f32(dy ? dy : gdy), sh.tokens, out, db));
+      else
+        TIMED_W("bias_grad", 0.0, col_sum_bytes(sh.tokens, out, 2.0), kg::col_sum_bf16(s(), bf16(gdy), sh.tokens, out, db));
     });
   }
 
@@ -291,16 +312,23 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
           kg::residual_add(s(), f32(a.x2), f32(x), bias(L(l, "attn.bo")), f32(a.x2), sh.local_tokens, h));
 
   a.g2 = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2);
-  a.h1 = linear(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
-  // The activation feeds the second GEMM only: written once, in the GEMM's operand type.
+  // The MLP's activations in the GEMMs' operand type throughout: h1 (and gate) as the first GEMMs write
+  // them, gact as the second GEMM reads it (bf16 under bf16 GEMMs, fp32 otherwise).
+  a.h1 = linear_act(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
   const std::size_t nf = std::size_t(T) * f;
+  const double eb = operand_bytes();
   a.gact = operand_buf(nf);
   if (sh.swiglu) {
-    a.gate = linear(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
-    TIMED_W("activation_fwd", 0.0, (8.0 + operand_bytes()) * double(nf),
-            kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
+    a.gate = linear_act(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
+    if (half())
+      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(nf), kg::swiglu_fwd_bf16(s(), bf16(a.gate), bf16(a.h1), bf16(a.gact), nf));
+    else
+      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(nf), kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), f32(a.gact), nf));
   } else {
-    TIMED_W("activation_fwd", 0.0, (4.0 + operand_bytes()) * double(nf), kg::gelu_fwd(s(), f32(a.h1), as_f32(a.gact), nf, as_bf16(a.gact)));
+    if (half())
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(nf), kg::gelu_fwd_bf16(s(), bf16(a.h1), bf16(a.gact), nf));
+    else
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(nf), kg::gelu_fwd(s(), f32(a.h1), f32(a.gact), nf));
   }
   partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
@@ -316,30 +344,31 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
   if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dout), Tl, h, b2));
   DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
-  DBuf dact = buf(nf);
-  linear_dx(gdmf, f, h, L(l, "mlp.w2"), f32(dact), false);
+  // The MLP's activation gradients in the GEMMs' operand type, as its activations: the second GEMM's input
+  // gradient, the activation's backward, and the bias gradients summed from them (weight_grad).
+  const double eb = operand_bytes();
+  DBuf dact = operand_buf(nf);
+  mm_to("gemm_dgrad", half(), false, true, T, f, h, gdmf->get(), h, W(L(l, "mlp.w2")), h, 0.0f, dact->get(), f);
   weight_grad(a.gact, gdmf, nullptr, f, h, L(l, "mlp.w2"), "");  // b2's gradient is above (a residual bias)
-  // Activation gradients in the GEMMs' operand type, and in fp32 too where a bias gradient sums them.
-  const auto grads = [&](const std::string& b, DBuf& d32, DBuf& d16) {
-    d32 = !half() || P.has(b) ? buf(nf) : nullptr;
-    d16 = half() ? buf16(nf) : d32;
-  };
-  DBuf dh1, gdh1, dy2 = buf(std::size_t(T) * h);
-  grads(L(l, "mlp.b1"), dh1, gdh1);
+  DBuf gdh1 = operand_buf(nf), dy2 = buf(std::size_t(T) * h);
   if (sh.swiglu) {
-    DBuf dg, gdg;
-    grads(L(l, "mlp.bg"), dg, gdg);
-    const double out = (dg ? 4.0 : 0.0) + (dh1 ? 4.0 : 0.0) + (half() ? 4.0 : 0.0);  // fp32 where kept, bf16 operands
-    TIMED_W("activation_bwd", 0.0, (12.0 + out) * double(nf),
-            kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(dg), f32(dh1), nf, as_bf16(gdg), as_bf16(gdh1)));
+    DBuf gdg = operand_buf(nf);
+    if (half())
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(nf),
+              kg::swiglu_bwd_bf16(s(), bf16(dact), bf16(a.gate), bf16(a.h1), bf16(gdg), bf16(gdh1), nf));
+    else
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(nf),
+              kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(gdg), f32(gdh1), nf));
     linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
-    weight_grad(a.g2, gdg, dg, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
+    weight_grad(a.g2, gdg, nullptr, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
   } else {
-    const double out = (dh1 ? 4.0 : 0.0) + (half() ? 2.0 : 0.0);
-    TIMED_W("activation_bwd", 0.0, (8.0 + out) * double(nf), kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(dh1), nf, as_bf16(gdh1)));
+    if (half())
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(nf), kg::gelu_bwd_bf16(s(), bf16(dact), bf16(a.h1), bf16(gdh1), nf));
+    else
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(nf), kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(gdh1), nf));
   }
   linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
-  weight_grad(a.g2, gdh1, dh1, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
+  weight_grad(a.g2, gdh1, nullptr, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
   DBuf dy2l = reduce_tokens(dy2), dx2 = buf(nl);
   norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2), f32(dout));  // + the residual's dout
 

@@ -289,6 +289,20 @@ void bandwidth() {
   row("bandwidth", "gelu_fwd_to_bf16", "1GiB", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
   ms = median_ms([&] { ok(kg::to_bf16(nullptr, x, h, n)); });
   row("bandwidth", "to_bf16", "1GiB", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
+  {  // The MLP under bf16 GEMMs: GELU forward and backward on bf16 tensors, the bias gradient from bf16.
+    __nv_bfloat16 *h2 = nullptr, *h3 = nullptr;
+    ok(cudaMalloc(&h2, n * sizeof(__nv_bfloat16)));
+    ok(cudaMalloc(&h3, n * sizeof(__nv_bfloat16)));
+    ok(kg::to_bf16(nullptr, z, h2, n));  // h holds x in bf16 (to_bf16 above)
+    ms = median_ms([&] { ok(kg::gelu_fwd_bf16(nullptr, h, h3, n)); });
+    row("bandwidth", "gelu_fwd_bf16", "1GiB", ms, 1.0 * gb / (ms * 1e-3), "GB/s");
+    ms = median_ms([&] { ok(kg::gelu_bwd_bf16(nullptr, h2, h, h3, n)); });
+    row("bandwidth", "gelu_bwd_bf16", "1GiB", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
+    ms = median_ms([&] { ok(kg::col_sum_bf16(nullptr, h2, rows, cols, dg)); });
+    row("bandwidth", "col_sum_bf16", "262144x4096", ms, 0.5 * gb / (ms * 1e-3), "GB/s");
+    cudaFree(h2);
+    cudaFree(h3);
+  }
   ms = median_ms([&] { ok(kg::layernorm_fwd(nullptr, x, g, b, nullptr, mu, rs, rows, cols, 1e-5f, h)); });
   row("bandwidth", "layernorm_fwd_to_bf16", "262144x4096", ms, 1.5 * gb / (ms * 1e-3), "GB/s");
   ms = median_ms([&] { ok(kg::layernorm_bwd(nullptr, z, x, g, mu, rs, y, nullptr, nullptr, rows, cols, x)); });

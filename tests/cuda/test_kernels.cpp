@@ -327,6 +327,36 @@ TEST_CASE("fused outputs equal the plain kernels' results bit for bit, 16-byte a
     CHECK(bf16_off(hDG.download(), dDG.download()) == 0);
     CHECK(bf16_off(hDU.download(), dDU.download()) == 0);
 
+    // The bf16-input activations on bf16 copies of the inputs: the fp32 kernels' bf16 outputs on the
+    // widened copies, bit for bit; and the bias gradient from bf16 equals col_sum over the widened values.
+    DeviceBuf<__nv_bfloat16> hX(n), hUP(n), hDYb(n), o1(n), o2(n), o3(n), o4(n);
+    DeviceBuf<float> wX(n), wUP(n), wDY(n);
+    REQUIRE_OK(kg::to_bf16(nullptr, dX, hX, n));
+    REQUIRE_OK(kg::to_bf16(nullptr, dUP, hUP, n));
+    REQUIRE_OK(kg::to_bf16(nullptr, dDY, hDYb, n));
+    REQUIRE_OK(kg::from_bf16(nullptr, hX, wX, n));
+    REQUIRE_OK(kg::from_bf16(nullptr, hUP, wUP, n));
+    REQUIRE_OK(kg::from_bf16(nullptr, hDYb, wDY, n));
+    REQUIRE_OK(kg::gelu_fwd(nullptr, wX, dY, n));
+    REQUIRE_OK(kg::gelu_bwd(nullptr, wDY, wX, dDX, n));
+    REQUIRE_OK(kg::gelu_fwd_bf16(nullptr, hX, o1, n));
+    REQUIRE_OK(kg::gelu_bwd_bf16(nullptr, hDYb, hX, o2, n));
+    CHECK(bf16_off(o1.download(), dY.download()) == 0);
+    CHECK(bf16_off(o2.download(), dDX.download()) == 0);
+    REQUIRE_OK(kg::swiglu_fwd(nullptr, wX, wUP, dY, n));
+    REQUIRE_OK(kg::swiglu_bwd(nullptr, wDY, wX, wUP, dDG, dDU, n));
+    REQUIRE_OK(kg::swiglu_fwd_bf16(nullptr, hX, hUP, o1, n));
+    REQUIRE_OK(kg::swiglu_bwd_bf16(nullptr, hDYb, hX, hUP, o3, o4, n));
+    CHECK(bf16_off(o1.download(), dY.download()) == 0);
+    CHECK(bf16_off(o3.download(), dDG.download()) == 0);
+    CHECK(bf16_off(o4.download(), dDU.download()) == 0);
+    const int rows = int(n / 100), cols = 100;
+    const auto db0 = random_vec(cols);
+    DeviceBuf<float> dB1(db0), dB2(db0);
+    REQUIRE_OK(kg::col_sum(nullptr, wDY, rows, cols, dB1));
+    REQUIRE_OK(kg::col_sum_bf16(nullptr, hDYb, rows, cols, dB2));
+    CHECK(dB1.download() == dB2.download());
+
     kc::AdamW hp;
     hp.lr = 3e-3f;
     hp.weight_decay = 0.1f;

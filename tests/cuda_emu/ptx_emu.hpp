@@ -77,6 +77,7 @@ inline float bf2f(std::uint16_t h) { std::uint32_t u = std::uint32_t(h) << 16; f
 inline __nv_bfloat16 __float2bfloat16(float f) { return {f2bf(f)}; }
 inline float __bfloat162float(__nv_bfloat16 h) { return bf2f(h.x); }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
 
 typedef void* cudaStream_t;
 typedef int cudaError_t;

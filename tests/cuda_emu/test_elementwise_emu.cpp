@@ -1,5 +1,5 @@
 // kernels/cuda/elementwise.cu's own code, rewritten by emulate_cuda.py onto ptx_emu.hpp and run on the CPU:
-// GELU and SwiGLU forward and backward, AdamW, the sum of squares, scale/add/residual-with-bias, the
+// GELU and SwiGLU forward and backward (fp32 and bf16 inputs), AdamW, the sum of squares, scale/add/residual-with-bias, the
 // bias-gradient column sums (colreduce.cuh: several row chunks, a partial last column block) and bf16
 // conversion, against kernels/cpu with the tolerances of tests/cuda/test_kernels.cpp, on the scalar and the
 // 16-byte paths; the fused bf16 outputs and adds exactly against the kernels' own fp32 results. Sizes are
@@ -35,6 +35,12 @@ Status scale(void* s, float* x, std::size_t n, float factor);
 Status add(void* s, const float* a, const float* b, float* out, std::size_t n);
 Status residual_add(void* s, const float* a, const float* b, const float* bias, float* out, int rows, int cols);
 Status col_sum(void* s, const float* dy, int rows, int cols, float* db);
+Status gelu_fwd_bf16(void* s, const __nv_bfloat16* x, __nv_bfloat16* y, std::size_t n);
+Status gelu_bwd_bf16(void* s, const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dx, std::size_t n);
+Status swiglu_fwd_bf16(void* s, const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* y, std::size_t n);
+Status swiglu_bwd_bf16(void* s, const __nv_bfloat16* dy, const __nv_bfloat16* gate, const __nv_bfloat16* up,
+                       __nv_bfloat16* dgate, __nv_bfloat16* dup, std::size_t n);
+Status col_sum_bf16(void* s, const __nv_bfloat16* dy, int rows, int cols, float* db);
 Status to_bf16(void* s, const float* in, __nv_bfloat16* out, std::size_t n);
 Status from_bf16(void* s, const __nv_bfloat16* in, float* out, std::size_t n);
 }  // namespace tessel::kernels::cuda
@@ -102,6 +108,43 @@ void elementwise(std::size_t n) {
     expect("swiglu backward (gate)", ran, rel_error(dg2, dg), 1e-5);
     expect("swiglu backward (up)", ran, rel_error(du2, du), 1e-5);
     expect("swiglu bf16 off (y, dgate, dup)", ran, off(y16, y2) + off(dg16, dg2) + off(du16, du2), 0.0);
+  }
+  {
+    // The bf16-input activations (the MLP under bf16 GEMMs): inputs rounded to bf16; the outputs must be
+    // bit for bit the fp32-input kernels' bf16 outputs on the widened inputs (the same arithmetic, checked
+    // against kernels/cpu above), on the launch path the length and alignment call for.
+    H x16(n), up16(n), dy16(n);
+    std::vector<float> xw(n), upw(n), dyw(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x16[i] = tessel::test::bf16_bits(x[i]), up16[i] = tessel::test::bf16_bits(up[i]), dy16[i] = tessel::test::bf16_bits(dy[i]);
+      const std::uint32_t a = std::uint32_t(x16[i]) << 16, b = std::uint32_t(up16[i]) << 16, c = std::uint32_t(dy16[i]) << 16;
+      std::memcpy(&xw[i], &a, 4), std::memcpy(&upw[i], &b, 4), std::memcpy(&dyw[i], &c, 4);
+    }
+    H ref[5], got[5];
+    for (int i = 0; i < 5; ++i) ref[i].assign(n, 0xffff), got[i].assign(n, 0x7fbf);  // both poisoned, differently
+    bool ran = kg::gelu_fwd(nullptr, xw.data(), nullptr, n, bf(ref[0])).ok() &&
+               kg::gelu_bwd(nullptr, dyw.data(), xw.data(), nullptr, n, bf(ref[1])).ok() &&
+               kg::swiglu_fwd(nullptr, xw.data(), upw.data(), nullptr, n, bf(ref[2])).ok() &&
+               kg::swiglu_bwd(nullptr, dyw.data(), xw.data(), upw.data(), nullptr, nullptr, n, bf(ref[3]), bf(ref[4])).ok();
+    const bool ran0 = kg::gelu_fwd_bf16(nullptr, bf(x16), bf(got[0]), n).ok();
+    expect(n % 4 == 0 ? "gelu bf16-in took the 8-byte path" : "gelu bf16-in took the scalar path", ran0,
+           path_off(n, n % 4 == 0), 0.0);
+    ran = ran && ran0 && kg::gelu_bwd_bf16(nullptr, bf(dy16), bf(x16), bf(got[1]), n).ok() &&
+          kg::swiglu_fwd_bf16(nullptr, bf(x16), bf(up16), bf(got[2]), n).ok() &&
+          kg::swiglu_bwd_bf16(nullptr, bf(dy16), bf(x16), bf(up16), bf(got[3]), bf(got[4]), n).ok();
+    double differ = 0;
+    for (int i = 0; i < 5; ++i)
+      for (std::size_t j = 0; j < n; ++j) differ += got[i][j] != ref[i][j];
+    expect("bf16-in activations off (5 outputs)", ran, differ, 0.0);
+    std::vector<float> y(n);
+    kc::gelu_fwd(xw.data(), y.data(), n);
+    std::vector<float> back(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::uint32_t u = std::uint32_t(got[0][j]) << 16;
+      std::memcpy(&back[j], &u, 4);
+    }
+    expect("gelu bf16-in against the CPU (bf16 rounding)", ran, rel_error(back, y), 4e-3);
+    expect("gelu bf16-in with no output refused", !kg::gelu_fwd_bf16(nullptr, bf(x16), nullptr, n).ok(), 0.0, 0.0);
   }
   {
     // Three steps against the CPU optimizer; the third with a clip coefficient, which the kernel applies
@@ -184,6 +227,20 @@ int main() {
       for (int c = 0; c < cols; ++c) db[c] += m[std::size_t(r) * cols + c];
     const bool ran = kg::col_sum(nullptr, m.data(), rows, cols, db2.data()).ok();
     expect("bias gradient (column sums)", ran, rel_error(db2, db), 1e-4);
+    // From bf16 values: the same sums, in the same order, as col_sum over the widened values.
+    H m16(m.size());
+    std::vector<float> mw(m.size());
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      m16[i] = tessel::test::bf16_bits(m[i]);
+      const std::uint32_t u = std::uint32_t(m16[i]) << 16;
+      std::memcpy(&mw[i], &u, 4);
+    }
+    std::vector<float> dbw = db0, db16 = db0;
+    const bool ran16 = kg::col_sum(nullptr, mw.data(), rows, cols, dbw.data()).ok() &&
+                       kg::col_sum_bf16(nullptr, bf(m16), rows, cols, db16.data()).ok();
+    std::size_t unequal = 0;
+    for (int c = 0; c < cols; ++c) unequal += !(db16[c] == dbw[c]);
+    expect("bias gradient from bf16 (off)", ran16, double(unequal), 0.0);
   }
   {
     // Rounding cases with their bf16 bits written out (the emulation's conversion is the formula the

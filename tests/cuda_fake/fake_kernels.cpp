@@ -50,6 +50,12 @@ struct Out {
   std::size_t n_;
 };
 
+std::vector<float> widen(const __nv_bfloat16* x, std::size_t n) {
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = __bfloat162float(x[i]);
+  return f;
+}
+
 void add_residual(float* dx, const float* dres, std::size_t n) {
   if (dres)
     for (std::size_t i = 0; i < n; ++i) dx[i] = dx[i] + dres[i];
@@ -104,29 +110,38 @@ Status Gemm::plan(const GemmArgs&, Plan*& out) {
 Status Gemm::run(cudaStream_t stream_, const GemmArgs& a) {
   fake_stream_op(stream_, "gemm");
   if (!handle_) return bad("Gemm::run before init");
-  if (a.type == GemmType::bf16) return bad("bf16 output GEMMs are not faked");
   if (a.epilogue == Epilogue::bias_gelu) return bad("the GELU epilogue is not faked");
   const float* A = static_cast<const float*>(a.A);
   const float* B = static_cast<const float*>(a.B);
-  std::vector<float> wa, wb;
-  if (a.type == GemmType::bf16_fp32) {
+  std::vector<float> wa, wb, wc;
+  const bool out16 = a.type == GemmType::bf16;  // C and the bias in bf16 too: computed in fp32, rounded once
+  if (a.type == GemmType::bf16_fp32 || out16) {
     const std::size_t na = std::size_t(a.trans_a ? a.K : a.M) * a.lda, nb = std::size_t(a.trans_b ? a.N : a.K) * a.ldb;
-    const auto* ha = static_cast<const __nv_bfloat16*>(a.A);
-    const auto* hb = static_cast<const __nv_bfloat16*>(a.B);
-    wa.resize(na);
-    wb.resize(nb);
-    for (std::size_t i = 0; i < na; ++i) wa[i] = __bfloat162float(ha[i]);
-    for (std::size_t i = 0; i < nb; ++i) wb[i] = __bfloat162float(hb[i]);
+    wa = widen(static_cast<const __nv_bfloat16*>(a.A), na);
+    wb = widen(static_cast<const __nv_bfloat16*>(a.B), nb);
     A = wa.data();
     B = wb.data();
   }
   float* C = static_cast<float*>(a.C);
+  auto* C16 = static_cast<__nv_bfloat16*>(a.C);
+  const auto at = [&](int r, int c) { return std::size_t(r) * a.ldc + c; };
+  if (out16) {
+    wc.assign(std::size_t(a.M) * a.ldc, 0.0f);
+    if (a.beta != 0.0f)
+      for (int r = 0; r < a.M; ++r)
+        for (int c = 0; c < a.N; ++c) wc[at(r, c)] = __bfloat162float(C16[at(r, c)]);
+    C = wc.data();
+  }
   kc::gemm(a.trans_a, a.trans_b, a.M, a.N, a.K, a.alpha, A, a.lda, B, a.ldb, a.beta, C, a.ldc);
   if (a.epilogue == Epilogue::bias) {
-    const float* bias = static_cast<const float*>(a.bias);
-    for (int r = 0; r < a.M; ++r)
-      for (int c = 0; c < a.N; ++c) C[std::size_t(r) * a.ldc + c] += bias[c];
+    for (int c = 0; c < a.N; ++c) {
+      const float b = out16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(a.bias)[c]) : static_cast<const float*>(a.bias)[c];
+      for (int r = 0; r < a.M; ++r) C[at(r, c)] += b;
+    }
   }
+  if (out16)
+    for (int r = 0; r < a.M; ++r)
+      for (int c = 0; c < a.N; ++c) C16[at(r, c)] = __float2bfloat16(C[at(r, c)]);
   return {};
 }
 
@@ -192,6 +207,41 @@ Status swiglu_bwd(cudaStream_t stream_, const float* dy, const float* gate, cons
   if ((!dgate && !dgate16) || (!dup && !dup16)) return bad("swiglu_bwd without an output");
   Out og(dgate, dgate16, n), ou(dup, dup16, n);
   kc::swiglu_bwd(dy, gate, up, og.f, ou.f, n);
+  return {};
+}
+Status gelu_fwd_bf16(cudaStream_t stream_, const __nv_bfloat16* x, __nv_bfloat16* y, std::size_t n) {
+  fake_stream_op(stream_, "gelu_fwd_bf16");
+  if (!y) return bad("gelu_fwd_bf16 without an output");
+  const std::vector<float> xf = widen(x, n);
+  Out o(nullptr, y, n);
+  kc::gelu_fwd(xf.data(), o.f, n);
+  return {};
+}
+Status gelu_bwd_bf16(cudaStream_t stream_, const __nv_bfloat16* dy, const __nv_bfloat16* x, __nv_bfloat16* dx,
+                     std::size_t n) {
+  fake_stream_op(stream_, "gelu_bwd_bf16");
+  if (!dx) return bad("gelu_bwd_bf16 without an output");
+  const std::vector<float> df = widen(dy, n), xf = widen(x, n);
+  Out o(nullptr, dx, n);
+  kc::gelu_bwd(df.data(), xf.data(), o.f, n);
+  return {};
+}
+Status swiglu_fwd_bf16(cudaStream_t stream_, const __nv_bfloat16* gate, const __nv_bfloat16* up, __nv_bfloat16* y,
+                       std::size_t n) {
+  fake_stream_op(stream_, "swiglu_fwd_bf16");
+  if (!y) return bad("swiglu_fwd_bf16 without an output");
+  const std::vector<float> gf = widen(gate, n), uf = widen(up, n);
+  Out o(nullptr, y, n);
+  kc::swiglu_fwd(gf.data(), uf.data(), o.f, n);
+  return {};
+}
+Status swiglu_bwd_bf16(cudaStream_t stream_, const __nv_bfloat16* dy, const __nv_bfloat16* gate, const __nv_bfloat16* up,
+                       __nv_bfloat16* dgate, __nv_bfloat16* dup, std::size_t n) {
+  fake_stream_op(stream_, "swiglu_bwd_bf16");
+  if (!dgate || !dup) return bad("swiglu_bwd_bf16 without an output");
+  const std::vector<float> df = widen(dy, n), gf = widen(gate, n), uf = widen(up, n);
+  Out og(nullptr, dgate, n), ou(nullptr, dup, n);
+  kc::swiglu_bwd(df.data(), gf.data(), uf.data(), og.f, ou.f, n);
   return {};
 }
 Status attention_fwd(cudaStream_t stream_, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
@@ -396,6 +446,15 @@ Status col_sum(cudaStream_t stream_, const float* dy, int rows, int cols, float*
   for (int c = 0; c < cols; ++c) {
     double s = 0;
     for (int r = 0; r < rows; ++r) s += dy[std::size_t(r) * cols + c];
+    db[c] += static_cast<float>(s);
+  }
+  return {};
+}
+Status col_sum_bf16(cudaStream_t stream_, const __nv_bfloat16* dy, int rows, int cols, float* db) {
+  fake_stream_op(stream_, "col_sum_bf16");
+  for (int c = 0; c < cols; ++c) {
+    double s = 0;
+    for (int r = 0; r < rows; ++r) s += __bfloat162float(dy[std::size_t(r) * cols + c]);
     db[c] += static_cast<float>(s);
   }
   return {};

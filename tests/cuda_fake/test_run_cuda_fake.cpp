@@ -404,8 +404,9 @@ TEST_CASE("kernel profile: each scope's FLOPs and bytes are the model's") {
 }
 
 // The byte counts of the bf16 path (GEMM operands in bf16, the norms and activations writing them
-// directly) against the shapes: the forward GEMMs' operands, C and biases; the norms; GELU; the
-// cross-entropy gradient; AdamW (30 bytes a parameter with the bf16 copy) and zero_grad.
+// directly, the MLP's inner activations and their gradients in bf16) against the shapes: the forward GEMMs'
+// operands, C and biases; the norms; GELU forward and backward; the MLP's bias gradient; the cross-entropy
+// gradient; AdamW (30 bytes a parameter with the bf16 copy) and zero_grad.
 TEST_CASE("kernel profile: the bf16 path's bytes are the model's") {
   const Model m = load_model("tiny");
   Layout l;
@@ -419,14 +420,24 @@ TEST_CASE("kernel profile: the bf16 path's bytes are the model's") {
   (void)t.step();
   const auto& k = dev.kernel_totals();
   const double mbs = 2, L = m.layers, T = 4.0 * m.seq_len, h = m.hidden, f = m.ffn, V = double(m.vocab);
-  // One GEMM y[T, n] = x[T, kk] W[kk, n] (+ b): bf16 operands, fp32 output, fp32 bias.
-  const auto gemm = [&](double n, double kk, bool bias) { return 2 * (T * kk + kk * n) + 4 * T * n + (bias ? 4 * n : 0); };
-  const double layer_fwd = 3 * gemm(h, h, true) + gemm(h, h, false) + gemm(f, h, true) + gemm(h, f, false);
+  // One GEMM y[T, n] = x[T, kk] W[kk, n] (+ b): bf16 operands; fp32 output and bias, or (the MLP's first,
+  // out16) bf16 output and bias.
+  const auto gemm = [&](double n, double kk, bool bias, bool out16 = false) {
+    const double cs = out16 ? 2 : 4;
+    return 2 * (T * kk + kk * n) + cs * T * n + (bias ? cs * n : 0);
+  };
+  const double layer_fwd = 3 * gemm(h, h, true) + gemm(h, h, false) + gemm(f, h, true, true) + gemm(h, f, false);
   CHECK(k.at("gemm_fwd").bytes == doctest::Approx(mbs * L * layer_fwd).epsilon(1e-12));
   // LayerNorm forward writing the bf16 operand only: x read, y written in bf16, mean and rstd, gamma and beta.
   CHECK(k.at("norm_fwd").calls == std::int64_t(mbs * (2 * L + 1)));
   CHECK(k.at("norm_fwd").bytes == doctest::Approx(mbs * (2 * L + 1) * (6 * T * h + 8 * (T + h))).epsilon(1e-12));
-  CHECK(k.at("activation_fwd").bytes == doctest::Approx(mbs * L * 6 * T * f).epsilon(1e-12));
+  // GELU on bf16: h1 read, the operand written; backward: its gradient and h1 read, the input gradient written.
+  CHECK(k.at("activation_fwd").bytes == doctest::Approx(mbs * L * 4 * T * f).epsilon(1e-12));
+  CHECK(k.at("activation_bwd").bytes == doctest::Approx(mbs * L * 6 * T * f).epsilon(1e-12));
+  // Bias gradients: b1 summed from the bf16 gradient, the attention's q, k, v biases from fp32 ones (2 bytes
+  // and 4 a row, every column's sum read and written), b2 and bo from the fp32 residual gradient.
+  const double bias_grads = (2 * T * f + 8 * f) + 3 * (4 * T * h + 8 * h) + 2 * (4 * T * h + 8 * h);
+  CHECK(k.at("bias_grad").bytes == doctest::Approx(mbs * L * bias_grads).epsilon(1e-12));
   // The logits' gradient: fp32 logits read, bf16 written; targets and the row statistics.
   double ce_bwd = 0;
   for (double b : {6 * T * V + 16 * T, 4 * T}) ce_bwd += mbs * b;  // and the fill of d loss
