@@ -30,14 +30,9 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
   TESSEL_CHECK(zero_dp >= 1 && zero_rank >= 0 && zero_rank < zero_dp, "ZeRO rank " << zero_rank << " of " << zero_dp);
   TESSEL_CHECK(zero_stage >= 0 && zero_stage <= 3, "ZeRO stage " << zero_stage);
   const std::size_t dp = std::size_t(zero_dp);
-  // ZeRO: a group ends at a multiple of zero_dp 64-element chunks, so its chunks are even and aligned.
-  const auto close_group = [&] {
-    if (!sharded() || groups_.empty()) return;
-    GpuZeroGroup& g = groups_.back();
-    g.end = total_;
-    g.chunk = ((g.end - g.begin + dp - 1) / dp + 63) / 64 * 64;
-    total_ = g.begin + g.chunk * dp;
-  };
+  const auto aligned = [](std::size_t n) { return (n + 63) / 64 * 64; };  // 256-byte starts: bf16 GEMM operands need 16 bytes
+  // The rank's parameters in spec order, each with its group (the groups are contiguous runs of the specs).
+  std::vector<std::string> group_of;
   for (const ParamSpec& s : gpt_param_specs(m)) {
     if (std::find(names.begin(), names.end(), s.name) == names.end()) continue;
     GpuParam p;
@@ -51,32 +46,45 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
       p.cols = s.cols / tp;
       p.col0 = p.cols * tp_rank;
     }
-    if (sharded()) {
-      const std::string g = zero_group_of(s.name);
-      if (groups_.empty() || groups_.back().name != g) {
-        for (const GpuZeroGroup& seen : groups_)
-          TESSEL_CHECK(seen.name != g, "parameter " << s.name << " is not contiguous with its ZeRO group " << g);
-        close_group();
-        groups_.push_back({g, total_, total_, 0, 0});
-      }
-      p.group = groups_.size() - 1;
-    }
-    p.offset = total_;
-    total_ += (p.size() + 63) / 64 * 64;  // 256-byte aligned starts: bf16 GEMM operands need 16 bytes
-    if (!sharded()) {  // buckets: the groups' spans, contiguous as the specs are in group order
-      const std::string g = zero_group_of(s.name);
-      if (buckets_.empty() || buckets_.back().name != g) buckets_.push_back({g, p.offset, p.offset, 0, 0});
-      buckets_.back().end = total_;
-      buckets_.back().chunk = total_ - buckets_.back().begin;
-    }
-    if (reads_fp32(s)) {
-      p.small = small_size_;
-      small_size_ += (p.size() + 63) / 64 * 64;
-    }
+    const std::string g = zero_group_of(s.name);
+    if (!group_of.empty() && group_of.back() != g)
+      for (const std::string& seen : group_of)
+        TESSEL_CHECK(seen != g, "parameter " << s.name << " is not contiguous with its ZeRO group " << g);
+    group_of.push_back(g);
     index_[s.name] = params_.size();
     params_.push_back(p);
   }
-  close_group();
+  // The flat layout, group by group; inside a group the parameters kernels read in fp32 come first (the
+  // others after, each in spec order), so a group's fp32 values are one run at its start: in dp rank 0's
+  // chunk when they fit there, which lets ZeRO-1/2 broadcast them instead of gathering the group in fp32
+  // (values_in_bf16). The fp32 store (small_) repeats that run group by group, padding included.
+  for (std::size_t i = 0; i < params_.size();) {
+    std::size_t j = i;
+    while (j < params_.size() && group_of[j] == group_of[i]) ++j;
+    GpuZeroGroup g{group_of[i], total_, total_, 0, 0};
+    g.small_begin = small_size_;
+    for (const bool fp32 : {true, false})
+      for (std::size_t k = i; k < j; ++k) {
+        GpuParam& p = params_[k];
+        if (reads_fp32(p.spec) != fp32) continue;
+        p.offset = total_;
+        if (fp32) p.small = small_size_ + (p.offset - g.begin);
+        total_ += aligned(p.size());
+        if (fp32) g.fp32_span = total_ - g.begin;
+      }
+    small_size_ += g.fp32_span;
+    g.end = total_;
+    if (sharded()) {  // ZeRO: a group ends at a multiple of zero_dp 64-element chunks, so its chunks are even and aligned
+      g.chunk = aligned((g.end - g.begin + dp - 1) / dp);
+      total_ = g.begin + g.chunk * dp;
+      for (std::size_t k = i; k < j; ++k) params_[k].group = groups_.size();
+      groups_.push_back(g);
+    } else {  // buckets: the groups' spans
+      g.chunk = g.end - g.begin;
+      buckets_.push_back(g);
+    }
+    i = j;
+  }
   padded_ = total_;
   for (GpuZeroGroup& g : groups_) {
     g.local = shard_;
@@ -93,7 +101,10 @@ GpuParams::GpuParams(CudaDevice& dev, const Model& m, const std::vector<std::str
     shard_data_ = dev.alloc_f32(shard_);
     all.push_back(shard_data_);
   }
-  if (this->zero_stage() < 3) half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
+  if (this->zero_stage() < 3) {  // zeroed: the padding between parameters is gathered too
+    half_ = dev.alloc(padded_ * sizeof(__nv_bfloat16));
+    cuda_ok(cudaMemsetAsync(half_->get(), 0, half_->bytes(), dev.compute()), "parameter buffers");
+  }
   if (sharded_values() && this->zero_stage() < 3 && small_size_ > 0) {
     small_ = dev.alloc_f32(small_size_);
     all.push_back(small_);
@@ -339,9 +350,38 @@ void GpuParams::gather_values(std::size_t gi, const float* values, cudaStream_t 
               "parameter values");
 }
 
+void GpuParams::exchange_values_bf16(std::size_t gi, Comm& dp, cudaStream_t s) {
+  TESSEL_CHECK(values_in_bf16(gi), "ZeRO group " << groups_.at(gi).name << " is not exchanged in bf16");
+  const GpuZeroGroup& g = groups_[gi];
+  // bf16 pairs travel as 32-bit words: an all-gather copies bits. The group and its chunks start at
+  // multiples of 64 elements, so the words are aligned and the counts even.
+  auto* half = static_cast<__nv_bfloat16*>(half_->get()) + g.begin;
+  dp.all_gather(reinterpret_cast<const float*>(half + g.chunk * std::size_t(zero_rank_)), reinterpret_cast<float*>(half),
+                g.chunk / 2);
+  if (g.fp32_span == 0) return;
+  float* run = f32(small_) + g.small_begin;
+  if (zero_rank_ == 0)  // its chunk starts with the group's fp32 run (values_in_bf16)
+    cuda_ok(cudaMemcpyAsync(run, f32(shard_data_) + g.local, g.fp32_span * sizeof(float), cudaMemcpyDeviceToDevice, s),
+            "parameter values");
+  dp.broadcast(run, g.fp32_span, 0);
+}
+
+double GpuParams::exchange_bytes(std::size_t gi) const {
+  const GpuZeroGroup& g = groups_.at(gi);
+  const double span = double(g.chunk) * zero_dp_;
+  return values_in_bf16(gi) ? 2.0 * span + 4.0 * double(g.fp32_span) : 4.0 * span;
+}
+
 void GpuParams::zero_grad(cudaStream_t s) {
   const DBuf& g = grouped() ? shard_grad_ : grad_;  // ZeRO-2/3: the group gradients are zeroed as they start
   cuda_ok(cudaMemsetAsync(g->get(), 0, g->bytes(), s), "zero_grad");
+}
+
+void GpuParams::refresh_half(cudaStream_t s, std::size_t gi) {
+  TESSEL_CHECK(!sharded_values(), "refresh_half of a group needs the whole fp32 values");
+  const GpuZeroGroup& g = groups_.at(gi);
+  throw_if_failed(kg::to_bf16(s, f32(data_) + g.begin, static_cast<__nv_bfloat16*>(half_->get()) + g.begin,
+                              g.chunk * std::size_t(zero_dp_)));
 }
 
 void GpuParams::refresh_half(cudaStream_t s) {
@@ -382,12 +422,15 @@ void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, d
     }
     return;
   }
+  // ZeRO-1/2 with sharded values: each rank's chunk of the bf16 copy is written as its values are, in
+  // place for the bf16 all-gather (exchange_values_bf16).
+  auto* half = sharded_values() && zero_stage() < 3 ? static_cast<__nv_bfloat16*>(half_->get()) : nullptr;
   for_owned([&](const GpuParam& p, std::size_t a, std::size_t b, std::size_t local) {  // p's runs in the shard
     kernels::cpu::AdamW h = hp;
     if (!p.spec.decay) h.weight_decay = 0.0f;
     float* value = sharded_values() ? f32(shard_data_) + local : f32(data_) + a;
     throw_if_failed(kg::adamw_step(s, value, f32(shard_grad_) + local, f32(m_) + local, f32(v_) + local, b - a, h,
-                                   step, coef));
+                                   step, coef, half ? half + a : nullptr));
   });
 }
 
@@ -410,6 +453,12 @@ std::vector<float> GpuParams::download_grad(const std::string& n) {
   const GpuParam& p = at(n);
   std::vector<float> h(p.size());
   copy_sync(h.data(), grad(n), h.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(), "download");
+  return h;
+}
+
+std::vector<std::uint16_t> GpuParams::download_half(const std::string& n) const {
+  std::vector<std::uint16_t> h(at(n).size());
+  copy_sync(h.data(), half(n), h.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost, dev_.compute(), "download");
   return h;
 }
 

@@ -17,7 +17,8 @@
 //  - Sharded values (sharded_values()): ZeRO-3, and ZeRO-1/2 under bf16 GEMMs, keep only this rank's
 //    chunks of the fp32 master values (shard_data()). ZeRO-1/2 then hold whole only the bf16 copy the
 //    GEMMs read and the fp32 values of the vectors and embeddings (reads_fp32), rebuilt after each step
-//    from a group-sized gather (gather_values); ZeRO-3's group values (and their bf16 copy) exist between
+//    by a bf16 all-gather and a broadcast of the group's fp32 run (exchange_values_bf16), or from a
+//    group-sized fp32 gather (gather_values); ZeRO-3's group values (and their bf16 copy) exist between
 //    gather_target / finish_gather and release_group.
 // Looking up a gradient, or a value that is not held, outside its window throws, naming the parameter.
 // The update is elementwise, so the same as unsharded AdamW; only the gradient norm's summation order differs.
@@ -43,6 +44,9 @@ struct GpuZeroGroup {
   std::size_t begin = 0, end = 0;  // flat [begin, end): the group's parameters (alignment padding included)
   std::size_t chunk = 0;           // elements per dp rank; the group spans [begin, begin + chunk * zero_dp)
   std::size_t local = 0;           // where this rank's chunk starts in the shard vectors
+  // The parameters kernels read in fp32 (reads_fp32) come first in a group: [begin, begin + fp32_span),
+  // mirrored in the fp32 store of sharded values at small_begin.
+  std::size_t fp32_span = 0, small_begin = 0;
 };
 
 struct GpuParam {
@@ -126,6 +130,20 @@ class GpuParams {
   // ZeRO-1/2 with sharded values, after the step: group g's whole fp32 values (gathered by the caller into
   // `values`, chunk * zero_dp elements) become its bf16 copy and its reads_fp32 values, on stream s.
   void gather_values(std::size_t g, const float* values, cudaStream_t s);
+  // ZeRO-1/2 with sharded values: whether group g's values travel as Megatron's distributed optimizer
+  // moves them, in bf16 (2 bytes a parameter; adamw writes each rank's chunk of the bf16 copy in place),
+  // with only the group's fp32 run (its vectors) broadcast from dp rank 0, which holds it whole. Otherwise
+  // (a group all read in fp32, such as the first stage's embeddings, or a run longer than a chunk) the
+  // fp32 values are gathered into a group-sized buffer and go through gather_values.
+  bool values_in_bf16(std::size_t g) const {
+    return sharded_values() && zero_stage() < 3 && groups_.at(g).fp32_span <= groups_[g].chunk;
+  }
+  // values_in_bf16(g): queues group g's exchange on stream s, the stream of `dp` (the caller has ordered
+  // it after the optimizer step): the in-place bf16 all-gather, then dp rank 0's fp32 run copied into the
+  // store and broadcast.
+  void exchange_values_bf16(std::size_t g, Comm& dp, cudaStream_t s);
+  // The bytes of group g's values exchange as gather_params moves them (the trace's dp_allgather).
+  double exchange_bytes(std::size_t g) const;
   // --only-rank: group g's whole values synthesised into `values` in place of the gather (synthesise()).
   void synthesise_values(std::size_t g, float* values, std::uint64_t seed, cudaStream_t s);
   // Gradient runs of the parameters `pick` accepts: each whole gradient (shard false, not under ZeRO-2/3), or
@@ -137,6 +155,7 @@ class GpuParams {
 
   void zero_grad(cudaStream_t s);
   void refresh_half(cudaStream_t s);
+  void refresh_half(cudaStream_t s, std::size_t g);  // group g's span (whole fp32 values only)
   // Clipping by `clip_coef` then AdamW (kernels/cpu/optimizer.hpp's contract), on every parameter (the bf16
   // copy written in the same pass) or, when sharded, on this rank's shard of the flat buffer (gradients
   // from shard_grad(); the caller all-gathers the values afterwards, then calls refresh_half). The clip is
@@ -148,6 +167,8 @@ class GpuParams {
   // Host copy of one parameter's gradient (the numerics test); sharded, of the reduced gradient of this
   // rank's runs of it (download_shard_grad: empty when it owns none).
   std::vector<float> download_grad(const std::string& n);
+  // Host copy of one parameter's bf16 copy, as bits (below ZeRO-3, or inside its group's gather).
+  std::vector<std::uint16_t> download_half(const std::string& n) const;
   std::vector<float> download_shard_grad(const std::string& n);
   // Device bytes of the state this rank keeps between steps, by kind (ZeRO-sharded buffers at their shard
   // size): values (fp32, plus the bf16 copy the GEMMs read, not under ZeRO-3), gradients (the whole buffer

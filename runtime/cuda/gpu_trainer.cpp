@@ -175,6 +175,11 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     if (params_->zero_stage() == 3) {
       hooks.values = [this](const std::string& g, bool enter) { param_window(g, enter); };
       if (l.overlap_param_gather) hooks.prefetch = [this](const std::string& g) { prefetch_group(g); };
+    } else if (params_->sharded() && l.overlap_param_gather && !record_only_) {  // ZeRO-1/2 (gather_params)
+      hooks.values = [this](const std::string& g, bool enter) {
+        if (enter) values_window(g);
+      };
+      hooks.prefetch = [this](const std::string& g) { values_prefetch(g); };
     }
     if (params_->grouped() || dp_overlap_)
       hooks.grads = [this](const std::string& g, bool enter, bool done) { grads_window(g, enter, done); };
@@ -231,6 +236,9 @@ void GpuTrainer::reduce_gradients() {
   // Reductions still in flight complete (their shards are added to the accumulators) before anything reads them.
   dev_.compute_waits_all();
   TESSEL_CHECK(prefetched_.empty(), "ZeRO-3: a group was gathered ahead for a window that never opened");
+  for (const auto& [g, x] : stale_values_)
+    TESSEL_CHECK(!x.issued, "ZeRO-" << layout_.zero_stage << ": group " << params_->groups()[g].name
+                                    << "'s values were gathered ahead for a window that never opened");
   if (dp_overlap_) {  // every bucket was reduced beside the last micro-batch's backward
     for (std::size_t b = 0; b < bucket_closed_.size(); ++b) {
       TESSEL_CHECK(bucket_closed_[b] == bucket_expected_[b],
@@ -322,46 +330,98 @@ bool GpuTrainer::counts_in_norm(const GpuParam& p) const {
   return true;
 }
 
-// ZeRO-1/2: every dp rank updated its chunks of the values; all-gather them group by group. With the
-// whole fp32 values kept (fp32 GEMMs), in place (NCCL's in-place form: this rank's input is its own slot
-// of the output), then the bf16 copy is refreshed. With them sharded (bf16 GEMMs), each group's fp32
-// values pass through a buffer of the group's size, which becomes its bf16 copy and the fp32 values the
-// kernels read (GpuParams::gather_values). ZeRO-3 keeps its shard: the next step's gathers read it.
+// ZeRO-1/2 after the optimizer step: every dp rank updated its chunks of the values, and each group's
+// whole values come back from the others, in one of three forms:
+//  - fp32 GEMMs (the fp32 values whole on every rank): an fp32 all-gather in place, then the group's bf16 copy;
+//  - bf16 GEMMs, values_in_bf16 (Megatron's distributed optimizer): a bf16 all-gather in place into the
+//    copy the GEMMs read, and dp rank 0's broadcast of the group's fp32 run (its vectors);
+//  - bf16 GEMMs otherwise (a group all read in fp32: the first stage's embeddings): an fp32 all-gather into
+//    a group-sized buffer, which becomes the bf16 copy and the fp32 store (GpuParams::gather_values).
+// With overlap_param_gather (Megatron's switch of that name) the exchanges wait for the next step's
+// forward: a group's is issued when the window before it opens (GpuStage's prefetch, one group ahead) or
+// at its own window, and compute waits for it there; only the first group's is exposed. Without, all are
+// issued here and compute waits for them before the step ends. --only-rank records them and synthesises
+// the peers' chunks. ZeRO-3 keeps its shard: the next step's gathers read it.
 void GpuTrainer::gather_params() {
   if (params_->zero_stage() == 3) return;
-  const std::size_t dp = std::size_t(layout_.dp);
-  const bool in_place = !params_->sharded_values();
-  if (in_place) dev_.comm_waits_compute(CudaDevice::Lane::dp);
-  for (std::size_t gi = 0; gi < params_->groups().size(); ++gi) {
-    const GpuZeroGroup& g = params_->groups()[gi];
-    DBuf whole = in_place ? nullptr : dev_.alloc_f32(g.chunk * dp);
-    if (!in_place) dev_.comm_waits_compute(CudaDevice::Lane::dp);  // `whole` may be memory that queued compute work still reads
-    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
-                                         double(g.chunk * dp) * sizeof(float));
-    if (!record_only_) {
-      if (in_place) {
-        float* flat = params_->flat_data() + g.begin;
-        groups_.dp->all_gather(flat + g.chunk * std::size_t(at_.dp), flat, g.chunk);
-      } else {
-        groups_.dp->all_gather(params_->shard_data() + g.local, f32(whole), g.chunk);
-      }
-    }
-    dev_.end_op(id);
-    if (in_place) continue;
-    if (record_only_)  // --only-rank: synthesised values stand in for the peers' chunks (the work is the same)
+  if (record_only_) {
+    for (std::size_t gi = 0; gi < params_->groups().size(); ++gi) {
+      const GpuZeroGroup& g = params_->groups()[gi];
+      const std::size_t span = g.chunk * std::size_t(layout_.dp);
+      const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                           params_->exchange_bytes(gi));
+      dev_.end_op(id);
+      if (!params_->sharded_values()) continue;  // fp32 GEMMs: the values stay as synthesised
+      DBuf whole = dev_.alloc_f32(span);
       params_->synthesise_values(gi, f32(whole), opt_.seed, dev_.compute());
-    else
-      dev_.compute_waits_comm(CudaDevice::Lane::dp);
+      KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(span));
+      params_->gather_values(gi, f32(whole), dev_.compute());
+    }
+    return;
+  }
+  for (std::size_t g = 0; g < params_->groups().size(); ++g) stale_values_.try_emplace(g);
+  if (layout_.overlap_param_gather) return;
+  for (auto& [g, x] : stale_values_) issue_values(g);
+  dev_.compute_waits_comm(CudaDevice::Lane::dp);  // fenced: all of them before any compute work follows
+  while (!stale_values_.empty()) finish_values(stale_values_.begin()->first);
+}
+
+// Group g's exchange (gather_params), queued on the dp stream after everything compute has queued (its
+// optimizer step, and whatever last read the buffers it overwrites); compute does not wait for it yet.
+void GpuTrainer::issue_values(std::size_t gi) {
+  StaleValues& x = stale_values_.at(gi);
+  TESSEL_CHECK(!x.issued, "ZeRO group " << params_->groups()[gi].name << ": its values exchange was issued twice");
+  const GpuZeroGroup& g = params_->groups()[gi];
+  const std::size_t span = g.chunk * std::size_t(layout_.dp);
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);
+  const bool bf16 = params_->values_in_bf16(gi), in_place = !params_->sharded_values();
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                       params_->exchange_bytes(gi));
+  if (bf16) {
+    params_->exchange_values_bf16(gi, *groups_.dp, dev_.dp());
+  } else if (in_place) {
+    float* flat = params_->flat_data() + g.begin;
+    groups_.dp->all_gather(flat + g.chunk * std::size_t(at_.dp), flat, g.chunk);
+  } else {
+    x.whole = dev_.alloc_f32(span);  // allocated after the wait above: memory compute work may still have read
+    groups_.dp->all_gather(params_->shard_data() + g.local, f32(x.whole), g.chunk);
+  }
+  dev_.end_op(id);
+  x.ticket = dev_.comm_in_flight(x.whole ? std::vector<DBuf>{x.whole} : std::vector<DBuf>{}, {}, CudaDevice::Lane::dp);
+  x.issued = true;
+}
+
+// Compute waits for group g's exchange (issuing it first if nobody has), then makes what the kernels read
+// from it: the bf16 copy (fp32 GEMMs), or the copy and fp32 store from the gathered buffer.
+void GpuTrainer::finish_values(std::size_t gi) {
+  auto it = stale_values_.find(gi);
+  if (it == stale_values_.end()) return;
+  if (!it->second.issued) issue_values(gi);
+  StaleValues& x = it->second;
+  dev_.compute_waits(x.ticket);
+  const GpuZeroGroup& g = params_->groups()[gi];
+  if (x.whole) {
     double fp32_read = 0;  // elements of the group's vectors and embeddings, copied to the fp32 store
     for (const GpuParam& p : params_->params())
       if (p.group == gi && params_->reads_fp32(p.spec)) fp32_read += double(p.size());
-    KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(g.chunk * dp) + 8.0 * fp32_read);
-    params_->gather_values(gi, f32(whole), dev_.compute());
+    KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(g.chunk * layout_.dp) + 8.0 * fp32_read);
+    params_->gather_values(gi, f32(x.whole), dev_.compute());
+  } else if (!params_->sharded_values()) {
+    KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(g.chunk * layout_.dp));  // fp32 read, bf16 written
+    params_->refresh_half(dev_.compute(), gi);
   }
-  if (!in_place) return;
-  if (!record_only_) dev_.compute_waits_comm(CudaDevice::Lane::dp);
-  KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(params_->count()));  // fp32 read, bf16 written
-  params_->refresh_half(dev_.compute());
+  stale_values_.erase(it);
+}
+
+void GpuTrainer::values_window(const std::string& group) {
+  const std::size_t g = params_->group_index(group);
+  if (g != params_->groups().size()) finish_values(g);
+}
+
+void GpuTrainer::values_prefetch(const std::string& group) {
+  const std::size_t g = params_->group_index(group);
+  const auto it = stale_values_.find(g);
+  if (it != stale_values_.end() && !it->second.issued) issue_values(g);
 }
 
 const std::vector<std::size_t>& GpuTrainer::stage_groups(int st) {
@@ -554,10 +614,16 @@ std::vector<CheckpointTensor> GpuTrainer::checkpoint_views(std::vector<GpuParams
   return ts;
 }
 
-void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
-  TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
+std::vector<GpuParams::HostParamState> GpuTrainer::host_states() {
+  while (!stale_values_.empty()) finish_values(stale_values_.begin()->first);  // the last step's values exchanged
   std::vector<GpuParams::HostParamState> host;
   params_->save_states(groups_.dp.get(), host);  // ZeRO: the whole values and moments from the dp shards
+  return host;
+}
+
+void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
+  TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
+  std::vector<GpuParams::HostParamState> host = host_states();
   write_checkpoint(dir, steps_, seed, model_, layout_, "cuda", host_world(), checkpoint_views(host, true));
 }
 
@@ -569,6 +635,8 @@ void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
     host[i] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   }
   const int step = read_checkpoint(dir, seed, checkpoint_views(host, false));
+  for (const auto& [g, x] : stale_values_) TESSEL_CHECK(!x.issued, "resuming with a values exchange in flight");
+  stale_values_.clear();  // every value comes from the checkpoint
   params_->load_states(host);  // ZeRO: this rank keeps its chunks
   steps_ = step;
 }

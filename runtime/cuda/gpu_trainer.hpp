@@ -51,6 +51,9 @@ class GpuTrainer {
   // either runtime resumes on the other, under any layout. Collective over the world.
   void save_checkpoint(const std::string& dir, std::uint64_t seed);
   void load_checkpoint(const std::string& dir, std::uint64_t seed);
+  // Every parameter's whole values and moments on the host (params() order), once any values exchange
+  // still waiting for the next forward has run. Collective over the dp group.
+  std::vector<GpuParams::HostParamState> host_states();
 
  private:
   struct Walker;
@@ -59,6 +62,12 @@ class GpuTrainer {
   void sync_tied();
   void sync_sequence_parallel();
   void gather_params();
+  // ZeRO-1/2's values exchange after the step, group by group (gather_params): issued, completed on
+  // compute; the values window and prefetch hooks of the next forward.
+  void issue_values(std::size_t g);
+  void finish_values(std::size_t g);
+  void values_window(const std::string& group);
+  void values_prefetch(const std::string& group);
   // ZeRO-2/3 (see Walker::compute): the parameter groups of a stage; any still live after a B/W reduced;
   // the stage's per-group windows (gradients; ZeRO-3's values); one group's gather and one group's
   // gradient reduction.
@@ -101,6 +110,14 @@ class GpuTrainer {
   // and ZeRO-3 gathers issued ahead of their window, by group.
   std::optional<CudaDevice::Ticket> grad_ticket_;
   std::map<std::size_t, CudaDevice::Ticket> prefetched_;
+  // ZeRO-1/2: groups whose values exchange has not completed on compute since the last optimizer step;
+  // issued: queued on the dp stream (ticket), with the gathered fp32 buffer where one is used.
+  struct StaleValues {
+    bool issued = false;
+    CudaDevice::Ticket ticket = 0;
+    DBuf whole;
+  };
+  std::map<std::size_t, StaleValues> stale_values_;
   // ZeRO-0/1 over dp: each bucket's reduction is issued when the step's last micro-batch has completed its
   // part of it (every window of this rank's stages that closes it: `expected` per step), beside the rest
   // of that backward, as Megatron's overlap_grad_reduce; `closed` counts this step's.

@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>
 #include <unistd.h>
 
 #include "kernels/cpu/optimizer.hpp"
@@ -416,6 +418,84 @@ TEST_CASE("--no-overlap and no overlap_p2p leave nothing in flight beside comput
     });
     for (std::size_t c : counts) CHECK(c == 0);
   }
+}
+
+// What the bf16 GEMMs and bf16 bias epilogues read is the fp32 values rounded, for every parameter on every
+// rank after the steps: the copy AdamW writes (ZeRO-0), or each rank's chunk written by AdamW and
+// all-gathered in bf16 with the vectors broadcast in fp32 (ZeRO-1/2), exchanged before the next forward
+// (overlap_param_gather) or at the step's end. host_states() runs an exchange still waiting.
+TEST_CASE("bf16 copies equal the rounded fp32 values after the step, ZeRO-0/1/2, exchange overlapped or not") {
+  const Model m = load_model("tiny");
+  for (const int z : {0, 1, 2})
+    for (const bool overlap : {true, false}) {
+      Layout l = zero(z, layout(1, 2, 2));
+      l.overlap_param_gather = overlap;
+      CAPTURE(l.describe());
+      CAPTURE(overlap);
+      std::mutex mu;
+      std::size_t compared = 0, wrong = 0;
+      rt::run_threads(l.gpus(), [&](rt::Comm& host) {
+        rc::CudaDevice dev(0);
+        rc::DeviceStagedComm world(host, dev.comm());
+        rc::GpuTrainOptions opt;
+        opt.gemm = kernels::cuda::GemmType::bf16_fp32;
+        rc::GpuTrainer t(dev, m, l, opt, &world, rt::Recorder::Clock::now());
+        (void)t.step();
+        (void)t.step();
+        const auto host_values = t.host_states();
+        std::size_t n = 0, bad = 0;
+        for (std::size_t i = 0; i < t.params().params().size(); ++i) {
+          const auto bits = t.params().download_half(t.params().params()[i].spec.name);
+          for (std::size_t j = 0; j < bits.size(); ++j) {
+            const __nv_bfloat16 want = __float2bfloat16(host_values[i].data[j]);
+            std::uint16_t w = 0;
+            std::memcpy(&w, &want, sizeof(w));
+            bad += bits[j] != w;
+            ++n;
+          }
+        }
+        std::lock_guard<std::mutex> lk(mu);
+        compared += n;
+        wrong += bad;
+      });
+      CHECK(compared > 0);
+      CHECK(wrong == 0);
+    }
+}
+
+// ZeRO-1/2's values exchange after the optimizer step waits for the next step's forward under
+// overlap_param_gather alone (the gradient reductions fenced): nothing overlaps in the first step, which
+// has no exchange before it, and compute runs beside the exchanges in the second; each rank's first
+// window waits for its first group and the prefetch keeps one group ahead. fp32 and bf16 GEMMs (the
+// exchange in fp32 in place, or in bf16 with the vectors broadcast).
+TEST_CASE("ZeRO-1/2 values exchange overlaps the next forward under overlap_param_gather") {
+  const Model m = load_model("tiny");
+  for (const int z : {1, 2})
+    for (const auto gemm : {kernels::cuda::GemmType::fp32, kernels::cuda::GemmType::bf16_fp32}) {
+      Layout l = zero(z, layout(1, 2, 2));
+      l.overlap_grad_reduce = false;
+      l.overlap_param_gather = true;
+      CAPTURE(l.describe());
+      CAPTURE(int(gemm));
+      std::mutex mu;
+      std::vector<std::pair<std::size_t, std::size_t>> counts;  // after step 1, after step 2
+      rt::run_threads(l.gpus(), [&](rt::Comm& host) {
+        rc::CudaDevice dev(0);
+        rc::DeviceStagedComm world(host, dev.comm());
+        rc::GpuTrainOptions opt;
+        opt.gemm = gemm;
+        rc::GpuTrainer t(dev, m, l, opt, &world, rt::Recorder::Clock::now());
+        (void)t.step();
+        const std::size_t first = fake_overlapped_ops();
+        (void)t.step();
+        std::lock_guard<std::mutex> lk(mu);
+        counts.emplace_back(first, fake_overlapped_ops() - first);
+      });
+      for (const auto& [first, second] : counts) {
+        CHECK(first == 0);
+        CHECK(second > 0);
+      }
+    }
 }
 #endif
 
