@@ -194,16 +194,42 @@ DBuf GpuParams::take_group_grad(std::size_t g) {
   return std::move(group_grad_[g]);
 }
 
-float* GpuParams::gather_target(std::size_t g) {
+void GpuParams::prepare_gather(std::size_t gi, cudaStream_t s) {
   TESSEL_CHECK(zero_stage() == 3, "gathering a parameter group needs ZeRO-3");
-  TESSEL_CHECK(!group_data_.at(g), "ZeRO group " << groups_[g].name << " is gathered already");
-  group_data_[g] = dev_.alloc_f32(groups_[g].chunk * std::size_t(zero_dp_));
-  return f32(group_data_[g]);
+  TESSEL_CHECK(!gathered(gi), "ZeRO group " << groups_.at(gi).name << " is gathered already");
+  const GpuZeroGroup& g = groups_[gi];
+  const std::size_t span = g.chunk * std::size_t(zero_dp_);
+  group_half_[gi] = dev_.alloc(span * sizeof(__nv_bfloat16));
+  if (!values_in_bf16(gi)) {
+    group_data_[gi] = dev_.alloc_f32(span);
+    return;
+  }
+  if (g.fp32_span > 0) group_data_[gi] = dev_.alloc_f32(g.fp32_span);
+  auto* mine = static_cast<__nv_bfloat16*>(group_half_[gi]->get()) + g.chunk * std::size_t(zero_rank_);
+  throw_if_failed(kg::to_bf16(s, f32(shard_data_) + g.local, mine, g.chunk));
+}
+
+void GpuParams::gather(std::size_t gi, Comm& dp, cudaStream_t s) {
+  TESSEL_CHECK(gathered(gi), "ZeRO group " << groups_.at(gi).name << ": gather before prepare_gather");
+  const GpuZeroGroup& g = groups_[gi];
+  if (!values_in_bf16(gi)) {
+    dp.all_gather(f32(shard_data_) + g.local, f32(group_data_[gi]), g.chunk);
+    return;
+  }
+  auto* half = static_cast<__nv_bfloat16*>(group_half_[gi]->get());  // bf16 pairs as 32-bit words, as above
+  dp.all_gather(reinterpret_cast<const float*>(half + g.chunk * std::size_t(zero_rank_)), reinterpret_cast<float*>(half),
+                g.chunk / 2);
+  if (g.fp32_span == 0) return;
+  float* run = f32(group_data_[gi]);
+  if (zero_rank_ == 0)
+    cuda_ok(cudaMemcpyAsync(run, f32(shard_data_) + g.local, g.fp32_span * sizeof(float), cudaMemcpyDeviceToDevice, s),
+            "parameter values");
+  dp.broadcast(run, g.fp32_span, 0);
 }
 
 void GpuParams::finish_gather(std::size_t g, cudaStream_t s) {
+  if (values_in_bf16(g)) return;  // the gather wrote the copy itself
   const std::size_t n = groups_[g].chunk * std::size_t(zero_dp_);
-  group_half_.at(g) = dev_.alloc(n * sizeof(__nv_bfloat16));
   throw_if_failed(kg::to_bf16(s, f32(group_data_.at(g)), static_cast<__nv_bfloat16*>(group_half_[g]->get()), n));
 }
 
@@ -224,9 +250,22 @@ void GpuParams::synthesise_values(std::size_t gi, float* values, std::uint64_t s
   synthesise_into(values - g.begin, g.begin, g.end, seed, s);
 }
 
-void GpuParams::synthesise_group(std::size_t g, std::uint64_t seed, cudaStream_t s) {
-  synthesise_values(g, gather_target(g), seed, s);
-  finish_gather(g, s);
+void GpuParams::synthesise_group(std::size_t gi, std::uint64_t seed, cudaStream_t s) {
+  TESSEL_CHECK(zero_stage() == 3 && !gathered(gi), "synthesise_group: ZeRO-3, a group not gathered");
+  const GpuZeroGroup& g = groups_[gi];
+  const std::size_t span = g.chunk * std::size_t(zero_dp_);
+  group_half_[gi] = dev_.alloc(span * sizeof(__nv_bfloat16));
+  const bool bf16 = values_in_bf16(gi);
+  DBuf whole = dev_.alloc_f32(span);
+  synthesise_values(gi, f32(whole), seed, s);
+  throw_if_failed(kg::to_bf16(s, f32(whole), static_cast<__nv_bfloat16*>(group_half_[gi]->get()), span));
+  if (!bf16) {
+    group_data_[gi] = whole;
+  } else if (g.fp32_span > 0) {
+    group_data_[gi] = dev_.alloc_f32(g.fp32_span);
+    cuda_ok(cudaMemcpyAsync(f32(group_data_[gi]), f32(whole), g.fp32_span * sizeof(float), cudaMemcpyDeviceToDevice, s),
+            "synthesised group");
+  }
 }
 
 const GpuParam& GpuParams::at(const std::string& n) const {
@@ -245,7 +284,10 @@ float* GpuParams::data(const std::string& n) {
   }
   const DBuf& b = group_data_[p.group];
   TESSEL_CHECK(b, "ZeRO-3: parameter " << n << " read outside its group's gather (" << groups_[p.group].name << ")");
-  return f32(b) + (p.offset - groups_[p.group].begin);
+  const std::size_t at = p.offset - groups_[p.group].begin;
+  TESSEL_CHECK((at + p.size()) * sizeof(float) <= b->bytes(),
+               "ZeRO-3 with bf16 GEMMs gathers only the fp32 values kernels read: read " << n << "'s bf16 copy (half)");
+  return f32(b) + at;
 }
 
 const __nv_bfloat16* GpuParams::half(const std::string& n) const {
@@ -351,7 +393,7 @@ void GpuParams::gather_values(std::size_t gi, const float* values, cudaStream_t 
 }
 
 void GpuParams::exchange_values_bf16(std::size_t gi, Comm& dp, cudaStream_t s) {
-  TESSEL_CHECK(values_in_bf16(gi), "ZeRO group " << groups_.at(gi).name << " is not exchanged in bf16");
+  TESSEL_CHECK(zero_stage() < 3 && values_in_bf16(gi), "ZeRO group " << groups_.at(gi).name << " is not exchanged in bf16");
   const GpuZeroGroup& g = groups_[gi];
   // bf16 pairs travel as 32-bit words: an all-gather copies bits. The group and its chunks start at
   // multiples of 64 elements, so the words are aligned and the counts even.

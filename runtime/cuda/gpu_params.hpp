@@ -120,23 +120,30 @@ class GpuParams {
   DBuf take_group_grad(std::size_t g);
   void group_grad_released() { --live_; }
   std::size_t max_live_group_grads() const { return max_live_; }  // the most live at once so far (open or reducing)
-  // ZeRO-3 values of group g: gather_target allocates the full group (the caller all-gathers this rank's
-  // chunk, shard_data() + local, into it), finish_gather makes its bf16 copy on s; release_group drops both.
-  float* gather_target(std::size_t g);
+  // ZeRO-3 values of group g, in three calls. prepare_gather allocates the group's buffers and, when
+  // values_in_bf16(g), writes this rank's chunk of the bf16 copy on s (the compute stream). gather queues
+  // the exchange over dp on s (its stream; the caller orders it after prepare_gather): values_in_bf16, the
+  // bf16 copy all-gathered in place and the group's fp32 run broadcast from rank 0 into a buffer of that
+  // run alone (Megatron's and FSDP's 16-bit gather); otherwise the fp32 values whole. finish_gather, once
+  // compute has waited for it, makes the bf16 copy of gathered fp32 values (nothing to do in bf16).
+  // release_group drops the buffers.
+  void prepare_gather(std::size_t g, cudaStream_t s);
+  void gather(std::size_t g, Comm& dp, cudaStream_t s);
   void finish_gather(std::size_t g, cudaStream_t s);
   void release_group(std::size_t g);
-  bool gathered(std::size_t g) const { return bool(group_data_.at(g)); }
+  bool gathered(std::size_t g) const { return group_data_.at(g) || group_half_.at(g); }
   float* shard_data() { return f32(shard_data_); }
   // ZeRO-1/2 with sharded values, after the step: group g's whole fp32 values (gathered by the caller into
   // `values`, chunk * zero_dp elements) become its bf16 copy and its reads_fp32 values, on stream s.
   void gather_values(std::size_t g, const float* values, cudaStream_t s);
-  // ZeRO-1/2 with sharded values: whether group g's values travel as Megatron's distributed optimizer
-  // moves them, in bf16 (2 bytes a parameter; adamw writes each rank's chunk of the bf16 copy in place),
-  // with only the group's fp32 run (its vectors) broadcast from dp rank 0, which holds it whole. Otherwise
-  // (a group all read in fp32, such as the first stage's embeddings, or a run longer than a chunk) the
-  // fp32 values are gathered into a group-sized buffer and go through gather_values.
+  // Under bf16 GEMMs with ZeRO: whether group g's values travel as Megatron's distributed optimizer and
+  // FSDP move them, in bf16 (2 bytes a parameter), with only the group's fp32 run (its vectors) broadcast
+  // from dp rank 0, which holds it whole. ZeRO-1/2: adamw writes each rank's chunk of the bf16 copy in
+  // place, exchange_values_bf16 moves it; ZeRO-3: prepare_gather / gather. Otherwise (fp32 GEMMs, a group
+  // all read in fp32 such as the first stage's embeddings, or a run longer than a chunk) the fp32 values
+  // are gathered whole.
   bool values_in_bf16(std::size_t g) const {
-    return sharded_values() && zero_stage() < 3 && groups_.at(g).fp32_span <= groups_[g].chunk;
+    return sharded() && bf16_gemms_ && groups_.at(g).fp32_span <= groups_[g].chunk;
   }
   // values_in_bf16(g): queues group g's exchange on stream s, the stream of `dp` (the caller has ordered
   // it after the optimizer step): the in-place bf16 all-gather, then dp rank 0's fp32 run copied into the

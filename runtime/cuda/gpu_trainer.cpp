@@ -473,8 +473,7 @@ void GpuTrainer::param_window(const std::string& group, bool enter) {
   if (ahead != prefetched_.end()) {  // gathered beside the compute before: wait for it here, then the bf16 copy
     dev_.compute_waits(ahead->second);
     prefetched_.erase(ahead);
-    KernelScope k(dev_, "zero3_gather", 0.0, 6.0 * double(params_->groups()[g].chunk) * layout_.dp);
-    params_->finish_gather(g, dev_.compute());
+    finish_group_gather(g);
   } else if (!params_->gathered(g)) {
     gather_group(g);
   }
@@ -485,32 +484,45 @@ void GpuTrainer::param_window(const std::string& group, bool enter) {
 void GpuTrainer::prefetch_group(const std::string& group) {
   const std::size_t gi = params_->group_index(group);
   if (record_only_ || gi == params_->groups().size() || params_->gathered(gi)) return;
-  const GpuZeroGroup& g = params_->groups()[gi];
-  float* target = params_->gather_target(gi);
-  dev_.comm_waits_compute(CudaDevice::Lane::dp);  // the new buffer may be memory that queued compute work still reads
-  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
-                                       double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
-  groups_.dp->all_gather(params_->shard_data() + g.local, target, g.chunk);
-  dev_.end_op(id);
-  prefetched_[gi] = dev_.comm_in_flight({}, {}, CudaDevice::Lane::dp);  // the buffer is the group's own, held until release_group
+  start_gather(gi);
+  prefetched_[gi] = dev_.comm_in_flight({}, {}, CudaDevice::Lane::dp);  // the buffers are the group's own, held until release_group
 }
 
-// ZeRO-3: group g's values from every dp rank's chunk, then their bf16 copy (--only-rank: synthesised).
+// ZeRO-3: group g's buffers (this rank's chunk of the bf16 copy written on compute), then its gather queued
+// on the dp stream after them; compute does not wait for it here.
+void GpuTrainer::start_gather(std::size_t gi) {
+  const GpuZeroGroup& g = params_->groups()[gi];
+  {
+    KernelScope k(dev_, "zero3_gather", 0.0, params_->values_in_bf16(gi) ? 6.0 * double(g.chunk) : 0.0);
+    params_->prepare_gather(gi, dev_.compute());
+  }
+  dev_.comm_waits_compute(CudaDevice::Lane::dp);  // the new buffers may be memory that queued compute work still reads
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                       params_->exchange_bytes(gi));
+  params_->gather(gi, *groups_.dp, dev_.dp());
+  dev_.end_op(id);
+}
+
+// ZeRO-3: group g's values from every dp rank's chunk (--only-rank: synthesised), waited for, then the
+// bf16 copy where fp32 values were gathered.
 void GpuTrainer::gather_group(std::size_t gi) {
   const GpuZeroGroup& g = params_->groups()[gi];
-  dev_.comm_waits_compute(CudaDevice::Lane::dp);  // the new buffer may be memory that queued compute work still reads
-  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
-                                       double(g.chunk * std::size_t(layout_.dp)) * sizeof(float));
   if (record_only_) {
+    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                         params_->exchange_bytes(gi));
     dev_.end_op(id);
     KernelScope k(dev_, "zero3_gather", 0.0, 14.0 * double(g.chunk) * layout_.dp);  // cleared, filled, converted
     params_->synthesise_group(gi, opt_.seed, dev_.compute());
     return;
   }
-  groups_.dp->all_gather(params_->shard_data() + g.local, params_->gather_target(gi), g.chunk);
-  dev_.end_op(id);
+  start_gather(gi);
   dev_.compute_waits_comm(CudaDevice::Lane::dp);
-  KernelScope k(dev_, "zero3_gather", 0.0, 6.0 * double(g.chunk) * layout_.dp);  // the bf16 copy
+  finish_group_gather(gi);
+}
+
+void GpuTrainer::finish_group_gather(std::size_t gi) {
+  const double n = double(params_->groups()[gi].chunk) * layout_.dp;
+  KernelScope k(dev_, "zero3_gather", 0.0, params_->values_in_bf16(gi) ? 0.0 : 6.0 * n);  // the bf16 copy of fp32 values
   params_->finish_gather(gi, dev_.compute());
 }
 

@@ -77,6 +77,8 @@ class GpuTrainer {
   void param_window(const std::string& group, bool enter);
   void prefetch_group(const std::string& group);
   void gather_group(std::size_t g);
+  void start_gather(std::size_t g);
+  void finish_group_gather(std::size_t g);
   void flush_group(std::size_t g);
   void reduce_bucket(std::size_t b);
   bool shard_sums() const;  // the tied and sequence-parallel sums run on the reduced shards
