@@ -450,8 +450,9 @@ double GpuParams::local_grad_sq(cudaStream_t s, const std::function<bool(const G
 
 // The clip coefficient scales each gradient as AdamW reads it (the gradient buffer keeps the unclipped
 // values), and the unsharded step writes the GEMMs' bf16 parameter copy in the same pass: one read of
-// every parameter, gradient and moment per step. ZeRO-1/2 refresh the copy after their all-gather; ZeRO-3
-// steps its shard of the values, which the next gathers read.
+// every parameter, gradient and moment per step. ZeRO-1/2 write their chunk of the copy in the same pass
+// under bf16 GEMMs (the exchange all-gathers it), or refresh it after the fp32 all-gather; ZeRO-3 steps
+// its shard of the values, which the next gathers read.
 void GpuParams::adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, double clip_coef) {
   const float coef = clip_coef < 1.0 ? static_cast<float>(clip_coef) : 1.0f;
   if (!sharded()) {
@@ -495,6 +496,12 @@ std::vector<float> GpuParams::download_grad(const std::string& n) {
   const GpuParam& p = at(n);
   std::vector<float> h(p.size());
   copy_sync(h.data(), grad(n), h.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(), "download");
+  return h;
+}
+
+std::vector<float> GpuParams::download_values(const std::string& n) {
+  std::vector<float> h(at(n).size());
+  copy_sync(h.data(), data(n), h.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute(), "download");
   return h;
 }
 

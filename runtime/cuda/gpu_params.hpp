@@ -153,6 +153,9 @@ class GpuParams {
   double exchange_bytes(std::size_t g) const;
   // --only-rank: group g's whole values synthesised into `values` in place of the gather (synthesise()).
   void synthesise_values(std::size_t g, float* values, std::uint64_t seed, cudaStream_t s);
+  // Host copy of one parameter's fp32 values as the kernels read them (the whole buffer, the fp32 store
+  // of sharded values for reads_fp32 parameters, or ZeRO-3's gathered group).
+  std::vector<float> download_values(const std::string& n);
   // Gradient runs of the parameters `pick` accepts: each whole gradient (shard false, not under ZeRO-2/3), or
   // this rank's runs of them in shard_grad() (shard true, sharded only). Equal on tp peers and on the two
   // ranks of a tied embedding, whose groups have the same sizes.
@@ -165,7 +168,8 @@ class GpuParams {
   void refresh_half(cudaStream_t s, std::size_t g);  // group g's span (whole fp32 values only)
   // Clipping by `clip_coef` then AdamW (kernels/cpu/optimizer.hpp's contract), on every parameter (the bf16
   // copy written in the same pass) or, when sharded, on this rank's shard of the flat buffer (gradients
-  // from shard_grad(); the caller all-gathers the values afterwards, then calls refresh_half). The clip is
+  // from shard_grad(); under bf16 GEMMs below ZeRO-3 with this rank's chunk of the bf16 copy too; the
+  // caller exchanges the values afterwards: GpuTrainer::gather_params). The clip is
   // applied as the gradients are read: the gradient buffers keep the unclipped gradient.
   void adamw(cudaStream_t s, const kernels::cpu::AdamW& hp, int step, double clip_coef);
   // Device sum of squares of the gradients of the parameters `counted` accepts (the caller's rule: each

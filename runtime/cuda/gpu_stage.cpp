@@ -66,9 +66,13 @@ struct GpuStage::Impl {
     if (hooks.values)
       for (const std::string& g : groups) hooks.values(g, true);
   }
-  // The layer whose values window comes after the current one (ZeRO-3 prefetch), if it is on this stage.
-  void prefetch_layer(int l) {
-    if (hooks.prefetch && l >= cfg.l0 && l < cfg.l1) hooks.prefetch("layers." + std::to_string(l));
+  // The layer whose values window comes after the current one (ZeRO's prefetch), if it is on this stage;
+  // in the forward, past the last layer, the head's groups on the last stage.
+  void prefetch_layer(int l, bool then_head = false) {
+    if (!hooks.prefetch) return;
+    if (l >= cfg.l0 && l < cfg.l1) hooks.prefetch("layers." + std::to_string(l));
+    else if (then_head && l == cfg.l1 && cfg.last)
+      for (const std::string& g : head_groups()) hooks.prefetch(g);
   }
   void leave(const std::vector<std::string>& groups) {
     if (hooks.values)
@@ -525,7 +529,7 @@ DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::i
     Acts& a = st.acts[std::size_t(l - I.cfg.l0)];
     const std::string group = "layers." + std::to_string(l);
     I.enter({group});
-    I.prefetch_layer(l + 1);
+    I.prefetch_layer(l + 1, true);
     DBuf out = I.layer_forward(l, x, a);
     I.leave({group});
     if (I.cfg.recompute == Recompute::full) {  // keep the block input only

@@ -52,17 +52,18 @@ class GpuStage {
   void set_loss_sink(float* loss_sum);
   // ZeRO (gpu_trainer.cpp), with a parameter group's name (runtime/zero_partition.hpp's: "embed.tok",
   // "embed.pos", "layers.<i>", "final"):
-  //  - values (ZeRO-3): called before the kernels reading the group's values are queued (enter true) and
-  //    after them (false): the embeddings, each layer (its recomputation and backward included) and the
-  //    head. The weight-gradient GEMMs read no weights and are outside every window.
+  //  - values (ZeRO-3, and ZeRO-1/2's exchange after the step): called before the kernels reading the
+  //    group's values are queued (enter true) and after them (false): the embeddings, each layer (its
+  //    recomputation and backward included) and the head. The weight-gradient GEMMs read no weights and
+  //    are outside every window.
   //  - grads (ZeRO-2/3): called before kernels write the group's gradient (enter true), and after the
   //    micro-batch's part of it is complete (enter false, done true): at once in a full backward, for the
   //    embeddings at once in any backward, and for a split I after the weight GEMMs W runs (the calls are
   //    queued with them); after a split I itself it is called with done false. So a group's full gradient
   //    lives for about one layer's backward, as DeepSpeed's reduction buckets.
-  //  - prefetch (ZeRO-3): the group whose values window comes next (the next layer, forward or backward),
-  //    called once the current window is entered and before its kernels are queued, so its gather can
-  //    run beside them.
+  //  - prefetch (ZeRO-3, ZeRO-1/2): the group whose values window comes next (the next layer, forward or
+  //    backward; after the last layer's forward, the head's groups), called once the current window is
+  //    entered and before its kernels are queued, so its gather can run beside them.
   struct ParamHooks {
     std::function<void(const std::string& group, bool enter)> values;
     std::function<void(const std::string& group)> prefetch;

@@ -344,15 +344,20 @@ bool GpuTrainer::counts_in_norm(const GpuParam& p) const {
 // the peers' chunks. ZeRO-3 keeps its shard: the next step's gathers read it.
 void GpuTrainer::gather_params() {
   if (params_->zero_stage() == 3) return;
-  if (record_only_) {
+  if (record_only_) {  // recorded, not run; the compute work of the real exchange is done
     for (std::size_t gi = 0; gi < params_->groups().size(); ++gi) {
       const GpuZeroGroup& g = params_->groups()[gi];
       const std::size_t span = g.chunk * std::size_t(layout_.dp);
       const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
                                            params_->exchange_bytes(gi));
       dev_.end_op(id);
-      if (!params_->sharded_values()) continue;  // fp32 GEMMs: the values stay as synthesised
-      DBuf whole = dev_.alloc_f32(span);
+      if (params_->values_in_bf16(gi)) continue;  // the peers' chunks of the copy stay as synthesised
+      if (!params_->sharded_values()) {           // fp32 GEMMs: the group's bf16 copy
+        KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(span));
+        params_->refresh_half(dev_.compute(), gi);
+        continue;
+      }
+      DBuf whole = dev_.alloc_f32(span);  // synthesised in place of the fp32 gather, then as the real run
       params_->synthesise_values(gi, f32(whole), opt_.seed, dev_.compute());
       KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(span));
       params_->gather_values(gi, f32(whole), dev_.compute());
@@ -396,7 +401,10 @@ void GpuTrainer::issue_values(std::size_t gi) {
 void GpuTrainer::finish_values(std::size_t gi) {
   auto it = stale_values_.find(gi);
   if (it == stale_values_.end()) return;
-  if (!it->second.issued) issue_values(gi);
+  if (!it->second.issued) {  // nobody prefetched it: compute waits for the whole exchange
+    ++values_exposed_;
+    issue_values(gi);
+  }
   StaleValues& x = it->second;
   dev_.compute_waits(x.ticket);
   const GpuZeroGroup& g = params_->groups()[gi];

@@ -54,6 +54,9 @@ class GpuTrainer {
   // Every parameter's whole values and moments on the host (params() order), once any values exchange
   // still waiting for the next forward has run. Collective over the dp group.
   std::vector<GpuParams::HostParamState> host_states();
+  // ZeRO-1/2 under overlap_param_gather: values exchanges issued only when their own window opened (no
+  // prefetch before them), so far: each stage's first window, where the simulator exposes one bucket.
+  std::size_t values_exchanges_exposed() const { return values_exposed_; }
 
  private:
   struct Walker;
@@ -120,6 +123,7 @@ class GpuTrainer {
     DBuf whole;
   };
   std::map<std::size_t, StaleValues> stale_values_;
+  std::size_t values_exposed_ = 0;
   // ZeRO-0/1 over dp: each bucket's reduction is issued when the step's last micro-batch has completed its
   // part of it (every window of this rank's stages that closes it: `expected` per step), beside the rest
   // of that backward, as Megatron's overlap_grad_reduce; `closed` counts this step's.

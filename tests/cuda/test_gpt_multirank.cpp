@@ -423,7 +423,8 @@ TEST_CASE("--no-overlap and no overlap_p2p leave nothing in flight beside comput
 // What the bf16 GEMMs and bf16 bias epilogues read is the fp32 values rounded, for every parameter on every
 // rank after the steps: the copy AdamW writes (ZeRO-0), or each rank's chunk written by AdamW and
 // all-gathered in bf16 with the vectors broadcast in fp32 (ZeRO-1/2), exchanged before the next forward
-// (overlap_param_gather) or at the step's end. host_states() runs an exchange still waiting.
+// (overlap_param_gather) or at the step's end; and the fp32 values the kernels read (the vectors' store
+// under sharded values) equal the master values. host_states() runs an exchange still waiting.
 TEST_CASE("bf16 copies equal the rounded fp32 values after the step, ZeRO-0/1/2, exchange overlapped or not") {
   const Model m = load_model("tiny");
   for (const int z : {0, 1, 2})
@@ -434,6 +435,7 @@ TEST_CASE("bf16 copies equal the rounded fp32 values after the step, ZeRO-0/1/2,
       CAPTURE(overlap);
       std::mutex mu;
       std::size_t compared = 0, wrong = 0;
+      std::vector<std::pair<int, std::size_t>> exposures;  // per rank: pp coordinate, exchanges exposed
       rt::run_threads(l.gpus(), [&](rt::Comm& host) {
         rc::CudaDevice dev(0);
         rc::DeviceStagedComm world(host, dev.comm());
@@ -442,10 +444,14 @@ TEST_CASE("bf16 copies equal the rounded fp32 values after the step, ZeRO-0/1/2,
         rc::GpuTrainer t(dev, m, l, opt, &world, rt::Recorder::Clock::now());
         (void)t.step();
         (void)t.step();
+        // Exchanges waited for without a prefetch, by step 2: the windows that open a stage (the first
+        // stage's embeddings, both in one window; the last stage's first layer); the head's are prefetched.
+        const std::size_t exposed = t.values_exchanges_exposed();
         const auto host_values = t.host_states();
         std::size_t n = 0, bad = 0;
         for (std::size_t i = 0; i < t.params().params().size(); ++i) {
-          const auto bits = t.params().download_half(t.params().params()[i].spec.name);
+          const rc::GpuParam& p = t.params().params()[i];
+          const auto bits = t.params().download_half(p.spec.name);
           for (std::size_t j = 0; j < bits.size(); ++j) {
             const __nv_bfloat16 want = __float2bfloat16(host_values[i].data[j]);
             std::uint16_t w = 0;
@@ -453,13 +459,22 @@ TEST_CASE("bf16 copies equal the rounded fp32 values after the step, ZeRO-0/1/2,
             bad += bits[j] != w;
             ++n;
           }
+          if (t.params().sharded_values() && !t.params().reads_fp32(p.spec)) continue;
+          const auto values = t.params().download_values(p.spec.name);  // what the fp32 kernels read
+          for (std::size_t j = 0; j < values.size(); ++j) bad += !(values[j] == host_values[i].data[j]), ++n;
         }
+        const rt::RankCoords c = rt::coords_of(host.rank(), l);
         std::lock_guard<std::mutex> lk(mu);
         compared += n;
         wrong += bad;
+        exposures.emplace_back(c.pp, exposed);
       });
       CHECK(compared > 0);
       CHECK(wrong == 0);
+      for (const auto& [pp, exposed] : exposures) {
+        CAPTURE(pp);
+        CHECK(exposed == (z == 0 || !overlap ? 0u : pp == 0 ? 2u : 1u));
+      }
     }
 }
 

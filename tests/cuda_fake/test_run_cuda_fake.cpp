@@ -238,9 +238,10 @@ TEST_CASE("--only-rank under ZeRO-3 records a gather per layer and use, and a re
   fs::remove(trace);
 }
 
-// --only-rank under bf16 ZeRO-1 (sharded fp32 values): after each step every group's values are
-// synthesised in place of the gather and still turned into the bf16 copy, so the timed work is the real
-// run's; one reduce-scatter and one all-gather per group and step are recorded.
+// --only-rank under bf16 ZeRO-1 (sharded fp32 values): after each step every group's exchange is recorded,
+// not run: groups exchanged in bf16 need no compute work (AdamW wrote this rank's chunk of the copy), and
+// a group gathered in fp32 is synthesised in place of the gather and still turned into the bf16 copy, so
+// the timed work is the real run's; one reduce-scatter and one all-gather per group and step are recorded.
 TEST_CASE("--only-rank under bf16 ZeRO-1 records a reduce-scatter and an all-gather per group and step") {
   const fs::path trace = fs::temp_directory_path() / ("tessel-fake-only-z1-" + std::to_string(::getpid()) + ".json");
   auto o = options(1, 2, 2);
