@@ -471,9 +471,10 @@ TEST_CASE("bf16 copies equal the rounded fp32 values after the step, ZeRO-0/1/2,
       });
       CHECK(compared > 0);
       CHECK(wrong == 0);
-      for (const auto& [pp, exposed] : exposures) {
+      for (const auto& e : exposures) {
+        const int pp = e.first;
         CAPTURE(pp);
-        CHECK(exposed == (z == 0 || !overlap ? 0u : pp == 0 ? 2u : 1u));
+        CHECK(e.second == (z == 0 || !overlap ? 0u : pp == 0 ? 2u : 1u));
       }
     }
 }
@@ -506,9 +507,9 @@ TEST_CASE("ZeRO-1/2 values exchange overlaps the next forward under overlap_para
         std::lock_guard<std::mutex> lk(mu);
         counts.emplace_back(first, fake_overlapped_ops() - first);
       });
-      for (const auto& [first, second] : counts) {
-        CHECK(first == 0);
-        CHECK(second > 0);
+      for (const auto& c : counts) {
+        CHECK(c.first == 0);
+        CHECK(c.second > 0);
       }
     }
 }
