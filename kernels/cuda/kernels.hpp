@@ -135,6 +135,9 @@ Status cross_entropy_loss(cudaStream_t s, int rows, const float* row_max, const 
 // ---- embedding (kernels/cpu/embedding.hpp); the backward accumulates with atomics ----
 Status embedding_fwd(cudaStream_t s, const float* table, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* out);
+// The lookup from the table's bf16 copy (what the mixed-precision GEMMs read), each value widened exactly.
+Status embedding_fwd_bf16(cudaStream_t s, const __nv_bfloat16* table, int vocab_local, int vocab_start, int dim,
+                          const std::int32_t* tokens, int n, float* out);
 Status embedding_bwd(cudaStream_t s, const float* dout, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* dtable);
 // Learned positions: x[r, :] += pos[(row0 + r) % seq, :]; the backward adds dx rows into dpos.

@@ -84,13 +84,17 @@ __global__ void cross_entropy_loss_kernel(int rows, const float* __restrict__ ro
     loss[r] = row_max[r] + logf(sums[r]) - sums[rows + r];
 }
 
-// Block per token row; columns across threads.
-__global__ void embedding_fwd_kernel(const float* __restrict__ table, int vocab, int vocab_start, int dim,
+__device__ inline float widen(float v) { return v; }
+__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Block per token row; columns across threads. The table in fp32, or its bf16 copy (widened exactly).
+template <class T>
+__global__ void embedding_fwd_kernel(const T* __restrict__ table, int vocab, int vocab_start, int dim,
                                      const std::int32_t* __restrict__ tokens, float* __restrict__ out) {
   const int i = blockIdx.x, t = tokens[i] - vocab_start;
   float* o = out + std::size_t(i) * dim;
   const bool own = t >= 0 && t < vocab;
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = own ? table[std::size_t(t) * dim + c] : 0.0f;
+  for (int c = threadIdx.x; c < dim; c += blockDim.x) o[c] = own ? widen(table[std::size_t(t) * dim + c]) : 0.0f;
 }
 
 // Repeated tokens add into the same table row: atomics (summation order, hence the last bits, may vary).
@@ -169,7 +173,15 @@ Status embedding_fwd(cudaStream_t s, const float* table, int vocab_local, int vo
                      const std::int32_t* tokens, int n, float* out) {
   TESSEL_NVTX_FN();
   if (n == 0) return {};
-  embedding_fwd_kernel<<<n, kThreads, 0, s>>>(table, vocab_local, vocab_start, dim, tokens, out);
+  embedding_fwd_kernel<float><<<n, kThreads, 0, s>>>(table, vocab_local, vocab_start, dim, tokens, out);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+Status embedding_fwd_bf16(cudaStream_t s, const __nv_bfloat16* table, int vocab_local, int vocab_start, int dim,
+                          const std::int32_t* tokens, int n, float* out) {
+  TESSEL_NVTX_FN();
+  if (n == 0) return {};
+  embedding_fwd_kernel<__nv_bfloat16><<<n, kThreads, 0, s>>>(table, vocab_local, vocab_start, dim, tokens, out);
   TESSEL_LAUNCH_CHECK();
   return {};
 }

@@ -90,10 +90,12 @@ class GpuParams {
   // The fp32 master values live in this rank's chunks only (shard_data()): ZeRO-3, and ZeRO-1/2 under
   // bf16 GEMMs. Their whole bf16 copy (and the reads_fp32 values) then come from gather_values().
   bool sharded_values() const { return zero_stage() == 3 || (sharded() && bf16_gemms_); }
-  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases), and the embeddings on
-  // the rank of the first stage (its lookup; a tied head elsewhere reads the bf16 copy).
+  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases), and on the rank of the
+  // first stage the learned positions, and the token embedding under fp32 GEMMs (under bf16 GEMMs the
+  // lookup reads its bf16 copy, as the tied head does).
   bool reads_fp32(const ParamSpec& s) const {
-    return s.rows == 1 || s.cols == 1 || (first_stage_ && s.name.rfind("embed.", 0) == 0);
+    if (s.rows == 1 || s.cols == 1) return true;
+    return first_stage_ && (s.name == "embed.pos" || (s.name == "embed.tok" && !bf16_gemms_));
   }
   std::size_t shard_size() const { return shard_; }
   std::size_t small_size() const { return small_size_; }  // elements of the reads_fp32 parameters (aligned)

@@ -414,8 +414,14 @@ DBuf GpuStage::Impl::embed_forward(Mb& st) {
   const double T = sh.tokens, h = sh.hidden, Tl = sh.local_tokens;
   // The output written; the rows of this rank's vocabulary shard read (a 1/tp share of the tokens on
   // average; repeated tokens read once at best, so this is at most); the tokens.
-  TIMED_W("embedding_fwd", 0.0, 4.0 * T * h * (1.0 + 1.0 / tp.size) + 4.0 * T,
-          kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
+  // Under bf16 GEMMs the lookup reads the table's bf16 copy, as Megatron's bf16 embedding does (and as the
+  // tied head's GEMM reads it), so ZeRO moves the table in bf16 too.
+  if (half())
+    TIMED_W("embedding_fwd", 0.0, 4.0 * T * h + 2.0 * T * h / tp.size + 4.0 * T,
+            kg::embedding_fwd_bf16(s(), P.half("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
+  else
+    TIMED_W("embedding_fwd", 0.0, 4.0 * T * h * (1.0 + 1.0 / tp.size) + 4.0 * T,
+            kg::embedding_fwd(s(), P.data("embed.tok"), int(tok.rows), int(tok.row0), sh.hidden, st.tokens, sh.tokens, f32(full)));
   DBuf x = reduce_tokens(full);
   if (P.has("embed.pos"))
     TIMED_W("embedding_fwd", 0.0, 8.0 * Tl * h + 4.0 * std::min(Tl, double(sh.seq)) * h,

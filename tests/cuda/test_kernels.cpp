@@ -219,6 +219,14 @@ TEST_CASE("embedding forward and backward match the CPU reference, repeated toke
   REQUIRE_OK(kg::embedding_bwd(nullptr, dDOUT, vocab, start, dim, dTOK, n, dDT));
   CHECK_CLOSE(dOUT.download(), out, kTolFp32);
   CHECK_CLOSE(dDT.download(), dt, kTolFp32);
+  // From the table's bf16 copy: the fp32 lookup of the widened table, exactly.
+  DeviceBuf<__nv_bfloat16> hTAB(table.size());
+  DeviceBuf<float> wTAB(table.size()), dWANT(out.size()), dOUT16(out.size());
+  REQUIRE_OK(kg::to_bf16(nullptr, dTAB, hTAB, table.size()));
+  REQUIRE_OK(kg::from_bf16(nullptr, hTAB, wTAB, table.size()));
+  REQUIRE_OK(kg::embedding_fwd(nullptr, wTAB, vocab, start, dim, dTOK, n, dWANT));
+  REQUIRE_OK(kg::embedding_fwd_bf16(nullptr, hTAB, vocab, start, dim, dTOK, n, dOUT16));
+  CHECK(dOUT16.download() == dWANT.download());
 }
 
 TEST_CASE("AdamW steps match the CPU reference") {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -30,6 +31,8 @@ Status cross_entropy_partial(void* s, const float* logits, int rows, int vocab_l
 Status cross_entropy_loss(void* s, int rows, const float* row_max, const float* sums, float* loss);
 Status embedding_fwd(void* s, const float* table, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* out);
+Status embedding_fwd_bf16(void* s, const __nv_bfloat16* table, int vocab_local, int vocab_start, int dim,
+                          const std::int32_t* tokens, int n, float* out);
 Status embedding_bwd(void* s, const float* dout, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* dtable);
 }  // namespace tessel::kernels::cuda
@@ -138,6 +141,21 @@ void embedding() {
   bad += !kg::embedding_bwd(nullptr, dout.data(), vocab, start, dim, tok.data(), n, dt2.data()).ok();
   expect("lookup", rel_error(out2, out), 1e-5);
   expect("table gradient (repeated tokens)", rel_error(dt2, dt), 1e-5);
+  // From the bf16 copy: the fp32 lookup of the widened table, exactly (other shards' ids give zeros).
+  std::vector<std::uint16_t> t16(table.size());
+  std::vector<float> widened(table.size()), want(out.size()), out3(out.size(), NAN);
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    t16[i] = tessel::test::bf16_bits(table[i]);
+    const std::uint32_t u = std::uint32_t(t16[i]) << 16;
+    std::memcpy(&widened[i], &u, 4);
+  }
+  kc::embedding_fwd(widened.data(), vocab, start, dim, tok.data(), n, want.data());
+  const bool ran = kg::embedding_fwd_bf16(nullptr, reinterpret_cast<const __nv_bfloat16*>(t16.data()), vocab, start, dim,
+                                          tok.data(), n, out3.data()).ok();
+  std::size_t off = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) off += !(out3[i] == want[i]);
+  bad += !ran;
+  expect("lookup from the bf16 copy (off)", double(off), 0.0);
 }
 
 }  // namespace

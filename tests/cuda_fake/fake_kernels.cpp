@@ -388,6 +388,16 @@ Status embedding_fwd(cudaStream_t stream_, const float* table, int vocab_local, 
   kc::embedding_fwd(table, vocab_local, vocab_start, dim, tokens, n, out);
   return {};
 }
+Status embedding_fwd_bf16(cudaStream_t stream_, const __nv_bfloat16* table, int vocab_local, int vocab_start, int dim,
+                          const std::int32_t* tokens, int n, float* out) {
+  fake_stream_op(stream_, "embedding_fwd_bf16");
+  for (int i = 0; i < n; ++i) {  // kernels/cpu/embedding.hpp's lookup on the widened rows
+    const int t = tokens[i] - vocab_start;
+    float* o = out + std::size_t(i) * dim;
+    for (int c = 0; c < dim; ++c) o[c] = t >= 0 && t < vocab_local ? __bfloat162float(table[std::size_t(t) * dim + c]) : 0.0f;
+  }
+  return {};
+}
 Status embedding_bwd(cudaStream_t stream_, const float* dout, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* dtable) {
   fake_stream_op(stream_, "embedding_bwd");
