@@ -555,11 +555,13 @@ TEST_CASE("ZeRO-1/2 data-parallel bytes per step: the runtime moves what the sim
         if (ev[i].stream == trace::Stream::dp) got[{c.pp, ev[i].op}] += ev[i].bytes;
     });
     REQUIRE(want.size() == 4);  // both ops on both pipeline ranks
-    for (const auto& [key, w] : want) {
-      CAPTURE(key.first);
-      CAPTURE(key.second);
-      CHECK(got[key] >= w);
-      CHECK(got[key] <= 1.05 * w);
+    for (const auto& kv : want) {  // no structured bindings in CAPTURE (clang 14)
+      const int pp = kv.first.first;
+      const std::string op = kv.first.second;
+      CAPTURE(pp);
+      CAPTURE(op);
+      CHECK(got[kv.first] >= kv.second);
+      CHECK(got[kv.first] <= 1.05 * kv.second);
     }
   }
 }
