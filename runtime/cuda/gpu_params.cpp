@@ -216,11 +216,17 @@ void GpuParams::gather(std::size_t gi, Comm& dp, cudaStream_t s) {
     dp.all_gather(f32(shard_data_) + g.local, f32(group_data_[gi]), g.chunk);
     return;
   }
-  auto* half = static_cast<__nv_bfloat16*>(group_half_[gi]->get());  // bf16 pairs as 32-bit words, as above
+  exchange_bf16(g, dp, s, static_cast<__nv_bfloat16*>(group_half_[gi]->get()),
+                g.fp32_span > 0 ? f32(group_data_[gi]) : nullptr);
+}
+
+// bf16 pairs travel as 32-bit words: an all-gather copies bits. The group and its chunks start at multiples
+// of 64 elements, so the words are aligned and the counts even. Rank 0's chunk starts with the group's fp32
+// run (values_in_bf16), which it copies into `run` and broadcasts.
+void GpuParams::exchange_bf16(const GpuZeroGroup& g, Comm& dp, cudaStream_t s, __nv_bfloat16* half, float* run) {
   dp.all_gather(reinterpret_cast<const float*>(half + g.chunk * std::size_t(zero_rank_)), reinterpret_cast<float*>(half),
                 g.chunk / 2);
   if (g.fp32_span == 0) return;
-  float* run = f32(group_data_[gi]);
   if (zero_rank_ == 0)
     cuda_ok(cudaMemcpyAsync(run, f32(shard_data_) + g.local, g.fp32_span * sizeof(float), cudaMemcpyDeviceToDevice, s),
             "parameter values");
@@ -395,17 +401,8 @@ void GpuParams::gather_values(std::size_t gi, const float* values, cudaStream_t 
 void GpuParams::exchange_values_bf16(std::size_t gi, Comm& dp, cudaStream_t s) {
   TESSEL_CHECK(zero_stage() < 3 && values_in_bf16(gi), "ZeRO group " << groups_.at(gi).name << " is not exchanged in bf16");
   const GpuZeroGroup& g = groups_[gi];
-  // bf16 pairs travel as 32-bit words: an all-gather copies bits. The group and its chunks start at
-  // multiples of 64 elements, so the words are aligned and the counts even.
-  auto* half = static_cast<__nv_bfloat16*>(half_->get()) + g.begin;
-  dp.all_gather(reinterpret_cast<const float*>(half + g.chunk * std::size_t(zero_rank_)), reinterpret_cast<float*>(half),
-                g.chunk / 2);
-  if (g.fp32_span == 0) return;
-  float* run = f32(small_) + g.small_begin;
-  if (zero_rank_ == 0)  // its chunk starts with the group's fp32 run (values_in_bf16)
-    cuda_ok(cudaMemcpyAsync(run, f32(shard_data_) + g.local, g.fp32_span * sizeof(float), cudaMemcpyDeviceToDevice, s),
-            "parameter values");
-  dp.broadcast(run, g.fp32_span, 0);
+  exchange_bf16(g, dp, s, static_cast<__nv_bfloat16*>(half_->get()) + g.begin,
+                g.fp32_span > 0 ? f32(small_) + g.small_begin : nullptr);
 }
 
 double GpuParams::exchange_bytes(std::size_t gi) const {

@@ -19,7 +19,7 @@
 //    GEMMs read and the fp32 values of the vectors and embeddings (reads_fp32), rebuilt after each step
 //    by a bf16 all-gather and a broadcast of the group's fp32 run (exchange_values_bf16), or from a
 //    group-sized fp32 gather (gather_values); ZeRO-3's group values (and their bf16 copy) exist between
-//    gather_target / finish_gather and release_group.
+//    prepare_gather and release_group.
 // Looking up a gradient, or a value that is not held, outside its window throws, naming the parameter.
 // The update is elementwise, so the same as unsharded AdamW; only the gradient norm's summation order differs.
 #pragma once
@@ -88,7 +88,7 @@ class GpuParams {
   int zero_stage() const { return sharded() ? zero_stage_ : 0; }
   bool grouped() const { return zero_stage() >= 2; }  // per-group gradients (ZeRO-2/3)
   // The fp32 master values live in this rank's chunks only (shard_data()): ZeRO-3, and ZeRO-1/2 under
-  // bf16 GEMMs. Their whole bf16 copy (and the reads_fp32 values) then come from gather_values().
+  // bf16 GEMMs. Their whole bf16 copy (and the reads_fp32 values) then come from each step's exchange.
   bool sharded_values() const { return zero_stage() == 3 || (sharded() && bf16_gemms_); }
   // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases), and on the rank of the
   // first stage the learned positions, and the token embedding under fp32 GEMMs (under bf16 GEMMs the
@@ -142,8 +142,8 @@ class GpuParams {
   // FSDP move them, in bf16 (2 bytes a parameter), with only the group's fp32 run (its vectors) broadcast
   // from dp rank 0, which holds it whole. ZeRO-1/2: adamw writes each rank's chunk of the bf16 copy in
   // place, exchange_values_bf16 moves it; ZeRO-3: prepare_gather / gather. Otherwise (fp32 GEMMs, a group
-  // all read in fp32 such as the first stage's embeddings, or a run longer than a chunk) the fp32 values
-  // are gathered whole.
+  // all read in fp32 such as the learned positions, or a run longer than a chunk) the fp32 values are
+  // gathered whole.
   bool values_in_bf16(std::size_t g) const {
     return sharded() && bf16_gemms_ && groups_.at(g).fp32_span <= groups_[g].chunk;
   }
@@ -227,6 +227,9 @@ class GpuParams {
   // copy and (reads_fp32) its fp32 store.
   void keep_owned(const GpuParam& p, const float* values, cudaStream_t s);
   void synthesise_into(float* base, std::size_t begin, std::size_t end, std::uint64_t seed, cudaStream_t s);
+  // values_in_bf16 group g's exchange on s over dp: `half` the group's bf16 copy (this rank's chunk in its
+  // slot), `run` where its fp32 run goes (null when it has none).
+  void exchange_bf16(const GpuZeroGroup& g, Comm& dp, cudaStream_t s, __nv_bfloat16* half, float* run);
 };
 
 }  // namespace tessel::rt::cuda

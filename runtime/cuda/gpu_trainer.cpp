@@ -335,11 +335,12 @@ bool GpuTrainer::counts_in_norm(const GpuParam& p) const {
 //  - fp32 GEMMs (the fp32 values whole on every rank): an fp32 all-gather in place, then the group's bf16 copy;
 //  - bf16 GEMMs, values_in_bf16 (Megatron's distributed optimizer): a bf16 all-gather in place into the
 //    copy the GEMMs read, and dp rank 0's broadcast of the group's fp32 run (its vectors);
-//  - bf16 GEMMs otherwise (a group all read in fp32: the first stage's embeddings): an fp32 all-gather into
-//    a group-sized buffer, which becomes the bf16 copy and the fp32 store (GpuParams::gather_values).
+//  - bf16 GEMMs otherwise (a group all read in fp32: the learned positions): an fp32 all-gather into a
+//    group-sized buffer, which becomes the bf16 copy and the fp32 store (GpuParams::gather_values).
 // With overlap_param_gather (Megatron's switch of that name) the exchanges wait for the next step's
 // forward: a group's is issued when the window before it opens (GpuStage's prefetch, one group ahead) or
-// at its own window, and compute waits for it there; only the first group's is exposed. Without, all are
+// at its own window, and compute waits for it there; only the windows opening a stage wait for a whole
+// exchange (values_exchanges_exposed). Without, all are
 // issued here and compute waits for them before the step ends. --only-rank records them and synthesises
 // the peers' chunks. ZeRO-3 keeps its shard: the next step's gathers read it.
 void GpuTrainer::gather_params() {
