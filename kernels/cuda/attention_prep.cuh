@@ -3,6 +3,7 @@
 //   AttnDims / attn_dims: the kernels' shape argument (sequence, query and kv heads, 1 / sqrt(d));
 //   attn_check: the shape and operand rules of the launchers (16-byte aligned inputs with row strides
 //     divisible by 4, 8-byte aligned outputs with even row strides), errors prefixed by the version's name;
+//   attn_check_bf16: the same for the bf16 entry points (compact operand rows, 16-byte aligned);
 //   attn_launch: a launch with dynamic shared memory beyond 48 KiB (checked against the device's limit);
 //   to_bf16_rows: dst = bf16(src) for a [rows, cols] block of a row-major fp32 matrix (row stride ld) into
 //     a compact bf16 matrix, so q, k, v (and dO) are rounded once and their tiles loaded as bf16 by
@@ -11,7 +12,7 @@
 //   with_bf16_copies: q, k, v (and dO when given) rounded so into one stream-ordered allocation, handed to
 //     run(qb, kb, vb, ob), and freed on the stream after it (versions 2 and 3 take bf16 operands);
 //   attention_delta: delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i) in fp32, a warp per
-//     row, for the backward.
+//     row, for the backward; dO fp32 or bf16 (the bf16 entry points' compact rows, widened exactly).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -57,6 +58,17 @@ inline Status attn_check(const char* who, const AttentionShape& a,
     if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0 || ld % 2 != 0)
       return {1, std::string(who) + ": outputs need 8-byte alignment and an even row stride (ld " +
                      std::to_string(ld) + ")"};
+  return {};
+}
+
+// The bf16 entry points' rules: attn_check's for the shape and outputs, and 16-byte aligned operands (their
+// rows are compact: hq or hkv times d wide).
+inline Status attn_check_bf16(const char* who, const AttentionShape& a, std::initializer_list<const void*> in,
+                              std::initializer_list<std::pair<const float*, int>> out) {
+  TESSEL_STATUS_CHECK(attn_check(who, a, {}, out));
+  for (const void* p : in)
+    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
+      return {1, std::string(who) + ": bf16 operands need 16-byte aligned pointers"};
   return {};
 }
 
@@ -115,24 +127,29 @@ Status with_bf16_copies(cudaStream_t s, const AttentionShape& a, const float* q,
   return st;
 }
 
+__device__ inline float widen(float x) { return x; }
+__device__ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class TD>
 __global__ void attention_delta_kernel(int S, int HQ, int B, int D, const float* __restrict__ out, int ldo,
-                                       const float* __restrict__ dout, int lddo, float* __restrict__ delta) {
+                                       const TD* __restrict__ dout, int lddo, float* __restrict__ delta) {
   const std::size_t row = blockIdx.x * std::size_t(blockDim.x / kWarp) + threadIdx.x / kWarp;  // over B * HQ * S
   if (row >= std::size_t(B) * HQ * S) return;
   const int lane = threadIdx.x % kWarp, i = row % S, h = (row / S) % HQ;
   const std::size_t tok = (row / (std::size_t(S) * HQ)) * S + i;
   float s = 0;
-  for (int c = lane; c < D; c += kWarp) s += dout[tok * lddo + h * D + c] * out[tok * ldo + h * D + c];
+  for (int c = lane; c < D; c += kWarp) s += widen(dout[tok * lddo + h * D + c]) * out[tok * ldo + h * D + c];
   s = warp_sum(s);
   if (lane == 0) delta[row] = s;
 }
 
-inline Status attention_delta(cudaStream_t s, int B, int S, int HQ, int D, const float* out, int ldo, const float* dout,
-                       int lddo, float* delta) {
+template <class TD>
+Status attention_delta(cudaStream_t s, int B, int S, int HQ, int D, const float* out, int ldo, const TD* dout, int lddo,
+                       float* delta) {
   const std::size_t rows = std::size_t(B) * HQ * S;
   if (rows == 0) return {};
   constexpr int kRowsPerBlock = 4;
-  attention_delta_kernel<<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0, s>>>(
+  attention_delta_kernel<TD><<<static_cast<unsigned>(ceil_div(rows, kRowsPerBlock)), kRowsPerBlock * kWarp, 0, s>>>(
       S, HQ, B, D, out, ldo, dout, lddo, delta);
   TESSEL_LAUNCH_CHECK();
   return {};

@@ -504,4 +504,22 @@ Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q,
                    : bwd<128, 4>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
 }
 
+bool attention_tc_takes_bf16() { return g_version >= 2; }
+
+Status attention_tc_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, float* out, int ldo, float* lse) {
+  if (g_version == 2) return attention_tc2_fwd_bf16(s, a, q, k, v, out, ldo, lse);
+  if (g_version == 3) return attention_tc3_fwd_bf16(s, a, q, k, v, out, ldo, lse);
+  return {1, "attention_tc: version 1 takes fp32 operands (bf16 ones need version 2 or 3)"};
+}
+
+Status attention_tc_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                             const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                             float* delta) {
+  if (g_version == 2) return attention_tc2_bwd_bf16(s, a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
+  if (g_version == 3) return attention_tc3_bwd_bf16(s, a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
+  return {1, "attention_tc: version 1 takes fp32 operands (bf16 ones need version 2 or 3)"};
+}
+
 }  // namespace tessel::kernels::cuda

@@ -458,6 +458,25 @@ Status bwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
 
 }  // namespace
 
+Status attention_tc2_fwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
+                              float* out, int ldo, float* lse) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc2", a, {q, k, v}, {{out, ldo}}));
+  return a.d == 64 ? fwd2<64>(s, a, q, k, v, out, ldo, lse) : fwd2<128>(s, a, q, k, v, out, ldo, lse);
+}
+
+Status attention_tc2_bwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
+                              const float* out, int ldo, const float* lse, const bf16* dout, float* dq, int lddq,
+                              float* dk, int lddk, float* dv, int lddv, float* delta) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc2", a, {q, k, v, dout}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, a.hq * a.d, delta));
+  return a.d == 64 ? bwd2<64>(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv)
+                   : bwd2<128>(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+}
+
+// The fp32 entry points: q, k, v (and dO) rounded into compact bf16 copies, then the above (delta from
+// the fp32 dO).
 Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                          const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
@@ -478,8 +497,7 @@ Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q
   TESSEL_STATUS_CHECK(attn_check("attention_tc2", a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
   return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, nullptr, 0,
                           [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16*) {
-                            return a.d == 64 ? fwd2<64>(s, a, qb, kb, vb, out, ldo, lse)
-                                             : fwd2<128>(s, a, qb, kb, vb, out, ldo, lse);
+                            return attention_tc2_fwd_bf16(s, a, qb, kb, vb, out, ldo, lse);
                           });
 }
 

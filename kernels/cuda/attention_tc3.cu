@@ -729,18 +729,50 @@ Status check3(const AttentionShape& a, std::initializer_list<std::pair<const flo
 
 }  // namespace
 
-Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
+// The bf16 entry points (compact operand rows), and the fp32 ones: q, k, v (and dO) rounded into compact
+// bf16 copies, then the same kernels (delta from the fp32 dO).
+Status attention_tc3_fwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
+                              float* out, int ldo, float* lse) {
   TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
+  TESSEL_STATUS_CHECK(check3(a, {}, {{out, ldo}}));
+  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc3", a, {q, k, v}, {}));
   const bool sw = g_layout == kSwz128, d64 = a.d == 64;
   const auto fwd = g_overlap ? (d64 ? (sw ? fwd3o<64, kSwz128> : fwd3o<64, kSwzNone>)
                                     : (sw ? fwd3o<128, kSwz128> : fwd3o<128, kSwzNone>))
                              : (d64 ? (sw ? fwd3<64, kSwz128> : fwd3<64, kSwzNone>)
                                     : (sw ? fwd3<128, kSwz128> : fwd3<128, kSwzNone>));
+  return fwd(s, a, q, k, v, out, ldo, lse);
+}
+
+namespace {
+
+Status bwd3_any(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
+                const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
+  const bool sw = g_layout == kSwz128;
+  const auto bwd = a.d == 64 ? (sw ? bwd3<64, kSwz128> : bwd3<64, kSwzNone>)
+                             : (sw ? bwd3<128, kSwz128> : bwd3<128, kSwzNone>);
+  return bwd(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+}
+
+}  // namespace
+
+Status attention_tc3_bwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
+                              const float* out, int ldo, const float* lse, const bf16* dout, float* dq, int lddq,
+                              float* dk, int lddk, float* dv, int lddv, float* delta) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(check3(a, {}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
+  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc3", a, {q, k, v, dout}, {}));
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, a.hq * a.d, delta));
+  return bwd3_any(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+}
+
+Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
+                         const float* v, int ldv, float* out, int ldo, float* lse) {
+  TESSEL_NVTX_FN();
+  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
   return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, nullptr, 0,
                           [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16*) {
-                            return fwd(s, a, qb, kb, vb, out, ldo, lse);
+                            return attention_tc3_fwd_bf16(s, a, qb, kb, vb, out, ldo, lse);
                           });
 }
 
@@ -750,12 +782,9 @@ Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q
   TESSEL_NVTX_FN();
   TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
   TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
-  const bool sw = g_layout == kSwz128;
-  const auto bwd = a.d == 64 ? (sw ? bwd3<64, kSwz128> : bwd3<64, kSwzNone>)
-                             : (sw ? bwd3<128, kSwz128> : bwd3<128, kSwzNone>);
   return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, dout, lddo,
                           [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16* ob) {
-                            return bwd(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+                            return bwd3_any(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
                           });
 }
 

@@ -100,6 +100,30 @@ Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q
 Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
+// The same on bf16 operands as bf16-output GEMMs write them: compact rows (hq or hkv times d wide), 16-byte
+// aligned; dO too in the backward (delta from it, widened). Versions 2 and 3 take them as they are, which
+// saves the fp32 entry points' rounding pass; version 1 reads fp32 only (attention_tc_takes_bf16() false,
+// and these return an error). Given the same bf16 values, the outputs equal the fp32 entry points' bit for
+// bit (the backward's when dO is bf16-exact).
+bool attention_tc_takes_bf16();
+Status attention_tc_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, float* out, int ldo, float* lse);
+Status attention_tc_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                             const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                             float* delta);
+Status attention_tc2_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, float* out, int ldo, float* lse);
+Status attention_tc2_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                              float* delta);
+Status attention_tc3_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, float* out, int ldo, float* lse);
+Status attention_tc3_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                              float* delta);
 
 // ---- rotary position embeddings (kernels/cpu/rope.hpp), in place on fp32 q or k ----
 // The cos/sin table on the device: kernels::cpu::rope_table's [seq, head_dim/2] arrays, uploaded once.

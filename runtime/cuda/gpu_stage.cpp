@@ -279,6 +279,10 @@ struct GpuStage::Impl {
   bool tc_attention() const {
     return (type == GemmType::bf16 || type == GemmType::bf16_fp32) && kg::attention_tc_supported(attn_shape());
   }
+  // q, k, v (and attention's output gradient) as bf16-output GEMMs write them, read by the attention
+  // versions that take bf16 operands (2 and 3; version 1 rounds fp32 ones as it loads them). Rotary models
+  // keep fp32 q/k: the rotation runs on fp32 rows.
+  bool attention_bf16_io() const { return tc_attention() && kg::attention_tc_takes_bf16() && !rotary(); }
 
   DBuf layer_forward(int l, const DBuf& x, Acts& a);
   DBuf layer_backward(int l, const Acts& a, const DBuf& dout);
@@ -293,9 +297,13 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   const int T = sh.tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   a.x = x;
   a.g1 = norm_operand(L(l, "ln1.w"), L(l, "ln1.b"), x, a.mu1, a.rs1);
-  a.q = linear(a.g1, h, qd, L(l, "attn.wq"), L(l, "attn.bq"));
-  a.k = linear(a.g1, h, kd, L(l, "attn.wk"), L(l, "attn.bk"));
-  a.v = linear(a.g1, h, kd, L(l, "attn.wv"), L(l, "attn.bv"));
+  const bool io16 = attention_bf16_io();
+  const auto qkv = [&](int out, const char* w, const char* b) {
+    return io16 ? linear_act(a.g1, h, out, L(l, w), L(l, b)) : linear(a.g1, h, out, L(l, w), L(l, b));
+  };
+  a.q = qkv(qd, "attn.wq", "attn.bq");
+  a.k = qkv(kd, "attn.wk", "attn.bk");
+  a.v = qkv(kd, "attn.wv", "attn.bv");
   // Rotary: q and k turn after their GEMMs, bias included (runtime/gpt_layer.cpp); every rank holds all T
   // tokens here (any SP all-gather came first), so row t sits at position t % seq. a.q/a.k keep the rotated
   // values that attention reads and its backward needs; full recomputation re-runs this function.
@@ -305,9 +313,15 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   }
   a.attn = buf(std::size_t(T) * qd);
   a.lse = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
-  const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
-  TIMED_W("attention_fwd", attention_flops(2.0), 4.0 * T * (2.0 * qd + 2.0 * kd) + 4.0 * stats_rows(),
-          attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
+  // q, k, v read (fp32 or bf16), the output written in fp32, the log-sum-exps written.
+  if (io16) {
+    TIMED_W("attention_fwd", attention_flops(2.0), 2.0 * T * (qd + 2.0 * kd) + 4.0 * T * qd + 4.0 * stats_rows(),
+            kg::attention_tc_fwd_bf16(s(), attn_shape(), bf16(a.q), bf16(a.k), bf16(a.v), f32(a.attn), qd, f32(a.lse)));
+  } else {
+    const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
+    TIMED_W("attention_fwd", attention_flops(2.0), 4.0 * T * (2.0 * qd + 2.0 * kd) + 4.0 * stats_rows(),
+            attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
+  }
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
@@ -378,16 +392,25 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
 
   if (float* bo = bgrad(L(l, "attn.bo"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dx2), Tl, h, bo));
   DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
-  DBuf da = buf(std::size_t(T) * qd);
-  linear_dx(gdpf, qd, h, L(l, "attn.wo"), f32(da), false);
+  // attention's output gradient: bf16 from its GEMM where attention takes bf16 operands (as q, k, v).
+  const bool io16 = attention_bf16_io();
+  DBuf da = io16 ? buf16(std::size_t(T) * qd) : buf(std::size_t(T) * qd);
+  mm_to("gemm_dgrad", io16, false, true, T, qd, h, gdpf->get(), h, W(L(l, "attn.wo")), h, 0.0f, da->get(), qd);
   weight_grad(a.ga, gdpf, nullptr, qd, h, L(l, "attn.wo"), "");
   DBuf dq = buf(std::size_t(T) * qd), dk = buf(std::size_t(T) * kd), dv = buf(std::size_t(T) * kd);
   DBuf delta = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
-  const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
-  // q, k, v, out and its gradient read, dq, dk, dv written; the log-sum-exps read, delta written.
-  TIMED_W("attention_bwd", attention_flops(5.0), 4.0 * T * (4.0 * qd + 4.0 * kd) + 8.0 * stats_rows(),
-          attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
-                   f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  // q, k, v, out and its gradient read (q, k, v and the gradient in bf16 or fp32, out in fp32), dq, dk, dv
+  // written in fp32; the log-sum-exps read, delta written.
+  if (io16) {
+    TIMED_W("attention_bwd", attention_flops(5.0), T * (12.0 * qd + 12.0 * kd) + 8.0 * stats_rows(),
+            kg::attention_tc_bwd_bf16(s(), attn_shape(), bf16(a.q), bf16(a.k), bf16(a.v), f32(a.attn), qd, f32(a.lse),
+                                      bf16(da), f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  } else {
+    const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
+    TIMED_W("attention_bwd", attention_flops(5.0), 4.0 * T * (4.0 * qd + 4.0 * kd) + 8.0 * stats_rows(),
+            attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
+                     f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
+  }
   // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
   // before the input, weight and bias gradients read them.
   if (rotary()) {

@@ -252,6 +252,24 @@ void attention_sweep() {
         ok(kg::attention_tc2_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
       }, 10);
       row("attention", "bwd_tc2_bf16", shape, tb2, 2.5 * fwd_flops / (tb2 * 1e-3) / 1e12, "TFLOP/s");
+      // The bf16 entry points (q, k, v and dO as bf16-output GEMMs write them; no rounding pass): versions 2
+      // and 3 (swizzled layout), the operands the runtime hands them under bf16 GEMMs.
+      __nv_bfloat16* hb = nullptr;
+      ok(cudaMalloc(reinterpret_cast<void**>(&hb), 4 * T * qd * sizeof(__nv_bfloat16)));
+      __nv_bfloat16 *qb = hb, *kb = qb + T * qd, *vb = kb + T * qd, *ob = vb + T * qd;
+      ok(kg::to_bf16(nullptr, q, qb, T * qd));
+      ok(kg::to_bf16(nullptr, k, kb, T * qd));
+      ok(kg::to_bf16(nullptr, v, vb, T * qd));
+      ok(kg::to_bf16(nullptr, dO, ob, T * qd));
+      const auto bf16_rows = [&](const char* tag, auto fwd, auto bwd) {
+        const double tf = median_ms([&] { ok(fwd(nullptr, a, qb, kb, vb, o, ld, lse)); }, 10);
+        row("attention", std::string("fwd_") + tag, shape, tf, fwd_flops / (tf * 1e-3) / 1e12, "TFLOP/s");
+        const double tb = median_ms([&] { ok(bwd(nullptr, a, qb, kb, vb, o, ld, lse, ob, dq, ld, dk, ld, dv, ld, delta)); }, 10);
+        row("attention", std::string("bwd_") + tag, shape, tb, 2.5 * fwd_flops / (tb * 1e-3) / 1e12, "TFLOP/s");
+      };
+      bf16_rows("tc2_bf16in", kg::attention_tc2_fwd_bf16, kg::attention_tc2_bwd_bf16);
+      if (kg::attention_tc3_available()) bf16_rows("tc3_bf16in", kg::attention_tc3_fwd_bf16, kg::attention_tc3_bwd_bf16);
+      cudaFree(hb);
     }
     for (float* p : {q, k, v, o, dO, dq, dk, dv, lse, delta}) cudaFree(p);
   }

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,68 @@ TEST_CASE("tensor-core attention forward and backward match the CPU reference wi
     }
   }
   REQUIRE_OK(kg::attention_tc_set_block_warps(4));
+}
+
+// The bf16 entry points (what the runtime calls when q, k, v come from bf16-output GEMMs) run the same kernels
+// as the fp32 ones after their rounding pass: on inputs that are bf16 already, every output equals the fp32
+// entry point's bit for bit (delta too, from the widened dO). Versions 2 and 3 (3 on compute capability 9.0);
+// version 1 takes no bf16 operands and says so.
+TEST_CASE("bf16 attention entry points equal the fp32 ones bit for bit on bf16 inputs") {
+  const kc::AttentionShape shapes[] = {{2, 77, 4, 2, 64}, {1, 200, 4, 1, 128}};
+  const auto rounded = [](std::vector<float> x, std::vector<__nv_bfloat16>& h) {
+    h.resize(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      h[i] = __float2bfloat16(x[i]);
+      x[i] = __bfloat162float(h[i]);
+    }
+    return x;
+  };
+  const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::size_t off = a.size() == b.size() ? 0 : 1;
+    for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) off += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    return off;
+  };
+  REQUIRE_OK(kg::attention_tc_set_version(1));
+  CHECK_FALSE(kg::attention_tc_takes_bf16());
+  for (const int version : {2, 3}) {
+    if (version == 3 && !kg::attention_tc3_available()) {
+      MESSAGE("bf16 entry points, version 3: skipped, the device is not compute capability 9.0");
+      continue;
+    }
+    REQUIRE_OK(kg::attention_tc_set_version(version));
+    CHECK(kg::attention_tc_takes_bf16());
+    for (const kc::AttentionShape& a : shapes) {
+      CAPTURE(version);
+      CAPTURE(a.seq);
+      CAPTURE(a.d);
+      const int T = a.batch * a.seq, qd = a.hq * a.d, kd = a.hkv * a.d;
+      const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
+      std::vector<__nv_bfloat16> hq, hk, hv, hdo;
+      const auto q = rounded(random_vec(std::size_t(T) * qd, -2, 2), hq), k = rounded(random_vec(std::size_t(T) * kd, -2, 2), hk),
+                 v = rounded(random_vec(std::size_t(T) * kd), hv), dout = rounded(random_vec(std::size_t(T) * qd), hdo);
+      DeviceBuf<float> fQ(q), fK(k), fV(v), fDO(dout), fOUT(q.size()), fLSE(rows), fDELTA(rows), fDQ(q.size()),
+          fDK(k.size()), fDV(v.size());
+      DeviceBuf<__nv_bfloat16> bQ(hq), bK(hk), bV(hv), bDO(hdo);
+      DeviceBuf<float> bOUT(q.size()), bLSE(rows), bDELTA(rows), bDQ(q.size()), bDK(k.size()), bDV(v.size());
+      REQUIRE_OK(kg::attention_tc_fwd(nullptr, a, fQ, qd, fK, kd, fV, kd, fOUT, qd, fLSE));
+      REQUIRE_OK(kg::attention_tc_bwd(nullptr, a, fQ, qd, fK, kd, fV, kd, fOUT, qd, fLSE, fDO, qd, fDQ, qd, fDK, kd, fDV,
+                                      kd, fDELTA));
+      REQUIRE_OK(kg::attention_tc_fwd_bf16(nullptr, a, bQ, bK, bV, bOUT, qd, bLSE));
+      REQUIRE_OK(kg::attention_tc_bwd_bf16(nullptr, a, bQ, bK, bV, bOUT, qd, bLSE, bDO, bDQ, qd, bDK, kd, bDV, kd, bDELTA));
+      CHECK(same_bits(bOUT.download(), fOUT.download()) == 0);
+      CHECK(same_bits(bLSE.download(), fLSE.download()) == 0);
+      CHECK(same_bits(bDELTA.download(), fDELTA.download()) == 0);
+      CHECK(same_bits(bDQ.download(), fDQ.download()) == 0);
+      CHECK(same_bits(bDK.download(), fDK.download()) == 0);
+      CHECK(same_bits(bDV.download(), fDV.download()) == 0);
+    }
+  }
+  REQUIRE_OK(kg::attention_tc_set_version(1));
+  DeviceBuf<__nv_bfloat16> b(1024);
+  DeviceBuf<float> f(1024);
+  const auto s = kg::attention_tc_fwd_bf16(nullptr, {1, 4, 1, 1, 64}, b, b, b, f, 64, f);
+  CHECK_FALSE(s.ok());
+  CHECK(s.message.find("version 1") != std::string::npos);
 }
 
 TEST_CASE("tensor-core attention rejects head dims it has no tiles for, naming them") {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/kernels.hpp"
 #include "runtime/params.hpp"
 
 #include "runtime/cuda/gpu_trainer.hpp"
@@ -98,6 +99,32 @@ TEST_CASE("a Llama-shaped model with rotary positions on the GPU matches the CPU
   compare(kernels::cuda::GemmType::fp32, Recompute::selective, kLossTolFp32, kNormTolFp32, m, true);
   compare(kernels::cuda::GemmType::fp32, Recompute::full, kLossTolFp32, kNormTolFp32, m, true);
   compare(kernels::cuda::GemmType::bf16_fp32, Recompute::none, kLossTolBf16, kNormTolBf16, m);
+}
+
+// Head dim 64, which the tensor-core attention has tiles for (the tiny model's 16 runs the fp32 kernels).
+// Versions 2 and 3 then take q, k, v and attention's output gradient in bf16 straight from their GEMMs
+// (GpuStage's attention_bf16_io; q/k/v biases from their bf16 copies in the epilogue), version 1 their fp32
+// forms: each within the bf16 bounds of the CPU runtime, per parameter too (the q/k/v weights and biases
+// are the parameters the bf16 path changes). Full recomputation re-runs the bf16 forward in the backward.
+TEST_CASE("head dim 64 on the tensor-core attention, versions 1 to 3, matches the CPU runtime") {
+  Model m = load_model("tiny");
+  m.name = "tiny-d64";
+  m.hidden = 128;
+  m.heads = m.kv_heads = 2;
+  m.head_dim = 64;
+  m.ffn = 512;
+  m.dropout = false;
+  for (const int version : {1, 2, 3}) {
+    CAPTURE(version);
+    if (version == 3 && !kernels::cuda::attention_tc3_available()) {
+      MESSAGE("attention version 3: skipped, the device is not compute capability 9.0");
+      continue;
+    }
+    REQUIRE(kernels::cuda::attention_tc_set_version(version).ok());
+    compare(kernels::cuda::GemmType::bf16_fp32, Recompute::none, kLossTolBf16, kNormTolBf16, m, true);
+    compare(kernels::cuda::GemmType::bf16_fp32, Recompute::full, kLossTolBf16, kNormTolBf16, m, true);
+  }
+  REQUIRE(kernels::cuda::attention_tc_set_version(1).ok());
 }
 
 }  // TEST_SUITE

@@ -292,7 +292,17 @@ bool attention_tc_supported(const AttentionShape& a) {
   return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
 }
 Status attention_tc_set_block_warps(int warps) { return warps == 4 || warps == 8 ? Status{} : bad("block warps"); }
-Status attention_tc_set_version(int version) { return version >= 1 && version <= 3 ? Status{} : bad("version"); }
+// The version only decides which operand type the runtime hands over (attention_tc_takes_bf16): every
+// version is the CPU reference here.
+namespace {
+int g_attention_version = 1;
+}  // namespace
+Status attention_tc_set_version(int version) {
+  if (version < 1 || version > 3) return bad("version");
+  g_attention_version = version;
+  return {};
+}
+bool attention_tc_takes_bf16() { return g_attention_version >= 2; }
 bool attention_tc3_available() { return true; }  // the fake stands in for the Hopper GPU the runtime targets
 void attention_tc3_set_overlap(bool) {}
 Status attention_tc3_set_layout(int swizzle_bytes) {
@@ -330,6 +340,60 @@ Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q
                          int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
   fake_stream_op(s, "attention_tc2_bwd");
   return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
+}
+// bf16 entry points: compact rows widened exactly, then the fp32 reference (as strict about out and lse).
+namespace {
+Status attention_fwd_bf16(cudaStream_t s, const char* who, const AttentionShape& a, const __nv_bfloat16* q,
+                          const __nv_bfloat16* k, const __nv_bfloat16* v, float* out, int ldo, float* lse) {
+  fake_stream_op(s, who);
+  const int qd = a.hq * a.d, kd = a.hkv * a.d;
+  const std::size_t T = std::size_t(a.batch) * a.seq;
+  const std::vector<float> qf = widen(q, T * qd), kf = widen(k, T * kd), vf = widen(v, T * kd);
+  return attention_fwd(s, a, qf.data(), qd, kf.data(), kd, vf.data(), kd, out, ldo, lse);
+}
+Status attention_bwd_bf16(cudaStream_t s, const char* who, const AttentionShape& a, const __nv_bfloat16* q,
+                          const __nv_bfloat16* k, const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                          const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                          float* delta) {
+  fake_stream_op(s, who);
+  const int qd = a.hq * a.d, kd = a.hkv * a.d;
+  const std::size_t T = std::size_t(a.batch) * a.seq;
+  const std::vector<float> qf = widen(q, T * qd), kf = widen(k, T * kd), vf = widen(v, T * kd), df = widen(dout, T * qd);
+  return attention_bwd(s, a, qf.data(), qd, kf.data(), kd, vf.data(), kd, out, ldo, lse, df.data(), qd, dq, lddq, dk,
+                       lddk, dv, lddv, delta);
+}
+}  // namespace
+Status attention_tc2_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, float* out, int ldo, float* lse) {
+  return attention_fwd_bf16(s, "attention_tc2_fwd_bf16", a, q, k, v, out, ldo, lse);
+}
+Status attention_tc3_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, float* out, int ldo, float* lse) {
+  return attention_fwd_bf16(s, "attention_tc3_fwd_bf16", a, q, k, v, out, ldo, lse);
+}
+Status attention_tc2_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                              float* delta) {
+  return attention_bwd_bf16(s, "attention_tc2_bwd_bf16", a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
+}
+Status attention_tc3_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                              float* delta) {
+  return attention_bwd_bf16(s, "attention_tc3_bwd_bf16", a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
+}
+Status attention_tc_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, float* out, int ldo, float* lse) {
+  if (!attention_tc_takes_bf16()) return bad("attention_tc: version 1 takes fp32 operands");
+  return attention_fwd_bf16(s, "attention_tc_fwd_bf16", a, q, k, v, out, ldo, lse);
+}
+Status attention_tc_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
+                             const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
+                             float* delta) {
+  if (!attention_tc_takes_bf16()) return bad("attention_tc: version 1 takes fp32 operands");
+  return attention_bwd_bf16(s, "attention_tc_bwd_bf16", a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
 }
 Status rope_fwd(cudaStream_t stream_, const RopeTableView& t, float* x, int rows, int heads, int ld) {
   fake_stream_op(stream_, "rope_fwd");

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include "kernels/cuda/kernels.hpp"
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/cuda/gpu_trainer.hpp"
@@ -455,6 +456,38 @@ TEST_CASE("kernel profile: the bf16 path's bytes are the model's") {
   CHECK(k.at("optimizer").bytes == doctest::Approx(30 * params).epsilon(1e-12));
   CHECK(k.at("zero_grad").bytes == doctest::Approx(4.0 * double(t.params().padded())).epsilon(1e-12));
   CHECK(k.at("grad_norm").bytes == doctest::Approx(4 * params).epsilon(1e-12));
+}
+
+// With attention taking bf16 operands (versions 2 and 3, head dim 64): q, k, v leave their GEMMs in bf16 with
+// their biases' bf16 copies, attention reads them (and its output gradient) in bf16 and writes fp32.
+TEST_CASE("kernel profile: bf16 attention operands' bytes are the model's") {
+  Model m = load_model("tiny");
+  m.hidden = 128;
+  m.heads = m.kv_heads = 2;
+  m.head_dim = 64;
+  m.ffn = 512;
+  Layout l;
+  l.micro_batch = 4;
+  l.global_batch = 4;
+  rt::cuda::CudaDevice dev(0);
+  rt::cuda::GpuTrainOptions opt;
+  opt.gemm = kernels::cuda::GemmType::bf16_fp32;
+  REQUIRE(kernels::cuda::attention_tc_set_version(3).ok());
+  rt::cuda::GpuTrainer t(dev, m, l, opt, nullptr, rt::Recorder::Clock::now());
+  dev.set_kernel_profile(true);
+  (void)t.step();
+  REQUIRE(kernels::cuda::attention_tc_set_version(1).ok());
+  const auto& k = dev.kernel_totals();
+  const double L = m.layers, T = 4.0 * m.seq_len, h = m.hidden, f = m.ffn, qd = h, kd = h, rows = 4.0 * 2 * m.seq_len;
+  const auto gemm = [&](double n, double kk, bool bias, bool out16) {
+    const double cs = out16 ? 2 : 4;
+    return 2 * (T * kk + kk * n) + cs * T * n + (bias ? cs * n : 0);
+  };
+  CHECK(k.at("gemm_fwd").bytes ==
+        doctest::Approx(L * (3 * gemm(h, h, true, true) + gemm(h, h, false, false) + gemm(f, h, true, true) +
+                             gemm(h, f, false, false))).epsilon(1e-12));
+  CHECK(k.at("attention_fwd").bytes == doctest::Approx(L * (2 * T * (qd + 2 * kd) + 4 * T * qd + 4 * rows)).epsilon(1e-12));
+  CHECK(k.at("attention_bwd").bytes == doctest::Approx(L * (T * (12 * qd + 12 * kd) + 8 * rows)).epsilon(1e-12));
 }
 
 // The fake NCCL itself (fake_nccl.cpp), which the multi-rank tests lean on: two ranks as threads. Its
