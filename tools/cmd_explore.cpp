@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "models/util/atomic_file.hpp"
@@ -22,8 +23,25 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// describe()'s run-length stage split: "3,4x6,3" is 3,4,4,4,4,4,4,3.
+std::vector<int> parse_stage_layers(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto x = item.find('x');
+    const int layers = static_cast<int>(cli::parse_int(item.substr(0, x), what, 0, 100000));
+    const long long times = x == std::string::npos ? 1 : cli::parse_int(item.substr(x + 1), what, 1, 1 << 16);
+    if (out.size() + static_cast<std::size_t>(times) > (1u << 16))
+      throw InputError(what + ": more than 65536 stages");
+    out.insert(out.end(), static_cast<std::size_t>(times), layers);
+  }
+  if (out.empty()) throw InputError(what + ": no stage layer counts (give them as describe() prints them: 3,4x6,3)");
+  return out;
+}
+
 // A layout given to --explain: a JSON file, or words as `describe()` prints them
-// ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1").
+// ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1 layers=3,4x6,3"). Each term at most once.
 Layout parse_layout_words(const std::string& text, int global_batch) {
   if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text), text);
   Layout l;
@@ -32,8 +50,16 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
   bool sched_given = false;
   std::istringstream in(text);
   std::string w;
-  auto val = [&](const std::string& word, const std::string& prefix) {
-    return static_cast<int>(cli::parse_int(word.substr(prefix.size()), "--explain " + word, 1, 1 << 22));
+  std::map<std::string, std::string> seen;  // term -> the word that gave it
+  const auto once = [&](const std::string& term, const std::string& word) {
+    const auto [it, fresh] = seen.emplace(term, word);
+    if (!fresh)
+      throw InputError("--explain: '" + word + "' gives the " + term + " a second time (already '" + it->second +
+                       "'); each layout term once");
+  };
+  auto val = [&](const std::string& word, const std::string& prefix, long long lo = 1) {
+    once(prefix, word);
+    return static_cast<int>(cli::parse_int(word.substr(prefix.size()), "--explain " + word, lo, 1 << 22));
   };
   while (in >> w) {
     if (w.rfind("tp", 0) == 0) l.tp = val(w, "tp");
@@ -42,17 +68,28 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
     else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
     else if (w.rfind("vpp", 0) == 0) l.vpp = val(w, "vpp");
     else if (w.rfind("mbs", 0) == 0) l.micro_batch = val(w, "mbs");
-    else if (w.rfind("zero", 0) == 0) l.zero_stage = val(w, "zero");
-    else if (w == "sp") l.sequence_parallel = true;
-    else if (w == "selective" || w == "full" || w == "none") l.recompute = parse_recompute(w, "--explain");
-    else {
+    else if (w.rfind("zero", 0) == 0) {
+      once("zero", w);
+      l.zero_stage = static_cast<int>(cli::parse_int(w.substr(4), "--explain " + w, 0, 3));
+    } else if (w.rfind("layers=", 0) == 0) {
+      once("layers", w);
+      l.stage_layers = parse_stage_layers(w.substr(7), "--explain " + w);
+    } else if (w == "sp") {
+      once("sp", w);
+      l.sequence_parallel = true;
+    } else if (w == "selective" || w == "full" || w == "none") {
+      once("recompute policy", w);
+      l.recompute = parse_recompute(w, "--explain");
+    } else {
       bool known = false;
       for (const auto& n : schedule_names()) known = known || n == w;
-      if (!known) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp, a schedule, a recompute policy)");
+      if (!known) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., a schedule, a recompute policy)");
+      once("schedule", w);
       l.schedule = w;
       sched_given = true;
     }
   }
+  if (seen.empty()) throw InputError("--explain: '" + text + "' names no layout (give words such as \"tp8 pp8 dp16 mbs1\" or a layout JSON file)");
   if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? "interleaved" : "1f1b";
   return l;
 }

@@ -39,6 +39,27 @@ TEST_CASE("explore --explain") {
   auto bad = run_tessel({"explore", "--no-simulate", "--explain", "tp8 warp9"});
   CHECK(bad.code == 2);
   CHECK(bad.err.find("word 'warp9' is not a layout term") != std::string::npos);
+  // Each term once, ZeRO stages 0 to 3, and describe()'s own words (the stage split) read back.
+  const std::pair<std::string, std::string> wrong[] = {
+      {"tp8 tp4 pp8", "'tp4' gives the tp a second time (already 'tp8')"},
+      {"tp8 pp8 1f1b gpipe", "'gpipe' gives the schedule a second time"},
+      {"tp8 pp8 full none", "'none' gives the recompute policy a second time"},
+      {"tp8 pp8 dp16 zero7", "--explain zero7: 7 is out of range [0, 3]"},
+      {"", "names no layout"},
+      {"tp8 pp8 dp16 layers=12x", "--explain layers=12x"},
+  };
+  for (const auto& [words, rule] : wrong) {
+    auto w = run_tessel({"explore", "--no-simulate", "--explain", words});
+    CAPTURE(words);
+    CAPTURE(w.err);
+    CHECK(w.code == 2);
+    CHECK(w.err.find(rule) != std::string::npos);
+  }
+  auto zero0 = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b zero0"});
+  CHECK(zero0.code == 0);
+  auto split = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b layers=11,12x6,13"});
+  REQUIRE(split.code == 0);
+  CHECK(split.out.find("layers=11,12x6,13") != std::string::npos);
 }
 
 TEST_CASE("explore: bad input and empty results exit 2 with the reason") {
