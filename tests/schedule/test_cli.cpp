@@ -42,6 +42,18 @@ TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
   // Bad input: exit 2.
   CHECK(run("gen zbv --pp 4 --mb 8", log) == 2);
   CHECK(tessel::read_text_file(log).find("exactly 2 stages per rank") != std::string::npos);
+  // Parameters a generator would otherwise ignore or reinterpret: interleaved with one stage per rank is
+  // plain 1F1B; 1F1B's in-flight activations are fixed (the limit is zb-greedy's and zb2p's); a request
+  // of 2^32 stage-micro-batches would take the machine's memory.
+  CHECK(run("gen interleaved --pp 4 --mb 8 --vpp 1", log) == 2);
+  CHECK(tessel::read_text_file(log).find("--vpp 1: interleaved needs vpp > 1") != std::string::npos);
+  CHECK(run("gen gpipe --pp 4 --mb 8 --vpp 2", log) == 2);
+  CHECK(tessel::read_text_file(log).find("gpipe takes one stage per rank") != std::string::npos);
+  CHECK(run("gen 1f1b --pp 4 --mb 8 --mem-limit 2", log) == 2);
+  CHECK(tessel::read_text_file(log).find("--mem-limit 2: only zb-greedy and zb2p") != std::string::npos);
+  CHECK(run("gen zb2p --pp 4 --mb 8 --mem-limit 6 -o " + d + "/z.csv", log) == 0);
+  CHECK(run("gen zb-greedy --pp 4096 --mb 1048576", log) == 2);
+  CHECK(tessel::read_text_file(log).find("4294967296 stage-micro-batches: over the limit") != std::string::npos);
   CHECK(run("validate " + d + "/missing.csv", log) == 2);
   CHECK(run("validate " + d + "/a.csv --comm sometimes", log) == 2);
   tessel::write_file_atomic(d + "/bad.csv", "0F0,2BW0\n");
