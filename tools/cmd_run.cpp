@@ -17,6 +17,7 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "tools/spec_args.hpp"
 #include "traces/chrome.hpp"
 #ifdef TESSEL_HAVE_CUDA
 #include "runtime/cuda/run_cuda.hpp"
@@ -86,7 +87,8 @@ Layout read_layout(const cli::CommandLine& cl) {
     if (method != "uniform" && method != "block")
       throw InputError("--recompute-method " + method + ": must be uniform or block");
     l.recompute_method = method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
-    l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 0, 1 << 20).value_or(0));
+    l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 1, 1 << 20).value_or(0));
+    cli::check_recompute_flags(cl, l);
     l.sequence_parallel = cl.flag("--sp");
     l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
     l.overlap_grad_reduce = l.overlap_param_gather = !cl.flag("--no-overlap");
@@ -106,13 +108,20 @@ struct RunConfig {
 };
 
 // The recovery-checkpoint flags of either backend, checked before any rank starts: --save-every and
-// --checkpoint-dir go together, and a checkpoint to resume is verified (checksums) and of this model.
-void check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m) {
+// --checkpoint-dir go together, and a checkpoint to resume is verified (checksums), of this model, and
+// short of --steps (which counts from step 0, as Megatron's --train-iters: a run resumed at or past it
+// would train nothing).
+void check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m,
+                            int steps) {
   if (save_every > 0 && dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
   if (!dir.empty() && save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
   if (!resume.empty()) {
     rt::CheckpointReader r(resume);
     r.check_model(model_to_json(m));
+    if (r.step() >= steps)
+      throw InputError("--steps " + std::to_string(steps) + ": the checkpoint " + resume + " is at step " +
+                       std::to_string(r.step()) + " already, so there is nothing to train (--steps counts from step 0; "
+                       "give more than " + std::to_string(r.step()) + ")");
   }
 }
 
@@ -168,6 +177,18 @@ void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
   if (avail <= 0) return;
   Layout l = c.layout;
   l.precision = Precision::fp32;
+  // A generated schedule the cost model has no closed form for (zb-greedy) is bounded by GPipe's memory:
+  // every micro-batch's activations held at once.
+  bool known = false;
+  for (const auto& n : schedule_names()) known = known || n == l.schedule;
+  const std::string bound = known ? "" : " (" + l.schedule + " bounded by GPipe's: every micro-batch's activations held)";
+  if (!known) {
+    l.schedule = "gpipe";
+    if (l.vpp != 1) {  // GPipe has one chunk per rank
+      l.vpp = 1;
+      l.stage_layers.clear();
+    }
+  }
   const Estimate e = estimate(c.model, l, load_system("cpu"));
   double need = 0;
   for (const auto& mb : e.memory) need = one_rank_per_process ? std::max(need, mb.total() - mb.reserved)
@@ -176,7 +197,7 @@ void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
   if (need > 0.8 * avail) {
     throw InputError("--model " + c.model.name + ": this CPU run needs about " + fmt::gib(need) +
                      " (fp32 parameters, gradients, Adam moments and activations of " +
-                     (one_rank_per_process ? "this process's rank" : "all ranks") + ", by the cost model) and this "
+                     (one_rank_per_process ? "this process's rank" : "all ranks") + ", by the cost model" + bound + ") and this "
                      "machine has " + fmt::gib(avail) + " available; use a smaller model (--model tiny) or spread "
                      "ranks over machines with mpirun");
   }
@@ -239,7 +260,7 @@ int run(const Args& args) {
     o.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
     o.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
     o.resume = cl.get_or("--resume", "");
-    check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model);
+    check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model, o.steps);
     rt::check_runnable(o.model, o.layout);
     if (!o.data_file.empty()) (void)rt::TokenStream::from_file(o.data_file, o.model.vocab);  // fail early
     return rt::cuda::run_cuda(o);
@@ -267,7 +288,7 @@ int run(const Args& args) {
   c.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
   c.resume = cl.get_or("--resume", "");
   if (!c.trace_path.empty()) check_writable(c.trace_path, "--trace");
-  check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model);
+  check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model, c.steps);
   rt::check_runnable(c.model, c.layout);
   if (!c.opt.data_file.empty()) (void)rt::TokenStream::from_file(c.opt.data_file, c.model.vocab);  // fail early
 

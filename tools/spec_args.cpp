@@ -32,6 +32,14 @@ std::vector<OptionSpec> spec_options() {
   };
 }
 
+// Megatron's rules for the full-recompute details: --recompute-method and --recompute-num-layers only
+// with --recompute-granularity full, and a layer count of at least 1 (omit the flag for all layers).
+void check_recompute_flags(const CommandLine& cl, const Layout& l) {
+  for (const char* f : {"--recompute-method", "--recompute-layers"})
+    if (cl.has(f) && l.recompute != Recompute::full)
+      throw InputError(std::string(f) + ": applies to --recompute full only (got --recompute " + to_string(l.recompute) + ")");
+}
+
 Specs read_specs(const CommandLine& cl) {
   Specs s;
   s.model = load_model(cl.get_or("--model", "gpt3-175b"));
@@ -72,7 +80,12 @@ Specs read_specs(const CommandLine& cl) {
   if (method != "uniform" && method != "block")
     throw InputError("--recompute-method " + method + ": must be uniform or block");
   l.recompute_method = method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
-  l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 0, 100000).value_or(0));
+  l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 1, 100000).value_or(0));
+  check_recompute_flags(cl, l);
+  if (l.recompute_method == RecomputeMethod::uniform && l.recompute_layers > 1)
+    throw InputError("--recompute-layers " + std::to_string(l.recompute_layers) +
+                     " with --recompute-method uniform: the cost model prices checkpointing every layer's input "
+                     "(uniform with 1 layer per block), not blocks of several layers; use 1, or --recompute-method block");
   if (cl.has("--sp") && cl.has("--no-sp")) throw InputError("--sp and --no-sp contradict each other");
   l.sequence_parallel = cl.has("--sp") || (!cl.has("--no-sp") && l.tp > 1);
   l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
