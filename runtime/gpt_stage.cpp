@@ -19,7 +19,7 @@ Stage::Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const Te
   if (cfg.recompute != Recompute::full) {
     for (int i = 0; i < n; ++i) blocks_.push_back({i, i + 1, false});
   } else if (cfg.method == RecomputeMethod::uniform) {
-    const int size = cfg.recompute_layers > 0 ? cfg.recompute_layers : std::max(n, 1);
+    const int size = cfg.recompute_layers > 0 ? cfg.recompute_layers : 1;  // Megatron's default, 1
     for (int i = 0; i < n; i += size) blocks_.push_back({i, std::min(n, i + size), true});
   } else {
     const int k = cfg.recompute_layers > 0 ? std::min(cfg.recompute_layers, n) : n;

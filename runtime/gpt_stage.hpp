@@ -6,8 +6,9 @@
 //   selective  the attention probabilities (s*s per head) are dropped and recomputed in the backward
 //              (Korthikanti et al. 2022, section 5);
 //   full       a block keeps only its input and is re-run forward inside the backward; blocks per Megatron
-//              --recompute-method: uniform = consecutive blocks of recompute_layers layers (0: the whole
-//              stage), block = the first recompute_layers layers (0: all) each checkpointed alone.
+//              --recompute-method: uniform = consecutive blocks of recompute_layers layers (0: one layer
+//              each, Megatron's default --recompute-num-layers 1, as the cost model and the GPU runtime
+//              price it), block = the first recompute_layers layers (0: all) each checkpointed alone.
 #pragma once
 
 #include <cstdint>

@@ -26,7 +26,7 @@ struct Layout {
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, looped-bfs, zb1p, zb2p, zbv, dualpipev
   Recompute recompute = Recompute::none;
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
-  int recompute_layers = 0;    // full recompute: layers per checkpoint block (uniform) or per stage (block); 0 = all
+  int recompute_layers = 0;    // full recompute: layers per checkpoint block (uniform; 0 = 1) or per stage (block; 0 = all)
   bool sequence_parallel = false;
   int zero_stage = 0;          // 0: none, 1: distributed optimizer (ZeRO-1), 2, 3
   Precision precision = Precision::bf16;

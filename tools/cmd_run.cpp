@@ -48,7 +48,7 @@ std::vector<cli::OptionSpec> run_options() {
       {"--schedule", true, "pipeline schedule generator [1f1b]"},
       {"--recompute", true, "none|selective|full [none]"},
       {"--recompute-method", true, "uniform|block [uniform]"},
-      {"--recompute-layers", true, "full recompute: layers per block (uniform) or recomputed per stage (block) [all]"},
+      {"--recompute-layers", true, "full recompute: layers per block (uniform) [1] or recomputed per stage (block) [all]"},
       {"--sp", false, "sequence parallelism (tp > 1)"},
       {"--zero", true, "ZeRO stage: 0 none, 1 optimizer state, 2 + gradients, 3 + parameters sharded over dp [0]"},
       {"--no-overlap", false, "cuda: fence the dp gradient reductions and ZeRO-3 gathers instead of overlapping them"},

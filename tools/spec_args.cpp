@@ -21,7 +21,7 @@ std::vector<OptionSpec> spec_options() {
       {"--schedule", true, "gpipe|1f1b|interleaved|looped-bfs|zb1p|zb2p|zbv|dualpipev [interleaved]"},
       {"--recompute", true, "none|selective|full [selective]"},
       {"--recompute-method", true, "uniform|block [uniform]"},
-      {"--recompute-layers", true, "full recompute: layers per stage recomputed (block) [all]"},
+      {"--recompute-layers", true, "full recompute: layers recomputed per stage (block) [all]; uniform: 1 only"},
       {"--sp", false, "sequence parallelism [on with the default layout]"},
       {"--no-sp", false, "no sequence parallelism"},
       {"--zero", true, "optimizer sharding: 0 none, 1 distributed optimizer, 2, 3 [0]"},

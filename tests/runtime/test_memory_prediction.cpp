@@ -69,11 +69,11 @@ StageBytes stage_bytes(const Model& m, const Layout& l, int s) {
   if (l.recompute != Recompute::full) {
     b.held = cost::stage_activation_bytes(m, l, layers, 0) + layers * extra_layer_bytes(z);
   } else {
-    // Uniform: blocks of k = recompute_layers layers (0: the stage), one saved input per block where the
-    // formula counts one per layer (Megatron's default k = 1 makes them equal). Block: the first k layers
+    // Uniform: blocks of k = recompute_layers layers (0: one, Megatron's default), one saved input per
+    // block where the formula counts one per layer (k = 1 makes them equal). Block: the first k layers
     // (0: all) are checkpointed one by one, the rest keep everything.
     const bool uniform = l.recompute_method == RecomputeMethod::uniform;
-    const int k = l.recompute_layers > 0 ? std::min(l.recompute_layers, layers) : layers;
+    const int k = l.recompute_layers > 0 ? std::min(l.recompute_layers, layers) : (uniform ? 1 : layers);
     const int ckpt = uniform ? layers : k, block = uniform ? k : 1;
     const int inputs = uniform ? (layers + k - 1) / k : k;
     // sim/cost/memory.cpp's full branch returns the 16-bit input (2 s b h / sp bytes) before its fp32
