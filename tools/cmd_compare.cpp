@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <variant>
@@ -33,6 +34,35 @@ Loaded load(const std::string& path) {
   return trace::parse_chrome_trace(bytes, path);
 }
 
+std::string join(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
+// Rows paired by rank id, never by position: a simulated trace of a tp layout holds one rank per tp group
+// (otherData.tp_folded), so the measured trace's other ranks have no row of A to be compared with.
+void print_ranks(const trace::Comparison& c, const trace::Trace& a) {
+  std::printf("\n%-6s %12s %12s %12s | %12s %12s %12s\n", "rank", "busy A us", "bubble A", "exp.comm A", "busy B us",
+              "bubble B", "exp.comm B");
+  std::map<int, std::pair<const trace::RankStats*, const trace::RankStats*>> rows;
+  for (const auto& r : c.ranks_a) rows[r.rank].first = &r;
+  for (const auto& r : c.ranks_b) rows[r.rank].second = &r;
+  auto cell = [](const trace::RankStats* r, char side) {
+    char buf[64];
+    if (!r) std::snprintf(buf, sizeof buf, "%38s", (std::string("(not in ") + side + ")").c_str());
+    else std::snprintf(buf, sizeof buf, "%12.3f %12.3f %12.3f", r->busy_us, r->bubble_us, r->exposed_comm_us);
+    return std::string(buf);
+  };
+  for (const auto& [rank, r] : rows) std::printf("%-6d %s | %s\n", rank, cell(r.first, 'A').c_str(), cell(r.second, 'B').c_str());
+  std::string why;
+  if (a.other_data.is_object() && a.other_data.contains("tp_folded") && a.other_data["tp_folded"].is_string())
+    why = " (A: " + a.other_data["tp_folded"].get<std::string>() + ")";
+  if (!c.ranks_only_in_b.empty())
+    std::printf("B's ranks %s have no counterpart in A%s\n", join(c.ranks_only_in_b).c_str(), why.c_str());
+  if (!c.ranks_only_in_a.empty()) std::printf("A's ranks %s have no counterpart in B\n", join(c.ranks_only_in_a).c_str());
+}
+
 void print_op_comparison(const trace::Comparison& c, const trace::Trace& a, const trace::Trace& b) {
   std::printf("step time   A %12.3f us   B %12.3f us   error %+.2f%%\n", c.step_a_us, c.step_b_us, c.step_error_pct);
   std::printf("ops         A %zu   B %zu   matched %zu   only in A %zu   only in B %zu\n\n", c.events_a, c.events_b,
@@ -47,18 +77,7 @@ void print_op_comparison(const trace::Comparison& c, const trace::Trace& a, cons
     std::printf("%-20s %8zu %14.3f %14.3f %+12.2f %12.2f\n", k.op.c_str(), k.matched, k.total_a_us, k.total_b_us,
                 k.median_error_pct, k.p90_abs_error_pct);
   }
-  std::printf("\n%-6s %12s %12s %12s | %12s %12s %12s\n", "rank", "busy A us", "bubble A", "exp.comm A", "busy B us",
-              "bubble B", "exp.comm B");
-  for (std::size_t i = 0; i < std::max(c.ranks_a.size(), c.ranks_b.size()); ++i) {
-    auto cell = [](const std::vector<trace::RankStats>& v, std::size_t i) {
-      char buf[64];
-      if (i >= v.size()) return std::string(38, ' ');
-      std::snprintf(buf, sizeof buf, "%12.3f %12.3f %12.3f", v[i].busy_us, v[i].bubble_us, v[i].exposed_comm_us);
-      return std::string(buf);
-    };
-    int rank = i < c.ranks_a.size() ? c.ranks_a[i].rank : c.ranks_b[i].rank;
-    std::printf("%-6d %s | %s\n", rank, cell(c.ranks_a, i).c_str(), cell(c.ranks_b, i).c_str());
-  }
+  print_ranks(c, a);
   if (!c.top.empty()) {
     std::printf("\nlargest differences (B - A):\n");
     for (const auto& d : c.top) {

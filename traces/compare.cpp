@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <tuple>
 
@@ -149,6 +150,14 @@ Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
   c.kinds = kind_stats(a, b, c.pairs);
   c.ranks_a = rank_stats(a);
   c.ranks_b = rank_stats(b);
+  auto ids = [](const std::vector<RankStats>& v) {
+    std::vector<int> out;
+    for (const auto& r : v) out.push_back(r.rank);
+    return out;  // rank_stats is in rank order
+  };
+  auto ra = ids(c.ranks_a), rb = ids(c.ranks_b);
+  std::set_difference(ra.begin(), ra.end(), rb.begin(), rb.end(), std::back_inserter(c.ranks_only_in_a));
+  std::set_difference(rb.begin(), rb.end(), ra.begin(), ra.end(), std::back_inserter(c.ranks_only_in_b));
   for (const auto& p : c.pairs) {
     if (p.delta_us != 0) c.top.push_back(p);  // an unchanged op contributes nothing
   }

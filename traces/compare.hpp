@@ -53,7 +53,10 @@ struct Comparison {
   double step_a_us = 0, step_b_us = 0, step_error_pct = 0;
   std::size_t events_a = 0, events_b = 0, matched = 0;
   std::vector<OpKindStats> kinds;           // by op name
-  std::vector<RankStats> ranks_a, ranks_b;
+  std::vector<RankStats> ranks_a, ranks_b;  // each by rank id
+  // Rank ids in one trace only (paired by id, never by position): a simulated trace folds each tensor-
+  // parallel group into its first rank, so a measured tp2 run's odd ranks have no counterpart in it.
+  std::vector<int> ranks_only_in_a, ranks_only_in_b;
   std::vector<OpDelta> top;                 // the largest |delta| first
   std::vector<OpDelta> pairs;               // every matched pair, in A's order
   std::vector<std::size_t> unmatched_a, unmatched_b;

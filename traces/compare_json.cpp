@@ -38,7 +38,8 @@ nlohmann::json to_json(const Comparison& c, const Trace& a, const Trace& b) {
                      {"total_b_us", k.total_b_us}, {"zero_reference", k.zero_reference}});
   }
   j["op_kinds"] = kinds;
-  j["ranks"] = {{"a", ranks_json(c.ranks_a)}, {"b", ranks_json(c.ranks_b)}};
+  j["ranks"] = {{"a", ranks_json(c.ranks_a)}, {"b", ranks_json(c.ranks_b)}, {"only_in_a", c.ranks_only_in_a},
+                {"only_in_b", c.ranks_only_in_b}};
   auto top = nlohmann::json::array();
   for (const auto& d : c.top) {
     auto t = identity_json(a.events[d.a]);

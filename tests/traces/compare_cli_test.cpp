@@ -89,3 +89,56 @@ TEST_CASE("tessel compare: a PyTorch profiler trace gives the summary comparison
   // 15 all-reduces and 6 broadcasts over 3 steps: 7 NCCL kernels per step.
   CHECK(j["b"]["categories"]["nccl"]["count"].get<double>() == doctest::Approx(7));
 }
+
+namespace {
+
+// The line of the per-rank table that starts with this rank id.
+std::string rank_row(const std::string& out, int rank) {
+  std::istringstream in(out.substr(out.find("busy A us")));
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::istringstream cells(line);
+    int r = -1;
+    if (cells >> r && r == rank) return line;
+  }
+  return "(no row for rank " + std::to_string(rank) + ")";
+}
+
+}  // namespace
+
+TEST_CASE("tessel compare: the per-rank table pairs ranks by id, not by position") {
+  // A holds ranks 0 and 2 (a simulated tp2 trace folds tp peers), B ranks 0..3: two_stage_trace's ranks
+  // renamed 0 and 2 in both; in B rank 2's backward mb1 takes 25 µs instead of 20 (busy 60 -> 65 of the
+  // 112 µs step: bubble 47), and ranks 1 and 3 compute 0-5, 10-15, 72-82, 92-102 (busy 30, bubble 82).
+  auto a = test::two_stage_trace();
+  for (auto& e : a.events) e.rank = e.rank == 1 ? 2 : e.rank;
+  a.process_names = {{0, "rank 0 (stage 0)"}, {2, "rank 2 (stage 1)"}};
+  a.other_data["tp_folded"] = "each rank stands for its 2 tp ranks";
+  auto b = a;
+  b.other_data.erase("tp_folded");
+  b.process_names[1] = "rank 1 (stage 0)";
+  b.process_names[3] = "rank 3 (stage 1)";
+  for (auto& e : a.events) {
+    if (e.stream != trace::Stream::compute) continue;
+    auto peer = e;
+    peer.rank = e.rank + 1;
+    peer.dur_us = e.dur_us / 2;
+    b.events.push_back(peer);
+  }
+  for (auto& e : b.events) {
+    if (e.rank == 2 && e.op == "backward" && e.mb == 1) e.dur_us = 25;
+  }
+  std::string pa = test::temp_path("cli-folded.json"), pb = test::temp_path("cli-full.json");
+  trace::write_chrome_trace(a, pa);
+  trace::write_chrome_trace(b, pb);
+  Run r = tessel_compare(pa + " " + pb);
+  REQUIRE(r.rc == 0);
+  // Rank 2: A busy 60, bubble 52 | B busy 65, bubble 47.
+  CHECK(rank_row(r.out, 2).find("60.000       52.000") != std::string::npos);
+  CHECK(rank_row(r.out, 2).find("65.000       47.000") != std::string::npos);
+  // Rank 1 is B's alone: busy 30, bubble 82, and said to have no counterpart in A.
+  CHECK(rank_row(r.out, 1).find("(not in A)") != std::string::npos);
+  CHECK(rank_row(r.out, 1).find("30.000       82.000") != std::string::npos);
+  CHECK(r.out.find("B's ranks 1,3 have no counterpart in A (A: each rank stands for its 2 tp ranks)") != std::string::npos);
+}

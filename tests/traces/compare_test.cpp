@@ -113,3 +113,47 @@ TEST_CASE("repeated identities align in order") {
   // First pair 1 vs 1 (0%), second 2 vs 4 (+100%): median (1st of 2) 0, p90 (2nd) 100.
   CHECK(kind(c, "tp_allreduce").p90_abs_error_pct == doctest::Approx(100));
 }
+
+namespace {
+
+// A simulated-like trace whose ranks are 0 and 2 (two_stage_trace's rank 1 renamed 2, as the simulator
+// keeps one rank per tp group of a tp2 layout), and a measured-like one with ranks 0..3: ranks 0 and 2 as
+// A's, rank 2's backward mb1 20 -> 25 µs (busy 60 -> 65), and ranks 1 and 3 computing at half the durations
+// of ranks 0 and 2 (busy 30 each).
+std::pair<Trace, Trace> folded_and_full() {
+  Trace a = test::two_stage_trace();
+  for (auto& e : a.events) e.rank = e.rank == 1 ? 2 : e.rank;
+  a.process_names = {{0, "rank 0 (stage 0)"}, {2, "rank 2 (stage 1)"}};
+  a.other_data["tp_folded"] = "each rank stands for its 2 tp ranks";
+  Trace b = a;
+  b.other_data.erase("tp_folded");
+  for (const auto& e : a.events) {
+    if (e.stream != Stream::compute) continue;
+    auto peer = e;
+    peer.rank = e.rank + 1;
+    peer.dur_us = e.dur_us / 2;
+    b.events.push_back(peer);
+  }
+  for (auto& e : b.events) {
+    if (e.rank == 2 && e.op == "backward" && e.mb == 1) e.dur_us = 25;
+  }
+  return {a, b};
+}
+
+}  // namespace
+
+TEST_CASE("per-rank statistics pair by rank id; ranks without a counterpart are listed") {
+  auto [a, b] = folded_and_full();
+  Comparison c = compare_traces(a, b);
+  REQUIRE(c.ranks_b.size() == 4);
+  CHECK(c.ranks_only_in_b == std::vector<int>{1, 3});
+  CHECK(c.ranks_only_in_a.empty());
+  CHECK(c.ranks_b[2].rank == 2);
+  CHECK(c.ranks_b[2].busy_us == doctest::Approx(65));  // 12-22, 22-32, 32-52, 52-77
+  CHECK(c.ranks_b[1].busy_us == doctest::Approx(30));  // 0-5, 10-15, 72-82, 92-102
+  auto j = to_json(c, a, b);
+  CHECK(j["ranks"]["only_in_b"] == nlohmann::json::array({1, 3}));
+  CHECK(j["ranks"]["only_in_a"] == nlohmann::json::array());
+  // Swapped: A holds the ranks B lacks.
+  CHECK(compare_traces(b, a).ranks_only_in_a == std::vector<int>{1, 3});
+}
