@@ -1,6 +1,7 @@
 // tessel compare A B: align two traces op by op (Tessel traces), or compare per-step summaries when one
 // side is a PyTorch profiler (Kineto) trace. A is the reference: errors are (B - A) / A. Exit 0 even when
 // they differ, 1 when --max-error is given and |step-time error| exceeds it, 2 on bad input.
+// A Tessel trace of several steps is compared one step (traces/steps.hpp) against the other trace's one.
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -18,6 +19,7 @@
 #include "traces/event_reader.hpp"
 #include "traces/kineto.hpp"
 #include "tools/collectives_report.hpp"
+#include "traces/steps.hpp"
 #include "traces/summary.hpp"
 #include "traces/svg.hpp"
 
@@ -113,14 +115,59 @@ void print_summary(const trace::TraceSummary& a, const trace::TraceSummary& b) {
   }
 }
 
-trace::Trace as_trace(const Loaded& l) {
-  if (auto* t = std::get_if<trace::Trace>(&l)) return *t;
-  return trace::kineto::to_trace(std::get<trace::kineto::KinetoTrace>(l));
+// One side of the comparison. A Tessel trace is compared one step at a time: its chosen step (steps.hpp);
+// a profiler trace is summarised as the mean of its ProfilerSteps.
+struct Side {
+  std::string path;
+  Loaded loaded;
+  std::optional<trace::StepChoice> step;  // Tessel traces only
+  trace::Trace compared;                  // a Tessel trace's chosen step; empty for a profiler trace
+};
+
+// What --svg draws: the step compared, or a profiler trace's kernels.
+trace::Trace drawn(const Side& s) {
+  if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded)) return trace::kineto::to_trace(*k);
+  return s.compared;
 }
 
-trace::TraceSummary summary_of(const Loaded& l) {
-  if (auto* t = std::get_if<trace::Trace>(&l)) return trace::summarize(*t);
-  return trace::summarize(std::get<trace::kineto::KinetoTrace>(l));
+Side load_side(const std::string& path, std::optional<int> step) {
+  Side s{path, load(path), std::nullopt, {}};
+  if (auto* t = std::get_if<trace::Trace>(&s.loaded)) {
+    const trace::StepSplit split = trace::split_steps(*t, path);
+    s.step = trace::choose_step(split, step, "--step", path);
+    s.compared = s.step->count > 1 ? trace::step_trace(*t, split, s.step->step) : *t;
+  }
+  return s;
+}
+
+// "5 steps, compared step 3 (median of steps 2-5 by duration; step 1 is warm-up): 107234.1 80112.4 ... us"
+void print_steps(const Side& s, char name) {
+  if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded)) {
+    std::printf("steps       %c %s: %zu ProfilerStep(s), their mean\n", name, s.path.c_str(), k->steps.size());
+    return;
+  }
+  const trace::StepChoice& c = *s.step;
+  if (c.count == 1) {
+    std::printf("steps       %c %s: 1 step\n", name, s.path.c_str());
+    return;
+  }
+  std::printf("steps       %c %s: %d steps, compared step %d (%s); each step's us:", name, s.path.c_str(), c.count,
+              c.step + 1, c.rule.c_str());
+  for (double d : c.durations_us) std::printf(" %.1f", d);
+  std::printf("\n");
+}
+
+nlohmann::json steps_json(const Side& s) {
+  if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded))
+    return {{"count", k->steps.size()}, {"compared", nullptr}, {"rule", "mean of the ProfilerSteps"}};
+  return trace::to_json(*s.step);
+}
+
+trace::TraceSummary summary_of(const Side& s) {
+  if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded)) return trace::summarize(*k);
+  trace::TraceSummary out = trace::summarize(s.compared);
+  out.steps = s.step->count;
+  return out;
 }
 
 }  // namespace
@@ -131,11 +178,14 @@ int compare(const Args& args) {
                        {"--svg", true, "write both timelines, one above the other, to this SVG file"},
                        {"--max-error", true, "exit 1 when |step-time error| exceeds this many percent"},
                        {"--top", true, "how many of the largest op differences to list (default 10)"},
-                       {"--system", true, "system for predicting a profiler trace's collectives [from its GPU name]"}},
+                       {"--system", true, "system for predicting a profiler trace's collectives [from its GPU name]"},
+                       {"--step", true, "compare step N (from 1) of each multi-step Tessel trace [median after the first]"}},
                       2);
   if (cl.print_help("", "\nA.json B.json: Tessel traces (Chrome JSON, optionally gzip) align op by op; a PyTorch "
                         "profiler\ntrace on either side gives a per-step summary comparison. A is the reference: "
-                        "error = (B - A) / A.\n"))
+                        "error = (B - A) / A.\nA Tessel trace of several steps (tessel run --steps) is compared one step against the other "
+                        "trace:\nits step of median duration after the first (warm-up), or --step N; a one-step trace "
+                        "(tessel simulate)\nis its step. A profiler trace is the mean of its ProfilerSteps.\n"))
     return 0;
   if (cl.positional().size() != 2) {
     throw InputError("compare: expected two traces, A and B, got " + std::to_string(cl.positional().size()) + " arguments");
@@ -144,16 +194,16 @@ int compare(const Args& args) {
   if (svg) check_writable(*svg, "--svg");
   auto max_error = cl.get_double("--max-error", 0, 1e9);
   auto top = static_cast<std::size_t>(cl.get_int("--top", 0, 100000).value_or(10));
-  const std::string& pa = cl.positional()[0];
-  const std::string& pb = cl.positional()[1];
-  Loaded la = load(pa), lb = load(pb);
+  auto step = cl.get_int("--step", 1, 1 << 30);
+  const Side sa = load_side(cl.positional()[0], step), sb = load_side(cl.positional()[1], step);
+  const std::string &pa = sa.path, &pb = sb.path;
 
   double step_error = 0;
-  bool op_by_op = std::holds_alternative<trace::Trace>(la) && std::holds_alternative<trace::Trace>(lb);
+  bool op_by_op = std::holds_alternative<trace::Trace>(sa.loaded) && std::holds_alternative<trace::Trace>(sb.loaded);
   trace::Comparison c;
   if (op_by_op) {
-    const auto& a = std::get<trace::Trace>(la);
-    const auto& b = std::get<trace::Trace>(lb);
+    const auto& a = sa.compared;
+    const auto& b = sb.compared;
     c = trace::compare_traces(a, b, top);
     step_error = c.step_error_pct;
     if (cl.flag("--json")) {
@@ -161,34 +211,41 @@ int compare(const Args& args) {
       j["mode"] = "op_by_op";
       j["a"] = pa;
       j["b"] = pb;
+      j["steps"] = {{"a", steps_json(sa)}, {"b", steps_json(sb)}};
       std::cout << j.dump(2) << "\n";
     } else {
+      print_steps(sa, 'A');
+      print_steps(sb, 'B');
       print_op_comparison(c, a, b);
     }
   } else {
-    auto sa = summary_of(la), sb = summary_of(lb);
-    auto j = trace::summary_json(sa, sb);
+    auto ma = summary_of(sa), mb = summary_of(sb);
+    auto j = trace::summary_json(ma, mb);
+    j["steps"] = {{"a", steps_json(sa)}, {"b", steps_json(sb)}};
     step_error = j["step_error_pct"].get<double>();
     // Each profiler trace's collectives, measured against the communication model on its GPU's system.
     std::vector<std::pair<std::string, std::string>> tables;
-    const std::pair<const Loaded*, const std::string*> sides[] = {{&la, &pa}, {&lb, &pb}};
     for (int i = 0; i < 2; ++i) {
-      const auto* k = std::get_if<trace::kineto::KinetoTrace>(sides[i].first);
+      const Side& side = i == 0 ? sa : sb;
+      const auto* k = std::get_if<trace::kineto::KinetoTrace>(&side.loaded);
       if (!k || k->collectives.empty()) continue;
       const System sys = system_for_trace(*k, cl.get_or("--system", ""));
       const auto rows = predict_collectives(*k, sys);
       j[i == 0 ? "collectives_a" : "collectives_b"] = collectives_json(rows, sys);
-      tables.emplace_back(*sides[i].second, collectives_table(rows, sys));
+      tables.emplace_back(side.path, collectives_table(rows, sys));
     }
     if (cl.flag("--json")) {
       std::cout << j.dump(2) << "\n";
     } else {
-      print_summary(sa, sb);
+      print_steps(sa, 'A');
+      print_steps(sb, 'B');
+      std::printf("\n");
+      print_summary(ma, mb);
       for (const auto& [path, table] : tables) std::cout << "\ncollectives of " << path << ":\n" << table;
     }
   }
   if (svg) {
-    trace::Trace a = as_trace(la), b = as_trace(lb);
+    const trace::Trace a = drawn(sa), b = drawn(sb);
     if (!op_by_op) {
       c = trace::Comparison{};  // nothing aligns: draw both, highlight nothing
       c.step_a_us = trace::trace_end_us(a) - trace::trace_begin_us(a);

@@ -23,13 +23,14 @@ struct CategoryTime {
 struct TraceSummary {
   std::string source;   // "tessel" or "pytorch profiler"
   int ranks = 0;
-  int steps = 1;        // ProfilerSteps in a profiler trace; a Tessel trace is one step
+  int steps = 1;        // ProfilerSteps in a profiler trace; a Tessel trace's steps (set by its caller)
   double step_us = 0;
   double compute_us = 0, comm_us = 0, exposed_comm_us = 0;  // per rank and step
   std::vector<CategoryTime> categories;                     // by name
 };
 
-// A Tessel trace: one step; per-rank values are the mean over ranks.
+// A Tessel trace taken as one step (a multi-step one is cut to one first: traces/steps.hpp); per-rank values
+// are the mean over ranks.
 TraceSummary summarize(const Trace& t);
 // A profiler trace: step time is the mean ProfilerStep; whole-trace GPU totals divided by the step count.
 TraceSummary summarize(const kineto::KinetoTrace& k);

@@ -88,6 +88,18 @@ TEST_CASE("tessel compare: a PyTorch profiler trace gives the summary comparison
   CHECK(j["b"]["steps"] == 3);
   // 15 all-reduces and 6 broadcasts over 3 steps: 7 NCCL kernels per step.
   CHECK(j["b"]["categories"]["nccl"]["count"].get<double>() == doctest::Approx(7));
+
+  // A multi-step Tessel trace against the profiler trace: its median step after the first (step 4, 144 µs,
+  // as in the test below), not the span of all five.
+  std::string run = test::temp_path("cli-run5.json");
+  trace::write_chrome_trace(test::multi_step_trace({2.0, 1.0, 1.5, 1.2, 1.3}, 50), run);
+  r = tessel_compare(run + " " + k.string() + " --json");
+  REQUIRE(r.rc == 0);
+  j = nlohmann::json::parse(r.out);
+  CHECK(j["a"]["steps"] == 5);
+  CHECK(j["a"]["step_us"].get<double>() == doctest::Approx(144).epsilon(1e-12));
+  CHECK(j["steps"]["a"]["compared"] == 4);
+  CHECK(j["steps"]["b"]["count"] == 3);
 }
 
 namespace {
@@ -141,4 +153,45 @@ TEST_CASE("tessel compare: the per-rank table pairs ranks by id, not by position
   CHECK(rank_row(r.out, 1).find("(not in A)") != std::string::npos);
   CHECK(rank_row(r.out, 1).find("30.000       82.000") != std::string::npos);
   CHECK(r.out.find("B's ranks 1,3 have no counterpart in A (A: each rank stands for its 2 tp ranks)") != std::string::npos);
+}
+
+TEST_CASE("tessel compare: a multi-step run is compared one step at a time") {
+  // B: one_step_trace's 120 µs step played 5 times, scaled 2.0, 1.0, 1.5, 1.2, 1.3 (240, 120, 180, 144,
+  // 156 µs). Default: the median of steps 2-5 by duration, step 4 (144 µs): +20% against A's 120 µs.
+  std::string pa = test::temp_path("cli-one-step.json"), pb = test::temp_path("cli-five-steps.json");
+  trace::write_chrome_trace(test::one_step_trace(), pa);
+  trace::write_chrome_trace(test::multi_step_trace({2.0, 1.0, 1.5, 1.2, 1.3}, 50), pb);
+
+  Run r = tessel_compare(pa + " " + pb);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("5 steps, compared step 4 (median of steps 2-5 by duration; step 1 is warm-up)") != std::string::npos);
+  CHECK(r.out.find("error +20.00%") != std::string::npos);
+  CHECK(r.out.find("ops         A 15   B 15   matched 15") != std::string::npos);
+
+  Run js = tessel_compare(pa + " " + pb + " --json");
+  REQUIRE(js.rc == 0);
+  auto j = nlohmann::json::parse(js.out);
+  CHECK(j["step_us"]["b"].get<double>() == doctest::Approx(144).epsilon(1e-12));
+  CHECK(j["events"]["b"] == 15);
+  CHECK(j["steps"]["a"]["count"] == 1);
+  CHECK(j["steps"]["b"]["count"] == 5);
+  CHECK(j["steps"]["b"]["compared"] == 4);
+  REQUIRE(j["steps"]["b"]["durations_us"].size() == 5);
+  CHECK(j["steps"]["b"]["durations_us"][2].get<double>() == doctest::Approx(180).epsilon(1e-12));
+  for (const auto& k : j["op_kinds"]) CHECK(k["matched"].get<int>() >= 1);
+
+  // --step 3: 180 µs, +50%; past the trace's steps or not a number: exit 2 naming the flag and the rule.
+  js = tessel_compare(pa + " " + pb + " --json --step 3");
+  REQUIRE(js.rc == 0);
+  CHECK(nlohmann::json::parse(js.out)["step_us"]["error_pct"].get<double>() == doctest::Approx(50).epsilon(1e-9));
+  Run bad = tessel_compare(pa + " " + pb + " --step 6");
+  CHECK(bad.rc == 2);
+  CHECK(bad.out.find("--step 6: " + pb + " holds 5 steps; choose 1 to 5") != std::string::npos);
+  bad = tessel_compare(pa + " " + pb + " --step 0");
+  CHECK(bad.rc == 2);
+  CHECK(bad.out.find("--step") != std::string::npos);
+  CHECK(tessel_compare(pa + " " + pb + " --step x").rc == 2);
+  // --max-error gates on the compared step: +20%.
+  CHECK(tessel_compare(pa + " " + pb + " --max-error 21").rc == 0);
+  CHECK(tessel_compare(pa + " " + pb + " --max-error 19").rc == 1);
 }

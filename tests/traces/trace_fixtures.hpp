@@ -1,8 +1,10 @@
 // Small hand-made traces for the traces/ tests.
 #pragma once
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "traces/trace.hpp"
 
@@ -58,6 +60,44 @@ inline trace::Trace two_stage_trace() {
   t.process_names[0] = "rank 0 (stage 0)";
   t.process_names[1] = "rank 1 (stage 1)";
   t.other_data = {{"model", {{"name", "tiny"}, {"layers", 4}}}, {"layout", {{"pp", 2}, {"tp", 1}}}, {"version", "test"}};
+  return t;
+}
+
+// two_stage_trace as one training step of a run: each rank ends with its optimizer op (112..117 µs), and
+// rank 0 then all-gathers parameters on the dp stream (117..120 µs), after the optimizer as ZeRO does.
+// The step spans 0..120 µs.
+inline trace::Trace one_step_trace() {
+  using trace::Stream;
+  trace::Trace t = two_stage_trace();
+  for (int r = 0; r < 2; ++r) t.events.push_back(op(r, Stream::compute, "optimizer", -1, -1, 112, 5));
+  t.events.push_back(op(0, Stream::dp, "dp_allgather", -1, -1, 117, 3));
+  for (std::size_t i = t.events.size() - 3; i < t.events.size(); ++i) {
+    t.events[i].chunk = t.events[i].layer_begin = t.events[i].layer_end = -1;  // whole-rank ops: no stage or layers
+    t.events[i].name = t.events[i].op;
+  }
+  return t;
+}
+
+// A run of one_step_trace's step played once per factor: step k's times scaled by factors[k] (so its span is
+// 120 * factors[k] µs), steps `gap_us` apart. Events by rank, then in time, as `tessel run` writes them.
+inline trace::Trace multi_step_trace(const std::vector<double>& factors, double gap_us) {
+  trace::Trace one = one_step_trace(), t = one;
+  t.events.clear();
+  t.counters.clear();
+  double offset = 0;
+  for (double f : factors) {
+    const auto flow_base = static_cast<std::int64_t>(t.events.size());  // flow ids stay pairs, unique per step
+    for (auto e : one.events) {
+      e.start_us = offset + e.start_us * f;
+      e.dur_us *= f;
+      if (e.flow_id >= 0) e.flow_id += flow_base;
+      t.events.push_back(e);
+    }
+    offset += 120 * f + gap_us;
+  }
+  std::stable_sort(t.events.begin(), t.events.end(), [](const trace::OpEvent& a, const trace::OpEvent& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.start_us < b.start_us;
+  });
   return t;
 }
 
