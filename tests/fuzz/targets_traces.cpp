@@ -12,6 +12,7 @@
 #include "traces/compare.hpp"
 #include "traces/event_reader.hpp"
 #include "traces/kineto.hpp"
+#include "traces/steps.hpp"
 #include "traces/summary.hpp"
 #include "traces/svg.hpp"
 
@@ -23,6 +24,16 @@ void use_trace(const trace::Trace& t) {
   FUZZ_CHECK(back.events.size() == t.events.size(), "Chrome trace round trip lost or added events");
   (void)trace::summarize(t);
   (void)trace::rank_stats(t);
+  // compare's step split: a trace that is not whole steps is an InputError, anything else splits into
+  // steps whose events cover the trace once.
+  try {
+    const trace::StepSplit steps = trace::split_steps(t, "fuzz-trace");
+    FUZZ_CHECK(steps.step_of.size() == t.events.size(), "step split does not cover every event");
+    const trace::StepChoice c = trace::choose_step(steps, std::nullopt, "--step", "fuzz-trace");
+    FUZZ_CHECK(c.step >= 0 && c.step < steps.count(), "chosen step outside the trace's steps");
+    (void)trace::step_trace(t, steps, c.step);
+  } catch (const InputError&) {
+  }
   trace::SvgOptions opt;
   opt.width_px = 200;  // small: the point is the code path, not the picture
   (void)trace::timeline_svg(t, opt);
