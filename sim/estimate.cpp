@@ -61,6 +61,7 @@ constexpr double kBucketParams = 40e6;
 
 struct RankSums {
   std::vector<double> f, i, w, params, tp_f, tp_b, act, extra_first, extra_last;
+  std::vector<int> layers;  // transformer layers a rank holds: all its chunks (vpp of them)
 };
 
 RankSums sum_per_rank(const Workload& w) {
@@ -68,8 +69,10 @@ RankSums sum_per_rank(const Workload& w) {
   RankSums r;
   for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last})
     v->assign(l.pp, 0.0);
+  r.layers.assign(l.pp, 0);
   for (const auto& st : w.stages) {
     const int k = l.rank_of_stage(st.stage);
+    r.layers[k] += st.layers;
     r.f[k] += st.f;
     r.i[k] += st.i;
     r.w[k] += st.w;
@@ -188,7 +191,9 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     const double rsg = cost::collective_time(sys, Collective::reduce_scatter, 2 * layer_params, flat).seconds;
     const LayerWork& lw = w.layer;
     const double f_layer = lw.t_f + lw.t_tp_f;
-    const int layers = w.stages[0].layers;
+    // Every layer a rank holds is gathered and reduced once per micro-batch: with vpp chunks that is the sum
+    // over the rank's chunks. The rank holding the most layers stalls longest and sets the pace.
+    const int layers = *std::max_element(rs.layers.begin(), rs.layers.end());
     const double exposed = mb * layers * (std::max(0.0, ag - f_layer) + ag + rsg);
     e.overlapped_comm_s += mb * layers * std::min(ag, f_layer);
     e.dp_comm_s += mb * layers * (2 * ag + rsg);
