@@ -249,8 +249,12 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     mbk.optimizer = rs.params[r] * sb.optimizer;
     const double chunks = cost::inflight_chunks(l, r);
     mbk.activations = chunks * rs.act[r];
-    // Embedding output stays alive per in-flight micro-batch; logits only for the one in its backward.
-    mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r];
+    // Embedding output stays alive per in-flight micro-batch. The logits live from the last stage's forward
+    // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release): under
+    // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
+    // all m are alive at once; the other schedules run the last stage's backward right after its forward.
+    const bool all_forwards_first = l.schedule == "gpipe" || l.schedule == "looped-bfs";
+    mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
     mbk.zero3_gather = cost::zero3_gather_bytes(m, l);
     mbk.recompute_transient = cost::recompute_transient_bytes(m, l);
     mbk.reserved = sys.memory_reserved_bytes;

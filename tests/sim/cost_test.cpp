@@ -1,6 +1,6 @@
 // Cost model: GEMM quantization, collectives, activation memory (Korthikanti et al. Table 2, exactly),
-// FLOP conventions (Narayanan eq. 3, Korthikanti eq. 7); the estimate's ZeRO-3 layer count against the event
-// simulator.
+// FLOP conventions (Narayanan eq. 3, Korthikanti eq. 7); the estimate's ZeRO-3 layer count and GPipe logits
+// against the event simulator.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -20,6 +20,7 @@ constexpr double kQuantTol = 0.08;  // the 4 us launch overhead on a ~60 us kern
 // Agreement of the estimate with the event simulator when nothing contends: the bounds of
 // tests/sim/engine_sim_test.cpp ("agrees with the analytical estimate"), docs/simulator.md.
 constexpr double kEstimateTol = 0.05;
+constexpr double kMemoryTol = 0.01;
 }  // namespace
 
 TEST_CASE("GEMM: wave and tile quantization, roofline") {
@@ -293,4 +294,32 @@ TEST_CASE("ZeRO-3: every layer a pipeline rank holds is gathered and reduced, wh
   CHECK(uneven2.dp_exposed_s == doctest::Approx(uneven1.dp_exposed_s).epsilon(kExact));
   const engine::SimReport r = engine::simulate(m, l, sys);
   CHECK(std::abs(r.step_s - uneven2.step_s) / uneven2.step_s <= kEstimateTol);
+}
+
+TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stage, as the simulator does") {
+  // The fp32 logits of a micro-batch live from the last stage's forward to its input-grad backward. GPipe
+  // and looped BFS run all m forwards of the last stage before its first backward, so m logits buffers are
+  // alive on the last pipeline rank at its peak (1F1B: one). Expectation: the estimate's total per pipeline
+  // rank equals the simulated peak of every position of that rank within kMemoryTol, as for 1F1B.
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  struct Case { const char* sched; int vpp; };
+  for (const Case c : {Case{"gpipe", 1}, Case{"looped-bfs", 2}, Case{"1f1b", 1}}) {
+    CAPTURE(c.sched);
+    Layout l;
+    l.tp = 8;
+    l.pp = 8;
+    l.dp = 16;
+    l.vpp = c.vpp;
+    l.global_batch = 1536;
+    l.schedule = c.sched;
+    l.recompute = Recompute::full;
+    const Estimate e = estimate(m, l, sys);
+    const engine::SimReport r = engine::simulate(m, l, sys);
+    for (const auto& k : r.ranks) {
+      CAPTURE(k.pp);
+      CHECK(k.peak_bytes == doctest::Approx(e.memory[static_cast<std::size_t>(k.pp)].total()).epsilon(kMemoryTol));
+    }
+    CHECK(e.peak_memory == doctest::Approx(r.peak_bytes).epsilon(kMemoryTol));
+  }
 }
