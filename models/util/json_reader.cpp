@@ -29,9 +29,82 @@ std::string read_text_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+// nlohmann keeps the last of repeated keys in an object; RFC 8259 leaves them undefined, and a repeated key
+// in an input file is a mistake whose first value would be dropped without a word. This parser callback keeps
+// the keys seen per open object and rejects a repeat, naming its key path ("parallel.d", "rows[3].id").
+class DuplicateKeyCheck {
+ public:
+  explicit DuplicateKeyCheck(const std::string& origin) : origin_(origin) {}
+
+  bool operator()(int, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if (!repeated_.empty()) {
+      // The event after a repeated key gives its value when that is a scalar.
+      const std::string value = event == E::value ? " (value " + json_brief(parsed) + ")" : "";
+      throw InputError(origin_ + ": " + repeated_ + value + ": duplicate key; each key may appear once in an object");
+    }
+    switch (event) {
+      case E::object_start:
+      case E::array_start:
+        frames_.push_back({event == E::object_start, {}, {}, 0});
+        break;
+      case E::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second) repeated_ = path();
+        break;
+      }
+      case E::object_end:
+      case E::array_end:
+        frames_.pop_back();
+        element_done();
+        break;
+      case E::value:
+        element_done();
+        break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;        // objects: the key whose value is being read
+    std::size_t index;      // arrays: the element being read
+  };
+
+  void element_done() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
+  }
+
+  std::string path() const {
+    std::string p;
+    for (const auto& f : frames_) {
+      if (f.object) {
+        if (!p.empty()) p += '.';
+        p += f.key;
+      } else {
+        p += '[';
+        p += std::to_string(f.index);
+        p += ']';
+      }
+    }
+    return p;
+  }
+
+  const std::string& origin_;
+  std::vector<Frame> frames_;
+  std::string repeated_;
+};
+
+}  // namespace
+
 Json parse_json_text(const std::string& text, const std::string& origin) {
   try {
-    return Json::parse(text);
+    return Json::parse(text, DuplicateKeyCheck(origin));
   } catch (const Json::parse_error& e) {
     auto [line, col] = line_col(text, e.byte);
     std::string what = e.what();

@@ -1,6 +1,7 @@
 // Strict JSON reading at the edge: every input file goes through here once.
 //
-// - parse_json_file / parse_json_text give malformed JSON as "file:line:column: message".
+// - parse_json_file / parse_json_text give malformed JSON as "file:line:column: message", and reject a key
+//   repeated in one object (nlohmann would keep the last value) as "file: key.path: duplicate key ...".
 // - JsonObject reads one object with a key path for messages; finish() rejects keys nobody read, so
 //   unknown and missing keys are both errors. Numbers are range-checked and NaN/inf rejected.
 #pragma once
@@ -20,7 +21,8 @@ namespace tessel {
 
 using Json = nlohmann::json;
 
-// Reads and parses a whole file; InputError names file:line:column on a syntax error.
+// Reads and parses a whole file; InputError names file:line:column on a syntax error, file and key path on a
+// repeated key.
 Json parse_json_file(const std::string& path);
 // `origin` names the source in messages (a file name, "<stdin>", "--layout").
 Json parse_json_text(const std::string& text, const std::string& origin);

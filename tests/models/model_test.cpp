@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "models/model.hpp"
@@ -89,6 +91,42 @@ TEST_CASE("malformed JSON is reported as file:line:column") {
     err = e.what();
   }
   CHECK(err.rfind("m.json:3:", 0) == 0);
+}
+
+TEST_CASE("a key repeated in an object is rejected with the file and the key path") {
+  // nlohmann keeps the last of repeated keys; strict input names the repeat instead of dropping a value.
+  const auto parse_error = [](const std::string& text, const std::string& origin) {
+    try {
+      parse_json_text(text, origin);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  std::string twice = std::string(kTinyJson).replace(1, 0, "\"layers\":64,");
+  CHECK(error_of(twice) == "test.json: layers (value 2): duplicate key; each key may appear once in an object");
+  // Nested objects and arrays name the path; the same key in sibling objects is not a repeat.
+  CHECK(parse_error(R"([{"id":"a","m":{"l":1}},{"id":"b","m":{"l":1,"l":2}}])", "rows.json") ==
+        "rows.json: [1].m.l (value 2): duplicate key; each key may appear once in an object");
+  CHECK(parse_error(R"({"a":{"x":1},"b":{"x":1},"c":[{"x":1},{"x":2}]})", "ok.json").empty());
+  CHECK(parse_error(R"({"a":[1,{"b":1}],"a":{}})", "o.json") ==
+        "o.json: a: duplicate key; each key may appear once in an object");
+  // A HuggingFace config.json loaded by path goes through the same reader.
+  const auto path = (std::filesystem::temp_directory_path() / "tessel_model_test_dup_config.json").string();
+  {
+    std::ofstream f(path);
+    f << R"({"hidden_act":"silu","hidden_size":4096,"intermediate_size":11008,"model_type":"llama",
+      "num_attention_heads":32,"num_hidden_layers":32,"vocab_size":32000,"max_position_embeddings":4096,
+      "rms_norm_eps":1e-05,"hidden_size":8192})";
+  }
+  std::string err;
+  try {
+    load_model(path);
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  std::filesystem::remove(path);
+  CHECK(err == path + ": hidden_size (value 8192): duplicate key; each key may appear once in an object");
 }
 
 TEST_CASE("unknown preset lists the known ones") {
