@@ -167,6 +167,69 @@ TEST_CASE("HuggingFace config.json import (Llama-2 7B and GPT-2)") {
   CHECK(err.find("num_hidden_layers") != std::string::npos);
 }
 
+TEST_CASE("HuggingFace import: the architecture decides a gated MLP; MoE, MLA and wrong types are rejected") {
+  const auto import_error = [](const std::string& text) {
+    try {
+      import_hf_config(parse_json_text(text, "config.json"), "config.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  // google/gemma-7b config.json: GemmaMLP is down_proj(gelu(gate_proj(x)) * up_proj(x)) (GeGLU). Gemma Team
+  // 2024, Table 2: 786M embedding + 7751M non-embedding parameters = 8.54B; per layer 4 x 3072 x 4096
+  // (attention, head_dim 256 x 16 heads) + 3 x 3072 x 24576 (gated MLP). An ungated MLP would give 6.42B.
+  // GemmaConfig ties the embeddings by default (the file has no tie_word_embeddings).
+  const std::string gemma = R"({"architectures":["GemmaForCausalLM"],"attention_bias":false,"head_dim":256,
+    "hidden_act":"gelu","hidden_activation":"gelu_pytorch_tanh","hidden_size":3072,"intermediate_size":24576,
+    "max_position_embeddings":8192,"model_type":"gemma","num_attention_heads":16,"num_hidden_layers":28,
+    "num_key_value_heads":16,"rms_norm_eps":1e-06,"rope_theta":10000.0,"vocab_size":256000})";
+  const Model g = import_hf_config(parse_json_text(gemma, "config.json"), "config.json");
+  CHECK(g.activation == Activation::swiglu);
+  CHECK(g.tied_embeddings);
+  CHECK(static_cast<double>(g.total_params()) / 1e9 == doctest::Approx(8.54).epsilon(kStatedTol));
+  // Without model_type the architecture class decides; the gated shape whatever the activation.
+  std::string by_class = gemma;
+  by_class.replace(by_class.find("\"model_type\":\"gemma\","), 21, "");
+  CHECK(import_hf_config(parse_json_text(by_class, "config.json"), "config.json").activation == Activation::swiglu);
+  // GPT-NeoX: ungated whatever the activation name.
+  const std::string neox = R"({"model_type":"gpt_neox","hidden_act":"gelu","hidden_size":64,"intermediate_size":256,
+    "num_attention_heads":4,"num_hidden_layers":2,"vocab_size":100,"max_position_embeddings":16})";
+  CHECK(import_hf_config(parse_json_text(neox, "config.json"), "config.json").activation == Activation::gelu);
+  const std::string base = R"("hidden_size":64,"intermediate_size":256,"num_attention_heads":4,"num_hidden_layers":2,
+    "vocab_size":100,"max_position_embeddings":16,"rms_norm_eps":1e-5)";
+  CHECK(import_error("{\"model_type\":\"llama\"," + base + "}").empty());
+  CHECK(import_error("{\"model_type\":\"foo\"," + base + "}").find("config.json: model_type: value \"foo\" is not an "
+                                                                   "architecture whose MLP Tessel knows (llama,") == 0);
+  CHECK(import_error("{" + base + "}").find("config.json: missing required key model_type or architectures") == 0);
+  // Mixture of experts and multi-head latent attention: named key, value, and what is not modelled.
+  CHECK(import_error("{\"model_type\":\"mixtral\",\"num_local_experts\":8," + base + "}") ==
+        "config.json: num_local_experts: value 8 describes a mixture of experts; Tessel models dense transformers only");
+  CHECK(import_error("{\"model_type\":\"llama\",\"n_routed_experts\":256," + base + "}") ==
+        "config.json: n_routed_experts: value 256 describes a mixture of experts; Tessel models dense transformers only");
+  CHECK(import_error("{\"model_type\":\"qwen2_moe\",\"num_experts\":60," + base + "}") ==
+        "config.json: num_experts: value 60 describes a mixture of experts; Tessel models dense transformers only");
+  CHECK(import_error("{\"model_type\":\"deepseek_v3\"," + base + "}") ==
+        "config.json: model_type: value \"deepseek_v3\" is a mixture-of-experts architecture; Tessel models dense "
+        "transformers only");
+  CHECK(import_error("{\"model_type\":\"llama\",\"num_experts\":1," + base + "}").empty());  // one expert: dense
+  CHECK(import_error("{\"model_type\":\"llama\",\"kv_lora_rank\":512," + base + "}") ==
+        "config.json: kv_lora_rank: value 512 describes multi-head latent attention; Tessel models multi-head and "
+        "grouped-query attention only");
+  CHECK(import_error("{\"model_type\":\"llama\",\"q_lora_rank\":1536," + base + "}").find("q_lora_rank: value 1536") !=
+        std::string::npos);
+  // Types: key, value and the expected type.
+  CHECK(import_error("{\"model_type\":\"llama\",\"hidden_act\":123," + base + "}") ==
+        "config.json: hidden_act: value 123 must be a string");
+  CHECK(import_error("{\"model_type\":\"llama\",\"tie_word_embeddings\":\"true\"," + base + "}") ==
+        "config.json: tie_word_embeddings: value \"true\" must be true or false");
+  CHECK(import_error("{\"model_type\":\"llama\",\"attention_bias\":1," + base + "}") ==
+        "config.json: attention_bias: value 1 must be true or false");
+  CHECK(import_error("{\"model_type\":7," + base + "}") == "config.json: model_type: value 7 must be a string");
+  CHECK(import_error("{\"model_type\":\"llama\",\"hidden_act\":\"tanh\"," + base + "}") ==
+        "config.json: hidden_act: value \"tanh\" is not supported (silu, swish, gelu*, relu)");
+}
+
 TEST_CASE("Megatron-LM command line import (GPT-3 175B example script)") {
   // Flags of examples/gpt3/train_gpt3_175b_distributed.sh (Megatron-LM).
   const std::vector<std::string> argv = {
