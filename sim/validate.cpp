@@ -225,6 +225,27 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   return out;
 }
 
+// The metrics predict_metric and predict_layer_metric below compare; a measured value of one of them must be a
+// positive number (errors are relative to it) or null. Other keys of "measured" (notes, per-schedule objects
+// such as the ZB paper's bubble_rate by schedule) are not compared.
+constexpr const char* kPredictedMetrics[] = {
+    "iteration_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct", "samples_per_gpu_per_s", "tokens_per_s_per_gpu",
+    "model_tflops_per_gpu", "memory_GB", "bubble_rate", "forward_ms_per_layer", "backward_ms_per_layer",
+    "combined_ms_per_layer"};
+
+void check_measured(const Json& row, const std::string& rw, const std::string& id) {
+  const Json& meas = row.at("measured");
+  if (!meas.is_object()) throw InputError(rw + " (" + id + ").measured: must be an object, got " + json_brief(meas));
+  for (const char* metric : kPredictedMetrics) {
+    if (!meas.contains(metric)) continue;
+    const Json& v = meas.at(metric);
+    if (v.is_null() || v.is_object()) continue;
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>()))
+      throw InputError(rw + " (" + id + "): measured." + metric + ": value " + json_brief(v) +
+                       " must be a positive number (or null when not measured)");
+  }
+}
+
 struct Prediction {
   Estimate est;
   double step_s = 0;
@@ -283,6 +304,7 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
     for (const char* k : {"id", "model", "hardware", "layout", "measured"})
       if (!row.contains(k)) throw InputError(rw + ": missing key " + k);
     const std::string id = row.at("id").is_string() ? row.at("id").get<std::string>() : rw;
+    check_measured(row, rw, id);
     try {
       const Json& hw = row.at("hardware");
       if (!hw.contains("gpu") || !hw.at("gpu").is_string()) throw InputError(rw + ".hardware.gpu: must be a string");
@@ -319,7 +341,6 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       assumed.insert(assumed.end(), best_assumed.begin(), best_assumed.end());
       if (!best_fits) assumed.push_back("predicted peak memory exceeds the GPU");
       const Json& meas = row.at("measured");
-      if (!meas.is_object()) throw InputError(rw + ".measured: must be an object");
       for (auto it = meas.begin(); it != meas.end(); ++it) {
         if (!it.value().is_number()) continue;
         const double measured = it.value().get<double>();
@@ -352,6 +373,47 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
   }
   for (const auto& [metric, a] : acc) out.mape_pct[metric] = a.first / a.second;
   return out;
+}
+
+Json select_rows(const Json& rows, const std::string& where, const std::vector<std::string>& prefixes) {
+  if (!rows.is_array()) throw InputError(where + ": expected a JSON array of rows, got " + json_brief(rows));
+  const auto id_of = [](const Json& r) {
+    return r.is_object() && r.contains("id") && r["id"].is_string() ? r["id"].get<std::string>() : std::string();
+  };
+  Json kept = Json::array();
+  for (const auto& r : rows) {
+    const std::string id = id_of(r);
+    for (const auto& p : prefixes)
+      if (id.rfind(p, 0) == 0) {
+        kept.push_back(r);
+        break;
+      }
+  }
+  std::string unmatched;
+  for (const auto& p : prefixes) {
+    bool any = false;
+    for (const auto& r : rows) any = any || id_of(r).rfind(p, 0) == 0;
+    if (any) continue;
+    if (!unmatched.empty()) unmatched += ',';
+    unmatched += p;
+  }
+  if (!unmatched.empty()) {
+    // The ids' first words (the source: korthikanti22, narayanan21...), in the file's order.
+    std::vector<std::string> heads;
+    for (const auto& r : rows) {
+      const std::string id = id_of(r);
+      const std::string head = id.substr(0, id.find('_'));
+      if (!head.empty() && std::find(heads.begin(), heads.end(), head) == heads.end()) heads.push_back(head);
+    }
+    std::string list;
+    for (const auto& h : heads) {
+      if (!list.empty()) list += ", ";
+      list += h;
+    }
+    throw InputError("--only " + unmatched + ": no row id in " + where + " starts with it (" +
+                     std::to_string(rows.size()) + " rows; ids start with: " + list + ")");
+  }
+  return kept;
 }
 
 Json validation_to_json(const ValidationResult& r) {

@@ -42,12 +42,17 @@ struct System;
 using StepTimeFn = std::function<double(const Model&, const Layout&, const System&)>;
 
 // `where` names the file for messages; InputError if the document is not an array of rows or a row is
-// malformed. Rows Tessel cannot model (MoE, missing sizes) are listed as skipped with the reason.
+// malformed, including a measured value of a metric Tessel predicts that is not a positive number (null: not
+// measured). Rows Tessel cannot model (MoE, missing sizes) are listed as skipped with the reason.
 // With `step_time`, time-based metrics use it; layout choices for null fields still use the estimate.
 // `system_override`, when given, replaces the GPU-name mapping for every row (e.g. a calibrated profile).
 ValidationResult validate_rows(const Json& rows, const std::string& where, const StepTimeFn& step_time = {},
                                const System* system_override = nullptr);
 Json validation_to_json(const ValidationResult& r);
+
+// The rows whose id starts with one of `prefixes` (--only). InputError naming every prefix that matches no
+// row, with the first ids of the file, so that a mistyped filter cannot pass as an empty report.
+Json select_rows(const Json& rows, const std::string& where, const std::vector<std::string>& prefixes);
 
 // The system preset name for a GPU description such as "NVIDIA A100 SXM 80GB"; InputError if none fits.
 std::string system_for_gpu(const std::string& gpu, const std::string& row_id);

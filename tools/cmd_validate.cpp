@@ -26,20 +26,7 @@ int validate(const Args& args) {
   }
   const std::string path = cl.positional()[0];
   Json rows = parse_json_file(path);
-  if (auto only = cl.get("--only")) {
-    if (!rows.is_array()) throw InputError(path + ": expected a JSON array of rows");
-    const auto prefixes = cl.get_list("--only");
-    Json kept = Json::array();
-    for (const auto& r : rows) {
-      const std::string id = r.is_object() && r.contains("id") && r["id"].is_string() ? r["id"].get<std::string>() : "";
-      for (const auto& p : prefixes)
-        if (id.rfind(p, 0) == 0) {
-          kept.push_back(r);
-          break;
-        }
-    }
-    rows = kept;
-  }
+  if (cl.get("--only")) rows = select_rows(rows, path, cl.get_list("--only"));
   const std::string engine = cl.get_or("--engine", "analytical");
   StepTimeFn step_fn;
   if (engine == "des") {

@@ -82,3 +82,40 @@ TEST_CASE("validate: inline rows, GPU mapping, nulls chosen and listed") {
   }
   CHECK(err.find("expected a JSON array of rows") != std::string::npos);
 }
+
+TEST_CASE("validate: a measured value that is not a positive number is rejected, naming file, row and field") {
+  // Errors are relative to the measured value: -5, 0 or a string cannot be compared and must not vanish from
+  // the report. null means not measured; keys Tessel does not predict (notes) are not checked.
+  const std::string head = R"([{"id":"a","model":{"layers":24,"hidden":2304,"heads":24,"ffn":null,"vocab":51200,
+    "seq_len":2048},"hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":64},
+    "layout":{"tp":8,"pp":1,"dp":8,"cp":1,"ep":1,"vpp":1,"micro_batch":1,"global_batch":512,
+    "num_microbatches":null,"schedule":"none","recompute":"full","sequence_parallel":false,"zero_stage":0,
+    "precision":"fp16_or_bf16"},"measured":{"note":"x","overhead_pct":-3,"tflops_per_gpu":null,"iteration_time_s":)";
+  const auto error_of = [&](const std::string& value) {
+    try {
+      validate_rows(parse_json_text(head + value + "}}]", "rows.json"), "rows.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of("1.0").empty());
+  for (const std::string v : {"-5", "0", "\"13.75\"", "true"}) {
+    CAPTURE(v);
+    CHECK(error_of(v) == "rows.json[0] (a): measured.iteration_time_s: value " + v +
+                             " must be a positive number (or null when not measured)");
+  }
+}
+
+TEST_CASE("validate --only: a prefix that matches no row is an error listing what the ids start with") {
+  const Json rows = parse_json_text(R"([{"id":"korthikanti22_a"},{"id":"korthikanti22_b"},{"id":"zb24_c"}])", "rows.json");
+  CHECK(select_rows(rows, "rows.json", {"korthikanti22"}).size() == 2);
+  CHECK(select_rows(rows, "rows.json", {"zb24_c", "korthikanti22_b"}).size() == 2);
+  std::string err;
+  try {
+    select_rows(rows, "rows.json", {"korthikanti22", "nosuchrow", "zb"});
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err == "--only nosuchrow: no row id in rows.json starts with it (3 rows; ids start with: korthikanti22, zb24)");
+}
