@@ -49,7 +49,11 @@ sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::opt
     p.costs = c;
     // Under the engine's eager transfers the order of comm ops inside a gap does not change any time, so
     // the cheapest lowering does (Auto would search orders for blocking runtimes).
-    s = sched::lower(sched::generate(l.schedule, p), sched::GapOrder::SendsFirst);
+    // Without a pipeline the schedule name does not apply (layout_problem): micro-batches run one forward
+    // and backward at a time, as Megatron's forward_backward_no_pipelining and the runtime play them, so
+    // one micro-batch's activations are held whatever the name (a GPipe order would hold all m).
+    const std::string name = l.pp == 1 && l.vpp == 1 ? "1f1b" : l.schedule;
+    s = sched::lower(sched::generate(name, p), sched::GapOrder::SendsFirst);
   }
   // A file is checked by the validator (its message is the error); generated schedules are valid by
   // construction (tests/schedule), and eager transfers cannot deadlock a valid compute order.

@@ -322,4 +322,17 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
     }
     CHECK(e.peak_memory == doctest::Approx(r.peak_bytes).epsilon(kMemoryTol));
   }
+  // Without a pipeline the name does not apply: one micro-batch at a time (Megatron's no-pipelining path),
+  // so "gpipe" at pp 1 holds one micro-batch's activations in both, as "1f1b" does.
+  Layout l;
+  l.tp = 8;
+  l.pp = 1;
+  l.dp = 1;
+  l.global_batch = 8;
+  l.schedule = "gpipe";
+  const Model llama = load_model("llama2-7b");
+  const engine::SimReport gp = engine::simulate(llama, l, sys);
+  CHECK(gp.peak_bytes == doctest::Approx(estimate(llama, l, sys).peak_memory).epsilon(kMemoryTol));
+  l.schedule = "1f1b";
+  CHECK(gp.peak_bytes == doctest::Approx(engine::simulate(llama, l, sys).peak_bytes).epsilon(1e-12));
 }
