@@ -57,7 +57,7 @@ int gen(const Args& args) {
   cli::CommandLine cl("schedule gen", args,
                       {{"--pp", true, "pipeline ranks"},
                        {"--mb", true, "micro-batches"},
-                       {"--vpp", true, "stages per rank (default 1; interleaved, looped-bfs: 2 or more; zbv, dualpipev: 2)"},
+                       {"--vpp", true, "stages per rank (default 1; interleaved, looped-bfs: 2 or more; zbv, dualpipev: 2; zb1p: any)"},
                        {"--costs", true, "F,B,W,C per-op times for zb-greedy/zb2p and the summary"},
                        {"--mem-limit", true, "activations per rank (zb-greedy, zb2p)"},
                        {"--lower", false, "insert SEND/RECV"},
@@ -69,7 +69,6 @@ int gen(const Args& args) {
   if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("tessel schedule gen: --pp and --mb are required");
   p.pp = static_cast<int>(*cl.get_int("--pp", 1, 4096));
   p.microbatches = static_cast<int>(*cl.get_int("--mb", 1, 1 << 20));
-  const bool multi = name == "interleaved" || name == "looped-bfs", vshape = name == "zbv" || name == "dualpipev";
   p.vpp = static_cast<int>(cl.get_int("--vpp", 1, 256).value_or(1));
   const Costs costs = parse_costs(cl);
   if (cl.has("--costs")) p.costs = costs;
@@ -77,12 +76,10 @@ int gen(const Args& args) {
   if (p.mem_limit && name != "zb-greedy" && name != "zb2p")
     throw InputError("--mem-limit " + std::to_string(*p.mem_limit) + ": only zb-greedy and zb2p take an activation limit; " +
                      name + "'s in-flight activations are fixed by its algorithm (check them with schedule validate --mem-limit)");
-  // The stages-per-rank rules of the layouts (sim/layout.cpp): a generator asked for another count would
-  // quietly emit a different schedule (interleaved with vpp 1 is plain 1F1B).
-  if (multi && p.vpp < 2) throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " needs vpp > 1");
-  if (vshape && p.vpp != 2) throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " needs exactly 2 stages per rank");
-  if (!multi && !vshape && p.vpp != 1)
-    throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " takes one stage per rank (vpp 1)");
+  // The generators check their stages per rank, except that interleaved and looped BFS with one would
+  // quietly emit plain 1F1B / GPipe (sim/layout.cpp refuses those layouts too).
+  if ((name == "interleaved" || name == "looped-bfs") && p.vpp < 2)
+    throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " needs vpp > 1");
   if (auto out = cl.get("-o")) check_writable(*out, "-o");
   Schedule s = generate(name, p);
   if (cl.flag("--lower")) s = lower(s);

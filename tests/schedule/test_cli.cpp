@@ -48,7 +48,9 @@ TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
   CHECK(run("gen interleaved --pp 4 --mb 8 --vpp 1", log) == 2);
   CHECK(tessel::read_text_file(log).find("--vpp 1: interleaved needs vpp > 1") != std::string::npos);
   CHECK(run("gen gpipe --pp 4 --mb 8 --vpp 2", log) == 2);
-  CHECK(tessel::read_text_file(log).find("gpipe takes one stage per rank") != std::string::npos);
+  CHECK(tessel::read_text_file(log).find("gpipe is a single-stage schedule") != std::string::npos);
+  CHECK(run("gen zb1p --pp 2 --mb 8 --vpp 2 -o " + d + "/zi.csv", log) == 0);  // PyTorch's interleaved ZB
+  CHECK(run("diff " + d + "/zi.csv " + tessel::test::source_root() + "/tests/golden/schedules/zb1p_p2_m8_v2.csv", log) == 0);
   CHECK(run("gen 1f1b --pp 4 --mb 8 --mem-limit 2", log) == 2);
   CHECK(tessel::read_text_file(log).find("--mem-limit 2: only zb-greedy and zb2p") != std::string::npos);
   CHECK(run("gen zb2p --pp 4 --mb 8 --mem-limit 6 -o " + d + "/z.csv", log) == 0);
