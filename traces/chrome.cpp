@@ -132,8 +132,9 @@ void put_metadata(std::string& out, const Trace& t, std::vector<std::string>& li
   }
 }
 
-// v1 flows: the sender (op "send", else the earliest event of the id) gets "s", every other event of the
-// id an "f" with "bp":"e"; both at the slice's start so Perfetto binds them to the enclosing slice.
+// v1 flows: the sender (op "send", else the earliest event of the id) gets "s" at its slice's start, every
+// other event of the id an "f" with "bp":"e" inside its own slice, no earlier than the "s": a receiver posts
+// its recv before the matching send starts, and Perfetto drops a flow whose end precedes its start.
 void put_flows(const Trace& t, std::vector<std::string>& lines) {
   std::map<std::int64_t, std::vector<std::size_t>> by_id;
   for (std::size_t i = 0; i < t.events.size(); ++i) {
@@ -146,13 +147,14 @@ void put_flows(const Trace& t, std::vector<std::string>& lines) {
       if (sa != sb) return sa;
       return t.events[a].start_us < t.events[b].start_us;
     });
+    const double start = t.events[idx[0]].start_us;
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const OpEvent& e = t.events[idx[k]];
       std::string out = k == 0 ? R"({"ph":"s")" : R"({"ph":"f","bp":"e")";
       out += R"(,"name":"p2p","cat":"flow","id":)"; put_int(out, id);
       out += R"(,"pid":)"; put_int(out, e.rank);
       out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
-      out += R"(,"ts":)"; put_us(out, e.start_us);
+      out += R"(,"ts":)"; put_us(out, k == 0 ? e.start_us : std::clamp(start, e.start_us, e.start_us + e.dur_us));
       out += '}';
       lines.push_back(std::move(out));
     }

@@ -96,6 +96,35 @@ TEST_CASE("the same trace gives the same bytes, and the layout follows the contr
   CHECK(nlohmann::json::parse(to_chrome_json(t))["otherData"]["version"].get<std::string>().rfind("tessel ", 0) == 0);
 }
 
+// A receiver posts its recv before the matching send starts (the CPU runtime's traces: most of them). The
+// flow's end must not precede its start, else Perfetto drops the arrow (flow_end_without_start); it sits
+// inside the recv slice, at the send's start when the recv began earlier.
+TEST_CASE("a flow ends no earlier than it starts, inside the receiving slice") {
+  Trace t;
+  OpEvent send, recv, late;
+  send.rank = 0, send.stream = Stream::pp, send.op = "send", send.name = "send", send.start_us = 100, send.dur_us = 5;
+  recv.rank = 1, recv.stream = Stream::pp, recv.op = "recv", recv.name = "recv", recv.start_us = 40, recv.dur_us = 80;
+  late = recv;
+  late.start_us = 130;  // posted after the send began: its own start
+  send.flow_id = recv.flow_id = 7;
+  OpEvent send2 = send;
+  send2.flow_id = late.flow_id = 8;
+  t.events = {send, recv, send2, late};
+  std::map<std::int64_t, double> s_ts;
+  std::vector<std::pair<std::int64_t, double>> f_ts;
+  const auto doc = nlohmann::json::parse(to_chrome_json(t));
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "s") s_ts[e["id"].get<std::int64_t>()] = e["ts"].get<double>();
+    if (e["ph"] == "f") f_ts.emplace_back(e["id"].get<std::int64_t>(), e["ts"].get<double>());
+  }
+  REQUIRE(f_ts.size() == 2);
+  for (const auto& f : f_ts) {
+    CAPTURE(f.first);
+    CHECK(s_ts.at(f.first) == doctest::Approx(100));
+    CHECK(f.second == doctest::Approx(f.first == 7 ? 100 : 130));
+  }
+}
+
 TEST_CASE("gzip-compressed traces and bare arrays are read") {
   Trace t = test::two_stage_trace();
   std::string path = test::temp_path("trace.json.gz");
