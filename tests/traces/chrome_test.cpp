@@ -125,6 +125,24 @@ TEST_CASE("a flow ends no earlier than it starts, inside the receiving slice") {
   }
 }
 
+// Back-to-back slices stay back to back at the printed nanosecond: start 0.6 ns, 999.8 ns long, ends where
+// the next begins (1000.4 ns). Rounded apart, ts 0.001 + dur 1.000 would end 1 ns into the next slice.
+TEST_CASE("printed slices of one lane do not overlap by rounding") {
+  Trace t;
+  OpEvent a;
+  a.rank = 0, a.stream = Stream::compute, a.op = "forward", a.name = "F", a.start_us = 0.0006, a.dur_us = 0.9998;
+  OpEvent b = a;
+  b.start_us = 1.0004;
+  t.events = {a, b};
+  const auto doc = nlohmann::json::parse(to_chrome_json(t));
+  std::vector<std::pair<double, double>> x;
+  for (const auto& e : doc["traceEvents"])
+    if (e["ph"] == "X") x.emplace_back(e["ts"].get<double>(), e["dur"].get<double>());
+  REQUIRE(x.size() == 2);
+  CHECK(x[0].first + x[0].second <= x[1].first + 1e-9);
+  CHECK(x[0].second == doctest::Approx(0.999));
+}
+
 TEST_CASE("gzip-compressed traces and bare arrays are read") {
   Trace t = test::two_stage_trace();
   std::string path = test::temp_path("trace.json.gz");
