@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared device check of issue 7 (about 8 minutes on one H200). Two modes:
+# The one prepared device check of issue 7 (about 8 minutes on one H200). Four modes:
 #
 #   tools/device-check.sh prepare     HERE (the development machine): collects the header-only and static
 #                                      dependencies the device image lacks (it has nvcc, cmake, ninja, meson
@@ -34,6 +34,19 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+
+# Anything but the four modes stops here: a typo must not start the device run (minutes of GPU time).
+case "${1:-}" in
+  "" | prepare | prepare-bin | dry-run) ;;
+  -h | --help | help)
+    sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
+    exit 0
+    ;;
+  *)
+    echo "tools/device-check.sh: unknown mode '$1' (modes: prepare, prepare-bin, dry-run, or none for the run on the device; --help)" >&2
+    exit 2
+    ;;
+esac
 
 if [ "${1:-}" = "prepare" ]; then
   set -e
