@@ -52,6 +52,7 @@ struct TaskInfo {
   std::int32_t peer = -1;      // transfers: the receiver
   std::int32_t group = -1;     // collectives: index into Job::groups
   std::int32_t stage = -1, mb = -1;
+  std::int32_t peer_stage = -1;  // transfers: the consuming stage (the recv's, as the runtime labels it)
   OpKind op = OpKind::forward;
   trace::Stream stream = trace::Stream::compute;
   std::int32_t piece = 0, pieces = 1;  // a backward split into gradient-bucket pieces

@@ -175,6 +175,7 @@ void JobBuilder::walk_comm(int pos, const sched::Action& a) {
     ti.op = OpKind::transfer;
     ti.stream = trace::Stream::pp;
     ti.stage = producer;
+    ti.peer_stage = consumer;
     ti.mb = a.mb;
     ti.bytes = spec_.costs.p2p_bytes;
     job_.info.push_back(ti);

@@ -85,6 +85,14 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
       trace::OpEvent recv = base_event(r, c, t, ti.peer);
       recv.op = ti.op == OpKind::transfer ? "recv" : e.op;
       recv.flow_id = e.flow_id;
+      if (ti.op == OpKind::transfer && ti.peer_stage >= 0) {  // the consumer's action, as the runtime records it
+        const int s = ti.peer_stage;
+        recv.stage = s;
+        recv.chunk = r.schedule.chunk_of(s);
+        recv.layer_begin = r.layout.first_layer_of_stage(s, r.model.layers);
+        recv.layer_end = recv.layer_begin + r.workload.stages[static_cast<std::size_t>(s)].layers;
+        recv.name = "recv s" + std::to_string(s) + " mb" + std::to_string(ti.mb) + " <- rank " + std::to_string(e.rank);
+      }
       out.events.push_back(e);
       out.events.push_back(recv);
       continue;

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <map>
 
 #include "models/util/error.hpp"
 #include "sim/engine/sim_trace.hpp"
@@ -259,4 +260,40 @@ TEST_CASE("simulator: bad input") {
     CHECK(r.peak_bytes > sys.gpu.memory_bytes);
     CHECK(r.step_s > 0);
   }
+}
+
+// A recv is the consuming stage's action, as the runtime records it (PyTorch's 1RECV_F0 / 0RECV_B0): on
+// the receiving rank, with that stage's chunk and layers, so a simulated and a measured trace align op by
+// op. Forward activations go from stage s to s + 1, gradients from s + 1 to s; each send has one recv
+// (the same flow id) on the rank that holds the other stage.
+TEST_CASE("simulated recvs carry the receiving stage, its chunk and layers") {
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("llama2-7b");
+  Layout l;
+  l.tp = 1;
+  l.pp = 2;
+  l.dp = 1;
+  l.vpp = 2;
+  l.schedule = "zbv";
+  l.global_batch = 8;
+  const SimReport r = simulate(m, l, sys);
+  const trace::Trace t = to_trace(r, sys);
+  std::map<std::int64_t, const trace::OpEvent*> send_of;
+  for (const auto& e : t.events)
+    if (e.op == "send") send_of[e.flow_id] = &e;
+  int recvs = 0;
+  for (const auto& e : t.events) {
+    if (e.op != "recv") continue;
+    ++recvs;
+    const trace::OpEvent& s = *send_of.at(e.flow_id);
+    CAPTURE(e.name);
+    CHECK(std::abs(e.stage - s.stage) == 1);
+    CHECK(e.rank == r.schedule.rank_of(e.stage));
+    CHECK(e.chunk == r.schedule.chunk_of(e.stage));
+    CHECK(e.layer_begin == l.first_layer_of_stage(e.stage, m.layers));
+    CHECK(e.layer_end == e.layer_begin + l.layers_of_stage(e.stage, m.layers));
+    CHECK(e.mb == s.mb);
+  }
+  CHECK(recvs == int(send_of.size()));
+  CHECK(recvs > 0);
 }
