@@ -2,7 +2,8 @@
 //
 // Ops carry the simulator's identity (op kind, stage, chunk, mb, layers) so a measured and a simulated
 // trace of the same layout align op by op (traces/trace.hpp). Communication ops issued inside a compute op
-// (tensor-parallel collectives) inherit its stage/chunk/mb from `context`.
+// (tensor-parallel collectives) inherit its stage/chunk/mb from `context`, and inside one layer that layer
+// alone as their layer range (the simulator draws them per layer).
 // The memory tracker counts bytes of activations held for the backward (saved tensors, recomputation
 // buffers while alive, pending weight-gradient inputs); its peak is what the cost model predicts.
 #pragma once

@@ -188,12 +188,14 @@ TEST_CASE("--only-rank plays one rank of tp2 pp2 alone and records its communica
   REQUIRE(rc == 0);
   CHECK(text.find("only rank 3") != std::string::npos);
   const trace::Trace t = trace::read_chrome_trace(o.trace_path);
-  int recv = 0, send = 0, tp = 0, compute = 0;
+  int recv = 0, send = 0, tp = 0, compute = 0, tp_in_layer = 0;
   for (const auto& e : t.events) {
     CHECK(e.rank == 3);
     if (e.stream == trace::Stream::pp && e.op == "recv") recv += e.bytes > 0;
     if (e.stream == trace::Stream::pp && e.op == "send") send += e.bytes > 0;
     if (e.stream == trace::Stream::tp) tp += e.bytes > 0;
+    // Inside a layer a collective carries that layer alone, as the simulator's trace (one per layer).
+    if (e.stream == trace::Stream::tp) tp_in_layer += e.layer_end - e.layer_begin == 1;
     if (e.stream == trace::Stream::compute && (e.op == "forward" || e.op == "backward")) ++compute;
   }
   // Every micro-batch of both steps (global batch 16 / micro-batch 2: 8 a step) is received, computed
@@ -203,6 +205,8 @@ TEST_CASE("--only-rank plays one rank of tp2 pp2 alone and records its communica
   CHECK(send == mbs);
   CHECK(compute == 2 * mbs);
   CHECK(tp > 0);
+  CHECK(tp_in_layer > 0);
+  CHECK(tp_in_layer < tp);  // the head's vocab-parallel collectives keep the stage's range
   fs::remove(trace);
 }
 
