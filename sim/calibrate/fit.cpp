@@ -57,10 +57,14 @@ struct ComputeFit {
 };
 
 // One weighted NNLS per roofline classification, until the classification stops changing.
-ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, Precision p) {
+// fixed_w > 0: the memory rate is not fitted but given (1/fixed_w, the rate the profile is written with when
+// kernel rows set it): the membw rows are left out (their rate is not the profile's), a memory-bound GEMM's
+// bytes * w moves to the right-hand side, and the rows determine only u, v and c.
+ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, Precision p, double fixed_w = 0) {
   std::vector<GemmCoef> coef;
   for (const GemmRow& r : b.gemm) coef.push_back(gemm_coef(base, tile, p, r));
-  const int rows = static_cast<int>(b.gemm.size() + b.membw.size());
+  const bool fixed = fixed_w > 0;
+  const int rows = static_cast<int>(b.gemm.size() + (fixed ? 0 : b.membw.size()));
   ComputeFit f, best;
   f.memory_bound.assign(b.gemm.size(), false);
   best.sse = -1;
@@ -75,25 +79,32 @@ ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, P
       const double wgt = 1.0 / b.gemm[i].time_s;
       const int r = static_cast<int>(i);
       if (f.memory_bound[i]) {
-        A.at(r, kW) = coef[i].bytes * wgt;
+        if (fixed) y[r] -= coef[i].bytes * fixed_w * wgt;
+        else A.at(r, kW) = coef[i].bytes * wgt;
       } else {
         A.at(r, kU) = coef[i].a * wgt;
         A.at(r, kV) = coef[i].b * wgt;
       }
       A.at(r, kC) = wgt;
     }
-    for (std::size_t i = 0; i < b.membw.size(); ++i) {
+    for (std::size_t i = 0; i < (fixed ? 0 : b.membw.size()); ++i) {
       const int r = static_cast<int>(b.gemm.size() + i);
       const double wgt = 1.0 / b.membw[i].time_s;
       A.at(r, kW) = b.membw[i].bytes * wgt;  // memory_time's coefficient of w is the bytes moved
       A.at(r, kC) = wgt;                      // one kernel launch
     }
     f.x = nnls(A, y);
+    if (fixed) f.x[kW] = fixed_w;
+    // The error of the model itself (each GEMM on the higher of its two rooflines), not of this iteration's
+    // classification: a classification that ignores a roofline the rates put a row on must not win.
     f.sse = 0;
-    for (int r = 0; r < rows; ++r) {
-      double pred = 0;
-      for (int c = 0; c < kCols; ++c) pred += A.at(r, c) * f.x[c];
-      f.sse += (pred - 1) * (pred - 1);
+    for (std::size_t i = 0; i < b.gemm.size(); ++i) {
+      const double t = std::max(coef[i].a * f.x[kU] + coef[i].b * f.x[kV], coef[i].bytes * f.x[kW]) + f.x[kC];
+      f.sse += (t / b.gemm[i].time_s - 1) * (t / b.gemm[i].time_s - 1);
+    }
+    for (std::size_t i = 0; i < (fixed ? 0 : b.membw.size()); ++i) {
+      const double t = b.membw[i].bytes * f.x[kW] + f.x[kC];
+      f.sse += (t / b.membw[i].time_s - 1) * (t / b.membw[i].time_s - 1);
     }
     if (best.sse < 0 || f.sse < best.sse) best = f;
     for (std::size_t i = 0; i < b.gemm.size(); ++i) {
@@ -206,42 +217,57 @@ double kernel_time(const KernelRow& r, const System& s, Precision p) {
   return r.path == "attention" ? cost::attention_time(s.gpu, p, r.flops, r.bytes) : cost::memory_time(s.gpu, r.bytes, 1);
 }
 
-// Memory and attention rates from the runtime's kernel rows (see fit.hpp), each from the rows' totals.
-void fit_kernel_rows(const BenchData& bench, Precision p, FitResult& out) {
-  System& s = out.profile;
-  std::vector<double> am, tm, nm, aa, ta, na;
-  for (const KernelRow& r : bench.kernels) {
+// 1/rate of the runtime's memory-path kernel rows (see fit.hpp) with kernel overhead c: from the rows' totals.
+// 0 when there are no such rows.
+double kernel_memory_w(const BenchData& bench, double c) {
+  std::vector<double> a, t, n;
+  for (const KernelRow& r : bench.kernels)
     if (r.path == "memory") {
-      am.push_back(r.bytes);
-      tm.push_back(r.time_s);
-      nm.push_back(r.per_step);
-    } else {
+      a.push_back(r.bytes);
+      t.push_back(r.time_s);
+      n.push_back(r.per_step);
+    }
+  if (a.empty()) return 0;
+  const double w = fit_total_rate(a, t, n, c);
+  if (!(w > 0)) throw InputError("calibrate: the memory kernel rows do not determine a rate (fitted 1/rate <= 0)");
+  return w;
+}
+
+// The attention rate from the runtime's attention-path kernel rows, from their totals (kernel overhead c).
+void fit_attention_rows(const BenchData& bench, Precision p, double c, FitResult& out) {
+  System& s = out.profile;
+  std::vector<double> aa, ta, na;
+  for (const KernelRow& r : bench.kernels)
+    if (r.path == "attention") {
       aa.push_back(r.flops);  // compute branch of attention_time; its memory branch is far below on a CPU
       ta.push_back(r.time_s);
       na.push_back(r.per_step);
     }
+  if (aa.empty()) return;
+  const double u = fit_total_rate(aa, ta, na, c);
+  if (!(u > 0)) throw InputError("calibrate: the attention kernel rows do not determine a rate (fitted 1/rate <= 0)");
+  out.attention_rate = 1.0 / u;
+  const double peak = s.gpu.peak(p);
+  const double e = out.attention_rate / peak;
+  if (e < 0.01 || e > 1.0) {
+    std::ostringstream os;
+    os << "attention: fitted rate " << out.attention_rate << " FLOP/s is " << e << " of the " << to_string(p)
+       << " peak; clamped to the schema's efficiency range [0.01, 1]";
+    out.notes.push_back(os.str());
   }
-  const double c = s.gpu.kernel_overhead_s;
-  if (!am.empty()) {
-    const double w = fit_total_rate(am, tm, nm, c);
-    if (!(w > 0)) throw InputError("calibrate: the memory kernel rows do not determine a rate (fitted 1/rate <= 0)");
-    out.mem_rate = 1.0 / w;
-    set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps (runtime kernels)", out.notes);
+  s.gpu.attention_efficiency = std::clamp(e, 0.01, 1.0);
+}
+
+// 1/rate of the STREAM rows alone with the kernel overhead held at c (weighted relative least squares, one
+// parameter): the copy loops' rate, reported next to the runtime kernels' rate the profile carries.
+double stream_w(const std::vector<MemRow>& rows, double c) {
+  double num = 0, den = 0;
+  for (const MemRow& r : rows) {
+    const double q = r.bytes / r.time_s;
+    num += q * (1 - c / r.time_s);
+    den += q * q;
   }
-  if (!aa.empty()) {
-    const double u = fit_total_rate(aa, ta, na, c);
-    if (!(u > 0)) throw InputError("calibrate: the attention kernel rows do not determine a rate (fitted 1/rate <= 0)");
-    out.attention_rate = 1.0 / u;
-    const double peak = s.gpu.peak(p);
-    const double e = out.attention_rate / peak;
-    if (e < 0.01 || e > 1.0) {
-      std::ostringstream os;
-      os << "attention: fitted rate " << out.attention_rate << " FLOP/s is " << e << " of the " << to_string(p)
-         << " peak; clamped to the schema's efficiency range [0.01, 1]";
-      out.notes.push_back(os.str());
-    }
-    s.gpu.attention_efficiency = std::clamp(e, 0.01, 1.0);
-  }
+  return den > 0 ? num / den : 0;
 }
 
 }  // namespace
@@ -278,18 +304,48 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
     throw InputError("calibrate: one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
 
   // Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate.
-  if (!bench.gemm.empty() || !bench.membw.empty()) {
+  // fixed_w > 0: the memory rate is given (see fit_compute).
+  auto fit_tiles = [&](double fixed_w) {
     std::vector<GemmTile> cands = bench.gemm.empty() ? std::vector<GemmTile>{base.gpu.gemm_tiles.front()}
                                                      : tile_candidates(base, opts);
     ComputeFit best;
     bool have = false;
     for (const GemmTile& t : cands) {
-      ComputeFit f = fit_compute(bench, base.gpu, t, p);
+      ComputeFit f = fit_compute(bench, base.gpu, t, p, fixed_w);
       // Strictly better by more than rounding, so among tiles the data cannot tell apart the first wins.
       if (!have || f.sse < best.sse * (1 - 1e-9) - 1e-300) {
         best = f;
         out.tile = t;
         have = true;
+      }
+    }
+    return best;
+  };
+  if (!bench.gemm.empty() || !bench.membw.empty()) {
+    ComputeFit best = fit_tiles(0);
+    if (!bench.membw.empty()) {
+      if (!(best.x[kW] > 0)) throw InputError("calibrate: the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
+      out.mem_rate = out.stream_rate = 1.0 / best.x[kW];
+    }
+    // Runtime kernel rows set the profile's one memory rate (sim/cost has no other), which is also every
+    // GEMM's memory roofline: refit the GEMM rows at that rate, so the profile written is the one the GEMM
+    // parameters were fitted in (a GEMM fitted against the copy loops' rate and then put on a 100x slower
+    // roofline was predicted 3x slow, and reported as compute-bound). The kernel rate depends on the kernel
+    // overhead the GEMM fit returns: iterate to the fixed point (c moves by less than rounding after 2-3
+    // passes; it enters the kernel rows only as t_i - c with c << t_i).
+    if (const double w0 = kernel_memory_w(bench, best.x[kC]); w0 > 0) {
+      double w = w0;
+      for (int iter = 0; iter < 20 && !bench.gemm.empty(); ++iter) {
+        const double c = best.x[kC];
+        best = fit_tiles(w);
+        w = kernel_memory_w(bench, best.x[kC]);
+        if (std::abs(best.x[kC] - c) <= 1e-12 * std::max(c, 1e-9)) break;
+      }
+      best.x[kW] = w;
+      out.mem_rate = 1.0 / w;
+      if (!bench.membw.empty()) {
+        const double ws = stream_w(bench.membw, best.x[kC]);
+        out.stream_rate = ws > 0 ? 1.0 / ws : 0;
       }
     }
     const std::vector<double>& x = best.x;
@@ -305,23 +361,31 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
       set_rate(peak, s.gpu.gemm_efficiency, out.gemm_rate, "gpu.peak_tflops." + to_string(p), out.notes);
       s.gpu.gemm_k_overhead = out.k_overhead;
       s.gpu.gemm_tiles = {out.tile};
-      // Attention is not benchmarked: keep its absolute rate from the base system.
+      // Attention is not benchmarked by these rows: keep its absolute rate from the base system.
       s.gpu.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
     } else {
       out.notes.push_back("no GEMM rows: GEMM efficiency, K overhead and tiles kept from " + base.name);
     }
-    if (!bench.membw.empty()) {
-      if (!(x[kW] > 0)) throw InputError("calibrate: the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
-      out.mem_rate = out.stream_rate = 1.0 / x[kW];
-      set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps", out.notes);
-    } else {
-      out.notes.push_back("no membw rows: memory bandwidth kept from " + base.name);
+    if (out.mem_rate > 0) {
+      const bool kern = out.mem_rate != out.stream_rate;
+      set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate,
+               kern ? "gpu.memory_GBps (runtime kernels)" : "gpu.memory_GBps", out.notes);
+      if (kern && out.gemm_memory_bound > 0) {
+        std::ostringstream os;
+        os << out.gemm_memory_bound << " of " << bench.gemm.size() << " GEMM rows are on the memory roofline at the runtime kernels' rate "
+           << out.mem_rate / 1e9 << " GB/s (the cost model has one memory rate for element-wise kernels and the GEMM roofline)";
+        out.notes.push_back(os.str());
+      }
     }
+    if (!(out.mem_rate > 0)) out.notes.push_back("no membw or memory kernel rows: memory bandwidth kept from " + base.name);
   } else {
     out.notes.push_back("no GEMM or membw rows: compute numbers kept from " + base.name);
+    if (const double w = kernel_memory_w(bench, s.gpu.kernel_overhead_s); w > 0) {
+      out.mem_rate = 1.0 / w;
+      set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps (runtime kernels)", out.notes);
+    }
   }
-
-  if (!bench.kernels.empty()) fit_kernel_rows(bench, p, out);
+  fit_attention_rows(bench, p, s.gpu.kernel_overhead_s, out);
 
   // Communication: one alpha/beta for the intra-node link from the chosen communicator's rows.
   std::vector<CollRow> rows;

@@ -67,7 +67,9 @@ struct FitResult {
 // profile's memory rate (memory path rows; they replace the STREAM rows' rate, which stays in the report) and
 // its attention rate (attention path rows), each the rate that gets the rows' total time right with the kernel
 // overhead of the GEMM fit held fixed (a step's time on a path is a sum dominated by its slowest kernels, so
-// totals, not relative errors): what the runtime runs, not what a copy loop reaches.
+// totals, not relative errors): what the runtime runs, not what a copy loop reaches. The memory rate is also
+// the GEMMs' memory roofline (sim/cost has one), so the GEMM rows are then refitted at it: the profile and the
+// reported GEMM numbers and residuals are the ones the simulator uses.
 // InputError when a category has rows but too few to determine its parameters, or the fit is degenerate
 // (a zero rate). Categories without rows keep the base system's numbers (said in notes).
 FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts = {});
