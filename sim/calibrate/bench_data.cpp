@@ -1,6 +1,7 @@
 #include "sim/calibrate/bench_data.hpp"
 
 #include <cmath>
+#include <sstream>
 
 namespace tessel::calib {
 
@@ -20,6 +21,24 @@ const Json& array_of(JsonObject& o, const std::string& key) {
 
 std::string row_path(const std::string& key, std::size_t i) { return key + "[" + std::to_string(i) + "]"; }
 
+// Derived columns (rates computed from a row's primary time and size) are checked against their primaries:
+// a row whose GFLOP/s or GB/s disagrees was edited or mis-transcribed, and the fit would silently use the
+// primaries. The writer (bench_to_json) stores full doubles, so its own rows agree to ~1e-15; 1% admits a
+// value rounded to 3 significant digits (at most 0.5% off) and nothing that changes a fit visibly.
+constexpr double kDerivedTol = 0.01;
+
+void check_derived(JsonObject& o, const std::string& key, double expected, const std::string& rule) {
+  if (!o.has(key)) return;
+  const double v = o.number(key, 0, 1e30);
+  if (std::abs(v - expected) > kDerivedTol * std::abs(expected)) {
+    std::ostringstream os;
+    os.precision(6);
+    os << "value " << v << " contradicts the row's primary measurements: " << rule << " = " << expected
+       << " (derived columns must agree within 1%)";
+    o.fail(key, os.str());
+  }
+}
+
 GemmRow read_gemm(const Json& j, const std::string& where, const std::string& path) {
   JsonObject o(j, where, path);
   GemmRow r;
@@ -28,7 +47,7 @@ GemmRow read_gemm(const Json& j, const std::string& where, const std::string& pa
   r.k = o.integer("k", 1, 1 << 20);
   r.batch = o.integer("batch", 1, 1 << 20);
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
-  o.ignore("gflops");
+  check_derived(o, "gflops", 2.0 * r.m * r.n * r.k * r.batch / r.time_s / 1e9, "2 m n k batch / time_us / 1e3");
   o.finish();
   return r;
 }
@@ -39,7 +58,7 @@ MemRow read_mem(const Json& j, const std::string& where, const std::string& path
   r.kernel = o.choice("kernel", {"copy", "triad"});
   r.bytes = o.number("bytes", 1, kMaxBytes);
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
-  o.ignore("GBps");
+  check_derived(o, "GBps", r.bytes / r.time_s / 1e9, "bytes / time_us / 1e3");
   o.finish();
   return r;
 }
@@ -48,13 +67,36 @@ CollRow read_coll(const Json& j, const std::string& where, const std::string& pa
   JsonObject o(j, where, path);
   CollRow r;
   r.comm = o.choice("comm", {"thread", "mpi"});
+  using cost::Collective;
   r.collective = parse_collective_name(o.string("collective"), where + ": " + o.key_path("collective"));
+  // The collectives the fit has a line for (fit_profile): a row of another (all_to_all) would be dropped
+  // from the report or, worse, averaged into the link unseen.
+  if (r.collective == Collective::all_to_all)
+    o.fail("collective", "'all_to_all' is not fitted by calibrate (all_reduce, all_gather, reduce_scatter, broadcast, send_recv)");
   r.ranks = static_cast<int>(o.integer("ranks", 2, 1 << 16));
   r.bytes = o.number("bytes", 1, kMaxBytes);
   r.count = o.integer("count", 1, static_cast<std::int64_t>(kMaxBytes));
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
-  // Derived columns (nccl-tests' algbw/busbw, type, redop) are for people; the fit recomputes from bytes.
-  for (const char* k : {"algbw_GBps", "busbw_GBps", "type", "redop"}) o.ignore(k);
+  // nccl-tests' derived columns must agree with the primaries (time, bytes): count is elements of 4-byte
+  // floats per rank block (bytes = count x 4, x ranks for all_gather/reduce_scatter, as runtime/comm's bench
+  // writes them; integers, so exactly), algbw = bytes / time, busbw = algbw x bus factor.
+  if (o.has("type") && o.string("type") != "float") o.fail("type", "value '" + o.string("type") + "' must be \"float\" (the bench's element type)");
+  const bool gathered = r.collective == Collective::all_gather || r.collective == Collective::reduce_scatter;
+  const double expect_bytes = 4.0 * static_cast<double>(r.count) * (gathered ? r.ranks : 1);
+  if (expect_bytes != r.bytes) {
+    std::ostringstream os;
+    os.precision(15);
+    os << "value " << r.count << " contradicts bytes " << r.bytes << ": bytes must be count x 4"
+       << (gathered ? " x ranks" : "") << " = " << expect_bytes << " for " << cost::to_string(r.collective);
+    o.fail("count", os.str());
+  }
+  if (o.has("redop")) {
+    const std::string want = r.collective == Collective::all_reduce || r.collective == Collective::reduce_scatter ? "sum" : "none";
+    if (o.string("redop") != want) o.fail("redop", "value '" + o.string("redop") + "' must be '" + want + "' for " + cost::to_string(r.collective));
+  }
+  const double algbw = r.bytes / r.time_s / 1e9;
+  check_derived(o, "algbw_GBps", algbw, "bytes / time_us / 1e3");
+  check_derived(o, "busbw_GBps", algbw * cost::bus_factor(r.collective, r.ranks), "algbw_GBps x bus factor");
   o.finish();
   return r;
 }
@@ -62,20 +104,34 @@ CollRow read_coll(const Json& j, const std::string& where, const std::string& pa
 KernelRow read_kernel(const Json& j, const std::string& where, const std::string& path) {
   JsonObject o(j, where, path);
   KernelRow r;
-  r.kernel = o.string("kernel");
+  r.kernel = o.choice("kernel", kernel_names());
   r.path = o.choice("path", {"memory", "attention"});
+  if (r.path != kernel_path(r.kernel))
+    o.fail("path", "value '" + r.path + "' contradicts kernel '" + r.kernel + "', which the cost model charges on the " +
+                       kernel_path(r.kernel) + " path");
   r.bytes = o.number("bytes", 1, kMaxBytes);
   r.flops = o.number("flops", 0, 1e18);
   if (r.path == "attention" && !(r.flops > 0)) o.fail("flops", "must be > 0 on the attention path");
   r.per_step = o.opt_number("per_step", 0, 1e9).value_or(1.0);
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
-  o.ignore("GBps");
-  o.ignore("gflops");
+  check_derived(o, "GBps", r.bytes / r.time_s / 1e9, "bytes / time_us / 1e3");
+  check_derived(o, "gflops", r.flops / r.time_s / 1e9, "flops / time_us / 1e3");
   o.finish();
   return r;
 }
 
 }  // namespace
+
+const std::vector<std::string>& kernel_names() {
+  static const std::vector<std::string> names = {
+      "layernorm_fwd", "layernorm_bwd", "gelu_fwd",      "gelu_bwd",      "cross_entropy_fwd", "cross_entropy_bwd",
+      "embedding_fwd", "embedding_bwd", "attention_fwd", "attention_bwd", "adamw"};
+  return names;
+}
+
+std::string kernel_path(const std::string& name) {
+  return name == "attention_fwd" || name == "attention_bwd" ? "attention" : "memory";
+}
 
 cost::Collective parse_collective_name(const std::string& name, const std::string& where) {
   using cost::Collective;
@@ -93,6 +149,7 @@ BenchData parse_bench(const Json& j, const std::string& where) {
     throw InputError(where + ": not a tessel bench document (\"format\" must be \"tessel-bench\"; write one with `tessel bench --json`)");
   o.integer("version", 1, 1);
   BenchData b;
+  b.origin = where;
   b.backend = o.choice("backend", {"cpu", "cuda"});
   b.gemm_backend = o.string("gemm_backend");
   b.precision = o.choice("precision", {"fp32", "bf16", "fp16"});

@@ -9,6 +9,8 @@
 //    "membw":       [{"kernel": "copy"|"triad", "bytes", "time_us"}],             bytes = read + written
 //    "collectives": [{"comm": "thread"|"mpi", "collective", "ranks", "bytes", "count", "time_us",
 //                     "algbw_GBps", "busbw_GBps"}],                               bytes as nccl-tests' S
+//    derived columns (gemm gflops, GBps, count, type, redop, algbw/busbw) are optional and must agree with
+//    the primaries (time_us and the size/shape): rates within 1%, count exactly
 //    "kernels":     [{"kernel", "path": "memory"|"attention", "bytes", "flops", "per_step", "time_us"}]}  optional
 // kernels rows time the runtime's own non-GEMM CPU kernels (layer norm, GELU, attention core, cross-entropy,
 // AdamW, embedding) at a model's shapes; bytes and flops are what the cost model charges for that op
@@ -56,6 +58,7 @@ struct CollRow {
 };
 
 struct BenchData {
+  std::string origin = "bench";  // the file (for messages of the fit)
   std::string backend = "cpu";
   std::string gemm_backend;
   std::string precision = "fp32";
@@ -71,6 +74,11 @@ struct BenchData {
 BenchData parse_bench(const Json& j, const std::string& where);
 BenchData load_bench(const std::string& path);
 Json bench_to_json(const BenchData& b);
+
+// The runtime kernels `tessel bench` times (tools/cmd_bench.cpp) and the cost-model path each is charged on
+// ("memory" or "attention"); kernel rows must name one of them, on its path.
+const std::vector<std::string>& kernel_names();
+std::string kernel_path(const std::string& name);
 
 // "all_reduce" -> Collective; InputError listing the names otherwise.
 cost::Collective parse_collective_name(const std::string& name, const std::string& where);

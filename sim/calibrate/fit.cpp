@@ -229,7 +229,7 @@ double kernel_memory_w(const BenchData& bench, double c) {
     }
   if (a.empty()) return 0;
   const double w = fit_total_rate(a, t, n, c);
-  if (!(w > 0)) throw InputError("calibrate: the memory kernel rows do not determine a rate (fitted 1/rate <= 0)");
+  if (!(w > 0)) throw InputError(bench.origin + ": the memory kernel rows do not determine a rate (fitted 1/rate <= 0)");
   return w;
 }
 
@@ -245,7 +245,7 @@ void fit_attention_rows(const BenchData& bench, Precision p, double c, FitResult
     }
   if (aa.empty()) return;
   const double u = fit_total_rate(aa, ta, na, c);
-  if (!(u > 0)) throw InputError("calibrate: the attention kernel rows do not determine a rate (fitted 1/rate <= 0)");
+  if (!(u > 0)) throw InputError(bench.origin + ": the attention kernel rows do not determine a rate (fitted 1/rate <= 0)");
   out.attention_rate = 1.0 / u;
   const double peak = s.gpu.peak(p);
   const double e = out.attention_rate / peak;
@@ -296,12 +296,32 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   out.profile = base;
   System& s = out.profile;
   s.name = base.name + "-calibrated";
-  const Precision p = parse_precision(bench.precision, "bench precision");
+  const Precision p = parse_precision(bench.precision, bench.origin + ": precision");
+  bool attention_rows = false;
+  for (const KernelRow& r : bench.kernels) attention_rows = attention_rows || r.path == "attention";
+  // GEMM and attention rates are fitted as efficiencies of the base's peak in the bench's precision: a base
+  // without that peak has nothing to hold them (and the simulator would refuse the precision on it anyway).
+  if ((!bench.gemm.empty() || attention_rows) && !(base.gpu.peak(p) > 0))
+    throw InputError(bench.origin + ": precision '" + bench.precision + "': the base system '" + base.name + "' has no " +
+                     bench.precision + " peak (gpu.peak_tflops." + bench.precision +
+                     " = 0), so its GEMM/attention rows cannot be fitted; give --base-system with a " + bench.precision + " peak");
+  // Something in the document must apply: a bench of only another communicator's (or larger groups')
+  // collective rows would otherwise write the base unchanged and report zero rates.
+  if (bench.gemm.empty() && bench.membw.empty() && bench.kernels.empty()) {
+    int usable = 0;
+    for (const CollRow& r : bench.collectives)
+      usable += r.comm == opts.comm && (opts.max_ranks <= 0 || r.ranks <= opts.max_ranks);
+    if (usable == 0)
+      throw InputError(bench.origin + ": nothing in the file can be fitted for --comm " + opts.comm +
+                       (opts.max_ranks > 0 ? " --max-ranks " + std::to_string(opts.max_ranks) : std::string()) +
+                       ": no gemm, membw or kernels rows, and none of its " + std::to_string(bench.collectives.size()) +
+                       " collective rows is a " + opts.comm + " row" + (opts.max_ranks > 0 ? " of <= max-ranks ranks" : ""));
+  }
   if (!bench.gemm.empty() && bench.gemm.size() < 3)
-    throw InputError("calibrate: " + std::to_string(bench.gemm.size()) +
+    throw InputError(bench.origin + ": " + std::to_string(bench.gemm.size()) +
                      " GEMM rows cannot determine rate, K overhead and kernel overhead (need >= 3)");
   if (bench.gemm.empty() && bench.membw.size() == 1)
-    throw InputError("calibrate: one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
+    throw InputError(bench.origin + ": one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
 
   // Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate.
   // fixed_w > 0: the memory rate is given (see fit_compute).
@@ -324,7 +344,7 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   if (!bench.gemm.empty() || !bench.membw.empty()) {
     ComputeFit best = fit_tiles(0);
     if (!bench.membw.empty()) {
-      if (!(best.x[kW] > 0)) throw InputError("calibrate: the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
+      if (!(best.x[kW] > 0)) throw InputError(bench.origin + ": the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
       out.mem_rate = out.stream_rate = 1.0 / best.x[kW];
     }
     // Runtime kernel rows set the profile's one memory rate (sim/cost has no other), which is also every
@@ -352,7 +372,7 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
     out.kernel_overhead_s = x[kC];
     s.gpu.kernel_overhead_s = x[kC];
     if (!bench.gemm.empty()) {
-      if (!(x[kU] > 0)) throw InputError("calibrate: the GEMM rows do not determine a compute rate (fitted 1/rate = 0)");
+      if (!(x[kU] > 0)) throw InputError(bench.origin + ": the GEMM rows do not determine a compute rate (fitted 1/rate = 0)");
       out.gemm_rate = 1.0 / x[kU];
       out.k_overhead = x[kV] / x[kU];
       out.gemm_memory_bound = static_cast<int>(std::count(best.memory_bound.begin(), best.memory_bound.end(), true));
@@ -391,7 +411,7 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   std::vector<CollRow> rows;
   for (const CollRow& r : bench.collectives)
     if (r.comm == opts.comm && (opts.max_ranks <= 0 || r.ranks <= opts.max_ranks)) rows.push_back(r);
-  if (rows.size() == 1) throw InputError("calibrate: one collective row (" + opts.comm + ") cannot determine latency and bandwidth (need >= 2)");
+  if (rows.size() == 1) throw InputError(bench.origin + ": one collective row (" + opts.comm + ") cannot determine latency and bandwidth (need >= 2)");
   // The System has one intra link for collectives and p2p alike. The link is fitted to the collectives
   // (what TP and DP pay on every layer); send/recv rows get their own alpha/beta in `links` only, because a
   // buffered send (the thread communicator's) costs one copy, not a collective's synchronised steps.
@@ -401,7 +421,7 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   if (coll_rows.size() < 2) coll_rows = rows;  // only send/recv measured: they are all there is
   if (!rows.empty()) {
     LinkFit all = fit_link(coll_rows, base);
-    if (!(all.bw > 0)) throw InputError("calibrate: the " + opts.comm + " collective rows do not determine a bandwidth");
+    if (!(all.bw > 0)) throw InputError(bench.origin + ": the " + opts.comm + " collective rows do not determine a bandwidth");
     out.link_latency_s = all.alpha_s;
     out.link_bw = all.bw;
     s.node.intra_latency_s = all.alpha_s;

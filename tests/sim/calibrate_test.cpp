@@ -54,7 +54,9 @@ BenchData synthetic(const System& t) {
                              cost::Collective::send_recv})
     for (int n : {2, 4})
       for (double bytes : {1024.0, 65536.0, 4194304.0, 67108864.0}) {
-        CollRow r{"thread", c, n, bytes, static_cast<std::int64_t>(bytes / 4), 0};
+        // count: 4-byte elements per rank block (runtime/comm's bench: S is n blocks for all_gather/reduce_scatter).
+        const bool gathered = c == cost::Collective::all_gather || c == cost::Collective::reduce_scatter;
+        CollRow r{"thread", c, n, bytes, static_cast<std::int64_t>(bytes / 4 / (gathered ? n : 1)), 0};
         r.time_s = c == cost::Collective::send_recv ? cost::p2p_time(t, bytes, 1).seconds
                                                     : cost::collective_time(t, c, bytes, {n, 1}).seconds;
         b.collectives.push_back(r);
@@ -193,9 +195,9 @@ BenchData with_kernel_rows(const System& stream, const System& kern) {
   b.membw = synthetic(stream).membw;
   // memory_time(kern) includes the same kernel overhead (3 us) the GEMM fit recovers from the other rows.
   for (double bytes : {2.6e5, 1.0e6, 3.1e7})
-    b.kernels.push_back({"k", "memory", bytes, 0, 4, cost::memory_time(kern.gpu, bytes, 1)});
+    b.kernels.push_back({"gelu_fwd", "memory", bytes, 0, 4, cost::memory_time(kern.gpu, bytes, 1)});
   for (double flops : {8.4e6, 2.1e7})
-    b.kernels.push_back({"attn", "attention", 5e5, flops, 4, cost::attention_time(kern.gpu, Precision::fp32, flops, 5e5)});
+    b.kernels.push_back({"attention_fwd", "attention", 5e5, flops, 4, cost::attention_time(kern.gpu, Precision::fp32, flops, 5e5)});
   return b;
 }
 }  // namespace
@@ -290,4 +292,79 @@ TEST_CASE("bench documents: kernel rows are optional and strict") {
   Json noflops = good;
   noflops["kernels"][3]["flops"] = 0.0;
   CHECK_THROWS_WITH_AS(parse_bench(noflops, "x.json"), doctest::Contains("attention path"), InputError);
+}
+
+TEST_CASE("bench documents: names the fit has no line for are rejected") {
+  System k = truth_system();
+  k.gpu.memory_efficiency = 0.2;
+  const Json good = bench_to_json(with_kernel_rows(truth_system(), k));
+  Json a2a = good;
+  a2a["collectives"][0]["collective"] = "all_to_all";  // a known collective, but no fit line: it was dropped
+  CHECK_THROWS_WITH_AS(parse_bench(a2a, "x.json"), doctest::Contains("x.json: collectives[0].collective: 'all_to_all'"), InputError);
+  Json foo = good;
+  foo["kernels"][0]["kernel"] = "foo";
+  CHECK_THROWS_WITH_AS(parse_bench(foo, "x.json"), doctest::Contains("x.json: kernels[0].kernel: value \"foo\""), InputError);
+  Json path = good;
+  path["kernels"][0]["path"] = "attention";  // gelu_fwd is charged on the memory path
+  path["kernels"][0]["flops"] = 1e6;
+  CHECK_THROWS_WITH_AS(parse_bench(path, "x.json"), doctest::Contains("kernels[0].path: value 'attention' contradicts kernel 'gelu_fwd'"), InputError);
+}
+
+TEST_CASE("bench documents: derived columns must agree with time and size") {
+  System k = truth_system();
+  k.gpu.memory_efficiency = 0.2;
+  const Json good = bench_to_json(with_kernel_rows(truth_system(), k));
+  // The writer's own document agrees to rounding; a value rounded to 3 significant digits (<= 0.5% off) too.
+  CHECK_NOTHROW(parse_bench(good, "good.json"));
+  Json rounded = good;
+  const double g = rounded["gemm"][3]["gflops"].get<double>();
+  rounded["gemm"][3]["gflops"] = g * 1.005;
+  CHECK_NOTHROW(parse_bench(rounded, "x.json"));
+  // 1% (the tolerance) and beyond: rejected naming the row, the value and the primaries' value.
+  struct Case {
+    const char* section;
+    int row;
+    const char* key;
+    double factor;
+  };
+  for (const Case& c : {Case{"gemm", 3, "gflops", 1.011}, Case{"gemm", 3, "gflops", 1000.0}, Case{"membw", 1, "GBps", 0.98},
+                        Case{"collectives", 2, "algbw_GBps", 1.02}, Case{"collectives", 9, "busbw_GBps", 2.0},
+                        Case{"kernels", 0, "GBps", 1.5}, Case{"kernels", 3, "gflops", 0.5}}) {
+    Json bad = good;
+    const double v = bad[c.section][c.row][c.key].get<double>();
+    bad[c.section][c.row][c.key] = v * c.factor;
+    const std::string at = std::string("x.json: ") + c.section + "[" + std::to_string(c.row) + "]." + c.key + ": value ";
+    INFO(at);
+    CHECK_THROWS_WITH_AS(parse_bench(bad, "x.json"), doctest::Contains(at.c_str()), InputError);
+    CHECK_THROWS_WITH_AS(parse_bench(bad, "x.json"), doctest::Contains("contradicts"), InputError);
+  }
+  // count is an integer rule: bytes = count x 4 (x ranks for all_gather / reduce_scatter), exactly.
+  Json count = good;
+  count["collectives"][2]["count"] = 7;
+  CHECK_THROWS_WITH_AS(parse_bench(count, "x.json"), doctest::Contains("collectives[2].count: value 7 contradicts bytes"), InputError);
+  Json gathered = good;  // collectives[8]: all_gather on 2 ranks, 1 KiB: count 128 (not 256)
+  REQUIRE(gathered["collectives"][8]["collective"] == "all_gather");
+  gathered["collectives"][8]["count"] = 256;
+  CHECK_THROWS_WITH_AS(parse_bench(gathered, "x.json"), doctest::Contains("x ranks"), InputError);
+}
+
+TEST_CASE("calibrate: a precision the base system has no peak for, and nothing for the chosen communicator") {
+  BenchData b = synthetic(truth_system());
+  b.origin = "b.json";
+  b.precision = "bf16";  // the cpu preset has no bf16 peak: the fit would invent one ("0 of the base value 0")
+  REQUIRE(load_system("cpu").gpu.peak(Precision::bf16) == 0.0);
+  CHECK_THROWS_WITH_AS(fit_profile(b, load_system("cpu")), doctest::Contains("b.json: precision 'bf16': the base system 'cpu' has no bf16 peak"), InputError);
+  // Only collective rows, all of another communicator (or of larger groups than --max-ranks): nothing fits.
+  BenchData mpi;
+  mpi.origin = "mpi.json";
+  for (const CollRow& r : synthetic(truth_system()).collectives) {
+    mpi.collectives.push_back(r);
+    mpi.collectives.back().comm = "mpi";
+  }
+  CHECK_THROWS_WITH_AS(fit_profile(mpi, load_system("cpu")), doctest::Contains("mpi.json: nothing in the file can be fitted for --comm thread"), InputError);
+  FitOptions o;
+  o.comm = "mpi";
+  CHECK_NOTHROW(fit_profile(mpi, load_system("cpu"), o));
+  o.max_ranks = 1;  // every row has >= 2 ranks
+  CHECK_THROWS_WITH_AS(fit_profile(mpi, load_system("cpu"), o), doctest::Contains("--comm mpi --max-ranks 1"), InputError);
 }

@@ -3,8 +3,10 @@
 // Timing is never asserted (the machines are shared and noisy): only mechanics and the fit's own consistency.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -156,4 +158,40 @@ TEST_CASE("calibrate: bad input exits 2 naming the problem") {
   const std::string not_trace = write_temp("not_trace.json", "{\"hello\": 1}");
   CHECK(run_tessel({"calibrate", "--bench", bench_file(), "--trace", not_trace, "-o", prof}).code == 2);
   CHECK(run_tessel({"calibrate", "--bench", bench_file(), "--comm", "nccl", "-o", prof}).code == 2);
+}
+
+TEST_CASE("calibrate: bench rows it cannot use exit 2 naming file, row, value and rule") {
+  const std::string prof = temp_path("never_b.json");
+  const auto good = nlohmann::json::parse(slurp(bench_file()));
+  struct Case {
+    std::function<void(nlohmann::json&)> edit;
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {[](nlohmann::json& d) { d["collectives"][0]["collective"] = "all_to_all"; }, {}, "collectives[0].collective: 'all_to_all'"},
+      {[](nlohmann::json& d) { d["gemm"][0]["gflops"] = 99999.0; }, {}, "gemm[0].gflops: value 99999 contradicts"},
+      {[](nlohmann::json& d) { d["collectives"][1]["algbw_GBps"] = 999.0; }, {}, "collectives[1].algbw_GBps: value 999 contradicts"},
+      {[](nlohmann::json& d) { d["collectives"][1]["count"] = 7; }, {}, "collectives[1].count: value 7 contradicts bytes"},
+      {[](nlohmann::json& d) { d["precision"] = "bf16"; }, {}, "precision 'bf16': the base system 'cpu' has no bf16 peak"},
+      {[](nlohmann::json& d) {
+         d["gemm"] = nlohmann::json::array();
+         d["membw"] = nlohmann::json::array();
+       },
+       {"--comm", "mpi"}, "nothing in the file can be fitted for --comm mpi"},
+  };
+  for (const auto& c : cases) {
+    auto doc = good;
+    c.edit(doc);
+    const std::string path = write_temp("bad_rows.json", doc.dump());
+    std::vector<std::string> args = {"calibrate", "--bench", path, "-o", prof};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto r = run_tessel(args);
+    INFO(c.expect);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(path + ": " + c.expect) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(!std::filesystem::exists(prof));
+  }
 }
