@@ -71,6 +71,12 @@ std::vector<Parsed> parse_specs(const std::vector<trace::Trace>& traces, const s
   for (std::size_t i = 0; i < traces.size(); ++i) {
     const Json& od = traces[i].other_data;
     const std::string& where = origins.at(i);
+    // A trace of `tessel simulate` carries the prediction itself (and names the model only by name): fitting
+    // the cost model to its own output would be circular.
+    if (od.is_object() && od.contains("tool") && od.at("tool").is_string() &&
+        od.at("tool").get<std::string>().rfind("tessel simulate", 0) == 0)
+      throw InputError(where + ": a simulated trace (otherData.tool \"" + od.at("tool").get<std::string>() +
+                       "\"); calibrate fits measured traces: write one with `tessel run --trace`");
     if (!od.is_object() || !od.contains("model") || !od.contains("layout"))
       throw InputError(where + ": otherData must hold the model and layout (a trace of `tessel run --trace`)");
     out.push_back({parse_model(od.at("model"), where + ": otherData.model"),
@@ -109,8 +115,30 @@ std::vector<Row> fastest_per_op(const std::vector<Row>& rows) {
   return out;
 }
 
+// A compute event of a stage op must belong to the trace's layout: a micro-batch or stage outside it would
+// be fitted as one more op of the step (and a stage beyond the estimate's silently skipped).
+void check_in_layout(const trace::OpEvent& e, const Layout& l, std::size_t stages, const std::string& where) {
+  if (e.stream != trace::Stream::compute ||
+      (e.op != "forward" && e.op != "backward" && e.op != "input_grad" && e.op != "weight_grad"))
+    return;
+  const int mbs = l.num_microbatches();
+  std::ostringstream os;
+  os << where << ": event '" << e.name << "' (rank " << e.rank << ", " << e.op << ", stage " << e.stage << ", mb " << e.mb
+     << ", ts " << e.start_us << " us): ";
+  if (e.mb < 0 || e.mb >= mbs) {
+    os << "mb " << e.mb << " is outside the layout's " << mbs << " micro-batch(es) (global_batch " << l.global_batch
+       << " / (micro_batch " << l.micro_batch << " x dp " << l.dp << ")); events must belong to the traced layout";
+    throw InputError(os.str());
+  }
+  if (e.stage < 0 || e.stage >= static_cast<int>(stages)) {
+    os << "stage " << e.stage << " is outside the layout's " << stages << " stage(s) (pp " << l.pp << " x vpp " << l.vpp
+       << "); events must belong to the traced layout";
+    throw InputError(os.str());
+  }
+}
+
 std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vector<Parsed>& specs, const System& prof,
-                       Precision p, int& skipped) {
+                       Precision p, int& skipped, const std::vector<std::string>& origins) {
   std::vector<Row> rows;
   skipped = 0;
   const System pg = scaled(prof, 2, 1, p), pm = scaled(prof, 1, 2, p);
@@ -119,6 +147,7 @@ std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vecto
     const Estimate eg = estimate(specs[i].model, specs[i].layout, pg);
     const Estimate em = estimate(specs[i].model, specs[i].layout, pm);
     for (const trace::OpEvent& e : traces[i].events) {
+      check_in_layout(e, specs[i].layout, e0.stage_f.size(), origins.at(i));
       double t0 = 0, tg = 0, tm = 0;
       if (e.stream != trace::Stream::compute || e.dur_us <= 0 || !predict(e, e0, t0) || !predict(e, eg, tg) ||
           !predict(e, em, tm)) {
@@ -158,7 +187,7 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
                     Precision p, std::vector<std::string>& notes) {
   const std::vector<Parsed> specs = parse_specs(traces, origins);
   TraceFit out;
-  std::vector<Row> rows = match(traces, specs, profile, p, out.skipped);
+  std::vector<Row> rows = match(traces, specs, profile, p, out.skipped, origins);
   if (rows.empty())
     throw InputError("calibrate --trace: no forward/backward/input_grad/weight_grad/optimizer events with a stage in " +
                      (origins.empty() ? std::string("the traces") : origins.front()));
@@ -169,7 +198,7 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
   for (const auto& [op, v] : by_kind) out.kinds.push_back(summarize(op, v));
   // Three passes of: linearise at the current profile, fit (s_g, s_m), apply.
   for (int pass = 0; pass < 3; ++pass) {
-    if (pass > 0) rows = match(traces, specs, profile, p, out.skipped);
+    if (pass > 0) rows = match(traces, specs, profile, p, out.skipped, origins);
     // Absolute least squares (every row divided by one constant, the mean duration, for conditioning): a
     // step is a sum of events, so a 60 ms backward must weigh more than a 15 ms optimizer step. A relative
     // fit let the optimizer events (AdamW runs ~7x faster per charged byte than the tanh GELU that shares
@@ -192,7 +221,7 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
     out.compute_scale *= sg;
     out.memory_scale *= sm;
   }
-  rows = match(traces, specs, profile, p, out.skipped);
+  rows = match(traces, specs, profile, p, out.skipped, origins);
   out.rms_after = rms_rel(rows, 1, 1);
   return out;
 }

@@ -195,3 +195,42 @@ TEST_CASE("calibrate: bench rows it cannot use exit 2 naming file, row, value an
     CHECK(!std::filesystem::exists(prof));
   }
 }
+
+TEST_CASE("calibrate: traces outside a measured layout, and simulated traces, exit 2 naming them") {
+  const std::string trace = temp_path("run_trace_mb.json"), prof = temp_path("never_t.json");
+  REQUIRE(run_tessel({"run", "--backend", "cpu", "--steps", "1", "--trace", trace}).code == 0);
+  auto doc = nlohmann::json::parse(slurp(trace));
+  // The tiny run's layout has 2 micro-batches and 1 stage (its otherData): an event with mb 99 or stage 5
+  // would be fitted as one more op of the step.
+  REQUIRE(doc["otherData"]["layout"]["pp"] == 1);
+  for (const char* field : {"mb", "stage"}) {
+    auto bad = doc;
+    bool done = false;
+    for (auto& e : bad["traceEvents"])
+      if (!done && e.value("ph", "") == "X" && e.contains("args") && e["args"].value("op", "") == "forward") {
+        e["args"][field] = std::string(field) == "mb" ? 99 : 5;
+        done = true;
+      }
+    REQUIRE(done);
+    const std::string path = write_temp("bad_trace.json", bad.dump());
+    auto r = run_tessel({"calibrate", "--trace", path, "-o", prof});
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(path + ": event '") != std::string::npos);
+    CHECK(r.err.find(std::string(field) == "mb" ? "mb 99 is outside the layout's 2 micro-batch(es)"
+                                                : "stage 5 is outside the layout's 1 stage(s)") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(!std::filesystem::exists(prof));
+  }
+  // A trace of `tessel simulate`: its otherData names the model only by name; say what it is.
+  const std::string sim = temp_path("sim_trace.json");
+  REQUIRE(run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--tp", "1", "--pp", "1", "--dp", "1", "--gbs", "2",
+                      "--precision", "fp32", "--trace", sim}).code == 0);
+  auto s = run_tessel({"calibrate", "--trace", sim, "-o", prof});
+  CHECK(s.code == 2);
+  CHECK(s.err.find(sim + ": a simulated trace (otherData.tool \"tessel simulate") != std::string::npos);
+  CHECK(s.err.find("tessel run --trace") != std::string::npos);
+  CHECK(!std::filesystem::exists(prof));
+  std::filesystem::remove(trace);
+  std::filesystem::remove(sim);
+}
