@@ -52,11 +52,21 @@ Json fit_to_json(const calib::FitResult& f, const calib::TraceFit* tf) {
 }
 
 void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const std::string& out) {
-  std::cout << "fitted: GEMM " << fmt::fixed(f.gemm_rate / 1e9, 2) << " GFLOP/s, K overhead "
-            << fmt::fixed(f.k_overhead, 1) << ", tile " << f.tile.m << "x" << f.tile.n << " ("
-            << f.gemm_memory_bound << " rows memory-bound), kernel overhead " << fmt::fixed(f.kernel_overhead_s * 1e6, 2)
-            << " us, memory " << fmt::fixed(f.mem_rate / 1e9, 2) << " GB/s, link " << fmt::fixed(f.link_latency_s * 1e6, 2)
-            << " us + " << fmt::fixed(f.link_bw / 1e9, 2) << " GB/s\n\n";
+  // Parts without rows are kept from the base system (said in the notes), not fitted as 0.
+  std::cout << "fitted: ";
+  if (f.gemm_rate > 0)
+    std::cout << "GEMM " << fmt::fixed(f.gemm_rate / 1e9, 2) << " GFLOP/s, K overhead " << fmt::fixed(f.k_overhead, 1)
+              << ", tile " << f.tile.m << "x" << f.tile.n << " (" << f.gemm_memory_bound << " rows memory-bound), ";
+  else
+    std::cout << "GEMM kept, ";
+  if (f.gemm_rate > 0 || f.mem_rate > 0) std::cout << "kernel overhead " << fmt::fixed(f.kernel_overhead_s * 1e6, 2) << " us, ";
+  if (f.mem_rate > 0) std::cout << "memory " << fmt::fixed(f.mem_rate / 1e9, 2) << " GB/s, ";
+  else std::cout << "memory kept, ";
+  if (f.link_bw > 0)
+    std::cout << "link " << fmt::fixed(f.link_latency_s * 1e6, 2) << " us + " << fmt::fixed(f.link_bw / 1e9, 2) << " GB/s";
+  else
+    std::cout << "link kept";
+  std::cout << "\n\n";
   std::vector<std::vector<std::string>> rows = {{"residuals (pred/meas - 1)", "rows", "median |err|", "max |err|", "rms"}};
   for (const auto& r : f.residuals)
     rows.push_back({r.category, std::to_string(r.rows), fmt::pct(r.median_abs), fmt::pct(r.max_abs), fmt::pct(r.rms)});

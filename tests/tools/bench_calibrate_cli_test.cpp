@@ -234,3 +234,15 @@ TEST_CASE("calibrate: traces outside a measured layout, and simulated traces, ex
   std::filesystem::remove(trace);
   std::filesystem::remove(sim);
 }
+
+TEST_CASE("calibrate: the report's header says which parts were kept from the base, not fitted as 0") {
+  auto doc = nlohmann::json::parse(slurp(bench_file()));
+  doc["gemm"] = nlohmann::json::array();
+  doc["membw"] = nlohmann::json::array();
+  const std::string path = write_temp("colls_only.json", doc.dump()), prof = temp_path("colls_only_profile.json");
+  auto r = run_tessel({"calibrate", "--bench", path, "-o", prof});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.rfind("fitted: GEMM kept, memory kept, link ", 0) == 0);
+  CHECK(r.out.find("0.00 GFLOP/s") == std::string::npos);
+  std::filesystem::remove(prof);
+}
