@@ -17,6 +17,9 @@ struct GemmTile {
   int m = 128, n = 128;
 };
 
+// The smallest memory efficiency a system file may give (gpu.efficiency.memory, gemm_memory).
+inline constexpr double kMinMemoryEfficiency = 0.001;
+
 struct GpuSpec {
   std::string name;
   // Dense peak FLOP/s per precision; 0 = not supported. Index by Precision (bf16, fp16, fp8, fp32).
@@ -33,6 +36,10 @@ struct GpuSpec {
   std::vector<GemmTile> gemm_tiles{{256, 128}, {128, 128}, {128, 64}};
   double attention_efficiency = 0.5;  // fused (flash) attention: fraction of the matrix peak
   double memory_efficiency = 0.8;     // achieved fraction of memory_bw for element-wise kernels
+  // The GEMMs' memory roofline as a fraction of memory_bw, when it differs from the element-wise kernels'
+  // (0: memory_efficiency). A calibrated CPU profile: BLAS streams at the copy rate, the runtime's scalar
+  // loops some 100x below it.
+  double gemm_memory_efficiency = 0;
   double kernel_overhead_s = 4e-6;    // per-kernel launch and tail
   // Compute slowdown while communication overlaps it on the same GPU (NCCL kernels hold SMs and memory
   // bandwidth): a compute op progresses at 1 / (1 + overlap_slowdown) of its rate meanwhile. 0 = none.

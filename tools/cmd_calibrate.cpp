@@ -24,6 +24,8 @@ Json fit_to_json(const calib::FitResult& f, const calib::TraceFit* tf) {
   j["gemm_memory_bound_rows"] = f.gemm_memory_bound;
   j["kernel_overhead_us"] = f.kernel_overhead_s * 1e6;
   j["memory_GBps"] = f.mem_rate / 1e9;
+  j["stream_GBps"] = f.stream_rate / 1e9;
+  j["gemm_memory_GBps"] = f.gemm_memory_rate / 1e9;
   j["link_latency_us"] = f.link_latency_s * 1e6;
   j["link_GBps"] = f.link_bw / 1e9;
   Json links = Json::array();
@@ -62,6 +64,8 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
   if (f.gemm_rate > 0 || f.mem_rate > 0) std::cout << "kernel overhead " << fmt::fixed(f.kernel_overhead_s * 1e6, 2) << " us, ";
   if (f.mem_rate > 0) std::cout << "memory " << fmt::fixed(f.mem_rate / 1e9, 2) << " GB/s, ";
   else std::cout << "memory kept, ";
+  if (f.gemm_memory_rate > 0 && f.gemm_memory_rate != f.mem_rate)
+    std::cout << "GEMM memory roofline " << fmt::fixed(f.gemm_memory_rate / 1e9, 2) << " GB/s, ";
   if (f.link_bw > 0)
     std::cout << "link " << fmt::fixed(f.link_latency_s * 1e6, 2) << " us + " << fmt::fixed(f.link_bw / 1e9, 2) << " GB/s";
   else

@@ -56,15 +56,13 @@ struct ComputeFit {
   double sse = 0;
 };
 
-// One weighted NNLS per roofline classification, until the classification stops changing.
-// fixed_w > 0: the memory rate is not fitted but given (1/fixed_w, the rate the profile is written with when
-// kernel rows set it): the membw rows are left out (their rate is not the profile's), a memory-bound GEMM's
-// bytes * w moves to the right-hand side, and the rows determine only u, v and c.
-ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, Precision p, double fixed_w = 0) {
+// One weighted NNLS per roofline classification, until the classification stops changing. The GEMM rows'
+// memory roofline and the STREAM rows share one rate (w): the copy loops and a memory-bound GEMM stream
+// their operands alike (gpu.efficiency.gemm_memory when kernel rows set the element-wise rate apart).
+ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, Precision p) {
   std::vector<GemmCoef> coef;
   for (const GemmRow& r : b.gemm) coef.push_back(gemm_coef(base, tile, p, r));
-  const bool fixed = fixed_w > 0;
-  const int rows = static_cast<int>(b.gemm.size() + (fixed ? 0 : b.membw.size()));
+  const int rows = static_cast<int>(b.gemm.size() + b.membw.size());
   ComputeFit f, best;
   f.memory_bound.assign(b.gemm.size(), false);
   best.sse = -1;
@@ -79,22 +77,20 @@ ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, P
       const double wgt = 1.0 / b.gemm[i].time_s;
       const int r = static_cast<int>(i);
       if (f.memory_bound[i]) {
-        if (fixed) y[r] -= coef[i].bytes * fixed_w * wgt;
-        else A.at(r, kW) = coef[i].bytes * wgt;
+        A.at(r, kW) = coef[i].bytes * wgt;
       } else {
         A.at(r, kU) = coef[i].a * wgt;
         A.at(r, kV) = coef[i].b * wgt;
       }
       A.at(r, kC) = wgt;
     }
-    for (std::size_t i = 0; i < (fixed ? 0 : b.membw.size()); ++i) {
+    for (std::size_t i = 0; i < b.membw.size(); ++i) {
       const int r = static_cast<int>(b.gemm.size() + i);
       const double wgt = 1.0 / b.membw[i].time_s;
       A.at(r, kW) = b.membw[i].bytes * wgt;  // memory_time's coefficient of w is the bytes moved
       A.at(r, kC) = wgt;                      // one kernel launch
     }
     f.x = nnls(A, y);
-    if (fixed) f.x[kW] = fixed_w;
     // The error of the model itself (each GEMM on the higher of its two rooflines), not of this iteration's
     // classification: a classification that ignores a roofline the rates put a row on must not win.
     f.sse = 0;
@@ -102,7 +98,7 @@ ComputeFit fit_compute(const BenchData& b, const GpuSpec& base, GemmTile tile, P
       const double t = std::max(coef[i].a * f.x[kU] + coef[i].b * f.x[kV], coef[i].bytes * f.x[kW]) + f.x[kC];
       f.sse += (t / b.gemm[i].time_s - 1) * (t / b.gemm[i].time_s - 1);
     }
-    for (std::size_t i = 0; i < (fixed ? 0 : b.membw.size()); ++i) {
+    for (std::size_t i = 0; i < b.membw.size(); ++i) {
       const double t = b.membw[i].bytes * f.x[kW] + f.x[kC];
       f.sse += (t / b.membw[i].time_s - 1) * (t / b.membw[i].time_s - 1);
     }
@@ -138,6 +134,36 @@ void set_rate(double& datasheet, double& eff, double rate, const std::string& wh
   notes.push_back(os.str());
   datasheet = rate;
   eff = 1.0;
+}
+
+// The element-wise rate (memory_efficiency) and the GEMM roofline's (gemm_memory_efficiency) share the
+// datasheet bandwidth: replaced by the larger rate when one exceeds it or the smaller falls below the
+// parser's efficiency range [kMinMemoryEfficiency, 1] (a rate kept from the base keeps its value); each
+// efficiency is then its rate over it. mem 0: keep the base's; gemm < 0: keep the base's; a GEMM rate equal
+// to the element-wise one is stored as 0 (follow it).
+void set_memory_rates(GpuSpec& g, double mem, double gemm, std::vector<std::string>& notes) {
+  const bool gemm_apart = gemm < 0 ? g.gemm_memory_efficiency > 0 : true;
+  if (gemm < 0) gemm = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
+  if (!(mem > 0)) mem = g.memory_bw * g.memory_efficiency;
+  const double hi = std::max(mem, gemm), lo = std::min(mem, gemm);
+  if (hi > g.memory_bw || lo < kMinMemoryEfficiency * g.memory_bw) {
+    std::ostringstream os;
+    os << "gpu.memory_GBps: fitted rates " << lo / 1e9 << " and " << hi / 1e9 << " GB/s do not both fit under the base value "
+       << g.memory_bw / 1e9 << " GB/s at efficiencies in [" << kMinMemoryEfficiency << ", 1]; it is replaced by the larger";
+    notes.push_back(os.str());
+    g.memory_bw = hi;
+  }
+  auto eff = [&](double rate, const char* what) {
+    const double e = rate / g.memory_bw;
+    if (e < kMinMemoryEfficiency) {
+      std::ostringstream os;
+      os << what << ": fitted rate " << rate / 1e9 << " GB/s is " << e << " of gpu.memory_GBps; clamped to " << kMinMemoryEfficiency;
+      notes.push_back(os.str());
+    }
+    return std::clamp(e, kMinMemoryEfficiency, 1.0);
+  };
+  g.memory_efficiency = eff(mem, "gpu.efficiency.memory");
+  g.gemm_memory_efficiency = gemm_apart && gemm != mem ? eff(gemm, "gpu.efficiency.gemm_memory") : 0.0;
 }
 
 Residuals summarize(const std::string& category, std::vector<double> rel) {
@@ -285,9 +311,12 @@ Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Pr
   return summarize("gemm", rel);
 }
 
+// The STREAM rows against the rate fitted with them: the GEMM roofline's when the profile carries it apart.
 Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys) {
+  GpuSpec g = sys.gpu;
+  if (g.gemm_memory_efficiency > 0) g.memory_efficiency = g.gemm_memory_efficiency;
   std::vector<double> rel;
-  for (const MemRow& r : rows) rel.push_back(cost::memory_time(sys.gpu, r.bytes, 1) / r.time_s - 1);
+  for (const MemRow& r : rows) rel.push_back(cost::memory_time(g, r.bytes, 1) / r.time_s - 1);
   return summarize("membw", rel);
 }
 
@@ -324,14 +353,13 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
     throw InputError(bench.origin + ": one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
 
   // Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate.
-  // fixed_w > 0: the memory rate is given (see fit_compute).
-  auto fit_tiles = [&](double fixed_w) {
+  if (!bench.gemm.empty() || !bench.membw.empty()) {
     std::vector<GemmTile> cands = bench.gemm.empty() ? std::vector<GemmTile>{base.gpu.gemm_tiles.front()}
                                                      : tile_candidates(base, opts);
     ComputeFit best;
     bool have = false;
     for (const GemmTile& t : cands) {
-      ComputeFit f = fit_compute(bench, base.gpu, t, p, fixed_w);
+      ComputeFit f = fit_compute(bench, base.gpu, t, p);
       // Strictly better by more than rounding, so among tiles the data cannot tell apart the first wins.
       if (!have || f.sse < best.sse * (1 - 1e-9) - 1e-300) {
         best = f;
@@ -339,38 +367,20 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
         have = true;
       }
     }
-    return best;
-  };
-  if (!bench.gemm.empty() || !bench.membw.empty()) {
-    ComputeFit best = fit_tiles(0);
-    if (!bench.membw.empty()) {
-      if (!(best.x[kW] > 0)) throw InputError(bench.origin + ": the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
-      out.mem_rate = out.stream_rate = 1.0 / best.x[kW];
-    }
-    // Runtime kernel rows set the profile's one memory rate (sim/cost has no other), which is also every
-    // GEMM's memory roofline: refit the GEMM rows at that rate, so the profile written is the one the GEMM
-    // parameters were fitted in (a GEMM fitted against the copy loops' rate and then put on a 100x slower
-    // roofline was predicted 3x slow, and reported as compute-bound). The kernel rate depends on the kernel
-    // overhead the GEMM fit returns: iterate to the fixed point (c moves by less than rounding after 2-3
-    // passes; it enters the kernel rows only as t_i - c with c << t_i).
-    if (const double w0 = kernel_memory_w(bench, best.x[kC]); w0 > 0) {
-      double w = w0;
-      for (int iter = 0; iter < 20 && !bench.gemm.empty(); ++iter) {
-        const double c = best.x[kC];
-        best = fit_tiles(w);
-        w = kernel_memory_w(bench, best.x[kC]);
-        if (std::abs(best.x[kC] - c) <= 1e-12 * std::max(c, 1e-9)) break;
-      }
-      best.x[kW] = w;
-      out.mem_rate = 1.0 / w;
-      if (!bench.membw.empty()) {
-        const double ws = stream_w(bench.membw, best.x[kC]);
-        out.stream_rate = ws > 0 ? 1.0 / ws : 0;
-      }
-    }
     const std::vector<double>& x = best.x;
     out.kernel_overhead_s = x[kC];
     s.gpu.kernel_overhead_s = x[kC];
+    if (!bench.membw.empty()) {
+      if (!(x[kW] > 0)) throw InputError(bench.origin + ": the membw rows do not determine a bandwidth (fitted 1/bandwidth = 0)");
+      out.stream_rate = 1.0 / x[kW];
+    }
+    // The runtime's element-wise kernels, when measured, set the rate of everything the simulator prices by
+    // bytes alone; the GEMMs keep the roofline they were fitted with (the STREAM rows' rate), which the
+    // profile carries apart (gpu.efficiency.gemm_memory): on a CPU the runtime's scalar loops run some 100x
+    // below the copy rate BLAS streams at, and one shared rate put the QA's bench GEMMs 3x slow.
+    const double wk = kernel_memory_w(bench, x[kC]);
+    out.mem_rate = wk > 0 ? 1.0 / wk : out.stream_rate;
+    double gemm_roof = -1;  // keep the base's
     if (!bench.gemm.empty()) {
       if (!(x[kU] > 0)) throw InputError(bench.origin + ": the GEMM rows do not determine a compute rate (fitted 1/rate = 0)");
       out.gemm_rate = 1.0 / x[kU];
@@ -383,26 +393,22 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
       s.gpu.gemm_tiles = {out.tile};
       // Attention is not benchmarked by these rows: keep its absolute rate from the base system.
       s.gpu.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
+      // No STREAM row and no memory-bound GEMM: nothing bounds the roofline; it goes to the datasheet rate.
+      out.gemm_memory_rate = x[kW] > 0 ? 1.0 / x[kW] : 0;
+      gemm_roof = out.gemm_memory_rate > 0 ? out.gemm_memory_rate : s.gpu.memory_bw;
+      if (!(out.gemm_memory_rate > 0))
+        out.notes.push_back("no membw row and no memory-bound GEMM row: the GEMM memory roofline is set to the datasheet bandwidth");
     } else {
       out.notes.push_back("no GEMM rows: GEMM efficiency, K overhead and tiles kept from " + base.name);
+      if (wk > 0 && out.stream_rate > 0) gemm_roof = out.stream_rate;  // the copy rate the kernels' rate replaces
     }
-    if (out.mem_rate > 0) {
-      const bool kern = out.mem_rate != out.stream_rate;
-      set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate,
-               kern ? "gpu.memory_GBps (runtime kernels)" : "gpu.memory_GBps", out.notes);
-      if (kern && out.gemm_memory_bound > 0) {
-        std::ostringstream os;
-        os << out.gemm_memory_bound << " of " << bench.gemm.size() << " GEMM rows are on the memory roofline at the runtime kernels' rate "
-           << out.mem_rate / 1e9 << " GB/s (the cost model has one memory rate for element-wise kernels and the GEMM roofline)";
-        out.notes.push_back(os.str());
-      }
-    }
+    set_memory_rates(s.gpu, out.mem_rate, gemm_roof, out.notes);
     if (!(out.mem_rate > 0)) out.notes.push_back("no membw or memory kernel rows: memory bandwidth kept from " + base.name);
   } else {
     out.notes.push_back("no GEMM or membw rows: compute numbers kept from " + base.name);
     if (const double w = kernel_memory_w(bench, s.gpu.kernel_overhead_s); w > 0) {
       out.mem_rate = 1.0 / w;
-      set_rate(s.gpu.memory_bw, s.gpu.memory_efficiency, out.mem_rate, "gpu.memory_GBps (runtime kernels)", out.notes);
+      set_memory_rates(s.gpu, out.mem_rate, -1, out.notes);
     }
   }
   fit_attention_rows(bench, p, s.gpu.kernel_overhead_s, out);
@@ -470,6 +476,7 @@ std::string describe_fit(const FitResult& f, const std::string& bench_origin) {
      << ", kernel overhead " << f.kernel_overhead_s * 1e6 << " us, memory " << f.mem_rate / 1e9
      << " GB/s";
   if (f.stream_rate > 0 && f.stream_rate != f.mem_rate) os << " (runtime kernels; STREAM " << f.stream_rate / 1e9 << " GB/s)";
+  if (f.gemm_memory_rate > 0 && f.gemm_memory_rate != f.mem_rate) os << ", GEMM memory roofline " << f.gemm_memory_rate / 1e9 << " GB/s";
   if (f.attention_rate > 0) os << ", attention core " << f.attention_rate / 1e9 << " GFLOP/s";
   os << ", link latency " << f.link_latency_s * 1e6 << " us and " << f.link_bw / 1e9
      << " GB/s (weighted least squares on relative error against sim/cost).";

@@ -54,6 +54,7 @@ struct FitResult {
   double kernel_overhead_s = 0;
   double mem_rate = 0;          // bytes/s (memory_bw * memory_efficiency) in the profile
   double stream_rate = 0;       // bytes/s of the STREAM rows alone (0 without them)
+  double gemm_memory_rate = 0;  // bytes/s of the GEMM roofline fitted with the GEMM (and STREAM) rows; 0: none
   double attention_rate = 0;    // FLOP/s of the attention kernel rows (peak * attention_eff); 0 without them
   double link_latency_s = 0;
   double link_bw = 0;           // bytes/s (intra_bw * intra_efficiency)
@@ -67,9 +68,9 @@ struct FitResult {
 // profile's memory rate (memory path rows; they replace the STREAM rows' rate, which stays in the report) and
 // its attention rate (attention path rows), each the rate that gets the rows' total time right with the kernel
 // overhead of the GEMM fit held fixed (a step's time on a path is a sum dominated by its slowest kernels, so
-// totals, not relative errors): what the runtime runs, not what a copy loop reaches. The memory rate is also
-// the GEMMs' memory roofline (sim/cost has one), so the GEMM rows are then refitted at it: the profile and the
-// reported GEMM numbers and residuals are the ones the simulator uses.
+// totals, not relative errors): what the runtime runs, not what a copy loop reaches. The GEMMs keep the memory
+// roofline they were fitted with (the STREAM rows' rate), written apart as gpu.efficiency.gemm_memory, so the
+// profile's GEMM predictions are the fit's and the reported residuals are the simulator's.
 // InputError when a category has rows but too few to determine its parameters, or the fit is degenerate
 // (a zero rate). Categories without rows keep the base system's numbers (said in notes).
 FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts = {});

@@ -38,7 +38,8 @@ double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g) {
   const double elt = bytes_per_element(p);
   const double bytes = elt * static_cast<double>(g.batch) *
                        (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + static_cast<double>(g.m) * g.n);
-  const double mem = bytes / (gpu.memory_bw * gpu.memory_efficiency);
+  const double mem_eff = gpu.gemm_memory_efficiency > 0 ? gpu.gemm_memory_efficiency : gpu.memory_efficiency;
+  const double mem = bytes / (gpu.memory_bw * mem_eff);
   return std::max(best, mem) + gpu.kernel_overhead_s;
 }
 
