@@ -10,28 +10,6 @@
 
 namespace tessel::rt {
 
-namespace {
-// The tp collectives inside one layer carry that layer alone, as the simulator's trace draws them (one per
-// layer); the embedding's and head's keep the stage's range (Recorder::context).
-class LayerLabel {
- public:
-  LayerLabel(Recorder& rec, int layer) : id_(rec.context), begin_(id_.layer_begin), end_(id_.layer_end) {
-    id_.layer_begin = layer;
-    id_.layer_end = layer + 1;
-  }
-  ~LayerLabel() {
-    id_.layer_begin = begin_;
-    id_.layer_end = end_;
-  }
-  LayerLabel(const LayerLabel&) = delete;
-  LayerLabel& operator=(const LayerLabel&) = delete;
-
- private:
-  OpIdentity& id_;
-  int begin_, end_;
-};
-}  // namespace
-
 namespace kc = kernels::cpu;
 
 Stage::Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const TensorParallel& tp, Recorder& rec)
@@ -183,7 +161,7 @@ void Stage::run_blocks_forward(MbState& st, std::vector<float>& x) {
     }
     for (int i = b.begin; i < b.end; ++i) {
       LayerActs* save = b.checkpointed ? nullptr : &st.acts[i];
-      const LayerLabel label(rec_, cfg_.l0 + i);
+      const LayerScope label(rec_.context, cfg_.l0 + i);
       layer_forward(shape_, layers_[i], tp_, x.data(), out.data(), save, cfg_.recompute == Recompute::none);
       if (save) hold_acts(st, *save);
       x.swap(out);
@@ -199,7 +177,7 @@ void Stage::block_backward(MbState& st, const Block& b, std::vector<float>& grad
     std::vector<float> x = *st.block_inputs[&b - blocks_.data()], out(x.size());
     recomputed.resize(b.end - b.begin);
     for (int i = b.begin; i < b.end; ++i) {
-      const LayerLabel label(rec_, cfg_.l0 + i);
+      const LayerScope label(rec_.context, cfg_.l0 + i);
       layer_forward(shape_, layers_[i], tp_, x.data(), out.data(), &recomputed[i - b.begin], true);
       hold_acts(st, recomputed[i - b.begin]);
       x.swap(out);
@@ -209,7 +187,7 @@ void Stage::block_backward(MbState& st, const Block& b, std::vector<float>& grad
   for (int i = b.end - 1; i >= b.begin; --i) {
     const LayerActs& a = b.checkpointed ? recomputed[i - b.begin] : st.acts[i];
     const std::size_t jobs_before = st.jobs.size();
-    const LayerLabel label(rec_, cfg_.l0 + i);
+    const LayerScope label(rec_.context, cfg_.l0 + i);
     layer_backward(shape_, layers_[i], tp_, a, grad.data(), dx.data(), st.jobs);
     // Split I: the output gradients the W will read are new memory from now on (the inputs are saved
     // activations, already counted, or recomputed ones that the jobs now keep alive).

@@ -22,6 +22,26 @@ struct OpIdentity {
   int stage = -1, chunk = -1, mb = -1, layer_begin = -1, layer_end = -1;
 };
 
+// While in scope, an op identity's layer range is one layer: the tensor-parallel collectives issued inside
+// that layer carry it (the simulator draws them per layer); the stage's range comes back at the end.
+class LayerScope {
+ public:
+  LayerScope(OpIdentity& id, int layer) : id_(id), begin_(id.layer_begin), end_(id.layer_end) {
+    id_.layer_begin = layer;
+    id_.layer_end = layer + 1;
+  }
+  ~LayerScope() {
+    id_.layer_begin = begin_;
+    id_.layer_end = end_;
+  }
+  LayerScope(const LayerScope&) = delete;
+  LayerScope& operator=(const LayerScope&) = delete;
+
+ private:
+  OpIdentity& id_;
+  int begin_, end_;
+};
+
 class Recorder {
  public:
   using Clock = std::chrono::steady_clock;

@@ -69,6 +69,9 @@ const std::set<std::string>& reserved_args() {
   return r;
 }
 
+// Times as printed: rounded to the nanosecond (put_us prints 3 decimals of a microsecond).
+double ns_round(double us) { return std::round(us * 1e3) / 1e3; }
+
 void put_op_event(std::string& out, const OpEvent& e) {
   out += R"({"ph":"X","name":)";
   put_escaped(out, e.name.empty() ? e.op : e.name);
@@ -78,7 +81,7 @@ void put_op_event(std::string& out, const OpEvent& e) {
   out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
   // Start and end rounded to the printed nanosecond, the duration their difference: rounding start and
   // duration apart made back-to-back slices of a lane overlap by 1 ns, which viewers read as misnesting.
-  const double start = std::round(e.start_us * 1e3) / 1e3, end = std::round((e.start_us + e.dur_us) * 1e3) / 1e3;
+  const double start = ns_round(e.start_us), end = ns_round(e.start_us + e.dur_us);
   out += R"(,"ts":)"; put_us(out, start);
   out += R"(,"dur":)"; put_us(out, std::max(0.0, end - start));
   out += R"(,"args":{"op":)"; put_escaped(out, e.op);
@@ -136,8 +139,10 @@ void put_metadata(std::string& out, const Trace& t, std::vector<std::string>& li
 }
 
 // v1 flows: the sender (op "send", else the earliest event of the id) gets "s" at its slice's start, every
-// other event of the id an "f" with "bp":"e" inside its own slice, no earlier than the "s": a receiver posts
-// its recv before the matching send starts, and Perfetto drops a flow whose end precedes its start.
+// other event of the id an "f" with "bp":"e" inside its own slice, no earlier than the "s" where the slice
+// allows: a receiver posts its recv before the matching send starts, and Perfetto drops a flow whose end
+// precedes its start. (A recv that ended before its send began, clocks of two ranks apart, keeps the "f" at
+// its end: that arrow cannot be drawn.) Times rounded as the slices print them.
 void put_flows(const Trace& t, std::vector<std::string>& lines) {
   std::map<std::int64_t, std::vector<std::size_t>> by_id;
   for (std::size_t i = 0; i < t.events.size(); ++i) {
@@ -150,14 +155,15 @@ void put_flows(const Trace& t, std::vector<std::string>& lines) {
       if (sa != sb) return sa;
       return t.events[a].start_us < t.events[b].start_us;
     });
-    const double start = t.events[idx[0]].start_us;
+    const double start = ns_round(t.events[idx[0]].start_us);
     for (std::size_t k = 0; k < idx.size(); ++k) {
       const OpEvent& e = t.events[idx[k]];
       std::string out = k == 0 ? R"({"ph":"s")" : R"({"ph":"f","bp":"e")";
       out += R"(,"name":"p2p","cat":"flow","id":)"; put_int(out, id);
       out += R"(,"pid":)"; put_int(out, e.rank);
       out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
-      out += R"(,"ts":)"; put_us(out, k == 0 ? e.start_us : std::clamp(start, e.start_us, e.start_us + e.dur_us));
+      const double b = ns_round(e.start_us), end = std::max(b, ns_round(e.start_us + e.dur_us));
+      out += R"(,"ts":)"; put_us(out, k == 0 ? start : std::clamp(start, b, end));
       out += '}';
       lines.push_back(std::move(out));
     }

@@ -127,9 +127,6 @@ Status with_bf16_copies(cudaStream_t s, const AttentionShape& a, const float* q,
   return st;
 }
 
-__device__ inline float widen(float x) { return x; }
-__device__ inline float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
-
 template <class TD>
 __global__ void attention_delta_kernel(int S, int HQ, int B, int D, const float* __restrict__ out, int ldo,
                                        const TD* __restrict__ dout, int lddo, float* __restrict__ delta) {

@@ -72,6 +72,9 @@ __device__ inline void store_vec(float* p, const float (&r)[V]) {
   }
 }
 // bf16 inputs widen exactly to fp32: V = 4 is one 8-byte load of four.
+// One element as fp32: itself, or a bf16 widened exactly.
+__device__ inline float widen(float v) { return v; }
+__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ inline float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ inline float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 template <int V>

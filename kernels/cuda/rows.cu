@@ -84,8 +84,6 @@ __global__ void cross_entropy_loss_kernel(int rows, const float* __restrict__ ro
     loss[r] = row_max[r] + logf(sums[r]) - sums[rows + r];
 }
 
-__device__ inline float widen(float v) { return v; }
-__device__ inline float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // Block per token row; columns across threads. The table in fp32, or its bf16 copy (widened exactly).
 template <class T>

@@ -242,20 +242,6 @@ struct GpuStage::Impl {
     return local;
   }
   OpIdentity current;
-  // The tp collectives inside one layer carry that layer alone, as the simulator's trace draws them (one
-  // per layer); the embedding's and head's keep the stage's range.
-  struct LayerLabel {
-    OpIdentity& id;
-    int begin, end;
-    LayerLabel(OpIdentity& i, int l) : id(i), begin(i.layer_begin), end(i.layer_end) {
-      id.layer_begin = l;
-      id.layer_end = l + 1;
-    }
-    ~LayerLabel() {
-      id.layer_begin = begin;
-      id.layer_end = end;
-    }
-  };
 
   // The normalised rows of x as the GEMMs read them, all T tokens: under bf16 GEMMs without sequence
   // parallelism the norm writes the bf16 operand alone; otherwise fp32 rows, all-gathered over tp under SP,
@@ -296,7 +282,7 @@ struct GpuStage::Impl {
   // q, k, v (and attention's output gradient) as bf16-output GEMMs write them, read by the attention
   // versions that take bf16 operands (2 and 3; version 1 rounds fp32 ones as it loads them). Rotary models
   // keep fp32 q/k: the rotation runs on fp32 rows.
-  bool attention_bf16_io() const { return tc_attention() && kg::attention_tc_takes_bf16() && !rotary(); }
+  bool attention_bf16_io() const { return half() && tc_attention() && kg::attention_tc_takes_bf16() && !rotary(); }
 
   DBuf layer_forward(int l, const DBuf& x, Acts& a);
   DBuf layer_backward(int l, const Acts& a, const DBuf& dout);
@@ -308,7 +294,7 @@ struct GpuStage::Impl {
 
 DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   kg::NvtxRange r("layer_forward");
-  const LayerLabel label(current, l);
+  const LayerScope label(current, l);
   const int T = sh.tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   a.x = x;
   a.g1 = norm_operand(L(l, "ln1.w"), L(l, "ln1.b"), x, a.mu1, a.rs1);
@@ -373,7 +359,7 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
 
 DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   kg::NvtxRange r("layer_backward");
-  const LayerLabel label(current, l);
+  const LayerScope label(current, l);
   const int T = sh.tokens, Tl = sh.local_tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
   const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
   if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dout), Tl, h, b2));

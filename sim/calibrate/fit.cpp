@@ -29,6 +29,7 @@ GpuSpec probe_gpu(const GpuSpec& base, GemmTile tile, Precision p) {
   g.kernel_overhead_s = 0;
   g.memory_bw = kHuge;
   g.memory_efficiency = 1.0;
+  g.gemm_memory_efficiency = 0;  // the GEMM roofline at memory_bw: the bytes coefficient is bytes / memory_bw
   return g;
 }
 
@@ -134,36 +135,6 @@ void set_rate(double& datasheet, double& eff, double rate, const std::string& wh
   notes.push_back(os.str());
   datasheet = rate;
   eff = 1.0;
-}
-
-// The element-wise rate (memory_efficiency) and the GEMM roofline's (gemm_memory_efficiency) share the
-// datasheet bandwidth: replaced by the larger rate when one exceeds it or the smaller falls below the
-// parser's efficiency range [kMinMemoryEfficiency, 1] (a rate kept from the base keeps its value); each
-// efficiency is then its rate over it. mem 0: keep the base's; gemm < 0: keep the base's; a GEMM rate equal
-// to the element-wise one is stored as 0 (follow it).
-void set_memory_rates(GpuSpec& g, double mem, double gemm, std::vector<std::string>& notes) {
-  const bool gemm_apart = gemm < 0 ? g.gemm_memory_efficiency > 0 : true;
-  if (gemm < 0) gemm = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
-  if (!(mem > 0)) mem = g.memory_bw * g.memory_efficiency;
-  const double hi = std::max(mem, gemm), lo = std::min(mem, gemm);
-  if (hi > g.memory_bw || lo < kMinMemoryEfficiency * g.memory_bw) {
-    std::ostringstream os;
-    os << "gpu.memory_GBps: fitted rates " << lo / 1e9 << " and " << hi / 1e9 << " GB/s do not both fit under the base value "
-       << g.memory_bw / 1e9 << " GB/s at efficiencies in [" << kMinMemoryEfficiency << ", 1]; it is replaced by the larger";
-    notes.push_back(os.str());
-    g.memory_bw = hi;
-  }
-  auto eff = [&](double rate, const char* what) {
-    const double e = rate / g.memory_bw;
-    if (e < kMinMemoryEfficiency) {
-      std::ostringstream os;
-      os << what << ": fitted rate " << rate / 1e9 << " GB/s is " << e << " of gpu.memory_GBps; clamped to " << kMinMemoryEfficiency;
-      notes.push_back(os.str());
-    }
-    return std::clamp(e, kMinMemoryEfficiency, 1.0);
-  };
-  g.memory_efficiency = eff(mem, "gpu.efficiency.memory");
-  g.gemm_memory_efficiency = gemm_apart && gemm != mem ? eff(gemm, "gpu.efficiency.gemm_memory") : 0.0;
 }
 
 Residuals summarize(const std::string& category, std::vector<double> rel) {
@@ -320,6 +291,32 @@ Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys) {
   return summarize("membw", rel);
 }
 
+// See fit.hpp. A rate kept from the base keeps its value; the GEMM roofline is stored as 0 (follow the
+// element-wise rate) only when the two are equal.
+void set_memory_rates(GpuSpec& g, double mem, double gemm, std::vector<std::string>& notes) {
+  if (gemm < 0) gemm = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
+  if (!(mem > 0)) mem = g.memory_bw * g.memory_efficiency;
+  const double hi = std::max(mem, gemm), lo = std::min(mem, gemm);
+  if (hi > g.memory_bw || lo < kMinMemoryEfficiency * g.memory_bw) {
+    std::ostringstream os;
+    os << "gpu.memory_GBps: fitted rates " << lo / 1e9 << " and " << hi / 1e9 << " GB/s do not both fit under the base value "
+       << g.memory_bw / 1e9 << " GB/s at efficiencies in [" << kMinMemoryEfficiency << ", 1]; it is replaced by the larger";
+    notes.push_back(os.str());
+    g.memory_bw = hi;
+  }
+  auto eff = [&](double rate, const char* what) {
+    const double e = rate / g.memory_bw;
+    if (e < kMinMemoryEfficiency) {
+      std::ostringstream os;
+      os << what << ": fitted rate " << rate / 1e9 << " GB/s is " << e << " of gpu.memory_GBps; clamped to " << kMinMemoryEfficiency;
+      notes.push_back(os.str());
+    }
+    return std::clamp(e, kMinMemoryEfficiency, 1.0);
+  };
+  g.memory_efficiency = eff(mem, "gpu.efficiency.memory");
+  g.gemm_memory_efficiency = gemm != mem ? eff(gemm, "gpu.efficiency.gemm_memory") : 0.0;
+}
+
 FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts) {
   FitResult out;
   out.profile = base;
@@ -400,7 +397,7 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
         out.notes.push_back("no membw row and no memory-bound GEMM row: the GEMM memory roofline is set to the datasheet bandwidth");
     } else {
       out.notes.push_back("no GEMM rows: GEMM efficiency, K overhead and tiles kept from " + base.name);
-      if (wk > 0 && out.stream_rate > 0) gemm_roof = out.stream_rate;  // the copy rate the kernels' rate replaces
+      if (out.stream_rate > 0) gemm_roof = out.stream_rate;  // the rate a memory-bound GEMM streams at
     }
     set_memory_rates(s.gpu, out.mem_rate, gemm_roof, out.notes);
     if (!(out.mem_rate > 0)) out.notes.push_back("no membw or memory kernel rows: memory bandwidth kept from " + base.name);

@@ -4,7 +4,7 @@
 // The cost model is linear in a few reciprocal rates once each GEMM's branch (compute or memory roofline)
 // and tile shape are fixed (sim/cost/compute.hpp, sim/cost/comm.hpp):
 //   GEMM, compute-bound:  t = A(g) u + B(g) v + c      u = 1/(peak*gemm_eff), v = k_overhead*u, c = kernel overhead
-//   GEMM, memory-bound:   t = bytes(g) w + c           w = 1/(memory_bw*memory_eff)
+//   GEMM, memory-bound:   t = bytes(g) w + c           w = 1/(memory_bw*gemm_memory_eff), the copy rows' w
 //   copy / triad kernel:  t = bytes w + c
 //   collective on a link: t = steps(c,n) alpha + factor(c,n) S beta    alpha = latency, beta = 1/(bw*eff)
 // The coefficients A, B, bytes, steps and factor are not re-derived here: they are read off the cost
@@ -74,6 +74,12 @@ struct FitResult {
 // InputError when a category has rows but too few to determine its parameters, or the fit is degenerate
 // (a zero rate). Categories without rows keep the base system's numbers (said in notes).
 FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts = {});
+
+// The element-wise rate (gpu memory_efficiency) and the GEMM roofline's (gemm_memory_efficiency) on their
+// shared datasheet bandwidth, which is replaced by the larger rate when one exceeds it or the smaller falls
+// below the parser's range [kMinMemoryEfficiency, 1]. mem 0 or gemm < 0: keep that rate of g. Used by the
+// bench fit and by the trace fit's memory scale (which moves the element-wise rate only).
+void set_memory_rates(GpuSpec& g, double mem, double gemm, std::vector<std::string>& notes);
 
 // The relative residuals of `rows` under `sys` (used for the report and by tests).
 Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Precision p);

@@ -9,6 +9,14 @@ namespace {
 constexpr double kUs = 1e6;
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// The stage's chunk and layer range on an event of that stage.
+void set_stage(trace::OpEvent& e, const SimReport& r, int stage) {
+  e.stage = stage;
+  e.chunk = r.schedule.chunk_of(stage);
+  e.layer_begin = r.layout.first_layer_of_stage(stage, r.model.layers);
+  e.layer_end = e.layer_begin + r.workload.stages[static_cast<std::size_t>(stage)].layers;
+}
+
 trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t, int pos) {
   const TaskInfo& ti = r.job.info[t];
   trace::OpEvent e;
@@ -19,11 +27,8 @@ trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t,
   e.stage = ti.stage;
   e.mb = ti.mb;
   if (ti.stage >= 0) {
-    e.chunk = r.schedule.chunk_of(ti.stage);
-    const auto& sc = r.workload.stages[static_cast<std::size_t>(ti.stage)];
-    e.layer_begin = r.layout.first_layer_of_stage(ti.stage, r.model.layers);
-    e.layer_end = e.layer_begin + sc.layers;
-    if (ti.op == OpKind::forward) e.flops = sc.flops_model / 3 / ti.pieces;
+    set_stage(e, r, ti.stage);
+    if (ti.op == OpKind::forward) e.flops = r.workload.stages[static_cast<std::size_t>(ti.stage)].flops_model / 3 / ti.pieces;
   }
   e.start_us = r.run.start[t] * kUs;
   e.dur_us = (r.run.end[t] - r.run.start[t]) * kUs;
@@ -86,12 +91,8 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
       recv.op = ti.op == OpKind::transfer ? "recv" : e.op;
       recv.flow_id = e.flow_id;
       if (ti.op == OpKind::transfer && ti.peer_stage >= 0) {  // the consumer's action, as the runtime records it
-        const int s = ti.peer_stage;
-        recv.stage = s;
-        recv.chunk = r.schedule.chunk_of(s);
-        recv.layer_begin = r.layout.first_layer_of_stage(s, r.model.layers);
-        recv.layer_end = recv.layer_begin + r.workload.stages[static_cast<std::size_t>(s)].layers;
-        recv.name = "recv s" + std::to_string(s) + " mb" + std::to_string(ti.mb) + " <- rank " + std::to_string(e.rank);
+        set_stage(recv, r, ti.peer_stage);
+        recv.name = "recv s" + std::to_string(ti.peer_stage) + " mb" + std::to_string(ti.mb) + " <- rank " + std::to_string(e.rank);
       }
       out.events.push_back(e);
       out.events.push_back(recv);

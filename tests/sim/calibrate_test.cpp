@@ -7,6 +7,7 @@
 #include "sim/calibrate/bench_data.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/nnls.hpp"
+#include "sim/calibrate/trace_fit.hpp"
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
 
@@ -267,6 +268,40 @@ TEST_CASE("calibrate: with kernel rows the GEMMs keep the memory roofline they w
   CHECK(back.gpu.gemm_memory_efficiency == doctest::Approx(p.gpu.gemm_memory_efficiency).epsilon(kExact));
   for (const GemmRow& r : b.gemm)
     CHECK(rel(cost::gemm_time(back.gpu, Precision::fp32, {r.m, r.n, r.k, r.batch}), r.time_s) < kRecoverTol);
+}
+
+// The two memory rates stay apart through what comes after a fit: a profile refitted from the same rows with
+// itself as the base (the probe must not read the GEMM bytes at the base's roofline), a bench of kernel rows
+// alone (the GEMM roofline keeps the base's rate, not the new element-wise one), and the trace fit's memory
+// scale (the element-wise rate only).
+TEST_CASE("calibrate: the GEMM roofline's rate survives a refit, a kernels-only bench and the trace fit's memory scale") {
+  const System t = truth_system();
+  System k = t;
+  k.gpu.memory_efficiency = 0.2;
+  const BenchData b = with_kernel_rows(t, k);
+  const FitResult f1 = fit_profile(b, load_system("cpu"));
+  REQUIRE(f1.profile.gpu.gemm_memory_efficiency > 0);
+  const FitResult f2 = fit_profile(b, f1.profile);
+  CHECK(rel(f2.gemm_memory_rate, 2e9) < kRecoverTol);
+  CHECK(rel(f2.mem_rate, 0.8e9) < kRecoverTol);
+  CHECK(gemm_residuals(b.gemm, f2.profile, Precision::fp32).max_abs < kRecoverTol);
+
+  BenchData kernels_only;
+  kernels_only.gemm_backend = "synthetic";
+  kernels_only.kernels = b.kernels;
+  const System cpu = load_system("cpu");
+  const double cpu_rate = cpu.gpu.memory_bw * cpu.gpu.memory_efficiency;
+  const FitResult f3 = fit_profile(kernels_only, cpu);
+  const GpuSpec& g3 = f3.profile.gpu;
+  CHECK(rel(g3.memory_bw * g3.memory_efficiency, f3.mem_rate) < kRecoverTol);
+  REQUIRE(g3.gemm_memory_efficiency > 0);
+  CHECK(rel(g3.memory_bw * g3.gemm_memory_efficiency, cpu_rate) < kRecoverTol);
+
+  System scaled = f1.profile;
+  std::vector<std::string> notes;
+  apply_memory_scale(scaled, 2.0, notes);
+  CHECK(rel(scaled.gpu.memory_bw * scaled.gpu.memory_efficiency, 0.4e9) < kRecoverTol);
+  CHECK(rel(scaled.gpu.memory_bw * scaled.gpu.gemm_memory_efficiency, 2e9) < kRecoverTol);
 }
 
 TEST_CASE("calibrate: kernel rows weigh by their per-step count") {
