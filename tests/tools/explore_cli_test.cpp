@@ -48,12 +48,12 @@ TEST_CASE("explore --explain") {
       {"", "names no layout"},
       {"tp8 pp8 dp16 layers=12x", "--explain layers=12x"},
   };
-  for (const auto& [words, rule] : wrong) {
-    auto w = run_tessel({"explore", "--no-simulate", "--explain", words});
-    CAPTURE(words);
+  for (const auto& c : wrong) {  // no structured binding: doctest's CAPTURE lambdas cannot take one (clang 14)
+    auto w = run_tessel({"explore", "--no-simulate", "--explain", c.first});
+    CAPTURE(c.first);
     CAPTURE(w.err);
     CHECK(w.code == 2);
-    CHECK(w.err.find(rule) != std::string::npos);
+    CHECK(w.err.find(c.second) != std::string::npos);
   }
   auto zero0 = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b zero0"});
   CHECK(zero0.code == 0);
