@@ -25,6 +25,8 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // describe()'s run-length stage split: "3,4x6,3" is 3,4,4,4,4,4,4,3.
 std::vector<int> parse_stage_layers(const std::string& text, const std::string& what) {
+  if (text.empty() || text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)
+    throw InputError(what + ": an empty stage entry (give them as describe() prints them: 3,4x6,3)");
   std::vector<int> out;
   std::istringstream in(text);
   std::string item;
@@ -303,7 +305,10 @@ int explore(const Args& args) {
             << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
   print_rows(r.top);
   std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
-            << r.simulated << " re-scored by the event simulator\n";
+            << r.simulated << " re-scored by the event simulator";
+  if (r.too_large > 0)
+    std::cout << " (" << r.too_large << " over its size limit kept the analytical score: tier 'analytical')";
+  std::cout << "\n";
   std::cout << "rejected:\n";
   for (const auto& x : r.rejected) std::cout << "  " << x.count << " x " << x.rule << " (e.g. " << x.example << ")\n";
   if (cl.flag("--pareto")) {

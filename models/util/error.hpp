@@ -2,6 +2,8 @@
 //
 // InputError: the user gave something wrong (file, key, flag, value); the message names it and the rule.
 // InfeasibleLayout: a layout that is well-formed but cannot run (explore skips it and can explain why).
+// TooLargeToSimulate: an InputError for a layout over the event simulator's size limit (explore keeps its
+// analytical score).
 // TESSEL_CHECK: an always-on invariant; a failure is a bug in Tessel, reported as InternalError.
 #pragma once
 
@@ -17,6 +19,10 @@ struct InputError : std::runtime_error {
 
 struct InfeasibleLayout : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+struct TooLargeToSimulate : InputError {
+  using InputError::InputError;
 };
 
 struct InternalError : std::logic_error {

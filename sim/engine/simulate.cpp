@@ -138,7 +138,7 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   constexpr double kMaxPositionMicrobatches = 1 << 22;
   const double units = double(cluster.num_positions()) * l.vpp * l.num_microbatches();
   if (units > kMaxPositionMicrobatches)
-    throw InputError("simulation of " + std::to_string(cluster.num_positions()) + " rank positions x " + std::to_string(l.vpp) +
+    throw TooLargeToSimulate("simulation of " + std::to_string(cluster.num_positions()) + " rank positions x " + std::to_string(l.vpp) +
                      " stages each x " + std::to_string(l.num_microbatches()) + " micro-batches = " +
                      std::to_string(static_cast<long long>(units)) + " is over the limit of " +
                      std::to_string(static_cast<long long>(kMaxPositionMicrobatches)) +

@@ -295,6 +295,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     std::atomic<int> next{simulated};
     std::mutex err_mu;
     std::string first_error;
+    std::atomic<long long> too_large{0};
     for (int t = 0; t < threads; ++t)
       pool.emplace_back([&] {
         for (int i = next++; i < k; i = next++) {
@@ -305,6 +306,8 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
             fitting[i].exposed_comm_s = sc.exposed_comm_s;
             fitting[i].peak_memory = sc.peak_memory;
             fitting[i].tier = "des";
+          } catch (const TooLargeToSimulate&) {
+            ++too_large;  // over simulate()'s size limit (2^22 position-stage-micro-batches): the analytical score stands
           } catch (const std::exception& e) {
             std::lock_guard<std::mutex> g(err_mu);
             if (first_error.empty()) first_error = e.what();
@@ -313,6 +316,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
       });
     for (auto& th : pool) th.join();
     if (!first_error.empty()) throw InternalError("simulating a candidate failed: " + first_error);
+    res.too_large += too_large;
     simulated = k;
     std::vector<int> order(k);
     std::iota(order.begin(), order.end(), 0);
@@ -330,7 +334,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     }
     k *= 2;
   }
-  res.simulated = simulated;
+  res.simulated = simulated - res.too_large;
   // The Pareto front uses simulated times where they exist.
   res.pareto = pareto_front(fitting);
   return res;
@@ -359,7 +363,7 @@ Json result_to_json(const Result& r) {
   for (const auto& s : r.top) j["top"].push_back(scored_to_json(s));
   j["pareto"] = Json::array();
   for (const auto& s : r.pareto) j["pareto"].push_back(scored_to_json(s));
-  j["counts"] = {{"enumerated", r.enumerated}, {"scored", r.scored}, {"simulated", r.simulated}};
+  j["counts"] = {{"enumerated", r.enumerated}, {"scored", r.scored}, {"simulated", r.simulated}, {"too_large_to_simulate", r.too_large}};
   Json rej = Json::array();
   for (const auto& x : r.rejected) rej.push_back({{"rule", x.rule}, {"count", x.count}, {"example", x.example}});
   j["rejected"] = rej;

@@ -53,6 +53,7 @@ struct Result {
   long long enumerated = 0;
   long long scored = 0;               // analytical tier, fitting memory
   long long simulated = 0;
+  long long too_large = 0;            // sent to it but over its size limit: kept their analytical score
   std::vector<Rejection> rejected;    // by rule, most frequent first ("memory" among them)
   double smallest_peak = 0;           // the smallest peak memory seen among well-formed layouts
   std::string smallest_peak_layout;

@@ -47,6 +47,7 @@ TEST_CASE("explore --explain") {
       {"tp8 pp8 dp16 zero7", "--explain zero7: 7 is out of range [0, 3]"},
       {"", "names no layout"},
       {"tp8 pp8 dp16 layers=12x", "--explain layers=12x"},
+      {"tp8 pp8 dp16 layers=3,4,", "an empty stage entry"},
   };
   for (const auto& c : wrong) {  // no structured binding: doctest's CAPTURE lambdas cannot take one (clang 14)
     auto w = run_tessel({"explore", "--no-simulate", "--explain", c.first});
@@ -55,6 +56,13 @@ TEST_CASE("explore --explain") {
     CHECK(w.code == 2);
     CHECK(w.err.find(c.second) != std::string::npos);
   }
+  // Layouts over the event simulator's size limit keep their analytical score (2^23 micro-batches of one
+  // sample against 2^22): the search goes on and says so.
+  auto huge = run_tessel({"explore", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--gpus", "1",
+                          "--gbs", "8388608", "--mbs", "1"});
+  CAPTURE(huge.err);
+  CHECK(huge.code == 0);
+  CHECK(huge.out.find("0 re-scored by the event simulator (3 over its size limit kept the analytical score") != std::string::npos);
   auto zero0 = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b zero0"});
   CHECK(zero0.code == 0);
   auto split = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b layers=11,12x6,13"});
