@@ -1,5 +1,6 @@
 #include "sim/layout.hpp"
 
+#include <algorithm>
 #include <numeric>
 #include <sstream>
 
@@ -11,6 +12,11 @@ const std::vector<std::string>& schedule_names() {
   static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "looped-bfs",
                                                  "zb1p",  "zb2p", "zbv",         "dualpipev"};
   return names;
+}
+
+bool is_schedule_name(const std::string& name) {
+  const auto& n = schedule_names();
+  return std::find(n.begin(), n.end(), name) != n.end();
 }
 
 std::string to_string(Recompute r) {

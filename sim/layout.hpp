@@ -60,6 +60,7 @@ Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 const std::vector<std::string>& schedule_names();
+bool is_schedule_name(const std::string& name);  // one of schedule_names()
 
 // Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, recompute, recompute_method,
 // recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,

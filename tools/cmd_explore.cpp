@@ -83,9 +83,7 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
       once("recompute policy", w);
       l.recompute = parse_recompute(w, "--explain");
     } else {
-      bool known = false;
-      for (const auto& n : schedule_names()) known = known || n == w;
-      if (!known) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., a schedule, a recompute policy)");
+      if (!is_schedule_name(w)) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., a schedule, a recompute policy)");
       once("schedule", w);
       l.schedule = w;
       sched_given = true;
@@ -191,9 +189,7 @@ int explore(const Args& args) {
   for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
   for (const auto& s : cl.get_list("--schedule")) {
-    bool known = false;
-    for (const auto& n : schedule_names()) known = known || n == s;
-    if (!known) throw InputError("--schedule " + s + ": unknown schedule");
+    if (!is_schedule_name(s)) throw InputError("--schedule " + s + ": unknown schedule");
     space.schedules.push_back(s);
   }
   if (cl.has("--recompute")) space.recompute = recompute_list(cl);

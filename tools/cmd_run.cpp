@@ -179,8 +179,7 @@ void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
   l.precision = Precision::fp32;
   // A generated schedule the cost model has no closed form for (zb-greedy) is bounded by GPipe's memory:
   // every micro-batch's activations held at once.
-  bool known = false;
-  for (const auto& n : schedule_names()) known = known || n == l.schedule;
+  const bool known = is_schedule_name(l.schedule);
   const std::string bound = known ? "" : " (" + l.schedule + " bounded by GPipe's: every micro-batch's activations held)";
   if (!known) {
     l.schedule = "gpipe";

@@ -62,9 +62,7 @@ Specs read_specs(const CommandLine& cl) {
   l.pp = static_cast<int>(cl.get_int("--pp", 1, 1 << 20).value_or(8));
   l.cp = static_cast<int>(cl.get_int("--cp", 1, 1 << 20).value_or(1));
   l.schedule = cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b");
-  bool known = false;
-  for (const auto& n : schedule_names()) known = known || n == l.schedule;
-  if (!known) {
+  if (!is_schedule_name(l.schedule)) {
     std::string list;
     for (const auto& n : schedule_names()) list += (list.empty() ? "" : ", ") + n;
     throw InputError("--schedule " + l.schedule + ": unknown schedule (known: " + list + ")");

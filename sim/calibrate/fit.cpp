@@ -255,18 +255,6 @@ void fit_attention_rows(const BenchData& bench, Precision p, double c, FitResult
   s.gpu.attention_efficiency = std::clamp(e, 0.01, 1.0);
 }
 
-// 1/rate of the STREAM rows alone with the kernel overhead held at c (weighted relative least squares, one
-// parameter): the copy loops' rate, reported next to the runtime kernels' rate the profile carries.
-double stream_w(const std::vector<MemRow>& rows, double c) {
-  double num = 0, den = 0;
-  for (const MemRow& r : rows) {
-    const double q = r.bytes / r.time_s;
-    num += q * (1 - c / r.time_s);
-    den += q * q;
-  }
-  return den > 0 ? num / den : 0;
-}
-
 }  // namespace
 
 Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string& path, const System& sys, Precision p) {
