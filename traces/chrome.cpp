@@ -72,13 +72,57 @@ const std::set<std::string>& reserved_args() {
 // Times as printed: rounded to the nanosecond (put_us prints 3 decimals of a microsecond).
 double ns_round(double us) { return std::round(us * 1e3) / 1e3; }
 
-void put_op_event(std::string& out, const OpEvent& e) {
+// Each event's tid: its stream's lane, or an overflow lane of that stream where it would overlap a slice of
+// the lane without nesting in it (Perfetto draws only nested slices on one thread). Per (rank, stream), in
+// order of start (the longer first at equal starts, so an enclosing slice comes before what it holds), an
+// event takes the first lane whose open slices, the innermost last, end no later than it starts or enclose it.
+std::vector<int> lane_tids(const Trace& t) {
+  std::vector<int> tid(t.events.size());
+  std::map<std::pair<int, int>, std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    const OpEvent& e = t.events[i];
+    tid[i] = static_cast<int>(e.stream);
+    groups[{e.rank, static_cast<int>(e.stream)}].push_back(i);
+  }
+  const auto start = [&](std::size_t i) { return ns_round(t.events[i].start_us); };
+  const auto end = [&](std::size_t i) { return ns_round(t.events[i].start_us + t.events[i].dur_us); };
+  for (auto& [key, idx] : groups) {
+    std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
+      if (start(a) != start(b)) return start(a) < start(b);
+      return end(a) > end(b);
+    });
+    std::vector<std::vector<double>> open;  // per lane: ends of the slices still open, innermost last
+    for (std::size_t i : idx) {
+      const double b = start(i), e = std::max(b, end(i));
+      std::size_t lane = 0;
+      for (; lane < open.size(); ++lane) {
+        auto& stack = open[lane];
+        while (!stack.empty() && stack.back() <= b) stack.pop_back();
+        if (stack.empty() || stack.back() >= e) break;
+      }
+      // Past kMaxLanes (never seen in practice) the last lane takes the rest, misnested but readable.
+      lane = std::min<std::size_t>(lane, kMaxLanes - 1);
+      if (lane == open.size()) open.emplace_back();
+      open[lane].push_back(e);
+      tid[i] = key.second + kNumStreams * static_cast<int>(lane);
+    }
+  }
+  return tid;
+}
+
+std::string lane_name(int tid) {
+  std::string name = stream_name(static_cast<Stream>(tid % kNumStreams));
+  if (tid >= kNumStreams) name += " #" + std::to_string(tid / kNumStreams + 1);
+  return name;
+}
+
+void put_op_event(std::string& out, const OpEvent& e, int tid) {
   out += R"({"ph":"X","name":)";
   put_escaped(out, e.name.empty() ? e.op : e.name);
   out += R"(,"cat":)";
   put_escaped(out, is_comm(e) ? "comm" : "compute");
   out += R"(,"pid":)"; put_int(out, e.rank);
-  out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
+  out += R"(,"tid":)"; put_int(out, tid);
   // Start and end rounded to the printed nanosecond, the duration their difference: rounding start and
   // duration apart made back-to-back slices of a lane overlap by 1 ns, which viewers read as misnesting.
   const double start = ns_round(e.start_us), end = ns_round(e.start_us + e.dur_us);
@@ -114,12 +158,12 @@ void put_meta(std::string& out, const char* what, int pid, int tid, bool thread,
   out += "}}";
 }
 
-void put_metadata(std::string& out, const Trace& t, std::vector<std::string>& lines) {
+void put_metadata(std::string& out, const Trace& t, const std::vector<int>& tids, std::vector<std::string>& lines) {
   std::set<int> ranks;
   std::set<std::pair<int, int>> lanes;
-  for (const auto& e : t.events) {
-    ranks.insert(e.rank);
-    lanes.insert({e.rank, static_cast<int>(e.stream)});
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
+    ranks.insert(t.events[i].rank);
+    lanes.insert({t.events[i].rank, tids[i]});
   }
   for (const auto& c : t.counters) ranks.insert(c.rank);
   for (const auto& [r, n] : t.process_names) ranks.insert(r);
@@ -132,9 +176,11 @@ void put_metadata(std::string& out, const Trace& t, std::vector<std::string>& li
   }
   for (auto [r, s] : lanes) {
     std::string name;
-    put_escaped(name, stream_name(static_cast<Stream>(s)));
+    put_escaped(name, lane_name(s));
+    // A stream's overflow lanes sort right after it.
+    const int sort_index = (s % kNumStreams) * kMaxLanes + s / kNumStreams;
     out.clear(); put_meta(out, "thread_name", r, s, true, "name", name); lines.push_back(out);
-    out.clear(); put_meta(out, "thread_sort_index", r, s, true, "sort_index", std::to_string(s)); lines.push_back(out);
+    out.clear(); put_meta(out, "thread_sort_index", r, s, true, "sort_index", std::to_string(sort_index)); lines.push_back(out);
   }
 }
 
@@ -143,7 +189,7 @@ void put_metadata(std::string& out, const Trace& t, std::vector<std::string>& li
 // allows: a receiver posts its recv before the matching send starts, and Perfetto drops a flow whose end
 // precedes its start. (A recv that ended before its send began, clocks of two ranks apart, keeps the "f" at
 // its end: that arrow cannot be drawn.) Times rounded as the slices print them.
-void put_flows(const Trace& t, std::vector<std::string>& lines) {
+void put_flows(const Trace& t, const std::vector<int>& tids, std::vector<std::string>& lines) {
   std::map<std::int64_t, std::vector<std::size_t>> by_id;
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     if (t.events[i].flow_id >= 0) by_id[t.events[i].flow_id].push_back(i);
@@ -161,7 +207,7 @@ void put_flows(const Trace& t, std::vector<std::string>& lines) {
       std::string out = k == 0 ? R"({"ph":"s")" : R"({"ph":"f","bp":"e")";
       out += R"(,"name":"p2p","cat":"flow","id":)"; put_int(out, id);
       out += R"(,"pid":)"; put_int(out, e.rank);
-      out += R"(,"tid":)"; put_int(out, static_cast<int>(e.stream));
+      out += R"(,"tid":)"; put_int(out, tids[idx[k]]);
       const double b = ns_round(e.start_us), end = std::max(b, ns_round(e.start_us + e.dur_us));
       out += R"(,"ts":)"; put_us(out, k == 0 ? start : std::clamp(start, b, end));
       out += '}';
@@ -186,13 +232,14 @@ std::string to_chrome_json(const Trace& t) {
   std::vector<std::string> lines;
   lines.reserve(t.events.size() + t.counters.size() + 64);
   std::string buf;
-  put_metadata(buf, t, lines);
-  for (const auto& e : t.events) {
+  const std::vector<int> tids = lane_tids(t);
+  put_metadata(buf, t, tids, lines);
+  for (std::size_t i = 0; i < t.events.size(); ++i) {
     buf.clear();
-    put_op_event(buf, e);
+    put_op_event(buf, t.events[i], tids[i]);
     lines.push_back(buf);
   }
-  put_flows(t, lines);
+  put_flows(t, tids, lines);
   for (const auto& c : t.counters) {
     buf.clear();
     put_counter(buf, c);

@@ -80,11 +80,12 @@ class TraceBuilder {
   }
 
   int stream_of(const RawEvent& ev, std::size_t index) const {
-    if (ev.tid_is_string || ev.tid < 0 || ev.tid >= kNumStreams) {
+    if (ev.tid_is_string || ev.tid < 0 || ev.tid >= kNumStreams * kMaxLanes) {
       fail(index, "tid " + (ev.tid_is_string ? "\"" + ev.tid_text + "\"" : std::to_string(ev.tid)) +
-                      " is not a stream: must be 0..4 (compute, tp, pp, dp, cp)");
+                      " is not a stream: must be 0..4 (compute, tp, pp, dp, cp), or that plus 5k for overflow lane k < " +
+                      std::to_string(kMaxLanes));
     }
-    return static_cast<int>(ev.tid);
+    return static_cast<int>(ev.tid % kNumStreams);
   }
 
   void add_op(RawEvent&& ev, std::size_t index) {
