@@ -60,14 +60,14 @@ namespace {
 constexpr double kBucketParams = 40e6;
 
 struct RankSums {
-  std::vector<double> f, i, w, params, tp_f, tp_b, act, extra_first, extra_last;
+  std::vector<double> f, i, w, params, tp_f, tp_b, act, extra_first, extra_last, sp_grad_params;
   std::vector<int> layers;  // transformer layers a rank holds: all its chunks (vpp of them)
 };
 
 RankSums sum_per_rank(const Workload& w) {
   const Layout& l = w.layout;
   RankSums r;
-  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last})
+  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last, &r.sp_grad_params})
     v->assign(l.pp, 0.0);
   r.layers.assign(l.pp, 0);
   for (const auto& st : w.stages) {
@@ -77,6 +77,7 @@ RankSums sum_per_rank(const Workload& w) {
     r.i[k] += st.i;
     r.w[k] += st.w;
     r.params[k] += st.params;
+    r.sp_grad_params[k] += st.sp_grad_params;
     r.tp_f[k] += st.tp_comm_f;
     r.tp_b[k] += st.tp_comm_b;
     r.act[k] += st.act_bytes / l.vpp;  // average chunk's activations on this rank
@@ -211,9 +212,14 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     const double params = *std::max_element(rs.params.begin(), rs.params.end()) / shard;
     e.optimizer_s = cost::memory_time(sys.gpu, 30.0 * params, 4);
   }
+  // SP: the replicated parameters' gradient all-reduce over tp, once a step, exposed (the slowest rank's).
+  double sp_grad = 0;
+  for (double v : rs.sp_grad_params) sp_grad = std::max(sp_grad, sp_grad_allreduce_seconds(sys, l, v));
+  e.tp_comm_s += sp_grad;
+  e.tp_exposed_s += sp_grad;
   const double s_ov = sys.gpu.overlap_slowdown;
   e.overlap_slowdown_s = e.overlapped_comm_s * s_ov / (1.0 + s_ov);
-  e.step_s = pipe + e.dp_exposed_s + e.optimizer_s + e.overlap_slowdown_s;
+  e.step_s = pipe + e.dp_exposed_s + sp_grad + e.optimizer_s + e.overlap_slowdown_s;
   e.bubble_fraction = p > 1 ? std::max(0.0, (pipe - busy[busiest]) / e.step_s) : 0.0;
 
   // Throughput and FLOP rates.

@@ -19,6 +19,11 @@ cost::GroupPlacement tp_group(const Layout& l) { return {l.tp, 1}; }
 cost::GroupPlacement cp_group(const Layout& l) { return {l.cp, l.tp}; }
 cost::GroupPlacement dp_group(const Layout& l) { return {l.dp * l.cp, l.tp}; }
 
+double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params) {
+  if (!l.sequence_parallel || l.tp == 1 || params <= 0) return 0.0;
+  return cost::collective_time(sys, cost::Collective::all_reduce, 4.0 * params, tp_group(l)).seconds;
+}
+
 namespace {
 
 struct Dims {
@@ -222,19 +227,36 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
   }
 }
 
+// Records an edge collective of the stage and returns its time.
+double add_edge(StageWork& st, const System& sys, const Layout& l, const char* name, Collective c, double bytes,
+                double at, bool backward) {
+  TESSEL_CHECK(st.num_edges < StageWork::kMaxEdges, "more than " << StageWork::kMaxEdges << " edge collectives");
+  const double t = cost::collective_time(sys, c, bytes, tp_group(l)).seconds;
+  st.edges[st.num_edges++] = {name, c, bytes, t, at, backward};
+  return t;
+}
+
 // Embedding (first stage): gather rows, add positions, dropout; backward scatter-adds into the table.
 void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork& st) {
   const Dims d = dims_of(m, l);
   const double bytes = d.elt * d.x * 3;
-  st.f += cost::memory_time(sys.gpu, bytes, 2);
+  const double lookup = cost::memory_time(sys.gpu, bytes, 2);
   st.w += cost::memory_time(sys.gpu, bytes + 4 * d.x, 2);
+  double t = 0;
   if (l.tp > 1) {
-    // Vocab-parallel embedding: partial rows all-reduced (reduce-scattered under SP) across TP.
+    // Vocab-parallel embedding: partial rows all-reduced (reduce-scattered under SP) across TP, before the
+    // first layer; under SP the backward all-gathers the output gradient for the table's update.
     const Collective c = l.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
-    const double t = cost::collective_time(sys, c, d.elt * d.x, tp_group(l)).seconds;
-    st.f += t;
+    t = add_edge(st, sys, l, "embedding", c, d.elt * d.x, lookup, false);
     st.tp_comm_f += t;
+    if (l.sequence_parallel) {
+      const double g = add_edge(st, sys, l, "embedding grad", Collective::all_gather, d.elt * d.x, st.i, true);
+      st.i += g;
+      st.tp_comm_b += g;
+    }
   }
+  st.f += lookup + t;
+  st.layers_at_f = lookup + t;
 }
 
 // LM head (last stage): final norm, logits GEMM over the vocab shard, fp32 cross-entropy.
@@ -247,22 +269,42 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st)
   const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
   // Cross-entropy in fp32 over [tokens, V/t]: upcast, max, exp-sum, gradient (several passes).
   const double ce = 4.0 * d.tokens * v_local;
-  st.f += lg.t_f + cost::memory_time(sys.gpu, 3 * ce + 2 * d.elt * d.xs, 3);
-  st.i += lg.t_i + cost::memory_time(sys.gpu, 2 * ce + 3 * d.elt * d.xs, 2);
+  const double ce_f = cost::memory_time(sys.gpu, 3 * ce + 2 * d.elt * d.xs, 3);
+  const double ce_i = cost::memory_time(sys.gpu, 2 * ce + 3 * d.elt * d.xs, 2);
   st.w += lg.t_w;
   st.flops_model += 3 * lg.flops_f;
   st.flops_hw += 3 * lg.flops_f;
-  if (l.tp > 1) {
-    // Vocab-parallel cross-entropy: all-reduce of max and sum-exp per token (small), plus the all-gather
-    // (SP) or the backward all-reduce of the head's input gradient.
-    const double small = cost::collective_time(sys, Collective::all_reduce, 2 * 4 * d.tokens, tp_group(l)).seconds;
-    const double g = cost::collective_time(sys, l.sequence_parallel ? Collective::all_gather : Collective::all_reduce,
-                                           d.elt * d.x, tp_group(l)).seconds;
-    st.f += small + (l.sequence_parallel ? g : 0);
-    st.i += g;
-    st.tp_comm_f += small + (l.sequence_parallel ? g : 0);
-    st.tp_comm_b += g;
+  if (l.tp == 1) {
+    st.f += lg.t_f + ce_f;
+    st.i += lg.t_i + ce_i;
+    return;
   }
+  // Vocab-parallel head (Megatron): under SP the hidden states are all-gathered before the logits GEMM; the
+  // cross-entropy all-reduces each token's max, target logit and sum of exponentials (fp32, one value per
+  // token each); the backward reduces the head's input gradient (reduce-scatters it under SP) before the
+  // last layer's backward starts.
+  const bool sp = l.sequence_parallel;
+  double at = st.f, comm_f = 0;  // the head runs after the layers (and the embedding, when pp == 1)
+  const auto edge_f = [&](const char* name, Collective c, double bytes) {
+    const double t = add_edge(st, sys, l, name, c, bytes, at, false);
+    at += t;
+    comm_f += t;
+  };
+  if (sp) edge_f("head gather", Collective::all_gather, d.elt * d.x);
+  at += lg.t_f + ce_f / 3;  // the logits and the max pass
+  for (const char* name : {"cross-entropy max", "cross-entropy target", "cross-entropy sum-exp"})
+    edge_f(name, Collective::all_reduce, 4 * d.tokens);
+  st.f += lg.t_f + ce_f + comm_f;
+  st.tp_comm_f += comm_f;
+  // The backward starts with the head's: what the embedding recorded for its backward moves after it.
+  const double g = add_edge(st, sys, l, "head input grad", sp ? Collective::reduce_scatter : Collective::all_reduce,
+                            d.elt * d.x, ce_i + lg.t_i, true);
+  const double head_i = ce_i + lg.t_i + g;
+  for (int k = 0; k + 1 < st.num_edges; ++k)
+    if (st.edges[k].backward) st.edges[k].at += head_i;
+  st.i += head_i;
+  st.tp_comm_b += g;
+  st.layers_at_i = head_i;
 }
 
 }  // namespace
@@ -315,6 +357,10 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
     st.act_bytes = cost::stage_activation_bytes(m, l, st.layers, st.recomputed_layers);
     st.params = st.layers * per_layer_params;
     const bool first = s == 0, last = s == stages - 1;
+    if (l.sequence_parallel && l.tp > 1) {
+      const double norm = m.norm == Norm::layernorm ? 2.0 * m.hidden : m.hidden;
+      st.sp_grad_params = st.layers * (2 * norm + (m.bias ? 2.0 * m.hidden : 0.0)) + (last ? norm : 0.0);
+    }
     if (first) {
       add_embedding(m, l, sys, st);
       st.params += static_cast<double>(m.embedding_params()) / l.tp;

@@ -47,6 +47,16 @@ struct LayerWork {
   double act_bytes_unfused_full = 0;   // Korthikanti Table 2 value without recompute, for reports
 };
 
+// A TP collective of a stage outside its layers: the vocab-parallel embedding's reduction, the cross-entropy's
+// three all-reduces, the head's gather (SP) and its input gradient's reduction. `at`: seconds from the start
+// of the stage's forward op (or input-gradient op, when `backward`) to the collective's start.
+struct EdgeCollective {
+  const char* name = "";
+  cost::Collective coll = cost::Collective::all_reduce;
+  double bytes = 0, seconds = 0, at = 0;
+  bool backward = false;
+};
+
 // Per micro-batch costs of one pipeline stage (one model chunk on one rank).
 struct StageWork {
   int stage = 0;
@@ -59,6 +69,13 @@ struct StageWork {
   double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)
   double params = 0;          // parameters of this stage held by one GPU (after TP sharding)
   double tp_comm_f = 0, tp_comm_b = 0;
+  double sp_grad_params = 0;  // SP: tp-replicated parameters whose gradients the step all-reduces over tp
+  // The edge collectives (first and last stage, tp > 1), and when the first layer starts in the forward and
+  // input-gradient ops (after the embedding; after the head's backward). The trace draws them there.
+  static constexpr int kMaxEdges = 7;
+  EdgeCollective edges[kMaxEdges];
+  int num_edges = 0;
+  double layers_at_f = 0, layers_at_i = 0;
 };
 
 struct Workload {
@@ -81,6 +98,10 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 
 // Megatron-style placement of the parallel groups: tp fastest, then cp, dp, pp.
 cost::GroupPlacement tp_group(const Layout& l);
+// Under SP, once a step before the optimizer, the gradients of the parameters every tp rank holds whole
+// (norms, row-parallel biases: they saw only the rank's part of the sequence) are summed over tp in one
+// fp32 all-reduce (Megatron-LM's finalize_model_grads); `params` of them on the rank. 0 without SP.
+double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params);
 cost::GroupPlacement cp_group(const Layout& l);
 cost::GroupPlacement dp_group(const Layout& l);  // data-parallel replicas (cp ranks join the gradient reduction)
 

@@ -24,6 +24,7 @@ struct StageCost {
   double act_bytes = 0;        // kept per micro-batch from its forward to the end of its backward
   double extra_bytes = 0;      // embedding (first stage, per micro-batch in flight) / logits (last stage)
   double flops = 0;            // model FLOPs per micro-batch (F + B), for the trace
+  double sp_grad_params = 0;   // SP: tp-replicated parameters whose gradients are all-reduced over tp
   int layers = 0, first_layer = 0;
 };
 
@@ -42,7 +43,7 @@ struct JobCosts {
 
 enum class OpKind : std::uint8_t {
   forward, backward, input_grad, weight_grad, recompute, overlap_f_b, transfer,
-  dp_allreduce, dp_reducescatter, dp_allgather, tied_allreduce, zero3_allgather, zero3_reducescatter, optimizer
+  dp_allreduce, dp_reducescatter, dp_allgather, tied_allreduce, tp_allreduce, zero3_allgather, zero3_reducescatter, optimizer
 };
 const char* op_name(OpKind k);  // as traces/trace.hpp names op kinds ("forward", "dp_allreduce", ...)
 

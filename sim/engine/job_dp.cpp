@@ -130,6 +130,20 @@ void JobBuilder::data_parallel(int pos) {
     }
     before_opt.push_back(chain);
   }
+  // SP: the replicated parameters' gradients summed over tp (Megatron's finalize_model_grads runs it after
+  // the data-parallel reduction and before the tied embedding's), blocking the position.
+  double sp_params = 0;
+  for (int s = 0; s < s_.num_stages; ++s)
+    if (s_.rank_of(s) == r) sp_params += spec_.costs.stages[static_cast<std::size_t>(s)].sp_grad_params;
+  const double sp_seconds = sp_grad_allreduce_seconds(*spec_.system, l_, sp_params);
+  if (sp_seconds > 0) {
+    const auto t = compute_task(pos, OpKind::tp_allreduce, sp_seconds, -1, -1);
+    job_.info.back().stream = trace::Stream::tp;
+    job_.info.back().bytes = 4.0 * sp_params;
+    for (auto b : before_opt)
+      if (b != kNone && b != t) g_.edge(b, t);
+    before_opt = {t};
+  }
   const int last_rank = s_.rank_of(s_.num_stages - 1);
   if (spec_.costs.tied_seconds > 0 && last_rank != s_.rank_of(0) && (r == 0 || r == last_rank)) {
     const std::size_t key = static_cast<std::size_t>(c_.dp_of(pos) * l_.cp + c_.cp_of(pos));
@@ -143,7 +157,7 @@ void JobBuilder::data_parallel(int pos) {
       ti.pos = a;
       ti.peer = b;
       ti.op = OpKind::tied_allreduce;
-      ti.stream = trace::Stream::dp;
+      ti.stream = trace::Stream::pp;  // the embedding group of the first and last pipeline rank
       job_.info.push_back(ti);
     }
     for (auto t : before_opt) g_.edge(t, tied_[key]);

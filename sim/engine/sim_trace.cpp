@@ -36,29 +36,43 @@ trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t,
   return e;
 }
 
-// TP collectives of one compute op, laid out at their offsets in the layer's op sequence.
-void add_tp_slices(const SimReport& r, const trace::OpEvent op, bool forward, trace::Trace& out) {  // op by value: out grows
-  const auto& ops = r.workload.layer.ops;
-  const int layers = op.layer_end - op.layer_begin;
+const char* tp_op_name(cost::Collective c) {
+  return c == cost::Collective::all_reduce ? "tp_allreduce" : c == cost::Collective::all_gather ? "tp_allgather" : "tp_reducescatter";
+}
+
+// TP collectives of one compute op, laid out at their offsets: the stage's edge collectives (embedding,
+// cross-entropy, head) where the lowering put them, then each layer's in its op sequence. A recompute
+// replays the layers only. `op` by value: out grows.
+void add_tp_slices(const SimReport& r, const trace::OpEvent op, OpKind kind, trace::Trace& out) {
+  const StageWork& st = r.workload.stages[static_cast<std::size_t>(op.stage)];
+  const bool forward = kind != OpKind::backward && kind != OpKind::input_grad;
+  const auto slice = [&](std::string name, cost::Collective c, double start, double dur, double bytes, int lb, int le) {
+    trace::OpEvent e = op;
+    e.stream = trace::Stream::tp;
+    e.op = tp_op_name(c);
+    e.name = std::move(name);
+    e.start_us = start;
+    e.dur_us = dur;
+    e.flops = 0;
+    e.bytes = bytes;
+    e.layer_begin = lb;
+    e.layer_end = le;
+    out.events.push_back(std::move(e));
+  };
   double t = op.start_us;
-  for (int l = 0; l < layers; ++l)
+  if (kind != OpKind::recompute) {
+    for (int k = 0; k < st.num_edges; ++k) {
+      const EdgeCollective& c = st.edges[k];
+      if (c.backward == forward) continue;
+      slice(c.name, c.coll, op.start_us + c.at * kUs, c.seconds * kUs, c.bytes, op.layer_begin, op.layer_end);
+    }
+    t += (forward ? st.layers_at_f : st.layers_at_i) * kUs;
+  }
+  const auto& ops = r.workload.layer.ops;
+  for (int l = op.layer_begin; l < op.layer_end; ++l)
     for (const auto& w : ops) {
       const double d = (forward ? w.t_f : w.t_i) * kUs;
-      if (w.cls == OpClass::collective && d > 0) {
-        trace::OpEvent e = op;
-        e.stream = trace::Stream::tp;
-        e.op = std::string("tp_") + (w.coll == cost::Collective::all_reduce       ? "allreduce"
-                                     : w.coll == cost::Collective::all_gather     ? "allgather"
-                                                                                  : "reducescatter");
-        e.name = w.name + " L" + std::to_string(op.layer_begin + l);
-        e.start_us = t;
-        e.dur_us = d;
-        e.flops = 0;
-        e.bytes = w.comm_bytes;
-        e.layer_begin = op.layer_begin + l;
-        e.layer_end = e.layer_begin + 1;
-        out.events.push_back(e);
-      }
+      if (w.cls == OpClass::collective && d > 0) slice(w.name + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1);
       t += d;
     }
 }
@@ -74,8 +88,10 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
     std::size_t per_layer = 0;
     for (const auto& w : r.workload.layer.ops) per_layer += w.cls == OpClass::collective;
     for (const auto& ti : r.job.info)
-      if (ti.op == OpKind::forward || ti.op == OpKind::backward || ti.op == OpKind::input_grad || ti.op == OpKind::recompute)
-        tp_count += per_layer * static_cast<std::size_t>(r.workload.stages[static_cast<std::size_t>(ti.stage)].layers);
+      if (ti.op == OpKind::forward || ti.op == OpKind::backward || ti.op == OpKind::input_grad || ti.op == OpKind::recompute) {
+        const StageWork& st = r.workload.stages[static_cast<std::size_t>(ti.stage)];
+        tp_count += per_layer * static_cast<std::size_t>(st.layers) + static_cast<std::size_t>(st.num_edges);
+      }
   }
   const bool with_tp = tp && tp_count <= opt.max_tp_slices;
   for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) {
@@ -101,7 +117,7 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
     out.events.push_back(e);
     if (with_tp && ti.pieces == 1 &&
         (ti.op == OpKind::forward || ti.op == OpKind::backward || ti.op == OpKind::input_grad || ti.op == OpKind::recompute))
-      add_tp_slices(r, out.events.back(), ti.op != OpKind::backward && ti.op != OpKind::input_grad, out);
+      add_tp_slices(r, out.events.back(), ti.op, out);
   }
   for (int p = 0; p < c.num_positions(); ++p) {
     std::string stages;

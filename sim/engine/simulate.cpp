@@ -89,6 +89,7 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
     sc.act_bytes = st.act_bytes;
     sc.extra_bytes = st.act_extra_bytes;
     sc.flops = st.flops_model;
+    sc.sp_grad_params = st.sp_grad_params;
     sc.layers = st.layers;
     sc.first_layer = l.first_layer_of_stage(st.stage, m.layers);
     jc.stages.push_back(sc);

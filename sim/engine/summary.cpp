@@ -17,7 +17,8 @@ const char* op_name(OpKind k) {
     case OpKind::dp_allreduce: return "dp_allreduce";
     case OpKind::dp_reducescatter: return "dp_reducescatter";
     case OpKind::dp_allgather: return "dp_allgather";
-    case OpKind::tied_allreduce: return "tied_allreduce";
+    case OpKind::tied_allreduce: return "embedding_allreduce";  // as the runtime records it
+    case OpKind::tp_allreduce: return "tp_allreduce";
     case OpKind::zero3_allgather: return "dp_allgather";
     case OpKind::zero3_reducescatter: return "dp_reducescatter";
     case OpKind::optimizer: return "optimizer";

@@ -74,39 +74,45 @@ TEST_CASE("the measured trace names every compute op with its stage, chunk and m
 }
 
 // The measured trace and the simulator's trace of the same layout align op by op (design: the op args
-// are the shared identity): every op of the simulated trace finds its measured counterpart, the
-// tensor-parallel collectives one per layer and the recvs under the receiving stage included. What only the
-// run has: the folded tp peers' ops and the collectives of the vocab-parallel embedding and cross-entropy,
-// which the simulator prices inside the stage's compute.
+// are the shared identity): every op of the simulated trace finds its measured counterpart and every op the
+// run has on the simulated ranks finds its simulated one: the tensor-parallel collectives one per layer,
+// the vocab-parallel embedding's and cross-entropy's (three all-reduces, Megatron's) and the head's, with
+// and without SP, and the recvs under the receiving stage. What only the run has: the folded tp peers' ops.
 TEST_CASE("a simulated trace of the run's layout aligns with the measured one op by op") {
-  Layout l = layout(2, 2, 1, "zbv", 2, 4);
-  l.recompute = Recompute::none;
-  l.sequence_parallel = false;
-  l.attention = AttentionImpl::unfused;
-  l.precision = Precision::fp32;
-  const Model m = micro_gpt();
-  rt::TrainOptions opt;
-  opt.record_trace = true;
-  const auto run = rt::train_threads(m, l, opt, 1);
-  const System sys = load_system("cpu");
-  const engine::SimReport sim = engine::simulate(m, l, sys);
-  const trace::Trace st = engine::to_trace(sim, sys);
-  const trace::Comparison c = trace::compare_traces(st, run.trace);
-  std::string only_a;
-  for (const auto& o : c.only_in_a) only_a += o.op + " x" + std::to_string(o.count) + " ";
-  CAPTURE(only_a);
-  CHECK(c.unmatched_a.empty());
-  CHECK(c.matched == c.events_a);
-  std::map<std::string, int> tp_layers;  // the run's unmatched ops on the ranks the simulation has
-  for (std::size_t i : c.unmatched_b) {
-    const auto& e = run.trace.events[i];
-    if (e.rank % l.tp != 0) continue;  // a folded tp peer
-    CAPTURE(e.name);
-    CHECK(e.stream == trace::Stream::tp);
-    CHECK(e.layer_end - e.layer_begin == 2);  // a stage's range: embedding or head, not one layer
-    ++tp_layers[e.op];
+  for (bool sp : {false, true}) {
+    CAPTURE(sp);
+    Layout l = layout(2, 2, 1, "zbv", 2, 4);
+    l.recompute = Recompute::none;
+    l.sequence_parallel = sp;
+    l.attention = AttentionImpl::unfused;
+    l.precision = Precision::fp32;
+    const Model m = micro_gpt();
+    rt::TrainOptions opt;
+    opt.record_trace = true;
+    const auto run = rt::train_threads(m, l, opt, 1);
+    const System sys = load_system("cpu");
+    const engine::SimReport sim = engine::simulate(m, l, sys);
+    const trace::Trace st = engine::to_trace(sim, sys);
+    const trace::Comparison c = trace::compare_traces(st, run.trace);
+    std::string only_a;
+    for (const auto& o : c.only_in_a) only_a += o.op + " x" + std::to_string(o.count) + " ";
+    CAPTURE(only_a);
+    CHECK(c.unmatched_a.empty());
+    CHECK(c.matched == c.events_a);
+    int edge_ops = 0;  // matched tp collectives over a stage's range: embedding, cross-entropy, head
+    for (const auto& p : c.pairs) {
+      const auto& e = st.events[p.a];
+      edge_ops += e.stream == trace::Stream::tp && e.layer_end - e.layer_begin == 2;
+    }
+    // Per micro-batch, 5 of them: embedding forward, 3 cross-entropy all-reduces, the head's input gradient;
+    // SP adds the head's gather and the embedding's backward gather.
+    CHECK(edge_ops == l.num_microbatches() * (sp ? 7 : 5));
+    for (std::size_t i : c.unmatched_b) {
+      const auto& e = run.trace.events[i];
+      CAPTURE(e.name);
+      CHECK(e.rank % l.tp != 0);  // a folded tp peer
+    }
   }
-  CHECK(!tp_layers.empty());
 }
 
 TEST_CASE("activation memory: selective keeps less than none, full less than selective") {
