@@ -1,6 +1,9 @@
 #include "sim/engine/sim_trace.hpp"
 
+#include <algorithm>
 #include <map>
+#include <tuple>
+#include <vector>
 
 namespace tessel::engine {
 
@@ -40,41 +43,80 @@ const char* tp_op_name(cost::Collective c) {
   return c == cost::Collective::all_reduce ? "tp_allreduce" : c == cost::Collective::all_gather ? "tp_allgather" : "tp_reducescatter";
 }
 
-// TP collectives of one compute op, laid out at their offsets: the stage's edge collectives (embedding,
+bool draws_tp(OpKind k) {
+  return k == OpKind::forward || k == OpKind::backward || k == OpKind::input_grad || k == OpKind::recompute;
+}
+
+// One TP collective of a compute op, `at` µs after the op's start.
+struct TpSlice {
+  std::string name;
+  cost::Collective coll;
+  double at, dur, bytes;
+  int layer_begin, layer_end;
+};
+
+// The TP collectives of a compute op of `stage`, at their offsets: the stage's edge collectives (embedding,
 // cross-entropy, head) where the lowering put them, then each layer's in its op sequence. A recompute
-// replays the layers only. `op` by value: out grows.
-void add_tp_slices(const SimReport& r, const trace::OpEvent op, OpKind kind, trace::Trace& out) {
-  const StageWork& st = r.workload.stages[static_cast<std::size_t>(op.stage)];
-  const bool forward = kind != OpKind::backward && kind != OpKind::input_grad;
-  const auto slice = [&](std::string name, cost::Collective c, double start, double dur, double bytes, int lb, int le) {
-    trace::OpEvent e = op;
-    e.stream = trace::Stream::tp;
-    e.op = tp_op_name(c);
-    e.name = std::move(name);
-    e.start_us = start;
-    e.dur_us = dur;
-    e.flops = 0;
-    e.bytes = bytes;
-    e.layer_begin = lb;
-    e.layer_end = le;
-    out.events.push_back(std::move(e));
-  };
-  double t = op.start_us;
-  if (kind != OpKind::recompute) {
+// replays the forward of the layers it recomputes under full recompute (the first ones, Megatron's block
+// method); selective recompute replays attention's core, which has no collective.
+std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
+  std::vector<TpSlice> out;
+  const StageWork& st = r.workload.stages[static_cast<std::size_t>(stage)];
+  const int lb = r.layout.first_layer_of_stage(stage, r.model.layers);
+  int le = lb + st.layers;
+  const bool forward = kind == OpKind::forward || kind == OpKind::recompute;
+  double t = 0;
+  if (kind == OpKind::recompute) {
+    if (r.layout.recompute != Recompute::full) return out;
+    le = lb + st.recomputed_layers;
+  } else {
     for (int k = 0; k < st.num_edges; ++k) {
       const EdgeCollective& c = st.edges[k];
-      if (c.backward == forward) continue;
-      slice(c.name, c.coll, op.start_us + c.at * kUs, c.seconds * kUs, c.bytes, op.layer_begin, op.layer_end);
+      if (c.backward != forward) out.push_back({c.name, c.coll, c.at * kUs, c.seconds * kUs, c.bytes, lb, lb + st.layers});
     }
-    t += (forward ? st.layers_at_f : st.layers_at_i) * kUs;
+    t = (forward ? st.layers_at_f : st.layers_at_i) * kUs;
   }
-  const auto& ops = r.workload.layer.ops;
-  for (int l = op.layer_begin; l < op.layer_end; ++l)
-    for (const auto& w : ops) {
+  for (int l = lb; l < le; ++l)
+    for (const auto& w : r.workload.layer.ops) {
       const double d = (forward ? w.t_f : w.t_i) * kUs;
-      if (w.cls == OpClass::collective && d > 0) slice(w.name + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1);
+      if (w.cls == OpClass::collective && d > 0) out.push_back({w.name + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1});
       t += d;
     }
+  return out;
+}
+
+// Draws the TP collectives of one op whose pieces (one, or the equal parts the simulator cut it into:
+// gradient buckets, ZeRO-3's layers) are `pieces`, events of `out` in order: a collective at offset `at`
+// of the whole falls in the piece that covers that share of the op's work; one that would cross the end
+// of its piece (a gap may follow: ZeRO-3 waits for the next layer's gather) starts the next piece, and
+// none starts before the previous one ends.
+void add_tp_slices(const SimReport& r, OpKind kind, const std::vector<std::size_t>& pieces, trace::Trace& out) {
+  const trace::OpEvent first = out.events[pieces[0]];  // a copy: out grows
+  double total = 0;
+  for (std::size_t i : pieces) total += out.events[i].dur_us;
+  const double part = total / static_cast<double>(pieces.size());
+  auto slices = tp_slices_of(r, first.stage, kind);
+  std::stable_sort(slices.begin(), slices.end(), [](const TpSlice& a, const TpSlice& b) { return a.at < b.at; });
+  double cursor = first.start_us;
+  for (auto& s : slices) {
+    std::size_t j = part > 0 ? std::min(pieces.size() - 1, static_cast<std::size_t>(s.at / part)) : 0;
+    double start = out.events[pieces[j]].start_us + (s.at - static_cast<double>(j) * part);
+    const trace::OpEvent& piece = out.events[pieces[j]];
+    if (start + s.dur > piece.start_us + piece.dur_us && j + 1 < pieces.size()) start = out.events[pieces[++j]].start_us;
+    start = std::max(start, cursor);
+    cursor = start + s.dur;
+    trace::OpEvent e = first;
+    e.stream = trace::Stream::tp;
+    e.op = tp_op_name(s.coll);
+    e.name = std::move(s.name);
+    e.start_us = start;
+    e.dur_us = s.dur;
+    e.flops = 0;
+    e.bytes = s.bytes;
+    e.layer_begin = s.layer_begin;
+    e.layer_end = s.layer_end;
+    out.events.push_back(std::move(e));
+  }
 }
 
 }  // namespace
@@ -82,18 +124,21 @@ void add_tp_slices(const SimReport& r, const trace::OpEvent op, OpKind kind, tra
 trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions& opt) {
   const Cluster c(r.layout, sys, r.fidelity);
   trace::Trace out;
-  const bool tp = r.layout.tp > 1 && r.layout.zero_stage != 3;
-  std::size_t tp_count = 0;
+  const bool tp = r.layout.tp > 1;
+  std::size_t tp_count = 0, fb_ops = 0;
   if (tp) {
     std::size_t per_layer = 0;
     for (const auto& w : r.workload.layer.ops) per_layer += w.cls == OpClass::collective;
-    for (const auto& ti : r.job.info)
-      if (ti.op == OpKind::forward || ti.op == OpKind::backward || ti.op == OpKind::input_grad || ti.op == OpKind::recompute) {
+    for (const auto& ti : r.job.info) {
+      fb_ops += ti.op == OpKind::overlap_f_b;
+      if (draws_tp(ti.op) && ti.piece == 0) {
         const StageWork& st = r.workload.stages[static_cast<std::size_t>(ti.stage)];
         tp_count += per_layer * static_cast<std::size_t>(st.layers) + static_cast<std::size_t>(st.num_edges);
       }
+    }
   }
   const bool with_tp = tp && tp_count <= opt.max_tp_slices;
+  std::map<std::tuple<int, int, int, int>, std::vector<std::size_t>> open_pieces;
   for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) {
     const TaskInfo& ti = r.job.info[t];
     if (ti.group >= 0) {
@@ -115,9 +160,15 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
       continue;
     }
     out.events.push_back(e);
-    if (with_tp && ti.pieces == 1 &&
-        (ti.op == OpKind::forward || ti.op == OpKind::backward || ti.op == OpKind::input_grad || ti.op == OpKind::recompute))
-      add_tp_slices(r, out.events.back(), ti.op, out);
+    if (with_tp && draws_tp(ti.op)) {
+      // The pieces of one op are consecutive tasks of its position (other positions' tasks between them).
+      auto& pieces = open_pieces[{ti.pos, ti.stage, ti.mb, static_cast<int>(ti.op)}];
+      pieces.push_back(out.events.size() - 1);
+      if (ti.piece + 1 == ti.pieces) {
+        add_tp_slices(r, ti.op, pieces, out);
+        pieces.clear();
+      }
+    }
   }
   for (int p = 0; p < c.num_positions(); ++p) {
     std::string stages;
@@ -138,6 +189,8 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
   out.other_data["tp_folded"] = "each rank stands for its " + std::to_string(r.layout.tp) + " tp ranks";
   if (tp && !with_tp)
     out.other_data["tp_slices"] = "left out: " + std::to_string(tp_count) + " > " + std::to_string(opt.max_tp_slices);
+  else if (with_tp && fb_ops > 0)
+    out.other_data["tp_slices"] = "not drawn inside the " + std::to_string(fb_ops) + " F&B ops (a forward and a backward overlapped)";
   out.other_data["step_s"] = r.step_s;
   return out;
 }

@@ -297,3 +297,63 @@ TEST_CASE("simulated recvs carry the receiving stage, its chunk and layers") {
   CHECK(recvs == int(send_of.size()));
   CHECK(recvs > 0);
 }
+
+// The TP collectives drawn in a simulated trace: each inside one compute op of its rank, one per layer
+// collective and edge collective of each forward / input-gradient op, whatever the op was cut into
+// (gradient-bucket pieces, ZeRO-3's per-layer pieces); a recompute draws the forward's only under full
+// recompute (selective recomputes attention's core, which has none).
+TEST_CASE("simulated TP slices sit inside their op, once per collective, recompute only when full") {
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  struct Case {
+    const char* what;
+    Recompute rc;
+    int zero;
+    AttentionImpl attention;
+  };
+  for (const Case& k : {Case{"bucket pieces, selective recompute ops", Recompute::selective, 0, AttentionImpl::unfused},
+                        Case{"full recompute", Recompute::full, 0, AttentionImpl::flash},
+                        Case{"ZeRO-3 layer pieces", Recompute::selective, 3, AttentionImpl::flash}}) {
+    const std::string what = k.what;
+    CAPTURE(what);
+    Layout l;
+    l.tp = 8, l.pp = 4, l.dp = 2, l.vpp = 1, l.schedule = "1f1b", l.global_batch = 8;
+    l.recompute = k.rc;
+    l.zero_stage = k.zero;
+    l.attention = k.attention;
+    SimOptions o;
+    o.fidelity = Fidelity::replica;
+    const SimReport r = simulate(m, l, sys, o);
+    const trace::Trace t = to_trace(r, sys);
+    int per_layer = 0;
+    for (const auto& w : r.workload.layer.ops) per_layer += w.cls == OpClass::collective;
+    REQUIRE(per_layer > 0);
+    std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> compute;  // (rank, mb) -> spans
+    int recomputes = 0, pieces = 0;
+    for (const auto& e : t.events) {
+      if (e.stream == trace::Stream::compute) compute[{e.rank, e.mb}].push_back({e.start_us, e.start_us + e.dur_us});
+      recomputes += e.op == "recompute";
+      pieces += e.name.find(" part ") != std::string::npos;
+    }
+    std::size_t tp = 0, outside = 0;
+    for (const auto& e : t.events) {
+      if (e.stream != trace::Stream::tp || e.mb < 0) continue;
+      ++tp;
+      bool in = false;
+      for (const auto& s : compute[{e.rank, e.mb}]) in |= s.first <= e.start_us + 1e-6 && e.start_us + e.dur_us <= s.second + 1e-6;
+      outside += !in;
+    }
+    CHECK(outside == 0);
+    // Expected count: every stage's forward and backward ops, per micro-batch, per position (replica: one).
+    std::size_t want = 0;
+    const int mbs = l.num_microbatches();
+    for (const auto& st : r.workload.stages) {
+      want += static_cast<std::size_t>(mbs) * (2 * per_layer * st.layers + st.num_edges);
+      if (k.rc == Recompute::full) want += static_cast<std::size_t>(mbs) * per_layer * st.recomputed_layers;
+    }
+    CHECK(tp == want);
+    CHECK(pieces > 0);  // the cases draw into cut ops
+    CHECK((recomputes > 0) == (k.rc == Recompute::full || k.attention == AttentionImpl::unfused));
+    CHECK(!t.other_data.contains("tp_slices"));
+  }
+}
