@@ -214,7 +214,10 @@ void merge_into(trace::Trace& all, trace::Trace&& part) {
 // exists. Every rank prints the rule and waits at a barrier (mpirun kills the remaining processes as soon
 // as one exits non-zero, so nobody exits before all have printed), returns normally (no MPI_Abort), and
 // throws an InputError after MPI_Finalize: exit 2. The trace is gathered to rank 0, which alone writes it.
-void run_under_mpi(const RunConfig& c, rt::Recorder::Clock::time_point t0, trace::Trace& tr) {
+// Its times share one origin: every process reads its clock as it leaves one barrier (each process's own
+// start differed by tens of milliseconds, and flows ended before they began); the origins then differ by
+// the barrier's exit skew, microseconds on one host.
+void run_under_mpi(const RunConfig& c, trace::Trace& tr) {
   bool mismatch = false;
   rt::run_mpi([&](rt::Comm& world) {
     if (world.size() != c.layout.gpus()) {
@@ -226,7 +229,8 @@ void run_under_mpi(const RunConfig& c, rt::Recorder::Clock::time_point t0, trace
       mismatch = true;
       return;
     }
-    trace::Trace part = run_rank(c, world, t0);
+    world.barrier();
+    trace::Trace part = run_rank(c, world, rt::Recorder::Clock::now());
     if (c.opt.record_trace) tr = rt::gather_trace(world, part);
   });
   if (mismatch)
@@ -300,7 +304,7 @@ int run(const Args& args) {
 #endif
   check_fits_in_memory(c, under_mpi);
 #ifdef TESSEL_HAVE_MPI
-  if (under_mpi) run_under_mpi(c, t0, tr);
+  if (under_mpi) run_under_mpi(c, tr);
 #endif
   if (!under_mpi) {
     std::mutex mu;

@@ -13,7 +13,7 @@ namespace tessel::trace {
 namespace {
 
 struct FlowPoint {
-  int rank, stream;
+  int rank, lane;  // lane: the tid (a stream, or one of its overflow lanes)
   double ts;
   std::int64_t id;
   bool bind_enclosing;  // "s", or "f" with "bp":"e": the slice around ts; else the next slice after ts
@@ -79,13 +79,13 @@ class TraceBuilder {
     return static_cast<int>(ev.pid);
   }
 
-  int stream_of(const RawEvent& ev, std::size_t index) const {
+  int lane_of(const RawEvent& ev, std::size_t index) const {
     if (ev.tid_is_string || ev.tid < 0 || ev.tid >= kNumStreams * kMaxLanes) {
       fail(index, "tid " + (ev.tid_is_string ? "\"" + ev.tid_text + "\"" : std::to_string(ev.tid)) +
                       " is not a stream: must be 0..4 (compute, tp, pp, dp, cp), or that plus 5k for overflow lane k < " +
                       std::to_string(kMaxLanes));
     }
-    return static_cast<int>(ev.tid % kNumStreams);
+    return static_cast<int>(ev.tid);
   }
 
   void add_op(RawEvent&& ev, std::size_t index) {
@@ -99,7 +99,8 @@ class TraceBuilder {
     if (ev.dur < 0) fail(index, "X event '" + ev.name + "' has negative dur " + std::to_string(ev.dur));
     OpEvent e;
     e.rank = rank_of(ev, index);
-    e.stream = static_cast<Stream>(stream_of(ev, index));
+    const int lane = lane_of(ev, index);
+    e.stream = static_cast<Stream>(lane % kNumStreams);
     e.name = std::move(ev.name);
     e.op = std::move(ev.op);
     e.stage = ev.stage;
@@ -114,6 +115,7 @@ class TraceBuilder {
     e.extra = std::move(ev.extra);
     if (ev.bind_id >= 0 && (ev.flow_in || ev.flow_out)) e.flow_id = ev.bind_id;  // flows v2
     trace_.events.push_back(std::move(e));
+    lanes_.push_back(lane);
   }
 
   void add_meta(const RawEvent& ev, std::size_t index) {
@@ -140,7 +142,7 @@ class TraceBuilder {
   void add_flow(const RawEvent& ev, std::size_t index) {
     if (ev.id.empty()) fail(index, "flow event without id");
     if (!ev.has_ts) fail(index, "flow event without ts");
-    flows_.push_back(FlowPoint{rank_of(ev, index), stream_of(ev, index), ev.ts, parse_flow_id(ev.id, origin_, index),
+    flows_.push_back(FlowPoint{rank_of(ev, index), lane_of(ev, index), ev.ts, parse_flow_id(ev.id, origin_, index),
                                ev.ph != "f" || ev.bp == "e", index});
   }
 
@@ -150,23 +152,33 @@ class TraceBuilder {
     std::map<std::pair<int, int>, std::vector<std::size_t>> lanes;
     for (std::size_t i = 0; i < trace_.events.size(); ++i) {
       const auto& e = trace_.events[i];
-      lanes[{e.rank, static_cast<int>(e.stream)}].push_back(i);
+      lanes[{e.rank, lanes_[i]}].push_back(i);
     }
     auto start = [&](std::size_t i) { return trace_.events[i].start_us; };
     for (auto& [lane, idx] : lanes) {
       std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return start(a) < start(b); });
     }
     for (const auto& f : flows_) {
-      auto it = lanes.find({f.rank, f.stream});
+      auto it = lanes.find({f.rank, f.lane});
       if (it == lanes.end()) fail(f.index, "flow event on a lane without ops");
       const auto& idx = it->second;
+      // Times are printed to the nanosecond: a flow the writer put at its slice's end may read back half
+      // a nanosecond past ts + dur, summed in binary.
+      constexpr double kHalfNs = 5e-4;
       auto after = std::upper_bound(idx.begin(), idx.end(), f.ts, [&](double ts, std::size_t i) { return ts < start(i); });
       std::size_t target;
       if (f.bind_enclosing) {
         if (after == idx.begin()) fail(f.index, "flow event at ts " + std::to_string(f.ts) + " is before every op on its lane");
-        target = *(after - 1);
-        const auto& e = trace_.events[target];
-        if (f.ts > e.start_us + e.dur_us) fail(f.index, "flow event at ts " + std::to_string(f.ts) + " is not inside an op slice");
+        // The innermost slice around ts: the latest-starting one that has not ended (slices of a lane nest,
+        // so a shorter one that started later and ended before ts is passed over).
+        auto it = after;
+        bool found = false;
+        for (int k = 0; k < 64 && it != idx.begin() && !found; ++k) {
+          const auto& e = trace_.events[*--it];
+          found = f.ts <= e.start_us + e.dur_us + kHalfNs;
+        }
+        if (!found) fail(f.index, "flow event at ts " + std::to_string(f.ts) + " is not inside an op slice");
+        target = *it;
       } else {
         if (after == idx.end()) fail(f.index, "flow end at ts " + std::to_string(f.ts) + " has no following op on its lane");
         target = *after;
@@ -178,6 +190,7 @@ class TraceBuilder {
   const std::string& origin_;
   Trace trace_;
   std::vector<FlowPoint> flows_;
+  std::vector<int> lanes_;  // per event of trace_: its tid
   std::size_t foreign_ = 0;
   bool looks_like_kineto_ = false;
 };

@@ -126,6 +126,8 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
   opt.gemm = gemm_type(o.precision);
   opt.only_rank = o.only_rank;
   opt.data_file = o.data_file;
+  // One time origin for every rank's trace: each reads its clock as it leaves one barrier.
+  if (world) world->barrier();
   const auto t0 = Recorder::Clock::now();
   GpuTrainer t(dev, o.model, o.layout, opt, world, t0);
   if (!o.resume.empty()) t.load_checkpoint(o.resume, o.seed);

@@ -1,6 +1,7 @@
 #!/bin/sh
 # `tessel run` under mpirun (exit 77 = skip without mpirun):
-#  1. --trace writes ONE trace holding every rank (gathered to rank 0), not PATH.rank<R> per process;
+#  1. --trace writes ONE trace holding every rank (gathered to rank 0), not PATH.rank<R> per process, on
+#     one time origin;
 #  2. a world size that differs from the layout exits 2 on every rank with the rule, before training
 #     (no step line printed) and without MPI_Abort.
 exe="$1"
@@ -23,6 +24,21 @@ for r in 0 1 2 3; do
   grep -q "\"rank $r (stage" "$dir/trace.json" || { echo "FAIL: rank $r missing from the gathered trace"; exit 1; }
 done
 grep -q "4 ranks)" "$dir/out1.txt" || { echo "FAIL: rank 0 did not report 4 ranks in the trace"; exit 1; }
+# One time origin for all processes: no recv ends more than 1 ms before its send starts (each process's own
+# start as origin put them tens of ms apart), and tessel reads its own trace back.
+"$exe" compare "$dir/trace.json" "$dir/trace.json" >"$dir/cmp.txt" 2>&1 ||
+  { echo "FAIL: tessel compare cannot read the gathered trace"; cat "$dir/cmp.txt"; exit 1; }
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$dir/trace.json" <<'PY' || exit 1
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+s = {e["id"]: e["ts"] for e in ev if e["ph"] == "s"}
+f = {e["id"]: e["ts"] for e in ev if e["ph"] == "f"}
+late = [(i, s[i] - t) for i, t in f.items() if t < s[i] - 1000.0]
+print(f"{len(f)} flows, {len(late)} ending more than 1 ms before they start")
+sys.exit(1 if late or not f else 0)
+PY
+fi
 
 # 2. 3 processes for a 4-GPU layout.
 timeout 120 $mpi -np 3 "$exe" run --tp 2 --pp 2 --steps 1 >"$dir/out2.txt" 2>&1

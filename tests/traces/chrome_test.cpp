@@ -204,6 +204,44 @@ TEST_CASE("overlapping slices of one stream go to overflow lanes that nest and r
   }
 }
 
+// Flows bind to the slice they sit in on their own lane: an overflow lane's, the innermost of nested ones,
+// and one at its slice's very end (ts + dur summed in binary falls half a nanosecond short of the printed
+// end: 418003.110 + 8.643 < 418011.753).
+TEST_CASE("flows bind on their lane: overflow lanes, nested slices, a slice's end") {
+  Trace t;
+  OpEvent send, recv, peer_recv, peer_send;
+  send.rank = 0, send.stream = Stream::pp, send.op = "send", send.name = "send", send.start_us = 10, send.dur_us = 20;
+  recv = send, recv.op = "recv", recv.name = "recv", recv.start_us = 20, recv.dur_us = 30;  // overflow lane
+  peer_recv = recv, peer_recv.rank = 1, peer_recv.start_us = 0, peer_recv.dur_us = 100;
+  peer_send = send, peer_send.rank = 1, peer_send.start_us = 15, peer_send.dur_us = 3;      // nested in peer_recv
+  send.flow_id = peer_recv.flow_id = 3;
+  recv.flow_id = peer_send.flow_id = 4;
+  t.events = {send, recv, peer_recv, peer_send};
+  Trace r = parse_chrome_trace(to_chrome_json(t), "flows.json");
+  REQUIRE(r.events.size() == 4);
+  for (std::size_t i = 0; i < 4; ++i) {
+    CAPTURE(t.events[i].name);
+    CHECK(r.events[i].flow_id == t.events[i].flow_id);
+  }
+  // peer_recv's flow end sits at the send's start (10), before peer_send began: it binds to the outer
+  // slice; a flow end at 19, after peer_send ended, too (not "outside every slice").
+  const std::string ok = R"(,"args":{"op":"recv"}})";
+  const std::string outer = R"({"ph":"X","name":"outer","pid":1,"tid":2,"ts":0,"dur":100)" + ok;
+  const std::string inner = R"({"ph":"X","name":"inner","pid":1,"tid":2,"ts":15,"dur":3)" + ok;
+  const std::string sender = R"({"ph":"X","name":"s","pid":0,"tid":2,"ts":19,"dur":1,"args":{"op":"send"}})";
+  const Trace nested = parse_chrome_trace("[" + outer + "," + inner + "," + sender +
+                                              R"(,{"ph":"s","id":9,"name":"p2p","cat":"flow","pid":0,"tid":2,"ts":19})"
+                                              R"(,{"ph":"f","bp":"e","id":9,"name":"p2p","cat":"flow","pid":1,"tid":2,"ts":19}])",
+                                          "nested.json");
+  CHECK(nested.events[0].flow_id == 9);
+  CHECK(nested.events[1].flow_id == -1);
+  const std::string edge = R"([{"ph":"X","name":"r","pid":2,"tid":2,"ts":418003.110,"dur":8.643,"args":{"op":"recv"}},)"
+                           R"({"ph":"X","name":"s","pid":0,"tid":2,"ts":418011.753,"dur":1,"args":{"op":"send"}},)"
+                           R"({"ph":"s","id":1,"name":"p2p","cat":"flow","pid":0,"tid":2,"ts":418011.753},)"
+                           R"({"ph":"f","bp":"e","id":1,"name":"p2p","cat":"flow","pid":2,"tid":2,"ts":418011.753}])";
+  CHECK(parse_chrome_trace(edge, "edge.json").events[0].flow_id == 1);
+}
+
 TEST_CASE("gzip-compressed traces and bare arrays are read") {
   Trace t = test::two_stage_trace();
   std::string path = test::temp_path("trace.json.gz");
