@@ -30,9 +30,9 @@ std::vector<RankStats> rank_stats(const Trace& t) {
     RankStats r;
     r.rank = rank;
     r.busy_us = union_length(l.first);
-    r.bubble_us = std::max(0.0, step - r.busy_us);
     r.comm_us = union_length(l.second);
     r.exposed_comm_us = uncovered_length(l.second, l.first);
+    r.bubble_us = std::max(0.0, step - r.busy_us - r.exposed_comm_us);
     out.push_back(r);
   }
   return out;

@@ -27,7 +27,7 @@ struct OpKindStats {
 struct RankStats {
   int rank = 0;
   double busy_us = 0;          // union of compute ops
-  double bubble_us = 0;        // step time - busy: the time this rank computes nothing
+  double bubble_us = 0;        // step time - busy - exposed comm: idle, as tessel simulate counts it
   double comm_us = 0;          // union of communication ops
   double exposed_comm_us = 0;  // communication during which this rank computes nothing
 };

@@ -10,6 +10,7 @@
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
 #include "traces/chrome.hpp"
+#include "traces/compare.hpp"
 
 using namespace tessel;
 using namespace tessel::engine;
@@ -355,5 +356,30 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     CHECK(pieces > 0);  // the cases draw into cut ops
     CHECK((recomputes > 0) == (k.rc == Recompute::full || k.attention == AttentionImpl::unfused));
     CHECK(!t.other_data.contains("tp_slices"));
+  }
+}
+
+// `tessel compare` on a simulated trace reports what `tessel simulate` printed for it: per rank the same
+// busy time, exposed communication and bubble (idle: neither computing nor waiting on communication).
+TEST_CASE("compare's per-rank busy, exposed communication and bubble equal the simulator's") {
+  const System sys = load_system("cpu");
+  const Model m = load_model("tiny");
+  for (const char* schedule : {"1f1b", "zbv"}) {
+    CAPTURE(schedule);
+    Layout l;
+    l.tp = 2, l.pp = 2, l.dp = 2, l.vpp = std::string(schedule) == "zbv" ? 2 : 1, l.global_batch = 16;
+    l.schedule = schedule;
+    l.precision = Precision::fp32;
+    const SimReport r = simulate(m, l, sys);
+    const auto rs = trace::rank_stats(to_trace(r, sys));
+    REQUIRE(rs.size() == r.ranks.size());
+    for (std::size_t i = 0; i < rs.size(); ++i) {
+      CAPTURE(rs[i].rank);
+      CHECK(rs[i].rank == r.ranks[i].global_rank);
+      // The trace prints times to the nanosecond: a few ns of rounding over a step's ops.
+      CHECK(rs[i].busy_us == doctest::Approx(r.ranks[i].busy * 1e6).epsilon(1e-5));
+      CHECK(rs[i].exposed_comm_us == doctest::Approx(r.ranks[i].exposed_comm * 1e6).epsilon(1e-4));
+      CHECK(rs[i].bubble_us == doctest::Approx(r.ranks[i].bubble * 1e6).epsilon(1e-4));
+    }
   }
 }

@@ -122,7 +122,8 @@ std::string rank_row(const std::string& out, int rank) {
 TEST_CASE("tessel compare: the per-rank table pairs ranks by id, not by position") {
   // A holds ranks 0 and 2 (a simulated tp2 trace folds tp peers), B ranks 0..3: two_stage_trace's ranks
   // renamed 0 and 2 in both; in B rank 2's backward mb1 takes 25 µs instead of 20 (busy 60 -> 65 of the
-  // 112 µs step: bubble 47), and ranks 1 and 3 compute 0-5, 10-15, 72-82, 92-102 (busy 30, bubble 82).
+  // 112 µs step; its recv 10-12 waits exposed: bubble 112 - 65 - 2 = 45), and ranks 1 and 3 compute 0-5,
+  // 10-15, 72-82, 92-102 (busy 30, no communication: bubble 82).
   auto a = test::two_stage_trace();
   for (auto& e : a.events) e.rank = e.rank == 1 ? 2 : e.rank;
   a.process_names = {{0, "rank 0 (stage 0)"}, {2, "rank 2 (stage 1)"}};
@@ -146,9 +147,9 @@ TEST_CASE("tessel compare: the per-rank table pairs ranks by id, not by position
   trace::write_chrome_trace(b, pb);
   Run r = tessel_compare(pa + " " + pb);
   REQUIRE(r.rc == 0);
-  // Rank 2: A busy 60, bubble 52 | B busy 65, bubble 47.
-  CHECK(rank_row(r.out, 2).find("60.000       52.000") != std::string::npos);
-  CHECK(rank_row(r.out, 2).find("65.000       47.000") != std::string::npos);
+  // Rank 2: A busy 60, bubble 50 | B busy 65, bubble 45.
+  CHECK(rank_row(r.out, 2).find("60.000       50.000") != std::string::npos);
+  CHECK(rank_row(r.out, 2).find("65.000       45.000") != std::string::npos);
   // Rank 1 is B's alone: busy 30, bubble 82, and said to have no counterpart in A.
   CHECK(rank_row(r.out, 1).find("(not in A)") != std::string::npos);
   CHECK(rank_row(r.out, 1).find("30.000       82.000") != std::string::npos);

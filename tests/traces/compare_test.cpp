@@ -91,10 +91,10 @@ TEST_CASE("per-rank busy, bubble and exposed communication") {
   Trace a = test::two_stage_trace();
   auto rs = rank_stats(a);
   REQUIRE(rs.size() == 2);
-  // Rank 0 computes F 0-10, F 10-20, B 72-92, B 92-112: busy 60 of the 112 µs step -> bubble 52.
-  // Its sends run 10-12 (under F mb1) and 20-22 (nothing computes): comm 4, exposed 2.
+  // Rank 0 computes F 0-10, F 10-20, B 72-92, B 92-112: busy 60 of the 112 µs step. Its sends run 10-12
+  // (under F mb1) and 20-22 (nothing computes): comm 4, exposed 2. Idle: 112 - 60 - 2 = 50 (simulate's bubble).
   CHECK(rs[0].busy_us == doctest::Approx(60));
-  CHECK(rs[0].bubble_us == doctest::Approx(52));
+  CHECK(rs[0].bubble_us == doctest::Approx(50));
   CHECK(rs[0].comm_us == doctest::Approx(4));
   CHECK(rs[0].exposed_comm_us == doctest::Approx(2));
   // Rank 1 computes 12-22, 22-32, 32-52, 52-72 = 60; its recvs 10-12 and 20-22: 10-12 exposed, 20-22 under F.
