@@ -192,6 +192,13 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
   else if (with_tp && fb_ops > 0)
     out.other_data["tp_slices"] = "not drawn inside the " + std::to_string(fb_ops) + " F&B ops (a forward and a backward overlapped)";
   out.other_data["step_s"] = r.step_s;
+  // The distributed optimizer's parameter all-gathers past the first bucket run beside the next step's
+  // forward (overlap_param_gather): the trace holds them, so it spans more than the step.
+  std::size_t after = 0;
+  for (const auto& e : out.events) after += e.op == "dp_allgather" && e.start_us + e.dur_us > r.step_s * kUs * (1 + 1e-12);
+  if (after > 0)
+    out.other_data["after_step"] = std::to_string(after) + " dp_allgather slices end after step_s: the next step's parameters, "
+                                   "gathered beside its forward";
   return out;
 }
 

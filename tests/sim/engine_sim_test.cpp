@@ -383,3 +383,24 @@ TEST_CASE("compare's per-rank busy, exposed communication and bubble equal the s
     }
   }
 }
+
+// Under the distributed optimizer the parameter all-gathers past the first bucket belong to the next
+// step's forward: the trace says so when its slices outlast step_s, and only then.
+TEST_CASE("a simulated trace says when slices run past the step") {
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  for (int zero : {0, 1}) {
+    CAPTURE(zero);
+    Layout l;
+    l.tp = 8, l.pp = 4, l.dp = 4, l.vpp = 1, l.schedule = "1f1b", l.global_batch = 32, l.zero_stage = zero;
+    SimOptions o;
+    o.fidelity = Fidelity::replica;
+    const SimReport r = simulate(m, l, sys, o);
+    const trace::Trace t = to_trace(r, sys);
+    double end = 0;
+    for (const auto& e : t.events) end = std::max(end, e.start_us + e.dur_us);
+    const bool past = end > r.step_s * 1e6 * (1 + 1e-9);
+    CHECK(past == (zero == 1));
+    CHECK(t.other_data.contains("after_step") == past);
+  }
+}
