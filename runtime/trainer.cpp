@@ -103,6 +103,9 @@ void Trainer::load_batch(int step) {
 }
 
 StepStats Trainer::step() {
+  // The step's time is the job's, not this rank's: every rank starts it together (Megatron's interval timer
+  // starts with barrier=True) and reports the slowest rank's elapsed time (below).
+  groups_.world->barrier();
   const auto start = std::chrono::steady_clock::now();
   const int k = optimizer_->steps_done();
   load_batch(k);
@@ -137,7 +140,9 @@ StepStats Trainer::step() {
   st.loss = loss;
   st.grad_norm = r.grad_norm;
   st.param_grad_norms = r.param_grad_norms;
-  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
+  groups_.world->all_reduce(&seconds, 1, ReduceOp::max);
+  st.seconds = seconds;
   return st;
 }
 
