@@ -11,10 +11,12 @@
 // A replicated tensor (same piece on several DP ranks) should be added by one of them only; if several add
 // it, the reader takes any (they must be equal).
 // Every rank throws InputError if any rank's write failed (disk full, ...); the previous checkpoints are
-// never touched, and a save killed at any point leaves them loadable.
+// never touched, and a save killed at any point leaves them loadable. A step is published when `latest`
+// names it: a published step is never overwritten and `latest` never moves back; a step folder above the
+// published step (a save that stopped before `latest`) is no checkpoint, and a save of that step replaces it.
 //
 // Loading (any process, any layout):
-//   CheckpointReader r(dir);            // newest complete step under dir (or dir is one step folder)
+//   CheckpointReader r(dir);            // the step dir/latest publishes (or dir is one step folder)
 //   r.check_model(model_json);          // InputError naming the first difference
 //   auto w = r.read_slice("layers.0.attn.qkv.weight", {row0, 0}, {rows, h});  // assembled from any shards
 // Opening verifies every file against the manifest's size and CRC32C; a mismatch is an InputError naming it.
@@ -36,8 +38,17 @@ namespace tessel::rt {
 
 using Shape = std::vector<std::uint64_t>;
 
+// Steps are bounded so that a folder name has at most 18 digits and parses without overflow.
+constexpr std::int64_t kMaxStep = 999'999'999'999'999'999;
+
 // "step-00000010": the folder of one step under the checkpoint root.
 std::string step_folder_name(std::int64_t step);
+// The step of a name exactly as step_folder_name writes it ("step-", at least 8 digits, zero-padded to 8 and
+// no other leading zero, at most kMaxStep), or nullopt for any other name.
+std::optional<std::int64_t> parse_step_folder_name(std::string_view name);
+
+// Collective: rank `root`'s text (up to 4096 bytes: an error message) on every rank of `comm`.
+std::string broadcast_text(Comm& comm, std::string text, int root);
 
 class CheckpointWriter {
  public:
@@ -56,6 +67,7 @@ class CheckpointWriter {
 
  private:
   void check_entry(const std::string& name);
+  void prepare_final();
   void finish_on_rank0(const std::vector<float>& status);
   std::string dir_, staging_, final_;
   std::int64_t step_;
@@ -65,19 +77,25 @@ class CheckpointWriter {
   std::vector<std::string> names_;
   std::string error_;  // first failure on this rank; reported by commit() so all ranks agree on the outcome
   bool committed_ = false;
-  bool published_ = false;  // rank 0: the step folder was renamed into place
+  bool published_ = false;  // rank 0: `latest` was renamed to name this step
 };
 
 class CheckpointReader {
  public:
-  // `path`: a checkpoint root (the newest complete step is loaded) or one step folder.
+  // `path`: a checkpoint root (the step its `latest` file publishes is loaded) or one step folder. A step
+  // folder named "step-..." must be named as the saver names it, for the step its manifest holds.
   explicit CheckpointReader(const std::string& path);
   ~CheckpointReader();
   CheckpointReader(const CheckpointReader&) = delete;
   CheckpointReader& operator=(const CheckpointReader&) = delete;
 
-  // Newest complete step under a root, or nullopt if there is none (a fresh run).
+  // The step root/latest publishes; nullopt when root or its `latest` does not exist. InputError naming
+  // root/latest when it is not a regular file holding one step folder name (as the saver writes it).
   static std::optional<std::int64_t> latest_step(const std::string& root);
+  // What under root belongs to checkpoints: `latest` and every entry whose name begins with "step-"
+  // (sorted). Empty when root does not exist. A run that saves into root must not meet these unless it
+  // continues them.
+  static std::vector<std::string> checkpoint_entries(const std::string& root);
 
   std::int64_t step() const { return step_; }
   int world() const { return world_; }  // ranks that saved it

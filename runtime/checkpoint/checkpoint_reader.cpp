@@ -19,15 +19,31 @@ namespace {
 namespace fs = std::filesystem;
 constexpr std::int64_t kMaxWorld = 1 << 20;
 
-// Step number of a folder named exactly "step-<digits>", or -1.
-std::int64_t step_of(const std::string& name) {
-  if (name.size() < 6 || name.size() > 24 || name.compare(0, 5, "step-") != 0) return -1;
-  std::int64_t s = 0;
-  for (std::size_t i = 5; i < name.size(); ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    s = s * 10 + (name[i] - '0');
-  }
-  return s;
+// The folder's own name, also when the path ends in a slash ("D/step-00000004/").
+std::string folder_name(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// `text` for a one-line message: control and non-ASCII bytes as '?'.
+std::string printable(const std::string& text) {
+  std::string out;
+  for (char c : text) out += c >= 0x20 && c < 0x7f ? c : '?';
+  return out;
+}
+
+// Complete step folders under root that `latest` does not publish, for the message when it is absent.
+std::string unpublished_hint(const std::string& root) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(root, ec))
+    if (parse_step_folder_name(e.path().filename().string()) && fs::is_regular_file(e.path() / "manifest.json", ec))
+      names.push_back(e.path().filename().string());
+  if (names.empty()) return "";
+  std::sort(names.begin(), names.end());
+  return "; " + names.back() + " there is complete but unpublished (its save stopped before writing `latest`): "
+         "to load it anyway, name that folder itself";
 }
 
 void verify_file(const std::string& path, std::uint64_t bytes, const std::string& crc_text) {
@@ -66,28 +82,75 @@ std::string first_difference(const Json& a, const Json& b, const std::string& pa
 
 }  // namespace
 
+std::optional<std::int64_t> parse_step_folder_name(std::string_view name) {
+  // The writer's "%08lld": 8 digits zero-padded, more without a leading zero; 18 at most (kMaxStep).
+  if (name.size() < 13 || name.size() > 23 || name.substr(0, 5) != "step-") return std::nullopt;
+  if (name.size() > 13 && name[5] == '0') return std::nullopt;
+  std::int64_t s = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    s = s * 10 + (name[i] - '0');
+  }
+  return s;
+}
+
 std::optional<std::int64_t> CheckpointReader::latest_step(const std::string& root) {
   std::error_code ec;
-  std::optional<std::int64_t> best;
-  if (!fs::is_directory(root, ec)) return best;
+  const fs::path p = fs::path(root) / "latest";
+  const auto st = fs::symlink_status(p, ec);
+  if (ec || !fs::exists(st)) return std::nullopt;
+  const std::string rule = "must be a file holding the name of the published step folder, as the saver writes it "
+                           "(\"step-00000004\\n\")";
+  if (!fs::is_regular_file(st))
+    throw InputError(p.string() + ": " + (fs::is_directory(st) ? "is a folder" : "is not a regular file") + "; it " + rule);
+  const auto bytes = fs::file_size(p, ec);
+  if (ec || bytes > 64) throw InputError(p.string() + ": has " + std::to_string(bytes) + " bytes; it " + rule);
+  std::ifstream in(p, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  std::string name = !text.empty() && text.back() == '\n' ? text.substr(0, text.size() - 1) : text;
+  auto step = parse_step_folder_name(name);
+  if (!step) throw InputError(p.string() + ": holds \"" + printable(text) + "\"; it " + rule);
+  return step;
+}
+
+std::vector<std::string> CheckpointReader::checkpoint_entries(const std::string& root) {
+  std::error_code ec;
+  std::vector<std::string> names;
+  if (!fs::is_directory(root, ec)) return names;
   for (auto& e : fs::directory_iterator(root, ec)) {
-    std::int64_t s = step_of(e.path().filename().string());
-    // A step folder is published by a rename after its manifest is durable, so manifest => complete.
-    if (s >= 0 && fs::is_regular_file(e.path() / "manifest.json", ec) && (!best || s > *best)) best = s;
+    std::string n = e.path().filename().string();
+    if (n == "latest" || n.compare(0, 5, "step-") == 0) names.push_back(n);
   }
-  return best;
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 CheckpointReader::CheckpointReader(const std::string& path) {
   std::error_code ec;
   if (fs::is_regular_file(fs::path(path) / "manifest.json", ec)) {
     folder_ = path;
-  } else {
+  } else if (fs::is_directory(path, ec)) {
     auto s = latest_step(path);
-    if (!s) throw InputError(path + ": no complete checkpoint (no step-* folder with a manifest.json)");
+    if (!s) throw InputError(path + ": no published checkpoint (no " + path + "/latest)" + unpublished_hint(path));
     folder_ = (fs::path(path) / step_folder_name(*s)).string();
+    if (!fs::is_regular_file(fs::path(folder_) / "manifest.json", ec))
+      throw InputError(path + "/latest: publishes " + step_folder_name(*s) + ", which is not a complete checkpoint (no " +
+                       folder_ + "/manifest.json)");
+  } else {
+    throw InputError(path + (fs::exists(path, ec) ? ": is a file, not a checkpoint folder" : ": no such checkpoint folder"));
   }
+  // A folder named like a step must be named as the saver names it, for its own step: a copy under another
+  // step's name would otherwise load as a step it is not.
+  const std::string name = folder_name(folder_);
+  const bool step_named = name.compare(0, 5, "step-") == 0;
+  const auto named = parse_step_folder_name(name);
+  if (step_named && !named)
+    throw InputError(folder_ + ": the folder name '" + name + "' is not one the saver writes (\"step-\" and the step, "
+                     "zero-padded to 8 digits, at most " + std::to_string(kMaxStep) + ")");
   verify_and_index();
+  if (named && *named != step_)
+    throw InputError(folder_ + ": the folder is named for step " + std::to_string(*named) + " but its manifest.json "
+                     "says step " + std::to_string(step_));
 }
 
 CheckpointReader::~CheckpointReader() {
@@ -101,7 +164,7 @@ void CheckpointReader::verify_and_index() {
   JsonObject m(mj, mpath);
   if (m.string("format") != "tessel-checkpoint") m.fail("format", "must be \"tessel-checkpoint\"");
   m.integer("version", 1, 1);
-  step_ = m.integer("step", 0, INT64_MAX);
+  step_ = m.integer("step", 0, kMaxStep);
   world_ = static_cast<int>(m.integer("world", 1, kMaxWorld));
   m.choice("checksum", {"crc32c"});
   const Json& files = m.raw("files");
@@ -126,7 +189,7 @@ void CheckpointReader::verify_and_index() {
   Json meta = parse_json_file(meta_path);
   JsonObject mo(meta, meta_path);
   mo.string("format");
-  if (mo.integer("step", 0, INT64_MAX) != step_) mo.fail("step", "differs from the manifest's step");
+  if (mo.integer("step", 0, kMaxStep) != step_) mo.fail("step", "differs from the manifest's step");
   mo.integer("world", world_, world_);
   meta_ = mo.raw("meta");
   mo.finish();

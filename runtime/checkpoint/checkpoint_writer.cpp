@@ -35,20 +35,6 @@ std::string shard_name(int rank) {
   return buf;
 }
 
-// Rank `root`'s text on every rank. The Comm moves fp32, so the length and each byte travel as floats
-// (exact: both are far below 2^24). Error messages are short.
-std::string broadcast_text(Comm& comm, std::string text, int root) {
-  float len = static_cast<float>(std::min<std::size_t>(text.size(), 4096));
-  comm.broadcast(&len, 1, root);
-  std::vector<float> chars(static_cast<std::size_t>(len));
-  if (comm.rank() == root)
-    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(text[i]);
-  comm.broadcast(chars.data(), chars.size(), root);
-  std::string out(chars.size(), '\0');
-  for (std::size_t i = 0; i < chars.size(); ++i) out[i] = static_cast<char>(static_cast<int>(chars[i]));
-  return out;
-}
-
 // Runs f, turning any exception into a message in `error` (kept for commit()); does nothing once failed.
 template <class F>
 void deferred(std::string& error, F&& f) {
@@ -62,6 +48,19 @@ void deferred(std::string& error, F&& f) {
 
 }  // namespace
 
+// The Comm moves fp32, so the length and each byte travel as floats (exact: both are far below 2^24).
+std::string broadcast_text(Comm& comm, std::string text, int root) {
+  float len = static_cast<float>(std::min<std::size_t>(text.size(), 4096));
+  comm.broadcast(&len, 1, root);
+  std::vector<float> chars(static_cast<std::size_t>(len));
+  if (comm.rank() == root)
+    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(text[i]);
+  comm.broadcast(chars.data(), chars.size(), root);
+  std::string out(chars.size(), '\0');
+  for (std::size_t i = 0; i < chars.size(); ++i) out[i] = static_cast<char>(static_cast<int>(chars[i]));
+  return out;
+}
+
 std::string step_folder_name(std::int64_t step) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
@@ -70,15 +69,15 @@ std::string step_folder_name(std::int64_t step) {
 
 CheckpointWriter::CheckpointWriter(std::string dir, std::int64_t step, Comm& comm)
     : dir_(std::move(dir)), step_(step), comm_(comm) {
-  if (step < 0) throw InputError("checkpoint step " + std::to_string(step) + ": must be >= 0");
+  if (step < 0 || step > kMaxStep)
+    throw InputError("checkpoint step " + std::to_string(step) + ": must be in [0, " + std::to_string(kMaxStep) + "]");
   final_ = (fs::path(dir_) / step_folder_name(step)).string();
   staging_ = (fs::path(dir_) / ("." + step_folder_name(step) + ".staging")).string();
   float ok = 1;
   if (comm_.rank() == 0) {
     deferred(error_, [&] {
       if (!fs::is_directory(dir_)) make_dir(dir_);
-      if (fs::exists(final_))
-        throw InputError(final_ + ": a checkpoint of step " + std::to_string(step) + " exists; not overwriting it");
+      prepare_final();
       fs::remove_all(staging_);  // left by a save that was killed
       make_dir(staging_);
     });
@@ -90,6 +89,27 @@ CheckpointWriter::CheckpointWriter(std::string dir, std::int64_t step, Comm& com
     shard_ = std::make_unique<ShardWriter>((fs::path(staging_) / shard_name(comm_.rank())).string(), comm_.rank(),
                                            comm_.size());
   });
+}
+
+// Rank 0: refuses to overwrite a published step or to move `latest` back; an unpublished folder of this
+// step (above `latest`: its save stopped between the rename and `latest`) is no checkpoint and goes.
+void CheckpointWriter::prepare_final() {
+  const auto published = CheckpointReader::latest_step(dir_);  // InputError if `latest` is not the saver's file
+  if (published && *published >= step_) {
+    if (fs::exists(final_))
+      throw InputError(final_ + ": a checkpoint of step " + std::to_string(step_) + " exists; not overwriting it");
+    if (*published == step_)
+      throw InputError(dir_ + "/latest: publishes " + step_folder_name(step_) + ", which does not exist (removed?); "
+                       "not saving over a damaged checkpoint folder");
+    throw InputError(dir_ + "/latest: publishes step " + std::to_string(*published) + "; a save of step " +
+                     std::to_string(step_) + " would move it back (save into an empty folder instead)");
+  }
+  if (!fs::exists(final_)) return;
+  const std::string aside = (fs::path(dir_) / ("." + step_folder_name(step_) + ".unpublished")).string();
+  fs::remove_all(aside);  // left by a replacement that was killed
+  rename_op(final_, aside);  // the step name goes at once; the removal below may be cut short harmlessly
+  fsync_dir(dir_);
+  fs::remove_all(aside);
 }
 
 CheckpointWriter::~CheckpointWriter() = default;  // an uncommitted shard file removes itself (DurableFile)
@@ -164,8 +184,8 @@ void CheckpointWriter::commit() {
   }
 }
 
-// Rank 0, after every shard is durable: metadata, then the manifest (its presence marks the checkpoint
-// complete), then the rename that publishes the folder, then the `latest` pointer.
+// Rank 0, after every shard is durable: metadata, then the manifest (its presence marks the folder
+// complete), then the rename of the folder into place, then the `latest` pointer, whose rename publishes it.
 void CheckpointWriter::finish_on_rank0(const std::vector<float>& status) {
   const int n = comm_.size();
   Json meta = {{"format", "tessel-checkpoint"}, {"step", step_}, {"world", n}, {"meta", meta_}};
@@ -190,11 +210,15 @@ void CheckpointWriter::finish_on_rank0(const std::vector<float>& status) {
   man.commit();
   fsync_dir(staging_);
   if (fs::exists(final_)) throw InputError(final_ + ": appeared during the save; not overwriting it");
-  if (::rename(staging_.c_str(), final_.c_str()) != 0)
-    throw InputError(final_ + ": rename of the staging folder failed: " + std::strerror(errno));
-  published_ = true;  // from here on the step is complete on disk (if the folder entry reaches it)
+  rename_op(staging_, final_);
+  fsync_dir(dir_);  // the folder's entry is durable before `latest` may name it
+  const std::string latest = (fs::path(dir_) / "latest").string(), pointer = step_folder_name(step_) + "\n";
+  DurableFile tmp((fs::path(dir_) / ".latest.tmp").string());
+  tmp.write(pointer.data(), pointer.size());
+  tmp.commit();
+  rename_op(tmp.path(), latest);
+  published_ = true;  // from here on `latest` names the step (once the entry reaches the disk)
   fsync_dir(dir_);
-  write_durable((fs::path(dir_) / "latest").string(), step_folder_name(step_) + "\n");
 }
 
 }  // namespace tessel::rt

@@ -119,9 +119,13 @@ void make_dir(const std::string& dir) {
   fsync_dir(parent_of(dir));
 }
 
-void durable_rename(const std::string& from, const std::string& to) {
+void rename_op(const std::string& from, const std::string& to) {
   if (fault_point()) io_fail(to, "rename", EIO);
   if (::rename(from.c_str(), to.c_str()) != 0) io_fail(to, "rename", errno);
+}
+
+void durable_rename(const std::string& from, const std::string& to) {
+  rename_op(from, to);
   fsync_dir(parent_of(to));
 }
 

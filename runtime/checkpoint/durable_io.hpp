@@ -47,6 +47,8 @@ class DurableFile {
 
 void fsync_dir(const std::string& dir);
 void make_dir(const std::string& dir);  // creates it (parents too) and fsyncs its parent
+// rename(2) alone (an I/O op); the caller fsyncs the folder when the new name must survive a crash.
+void rename_op(const std::string& from, const std::string& to);
 // rename(2), then fsync of the target's folder so the new name survives a crash.
 void durable_rename(const std::string& from, const std::string& to);
 // Writes `content` to path via a temporary name in the same folder and a durable rename.

@@ -1,6 +1,6 @@
-// Recovery checkpoints: format round trip, resharding on load, newest-complete selection, and the faults of
-// issues 6 and 9: corruption and truncation found by checksum, another model refused, disk full, absurd
-// headers rejected without allocating.
+// Recovery checkpoints: format round trip, resharding on load, the published step (`latest`) and strict
+// step folder names, and the faults of issues 6 and 9: corruption and truncation found by checksum, another
+// model refused, disk full, absurd headers rejected without allocating.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -77,7 +77,7 @@ TEST_CASE("a region that no shard holds is named") {
   CHECK_THROWS_WITH_AS(r.read_tensor("x"), doctest::Contains("no shard holds element [0]"), InputError);
 }
 
-TEST_CASE("the newest complete step is loaded; staging folders and `latest` follow the protocol") {
+TEST_CASE("the published step is loaded; staging folders and `latest` follow the protocol") {
   test::TempDir d("latest");
   save(d.str(), 10, 2);
   save(d.str(), 20, 2);
@@ -90,7 +90,7 @@ TEST_CASE("the newest complete step is loaded; staging folders and `latest` foll
   CHECK(CheckpointReader((d.path / "step-00000010").string()).step() == 10);
   CHECK(test::file_bytes(d.path / "latest") == "step-00000020\n");
   CHECK(!CheckpointReader::latest_step((d.path / "nothing").string()));
-  CHECK_THROWS_WITH_AS(CheckpointReader((d.path / "nothing").string()), doctest::Contains("no complete checkpoint"), InputError);
+  CHECK_THROWS_WITH_AS(CheckpointReader((d.path / "nothing").string()), doctest::Contains("no such checkpoint folder"), InputError);
   // An existing step is never overwritten.
   CHECK_THROWS_WITH_AS(save(d.str(), 20, 2), doctest::Contains("exists; not overwriting it"), InputError);
   CHECK(CheckpointReader(d.str()).read_tensor("w") == CheckpointReader((d.path / "step-00000010").string()).read_tensor("w"));
@@ -166,7 +166,7 @@ TEST_CASE("disk full at any write of a save leaves the previous checkpoint intac
     CHECK(CheckpointReader(d.str()).read_tensor("w") == CheckpointReader((d.path / "step-00000001").string()).read_tensor("w"));
   }
   MESSAGE("failed ops tried: " << ops << ", of which after publishing: " << published);
-  CHECK(published == 5);  // fsync of the root, then `latest`: write, fsync, rename, fsync of the root
+  CHECK(published == 1);  // the rename of `latest` publishes; only the root's fsync after it follows
   CHECK(failures == ops);
 }
 
@@ -206,4 +206,100 @@ TEST_CASE("absurd shard headers are rejected without allocating") {
     u32(1), u32(1), s += "w", u32(1), u64(4), u64(3), u64(2), u64(8);
   });
   CHECK_THROWS_WITH_AS(read_shard_index(past), doctest::Contains("exceeds the full size 4"), InputError);
+}
+
+TEST_CASE("`latest` decides which step a root loads; a complete folder above it is not published") {
+  test::TempDir d("published");
+  save(d.str(), 2, 1);
+  save(d.str(), 4, 1);
+  // Step 4's save stopped between its rename and `latest` (or step-00000004 came from elsewhere).
+  test::write_text(d.path / "latest", "step-00000002\n");
+  CHECK(CheckpointReader::latest_step(d.str()) == 2);
+  CHECK(CheckpointReader(d.str()).step() == 2);
+  // Without `latest` nothing is published; the message names the complete folder one may give instead.
+  test::fs::remove(d.path / "latest");
+  CHECK(!CheckpointReader::latest_step(d.str()));
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("no published checkpoint"), InputError);
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("step-00000004 there is complete but unpublished"),
+                       InputError);
+  CHECK(CheckpointReader((d.path / "step-00000004").string()).step() == 4);
+  // `latest` naming a folder that is not complete.
+  test::write_text(d.path / "latest", "step-00000006\n");
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("publishes step-00000006, which is not a complete checkpoint"),
+                       InputError);
+}
+
+TEST_CASE("a save replaces an unpublished folder of its step, never a published one, and never moves `latest` back") {
+  test::TempDir d("replace");
+  save(d.str(), 1, 2);
+  save(d.str(), 2, 2);
+  // As if step 2's first save stopped after renaming its folder, before `latest`.
+  test::write_text(d.path / "latest", "step-00000001\n");
+  test::write_text(d.path / "step-00000002" / "left-by-the-first-try", "x");
+  auto step1 = test::snapshot(d.path / "step-00000001");
+  save(d.str(), 2, 2);
+  CHECK(CheckpointReader::latest_step(d.str()) == 2);
+  CHECK(!test::fs::exists(d.path / "step-00000002" / "left-by-the-first-try"));
+  CHECK(!test::fs::exists(d.path / ".step-00000002.unpublished"));
+  CHECK(CheckpointReader(d.str()).read_tensor("w") == CheckpointReader((d.path / "step-00000001").string()).read_tensor("w"));
+  CHECK(test::snapshot(d.path / "step-00000001") == step1);
+  CHECK_THROWS_WITH_AS(save(d.str(), 2, 2), doctest::Contains("exists; not overwriting it"), InputError);
+  CHECK_THROWS_WITH_AS(save(d.str(), 0, 2), doctest::Contains("publishes step 2; a save of step 0 would move it back"),
+                       InputError);
+  CHECK(!test::fs::exists(d.path / "step-00000000"));
+  CHECK(!test::fs::exists(d.path / ".step-00000000.staging"));
+  CHECK(CheckpointReader::latest_step(d.str()) == 2);
+}
+
+TEST_CASE("step folder names are parsed exactly as the saver writes them") {
+  CHECK(parse_step_folder_name("step-00000004") == 4);
+  CHECK(parse_step_folder_name("step-00000000") == 0);
+  CHECK(parse_step_folder_name("step-123456789") == 123456789);
+  CHECK(parse_step_folder_name("step-999999999999999999") == kMaxStep);
+  for (std::int64_t s : {std::int64_t(0), std::int64_t(7), std::int64_t(99999999), std::int64_t(100000000), kMaxStep})
+    CHECK(parse_step_folder_name(step_folder_name(s)) == s);
+  // Unpadded, over-padded, signs, spaces, 19 digits (over int64 for 9...9: no overflow), empty.
+  for (const char* bad : {"step-4", "step-000000004", "step-0000000x", "step--0000004", "step-+0000004",
+                          "step-00000004 ", "xtep-00000004", "step-", "step-9999999999999999999",
+                          "step-1000000000000000000"}) {
+    CAPTURE(bad);
+    CHECK(!parse_step_folder_name(bad));
+  }
+}
+
+TEST_CASE("a step folder must be named for its own step, exactly as the saver names it") {
+  test::TempDir d("names");
+  save(d.str(), 4, 1);
+  const auto real = d.path / "step-00000004";
+  test::fs::copy(real, d.path / "step-4", test::fs::copy_options::recursive);
+  CHECK_THROWS_WITH_AS(CheckpointReader((d.path / "step-4").string()), doctest::Contains("the folder name 'step-4' is not one the saver writes"),
+                       InputError);
+  test::fs::copy(real, d.path / "step-99999999999", test::fs::copy_options::recursive);
+  CHECK_THROWS_WITH_AS(CheckpointReader((d.path / "step-99999999999").string()),
+                       doctest::Contains("named for step 99999999999 but its manifest.json says step 4"), InputError);
+  // Through `latest` too, and a trailing slash changes nothing.
+  test::write_text(d.path / "latest", "step-99999999999\n");
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("named for step 99999999999"), InputError);
+  CHECK(CheckpointReader(real.string() + "/").step() == 4);
+  // A `latest` that is not a name the saver writes: refused naming it, without parsing past 18 digits.
+  for (const char* bad : {"step-4\n", "step-9999999999999999999\n", "step-00000004\n\n", "", "garbage\x01"}) {
+    CAPTURE(bad);
+    test::write_text(d.path / "latest", bad);
+    CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("latest: holds"), InputError);
+  }
+  test::write_text(d.path / "latest", "step-00000004");  // without the newline: accepted
+  CHECK(CheckpointReader(d.str()).step() == 4);
+}
+
+TEST_CASE("a `latest` that is a folder is refused before a save writes anything") {
+  test::TempDir d("latest-dir");
+  save(d.str(), 1, 2);
+  test::fs::remove(d.path / "latest");
+  test::fs::create_directories(d.path / "latest");
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("latest: is a folder"), InputError);
+  set_fault_plan({});
+  CHECK_THROWS_WITH_AS(save(d.str(), 2, 2), doctest::Contains("latest: is a folder"), InputError);
+  CHECK(io_ops_done() == 0);  // refused before the staging folder: no write, no mkdir
+  CHECK(!test::fs::exists(d.path / "step-00000002"));
+  CHECK(!test::fs::exists(d.path / ".step-00000002.staging"));
 }
