@@ -87,7 +87,7 @@ Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm&
                                                       pp_rank == first_rank);
 }
 
-void Trainer::load_batch(int step) {
+void Trainer::load_batch(std::int64_t first_sample) {
   const int m = layout_.num_microbatches(), b = layout_.micro_batch, seq = model_.seq_len;
   batch_.assign(m, MicroBatch{});
   for (int i = 0; i < m; ++i) {
@@ -95,8 +95,7 @@ void Trainer::load_batch(int step) {
     mbt.tokens.resize(static_cast<std::size_t>(b) * seq);
     mbt.targets.resize(mbt.tokens.size());
     for (int k = 0; k < b; ++k) {
-      const std::int64_t j = static_cast<std::int64_t>(step) * layout_.global_batch +
-                             static_cast<std::int64_t>(groups_.at.dp) * m * b + static_cast<std::int64_t>(i) * b + k;
+      const std::int64_t j = first_sample + static_cast<std::int64_t>(groups_.at.dp) * m * b + static_cast<std::int64_t>(i) * b + k;
       data_.sample(j, seq, mbt.tokens.data() + static_cast<std::size_t>(k) * seq, mbt.targets.data() + static_cast<std::size_t>(k) * seq);
     }
   }
@@ -108,7 +107,7 @@ StepStats Trainer::step() {
   groups_.world->barrier();
   const auto start = std::chrono::steady_clock::now();
   const int k = optimizer_->steps_done();
-  load_batch(k);
+  load_batch(consumed_samples_);
   ExecutorContext ctx;
   ctx.schedule = &schedule_;
   ctx.pp_rank = groups_.at.pp;
@@ -135,6 +134,7 @@ StepStats Trainer::step() {
   float loss = counts ? static_cast<float>(local / (layout_.num_microbatches() * layout_.dp)) : 0.0f;
   groups_.world->all_reduce(&loss, 1);
   const OptimizerReport r = optimizer_->step();
+  consumed_samples_ += layout_.global_batch;
   StepStats st;
   st.step = k;
   st.loss = loss;

@@ -4,8 +4,10 @@
 // A step: build this data-parallel rank's micro-batches, walk the pipeline schedule (executor.hpp), then
 // the optimizer step (optimizer_step.hpp). The loss is the mean token cross-entropy over the global batch:
 // micro-batch means scaled by 1 / (microbatches * dp), summed over the world.
-// Sample j of step k is TokenStream::sample(k * global_batch + j); data-parallel rank d takes samples
-// [d * m * b, (d + 1) * m * b) of its step, micro-batch i the next b of those.
+// Sample j of a step is TokenStream::sample(c + j), c the samples consumed by the steps before it (k *
+// global_batch at step k of a run that kept its global batch; a resumed run continues from its checkpoint's
+// count, as Megatron's consumed_train_samples); data-parallel rank d takes samples [d * m * b, (d + 1) * m * b)
+// of its step, micro-batch i the next b of those.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,9 @@ class Trainer {
   StepStats step();
 
   int steps_done() const { return optimizer_->steps_done(); }
+  std::int64_t consumed_samples() const { return consumed_samples_; }
+  void set_consumed_samples(std::int64_t n) { consumed_samples_ = n; }  // resuming: the checkpoint's count
+  const std::string& data_file() const { return opt_.data_file; }
   const Model& model() const { return model_; }
   const Layout& layout() const { return layout_; }
   Recorder& recorder() { return rec_; }
@@ -67,7 +72,7 @@ class Trainer {
   std::string process_name() const;  // "rank R (stage S)" for the trace
 
  private:
-  void load_batch(int step);
+  void load_batch(std::int64_t first_sample);
 
   Model model_;
   Layout layout_;
@@ -81,6 +86,7 @@ class Trainer {
   std::map<int, std::unique_ptr<Stage>> stages_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
   std::vector<MicroBatch> batch_;
+  std::int64_t consumed_samples_ = 0;
 };
 
 // Everything ranks-as-threads produce.

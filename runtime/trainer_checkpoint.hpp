@@ -1,14 +1,18 @@
 // Recovery checkpoints of a Trainer through runtime/checkpoint (docs/checkpoint-format.md).
 // Stored by logical tensor name and full shape, each element once in the world: parameters as
 // "<name>", AdamW moments as "optim.exp_avg.<name>" / "optim.exp_avg_sq.<name>" (ZeRO shards are
-// all-gathered over dp first), metadata {model, layout, step, seed, data}. The data stream is a pure
-// function of (seed, step), so the step number is the data position and there is no other RNG state.
+// all-gathered over dp first), metadata {format, step, seed, runtime, model, layout, consumed_samples, data}.
+// The data position is the number of samples consumed (Megatron's consumed_train_samples): the next step
+// starts at that sample, whatever its global batch, and there is no other RNG state. `data` names the
+// source (synthetic tokens of `seed`, or a file by name and size), which a resumed run must share.
 // Loading reads each rank's slices by name, so a checkpoint saved under one layout resumes under another.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
+#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/trainer.hpp"
 
 namespace tessel::rt {
@@ -25,20 +29,39 @@ struct CheckpointTensor {
   float* exp_avg_sq = nullptr;
 };
 
+// Where a run stands: optimizer steps done and training samples consumed by them.
+struct DataPosition {
+  int step = 0;
+  std::int64_t consumed_samples = 0;
+};
+
+// The `data` object of the metadata for a run on `data_file` (empty: synthetic tokens):
+// {"source": "synthetic"} or {"source": "file", "name": <file name without folder>, "bytes": <size>}.
+Json data_source_json(const std::string& data_file);
+
+// Checks the runtime metadata of the checkpoint `r` opened strictly (every key typed and in range, nothing
+// unknown, meta.step equal to the manifest's) and that it continues this run: the same model, seed and
+// data source. Returns its position. InputError naming meta.json and the key, or both values.
+DataPosition check_resume(const CheckpointReader& r, const Model& m, std::uint64_t seed, const std::string& data_file);
+
 // Whether world rank `at` writes parameter `p`: dp rank 0, tp rank 0 for tp-replicated tensors, and for the
 // tied embedding (also held by the last stage's rank) only the first stage's rank.
 bool checkpoint_owns(const ParamSpec& p, const RankCoords& at, const sched::Schedule& s);
-// Collective over `world`: writes step folder `step` under dir. `runtime` ("cpu", "cuda") goes into the
+// Collective over `world`: writes step folder `at.step` under dir. `runtime` ("cpu", "cuda") goes into the
 // metadata for the reader's information; the format is the same.
-void write_checkpoint(const std::string& dir, int step, std::uint64_t seed, const Model& m, const Layout& l,
-                      const std::string& runtime, Comm& world, const std::vector<CheckpointTensor>& tensors);
-// Reads every tensor's slice (value and moments) into its buffers and returns the step. InputError when the
-// checkpoint is of another model or seed, lacks a tensor, or is unreadable.
-int read_checkpoint(const std::string& dir, std::uint64_t seed, const std::vector<CheckpointTensor>& tensors);
+void write_checkpoint(const std::string& dir, const DataPosition& at, std::uint64_t seed, const std::string& data_file,
+                      const Model& m, const Layout& l, const std::string& runtime, Comm& world,
+                      const std::vector<CheckpointTensor>& tensors);
+// Collective over `world`: reads every tensor's slice (value and moments) into its buffers and returns the
+// position, once every rank has read its part. InputError on every rank when any rank fails (check_resume's
+// refusals, a missing tensor, an unreadable file), with the first failed rank's message.
+DataPosition read_checkpoint(const std::string& dir, std::uint64_t seed, const std::string& data_file, const Model& m,
+                             Comm& world, const std::vector<CheckpointTensor>& tensors);
 
 // Collective over the world. Writes step folder `steps_done` under dir.
 void save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed);
-// Collective. InputError when the checkpoint is of another model or seed, or unreadable.
+// Collective; returns once every rank loaded. InputError when the checkpoint is of another model, seed or
+// data source, or unreadable.
 void load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed);
 
 }  // namespace tessel::rt

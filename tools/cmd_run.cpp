@@ -108,34 +108,35 @@ struct RunConfig {
 };
 
 // The recovery-checkpoint flags of either backend, checked before any rank starts: --save-every and
-// --checkpoint-dir go together, and a checkpoint to resume is verified (checksums), of this model, and
-// short of --steps (which counts from step 0, as Megatron's --train-iters: a run resumed at or past it
-// would train nothing).
+// --checkpoint-dir go together, and a checkpoint to resume is verified (checksums, metadata), of this
+// model, seed and data source, and short of --steps (which counts from step 0, as Megatron's
+// --train-iters: a run resumed at or past it would train nothing).
 void check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m,
-                            int steps) {
+                            int steps, std::uint64_t seed, const std::string& data_file) {
   if (save_every > 0 && dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
   if (!dir.empty() && save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
   if (!resume.empty()) {
     rt::CheckpointReader r(resume);
-    r.check_model(model_to_json(m));
-    if (r.step() >= steps)
+    const int start = rt::check_resume(r, m, seed, data_file).step;
+    if (start >= steps)
       throw InputError("--steps " + std::to_string(steps) + ": the checkpoint " + resume + " is at step " +
-                       std::to_string(r.step()) + " already, so there is nothing to train (--steps counts from step 0; "
-                       "give more than " + std::to_string(r.step()) + ")");
+                       std::to_string(start) + " already, so there is nothing to train (--steps counts from step 0; "
+                       "give more than " + std::to_string(start) + ")");
   }
 }
 
 // One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
 trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0) {
   rt::Trainer t(c.model, c.layout, c.opt, world, t0);
-  if (!c.resume.empty()) rt::load_checkpoint(t, c.resume, c.opt.seed);
+  if (!c.resume.empty()) rt::load_checkpoint(t, c.resume, c.opt.seed);  // returns once every rank loaded
   const double tokens = static_cast<double>(c.layout.global_batch) * c.model.seq_len;
   const bool talk = world.rank() == 0;
   if (talk)
     std::printf("tessel run: %s, %s, %d rank(s) as %s, gemm %s, data %s%s\n", c.model.name.c_str(),
                 c.layout.describe().c_str(), world.size(), world.backend().c_str(),
                 kernels::cpu::gemm_backend().c_str(), c.opt.data_file.empty() ? "synthetic" : c.opt.data_file.c_str(),
-                c.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done())).c_str());
+                c.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done()) + " (" +
+                                         std::to_string(t.consumed_samples()) + " samples consumed)").c_str());
   while (t.steps_done() < c.steps) {
     const rt::StepStats s = t.step();
     if (talk)
@@ -263,9 +264,9 @@ int run(const Args& args) {
     o.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
     o.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
     o.resume = cl.get_or("--resume", "");
-    check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model, o.steps);
-    rt::check_runnable(o.model, o.layout);
     if (!o.data_file.empty()) (void)rt::TokenStream::from_file(o.data_file, o.model.vocab);  // fail early
+    check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model, o.steps, o.seed, o.data_file);
+    rt::check_runnable(o.model, o.layout);
     return rt::cuda::run_cuda(o);
 #else
     throw InputError("--backend cuda: this build has no CUDA runtime (CUDA/NCCL not found at configure time); use --backend cpu");
@@ -291,9 +292,9 @@ int run(const Args& args) {
   c.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
   c.resume = cl.get_or("--resume", "");
   if (!c.trace_path.empty()) check_writable(c.trace_path, "--trace");
-  check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model, c.steps);
-  rt::check_runnable(c.model, c.layout);
   if (!c.opt.data_file.empty()) (void)rt::TokenStream::from_file(c.opt.data_file, c.model.vocab);  // fail early
+  check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model, c.steps, c.opt.seed, c.opt.data_file);
+  rt::check_runnable(c.model, c.layout);
 
   kernels::cpu::gemm_set_single_thread();
   trace::Trace tr;

@@ -204,8 +204,9 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
 // A step that failed part-way can leave communication in flight whose follow-up work refers to this trainer.
 GpuTrainer::~GpuTrainer() { dev_.abandon_in_flight(); }
 
-// Samples as the CPU trainer (trainer.hpp): dp rank d takes samples [d m b, (d + 1) m b) of its step.
-void GpuTrainer::load_batch(int step) {
+// Samples as the CPU trainer (trainer.hpp): dp rank d takes samples [d m b, (d + 1) m b) of its step, which
+// starts at the samples consumed so far.
+void GpuTrainer::load_batch(std::int64_t first_sample) {
   const int m = layout_.num_microbatches(), b = layout_.micro_batch, seq = model_.seq_len;
   const std::size_t T = std::size_t(b) * seq;
   for (int i = 0; i < m; ++i) {
@@ -216,7 +217,7 @@ void GpuTrainer::load_batch(int step) {
     }
     std::vector<std::int32_t> tok(T), tgt(T);
     for (int k = 0; k < b; ++k) {
-      const std::int64_t j = std::int64_t(step) * layout_.global_batch + std::int64_t(at_.dp) * m * b + std::int64_t(i) * b + k;
+      const std::int64_t j = first_sample + std::int64_t(at_.dp) * m * b + std::int64_t(i) * b + k;
       data_.sample(j, seq, tok.data() + std::size_t(k) * seq, tgt.data() + std::size_t(k) * seq);
     }
     // On the compute stream, which reads them (plain cudaMemcpy would be on the legacy default stream, not
@@ -645,7 +646,8 @@ std::vector<GpuParams::HostParamState> GpuTrainer::host_states() {
 void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
   std::vector<GpuParams::HostParamState> host = host_states();
-  write_checkpoint(dir, steps_, seed, model_, layout_, "cuda", host_world(), checkpoint_views(host, true));
+  write_checkpoint(dir, {steps_, consumed_samples_}, seed, opt_.data_file, model_, layout_, "cuda", host_world(),
+                   checkpoint_views(host, true));
 }
 
 void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
@@ -655,11 +657,12 @@ void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
     const std::size_t n = params_->params()[i].size();
     host[i] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   }
-  const int step = read_checkpoint(dir, seed, checkpoint_views(host, false));
+  const DataPosition at = read_checkpoint(dir, seed, opt_.data_file, model_, host_world(), checkpoint_views(host, false));
   for (const auto& [g, x] : stale_values_) TESSEL_CHECK(!x.issued, "resuming with a values exchange in flight");
   stale_values_.clear();  // every value comes from the checkpoint
   params_->load_states(host);  // ZeRO: this rank keeps its chunks
-  steps_ = step;
+  steps_ = at.step;
+  consumed_samples_ = at.consumed_samples;
 }
 
 StepStats GpuTrainer::step() {
@@ -671,7 +674,7 @@ StepStats GpuTrainer::step() {
     params_->zero_grad(dev_.compute());
   }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
-  load_batch(steps_);
+  load_batch(consumed_samples_);
   Walker w{*this, schedule_, at_.pp, {}, {}, {}, {}};
   w.run();
   reduce_gradients();
@@ -696,6 +699,7 @@ StepStats GpuTrainer::step() {
   const double T = double(layout_.micro_batch) * model_.seq_len;
   st.loss = world_sum(counts ? static_cast<float>(sum / T / (layout_.num_microbatches() * layout_.dp)) : 0.0f);
   ++steps_;
+  consumed_samples_ += layout_.global_batch;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return st;
 }

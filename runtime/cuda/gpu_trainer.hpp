@@ -45,6 +45,7 @@ class GpuTrainer {
   std::string process_name() const;
   int world_rank() const { return world_rank_; }
   int steps_done() const { return steps_; }
+  std::int64_t consumed_samples() const { return consumed_samples_; }  // as the CPU Trainer's
   double step_flops() const;  // forward + backward (3x forward) of this rank's stages, one step
 
   // Recovery checkpoints in the CPU runtime's format (runtime/trainer_checkpoint.hpp), so a run saved on
@@ -60,7 +61,7 @@ class GpuTrainer {
 
  private:
   struct Walker;
-  void load_batch(int step);
+  void load_batch(std::int64_t first_sample);
   void reduce_gradients();
   void sync_tied();
   void sync_sequence_parallel();
@@ -132,6 +133,7 @@ class GpuTrainer {
   std::vector<DBuf> tokens_, targets_;  // per micro-batch, device
   DBuf loss_sum_;
   int steps_ = 0;
+  std::int64_t consumed_samples_ = 0;  // training samples of the steps done (a checkpoint's data position)
 };
 
 }  // namespace tessel::rt::cuda

@@ -1,14 +1,18 @@
 // Recovery checkpoints: format round trip, resharding on load, the published step (`latest`) and strict
 // step folder names, and the faults of issues 6 and 9: corruption and truncation found by checksum, another
-// model refused, disk full, absurd headers rejected without allocating.
+// model refused, disk full, absurd headers rejected without allocating. Then the runtime's metadata: the data
+// position and source, strict keys, and ranks that agree on a failed resume.
 #include <doctest/doctest.h>
 
+#include <atomic>
 #include <cstring>
+#include <functional>
 
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "tests/runtime/checkpoint_util.hpp"
+#include "tests/runtime/runtime_test_util.hpp"
 
 using namespace tessel;
 using namespace tessel::rt;
@@ -302,4 +306,153 @@ TEST_CASE("a `latest` that is a folder is refused before a save writes anything"
   CHECK(io_ops_done() == 0);  // refused before the staging folder: no write, no mkdir
   CHECK(!test::fs::exists(d.path / "step-00000002"));
   CHECK(!test::fs::exists(d.path / ".step-00000002.staging"));
+}
+
+// --- the runtime's checkpoints (runtime/trainer_checkpoint.hpp) ---
+
+namespace {
+constexpr double kLossTol = 1e-6;  // fp32 sums of the same token losses in another order
+
+// Rank 0's losses of `steps` steps of layout l (seed 1234, AdamW learning rate lr), resuming from / saving
+// to a folder when given.
+std::vector<double> train(const Layout& l, int steps, const std::string& resume, const std::string& save_to,
+                          float lr = 1e-3f) {
+  std::vector<double> losses;
+  run_threads(l.gpus(), [&](Comm& world) {
+    TrainOptions opt;
+    opt.optimizer.adamw.lr = lr;
+    Trainer t(test::micro_gpt(), l, opt, world, Recorder::Clock::now());
+    if (!resume.empty()) load_checkpoint(t, resume, 1234);
+    std::vector<double> mine;
+    for (int i = 0; i < steps; ++i) mine.push_back(t.step().loss);
+    if (!save_to.empty()) save_checkpoint(t, save_to, 1234);
+    if (world.rank() == 0) losses = mine;
+  });
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("a resume continues from the consumed samples, also under another global batch size") {
+  // With learning rate 0 the parameters never move (AdamW steps them by lr x ...), so a step's loss is the
+  // mean token loss of its batch at the initial parameters. A gbs-8 run's steps 3 and 4 read samples
+  // [16, 24) and [24, 32). Saved at step 2 (2 x 8 = 16 samples consumed) and resumed with gbs 16, step 3
+  // must read [16, 32): its loss is the mean of 16 one-sample micro-batch means, (loss3 + loss4) / 2 of the
+  // gbs-8 run.
+  test::TempDir d("consumed"), d2("consumed2");
+  const Layout g8 = test::layout(1, 1, 1, "1f1b", 1, 8);
+  const auto whole = train(g8, 6, "", "", 0.0f);
+  train(g8, 2, "", d.str(), 0.0f);
+  CHECK(CheckpointReader(d.str()).metadata().value("consumed_samples", std::int64_t(-1)) == 16);
+  const Layout g16 = test::layout(1, 1, 2, "1f1b", 1, 16);  // and dp 2: each replica its half of [16, 32)
+  const auto resumed = train(g16, 1, d.str(), d2.str(), 0.0f);
+  REQUIRE(resumed.size() == 1u);
+  const double expected = (whole[2] + whole[3]) / 2;
+  CHECK(test::rel_err(resumed[0], expected) < kLossTol);
+  // The check can tell the batches apart: step x gbs would have read [32, 48), the gbs-8 run's steps 5-6.
+  CHECK(test::rel_err((whole[4] + whole[5]) / 2, expected) > 10 * kLossTol);
+  // 16 + 16 consumed when step 3 is saved.
+  CHECK(CheckpointReader(d2.str()).metadata().value("consumed_samples", std::int64_t(-1)) == 32);
+}
+
+TEST_CASE("a resume refuses another data source or seed, naming both") {
+  test::TempDir d("source");
+  train(test::layout(1, 1, 1, "1f1b", 1, 4), 1, "", d.str());
+  const Model m = test::micro_gpt();
+  CHECK(check_resume(CheckpointReader(d.str()), m, 1234, "").consumed_samples == 4);
+  const auto file = d.path / "tokens.txt";
+  test::write_text(file, std::string(100, 'a'));
+  CHECK_THROWS_WITH_AS(check_resume(CheckpointReader(d.str()), m, 1234, file.string()),
+                       doctest::Contains("trained on synthetic tokens of seed 1234, this run reads the file 'tokens.txt' of 100 bytes"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(check_resume(CheckpointReader(d.str()), m, 99, ""),
+                       doctest::Contains("trained with seed 1234, this run uses 99"), InputError);
+  // A checkpoint trained on a file resumes on the same name and size only.
+  test::edit_meta(d.path / "step-00000001", [](Json& meta) {
+    meta["data"] = {{"source", "file"}, {"name", "tokens.txt"}, {"bytes", 100}};
+  });
+  CHECK(check_resume(CheckpointReader(d.str()), m, 1234, file.string()).step == 1);
+  test::write_text(file, std::string(101, 'a'));
+  CHECK_THROWS_WITH_AS(check_resume(CheckpointReader(d.str()), m, 1234, file.string()),
+                       doctest::Contains("trained on the file 'tokens.txt' of 100 bytes, this run reads the file 'tokens.txt' of 101 bytes"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(check_resume(CheckpointReader(d.str()), m, 1234, ""),
+                       doctest::Contains("this run reads synthetic tokens of seed 1234"), InputError);
+}
+
+TEST_CASE("the runtime's metadata is read strictly, naming meta.json, the key and the rule") {
+  test::TempDir d("strict");
+  train(test::layout(1, 1, 1, "1f1b", 1, 4), 1, "", d.str());
+  const auto folder = d.path / "step-00000001";
+  const std::string meta0 = test::file_bytes(folder / "meta.json"), man0 = test::file_bytes(folder / "manifest.json");
+  const Model m = test::micro_gpt();
+  struct Case {
+    const char* what;
+    std::function<void(Json&)> edit;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {"seed text", [](Json& j) { j["seed"] = "abc"; }, "meta.seed: value \"abc\" must be an integer"},
+      {"step missing", [](Json& j) { j.erase("step"); }, "meta.step: missing required key"},
+      {"step text", [](Json& j) { j["step"] = "x"; }, "meta.step: value \"x\" must be an integer"},
+      {"step negative", [](Json& j) { j["step"] = -3; }, "meta.step: value -3 is out of range"},
+      {"step huge", [](Json& j) { j["step"] = 1e30; }, "must be an integer"},
+      {"step not the manifest's", [](Json& j) { j["step"] = 0; },
+       "meta.step: value 0 differs from the step of the folder and its manifest.json, 1"},
+      {"consumed missing", [](Json& j) { j.erase("consumed_samples"); }, "meta.consumed_samples: missing required key"},
+      {"consumed below step", [](Json& j) { j["consumed_samples"] = 0; },
+       "meta.consumed_samples: value 0 is less than the step 1"},
+      {"data source", [](Json& j) { j["data"]["source"] = "tape"; }, "meta.data.source"},
+      {"data key", [](Json& j) { j["data"]["extra"] = 1; }, "meta.data.extra: unknown key"},
+      {"unknown key", [](Json& j) { j["extra"] = 1; }, "meta.extra: unknown key"},
+      {"model", [](Json& j) { j["model"] = 3; }, "meta.model: value 3 must be an object"},
+      {"older format", [](Json& j) { j["format"] = "tessel-cpu-runtime-1"; },
+       "meta.format: \"tessel-cpu-runtime-1\" is an older tessel's checkpoint"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    test::write_text(folder / "meta.json", meta0);
+    test::write_text(folder / "manifest.json", man0);
+    test::edit_meta(folder, c.edit);
+    CHECK_THROWS_WITH_AS(check_resume(CheckpointReader(d.str()), m, 1234, ""), doctest::Contains(c.expect), InputError);
+    CHECK_THROWS_WITH_AS(check_resume(CheckpointReader(d.str()), m, 1234, ""), doctest::Contains("meta.json: meta."),
+                         InputError);
+  }
+  // The trainer's load goes through the same check: an InputError, not a JSON library exception.
+  test::write_text(folder / "meta.json", meta0);
+  test::write_text(folder / "manifest.json", man0);
+  test::edit_meta(folder, [](Json& j) { j["seed"] = "abc"; });
+  CHECK_THROWS_WITH_AS(train(test::layout(1, 1, 1, "1f1b", 1, 4), 1, d.str(), ""), doctest::Contains("meta.seed"), InputError);
+}
+
+TEST_CASE("a resume that fails on one rank fails on every rank, none going on") {
+  // pp 2 splits the 8-layer micro GPT: rank 1 alone holds layers 4-7, so a checkpoint without layer 7's
+  // tensors fails on rank 1 only. Rank 0 must not return from load_checkpoint (and report a resume) while
+  // rank 1 failed; every rank stops with rank 1's message.
+  test::TempDir full("agree-full"), part("agree-part");
+  train(test::layout(1, 1, 1, "1f1b", 1, 4), 1, "", full.str());
+  run_threads(1, [&](Comm& c) {
+    CheckpointReader r(full.str());
+    CheckpointWriter w(part.str(), r.step(), c);
+    for (const std::string& n : r.tensor_names()) {
+      if (n.find("layers.7.") != std::string::npos) continue;
+      const auto v = r.read_tensor(n);
+      w.add_tensor(n, r.shape(n), Shape(r.shape(n).size(), 0), r.shape(n), v.data());
+    }
+    w.set_metadata(r.metadata());
+    w.commit();
+  });
+  std::atomic<int> returned{0};
+  std::string what;
+  try {
+    run_threads(2, [&](Comm& world) {
+      Trainer t(test::micro_gpt(), test::layout(1, 2, 1, "1f1b", 1, 4), {}, world, Recorder::Clock::now());
+      load_checkpoint(t, part.str(), 1234);
+      ++returned;
+    });
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  CHECK(returned.load() == 0);
+  CHECK_MESSAGE(what.find("rank 1: ") != std::string::npos, what);
+  CHECK_MESSAGE(what.find("no tensor layers.7.") != std::string::npos, what);
 }
