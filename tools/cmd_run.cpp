@@ -1,6 +1,9 @@
 // tessel run: train the GPT for real on the CPU runtime (ranks as threads, or MPI processes under mpirun),
 // print per-step loss, step time and tokens/s; optionally write a measured trace and recovery checkpoints.
+#include <unistd.h>
+
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <mutex>
@@ -107,22 +110,82 @@ struct RunConfig {
   std::string checkpoint_dir, resume, trace_path;
 };
 
+// --checkpoint-dir D before any rank starts: D, or the nearest folder above it that exists (the saver
+// creates the rest), must be a writable folder, a `latest` in it the saver's file, and D must hold no
+// checkpoints but those this run continues: a fresh run would stop at its first save over them, losing what
+// it trained, and continuing an older step than D's published one would save over its successors.
+void check_checkpoint_dir(const std::string& dir, const std::string& resume, int resume_step) {
+  namespace fs = std::filesystem;
+  const std::string flag = "--checkpoint-dir " + dir;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) throw InputError(flag + ": is a file, not a folder");
+  fs::path have = fs::path(dir).lexically_normal();
+  while (!have.empty() && !fs::exists(have, ec)) have = have.parent_path();
+  if (have.empty()) have = ".";
+  if (!fs::is_directory(have, ec)) throw InputError(flag + ": " + have.string() + " is a file, not a folder");
+  if (::access(have.c_str(), W_OK | X_OK) != 0)
+    throw InputError(flag + ": folder " + have.string() + " is not writable");
+  if (fs::exists(fs::path(dir) / "manifest.json", ec))
+    throw InputError(flag + ": is one step folder of a checkpoint; give the folder that holds the step folders");
+  const std::vector<std::string> entries = rt::CheckpointReader::checkpoint_entries(dir);
+  if (entries.empty()) return;
+  std::optional<std::int64_t> published;
+  try {
+    published = rt::CheckpointReader::latest_step(dir);
+  } catch (const InputError& e) {
+    throw InputError(flag + ": " + e.what());
+  }
+  // What is there, briefly: the published step and up to 3 step-* names.
+  std::string held = published ? "latest publishes " + rt::step_folder_name(*published) : "no latest";
+  std::vector<std::string> steps_there;
+  for (const std::string& e : entries)
+    if (e != "latest") steps_there.push_back(e);
+  for (std::size_t i = 0; i < steps_there.size() && i < 3; ++i) held += (i == 0 ? "; " : ", ") + steps_there[i];
+  if (steps_there.size() > 3) held += " and " + std::to_string(steps_there.size() - 3) + " more";
+  if (resume.empty())
+    throw InputError(flag + ": holds checkpoints already (" + held + "); this run would stop at its first save over "
+                     "them: resume them (--resume " + dir + ") or choose an empty folder");
+  fs::path root = fs::path(resume).lexically_normal();
+  if (root.filename().empty()) root = root.parent_path();
+  if (fs::is_regular_file(root / "manifest.json", ec)) root = root.has_parent_path() ? root.parent_path() : ".";
+  if (!fs::equivalent(root, dir, ec))
+    throw InputError(flag + ": holds other checkpoints (" + held + ") than --resume " + resume + "'s; save into " +
+                     root.string() + " to continue them, or into an empty folder");
+  if (published && *published > resume_step)
+    throw InputError("--resume " + resume + ": step " + std::to_string(resume_step) + " is older than the one " + dir +
+                     "/latest publishes (" + std::to_string(*published) + "); continuing it there would save over "
+                     "its later steps: save into an empty folder (--checkpoint-dir)");
+}
+
 // The recovery-checkpoint flags of either backend, checked before any rank starts: --save-every and
-// --checkpoint-dir go together, and a checkpoint to resume is verified (checksums, metadata), of this
-// model, seed and data source, and short of --steps (which counts from step 0, as Megatron's
-// --train-iters: a run resumed at or past it would train nothing).
+// --checkpoint-dir go together; a checkpoint to resume is verified (checksums, metadata), of this model,
+// seed and data source, and short of --steps (which counts from step 0, as Megatron's --train-iters: a run
+// resumed at or past it would train nothing); the run must reach a step that --save-every saves; and the
+// checkpoint folder must be able to take the saves (check_checkpoint_dir).
 void check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m,
                             int steps, std::uint64_t seed, const std::string& data_file) {
   if (save_every > 0 && dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
   if (!dir.empty() && save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
+  int start = 0;
   if (!resume.empty()) {
     rt::CheckpointReader r(resume);
-    const int start = rt::check_resume(r, m, seed, data_file).step;
+    start = rt::check_resume(r, m, seed, data_file).step;
     if (start >= steps)
       throw InputError("--steps " + std::to_string(steps) + ": the checkpoint " + resume + " is at step " +
                        std::to_string(start) + " already, so there is nothing to train (--steps counts from step 0; "
                        "give more than " + std::to_string(start) + ")");
   }
+  if (save_every == 0) return;
+  if ((static_cast<std::int64_t>(start) / save_every + 1) * save_every > steps) {
+    if (resume.empty())
+      throw InputError("--save-every " + std::to_string(save_every) + ": must be <= --steps " + std::to_string(steps) +
+                       ", or nothing would be saved");
+    throw InputError("--save-every " + std::to_string(save_every) + ": this run trains steps " +
+                     std::to_string(start + 1) + " to " + std::to_string(steps) + " (resumed at step " +
+                     std::to_string(start) + ", --steps " + std::to_string(steps) + ") and none is a multiple of " +
+                     std::to_string(save_every) + ", so nothing would be saved");
+  }
+  check_checkpoint_dir(dir, resume, start);
 }
 
 // One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
