@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <fstream>
+#include <ios>
 #include <iterator>
 
 #include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
 
 namespace tessel::rt {
 
@@ -45,10 +47,16 @@ TokenStream TokenStream::from_file(const std::string& path, int vocab) {
   if (vocab < 256)
     throw InputError("--data " + path + ": byte tokens need a vocabulary of at least 256, the model has " +
                      std::to_string(vocab));
+  refuse_directory(path, "--data ");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("--data " + path + ": cannot open the file");
   TokenStream t;
-  t.bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  try {
+    t.bytes_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  } catch (const std::ios_base::failure& e) {
+    // libstdc++'s filebuf throws from underflow on a read error (EIO, a file that vanished).
+    throw InputError("--data " + path + ": read error (" + e.what() + ")");
+  }
   if (t.bytes_.size() < 2) throw InputError("--data " + path + ": needs at least 2 bytes of text");
   t.vocab_ = vocab;
   t.path_ = path;

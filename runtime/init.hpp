@@ -24,7 +24,7 @@ float init_uniform(std::uint64_t key, std::int64_t index, double stddev);
 class TokenStream {
  public:
   static TokenStream synthetic(std::uint64_t seed, int vocab);
-  // Throws InputError naming the file when it cannot be read or is empty, or vocab < 256.
+  // Throws InputError naming the file when it cannot be read, is a directory or is empty, or vocab < 256.
   static TokenStream from_file(const std::string& path, int vocab);
 
   std::int32_t at(std::int64_t i) const;

@@ -16,10 +16,14 @@ namespace tessel::trace {
 namespace {
 
 std::string read_file_bytes(const std::string& path) {
+  refuse_directory(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open trace file for reading");
   in.seekg(0, std::ios::end);
-  auto size = static_cast<std::uint64_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  // tellg is -1 when the file cannot seek (a pipe, a device): its size is unknown.
+  if (end < 0) throw InputError(path + ": cannot determine the file's size (not a regular file)");
+  auto size = static_cast<std::uint64_t>(end);
   if (size > kMaxTraceBytes) {
     throw InputError(path + ": " + std::to_string(size) + " bytes exceeds the trace size limit of " +
                      std::to_string(kMaxTraceBytes) + " bytes (Perfetto's 4 GB limit)");

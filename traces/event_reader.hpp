@@ -21,7 +21,7 @@ namespace tessel::trace {
 constexpr std::uint64_t kMaxTraceBytes = 4ull << 30;
 
 // The file's bytes, inflated when gzip-compressed. InputError naming the file when it cannot be read,
-// is a corrupt gzip stream, or exceeds kMaxTraceBytes.
+// is a directory, is a corrupt gzip stream, or exceeds kMaxTraceBytes.
 std::string read_trace_bytes(const std::string& path);
 
 struct RawEvent {

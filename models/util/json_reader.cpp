@@ -1,6 +1,7 @@
 #include "models/util/json_reader.hpp"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -20,7 +21,13 @@ std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_
   return {line, col};
 }
 
+void refuse_directory(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(what + path + ": is a directory, not a file");
+}
+
 std::string read_text_file(const std::string& path) {
+  refuse_directory(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open file for reading");
   std::ostringstream ss;

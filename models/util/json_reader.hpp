@@ -28,8 +28,12 @@ Json parse_json_file(const std::string& path);
 Json parse_json_text(const std::string& text, const std::string& origin);
 // 1-based line and column of byte offset `byte` (as JSON parsers report positions) in `text`.
 std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_t byte);
-// Reads a whole file into a string; InputError if it cannot be read.
+// Reads a whole file into a string; InputError if it cannot be read or is a directory.
 std::string read_text_file(const std::string& path);
+// InputError "<what><path>: is a directory, not a file" when `path` names a directory. Every file reader
+// calls it first: on Linux an ifstream opens a directory without complaint, and reading it then fails
+// (EISDIR) or returns nothing, which readers reported as an empty, malformed or oversized file.
+void refuse_directory(const std::string& path, const std::string& what = "");
 
 class JsonObject {
  public:

@@ -279,3 +279,16 @@ TEST_CASE("rope_theta: rotary models only, round-trips, Llama 3's base from the 
     "max_position_embeddings":8192,"tie_word_embeddings":false,"rope_theta":500000.0})";
   CHECK(import_hf_config(parse_json_text(cfg, "config.json"), "config.json").rope_theta == 500000.0);
 }
+
+TEST_CASE("a directory given as a JSON file is named as one") {
+  // An ifstream opens a directory and reads nothing from it: "malformed JSON ... unexpected end of input".
+  const auto dir = std::filesystem::temp_directory_path() / "tessel-models-test-dir.json";
+  std::filesystem::create_directories(dir);
+  const std::string expect = dir.string() + ": is a directory, not a file";
+  CHECK_THROWS_WITH_AS(read_text_file(dir.string()), expect.c_str(), InputError);
+  CHECK_THROWS_WITH_AS(parse_json_file(dir.string()), expect.c_str(), InputError);
+  CHECK_THROWS_WITH_AS(load_model(dir.string()), expect.c_str(), InputError);
+  CHECK_THROWS_WITH_AS(refuse_directory(dir.string(), "--data "), ("--data " + expect).c_str(), InputError);
+  CHECK_NOTHROW(refuse_directory((dir / "absent.json").string()));  // a missing path is the reader's to report
+  std::filesystem::remove(dir);
+}
