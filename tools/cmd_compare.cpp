@@ -143,7 +143,7 @@ Side load_side(const std::string& path, std::optional<int> step) {
 // "5 steps, compared step 3 (median of steps 2-5 by duration; step 1 is warm-up): 107234.1 80112.4 ... us"
 void print_steps(const Side& s, char name) {
   if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded)) {
-    std::printf("steps       %c %s: %zu ProfilerStep(s), their mean\n", name, s.path.c_str(), k->steps.size());
+    std::printf("steps       %c %s: %s\n", name, s.path.c_str(), k->step_time_rule().c_str());
     return;
   }
   const trace::StepChoice& c = *s.step;
@@ -159,7 +159,9 @@ void print_steps(const Side& s, char name) {
 
 nlohmann::json steps_json(const Side& s) {
   if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded))
-    return {{"count", k->steps.size()}, {"compared", nullptr}, {"rule", "mean of the ProfilerSteps"}};
+    return {{"count", k->steps.size()},
+            {"compared", nullptr},
+            {"rule", k->steps.empty() ? "no ProfilerSteps: the kernel span" : "mean of the ProfilerSteps"}};
   return trace::to_json(*s.step);
 }
 

@@ -2,9 +2,11 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -108,6 +110,9 @@ struct Val {
 
 enum class Frame { top_object, events, event, args, layers, build, skip };
 
+// kMaxTraceTimeUs as messages print it.
+constexpr const char* kMaxTimeText = "9223372036854775.807 us (2^63 ns, the int64 nanoseconds profilers record)";
+
 class Handler {
  public:
   Handler(const std::string& text, const std::string& origin, const EventSink& sink)
@@ -127,7 +132,14 @@ class Handler {
   bool number_float(double v, const std::string&) { Val x{Val::floating}; x.d = v; return scalar(x); }
   bool string(std::string& v) { Val x{Val::string}; x.s = &v; return scalar(x); }
   bool binary(nlohmann::json::binary_t&) { return true; }
-  bool key(std::string& k) { key_ = k; return true; }
+  bool key(std::string& k) {
+    key_ = k;
+    if (!levels_[depth_ - 1].insert(k)) {
+      dup_ = key_path(k);
+      dup_in_event_ = in_event();
+    }
+    return true;
+  }
 
   bool start_object(std::size_t) { return open(false); }
   bool start_array(std::size_t) { return open(true); }
@@ -152,7 +164,85 @@ class Handler {
     fail_event(where + " must be " + want + ", got " + v.kind_name());
   }
 
+  // One open JSON container, for key paths in messages and for repeated keys. Levels are reused from
+  // event to event (clear() keeps their capacity), so reading allocates nothing per event for them.
+  struct Level {
+    bool array = false;
+    std::size_t count = 0;          // arrays: elements so far
+    bool indexed = false;           // this container is element `index` of an array, else the value of `key`
+    std::size_t index = 0;
+    std::string key;
+    std::vector<std::string> keys;  // objects: keys[0, nkeys) so far, searched linearly while few (events
+    std::size_t nkeys = 0;          // have ~10); the strings are reused from object to object
+    std::set<std::string> many;     // ... and by a set beyond kLinearKeys
+    static constexpr std::size_t kLinearKeys = 32;
+
+    // False when `k` was seen before in this object.
+    bool insert(const std::string& k) {
+      if (many.empty() && nkeys < kLinearKeys) {
+        for (std::size_t i = 0; i < nkeys; ++i)
+          if (keys[i] == k) return false;
+        if (nkeys == keys.size()) keys.emplace_back(k);
+        else keys[nkeys] = k;
+        ++nkeys;
+        return true;
+      }
+      if (many.empty()) many.insert(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(nkeys));
+      return many.insert(k).second;
+    }
+  };
+
+  void enter(bool array) {
+    if (depth_ == levels_.size()) levels_.emplace_back();
+    Level& l = levels_[depth_];
+    l.indexed = false;
+    if (depth_ > 0) {
+      Level& parent = levels_[depth_ - 1];
+      l.indexed = parent.array;
+      if (parent.array) l.index = parent.count++;
+      else l.key = key_;
+    }
+    ++depth_;
+    l.array = array;
+    l.count = 0;
+    l.nkeys = 0;
+    if (!l.many.empty()) l.many.clear();
+  }
+
+  bool in_event() const { return std::find(stack_.begin(), stack_.end(), Frame::event) != stack_.end(); }
+
+  // Key path of `k` in the innermost open object: from the event ("args.dur"; the message adds
+  // traceEvents[i]) or from the top ("otherData.layout.tp").
+  std::string key_path(const std::string& k) const {
+    std::size_t from = 1;
+    for (std::size_t i = 0; i < stack_.size(); ++i)
+      if (stack_[i] == Frame::event) from = i + 1;
+    std::string p;
+    for (std::size_t i = from; i < depth_; ++i) {
+      if (levels_[i].indexed) {
+        p += '[';
+        p += std::to_string(levels_[i].index);
+        p += ']';
+      } else {
+        if (!p.empty()) p += '.';
+        p += levels_[i].key;
+      }
+    }
+    return p.empty() ? k : p + "." + k;
+  }
+
+  // A repeated key, reported at its value (named when it is a scalar).
+  [[noreturn]] void fail_duplicate(const Val* v) const {
+    const std::string rule = dup_ + (v ? " (value " + json_brief(v->to_json()) + ")" : std::string()) +
+                             ": duplicate key; each key may appear once in an object (a JSON reader keeps one of "
+                             "the values and drops the other without a word)";
+    if (dup_in_event_) fail_event(rule);
+    throw InputError(origin_ + ": " + rule);
+  }
+
   bool open(bool array) {
+    if (!dup_.empty()) fail_duplicate(nullptr);
+    enter(array);
     if (stack_.empty()) {
       if (array) {
         doc.bare_array = true;
@@ -221,6 +311,7 @@ class Handler {
   bool close() {
     Frame f = stack_.back();
     stack_.pop_back();
+    --depth_;
     switch (f) {
       case Frame::top_object:
         if (!saw_events_) {
@@ -233,6 +324,12 @@ class Handler {
         }
         break;
       case Frame::event:
+        // Perfetto puts an event without pid on process 0, which for a Tessel trace is rank 0 and for a
+        // Kineto one device 0: the time would land on a lane it does not belong to.
+        if (cur_.ph == "X" && (!cur_.has_pid || !cur_.has_tid))
+          fail_event("X event '" + cur_.name + "' without " + (cur_.has_pid ? "tid" : "pid") +
+                     "; every X event needs the pid and tid of its lane (Tessel traces: rank and stream; PyTorch "
+                     "profiler traces: device and stream)");
         sink_(std::move(cur_), index_);
         ++index_;
         doc.event_count = index_;
@@ -266,7 +363,19 @@ class Handler {
     return v.number();
   }
 
+  // ts in [-kMaxTraceTimeUs, kMaxTraceTimeUs], dur in [0, kMaxTraceTimeUs] (event_reader.hpp).
+  double time_us(const std::string& k, const Val& v) const {
+    const double x = finite_number(k, v);
+    if (k == "dur" && x < 0)
+      fail_event("negative dur " + json_brief(v.to_json()) + "; a duration is in [0, " + kMaxTimeText + "]");
+    if (std::fabs(x) > kMaxTraceTimeUs)
+      fail_event(k + " " + json_brief(v.to_json()) + " is beyond +-" + kMaxTimeText + "; that is not a time a trace can hold");
+    return x;
+  }
+
   bool scalar(const Val& v) {
+    if (!dup_.empty()) fail_duplicate(&v);
+    if (depth_ > 0 && levels_[depth_ - 1].array) ++levels_[depth_ - 1].count;
     if (stack_.empty()) {
       throw InputError(origin_ + ": not a Chrome trace: the document is a single " + std::string(v.kind_name()) +
                        ", expected an array of events or an object with traceEvents");
@@ -307,10 +416,10 @@ class Handler {
     if (k == "ph") text(cur_.ph);
     else if (k == "name") text(cur_.name);
     else if (k == "cat") text(cur_.cat);
-    else if (k == "pid") id_field(cur_.pid, cur_.pid_is_string, cur_.pid_text, v);
-    else if (k == "tid") id_field(cur_.tid, cur_.tid_is_string, cur_.tid_text, v);
-    else if (k == "ts") { cur_.ts = finite_number(k, v); cur_.has_ts = true; }
-    else if (k == "dur") { cur_.dur = finite_number(k, v); cur_.has_dur = true; }
+    else if (k == "pid") { id_field(cur_.pid, cur_.pid_is_string, cur_.pid_text, v); cur_.has_pid = true; }
+    else if (k == "tid") { id_field(cur_.tid, cur_.tid_is_string, cur_.tid_text, v); cur_.has_tid = true; }
+    else if (k == "ts") { cur_.ts = time_us(k, v); cur_.has_ts = true; }
+    else if (k == "dur") { cur_.dur = time_us(k, v); cur_.has_dur = true; }
     else if (k == "id") {
       if (v.kind == Val::integer) cur_.id = std::to_string(v.i);
       else if (v.kind == Val::string) cur_.id = *v.s;
@@ -348,6 +457,10 @@ class Handler {
   const std::string& origin_;
   const EventSink& sink_;
   std::vector<Frame> stack_;
+  std::vector<Level> levels_;  // levels_[0, depth_) are open; stack_ has one frame per open level
+  std::size_t depth_ = 0;
+  std::string dup_;            // key path of a repeated key, reported at its value
+  bool dup_in_event_ = false;
   std::vector<nlohmann::json*> builds_;
   std::vector<int> layers_;
   std::string key_;

@@ -20,6 +20,13 @@ namespace tessel::trace {
 // larger trace could not be looked at anyway; we refuse it before inflating it into memory.
 constexpr std::uint64_t kMaxTraceBytes = 4ull << 30;
 
+// Timestamps and durations are microseconds. Profilers record int64 nanoseconds (libkineto prints ts and dur
+// as ns / 1000 with three decimals), so no trace holds a time beyond 2^63 ns = 9223372036854775.807 us (the
+// year 2262 as Unix epoch time; Kineto's epoch timestamps are about 1.8e15 us today, Tessel's traces start at
+// 0). read_events refuses a ts outside [-kMaxTraceTimeUs, kMaxTraceTimeUs] and a dur outside
+// [0, kMaxTraceTimeUs]: beyond them a number is not a time, and sums of it print hundreds of digits.
+constexpr double kMaxTraceTimeUs = 9223372036854775.807;
+
 // The file's bytes, inflated when gzip-compressed. InputError naming the file when it cannot be read,
 // is a directory, is a corrupt gzip stream, or exceeds kMaxTraceBytes.
 std::string read_trace_bytes(const std::string& path);
@@ -27,6 +34,7 @@ std::string read_trace_bytes(const std::string& path);
 struct RawEvent {
   std::string ph, name, cat;
   std::int64_t pid = 0, tid = 0;
+  bool has_pid = false, has_tid = false;
   bool pid_is_string = false, tid_is_string = false;  // strings are kept in pid_text / tid_text
   std::string pid_text, tid_text;
   double ts = 0, dur = 0;
@@ -55,8 +63,11 @@ using EventSink = std::function<void(RawEvent&& ev, std::size_t index)>;
 
 // Parses `text` (named `origin` in messages) and calls `sink` for every element of traceEvents in order.
 // InputError for malformed JSON (origin:line:col), a top level that is neither an array of events nor an
-// object with a traceEvents array, an event that is not an object, or a typed key of the wrong type
-// (the message names traceEvents[i] and the key).
+// object with a traceEvents array, an event that is not an object, a typed key of the wrong type, a key
+// repeated in one object (JSON parsers keep the last one; the first value would be dropped without a word),
+// an X event without pid or tid (both formats write them on every event: Tessel's writer, and libkineto's
+// ChromeTraceLogger), or a ts / dur outside the bounds of kMaxTraceTimeUs (the message names traceEvents[i]
+// and the key).
 TraceDocument read_events(const std::string& text, const std::string& origin, const EventSink& sink);
 
 }  // namespace tessel::trace

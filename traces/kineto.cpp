@@ -66,6 +66,12 @@ double KinetoTrace::step_time_us() const {
   return total / static_cast<double>(steps.size());
 }
 
+std::string KinetoTrace::step_time_rule() const {
+  if (steps.empty())
+    return "no ProfilerStep annotations; the step time is the kernel span (first kernel start to last kernel end)";
+  return std::to_string(steps.size()) + " ProfilerStep(s), the step time is their mean host duration";
+}
+
 namespace {
 
 std::int64_t int_arg(const nlohmann::json& args, const char* key, std::int64_t fallback) {
@@ -86,14 +92,21 @@ class Importer {
  public:
   explicit Importer(KinetoTrace& out) : k_(out) {}
 
-  void add(RawEvent&& ev) {
+  void add(RawEvent&& ev, std::size_t index) {
     if (ev.ph != "X") return;
-    if (ev.cat == "kernel" || ev.cat == "gpu_memcpy" || ev.cat == "gpu_memset") {
+    const bool gpu = ev.cat == "kernel" || ev.cat == "gpu_memcpy" || ev.cat == "gpu_memset";
+    const bool step = (ev.cat == "cpu_op" || ev.cat == "user_annotation") && ev.name.rfind("ProfilerStep#", 0) == 0;
+    // libkineto writes ts and dur on every X event (output_json.cpp); without them a kernel or a step would
+    // count as 0 us at time 0.
+    if ((gpu || step) && (!ev.has_ts || !ev.has_dur))
+      throw InputError(k_.origin + ": traceEvents[" + std::to_string(index) + "]: " + ev.cat + " event '" + ev.name +
+                       "' without " + (ev.has_ts ? "dur" : "ts"));
+    if (gpu) {
       add_gpu(std::move(ev));
     } else if (ev.cat == "cuda_runtime" || ev.cat == "cuda_driver") {
       std::int64_t corr = int_arg(ev.extra, "correlation", -1);
       if (corr >= 0) launch_ts_[corr] = ev.ts;
-    } else if ((ev.cat == "cpu_op" || ev.cat == "user_annotation") && ev.name.rfind("ProfilerStep#", 0) == 0) {
+    } else if (step) {
       Step s;
       s.name = ev.name;
       s.cpu_start_us = ev.ts;
@@ -227,7 +240,7 @@ KinetoTrace parse_kineto(const std::string& text, const std::string& origin) {
   KinetoTrace k;
   k.origin = origin;
   Importer imp(k);
-  TraceDocument doc = read_events(text, origin, [&](RawEvent&& ev, std::size_t) { imp.add(std::move(ev)); });
+  TraceDocument doc = read_events(text, origin, [&](RawEvent&& ev, std::size_t i) { imp.add(std::move(ev), i); });
   k.top = std::move(doc.top);
   imp.finish();
   return k;

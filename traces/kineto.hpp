@@ -80,9 +80,14 @@ struct KinetoTrace {
 
   // Mean ProfilerStep duration on the host when steps exist, else the kernel span.
   double step_time_us() const;
+  // How step_time_us() was found, for people: "3 ProfilerStep(s), the step time is their mean host duration"
+  // or "no ProfilerStep annotations; the step time is the kernel span (...)".
+  std::string step_time_rule() const;
 };
 
-// InputError naming the file for unreadable or non-Chrome input, or a trace without GPU kernels.
+// InputError naming the file for unreadable or non-Chrome input, or a trace without GPU kernels; the event
+// reader's rules (event_reader.hpp: no repeated keys, pid and tid on X events, ts and dur within
+// kMaxTraceTimeUs, no negative dur) hold, and a kernel or ProfilerStep needs its ts and dur.
 KinetoTrace import_kineto(const std::string& path);
 KinetoTrace parse_kineto(const std::string& text, const std::string& origin);
 

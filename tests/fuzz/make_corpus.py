@@ -99,6 +99,13 @@ def main():
         nccl = [e for e in events if "nccl" in e.get("name", "").lower()][:5]
         small["traceEvents"] = keep[:10] + nccl
         put("kineto_trace", "hta_rank0_nccl.json", json.dumps(small))
+    # Reader rules (traces/event_reader.hpp): a time past 2^63 ns, a negative kernel duration.
+    put("kineto_trace", "dur_1e300.json", json.dumps(
+        {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0,
+                                              "dur": 1e300}]}))
+    put("kineto_trace", "negative_dur.json", json.dumps(
+        {"schemaVersion": 1, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0,
+                                              "dur": -5.0}]}))
     put("kineto_trace", "ten_million_ranks.json", json.dumps(
         {"schemaVersion": 1, "distributedInfo": {"rank": 9999999, "world_size": 10000000},
          "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 1}]}))
@@ -127,6 +134,9 @@ def main():
     bad = json.loads(json.dumps(ev[3:4]))
     bad[0]["pid"] = 10000000
     put("chrome_trace", "ten_million_ranks.json", json.dumps(bad))
+    # A repeated key (json.dumps cannot write one): the second dur would replace the first.
+    put("chrome_trace", "duplicate_dur.json",
+        '[{"ph":"X","name":"f","pid":0,"tid":0,"ts":0,"dur":4665.437,"dur":999999.0,"args":{"op":"forward"}}]')
     put("trace_file", "two_ranks_flow.json", json.dumps(doc))
     put("trace_file", "two_ranks_flow.json.gz", gzip.compress(json.dumps(doc).encode(), mtime=0))
 

@@ -196,3 +196,39 @@ TEST_CASE("tessel compare: a multi-step run is compared one step at a time") {
   CHECK(tessel_compare(pa + " " + pb + " --max-error 21").rc == 0);
   CHECK(tessel_compare(pa + " " + pb + " --max-error 19").rc == 1);
 }
+
+TEST_CASE("tessel compare: a directory, a repeated key, absurd profiler times exit 2 naming the file") {
+  const std::string dir = test::temp_path("cli-adir");
+  std::filesystem::create_directories(dir);
+  Run r = tessel_compare(dir + " " + dir);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find(dir + ": is a directory, not a file") != std::string::npos);
+  // QA's duplicate dur: the second value (999999 us) replaced the first and the step error read +1762%.
+  const std::string dup = test::temp_path("cli-dup.json");
+  std::ofstream(dup) << R"([{"ph":"X","name":"f","pid":0,"tid":0,"ts":0,"dur":4665.437,"dur":999999.0,"args":{"op":"forward"}}])";
+  r = tessel_compare(dup + " " + dup);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find(dup + ": traceEvents[0]: dur (value 999999.0): duplicate key") != std::string::npos);
+  const std::string huge = test::temp_path("cli-huge-kineto.json"), sim = test::temp_path("cli-sim2.json");
+  std::ofstream(huge) << R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":0,"dur":1e300}]})";
+  trace::write_chrome_trace(test::two_stage_trace(), sim);
+  r = tessel_compare(sim + " " + huge);
+  CHECK(r.rc == 2);
+  CHECK(r.out.find(huge + ": traceEvents[0]: dur 1e+300 is beyond") != std::string::npos);
+}
+
+TEST_CASE("tessel compare: a profiler trace without ProfilerSteps says its step time is the kernel span") {
+  const std::string k = test::temp_path("cli-nosteps-kineto.json"), sim = test::temp_path("cli-sim3.json");
+  std::ofstream(k) << R"({"schemaVersion":1,"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10,"dur":5},)"
+                      R"({"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":30,"dur":5}]})";
+  trace::write_chrome_trace(test::two_stage_trace(), sim);
+  Run r = tessel_compare(sim + " " + k);
+  REQUIRE(r.rc == 0);
+  // Before: "0 ProfilerStep(s), their mean" beside a step time that was no mean of anything.
+  CHECK(r.out.find(k + ": no ProfilerStep annotations; the step time is the kernel span (first kernel start to last "
+                       "kernel end)") != std::string::npos);
+  CHECK(r.out.find("0 ProfilerStep(s)") == std::string::npos);
+  r = tessel_compare(sim + " " + k + " --json");
+  REQUIRE(r.rc == 0);
+  CHECK(nlohmann::json::parse(r.out)["steps"]["b"]["rule"] == "no ProfilerSteps: the kernel span");
+}
