@@ -141,6 +141,11 @@ int calibrate(const Args& args) {
     origin += " and " + std::to_string(paths.size()) + " trace(s)";
   }
   if (auto name = cl.get("--name")) fit.profile.name = *name;
+  // Checked before writing: a profile that would not load is refused, and -o keeps what it held.
+  std::string inputs;
+  if (auto b = cl.get("--bench")) inputs += " --bench " + *b;
+  if (auto t = cl.get("--trace")) inputs += " --trace " + *t;
+  calib::check_profile(fit.profile, precision, "calibrate" + inputs + " (-o " + *out + " not written)");
   Json j = system_to_json(fit.profile);
   j["source"] = calib::describe_fit(fit, origin);
   write_file_atomic(*out, j.dump(2) + "\n");

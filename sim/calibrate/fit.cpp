@@ -469,4 +469,22 @@ std::string describe_fit(const FitResult& f, const std::string& bench_origin) {
   return os.str();
 }
 
+void check_profile(const System& profile, Precision p, const std::string& what) {
+  auto rate = [&](const char* field, double v) {
+    if (std::isfinite(v) && v > 0) return;
+    std::ostringstream os;
+    os << what << ": the fitted " << field << " is " << v << ", not a positive finite rate; the measurements cannot be "
+       << "fitted to this model";
+    throw InputError(os.str());
+  };
+  rate("peak FLOP/s of the fitted precision", profile.gpu.peak(p));
+  rate("GEMM efficiency", profile.gpu.gemm_efficiency);
+  rate("memory bandwidth", profile.gpu.memory_bw * profile.gpu.memory_efficiency);
+  try {
+    (void)parse_system(system_to_json(profile), "the fitted profile");
+  } catch (const InputError& e) {
+    throw InputError(what + ": " + e.what() + " (the measurements are too far from the model's prediction to fit)");
+  }
+}
+
 }  // namespace tessel::calib

@@ -87,6 +87,12 @@ Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys);
 // Residuals of the kernel rows on one path ("memory" or "attention") through the cost function of that path.
 Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string& path, const System& sys, Precision p);
 
+// InputError naming `what` (the inputs and the output file) when the fitted profile must not be written: a
+// rate of the fitted precision that is not positive and finite (peak FLOP/s, memory bandwidth), or any
+// number the system parser would refuse (the profile is read back through parse_system), so a written
+// profile always loads with --system. Absurd measurements (durations 1e300 times the prediction) end here.
+void check_profile(const System& profile, Precision p, const std::string& what);
+
 // Human-readable profile "source" text: what was fitted from what.
 std::string describe_fit(const FitResult& f, const std::string& bench_origin);
 

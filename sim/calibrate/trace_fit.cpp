@@ -138,6 +138,20 @@ void check_in_layout(const trace::OpEvent& e, const Layout& l, std::size_t stage
   }
 }
 
+// A fitted event's duration must be a measurement: Tessel's traces give times to the nanosecond (%.3f us,
+// traces/chrome.cpp), so a duration between 0 and 1 ns was not measured, and fitting it would scale the
+// rates by up to 1e300. (0 us events are skipped below; the trace reader bounds durations from above.)
+constexpr double kMinMeasuredUs = 1e-3;
+
+void check_measured(const trace::OpEvent& e, const std::string& where) {
+  if (e.dur_us <= 0 || e.dur_us >= kMinMeasuredUs) return;
+  std::ostringstream os;
+  os << where << ": event '" << e.name << "' (rank " << e.rank << ", " << e.op << ", stage " << e.stage << ", mb " << e.mb
+     << ", ts " << e.start_us << " us): dur " << e.dur_us << " us is below the trace's 1 ns resolution; a fitted "
+     << "op's duration must be a measurement (at least 0.001 us)";
+  throw InputError(os.str());
+}
+
 std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vector<Parsed>& specs, const System& prof,
                        Precision p, int& skipped, const std::vector<std::string>& origins) {
   std::vector<Row> rows;
@@ -149,6 +163,7 @@ std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vecto
     const Estimate em = estimate(specs[i].model, specs[i].layout, pm);
     for (const trace::OpEvent& e : traces[i].events) {
       check_in_layout(e, specs[i].layout, e0.stage_f.size(), origins.at(i));
+      if (e.stream == trace::Stream::compute) check_measured(e, origins.at(i));
       double t0 = 0, tg = 0, tm = 0;
       if (e.stream != trace::Stream::compute || e.dur_us <= 0 || !predict(e, e0, t0) || !predict(e, eg, tg) ||
           !predict(e, em, tm)) {
@@ -217,6 +232,13 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
     const std::vector<double> x = nnls(A, y);
     // A part with no events to determine it (x = 0) keeps its rate.
     const double sg = x[0] > 0 ? x[0] : 1.0, sm = x[1] > 0 ? x[1] : 1.0;
+    if (!std::isfinite(sg) || !std::isfinite(sm)) {
+      std::ostringstream os;
+      os << "calibrate --trace " << (origins.empty() ? std::string("(none)") : origins.front())
+         << (origins.size() > 1 ? " and others" : "") << ": the fit's scales (compute " << sg << ", memory " << sm
+         << ") are not finite; the traces' durations cannot be fitted";
+      throw InputError(os.str());
+    }
     apply_compute_scale(profile, sg, p, notes);
     apply_memory_scale(profile, sm, notes);
     out.compute_scale *= sg;

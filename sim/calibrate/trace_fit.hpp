@@ -37,7 +37,9 @@ struct TraceFit {
 };
 
 // `traces` with their origins (file names, for messages). InputError if a trace lacks otherData model or
-// layout, or has no compute events of a known kind. `profile` is updated with the fitted scales.
+// layout, has no compute events of a known kind, or a compute event lasts more than 0 and less than 1 ns
+// (the traces' resolution: not a measurement). `profile` is updated with the fitted scales; the caller
+// checks the profile loads (check_profile in fit.hpp) before writing it.
 TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, System& profile,
                     Precision p, std::vector<std::string>& notes);
 

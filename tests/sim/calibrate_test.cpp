@@ -411,3 +411,27 @@ TEST_CASE("calibrate: a precision the base system has no peak for, and nothing f
   o.max_ranks = 1;  // every row has >= 2 ranks
   CHECK_THROWS_WITH_AS(fit_profile(mpi, load_system("cpu"), o), doctest::Contains("--comm mpi --max-ranks 1"), InputError);
 }
+
+TEST_CASE("check_profile: a fitted profile that would not load is refused before it is written") {
+  const System cpu = load_system("cpu");
+  CHECK_NOTHROW(check_profile(cpu, Precision::fp32, "calibrate"));
+  // A rate the fit drove to 0, to infinity or to NaN (QA: 1e300 durations printed "-nan%" and wrote the file).
+  System zero = cpu;
+  zero.gpu.peak_flops[static_cast<int>(Precision::fp32)] = 0;
+  CHECK_THROWS_WITH_AS(check_profile(zero, Precision::fp32, "calibrate --trace t.json (-o p.json not written)"),
+                       "calibrate --trace t.json (-o p.json not written): the fitted peak FLOP/s of the fitted precision is "
+                       "0, not a positive finite rate; the measurements cannot be fitted to this model",
+                       InputError);
+  System inf = cpu;
+  inf.gpu.memory_bw = HUGE_VAL;
+  CHECK_THROWS_WITH_AS(check_profile(inf, Precision::fp32, "c"), doctest::Contains("c: the fitted memory bandwidth is inf"), InputError);
+  System nan = cpu;
+  nan.gpu.gemm_efficiency = std::nan("");
+  CHECK_THROWS_AS(check_profile(nan, Precision::fp32, "c"), InputError);
+  // Finite and positive but outside what --system accepts: the parser's message, with the inputs named.
+  System slow = cpu;
+  slow.gpu.kernel_overhead_s = 1e300;
+  CHECK_THROWS_WITH_AS(check_profile(slow, Precision::fp32, "c"),
+                       doctest::Contains("c: the fitted profile: gpu.efficiency.kernel_overhead_us: value 1e+306 is out of range"),
+                       InputError);
+}

@@ -246,3 +246,44 @@ TEST_CASE("calibrate: the report's header says which parts were kept from the ba
   CHECK(r.out.find("0.00 GFLOP/s") == std::string::npos);
   std::filesystem::remove(prof);
 }
+
+TEST_CASE("calibrate: absurd trace durations exit 2 naming the event and rule; the profile file is untouched") {
+  const std::string trace = temp_path("run_trace_absurd.json"), prof = temp_path("kept_profile.json");
+  REQUIRE(run_tessel({"run", "--backend", "cpu", "--steps", "1", "--trace", trace}).code == 0);
+  const auto doc = nlohmann::json::parse(slurp(trace));
+  // Every forward and backward event given one duration (us).
+  auto with_dur = [&](double dur) {
+    auto d = doc;
+    for (auto& e : d["traceEvents"])
+      if (e.value("ph", "") == "X" && e.contains("args") &&
+          (e["args"].value("op", "") == "forward" || e["args"].value("op", "") == "backward"))
+        e["dur"] = dur;
+    return write_temp("absurd_trace.json", d.dump());
+  };
+  struct Case {
+    double dur;
+    std::string expect;
+  };
+  // QA: 1e300 printed "-nan%" and 1e-300 "scale 0.000, GFLOP/s inf", both exit 0 with a profile written.
+  const std::vector<Case> cases = {
+      {1e300, "traceEvents["},
+      {1e-300, "us is below the trace's 1 ns resolution; a fitted op's duration must be a measurement"},
+  };
+  for (const auto& c : cases) {
+    std::ofstream(prof) << "KEEP";
+    const std::string path = with_dur(c.dur);
+    auto r = run_tessel({"calibrate", "--trace", path, "-o", prof});
+    INFO(c.dur);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(slurp(prof) == "KEEP");
+  }
+  auto r = run_tessel({"calibrate", "--trace", with_dur(1e300), "-o", prof});
+  CHECK(r.err.find(": dur 1e+300 is beyond") != std::string::npos);
+  r = run_tessel({"calibrate", "--trace", with_dur(1e-300), "-o", prof});
+  CHECK(r.err.find(": event '") != std::string::npos);
+  std::filesystem::remove(trace);
+  std::filesystem::remove(prof);
+}
