@@ -1,4 +1,5 @@
 // tessel schedule gen|validate|show|diff: pipeline schedules as files that CI can check.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -102,13 +103,25 @@ int validate_cmd(const Args& args) {
                       2);
   if (cl.print_help(kUsage)) return 0;
   const std::string path = positional(cl, 1, "FILE.csv");
-  const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
   ValidateOptions opt;
   opt.comm = parse_comm_model(cl.get_or("--comm", "eager"));
   opt.mem_limit = mem_limit(cl);
+  const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
   const auto rep = validate(s, opt);
+  // One line however many ranks: the first kShownRanks, then the maximum over all of them.
+  constexpr std::size_t kShownRanks = 64;
   std::string peaks;
-  for (std::size_t r = 0; r < rep.peak_inflight.size(); ++r) peaks += (r ? " " : "") + std::to_string(rep.peak_inflight[r]);
+  for (std::size_t r = 0; r < rep.peak_inflight.size() && r < kShownRanks; ++r) {
+    if (r) peaks += ' ';
+    peaks += std::to_string(rep.peak_inflight[r]);
+  }
+  if (rep.peak_inflight.size() > kShownRanks) {
+    peaks += " ... (max ";
+    peaks += std::to_string(*std::max_element(rep.peak_inflight.begin(), rep.peak_inflight.end()));
+    peaks += " over ";
+    peaks += std::to_string(rep.peak_inflight.size());
+    peaks += " ranks)";
+  }
   if (rep.ok()) {
     std::printf("%s: valid under %s comms; %d ranks, %d stages, %d micro-batches; peak in-flight activations per rank: %s\n",
                 path.c_str(), comm_model_name(opt.comm), s.num_ranks, s.num_stages, s.num_microbatches, peaks.c_str());
@@ -130,11 +143,16 @@ int show(const Args& args) {
                        {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
                       2);
   if (cl.print_help(kUsage)) return 0;
-  const Schedule s = read_csv(positional(cl, 1, "FILE.csv"), cl.flag("--legacy-bw"));
+  // Every flag is checked before anything is printed: a bad --width must not follow a summary.
+  const std::string path = positional(cl, 1, "FILE.csv");
+  const Costs costs = parse_costs(cl);
+  const CommModel comm = parse_comm_model(cl.get_or("--comm", "eager"));
+  const int width = static_cast<int>(cl.get_int("--width", 20, 2000).value_or(120));
   if (auto svg = cl.get("--svg")) check_writable(*svg, "--svg");
-  const auto sim = unit_cost_simulate(s, parse_costs(cl), parse_comm_model(cl.get_or("--comm", "eager")));
+  const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
+  const auto sim = unit_cost_simulate(s, costs, comm);
   print_summary(s, sim, stdout);
-  std::cout << ascii_timeline(s, sim, static_cast<int>(cl.get_int("--width", 20, 2000).value_or(120)));
+  std::cout << ascii_timeline(s, sim, width);
   if (auto svg = cl.get("--svg")) {
     write_file_atomic(*svg, svg_timeline(s, sim));
     std::printf("wrote %s\n", svg->c_str());

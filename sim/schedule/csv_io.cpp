@@ -29,10 +29,30 @@ const std::map<std::string, ActionType>& type_table() {
   return t;
 }
 
+// Text from the file as a message shows it: bytes outside printable ASCII as \xNN (a binary file's bytes
+// would otherwise reach the terminal raw), at most kShown characters of it.
+std::string shown(const std::string& text) {
+  constexpr std::size_t kShown = 40;
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (out.size() >= kShown) return out + "... (" + std::to_string(text.size()) + " bytes)";
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      static const char* hex = "0123456789ABCDEF";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 [[noreturn]] void bad_token(const std::string& tok, const std::string& where, const std::string& why) {
-  throw InputError(where + ": token '" + tok + "': " + why +
+  throw InputError(where + ": token '" + shown(tok) + "': " + why +
                    " (grammar: <stage><TYPE>[<mb>] with TYPE in F I B W SEND_F RECV_F SEND_B RECV_B UNSHARD RESHARD "
-                   "REDUCE_GRAD, or (<tok>;<tok>)OVERLAP_F_B; the whole cell must match)");
+                   "REDUCE_GRAD X_RECOMPUTE X_OPTIMIZER_STEP, or (<tok>;<tok>)OVERLAP_F_B; the whole cell must match)");
 }
 
 int parse_uint(const std::string& digits, const std::string& tok, const std::string& where) {
@@ -48,7 +68,7 @@ Action parse_simple(const std::string& tok, const std::string& where, bool legac
   while (j < tok.size() && (std::isupper(static_cast<unsigned char>(tok[j])) || tok[j] == '_')) ++j;
   std::size_t k = j;
   while (k < tok.size() && std::isdigit(static_cast<unsigned char>(tok[k]))) ++k;
-  if (k != tok.size()) bad_token(tok, where, "unexpected character '" + std::string(1, tok[k]) + "'");
+  if (k != tok.size()) bad_token(tok, where, "unexpected character '" + shown(std::string(1, tok[k])) + "'");
   std::string type = tok.substr(i, j - i);
   if (legacy_bw && type == "BW") type = "B";
   else if (legacy_bw && type == "B") type = "I";
@@ -63,6 +83,9 @@ Action parse_simple(const std::string& tok, const std::string& where, bool legac
   if ((is_compute(a.type) || is_comm(a.type)) && a.mb < 0) bad_token(tok, where, type + " needs a micro-batch index");
   return a;
 }
+
+// The sidecar's limit on pp (parse_meta_json) holds for a file without one: each row is a rank.
+constexpr int kMaxRankRows = 1 << 20;
 
 std::string trim(const std::string& s) {
   std::size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
@@ -148,12 +171,30 @@ void set_peers(Schedule& s) {
 Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
                    bool legacy_bw) {
   std::vector<std::vector<Action>> ranks;
-  std::istringstream in(text);
+  // A UTF-8 byte order mark, as Windows editors write one: PyTorch reads its CSVs as utf-8-sig, which drops it.
+  const std::string kBom = "\xEF\xBB\xBF";
+  std::istringstream in(text.compare(0, kBom.size(), kBom) == 0 ? text.substr(kBom.size()) : text);
   std::string line;
-  int row = 0;
+  int row = 0, blank = 0;  // blank: the first blank line since the last rank row, 0 when none
   while (std::getline(in, line)) {
     ++row;
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    // Row i is rank i, so a blank line between rows would shift every later row to the next rank (PyTorch's
+    // csv.reader reads it as a rank without actions). Blank lines at the end, an editor's final newlines,
+    // are ignored.
+    if (trim(line).empty()) {
+      if (blank == 0) blank = row;
+      continue;
+    }
+    if (blank != 0)
+      throw InputError(origin + ":" + std::to_string(blank) + ": blank line " +
+                       (ranks.empty() ? std::string("before the first rank row")
+                                      : "between rank rows " + std::to_string(ranks.size() - 1) + " and " +
+                                            std::to_string(ranks.size())) +
+                       "; row i is rank i, so a blank line would shift every later row to the next rank (only "
+                       "trailing blank lines are ignored)");
+    if (static_cast<int>(ranks.size()) >= kMaxRankRows)
+      throw InputError(origin + ":" + std::to_string(row) + ": more than 2^20 rank rows (the limit on pp)");
     ranks.emplace_back();
     std::size_t start = 0;
     int col = 0;
@@ -190,7 +231,11 @@ Schedule read_csv(const std::string& path, bool legacy_bw) {
   const std::string mp = meta_path_for(path);
   std::error_code ec;
   if (std::filesystem::exists(mp, ec)) meta = parse_meta_json(read_text_file(mp), mp);
-  return parse_csv(text, path, meta, legacy_bw);
+  Schedule s = parse_csv(text, path, meta, legacy_bw);
+  // Messages and summaries name a schedule by its label: for a file that is its path (with the sidecar's
+  // generator name when it gives one), not "csv".
+  s.generator = meta && meta->generator != "csv" ? path + " (" + meta->generator + ")" : path;
+  return s;
 }
 
 std::string to_csv(const Schedule& s) {

@@ -40,6 +40,12 @@ void check_structure(const Schedule& s, Report& rep) {
       rep.add("structure", "stage " + std::to_string(st) + " is placed on rank " +
                                std::to_string(s.stage_to_rank[static_cast<std::size_t>(st)]) + ", outside [0, " +
                                std::to_string(s.num_ranks) + ")");
+  // Every rank runs its stages: a rank without actions is a blank or all-idle row (or a sidecar placing no
+  // stage there), and its stages' work would be missing or on the wrong rank.
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r)
+    if (s.ranks[static_cast<std::size_t>(r)].empty())
+      rep.add("structure", "rank " + std::to_string(r) + " has no actions (row " + std::to_string(r) +
+                               " of the file is empty or holds only idle cells)");
   auto check_one = [&](const Action& a, int r, int p) {
     const std::string at = "rank " + std::to_string(r) + " #" + std::to_string(p) + " '" + a.token() + "'";
     if (a.stage < 0 || a.stage >= s.num_stages) return rep.add("structure", at + ": stage out of range [0, " + std::to_string(s.num_stages) + ")");
@@ -90,6 +96,23 @@ void check_completeness(const Schedule& s, const OpIndex& idx, Report& rep) {
       if (!b.empty() && !in.empty()) rep.add("completeness", "both B and I for stage " + std::to_string(st) + " mb " + std::to_string(i) + ": " + refs(s, b) + " and " + refs(s, in));
       if (b.empty() && in.empty()) rep.add("completeness", "missing backward for stage " + std::to_string(st) + " mb " + std::to_string(i) + " (need " + key(ActionType::B, st, i) + " or " + key(ActionType::I, st, i) + " + " + key(ActionType::W, st, i) + ")");
     }
+}
+
+// REDUCE_GRAD and X_OPTIMIZER_STEP run once per stage and step (PyTorch adds one REDUCE_GRAD per stage after
+// its last backward): a second one would reduce or apply the gradients twice. UNSHARD and RESHARD may repeat
+// (FSDP reshards a stage between uses).
+void check_once_per_stage(const Schedule& s, const OpIndex& idx, Report& rep) {
+  std::map<std::pair<int, int>, std::vector<OpRef>> by_stage;  // (type, stage), over any micro-batch index
+  for (const auto& [k, refs_] : idx.all()) {
+    const auto t = static_cast<ActionType>(std::get<0>(k));
+    if (t != ActionType::REDUCE_GRAD && t != ActionType::OPTIMIZER_STEP) continue;
+    auto& v = by_stage[{std::get<0>(k), std::get<1>(k)}];
+    v.insert(v.end(), refs_.begin(), refs_.end());
+  }
+  for (const auto& [k, v] : by_stage)
+    if (v.size() > 1)
+      rep.add("completeness", "duplicated action " + make(static_cast<ActionType>(k.first), k.second).token() + " at " +
+                                  refs(s, v) + " (once per stage and step)");
 }
 
 // 3./4. Same-rank dependencies in program order (F < B/I < W per stage, F(s-1) < F(s) and B/I(s+1) <
@@ -181,6 +204,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   if (!out.ok()) return out;
   const OpIndex idx(s);
   check_completeness(s, idx, rep);
+  check_once_per_stage(s, idx, rep);
   if (!out.ok()) return out;
   check_local_order(s, idx, rep);
   const bool lowered = std::any_of(idx.all().begin(), idx.all().end(),

@@ -79,6 +79,9 @@ def main():
     for p in sorted(glob.glob(os.path.join(SHARED, "schedules", "pytorch", "*.csv"))):
         copy("schedule_csv", p, "pytorch_" + os.path.basename(p))
     put("schedule_csv", "huge_mb.csv", "0F999999999\n")
+    # A byte order mark, trailing blank lines (both accepted), and a binary cell (refused, shown escaped).
+    put("schedule_csv", "bom_trailing_blanks.csv", "\ufeff0F0,0B0\r\n1F0,1B0\r\n\r\n\n")
+    put("schedule_csv", "binary_cell.csv", b"0F0,\x01\xff\x80" + b"\xfe" * 200 + b"\n")
     for p in sorted(glob.glob(os.path.join(ROOT, "tests", "golden", "schedules", "**", "*.meta.json"),
                               recursive=True)):
         copy("schedule_meta", p)

@@ -72,3 +72,36 @@ TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
   CHECK(tessel::read_text_file(log).find("rank 0: first difference at #4: 0B0 vs 0F4") != std::string::npos);
   std::filesystem::remove_all(tmp);
 }
+
+TEST_CASE("tessel schedule: blank lines, BOMs, directories; flags checked before output") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_cli2_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp / "adir.csv");
+  const std::string d = tmp.string(), log = d + "/log.txt";
+  auto said = [&](const std::string& text) { return tessel::read_text_file(log).find(text) != std::string::npos; };
+  // QA: a trailing blank line made a third rank and "valid"; in the middle it moved rank 1's work to rank 2.
+  tessel::write_file_atomic(d + "/t.csv", "0F0,0B0\n1F0,1B0\n\n");
+  CHECK(run("validate " + d + "/t.csv", log) == 0);
+  CHECK(said("valid under eager comms; 2 ranks, 2 stages"));
+  tessel::write_file_atomic(d + "/m.csv", "0F0,0B0\n\n1F0,1B0\n");
+  CHECK(run("validate " + d + "/m.csv", log) == 2);
+  CHECK(said(d + "/m.csv:2: blank line between rank rows 0 and 1"));
+  tessel::write_file_atomic(d + "/nl.csv", "\n");
+  CHECK(run("validate " + d + "/nl.csv", log) == 2);
+  CHECK(said(d + "/nl.csv: empty schedule (no rank rows)"));
+  tessel::write_file_atomic(d + "/bom.csv", "\xEF\xBB\xBF" "0F0,0B0\n1F0,1B0\n");
+  CHECK(run("validate " + d + "/bom.csv", log) == 0);
+  // A directory: "empty schedule" before.
+  CHECK(run("validate " + d + "/adir.csv", log) == 2);
+  CHECK(said(d + "/adir.csv: is a directory, not a file"));
+  // show: a bad --width is refused before the summary is printed; a schedule that cannot be simulated is
+  // named by its path ("schedule 'csv'" before).
+  CHECK(run("show " + d + "/t.csv --width 0", log) == 2);
+  CHECK(said("--width: 0 is out of range [20, 2000]"));
+  CHECK(!said("pp 2"));
+  CHECK(run("show " + d + "/t.csv", log) == 0);
+  CHECK(said(d + "/t.csv: pp 2, 2 stages"));
+  tessel::write_file_atomic(d + "/inv.csv", "0F0,0B0\n1F0\n");
+  CHECK(run("show " + d + "/inv.csv", log) == 2);
+  CHECK(said("cannot simulate schedule '" + d + "/inv.csv'"));
+  std::filesystem::remove_all(tmp);
+}

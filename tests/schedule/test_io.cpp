@@ -1,6 +1,9 @@
 // CSV token grammar, canonical form, JSON sidecar, golden CSVs and PyTorch's own schedule CSVs.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -148,4 +151,74 @@ TEST_CASE("PyTorch's own schedule CSVs load, validate and match Tessel's generat
   for (CommModel m : {CommModel::Eager, CommModel::Blocking, CommModel::Batched})
     CHECK_MESSAGE(validate(comms, {m, {}, 5}).ok(), violations_text(validate(comms, {m, {}, 5})));
   CHECK(validate(lower(strip_comms(comms))).ok());
+}
+
+namespace {
+
+std::string csv_error(const std::string& text, const std::string& origin = "t.csv") {
+  try {
+    parse_csv(text, origin, std::nullopt);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("CSV blank lines: trailing ones ignored, one before or between rank rows refused with its line") {
+  // Row i is rank i. PyTorch's csv.reader reads a blank line as a rank without actions, so a blank line in the
+  // middle moves every later row one rank down; at the end it is an editor's final newline.
+  const std::string two = "0F0,0B0\n1F0,1B0\n";
+  CHECK(parse_csv(two + "\n\n \r\n\t\n", "t.csv", std::nullopt).num_ranks == 2);
+  CHECK(csv_error("0F0,0B0\n\n1F0,1B0\n") ==
+        "t.csv:2: blank line between rank rows 0 and 1; row i is rank i, so a blank line would shift every later row "
+        "to the next rank (only trailing blank lines are ignored)");
+  CHECK(csv_error("0F0,0B0\r\n  \r\n\r\n1F0,1B0\r\n").find("t.csv:2: blank line between rank rows 0 and 1") == 0);
+  CHECK(csv_error("\n" + two).find("t.csv:1: blank line before the first rank row") == 0);
+  // Nothing but blank lines is an empty schedule (it read as a rank without stages: "stage_to_rank has 0
+  // entries, expected 0 stages").
+  CHECK(csv_error("\n") == "t.csv: empty schedule (no rank rows)");
+  CHECK(csv_error("") == "t.csv: empty schedule (no rank rows)");
+  // QA: one row and 3,000,000 newlines read as 3,000,001 ranks.
+  const Schedule one = parse_csv("0F0,0B0" + std::string(3000000, '\n'), "t.csv", std::nullopt);
+  CHECK(one.num_ranks == 1);
+  // Rows beyond the sidecar's limit on pp (2^20) are refused at the first one over it.
+  std::string rows;
+  for (int r = 0; r <= (1 << 20); ++r) rows += ",\n";
+  CHECK(csv_error(rows) == "t.csv:1048577: more than 2^20 rank rows (the limit on pp)");
+}
+
+TEST_CASE("CSV: a leading UTF-8 byte order mark is dropped; other bytes are shown escaped and cut") {
+  // PyTorch opens its CSVs as utf-8-sig, which drops the mark a Windows editor writes.
+  const Schedule s = parse_csv("\xEF\xBB\xBF" "0F0,0B0\n", "t.csv", std::nullopt);
+  CHECK(s.ranks.at(0).at(0).token() == "0F0");
+  // Elsewhere it is an unknown byte, shown as \xNN, not raw.
+  CHECK(csv_error("0F0,\xEF\xBB\xBF" "0B0\n").find("t.csv:1:2: token '\\xEF\\xBB\\xBF0B0': must start with a stage index") == 0);
+  // A binary file: the message holds 40 characters of the cell, escaped, and its length.
+  std::string garbage = "\x01\x02\x7f\x80\xff";
+  while (garbage.size() < 5000) garbage += static_cast<char>('A' + garbage.size() % 7);
+  const std::string msg = csv_error(garbage);
+  CHECK(msg.find("t.csv:1:1: token '\\x01\\x02\\x7F\\x80\\xFF") == 0);
+  CHECK(msg.find("... (5000 bytes)'") != std::string::npos);
+  CHECK(msg.size() < 400);
+  CHECK(std::all_of(msg.begin(), msg.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
+}
+
+TEST_CASE("read_csv: directories are named as such; a file's schedule is labelled by its path") {
+  const auto dir = std::filesystem::temp_directory_path() / ("tessel_csv_dir_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "adir.csv");
+  CHECK_THROWS_WITH_AS(read_csv((dir / "adir.csv").string()), ((dir / "adir.csv").string() + ": is a directory, not a file").c_str(),
+                       InputError);
+  const std::string csv = (dir / "x.csv").string();
+  tessel::write_file_atomic(csv, "0F0,0B0\n1F0,1B0\n");
+  // Messages say schedule '<label>' (the simulator's, unit_cost_simulate's): "csv" named no file.
+  CHECK(read_csv(csv).generator == csv);
+  std::filesystem::create_directories(dir / "x.meta.json");
+  CHECK_THROWS_WITH_AS(read_csv(csv), ((dir / "x.meta.json").string() + ": is a directory, not a file").c_str(), InputError);
+  std::filesystem::remove(dir / "x.meta.json");
+  tessel::write_file_atomic((dir / "x.meta.json").string(),
+                            R"({"schema":1,"pp":2,"num_stages":2,"num_microbatches":1,"stage_to_rank":[0,1],"generator":{"name":"1f1b"}})");
+  CHECK(read_csv(csv).generator == csv + " (1f1b)");
+  std::filesystem::remove_all(dir);
 }

@@ -144,3 +144,24 @@ TEST_CASE("unit-cost simulation: 1F1B makespan (m + p - 1)(F + B + W) and comm u
   const auto sim = unit_cost_simulate(generate("1f1b", params(4, 8, 1)), c);
   CHECK(sim.makespan >= 33.0 + 6 * 0.25 - 1e-9);
 }
+
+TEST_CASE("a rank without actions is a structure violation") {
+  // A row of idle cells (or a sidecar placing no stage on a rank): the rank's work is missing or elsewhere.
+  const auto r = validate(parse_csv("0F0,0B0\n,,\n", "t", meta(2, 1, 1, {0})));
+  CHECK(has_rule(r, "structure", "rank 1 has no actions (row 1 of the file is empty or holds only idle cells)"));
+}
+
+TEST_CASE("REDUCE_GRAD and X_OPTIMIZER_STEP run once per stage") {
+  const auto once = validate(parse_csv("0F0,0B0,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD,1X_OPTIMIZER_STEP\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK_MESSAGE(once.ok(), violations_text(once));
+  // QA: a second REDUCE_GRAD of stage 0 passed; it would reduce the gradients twice.
+  const auto twice = validate(parse_csv("0F0,0B0,0REDUCE_GRAD,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK(has_rule(twice, "completeness",
+                 "duplicated action 0REDUCE_GRAD at rank 0 #2 '0REDUCE_GRAD', rank 0 #3 '0REDUCE_GRAD' (once per stage and step)"));
+  const auto steps = validate(parse_csv("0F0,0B0,0X_OPTIMIZER_STEP\n1F0,1B0,1X_OPTIMIZER_STEP,1X_OPTIMIZER_STEP\n", "t",
+                                        meta(2, 2, 1, {0, 1})));
+  CHECK(has_rule(steps, "completeness", "duplicated action 1X_OPTIMIZER_STEP"));
+  // UNSHARD and RESHARD may repeat: FSDP reshards a stage between its uses.
+  const auto fsdp = validate(parse_csv("0UNSHARD,0F0,0RESHARD,0UNSHARD,0B0,0RESHARD\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK_MESSAGE(fsdp.ok(), violations_text(fsdp));
+}
