@@ -105,3 +105,19 @@ TEST_CASE("tessel schedule: blank lines, BOMs, directories; flags checked before
   CHECK(said("cannot simulate schedule '" + d + "/inv.csv'"));
   std::filesystem::remove_all(tmp);
 }
+
+TEST_CASE("tessel schedule: numbers out of range say so, with the range") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_cli3_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt";
+  auto said = [&](const std::string& text) { return tessel::read_text_file(log).find(text) != std::string::npos; };
+  tessel::write_file_atomic(d + "/t.csv", "0F0,0B0\n1F0,1B0\n");
+  // Before: "'18446744073709551615' is not an integer", "'1e-400' is not a finite number".
+  CHECK(run("gen 1f1b --pp 18446744073709551615 --mb 2", log) == 2);
+  CHECK(said("--pp: 18446744073709551615 is out of range [1, 4096]"));
+  CHECK(run("show " + d + "/t.csv --costs 1e-400,1,1,0", log) == 2);
+  CHECK(said("--costs F: 1e-400 underflows (its magnitude is below 2.2e-308, the smallest normal double); the range is"));
+  CHECK(run("show " + d + "/t.csv --costs 1e400,1,1,0", log) == 2);
+  CHECK(said("--costs F: 1e400 overflows a double"));
+  std::filesystem::remove_all(tmp);
+}

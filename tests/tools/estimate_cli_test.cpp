@@ -118,3 +118,29 @@ TEST_CASE("run: --resume at or past --steps is refused, naming both") {
   CHECK(one.out.find("step    2  loss") == std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("numbers beyond int64 or double are out of range, with the range; garbage is not a number") {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expect;
+  };
+  // strtoll / strtod report ERANGE for these; they read as "is not an integer" / "not a finite number".
+  const std::vector<Case> cases = {
+      {{"run", "--seed", "18446744073709551615"}, "--seed: 18446744073709551615 is out of range [0, 9223372036854775807]"},
+      {{"estimate", "--tp", "-99999999999999999999"}, "--tp: -99999999999999999999 is out of range [1, 1048576]"},
+      {{"estimate", "--tp", "0"}, "--tp: 0 is out of range [1, 1048576]"},
+      {{"run", "--lr", "1e-400"},
+       "--lr: 1e-400 underflows (its magnitude is below 2.2e-308, the smallest normal double); the range is [0, 10]"},
+      {{"run", "--lr", "1e400"}, "--lr: 1e400 overflows a double (over 1.8e308); the range is [0, 10]"},
+      {{"run", "--lr", "fast"}, "--lr: 'fast' is not a finite number"},
+      {{"run", "--lr", "nan"}, "--lr: 'nan' is not a finite number"},
+      {{"estimate", "--tp", "8x"}, "--tp: '8x' is not an integer"},
+  };
+  for (const auto& c : cases) {
+    const auto r = run_tessel(c.args);
+    INFO(c.expect);
+    INFO(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+  }
+}
