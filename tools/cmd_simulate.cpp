@@ -3,6 +3,9 @@
 // --trace writes a Chrome trace (Perfetto), --svg a timeline.
 #include <algorithm>
 #include <iostream>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
@@ -22,6 +25,36 @@ engine::Fidelity parse_fidelity(const std::string& v) {
   if (v == "cluster") return engine::Fidelity::cluster;
   if (v == "replica") return engine::Fidelity::replica;
   throw InputError("--fidelity " + v + ": must be cluster (every rank) or replica (one data-parallel replica)");
+}
+
+// X_RECOMPUTE in a schedule file places the layout's recompute (--recompute selective|full): the simulator
+// charges the layout's recompute time there and no longer before each backward. Under --recompute none it
+// would cost nothing, and with some backwards left without one their recompute would be dropped: both are
+// refused, as REDUCE_GRAD, UNSHARD and the other actions whose work the layout decides are.
+void check_recompute_actions(const sched::Schedule& sch, Recompute recompute, const std::string& path) {
+  using sched::ActionType;
+  std::set<std::pair<int, int>> placed;
+  const sched::Action* first = nullptr;
+  for (const auto& rank : sch.ranks)
+    for (const auto& a : rank)
+      if (a.type == ActionType::RECOMPUTE) {
+        placed.insert({a.stage, a.mb});
+        if (!first) first = &a;
+      }
+  if (!first) return;
+  if (recompute == Recompute::none)
+    throw InputError("--schedule-file " + path + ": '" + first->token() + "' places the layout's recompute, and the "
+                     "layout has --recompute none (it would cost 0 s); give --recompute selective or full, or drop the "
+                     "X_RECOMPUTE actions");
+  for (const auto& rank : sch.ranks)
+    for (const auto& a : rank)
+      for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<sched::Action>{a})
+        if ((part.type == ActionType::B || part.type == ActionType::I) && !placed.count({part.stage, part.mb}))
+          throw InputError("--schedule-file " + path + ": '" + part.token() + "' has no X_RECOMPUTE of stage " +
+                           std::to_string(part.stage) + " micro-batch " + std::to_string(part.mb) +
+                           ", but the file places others (for example '" + first->token() +
+                           "'); with any X_RECOMPUTE the simulator recomputes only where the file says, so give "
+                           "every backward its own or none");
 }
 
 void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t max_ranks, std::size_t max_path) {
@@ -85,7 +118,10 @@ int simulate(const Args& args) {
   const auto svg_path = cl.get("--svg");
   if (trace_path) check_writable(*trace_path, "--trace");
   if (svg_path) check_writable(*svg_path, "--svg");
-  if (auto f = cl.get("--schedule-file")) o.schedule = sched::read_csv(*f);
+  if (auto f = cl.get("--schedule-file")) {
+    o.schedule = sched::read_csv(*f);
+    check_recompute_actions(*o.schedule, s.layout.recompute, *f);
+  }
   o.memory_timeline = trace_path || svg_path;
   if (s.gpus != s.layout.gpus())
     throw InputError("--gpus " + std::to_string(s.gpus) + ": the layout uses tp*pp*dp*cp = " + std::to_string(s.layout.gpus()) +

@@ -115,6 +115,22 @@ void check_once_per_stage(const Schedule& s, const OpIndex& idx, Report& rep) {
                                   refs(s, v) + " (once per stage and step)");
 }
 
+// X_RECOMPUTE of (stage, mb) re-creates the activations its backward needs: once, after its F (the local
+// order check) and before the B or I that uses them on the same rank.
+void check_recompute(const Schedule& s, const OpIndex& idx, Report& rep) {
+  for (const auto& [k, refs_] : idx.all()) {
+    if (static_cast<ActionType>(std::get<0>(k)) != ActionType::RECOMPUTE) continue;
+    const int st = std::get<1>(k), mb = std::get<2>(k);
+    if (refs_.size() > 1)
+      rep.add("completeness", "duplicated action " + key(ActionType::RECOMPUTE, st, mb) + " at " + refs(s, refs_));
+    for (const ActionType t : {ActionType::B, ActionType::I})
+      for (const OpRef& use : idx.find(t, st, mb))
+        if (use.rank == refs_[0].rank && use.pos < refs_[0].pos)
+          rep.add("order", where(s, refs_[0]) + " recomputes after its backward " + where(s, use) +
+                               " (a recompute re-creates the activations the backward needs, so it must come first)");
+  }
+}
+
 // 3./4. Same-rank dependencies in program order (F < B/I < W per stage, F(s-1) < F(s) and B/I(s+1) <
 // B/I(s) when both stages share a rank). Cross-rank order is the deadlock check's job.
 void check_local_order(const Schedule& s, const OpIndex& idx, Report& rep) {
@@ -205,6 +221,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   const OpIndex idx(s);
   check_completeness(s, idx, rep);
   check_once_per_stage(s, idx, rep);
+  check_recompute(s, idx, rep);
   if (!out.ok()) return out;
   check_local_order(s, idx, rep);
   const bool lowered = std::any_of(idx.all().begin(), idx.all().end(),

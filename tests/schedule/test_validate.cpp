@@ -165,3 +165,14 @@ TEST_CASE("REDUCE_GRAD and X_OPTIMIZER_STEP run once per stage") {
   const auto fsdp = validate(parse_csv("0UNSHARD,0F0,0RESHARD,0UNSHARD,0B0,0RESHARD\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
   CHECK_MESSAGE(fsdp.ok(), violations_text(fsdp));
 }
+
+TEST_CASE("X_RECOMPUTE: once per micro-batch, after its forward and before its backward") {
+  const auto ok = validate(parse_csv("0F0,0X_RECOMPUTE0,0B0\n1F0,1X_RECOMPUTE0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK_MESSAGE(ok.ok(), violations_text(ok));
+  const auto twice = validate(parse_csv("0F0,0X_RECOMPUTE0,0X_RECOMPUTE0,0B0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK(has_rule(twice, "completeness", "duplicated action 0X_RECOMPUTE0 at rank 0 #1 '0X_RECOMPUTE0', rank 0 #2"));
+  const auto late = validate(parse_csv("0F0,0B0,0X_RECOMPUTE0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK(has_rule(late, "order", "rank 0 #2 '0X_RECOMPUTE0' recomputes after its backward rank 0 #1 '0B0'"));
+  const auto early = validate(parse_csv("0X_RECOMPUTE0,0F0,0B0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
+  CHECK(has_rule(early, "order", "'0X_RECOMPUTE0' runs before its input"));
+}

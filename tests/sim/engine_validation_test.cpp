@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "sim/engine/simulate.hpp"
 #include "sim/validate.hpp"
@@ -97,4 +98,47 @@ TEST_CASE("tessel simulate: bad input exits 2 before simulating and writes nothi
   std::filesystem::remove(out);
   CHECK(run(small + " --trace " + out.string()) == 0);
   CHECK(std::filesystem::exists(out));
+}
+
+TEST_CASE("tessel simulate --schedule-file: messages name the file; X_RECOMPUTE only places the layout's recompute") {
+  const std::string exe = test::tessel_exe();
+  const auto dir = std::filesystem::temp_directory_path() / "tessel_engine_cli_recompute";
+  std::filesystem::create_directories(dir);
+  const std::string log = (dir / "log.txt").string();
+  auto run = [&](const std::string& args) {
+    const int rc = std::system((exe + " simulate " + args + " > " + log + " 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  auto said = [&](const std::string& text) {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str().find(text) != std::string::npos;
+  };
+  const std::string small = "--model tiny --system cpu --tp 1 --pp 2 --dp 1 --gbs 2 --mbs 1 --schedule 1f1b --precision fp32";
+  // A file that does not validate is named by its path (before: "schedule 'csv'").
+  const std::string bad = (dir / "bad.csv").string();
+  std::ofstream(bad) << "0F0,0B0\n1F0\n";
+  CHECK(run(small + " --recompute none --schedule-file " + bad) == 2);
+  CHECK(said("schedule '" + bad + "': completeness: missing backward for stage 1 mb 0"));
+  // Every backward with its recompute: played under a layout that recomputes; under --recompute none it cost
+  // 0 s, the same step as without the actions (QA: "silently ignored").
+  const std::string all = (dir / "all.csv").string();
+  std::ofstream(all) << "0F0,0F1,0X_RECOMPUTE0,0B0,0X_RECOMPUTE1,0B1\n1F0,1X_RECOMPUTE0,1B0,1F1,1X_RECOMPUTE1,1B1\n";
+  CHECK(run(small + " --recompute full --schedule-file " + all) == 0);
+  CHECK(said("schedule " + all + ", fidelity"));
+  CHECK(run(small + " --recompute none --schedule-file " + all) == 2);
+  CHECK(said("--schedule-file " + all + ": '0X_RECOMPUTE0' places the layout's recompute, and the layout has "
+             "--recompute none (it would cost 0 s)"));
+  // Some backwards without one: the simulator would drop their recompute.
+  const std::string some = (dir / "some.csv").string();
+  std::ofstream(some) << "0F0,0F1,0X_RECOMPUTE0,0B0,0B1\n1F0,1X_RECOMPUTE0,1B0,1F1,1X_RECOMPUTE1,1B1\n";
+  CHECK(run(small + " --recompute full --schedule-file " + some) == 2);
+  CHECK(said("'0B1' has no X_RECOMPUTE of stage 0 micro-batch 1, but the file places others"));
+  // Actions whose work the layout decides stay refused, as before.
+  const std::string rg = (dir / "rg.csv").string();
+  std::ofstream(rg) << "0F0,0F1,0B0,0B1,0REDUCE_GRAD\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n";
+  CHECK(run(small + " --recompute none --schedule-file " + rg) == 2);
+  CHECK(said("schedule action '0REDUCE_GRAD' is not simulated"));
+  std::filesystem::remove_all(dir);
 }
