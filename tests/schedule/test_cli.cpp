@@ -121,3 +121,16 @@ TEST_CASE("tessel schedule: numbers out of range say so, with the range") {
   CHECK(said("--costs F: 1e400 overflows a double"));
   std::filesystem::remove_all(tmp);
 }
+
+TEST_CASE("tessel schedule show --svg: the file's path in the title is escaped") {
+  // The title is the schedule's label, now its path; "a&b.csv" would make the SVG malformed XML.
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_cli4_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt", csv = d + "/a&b<1>.csv", svg = d + "/t.svg";
+  tessel::write_file_atomic(csv, "0F0,0B0\n1F0,1B0\n");
+  CHECK(run("show '" + csv + "' --svg " + svg, log) == 0);
+  const std::string text = tessel::read_text_file(svg);
+  CHECK(text.find(d + "/a&amp;b&lt;1&gt;.csv: pp 2") != std::string::npos);
+  CHECK(text.find("a&b") == std::string::npos);
+  std::filesystem::remove_all(tmp);
+}
