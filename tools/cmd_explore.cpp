@@ -189,6 +189,9 @@ int explore(const Args& args) {
   for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
   for (const auto& s : cl.get_list("--schedule")) {
+    if (s == "zb-greedy")
+      throw InputError("--schedule zb-greedy: the analytical model has no closed form for it, so explore cannot "
+                       "rank it; tessel simulate and tessel run play it");
     if (!is_schedule_name(s)) throw InputError("--schedule " + s + ": unknown schedule");
     space.schedules.push_back(s);
   }

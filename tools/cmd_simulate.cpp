@@ -110,7 +110,7 @@ int simulate(const Args& args) {
   opts.push_back({"--fidelity", true, "cluster (every rank) or replica (one DP replica, others' load counted) [cluster]"});
   cli::CommandLine cl("simulate", args, opts, 0);
   if (cl.print_help()) return 0;
-  const cli::Specs s = cli::read_specs(cl);
+  const cli::Specs s = cli::read_specs(cl, true);
   engine::SimOptions o;
   o.fidelity = parse_fidelity(cl.get_or("--fidelity", "cluster"));
   // Output paths are checked before the (possibly long) simulation: a bad path fails first, writes nothing.

@@ -40,7 +40,7 @@ void check_recompute_flags(const CommandLine& cl, const Layout& l) {
       throw InputError(std::string(f) + ": applies to --recompute full only (got --recompute " + to_string(l.recompute) + ")");
 }
 
-Specs read_specs(const CommandLine& cl) {
+Specs read_specs(const CommandLine& cl, bool played) {
   Specs s;
   s.model = load_model(cl.get_or("--model", "gpt3-175b"));
   if (auto seq = cl.get_int("--seq", 1, 1 << 24)) s.model.seq_len = static_cast<int>(*seq);
@@ -62,10 +62,13 @@ Specs read_specs(const CommandLine& cl) {
   l.pp = static_cast<int>(cl.get_int("--pp", 1, 1 << 20).value_or(8));
   l.cp = static_cast<int>(cl.get_int("--cp", 1, 1 << 20).value_or(1));
   l.schedule = cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b");
-  if (!is_schedule_name(l.schedule)) {
+  if (l.schedule == "zb-greedy" && !played)
+    throw InputError("--schedule zb-greedy: the analytical model has no closed form for it; tessel simulate and "
+                     "tessel run play it");
+  if (!is_schedule_name(l.schedule) && !(played && l.schedule == "zb-greedy")) {
     std::string list;
     for (const auto& n : schedule_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--schedule " + l.schedule + ": unknown schedule (known: " + list + ")");
+    throw InputError("--schedule " + l.schedule + ": unknown schedule (known: " + list + (played ? ", zb-greedy" : "") + ")");
   }
   const int vpp_default = l.schedule == "interleaved" || l.schedule == "looped-bfs" ? 3
                           : (l.schedule == "zbv" || l.schedule == "dualpipev")     ? 2

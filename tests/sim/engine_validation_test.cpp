@@ -9,6 +9,8 @@
 #include <map>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "sim/engine/simulate.hpp"
 #include "sim/validate.hpp"
 #include "tests/test_paths.hpp"
@@ -140,5 +142,34 @@ TEST_CASE("tessel simulate --schedule-file: messages name the file; X_RECOMPUTE 
   std::ofstream(rg) << "0F0,0F1,0B0,0B1,0REDUCE_GRAD\n1F0,1B0,1F1,1B1,1REDUCE_GRAD\n";
   CHECK(run(small + " --recompute none --schedule-file " + rg) == 2);
   CHECK(said("schedule action '0REDUCE_GRAD' is not simulated"));
+  std::filesystem::remove_all(dir);
+}
+
+// zb-greedy has no closed form, so estimate and explore refuse it, saying who plays it; simulate plays it
+// (before: "unknown schedule", though run and schedule gen knew it): no slower than 1F1B on the same layout.
+TEST_CASE("tessel simulate plays zb-greedy; estimate refuses it naming who plays it") {
+  const std::string exe = test::tessel_exe();
+  const auto dir = std::filesystem::temp_directory_path() / "tessel_engine_cli_greedy";
+  std::filesystem::create_directories(dir);
+  const std::string log = (dir / "log.txt").string();
+  auto run = [&](const std::string& verb, const std::string& args) {
+    const int rc = std::system((exe + " " + verb + " " + args + " > " + log + " 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  auto output = [&] {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string small = "--model llama2-7b --tp 1 --pp 4 --dp 1 --gbs 32 --json --schedule ";
+  REQUIRE(run("simulate", small + "zb-greedy") == 0);
+  const auto greedy = nlohmann::json::parse(output());
+  CHECK(greedy["schedule"] == "zb-greedy");
+  REQUIRE(run("simulate", small + "1f1b") == 0);
+  const auto one = nlohmann::json::parse(output());
+  CHECK(greedy["step_s"].get<double>() < one["step_s"].get<double>());
+  CHECK(run("estimate", small + "zb-greedy") == 2);
+  CHECK(output().find("--schedule zb-greedy: the analytical model has no closed form for it") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
