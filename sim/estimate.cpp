@@ -213,8 +213,8 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     e.optimizer_s = cost::memory_time(sys.gpu, 30.0 * params, 4);
   }
   // SP: the replicated parameters' gradient all-reduce over tp, once a step, exposed (the slowest rank's).
-  double sp_grad = 0;
-  for (double v : rs.sp_grad_params) sp_grad = std::max(sp_grad, sp_grad_allreduce_seconds(sys, l, v));
+  // (One call: a collective's time grows with its size.)
+  const double sp_grad = sp_grad_allreduce_seconds(sys, l, *std::max_element(rs.sp_grad_params.begin(), rs.sp_grad_params.end()));
   e.tp_comm_s += sp_grad;
   e.tp_exposed_s += sp_grad;
   const double s_ov = sys.gpu.overlap_slowdown;

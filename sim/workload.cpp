@@ -19,6 +19,12 @@ cost::GroupPlacement tp_group(const Layout& l) { return {l.tp, 1}; }
 cost::GroupPlacement cp_group(const Layout& l) { return {l.cp, l.tp}; }
 cost::GroupPlacement dp_group(const Layout& l) { return {l.dp * l.cp, l.tp}; }
 
+const StageEdges* Workload::edges_of(int stage) const {
+  if (stage == 0) return &first_edges;
+  if (stage == static_cast<int>(stages.size()) - 1) return &last_edges;
+  return nullptr;
+}
+
 double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params) {
   if (!l.sequence_parallel || l.tp == 1 || params <= 0) return 0.0;
   return cost::collective_time(sys, cost::Collective::all_reduce, 4.0 * params, tp_group(l)).seconds;
@@ -228,16 +234,16 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
 }
 
 // Records an edge collective of the stage and returns its time.
-double add_edge(StageWork& st, const System& sys, const Layout& l, const char* name, Collective c, double bytes,
+double add_edge(StageEdges& e, const System& sys, const Layout& l, const char* name, Collective c, double bytes,
                 double at, bool backward) {
-  TESSEL_CHECK(st.num_edges < StageWork::kMaxEdges, "more than " << StageWork::kMaxEdges << " edge collectives");
+  TESSEL_CHECK(e.count < StageEdges::kMax, "more than " << StageEdges::kMax << " edge collectives");
   const double t = cost::collective_time(sys, c, bytes, tp_group(l)).seconds;
-  st.edges[st.num_edges++] = {name, c, bytes, t, at, backward};
+  e.edges[e.count++] = {name, c, bytes, t, at, backward};
   return t;
 }
 
 // Embedding (first stage): gather rows, add positions, dropout; backward scatter-adds into the table.
-void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork& st) {
+void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork& st, StageEdges& edges) {
   const Dims d = dims_of(m, l);
   const double bytes = d.elt * d.x * 3;
   const double lookup = cost::memory_time(sys.gpu, bytes, 2);
@@ -247,20 +253,20 @@ void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork
     // Vocab-parallel embedding: partial rows all-reduced (reduce-scattered under SP) across TP, before the
     // first layer; under SP the backward all-gathers the output gradient for the table's update.
     const Collective c = l.sequence_parallel ? Collective::reduce_scatter : Collective::all_reduce;
-    t = add_edge(st, sys, l, "embedding", c, d.elt * d.x, lookup, false);
+    t = add_edge(edges, sys, l, "embedding", c, d.elt * d.x, lookup, false);
     st.tp_comm_f += t;
     if (l.sequence_parallel) {
-      const double g = add_edge(st, sys, l, "embedding grad", Collective::all_gather, d.elt * d.x, st.i, true);
+      const double g = add_edge(edges, sys, l, "embedding grad", Collective::all_gather, d.elt * d.x, st.i, true);
       st.i += g;
       st.tp_comm_b += g;
     }
   }
   st.f += lookup + t;
-  st.layers_at_f = lookup + t;
+  edges.layers_at_f = lookup + t;
 }
 
 // LM head (last stage): final norm, logits GEMM over the vocab shard, fp32 cross-entropy.
-void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st) {
+void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st, StageEdges& edges) {
   const Dims d = dims_of(m, l);
   const auto M = static_cast<std::int64_t>(d.tokens);
   WorkOp lg = gemm_op("logits", sys, l.precision,
@@ -286,7 +292,7 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st)
   const bool sp = l.sequence_parallel;
   double at = st.f, comm_f = 0;  // the head runs after the layers (and the embedding, when pp == 1)
   const auto edge_f = [&](const char* name, Collective c, double bytes) {
-    const double t = add_edge(st, sys, l, name, c, bytes, at, false);
+    const double t = add_edge(edges, sys, l, name, c, bytes, at, false);
     at += t;
     comm_f += t;
   };
@@ -297,14 +303,14 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st)
   st.f += lg.t_f + ce_f + comm_f;
   st.tp_comm_f += comm_f;
   // The backward starts with the head's: what the embedding recorded for its backward moves after it.
-  const double g = add_edge(st, sys, l, "head input grad", sp ? Collective::reduce_scatter : Collective::all_reduce,
+  const double g = add_edge(edges, sys, l, "head input grad", sp ? Collective::reduce_scatter : Collective::all_reduce,
                             d.elt * d.x, ce_i + lg.t_i, true);
   const double head_i = ce_i + lg.t_i + g;
-  for (int k = 0; k + 1 < st.num_edges; ++k)
-    if (st.edges[k].backward) st.edges[k].at += head_i;
+  for (int k = 0; k + 1 < edges.count; ++k)
+    if (edges.edges[k].backward) edges.edges[k].at += head_i;
   st.i += head_i;
   st.tp_comm_b += g;
-  st.layers_at_i = head_i;
+  edges.layers_at_i = head_i;
 }
 
 }  // namespace
@@ -362,11 +368,11 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
       st.sp_grad_params = st.layers * (2 * norm + (m.bias ? 2.0 * m.hidden : 0.0)) + (last ? norm : 0.0);
     }
     if (first) {
-      add_embedding(m, l, sys, st);
+      add_embedding(m, l, sys, st, w.first_edges);
       st.params += static_cast<double>(m.embedding_params()) / l.tp;
     }
     if (last) {
-      add_head(m, l, sys, st);
+      add_head(m, l, sys, st, first ? w.first_edges : w.last_edges);
       st.params += static_cast<double>(m.output_params()) / l.tp;
       // A tied head on another rank keeps its own copy of the embedding (Megatron); untied: the head itself.
       if (m.tied_embeddings && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;

@@ -57,6 +57,15 @@ struct EdgeCollective {
   bool backward = false;
 };
 
+// The edge collectives of the first or the last stage (tp > 1), and when its first layer starts in its
+// forward and input-gradient ops (after the embedding; after the head's backward). The trace draws them.
+struct StageEdges {
+  static constexpr int kMax = 7;
+  EdgeCollective edges[kMax];
+  int count = 0;
+  double layers_at_f = 0, layers_at_i = 0;
+};
+
 // Per micro-batch costs of one pipeline stage (one model chunk on one rank).
 struct StageWork {
   int stage = 0;
@@ -70,12 +79,6 @@ struct StageWork {
   double params = 0;          // parameters of this stage held by one GPU (after TP sharding)
   double tp_comm_f = 0, tp_comm_b = 0;
   double sp_grad_params = 0;  // SP: tp-replicated parameters whose gradients the step all-reduces over tp
-  // The edge collectives (first and last stage, tp > 1), and when the first layer starts in the forward and
-  // input-gradient ops (after the embedding; after the head's backward). The trace draws them there.
-  static constexpr int kMaxEdges = 7;
-  EdgeCollective edges[kMaxEdges];
-  int num_edges = 0;
-  double layers_at_f = 0, layers_at_i = 0;
 };
 
 struct Workload {
@@ -87,6 +90,9 @@ struct Workload {
   double p2p_bytes = 0;            // activation sent between adjacent stages per micro-batch
   double p2p_seconds = 0;          // one transfer
   int p2p_distance = 0;            // global-rank distance between adjacent pipeline ranks
+  StageEdges first_edges, last_edges;  // of stage 0 and of the last stage (the same, first_edges, when one)
+  // The edges of `stage`: first_edges, last_edges or none (a stage holding neither embedding nor head).
+  const StageEdges* edges_of(int stage) const;
 };
 
 // The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).

@@ -70,11 +70,13 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
     if (r.layout.recompute != Recompute::full) return out;
     le = lb + st.recomputed_layers;
   } else {
-    for (int k = 0; k < st.num_edges; ++k) {
-      const EdgeCollective& c = st.edges[k];
-      if (c.backward != forward) out.push_back({c.name, c.coll, c.at * kUs, c.seconds * kUs, c.bytes, lb, lb + st.layers});
+    if (const StageEdges* edges = r.workload.edges_of(stage)) {
+      for (int k = 0; k < edges->count; ++k) {
+        const EdgeCollective& c = edges->edges[k];
+        if (c.backward != forward) out.push_back({c.name, c.coll, c.at * kUs, c.seconds * kUs, c.bytes, lb, lb + st.layers});
+      }
+      t = (forward ? edges->layers_at_f : edges->layers_at_i) * kUs;
     }
-    t = (forward ? st.layers_at_f : st.layers_at_i) * kUs;
   }
   for (int l = lb; l < le; ++l)
     for (const auto& w : r.workload.layer.ops) {
@@ -133,7 +135,8 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
       fb_ops += ti.op == OpKind::overlap_f_b;
       if (draws_tp(ti.op) && ti.piece == 0) {
         const StageWork& st = r.workload.stages[static_cast<std::size_t>(ti.stage)];
-        tp_count += per_layer * static_cast<std::size_t>(st.layers) + static_cast<std::size_t>(st.num_edges);
+        const StageEdges* edges = r.workload.edges_of(ti.stage);
+        tp_count += per_layer * static_cast<std::size_t>(st.layers) + static_cast<std::size_t>(edges ? edges->count : 0);
       }
     }
   }
