@@ -243,7 +243,9 @@ double add_edge(StageEdges& e, const System& sys, const Layout& l, const char* n
 }
 
 // Embedding (first stage): gather rows, add positions, dropout; backward scatter-adds into the table.
-void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork& st, StageEdges& edges) {
+// `recompute_s`: the part of st.i that recomputes the forward, run as its own op before the input gradient's.
+void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork& st, StageEdges& edges,
+                   double recompute_s) {
   const Dims d = dims_of(m, l);
   const double bytes = d.elt * d.x * 3;
   const double lookup = cost::memory_time(sys.gpu, bytes, 2);
@@ -256,7 +258,8 @@ void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork
     t = add_edge(edges, sys, l, "embedding", c, d.elt * d.x, lookup, false);
     st.tp_comm_f += t;
     if (l.sequence_parallel) {
-      const double g = add_edge(edges, sys, l, "embedding grad", Collective::all_gather, d.elt * d.x, st.i, true);
+      const double g =
+          add_edge(edges, sys, l, "embedding grad", Collective::all_gather, d.elt * d.x, st.i - recompute_s, true);
       st.i += g;
       st.tp_comm_b += g;
     }
@@ -368,7 +371,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
       st.sp_grad_params = st.layers * (2 * norm + (m.bias ? 2.0 * m.hidden : 0.0)) + (last ? norm : 0.0);
     }
     if (first) {
-      add_embedding(m, l, sys, st, w.first_edges);
+      add_embedding(m, l, sys, st, w.first_edges, st.recomputed_layers * lw.t_recompute);
       st.params += static_cast<double>(m.embedding_params()) / l.tp;
     }
     if (last) {

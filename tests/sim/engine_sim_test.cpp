@@ -311,10 +311,13 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     Recompute rc;
     int zero;
     AttentionImpl attention;
+    bool sp;
   };
-  for (const Case& k : {Case{"bucket pieces, selective recompute ops", Recompute::selective, 0, AttentionImpl::unfused},
-                        Case{"full recompute", Recompute::full, 0, AttentionImpl::flash},
-                        Case{"ZeRO-3 layer pieces", Recompute::selective, 3, AttentionImpl::flash}}) {
+  // SP adds backward edge collectives (the embedding's gradient gather) that must land after the recompute.
+  for (const Case& k : {Case{"bucket pieces, selective recompute ops", Recompute::selective, 0, AttentionImpl::unfused, false},
+                        Case{"full recompute", Recompute::full, 0, AttentionImpl::flash, false},
+                        Case{"full recompute, SP", Recompute::full, 0, AttentionImpl::flash, true},
+                        Case{"ZeRO-3 layer pieces, SP", Recompute::selective, 3, AttentionImpl::flash, true}}) {
     const std::string what = k.what;
     CAPTURE(what);
     Layout l;
@@ -322,6 +325,7 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     l.recompute = k.rc;
     l.zero_stage = k.zero;
     l.attention = k.attention;
+    l.sequence_parallel = k.sp;
     SimOptions o;
     o.fidelity = Fidelity::replica;
     const SimReport r = simulate(m, l, sys, o);
