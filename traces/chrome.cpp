@@ -75,7 +75,9 @@ double ns_round(double us) { return std::round(us * 1e3) / 1e3; }
 // Each event's tid: its stream's lane, or an overflow lane of that stream where it would overlap a slice of
 // the lane without nesting in it (Perfetto draws only nested slices on one thread). Per (rank, stream), in
 // order of start (the longer first at equal starts, so an enclosing slice comes before what it holds), an
-// event takes the first lane whose open slices, the innermost last, end no later than it starts or enclose it.
+// event takes the first lane whose open slices, the innermost last, end no later than it starts or enclose
+// it. A slice with a flow (a send, a recv) nests with nothing: a flow binds to the innermost slice around
+// its point, so a send inside a recv, or two of the same span, would take each other's arrows.
 std::vector<int> lane_tids(const Trace& t) {
   std::vector<int> tid(t.events.size());
   std::map<std::pair<int, int>, std::vector<std::size_t>> groups;
@@ -86,24 +88,32 @@ std::vector<int> lane_tids(const Trace& t) {
   }
   const auto start = [&](std::size_t i) { return ns_round(t.events[i].start_us); };
   const auto end = [&](std::size_t i) { return ns_round(t.events[i].start_us + t.events[i].dur_us); };
+  struct Open {
+    double end;
+    bool flow;
+  };
   for (auto& [key, idx] : groups) {
     std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) {
       if (start(a) != start(b)) return start(a) < start(b);
       return end(a) > end(b);
     });
-    std::vector<std::vector<double>> open;  // per lane: ends of the slices still open, innermost last
+    std::vector<std::vector<Open>> open;  // per lane: the slices still open, innermost last
     for (std::size_t i : idx) {
       const double b = start(i), e = std::max(b, end(i));
+      const bool flow = t.events[i].flow_id >= 0;
       std::size_t lane = 0;
       for (; lane < open.size(); ++lane) {
         auto& stack = open[lane];
-        while (!stack.empty() && stack.back() <= b) stack.pop_back();
-        if (stack.empty() || stack.back() >= e) break;
+        while (!stack.empty() && stack.back().end <= b) stack.pop_back();
+        if (stack.empty()) break;
+        bool flows_open = flow;
+        for (const Open& o : stack) flows_open |= o.flow;
+        if (stack.back().end >= e && !flows_open) break;
       }
       // Past kMaxLanes (never seen in practice) the last lane takes the rest, misnested but readable.
       lane = std::min<std::size_t>(lane, kMaxLanes - 1);
       if (lane == open.size()) open.emplace_back();
-      open[lane].push_back(e);
+      open[lane].push_back({e, flow});
       tid[i] = key.second + kNumStreams * static_cast<int>(lane);
     }
   }

@@ -147,17 +147,25 @@ TEST_CASE("printed slices of one lane do not overlap by rounding") {
 
 // A V schedule's rank sends and receives at once on its pp stream: slices that overlap without nesting.
 // Perfetto draws only nested slices on one thread, so they go to an overflow lane, and read back as pp.
+// Slices with a flow nest with nothing (a flow binds to the innermost slice around its point): a send of
+// the same span as another, or inside a longer slice, takes a lane of its own.
 TEST_CASE("overlapping slices of one stream go to overflow lanes that nest and read back as their stream") {
   Trace t;
-  OpEvent send, recv, inner, after, other_rank;
+  OpEvent send, twin, recv, wait, inner, late;
   send.rank = 0, send.stream = Stream::pp, send.op = "send", send.name = "send", send.start_us = 10, send.dur_us = 20;
+  twin = send, twin.name = "twin";                                                             // [10, 30) too
   recv = send, recv.op = "recv", recv.name = "recv", recv.start_us = 20, recv.dur_us = 30;    // [20, 50): partial
-  inner = send, inner.op = "send", inner.name = "inner", inner.start_us = 12, inner.dur_us = 5;  // inside send
-  after = send, after.name = "after", after.start_us = 25, after.dur_us = 20;                  // [25, 45): in recv only
-  other_rank = recv, other_rank.rank = 1, other_rank.start_us = 0, other_rank.dur_us = 100;
-  send.flow_id = other_rank.flow_id = 3;
-  recv.flow_id = 4;
-  t.events = {recv, send, inner, after, other_rank};
+  wait = send, wait.op = "wait", wait.name = "wait", wait.start_us = 60, wait.dur_us = 30;    // [60, 90), no flow
+  inner = wait, inner.name = "inner", inner.start_us = 65, inner.dur_us = 5;                 // in wait, no flow
+  late = send, late.name = "late", late.start_us = 70, late.dur_us = 10;                      // in wait, a flow
+  send.flow_id = 3, recv.flow_id = 4, late.flow_id = 5, twin.flow_id = 6;
+  t.events = {recv, send, twin, wait, inner, late};
+  for (std::int64_t id : {3, 4, 5, 6}) {  // each flow's other end on rank 1, one after another
+    OpEvent peer = recv;
+    peer.rank = 1, peer.name = "peer" + std::to_string(id), peer.start_us = 100.0 + 10.0 * static_cast<double>(id);
+    peer.dur_us = 5, peer.flow_id = id;
+    t.events.push_back(peer);
+  }
   const auto doc = nlohmann::json::parse(to_chrome_json(t));
   std::map<std::string, int> tid_of;
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> slices;
@@ -172,14 +180,18 @@ TEST_CASE("overlapping slices of one stream go to overflow lanes that nest and r
     if (e["ph"] == "M" && e["name"] == "thread_name") lane_names[lane] = e["args"]["name"].get<std::string>();
     if (e["ph"] == "s" || e["ph"] == "f") flow_lanes.push_back(lane);
   }
-  // The earliest slice keeps the stream's lane, what it encloses stays with it; recv overlaps send partially.
+  // The earliest slice keeps the stream's lane; its twin and the partially overlapping recv go to overflow
+  // lanes; slices without flows nest; a flow slice inside one does not.
   CHECK(tid_of.at("send@0") == 2);
+  CHECK(tid_of.at("twin@0") == 2 + kNumStreams);
+  CHECK(tid_of.at("recv@0") == 2 + 2 * kNumStreams);
+  CHECK(tid_of.at("wait@0") == 2);
   CHECK(tid_of.at("inner@0") == 2);
-  CHECK(tid_of.at("recv@0") == 2 + kNumStreams);
-  CHECK(tid_of.at("after@0") == 2 + kNumStreams);
-  CHECK(tid_of.at("recv@1") == 2);
+  CHECK(tid_of.at("late@0") == 2 + kNumStreams);
+  CHECK(tid_of.at("peer3@1") == 2);
   CHECK(lane_names.at({0, 2}) == "pp");
   CHECK(lane_names.at({0, 2 + kNumStreams}) == "pp #2");
+  CHECK(lane_names.at({0, 2 + 2 * kNumStreams}) == "pp #3");
   // Every lane nests: two slices are disjoint or one holds the other.
   for (const auto& lane_slices : slices) {
     const auto& xs = lane_slices.second;
@@ -192,15 +204,18 @@ TEST_CASE("overlapping slices of one stream go to overflow lanes that nest and r
         CHECK((disjoint || nested));
       }
   }
-  // Flow ends sit on the lane of the slice they bind to (one flow has two ends; recv's flow has one event).
+  // Flow points sit on the lanes of their slices: send's on pp, twin's and late's on pp #2, recv's on pp #3.
   for (const auto& l : flow_lanes) CHECK(lane_names.count(l) == 1);
   CHECK(std::count(flow_lanes.begin(), flow_lanes.end(), std::pair<int, int>{0, 2}) == 1);
+  CHECK(std::count(flow_lanes.begin(), flow_lanes.end(), std::pair<int, int>{0, 2 + kNumStreams}) == 2);
   // Read back, the overflow lane is the pp stream again.
   Trace r = parse_chrome_trace(to_chrome_json(t), "lanes.json");
   REQUIRE(r.events.size() == t.events.size());
   for (std::size_t i = 0; i < r.events.size(); ++i) {
+    CAPTURE(t.events[i].name);
     CHECK(r.events[i].stream == Stream::pp);
     CHECK(r.events[i].name == t.events[i].name);
+    CHECK(r.events[i].flow_id == t.events[i].flow_id);  // every flow binds to its own slice
   }
 }
 
