@@ -63,7 +63,7 @@ std::vector<cli::OptionSpec> run_options() {
       {"--trace", true, "write the measured Chrome trace here"},
       {"--save-every", true, "save a recovery checkpoint every N steps (needs --checkpoint-dir)"},
       {"--checkpoint-dir", true, "folder of recovery checkpoints"},
-      {"--resume", true, "resume from the newest checkpoint in this folder"},
+      {"--resume", true, "resume from the step this folder's `latest` publishes (or from one step folder)"},
   };
 }
 

@@ -11,6 +11,7 @@
 #include "models/util/error.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
+#include "sim/workload.hpp"
 #include "traces/chrome.hpp"
 #include "traces/svg.hpp"
 #include "tools/commands.hpp"
@@ -28,10 +29,12 @@ engine::Fidelity parse_fidelity(const std::string& v) {
 }
 
 // X_RECOMPUTE in a schedule file places the layout's recompute (--recompute selective|full): the simulator
-// charges the layout's recompute time there and no longer before each backward. Under --recompute none it
-// would cost nothing, and with some backwards left without one their recompute would be dropped: both are
-// refused, as REDUCE_GRAD, UNSHARD and the other actions whose work the layout decides are.
-void check_recompute_actions(const sched::Schedule& sch, Recompute recompute, const std::string& path) {
+// charges the layout's recompute time there and no longer before each backward. Where that time is 0 (no
+// recompute, or selective recompute with flash attention, which keeps no attention scores to recompute) the
+// actions would cost nothing, and with some backwards left without one their recompute would be dropped:
+// both are refused, as REDUCE_GRAD, UNSHARD and the other actions whose work the layout decides are.
+void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, const std::string& path) {
+  const Recompute recompute = s.layout.recompute;
   using sched::ActionType;
   std::set<std::pair<int, int>> placed;
   const sched::Action* first = nullptr;
@@ -46,6 +49,11 @@ void check_recompute_actions(const sched::Schedule& sch, Recompute recompute, co
     throw InputError("--schedule-file " + path + ": '" + first->token() + "' places the layout's recompute, and the "
                      "layout has --recompute none (it would cost 0 s); give --recompute selective or full, or drop the "
                      "X_RECOMPUTE actions");
+  if (lower_layer(s.model, s.layout, s.system).t_recompute <= 0)
+    throw InputError("--schedule-file " + path + ": '" + first->token() + "' places the layout's recompute, and --recompute " +
+                     to_string(recompute) + " with --attention " + to_string(s.layout.attention) +
+                     " recomputes nothing (it would cost 0 s); give --recompute full or --attention unfused, or drop "
+                     "the X_RECOMPUTE actions");
   for (const auto& rank : sch.ranks)
     for (const auto& a : rank)
       for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<sched::Action>{a})
@@ -120,7 +128,7 @@ int simulate(const Args& args) {
   if (svg_path) check_writable(*svg_path, "--svg");
   if (auto f = cl.get("--schedule-file")) {
     o.schedule = sched::read_csv(*f);
-    check_recompute_actions(*o.schedule, s.layout.recompute, *f);
+    check_recompute_actions(*o.schedule, s, *f);
   }
   o.memory_timeline = trace_path || svg_path;
   if (s.gpus != s.layout.gpus())

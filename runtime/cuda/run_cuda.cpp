@@ -126,8 +126,15 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
   opt.gemm = gemm_type(o.precision);
   opt.only_rank = o.only_rank;
   opt.data_file = o.data_file;
-  // One time origin for every rank's trace: each reads its clock as it leaves one barrier.
-  if (world) world->barrier();
+  // One time origin for every rank's trace: each reads its clock as it leaves one rendezvous, a one-float
+  // all-reduce waited for (NcclComm::barrier only waits for its own stream, it is no rendezvous).
+  if (world) {
+    const DBuf one = dev.alloc_f32(1);
+    throw_if_failed(kg::fill(dev.comm(), f32(one), 1, 0.0f));
+    cuda_ok(cudaStreamSynchronize(dev.comm()), "stream synchronise");
+    world->all_reduce(f32(one), 1);
+    world->barrier();
+  }
   const auto t0 = Recorder::Clock::now();
   GpuTrainer t(dev, o.model, o.layout, opt, world, t0);
   if (!o.resume.empty()) t.load_checkpoint(o.resume, o.seed);

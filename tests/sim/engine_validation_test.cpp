@@ -129,6 +129,10 @@ TEST_CASE("tessel simulate --schedule-file: messages name the file; X_RECOMPUTE 
   std::ofstream(all) << "0F0,0F1,0X_RECOMPUTE0,0B0,0X_RECOMPUTE1,0B1\n1F0,1X_RECOMPUTE0,1B0,1F1,1X_RECOMPUTE1,1B1\n";
   CHECK(run(small + " --recompute full --schedule-file " + all) == 0);
   CHECK(said("schedule " + all + ", fidelity"));
+  CHECK(run(small + " --recompute selective --attention unfused --schedule-file " + all) == 0);
+  // Selective recompute with flash attention recomputes nothing (no scores kept): 0 s too (review).
+  CHECK(run(small + " --recompute selective --attention flash --schedule-file " + all) == 2);
+  CHECK(said("--recompute selective with --attention flash recomputes nothing (it would cost 0 s)"));
   CHECK(run(small + " --recompute none --schedule-file " + all) == 2);
   CHECK(said("--schedule-file " + all + ": '0X_RECOMPUTE0' places the layout's recompute, and the layout has "
              "--recompute none (it would cost 0 s)"));
