@@ -10,6 +10,18 @@
 
 namespace tessel::trace {
 
+std::string xml_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
 namespace {
 
 constexpr double kLeft = 170, kRight = 20, kLaneH = 14, kLaneGap = 2, kRankGap = 8, kMemH = 30;
@@ -44,17 +56,7 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
-}
+std::string esc(const std::string& s) { return xml_escape(s); }
 
 struct Axis {
   double x0, width, span_us;

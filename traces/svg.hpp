@@ -22,6 +22,8 @@ struct SvgOptions {
 };
 
 std::string timeline_svg(const Trace& t, const SvgOptions& opt);
+// Text for SVG/XML content and attribute values: < > & " escaped.
+std::string xml_escape(const std::string& s);
 
 // Two timelines one above the other on one time axis (each from its own first event): ops whose
 // duration differs by more than highlight_pct are outlined in red, ops present in one trace only in

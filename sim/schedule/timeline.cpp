@@ -6,22 +6,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "traces/svg.hpp"
+
 namespace tessel::sched {
 
 namespace {
-
-// Text inside the SVG: a schedule's label is a file path or a sidecar's generator name, either of which may
-// hold '<' or '&'.
-std::string xml_text(const std::string& t) {
-  std::string o;
-  for (char c : t) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
 
 char glyph(const Schedule& s, const Action& a) {
   char c = 'X';
@@ -90,7 +79,7 @@ std::string svg_timeline(const Schedule& s, const SimResult& sim) {
   const double height = top + s.num_ranks * row_h + 60, width = left + plot_w + 20;
   std::string o = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + fmt(width) + "\" height=\"" + fmt(height) +
                   "\" font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o += "<text x=\"" + fmt(left) + "\" y=\"18\" font-size=\"13\">" + xml_text(s.generator) + ": pp " + std::to_string(s.num_ranks) +
+  o += "<text x=\"" + fmt(left) + "\" y=\"18\" font-size=\"13\">" + trace::xml_escape(s.generator) + ": pp " + std::to_string(s.num_ranks) +
        ", " + std::to_string(s.num_stages) + " stages, " + std::to_string(s.num_microbatches) + " micro-batches; makespan " +
        fmt(sim.makespan) + ", bubble " + fmt(100 * sim.bubble_rate) + "%</text>\n";
   for (int r = 0; r < s.num_ranks; ++r) {
