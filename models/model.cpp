@@ -30,9 +30,20 @@ std::int64_t Model::params_per_layer() const {
     attn += q_dim + 2 * kv_dim + h;
     mlp += (activation == Activation::swiglu ? 2 * f : f) + h;
   }
-  const std::int64_t norms = 2 * (norm == Norm::layernorm ? 2 * h : h);
-  return attn + mlp + norms;
+  return attn + mlp + 2 * norm_params();
 }
+
+std::int64_t Model::norm_params() const { return norm == Norm::layernorm ? 2 * std::int64_t(hidden) : hidden; }
+
+std::int64_t Model::tp_replicated_params_per_layer() const {
+  return 2 * norm_params() + (bias ? 2 * std::int64_t(hidden) : 0);
+}
+
+std::int64_t Model::tp_replicated_embedding_params() const {
+  return position == PositionEmbedding::learned ? std::int64_t(seq_len) * hidden : 0;
+}
+
+std::int64_t Model::tp_replicated_output_params() const { return norm_params(); }
 
 std::int64_t Model::embedding_params() const {
   std::int64_t e = static_cast<std::int64_t>(vocab) * hidden;
@@ -41,9 +52,8 @@ std::int64_t Model::embedding_params() const {
 }
 
 std::int64_t Model::output_params() const {
-  std::int64_t final_norm = norm == Norm::layernorm ? 2 * hidden : hidden;
   std::int64_t head = tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden;
-  return final_norm + head;
+  return norm_params() + head;
 }
 
 std::int64_t Model::total_params() const {

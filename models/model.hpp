@@ -40,6 +40,14 @@ struct Model {
   std::int64_t embedding_params() const;   // token (+ learned position) embedding
   std::int64_t output_params() const;      // LM head (0 when tied) + final norm
   std::int64_t total_params() const;
+
+  // Of those, the ones tensor parallelism keeps whole on every tp rank (Megatron's layout): the norms, the
+  // row-parallel biases (attention output, second MLP matrix), learned positions. Under sequence parallelism
+  // each rank's gradient of them covers only its own tokens, so the step all-reduces them over tp.
+  std::int64_t norm_params() const;                     // one norm: weight (+ bias for LayerNorm)
+  std::int64_t tp_replicated_params_per_layer() const;  // two norms + two row-parallel biases
+  std::int64_t tp_replicated_embedding_params() const;  // learned positions (the token table is split)
+  std::int64_t tp_replicated_output_params() const;     // the final norm (the head is split)
 };
 
 std::string to_string(Activation a);

@@ -367,8 +367,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
     st.params = st.layers * per_layer_params;
     const bool first = s == 0, last = s == stages - 1;
     if (l.sequence_parallel && l.tp > 1) {
-      const double norm = m.norm == Norm::layernorm ? 2.0 * m.hidden : m.hidden;
-      st.sp_grad_params = st.layers * (2 * norm + (m.bias ? 2.0 * m.hidden : 0.0)) + (last ? norm : 0.0);
+      st.sp_grad_params = st.layers * static_cast<double>(m.tp_replicated_params_per_layer()) +
+                          static_cast<double>(first ? m.tp_replicated_embedding_params() : 0) +
+                          static_cast<double>(last ? m.tp_replicated_output_params() : 0);
     }
     if (first) {
       add_embedding(m, l, sys, st, w.first_edges, st.recomputed_layers * lw.t_recompute);

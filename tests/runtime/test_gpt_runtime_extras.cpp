@@ -107,6 +107,17 @@ TEST_CASE("a simulated trace of the run's layout aligns with the measured one op
     // Per micro-batch, 5 of them: embedding forward, 3 cross-entropy all-reduces, the head's input gradient;
     // SP adds the head's gather and the embedding's backward gather.
     CHECK(edge_ops == l.num_microbatches() * (sp ? 7 : 5));
+    // SP's once-a-step all-reduce of the tp-replicated gradients carries the run's bytes: norms, row-parallel
+    // biases and, on the first stage, the learned positions (partial under SP, as the norms).
+    int sp_reductions = 0;
+    for (const auto& p : c.pairs) {
+      const auto& e = st.events[p.a];
+      if (e.op != "tp_allreduce" || e.mb >= 0) continue;
+      ++sp_reductions;
+      CAPTURE(e.rank);
+      CHECK(e.bytes == run.trace.events[p.b].bytes);
+    }
+    CHECK(sp_reductions == (sp ? 2 : 0));  // the two simulated ranks: tp rank 0 of each stage
     for (std::size_t i : c.unmatched_b) {
       const auto& e = run.trace.events[i];
       CAPTURE(e.name);
