@@ -156,7 +156,7 @@ Model load_model(const std::string& name_or_path) {
     for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
     throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
   }
-  Json j = parse_json_file(name_or_path);
+  Json j = parse_json_file(name_or_path, "--model ");
   // A HuggingFace config.json is recognised by its keys and imported.
   if (j.is_object() && j.contains("num_hidden_layers")) return import_hf_config(j, name_or_path);
   return parse_model(j, name_or_path);

@@ -134,7 +134,7 @@ System load_system(const std::string& name_or_path) {
     for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
     throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
   }
-  return parse_system(parse_json_file(name_or_path), name_or_path);
+  return parse_system(parse_json_file(name_or_path, "--system "), name_or_path);
 }
 
 }  // namespace tessel

@@ -45,7 +45,7 @@ std::vector<int> parse_stage_layers(const std::string& text, const std::string& 
 // A layout given to --explain: a JSON file, or words as `describe()` prints them
 // ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1 layers=3,4x6,3"). Each term at most once.
 Layout parse_layout_words(const std::string& text, int global_batch) {
-  if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text), text);
+  if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text, "--explain "), text);
   Layout l;
   l.global_batch = global_batch;
   l.schedule = "1f1b";

@@ -74,7 +74,7 @@ Layout read_layout(const cli::CommandLine& cl) {
   if (auto path = cl.get("--layout")) {
     for (const char* f : flags)
       if (cl.has(f)) throw InputError(std::string(f) + ": cannot be combined with --layout " + *path);
-    l = parse_layout(parse_json_file(*path), *path);
+    l = parse_layout(parse_json_file(*path, "--layout "), *path);
   } else {
     l.tp = static_cast<int>(cl.get_int("--tp", 1, 4096).value_or(1));
     l.pp = static_cast<int>(cl.get_int("--pp", 1, 4096).value_or(1));

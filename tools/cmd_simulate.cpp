@@ -127,7 +127,7 @@ int simulate(const Args& args) {
   if (trace_path) check_writable(*trace_path, "--trace");
   if (svg_path) check_writable(*svg_path, "--svg");
   if (auto f = cl.get("--schedule-file")) {
-    o.schedule = sched::read_csv(*f);
+    o.schedule = sched::read_csv(*f, false, "--schedule-file ");
     check_recompute_actions(*o.schedule, s, *f);
   }
   o.memory_timeline = trace_path || svg_path;

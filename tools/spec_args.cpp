@@ -53,7 +53,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
   if (auto path = cl.get("--layout")) {
     for (const char* f : layout_flags)
       if (cl.has(f)) throw InputError(std::string(f) + ": cannot be combined with --layout " + *path);
-    s.layout = parse_layout(parse_json_file(*path), *path);
+    s.layout = parse_layout(parse_json_file(*path, "--layout "), *path);
     s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : s.layout.gpus();
     return s;
   }

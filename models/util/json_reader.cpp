@@ -26,10 +26,10 @@ void refuse_directory(const std::string& path, const std::string& what) {
   if (std::filesystem::is_directory(path, ec)) throw InputError(what + path + ": is a directory, not a file");
 }
 
-std::string read_text_file(const std::string& path) {
-  refuse_directory(path);
+std::string read_text_file(const std::string& path, const std::string& what) {
+  refuse_directory(path, what);
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file for reading");
+  if (!in) throw InputError(what + path + ": cannot open file for reading");
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw InputError(path + ": read error");
@@ -130,7 +130,9 @@ Json parse_json_text(const std::string& text, const std::string& origin) {
   }
 }
 
-Json parse_json_file(const std::string& path) { return parse_json_text(read_text_file(path), path); }
+Json parse_json_file(const std::string& path, const std::string& what) {
+  return parse_json_text(read_text_file(path, what), path);
+}
 
 std::string json_brief(const Json& v) {
   std::string s = v.dump();

@@ -22,14 +22,15 @@ namespace tessel {
 using Json = nlohmann::json;
 
 // Reads and parses a whole file; InputError names file:line:column on a syntax error, file and key path on a
-// repeated key.
-Json parse_json_file(const std::string& path);
+// repeated key. `what` (the flag the path came from, with a trailing space: "--layout ") leads the messages
+// that are about the path itself (a directory, unreadable).
+Json parse_json_file(const std::string& path, const std::string& what = "");
 // `origin` names the source in messages (a file name, "<stdin>", "--layout").
 Json parse_json_text(const std::string& text, const std::string& origin);
 // 1-based line and column of byte offset `byte` (as JSON parsers report positions) in `text`.
 std::pair<std::size_t, std::size_t> line_col(const std::string& text, std::size_t byte);
-// Reads a whole file into a string; InputError if it cannot be read or is a directory.
-std::string read_text_file(const std::string& path);
+// Reads a whole file into a string; InputError "<what><path>: ..." if it cannot be read or is a directory.
+std::string read_text_file(const std::string& path, const std::string& what = "");
 // InputError "<what><path>: is a directory, not a file" when `path` names a directory. Every file reader
 // calls it first: on Linux an ifstream opens a directory without complaint, and reading it then fails
 // (EISDIR) or returns nothing, which readers reported as an empty, malformed or oversized file.

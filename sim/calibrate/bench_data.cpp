@@ -172,7 +172,7 @@ BenchData parse_bench(const Json& j, const std::string& where) {
   return b;
 }
 
-BenchData load_bench(const std::string& path) { return parse_bench(parse_json_file(path), path); }
+BenchData load_bench(const std::string& path) { return parse_bench(parse_json_file(path, "--bench "), path); }
 
 Json bench_to_json(const BenchData& b) {
   Json j;

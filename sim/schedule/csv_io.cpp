@@ -225,8 +225,8 @@ Schedule parse_csv(const std::string& text, const std::string& origin, const std
   return s;
 }
 
-Schedule read_csv(const std::string& path, bool legacy_bw) {
-  const std::string text = read_text_file(path);
+Schedule read_csv(const std::string& path, bool legacy_bw, const std::string& what) {
+  const std::string text = read_text_file(path, what);
   std::optional<CsvMeta> meta;
   const std::string mp = meta_path_for(path);
   std::error_code ec;

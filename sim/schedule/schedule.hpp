@@ -201,7 +201,7 @@ struct CsvMeta {
 // Reads a PyTorch-compatible CSV. Placement and sizes come from `name.meta.json` beside it when present,
 // else from `meta`, else are inferred from the file (stage owner = the rank that computes it; micro-batches
 // = 1 + the largest mb). Empty cells (idle steps) are dropped.
-Schedule read_csv(const std::string& path, bool legacy_bw = false);
+Schedule read_csv(const std::string& path, bool legacy_bw = false, const std::string& what = "");
 Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
                    bool legacy_bw = false);
 // Canonical CSV: one row per rank, no idles, LF line ends, OVERLAP sub-actions F first.

@@ -287,7 +287,7 @@ TEST_CASE("a directory given as a JSON file is named as one") {
   const std::string expect = dir.string() + ": is a directory, not a file";
   CHECK_THROWS_WITH_AS(read_text_file(dir.string()), expect.c_str(), InputError);
   CHECK_THROWS_WITH_AS(parse_json_file(dir.string()), expect.c_str(), InputError);
-  CHECK_THROWS_WITH_AS(load_model(dir.string()), expect.c_str(), InputError);
+  CHECK_THROWS_WITH_AS(load_model(dir.string()), ("--model " + expect).c_str(), InputError);
   CHECK_THROWS_WITH_AS(refuse_directory(dir.string(), "--data "), ("--data " + expect).c_str(), InputError);
   CHECK_NOTHROW(refuse_directory((dir / "absent.json").string()));  // a missing path is the reader's to report
   std::filesystem::remove(dir);
