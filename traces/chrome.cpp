@@ -97,23 +97,29 @@ std::vector<int> lane_tids(const Trace& t) {
       if (start(a) != start(b)) return start(a) < start(b);
       return end(a) > end(b);
     });
-    std::vector<std::vector<Open>> open;  // per lane: the slices still open, innermost last
+    struct Lane {
+      std::vector<Open> stack;  // the slices still open, innermost last
+      int flows = 0;            // how many of them carry a flow
+    };
+    std::vector<Lane> open;
     for (std::size_t i : idx) {
       const double b = start(i), e = std::max(b, end(i));
       const bool flow = t.events[i].flow_id >= 0;
       std::size_t lane = 0;
       for (; lane < open.size(); ++lane) {
-        auto& stack = open[lane];
-        while (!stack.empty() && stack.back().end <= b) stack.pop_back();
-        if (stack.empty()) break;
-        bool flows_open = flow;
-        for (const Open& o : stack) flows_open |= o.flow;
-        if (stack.back().end >= e && !flows_open) break;
+        Lane& ln = open[lane];
+        while (!ln.stack.empty() && ln.stack.back().end <= b) {
+          ln.flows -= ln.stack.back().flow;
+          ln.stack.pop_back();
+        }
+        if (ln.stack.empty()) break;
+        if (ln.stack.back().end >= e && !flow && ln.flows == 0) break;
       }
       // Past kMaxLanes (never seen in practice) the last lane takes the rest, misnested but readable.
       lane = std::min<std::size_t>(lane, kMaxLanes - 1);
       if (lane == open.size()) open.emplace_back();
-      open[lane].push_back({e, flow});
+      open[lane].stack.push_back({e, flow});
+      open[lane].flows += flow;
       tid[i] = key.second + kNumStreams * static_cast<int>(lane);
     }
   }

@@ -129,15 +129,14 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
   const bool tp = r.layout.tp > 1;
   std::size_t tp_count = 0, fb_ops = 0;
   if (tp) {
-    std::size_t per_layer = 0;
-    for (const auto& w : r.workload.layer.ops) per_layer += w.cls == OpClass::collective;
+    // The slices an op draws depend only on its stage and kind: count each pair once, exactly.
+    std::map<std::pair<int, OpKind>, std::size_t> per_op;
     for (const auto& ti : r.job.info) {
       fb_ops += ti.op == OpKind::overlap_f_b;
-      if (draws_tp(ti.op) && ti.piece == 0) {
-        const StageWork& st = r.workload.stages[static_cast<std::size_t>(ti.stage)];
-        const StageEdges* edges = r.workload.edges_of(ti.stage);
-        tp_count += per_layer * static_cast<std::size_t>(st.layers) + static_cast<std::size_t>(edges ? edges->count : 0);
-      }
+      if (!draws_tp(ti.op) || ti.piece != 0) continue;
+      auto [it, fresh] = per_op.try_emplace({ti.stage, ti.op}, 0);
+      if (fresh) it->second = tp_slices_of(r, ti.stage, ti.op).size();
+      tp_count += it->second;
     }
   }
   const bool with_tp = tp && tp_count <= opt.max_tp_slices;

@@ -2,6 +2,7 @@
 // bad input; determinism of the trace bytes.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -361,6 +362,18 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     CHECK(pieces > 0);  // the cases draw into cut ops
     CHECK((recomputes > 0) == (k.rc == Recompute::full || k.attention == AttentionImpl::unfused));
     CHECK(!t.other_data.contains("tp_slices"));
+    // The size limit counts exactly what would be drawn: at that many the slices are drawn, one fewer
+    // leaves them all out and says so.
+    TraceOptions at_limit, below;
+    at_limit.max_tp_slices = tp;
+    below.max_tp_slices = tp - 1;
+    std::size_t drawn = 0;
+    for (const auto& e : to_trace(r, sys, at_limit).events) drawn += e.stream == trace::Stream::tp && e.mb >= 0;
+    CHECK(drawn == tp);
+    const trace::Trace none = to_trace(r, sys, below);
+    CHECK(none.other_data.contains("tp_slices"));
+    CHECK(std::none_of(none.events.begin(), none.events.end(),
+                       [](const trace::OpEvent& e) { return e.stream == trace::Stream::tp && e.mb >= 0; }));
   }
 }
 
