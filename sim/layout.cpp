@@ -87,6 +87,12 @@ std::string Layout::describe() const {
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << schedule;
   if (recompute != Recompute::none) os << " " << to_string(recompute);
+  // Full recompute's method and layer count change both time and memory: "full-block2" (Megatron's
+  // --recompute-method block --recompute-num-layers 2), "full-uniform2"; plain "full" is uniform, 1 layer.
+  if (recompute == Recompute::full) {
+    if (recompute_method == RecomputeMethod::block) os << "-block" << (recompute_layers > 0 ? std::to_string(recompute_layers) : "");
+    else if (recompute_layers > 1) os << "-uniform" << recompute_layers;
+  }
   if (sequence_parallel) os << " sp";
   if (zero_stage > 0) os << " zero" << zero_stage;
   if (!stage_layers.empty()) {

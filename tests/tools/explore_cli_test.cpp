@@ -1,9 +1,13 @@
 // `tessel explore` from the command line: the default job, JSON/CSV outputs, explain, and bad input (exit 2).
 #include <doctest/doctest.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "tests/tools/run_util.hpp"
 
@@ -68,6 +72,39 @@ TEST_CASE("explore --explain") {
   auto split = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b layers=11,12x6,13"});
   REQUIRE(split.code == 0);
   CHECK(split.out.find("layers=11,12x6,13") != std::string::npos);
+}
+
+// Full recompute's method and layer count are part of a layout's name: explore enumerates both methods, and
+// two rows named alike were two layouts 14% apart; --explain reads each name back to its own layout.
+TEST_CASE("explore names full recompute's method, and --explain reads the name back") {
+  const std::vector<std::string> base = {"explore", "--no-simulate", "--json", "--model", "gpt3-175b", "--system",
+                                         "dgx-a100", "--gpus", "1024", "--gbs", "1536", "--tp", "8", "--pp", "8",
+                                         "--vpp", "3", "--mbs", "1", "--schedule", "interleaved", "--recompute",
+                                         "full", "--sp", "on", "--zero", "0"};
+  auto r = run_tessel(base);
+  REQUIRE(r.code == 0);
+  const auto doc = nlohmann::json::parse(r.out);
+  REQUIRE(doc["top"].size() == 2u);
+  std::set<std::string> names;
+  for (const auto& row : doc["top"]) {
+    const std::string name = row["describe"].get<std::string>();
+    names.insert(name);
+    auto e = run_tessel({"explore", "--no-simulate", "--model", "gpt3-175b", "--system", "dgx-a100", "--gpus", "1024",
+                         "--gbs", "1536", "--explain", name});
+    CAPTURE(name);
+    CAPTURE(e.err);
+    REQUIRE(e.code == 0);
+    CHECK(e.out.find("layout " + name + ",") != std::string::npos);
+    // The same analytical step as the row's.
+    char step[32];
+    std::snprintf(step, sizeof step, "analytical step %.2f s", row["analytical_step_s"].get<double>());
+    CHECK(e.out.find(step) != std::string::npos);
+  }
+  CHECK(names == std::set<std::string>{"tp8 pp8 dp16 vpp3 mbs1 interleaved full sp",
+                                       "tp8 pp8 dp16 vpp3 mbs1 interleaved full-block2 sp"});
+  auto bad = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 full-uniform"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--explain full-uniform") != std::string::npos);
 }
 
 TEST_CASE("explore: bad input and empty results exit 2 with the reason") {
