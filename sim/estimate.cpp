@@ -110,7 +110,8 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   // state each 1F1B step exchanges one activation and one gradient with its neighbours; unless overlapped
   // (--overlap-p2p-comm) the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
   if (p > 1) {
-    e.pp_comm_s = 2.0 * mb * l.vpp * w.p2p_seconds;
+    // Total: the transfers on the step's path, fill and drain included, so exposed <= total.
+    e.pp_comm_s = 2.0 * (mb + p - 1) * l.vpp * w.p2p_seconds;
     e.pp_exposed_s = 2.0 * (p - 1) * l.vpp * w.p2p_seconds;
     if (!l.overlap_p2p) e.pp_exposed_s += 2.0 * mb * l.vpp * w.p2p_seconds;
     else e.overlapped_comm_s += 2.0 * mb * l.vpp * w.p2p_seconds;
@@ -124,10 +125,10 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   }
   e.tp_comm_s = mb * (rs.tp_f[busiest] + rs.tp_b[busiest]);
   e.tp_exposed_s = e.tp_comm_s;  // blocking in Megatron's TP layers
-  e.compute_s = busy[busiest] - e.tp_comm_s;
   e.cp_comm_s = 0;
   for (const auto& st : w.stages)
     if (l.rank_of_stage(st.stage) == busiest) e.cp_exposed_s += mb * st.layers * (w.layer.t_cp_f + w.layer.t_cp_b);
+  e.compute_s = busy[busiest] - e.tp_comm_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
 
   // Data-parallel gradient reduction (and parameter all-gather under the distributed optimizer / ZeRO).
   double dp_tail = 0;
@@ -137,9 +138,9 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     double t_grad = 0, t_param = 0;
     if (dpg.size > 1 && l.zero_stage < 3) {  // ZeRO-3 reduces per layer, below
       if (l.zero_stage == 0) {
-        t_grad = cost::collective_time(sys, Collective::all_reduce, 4 * params, dpg).seconds;
+        t_grad = cost::collective_time(sys, Collective::all_reduce, cost::grad_bytes(l.precision) * params, dpg).seconds;
       } else {
-        t_grad = cost::collective_time(sys, Collective::reduce_scatter, 4 * params, dpg).seconds;
+        t_grad = cost::collective_time(sys, Collective::reduce_scatter, cost::grad_bytes(l.precision) * params, dpg).seconds;
         if (l.zero_stage < 3) t_param = cost::collective_time(sys, Collective::all_gather, 2 * params, dpg).seconds;
       }
     }
@@ -171,10 +172,9 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     }
     // Rank r finishes its last backward (p-1-r) forward+backward slots before rank 0 does, in 1F1B order.
     const double end = exposed_grad + exposed_param - (p > 1 ? (rs.f[r] + rs.i[r] + rs.w[r]) * r / l.vpp : 0.0);
-    if (r == busiest) {
-      e.dp_comm_s = t_grad + t_param;
-      e.overlapped_comm_s += (t_grad - exposed_grad) + (t_param - exposed_param);
-    }
+    // The tail may come from another rank than the busiest: total is the largest rank's, so exposed <= total.
+    e.dp_comm_s = std::max(e.dp_comm_s, t_grad + t_param);
+    if (r == busiest) e.overlapped_comm_s += (t_grad - exposed_grad) + (t_param - exposed_param);
     dp_tail = std::max(dp_tail, end);
   }
   e.dp_exposed_s = std::max(0.0, dp_tail);
@@ -201,9 +201,10 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     e.dp_exposed_s += exposed;
   }
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.
-  if (m.tied_embeddings && l.num_stages() > 1) {
-    const double bytes = 4.0 * m.vocab * m.hidden / l.tp;
-    e.dp_exposed_s += cost::p2p_time(sys, bytes, (p - 1) * l.tp * l.cp * l.dp).seconds * 2;
+  {
+    const double tied = tied_allreduce_seconds(sys, m, l);
+    e.dp_comm_s += tied;
+    e.dp_exposed_s += tied;
   }
   // Optimizer: AdamW is memory-bound, ~30 bytes moved per parameter of the local shard (read fp32 master,
   // moments and gradient, write them back and the 16-bit copy).
@@ -220,7 +221,11 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   const double s_ov = sys.gpu.overlap_slowdown;
   e.overlap_slowdown_s = e.overlapped_comm_s * s_ov / (1.0 + s_ov);
   e.step_s = pipe + e.dp_exposed_s + sp_grad + e.optimizer_s + e.overlap_slowdown_s;
-  e.bubble_fraction = p > 1 ? std::max(0.0, (pipe - busy[busiest]) / e.step_s) : 0.0;
+  // Idle time only, as `tessel simulate` reports it: the pipeline's span less the busiest rank's work and the
+  // transfers it waits on (those are the PP row).
+  e.pipeline_s = pipe;
+  e.busy_s = busy[busiest];
+  e.bubble_fraction = p > 1 ? std::max(0.0, (pipe - busy[busiest] - e.pp_exposed_s) / e.step_s) : 0.0;
 
   // Throughput and FLOP rates.
   const double tokens = static_cast<double>(l.global_batch) * m.seq_len;

@@ -24,8 +24,11 @@ struct Estimate {
   double model_tflops_per_gpu = 0;
   double hw_tflops_per_gpu = 0;
   double mfu = 0, hfu = 0;          // fractions of the GPU's peak in the layout's precision
-  double bubble_fraction = 0;       // idle share of the step on the busiest pipeline rank
-  double compute_s = 0;             // busiest rank's compute per step (TP collectives excluded)
+  double bubble_fraction = 0;       // idle share of the step on the busiest pipeline rank (not computing,
+                                    // not waiting on a transfer)
+  double pipeline_s = 0;            // the pipeline's span: busiest rank's work, idle time, exposed transfers
+  double busy_s = 0;                // busiest rank's work per step (compute with its TP and CP collectives)
+  double compute_s = 0;             // busiest rank's compute per step (TP and CP collectives excluded)
   double tp_comm_s = 0, tp_exposed_s = 0;
   double cp_comm_s = 0, cp_exposed_s = 0;
   double pp_comm_s = 0, pp_exposed_s = 0;

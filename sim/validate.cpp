@@ -273,7 +273,9 @@ std::optional<double> predict_metric(const std::string& metric, const Model& m, 
     for (const auto& mb : e.memory) peak = std::max(peak, mb.total() - mb.reserved);
     return peak / kGiB;
   }
-  if (metric == "bubble_rate") return e.bubble_fraction;
+  // Qi et al. (Zero Bubble) define the rate on the pipeline alone, transfers counted in it:
+  // (cost - m (T_F + T_B + T_W)) / cost, cost the longest stage's span.
+  if (metric == "bubble_rate") return e.pipeline_s > 0 ? (e.pipeline_s - e.busy_s) / e.pipeline_s : 0.0;
   return std::nullopt;
 }
 

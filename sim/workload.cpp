@@ -27,7 +27,13 @@ const StageEdges* Workload::edges_of(int stage) const {
 
 double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params) {
   if (!l.sequence_parallel || l.tp == 1 || params <= 0) return 0.0;
-  return cost::collective_time(sys, cost::Collective::all_reduce, 4.0 * params, tp_group(l)).seconds;
+  return cost::collective_time(sys, cost::Collective::all_reduce, cost::grad_bytes(l.precision) * params, tp_group(l)).seconds;
+}
+
+double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l) {
+  if (!m.tied_embeddings || l.num_stages() == 1 || l.rank_of_stage(0) == l.rank_of_stage(l.num_stages() - 1)) return 0.0;
+  const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
+  return 2 * cost::p2p_time(sys, bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp).seconds;
 }
 
 namespace {
@@ -373,7 +379,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
     }
     if (first) {
       add_embedding(m, l, sys, st, w.first_edges, st.recomputed_layers * lw.t_recompute);
-      st.params += static_cast<double>(m.embedding_params()) / l.tp;
+      // The token table is split by vocabulary; learned positions are whole on every tp rank (Megatron).
+      st.params += static_cast<double>(m.embedding_params() - m.tp_replicated_embedding_params()) / l.tp +
+                   static_cast<double>(m.tp_replicated_embedding_params());
     }
     if (last) {
       add_head(m, l, sys, st, first ? w.first_edges : w.last_edges);

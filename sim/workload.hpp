@@ -108,6 +108,10 @@ cost::GroupPlacement tp_group(const Layout& l);
 // (norms, row-parallel biases: they saw only the rank's part of the sequence) are summed over tp in one
 // fp32 all-reduce (Megatron-LM's finalize_model_grads); `params` of them on the rank. 0 without SP.
 double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params);
+// Tied embeddings on different pipeline ranks: the first and last stage's copies of the token table's
+// gradient (fp32, this tp rank's vocabulary shard) are all-reduced between the two ranks, a ring of two:
+// each sends half, then the other half (2 steps of S/2, S / bandwidth in all). 0 when untied or one stage.
+double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l);
 cost::GroupPlacement cp_group(const Layout& l);
 cost::GroupPlacement dp_group(const Layout& l);  // data-parallel replicas (cp ranks join the gradient reduction)
 

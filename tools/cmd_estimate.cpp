@@ -31,10 +31,13 @@ int estimate(const Args& args) {
       {"metric", "value"},
       {"step time", fmt::seconds(e.step_s)},
       {"tokens/s", fmt::si(e.tokens_per_s, "tokens/s")},
-      {"TFLOP/s/GPU (Narayanan eq. 3)", fmt::fixed(e.tflops_eq3_per_gpu, 1)},
       {"model TFLOP/s/GPU", fmt::fixed(e.model_tflops_per_gpu, 1)},
-      {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu)},
-      {"pipeline bubble", fmt::pct(e.bubble_fraction)},
+      {"hardware TFLOP/s/GPU (this recompute)", fmt::fixed(e.hw_tflops_per_gpu, 1)},
+      {"TFLOP/s/GPU, Narayanan eq. 3 (full recompute)", fmt::fixed(e.tflops_eq3_per_gpu, 1)},
+      {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu) + " of " +
+                        fmt::fixed(s.system.gpu.peak(s.layout.precision) / 1e12, 0) + " TFLOP/s (" +
+                        to_string(s.layout.precision) + " peak)"},
+      {"pipeline bubble (idle)", fmt::pct(e.bubble_fraction)},
       {"compute (busiest rank)", fmt::seconds(e.compute_s)},
       {"TP comm (exposed)", fmt::seconds(e.tp_comm_s) + " (" + fmt::seconds(e.tp_exposed_s) + ")"},
       {"CP comm exposed", fmt::seconds(e.cp_exposed_s)},

@@ -101,6 +101,8 @@ double inflight_chunks(const Layout& l, int rank) {
   return std::min(m, p - r);  // 1f1b
 }
 
+double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }
+
 StateBytes state_bytes_per_param(const Layout& l) {
   StateBytes sb;
   const double d = static_cast<double>(l.dp) * l.cp;  // CP ranks hold the same weights and join the reduction
@@ -110,7 +112,7 @@ StateBytes state_bytes_per_param(const Layout& l) {
     sb.optimizer = 8;  // two fp32 moments
   } else {
     sb.weights = 2;     // bf16/fp16 (fp8 training keeps bf16 weights too)
-    sb.grads = 4;       // fp32 main_grad buffer (Megatron accumulates in fp32)
+    sb.grads = grad_bytes(l.precision);  // main_grad buffer
     sb.optimizer = 12;  // fp32 master weights + two fp32 moments
   }
   if (l.zero_stage >= 1) sb.optimizer /= d;

@@ -45,6 +45,10 @@ struct StateBytes {
   double total() const { return weights + grads + optimizer; }
 };
 StateBytes state_bytes_per_param(const Layout& l);
+// Bytes of one gradient element as Megatron-LM keeps and reduces it: fp32 main_grad under bf16 (it forces
+// --accumulate-allreduce-grads-in-fp32; fp8 training runs under bf16) and fp32; fp16 gradients under fp16
+// (that flag's default, off).
+double grad_bytes(Precision p);
 
 struct MemoryBreakdown {
   int rank = 0;

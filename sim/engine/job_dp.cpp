@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "models/util/error.hpp"
+#include "sim/cost/memory.hpp"
 #include "sim/engine/job_builder.hpp"
 #include "sim/workload.hpp"
 
@@ -123,7 +124,7 @@ void JobBuilder::data_parallel(int pos) {
     const Collective c = l_.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
     const OpKind op = l_.zero_stage == 0 ? OpKind::dp_allreduce : OpKind::dp_reducescatter;
     for (const auto& g : ready) {
-      const double bytes = 4.0 * g.params;  // fp32 main gradients (Megatron accumulates in fp32)
+      const double bytes = cost::grad_bytes(l_.precision) * g.params;  // main gradients (cost/memory.hpp)
       const auto t = group_task(pos, op, collective_seconds(c, bytes, false), bytes, group, chain);
       g_.edge(g.task, t);
       chain = t;
@@ -139,7 +140,7 @@ void JobBuilder::data_parallel(int pos) {
   if (sp_seconds > 0) {
     const auto t = compute_task(pos, OpKind::tp_allreduce, sp_seconds, -1, -1);
     job_.info.back().stream = trace::Stream::tp;
-    job_.info.back().bytes = 4.0 * sp_params;
+    job_.info.back().bytes = cost::grad_bytes(l_.precision) * sp_params;
     for (auto b : before_opt)
       if (b != kNone && b != t) g_.edge(b, t);
     before_opt = {t};

@@ -99,10 +99,7 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
   jc.p2p_bytes = w.p2p_bytes;
   jc.bucket_params = kBucketParams;
   jc.optimizer_s_per_param = cost::memory_time(sys.gpu, kOptimizerBytesPerParam * 1e9, 4) / 1e9;
-  if (m.tied_embeddings && l.num_stages() > 1) {
-    const double bytes = 4.0 * m.vocab * m.hidden / l.tp;
-    jc.tied_seconds = 2 * cost::p2p_time(c.flat_system(), bytes, (l.pp - 1) * l.tp * l.cp * l.dp).seconds;
-  }
+  jc.tied_seconds = tied_allreduce_seconds(c.flat_system(), m, l);
   if (l.zero_stage == 3) {
     cost::GroupPlacement flat = dp_group(l);
     flat.flat = true;
