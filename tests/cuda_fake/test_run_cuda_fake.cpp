@@ -362,9 +362,9 @@ TEST_CASE("fake CUDA: a deferred copy lands when waited for; read early it is Na
 // reports the median step after the first and, on a device no preset describes (the fake), says so.
 TEST_CASE("run summary: median step, throughput and MFU against the matched preset's dense peak") {
   std::string what;
-  const System h200 = load_system("h200");
+  const System h200 = load_system("dgx-h200");
   CHECK(rt::cuda::device_peak_flops("NVIDIA H200", "bf16", what) == h200.gpu.peak(Precision::bf16));
-  CHECK(what == "bf16 dense peak of system preset h200");
+  CHECK(what == "bf16 dense peak of system preset dgx-h200");
   CHECK(rt::cuda::device_peak_flops("NVIDIA H200", "tf32", what) == h200.gpu.tf32_flops);
   CHECK(rt::cuda::device_peak_flops("NVIDIA A100-SXM4-80GB", "fp32", what) ==
         load_system("dgx-a100").gpu.peak(Precision::fp32));
