@@ -263,7 +263,19 @@ std::optional<double> predict_metric(const std::string& metric, const Model& m, 
     // Korthikanti et al. and Chowdhery et al. define MFU against the 16-bit peak.
     return 100.0 * e.model_tflops_per_gpu * scale * 1e12 / sys.gpu.peak(Precision::bf16);
   }
-  if (metric == "hfu_pct") return 100.0 * e.hw_tflops_per_gpu * scale * 1e12 / sys.gpu.peak(Precision::bf16);
+  if (metric == "hfu_pct") {
+    // The published HFU is the source's hardware-FLOP count over the measured time, so the prediction uses
+    // the same count over the predicted time. Korthikanti et al. eq. 8 (selective recompute) adds
+    // 72 B L s h^2 s/(6h) = 12 B L s^2 h to the model FLOPs of eq. 7: more than the forward of the attention
+    // core that selective recompute runs again (4 B L s^2 h, which Tessel's own HFU counts). Full recompute
+    // and none: Tessel's count is the source's (eq. 3 / eq. 7).
+    if (e.layout.recompute == Recompute::selective) {
+      const double B = e.layout.global_batch, L = m.layers, s = m.seq_len, h = m.hidden;
+      const double eq8 = e.model_tflops_per_gpu * 1e12 * e.step_s * gpus + 12.0 * B * L * s * s * h;
+      return 100.0 * eq8 / (step * gpus) / sys.gpu.peak(Precision::bf16);
+    }
+    return 100.0 * e.hw_tflops_per_gpu * scale * 1e12 / sys.gpu.peak(Precision::bf16);
+  }
   if (metric == "samples_per_gpu_per_s") return e.layout.global_batch / step / gpus;
   if (metric == "tokens_per_s_per_gpu") return static_cast<double>(e.layout.global_batch) * m.seq_len / step / gpus;
   if (metric == "model_tflops_per_gpu") return e.model_tflops_per_gpu * scale;
