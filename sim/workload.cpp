@@ -226,11 +226,14 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
   nore.recompute = Recompute::none;
   lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
   // Recompute work per recomputed layer: the whole forward with its TP collectives (full), or the attention
-  // core only (selective; Korthikanti et al. Sec. 4.2). Flash attention already recomputes its scores.
+  // core only (selective; Korthikanti et al. Sec. 4.2). Under flash attention too: Megatron-core checkpoints
+  // the core attention for selective recompute (checkpoint_core_attention, recompute_modules "core_attn")
+  // whatever kernel runs it, so the backward runs the flash forward again before the flash backward (which
+  // recomputes its scores on its own besides).
   if (l.recompute == Recompute::full) {
     lw.t_recompute = lw.t_f + lw.t_tp_f + lw.t_cp_f;
     lw.flops_hw_extra = lw.flops_model_f;
-  } else if (l.recompute == Recompute::selective && l.attention == AttentionImpl::unfused) {
+  } else if (l.recompute == Recompute::selective) {
     for (const auto& op : ops)
       if (op.attention_core) {
         lw.t_recompute += op.t_f;
