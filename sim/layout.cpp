@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "models/util/error.hpp"
+#include "sim/schedule/rules.hpp"
 
 namespace tessel {
 
@@ -189,57 +190,103 @@ namespace {
 std::string s(long long v) { return std::to_string(v); }
 }  // namespace
 
-std::optional<LayoutProblem> layout_problem(const Layout& l, const Model& m, int gpus) {
-  if (gpus > 0 && static_cast<long long>(l.tp) * l.pp * l.dp * l.cp != gpus)
-    return LayoutProblem{"gpu-count", "tp*pp*dp*cp = " + s(l.tp) + "*" + s(l.pp) + "*" + s(l.dp) + "*" + s(l.cp) + " = " +
-               s(static_cast<long long>(l.tp) * l.pp * l.dp * l.cp) + " is not the GPU count " + s(gpus)};
-  if (m.heads % l.tp != 0) return LayoutProblem{"tp-divides-heads", "tp " + s(l.tp) + " does not divide heads " + s(m.heads)};
+namespace {
+
+// Every rule in order; `all` false stops at the first broken one (explore's hot path, estimate, simulate),
+// true collects each broken rule once (explore's diagnosis when nothing fits). `broke` says whether to stop.
+void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::vector<LayoutProblem>& out) {
+  auto broke = [&](std::string rule, std::string message) {
+    out.push_back(LayoutProblem{std::move(rule), std::move(message)});
+    return !all;
+  };
+  const long long product = static_cast<long long>(l.tp) * l.pp * l.dp * l.cp;
+  if (gpus > 0 && product != gpus &&
+      broke("gpu-count", "tp*pp*dp*cp = " + s(l.tp) + "*" + s(l.pp) + "*" + s(l.dp) + "*" + s(l.cp) + " = " + s(product) +
+                             " is not the GPU count " + s(gpus)))
+    return;
+  if (m.heads % l.tp != 0 && broke("tp-divides-heads", "tp " + s(l.tp) + " does not divide heads " + s(m.heads))) return;
   // Megatron replicates KV heads when tp > kv_heads (GQA); it needs tp to be a multiple of kv_heads then.
-  if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0)
-    return LayoutProblem{"tp-kv-heads", "tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other"};
-  if (m.ffn % l.tp != 0) return LayoutProblem{"tp-divides-ffn", "tp " + s(l.tp) + " does not divide ffn " + s(m.ffn)};
-  if (l.cp > 1 && m.seq_len % (2 * l.cp) != 0)
-    return LayoutProblem{"cp-seq", "cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)"};
-  if (l.sequence_parallel && l.tp == 1) return LayoutProblem{"sp-needs-tp", "sequence parallel needs tp > 1"};
-  if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0)
-    return LayoutProblem{"sp-seq", "sequence parallel: seq_len/cp " + s(m.seq_len / l.cp) + " is not divisible by tp " + s(l.tp)};
-  if (l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) != 0)
-    return LayoutProblem{"batch-divisibility", "global batch " + s(l.global_batch) + " is not divisible by micro_batch*dp = " +
-               s(static_cast<long long>(l.micro_batch) * l.dp)};
+  if (m.kv_heads % l.tp != 0 && l.tp % m.kv_heads != 0 &&
+      broke("tp-kv-heads", "tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other"))
+    return;
+  if (m.ffn % l.tp != 0 && broke("tp-divides-ffn", "tp " + s(l.tp) + " does not divide ffn " + s(m.ffn))) return;
+  if (l.cp > 1 && m.seq_len % (2 * l.cp) != 0 &&
+      broke("cp-seq", "cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)"))
+    return;
+  if (l.sequence_parallel && l.tp == 1 && broke("sp-needs-tp", "sequence parallel needs tp > 1")) return;
+  if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0 &&
+      broke("sp-seq", "sequence parallel: seq_len/cp " + s(m.seq_len / l.cp) + " is not divisible by tp " + s(l.tp)))
+    return;
+  const bool batch_ok = l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) == 0;
+  if (!batch_ok && broke("batch-divisibility", "global batch " + s(l.global_batch) + " is not divisible by micro_batch*dp = " +
+                                                   s(static_cast<long long>(l.micro_batch) * l.dp)))
+    return;
+  // Stages per rank before the layer split, which depends on them: a schedule's vpp rule is the one to name.
+  // Layout-level restrictions first (the analytical model prices interleaved and looped-bfs only with several
+  // chunks per rank, and zb1p with one), then the generator's own (sim/schedule/rules.hpp).
+  const std::string& sc = l.schedule;
+  bool vpp_ok = true;
+  if (l.pp == 1) {
+    // No pipeline: the schedule name does not matter.
+    if (l.vpp != 1) {
+      vpp_ok = false;
+      if (broke("vpp-needs-pp", "vpp " + s(l.vpp) + " needs pp > 1")) return;
+    }
+  } else if ((sc == "interleaved" || sc == "looped-bfs") && l.vpp < 2) {
+    vpp_ok = false;
+    if (broke("schedule-vpp", sc + " needs vpp > 1 (got vpp " + s(l.vpp) + ")")) return;
+  } else if (sc == "zb1p" && l.vpp != 1) {
+    vpp_ok = false;
+    if (broke("schedule-vpp", sc + " takes one stage per rank (vpp 1), got vpp " + s(l.vpp))) return;
+  } else if (auto p = sched::vpp_problem(sc, l.vpp)) {
+    vpp_ok = false;
+    if (broke(std::move(p->rule), std::move(p->message))) return;
+  }
   const int stages = l.num_stages();
   if (!l.stage_layers.empty()) {
-    if (static_cast<int>(l.stage_layers.size()) != stages)
-      return LayoutProblem{"stage-layers", "stage_layers has " + s(static_cast<long long>(l.stage_layers.size())) + " entries, pp*vpp is " + s(stages)};
-    long long sum = std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), 0LL);
-    if (sum != m.layers) return LayoutProblem{"stage-layers", "stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers"};
-    for (int x : l.stage_layers)
-      if (x < 0) return LayoutProblem{"stage-layers", "stage_layers: negative layer count"};
+    const long long sum = std::accumulate(l.stage_layers.begin(), l.stage_layers.end(), 0LL);
+    const bool negative = std::any_of(l.stage_layers.begin(), l.stage_layers.end(), [](int x) { return x < 0; });
+    if (static_cast<int>(l.stage_layers.size()) != stages) {
+      if (broke("stage-layers", "stage_layers has " + s(static_cast<long long>(l.stage_layers.size())) +
+                                    " entries, pp*vpp is " + s(stages)))
+        return;
+    } else if (sum != m.layers) {
+      if (broke("stage-layers", "stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers")) return;
+    } else if (negative) {
+      if (broke("stage-layers", "stage_layers: negative layer count")) return;
+    }
   } else if (m.layers % stages != 0) {
-    return LayoutProblem{"layer-split", "layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
-               " stages (give an uneven split with stage_layers)"};
+    if (broke("layer-split", "layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
+                                 " stages (an uneven split needs stage_layers: a --layout JSON file, or layers=... in explore --explain)"))
+      return;
   } else if (m.layers < stages) {
-    return LayoutProblem{"layer-split", "layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages"};
+    if (broke("layer-split", "layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages")) return;
   }
-  const int mb = l.num_microbatches();
-  const std::string& sc = l.schedule;
-  if (l.pp == 1) {
-    if (l.vpp != 1) return LayoutProblem{"vpp-needs-pp", "vpp " + s(l.vpp) + " needs pp > 1"};
-    return std::nullopt;  // no pipeline: the schedule name does not matter
+  // Then the micro-batch rule of the schedule generator itself (sim/schedule/rules.hpp), so that estimate,
+  // simulate, run and explore refuse every layout the generator would. Without a whole micro-batch count
+  // there is no m to check.
+  if (l.pp > 1 && batch_ok && vpp_ok) {
+    if (auto p = sched::microbatch_problem(l.schedule, l.pp, l.num_microbatches())) {
+      p->message += " (m = global batch " + s(l.global_batch) + " / (micro_batch " + s(l.micro_batch) + " * dp " +
+                    s(l.dp) + "))";
+      broke(std::move(p->rule), std::move(p->message));
+    }
   }
-  if (sc == "interleaved" || sc == "looped-bfs") {
-    if (l.vpp < 2) return LayoutProblem{"schedule-vpp", sc + " needs vpp > 1 (got " + s(l.vpp) + ")"};
-    // Megatron: microbatch_group_size_per_vp_stage defaults to pp and must lie in [pp, m]; a remainder
-    // 0 < m mod pp < pp raises "dependency bubbles" (schedules.md, Interleaved constraints).
-    if (sc == "interleaved" && (mb < l.pp || mb % l.pp != 0))
-      return LayoutProblem{"schedule-microbatches", "interleaved needs micro-batches m = " + s(mb) + " to be a multiple of pp " + s(l.pp) + " (Megatron)"};
-  } else if (sc == "zbv" || sc == "dualpipev") {
-    if (l.vpp != 2) return LayoutProblem{"schedule-vpp", sc + " needs exactly 2 stages per rank (vpp 2), got vpp " + s(l.vpp)};
-    if (sc == "dualpipev" && mb < 2 * l.pp)
-      return LayoutProblem{"schedule-microbatches", "dualpipev needs micro-batches m = " + s(mb) + " >= 2*pp = " + s(2 * l.pp) + " (DeepSeek dualpipev.py)"};
-  } else {
-    if (l.vpp != 1) return LayoutProblem{"schedule-vpp", sc + " takes one stage per rank (vpp 1), got vpp " + s(l.vpp)};
-  }
-  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<LayoutProblem> layout_problem(const Layout& l, const Model& m, int gpus) {
+  std::vector<LayoutProblem> out;
+  collect_problems(l, m, gpus, false, out);
+  if (out.empty()) return std::nullopt;
+  return std::move(out.front());
+}
+
+std::vector<LayoutProblem> layout_problems(const Layout& l, const Model& m, int gpus) {
+  std::vector<LayoutProblem> out;
+  collect_problems(l, m, gpus, true, out);
+  return out;
 }
 
 void check_layout(const Layout& l, const Model& m, int gpus) {

@@ -75,6 +75,10 @@ struct LayoutProblem {
   std::string message;
 };
 std::optional<LayoutProblem> layout_problem(const Layout& l, const Model& m, int gpus);
+// Every rule the layout breaks, in the same order, each once (the first is layout_problem()'s): what would
+// have to change for it to run. Rules that need a value an earlier rule left undefined (the micro-batch
+// count when the batch does not divide) are not judged.
+std::vector<LayoutProblem> layout_problems(const Layout& l, const Model& m, int gpus);
 
 // Checks every rule that makes a layout impossible for this model on `gpus` GPUs; throws InfeasibleLayout
 // naming the rule and the values ("tp 3 does not divide heads 96"). gpus <= 0 skips the GPU-count rule.

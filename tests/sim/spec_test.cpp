@@ -59,7 +59,7 @@ TEST_CASE("layout rules name the rule and the values") {
   CHECK(infeasible(l, m, 1024).empty());
   l.schedule = "dualpipev";
   l.global_batch = 16 * 8;  // m = 8 < 2p = 16
-  CHECK(infeasible(l, m, 1024).find("dualpipev needs micro-batches m = 8 >= 2*pp = 16") != std::string::npos);
+  CHECK(infeasible(l, m, 1024).find("dualpipev needs micro-batches m >= 2*pp = 16, got m = 8") != std::string::npos);
   l = base();
   l.stage_layers = {13, 12, 12, 12, 12, 12, 12, 12};
   l.vpp = 1;
@@ -130,4 +130,66 @@ TEST_CASE("system presets load and bad system files are rejected") {
     err = e.what();
   }
   CHECK(err == "s.json: gpu.efficiency.gemm: missing required key");
+}
+
+// The schedule generators' own rules are layout rules (sim/schedule/rules.hpp): a layout that passes
+// check_layout is one simulate can build a schedule for. Before, tp2 pp14 dp8 zb1p with m = 1536/8 = 192
+// passed (estimate priced it) and the zb1p generator refused it (rounds max(1, 192 // 14) = 13, 192 mod 13 = 10).
+TEST_CASE("layout rules include the schedule generator's micro-batch rule, and vpp before the layer split") {
+  const Model m = load_model("gpt3-175b");
+  Layout l;
+  l.tp = 2;
+  l.pp = 14;  // gpt3-175b has 96 layers: 14 stages do not split them, so give an uneven split of 96
+  l.dp = 8;
+  l.schedule = "zb1p";
+  l.micro_batch = 1;
+  l.global_batch = 1536;
+  l.stage_layers = {6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6};
+  const auto p = layout_problem(l, m, 224);
+  REQUIRE(p);
+  CHECK(p->rule == "schedule-microbatches");
+  CHECK(p->message.find("max(1, m // pp) = 13, got m = 192 with pp 14") != std::string::npos);
+  CHECK(p->message.find("global batch 1536 / (micro_batch 1 * dp 8)") != std::string::npos);
+  l.global_batch = 8 * 196;  // m = 196 = 14 rounds of 14
+  CHECK_FALSE(layout_problem(l, m, 224));
+  l.schedule = "1f1b";  // 1F1B takes any m
+  l.global_batch = 1536;
+  CHECK_FALSE(layout_problem(l, m, 224));
+  // zbv with vpp 3 on 2 ranks: 6 stages do not split 96 layers either, but vpp is what to change (zbv's rule).
+  Layout z;
+  z.tp = 8;
+  z.pp = 2;
+  z.dp = 64;
+  z.vpp = 3;
+  z.schedule = "zbv";
+  z.global_batch = 1536;
+  const auto zp = layout_problem(z, m, 1024);
+  REQUIRE(zp);
+  CHECK(zp->rule == "schedule-vpp");
+  CHECK(zp->message.find("zbv needs exactly 2 stages per rank") != std::string::npos);
+}
+
+TEST_CASE("layout_problems lists every broken rule once, the first being layout_problem's") {
+  const Model m = load_model("llama3-70b");  // 80 layers, 64 heads
+  Layout l;
+  l.tp = 8;
+  l.pp = 3;  // 80 layers over 3 stages: layer-split
+  l.dp = 4;
+  l.global_batch = 510;  // not divisible by mbs 1 * dp 4: batch-divisibility
+  l.schedule = "1f1b";
+  const auto all = layout_problems(l, m, 96);
+  REQUIRE(all.size() == 2);
+  CHECK(all[0].rule == "batch-divisibility");
+  CHECK(all[1].rule == "layer-split");
+  CHECK(layout_problem(l, m, 96)->rule == "batch-divisibility");
+  l.global_batch = 512;
+  REQUIRE(layout_problems(l, m, 96).size() == 1);
+  CHECK(layout_problems(l, m, 96)[0].rule == "layer-split");
+  l.pp = 4;
+  l.dp = 3;  // 80 layers over 4 stages split; 512 not divisible by 3
+  const auto one = layout_problems(l, m, 96);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].rule == "batch-divisibility");
+  l.global_batch = 513;  // divisible by 3: m = 171, 1F1B takes it
+  CHECK(layout_problems(l, m, 96).empty());
 }
