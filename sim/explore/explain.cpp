@@ -85,7 +85,7 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
      << num(mem.activations / kGiB, 1) << ", extras " << num((mem.extras + mem.zero3_gather + mem.recompute_transient) / kGiB, 1)
      << ", reserved " << num(mem.reserved / kGiB, 1) << "\n";
   if (!e.fits) {
-    os << "  rejected: needs " << num(e.peak_memory / kGiB, 1) << " GiB of " << num(e.capacity / kGiB, 1) << "\n";
+    os << "  rejected: needs " << num(e.peak_memory / kGiB, 1) << " GiB of " << num(e.capacity / kGiB, 1) << " GiB\n";
     int shown = 0;
     for (const auto& [what, x] : memory_variants(l)) {
       if (layout_problem(x, m, gpus)) continue;

@@ -96,7 +96,7 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
         } else {
           reject(out, "memory", [&] {
             return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-                   gib(e.capacity) + " (" + l.describe() + ")";
+                   gib(e.capacity) + " GiB (" + l.describe() + ")";
           });
         }
       } catch (const InfeasibleLayout& err) {
@@ -132,9 +132,10 @@ bool better(const Scored& a, const Scored& b) {
   return a.layout.describe() < b.layout.describe();
 }
 
-Space default_space(const Model& m, const System& sys, int gpus) {
+Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_node) {
   Space s;
-  const int tp_max = std::min(gpus, s.max_tp_inside_node ? sys.node.gpus_per_node : 64);
+  s.max_tp_inside_node = tp_inside_node;
+  const int tp_max = std::min(gpus, tp_inside_node ? sys.node.gpus_per_node : 64);
   for (int t = 1; t <= tp_max; t *= 2)
     if (m.heads % t == 0 && gpus % t == 0) s.tp.push_back(t);
   for (int p : divisors(gpus, std::min(m.layers, 128))) s.pp.push_back(p);
@@ -152,7 +153,7 @@ Space default_space(const Model& m, const System& sys, int gpus) {
 }
 
 std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& in) {
-  Space d = default_space(m, sys, gpus);
+  Space d = default_space(m, sys, gpus, in.max_tp_inside_node);
   auto pick = [](const auto& given, const auto& dflt) { return given.empty() ? dflt : given; };
   const auto tps = pick(in.tp, d.tp), pps = pick(in.pp, d.pp), cps = pick(in.cp, d.cp), mbss = pick(in.mbs, d.mbs);
   const auto zeros = pick(in.zero, d.zero), sps = pick(in.sp, d.sp), rls = pick(in.recompute_layers, d.recompute_layers);
@@ -160,14 +161,14 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
   const auto recs = pick(in.recompute, d.recompute);
   std::vector<Layout> out;
   for (int tp : tps) {
-    if (in.max_tp_inside_node && tp > sys.node.gpus_per_node && in.tp.empty()) continue;
+    if (in.max_tp_inside_node && tp > sys.node.gpus_per_node) continue;
     for (int pp : pps)
       for (int cp : cps) {
         const long long mp = static_cast<long long>(tp) * pp * cp;
         if (gpus % mp != 0) continue;
         const int dp = static_cast<int>(gpus / mp);
         for (int mbs : mbss) {
-          if (global_batch % (static_cast<long long>(mbs) * dp) != 0) continue;
+          if (!in.keep_indivisible_batches && global_batch % (static_cast<long long>(mbs) * dp) != 0) continue;
           for (const auto& sc : (pp == 1 ? std::vector<std::string>{"1f1b"} : scheds)) {
             std::vector<int> vpps;
             if (sc == "interleaved" || sc == "looped-bfs") {
@@ -230,6 +231,27 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
         }
       }
   }
+  return out;
+}
+
+std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int global_batch, const Space& space) {
+  Space all = space;
+  all.keep_indivisible_batches = true;
+  std::map<std::string, RuleCount> by_rule;
+  for (const Layout& l : enumerate(m, sys, gpus, global_batch, all)) {
+    const std::vector<LayoutProblem> broken = layout_problems(l, m, gpus);
+    if (broken.empty()) continue;  // well-formed: the memory check decides it
+    RuleCount& first = by_rule[broken.front().rule];
+    first.rule = broken.front().rule;
+    if (first.first++ == 0 && first.example.empty()) first.example = l.describe() + ": " + broken.front().message;
+    if (broken.size() == 1 && first.only++ == 0) first.example = l.describe() + ": " + broken.front().message;
+  }
+  std::vector<RuleCount> out;
+  for (auto& [rule, c] : by_rule) out.push_back(std::move(c));
+  std::sort(out.begin(), out.end(), [](const RuleCount& a, const RuleCount& b) {
+    if (a.only != b.only) return a.only > b.only;
+    return a.first != b.first ? a.first > b.first : a.rule < b.rule;
+  });
   return out;
 }
 
@@ -347,7 +369,7 @@ Json scored_to_json(const Scored& s) {
   j["step_s"] = s.step_s;
   j["analytical_step_s"] = s.analytical_step_s;
   j["tokens_per_s"] = s.tokens_per_s * s.analytical_step_s / s.step_s;
-  j["tflops_per_gpu"] = s.tflops_per_gpu * s.analytical_step_s / s.step_s;
+  j["model_tflops_per_gpu"] = s.tflops_per_gpu * s.analytical_step_s / s.step_s;
   j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
   j["bubble_fraction"] = s.bubble;
   j["exposed_comm_s"] = s.exposed_comm_s;

@@ -19,10 +19,13 @@ struct Space {
   std::vector<Recompute> recompute;
   std::vector<int> sp;                 // 0, 1
   std::vector<int> recompute_layers;   // full recompute, block method: layers recomputed per stage (0 = all)
-  bool max_tp_inside_node = true;      // tp <= GPUs per node
+  bool max_tp_inside_node = true;      // tp <= GPUs per node, for the default tp values and the given ones alike
   bool uneven = true;                  // also try first/last stage one layer lighter (embedding / head)
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
+  // Also enumerate the micro-batch sizes whose micro_batch*dp does not divide the global batch (left out
+  // normally: each would only be rejected by batch-divisibility). diagnose() counts them.
+  bool keep_indivisible_batches = false;
 };
 
 // One scored layout.
@@ -76,10 +79,22 @@ struct Options {
   std::function<void(double)> progress;  // fraction done, called from the main thread
 };
 
-Space default_space(const Model& m, const System& sys, int gpus);
+// tp_inside_node: tp up to the GPUs of one node (the default), else up to 64.
+Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_node = true);
 // All layouts of the space for this model, GPU count and global batch (dp derived).
 std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& space);
 Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt);
+
+// When nothing fits: for each layout rule, how many layouts of the space (with the micro-batch sizes the
+// batch does not divide) it rejects first, and how many break it and no other rule: the nearest misses,
+// which lifting that one rule alone would leave to the memory check. Most "only" first.
+struct RuleCount {
+  std::string rule;
+  long long first = 0;     // layouts whose first broken rule this is
+  long long only = 0;      // layouts that break this rule and no other
+  std::string example;     // one of the `only` layouts (describe()) and its message; else one of `first`
+};
+std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int global_batch, const Space& space);
 
 // Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
 // then the layout's description in lexicographic order.
