@@ -11,6 +11,7 @@
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
+#include "sim/schedule/rules.hpp"
 #include "traces/chrome.hpp"
 #include "traces/svg.hpp"
 #include "tools/cli.hpp"
@@ -99,6 +100,9 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
   }
   if (seen.empty()) throw InputError("--explain: '" + text + "' names no layout (give words such as \"tp8 pp8 dp16 mbs1\" or a layout JSON file)");
   if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? "interleaved" : "1f1b";
+  // No vppN word: the schedule's own chunk count, as estimate and simulate default it (zbv and dualpipev 2,
+  // interleaved and looped-bfs 3, the rest 1).
+  if (!seen.count("vpp") && l.pp > 1) l.vpp = sched::default_vpp(l.schedule, 3);
   return l;
 }
 
@@ -119,7 +123,7 @@ void print_progress(double f) {
 
 std::string csv_of(const explore::Result& r) {
   std::ostringstream os;
-  os << "rank,layout,tier,step_s,tokens_per_s,tflops_per_gpu,mfu,bubble,exposed_comm_s,peak_GiB,headroom_GiB\n";
+  os << "rank,layout,tier,step_s,tokens_per_s,model_tflops_per_gpu,mfu,bubble_busiest_rank,exposed_comm_s_busiest_rank,peak_GiB,headroom_GiB\n";
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& s = r.top[i];
     const double scale = s.analytical_step_s / s.step_s;
@@ -131,8 +135,8 @@ std::string csv_of(const explore::Result& r) {
 }
 
 void print_rows(const std::vector<explore::Scored>& rows) {
-  std::vector<std::vector<std::string>> t = {{"#", "layout", "step", "tokens/s", "TFLOP/s/GPU", "MFU", "bubble",
-                                              "exposed comm", "peak mem", "headroom", "tier"}};
+  std::vector<std::vector<std::string>> t = {{"#", "layout", "step", "tokens/s", "model TFLOP/s/GPU", "MFU", "bubble*",
+                                              "exposed comm*", "peak mem", "headroom", "tier"}};
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& s = rows[i];
     const double scale = s.analytical_step_s / s.step_s;
@@ -141,6 +145,16 @@ void print_rows(const std::vector<explore::Scored>& rows) {
                  fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory), fmt::gib(s.capacity - s.peak_memory), s.tier});
   }
   std::cout << fmt::table(t);
+}
+
+// What the columns are: explore's rows come from two tiers that measure bubble and exposed communication
+// differently (sim/estimate.cpp, sim/engine); docs/explore.md says the same.
+void print_legend() {
+  std::cout << "model TFLOP/s/GPU and MFU count the model's forward and backward FLOPs (no recompute: estimate's "
+               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU (Narayanan eq. 3)' counts a full recompute's forward too).\n"
+               "* of the busiest pipeline rank, by the row's tier: 'des' (event simulator): idle share of the step "
+               "and the communication not hidden behind compute on the rank with the most busy time; 'analytical': "
+               "the estimate's pipeline idle share of that rank and its exposed TP + CP + PP + DP time.\n";
 }
 
 }  // namespace
@@ -153,7 +167,7 @@ int explore(const Args& args) {
        {"--gpus", true, "number of GPUs [1024]"},
        {"--gbs", true, "global batch size in sequences [1536]"},
        {"--seq", true, "sequence length (overrides the model's)"},
-       {"--tp", true, "restrict tensor-parallel sizes (comma list)"},
+       {"--tp", true, "restrict tensor-parallel sizes (comma list; one above a node's GPUs implies --allow-tp-across-nodes)"},
        {"--pp", true, "restrict pipeline sizes"},
        {"--cp", true, "restrict context-parallel sizes"},
        {"--vpp", true, "restrict chunks per rank (interleaved)"},
@@ -164,8 +178,8 @@ int explore(const Args& args) {
        {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
        {"--attention", true, "flash|unfused [flash]"},
-       {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node"},
-       {"--max-tp-inside-node", false, "keep tp within one node (the default)"},
+       {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
+       {"--max-tp-inside-node", false, "keep tp within one node (the default; a --tp value above the node is then refused)"},
        {"--no-uneven", false, "do not try lighter first/last stages"},
        {"--top", true, "rows to show [10]"},
        {"--simulate-k", true, "layouts the event simulator re-scores [adaptive]"},
@@ -209,7 +223,18 @@ int explore(const Args& args) {
     else if (*sp == "off") space.sp = {0};
     else if (*sp != "both") throw InputError("--sp " + *sp + ": must be on, off or both");
   }
-  space.max_tp_inside_node = !cl.has("--allow-tp-across-nodes");
+  // tp stays within a node unless --allow-tp-across-nodes, or a --tp value above the node asks for more;
+  // with --max-tp-inside-node given as well that request contradicts it and is refused.
+  bool tp_beyond_node = false;
+  for (int t : space.tp) {
+    if (t <= sys.node.gpus_per_node) continue;
+    if (cl.has("--max-tp-inside-node"))
+      throw InputError("--tp " + std::to_string(t) + " exceeds the " + std::to_string(sys.node.gpus_per_node) +
+                       " GPUs per node of " + sys.name + ", and --max-tp-inside-node keeps tp within one node; drop "
+                       "one of them (or give --allow-tp-across-nodes instead)");
+    tp_beyond_node = true;
+  }
+  space.max_tp_inside_node = !cl.has("--allow-tp-across-nodes") && !tp_beyond_node;
   space.uneven = !cl.has("--no-uneven");
   const Precision prec = parse_precision(cl.get_or("--precision", "bf16"), "--precision");
   if (sys.gpu.peak(prec) <= 0) throw InputError("--precision " + to_string(prec) + ": not supported by " + sys.gpu.name);
@@ -251,6 +276,17 @@ int explore(const Args& args) {
     std::cout << explore::explain(m, sys, gpus, l, r);
     return 0;
   }
+  if (r.enumerated == 0) {
+    // Nothing to enumerate because a given size cannot divide the GPU count: name it. (Sizes that divide it
+    // but leave no dp that divides the batch are diagnosed with the rest below.)
+    std::string why;
+    for (const char* f : {"--tp", "--pp", "--cp"})
+      for (auto v : cl.get_int_list(f, 1, 1 << 16))
+        if (gpus % v != 0) why += std::string(why.empty() ? "" : "; ") + f + " " + std::to_string(v) + " does not divide --gpus " + std::to_string(gpus);
+    if (!why.empty())
+      throw InputError("no layout of " + m.name + " to enumerate on " + std::to_string(gpus) + " GPUs with global batch " +
+                     std::to_string(gbs) + ": " + why);
+  }
   if (r.top.empty()) {
     // With restrictions: which one, lifted alone, would let the most layouts fit (analytical tier only).
     std::string culprit;
@@ -280,11 +316,22 @@ int explore(const Args& args) {
     std::ostringstream os;
     os << "no layout of " << m.name << " fits on " << gpus << " x " << sys.gpu.name << " with global batch " << gbs
        << " (" << r.enumerated << " enumerated";
-    for (const auto& x : r.rejected) os << "; " << x.count << " rejected by " << x.rule;
+    for (const auto& x : r.rejected) os << "; " << x.count << " rejected by " << x.rule << " first";
     os << ")";
     if (r.smallest_peak > 0)
       os << "; the smallest peak memory found was " << fmt::gib(r.smallest_peak) << " (" << r.smallest_peak_layout
          << ") of " << fmt::gib(sys.gpu.memory_bytes);
+    // Which rules block: a rule that rejects layouts first need not be the one to lift, since those layouts
+    // may break others too; the layouts that break one rule alone name what lifting it would open up.
+    // Counted over the space with the micro-batch sizes the batch does not divide (enumeration skips them).
+    const std::vector<explore::RuleCount> why = explore::diagnose(m, sys, gpus, gbs, space);
+    std::string only;
+    for (const auto& c : why)
+      if (c.only > 0) only += std::string(only.empty() ? "" : "; ") + std::to_string(c.only) + " break only " + c.rule + " (e.g. " + c.example + ")";
+    if (!only.empty())
+      os << "; layouts that break a single layout rule (lifting it would leave them to the memory check): " << only;
+    else if (!why.empty())
+      os << "; every layout of the space that breaks a layout rule breaks at least two, so no single rule is to blame";
     if (!culprit.empty())
       os << "; the restriction that removed the most is " << culprit << " (without it " << culprit_fit << " layouts fit)";
     throw InputError(os.str());
@@ -311,12 +358,13 @@ int explore(const Args& args) {
   std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
             << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
   print_rows(r.top);
+  print_legend();
   std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
             << r.simulated << " re-scored by the event simulator";
   if (r.too_large > 0)
     std::cout << " (" << r.too_large << " over its size limit kept the analytical score: tier 'analytical')";
   std::cout << "\n";
-  std::cout << "rejected:\n";
+  std::cout << "rejected (by the first rule each layout breaks):\n";
   for (const auto& x : r.rejected) std::cout << "  " << x.count << " x " << x.rule << " (e.g. " << x.example << ")\n";
   if (cl.flag("--pareto")) {
     std::cout << "\nPareto front (step time vs peak memory):\n";

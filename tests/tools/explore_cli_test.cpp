@@ -124,3 +124,87 @@ TEST_CASE("explore: bad input and empty results exit 2 with the reason") {
   CHECK(path.code == 2);
   CHECK(path.err.find("/nonexistent_dir") != std::string::npos);
 }
+
+// zb1p's rounds rule (m divisible by max(1, m // pp)) was not a layout rule: explore ranked layouts the zb1p
+// generator refuses and died in its simulated tier ("internal error: simulating a candidate failed"). Now the
+// rule is shared (sim/schedule/rules.hpp) and such layouts are rejected, counted under schedule-microbatches.
+TEST_CASE("explore: every layout it ranks can be simulated; the schedule's own rules reject the rest") {
+  const std::vector<std::vector<std::string>> jobs = {
+      {"explore", "--json", "--gpus", "224"},  // tp2 pp14 dp8 zb1p: m = 192, 13 rounds
+      {"explore", "--json", "--model", "llama3-70b", "--system", "dgx-h100", "--gbs", "512", "--gpus", "40"},
+      {"explore", "--json", "--gpus", "96", "--gbs", "510"},
+  };
+  for (const auto& args : jobs) {
+    auto r = run_tessel(args);
+    CAPTURE(args[3]);
+    CAPTURE(r.err);
+    REQUIRE(r.code == 0);
+    const auto doc = nlohmann::json::parse(r.out);
+    long long by_schedule_rule = 0;
+    for (const auto& x : doc["rejected"])
+      if (x["rule"] == "schedule-microbatches") by_schedule_rule += x["count"].get<long long>();
+    CHECK(by_schedule_rule > 0);
+    CHECK(doc["top"][0]["tier"] == "des");
+  }
+  auto explain = run_tessel({"explore", "--no-simulate", "--gpus", "224", "--explain",
+                             "tp2 pp14 dp8 mbs1 zb1p layers=6,7x12,6"});
+  CHECK(explain.code == 0);
+  CHECK(explain.out.find("rejected by rule 'schedule-microbatches': zb1p needs micro-batches m divisible by its "
+                         "number of rounds max(1, m // pp) = 13, got m = 192 with pp 14") != std::string::npos);
+  // No vppN word: the schedule's own (zbv 2), not 1.
+  auto zbv = run_tessel({"explore", "--no-simulate", "--gpus", "224", "--explain", "tp2 pp4 dp28 mbs1 zbv full"});
+  CHECK(zbv.code == 0);
+  CHECK(zbv.out.find("vpp2") != std::string::npos);
+  CHECK(zbv.out.find("schedule-vpp") == std::string::npos);
+}
+
+TEST_CASE("explore: tp within a node, by default and with --max-tp-inside-node; across with --allow or a larger --tp") {
+  const std::vector<std::string> base = {"explore", "--no-simulate", "--json", "--model", "llama2-70b", "--gpus", "64",
+                                         "--gbs", "128"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_tessel(a);
+  };
+  auto contradiction = with({"--tp", "16", "--max-tp-inside-node"});
+  CHECK(contradiction.code == 2);
+  CHECK(contradiction.err.find("--tp 16 exceeds the 8 GPUs per node of dgx-a100, and --max-tp-inside-node keeps tp "
+                               "within one node") != std::string::npos);
+  auto within = with({"--tp", "4,8", "--max-tp-inside-node"});
+  CHECK(within.code == 0);
+  auto asked = with({"--tp", "16"});
+  REQUIRE(asked.code == 0);
+  CHECK(nlohmann::json::parse(asked.out)["top"][0]["layout"]["tp"] == 16);
+  // --allow-tp-across-nodes widens the default tp values too (it used to leave them at 8).
+  auto dflt = with({});
+  auto across = with({"--allow-tp-across-nodes"});
+  REQUIRE(dflt.code == 0);
+  REQUIRE(across.code == 0);
+  CHECK(nlohmann::json::parse(across.out)["counts"]["enumerated"].get<long long>() >
+        nlohmann::json::parse(dflt.out)["counts"]["enumerated"].get<long long>());
+  auto none = run_tessel({"explore", "--gpus", "8", "--tp", "16"});
+  CHECK(none.code == 2);
+  CHECK(none.err.find("--tp 16 does not divide --gpus 8") != std::string::npos);
+}
+
+// 96 GPUs for Llama-3 70B, batch 512: 96 = 2^5 * 3 and the factor 3 must go to pp (80 layers do not split)
+// or dp (512 does not divide). Every enumerated layout puts it in pp, so all are rejected by layer-split
+// first; the message must also say that tp8 pp4 dp3 breaks batch-divisibility alone.
+TEST_CASE("explore: when nothing fits, the rules to lift are named by the layouts that break only them") {
+  auto r = run_tessel({"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "96",
+                       "--gbs", "512"});
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("rejected by layer-split first") != std::string::npos);
+  CHECK(r.err.find("break only batch-divisibility (e.g. tp") != std::string::npos);
+  CHECK(r.err.find("break only layer-split") != std::string::npos);
+}
+
+TEST_CASE("explore: the table says what its columns are") {
+  auto r = run_tessel({"explore", "--model", "megatron-7.5b", "--gpus", "64", "--gbs", "256", "--top", "3"});
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("model TFLOP/s/GPU") != std::string::npos);
+  CHECK(r.out.find("bubble*") != std::string::npos);
+  CHECK(r.out.find("* of the busiest pipeline rank") != std::string::npos);
+  CHECK(r.out.find("Narayanan eq. 3") != std::string::npos);
+}
