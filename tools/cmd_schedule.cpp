@@ -7,6 +7,7 @@
 #include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
 #include "sim/schedule/diff.hpp"
+#include "sim/schedule/rules.hpp"
 #include "sim/schedule/schedule.hpp"
 #include "sim/schedule/timeline.hpp"
 #include "tools/cli.hpp"
@@ -54,11 +55,28 @@ void print_summary(const Schedule& s, const SimResult& sim, std::FILE* f) {
                100.0 * sim.bubble_rate, 100.0 * sim.span_bubble_rate);
 }
 
+// A file with W (weight grad) and B but no I reads like PyTorch's older dialect, where B is the input grad
+// (zb1p_2rank_2stagep_compute.csv): read as full backwards, its Ws have no I. Say how to read it instead.
+std::string legacy_bw_hint(const Schedule& s, bool legacy_bw) {
+  if (legacy_bw) return "";
+  bool w = false, b = false, i = false;
+  for (const auto& rank : s.ranks)
+    for (const auto& a : rank)
+      for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a}) {
+        w = w || part.type == ActionType::W;
+        b = b || part.type == ActionType::B;
+        i = i || part.type == ActionType::I;
+      }
+  if (!w || !b || i) return "";
+  return "the file has W and B but no I: in PyTorch's older dialect B is the input grad (and BW a full backward); "
+         "read it that way with --legacy-bw";
+}
+
 int gen(const Args& args) {
   cli::CommandLine cl("schedule gen", args,
                       {{"--pp", true, "pipeline ranks"},
                        {"--mb", true, "micro-batches"},
-                       {"--vpp", true, "stages per rank (default 1; interleaved, looped-bfs: 2 or more; zbv, dualpipev: 2; zb1p: any)"},
+                       {"--vpp", true, "stages per rank [2 for zbv, dualpipev; 3 for interleaved, looped-bfs (2 or more); else 1; zb1p: any]"},
                        {"--costs", true, "F,B,W,C per-op times for zb-greedy/zb2p and the summary"},
                        {"--mem-limit", true, "activations per rank (zb-greedy, zb2p)"},
                        {"--lower", false, "insert SEND/RECV"},
@@ -70,7 +88,9 @@ int gen(const Args& args) {
   if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("tessel schedule gen: --pp and --mb are required");
   p.pp = static_cast<int>(*cl.get_int("--pp", 1, 4096));
   p.microbatches = static_cast<int>(*cl.get_int("--mb", 1, 1 << 20));
-  p.vpp = static_cast<int>(cl.get_int("--vpp", 1, 256).value_or(1));
+  // Without --vpp, the schedule's own stages per rank (the V schedules 2, interleaved and looped BFS 3, as
+  // estimate and simulate default them), so no rule is blamed on a --vpp the user never gave.
+  p.vpp = static_cast<int>(cl.get_int("--vpp", 1, 256).value_or(default_vpp(name, 3)));
   const Costs costs = parse_costs(cl);
   if (cl.has("--costs")) p.costs = costs;
   p.mem_limit = mem_limit(cl);
@@ -127,10 +147,16 @@ int validate_cmd(const Args& args) {
                 path.c_str(), comm_model_name(opt.comm), s.num_ranks, s.num_stages, s.num_microbatches, peaks.c_str());
     return 0;
   }
-  std::printf("%s: INVALID under %s comms (%zu violation%s shown)\n", path.c_str(), comm_model_name(opt.comm),
-              rep.violations.size(), rep.violations.size() == 1 ? "" : "s");
-  for (std::size_t i = 0; i < rep.violations.size() && i < 10; ++i)
+  // validate() stops collecting at max_violations; the first kShown of those are printed.
+  constexpr std::size_t kShown = 10;
+  const std::size_t n = rep.violations.size();
+  std::printf("%s: INVALID under %s comms (%s%zu violation%s%s)\n", path.c_str(), comm_model_name(opt.comm),
+              n >= opt.max_violations ? "at least " : "", n, n == 1 ? "" : "s",
+              n > kShown ? (", the first " + std::to_string(kShown) + " shown").c_str() : "");
+  for (std::size_t i = 0; i < n && i < kShown; ++i)
     std::printf("  [%s] %s\n", rep.violations[i].rule.c_str(), rep.violations[i].message.c_str());
+  if (const std::string hint = legacy_bw_hint(s, cl.flag("--legacy-bw")); !hint.empty())
+    std::printf("hint: %s\n", hint.c_str());
   return 1;
 }
 
@@ -150,7 +176,14 @@ int show(const Args& args) {
   const int width = static_cast<int>(cl.get_int("--width", 20, 2000).value_or(120));
   if (auto svg = cl.get("--svg")) check_writable(*svg, "--svg");
   const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
-  const auto sim = unit_cost_simulate(s, costs, comm);
+  SimResult sim;
+  try {
+    sim = unit_cost_simulate(s, costs, comm);
+  } catch (const InputError& e) {
+    const std::string hint = legacy_bw_hint(s, cl.flag("--legacy-bw"));
+    if (hint.empty()) throw;
+    throw InputError(std::string(e.what()) + "; " + hint);
+  }
   print_summary(s, sim, stdout);
   std::cout << ascii_timeline(s, sim, width);
   if (auto svg = cl.get("--svg")) {

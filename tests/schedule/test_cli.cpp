@@ -40,8 +40,12 @@ TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
   CHECK(run("validate " + regress + " --comm eager", log) == 0);
   CHECK(run("validate " + d + "/a.csv --mem-limit 2", log) == 1);
   // Bad input: exit 2.
-  CHECK(run("gen zbv --pp 4 --mb 8", log) == 2);
-  CHECK(tessel::read_text_file(log).find("exactly 2 stages per rank") != std::string::npos);
+  // Without --vpp a generator takes its own stages per rank (zbv: 2), and no rule blames a --vpp never given.
+  CHECK(run("gen zbv --pp 4 --mb 8", log) == 0);
+  CHECK(run("gen dualpipev --pp 2 --mb 4", log) == 0);
+  CHECK(run("gen interleaved --pp 4 --mb 8", log) == 0);
+  CHECK(run("gen zbv --pp 4 --mb 8 --vpp 3", log) == 2);
+  CHECK(tessel::read_text_file(log).find("--vpp 3: zbv is a V schedule and needs exactly 2 stages per rank") != std::string::npos);
   // Parameters a generator would otherwise ignore or reinterpret: interleaved with one stage per rank is
   // plain 1F1B; 1F1B's in-flight activations are fixed (the limit is zb-greedy's and zb2p's); a request
   // of 2^32 stage-micro-batches would take the machine's memory.
@@ -70,6 +74,33 @@ TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
   CHECK(run("gen gpipe --pp 4 --mb 8 -o " + d + "/g.csv", log) == 0);
   CHECK(run("diff " + d + "/a.csv " + d + "/g.csv", log) == 1);
   CHECK(tessel::read_text_file(log).find("rank 0: first difference at #4: 0B0 vs 0F4") != std::string::npos);
+  std::filesystem::remove_all(tmp);
+}
+
+// PyTorch's older dialect (B = input grad, W = weight grad, as ../shared/schedules/pytorch/
+// zb1p_2rank_2stagep_compute.csv): read as full backwards its Ws have no I; validate and show say to read it
+// with --legacy-bw, and the count of violations says how many are listed.
+TEST_CASE("tessel schedule validate / show suggest --legacy-bw for B with W and no I") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_legacy_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt", csv = d + "/old.csv";
+  // 1 rank, 1 stage, 12 micro-batches: 12 "W without I" violations, 10 listed.
+  std::string row;
+  for (int i = 0; i < 12; ++i) {
+    const std::string mb = std::to_string(i);
+    if (i > 0) row += ",";
+    row += "0F" + mb + ",0B" + mb + ",0W" + mb;
+  }
+  tessel::write_file_atomic(csv, row + "\n");
+  CHECK(run("validate " + csv, log) == 1);
+  const std::string out = tessel::read_text_file(log);
+  CHECK(out.find("(12 violations, the first 10 shown)") != std::string::npos);
+  CHECK(out.find("W without I") != std::string::npos);
+  CHECK(out.find("read it that way with --legacy-bw") != std::string::npos);
+  CHECK(run("validate " + csv + " --legacy-bw", log) == 0);
+  CHECK(run("show " + csv, log) == 2);
+  CHECK(tessel::read_text_file(log).find("read it that way with --legacy-bw") != std::string::npos);
+  CHECK(run("show " + csv + " --legacy-bw", log) == 0);
   std::filesystem::remove_all(tmp);
 }
 
