@@ -3,6 +3,7 @@
 // --trace writes a Chrome trace (Perfetto), --svg a timeline.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "models/util/error.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
+#include "sim/schedule/rules.hpp"
 #include "sim/workload.hpp"
 #include "traces/chrome.hpp"
 #include "traces/svg.hpp"
@@ -65,6 +67,39 @@ void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, co
                            "every backward its own or none");
 }
 
+// Without --schedule, --vpp or --layout a schedule file decides the schedule's shape: its stages per rank and
+// placement, and the sidecar's generator name where that is a layout schedule; the default layout's
+// interleaved with 3 chunks per rank would contradict a file of one stage per rank. Without a sidecar name:
+// V placement with 2 stages per rank is zbv, one stage per rank 1f1b, several in loop placement interleaved
+// (looped-bfs where interleaved's micro-batch rule does not hold). A file of another pp is left to the
+// engine, which names the mismatch.
+void shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string& path, const cli::CommandLine& cl) {
+  if (cl.has("--layout") || cl.has("--schedule") || cl.has("--vpp")) return;
+  Layout& l = s.layout;
+  if (f.num_ranks != l.pp || l.pp == 1 || f.num_stages % f.num_ranks != 0) return;
+  const int vpp = f.num_stages / f.num_ranks;
+  const bool v = vpp == 2 && f.stage_to_rank == sched::stage_to_rank(f.num_ranks, f.num_stages, sched::Placement::V);
+  const bool loop = f.stage_to_rank == sched::stage_to_rank(f.num_ranks, f.num_stages, sched::Placement::Loop);
+  if (!v && !loop) return;
+  std::string name;
+  const std::string prefix = path + " (";
+  if (f.generator.rfind(prefix, 0) == 0 && f.generator.back() == ')')
+    name = f.generator.substr(prefix.size(), f.generator.size() - prefix.size() - 1);
+  const bool v_name = name == "zbv" || name == "dualpipev";
+  const bool name_fits = is_schedule_name(name) && v_name == v && !sched::vpp_problem(name, vpp) &&
+                         !((name == "interleaved" || name == "looped-bfs") && vpp < 2) && !(name == "zb1p" && vpp != 1);
+  if (!name_fits) name.clear();
+  if (name.empty()) {
+    const bool divides = l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) == 0;
+    if (v) name = "zbv";
+    else if (vpp == 1) name = "1f1b";
+    else if (divides && !sched::microbatch_problem("interleaved", l.pp, l.num_microbatches())) name = "interleaved";
+    else name = "looped-bfs";
+  }
+  l.schedule = name;
+  l.vpp = vpp;
+}
+
 void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t max_ranks, std::size_t max_path) {
   std::cout << s.model.name << " on " << r.gpus << " x " << s.system.gpu.name << " (" << s.system.name << "), "
             << s.layout.describe() << ", " << r.microbatches << " micro-batches, schedule " << r.schedule.generator
@@ -114,11 +149,15 @@ int simulate(const Args& args) {
   opts.push_back({"--json", false, "print one JSON document"});
   opts.push_back({"--trace", true, "write a Chrome trace (Perfetto) of the simulated step to this path"});
   opts.push_back({"--svg", true, "write an SVG timeline to this path"});
-  opts.push_back({"--schedule-file", true, "play this PyTorch-style CSV schedule instead of generating one"});
+  opts.push_back({"--schedule-file", true, "play this PyTorch-style CSV schedule instead of generating one (its stages "
+                                           "per rank and placement set --schedule and --vpp unless given)"});
   opts.push_back({"--fidelity", true, "cluster (every rank) or replica (one DP replica, others' load counted) [cluster]"});
   cli::CommandLine cl("simulate", args, opts, 0);
   if (cl.print_help()) return 0;
-  const cli::Specs s = cli::read_specs(cl, true);
+  // The schedule file first: a file that cannot be read is the error to report, before any layout rule.
+  std::optional<sched::Schedule> file;
+  if (auto f = cl.get("--schedule-file")) file = sched::read_csv(*f, false, "--schedule-file ");
+  cli::Specs s = cli::read_specs(cl, true);
   engine::SimOptions o;
   o.fidelity = parse_fidelity(cl.get_or("--fidelity", "cluster"));
   // Output paths are checked before the (possibly long) simulation: a bad path fails first, writes nothing.
@@ -127,7 +166,8 @@ int simulate(const Args& args) {
   if (trace_path) check_writable(*trace_path, "--trace");
   if (svg_path) check_writable(*svg_path, "--svg");
   if (auto f = cl.get("--schedule-file")) {
-    o.schedule = sched::read_csv(*f, false, "--schedule-file ");
+    o.schedule = std::move(file);
+    shape_from_file(s, *o.schedule, *f, cl);
     check_recompute_actions(*o.schedule, s, *f);
   }
   o.memory_timeline = trace_path || svg_path;

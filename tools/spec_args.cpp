@@ -1,6 +1,9 @@
 #include "tools/spec_args.hpp"
 
+#include <algorithm>
+
 #include "models/util/error.hpp"
+#include "sim/schedule/rules.hpp"
 
 namespace tessel::cli {
 
@@ -8,7 +11,7 @@ std::vector<OptionSpec> spec_options() {
   return {
       {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
       {"--system", true, "system preset or JSON file [dgx-a100]"},
-      {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024]"},
+      {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024 capped at the system's max_gpus]"},
       {"--layout", true, "layout JSON file (instead of the layout flags)"},
       {"--tp", true, "tensor-parallel size [8]"},
       {"--pp", true, "pipeline-parallel size [8]"},
@@ -70,10 +73,8 @@ Specs read_specs(const CommandLine& cl, bool played) {
     for (const auto& n : schedule_names()) list += (list.empty() ? "" : ", ") + n;
     throw InputError("--schedule " + l.schedule + ": unknown schedule (known: " + list + (played ? ", zb-greedy" : "") + ")");
   }
-  const int vpp_default = l.schedule == "interleaved" || l.schedule == "looped-bfs" ? 3
-                          : (l.schedule == "zbv" || l.schedule == "dualpipev")     ? 2
-                                                                                   : 1;
-  l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? vpp_default : 1));
+  // The schedule's own stages per rank (sim/schedule/rules.hpp; explore --explain and schedule gen use the same).
+  l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 3) : 1));
   l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
   l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
   l.recompute = parse_recompute(cl.get_or("--recompute", "selective"), "--recompute");
@@ -101,10 +102,22 @@ Specs read_specs(const CommandLine& cl, bool played) {
     l.dp = static_cast<int>(*dp);
     s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : l.gpus();
   } else {
-    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : 1024;
+    // Without --gpus: 1024 GPUs, or the system's max_gpus when it has fewer (the cpu preset: 64), so the
+    // default never exceeds the system it names.
+    const int default_gpus = std::min(1024, s.system.max_gpus);
+    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : default_gpus;
+    const std::string gpus_from = gpus_flag ? "--gpus " + std::to_string(s.gpus)
+                                            : "the default --gpus " + std::to_string(s.gpus) +
+                                                  (default_gpus < 1024 ? " (" + s.system.name + "'s max_gpus)" : "");
     if (s.gpus % model_parallel != 0)
-      throw InputError("--gpus " + std::to_string(s.gpus) + " is not divisible by tp*pp*cp = " + std::to_string(model_parallel));
+      throw InputError(gpus_from + " is not divisible by tp*pp*cp = " + std::to_string(model_parallel));
     l.dp = static_cast<int>(s.gpus / model_parallel);
+    // dp came from the GPU count: say so, since the user never gave a --dp to blame.
+    if (l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) != 0)
+      throw InputError("--gbs " + std::to_string(l.global_batch) + " is not divisible by micro_batch*dp = " +
+                       std::to_string(l.micro_batch) + "*" + std::to_string(l.dp) + ", where dp " + std::to_string(l.dp) +
+                       " = " + gpus_from + " / (tp*pp*cp = " + std::to_string(model_parallel) +
+                       "); give --dp, --gpus or a --gbs that divides");
   }
   return s;
 }

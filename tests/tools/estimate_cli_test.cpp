@@ -144,3 +144,65 @@ TEST_CASE("numbers beyond int64 or double are out of range, with the range; garb
     CHECK(r.err.find(c.expect) != std::string::npos);
   }
 }
+
+// zb1p's rounds rule is a layout rule (sim/schedule/rules.hpp): estimate priced tp2 pp14 dp8 zb1p with
+// m = 1536 / 8 = 192 (70.54 s) while simulate refused it; both refuse it now, naming the rule.
+TEST_CASE("estimate and simulate refuse a layout the schedule generator refuses, naming the rule") {
+  const std::string layout = write_temp("zb1p_224.json", R"({"tp":2,"pp":14,"dp":8,"micro_batch":1,"global_batch":1536,
+    "schedule":"zb1p","recompute":"selective","sequence_parallel":true,"stage_layers":[6,7,7,7,7,7,7,7,7,7,7,7,7,6]})");
+  for (const char* verb : {"estimate", "simulate"}) {
+    auto r = run_tessel({verb, "--gpus", "224", "--layout", layout});
+    CAPTURE(verb);
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    CHECK(r.err.find("zb1p needs micro-batches m divisible by its number of rounds max(1, m // pp) = 13, got m = 192 "
+                     "with pp 14") != std::string::npos);
+  }
+  // zbv's vpp rule, not the layer split it would cause (4 layers... tiny's 8 over 2*3 stages).
+  auto run = run_tessel({"run", "--backend", "cpu", "--model", "tiny", "--tp", "1", "--pp", "2", "--gbs", "4",
+                         "--schedule", "zbv", "--vpp", "3", "--steps", "1"});
+  CAPTURE(run.err);
+  CHECK(run.code == 2);
+  CHECK(run.err.find("zbv needs exactly 2 stages per rank") != std::string::npos);
+  // dualpipev's minimum reads as a requirement with what was got.
+  auto dual = run_tessel({"estimate", "--model", "tiny", "--system", "cpu", "--tp", "1", "--pp", "2", "--dp", "1",
+                          "--gbs", "2", "--schedule", "dualpipev"});
+  CHECK(dual.code == 2);
+  CHECK(dual.err.find("dualpipev needs micro-batches m >= 2*pp = 4, got m = 2") != std::string::npos);
+}
+
+// The default --gpus (1024) above the cpu preset's 64-GPU limit gave dp 1024 and a message blaming a
+// micro_batch*dp nobody gave; the default is capped at the system's max_gpus and the message says where dp came from.
+TEST_CASE("simulate: the default GPU count stays within the system; a derived dp is explained") {
+  auto r = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--tp", "1", "--pp", "1", "--gbs", "1"});
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(r.err.find("--gbs 1 is not divisible by micro_batch*dp = 1*64, where dp 64 = the default --gpus 64 "
+                   "(cpu's max_gpus) / (tp*pp*cp = 1)") != std::string::npos);
+  auto ok = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--tp", "1", "--pp", "1", "--gbs", "64", "--precision", "fp32"});
+  CAPTURE(ok.err);
+  CHECK(ok.code == 0);
+}
+
+// A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise: the default
+// layout's interleaved with 3 chunks per rank made a 1F1B file fail on "8 layers over 12 stages".
+TEST_CASE("simulate --schedule-file: the file's shape, not the default schedule's vpp") {
+  const auto dir = std::filesystem::temp_directory_path() / ("sched_file_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string csv = (dir / "s1f1b.csv").string();
+  REQUIRE(run_tessel({"schedule", "gen", "1f1b", "--pp", "4", "--mb", "8", "-o", csv}).code == 0);
+  const std::vector<std::string> sim = {"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp", "4",
+                                        "--dp", "1", "--gbs", "8", "--schedule-file", csv};
+  auto r = run_tessel(sim);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("tp1 pp4 dp1 mbs1 1f1b") != std::string::npos);
+  std::filesystem::remove(dir / "s1f1b.meta.json");  // no sidecar: the shape is inferred from the file
+  auto bare = run_tessel(sim);
+  CAPTURE(bare.err);
+  CHECK(bare.code == 0);
+  std::vector<std::string> v3 = sim;
+  v3.insert(v3.end(), {"--vpp", "3"});  // given: the user's vpp stands, and its layer split is the error
+  CHECK(run_tessel(v3).code == 2);
+  std::filesystem::remove_all(dir);
+}
