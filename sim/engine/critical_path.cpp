@@ -1,6 +1,9 @@
 // Critical path: the longest path through the executed DAG with each task weighted by the time it took
-// when played (a flow slowed by contention counts its contended time). Every task starts when its last
-// predecessor ends, so the path's length is the makespan. Boost.Graph, after the run (not in the hot loop).
+// when played (a flow slowed by contention counts its contended time), ending at the step's last task: the
+// step_end task that ends last, whose end is step_s. Work after the step (ZeRO-1/2 with
+// overlap_param_gather: the parameter all-gathers past the first bucket, which belong to the next step's
+// forward and do not hold this step, docs/simulator.md) is not on it, so the path ends where step_s does.
+// Boost.Graph, after the run (not in the hot loop).
 #include <algorithm>
 #include <limits>
 
@@ -30,9 +33,22 @@ std::vector<std::uint32_t> critical_path(const Job& job, const RunResult& run) {
   std::vector<std::size_t> pred(n + 1);
   boost::dag_shortest_paths(bg, n,
                             boost::distance_map(dist.data()).predecessor_map(pred.data()));
-  std::uint32_t last = 0;
-  for (std::uint32_t t = 1; t < n; ++t)
-    if (dist[t] < dist[last]) last = t;
+  // The path ends at the task that sets step_s (simulate.cpp: the latest end among step_end); among
+  // step_end tasks ending together, the one with the longest path. Without step ends (a bare job in
+  // tests), the longest path of all.
+  std::uint32_t last = n;
+  auto later = [&](std::uint32_t t) {
+    if (last == n) return true;
+    if (run.end[t] != run.end[last]) return run.end[t] > run.end[last];
+    return dist[t] < dist[last];
+  };
+  for (std::uint32_t t : job.step_end)
+    if (t < n && later(t)) last = t;
+  if (last == n) {
+    last = 0;
+    for (std::uint32_t t = 1; t < n; ++t)
+      if (dist[t] < dist[last]) last = t;
+  }
   std::vector<std::uint32_t> path;
   for (std::size_t v = last; v != n; v = pred[v]) {
     path.push_back(static_cast<std::uint32_t>(v));
