@@ -2,6 +2,7 @@
 // side is a PyTorch profiler (Kineto) trace. A is the reference: errors are (B - A) / A. Exit 0 even when
 // they differ, 1 when --max-error is given and |step-time error| exceeds it, 2 on bad input.
 // A Tessel trace of several steps is compared one step (traces/steps.hpp) against the other trace's one.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include <string>
 #include <variant>
 
+#include "models/model.hpp"
 #include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
 #include "tools/cli.hpp"
@@ -140,6 +142,29 @@ Side load_side(const std::string& path, std::optional<int> step) {
   return s;
 }
 
+// otherData.model is a name in a simulated trace (`tessel simulate` writes the preset's or the model file's
+// name) and the whole model object in a measured one (`tessel run`), so compared as JSON the two always
+// differed, even for the same model. A name against an object is compared by meaning: a preset name is
+// resolved to the preset's fields, so only fields that really differ are listed (e.g. /model/seq_len); a
+// name that is no preset is compared with the object's name (all a simulated trace says of its model).
+void compare_models_semantically(trace::Trace& a, trace::Trace& b) {
+  if (!a.other_data.is_object() || !b.other_data.is_object() || !a.other_data.contains("model") ||
+      !b.other_data.contains("model"))
+    return;
+  nlohmann::json& ma = a.other_data["model"];
+  nlohmann::json& mb = b.other_data["model"];
+  if (!(ma.is_string() && mb.is_object()) && !(ma.is_object() && mb.is_string())) return;  // like with like
+  nlohmann::json& name = ma.is_string() ? ma : mb;
+  const nlohmann::json& object = ma.is_string() ? mb : ma;
+  const std::string n = name.get<std::string>();
+  const std::vector<std::string> presets = model_preset_names();
+  if (std::find(presets.begin(), presets.end(), n) != presets.end()) {
+    name = model_to_json(load_model(n));
+    return;
+  }
+  if (object.contains("name") && object["name"] == name) name = object;
+}
+
 // "5 steps, compared step 3 (median of steps 2-5 by duration; step 1 is warm-up): 107234.1 80112.4 ... us"
 void print_steps(const Side& s, char name) {
   if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded)) {
@@ -197,7 +222,8 @@ int compare(const Args& args) {
   auto max_error = cl.get_double("--max-error", 0, 1e9);
   auto top = static_cast<std::size_t>(cl.get_int("--top", 0, 100000).value_or(10));
   auto step = cl.get_int("--step", 1, 1 << 30);
-  const Side sa = load_side(cl.positional()[0], step), sb = load_side(cl.positional()[1], step);
+  Side sa = load_side(cl.positional()[0], step), sb = load_side(cl.positional()[1], step);
+  compare_models_semantically(sa.compared, sb.compared);
   const std::string &pa = sa.path, &pb = sb.path;
 
   double step_error = 0;

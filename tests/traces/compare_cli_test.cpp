@@ -1,6 +1,7 @@
 // `tessel compare` end to end: exit codes, --json, --svg, --max-error, Kineto input, bad input.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -231,4 +232,43 @@ TEST_CASE("tessel compare: a profiler trace without ProfilerSteps says its step 
   r = tessel_compare(sim + " " + k + " --json");
   REQUIRE(r.rc == 0);
   CHECK(nlohmann::json::parse(r.out)["steps"]["b"]["rule"] == "no ProfilerSteps: the kernel span");
+}
+
+// otherData.model is a name in a simulated trace and the whole object in a measured one (`tessel run`); QA:
+// compare always listed /model as a difference ("tiny" vs the object) for the same model. A preset name is
+// resolved to the preset's fields, so only a field that really differs is listed; a name that is no preset
+// is compared with the object's name.
+TEST_CASE("tessel compare: the model is compared by meaning, a name against an object") {
+  const std::string run = test::temp_path("cli-model-run.json");
+  const std::string cmd = "\"" + test::tessel_exe() + "\" run --backend cpu --model tiny --steps 1 --trace \"" + run + "\" > /dev/null 2>&1";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const nlohmann::json tiny = trace::read_chrome_trace(run).other_data["model"];
+  REQUIRE(tiny.is_object());
+  auto a = test::two_stage_trace();
+  auto b = a;
+  auto other_data_lines = [&](const nlohmann::json& ma, const nlohmann::json& mb) {
+    a.other_data["model"] = ma;
+    b.other_data["model"] = mb;
+    const std::string pa = test::temp_path("cli-model-a.json"), pb = test::temp_path("cli-model-b.json");
+    trace::write_chrome_trace(a, pa);
+    trace::write_chrome_trace(b, pb);
+    Run r = tessel_compare(pa + " " + pb);
+    REQUIRE(r.rc == 0);
+    std::string lines;  // the "  /path  A ..  B .." lines under "otherData differs"
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("  /", 0) == 0) lines += line + "\n";
+    return lines;
+  };
+  CHECK(other_data_lines("tiny", tiny).empty());
+  CHECK(other_data_lines(tiny, "tiny").empty());
+  nlohmann::json longer = tiny;
+  longer["seq_len"] = tiny["seq_len"].get<int>() * 2;
+  const std::string seq = other_data_lines("tiny", longer);
+  CHECK(seq.find("/model/seq_len") != std::string::npos);
+  CHECK(std::count(seq.begin(), seq.end(), '\n') == 1);
+  nlohmann::json mine = tiny;
+  mine["name"] = "my-model";
+  CHECK(other_data_lines("my-model", mine).empty());
+  CHECK(other_data_lines("other-model", mine).find("/model ") != std::string::npos);
 }
