@@ -42,14 +42,17 @@ Json fit_to_json(const calib::FitResult& f, const calib::TraceFit* tf) {
     Json k = Json::array();
     for (const auto& o : tf->kinds)
       k.push_back({{"op", o.op}, {"events", o.events}, {"measured_s", o.measured_s}, {"predicted_s", o.predicted_s},
-                   {"scale", o.scale}, {"median_ratio", o.median_ratio}, {"achieved_GFLOPs", o.achieved_flops / 1e9}});
+                   {"predicted_after_s", o.predicted_after_s}, {"scale", o.scale}, {"median_ratio", o.median_ratio},
+                   {"achieved_GFLOPs", o.achieved_flops / 1e9}});
     j["trace_kinds"] = k;
     j["trace_compute_scale"] = tf->compute_scale;
     j["trace_memory_scale"] = tf->memory_scale;
+    j["trace_comm_scale"] = tf->comm_scale;
     j["trace_rms_rel_before"] = tf->rms_before;
     j["trace_rms_rel_after"] = tf->rms_after;
   }
   j["notes"] = f.notes;
+  j["warnings"] = tf ? tf->warnings : std::vector<std::string>{};
   return j;
 }
 
@@ -83,12 +86,15 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
     std::cout << "\n" << fmt::table(l);
   }
   if (tf) {
-    std::vector<std::vector<std::string>> t = {{"trace op kind", "events", "measured", "predicted", "scale", "median ratio", "GFLOP/s"}};
+    std::vector<std::vector<std::string>> t = {
+        {"trace op kind", "events", "measured", "predicted", "scale", "median ratio", "GFLOP/s", "predicted after"}};
     for (const auto& o : tf->kinds)
       t.push_back({o.op, std::to_string(o.events), fmt::seconds(o.measured_s), fmt::seconds(o.predicted_s),
-                   fmt::fixed(o.scale, 3), fmt::fixed(o.median_ratio, 3), fmt::fixed(o.achieved_flops / 1e9, 2)});
+                   fmt::fixed(o.scale, 3), fmt::fixed(o.median_ratio, 3), fmt::fixed(o.achieved_flops / 1e9, 2),
+                   fmt::seconds(o.predicted_after_s)});
     std::cout << "\n" << fmt::table(t) << "scales applied to the profile: compute x" << fmt::fixed(tf->compute_scale, 3)
-              << ", memory x" << fmt::fixed(tf->memory_scale, 3) << "; event rms error (of the rms duration; each op at its fastest step) " << fmt::pct(tf->rms_before)
+              << ", memory x" << fmt::fixed(tf->memory_scale, 3) << ", communication x" << fmt::fixed(tf->comm_scale, 3)
+              << "; event rms error (of the rms duration; each op at its fastest step) " << fmt::pct(tf->rms_before)
               << " -> " << fmt::pct(tf->rms_after) << "\n";
   }
   for (const auto& n : f.notes) std::cout << "note: " << n << "\n";
@@ -120,25 +126,28 @@ int calibrate(const Args& args) {
   opts.max_ranks = static_cast<int>(cl.get_int("--max-ranks", 2, 1 << 16).value_or(0));
 
   calib::FitResult fit;
-  std::string origin = "traces only";
   Precision precision = Precision::fp32;
   if (auto path = cl.get("--bench")) {
     const calib::BenchData bench = calib::load_bench(*path);
     precision = parse_precision(bench.precision, *path + ": precision");
     fit = calib::fit_profile(bench, base, opts);
-    origin = *path;
   } else {
     fit.profile = base;
     fit.profile.name = base.name + "-calibrated";
   }
   calib::TraceFit tf;
+  calib::TraceProvenance tp;
   const bool have_traces = cl.has("--trace");
   if (have_traces) {
     std::vector<trace::Trace> traces;
     const std::vector<std::string> paths = cl.get_list("--trace");
     for (const auto& p : paths) traces.push_back(trace::read_chrome_trace(p));
-    tf = calib::fit_traces(traces, paths, fit.profile, precision, fit.notes);
-    origin += " and " + std::to_string(paths.size()) + " trace(s)";
+    tf = calib::fit_traces(traces, paths, fit.profile, precision, tp.notes);
+    tp.origins = *cl.get("--trace");
+    tp.compute_scale = tf.compute_scale;
+    tp.memory_scale = tf.memory_scale;
+    tp.comm_scale = tf.comm_scale;
+    for (const auto& w : tf.warnings) std::cerr << "tessel calibrate: warning: " << w << "\n";
   }
   if (auto name = cl.get("--name")) fit.profile.name = *name;
   // Checked before writing: a profile that would not load is refused, and -o keeps what it held.
@@ -147,7 +156,9 @@ int calibrate(const Args& args) {
   if (auto t = cl.get("--trace")) inputs += " --trace " + *t;
   calib::check_profile(fit.profile, precision, "calibrate" + inputs + " (-o " + *out + " not written)");
   Json j = system_to_json(fit.profile);
-  j["source"] = calib::describe_fit(fit, origin);
+  // Described from the profile as written (the trace scales included), naming which fit set which field.
+  j["source"] = calib::describe_fit(fit, fit.profile, precision, cl.get_or("--bench", ""), base.name, tp);
+  fit.notes.insert(fit.notes.end(), tp.notes.begin(), tp.notes.end());  // the report lists both fits' notes
   write_file_atomic(*out, j.dump(2) + "\n");
   if (cl.flag("--json")) {
     Json r = fit_to_json(fit, have_traces ? &tf : nullptr);

@@ -93,7 +93,20 @@ Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string
 // profile always loads with --system. Absurd measurements (durations 1e300 times the prediction) end here.
 void check_profile(const System& profile, Precision p, const std::string& what);
 
-// Human-readable profile "source" text: what was fitted from what.
-std::string describe_fit(const FitResult& f, const std::string& bench_origin);
+// What the trace fit did to a profile (sim/calibrate/trace_fit.hpp), for describe_fit.
+struct TraceProvenance {
+  std::string origins;         // the traces, as given; empty: no trace fit
+  double compute_scale = 1, memory_scale = 1, comm_scale = 1;
+  std::vector<std::string> notes;
+};
+
+// The profile's "source" text. Its numbers are read off `written`, the profile as it is written (after any
+// trace scales), in the units of the report: GEMM ceiling (peak x gemm efficiency, GFLOP/s), K overhead,
+// tiles, kernel overhead (us), element-wise memory and GEMM memory roofline (GB/s), attention (GFLOP/s),
+// intra-node link (us, GB/s), each printed to 4 significant digits. Then which fit set which of them: the
+// bench fit's fields (from `f`, empty bench_origin: none), those kept from the base system, and the trace
+// fit's scales on top, with each fit's notes.
+std::string describe_fit(const FitResult& f, const System& written, Precision p, const std::string& bench_origin,
+                         const std::string& base_name, const TraceProvenance& traces);
 
 }  // namespace tessel::calib

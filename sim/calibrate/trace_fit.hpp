@@ -3,11 +3,13 @@
 // the prediction lowers them on the profile), and per op kind the measured/predicted ratio is summarised.
 //
 // The correction fitted: the predicted time of an op splits into a compute part G (GEMMs, attention,
-// kernel overheads), a memory part M (element-wise kernels, the optimizer) and a fixed rest C (TP
-// communication), and a measured time m is modelled as s_g G + s_m M + C. G and M are read off the cost
-// model by prediction on probe profiles (compute rates halved: +G; memory rate halved: +M), and (s_g, s_m)
-// minimise the absolute error sum (s_g G + s_m M + C - m)^2 by NNLS (long events weigh more: a step is their sum). A few passes
-// re-linearise around the corrected profile (a GEMM may change roofline branch).
+// kernel overheads), a memory part M (element-wise kernels, the optimizer), the TP collectives inside the op
+// K, and a fixed rest C (a GEMM on the memory roofline), and a measured time m is modelled as
+// s_g G + s_m M + s_k K + C. G, M and K are read off the cost model by prediction on probe profiles (compute
+// rates halved: +G; memory rate halved: +M; link time doubled: +K), and the scales minimise the absolute
+// error sum (s_g G + s_m M + s_k K + C - m)^2 by NNLS (long events weigh more: a step is their sum); s_k only
+// when ops without TP collectives pin G, else K stays fixed. A few passes re-linearise around the corrected
+// profile (a GEMM may change roofline branch).
 #pragma once
 
 #include <string>
@@ -22,7 +24,8 @@ struct OpKindFit {
   std::string op;              // forward, backward, input_grad, weight_grad, optimizer
   int events = 0;
   double measured_s = 0;       // total over events
-  double predicted_s = 0;
+  double predicted_s = 0;      // before the fit
+  double predicted_after_s = 0;  // under the fitted profile
   double scale = 1;            // least-squares measured/predicted
   double median_ratio = 1;     // median measured/predicted
   double achieved_flops = 0;   // sum of flops / sum of measured time (FLOP/s), 0 when the trace has no flops
@@ -32,6 +35,8 @@ struct TraceFit {
   std::vector<OpKindFit> kinds;
   double compute_scale = 1;    // s_g: multiplies GEMM/attention time and kernel overheads
   double memory_scale = 1;     // s_m: multiplies memory-bound (element-wise, optimizer) time
+  double comm_scale = 1;       // s_k: multiplies the TP collectives inside compute ops (the link's time)
+  std::vector<std::string> warnings;  // ranks above the host's cores; op kinds the profile cannot hold together
   double rms_before = 0, rms_after = 0;  // rms of (pred - meas) over the events / their rms duration, before and after
   int events = 0, skipped = 0; // matched compute events; events of other kinds (communication, unknown)
 };
@@ -45,6 +50,10 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
 
 // Divides the memory rate by `scale` (bounds as below).
 void apply_memory_scale(System& s, double scale, std::vector<std::string>& notes);
+
+// Multiplies every communication time of `s` by `scale` (link latency up, bandwidth down; efficiencies
+// kept within [0.01, 1] by moving the datasheet bandwidth, noted).
+void apply_comm_scale(System& s, double scale, std::vector<std::string>& notes);
 
 // Scales the compute side of `s` (GEMM, attention and memory rates divided by `scale`, kernel overhead
 // multiplied) so the cost model's compute times grow by `scale`; efficiencies stay within [0.01, 1]

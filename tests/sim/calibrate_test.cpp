@@ -10,6 +10,8 @@
 #include "sim/calibrate/trace_fit.hpp"
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
+#include "sim/estimate.hpp"
+#include "traces/trace.hpp"
 
 using namespace tessel;
 using namespace tessel::calib;
@@ -434,4 +436,61 @@ TEST_CASE("check_profile: a fitted profile that would not load is refused before
   CHECK_THROWS_WITH_AS(check_profile(slow, Precision::fp32, "c"),
                        doctest::Contains("c: the fitted profile: gpu.efficiency.kernel_overhead_us: value 1e+306 is out of range"),
                        InputError);
+}
+
+// The trace fit gives the TP collectives inside the compute ops their own scale. QA: an 8-rank run on 2 cores
+// (TP all-reduces waiting for descheduled peers) fitted compute x31.9 while its weight-gradient ops, pure
+// GEMM, measured x1.47: the excess of the ops holding TP collectives went to the compute scale, and the profile
+// predicted weight_grad 18x slow. Here the "measured" trace is the estimate on a truth whose communication
+// alone is 10x slower (apply_comm_scale: latency x10, bandwidth / 10, so every collective time x10 exactly);
+// a zero-bubble schedule has weight-gradient ops without TP collectives, which pin the compute scale. The
+// fit must recover compute x1, memory x1, communication x10, and predict every op kind's total.
+TEST_CASE("trace fit: communication inside the ops is fitted apart from compute; ranks over cores warn") {
+  const Model m = load_model("tiny");
+  Layout l;
+  l.tp = 2, l.pp = 2, l.dp = 1, l.vpp = 2, l.schedule = "zbv", l.global_batch = 4, l.precision = Precision::fp32;
+  l.recompute = Recompute::none, l.attention = AttentionImpl::unfused, l.sequence_parallel = false;
+  const System base = load_system("cpu");
+  System truth = base;
+  std::vector<std::string> ignore;
+  apply_comm_scale(truth, 10, ignore);
+  const Estimate e = estimate(m, l, truth);
+  trace::Trace t;
+  t.other_data["model"] = model_to_json(m);
+  t.other_data["layout"] = layout_to_json(l);
+  double ts = 0;
+  auto add = [&](int rank, const std::string& op, int stage, int mb, double s) {
+    trace::OpEvent ev;
+    ev.rank = rank, ev.op = op, ev.name = op, ev.stage = stage, ev.mb = mb, ev.start_us = ts, ev.dur_us = s * 1e6;
+    ts += ev.dur_us;
+    t.events.push_back(ev);
+  };
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int s = 0; s < static_cast<int>(e.stage_f.size()); ++s)
+      for (int mb = 0; mb < l.num_microbatches(); ++mb) {
+        add(rank, "forward", s, mb, e.stage_f[s]);
+        add(rank, "input_grad", s, mb, e.stage_i[s]);
+        add(rank, "weight_grad", s, mb, e.stage_w[s]);
+      }
+    add(rank, "optimizer", -1, -1, e.optimizer_s);
+  }
+  System prof = base;
+  std::vector<std::string> notes;
+  const TraceFit f = fit_traces({t}, {"synthetic.json"}, prof, Precision::fp32, notes);
+  CHECK(f.compute_scale == doctest::Approx(1).epsilon(kRecoverTol));
+  CHECK(f.memory_scale == doctest::Approx(1).epsilon(kRecoverTol));
+  CHECK(f.comm_scale == doctest::Approx(10).epsilon(kRecoverTol));
+  for (const OpKindFit& k : f.kinds) {
+    CAPTURE(k.op);
+    CHECK(k.predicted_after_s == doctest::Approx(k.measured_s).epsilon(kRecoverTol));
+  }
+  // Consistent kinds and no host record: no warning but the communication wait (x10 > kCommWait = 4).
+  REQUIRE(f.warnings.size() == 1);
+  CHECK(f.warnings[0].find("TP collectives inside the compute ops took 10x") != std::string::npos);
+  // A trace that records its host's cores: 2 ranks on 1 core is said.
+  t.other_data["host"] = {{"cores", 1}};
+  System prof2 = base;
+  const TraceFit g = fit_traces({t}, {"synthetic.json"}, prof2, Precision::fp32, notes);
+  REQUIRE(g.warnings.size() == 2);
+  CHECK(g.warnings[0].find("synthetic.json: 2 ranks ran on a host of 1 cores") != std::string::npos);
 }

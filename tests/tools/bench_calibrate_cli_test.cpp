@@ -287,3 +287,52 @@ TEST_CASE("calibrate: absurd trace durations exit 2 naming the event and rule; t
   std::filesystem::remove(trace);
   std::filesystem::remove(prof);
 }
+
+// The profile's source text describes the profile as written. QA: trace only, the source said "GEMM 0 GFLOP/s,
+// K overhead 0, tile 128x128" over a file with K overhead 1.5 and 8x16 tiles; bench + trace, it gave the bench
+// fit's GEMM and memory rates, ~3x off the file's after the trace scales. Each number is read back from the
+// written file (datasheet x efficiency where the simulator multiplies them) and must appear, to the 4
+// significant digits the text gives.
+TEST_CASE("calibrate: the profile's source states the numbers the written file holds") {
+  const std::string trace = temp_path("run_trace_src.json"), prof = temp_path("profile_src.json");
+  REQUIRE(run_tessel({"run", "--backend", "cpu", "--steps", "2", "--trace", trace}).code == 0);
+  auto g4 = [](double v) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return std::string(buf);
+  };
+  const std::vector<std::vector<std::string>> runs = {{"--trace", trace}, {"--bench", bench_file(), "--trace", trace}};
+  for (const auto& inputs : runs) {
+    std::vector<std::string> args = {"calibrate", "-o", prof};
+    args.insert(args.end(), inputs.begin(), inputs.end());
+    REQUIRE(run_tessel(args).code == 0);
+    const auto p = nlohmann::json::parse(slurp(prof));
+    const std::string src = p["source"].get<std::string>();
+    const auto& gpu = p["gpu"];
+    const auto& eff = gpu["efficiency"];
+    const double peak_g = gpu["peak_tflops"]["fp32"].get<double>() * 1e3;
+    const double mem = gpu["memory_GBps"].get<double>();
+    const double roof = mem * (eff.contains("gemm_memory") ? eff["gemm_memory"] : eff["memory"]).get<double>();
+    const std::vector<std::string> expect = {
+        "GEMM ceiling " + g4(peak_g * eff["gemm"].get<double>()) + " GFLOP/s",
+        "K overhead " + g4(eff["gemm_k_overhead"].get<double>()),
+        "tile " + std::to_string(eff["gemm_tiles"][0][0].get<int>()) + "x" + std::to_string(eff["gemm_tiles"][0][1].get<int>()),
+        "kernel overhead " + g4(eff["kernel_overhead_us"].get<double>()) + " us",
+        "element-wise memory " + g4(mem * eff["memory"].get<double>()) + " GB/s",
+        "GEMM memory roofline " + g4(roof) + " GB/s",
+        "attention " + g4(peak_g * eff["attention"].get<double>()) + " GFLOP/s",
+        "intra-node link " + g4(p["node"]["intra_latency_us"].get<double>()) + " us and " +
+            g4(p["node"]["intra_GBps"].get<double>() * p["node"]["intra_efficiency"].get<double>()) + " GB/s",
+    };
+    INFO(src);
+    for (const auto& e : expect) {
+      CAPTURE(e);
+      CHECK(src.find(e) != std::string::npos);
+    }
+    // Which fit set what: the trace fit's scales always; the bench's fields only with a bench.
+    CHECK(src.find("Then the trace fit on " + trace + " scaled the compute times x") != std::string::npos);
+    CHECK((src.find("From " + bench_file()) != std::string::npos) == (inputs.front() == "--bench"));
+  }
+  std::filesystem::remove(trace);
+  std::filesystem::remove(prof);
+}
