@@ -498,8 +498,10 @@ std::string describe_fit(const FitResult& f, const System& written, Precision p,
   if (!traces.origins.empty())
     os << " Then the trace fit on " << traces.origins << " scaled the compute times x" << traces.compute_scale
        << " (GEMM ceiling and attention divided, kernel overhead multiplied) and the element-wise memory times x"
-       << traces.memory_scale << " and the communication times x" << traces.comm_scale
-       << " (link latency multiplied, bandwidth divided); the numbers above include these scales.";
+       << traces.memory_scale;
+  if (!traces.origins.empty() && traces.comm_scale != 1)
+    os << " and the communication times x" << traces.comm_scale << " (link latency multiplied, bandwidth divided)";
+  if (!traces.origins.empty()) os << "; the numbers above include these scales.";
   if (bench)
     for (const std::string& n : f.notes) os << " Bench fit: " << n << ".";
   for (const std::string& n : traces.notes) os << " Trace fit: " << n << ".";
