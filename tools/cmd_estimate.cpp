@@ -31,9 +31,9 @@ int estimate(const Args& args) {
       {"metric", "value"},
       {"step time", fmt::seconds(e.step_s)},
       {"tokens/s", fmt::si(e.tokens_per_s, "tokens/s")},
-      {"model TFLOP/s/GPU", fmt::fixed(e.model_tflops_per_gpu, 1)},
-      {"hardware TFLOP/s/GPU (this recompute)", fmt::fixed(e.hw_tflops_per_gpu, 1)},
-      {"TFLOP/s/GPU, Narayanan eq. 3 (full recompute)", fmt::fixed(e.tflops_eq3_per_gpu, 1)},
+      {"model TFLOP/s/GPU", fmt::rate(e.model_tflops_per_gpu)},
+      {"hardware TFLOP/s/GPU (this recompute)", fmt::rate(e.hw_tflops_per_gpu)},
+      {"TFLOP/s/GPU, Narayanan eq. 3 (full recompute)", fmt::rate(e.tflops_eq3_per_gpu)},
       {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu) + " of " +
                         fmt::fixed(s.system.gpu.peak(s.layout.precision) / 1e12, 0) + " TFLOP/s (" +
                         to_string(s.layout.precision) + " peak)"},

@@ -141,7 +141,7 @@ void print_rows(const std::vector<explore::Scored>& rows) {
     const auto& s = rows[i];
     const double scale = s.analytical_step_s / s.step_s;
     t.push_back({std::to_string(i + 1), s.layout.describe(), fmt::seconds(s.step_s), fmt::si(s.tokens_per_s * scale, ""),
-                 fmt::fixed(s.tflops_per_gpu * scale, 1), fmt::pct(s.mfu * scale), fmt::pct(s.bubble),
+                 fmt::rate(s.tflops_per_gpu * scale), fmt::pct(s.mfu * scale), fmt::pct(s.bubble),
                  fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory), fmt::gib(s.capacity - s.peak_memory), s.tier});
   }
   std::cout << fmt::table(t);
@@ -151,7 +151,7 @@ void print_rows(const std::vector<explore::Scored>& rows) {
 // differently (sim/estimate.cpp, sim/engine); docs/explore.md says the same.
 void print_legend() {
   std::cout << "model TFLOP/s/GPU and MFU count the model's forward and backward FLOPs (no recompute: estimate's "
-               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU (Narayanan eq. 3)' counts a full recompute's forward too).\n"
+               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU, Narayanan eq. 3 (full recompute)' counts a full recompute's forward too).\n"
                "* of the busiest pipeline rank, by the row's tier: 'des' (event simulator): idle share of the step "
                "and the communication not hidden behind compute on the rank with the most busy time; 'analytical': "
                "the estimate's pipeline idle share of that rank and its exposed TP + CP + PP + DP time.\n";

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <iterator>
 #include <mutex>
+#include <thread>
 
 #include "kernels/cpu/gemm.hpp"
 #include "models/util/atomic_file.hpp"
@@ -389,6 +390,10 @@ int run(const Args& args) {
     tr.other_data["schedule"] = c.layout.schedule;
     tr.other_data["system"] = "cpu";
     tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
+    // Every rank a thread of this process: the cores they shared (calibrate warns when ranks outnumber them).
+    // Under mpirun the ranks may span hosts, so nothing is claimed.
+    if (!under_mpi && std::thread::hardware_concurrency() > 0)
+      tr.other_data["host"] = {{"cores", std::thread::hardware_concurrency()}};
     trace::write_chrome_trace(tr, c.trace_path);
     std::printf("trace: %s (%zu events, %zu ranks)\n", c.trace_path.c_str(), tr.events.size(), tr.process_names.size());
   }

@@ -32,7 +32,7 @@ engine::Fidelity parse_fidelity(const std::string& v) {
 
 // X_RECOMPUTE in a schedule file places the layout's recompute (--recompute selective|full): the simulator
 // charges the layout's recompute time there and no longer before each backward. Where that time is 0 (no
-// recompute, or selective recompute with flash attention, which keeps no attention scores to recompute) the
+// recompute; the lowering check below guards any layout whose recompute costs nothing) the
 // actions would cost nothing, and with some backwards left without one their recompute would be dropped:
 // both are refused, as REDUCE_GRAD, UNSHARD and the other actions whose work the layout decides are.
 void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, const std::string& path) {
@@ -108,7 +108,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
       {"metric", "value"},
       {"step time", fmt::seconds(r.step_s)},
       {"tokens/s", fmt::si(r.tokens_per_s, "tokens/s")},
-      {"model TFLOP/s/GPU", fmt::fixed(r.model_tflops_per_gpu, 1)},
+      {"model TFLOP/s/GPU", fmt::rate(r.model_tflops_per_gpu)},
       {"MFU", fmt::pct(r.mfu)},
       {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity) +
                           (r.fits ? " (fits)" : " (DOES NOT FIT)")},

@@ -19,7 +19,24 @@ std::string seconds(double s) {
   return fixed(s, 2) + " s";
 }
 
-std::string gib(double bytes) { return fixed(bytes / (1024.0 * 1024.0 * 1024.0), 1) + " GiB"; }
+std::string gib(double bytes) {
+  // Small sizes (the tiny model, a CPU run) in MiB or KiB rather than "0.0 GiB".
+  const double a = std::fabs(bytes);
+  if (a > 0 && a < 0.05 * 1024.0 * 1024.0 * 1024.0) {
+    if (a < 0.05 * 1024.0 * 1024.0) return fixed(bytes / 1024.0, 1) + " KiB";
+    return fixed(bytes / (1024.0 * 1024.0), 1) + " MiB";
+  }
+  return fixed(bytes / (1024.0 * 1024.0 * 1024.0), 1) + " GiB";
+}
+
+std::string rate(double v) {
+  if (v > 0 && v < 0.1) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.2g", v);
+    return buf;
+  }
+  return fixed(v, 1);
+}
 
 std::string pct(double fraction, int digits) { return fixed(100.0 * fraction, digits) + "%"; }
 

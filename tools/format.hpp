@@ -7,7 +7,8 @@
 namespace tessel::fmt {
 
 std::string seconds(double s);           // "812 us", "14.2 ms", "18.13 s"
-std::string gib(double bytes);           // "61.3 GiB"
+std::string gib(double bytes);           // "61.3 GiB"; below 0.05 GiB in MiB ("12.4 MiB") or KiB
+std::string rate(double v);              // one decimal ("152.5"), two significant digits below 0.1 ("0.0021")
 std::string fixed(double v, int digits);
 std::string pct(double fraction, int digits = 1);  // 0.512 -> "51.2%"
 std::string si(double v, const std::string& unit); // 1.2e6 tokens/s -> "1.20 M tokens/s"

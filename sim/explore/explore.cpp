@@ -195,7 +195,8 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
               for (const auto& split : splits)
                 for (Recompute rc : recs) {
                   // With flash attention the scores are never stored, so selective recompute (of the attention
-                  // core) costs and saves nothing over none: enumerate it once.
+                  // core, which Megatron-core still runs again) saves nothing over none and costs a flash
+                  // forward: none dominates it, so it is left out where none is enumerated.
                   if (rc == Recompute::selective && in.attention == AttentionImpl::flash &&
                       std::find(recs.begin(), recs.end(), Recompute::none) != recs.end())
                     continue;
