@@ -89,11 +89,10 @@ std::string Layout::describe() const {
   if (pp > 1) os << " " << schedule;
   if (recompute != Recompute::none) os << " " << to_string(recompute);
   // Full recompute's method and layer count change both time and memory: "full-block2" (Megatron's
-  // --recompute-method block --recompute-num-layers 2), "full-uniform2"; plain "full" is uniform, 1 layer.
-  if (recompute == Recompute::full) {
-    if (recompute_method == RecomputeMethod::block) os << "-block" << (recompute_layers > 0 ? std::to_string(recompute_layers) : "");
-    else if (recompute_layers > 1) os << "-uniform" << recompute_layers;
-  }
+  // --recompute-method block --recompute-num-layers 2); plain "full" is uniform, 1 layer per block (the only
+  // uniform form the cost model prices: parse_layout and the flags refuse more).
+  if (recompute == Recompute::full && recompute_method == RecomputeMethod::block)
+    os << "-block" << (recompute_layers > 0 ? std::to_string(recompute_layers) : "");
   if (sequence_parallel) os << " sp";
   if (zero_stage > 0) os << " zero" << zero_stage;
   if (!stage_layers.empty()) {
@@ -129,6 +128,10 @@ Layout parse_layout(const Json& j, const std::string& where) {
     l.recompute_method = *m == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
   }
   l.recompute_layers = static_cast<int>(o.opt_integer("recompute_layers", 0, 100000).value_or(0));
+  if (l.recompute == Recompute::full && l.recompute_method == RecomputeMethod::uniform && l.recompute_layers > 1)
+    o.fail("recompute_layers", std::to_string(l.recompute_layers) +
+                                   " with recompute_method uniform: the cost model prices checkpointing every layer's "
+                                   "input (1 layer per block), not blocks of several layers; use 1, or method block");
   l.sequence_parallel = o.opt_boolean("sequence_parallel").value_or(false);
   l.zero_stage = static_cast<int>(o.opt_integer("zero_stage", 0, 3).value_or(0));
   if (auto p = o.opt_string("precision")) l.precision = parse_precision(*p, where + ": precision");

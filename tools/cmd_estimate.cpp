@@ -35,7 +35,7 @@ int estimate(const Args& args) {
       {"hardware TFLOP/s/GPU (this recompute)", fmt::rate(e.hw_tflops_per_gpu)},
       {"TFLOP/s/GPU, Narayanan eq. 3 (full recompute)", fmt::rate(e.tflops_eq3_per_gpu)},
       {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu) + " of " +
-                        fmt::fixed(s.system.gpu.peak(s.layout.precision) / 1e12, 0) + " TFLOP/s (" +
+                        fmt::fixed(s.system.gpu.peak(s.layout.precision) / 1e12, s.system.gpu.peak(s.layout.precision) < 100e12 ? 1 : 0) + " TFLOP/s (" +
                         to_string(s.layout.precision) + " peak)"},
       {"pipeline bubble (idle)", fmt::pct(e.bubble_fraction)},
       {"compute (busiest rank)", fmt::seconds(e.compute_s)},

@@ -44,8 +44,8 @@ std::vector<int> parse_stage_layers(const std::string& text, const std::string& 
 }
 
 // A layout given to --explain: a JSON file, or words as `describe()` prints them
-// ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1 layers=3,4x6,3"; full recompute as "full",
-// "full-block2", "full-uniform2"). Each term at most once.
+// ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1 layers=3,4x6,3"; full recompute as "full" or
+// "full-block2"). Each term at most once.
 Layout parse_layout_words(const std::string& text, int global_batch) {
   if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text, "--explain "), text);
   Layout l;
@@ -84,15 +84,14 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
     } else if (w == "selective" || w == "full" || w == "none") {
       once("recompute policy", w);
       l.recompute = parse_recompute(w, "--explain");
-    } else if (w.rfind("full-block", 0) == 0 || w.rfind("full-uniform", 0) == 0) {
+    } else if (w.rfind("full-block", 0) == 0) {
       once("recompute policy", w);
       l.recompute = Recompute::full;
-      const bool block = w[5] == 'b';
-      l.recompute_method = block ? RecomputeMethod::block : RecomputeMethod::uniform;
-      const std::string n = w.substr(block ? 10 : 12);
-      if (!n.empty() || !block) l.recompute_layers = static_cast<int>(cli::parse_int(n, "--explain " + w, 1, 100000));
+      l.recompute_method = RecomputeMethod::block;
+      const std::string n = w.substr(10);
+      if (!n.empty()) l.recompute_layers = static_cast<int>(cli::parse_int(n, "--explain " + w, 1, 100000));
     } else {
-      if (!is_schedule_name(w)) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., a schedule, a recompute policy: none, selective, full, full-blockN, full-uniformN)");
+      if (!is_schedule_name(w)) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., a schedule, a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);
       l.schedule = w;
       sched_given = true;

@@ -67,14 +67,15 @@ void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, co
                            "every backward its own or none");
 }
 
-// Without --schedule, --vpp or --layout a schedule file decides the schedule's shape: its stages per rank and
+// Without --schedule or --layout a schedule file decides the schedule's shape: its stages per rank and
 // placement, and the sidecar's generator name where that is a layout schedule; the default layout's
 // interleaved with 3 chunks per rank would contradict a file of one stage per rank. Without a sidecar name:
 // V placement with 2 stages per rank is zbv, one stage per rank 1f1b, several in loop placement interleaved
 // (looped-bfs where interleaved's micro-batch rule does not hold). A file of another pp is left to the
 // engine, which names the mismatch.
+// A --vpp given keeps its value (the schedule's rules then name any mismatch with the file's).
 void shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string& path, const cli::CommandLine& cl) {
-  if (cl.has("--layout") || cl.has("--schedule") || cl.has("--vpp")) return;
+  if (cl.has("--layout") || cl.has("--schedule")) return;
   Layout& l = s.layout;
   if (f.num_ranks != l.pp || l.pp == 1 || f.num_stages % f.num_ranks != 0) return;
   const int vpp = f.num_stages / f.num_ranks;
@@ -97,7 +98,7 @@ void shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string&
     else name = "looped-bfs";
   }
   l.schedule = name;
-  l.vpp = vpp;
+  if (!cl.has("--vpp")) l.vpp = vpp;
 }
 
 void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t max_ranks, std::size_t max_path) {

@@ -59,10 +59,11 @@ double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first,
   const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
   const double sbh = s * b * h;
   double bytes = 0;
-  // Embedding dropout output, sequence-sharded (Korthikanti: s b h p / t for p in-flight micro-batches;
-  // this is one micro-batch's share, the schedule multiplies).
+  // The embedding dropout's 1-byte mask, sequence-sharded (Korthikanti Sec. 4.3: s b h p / t for p in-flight
+  // micro-batches; this is one micro-batch's share, the schedule multiplies). Its output is the first
+  // layer's input, counted with that layer.
   const double wide = l.precision == Precision::fp32 ? 2.0 : 1.0;  // 16-bit tensors at 4 bytes in fp32 training
-  if (first) bytes += wide * (m.dropout ? 2.0 : 0.0) * sbh / t;
+  if (first) bytes += (m.dropout ? 1.0 : 0.0) * sbh / t;
   // Final norm input and output-projection input (2 s b h / t each) and fp32 logits 4 s b v / t.
   if (last) bytes += wide * 4.0 * sbh / t + 4.0 * s * b * static_cast<double>(m.vocab) / t;
   return bytes;

@@ -90,6 +90,12 @@ TEST_CASE("layout JSON is strict") {
     err = e.what();
   }
   CHECK(err.find("tp: value 0 is out of range [1,") != std::string::npos);
+  // Uniform blocks of several layers are not priced (the flags refuse them too).
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"recompute":"full",
+      "recompute_method":"uniform","recompute_layers":2})", "l.json"), "l.json"),
+                       doctest::Contains("recompute_layers"), InputError);
+  CHECK_NOTHROW(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"recompute":"full",
+      "recompute_method":"block","recompute_layers":2})", "l.json"), "l.json"));
   const Layout l = parse_layout(
       parse_json_text(R"({"tp":2,"pp":4,"micro_batch":1,"global_batch":8,"schedule":"zbv","vpp":2})", "l.json"), "l.json");
   CHECK(l.rank_of_stage(0) == 0);

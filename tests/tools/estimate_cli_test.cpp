@@ -184,7 +184,8 @@ TEST_CASE("simulate: the default GPU count stays within the system; a derived dp
   CHECK(ok.code == 0);
 }
 
-// A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise: the default
+// A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise (a --vpp
+// given keeps its value; the file still names the schedule): the default
 // layout's interleaved with 3 chunks per rank made a 1F1B file fail on "8 layers over 12 stages".
 TEST_CASE("simulate --schedule-file: the file's shape, not the default schedule's vpp") {
   const auto dir = std::filesystem::temp_directory_path() / ("sched_file_" + std::to_string(::getpid()));
@@ -204,5 +205,14 @@ TEST_CASE("simulate --schedule-file: the file's shape, not the default schedule'
   std::vector<std::string> v3 = sim;
   v3.insert(v3.end(), {"--vpp", "3"});  // given: the user's vpp stands, and its layer split is the error
   CHECK(run_tessel(v3).code == 2);
+  // A V-shaped file under a given --vpp 3: the file still names the schedule (zbv), whose rule names the
+  // mismatch (it was the default interleaved's placement against the file's).
+  const std::string zbv = (dir / "v.csv").string();
+  REQUIRE(run_tessel({"schedule", "gen", "zbv", "--pp", "4", "--mb", "8", "-o", zbv}).code == 0);
+  auto vz = run_tessel({"simulate", "--model", "gpt3-175b", "--tp", "8", "--pp", "4", "--dp", "1", "--gbs", "8",
+                        "--schedule-file", zbv, "--vpp", "3"});
+  CAPTURE(vz.err);
+  CHECK(vz.code == 2);
+  CHECK(vz.err.find("zbv needs exactly 2 stages per rank") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
