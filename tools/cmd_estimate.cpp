@@ -47,6 +47,9 @@ int estimate(const Args& args) {
       {"optimizer step", fmt::seconds(e.optimizer_s)},
   };
   std::cout << fmt::table(rows) << "\n";
+  if (s.layout.zero_stage == 3 && !s.layout.overlap_param_gather)
+    std::cout << "note: ZeRO-3 prefetches each layer's forward all-gather behind the previous layer's compute "
+                 "(DeepSpeed's prefetch, modelled whatever --no-overlap says: it sets Megatron's bucket overlap)\n\n";
   std::vector<std::vector<std::string>> mem = {
       {"pp rank", "weights", "grads", "optimizer", "activations", "extras", "reserved", "total", "of capacity"}};
   for (const auto& m : e.memory)

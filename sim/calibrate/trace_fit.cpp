@@ -387,8 +387,24 @@ void apply_compute_scale(System& s, double scale, Precision p, std::vector<std::
   // GEMM and attention share one peak: scale the peak once when either efficiency would leave its bounds.
   double& peak = g.peak_flops[static_cast<int>(p)];
   const double gemm_rate = peak * g.gemm_efficiency / scale, att_rate = peak * g.attention_efficiency / scale;
-  rescale(peak, g.gemm_efficiency, scale, "gpu.peak_tflops", notes);
+  // Both rates kept exactly: the peak moves into [max rate, min rate / 0.01] when it must (both efficiencies
+  // then within [0.01, 1]); only rates more than 100x apart leave attention clamped, and that is noted.
+  const double lo = std::max(gemm_rate, att_rate), hi = std::min(gemm_rate, att_rate) / 0.01;
+  const double old_peak = peak;
+  if (lo <= hi) peak = std::clamp(peak, lo, hi);
+  else peak = gemm_rate;  // GEMM at efficiency 1; attention below 0.01 of it
+  if (peak != old_peak) {
+    std::ostringstream os;
+    os << "gpu.peak_tflops moved to " << peak << " to keep the GEMM and attention efficiencies within [0.01, 1]";
+    notes.push_back(os.str());
+  }
+  g.gemm_efficiency = gemm_rate / peak;
   g.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
+  if (att_rate / peak < 0.01) {
+    std::ostringstream os;
+    os << "attention efficiency clamped at 0.01 (its fitted rate " << att_rate << " FLOP/s is below 0.01 of the GEMM's)";
+    notes.push_back(os.str());
+  }
   TESSEL_CHECK(std::abs(peak * g.gemm_efficiency / gemm_rate - 1) < 1e-9, "GEMM rate after rescale");
   g.kernel_overhead_s *= scale;
 }

@@ -494,3 +494,26 @@ TEST_CASE("trace fit: communication inside the ops is fitted apart from compute;
   REQUIRE(g.warnings.size() == 2);
   CHECK(g.warnings[0].find("synthetic.json: 2 ranks ran on a host of 1 cores") != std::string::npos);
 }
+
+// The trace fit's compute scale divides the GEMM and the attention rates alike: where the attention
+// efficiency would fall below its 0.01 floor, the shared peak moves so both rates stay exact (before, the
+// attention efficiency was clamped after the peak had moved for the GEMM, and its rate came out 10% off).
+TEST_CASE("trace fit: the compute scale keeps both the GEMM and the attention rate exact") {
+  for (double att : {0.0102, 0.4}) {
+    for (double scale : {8.167, 0.5, 3.0}) {
+      CAPTURE(att);
+      CAPTURE(scale);
+      System s = load_system("cpu");
+      const Precision p = Precision::fp32;
+      s.gpu.attention_efficiency = att;
+      const double peak = s.gpu.peak(p);
+      const double gemm_rate = peak * s.gpu.gemm_efficiency, att_rate = peak * s.gpu.attention_efficiency;
+      std::vector<std::string> notes;
+      calib::apply_compute_scale(s, scale, p, notes);
+      CHECK(s.gpu.peak(p) * s.gpu.gemm_efficiency == doctest::Approx(gemm_rate / scale).epsilon(1e-12));
+      CHECK(s.gpu.peak(p) * s.gpu.attention_efficiency == doctest::Approx(att_rate / scale).epsilon(1e-12));
+      CHECK(s.gpu.gemm_efficiency <= 1.0);
+      CHECK(s.gpu.attention_efficiency >= 0.01);
+    }
+  }
+}
