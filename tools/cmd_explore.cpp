@@ -122,7 +122,7 @@ void print_progress(double f) {
 
 std::string csv_of(const explore::Result& r) {
   std::ostringstream os;
-  os << "rank,layout,tier,step_s,tokens_per_s,model_tflops_per_gpu,mfu,bubble_busiest_rank,exposed_comm_s_busiest_rank,peak_GiB,headroom_GiB\n";
+  os << "rank,layout,tier,step_s,tokens_per_s,model_tflops_per_gpu,mfu,bubble_fraction,exposed_comm_s,peak_memory_GiB,headroom_GiB\n";
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& s = r.top[i];
     const double scale = s.analytical_step_s / s.step_s;
