@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-SYSTEMS = [("A100", "dgx-a100"), ("H100", "dgx-h100"), ("H800", "h800"), ("H200", "h200")]
+SYSTEMS = [("A100", "dgx-a100"), ("H100", "dgx-h100"), ("H800", "h800"), ("H200", "dgx-h200")]
 
 
 def model_json(row):
