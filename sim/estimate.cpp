@@ -127,7 +127,10 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.tp_exposed_s = e.tp_comm_s;  // blocking in Megatron's TP layers
   e.cp_comm_s = 0;
   for (const auto& st : w.stages)
-    if (l.rank_of_stage(st.stage) == busiest) e.cp_exposed_s += mb * st.layers * (w.layer.t_cp_f + w.layer.t_cp_b);
+    if (l.rank_of_stage(st.stage) == busiest) {
+      e.cp_comm_s += mb * st.layers * (w.layer.cp_comm_f + w.layer.cp_comm_b);
+      e.cp_exposed_s += mb * st.layers * (w.layer.t_cp_f + w.layer.t_cp_b);
+    }
   e.compute_s = busy[busiest] - e.tp_comm_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
 
   // Data-parallel gradient reduction (and parameter all-gather under the distributed optimizer / ZeRO).
@@ -304,7 +307,7 @@ Json estimate_to_json(const Estimate& e) {
   j["hfu"] = e.hfu;
   j["bubble_fraction"] = e.bubble_fraction;
   j["compute_s"] = e.compute_s;
-  j["comm"] = {{"tp_s", e.tp_comm_s}, {"tp_exposed_s", e.tp_exposed_s}, {"cp_exposed_s", e.cp_exposed_s},
+  j["comm"] = {{"tp_s", e.tp_comm_s}, {"tp_exposed_s", e.tp_exposed_s}, {"cp_s", e.cp_comm_s}, {"cp_exposed_s", e.cp_exposed_s},
                {"pp_s", e.pp_comm_s}, {"pp_exposed_s", e.pp_exposed_s}, {"dp_s", e.dp_comm_s},
                {"dp_exposed_s", e.dp_exposed_s}, {"overlapped_s", e.overlapped_comm_s},
                {"overlap_slowdown_s", e.overlap_slowdown_s}};

@@ -184,6 +184,8 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
         attn_f += op.t_f;
         attn_b += op.t_i;
       }
+    lw.cp_comm_f = comm_f;
+    lw.cp_comm_b = comm_b;
     lw.t_cp_f = std::max(0.0, comm_f - attn_f);
     lw.t_cp_b = std::max(0.0, comm_b - attn_b);
   }

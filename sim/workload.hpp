@@ -40,6 +40,7 @@ struct LayerWork {
   double t_f = 0, t_i = 0, t_w = 0;    // compute only
   double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron does not overlap them)
   double t_cp_f = 0, t_cp_b = 0;       // CP KV exchange, exposed part (ring attention overlaps it)
+  double cp_comm_f = 0, cp_comm_b = 0; // CP KV exchange, all of it
   double t_recompute = 0;              // added to backward by the layout's recompute policy (per recomputed layer)
   double flops_model_f = 0;            // model FLOPs of the forward (Narayanan eq. 3 counts GEMMs only)
   double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)

@@ -40,7 +40,7 @@ int estimate(const Args& args) {
       {"pipeline bubble (idle)", fmt::pct(e.bubble_fraction)},
       {"compute (busiest rank)", fmt::seconds(e.compute_s)},
       {"TP comm (exposed)", fmt::seconds(e.tp_comm_s) + " (" + fmt::seconds(e.tp_exposed_s) + ")"},
-      {"CP comm exposed", fmt::seconds(e.cp_exposed_s)},
+      {"CP comm (exposed)", fmt::seconds(e.cp_comm_s) + " (" + fmt::seconds(e.cp_exposed_s) + ")"},
       {"PP comm (exposed)", fmt::seconds(e.pp_comm_s) + " (" + fmt::seconds(e.pp_exposed_s) + ")"},
       {"DP comm (exposed)", fmt::seconds(e.dp_comm_s) + " (" + fmt::seconds(e.dp_exposed_s) + ")"},
       {"compute lost to overlapped comm", fmt::seconds(e.overlap_slowdown_s)},

@@ -379,6 +379,8 @@ TEST_CASE("estimate: the rows add up to the step, and exposed never exceeds tota
     CHECK(e.tp_exposed_s <= e.tp_comm_s * (1 + 1e-12));
     CHECK(e.pp_exposed_s <= e.pp_comm_s * (1 + 1e-12));
     CHECK(e.dp_exposed_s <= e.dp_comm_s * (1 + 1e-12));
+    CHECK(e.cp_exposed_s <= e.cp_comm_s * (1 + 1e-12));
+    CHECK((e.cp_comm_s > 0) == (k.cp > 1));
     CHECK(e.bubble_fraction >= 0);
     CHECK(e.compute_s > 0);
   }
