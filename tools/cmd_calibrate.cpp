@@ -4,6 +4,7 @@
 
 #include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
 #include "sim/calibrate/bench_data.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/trace_fit.hpp"
@@ -141,7 +142,10 @@ int calibrate(const Args& args) {
   if (have_traces) {
     std::vector<trace::Trace> traces;
     const std::vector<std::string> paths = cl.get_list("--trace");
-    for (const auto& p : paths) traces.push_back(trace::read_chrome_trace(p));
+    for (const auto& p : paths) {
+      refuse_directory(p, "--trace ");  // the reader names the path only (compare's positional files share it)
+      traces.push_back(trace::read_chrome_trace(p));
+    }
     tf = calib::fit_traces(traces, paths, fit.profile, precision, tp.notes);
     tp.origins = *cl.get("--trace");
     tp.compute_scale = tf.compute_scale;

@@ -34,10 +34,9 @@ TEST_CASE("a directory given as an input file exits 2 naming it as a directory")
       {"simulate", "--pp", "2", "--gbs", "8", "--schedule-file", csv},
       {"explore", "--explain", dir},
   };
-  // Where the path came from a flag, the message leads with the flag (`--trace` excepted: compare's
-  // positional traces share its reader).
+  // Where the path came from a flag, the message leads with the flag.
   const std::vector<std::string> named_flags = {"--layout", "--model", "--system", "--bench", "--data",
-                                                "--schedule-file", "--explain"};
+                                                "--schedule-file", "--explain", "--trace"};
   for (const auto& args : cases) {
     const auto r = run_tessel(args);
     std::string cmd;
