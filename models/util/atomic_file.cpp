@@ -49,7 +49,7 @@ void check_writable(const std::string& path, const std::string& flag) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw InputError(flag + " " + path + ": folder " + dir.string() + " does not exist");
-  if (fs::is_directory(target, ec)) throw InputError(flag + " " + path + ": is a folder, not a file");
+  if (fs::is_directory(target, ec)) throw InputError(flag + " " + path + ": is a directory, not a file");
   if (::access(dir.c_str(), W_OK) != 0)
     throw InputError(flag + " " + path + ": folder " + dir.string() + " is not writable");
 }

@@ -102,7 +102,7 @@ std::optional<std::int64_t> CheckpointReader::latest_step(const std::string& roo
   const std::string rule = "must be a file holding the name of the published step folder, as the saver writes it "
                            "(\"step-00000004\\n\")";
   if (!fs::is_regular_file(st))
-    throw InputError(p.string() + ": " + (fs::is_directory(st) ? "is a folder" : "is not a regular file") + "; it " + rule);
+    throw InputError(p.string() + ": " + (fs::is_directory(st) ? "is a directory" : "is not a regular file") + "; it " + rule);
   const auto bytes = fs::file_size(p, ec);
   if (ec || bytes > 64) throw InputError(p.string() + ": has " + std::to_string(bytes) + " bytes; it " + rule);
   std::ifstream in(p, std::ios::binary);

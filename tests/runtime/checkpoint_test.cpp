@@ -300,9 +300,9 @@ TEST_CASE("a `latest` that is a folder is refused before a save writes anything"
   save(d.str(), 1, 2);
   test::fs::remove(d.path / "latest");
   test::fs::create_directories(d.path / "latest");
-  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("latest: is a folder"), InputError);
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains("latest: is a directory"), InputError);
   set_fault_plan({});
-  CHECK_THROWS_WITH_AS(save(d.str(), 2, 2), doctest::Contains("latest: is a folder"), InputError);
+  CHECK_THROWS_WITH_AS(save(d.str(), 2, 2), doctest::Contains("latest: is a directory"), InputError);
   CHECK(io_ops_done() == 0);  // refused before the staging folder: no write, no mkdir
   CHECK(!test::fs::exists(d.path / "step-00000002"));
   CHECK(!test::fs::exists(d.path / ".step-00000002.staging"));

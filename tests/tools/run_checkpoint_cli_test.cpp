@@ -148,14 +148,14 @@ TEST_CASE("run: a `latest` that is a folder is refused before training") {
   auto r = run({"--steps", "4", "--save-every", "2", "--checkpoint-dir", d, "--resume", d});
   CAPTURE(r.err);
   CHECK(r.code == 2);
-  CHECK(has(r.err, d + "/latest: is a folder"));
+  CHECK(has(r.err, d + "/latest: is a directory"));
   CHECK(!trained(r));
   const std::string e = s / "empty";
   fs::create_directories(fs::path(e) / "latest");
   auto fresh = run({"--steps", "2", "--save-every", "2", "--checkpoint-dir", e});
   CAPTURE(fresh.err);
   CHECK(fresh.code == 2);
-  CHECK(has(fresh.err, "--checkpoint-dir " + e + ": " + e + "/latest: is a folder"));
+  CHECK(has(fresh.err, "--checkpoint-dir " + e + ": " + e + "/latest: is a directory"));
   CHECK(!trained(fresh));
 }
 
