@@ -268,15 +268,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
     // all m are alive at once; the other schedules run the last stage's backward right after its forward.
     const bool all_forwards_first = l.schedule == "gpipe" || l.schedule == "looped-bfs";
-    // The first stage's mask lives from stage 0's forward to its backward: of rank 0's in-flight chunk
-    // forwards, interleaving (groups of p micro-batches per chunk, Megatron's order) gives chunk 0 only some.
-    double first_inflight = std::min<double>(chunks, mb);
-    if (l.schedule == "interleaved" && l.vpp > 1) {
-      int k0 = 0;
-      for (int k = 0; k < static_cast<int>(first_inflight); ++k) k0 += (k / p) % l.vpp == 0;
-      first_inflight = k0;
-    }
-    mbk.extras = rs.extra_first[r] * first_inflight + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
+    mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
     mbk.zero3_gather = cost::zero3_gather_bytes(m, l);
     mbk.recompute_transient = cost::recompute_transient_bytes(m, l);
     mbk.reserved = sys.memory_reserved_bytes;
