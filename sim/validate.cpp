@@ -267,7 +267,9 @@ std::optional<double> predict_metric(const std::string& metric, const Model& m, 
     // The published HFU is the source's hardware-FLOP count over the measured time, so the prediction uses
     // the same count over the predicted time. Korthikanti et al. eq. 8 (selective recompute) adds
     // 72 B L s h^2 s/(6h) = 12 B L s^2 h to the model FLOPs of eq. 7: more than the forward of the attention
-    // core that selective recompute runs again (4 B L s^2 h, which Tessel's own HFU counts). Full recompute
+    // core that selective recompute runs again (4 B L s^2 h, which Tessel's own HFU counts). That term is added
+    // to Tessel's model FLOPs, which equal eq. 7 for the GPT rows that publish HFU (Korthikanti Table 5:
+    // LayerNorm, GELU, MHA, tied head); a row of another architecture would mix conventions. Full recompute
     // and none: Tessel's count is the source's (eq. 3 / eq. 7).
     if (e.layout.recompute == Recompute::selective) {
       const double B = e.layout.global_batch, L = m.layers, s = m.seq_len, h = m.hidden;

@@ -389,10 +389,12 @@ void apply_compute_scale(System& s, double scale, Precision p, std::vector<std::
   const double gemm_rate = peak * g.gemm_efficiency / scale, att_rate = peak * g.attention_efficiency / scale;
   // Both rates kept exactly: the peak moves into [max rate, min rate / 0.01] when it must (both efficiencies
   // then within [0.01, 1]); only rates more than 100x apart leave attention clamped, and that is noted.
+  // The GEMM rate is kept whatever happens; attention is clamped (and noted) only when the two rates are over
+  // 100x apart, at whichever bound it crosses.
   const double lo = std::max(gemm_rate, att_rate), hi = std::min(gemm_rate, att_rate) / 0.01;
   const double old_peak = peak;
   if (lo <= hi) peak = std::clamp(peak, lo, hi);
-  else peak = gemm_rate;  // GEMM at efficiency 1; attention below 0.01 of it
+  else peak = att_rate < gemm_rate ? gemm_rate : gemm_rate / 0.01;
   if (peak != old_peak) {
     std::ostringstream os;
     os << "gpu.peak_tflops moved to " << peak << " to keep the GEMM and attention efficiencies within [0.01, 1]";
@@ -400,9 +402,10 @@ void apply_compute_scale(System& s, double scale, Precision p, std::vector<std::
   }
   g.gemm_efficiency = gemm_rate / peak;
   g.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
-  if (att_rate / peak < 0.01) {
+  if (att_rate / peak < 0.01 || att_rate / peak > 1.0) {
     std::ostringstream os;
-    os << "attention efficiency clamped at 0.01 (its fitted rate " << att_rate << " FLOP/s is below 0.01 of the GEMM's)";
+    os << "attention efficiency clamped at " << g.attention_efficiency << " (its fitted rate " << att_rate
+       << " FLOP/s is over 100x from the GEMM's " << gemm_rate << ")";
     notes.push_back(os.str());
   }
   TESSEL_CHECK(std::abs(peak * g.gemm_efficiency / gemm_rate - 1) < 1e-9, "GEMM rate after rescale");

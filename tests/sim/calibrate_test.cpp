@@ -517,3 +517,25 @@ TEST_CASE("trace fit: the compute scale keeps both the GEMM and the attention ra
     }
   }
 }
+
+// Rates over 100x apart cannot both be exact inside [0.01, 1]: the GEMM's stays exact, attention is clamped
+// at the bound it crosses, and the profile's notes say so, whichever of the two is the faster.
+TEST_CASE("trace fit: attention over 100x from the GEMM rate is clamped and noted, both ways") {
+  for (double att : {1e-5, 0.9}) {
+    CAPTURE(att);
+    System s = load_system("cpu");
+    const Precision p = Precision::fp32;
+    s.gpu.gemm_efficiency = att < 0.5 ? 0.9 : 0.005;
+    s.gpu.attention_efficiency = att;
+    const double gemm_rate = s.gpu.peak(p) * s.gpu.gemm_efficiency;
+    std::vector<std::string> notes;
+    calib::apply_compute_scale(s, 1.0, p, notes);
+    CHECK(s.gpu.peak(p) * s.gpu.gemm_efficiency == doctest::Approx(gemm_rate).epsilon(1e-12));
+    CHECK(s.gpu.gemm_efficiency <= 1.0);
+    CHECK(s.gpu.gemm_efficiency >= 0.01);
+    CHECK(s.gpu.attention_efficiency == doctest::Approx(att < 0.5 ? 0.01 : 1.0));
+    bool noted = false;
+    for (const auto& n : notes) noted |= n.find("attention efficiency clamped") != std::string::npos;
+    CHECK(noted);
+  }
+}
