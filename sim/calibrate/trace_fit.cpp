@@ -388,18 +388,11 @@ void apply_compute_scale(System& s, double scale, Precision p, std::vector<std::
   double& peak = g.peak_flops[static_cast<int>(p)];
   const double gemm_rate = peak * g.gemm_efficiency / scale, att_rate = peak * g.attention_efficiency / scale;
   // Both rates kept exactly: the peak moves into [max rate, min rate / 0.01] when it must (both efficiencies
-  // then within [0.01, 1]); only rates more than 100x apart leave attention clamped, and that is noted.
-  // The GEMM rate is kept whatever happens; attention is clamped (and noted) only when the two rates are over
-  // 100x apart, at whichever bound it crosses.
+  // then within [0.01, 1]; fit_traces notes a moved peak with its final value). Rates over 100x apart keep
+  // the GEMM's exact and clamp attention at the bound it crosses, noted here.
   const double lo = std::max(gemm_rate, att_rate), hi = std::min(gemm_rate, att_rate) / 0.01;
-  const double old_peak = peak;
   if (lo <= hi) peak = std::clamp(peak, lo, hi);
   else peak = att_rate < gemm_rate ? gemm_rate : gemm_rate / 0.01;
-  if (peak != old_peak) {
-    std::ostringstream os;
-    os << "gpu.peak_tflops moved to " << peak << " to keep the GEMM and attention efficiencies within [0.01, 1]";
-    notes.push_back(os.str());
-  }
   g.gemm_efficiency = gemm_rate / peak;
   g.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
   if (att_rate / peak < 0.01 || att_rate / peak > 1.0) {
