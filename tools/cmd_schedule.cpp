@@ -1,11 +1,13 @@
 // tessel schedule gen|validate|show|diff: pipeline schedules as files that CI can check.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
 #include "models/util/atomic_file.hpp"
 #include "models/util/error.hpp"
+#include "models/util/json_reader.hpp"
 #include "sim/schedule/diff.hpp"
 #include "sim/schedule/rules.hpp"
 #include "sim/schedule/schedule.hpp"
@@ -22,6 +24,7 @@ using namespace tessel::sched;
 const char* kUsage =
     "usage: tessel schedule gen NAME --pp P --mb M [--vpp V] [--costs F,B,W,C] [--mem-limit N] [--lower] [-o FILE.csv]\n"
     "       tessel schedule validate FILE.csv [--comm eager|blocking|batched] [--mem-limit N] [--legacy-bw]\n"
+    "                                [--max-violations N] [--json]\n"
     "       tessel schedule show FILE.csv [--costs F,B,W,C] [--comm MODEL] [--svg OUT.svg] [--width N]\n"
     "       tessel schedule diff A.csv B.csv\n"
     "exit codes: 0 valid / identical, 1 invalid / different, 2 bad input\n";
@@ -49,27 +52,42 @@ const std::string& positional(const cli::CommandLine& cl, std::size_t i, const c
   return cl.positional()[i];
 }
 
-void print_summary(const Schedule& s, const SimResult& sim, std::FILE* f) {
-  std::fprintf(f, "%s: pp %d, %d stages, %d micro-batches, %zu actions; unit-cost makespan %.2f, bubble rate %.2f%% (span-based %.2f%%)\n",
-               s.generator.c_str(), s.num_ranks, s.num_stages, s.num_microbatches, s.num_actions(), sim.makespan,
-               100.0 * sim.bubble_rate, 100.0 * sim.span_bubble_rate);
+// `costs_given`: the makespan is in the units of --costs, else every op costs 1 (unit cost).
+void print_summary(const Schedule& s, const SimResult& sim, bool costs_given, std::FILE* f) {
+  std::fprintf(f, "%s: pp %d, %d stages, %d micro-batches, %zu actions; %s %.2f, bubble rate %.2f%% (span-based %.2f%%)\n",
+               s.generator.c_str(), s.num_ranks, s.num_stages, s.num_microbatches, s.num_actions(),
+               costs_given ? "makespan (--costs units)" : "unit-cost makespan", sim.makespan, 100.0 * sim.bubble_rate,
+               100.0 * sim.span_bubble_rate);
 }
 
-// A file with W (weight grad) and B but no I reads like PyTorch's older dialect, where B is the input grad
-// (zb1p_2rank_2stagep_compute.csv): read as full backwards, its Ws have no I. Say how to read it instead.
-std::string legacy_bw_hint(const Schedule& s, bool legacy_bw) {
-  if (legacy_bw) return "";
-  bool w = false, b = false, i = false;
-  for (const auto& rank : s.ranks)
-    for (const auto& a : rank)
+// Without a sidecar m is 1 + the largest micro-batch index, so one mistyped index (3W9 in an 8-micro-batch
+// file) makes every stage miss micro-batches 8 and 9, and those are the violations listed. When the largest
+// index is used by fewer actions than micro-batch 0, say where it is, so the typo is found first.
+std::string inferred_m_note(const std::string& path, const Schedule& s) {
+  std::error_code ec;
+  if (std::filesystem::exists(meta_path_for(path), ec) || s.num_microbatches < 2) return "";
+  std::vector<long long> uses(static_cast<std::size_t>(s.num_microbatches), 0);
+  std::pair<int, int> first{-1, -1};
+  const int top = s.num_microbatches - 1;
+  for (int r = 0; r < s.num_ranks; ++r)
+    for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
+      const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
       for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a}) {
-        w = w || part.type == ActionType::W;
-        b = b || part.type == ActionType::B;
-        i = i || part.type == ActionType::I;
+        if (part.mb < 0) continue;
+        ++uses[static_cast<std::size_t>(part.mb)];
+        if (part.mb == top && first.first < 0) first = {r, p};
       }
-  if (!w || !b || i) return "";
-  return "the file has W and B but no I: in PyTorch's older dialect B is the input grad (and BW a full backward); "
-         "read it that way with --legacy-bw";
+    }
+  if (uses[static_cast<std::size_t>(top)] >= uses[0] || first.first < 0) return "";
+  const auto& a = s.ranks[static_cast<std::size_t>(first.first)][static_cast<std::size_t>(first.second)];
+  std::string at = "rank " + std::to_string(first.first) + " #" + std::to_string(first.second) + " '" + a.token() + "'";
+  if (static_cast<std::size_t>(first.first) < s.cells.size())
+    at += " (line " + std::to_string(first.first + 1) + " cell " +
+          std::to_string(s.cells[static_cast<std::size_t>(first.first)][static_cast<std::size_t>(first.second)]) + ")";
+  return "no sidecar, so m = " + std::to_string(s.num_microbatches) + " is read from the largest micro-batch index, first at " +
+         at + "; micro-batch " + std::to_string(top) + " appears in " + std::to_string(uses[static_cast<std::size_t>(top)]) +
+         " action(s), micro-batch 0 in " + std::to_string(uses[0]) +
+         ": if that index is a typo, the missing actions below are its echo (a sidecar's num_microbatches fixes m)";
 }
 
 int gen(const Args& args) {
@@ -107,7 +125,7 @@ int gen(const Args& args) {
   if (auto out = cl.get("-o")) {
     write_file_atomic(*out, to_csv(s));
     write_file_atomic(meta_path_for(*out), to_meta_json(s));
-    print_summary(s, unit_cost_simulate(s, costs), stdout);
+    print_summary(s, unit_cost_simulate(s, costs), cl.has("--costs"), stdout);
     std::printf("wrote %s and %s\n", out->c_str(), meta_path_for(*out).c_str());
   } else {
     std::cout << to_csv(s);
@@ -119,15 +137,37 @@ int validate_cmd(const Args& args) {
   cli::CommandLine cl("schedule validate", args,
                       {{"--comm", true, "eager (default), blocking or batched"},
                        {"--mem-limit", true, "max in-flight activations per rank"},
-                       {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
+                       {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"},
+                       {"--max-violations", true, "collect and list up to N violations [50 collected, 10 listed]"},
+                       {"--json", false, "print one JSON document: the result and every violation collected"}},
                       2);
   if (cl.print_help(kUsage)) return 0;
   const std::string path = positional(cl, 1, "FILE.csv");
   ValidateOptions opt;
   opt.comm = parse_comm_model(cl.get_or("--comm", "eager"));
   opt.mem_limit = mem_limit(cl);
+  const auto max_v = cl.get_int("--max-violations", 1, 1 << 20);
+  if (max_v) opt.max_violations = static_cast<std::size_t>(*max_v);
   const Schedule s = read_csv(path, cl.flag("--legacy-bw"));
   const auto rep = validate(s, opt);
+  const std::string hint = rep.ok() || cl.flag("--legacy-bw") ? "" : legacy_bw_hint(path, s, opt);
+  const std::string m_note = rep.ok() ? "" : inferred_m_note(path, s);
+  if (cl.flag("--json")) {
+    Json j = {{"file", path},
+              {"valid", rep.ok()},
+              {"comm", comm_model_name(opt.comm)},
+              {"ranks", s.num_ranks},
+              {"stages", s.num_stages},
+              {"microbatches", s.num_microbatches},
+              {"peak_inflight", rep.peak_inflight},
+              {"violations_complete", rep.violations.size() < opt.max_violations},
+              {"violations", Json::array()}};
+    for (const auto& v : rep.violations) j["violations"].push_back({{"rule", v.rule}, {"message", v.message}});
+    if (!hint.empty()) j["hint"] = hint;
+    if (!m_note.empty()) j["note"] = m_note;
+    std::cout << j.dump(2) << "\n";
+    return rep.ok() ? 0 : 1;
+  }
   // One line however many ranks: the first kShownRanks, then the maximum over all of them.
   constexpr std::size_t kShownRanks = 64;
   std::string peaks;
@@ -147,16 +187,17 @@ int validate_cmd(const Args& args) {
                 path.c_str(), comm_model_name(opt.comm), s.num_ranks, s.num_stages, s.num_microbatches, peaks.c_str());
     return 0;
   }
-  // validate() stops collecting at max_violations; the first kShown of those are printed.
-  constexpr std::size_t kShown = 10;
+  // validate() stops collecting at max_violations; the first kShown of those are printed (all of them with
+  // --max-violations).
+  const std::size_t shown = max_v ? opt.max_violations : 10;
   const std::size_t n = rep.violations.size();
   std::printf("%s: INVALID under %s comms (%s%zu violation%s%s)\n", path.c_str(), comm_model_name(opt.comm),
               n >= opt.max_violations ? "at least " : "", n, n == 1 ? "" : "s",
-              n > kShown ? (", the first " + std::to_string(kShown) + " shown").c_str() : "");
-  for (std::size_t i = 0; i < n && i < kShown; ++i)
+              n > shown ? (", the first " + std::to_string(shown) + " shown; --max-violations N lists more").c_str() : "");
+  if (!m_note.empty()) std::printf("note: %s\n", m_note.c_str());
+  for (std::size_t i = 0; i < n && i < shown; ++i)
     std::printf("  [%s] %s\n", rep.violations[i].rule.c_str(), rep.violations[i].message.c_str());
-  if (const std::string hint = legacy_bw_hint(s, cl.flag("--legacy-bw")); !hint.empty())
-    std::printf("hint: %s\n", hint.c_str());
+  if (!hint.empty()) std::printf("hint: %s\n", hint.c_str());
   return 1;
 }
 
@@ -180,11 +221,13 @@ int show(const Args& args) {
   try {
     sim = unit_cost_simulate(s, costs, comm);
   } catch (const InputError& e) {
-    const std::string hint = legacy_bw_hint(s, cl.flag("--legacy-bw"));
+    ValidateOptions vo;
+    vo.comm = comm;
+    const std::string hint = cl.flag("--legacy-bw") ? "" : legacy_bw_hint(path, s, vo);
     if (hint.empty()) throw;
     throw InputError(std::string(e.what()) + "; " + hint);
   }
-  print_summary(s, sim, stdout);
+  print_summary(s, sim, cl.has("--costs"), stdout);
   std::cout << ascii_timeline(s, sim, width);
   if (auto svg = cl.get("--svg")) {
     write_file_atomic(*svg, svg_timeline(s, sim));

@@ -2,6 +2,7 @@
 // time, throughput, per-rank busy / bubble / exposed communication, peak memory and the critical path;
 // --trace writes a Chrome trace (Perfetto), --svg a timeline.
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -67,38 +68,80 @@ void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, co
                            "every backward its own or none");
 }
 
+// The sidecar's generator name as a layout schedule: Tessel's names, or PyTorch's class names as its
+// exporters write them ("DualPipeV", "ScheduleInterleaved1F1B"). Empty when it is neither.
+std::string layout_name_of(const std::string& generator) {
+  static const std::vector<std::pair<std::string, std::string>> torch = {
+      {"ScheduleGPipe", "gpipe"}, {"Schedule1F1B", "1f1b"}, {"ScheduleInterleaved1F1B", "interleaved"},
+      {"ScheduleLoopedBFS", "looped-bfs"}, {"ScheduleInterleavedZeroBubble", "zb1p"}, {"ScheduleZBVZeroBubble", "zbv"},
+      {"ScheduleDualPipeV", "dualpipev"}, {"DualPipeV", "dualpipev"}};
+  for (const auto& [k, v] : torch)
+    if (generator == k) return v;
+  return is_schedule_name(generator) ? generator : std::string();
+}
+
+// The built-in generator whose schedule for the file's (pp, m, stages per rank) is the file's compute
+// order, or "" (files past kMaxActions are not compared: generating nine schedules of that size costs
+// more than the simulation).
+std::string generator_matching(const sched::Schedule& f, int vpp, const std::function<bool(const std::string&)>& fits) {
+  constexpr std::size_t kMaxActions = 1 << 18;
+  if (f.num_actions() > kMaxActions) return "";
+  const sched::Schedule mine = sched::strip_comms(f);
+  for (const std::string& name : sched::generator_names()) {
+    if (!fits(name)) continue;
+    sched::GenParams p;
+    p.pp = f.num_ranks;
+    p.microbatches = f.num_microbatches;
+    p.vpp = vpp;
+    try {
+      const sched::Schedule g = sched::generate(name, p);
+      if (g.stage_to_rank == f.stage_to_rank && g.ranks == mine.ranks) return name;
+    } catch (const InputError&) {  // the generator's shape rules refuse these parameters
+    }
+  }
+  return "";
+}
+
 // Without --schedule or --layout a schedule file decides the schedule's shape: its stages per rank and
-// placement, and the sidecar's generator name where that is a layout schedule; the default layout's
-// interleaved with 3 chunks per rank would contradict a file of one stage per rank. Without a sidecar name:
-// V placement with 2 stages per rank is zbv, one stage per rank 1f1b, several in loop placement interleaved
-// (looped-bfs where interleaved's micro-batch rule does not hold). A file of another pp is left to the
-// engine, which names the mismatch.
-// A --vpp given keeps its value (the schedule's rules then name any mismatch with the file's).
-void shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string& path, const cli::CommandLine& cl) {
-  if (cl.has("--layout") || cl.has("--schedule")) return;
+// placement, and its name: the sidecar's generator name where that is a layout schedule, else the built-in
+// generator that makes the same order; the default layout's interleaved with 3 chunks per rank would
+// contradict a file of one stage per rank. A file no generator makes is named by its shape (V placement
+// with 2 stages per rank zbv, one stage per rank 1f1b, several in loop placement interleaved, looped-bfs
+// where interleaved's micro-batch rule does not hold) and the returned note says so. A --vpp given keeps
+// its value (the schedule's rules then name any mismatch with the file's).
+std::string shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string& path, const cli::CommandLine& cl) {
+  if (cl.has("--layout") || cl.has("--schedule")) return "";
   Layout& l = s.layout;
-  if (f.num_ranks != l.pp || l.pp == 1 || f.num_stages % f.num_ranks != 0) return;
+  if (f.num_ranks != l.pp || l.pp == 1 || f.num_stages % f.num_ranks != 0) return "";
   const int vpp = f.num_stages / f.num_ranks;
   const bool v = vpp == 2 && f.stage_to_rank == sched::stage_to_rank(f.num_ranks, f.num_stages, sched::Placement::V);
   const bool loop = f.stage_to_rank == sched::stage_to_rank(f.num_ranks, f.num_stages, sched::Placement::Loop);
-  if (!v && !loop) return;
+  if (!v && !loop) return "";
   std::string name;
   const std::string prefix = path + " (";
   if (f.generator.rfind(prefix, 0) == 0 && f.generator.back() == ')')
-    name = f.generator.substr(prefix.size(), f.generator.size() - prefix.size() - 1);
-  const bool v_name = name == "zbv" || name == "dualpipev";
-  const bool name_fits = is_schedule_name(name) && v_name == v && !sched::vpp_problem(name, vpp) &&
-                         !((name == "interleaved" || name == "looped-bfs") && vpp < 2) && !(name == "zb1p" && vpp != 1);
-  if (!name_fits) name.clear();
+    name = layout_name_of(f.generator.substr(prefix.size(), f.generator.size() - prefix.size() - 1));
+  // A layout schedule of this shape: placement and stages per rank as the layout rules take them.
+  auto fits = [&](const std::string& n) {
+    const bool v_name = n == "zbv" || n == "dualpipev";
+    return is_schedule_name(n) && v_name == v && !sched::vpp_problem(n, vpp) &&
+           !((n == "interleaved" || n == "looped-bfs") && vpp < 2) && !(n == "zb1p" && vpp != 1);
+  };
+  if (!fits(name)) name = generator_matching(f, vpp, fits);
+  std::string note;
   if (name.empty()) {
     const bool divides = l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) == 0;
     if (v) name = "zbv";
     else if (vpp == 1) name = "1f1b";
     else if (divides && !sched::microbatch_problem("interleaved", l.pp, l.num_microbatches())) name = "interleaved";
     else name = "looped-bfs";
+    note = path + " names no schedule in a sidecar and is not the order a layout schedule makes for pp " +
+           std::to_string(l.pp) + " with " + std::to_string(vpp) + " stage" + (vpp > 1 ? "s" : "") +
+           " per rank; the layout calls it " + name + " after its shape, and the simulation plays the file's order";
   }
   l.schedule = name;
   if (!cl.has("--vpp")) l.vpp = vpp;
+  return note;
 }
 
 void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t max_ranks, std::size_t max_path) {
@@ -152,12 +195,14 @@ int simulate(const Args& args) {
   opts.push_back({"--svg", true, "write an SVG timeline to this path"});
   opts.push_back({"--schedule-file", true, "play this PyTorch-style CSV schedule instead of generating one (its stages "
                                            "per rank and placement set --schedule and --vpp unless given)"});
+  opts.push_back({"--legacy-bw", false, "read --schedule-file in PyTorch's older dialect: B = input grad, BW = full backward"});
   opts.push_back({"--fidelity", true, "cluster (every rank) or replica (one DP replica, others' load counted) [cluster]"});
   cli::CommandLine cl("simulate", args, opts, 0);
   if (cl.print_help()) return 0;
   // The schedule file first: a file that cannot be read is the error to report, before any layout rule.
   std::optional<sched::Schedule> file;
-  if (auto f = cl.get("--schedule-file")) file = sched::read_csv(*f, false, "--schedule-file ");
+  if (auto f = cl.get("--schedule-file")) file = sched::read_csv(*f, cl.flag("--legacy-bw"), "--schedule-file ");
+  else if (cl.flag("--legacy-bw")) throw InputError("--legacy-bw: reads a --schedule-file, and none is given");
   cli::Specs s = cli::read_specs(cl, true);
   engine::SimOptions o;
   o.fidelity = parse_fidelity(cl.get_or("--fidelity", "cluster"));
@@ -166,16 +211,34 @@ int simulate(const Args& args) {
   const auto svg_path = cl.get("--svg");
   if (trace_path) check_writable(*trace_path, "--trace");
   if (svg_path) check_writable(*svg_path, "--svg");
+  std::string name_note;
   if (auto f = cl.get("--schedule-file")) {
     o.schedule = std::move(file);
-    shape_from_file(s, *o.schedule, *f, cl);
+    // A file of another pipeline depth fails every later rule for a reason that is not its own (the default
+    // layout's stages per rank); this is the mismatch to name.
+    if (o.schedule->num_ranks != s.layout.pp)
+      throw InputError("--schedule-file " + *f + ": the file has " + std::to_string(o.schedule->num_ranks) +
+                       " rank rows (pp " + std::to_string(o.schedule->num_ranks) + "), the layout pp " +
+                       std::to_string(s.layout.pp) + "; give --pp " + std::to_string(o.schedule->num_ranks) +
+                       " (and --gpus to match) or a file of " + std::to_string(s.layout.pp) + " ranks");
+    name_note = shape_from_file(s, *o.schedule, *f, cl);
     check_recompute_actions(*o.schedule, s, *f);
   }
   o.memory_timeline = trace_path || svg_path;
   if (s.gpus != s.layout.gpus())
     throw InputError("--gpus " + std::to_string(s.gpus) + ": the layout uses tp*pp*dp*cp = " + std::to_string(s.layout.gpus()) +
                      " GPUs; the simulator plays exactly the layout's ranks");
-  const engine::SimReport r = engine::simulate(s.model, s.layout, s.system, o);
+  const engine::SimReport r = [&] {
+    try {
+      return engine::simulate(s.model, s.layout, s.system, o);
+    } catch (const InputError& e) {
+      // A file in PyTorch's older dialect fails as "W without I": say how to read it.
+      const auto f = cl.get("--schedule-file");
+      const std::string hint = f && !cl.flag("--legacy-bw") ? sched::legacy_bw_hint(*f, *o.schedule, {}) : "";
+      if (hint.empty()) throw;
+      throw InputError(std::string(e.what()) + "; " + hint);
+    }
+  }();
   if (trace_path || svg_path) {
     const trace::Trace t = engine::to_trace(r, s.system);
     if (trace_path) trace::write_chrome_trace(t, *trace_path);
@@ -188,9 +251,11 @@ int simulate(const Args& args) {
   if (cl.flag("--json")) {
     Json j = engine::report_to_json(r);
     j["tool"] = std::string("tessel ") + TESSEL_VERSION;
+    if (!name_note.empty()) j["schedule_note"] = name_note;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
+  if (!name_note.empty()) std::cout << "note: " << name_note << "\n";
   print_table(r, s, 32, 24);
   return 0;
 }

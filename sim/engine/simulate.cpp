@@ -25,12 +25,28 @@ constexpr double kOptimizerBytesPerParam = 30.0;
 sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::optional<sched::Schedule>& given) {
   const sched::CommModel comm = sched::CommModel::Eager;  // as the engine plays transfers (job_pipeline.cpp)
   sched::Schedule s;
+  bool lowered_here = false;
+  // A file is checked by the validator as written, before any lowering, so that its message points at
+  // the file's own actions (the lowered schedule's positions are not the file's); generated schedules are
+  // valid by construction (tests/schedule), and eager transfers cannot deadlock a valid compute order.
+  sched::ValidateOptions vo;
+  vo.comm = comm;
+  vo.max_violations = 1;
+  auto check = [&](const sched::Schedule& x) {
+    const auto rep = sched::validate(x, vo);
+    if (!rep.ok())
+      throw InputError("schedule '" + x.generator + "': " + rep.violations[0].rule + ": " + rep.violations[0].message);
+  };
   if (given) {
+    check(*given);
     s = *given;
     bool lowered = false;
     for (const auto& r : s.ranks)
       for (const auto& a : r) lowered = lowered || sched::is_comm(a.type);
-    if (!lowered) s = sched::lower(s, sched::GapOrder::SendsFirst);
+    if (!lowered) {
+      s = sched::lower(s, sched::GapOrder::SendsFirst);
+      lowered_here = true;
+    }
   } else {
     sched::GenParams p;
     p.pp = l.pp;
@@ -55,14 +71,8 @@ sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::opt
     const std::string name = l.pp == 1 && l.vpp == 1 ? "1f1b" : l.schedule;
     s = sched::lower(sched::generate(name, p), sched::GapOrder::SendsFirst);
   }
-  // A file is checked by the validator (its message is the error); generated schedules are valid by
-  // construction (tests/schedule), and eager transfers cannot deadlock a valid compute order.
-  sched::ValidateOptions vo;
-  vo.comm = comm;
-  vo.max_violations = 1;
-  const auto rep = given ? sched::validate(s, vo) : sched::ValidationReport{};
-  if (!rep.ok())
-    throw InputError("schedule '" + s.generator + "': " + rep.violations[0].rule + ": " + rep.violations[0].message);
+  // Lowering a valid compute order just in time cannot break it under eager transfers; checked all the same.
+  if (lowered_here) check(s);
   for (int st = 0; st < s.num_stages && st < l.num_stages(); ++st)
     if (s.rank_of(st) != l.rank_of_stage(st))
       throw InputError("schedule '" + s.generator + "': stage " + std::to_string(st) + " on rank " +

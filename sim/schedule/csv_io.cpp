@@ -81,6 +81,8 @@ Action parse_simple(const std::string& tok, const std::string& where, bool legac
   Action a = make(it->second, parse_uint(tok.substr(0, i), tok, where));
   if (k > j) a.mb = parse_uint(tok.substr(j), tok, where);
   if ((is_compute(a.type) || is_comm(a.type)) && a.mb < 0) bad_token(tok, where, type + " needs a micro-batch index");
+  if (!is_compute(a.type) && !is_comm(a.type) && a.mb >= 0)
+    bad_token(tok, where, type + " takes no micro-batch index (it acts on the whole stage)");
   return a;
 }
 
@@ -171,6 +173,7 @@ void set_peers(Schedule& s) {
 Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
                    bool legacy_bw) {
   std::vector<std::vector<Action>> ranks;
+  std::vector<std::vector<int>> cells;
   // A UTF-8 byte order mark, as Windows editors write one: PyTorch reads its CSVs as utf-8-sig, which drops it.
   const std::string kBom = "\xEF\xBB\xBF";
   std::istringstream in(text.compare(0, kBom.size(), kBom) == 0 ? text.substr(kBom.size()) : text);
@@ -196,6 +199,7 @@ Schedule parse_csv(const std::string& text, const std::string& origin, const std
     if (static_cast<int>(ranks.size()) >= kMaxRankRows)
       throw InputError(origin + ":" + std::to_string(row) + ": more than 2^20 rank rows (the limit on pp)");
     ranks.emplace_back();
+    cells.emplace_back();
     std::size_t start = 0;
     int col = 0;
     while (start <= line.size()) {
@@ -204,13 +208,33 @@ Schedule parse_csv(const std::string& text, const std::string& origin, const std
       std::string cell = trim(line.substr(start, end - start));
       ++col;
       if (cell.size() >= 2 && cell.front() == '"' && cell.back() == '"') cell = cell.substr(1, cell.size() - 2);
-      if (!cell.empty())
+      if (!cell.empty()) {
         ranks.back().push_back(parse_token(cell, origin + ":" + std::to_string(row) + ":" + std::to_string(col), legacy_bw));
+        cells.back().push_back(col);
+      }
       start = end + 1;
     }
   }
   if (ranks.empty()) throw InputError(origin + ": empty schedule (no rank rows)");
   const CsvMeta m = meta ? *meta : infer_meta(ranks, origin);
+  // The sidecar's level says what the file holds: compute_only has no SEND/RECV, compute_comms is lowered
+  // (with more than one rank it has some).
+  if (!m.level.empty()) {
+    bool comms = false;
+    for (std::size_t r = 0; r < ranks.size() && !comms; ++r)
+      for (std::size_t p = 0; p < ranks[r].size(); ++p)
+        if (is_comm(ranks[r][p].type)) {
+          comms = true;
+          if (m.level == "compute_only")
+            throw InputError(origin + ":" + std::to_string(r + 1) + ":" + std::to_string(cells[r][p]) + ": '" +
+                             ranks[r][p].token() + "' in a file whose sidecar says level compute_only (no SEND/RECV); "
+                             "a lowered file is compute_comms");
+          break;
+        }
+    if (m.level == "compute_comms" && !comms && ranks.size() > 1)
+      throw InputError(origin + ": the sidecar says level compute_comms (lowered), but the file has no SEND/RECV "
+                       "for its " + std::to_string(ranks.size()) + " ranks; a file without them is compute_only");
+  }
   if (static_cast<int>(ranks.size()) != m.num_ranks)
     throw InputError(origin + ": " + std::to_string(ranks.size()) + " rank rows, but the sidecar says pp = " +
                      std::to_string(m.num_ranks));
@@ -221,21 +245,49 @@ Schedule parse_csv(const std::string& text, const std::string& origin, const std
   s.num_microbatches = m.num_microbatches;
   s.stage_to_rank = m.stage_to_rank;
   s.ranks = std::move(ranks);
+  s.cells = std::move(cells);
   set_peers(s);
   return s;
 }
 
-Schedule read_csv(const std::string& path, bool legacy_bw, const std::string& what) {
+Schedule read_csv(const std::string& path, bool legacy_bw, const std::string& what, const std::string& legacy_flag) {
   const std::string text = read_text_file(path, what);
   std::optional<CsvMeta> meta;
   const std::string mp = meta_path_for(path);
   std::error_code ec;
   if (std::filesystem::exists(mp, ec)) meta = parse_meta_json(read_text_file(mp), mp);
-  Schedule s = parse_csv(text, path, meta, legacy_bw);
+  if (meta && legacy_bw && !meta->legacy_bw)
+    throw InputError(legacy_flag + ": " + path + "'s sidecar " + mp + " declares dialect " + kDialect +
+                     " (I = input grad, B = full backward); the older dialect is read only for files that are in it");
+  Schedule s = parse_csv(text, path, meta, legacy_bw || (meta && meta->legacy_bw));
   // Messages and summaries name a schedule by its label: for a file that is its path (with the sidecar's
   // generator name when it gives one), not "csv".
   s.generator = meta && meta->generator != "csv" ? path + " (" + meta->generator + ")" : path;
   return s;
+}
+
+// A file with W (weight grad) and B but no I may be in PyTorch's older dialect, where B is the input grad
+// (zb1p_2rank_2stagep_compute.csv): read as full backwards, its Ws have no I. The hint is given only when
+// reading it that way makes it valid, not for a current-dialect file with a stray W.
+std::string legacy_bw_hint(const std::string& path, const Schedule& s, const ValidateOptions& opt) {
+  bool w = false, b = false, i = false;
+  for (const auto& rank : s.ranks)
+    for (const auto& a : rank)
+      for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a}) {
+        w = w || part.type == ActionType::W;
+        b = b || part.type == ActionType::B;
+        i = i || part.type == ActionType::I;
+      }
+  if (!w || !b || i) return "";
+  try {
+    ValidateOptions one = opt;
+    one.max_violations = 1;
+    if (!validate(read_csv(path, true), one).ok()) return "";
+  } catch (const InputError&) {
+    return "";
+  }
+  return "the file has W and B but no I, and it is valid in PyTorch's older dialect, where B is the input grad "
+         "(and BW a full backward): read it that way with --legacy-bw";
 }
 
 std::string to_csv(const Schedule& s) {
@@ -256,7 +308,7 @@ std::string to_meta_json(const Schedule& s) {
     for (const auto& a : r) lowered = lowered || is_comm(a.type);
   Json j = Json::object();
   j["schema"] = 1;
-  j["dialect"] = "torch>=2025:I=input,B=full";
+  j["dialect"] = kDialect;
   j["level"] = lowered ? "compute_comms" : "compute_only";
   j["pp"] = s.num_ranks;
   j["num_stages"] = s.num_stages;
@@ -271,8 +323,19 @@ CsvMeta parse_meta_json(const std::string& text, const std::string& origin) {
   JsonObject o(j, origin);
   CsvMeta m;
   o.integer("schema", 1, 1);
-  o.ignore("dialect");
-  o.ignore("level");
+  if (o.has("dialect")) {
+    const std::string d = o.string("dialect");
+    if (d != kDialect && d != kLegacyDialect)
+      o.fail("dialect", "'" + d + "' is not one of \"" + kDialect + "\" (I = input grad, B = full backward) and \"" +
+                            kLegacyDialect + "\" (PyTorch's older spelling: B = input grad, BW = full backward)");
+    m.legacy_bw = d == kLegacyDialect;
+  }
+  if (o.has("level")) {
+    m.level = o.string("level");
+    if (m.level != "compute_only" && m.level != "compute_comms")
+      o.fail("level", "'" + m.level + "' is not compute_only (F/I/B/W and their kin only) or compute_comms (lowered: "
+                      "with SEND/RECV)");
+  }
   for (const char* k : {"cost", "memory", "comm_model", "expect"}) o.ignore(k);  // documented, not used here
   m.num_ranks = static_cast<int>(o.integer("pp", 1, 1 << 20));
   m.num_stages = static_cast<int>(o.integer("num_stages", 1, 1 << 20));

@@ -69,9 +69,15 @@ std::vector<Dep> deps_of(const Schedule& s, const OpIndex& idx, const Action& a)
   return out;
 }
 
+std::string file_position(const Schedule& s, OpRef ref) {
+  const auto r = static_cast<std::size_t>(ref.rank), p = static_cast<std::size_t>(ref.pos);
+  if (r >= s.cells.size() || s.cells[r].size() != s.ranks[r].size()) return "";
+  return " (line " + std::to_string(ref.rank + 1) + " cell " + std::to_string(s.cells[r][p]) + ")";
+}
+
 std::string where(const Schedule& s, OpRef ref) {
   return "rank " + std::to_string(ref.rank) + " #" + std::to_string(ref.pos) + " '" +
-         s.ranks[static_cast<std::size_t>(ref.rank)][static_cast<std::size_t>(ref.pos)].token() + "'";
+         s.ranks[static_cast<std::size_t>(ref.rank)][static_cast<std::size_t>(ref.pos)].token() + "'" + file_position(s, ref);
 }
 
 namespace {

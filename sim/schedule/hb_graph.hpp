@@ -42,7 +42,10 @@ struct Dep {
 // Dependencies of one (non-overlap) compute action; requires a complete index for the B-or-I choice.
 std::vector<Dep> deps_of(const Schedule& s, const OpIndex& idx, const Action& a);
 
-std::string where(const Schedule& s, OpRef ref);  // "rank 1 #4 '1F3'"
+// "rank 1 #4 '1F3'": #4 is the action's index in its rank's list, from 0, idle cells not counted; a schedule
+// read from a file adds where it is there: "rank 1 #4 '1F3' (line 2 cell 6)".
+std::string where(const Schedule& s, OpRef ref);
+std::string file_position(const Schedule& s, OpRef ref);  // " (line 2 cell 6)", or "" when not from a file
 
 struct HbGraph {
   int num_nodes = 0;

@@ -165,12 +165,14 @@ Schedule lower(const Schedule& in, GapOrder order) {
     out = validate(in, vo).ok() ? lower_timed(in) : lower_local(in, GapOrder::SendsFirst);
   }
   TESSEL_CHECK(strip_comms(out).ranks == in.ranks, "lower changed the compute order of schedule " << in.generator);
+  out.cells.clear();
   return out;
 }
 
 Schedule strip_comms(const Schedule& in) {
   Schedule out = in;
   for (auto& rank : out.ranks) std::erase_if(rank, [](const Action& a) { return is_comm(a.type); });
+  out.cells.clear();
   return out;
 }
 

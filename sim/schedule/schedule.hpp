@@ -62,6 +62,10 @@ struct Schedule {
   int num_microbatches = 0;
   std::vector<int> stage_to_rank;        // explicit, never inferred
   std::vector<std::vector<Action>> ranks;
+  // Read from a CSV file: each action's cell (from 1) in its row, row r being line r + 1 of the file, so
+  // messages point into the file (idle cells are skipped in `ranks` but counted here). Empty for generated
+  // schedules; lower() and strip_comms() drop it (their positions are no longer the file's).
+  std::vector<std::vector<int>> cells;
 
   int rank_of(int stage) const { return stage_to_rank.at(static_cast<std::size_t>(stage)); }
   std::vector<int> stages_of(int rank) const;  // ascending stage order
@@ -135,7 +139,7 @@ const char* comm_model_name(CommModel m);
 CommModel parse_comm_model(const std::string& text);  // InputError naming the value and the choices
 
 struct Violation {
-  std::string rule;     // "structure", "completeness", "order", "causality", "send-recv", "deadlock", "memory"
+  std::string rule;     // "structure", "completeness", "order", "causality", "fsdp", "send-recv", "deadlock", "memory"
   std::string message;  // names ranks, positions and tokens
 };
 
@@ -196,12 +200,24 @@ struct CsvMeta {
   int num_ranks = 0, num_stages = 0, num_microbatches = 0;
   std::vector<int> stage_to_rank;
   std::string generator = "csv";
+  bool legacy_bw = false;  // dialect "torch<2025:B=input,BW=full" (else "torch>=2025:I=input,B=full")
+  std::string level;       // "compute_only", "compute_comms", or "" when the sidecar does not say
 };
+
+// The sidecar's two dialects: Tessel writes the first; the second is PyTorch's older spelling.
+inline constexpr const char* kDialect = "torch>=2025:I=input,B=full";
+inline constexpr const char* kLegacyDialect = "torch<2025:B=input,BW=full";
 
 // Reads a PyTorch-compatible CSV. Placement and sizes come from `name.meta.json` beside it when present,
 // else from `meta`, else are inferred from the file (stage owner = the rank that computes it; micro-batches
-// = 1 + the largest mb). Empty cells (idle steps) are dropped.
-Schedule read_csv(const std::string& path, bool legacy_bw = false, const std::string& what = "");
+// = 1 + the largest mb). Empty cells (idle steps) are dropped. The older dialect is read when `legacy_bw`
+// is set or the sidecar declares it (InputError when the sidecar declares the current one and `legacy_bw`
+// is set: `legacy_flag` names the flag that set it).
+Schedule read_csv(const std::string& path, bool legacy_bw = false, const std::string& what = "",
+                  const std::string& legacy_flag = "--legacy-bw");
+// For a schedule that failed validate(): when it has W and B but no I and, read in the older dialect
+// (B = input grad), the file at `path` validates under `opt`, a hint saying so; else "".
+std::string legacy_bw_hint(const std::string& path, const Schedule& s, const ValidateOptions& opt);
 Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
                    bool legacy_bw = false);
 // Canonical CSV: one row per rank, no idles, LF line ends, OVERLAP sub-actions F first.

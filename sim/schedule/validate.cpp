@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "sim/schedule/hb_graph.hpp"
 
@@ -44,10 +45,10 @@ void check_structure(const Schedule& s, Report& rep) {
   // stage there), and its stages' work would be missing or on the wrong rank.
   for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r)
     if (s.ranks[static_cast<std::size_t>(r)].empty())
-      rep.add("structure", "rank " + std::to_string(r) + " has no actions (row " + std::to_string(r) +
-                               " of the file is empty or holds only idle cells)");
+      rep.add("structure", "rank " + std::to_string(r) + " has no actions (" +
+                               (s.cells.empty() ? std::string("none is given for it") : "line " + std::to_string(r + 1) + " of the file is empty or holds only idle cells") + ")");
   auto check_one = [&](const Action& a, int r, int p) {
-    const std::string at = "rank " + std::to_string(r) + " #" + std::to_string(p) + " '" + a.token() + "'";
+    const std::string at = "rank " + std::to_string(r) + " #" + std::to_string(p) + " '" + a.token() + "'" + detail::file_position(s, {r, p});
     if (a.stage < 0 || a.stage >= s.num_stages) return rep.add("structure", at + ": stage out of range [0, " + std::to_string(s.num_stages) + ")");
     if (s.rank_of(a.stage) != r)
       rep.add("structure", at + ": stage " + std::to_string(a.stage) + " belongs to rank " + std::to_string(s.rank_of(a.stage)) +
@@ -113,6 +114,70 @@ void check_once_per_stage(const Schedule& s, const OpIndex& idx, Report& rep) {
     if (v.size() > 1)
       rep.add("completeness", "duplicated action " + make(static_cast<ActionType>(k.first), k.second).token() + " at " +
                                   refs(s, v) + " (once per stage and step)");
+}
+
+// 7. FSDP and gradient ops (reference/schedules.md invariant 7), on each rank in program order:
+// - a stage with any UNSHARD or RESHARD has sharded parameters: it computes only between an UNSHARD and the
+//   next RESHARD, never UNSHARDs twice in a row, and RESHARDs only what it unsharded (PyTorch's runtime
+//   asserts the same: "unshard twice", "reshard without unshard");
+// - REDUCE_GRAD of a stage follows every B and W of that stage (its gradients are complete only then), and
+//   X_OPTIMIZER_STEP follows them and the stage's REDUCE_GRAD;
+// - either every stage has a REDUCE_GRAD (an X_OPTIMIZER_STEP) or none does: a stage left out would never
+//   reduce (apply) its gradients.
+void check_fsdp(const Schedule& s, const OpIndex& idx, Report& rep) {
+  std::vector<char> sharded(static_cast<std::size_t>(s.num_stages), 0);
+  for (const auto& kv : idx.all()) {
+    const auto t = static_cast<ActionType>(std::get<0>(kv.first));
+    if (t == ActionType::UNSHARD || t == ActionType::RESHARD) sharded[static_cast<std::size_t>(std::get<1>(kv.first))] = 1;
+  }
+  for (int r = 0; r < s.num_ranks && !rep.full(); ++r) {
+    std::map<int, int> unsharded_at;  // stage -> position of the UNSHARD in force
+    std::vector<char> told(static_cast<std::size_t>(s.num_stages), 0);  // one sharded-compute report per stage
+    const auto& acts = s.ranks[static_cast<std::size_t>(r)];
+    for (int p = 0; p < static_cast<int>(acts.size()); ++p) {
+      const Action& a = acts[static_cast<std::size_t>(p)];
+      const std::string at = where(s, {r, p});
+      if (a.type == ActionType::UNSHARD) {
+        if (auto it = unsharded_at.find(a.stage); it != unsharded_at.end())
+          rep.add("fsdp", at + " unshards stage " + std::to_string(a.stage) + " again; " + where(s, {r, it->second}) +
+                              " already did, with no RESHARD between");
+        unsharded_at[a.stage] = p;
+      } else if (a.type == ActionType::RESHARD) {
+        if (!unsharded_at.erase(a.stage))
+          rep.add("fsdp", at + " reshards stage " + std::to_string(a.stage) + ", which is not unsharded here (RESHARD only after an UNSHARD)");
+      } else if (is_compute(a.type)) {
+        for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a})
+          if (sharded[static_cast<std::size_t>(part.stage)] && !unsharded_at.count(part.stage) &&
+              !std::exchange(told[static_cast<std::size_t>(part.stage)], 1))
+            rep.add("fsdp", at + " computes stage " + std::to_string(part.stage) +
+                                " while its parameters are sharded (the stage has UNSHARD/RESHARD actions; compute needs an UNSHARD before it and no RESHARD between)");
+      }
+    }
+  }
+  for (const ActionType t : {ActionType::REDUCE_GRAD, ActionType::OPTIMIZER_STEP}) {
+    std::vector<int> with, without;
+    for (int st = 0; st < s.num_stages; ++st) (idx.find(t, st, -1).empty() ? without : with).push_back(st);
+    if (!with.empty() && !without.empty())
+      rep.add("fsdp", "stage " + std::to_string(without[0]) + (without.size() > 1 ? " (and " + std::to_string(without.size() - 1) + " more)" : "") +
+                          " has no " + std::string(type_name(t)) + " while stage " + std::to_string(with[0]) + " has " +
+                          make(t, with[0]).token() + (t == ActionType::REDUCE_GRAD ? ": its gradients would never be reduced" : ": its parameters would never be updated"));
+    for (const int st : with) {
+      const OpRef op = idx.find(t, st, -1)[0];
+      std::vector<OpRef> before;  // what must precede it on its rank
+      for (int mb = 0; mb < s.num_microbatches; ++mb)
+        for (const ActionType g : {ActionType::B, ActionType::W})
+          for (const OpRef& x : idx.find(g, st, mb)) before.push_back(x);
+      if (t == ActionType::OPTIMIZER_STEP)
+        for (const OpRef& x : idx.find(ActionType::REDUCE_GRAD, st, -1)) before.push_back(x);
+      for (const OpRef& x : before)
+        if (x.rank == op.rank && x.pos > op.pos) {
+          rep.add("fsdp", where(s, op) + " runs before " + where(s, x) + "; it must follow every " +
+                              (t == ActionType::OPTIMIZER_STEP ? "B, W and the REDUCE_GRAD" : "B and W") + " of stage " +
+                              std::to_string(st) + " (the stage's gradients are complete only then)");
+          break;
+        }
+    }
+  }
 }
 
 // X_RECOMPUTE of (stage, mb) re-creates the activations its backward needs: once, after its F (the local
@@ -223,6 +288,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   check_once_per_stage(s, idx, rep);
   check_recompute(s, idx, rep);
   if (!out.ok()) return out;
+  check_fsdp(s, idx, rep);
   check_local_order(s, idx, rep);
   const bool lowered = std::any_of(idx.all().begin(), idx.all().end(),
                                    [](const auto& kv) { return is_comm(static_cast<ActionType>(std::get<0>(kv.first))); });

@@ -94,7 +94,7 @@ TEST_CASE("tessel schedule validate / show suggest --legacy-bw for B with W and 
   tessel::write_file_atomic(csv, row + "\n");
   CHECK(run("validate " + csv, log) == 1);
   const std::string out = tessel::read_text_file(log);
-  CHECK(out.find("(12 violations, the first 10 shown)") != std::string::npos);
+  CHECK(out.find("(12 violations, the first 10 shown; --max-violations N lists more)") != std::string::npos);
   CHECK(out.find("W without I") != std::string::npos);
   CHECK(out.find("read it that way with --legacy-bw") != std::string::npos);
   CHECK(run("validate " + csv + " --legacy-bw", log) == 0);
@@ -163,5 +163,89 @@ TEST_CASE("tessel schedule show --svg: the file's path in the title is escaped")
   const std::string text = tessel::read_text_file(svg);
   CHECK(text.find(d + "/a&amp;b&lt;1&gt;.csv: pp 2") != std::string::npos);
   CHECK(text.find("a&b") == std::string::npos);
+  std::filesystem::remove_all(tmp);
+}
+
+TEST_CASE("tessel schedule validate: what a schedule author needs to find a mistake") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_author_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt";
+  auto out = [&] { return tessel::read_text_file(log); };
+  // A typo in one micro-batch index of a file without a sidecar: m is read as 6, every stage misses
+  // micro-batches 4 and 5, and those were all the listed violations (QA); the note names the index first.
+  const std::string typo = d + "/typo.csv";
+  tessel::write_file_atomic(typo, "0F0,0F1,0F2,0F3,0B0,0B1,0B2,0B3\n1F0,1B0,1F1,1B1,1F2,1B2,1F3,1B5\n");
+  CHECK(run("validate " + typo, log) == 1);
+  CHECK(out().find("note: no sidecar, so m = 6 is read from the largest micro-batch index, first at rank 1 #7 '1B5' "
+                   "(line 2 cell 8); micro-batch 5 appears in 1 action(s), micro-batch 0 in 4") != std::string::npos);
+  // Every violation collected, as JSON for CI, or listed with --max-violations.
+  CHECK(run("validate " + typo + " --json", log) == 1);
+  const tessel::Json j = tessel::Json::parse(out());
+  CHECK(j.at("valid") == false);
+  CHECK(j.at("violations_complete") == true);
+  CHECK(j.at("violations").size() == 8);  // F4, F5 and their backwards on both stages, less 1B5, plus 1B3
+  CHECK(j.at("violations")[0].at("rule") == "completeness");
+  CHECK(j.at("note").get<std::string>().find("m = 6") != std::string::npos);
+  CHECK(run("validate " + typo + " --max-violations 2", log) == 1);
+  CHECK(out().find("at least 2 violations, the first") == std::string::npos);
+  CHECK(out().find("(at least 2 violations)") != std::string::npos);
+  CHECK(run("validate " + typo + " --max-violations 0", log) == 2);
+  // A current-dialect file with one stray W gets no --legacy-bw hint: read that way it is not valid either
+  // (QA: the hint led to 31 violations).
+  const std::string stray = d + "/stray.csv";
+  tessel::write_file_atomic(stray, "0F0,0F1,0B0,0B1,0W1\n1F0,1B0,1F1,1B1\n");
+  CHECK(run("validate " + stray, log) == 1);
+  CHECK(out().find("W without I: rank 0 #4 '0W1' (line 1 cell 5)") != std::string::npos);
+  CHECK(out().find("--legacy-bw") == std::string::npos);
+  // A micro-batch index on a whole-stage action is refused where it is.
+  const std::string rgmb = d + "/rgmb.csv";
+  tessel::write_file_atomic(rgmb, "0F0,0B0,0REDUCE_GRAD0\n1F0,1B0,1REDUCE_GRAD\n");
+  CHECK(run("validate " + rgmb, log) == 2);
+  CHECK(out().find(":1:3: token '0REDUCE_GRAD0': REDUCE_GRAD takes no micro-batch index") != std::string::npos);
+  // The summary says whose units the makespan is in.
+  const std::string ok = d + "/ok.csv";
+  tessel::write_file_atomic(ok, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  CHECK(run("show " + ok, log) == 0);
+  CHECK(out().find("unit-cost makespan 9.00") != std::string::npos);
+  CHECK(run("show " + ok + " --costs 1,1,1,0.5", log) == 0);
+  CHECK(out().find("makespan (--costs units) 10.00") != std::string::npos);
+  std::filesystem::remove_all(tmp);
+}
+
+TEST_CASE("tessel schedule: the sidecar's dialect and level are read, not only parsed") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_sidecar_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt", csv = d + "/s.csv", meta = d + "/s.meta.json";
+  auto out = [&] { return tessel::read_text_file(log); };
+  auto sidecar = [&](const std::string& extra) {
+    tessel::write_file_atomic(meta, R"({"schema":1,"pp":2,"num_stages":2,"num_microbatches":2,"stage_to_rank":[0,1])" + extra + "}\n");
+  };
+  // PyTorch's older dialect, declared: B is the input grad, so B + W is a split backward and the file is valid.
+  tessel::write_file_atomic(csv, "0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1B0,1W0,1F1,1B1,1W1\n");
+  sidecar(R"(,"dialect":"torch<2025:B=input,BW=full")");
+  CHECK(run("validate " + csv, log) == 0);
+  sidecar(R"(,"dialect":"torch>=2025:I=input,B=full")");
+  CHECK(run("validate " + csv, log) == 1);
+  CHECK(run("validate " + csv + " --legacy-bw", log) == 2);
+  CHECK(out().find("--legacy-bw: " + csv + "'s sidecar " + meta + " declares dialect torch>=2025:I=input,B=full") != std::string::npos);
+  sidecar(R"(,"dialect":"garbage")");
+  CHECK(run("validate " + csv, log) == 2);
+  CHECK(out().find("dialect") != std::string::npos);
+  CHECK(out().find("'garbage' is not one of") != std::string::npos);
+  sidecar(R"(,"level":"garbage")");
+  CHECK(run("validate " + csv, log) == 2);
+  CHECK(out().find("'garbage' is not compute_only") != std::string::npos);
+  // The level has to say what the file holds.
+  tessel::write_file_atomic(csv, "0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n"
+                                 "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n");
+  sidecar(R"(,"level":"compute_comms")");
+  CHECK(run("validate " + csv, log) == 0);
+  sidecar(R"(,"level":"compute_only")");
+  CHECK(run("validate " + csv, log) == 2);
+  CHECK(out().find(csv + ":1:2: '0SEND_F0' in a file whose sidecar says level compute_only") != std::string::npos);
+  tessel::write_file_atomic(csv, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  sidecar(R"(,"level":"compute_comms")");
+  CHECK(run("validate " + csv, log) == 2);
+  CHECK(out().find("the sidecar says level compute_comms (lowered), but the file has no SEND/RECV") != std::string::npos);
   std::filesystem::remove_all(tmp);
 }

@@ -55,24 +55,24 @@ TEST_CASE("regression: W without I, I without W, missing backward") {
 
 TEST_CASE("per-stage order: W before its I, B before its F") {
   const auto r = validate(parse_csv("0F0,0F1,0B0,0W1,0I1\n1F0,1B0,1B1,1F1\n", "t", meta(2, 2, 2, {0, 1})));
-  CHECK(has_rule(r, "order", "'0W1' runs before its input rank 0 #4 '0I1'"));
-  CHECK(has_rule(r, "order", "'1B1' runs before its input"));
+  CHECK(has_rule(r, "order", "'0W1' (line 1 cell 4) runs before its input rank 0 #4 '0I1' (line 1 cell 5)"));
+  CHECK(has_rule(r, "order", "'1B1' (line 2 cell 3) runs before its input"));
 }
 
 TEST_CASE("cross-stage order on one rank and across ranks") {
   // V placement: stages 1 and 2 share rank 1; 2F0 before 1F0 on that rank is a causality violation.
   const auto same = validate(parse_csv("0F0,3F0,3B0,0B0\n2F0,1F0,1B0,2B0\n", "t", meta(2, 4, 1, {0, 1, 1, 0})));
-  CHECK(has_rule(same, "causality", "'2F0' runs before its input rank 1 #1 '1F0'"));
-  CHECK(has_rule(same, "causality", "'1B0' runs before its input rank 1 #3 '2B0'"));
+  CHECK(has_rule(same, "causality", "'2F0' (line 2 cell 1) runs before its input rank 1 #1 '1F0' (line 2 cell 2)"));
+  CHECK(has_rule(same, "causality", "'1B0' (line 2 cell 3) runs before its input rank 1 #3 '2B0' (line 2 cell 4)"));
   // A backward before its own forward is a per-stage order error.
   const auto own = validate(parse_csv("0B0,0F0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
-  CHECK(has_rule(own, "order", "'0B0' runs before its input"));
+  CHECK(has_rule(own, "order", "'0B0' (line 1 cell 1) runs before its input"));
   // Across ranks any order is fine unless it cannot execute: rank 1 runs 1F1 first, which needs 0F1,
   // which rank 0 runs after 0B0, which needs 1B0, which comes after 1F1 - a cycle, reported as its ops.
   const auto dead = validate(parse_csv("0F0,0B0,0F1,0B1\n1F1,1F0,1B0,1B1\n", "t", meta(2, 2, 2, {0, 1})));
   REQUIRE(dead.violations.size() == 1);
   CHECK(dead.violations[0].rule == "deadlock");
-  CHECK(dead.violations[0].message.find("rank 1 #0 '1F1'") != std::string::npos);
+  CHECK(dead.violations[0].message.find("rank 1 #0 '1F1' (line 2 cell 1)") != std::string::npos);
   // Swapping micro-batches on the last stage alone is executable.
   const auto swapped = validate(parse_csv("0F0,0F1,0B1,0B0\n1F1,1F0,1B0,1B1\n", "t", meta(2, 2, 2, {0, 1})));
   CHECK_MESSAGE(swapped.ok(), violations_text(swapped));
@@ -98,8 +98,8 @@ TEST_CASE("regression: pytorch/pytorch#172668 deadlocks under blocking sends, ru
   // that its peer posts only after its own send.
   CHECK(b.violations[0].rule == "deadlock");
   CHECK(b.violations[0].message ==
-        "deadlock under blocking comms: cycle rank 0 #3 '0SEND_F1' -> rank 0 #4 '2RECV_F0' -> rank 1 #2 '1SEND_F0' -> "
-        "rank 1 #3 '1RECV_F1' -> back to the first (each must happen before the next)");
+        "deadlock under blocking comms: cycle rank 0 #3 '0SEND_F1' (line 1 cell 4) -> rank 0 #4 '2RECV_F0' (line 1 cell 5) -> rank 1 #2 '1SEND_F0' (line 2 cell 3) -> "
+        "rank 1 #3 '1RECV_F1' (line 2 cell 4) -> back to the first (each must happen before the next)");
   CHECK_THROWS_WITH_AS(unit_cost_simulate(s, Costs{}, CommModel::Blocking), doctest::Contains("deadlock"), InputError);
   // Tessel's own lowering of the same compute order avoids it (both sides of each transfer under one key).
   CHECK(validate(lower(strip_comms(s)), {CommModel::Blocking, {}, 10}).ok());
@@ -148,16 +148,17 @@ TEST_CASE("unit-cost simulation: 1F1B makespan (m + p - 1)(F + B + W) and comm u
 TEST_CASE("a rank without actions is a structure violation") {
   // A row of idle cells (or a sidecar placing no stage on a rank): the rank's work is missing or elsewhere.
   const auto r = validate(parse_csv("0F0,0B0\n,,\n", "t", meta(2, 1, 1, {0})));
-  CHECK(has_rule(r, "structure", "rank 1 has no actions (row 1 of the file is empty or holds only idle cells)"));
+  CHECK(has_rule(r, "structure", "rank 1 has no actions (line 2 of the file is empty or holds only idle cells)"));
 }
 
 TEST_CASE("REDUCE_GRAD and X_OPTIMIZER_STEP run once per stage") {
-  const auto once = validate(parse_csv("0F0,0B0,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD,1X_OPTIMIZER_STEP\n", "t", meta(2, 2, 1, {0, 1})));
+  const auto once = validate(parse_csv("0F0,0B0,0REDUCE_GRAD,0X_OPTIMIZER_STEP\n1F0,1B0,1REDUCE_GRAD,1X_OPTIMIZER_STEP\n", "t",
+                                       meta(2, 2, 1, {0, 1})));
   CHECK_MESSAGE(once.ok(), violations_text(once));
   // QA: a second REDUCE_GRAD of stage 0 passed; it would reduce the gradients twice.
   const auto twice = validate(parse_csv("0F0,0B0,0REDUCE_GRAD,0REDUCE_GRAD\n1F0,1B0,1REDUCE_GRAD\n", "t", meta(2, 2, 1, {0, 1})));
   CHECK(has_rule(twice, "completeness",
-                 "duplicated action 0REDUCE_GRAD at rank 0 #2 '0REDUCE_GRAD', rank 0 #3 '0REDUCE_GRAD' (once per stage and step)"));
+                 "duplicated action 0REDUCE_GRAD at rank 0 #2 '0REDUCE_GRAD' (line 1 cell 3), rank 0 #3 '0REDUCE_GRAD' (line 1 cell 4) (once per stage and step)"));
   const auto steps = validate(parse_csv("0F0,0B0,0X_OPTIMIZER_STEP\n1F0,1B0,1X_OPTIMIZER_STEP,1X_OPTIMIZER_STEP\n", "t",
                                         meta(2, 2, 1, {0, 1})));
   CHECK(has_rule(steps, "completeness", "duplicated action 1X_OPTIMIZER_STEP"));
@@ -170,9 +171,49 @@ TEST_CASE("X_RECOMPUTE: once per micro-batch, after its forward and before its b
   const auto ok = validate(parse_csv("0F0,0X_RECOMPUTE0,0B0\n1F0,1X_RECOMPUTE0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
   CHECK_MESSAGE(ok.ok(), violations_text(ok));
   const auto twice = validate(parse_csv("0F0,0X_RECOMPUTE0,0X_RECOMPUTE0,0B0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
-  CHECK(has_rule(twice, "completeness", "duplicated action 0X_RECOMPUTE0 at rank 0 #1 '0X_RECOMPUTE0', rank 0 #2"));
+  CHECK(has_rule(twice, "completeness", "duplicated action 0X_RECOMPUTE0 at rank 0 #1 '0X_RECOMPUTE0' (line 1 cell 2), rank 0 #2"));
   const auto late = validate(parse_csv("0F0,0B0,0X_RECOMPUTE0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
-  CHECK(has_rule(late, "order", "rank 0 #2 '0X_RECOMPUTE0' recomputes after its backward rank 0 #1 '0B0'"));
+  CHECK(has_rule(late, "order", "rank 0 #2 '0X_RECOMPUTE0' (line 1 cell 3) recomputes after its backward rank 0 #1 '0B0' (line 1 cell 2)"));
   const auto early = validate(parse_csv("0X_RECOMPUTE0,0F0,0B0\n1F0,1B0\n", "t", meta(2, 2, 1, {0, 1})));
-  CHECK(has_rule(early, "order", "'0X_RECOMPUTE0' runs before its input"));
+  CHECK(has_rule(early, "order", "'0X_RECOMPUTE0' (line 1 cell 1) runs before its input"));
+}
+
+TEST_CASE("FSDP and gradient actions in order (invariant 7)") {
+  // QA: each of these passed. A schedule author's slips: REDUCE_GRAD before the stage's last backward, an
+  // optimizer step first, a stage left without its REDUCE_GRAD, compute before the UNSHARD, RESHARD first.
+  const auto m = meta(2, 2, 2, {0, 1});
+  const std::string r1 = "1F0,1B0,1F1,1B1,1REDUCE_GRAD,1X_OPTIMIZER_STEP\n";
+  const auto good = validate(parse_csv("0UNSHARD,0F0,0F1,0B0,0B1,0RESHARD,0REDUCE_GRAD,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK_MESSAGE(good.ok(), violations_text(good));
+  const auto early_rg = validate(parse_csv("0F0,0F1,0B0,0REDUCE_GRAD,0B1,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK(has_rule(early_rg, "fsdp", "rank 0 #3 '0REDUCE_GRAD' (line 1 cell 4) runs before rank 0 #4 '0B1' (line 1 cell 5); it must follow every B and W of stage 0"));
+  // Split backward: the weight gradients are complete after the last W, not the last I.
+  const auto split = validate(parse_csv("0F0,0F1,0I0,0I1,0W0,0REDUCE_GRAD,0W1,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK(has_rule(split, "fsdp", "'0REDUCE_GRAD' (line 1 cell 6) runs before rank 0 #6 '0W1' (line 1 cell 7)"));
+  const auto early_opt = validate(parse_csv("0X_OPTIMIZER_STEP,0F0,0F1,0B0,0B1,0REDUCE_GRAD\n" + r1, "t", m));
+  CHECK(has_rule(early_opt, "fsdp", "rank 0 #0 '0X_OPTIMIZER_STEP' (line 1 cell 1) runs before rank 0 #3 '0B0' (line 1 cell 4)"));
+  const auto opt_before_rg = validate(parse_csv("0F0,0F1,0B0,0B1,0X_OPTIMIZER_STEP,0REDUCE_GRAD\n" + r1, "t", m));
+  CHECK(has_rule(opt_before_rg, "fsdp", "'0X_OPTIMIZER_STEP' (line 1 cell 5) runs before rank 0 #5 '0REDUCE_GRAD' (line 1 cell 6)"));
+  const auto missing = validate(parse_csv("0F0,0F1,0B0,0B1\n" + r1, "t", m));
+  CHECK(has_rule(missing, "fsdp", "stage 0 has no REDUCE_GRAD while stage 1 has 1REDUCE_GRAD"));
+  CHECK(has_rule(missing, "fsdp", "stage 0 has no X_OPTIMIZER_STEP while stage 1 has 1X_OPTIMIZER_STEP"));
+  const auto late_unshard = validate(parse_csv("0F0,0UNSHARD,0F1,0B0,0B1,0REDUCE_GRAD,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK(has_rule(late_unshard, "fsdp", "rank 0 #0 '0F0' (line 1 cell 1) computes stage 0 while its parameters are sharded"));
+  const auto reshard_first = validate(parse_csv("0RESHARD,0UNSHARD,0F0,0F1,0B0,0B1,0REDUCE_GRAD,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK(has_rule(reshard_first, "fsdp", "rank 0 #0 '0RESHARD' (line 1 cell 1) reshards stage 0, which is not unsharded here"));
+  const auto twice = validate(parse_csv("0UNSHARD,0F0,0UNSHARD,0F1,0B0,0B1,0REDUCE_GRAD,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK(has_rule(twice, "fsdp", "rank 0 #2 '0UNSHARD' (line 1 cell 3) unshards stage 0 again; rank 0 #0 '0UNSHARD' (line 1 cell 1) already did"));
+  // Compute between a RESHARD and the next UNSHARD is on sharded parameters too.
+  const auto between = validate(parse_csv("0UNSHARD,0F0,0F1,0RESHARD,0B0,0UNSHARD,0B1,0REDUCE_GRAD,0X_OPTIMIZER_STEP\n" + r1, "t", m));
+  CHECK(has_rule(between, "fsdp", "rank 0 #4 '0B0' (line 1 cell 5) computes stage 0 while its parameters are sharded"));
+}
+
+TEST_CASE("messages point into the file: line and cell, idle cells counted") {
+  // #N is the action's index among its rank's actions (idle cells skipped); the cell is where it is in the
+  // file (QA: "#2" for the 5th cell of line 2).
+  const auto r = validate(parse_csv("0F0,0F1,0B0,0B1\n,,1F0,,1B1,1F1,1B0\n", "t", meta(2, 2, 2, {0, 1})));
+  CHECK(has_rule(r, "order", "rank 1 #1 '1B1' (line 2 cell 5) runs before its input rank 1 #2 '1F1' (line 2 cell 6)"));
+  // A generated schedule has no file positions.
+  CHECK(generate("1f1b", params(2, 2, 1)).cells.empty());
+  CHECK(lower(parse_csv(kOneFOneB, "t", meta(2, 2, 2, {0, 1}))).cells.empty());
 }

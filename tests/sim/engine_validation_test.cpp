@@ -149,6 +149,61 @@ TEST_CASE("tessel simulate --schedule-file: messages name the file; X_RECOMPUTE 
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("tessel simulate --schedule-file: the file's rank count, dialect, positions and name") {
+  const std::string exe = test::tessel_exe();
+  const auto dir = std::filesystem::temp_directory_path() / "tessel_engine_cli_schedule_file";
+  std::filesystem::create_directories(dir);
+  const std::string log = (dir / "log.txt").string();
+  auto run = [&](const std::string& args) {
+    const int rc = std::system((exe + " " + args + " > " + log + " 2>&1").c_str());
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  };
+  auto said = [&](const std::string& text) {
+    std::ifstream in(log);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str().find(text) != std::string::npos;
+  };
+  const std::string sim = "simulate --model tiny --system cpu --tp 1 --dp 1 --mbs 1 --precision fp32 --recompute none";
+  // A 4-rank file under pp 2: the mismatch is the message (QA: "layers do not split evenly over 6 stages").
+  const std::string four = (dir / "four.csv").string();
+  CHECK(run("schedule gen 1f1b --pp 4 --mb 4 -o " + four) == 0);
+  CHECK(run(sim + " --pp 2 --gbs 4 --schedule-file " + four) == 2);
+  CHECK(said("--schedule-file " + four + ": the file has 4 rank rows (pp 4), the layout pp 2; give --pp 4"));
+  // Violations point into the file as written, not into the lowered schedule the engine plays (QA: #30 for #11).
+  const std::string bad = (dir / "bad.csv").string();
+  std::ofstream(bad) << "0F0,0F1,0I0,0I1,0W0\n1F0,1I0,1W0,1F1,1I1,1W1\n";
+  CHECK(run(sim + " --pp 2 --gbs 2 --schedule-file " + bad) == 2);
+  CHECK(said("I without W: rank 0 #3 '0I1' (line 1 cell 4) has no 0W1"));
+  // PyTorch's older dialect: the hint, then --legacy-bw plays it.
+  const std::string old = (dir / "old.csv").string();
+  std::ofstream(old) << "0F0,0F1,0B0,0W0,0B1,0W1\n1F0,1B0,1W0,1F1,1B1,1W1\n";
+  CHECK(run(sim + " --pp 2 --gbs 2 --schedule-file " + old) == 2);
+  CHECK(said("read it that way with --legacy-bw"));
+  CHECK(run(sim + " --pp 2 --gbs 2 --schedule-file " + old + " --legacy-bw") == 0);
+  CHECK(run(sim + " --pp 2 --gbs 2 --legacy-bw") == 2);
+  CHECK(said("--legacy-bw: reads a --schedule-file, and none is given"));
+  // Without a sidecar the name comes from the generator that makes the same order: DualPipeV's file is
+  // dualpipev (QA: labelled zbv), and a hand-made order is named by its shape with a note.
+  const std::string dpv = (dir / "dpv.csv").string();
+  CHECK(run("schedule gen dualpipev --pp 2 --mb 4 -o " + dpv) == 0);
+  std::filesystem::remove(dir / "dpv.meta.json");
+  CHECK(run(sim + " --pp 2 --gbs 4 --schedule-file " + dpv) == 0);
+  CHECK(said("vpp2 mbs1 dualpipev"));
+  CHECK(!said("note:"));
+  const std::string own = (dir / "own.csv").string();
+  std::ofstream(own) << "0F0,0F1,0F2,0B0,0B1,0B2\n1F0,1B0,1F1,1B1,1F2,1B2\n";  // 1F1B with one more warm-up forward
+  CHECK(run(sim + " --pp 2 --gbs 3 --schedule-file " + own) == 0);
+  CHECK(said("note: " + own + " names no schedule in a sidecar and is not the order a layout schedule makes for pp 2 "
+             "with 1 stage per rank; the layout calls it 1f1b after its shape"));
+  // A PyTorch class name in the sidecar names the layout schedule.
+  std::ofstream((dir / "own.meta.json").string()) << R"({"schema":1,"pp":2,"num_stages":2,"num_microbatches":3,)"
+                                                  << R"("stage_to_rank":[0,1],"generator":{"name":"ScheduleGPipe"}})";
+  CHECK(run(sim + " --pp 2 --gbs 3 --schedule-file " + own) == 0);
+  CHECK(said("mbs1 gpipe"));
+  std::filesystem::remove_all(dir);
+}
+
 // zb-greedy has no closed form, so estimate and explore refuse it, saying who plays it; simulate plays it
 // (before: "unknown schedule", though run and schedule gen knew it): no slower than 1F1B on the same layout.
 TEST_CASE("tessel simulate plays zb-greedy; estimate refuses it naming who plays it") {
