@@ -1,5 +1,8 @@
 // Output files are written to a temporary name in the same folder, flushed and fsync'ed, then renamed,
-// so an interrupted command never leaves a half-written file under the requested name.
+// so an interrupted command never leaves a half-written file under the requested name. A path that names
+// a character device or a FIFO (/dev/null, /dev/stdout, a named pipe) is written into directly, since the
+// rename would replace the node itself; a block device or a socket is refused. A symbolic link to a file
+// is kept: the file it names is replaced.
 #pragma once
 
 #include <string>
