@@ -190,6 +190,8 @@ void check_checkpoint_flags(int save_every, const std::string& dir, const std::s
 }
 
 // One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
+// Every line is flushed as it is printed: with stdout in a file or a pipe it is block-buffered, and a run
+// killed (SIGTERM, SIGKILL, the job's time limit) would otherwise lose every line it had printed.
 trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0) {
   rt::Trainer t(c.model, c.layout, c.opt, world, t0);
   if (!c.resume.empty()) rt::load_checkpoint(t, c.resume, c.opt.seed);  // returns once every rank loaded
@@ -201,11 +203,13 @@ trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::
                 kernels::cpu::gemm_backend().c_str(), c.opt.data_file.empty() ? "synthetic" : c.opt.data_file.c_str(),
                 c.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done()) + " (" +
                                          std::to_string(t.consumed_samples()) + " samples consumed)").c_str());
+  if (talk) std::fflush(stdout);
   while (t.steps_done() < c.steps) {
     const rt::StepStats s = t.step();
     if (talk)
       std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s\n", s.step + 1, s.loss,
                   s.grad_norm, s.seconds * 1e3, tokens / s.seconds);
+    if (talk) std::fflush(stdout);
     if (c.save_every > 0 && t.steps_done() % c.save_every == 0) rt::save_checkpoint(t, c.checkpoint_dir, c.opt.seed);
   }
   if (talk) {
@@ -214,6 +218,7 @@ trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::
     std::printf("state memory on rank 0: %.3f MiB between steps (parameters %.3f, gradients %.3f, Adam %.3f), "
                 "peak %.3f MiB\n", m.persistent() / 1048576.0, m.weights / 1048576.0, m.grads / 1048576.0,
                 m.optimizer / 1048576.0, m.peak / 1048576.0);
+    std::fflush(stdout);
   }
   trace::Trace part;
   part.events = std::move(t.recorder().events());
