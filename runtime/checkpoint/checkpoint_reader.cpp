@@ -1,6 +1,7 @@
 #include "runtime/checkpoint/checkpoint.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,16 +54,40 @@ void verify_file(const std::string& path, std::uint64_t bytes, const std::string
   if (size != bytes)
     throw InputError(path + ": " + std::to_string(size) + " bytes, the manifest says " + std::to_string(bytes) +
                      " (truncated or overwritten)");
-  std::ifstream in(path, std::ios::binary);
+  // A file that cannot be opened or read (another user's, mode 600) says so, not that its checksum is wrong.
+  int fd = open_for_reading(path);
+  if (fd < 0) throw InputError(path + ": cannot be read: " + std::strerror(errno));
   std::vector<char> buf(1 << 20);
   std::uint32_t crc = 0;
-  while (in) {
-    in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-    crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(in.gcount()));
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      throw InputError(path + ": cannot be read: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
   }
+  ::close(fd);
   if (crc_hex(crc) != crc_text)
     throw InputError(path + ": CRC32C " + crc_hex(crc) + ", the manifest says " + crc_text + " (the file is corrupted)");
 }
+
+// Whether `folder` holds a manifest.json file: false when none is there (or `folder` is no folder); an
+// InputError when that cannot be told, as for a folder that cannot be searched (another user's, mode 700).
+bool holds_manifest(const std::string& folder) {
+  const std::string m = (fs::path(folder) / "manifest.json").string();
+  struct stat st {};
+  int err = injected_read_error(m);
+  if (err == 0 && ::stat(m.c_str(), &st) != 0) err = errno;
+  if (err == ENOENT || err == ENOTDIR) return false;
+  if (err != 0) throw InputError(m + ": cannot be read: " + std::strerror(err));
+  return S_ISREG(st.st_mode);
+}
+
+Json parse_checkpoint_json(const std::string& path) { return parse_json_text(read_whole_file(path), path); }
 
 // Key path of the first difference between a and b ("" if equal).
 std::string first_difference(const Json& a, const Json& b, const std::string& path, std::string& av, std::string& bv) {
@@ -97,7 +122,10 @@ std::optional<std::int64_t> parse_step_folder_name(std::string_view name) {
 std::optional<std::int64_t> CheckpointReader::latest_step(const std::string& root) {
   std::error_code ec;
   const fs::path p = fs::path(root) / "latest";
-  const auto st = fs::symlink_status(p, ec);
+  if (int e = injected_read_error(p.string())) ec.assign(e, std::generic_category());
+  const auto st = ec ? fs::file_status{} : fs::symlink_status(p, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    throw InputError(p.string() + ": cannot be read: " + ec.message());
   if (ec || !fs::exists(st)) return std::nullopt;
   const std::string rule = "must be a file holding the name of the published step folder, as the saver writes it "
                            "(\"step-00000004\\n\")";
@@ -105,8 +133,7 @@ std::optional<std::int64_t> CheckpointReader::latest_step(const std::string& roo
     throw InputError(p.string() + ": " + (fs::is_directory(st) ? "is a directory" : "is not a regular file") + "; it " + rule);
   const auto bytes = fs::file_size(p, ec);
   if (ec || bytes > 64) throw InputError(p.string() + ": has " + std::to_string(bytes) + " bytes; it " + rule);
-  std::ifstream in(p, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
+  const std::string text = read_whole_file(p.string());
   std::string name = !text.empty() && text.back() == '\n' ? text.substr(0, text.size() - 1) : text;
   auto step = parse_step_folder_name(name);
   if (!step) throw InputError(p.string() + ": holds \"" + printable(text) + "\"; it " + rule);
@@ -117,23 +144,26 @@ std::vector<std::string> CheckpointReader::checkpoint_entries(const std::string&
   std::error_code ec;
   std::vector<std::string> names;
   if (!fs::is_directory(root, ec)) return names;
-  for (auto& e : fs::directory_iterator(root, ec)) {
-    std::string n = e.path().filename().string();
+  if (int e = injected_read_error(root)) ec.assign(e, std::generic_category());
+  fs::directory_iterator it = ec ? fs::directory_iterator{} : fs::directory_iterator(root, ec);
+  for (; !ec && it != fs::directory_iterator{}; it.increment(ec)) {
+    std::string n = it->path().filename().string();
     if (n == "latest" || n.compare(0, 5, "step-") == 0) names.push_back(n);
   }
+  if (ec) throw InputError(root + ": cannot be read: " + ec.message());
   std::sort(names.begin(), names.end());
   return names;
 }
 
 CheckpointReader::CheckpointReader(const std::string& path) {
   std::error_code ec;
-  if (fs::is_regular_file(fs::path(path) / "manifest.json", ec)) {
+  if (holds_manifest(path)) {
     folder_ = path;
   } else if (fs::is_directory(path, ec)) {
     auto s = latest_step(path);
     if (!s) throw InputError(path + ": no published checkpoint (no " + path + "/latest)" + unpublished_hint(path));
     folder_ = (fs::path(path) / step_folder_name(*s)).string();
-    if (!fs::is_regular_file(fs::path(folder_) / "manifest.json", ec))
+    if (!holds_manifest(folder_))
       throw InputError(path + "/latest: publishes " + step_folder_name(*s) + ", which is not a complete checkpoint (no " +
                        folder_ + "/manifest.json)");
   } else {
@@ -160,7 +190,7 @@ CheckpointReader::~CheckpointReader() {
 
 void CheckpointReader::verify_and_index() {
   std::string mpath = (fs::path(folder_) / "manifest.json").string();
-  Json mj = parse_json_file(mpath);
+  Json mj = parse_checkpoint_json(mpath);
   JsonObject m(mj, mpath);
   if (m.string("format") != "tessel-checkpoint") m.fail("format", "must be \"tessel-checkpoint\"");
   m.integer("version", 1, 1);
@@ -186,7 +216,7 @@ void CheckpointReader::verify_and_index() {
     if (i > 0) files_.push_back(p);
   }
   std::string meta_path = (fs::path(folder_) / "meta.json").string();
-  Json meta = parse_json_file(meta_path);
+  Json meta = parse_checkpoint_json(meta_path);
   JsonObject mo(meta, meta_path);
   mo.string("format");
   if (mo.integer("step", 0, kMaxStep) != step_) mo.fail("step", "differs from the manifest's step");
@@ -199,8 +229,8 @@ void CheckpointReader::verify_and_index() {
       throw InputError(files_[r] + ": header says rank " + std::to_string(shards_.back().rank) + " of " +
                        std::to_string(shards_.back().world) + ", the manifest rank " + std::to_string(r) + " of " +
                        std::to_string(world_));
-    int fd = ::open(files_[r].c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw InputError(files_[r] + ": cannot open: " + std::strerror(errno));
+    int fd = open_for_reading(files_[r]);
+    if (fd < 0) throw InputError(files_[r] + ": cannot be read: " + std::strerror(errno));
     fds_.push_back(fd);
   }
   for (int r = 0; r < world_; ++r)

@@ -23,6 +23,8 @@ std::atomic<long> g_ops{0};
 std::atomic<long> g_kill_at{0};
 std::atomic<long> g_fail_at{0};
 std::once_flag g_env_once;
+std::mutex g_unreadable_mu;
+std::string g_unreadable;  // FaultPlan::unreadable, lexically normal
 
 long env_long(const char* name) {
   const char* v = std::getenv(name);
@@ -60,6 +62,45 @@ void set_fault_plan(const FaultPlan& plan) {
   g_kill_at = plan.kill_at_op;
   g_fail_at = plan.fail_at_op;
   g_ops = 0;
+  std::lock_guard<std::mutex> lk(g_unreadable_mu);
+  g_unreadable = plan.unreadable.empty() ? "" : fs::path(plan.unreadable).lexically_normal().string();
+}
+
+int injected_read_error(const std::string& path) {
+  std::lock_guard<std::mutex> lk(g_unreadable_mu);
+  if (g_unreadable.empty()) return 0;
+  const std::string p = fs::path(path).lexically_normal().string();
+  const bool under = p.size() > g_unreadable.size() && p.compare(0, g_unreadable.size(), g_unreadable) == 0 &&
+                     p[g_unreadable.size()] == '/';
+  return p == g_unreadable || under ? EACCES : 0;
+}
+
+int open_for_reading(const std::string& path) {
+  if (int e = injected_read_error(path)) {
+    errno = e;
+    return -1;
+  }
+  return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+std::string read_whole_file(const std::string& path) {
+  int fd = open_for_reading(path);
+  if (fd < 0) throw InputError(path + ": cannot be read: " + std::strerror(errno));
+  std::string out;
+  char buf[64 * 1024];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      throw InputError(path + ": cannot be read: " + std::strerror(e));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 long io_ops_done() { return g_ops; }

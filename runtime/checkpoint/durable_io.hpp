@@ -7,6 +7,8 @@
 // process (every write of up to kIoChunk bytes, fsync, rename, mkdir). With kill_at_op = K the process
 // raises SIGKILL when op K starts; with fail_at_op = K op K fails as if the disk were full (ENOSPC).
 // The environment variables TESSEL_CKPT_KILL_AT_OP and TESSEL_CKPT_FAIL_AT_OP set the plan at first use.
+// Reading: with unreadable = P, every open, stat and listing of P or of a path under it fails with EACCES,
+// as for a file or folder of another user's; root, whom permission bits do not stop, can test it so.
 #pragma once
 
 #include <cstddef>
@@ -18,8 +20,9 @@ namespace tessel::rt {
 constexpr std::size_t kIoChunk = 64 * 1024;  // a write op's size: fine-grained enough for kill tests
 
 struct FaultPlan {
-  long kill_at_op = 0;  // 0: never
-  long fail_at_op = 0;  // 0: never
+  long kill_at_op = 0;     // 0: never
+  long fail_at_op = 0;     // 0: never
+  std::string unreadable;  // empty: none
 };
 void set_fault_plan(const FaultPlan& plan);  // also resets the op counter
 long io_ops_done();
@@ -44,6 +47,14 @@ class DurableFile {
   std::uint32_t crc_ = 0;
   std::uint64_t bytes_ = 0;
 };
+
+// Reading a checkpoint: EACCES when the plan makes `path` unreadable (it, or a folder above it), else 0.
+// Readers ask before each stat or listing of a checkpoint path.
+int injected_read_error(const std::string& path);
+// open(2) for reading through injected_read_error: the descriptor, or -1 with errno set.
+int open_for_reading(const std::string& path);
+// The whole file; InputError "<path>: cannot be read: <reason>" when it cannot be opened or read.
+std::string read_whole_file(const std::string& path);
 
 void fsync_dir(const std::string& dir);
 void make_dir(const std::string& dir);  // creates it (parents too) and fsyncs its parent

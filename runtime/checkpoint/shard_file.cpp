@@ -1,6 +1,7 @@
 #include "runtime/checkpoint/shard_file.hpp"
 
 #include <bit>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 
@@ -22,7 +23,8 @@ void put(DurableFile& f, T v) {
 class Cursor {
  public:
   Cursor(const std::string& path) : path_(path), in_(path, std::ios::binary) {
-    if (!in_) throw InputError(path + ": cannot open the shard file");
+    if (int e = injected_read_error(path)) throw InputError(path + ": cannot be read: " + std::strerror(e));
+    if (!in_) throw InputError(path + ": cannot be read: " + std::strerror(errno));
     in_.seekg(0, std::ios::end);
     size_ = static_cast<std::uint64_t>(in_.tellg());
     in_.seekg(0);

@@ -121,6 +121,49 @@ TEST_CASE("corrupted and truncated shards are found by their checksum, naming th
   }
 }
 
+TEST_CASE("an unreadable checkpoint file or folder is reported as unreadable, with the reason, not as corrupt") {
+  // Permission bits do not stop root, who runs CI, so the plan's `unreadable` makes every open, stat and
+  // listing of one path (and of paths under it) fail with EACCES, as mode 600 or 700 of another user's would.
+  test::TempDir d("unreadable");
+  save(d.str(), 5, 2);
+  const test::fs::path step = d.path / "step-00000005";
+  const std::string denied = std::string(": cannot be read: ") + std::strerror(EACCES);
+  struct Case {
+    test::fs::path path;     // made unreadable
+    test::fs::path named;    // the path the message names
+  };
+  const std::vector<Case> cases = {
+      {step / "rank-00001.shard", step / "rank-00001.shard"},  // was "CRC32C 00000000 ... (the file is corrupted)"
+      {step / "meta.json", step / "meta.json"},                // likewise
+      {step / "manifest.json", step / "manifest.json"},
+      {d.path / "latest", d.path / "latest"},                  // was "latest: holds \"\""
+      {step, step / "manifest.json"},                          // was "not a complete checkpoint (no ...)"
+  };
+  for (const Case& c : cases) {
+    const std::string path = c.path.string();
+    const std::string expect = c.named.string() + denied;
+    CAPTURE(path);
+    set_fault_plan({0, 0, path});
+    CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains(expect.c_str()), InputError);
+    set_fault_plan({});
+  }
+  // A folder that cannot be listed: the run's check of --checkpoint-dir lists it.
+  set_fault_plan({0, 0, d.str()});
+  const std::string listing = d.str() + denied;
+  CHECK_THROWS_WITH_AS(CheckpointReader::checkpoint_entries(d.str()), doctest::Contains(listing.c_str()), InputError);
+  set_fault_plan({});
+  CHECK(CheckpointReader(d.str()).step() == 5);  // the plan gone, the same checkpoint loads
+  // Where permission bits do stop this user, the real thing: a shard of mode 000.
+  if (::geteuid() == 0) {
+    MESSAGE("running as root, whom mode 000 does not stop: the real permission case is left to the injected ones above");
+  } else {
+    test::fs::permissions(step / "rank-00000.shard", test::fs::perms::none);
+    const std::string expect = (step / "rank-00000.shard").string() + denied;
+    CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains(expect.c_str()), InputError);
+    test::fs::permissions(step / "rank-00000.shard", test::fs::perms::owner_read | test::fs::perms::owner_write);
+  }
+}
+
 TEST_CASE("a checkpoint of another model is refused with the difference named") {
   test::TempDir d("model");
   save(d.str(), 1, 1);
