@@ -165,7 +165,9 @@ void compare_models_semantically(trace::Trace& a, trace::Trace& b) {
   if (object.contains("name") && object["name"] == name) name = object;
 }
 
-// "5 steps, compared step 3 (median of steps 2-5 by duration; step 1 is warm-up): 107234.1 80112.4 ... us"
+// "5 steps, compared step 3 (median of steps 2-5 by duration; step 1 is warm-up): 107234.1 80112.4 ... us";
+// a resumed run's trace says which steps it holds ("4 steps (7 to 10), compared step 8"), every number as
+// `tessel run` printed it, so two traces whose compared steps differ each say their own.
 void print_steps(const Side& s, char name) {
   if (const auto* k = std::get_if<trace::kineto::KinetoTrace>(&s.loaded)) {
     std::printf("steps       %c %s: %s\n", name, s.path.c_str(), k->step_time_rule().c_str());
@@ -176,8 +178,10 @@ void print_steps(const Side& s, char name) {
     std::printf("steps       %c %s: 1 step\n", name, s.path.c_str());
     return;
   }
-  std::printf("steps       %c %s: %d steps, compared step %d (%s); each step's us:", name, s.path.c_str(), c.count,
-              c.step + 1, c.rule.c_str());
+  const std::string held = c.first == 1 ? "" : " (" + std::to_string(c.first) + " to " +
+                                                  std::to_string(c.first + c.count - 1) + ")";
+  std::printf("steps       %c %s: %d steps%s, compared step %d (%s); each step's us:", name, s.path.c_str(), c.count,
+              held.c_str(), c.first + c.step, c.rule.c_str());
   for (double d : c.durations_us) std::printf(" %.1f", d);
   std::printf("\n");
 }
@@ -206,7 +210,7 @@ int compare(const Args& args) {
                        {"--max-error", true, "exit 1 when |step-time error| exceeds this many percent"},
                        {"--top", true, "how many of the largest op differences to list (default 10)"},
                        {"--system", true, "system for predicting a profiler trace's collectives [from its GPU name]"},
-                       {"--step", true, "compare step N (from 1) of each multi-step Tessel trace [median after the first]"}},
+                       {"--step", true, "compare step N (numbered as tessel run printed it) of each multi-step Tessel trace [median after the first]"}},
                       2);
   if (cl.print_help("", "\nA.json B.json: Tessel traces (Chrome JSON, optionally gzip) align op by op; a PyTorch "
                         "profiler\ntrace on either side gives a per-step summary comparison. A is the reference: "
@@ -244,6 +248,10 @@ int compare(const Args& args) {
     } else {
       print_steps(sa, 'A');
       print_steps(sb, 'B');
+      const trace::StepChoice &ca = *sa.step, &cb = *sb.step;
+      if (ca.count > 1 && cb.count > 1 && ca.first + ca.step != cb.first + cb.step)
+        std::printf("note        A's step %d is compared with B's step %d, each numbered as its run printed it\n",
+                    ca.first + ca.step, cb.first + cb.step);
       print_op_comparison(c, a, b);
     }
   } else {

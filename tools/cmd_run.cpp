@@ -109,6 +109,7 @@ struct RunConfig {
   int steps = 10;
   int save_every = 0;
   std::string checkpoint_dir, resume, trace_path;
+  int start_step = 0;  // the resumed checkpoint's step; 0 for a fresh run
 };
 
 // --checkpoint-dir D before any rank starts: D, or the nearest folder above it that exists (the saver
@@ -162,8 +163,9 @@ void check_checkpoint_dir(const std::string& dir, const std::string& resume, int
 // --checkpoint-dir go together; a checkpoint to resume is verified (checksums, metadata), of this model,
 // seed and data source, and short of --steps (which counts from step 0, as Megatron's --train-iters: a run
 // resumed at or past it would train nothing); the run must reach a step that --save-every saves; and the
-// checkpoint folder must be able to take the saves (check_checkpoint_dir).
-void check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m,
+// checkpoint folder must be able to take the saves (check_checkpoint_dir). Returns the step the run
+// starts from: the checkpoint's, 0 for a fresh run.
+int check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m,
                             int steps, std::uint64_t seed, const std::string& data_file) {
   if (save_every > 0 && dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
   if (!dir.empty() && save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
@@ -176,7 +178,7 @@ void check_checkpoint_flags(int save_every, const std::string& dir, const std::s
                        std::to_string(start) + " already, so there is nothing to train (--steps counts from step 0; "
                        "give more than " + std::to_string(start) + ")");
   }
-  if (save_every == 0) return;
+  if (save_every == 0) return start;
   if ((static_cast<std::int64_t>(start) / save_every + 1) * save_every > steps) {
     if (resume.empty())
       throw InputError("--save-every " + std::to_string(save_every) + ": must be <= --steps " + std::to_string(steps) +
@@ -187,6 +189,7 @@ void check_checkpoint_flags(int save_every, const std::string& dir, const std::s
                      std::to_string(save_every) + ", so nothing would be saved");
   }
   check_checkpoint_dir(dir, resume, start);
+  return start;
 }
 
 // One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
@@ -362,7 +365,8 @@ int run(const Args& args) {
   c.resume = cl.get_or("--resume", "");
   if (!c.trace_path.empty()) check_writable(c.trace_path, "--trace");
   if (!c.opt.data_file.empty()) (void)rt::TokenStream::from_file(c.opt.data_file, c.model.vocab);  // fail early
-  check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model, c.steps, c.opt.seed, c.opt.data_file);
+  c.start_step = check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model, c.steps, c.opt.seed,
+                                        c.opt.data_file);
   rt::check_runnable(c.model, c.layout);
 
   kernels::cpu::gemm_set_single_thread();
@@ -395,6 +399,9 @@ int run(const Args& args) {
     tr.other_data["schedule"] = c.layout.schedule;
     tr.other_data["system"] = "cpu";
     tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
+    // A resumed run's steps are numbered from the checkpoint's step + 1, as its step lines say; compare
+    // numbers the trace's steps from here (absent: 1).
+    if (c.start_step > 0) tr.other_data["first_step"] = c.start_step + 1;
     // Every rank a thread of this process: the cores they shared (calibrate warns when ranks outnumber them).
     // Under mpirun the ranks may span hosts, so nothing is claimed.
     if (!under_mpi && std::thread::hardware_concurrency() > 0)

@@ -165,7 +165,12 @@ Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
   if (c.top.size() > top_n) c.top.resize(top_n);
   c.only_in_a = group_unmatched(a, c.unmatched_a);
   c.only_in_b = group_unmatched(b, c.unmatched_b);
-  diff_json(a.other_data, b.other_data, "", c.meta_diffs);
+  // first_step (a resumed run's first step number) differs between a run and its resumed part by design;
+  // the compared steps' numbers are reported with the steps, so it is no difference of what is compared.
+  nlohmann::json meta_a = a.other_data, meta_b = b.other_data;
+  for (nlohmann::json* m : {&meta_a, &meta_b})
+    if (m->is_object()) m->erase("first_step");
+  diff_json(meta_a, meta_b, "", c.meta_diffs);
   return c;
 }
 

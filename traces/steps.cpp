@@ -1,6 +1,7 @@
 #include "traces/steps.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <tuple>
 
@@ -32,11 +33,23 @@ int count_steps(const Trace& t, const std::string& origin) {
   return steps;
 }
 
+// otherData.first_step: the number of a resumed run's first step; 1 when absent.
+int first_step(const Trace& t, const std::string& origin) {
+  if (!t.other_data.is_object() || !t.other_data.contains("first_step")) return 1;
+  const nlohmann::json& v = t.other_data["first_step"];
+  constexpr std::int64_t kMax = std::int64_t{1} << 30;  // tessel run's largest --steps
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > kMax)
+    throw InputError(origin + ": otherData.first_step: value " + v.dump() + " must be an integer from 1 to " +
+                     std::to_string(kMax) + " (the number of the trace's first step)");
+  return static_cast<int>(v.get<std::int64_t>());
+}
+
 }  // namespace
 
 StepSplit split_steps(const Trace& t, const std::string& origin) {
   const int steps = count_steps(t, origin);
   StepSplit s;
+  s.first = first_step(t, origin);
   s.step_of.assign(t.events.size(), 0);
   if (steps > 1) {
     std::map<Identity, std::vector<std::size_t>> repeats;
@@ -70,15 +83,22 @@ StepChoice choose_step(const StepSplit& s, std::optional<int> requested, const s
                        const std::string& origin) {
   StepChoice c;
   c.count = s.count();
+  c.first = s.first;
   c.durations_us = s.durations_us;
+  const int last = c.first + c.count - 1;
+  auto number = [&](int k) { return std::to_string(c.first + k); };  // step k (from 0) as the run numbered it
   if (c.count <= 1) {
     c.rule = "only step";
   } else if (requested) {
-    if (*requested < 1 || *requested > c.count) {
-      throw InputError(flag + " " + std::to_string(*requested) + ": " + origin + " holds " + std::to_string(c.count) +
-                       " steps; choose 1 to " + std::to_string(c.count));
+    if (*requested < c.first || *requested > last) {
+      const std::string held = c.first == 1 ? std::to_string(c.count) + " steps"
+                                            : std::to_string(c.count) + " steps, numbered " + number(0) + " to " +
+                                                  std::to_string(last) + " (its run resumed after step " +
+                                                  std::to_string(c.first - 1) + ")";
+      throw InputError(flag + " " + std::to_string(*requested) + ": " + origin + " holds " + held + "; choose " +
+                       number(0) + " to " + std::to_string(last));
     }
-    c.step = *requested - 1;
+    c.step = *requested - c.first;
     c.rule = flag;
   } else {
     // Steps 2..S ordered by duration (ties by index); the lower median by nearest rank is one real step.
@@ -87,8 +107,9 @@ StepChoice choose_step(const StepSplit& s, std::optional<int> requested, const s
     std::stable_sort(after_warmup.begin(), after_warmup.end(),
                      [&](int x, int y) { return s.durations_us[static_cast<std::size_t>(x)] < s.durations_us[static_cast<std::size_t>(y)]; });
     c.step = after_warmup[(after_warmup.size() - 1) / 2];
-    c.rule = c.count == 2 ? "step 2: step 1 is warm-up"
-                          : "median of steps 2-" + std::to_string(c.count) + " by duration; step 1 is warm-up";
+    c.rule = c.count == 2 ? "step " + number(1) + ": step " + number(0) + " is warm-up"
+                          : "median of steps " + number(1) + "-" + std::to_string(last) + " by duration; step " +
+                                number(0) + " is warm-up";
   }
   c.step_us = s.durations_us.empty() ? 0 : s.durations_us[static_cast<std::size_t>(c.step)];
   return c;
@@ -110,7 +131,8 @@ Trace step_trace(const Trace& t, const StepSplit& s, int step) {
 }
 
 nlohmann::json to_json(const StepChoice& c) {
-  return {{"count", c.count}, {"compared", c.step + 1}, {"rule", c.rule}, {"step_us", c.step_us}, {"durations_us", c.durations_us}};
+  return {{"count", c.count},   {"first", c.first},     {"compared", c.first + c.step},
+          {"rule", c.rule},     {"step_us", c.step_us}, {"durations_us", c.durations_us}};
 }
 
 }  // namespace tessel::trace

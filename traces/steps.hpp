@@ -6,6 +6,9 @@
 // occurs n times on a rank of S steps occurs n / S times per step, and its occurrences in start order fall
 // into the steps in order. Counting repeats rather than cutting the timeline at each optimizer op keeps
 // communication that runs after the optimizer (ZeRO's parameter all-gather) in its own step.
+//
+// Steps are numbered as `tessel run` printed them: a resumed run's trace starts at the step after its
+// checkpoint's, which it records as otherData.first_step (absent: 1).
 #pragma once
 
 #include <optional>
@@ -19,21 +22,25 @@
 namespace tessel::trace {
 
 struct StepSplit {
+  int first = 1;                     // the number of the trace's first step (otherData.first_step)
   std::vector<int> step_of;          // per event of the trace: its step, from 0
   std::vector<double> durations_us;  // per step: its first op's start to its last op's end, all ranks together
   int count() const { return static_cast<int>(durations_us.size()); }
 };
 
 // InputError naming `origin` when ranks disagree on the number of optimizer ops, or when an op's repeats on
-// a rank are not a multiple of the steps (not a trace of whole steps). No optimizer op at all: one step.
+// a rank are not a multiple of the steps (not a trace of whole steps), or when otherData.first_step is not an
+// integer >= 1. No optimizer op at all: one step.
 StepSplit split_steps(const Trace& t, const std::string& origin);
 
-// The step compared: `requested` (from 1, as `tessel run` numbers steps) when given, else the steady
-// state: the step of median duration (nearest rank, the lower one of an even count) after the first,
-// which is warm-up (allocation, cold caches). A one-step trace is its step whatever is requested.
+// The step compared: `requested` (numbered as `tessel run` numbers steps, so from the trace's first step)
+// when given, else the steady state: the step of median duration (nearest rank, the lower one of an even
+// count) after the first, which is warm-up (allocation, cold caches; a resumed run's first step too). A
+// one-step trace is its step whatever is requested.
 struct StepChoice {
   int count = 1;          // steps in the trace
-  int step = 0;           // the one compared, from 0
+  int first = 1;          // the number of its first step
+  int step = 0;           // the one compared, from 0 (its number: first + step)
   double step_us = 0;
   std::string rule;       // how it was chosen, for people: "only step", "median of steps 2-5", "--step"
   std::vector<double> durations_us;
@@ -45,7 +52,7 @@ StepChoice choose_step(const StepSplit& s, std::optional<int> requested, const s
 // The events of one step (in the trace's order) and the counters inside its time span; names and otherData kept.
 Trace step_trace(const Trace& t, const StepSplit& s, int step);
 
-// {"count", "compared" (from 1), "rule", "step_us", "durations_us"}.
+// {"count", "first", "compared" (its number, from "first"), "rule", "step_us", "durations_us"}.
 nlohmann::json to_json(const StepChoice& c);
 
 }  // namespace tessel::trace

@@ -173,6 +173,19 @@ TEST_CASE("run: --resume takes the step `latest` publishes, and continues from t
   CHECK(has(r.out, "step    3  loss"));
 }
 
+TEST_CASE("run: a resumed run's trace records the number of its first step; a fresh run's does not") {
+  Scratch s("firststep");
+  const std::string d = s / "ck", fresh = s / "fresh.json", resumed = s / "resumed.json";
+  REQUIRE(run({"--steps", "2", "--save-every", "2", "--checkpoint-dir", d, "--trace", fresh}).code == 0);
+  auto r = run({"--steps", "4", "--resume", d, "--trace", resumed});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  // Resumed at step 2, the run prints steps 3 and 4, and its trace says it starts at step 3 (2 + 1).
+  CHECK(has(r.out, "step    3  loss"));
+  CHECK(tessel::parse_json_file(resumed)["otherData"]["first_step"] == 3);
+  CHECK(!tessel::parse_json_file(fresh)["otherData"].contains("first_step"));  // absent: from step 1
+}
+
 TEST_CASE("run: a resume refuses another data source") {
   Scratch s("data");
   const std::string d = s / "ck";

@@ -198,6 +198,47 @@ TEST_CASE("tessel compare: a multi-step run is compared one step at a time") {
   CHECK(tessel_compare(pa + " " + pb + " --max-error 19").rc == 1);
 }
 
+TEST_CASE("tessel compare: --step counts a resumed run's steps as the run printed them") {
+  // A: a 5-step run (steps 1-5, kFactors 2.0 1.0 1.5 1.2 1.3: 240 120 180 144 156 µs). B: the last 3 steps
+  // of that run, resumed after step 2 (otherData.first_step 3), with the same factors 1.5 1.2 1.3.
+  // --step 4 is A's 4th step and B's 2nd, 144 µs each: error 0. --step 2 is no step of B: exit 2.
+  std::string pa = test::temp_path("cli-full-run.json"), pb = test::temp_path("cli-resumed-run.json");
+  trace::write_chrome_trace(test::multi_step_trace({2.0, 1.0, 1.5, 1.2, 1.3}, 50), pa);
+  trace::Trace resumed = test::multi_step_trace({1.5, 1.2, 1.3}, 50);
+  resumed.other_data["first_step"] = 3;
+  trace::write_chrome_trace(resumed, pb);
+
+  Run r = tessel_compare(pa + " " + pb + " --step 4");
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("A " + pa + ": 5 steps, compared step 4 (--step)") != std::string::npos);
+  CHECK(r.out.find("B " + pb + ": 3 steps (3 to 5), compared step 4 (--step)") != std::string::npos);
+  CHECK(r.out.find("error +0.00%") != std::string::npos);
+  CHECK(r.out.find("first_step") == std::string::npos);  // not listed as an otherData difference
+
+  Run js = tessel_compare(pa + " " + pb + " --step 4 --json");
+  REQUIRE(js.rc == 0);
+  auto j = nlohmann::json::parse(js.out);
+  CHECK(j["steps"]["a"]["compared"] == 4);
+  CHECK(j["steps"]["b"]["compared"] == 4);
+  CHECK(j["steps"]["b"]["first"] == 3);
+  CHECK(j["step_us"]["error_pct"].get<double>() == doctest::Approx(0).epsilon(1e-9));
+
+  Run bad = tessel_compare(pa + " " + pb + " --step 2");
+  CHECK(bad.rc == 2);
+  CHECK(bad.out.find("--step 2: " + pb + " holds 3 steps, numbered 3 to 5 (its run resumed after step 2); choose 3 to 5") !=
+        std::string::npos);
+
+  // By default each trace's median after its own warm-up step: A's step 4 (144 µs), B's steps 4-5 (144,
+  // 156 µs) give step 4 too; with B resumed after step 3 instead its numbers shift, and a note says so.
+  resumed.other_data["first_step"] = 4;
+  trace::write_chrome_trace(resumed, pb);
+  r = tessel_compare(pa + " " + pb);
+  REQUIRE(r.rc == 0);
+  CHECK(r.out.find("B " + pb + ": 3 steps (4 to 6), compared step 5 (median of steps 5-6 by duration; step 4 is warm-up)") !=
+        std::string::npos);
+  CHECK(r.out.find("A's step 4 is compared with B's step 5") != std::string::npos);
+}
+
 TEST_CASE("tessel compare: a directory, a repeated key, absurd profiler times exit 2 naming the file") {
   const std::string dir = test::temp_path("cli-adir");
   std::filesystem::create_directories(dir);

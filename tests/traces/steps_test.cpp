@@ -73,6 +73,40 @@ TEST_CASE("the compared step: median after the warm-up step, or the one asked fo
   CHECK(c.step_us == doctest::Approx(180).epsilon(kTol));
 }
 
+TEST_CASE("a resumed run's trace numbers its steps from otherData.first_step") {
+  // The five steps of kFactors as the trace of a run resumed after step 6: steps 7 to 11. Step 8 is the
+  // second (index 1, 120 µs); the default is still the median after the first (warm-up) step: index 3,
+  // step 10, 144 µs.
+  Trace t = test::multi_step_trace(kFactors, kGapUs);
+  t.other_data["first_step"] = 7;
+  StepSplit s = split_steps(t, "res.json");
+  CHECK(s.first == 7);
+  StepChoice c = choose_step(s, 8, "--step", "res.json");
+  CHECK(c.step == 1);
+  CHECK(c.step_us == doctest::Approx(120).epsilon(kTol));
+  CHECK(to_json(c)["compared"] == 8);
+  CHECK(to_json(c)["first"] == 7);
+  c = choose_step(s, std::nullopt, "--step", "res.json");
+  CHECK(c.step == 3);
+  CHECK(to_json(c)["compared"] == 10);
+  CHECK(c.rule == "median of steps 8-11 by duration; step 7 is warm-up");
+  // A number the run never printed is refused, naming the steps the trace holds.
+  const std::string held = "res.json holds 5 steps, numbered 7 to 11 (its run resumed after step 6); choose 7 to 11";
+  CHECK(message_of([&] { choose_step(s, 2, "--step", "res.json"); }) == "--step 2: " + held);
+  CHECK(message_of([&] { choose_step(s, 12, "--step", "res.json"); }) == "--step 12: " + held);
+  // Two steps resumed after step 3: the second, step 5.
+  Trace two = test::multi_step_trace({1.0, 1.5}, kGapUs);
+  two.other_data["first_step"] = 4;
+  c = choose_step(split_steps(two, "res.json"), std::nullopt, "--step", "res.json");
+  CHECK(c.rule == "step 5: step 4 is warm-up");
+  // Not a step number: refused naming the file and the key.
+  for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json("7"), nlohmann::json(2.5)}) {
+    CAPTURE(bad.dump());
+    t.other_data["first_step"] = bad;
+    CHECK(message_of([&] { split_steps(t, "res.json"); }).find("res.json: otherData.first_step: value " + bad.dump()) == 0);
+  }
+}
+
 TEST_CASE("a one-step trace is its step") {
   Trace t = test::one_step_trace();
   StepSplit s = split_steps(t, "sim.json");
