@@ -219,8 +219,14 @@ void CheckpointReader::verify_and_index() {
   Json meta = parse_checkpoint_json(meta_path);
   JsonObject mo(meta, meta_path);
   mo.string("format");
-  if (mo.integer("step", 0, kMaxStep) != step_) mo.fail("step", "differs from the manifest's step");
-  mo.integer("world", world_, world_);
+  // Both files name the step and the world: a difference names both files and both values.
+  auto agree = [&](const std::string& key, std::int64_t here, std::int64_t in_manifest) {
+    if (here != in_manifest)
+      mo.fail(key, "value " + std::to_string(here) + " differs from the " + key + " of " + mpath + ", " +
+                       std::to_string(in_manifest) + " (the two files must agree)");
+  };
+  agree("step", mo.integer("step", 0, kMaxStep), step_);
+  agree("world", mo.integer("world", 1, kMaxWorld), world_);
   meta_ = mo.raw("meta");
   mo.finish();
   for (int r = 0; r < world_; ++r) {

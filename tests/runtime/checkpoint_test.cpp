@@ -164,6 +164,27 @@ TEST_CASE("an unreadable checkpoint file or folder is reported as unreadable, wi
   }
 }
 
+TEST_CASE("meta.json and manifest.json that disagree on the step or the world name both files and values") {
+  // The manifest is checksummed by nothing, so it is edited in place: a world-2 checkpoint's manifest made
+  // to say world 1 (its file list cut to match) or step 6; meta.json, whose checksum still passes, says 2 and 5.
+  test::TempDir d("disagree");
+  save(d.str(), 5, 2);
+  const test::fs::path step = d.path / "step-00000005";
+  const std::string manifest = (step / "manifest.json").string(), meta = (step / "meta.json").string();
+  const std::string original = test::file_bytes(manifest);
+  Json m = Json::parse(original);
+  m["world"] = 1;
+  m["files"].erase(2);
+  test::write_text(manifest, m.dump());
+  const std::string world = meta + ": world: value 2 differs from the world of " + manifest + ", 1 (the two files must agree)";
+  CHECK_THROWS_WITH_AS(CheckpointReader(d.str()), doctest::Contains(world.c_str()), InputError);
+  m = Json::parse(original);
+  m["step"] = 6;
+  test::write_text(manifest, m.dump());
+  const std::string step_rule = meta + ": step: value 5 differs from the step of " + manifest + ", 6 (the two files must agree)";
+  CHECK_THROWS_WITH_AS(CheckpointReader(step.string()), doctest::Contains(step_rule.c_str()), InputError);
+}
+
 TEST_CASE("a checkpoint of another model is refused with the difference named") {
   test::TempDir d("model");
   save(d.str(), 1, 1);
