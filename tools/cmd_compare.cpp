@@ -67,10 +67,28 @@ void print_ranks(const trace::Comparison& c, const trace::Trace& a) {
   if (!c.ranks_only_in_a.empty()) std::printf("A's ranks %s have no counterpart in B\n", join(c.ranks_only_in_a).c_str());
 }
 
-void print_op_comparison(const trace::Comparison& c, const trace::Trace& a, const trace::Trace& b) {
+// The dp_* kinds whose ops the two sides split differently, merged per rank before pairing: one line per
+// kind, the ops and bytes of its first rank, and the ranks where it happened.
+void print_merged(const trace::Comparison& c) {
+  if (c.merged.empty()) return;
+  std::printf("\nmerged per rank (the two sides split these data-parallel collectives differently; each side's ops "
+              "of the kind on a rank are summed, duration and bytes, and compared as one):\n");
+  std::map<std::string, std::vector<const trace::MergedCollectives*>> by_op;
+  for (const auto& m : c.merged) by_op[m.op].push_back(&m);
+  for (const auto& [op, v] : by_op) {
+    std::vector<int> ranks;
+    for (const auto* m : v) ranks.push_back(m->rank);
+    const auto& m = *v.front();
+    std::printf("  %-20s ranks %s: e.g. rank %d A %zu op(s) %.0f bytes, B %zu op(s) %.0f bytes\n", op.c_str(),
+                join(ranks).c_str(), m.rank, m.ops_a, m.bytes_a, m.ops_b, m.bytes_b);
+  }
+}
+
+void print_op_comparison(const trace::Comparison& c, const trace::Trace& a, const trace::Trace&) {
   std::printf("step time   A %12.3f us   B %12.3f us   error %+.2f%%\n", c.step_a_us, c.step_b_us, c.step_error_pct);
-  std::printf("ops         A %zu   B %zu   matched %zu   only in A %zu   only in B %zu\n\n", c.events_a, c.events_b,
-              c.matched, c.unmatched_a.size(), c.unmatched_b.size());
+  const std::string merged = c.merged.empty() ? "" : " (" + std::to_string(c.merged.size()) + " of them merged, below)";
+  std::printf("ops         A %zu   B %zu   matched %zu%s   only in A %zu   only in B %zu\n\n", c.events_a, c.events_b,
+              c.matched, merged.c_str(), c.unmatched_a.size(), c.unmatched_b.size());
   if (!c.meta_diffs.empty()) {
     std::printf("otherData differs (compared what aligns anyway):\n");
     for (const auto& d : c.meta_diffs) std::printf("  %-32s A %s   B %s\n", d.path.c_str(), d.a.c_str(), d.b.c_str());
@@ -81,13 +99,14 @@ void print_op_comparison(const trace::Comparison& c, const trace::Trace& a, cons
     std::printf("%-20s %8zu %14.3f %14.3f %+12.2f %12.2f\n", k.op.c_str(), k.matched, k.total_a_us, k.total_b_us,
                 k.median_error_pct, k.p90_abs_error_pct);
   }
+  print_merged(c);
   print_ranks(c, a);
   if (!c.top.empty()) {
     std::printf("\nlargest differences (B - A):\n");
     for (const auto& d : c.top) {
       const auto& e = a.events[d.a];
-      std::printf("  rank %-4d %-28s %12.3f -> %12.3f us  (%+.3f)\n", e.rank, e.name.c_str(), e.dur_us,
-                  b.events[d.b].dur_us, d.delta_us);
+      std::printf("  rank %-4d %-28s %12.3f -> %12.3f us  (%+.3f)\n", e.rank, e.name.c_str(), d.a_us, d.b_us,
+                  d.delta_us);
     }
   }
   for (int side = 0; side < 2; ++side) {

@@ -92,17 +92,16 @@ void diff_json(const nlohmann::json& a, const nlohmann::json& b, const std::stri
   out.push_back({path.empty() ? "/" : path, a.dump(), b.dump()});
 }
 
-std::vector<OpKindStats> kind_stats(const Trace& a, const Trace& b, const std::vector<OpDelta>& pairs) {
+std::vector<OpKindStats> kind_stats(const Trace& a, const std::vector<OpDelta>& pairs) {
   std::map<std::string, std::pair<OpKindStats, std::vector<double>>> by_op;
   for (const auto& p : pairs) {
     const auto& ea = a.events[p.a];
-    const auto& eb = b.events[p.b];
     auto& [s, errors] = by_op[ea.op];
     s.op = ea.op;
     ++s.matched;
-    s.total_a_us += ea.dur_us;
-    s.total_b_us += eb.dur_us;
-    if (ea.dur_us > 0) errors.push_back((eb.dur_us - ea.dur_us) / ea.dur_us * 100.0);
+    s.total_a_us += p.a_us;
+    s.total_b_us += p.b_us;
+    if (p.a_us > 0) errors.push_back((p.b_us - p.a_us) / p.a_us * 100.0);
     else ++s.zero_reference;
   }
   std::vector<OpKindStats> out;
@@ -119,6 +118,55 @@ std::vector<OpKindStats> kind_stats(const Trace& a, const Trace& b, const std::v
   return out;
 }
 
+using RankOp = std::pair<int, std::string>;
+
+// Each side's dp_* ops per (rank, op kind), in start order (the identity index keeps start order per key).
+std::map<RankOp, std::vector<std::size_t>> dp_ops(const Trace& t, const std::map<Identity, std::vector<std::size_t>>& idx) {
+  std::map<RankOp, std::vector<std::size_t>> out;
+  for (const auto& [key, v] : idx) {
+    const std::string& op = std::get<1>(key);
+    if (op.rfind("dp_", 0) != 0) continue;
+    auto& dst = out[{std::get<0>(key), op}];
+    dst.insert(dst.end(), v.begin(), v.end());
+  }
+  for (auto& [k, v] : out)
+    std::stable_sort(v.begin(), v.end(), [&](std::size_t x, std::size_t y) { return t.events[x].start_us < t.events[y].start_us; });
+  return out;
+}
+
+// Merges the dp_* kinds whose counts on a rank differ between the sides into one pair each, and takes their
+// ops out of the identity indices so the one-to-one pairing does not see them.
+void merge_split_collectives(const Trace& a, const Trace& b, std::map<Identity, std::vector<std::size_t>>& ia,
+                             std::map<Identity, std::vector<std::size_t>>& ib, Comparison& c) {
+  const auto da = dp_ops(a, ia), db = dp_ops(b, ib);
+  std::vector<bool> out_a(a.events.size(), false), out_b(b.events.size(), false);
+  for (const auto& [key, va] : da) {
+    auto it = db.find(key);
+    if (it == db.end() || it->second.size() == va.size()) continue;
+    const auto& vb = it->second;
+    MergedCollectives m{key.first, key.second, va.size(), vb.size(), 0, 0};
+    OpDelta d{va.front(), vb.front(), 0, 0, 0};
+    for (std::size_t i : va) {
+      d.a_us += a.events[i].dur_us;
+      m.bytes_a += a.events[i].bytes;
+      out_a[i] = true;
+    }
+    for (std::size_t j : vb) {
+      d.b_us += b.events[j].dur_us;
+      m.bytes_b += b.events[j].bytes;
+      out_b[j] = true;
+    }
+    d.delta_us = d.b_us - d.a_us;
+    c.pairs.push_back(d);
+    c.merged.push_back(std::move(m));
+  }
+  auto drop = [](std::map<Identity, std::vector<std::size_t>>& idx, const std::vector<bool>& out) {
+    for (auto& [k, v] : idx) v.erase(std::remove_if(v.begin(), v.end(), [&](std::size_t i) { return out[i]; }), v.end());
+  };
+  drop(ia, out_a);
+  drop(ib, out_b);
+}
+
 }  // namespace
 
 Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
@@ -130,24 +178,29 @@ Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
   c.step_error_pct = c.step_a_us > 0 ? (c.step_b_us - c.step_a_us) / c.step_a_us * 100.0 : 0.0;
   auto ia = index_by_identity(a);
   auto ib = index_by_identity(b);
+  merge_split_collectives(a, b, ia, ib, c);
   std::vector<bool> b_used(b.events.size(), false);
   for (const auto& [key, va] : ia) {
     auto it = ib.find(key);
     std::size_t n = it == ib.end() ? 0 : std::min(va.size(), it->second.size());
     for (std::size_t k = 0; k < n; ++k) {
       std::size_t j = it->second[k];
-      c.pairs.push_back({va[k], j, b.events[j].dur_us - a.events[va[k]].dur_us});
+      const double ta = a.events[va[k]].dur_us, tb = b.events[j].dur_us;
+      c.pairs.push_back({va[k], j, ta, tb, tb - ta});
       b_used[j] = true;
     }
     for (std::size_t k = n; k < va.size(); ++k) c.unmatched_a.push_back(va[k]);
   }
+  std::vector<bool> b_listed(b.events.size(), false);  // still in the index: not merged
+  for (const auto& [key, vb] : ib)
+    for (std::size_t j : vb) b_listed[j] = true;
   for (std::size_t j = 0; j < b.events.size(); ++j) {
-    if (!b_used[j]) c.unmatched_b.push_back(j);
+    if (!b_used[j] && b_listed[j]) c.unmatched_b.push_back(j);
   }
   std::sort(c.pairs.begin(), c.pairs.end(), [](const OpDelta& x, const OpDelta& y) { return x.a < y.a; });
   std::sort(c.unmatched_a.begin(), c.unmatched_a.end());
   c.matched = c.pairs.size();
-  c.kinds = kind_stats(a, b, c.pairs);
+  c.kinds = kind_stats(a, c.pairs);
   c.ranks_a = rank_stats(a);
   c.ranks_b = rank_stats(b);
   auto ids = [](const std::vector<RankStats>& v) {

@@ -2,6 +2,12 @@
 //
 // Ops align by identity (rank, op, stage, chunk, mb, layers) and, for repeated identities, by their order
 // on that rank. A is the reference: every error is (B - A) / A.
+//
+// Data-parallel collectives (op kinds dp_*) are split differently by the two sides: the simulator reduces
+// a rank's gradients in one dp_reducescatter, the runtime in one per gradient group. Where the two sides hold
+// different counts of one dp_* kind on a rank (the trace being one step), each side's ops of that kind on
+// that rank are merged into one, their durations and bytes summed, and the merged ops are paired; equal
+// counts keep the one-to-one pairing.
 #pragma once
 
 #include <cstddef>
@@ -34,8 +40,17 @@ struct RankStats {
 std::vector<RankStats> rank_stats(const Trace& t);
 
 struct OpDelta {
-  std::size_t a = 0, b = 0;  // indices into A's and B's events
-  double delta_us = 0;       // B's duration - A's
+  std::size_t a = 0, b = 0;  // indices into A's and B's events (a merged pair: each side's first op)
+  double a_us = 0, b_us = 0; // the durations compared (a merged pair: each side's sum)
+  double delta_us = 0;       // b_us - a_us
+};
+
+// One rank's dp_* collectives of one kind, merged on both sides because their counts differ.
+struct MergedCollectives {
+  int rank = 0;
+  std::string op;
+  std::size_t ops_a = 0, ops_b = 0;  // ops merged on each side
+  double bytes_a = 0, bytes_b = 0;   // their summed bytes
 };
 
 struct OnlyIn {
@@ -62,6 +77,7 @@ struct Comparison {
   std::vector<std::size_t> unmatched_a, unmatched_b;
   std::vector<OnlyIn> only_in_a, only_in_b;
   std::vector<MetaDiff> meta_diffs;         // otherData differences (compared anyway)
+  std::vector<MergedCollectives> merged;    // by rank, then op kind
 };
 
 Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n = 10);

@@ -27,7 +27,7 @@ nlohmann::json identity_json(const OpEvent& e) {
 
 }  // namespace
 
-nlohmann::json to_json(const Comparison& c, const Trace& a, const Trace& b) {
+nlohmann::json to_json(const Comparison& c, const Trace& a, const Trace&) {
   nlohmann::json j;
   j["step_us"] = {{"a", c.step_a_us}, {"b", c.step_b_us}, {"error_pct", c.step_error_pct}};
   j["events"] = {{"a", c.events_a}, {"b", c.events_b}, {"matched", c.matched}};
@@ -43,8 +43,8 @@ nlohmann::json to_json(const Comparison& c, const Trace& a, const Trace& b) {
   auto top = nlohmann::json::array();
   for (const auto& d : c.top) {
     auto t = identity_json(a.events[d.a]);
-    t["a_us"] = a.events[d.a].dur_us;
-    t["b_us"] = b.events[d.b].dur_us;
+    t["a_us"] = d.a_us;
+    t["b_us"] = d.b_us;
     t["delta_us"] = d.delta_us;
     top.push_back(t);
   }
@@ -53,6 +53,11 @@ nlohmann::json to_json(const Comparison& c, const Trace& a, const Trace& b) {
   auto meta = nlohmann::json::array();
   for (const auto& m : c.meta_diffs) meta.push_back({{"path", m.path}, {"a", m.a}, {"b", m.b}});
   j["other_data_differences"] = meta;
+  auto merged = nlohmann::json::array();
+  for (const auto& m : c.merged)
+    merged.push_back({{"rank", m.rank}, {"op", m.op}, {"ops_a", m.ops_a}, {"ops_b", m.ops_b}, {"bytes_a", m.bytes_a},
+                      {"bytes_b", m.bytes_b}});
+  j["merged_collectives"] = merged;
   return j;
 }
 

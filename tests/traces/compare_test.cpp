@@ -159,3 +159,68 @@ TEST_CASE("per-rank statistics pair by rank id; ranks without a counterpart are 
   // Swapped: A holds the ranks B lacks.
   CHECK(compare_traces(b, a).ranks_only_in_a == std::vector<int>{1, 3});
 }
+
+namespace {
+
+// A data-parallel collective as both sides record it: no stage, chunk, micro-batch or layers.
+OpEvent dp_op(int rank, const std::string& kind, double start, double dur, double bytes) {
+  OpEvent e = test::op(rank, Stream::dp, kind, -1, -1, start, dur);
+  e.name = kind;
+  e.chunk = e.layer_begin = e.layer_end = -1;
+  e.bytes = bytes;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("dp collectives split differently by the two sides are merged per rank, then paired") {
+  // A (simulated): rank 0 reduces its gradients in one dp_reducescatter of 1000 bytes, 40 µs. B (measured):
+  // three per-group ones of 600, 100 and 300 bytes taking 10, 5 and 15 µs: 1000 bytes, 30 µs in all, so the
+  // merged pair is 40 -> 30 µs, -25%. Pairing one to one instead gave 40 -> 10 µs (-75%) and two ops "only
+  // in B". Rank 0's dp_allgather is one op on both sides (50 -> 60 µs, +20%) and stays one to one; so do
+  // rank 1's two dp_allreduce each side (20 -> 22 and 30 -> 27 µs).
+  Trace a, b;
+  a.events = {dp_op(0, "dp_reducescatter", 0, 40, 1000), dp_op(0, "dp_allgather", 100, 50, 1000),
+              dp_op(1, "dp_allreduce", 0, 20, 500), dp_op(1, "dp_allreduce", 50, 30, 500)};
+  b.events = {dp_op(0, "dp_reducescatter", 0, 10, 600), dp_op(0, "dp_reducescatter", 12, 5, 100),
+              dp_op(0, "dp_reducescatter", 20, 15, 300), dp_op(0, "dp_allgather", 100, 60, 1000),
+              dp_op(1, "dp_allreduce", 0, 22, 500), dp_op(1, "dp_allreduce", 50, 27, 500)};
+  Comparison c = compare_traces(a, b);
+  CHECK(c.unmatched_a.empty());
+  CHECK(c.unmatched_b.empty());
+  CHECK(c.matched == 4);  // the merged reduce-scatter, the all-gather, the two all-reduces
+  const OpKindStats& rs = kind(c, "dp_reducescatter");
+  CHECK(rs.matched == 1);
+  CHECK(rs.total_a_us == doctest::Approx(40).epsilon(kTol));
+  CHECK(rs.total_b_us == doctest::Approx(30).epsilon(kTol));
+  CHECK(rs.median_error_pct == doctest::Approx(-25).epsilon(kTol));
+  CHECK(kind(c, "dp_allgather").median_error_pct == doctest::Approx(20).epsilon(kTol));
+  CHECK(kind(c, "dp_allreduce").matched == 2);
+  REQUIRE(c.merged.size() == 1);
+  CHECK(c.merged[0].rank == 0);
+  CHECK(c.merged[0].op == "dp_reducescatter");
+  CHECK(c.merged[0].ops_a == 1);
+  CHECK(c.merged[0].ops_b == 3);
+  CHECK(c.merged[0].bytes_a == doctest::Approx(1000).epsilon(kTol));
+  CHECK(c.merged[0].bytes_b == doctest::Approx(1000).epsilon(kTol));
+  // The largest difference is the merged pair's -10 µs, shown with both sides' sums.
+  REQUIRE(!c.top.empty());
+  CHECK(c.top.front().a_us == doctest::Approx(40).epsilon(kTol));
+  CHECK(c.top.front().b_us == doctest::Approx(30).epsilon(kTol));
+  const nlohmann::json j = to_json(c, a, b);
+  CHECK(j["merged_collectives"].size() == 1);
+  CHECK(j["merged_collectives"][0]["ops_b"] == 3);
+  CHECK(j["top_contributors"][0]["b_us"].get<double>() == doctest::Approx(30).epsilon(kTol));
+
+  // Counts that agree keep exact pairing: nothing merged, each of B's reduce-scatters with its own.
+  Trace a3 = b;
+  c = compare_traces(a3, b);
+  CHECK(c.merged.empty());
+  CHECK(kind(c, "dp_reducescatter").matched == 3);
+  // A kind on one side only is not merged: it is "only in B".
+  Trace a_none = a;
+  a_none.events.erase(a_none.events.begin());
+  c = compare_traces(a_none, b);
+  CHECK(c.merged.empty());
+  CHECK(c.unmatched_b.size() == 3);
+}
