@@ -2,6 +2,7 @@
 // print per-step loss, step time and tokens/s; optionally write a measured trace and recovery checkpoints.
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -317,6 +318,9 @@ void run_under_mpi(const RunConfig& c, trace::Trace& tr) {
 int run(const Args& args) {
   cli::CommandLine cl("run", args, run_options(), 0);
   if (cl.print_help()) return 0;
+  // A reader of the log that goes away (`tessel run ... | head`) must not kill a training run before it
+  // saves its checkpoints and trace: writes to the closed pipe fail (EPIPE) and the run goes on.
+  std::signal(SIGPIPE, SIG_IGN);
   const std::string backend = cl.get_or("--backend", "cpu");
   if (backend == "cuda") {
 #ifdef TESSEL_HAVE_CUDA
@@ -337,7 +341,7 @@ int run(const Args& args) {
     o.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
     o.resume = cl.get_or("--resume", "");
     if (!o.data_file.empty()) (void)rt::TokenStream::from_file(o.data_file, o.model.vocab);  // fail early
-    check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model, o.steps, o.seed, o.data_file);
+    o.start_step = check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model, o.steps, o.seed, o.data_file);
     rt::check_runnable(o.model, o.layout);
     return rt::cuda::run_cuda(o);
 #else

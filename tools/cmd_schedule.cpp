@@ -123,10 +123,16 @@ int gen(const Args& args) {
   Schedule s = generate(name, p);
   if (cl.flag("--lower")) s = lower(s);
   if (auto out = cl.get("-o")) {
+    // Into a device or a FIFO (-o /dev/null, a pipe to another tool) the CSV is written as it is, and no
+    // sidecar is put beside it (that would be /dev/null.meta.json).
+    std::error_code ec;
+    const auto st = std::filesystem::status(*out, ec);
+    const bool beside = ec || !std::filesystem::exists(st) || std::filesystem::is_regular_file(st);
     write_file_atomic(*out, to_csv(s));
-    write_file_atomic(meta_path_for(*out), to_meta_json(s));
+    if (beside) write_file_atomic(meta_path_for(*out), to_meta_json(s));
     print_summary(s, unit_cost_simulate(s, costs), cl.has("--costs"), stdout);
-    std::printf("wrote %s and %s\n", out->c_str(), meta_path_for(*out).c_str());
+    if (beside) std::printf("wrote %s and %s\n", out->c_str(), meta_path_for(*out).c_str());
+    else std::printf("wrote %s (not a regular file: no sidecar beside it)\n", out->c_str());
   } else {
     std::cout << to_csv(s);
   }

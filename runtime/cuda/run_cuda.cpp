@@ -151,6 +151,7 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
                 o.only_rank >= 0 ? ", synthesised inputs, communication recorded not waited"
                 : o.gpu_threads  ? ", communication staged through host memory (times are not a multi-GPU run's)" : "",
                 o.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done())).c_str());
+  if (talk) std::fflush(stdout);
   dev.set_kernel_profile(o.profile_kernels);
   double profiled_s = 0;  // step time summed over the profiled steps (all but the first: warm-up)
   int profiled = 0;
@@ -164,6 +165,7 @@ void run_rank(const CudaRunOptions& o, CudaDevice& dev, Comm* world, int world_r
     if (talk)
       std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s  %7.1f TFLOP/s\n", s.step + 1,
                   s.loss, s.grad_norm, s.seconds * 1e3, tokens / s.seconds, t.step_flops() / s.seconds / 1e12);
+    if (talk) std::fflush(stdout);  // a killed run keeps every step line it printed (stdout in a file is block-buffered)
     if (o.save_every > 0 && t.steps_done() % o.save_every == 0) t.save_checkpoint(o.checkpoint_dir, o.seed);
   }
   if (talk && o.profile_kernels) {
@@ -211,6 +213,7 @@ void write_trace(const CudaRunOptions& o, trace::Trace& tr, int world_rank, int 
   tr.other_data["system"] = "cuda";
   tr.other_data["precision"] = o.precision;
   if (o.only_rank >= 0) tr.other_data["only_rank"] = o.only_rank;
+  if (o.start_step > 0) tr.other_data["first_step"] = o.start_step + 1;  // as the CPU runner: compare numbers steps from it
   tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
   const std::string path = world > 1 ? o.trace_path + ".rank" + std::to_string(world_rank) : o.trace_path;
   trace::write_chrome_trace(tr, path);

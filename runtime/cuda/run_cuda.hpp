@@ -24,6 +24,7 @@ struct CudaRunOptions {
   std::string data_file;       // token file; empty: the synthetic stream
   int save_every = 0;          // > 0: recovery checkpoint every N steps into checkpoint_dir
   std::string checkpoint_dir, resume;
+  int start_step = 0;  // the resumed checkpoint's step (0: a fresh run); the trace numbers its steps from it + 1
 };
 
 // Number of CUDA devices this process sees (0 without a driver or GPU).

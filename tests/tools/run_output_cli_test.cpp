@@ -95,3 +95,20 @@ TEST_CASE("run: each line reaches a piped stdout as it is printed, so a killed r
   std::error_code ec;
   fs::remove_all(dir, ec);
 }
+
+TEST_CASE("run: a log reader that goes away does not kill the run before it writes its trace") {
+  // `tessel run ... | head -1`: once head exits, every later line is a write to a closed pipe. SIGPIPE would
+  // end the run there, before its trace and checkpoints; the run ignores it and finishes.
+  const fs::path dir = fs::temp_directory_path() / ("tessel-runpipe-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path trace = dir / "t.json";
+  const std::string cmd = "set -o pipefail; " + tessel::test::tessel_exe() + " run --model tiny --steps 3 --trace " +
+                          trace.string() + " 2>" + (dir / "stderr").string() + " | head -c 1 > /dev/null";
+  const int rc = std::system(("bash -c '" + cmd + "'").c_str());
+  CHECK(WIFEXITED(rc));
+  // With pipefail the pipeline's status is tessel's: 0 when it finished, 141 when SIGPIPE killed it.
+  CHECK(WEXITSTATUS(rc) == 0);
+  CHECK(fs::exists(trace));
+  fs::remove_all(dir);
+}
