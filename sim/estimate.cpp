@@ -144,7 +144,8 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
         t_grad = cost::collective_time(sys, Collective::all_reduce, cost::grad_bytes(l.precision) * params, dpg).seconds;
       } else {
         t_grad = cost::collective_time(sys, Collective::reduce_scatter, cost::grad_bytes(l.precision) * params, dpg).seconds;
-        if (l.zero_stage < 3) t_param = cost::collective_time(sys, Collective::all_gather, 2 * params, dpg).seconds;
+        if (l.zero_stage < 3)
+          t_param = cost::collective_time(sys, Collective::all_gather, cost::weight_bytes(l.precision) * params, dpg).seconds;
       }
     }
     double exposed_grad = t_grad, exposed_param = t_param;
@@ -191,8 +192,9 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     cost::GroupPlacement flat = dpg;
     flat.flat = true;
     const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
-    const double ag = cost::collective_time(sys, Collective::all_gather, 2 * layer_params, flat).seconds;
-    const double rsg = cost::collective_time(sys, Collective::reduce_scatter, 2 * layer_params, flat).seconds;
+    const double wb = cost::weight_bytes(l.precision);
+    const double ag = cost::collective_time(sys, Collective::all_gather, wb * layer_params, flat).seconds;
+    const double rsg = cost::collective_time(sys, Collective::reduce_scatter, wb * layer_params, flat).seconds;
     const LayerWork& lw = w.layer;
     const double f_layer = lw.t_f + lw.t_tp_f;
     // Every layer a rank holds is gathered and reduced once per micro-batch: with vpp chunks that is the sum

@@ -75,7 +75,7 @@ double zero3_gather_bytes(const Model& m, const Layout& l) {
   const double kv = static_cast<double>(m.kv_heads) * m.head_dim;
   const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double largest = std::max({gate * h * f, h * f, h * (q + 2 * kv), static_cast<double>(m.vocab) * h}) / l.tp;
-  return 2.0 * 2.0 * largest;
+  return 2.0 * weight_bytes(l.precision) * largest;
 }
 
 double recompute_transient_bytes(const Model& m, const Layout& l) {
@@ -104,6 +104,8 @@ double inflight_chunks(const Layout& l, int rank) {
 
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }
 
+double weight_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }
+
 StateBytes state_bytes_per_param(const Layout& l) {
   StateBytes sb;
   const double d = static_cast<double>(l.dp) * l.cp;  // CP ranks hold the same weights and join the reduction
@@ -112,7 +114,7 @@ StateBytes state_bytes_per_param(const Layout& l) {
     sb.grads = 4;
     sb.optimizer = 8;  // two fp32 moments
   } else {
-    sb.weights = 2;     // bf16/fp16 (fp8 training keeps bf16 weights too)
+    sb.weights = weight_bytes(l.precision);  // bf16/fp16 (fp8 training keeps bf16 weights too)
     sb.grads = grad_bytes(l.precision);  // main_grad buffer
     sb.optimizer = 12;  // fp32 master weights + two fp32 moments
   }

@@ -24,7 +24,7 @@ double stage_activation_bytes(const Model& m, const Layout& l, int layers, int r
 double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last);
 
 // ZeRO-3 working set: DeepSpeed gathers parameters per module (one Linear at a time, the next one prefetched),
-// so two of the largest weight matrices in 16-bit, not whole layers.
+// so two of the largest weight matrices in the weights' dtype, not whole layers.
 double zero3_gather_bytes(const Model& m, const Layout& l);
 
 // Full recompute re-creates one layer's activations while that layer's backward runs (not in Korthikanti's
@@ -49,6 +49,10 @@ StateBytes state_bytes_per_param(const Layout& l);
 // --accumulate-allreduce-grads-in-fp32; fp8 training runs under bf16) and fp32; fp16 gradients under fp16
 // (that flag's default, off).
 double grad_bytes(Precision p);
+// Bytes of one model weight as training holds and communicates it: 2 (bf16/fp16; fp8 training keeps bf16
+// weights), 4 under fp32. ZeRO's parameter all-gathers and ZeRO-3's gradient reduce-scatters move this
+// many bytes per parameter (DeepSpeed communicates in the model's dtype).
+double weight_bytes(Precision p);
 
 struct MemoryBreakdown {
   int rank = 0;

@@ -170,15 +170,16 @@ void JobBuilder::data_parallel(int pos) {
     if (t != kNone && t != opt) g_.edge(t, opt);
   job_.step_end[static_cast<std::size_t>(pos)] = opt;
   if (dp && (l_.zero_stage == 1 || l_.zero_stage == 2)) {
-    // Distributed optimizer: gather the updated 16-bit parameters, bucket by bucket in forward order. With
-    // overlap_param_gather only the first bucket holds the next step's first forward.
+    // Distributed optimizer: gather the updated parameters (16-bit; fp32 under fp32 training), bucket by
+    // bucket in forward order. With overlap_param_gather only the first bucket holds the next step's first
+    // forward.
     std::uint32_t prev = kNone;
     for (int s = 0; s < s_.num_stages; ++s) {
       if (s_.rank_of(s) != r) continue;
       const double p = spec_.costs.stages[static_cast<std::size_t>(s)].params;
       const int nb = std::max(1, static_cast<int>(std::ceil(p / spec_.costs.bucket_params)));
       for (int k = 0; k < nb; ++k) {
-        const double bytes = 2.0 * p / nb;
+        const double bytes = cost::weight_bytes(l_.precision) * p / nb;
         const auto t = group_task(pos, OpKind::dp_allgather, collective_seconds(Collective::all_gather, bytes, false),
                                   bytes, group, prev);
         g_.edge(opt, t);

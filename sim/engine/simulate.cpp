@@ -114,8 +114,9 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
     cost::GroupPlacement flat = dp_group(l);
     flat.flat = true;
     const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
-    jc.zero3_gather_layer = cost::collective_time(sys, cost::Collective::all_gather, 2 * layer_params, flat).seconds;
-    jc.zero3_scatter_layer = cost::collective_time(sys, cost::Collective::reduce_scatter, 2 * layer_params, flat).seconds;
+    const double wb = cost::weight_bytes(l.precision);
+    jc.zero3_gather_layer = cost::collective_time(sys, cost::Collective::all_gather, wb * layer_params, flat).seconds;
+    jc.zero3_scatter_layer = cost::collective_time(sys, cost::Collective::reduce_scatter, wb * layer_params, flat).seconds;
     jc.fixed_bytes += cost::zero3_gather_bytes(m, l);
   }
   jc.static_bytes_per_param = cost::state_bytes_per_param(l).total();
