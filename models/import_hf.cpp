@@ -79,24 +79,43 @@ void reject_unmodelled(const Json& j, const std::string& where) {
                          "\" is a mixture-of-experts architecture; Tessel models dense transformers only");
 }
 
-// Architectures whose MLP shape Tessel knows (see the top of this file): model_type, the class name in
-// "architectures", and the default of tie_word_embeddings in the family's HF config class (PretrainedConfig's
-// true where the class sets none), used when config.json omits the key.
+// Architectures whose shape Tessel knows: model_type, the class name in "architectures", and what the
+// family's HF modelling code and config class fix when config.json says nothing:
+// - gated: the MLP (see the top of this file);
+// - tied: the default of tie_word_embeddings in the config class (PretrainedConfig's true where the class sets
+//   none);
+// - rms: RMSNorm (LlamaRMSNorm and its copies) rather than nn.LayerNorm;
+// - position: learned (GPT2Model.wpe, OPTLearnedPositionalEmbedding, GPTBigCodeModel.wpe), rotary (every
+//   *RotaryEmbedding family; GPT-J, GPT-NeoX and Phi rotate a fraction of each head, rotary_dim /
+//   rotary_pct / partial_rotary_factor, which changes neither a parameter nor a GEMM: Tessel counts the
+//   pointwise rotation as if it covered the whole head) or alibi (BloomModel build_alibi_tensor).
 struct Family {
   const char* model_type;
   const char* architecture;
   bool gated;
   bool tied;
+  bool rms;
+  PositionEmbedding position;
 };
+constexpr auto kLearned = PositionEmbedding::learned, kRotary = PositionEmbedding::rotary,
+               kAlibi = PositionEmbedding::alibi;
 constexpr Family kFamilies[] = {
-    {"llama", "LlamaForCausalLM", true, false},       {"mistral", "MistralForCausalLM", true, false},
-    {"qwen2", "Qwen2ForCausalLM", true, false},       {"qwen3", "Qwen3ForCausalLM", true, false},
-    {"gemma", "GemmaForCausalLM", true, true},        {"gemma2", "Gemma2ForCausalLM", true, true},
-    {"phi3", "Phi3ForCausalLM", true, false},         {"gpt2", "GPT2LMHeadModel", false, true},
-    {"gpt_neox", "GPTNeoXForCausalLM", false, false}, {"gptj", "GPTJForCausalLM", false, false},
-    {"opt", "OPTForCausalLM", false, true},           {"bloom", "BloomForCausalLM", false, true},
-    {"falcon", "FalconForCausalLM", false, true},     {"phi", "PhiForCausalLM", false, false},
-    {"gpt_bigcode", "GPTBigCodeForCausalLM", false, true}, {"starcoder2", "Starcoder2ForCausalLM", false, true},
+    {"llama", "LlamaForCausalLM", true, false, true, kRotary},
+    {"mistral", "MistralForCausalLM", true, false, true, kRotary},
+    {"qwen2", "Qwen2ForCausalLM", true, false, true, kRotary},
+    {"qwen3", "Qwen3ForCausalLM", true, false, true, kRotary},
+    {"gemma", "GemmaForCausalLM", true, true, true, kRotary},
+    {"gemma2", "Gemma2ForCausalLM", true, true, true, kRotary},
+    {"phi3", "Phi3ForCausalLM", true, false, true, kRotary},
+    {"gpt2", "GPT2LMHeadModel", false, true, false, kLearned},
+    {"gpt_neox", "GPTNeoXForCausalLM", false, false, false, kRotary},
+    {"gptj", "GPTJForCausalLM", false, false, false, kRotary},
+    {"opt", "OPTForCausalLM", false, true, false, kLearned},
+    {"bloom", "BloomForCausalLM", false, true, false, kAlibi},
+    {"falcon", "FalconForCausalLM", false, true, false, kRotary},
+    {"phi", "PhiForCausalLM", false, false, false, kRotary},
+    {"gpt_bigcode", "GPTBigCodeForCausalLM", false, true, false, kLearned},
+    {"starcoder2", "Starcoder2ForCausalLM", false, true, false, kRotary},
 };
 
 // The family of the config: model_type when given, else the first of "architectures".
@@ -122,22 +141,199 @@ const Family& family_of(const Json& j, const std::string& where) {
   throw InputError(where + ": missing required key model_type or architectures (needed to tell a gated MLP from "
                    "an ungated one; known: " + known + ")");
 }
+
+bool is(const Family& f, std::string_view type) { return type == f.model_type; }
+
+// The MLP width. Gated families and GPT-NeoX, Phi, StarCoder2 read intermediate_size and have no fallback in
+// their modelling code that a missing key could stand for: it is required. GPT-2, GPT-J and GPTBigCode read
+// n_inner, "None will set it to 4 times n_embd" (GPT2Config, GPTJConfig, GPTBigCodeConfig docs); Falcon's
+// ffn_hidden_size likewise (FalconConfig: 4 x hidden_size when None); BloomMLP is 4h whatever the config;
+// OPT reads ffn_dim.
+int ffn_of(const Json& j, const std::string& where, const Family& f, int hidden) {
+  const auto four_h_unless = [&](const char* key) {
+    return given(j, key) ? static_cast<int>(need_int(j, where, {key}, 1, 1 << 24)) : 4 * hidden;
+  };
+  if (is(f, "gpt2") || is(f, "gptj") || is(f, "gpt_bigcode")) return four_h_unless("n_inner");
+  if (is(f, "falcon")) return four_h_unless("ffn_hidden_size");
+  if (is(f, "bloom")) return 4 * hidden;
+  const char* key = is(f, "opt") ? "ffn_dim" : "intermediate_size";
+  if (!given(j, key))
+    throw InputError(where + ": " + key + ": " + (j.contains(key) ? "value null" : "missing required key") + "; the " +
+                     f.model_type + " MLP's width has no default to fall back on (4 x hidden_size would be a guess" +
+                     (f.gated ? " and is wrong for gated MLPs: Llama-2-7B has 11008, not 16384" : "") + ")");
+  return static_cast<int>(need_int(j, where, {key}, 1, 1 << 24));
+}
+
+// Key/value heads: num_key_value_heads (grouped-query attention) where the family has it. GPTBigCode with
+// multi_query (GPTBigCodeConfig default true) has one key/value head; Falcon has one with multi_query (its
+// default) unless new_decoder_architecture, which reads num_kv_heads (FalconAttention.__init__).
+int kv_heads_of(const Json& j, const std::string& where, const Family& f, int heads) {
+  if (is(f, "gpt_bigcode")) return opt_bool(j, where, "multi_query").value_or(true) ? 1 : heads;
+  if (is(f, "falcon")) {
+    const bool new_arch = opt_bool(j, where, "new_decoder_architecture").value_or(false);
+    const bool multi_query = opt_bool(j, where, "multi_query").value_or(true);
+    if (!new_arch && multi_query) return 1;
+    return given(j, "num_kv_heads") ? static_cast<int>(need_int(j, where, {"num_kv_heads"}, 1, 1 << 16)) : heads;
+  }
+  return given(j, "num_key_value_heads") ? static_cast<int>(need_int(j, where, {"num_key_value_heads"}, 1, 1 << 16))
+                                         : heads;
+}
+
+// Which linear layers have biases, as the families' modelling code builds them:
+// - LlamaAttention: q/k/v/o_proj bias=attention_bias; LlamaMLP: gate/up/down bias=mlp_bias (both default
+//   false). Gemma, Gemma 2 and Qwen3 read attention_bias for q/k/v/o; their MLPs have none.
+// - Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False; Qwen2MLP none.
+// - Mistral and Phi-3: none.
+// - GPT-J: q/k/v/out_proj none, fc_in/fc_out and lm_head with bias.
+// - GPT-2, GPTBigCode, BLOOM: everywhere. GPT-NeoX: query_key_value/dense bias=attention_bias (default
+//   true), the MLP always. OPT: enable_bias (default true). StarCoder2: use_bias (default true). Falcon: bias
+//   (default false). Phi-1/2: everywhere, lm_head too.
+void biases_of(const Json& j, const std::string& where, const Family& f, Model& m) {
+  const auto set = [&](bool qkv, bool out, bool mlp) {
+    m.bias = qkv && out && mlp;
+    m.qkv_bias = qkv;
+    m.out_bias = out;
+    m.mlp_bias = mlp;
+  };
+  if (is(f, "llama")) {
+    const bool attn = opt_bool(j, where, "attention_bias").value_or(false);
+    set(attn, attn, opt_bool(j, where, "mlp_bias").value_or(false));
+  } else if (is(f, "gemma") || is(f, "gemma2") || is(f, "qwen3")) {
+    const bool attn = opt_bool(j, where, "attention_bias").value_or(false);
+    set(attn, attn, false);
+  } else if (is(f, "qwen2")) {
+    set(true, false, false);
+  } else if (is(f, "mistral") || is(f, "phi3")) {
+    set(false, false, false);
+  } else if (is(f, "gptj")) {
+    set(false, false, true);
+    m.head_bias = true;
+  } else if (is(f, "gpt_neox")) {
+    set(opt_bool(j, where, "attention_bias").value_or(true), opt_bool(j, where, "attention_bias").value_or(true), true);
+  } else if (is(f, "opt")) {
+    const bool b = opt_bool(j, where, "enable_bias").value_or(true);
+    set(b, b, b);
+  } else if (is(f, "starcoder2")) {
+    const bool b = opt_bool(j, where, "use_bias").value_or(true);
+    set(b, b, b);
+  } else if (is(f, "falcon")) {
+    const bool b = opt_bool(j, where, "bias").value_or(false);
+    set(b, b, b);
+  } else {
+    set(true, true, true);  // GPT-2, GPTBigCode, BLOOM, Phi
+    m.head_bias = is(f, "phi");
+  }
+  if (m.tied_embeddings) m.head_bias = false;  // a tied head is the embedding table: no bias of its own
+}
+
+// Norms per block and around it. Gemma2DecoderLayer: input, post_attention, pre_feedforward and
+// post_feedforward norms (4). GPT-J and Phi: one ln_1 / input_layernorm feeds the parallel attention and
+// MLP. FalconDecoderLayer: ln_attn and ln_mlp under new_decoder_architecture with num_ln_in_parallel_attn 2
+// (FalconConfig sets 2 when it is None), else input_layernorm, plus post_attention_layernorm unless
+// parallel_attn (default true). BLOOM: word_embeddings_layernorm after the token embedding. Qwen3: q_norm and
+// k_norm over head_dim; Phi with qk_layernorm: q_layernorm and k_layernorm.
+void norms_of(const Json& j, const std::string& where, const Family& f, Model& m) {
+  m.layer_norms = 2;
+  if (is(f, "gemma2")) m.layer_norms = 4;
+  if (is(f, "gptj") || is(f, "phi")) m.layer_norms = 1;
+  if (is(f, "falcon")) {
+    if (opt_bool(j, where, "new_decoder_architecture").value_or(false)) {
+      m.layer_norms = given(j, "num_ln_in_parallel_attn")
+                          ? static_cast<int>(need_int(j, where, {"num_ln_in_parallel_attn"}, 1, 2))
+                          : 2;
+    } else {
+      m.layer_norms = opt_bool(j, where, "parallel_attn").value_or(true) ? 1 : 2;
+    }
+  }
+  m.embedding_norm = is(f, "bloom");
+  m.qk_norm = is(f, "qwen3") || (is(f, "phi") && opt_bool(j, where, "qk_layernorm").value_or(false));
+}
+
+// The rotary base: rope_theta, GPT-NeoX's rotary_emb_base; the RoFormer/Llama 2 default 10000 otherwise
+// (every family's config class default, GPT-J's fixed base).
+double rope_theta_of(const Json& j, const std::string& where) {
+  for (const char* key : {"rope_theta", "rotary_emb_base"}) {
+    if (!given(j, key)) continue;
+    const Json& t = j.at(key);
+    if (!t.is_number() || !(t.get<double>() >= 1.0 && t.get<double>() <= 1e12))
+      throw InputError(where + ": " + key + ": value " + json_brief(t) + " must be a number in [1, 1e12]");
+    return t.get<double>();
+  }
+  return 10000.0;
+}
+
+// The attention window of sliding-window attention (Mistral, Gemma 2 on alternating layers, Phi-3,
+// StarCoder2; Qwen2/Qwen3 only with use_sliding_window). Tessel counts full causal attention: at a sequence
+// longer than the window that is more attention work than the model does (at Mistral-7B's 32768 positions
+// with a 4096 window, nearly twice the FLOPs), so such a sequence is refused; at or under the window the two
+// are the same computation.
+void check_window(const Json& j, const std::string& where, const Family& f, int seq, const std::string& seq_from) {
+  if (!given(j, "sliding_window")) return;
+  if ((is(f, "qwen2") || is(f, "qwen3")) && !opt_bool(j, where, "use_sliding_window").value_or(false)) return;
+  const std::int64_t window = need_int(j, where, {"sliding_window"}, 1, std::int64_t(1) << 40);
+  if (seq <= window) return;
+  throw InputError(where + ": sliding_window: value " + std::to_string(window) + " is shorter than the sequence length " +
+                   std::to_string(seq) + " (" + seq_from + "); Tessel models full causal attention, which past the "
+                   "window is more work than this model's windowed attention: pass --seq <= " + std::to_string(window));
+}
 }  // namespace
 
-Model import_hf_config(const Json& j, const std::string& where) {
+Model import_hf_config(const Json& j, const std::string& where, std::optional<std::int64_t> seq_len) {
   if (!j.is_object()) throw InputError(where + ": a HuggingFace config must be a JSON object");
   reject_unmodelled(j, where);
   Model m;
   m.name = opt_string(j, where, "_name_or_path").value_or(opt_string(j, where, "model_type").value_or("hf-model"));
   m.layers = static_cast<int>(need_int(j, where, {"num_hidden_layers", "n_layer"}, 1, 100000));
-  m.hidden = static_cast<int>(need_int(j, where, {"hidden_size", "n_embd"}, 1, 1 << 24));
+  // BloomConfig also takes n_embed for hidden_size.
+  m.hidden = static_cast<int>(need_int(j, where, {"hidden_size", "n_embd", "n_embed"}, 1, 1 << 24));
   m.heads = static_cast<int>(need_int(j, where, {"num_attention_heads", "n_head"}, 1, 1 << 16));
-  m.kv_heads = m.heads;
-  if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null())
-    m.kv_heads = static_cast<int>(need_int(j, where, {"num_key_value_heads"}, 1, 1 << 16));
-  m.vocab = static_cast<int>(need_int(j, where, {"vocab_size"}, 1, 1 << 24));
-  m.seq_len = static_cast<int>(need_int(j, where, {"max_position_embeddings", "n_positions"}, 1, 1 << 24));
   const Family& family = family_of(j, where);
+  m.kv_heads = kv_heads_of(j, where, family, m.heads);
+  m.vocab = static_cast<int>(need_int(j, where, {"vocab_size"}, 1, 1 << 24));
+  if (is(family, "opt") && given(j, "word_embed_proj_dim") &&
+      need_int(j, where, {"word_embed_proj_dim"}, 1, 1 << 24) != m.hidden)
+    throw InputError(where + ": word_embed_proj_dim: value " + json_brief(j.at("word_embed_proj_dim")) +
+                     " differs from hidden_size " + std::to_string(m.hidden) +
+                     ": OPT's project_in/project_out around the blocks are not modelled");
+
+  // Positions and the sequence length. A learned table has max_position_embeddings (n_positions) rows and
+  // the sequence may not exceed them. Rotary and ALiBi have no table: the key only states the longest
+  // sequence trained, the default sequence length here; Falcon's config class defaults it to 2048 (FalconConfig;
+  // tiiuae/falcon-7b's config.json omits it), and BLOOM, which has no such key, was trained at 2048
+  // (BigScience, "BLOOM", arXiv:2211.05100, Sec. 3.3).
+  m.position = family.position;
+  if (is(family, "falcon") && opt_bool(j, where, "alibi").value_or(false)) m.position = PositionEmbedding::alibi;
+  const bool has_positions = given(j, "max_position_embeddings") || given(j, "n_positions");
+  const std::int64_t positions =
+      has_positions ? need_int(j, where, {"max_position_embeddings", "n_positions"}, 1, 1 << 24) : 0;
+  const char* positions_key = given(j, "max_position_embeddings") ? "max_position_embeddings" : "n_positions";
+  std::string seq_from;
+  if (seq_len) {
+    m.seq_len = static_cast<int>(*seq_len);
+    seq_from = "--seq";
+  } else if (has_positions) {
+    m.seq_len = static_cast<int>(positions);
+    seq_from = positions_key;
+  } else if (is(family, "falcon") || is(family, "bloom")) {
+    m.seq_len = 2048;
+    seq_from = std::string("the ") + family.model_type + " default";
+  } else {
+    throw InputError(where + ": missing required key max_position_embeddings or n_positions (the sequence length; " +
+                     (m.position == PositionEmbedding::learned ? "the learned position table's rows)"
+                                                               : "or pass --seq)"));
+  }
+  if (m.position == PositionEmbedding::learned) {
+    if (!has_positions)
+      throw InputError(where + ": missing required key max_position_embeddings or n_positions (the rows of the "
+                       "learned position table)");
+    // OPTLearnedPositionalEmbedding keeps 2 more rows than max_position_embeddings (its offset), unused.
+    m.max_positions = static_cast<int>(positions);
+    check_learned_positions(m, where, positions_key);
+    if (is(family, "opt")) m.max_positions += 2;
+  }
+  if (m.position == PositionEmbedding::rotary) m.rope_theta = rope_theta_of(j, where);
+  check_window(j, where, family, m.seq_len, seq_from);
+
   // hidden_act (Llama, GPT-NeoX...), activation_function (GPT-2, GPT-J); Gemma's MLP reads hidden_activation.
   std::optional<std::string> act_key = opt_string(j, where, "hidden_act");
   const char* act_name = "hidden_act";
@@ -154,32 +350,15 @@ Model import_hf_config(const Json& j, const std::string& where) {
   if (!known_act)
     throw InputError(where + ": " + act_name + ": value \"" + act + "\" is not supported (silu, swish, gelu*, relu)");
   m.activation = family.gated ? Activation::swiglu : Activation::gelu;
-  if (j.contains("intermediate_size") || j.contains("n_inner")) {
-    bool has_inner = (j.contains("intermediate_size") && !j["intermediate_size"].is_null()) ||
-                     (j.contains("n_inner") && !j["n_inner"].is_null());
-    m.ffn = has_inner ? static_cast<int>(need_int(j, where, {"intermediate_size", "n_inner"}, 1, 1 << 24)) : 4 * m.hidden;
-  } else {
-    m.ffn = 4 * m.hidden;  // GPT-2 configs leave n_inner null: 4h
-  }
+  m.ffn = ffn_of(j, where, family, m.hidden);
   if (given(j, "rms_norm_eps") && !j.at("rms_norm_eps").is_number())
     throw InputError(where + ": rms_norm_eps: value " + json_brief(j.at("rms_norm_eps")) + " must be a number");
-  bool rms = j.contains("rms_norm_eps");
-  m.norm = rms ? Norm::rmsnorm : Norm::layernorm;
-  const std::string_view type = family.model_type;
-  m.position = j.contains("rope_theta") || type == "llama" || type == "mistral"
-                   ? PositionEmbedding::rotary
-                   : PositionEmbedding::learned;
-  // rope_theta: the rotary base (Llama 3 configs: 500000); absent means the RoFormer/Llama 2 default 10000.
-  if (m.position == PositionEmbedding::rotary && j.contains("rope_theta") && !j["rope_theta"].is_null()) {
-    const Json& t = j["rope_theta"];
-    if (!t.is_number() || !(t.get<double>() >= 1.0 && t.get<double>() <= 1e12))
-      throw InputError(where + ": rope_theta: value " + json_brief(t) + " must be a number in [1, 1e12]");
-    m.rope_theta = t.get<double>();
-  }
+  m.norm = family.rms ? Norm::rmsnorm : Norm::layernorm;
   m.tied_embeddings = opt_bool(j, where, "tie_word_embeddings").value_or(family.tied);
-  m.bias = opt_bool(j, where, "attention_bias").value_or(!rms);
+  biases_of(j, where, family, m);
+  norms_of(j, where, family, m);
   // HF configs state dropout probabilities; Llama-style configs train without dropout.
-  m.dropout = !rms;
+  m.dropout = !family.rms;
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     m.head_dim = static_cast<int>(need_int(j, where, {"head_dim"}, 1, 1 << 24));
   } else {

@@ -78,6 +78,12 @@ Model import_megatron_args(const std::vector<std::string>& argv, const std::stri
   m.norm = norm != f.values.end() && norm->second == "RMSNorm" ? Norm::rmsnorm : Norm::layernorm;
   auto pos = f.values.find("--position-embedding-type");
   m.position = pos != f.values.end() && pos->second == "rope" ? PositionEmbedding::rotary : PositionEmbedding::learned;
+  // Learned absolute positions (Megatron's default): a table of --max-position-embeddings rows, which
+  // arguments.py requires to be at least --seq-length; without the flag the table follows the sequence.
+  if (m.position == PositionEmbedding::learned && f.values.count("--max-position-embeddings")) {
+    m.max_positions = int_flag(f, where, "--max-position-embeddings", 1, 1 << 24);
+    check_learned_positions(m, where, "--max-position-embeddings");
+  }
   m.tied_embeddings = !f.switches.count("--untie-embeddings-and-output-weights");
   m.bias = !f.switches.count("--disable-bias-linear");
   if (f.values.count("--vocab-size")) {

@@ -1,6 +1,7 @@
 #include "models/model.hpp"
 
 #include <algorithm>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -14,45 +15,55 @@ constexpr std::int64_t kMaxDim = 1 << 24;  // 16M: far above any real model, far
 
 std::string to_string(Activation a) { return a == Activation::gelu ? "gelu" : "swiglu"; }
 std::string to_string(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
-std::string to_string(PositionEmbedding p) { return p == PositionEmbedding::learned ? "learned" : "rotary"; }
+std::string to_string(PositionEmbedding p) {
+  return p == PositionEmbedding::learned ? "learned" : p == PositionEmbedding::rotary ? "rotary" : "alibi";
+}
 
 // Per layer: attention (Q: h*h, K and V: h*kv_dim each, output projection: h*h) plus the MLP
-// (two matrices for GELU, three for SwiGLU), biases when the model has them, and two norms
-// (LayerNorm: weight + bias, RMSNorm: weight only). With kv_dim == h this is 12h^2 + 13h, the per-layer
-// term of Narayanan et al. eq. 2.
+// (two matrices for GELU, three for SwiGLU), the biases the model has, and its norms (LayerNorm: weight +
+// bias, RMSNorm: weight only; two per block unless layer_norms says otherwise). With kv_dim == h, biases
+// everywhere and two LayerNorms this is 12h^2 + 13h, the per-layer term of Narayanan et al. eq. 2.
 std::int64_t Model::params_per_layer() const {
   const std::int64_t h = hidden, f = ffn;
   const std::int64_t q_dim = static_cast<std::int64_t>(heads) * head_dim;
   const std::int64_t kv_dim = static_cast<std::int64_t>(kv_heads) * head_dim;
   std::int64_t attn = h * (q_dim + 2 * kv_dim) + q_dim * h;
   std::int64_t mlp = activation == Activation::swiglu ? 3 * h * f : 2 * h * f;
-  if (bias) {
-    attn += q_dim + 2 * kv_dim + h;
-    mlp += (activation == Activation::swiglu ? 2 * f : f) + h;
-  }
-  return attn + mlp + 2 * norm_params();
+  if (has_qkv_bias()) attn += q_dim + 2 * kv_dim;
+  if (has_out_bias()) attn += h;
+  if (has_mlp_bias()) mlp += (activation == Activation::swiglu ? 2 * f : f) + h;
+  return attn + mlp + layer_norms * norm_params() + qk_norm_params();
 }
 
 std::int64_t Model::norm_params() const { return norm == Norm::layernorm ? 2 * std::int64_t(hidden) : hidden; }
 
+// Qwen3's q_norm and k_norm: one norm over head_dim each, shared by all heads (Qwen3Attention).
+std::int64_t Model::qk_norm_params() const {
+  if (!qk_norm) return 0;
+  return 2 * (norm == Norm::layernorm ? 2 * std::int64_t(head_dim) : head_dim);
+}
+
 std::int64_t Model::tp_replicated_params_per_layer() const {
-  return 2 * norm_params() + (bias ? 2 * std::int64_t(hidden) : 0);
+  return layer_norms * norm_params() + qk_norm_params() + (has_out_bias() ? std::int64_t(hidden) : 0) +
+         (has_mlp_bias() ? std::int64_t(hidden) : 0);
 }
 
 std::int64_t Model::tp_replicated_embedding_params() const {
-  return position == PositionEmbedding::learned ? std::int64_t(seq_len) * hidden : 0;
+  std::int64_t r = position == PositionEmbedding::learned ? std::int64_t(position_rows()) * hidden : 0;
+  return r + (embedding_norm ? norm_params() : 0);
 }
 
 std::int64_t Model::tp_replicated_output_params() const { return norm_params(); }
 
 std::int64_t Model::embedding_params() const {
   std::int64_t e = static_cast<std::int64_t>(vocab) * hidden;
-  if (position == PositionEmbedding::learned) e += static_cast<std::int64_t>(seq_len) * hidden;
+  if (position == PositionEmbedding::learned) e += static_cast<std::int64_t>(position_rows()) * hidden;
+  if (embedding_norm) e += norm_params();
   return e;
 }
 
 std::int64_t Model::output_params() const {
-  std::int64_t head = tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden;
+  std::int64_t head = tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden + (head_bias ? vocab : 0);
   return norm_params() + head;
 }
 
@@ -65,8 +76,10 @@ void check_model_size(const Model& m, const std::string& where) {
   // The same terms as params_per_layer() and friends, in double: no overflow, and exact enough to compare.
   const double h = m.hidden, f = m.ffn, q = static_cast<double>(m.heads) * m.head_dim,
                kv = static_cast<double>(m.kv_heads) * m.head_dim;
-  const double per_layer = h * (q + 2 * kv) + q * h + 3 * h * f + 2 * f + q + 2 * kv + 6 * h;
-  const double total = m.layers * per_layer + (static_cast<double>(m.vocab) + m.seq_len) * h * 2;
+  const double per_layer = h * (q + 2 * kv) + q * h + 3 * h * f + 2 * f + q + 2 * kv +
+                           (2.0 + 2.0 * std::max(m.layer_norms, 2)) * h + 4.0 * m.head_dim;
+  const double total = m.layers * per_layer +
+                       (static_cast<double>(m.vocab) + std::max(m.seq_len, m.max_positions) + 2) * h * 2 + m.vocab;
   if (total > kMaxParams) {
     std::ostringstream os;
     os << where << ": the model has about " << total << " parameters (layers " << m.layers << ", hidden " << m.hidden
@@ -90,8 +103,18 @@ Model parse_model(const Json& j, const std::string& where) {
   m.seq_len = static_cast<int>(o.integer("seq_len", 1, kMaxDim));
   m.activation = o.choice("activation", {"gelu", "swiglu"}) == "gelu" ? Activation::gelu : Activation::swiglu;
   m.norm = o.choice("norm", {"layernorm", "rmsnorm"}) == "layernorm" ? Norm::layernorm : Norm::rmsnorm;
-  m.position = o.choice("position", {"learned", "rotary"}) == "learned" ? PositionEmbedding::learned
-                                                                         : PositionEmbedding::rotary;
+  const std::string pos = o.choice("position", {"learned", "rotary", "alibi"});
+  m.position = pos == "learned" ? PositionEmbedding::learned
+               : pos == "rotary" ? PositionEmbedding::rotary
+                                 : PositionEmbedding::alibi;
+  if (auto rows = o.opt_integer("max_positions", 1, kMaxDim)) {
+    if (m.position != PositionEmbedding::learned)
+      o.fail("max_positions", "applies only to \"position\": \"learned\" (the rows of the position table)");
+    m.max_positions = static_cast<int>(*rows);
+    if (m.seq_len > m.max_positions)
+      o.fail("max_positions", "seq_len " + std::to_string(m.seq_len) + " exceeds the " + std::to_string(m.max_positions) +
+                                  " rows of the learned position table");
+  }
   if (auto theta = o.opt_number("rope_theta", 1.0, 1e12)) {
     if (m.position != PositionEmbedding::rotary)
       o.fail("rope_theta", "applies only to \"position\": \"rotary\" (this model has learned positions)");
@@ -99,6 +122,15 @@ Model parse_model(const Json& j, const std::string& where) {
   }
   m.tied_embeddings = o.boolean("tied_embeddings");
   m.bias = o.boolean("bias");
+  m.qkv_bias = o.opt_boolean("qkv_bias");
+  m.out_bias = o.opt_boolean("out_bias");
+  m.mlp_bias = o.opt_boolean("mlp_bias");
+  m.head_bias = o.opt_boolean("head_bias").value_or(false);
+  if (m.head_bias && m.tied_embeddings)
+    o.fail("head_bias", "a tied LM head is the token embedding and has no bias (set tied_embeddings false)");
+  m.layer_norms = static_cast<int>(o.opt_integer("layer_norms", 1, 4).value_or(2));
+  m.embedding_norm = o.opt_boolean("embedding_norm").value_or(false);
+  m.qk_norm = o.opt_boolean("qk_norm").value_or(false);
   m.dropout = o.opt_boolean("dropout").value_or(true);
   if (auto hd = o.opt_integer("head_dim", 1, kMaxDim)) {
     m.head_dim = static_cast<int>(*hd);
@@ -126,12 +158,22 @@ Json model_to_json(const Model& m) {
   j["ffn"] = m.ffn;
   j["vocab"] = m.vocab;
   j["seq_len"] = m.seq_len;
+  // The keys below are written only where they differ from their defaults, so the JSON of a model that has
+  // none of them reads as before.
+  if (m.max_positions > 0) j["max_positions"] = m.max_positions;
   j["activation"] = to_string(m.activation);
   j["norm"] = to_string(m.norm);
   j["position"] = to_string(m.position);
   if (m.position == PositionEmbedding::rotary) j["rope_theta"] = m.rope_theta;
   j["tied_embeddings"] = m.tied_embeddings;
   j["bias"] = m.bias;
+  if (m.qkv_bias && *m.qkv_bias != m.bias) j["qkv_bias"] = *m.qkv_bias;
+  if (m.out_bias && *m.out_bias != m.bias) j["out_bias"] = *m.out_bias;
+  if (m.mlp_bias && *m.mlp_bias != m.bias) j["mlp_bias"] = *m.mlp_bias;
+  if (m.head_bias) j["head_bias"] = true;
+  if (m.layer_norms != 2) j["layer_norms"] = m.layer_norms;
+  if (m.embedding_norm) j["embedding_norm"] = true;
+  if (m.qk_norm) j["qk_norm"] = true;
   j["dropout"] = m.dropout;
   if (m.stated_params_b > 0) j["params_b"] = m.stated_params_b;
   return j;
@@ -143,23 +185,77 @@ std::vector<std::string> model_preset_names() {
   return names;
 }
 
-Model load_model(const std::string& name_or_path) {
+void check_learned_positions(const Model& m, const std::string& where, const std::string& key) {
+  if (m.position != PositionEmbedding::learned || m.max_positions <= 0 || m.seq_len <= m.max_positions) return;
+  throw InputError(where + ": " + key + ": value " + std::to_string(m.max_positions) +
+                   " rows of the learned position table, but the sequence length is " + std::to_string(m.seq_len) +
+                   "; a learned table has no position past its last row: pass --seq <= " +
+                   std::to_string(m.max_positions));
+}
+
+namespace {
+// A Megatron-LM argument file: the flags of a training script ("--num-layers 24 --hidden-size 1024 ..."),
+// whitespace-separated, shell line continuations (a backslash ending a line) and "#" comments allowed. It is
+// recognised by its first token starting with "--"; a JSON document starts with "{" or "[".
+bool looks_like_megatron_args(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && text.compare(first, 2, "--") == 0;
+}
+
+std::vector<std::string> megatron_tokens(const std::string& text) {
+  std::vector<std::string> argv;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (const auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream words(line);
+    std::string w;
+    while (words >> w)
+      if (w != "\\") argv.push_back(w);
+  }
+  return argv;
+}
+}  // namespace
+
+Model load_model(const std::string& name_or_path, std::optional<std::int64_t> seq_len) {
+  const auto with_seq = [&](Model m, const std::string& where) {
+    if (seq_len) {
+      m.seq_len = static_cast<int>(*seq_len);
+      check_learned_positions(m, where, "max_positions");
+      check_model_size(m, where);
+    }
+    return m;
+  };
   for (const auto& [name, text] : tessel_model_presets()) {
     if (name == name_or_path) {
       std::string where = "model preset " + std::string(name);
-      return parse_model(parse_json_text(std::string(text), where), where);
+      return with_seq(parse_model(parse_json_text(std::string(text), where), where), where);
     }
   }
-  bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.find(".json") != std::string::npos;
+  bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.find(".json") != std::string::npos ||
+                         name_or_path.find(".txt") != std::string::npos;
   if (!looks_like_path) {
     std::string list;
     for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
     throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
   }
-  Json j = parse_json_file(name_or_path, "--model ");
-  // A HuggingFace config.json is recognised by its keys and imported.
-  if (j.is_object() && j.contains("num_hidden_layers")) return import_hf_config(j, name_or_path);
-  return parse_model(j, name_or_path);
+  const std::string text = read_text_file(name_or_path, "--model ");
+  if (looks_like_megatron_args(text)) {
+    std::vector<std::string> argv = megatron_tokens(text);
+    if (seq_len) {
+      argv.push_back("--seq-length");
+      argv.push_back(std::to_string(*seq_len));
+    }
+    return import_megatron_args(argv, name_or_path);
+  }
+  Json j = parse_json_text(text, name_or_path);
+  // A HuggingFace config.json is recognised by its keys: the layer count under any of its families' names
+  // (num_hidden_layers; n_layer in GPT-2, GPT-J, BLOOM, GPTBigCode), or model_type / architectures, which
+  // every config written by transformers carries and a Tessel model file never has.
+  if (j.is_object() && (j.contains("num_hidden_layers") || j.contains("n_layer") || j.contains("model_type") ||
+                        j.contains("architectures")))
+    return import_hf_config(j, name_or_path, seq_len);
+  return with_seq(parse_model(j, name_or_path), name_or_path);
 }
 
 }  // namespace tessel

@@ -31,22 +31,22 @@ void add_layer(std::vector<ParamSpec>& v, const Model& m, int i) {
   v.push_back(matrix(p + "attn.wq", h, qd, 1, kInitStd));
   v.push_back(matrix(p + "attn.wk", h, kd, 1, kInitStd));
   v.push_back(matrix(p + "attn.wv", h, kd, 1, kInitStd));
-  if (m.bias) {
+  if (m.has_qkv_bias()) {
     v.push_back(vec(p + "attn.bq", qd, 1, InitKind::zeros));
     v.push_back(vec(p + "attn.bk", kd, 1, InitKind::zeros));
     v.push_back(vec(p + "attn.bv", kd, 1, InitKind::zeros));
   }
   v.push_back(matrix(p + "attn.wo", qd, h, 0, out_std));
-  if (m.bias) v.push_back(vec(p + "attn.bo", h, -1, InitKind::zeros));
+  if (m.has_out_bias()) v.push_back(vec(p + "attn.bo", h, -1, InitKind::zeros));
   add_norm(v, m, p + "ln2");
   v.push_back(matrix(p + "mlp.w1", h, m.ffn, 1, kInitStd));
-  if (m.bias) v.push_back(vec(p + "mlp.b1", m.ffn, 1, InitKind::zeros));
+  if (m.has_mlp_bias()) v.push_back(vec(p + "mlp.b1", m.ffn, 1, InitKind::zeros));
   if (m.activation == Activation::swiglu) {
     v.push_back(matrix(p + "mlp.wg", h, m.ffn, 1, kInitStd));
-    if (m.bias) v.push_back(vec(p + "mlp.bg", m.ffn, 1, InitKind::zeros));
+    if (m.has_mlp_bias()) v.push_back(vec(p + "mlp.bg", m.ffn, 1, InitKind::zeros));
   }
   v.push_back(matrix(p + "mlp.w2", m.ffn, h, 0, out_std));
-  if (m.bias) v.push_back(vec(p + "mlp.b2", h, -1, InitKind::zeros));
+  if (m.has_mlp_bias()) v.push_back(vec(p + "mlp.b2", h, -1, InitKind::zeros));
 }
 
 }  // namespace
@@ -54,7 +54,7 @@ void add_layer(std::vector<ParamSpec>& v, const Model& m, int i) {
 std::vector<ParamSpec> gpt_param_specs(const Model& m) {
   std::vector<ParamSpec> v;
   v.push_back(matrix("embed.tok", m.vocab, m.hidden, 0, kInitStd));
-  if (m.position == PositionEmbedding::learned) v.push_back(matrix("embed.pos", m.seq_len, m.hidden, -1, kInitStd));
+  if (m.position == PositionEmbedding::learned) v.push_back(matrix("embed.pos", m.position_rows(), m.hidden, -1, kInitStd));
   for (int i = 0; i < m.layers; ++i) add_layer(v, m, i);
   add_norm(v, m, "final_ln");
   if (!m.tied_embeddings) v.push_back(matrix("head.w", m.vocab, m.hidden, 0, kInitStd));

@@ -12,6 +12,17 @@ namespace tessel::rt {
 void check_runnable(const Model& m, const Layout& l) {
   check_layout(l, m, l.gpus());
   check_position_embedding(m);
+  // The runtime builds pre-LN blocks of two norms with learned or rotary positions (runtime/params.cpp); an
+  // imported model of another block shape is counted by the cost model but not run.
+  const auto unsupported = [&](const std::string& what) {
+    throw InputError("model " + m.name + ": " + what + " is counted by the cost model but not implemented by the "
+                     "runtime");
+  };
+  if (m.position == PositionEmbedding::alibi) unsupported("position alibi");
+  if (m.layer_norms != 2) unsupported("layer_norms " + std::to_string(m.layer_norms) + " (the runtime has 2 per block)");
+  if (m.embedding_norm) unsupported("embedding_norm");
+  if (m.qk_norm) unsupported("qk_norm");
+  if (m.head_bias && !m.tied_embeddings) unsupported("head_bias");
   if (l.cp != 1) throw InputError("--cp " + std::to_string(l.cp) + ": the CPU runtime has no context parallelism");
   if (m.heads % l.tp != 0 || m.kv_heads % l.tp != 0 || m.ffn % l.tp != 0 || m.vocab % l.tp != 0)
     throw InputError("--tp " + std::to_string(l.tp) + ": must divide heads " + std::to_string(m.heads) + ", kv heads " +

@@ -192,8 +192,7 @@ int explore(const Args& args) {
        {"--svg-best", true, "write the simulator's SVG timeline of the winner"}},
       0);
   if (cl.print_help()) return 0;
-  Model m = load_model(cl.get_or("--model", "gpt3-175b"));
-  if (auto seq = cl.get_int("--seq", 1, 1 << 24)) m.seq_len = static_cast<int>(*seq);
+  Model m = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
   const System sys = load_system(cl.get_or("--system", "dgx-a100"));
   const int gpus = static_cast<int>(cl.get_int("--gpus", 1, sys.max_gpus).value_or(1024));
   const int gbs = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));

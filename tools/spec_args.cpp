@@ -45,8 +45,7 @@ void check_recompute_flags(const CommandLine& cl, const Layout& l) {
 
 Specs read_specs(const CommandLine& cl, bool played) {
   Specs s;
-  s.model = load_model(cl.get_or("--model", "gpt3-175b"));
-  if (auto seq = cl.get_int("--seq", 1, 1 << 24)) s.model.seq_len = static_cast<int>(*seq);
+  s.model = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
   s.system = load_system(cl.get_or("--system", "dgx-a100"));
   const std::vector<const char*> layout_flags = {"--tp", "--pp", "--dp", "--cp", "--vpp", "--mbs", "--gbs",
                                                  "--schedule", "--recompute", "--recompute-method",
