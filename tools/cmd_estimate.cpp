@@ -8,6 +8,22 @@
 
 namespace tessel::cmd {
 
+namespace {
+// The exact parameter count with thousands separators and a short form: "124,439,808 params (124.4 M)".
+std::string params_text(std::int64_t n) {
+  std::string digits = std::to_string(n), grouped;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped += ',';
+    grouped += digits[i];
+  }
+  const double v = static_cast<double>(n);
+  const std::string short_form = v >= 1e12 ? fmt::fixed(v / 1e12, 2) + " T"
+                                 : v >= 1e9 ? fmt::fixed(v / 1e9, 2) + " B"
+                                            : fmt::fixed(v / 1e6, 1) + " M";
+  return grouped + " params (" + short_form + ")";
+}
+}  // namespace
+
 int estimate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
@@ -18,12 +34,13 @@ int estimate(const Args& args) {
   if (cl.flag("--json")) {
     Json j = estimate_to_json(e);
     j["model"] = model_to_json(s.model);
+    j["params"] = s.model.total_params();
     j["system"] = s.system.name;
     j["tool"] = std::string("tessel ") + TESSEL_VERSION;
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << s.model.name << " (" << fmt::fixed(s.model.total_params() / 1e9, 1) << "B params) on " << s.gpus << " x "
+  std::cout << s.model.name << " (" << params_text(s.model.total_params()) << ") on " << s.gpus << " x "
             << s.system.gpu.name << " (" << s.system.name << ")\n"
             << "layout: " << s.layout.describe() << ", global batch " << s.layout.global_batch << ", "
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n\n";
