@@ -217,6 +217,14 @@ std::vector<std::string> megatron_tokens(const std::string& text) {
 }
 }  // namespace
 
+// A HuggingFace config.json is recognised by its keys: the layer count under any of its families' names
+// (num_hidden_layers; n_layer in GPT-2, GPT-J, BLOOM, GPTBigCode), or model_type / architectures, which
+// every config written by transformers carries and a Tessel model file never has.
+bool is_hf_config(const Json& j) {
+  return j.is_object() && (j.contains("num_hidden_layers") || j.contains("n_layer") || j.contains("model_type") ||
+                           j.contains("architectures"));
+}
+
 Model load_model(const std::string& name_or_path, std::optional<std::int64_t> seq_len) {
   const auto with_seq = [&](Model m, const std::string& where) {
     if (seq_len) {
@@ -249,12 +257,7 @@ Model load_model(const std::string& name_or_path, std::optional<std::int64_t> se
     return import_megatron_args(argv, name_or_path);
   }
   Json j = parse_json_text(text, name_or_path);
-  // A HuggingFace config.json is recognised by its keys: the layer count under any of its families' names
-  // (num_hidden_layers; n_layer in GPT-2, GPT-J, BLOOM, GPTBigCode), or model_type / architectures, which
-  // every config written by transformers carries and a Tessel model file never has.
-  if (j.is_object() && (j.contains("num_hidden_layers") || j.contains("n_layer") || j.contains("model_type") ||
-                        j.contains("architectures")))
-    return import_hf_config(j, name_or_path, seq_len);
+  if (is_hf_config(j)) return import_hf_config(j, name_or_path, seq_len);
   return with_seq(parse_model(j, name_or_path), name_or_path);
 }
 

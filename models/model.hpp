@@ -96,6 +96,8 @@ Json model_to_json(const Model& m);
 // InputError names the file, the key, the value and the sequence length otherwise.
 Model load_model(const std::string& name_or_path, std::optional<std::int64_t> seq_len = std::nullopt);
 std::vector<std::string> model_preset_names();
+// Whether load_model reads `j` as a HuggingFace config.json (by its keys) rather than a Tessel model object.
+bool is_hf_config(const Json& j);
 
 // Importers. HuggingFace config.json (Llama/GPT-2/Mistral-style keys) and a Megatron-LM command line.
 // `seq_len`: as load_model's; without it the config's max_position_embeddings (or its family's default).

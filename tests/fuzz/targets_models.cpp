@@ -24,7 +24,7 @@ void use_model(const Model& m) {
 void model_json(std::string_view data) {
   const Json j = parse_json_text(std::string(data), kOrigin);
   // load_model's dispatch: a HuggingFace config is recognised by its keys.
-  if (j.is_object() && j.contains("num_hidden_layers")) use_model(import_hf_config(j, kOrigin));
+  if (is_hf_config(j)) use_model(import_hf_config(j, kOrigin));
   else use_model(parse_model(j, kOrigin));
 }
 
