@@ -40,7 +40,7 @@ int estimate(const Args& args) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << s.model.name << " (" << params_text(s.model.total_params()) << ") on " << s.gpus << " x "
+  std::cout << s.model.name << ", " << params_text(s.model.total_params()) << ", on " << s.gpus << " x "
             << s.system.gpu.name << " (" << s.system.name << ")\n"
             << "layout: " << s.layout.describe() << ", global batch " << s.layout.global_batch << ", "
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n\n";

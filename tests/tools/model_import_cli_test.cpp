@@ -31,7 +31,7 @@ TEST_CASE("estimate prints the exact parameter count; --json has it for presets 
   // GPT-2 small: 12 x (12h^2 + 13h) + (50257 + 1024) h + 2h at h 768 = 124,439,808 (GPT2LMHeadModel).
   const auto r = run_tessel(args({"estimate", "--model", gpt2}));
   REQUIRE(r.code == 0);
-  CHECK(r.out.find("(124,439,808 params (124.4 M)) on 8 x") != std::string::npos);
+  CHECK(r.out.find(", 124,439,808 params (124.4 M), on 8 x") != std::string::npos);
   const auto j = run_tessel(args({"estimate", "--model", gpt2, "--json"}));
   REQUIRE(j.code == 0);
   CHECK(nlohmann::json::parse(j.out)["params"].get<long long>() == 124439808);
