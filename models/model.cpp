@@ -1,6 +1,7 @@
 #include "models/model.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <sstream>
 #include <string_view>
 #include <utility>
@@ -197,9 +198,16 @@ namespace {
 // A Megatron-LM argument file: the flags of a training script ("--num-layers 24 --hidden-size 1024 ..."),
 // whitespace-separated, shell line continuations (a backslash ending a line) and "#" comments allowed. It is
 // recognised by its first token starting with "--"; a JSON document starts with "{" or "[".
+// A Megatron argument file: its first word, after blank lines and '#' comment lines, starts with "--".
 bool looks_like_megatron_args(const std::string& text) {
-  const auto first = text.find_first_not_of(" \t\r\n");
-  return first != std::string::npos && text.compare(first, 2, "--") == 0;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    return line.compare(first, 2, "--") == 0;
+  }
+  return false;
 }
 
 std::vector<std::string> megatron_tokens(const std::string& text) {
@@ -240,12 +248,13 @@ Model load_model(const std::string& name_or_path, std::optional<std::int64_t> se
       return with_seq(parse_model(parse_json_text(std::string(text), where), where), where);
     }
   }
+  std::error_code ec;
   bool looks_like_path = name_or_path.find('/') != std::string::npos || name_or_path.find(".json") != std::string::npos ||
-                         name_or_path.find(".txt") != std::string::npos;
+                         name_or_path.find(".txt") != std::string::npos || std::filesystem::exists(name_or_path, ec);
   if (!looks_like_path) {
     std::string list;
     for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
+    throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and no such file");
   }
   const std::string text = read_text_file(name_or_path, "--model ");
   if (looks_like_megatron_args(text)) {

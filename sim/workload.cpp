@@ -30,9 +30,14 @@ double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double para
   return cost::collective_time(sys, cost::Collective::all_reduce, cost::grad_bytes(l.precision) * params, tp_group(l)).seconds;
 }
 
-double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l) {
+double tied_allreduce_bytes(const Model& m, const Layout& l) {
   if (!m.tied_embeddings || l.num_stages() == 1 || l.rank_of_stage(0) == l.rank_of_stage(l.num_stages() - 1)) return 0.0;
-  const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
+  return cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
+}
+
+double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l) {
+  const double bytes = tied_allreduce_bytes(m, l);
+  if (bytes <= 0) return 0.0;
   return 2 * cost::p2p_time(sys, bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp).seconds;
 }
 

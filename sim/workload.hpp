@@ -113,6 +113,7 @@ double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double para
 // gradient (fp32, this tp rank's vocabulary shard) are all-reduced between the two ranks, a ring of two:
 // each sends half, then the other half (2 steps of S/2, S / bandwidth in all). 0 when untied or one stage.
 double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l);
+double tied_allreduce_bytes(const Model& m, const Layout& l);  // S above (each rank's gradient shard); 0 likewise
 cost::GroupPlacement cp_group(const Layout& l);
 cost::GroupPlacement dp_group(const Layout& l);  // data-parallel replicas (cp ranks join the gradient reduction)
 

@@ -62,7 +62,7 @@ void print_summary(const Schedule& s, const SimResult& sim, bool costs_given, st
 
 // Without a sidecar m is 1 + the largest micro-batch index, so one mistyped index (3W9 in an 8-micro-batch
 // file) makes every stage miss micro-batches 8 and 9, and those are the violations listed. When the largest
-// index is used by fewer actions than micro-batch 0, say where it is, so the typo is found first.
+// index is used by at most half as many actions as micro-batch 0, say where it is, so the typo is found first.
 std::string inferred_m_note(const std::string& path, const Schedule& s) {
   std::error_code ec;
   if (std::filesystem::exists(meta_path_for(path), ec) || s.num_microbatches < 2) return "";
@@ -78,7 +78,7 @@ std::string inferred_m_note(const std::string& path, const Schedule& s) {
         if (part.mb == top && first.first < 0) first = {r, p};
       }
     }
-  if (uses[static_cast<std::size_t>(top)] >= uses[0] || first.first < 0) return "";
+  if (2 * uses[static_cast<std::size_t>(top)] > uses[0] || first.first < 0) return "";  // at most half as many uses
   const auto& a = s.ranks[static_cast<std::size_t>(first.first)][static_cast<std::size_t>(first.second)];
   std::string at = "rank " + std::to_string(first.first) + " #" + std::to_string(first.second) + " '" + a.token() + "'";
   if (static_cast<std::size_t>(first.first) < s.cells.size())
@@ -166,7 +166,8 @@ int validate_cmd(const Args& args) {
               {"stages", s.num_stages},
               {"microbatches", s.num_microbatches},
               {"peak_inflight", rep.peak_inflight},
-              {"violations_complete", rep.violations.size() < opt.max_violations},
+              {"checked", rep.checked},
+              {"violations_complete", rep.checked == "all" && rep.violations.size() < opt.max_violations},
               {"violations", Json::array()}};
     for (const auto& v : rep.violations) j["violations"].push_back({{"rule", v.rule}, {"message", v.message}});
     if (!hint.empty()) j["hint"] = hint;
@@ -203,6 +204,8 @@ int validate_cmd(const Args& args) {
   if (!m_note.empty()) std::printf("note: %s\n", m_note.c_str());
   for (std::size_t i = 0; i < n && i < shown; ++i)
     std::printf("  [%s] %s\n", rep.violations[i].rule.c_str(), rep.violations[i].message.c_str());
+  if (rep.checked != "all")
+    std::printf("(checks after the %s phase run once these are fixed: they may find more)\n", rep.checked.c_str());
   if (!hint.empty()) std::printf("hint: %s\n", hint.c_str());
   return 1;
 }

@@ -102,6 +102,25 @@ std::string generator_matching(const sched::Schedule& f, int vpp, const std::fun
   return "";
 }
 
+// REDUCE_GRAD, X_OPTIMIZER_STEP, UNSHARD and RESHARD place work the layout decides (its ZeRO stage and
+// optimizer): the simulator does not play them from a file. Refused where they stand in it.
+void check_layout_actions(const sched::Schedule& sch, const std::string& path) {
+  using sched::ActionType;
+  for (std::size_t r = 0; r < sch.ranks.size(); ++r)
+    for (std::size_t p = 0; p < sch.ranks[r].size(); ++p) {
+      const sched::Action& a = sch.ranks[r][p];
+      if (a.type != ActionType::REDUCE_GRAD && a.type != ActionType::OPTIMIZER_STEP && a.type != ActionType::UNSHARD &&
+          a.type != ActionType::RESHARD)
+        continue;
+      const std::string at = r < sch.cells.size() && p < sch.cells[r].size()
+                                 ? ":" + std::to_string(r + 1) + ":" + std::to_string(sch.cells[r][p])
+                                 : "";
+      throw InputError("--schedule-file " + path + at + ": '" + a.token() + "' is not simulated (REDUCE_GRAD, "
+                       "X_OPTIMIZER_STEP, UNSHARD and RESHARD come from the layout: --zero and the optimizer); "
+                       "drop them from the file to simulate its order");
+    }
+}
+
 // Without --schedule or --layout a schedule file decides the schedule's shape: its stages per rank and
 // placement, and its name: the sidecar's generator name where that is a layout schedule, else the built-in
 // generator that makes the same order; the default layout's interleaved with 3 chunks per rank would
@@ -222,6 +241,7 @@ int simulate(const Args& args) {
                        std::to_string(s.layout.pp) + "; give --pp " + std::to_string(o.schedule->num_ranks) +
                        " (and --gpus to match) or a file of " + std::to_string(s.layout.pp) + " ranks");
     name_note = shape_from_file(s, *o.schedule, *f, cl);
+    check_layout_actions(*o.schedule, *f);
     check_recompute_actions(*o.schedule, s, *f);
   }
   o.memory_timeline = trace_path || svg_path;

@@ -63,9 +63,15 @@ fs::path replaced_file(const std::string& path) {
   return fs::path(path);
 }
 
+// /dev/stdout, /dev/stderr, /dev/fd/N and /proc/<pid>/fd/N name a descriptor the process already holds (a
+// shell's redirection, `--svg /dev/stdout >> log.txt`): what they lead to is written into, never replaced by
+// a renamed file (that would replace the user's log and leave the descriptor on an unlinked file).
+bool descriptor_path(const std::string& path) { return path.rfind("/dev/", 0) == 0 || path.rfind("/proc/", 0) == 0; }
+
 void write_directly(const std::string& path, std::string_view content) {
-  // No O_CREAT and no O_TRUNC: the node exists and is not a file; opening a FIFO waits for its reader.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  // No O_CREAT and no O_TRUNC: the node exists; opening a FIFO waits for its reader. O_APPEND: through
+  // /dev/stdout a regular file is reopened at offset 0, and appending keeps what is already there.
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0) throw InputError(path + ": cannot write file: " + std::strerror(errno));
   int e = write_all(fd, content);
   if (::close(fd) != 0 && e == 0) e = errno;
@@ -76,7 +82,8 @@ void write_directly(const std::string& path, std::string_view content) {
 
 void write_file_atomic(const std::string& path, std::string_view content) {
   Special special = special_node(path);
-  if (special.direct) return write_directly(path, content);
+  std::error_code ec;
+  if (special.direct || (descriptor_path(path) && fs::exists(path, ec))) return write_directly(path, content);
   if (!special.kind.empty()) throw InputError(path + ": " + refusal(special));
   fs::path target = replaced_file(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
@@ -108,9 +115,13 @@ void check_writable(const std::string& path, const std::string& flag) {
     return;
   }
   if (!special.kind.empty()) throw InputError(flag + " " + path + ": " + refusal(special));
+  std::error_code ec;
+  if (descriptor_path(path) && fs::exists(path, ec)) {
+    if (::access(path.c_str(), W_OK) != 0) throw InputError(flag + " " + path + ": is not writable");
+    return;
+  }
   fs::path target = replaced_file(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw InputError(flag + " " + path + ": folder " + dir.string() + " does not exist");
   if (fs::is_directory(target, ec)) throw InputError(flag + " " + path + ": is a directory, not a file");

@@ -35,8 +35,10 @@ struct JobCosts {
   double bucket_params = 40e6;     // Megatron DDP bucket size (parameters)
   double optimizer_s_per_param = 0;  // seconds per locally held parameter of the optimizer step
   double tied_seconds = 0;         // tied-embedding gradient all-reduce between first and last stage
+  double tied_bytes = 0;           // its bytes (the gradient of the token table's shard)
   double zero3_gather_layer = 0;   // ZeRO-3: all-gather / reduce-scatter of one layer's parameters
   double zero3_scatter_layer = 0;
+  double zero3_layer_bytes = 0;    // the bytes each of those moves: one layer's parameters in the weights' dtype
   double static_bytes_per_param = 0;  // weights + grads + optimizer state bytes per parameter
   double fixed_bytes = 0;             // reserved + ZeRO-3 gather buffers, per GPU
 };

@@ -61,7 +61,7 @@ std::uint32_t JobBuilder::group_task(int pos, OpKind op, double seconds, double 
 }
 
 std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, const sched::Action& a) {
-  // DeepSpeed ZeRO-3: each layer's 16-bit weights are gathered before use and its gradients reduce-scattered
+  // DeepSpeed ZeRO-3: each layer's weights (16-bit; fp32 under fp32 training) are gathered before use and its gradients reduce-scattered
   // after the backward. Forward gathers are prefetched one layer ahead; backward ones are not (with
   // recomputation the backward waits for them), as estimate.cpp assumes.
   const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
@@ -76,7 +76,8 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
     if (multi) {
       // Prefetch: the gather may start once the layer two back is done (two gathered layers at most).
       const std::uint32_t after = fwd ? (two_back != kNone ? two_back : kNone) : ps.prev_compute;
-      gather = group_task(pos, OpKind::zero3_allgather, spec_.costs.zero3_gather_layer, 0, group, prev_gather);
+      gather = group_task(pos, OpKind::zero3_allgather, spec_.costs.zero3_gather_layer, spec_.costs.zero3_layer_bytes,
+                          group, prev_gather);
       if (after != kNone && after != gather) g_.edge(after, gather);
       prev_gather = gather;
     }
@@ -87,7 +88,8 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
     if (gather != kNone) g_.edge(gather, t);
     if (first == kNone) first = t;
     if (multi && !fwd) {
-      const auto rs = group_task(pos, OpKind::zero3_reducescatter, spec_.costs.zero3_scatter_layer, 0, group, prev_gather);
+      const auto rs = group_task(pos, OpKind::zero3_reducescatter, spec_.costs.zero3_scatter_layer,
+                                 spec_.costs.zero3_layer_bytes, group, prev_gather);
       g_.edge(t, rs);
       prev_gather = rs;
       ps.wait.push_back(rs);  // the next layer's gather and compute come after this reduction
@@ -158,6 +160,7 @@ void JobBuilder::data_parallel(int pos) {
       ti.pos = a;
       ti.peer = b;
       ti.op = OpKind::tied_allreduce;
+      ti.bytes = spec_.costs.tied_bytes;
       ti.stream = trace::Stream::pp;  // the embedding group of the first and last pipeline rank
       job_.info.push_back(ti);
     }

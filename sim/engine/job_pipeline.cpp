@@ -148,7 +148,7 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
       return;
     }
     default:
-      throw InputError("schedule action '" + a.token() + "' is not simulated (REDUCE_GRAD, OPTIMIZER_STEP, UNSHARD and "
+      throw InputError("schedule action '" + a.token() + "' is not simulated (REDUCE_GRAD, X_OPTIMIZER_STEP, UNSHARD and "
                        "RESHARD come from the layout, not the schedule file)");
   }
 }

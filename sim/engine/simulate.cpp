@@ -110,11 +110,13 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
   jc.bucket_params = kBucketParams;
   jc.optimizer_s_per_param = cost::memory_time(sys.gpu, kOptimizerBytesPerParam * 1e9, 4) / 1e9;
   jc.tied_seconds = tied_allreduce_seconds(c.flat_system(), m, l);
+  jc.tied_bytes = tied_allreduce_bytes(m, l);
   if (l.zero_stage == 3) {
     cost::GroupPlacement flat = dp_group(l);
     flat.flat = true;
     const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
     const double wb = cost::weight_bytes(l.precision);
+    jc.zero3_layer_bytes = wb * layer_params;
     jc.zero3_gather_layer = cost::collective_time(sys, cost::Collective::all_gather, wb * layer_params, flat).seconds;
     jc.zero3_scatter_layer = cost::collective_time(sys, cost::Collective::reduce_scatter, wb * layer_params, flat).seconds;
     jc.fixed_bytes += cost::zero3_gather_bytes(m, l);

@@ -256,7 +256,7 @@ Schedule read_csv(const std::string& path, bool legacy_bw, const std::string& wh
   const std::string mp = meta_path_for(path);
   std::error_code ec;
   if (std::filesystem::exists(mp, ec)) meta = parse_meta_json(read_text_file(mp), mp);
-  if (meta && legacy_bw && !meta->legacy_bw)
+  if (meta && meta->dialect_declared && legacy_bw && !meta->legacy_bw)
     throw InputError(legacy_flag + ": " + path + "'s sidecar " + mp + " declares dialect " + kDialect +
                      " (I = input grad, B = full backward); the older dialect is read only for files that are in it");
   Schedule s = parse_csv(text, path, meta, legacy_bw || (meta && meta->legacy_bw));
@@ -323,15 +323,17 @@ CsvMeta parse_meta_json(const std::string& text, const std::string& origin) {
   JsonObject o(j, origin);
   CsvMeta m;
   o.integer("schema", 1, 1);
-  if (o.has("dialect")) {
-    const std::string d = o.string("dialect");
+  // null is "not given", as for every optional key (opt_string).
+  if (const auto dialect = o.opt_string("dialect")) {
+    const std::string& d = *dialect;
     if (d != kDialect && d != kLegacyDialect)
       o.fail("dialect", "'" + d + "' is not one of \"" + kDialect + "\" (I = input grad, B = full backward) and \"" +
                             kLegacyDialect + "\" (PyTorch's older spelling: B = input grad, BW = full backward)");
     m.legacy_bw = d == kLegacyDialect;
+    m.dialect_declared = true;
   }
-  if (o.has("level")) {
-    m.level = o.string("level");
+  if (const auto level = o.opt_string("level")) {
+    m.level = *level;
     if (m.level != "compute_only" && m.level != "compute_comms")
       o.fail("level", "'" + m.level + "' is not compute_only (F/I/B/W and their kin only) or compute_comms (lowered: "
                       "with SEND/RECV)");
@@ -351,6 +353,8 @@ CsvMeta parse_meta_json(const std::string& text, const std::string& origin) {
     m.generator = g.string("name");
     g.ignore("params");
     g.finish();
+  } else {
+    o.ignore("generator");  // absent or null
   }
   o.finish();
   return m;

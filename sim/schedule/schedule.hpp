@@ -145,6 +145,10 @@ struct Violation {
 
 struct ValidationReport {
   std::vector<Violation> violations;
+  // The checks run in phases, each only on a schedule that passed the ones before: "structure",
+  // "completeness", "order" (FSDP, order, send/recv, memory) or "all" (the deadlock check too). Below "all",
+  // fixing the violations listed may reveal others.
+  std::string checked = "all";
   std::vector<int> peak_inflight;  // per rank: max live activations (F until B, or until W when split)
   bool ok() const { return violations.empty(); }
 };
@@ -201,6 +205,7 @@ struct CsvMeta {
   std::vector<int> stage_to_rank;
   std::string generator = "csv";
   bool legacy_bw = false;  // dialect "torch<2025:B=input,BW=full" (else "torch>=2025:I=input,B=full")
+  bool dialect_declared = false;  // the sidecar has a "dialect" key (without one, --legacy-bw decides)
   std::string level;       // "compute_only", "compute_comms", or "" when the sidecar does not say
 };
 
@@ -212,7 +217,7 @@ inline constexpr const char* kLegacyDialect = "torch<2025:B=input,BW=full";
 // else from `meta`, else are inferred from the file (stage owner = the rank that computes it; micro-batches
 // = 1 + the largest mb). Empty cells (idle steps) are dropped. The older dialect is read when `legacy_bw`
 // is set or the sidecar declares it (InputError when the sidecar declares the current one and `legacy_bw`
-// is set: `legacy_flag` names the flag that set it).
+// is set: `legacy_flag` names the flag that set it; a sidecar without "dialect" leaves it to the flag).
 Schedule read_csv(const std::string& path, bool legacy_bw = false, const std::string& what = "",
                   const std::string& legacy_flag = "--legacy-bw");
 // For a schedule that failed validate(): when it has W and B but no I and, read in the older dialect

@@ -281,13 +281,17 @@ std::vector<int> liveness(const Schedule& s, const std::optional<int>& limit, Re
 ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   ValidationReport out;
   Report rep{out, opt.max_violations};
+  // Each early return leaves later checks unrun: out.checked says which phase was the last.
+  out.checked = "structure";
   check_structure(s, rep);
   if (!out.ok()) return out;
   const OpIndex idx(s);
+  out.checked = "completeness";
   check_completeness(s, idx, rep);
   check_once_per_stage(s, idx, rep);
   check_recompute(s, idx, rep);
   if (!out.ok()) return out;
+  out.checked = "order";
   check_fsdp(s, idx, rep);
   check_local_order(s, idx, rep);
   const bool lowered = std::any_of(idx.all().begin(), idx.all().end(),
@@ -296,6 +300,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   out.peak_inflight = liveness(s, opt.mem_limit, rep);
   if (std::any_of(out.violations.begin(), out.violations.end(), [](const Violation& v) { return v.rule != "memory"; }))
     return out;
+  out.checked = "all";
   const auto g = detail::build_hb_graph(s, idx, opt.comm, Costs{});
   if (auto cycle = detail::find_cycle(g)) {
     std::string msg = std::string("deadlock under ") + comm_model_name(opt.comm) + " comms: cycle ";

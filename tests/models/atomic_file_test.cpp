@@ -23,9 +23,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh folder of this process for the nodes a case makes.
+fs::path base_dir() { return fs::temp_directory_path() / ("tessel-atomic-" + std::to_string(::getpid())); }
+
+// Removes this process's directory of test nodes at exit (FIFOs, sockets, devices and files).
+struct RemoveAtExit {
+  ~RemoveAtExit() {
+    std::error_code ec;
+    fs::remove_all(base_dir(), ec);
+  }
+} remove_at_exit;
+
+// A fresh directory of this process for the nodes a case makes.
 fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("tessel-atomic-" + std::to_string(::getpid())) / name;
+  fs::path d = base_dir() / name;
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
@@ -86,6 +96,13 @@ TEST_CASE("a character device is written into and stays a device") {
     CHECK_NOTHROW(check_writable("/dev/null", "--trace"));
     return;
   }
+  // On a file system mounted nodev the node exists but cannot be opened (EACCES, even for root).
+  if (const int fd = ::open(dev.c_str(), O_WRONLY | O_CLOEXEC); fd < 0) {
+    MESSAGE("the character device made here cannot be opened (" << std::strerror(errno) << "; a nodev mount?): skipped");
+    return;
+  } else {
+    ::close(fd);
+  }
   CHECK_NOTHROW(check_writable(dev.string(), "--trace"));
   write_file_atomic(dev.string(), "discarded\n");
   CHECK(type_of(dev) == S_IFCHR);
@@ -122,4 +139,25 @@ TEST_CASE("a symbolic link to a file is kept and the file it names is replaced")
   CHECK(type_of(link) == S_IFLNK);
   CHECK(slurp(file) == "new\n");
   CHECK(std::distance(fs::directory_iterator(d / "runs"), fs::directory_iterator()) == 1);
+}
+
+TEST_CASE("a descriptor path (/dev/stdout, /proc/self/fd/N) is written into, appending, never renamed over") {
+  // `--svg /dev/stdout >> log.txt`: the path leads to the user's log file through the process's descriptor.
+  // A rename over it replaced the log (what was in it was lost) and left the descriptor on an unlinked file.
+  fs::path d = fresh_dir("fd");
+  fs::path log = d / "log.txt";
+  write_file_atomic(log.string(), "PRE\n");
+  const int fd = ::open(log.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  struct stat before {};
+  REQUIRE(::stat(log.c_str(), &before) == 0);
+  const std::string path = "/proc/self/fd/" + std::to_string(fd);
+  CHECK_NOTHROW(check_writable(path, "--svg"));
+  write_file_atomic(path, "<svg/>\n");
+  ::close(fd);
+  struct stat after {};
+  REQUIRE(::stat(log.c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);  // the same file, not a renamed one
+  CHECK(slurp(log) == "PRE\n<svg/>\n");
+  CHECK(std::distance(fs::directory_iterator(d), fs::directory_iterator()) == 1);
 }

@@ -6,6 +6,7 @@
 // modeling_<family>.py): per block the attention projections, the MLP, the biases and the norms, plus the
 // token embedding, a learned position table, the final norm and an untied head.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -33,7 +34,7 @@ std::string hf_error(const std::string& text, std::optional<std::int64_t> seq = 
 
 // Writes `text` to a file under the temp folder and loads it as --model does.
 Model load_text(const std::string& name, const std::string& text, std::optional<std::int64_t> seq = std::nullopt) {
-  const auto path = (std::filesystem::temp_directory_path() / ("tessel_hf_families_" + name)).string();
+  const auto path = (std::filesystem::temp_directory_path() / ("tessel_hf_families_" + std::to_string(::getpid()) + "_" + name)).string();
   {
     std::ofstream f(path);
     f << text;

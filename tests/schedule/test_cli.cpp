@@ -182,7 +182,9 @@ TEST_CASE("tessel schedule validate: what a schedule author needs to find a mist
   CHECK(run("validate " + typo + " --json", log) == 1);
   const tessel::Json j = tessel::Json::parse(out());
   CHECK(j.at("valid") == false);
-  CHECK(j.at("violations_complete") == true);
+  // Completeness failed, so the order, FSDP, send/recv and deadlock checks did not run: not complete.
+  CHECK(j.at("checked") == "completeness");
+  CHECK(j.at("violations_complete") == false);
   CHECK(j.at("violations").size() == 8);  // F4, F5 and their backwards on both stages, less 1B5, plus 1B3
   CHECK(j.at("violations")[0].at("rule") == "completeness");
   CHECK(j.at("note").get<std::string>().find("m = 6") != std::string::npos);
@@ -205,6 +207,11 @@ TEST_CASE("tessel schedule validate: what a schedule author needs to find a mist
   // The summary says whose units the makespan is in.
   const std::string ok = d + "/ok.csv";
   tessel::write_file_atomic(ok, "0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n");
+  CHECK(run("validate " + ok + " --mem-limit 1 --json", log) == 1);
+  const tessel::Json mem = tessel::Json::parse(out());
+  CHECK(mem.at("checked") == "all");
+  CHECK(mem.at("violations_complete") == true);
+  CHECK(mem.at("violations").size() == 1);
   CHECK(run("show " + ok, log) == 0);
   CHECK(out().find("unit-cost makespan 9.00") != std::string::npos);
   CHECK(run("show " + ok + " --costs 1,1,1,0.5", log) == 0);
@@ -237,6 +244,14 @@ TEST_CASE("tessel schedule: the sidecar's dialect and level are read, not only p
   CHECK(run("validate " + csv, log) == 1);
   CHECK(run("validate " + csv + " --legacy-bw", log) == 2);
   CHECK(out().find("--legacy-bw: " + csv + "'s sidecar " + meta + " declares dialect torch>=2025:I=input,B=full") != std::string::npos);
+  // A sidecar that declares no dialect leaves it to the flag (review: it was refused as "declares" the current one).
+  sidecar("");
+  CHECK(run("validate " + csv + " --legacy-bw", log) == 0);
+  CHECK(run("validate " + csv, log) == 1);
+  CHECK(out().find("read it that way with --legacy-bw") != std::string::npos);
+  // null is "not given" (QA: "level: unknown key").
+  sidecar(R"(,"dialect":null,"level":null,"generator":null)");
+  CHECK(run("validate " + csv + " --legacy-bw", log) == 0);
   sidecar(R"(,"dialect":"garbage")");
   CHECK(run("validate " + csv, log) == 2);
   CHECK(out().find("dialect") != std::string::npos);

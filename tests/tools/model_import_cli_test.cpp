@@ -67,3 +67,26 @@ TEST_CASE("--model reads a Megatron-LM argument file") {
   // 24 x (12h^2 + 13h) + (51200 + 2048) h + 2h at h 1024 = 356,837,376.
   CHECK(doc["params"].get<long long>() == 356837376);
 }
+
+TEST_CASE("--model: a Megatron argument file may start with comments and need not be named .txt") {
+  // QA: a leading '#' comment line made the file read as JSON, and `--model args.sh` (no '/', no .json or
+  // .txt in the name) was looked up as a preset only.
+  const std::string body = "# GPT 350M, as in the launch script\n\n"
+                           "--num-layers 24 --hidden-size 1024 --num-attention-heads 16 \\\n"
+                           "  --seq-length 2048 --max-position-embeddings 2048 --vocab-size 51200  # the padded vocab\n";
+  const std::string file = write_temp("megatron_args.sh", body);
+  const auto r = run_tessel(args({"estimate", "--model", file, "--json"}));
+  REQUIRE(r.code == 0);
+  CHECK(nlohmann::json::parse(r.out)["params"].get<long long>() == 356837376);
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(std::filesystem::path(file).parent_path());
+  const auto bare = run_tessel(args({"estimate", "--model", std::filesystem::path(file).filename().string(), "--json"}));
+  std::filesystem::current_path(cwd);
+  REQUIRE(bare.code == 0);
+  CHECK(nlohmann::json::parse(bare.out)["params"].get<long long>() == 356837376);
+  // A name that is neither a preset nor a file says both.
+  const auto none = run_tessel(args({"estimate", "--model", "no-such-model"}));
+  CHECK(none.code == 2);
+  CHECK(none.err.find("--model no-such-model: no such preset (known: ") != std::string::npos);
+  CHECK(none.err.find(") and no such file") != std::string::npos);
+}
