@@ -55,22 +55,8 @@ void verify_file(const std::string& path, std::uint64_t bytes, const std::string
     throw InputError(path + ": " + std::to_string(size) + " bytes, the manifest says " + std::to_string(bytes) +
                      " (truncated or overwritten)");
   // A file that cannot be opened or read (another user's, mode 600) says so, not that its checksum is wrong.
-  int fd = open_for_reading(path);
-  if (fd < 0) throw InputError(path + ": cannot be read: " + std::strerror(errno));
-  std::vector<char> buf(1 << 20);
   std::uint32_t crc = 0;
-  for (;;) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int e = errno;
-      ::close(fd);
-      throw InputError(path + ": cannot be read: " + std::strerror(e));
-    }
-    if (n == 0) break;
-    crc = crc32c_extend(crc, buf.data(), static_cast<std::size_t>(n));
-  }
-  ::close(fd);
+  read_file_chunks(path, [&](const char* p, std::size_t n) { crc = crc32c_extend(crc, p, n); });
   if (crc_hex(crc) != crc_text)
     throw InputError(path + ": CRC32C " + crc_hex(crc) + ", the manifest says " + crc_text + " (the file is corrupted)");
 }

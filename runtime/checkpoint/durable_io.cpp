@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <vector>
 
 #include "models/util/error.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
@@ -83,13 +84,12 @@ int open_for_reading(const std::string& path) {
   return ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
 }
 
-std::string read_whole_file(const std::string& path) {
+void read_file_chunks(const std::string& path, const std::function<void(const char*, std::size_t)>& chunk) {
   int fd = open_for_reading(path);
   if (fd < 0) throw InputError(path + ": cannot be read: " + std::strerror(errno));
-  std::string out;
-  char buf[64 * 1024];
+  std::vector<char> buf(1 << 20);
   for (;;) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
+    ssize_t n = ::read(fd, buf.data(), buf.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
       int e = errno;
@@ -97,9 +97,14 @@ std::string read_whole_file(const std::string& path) {
       throw InputError(path + ": cannot be read: " + std::strerror(e));
     }
     if (n == 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
+    chunk(buf.data(), static_cast<std::size_t>(n));
   }
   ::close(fd);
+}
+
+std::string read_whole_file(const std::string& path) {
+  std::string out;
+  read_file_chunks(path, [&](const char* p, std::size_t n) { out.append(p, n); });
   return out;
 }
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace tessel::rt {
@@ -55,6 +56,9 @@ int injected_read_error(const std::string& path);
 int open_for_reading(const std::string& path);
 // The whole file; InputError "<path>: cannot be read: <reason>" when it cannot be opened or read.
 std::string read_whole_file(const std::string& path);
+// Reads `path` from start to end, handing each piece read to `chunk`; InputError "<path>: cannot be read:
+// <reason>" when it cannot be opened or read.
+void read_file_chunks(const std::string& path, const std::function<void(const char*, std::size_t)>& chunk);
 
 void fsync_dir(const std::string& dir);
 void make_dir(const std::string& dir);  // creates it (parents too) and fsyncs its parent

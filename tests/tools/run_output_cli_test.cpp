@@ -43,22 +43,18 @@ bool read_until(int fd, std::string& out, Done done, std::chrono::steady_clock::
   return true;
 }
 
-}  // namespace
+// `tessel run --model tiny --steps 2 --trace FIFO` with stdout into a pipe (its read end returned) and stderr
+// into `err`; the run blocks opening the FIFO until someone reads it.
+struct Spawned {
+  pid_t pid = -1;
+  int out = -1;
+};
 
-TEST_CASE("run: each line reaches a piped stdout as it is printed, so a killed run keeps its log") {
-  const fs::path dir = fs::temp_directory_path() / ("tessel-runout-" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  // The run trains its 2 steps, prints them, then opens the trace FIFO for writing, which waits until a
-  // reader opens it: this test never does, so the run is held there, alive, with every line printed. A line
-  // still in its stdout buffer then never reaches the pipe, and killing the run loses it.
-  const fs::path fifo = dir / "trace.fifo";
-  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  const std::string err_path = (dir / "stderr").string();
+Spawned spawn_run(const fs::path& fifo, const fs::path& err_path) {
   int out[2];
   REQUIRE(::pipe(out) == 0);
   const std::string exe = tessel::test::tessel_exe();
-  pid_t pid = ::fork();
+  const pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
     ::dup2(out[1], 1);
@@ -70,10 +66,26 @@ TEST_CASE("run: each line reaches a piped stdout as it is printed, so a killed r
     ::_exit(127);
   }
   ::close(out[1]);
+  return {pid, out[0]};
+}
+
+}  // namespace
+
+TEST_CASE("run: each line reaches a piped stdout as it is printed, so a killed run keeps its log") {
+  const fs::path dir = fs::temp_directory_path() / ("tessel-runout-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  // The run trains its 2 steps, prints them, then opens the trace FIFO for writing, which waits until a
+  // reader opens it: this test never does, so the run is held there, alive, with every line printed. A line
+  // still in its stdout buffer then never reaches the pipe, and killing the run loses it.
+  const fs::path fifo = dir / "trace.fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  const Spawned run = spawn_run(fifo, dir / "stderr");
+  const pid_t pid = run.pid;
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
   // "step    2 ..." and the summary line after it, each whole.
-  const bool arrived = read_until(out[0], text, [](const std::string& t) {
+  const bool arrived = read_until(run.out, text, [](const std::string& t) {
     return has(t, "\nstep    2 ") && has(t, "\nstate memory on rank 0:") && t.back() == '\n';
   }, deadline);
   int status = 0;
@@ -81,8 +93,8 @@ TEST_CASE("run: each line reaches a piped stdout as it is printed, so a killed r
   ::kill(pid, SIGKILL);
   if (still_running) ::waitpid(pid, &status, 0);
   // What the killed run left in the pipe is read too: it must add nothing the test needs.
-  read_until(out[0], text, [](const std::string&) { return false; }, std::chrono::steady_clock::now() + kPatience);
-  ::close(out[0]);
+  read_until(run.out, text, [](const std::string&) { return false; }, std::chrono::steady_clock::now() + kPatience);
+  ::close(run.out);
   INFO("stdout: " << text);
   CHECK(arrived);
   CHECK(still_running);
@@ -106,28 +118,14 @@ TEST_CASE("run: a log reader that goes away does not kill the run before it writ
   fs::create_directories(dir);
   const fs::path fifo = dir / "trace.fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  const std::string err_path = (dir / "stderr").string();
-  int out[2];
-  REQUIRE(::pipe(out) == 0);
-  const std::string exe = tessel::test::tessel_exe();
-  pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::dup2(out[1], 1);
-    int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (err >= 0) ::dup2(err, 2);
-    ::close(out[0]);
-    ::execl(exe.c_str(), exe.c_str(), "run", "--backend", "cpu", "--model", "tiny", "--steps", "2", "--trace",
-            fifo.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  ::close(out[1]);
+  const Spawned run = spawn_run(fifo, dir / "stderr");
+  const pid_t pid = run.pid;
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + kPatience;
-  const bool arrived = read_until(out[0], text, [](const std::string& t) {
+  const bool arrived = read_until(run.out, text, [](const std::string& t) {
     return has(t, "\nstate memory on rank 0:") && t.back() == '\n';
   }, deadline);
-  ::close(out[0]);  // the reader goes away; the run is still held on the FIFO
+  ::close(run.out);  // the reader goes away; the run is still held on the FIFO
   // Read the trace: the run then prints its "trace:" line into the closed pipe.
   std::string trace;
   const int fd = arrived ? ::open(fifo.c_str(), O_RDONLY) : -1;
