@@ -209,7 +209,8 @@ void biases_of(const Json& j, const std::string& where, const Family& f, Model& 
     set(false, false, true);
     m.head_bias = true;
   } else if (is(f, "gpt_neox")) {
-    set(opt_bool(j, where, "attention_bias").value_or(true), opt_bool(j, where, "attention_bias").value_or(true), true);
+    const bool attn = opt_bool(j, where, "attention_bias").value_or(true);
+    set(attn, attn, true);
   } else if (is(f, "opt")) {
     const bool b = opt_bool(j, where, "enable_bias").value_or(true);
     set(b, b, b);

@@ -196,20 +196,9 @@ void check_learned_positions(const Model& m, const std::string& where, const std
 
 namespace {
 // A Megatron-LM argument file: the flags of a training script ("--num-layers 24 --hidden-size 1024 ..."),
-// whitespace-separated, shell line continuations (a backslash ending a line) and "#" comments allowed. It is
-// recognised by its first token starting with "--"; a JSON document starts with "{" or "[".
-// A Megatron argument file: its first word, after blank lines and '#' comment lines, starts with "--".
-bool looks_like_megatron_args(const std::string& text) {
-  std::istringstream lines(text);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const auto first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#') continue;
-    return line.compare(first, 2, "--") == 0;
-  }
-  return false;
-}
-
+// whitespace-separated, shell line continuations (a backslash ending a line) and "#" comments allowed. Its
+// words; load_model takes a file for one when the first word starts with "--" (a JSON document starts with
+// "{" or "[").
 std::vector<std::string> megatron_tokens(const std::string& text) {
   std::vector<std::string> argv;
   std::istringstream lines(text);
@@ -257,8 +246,7 @@ Model load_model(const std::string& name_or_path, std::optional<std::int64_t> se
     throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and no such file");
   }
   const std::string text = read_text_file(name_or_path, "--model ");
-  if (looks_like_megatron_args(text)) {
-    std::vector<std::string> argv = megatron_tokens(text);
+  if (std::vector<std::string> argv = megatron_tokens(text); !argv.empty() && argv.front().rfind("--", 0) == 0) {
     if (seq_len) {
       argv.push_back("--seq-length");
       argv.push_back(std::to_string(*seq_len));

@@ -9,6 +9,7 @@
 #include "models/util/error.hpp"
 #include "models/util/json_reader.hpp"
 #include "sim/schedule/diff.hpp"
+#include "sim/schedule/hb_graph.hpp"
 #include "sim/schedule/rules.hpp"
 #include "sim/schedule/schedule.hpp"
 #include "sim/schedule/timeline.hpp"
@@ -79,11 +80,7 @@ std::string inferred_m_note(const std::string& path, const Schedule& s) {
       }
     }
   if (2 * uses[static_cast<std::size_t>(top)] > uses[0] || first.first < 0) return "";  // at most half as many uses
-  const auto& a = s.ranks[static_cast<std::size_t>(first.first)][static_cast<std::size_t>(first.second)];
-  std::string at = "rank " + std::to_string(first.first) + " #" + std::to_string(first.second) + " '" + a.token() + "'";
-  if (static_cast<std::size_t>(first.first) < s.cells.size())
-    at += " (line " + std::to_string(first.first + 1) + " cell " +
-          std::to_string(s.cells[static_cast<std::size_t>(first.first)][static_cast<std::size_t>(first.second)]) + ")";
+  const std::string at = sched::detail::where(s, {first.first, first.second});
   return "no sidecar, so m = " + std::to_string(s.num_microbatches) + " is read from the largest micro-batch index, first at " +
          at + "; micro-batch " + std::to_string(top) + " appears in " + std::to_string(uses[static_cast<std::size_t>(top)]) +
          " action(s), micro-batch 0 in " + std::to_string(uses[0]) +

@@ -135,11 +135,12 @@ std::map<RankOp, std::vector<std::size_t>> dp_ops(const Trace& t, const std::map
 }
 
 // Merges the dp_* kinds whose counts on a rank differ between the sides into one pair each, and takes their
-// ops out of the identity indices so the one-to-one pairing does not see them.
+// ops out of the identity indices so the one-to-one pairing does not see them; B's merged ops are marked in
+// `b_used` (paired, as part of their merged pair).
 void merge_split_collectives(const Trace& a, const Trace& b, std::map<Identity, std::vector<std::size_t>>& ia,
-                             std::map<Identity, std::vector<std::size_t>>& ib, Comparison& c) {
+                             std::map<Identity, std::vector<std::size_t>>& ib, Comparison& c, std::vector<bool>& b_used) {
   const auto da = dp_ops(a, ia), db = dp_ops(b, ib);
-  std::vector<bool> out_a(a.events.size(), false), out_b(b.events.size(), false);
+  std::vector<bool> out_a(a.events.size(), false);
   for (const auto& [key, va] : da) {
     auto it = db.find(key);
     if (it == db.end() || it->second.size() == va.size()) continue;
@@ -154,7 +155,7 @@ void merge_split_collectives(const Trace& a, const Trace& b, std::map<Identity, 
     for (std::size_t j : vb) {
       d.b_us += b.events[j].dur_us;
       m.bytes_b += b.events[j].bytes;
-      out_b[j] = true;
+      b_used[j] = true;
     }
     d.delta_us = d.b_us - d.a_us;
     c.pairs.push_back(d);
@@ -164,7 +165,7 @@ void merge_split_collectives(const Trace& a, const Trace& b, std::map<Identity, 
     for (auto& [k, v] : idx) v.erase(std::remove_if(v.begin(), v.end(), [&](std::size_t i) { return out[i]; }), v.end());
   };
   drop(ia, out_a);
-  drop(ib, out_b);
+  drop(ib, b_used);
 }
 
 }  // namespace
@@ -178,8 +179,8 @@ Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
   c.step_error_pct = c.step_a_us > 0 ? (c.step_b_us - c.step_a_us) / c.step_a_us * 100.0 : 0.0;
   auto ia = index_by_identity(a);
   auto ib = index_by_identity(b);
-  merge_split_collectives(a, b, ia, ib, c);
   std::vector<bool> b_used(b.events.size(), false);
+  merge_split_collectives(a, b, ia, ib, c, b_used);
   for (const auto& [key, va] : ia) {
     auto it = ib.find(key);
     std::size_t n = it == ib.end() ? 0 : std::min(va.size(), it->second.size());
@@ -191,11 +192,8 @@ Comparison compare_traces(const Trace& a, const Trace& b, std::size_t top_n) {
     }
     for (std::size_t k = n; k < va.size(); ++k) c.unmatched_a.push_back(va[k]);
   }
-  std::vector<bool> b_listed(b.events.size(), false);  // still in the index: not merged
-  for (const auto& [key, vb] : ib)
-    for (std::size_t j : vb) b_listed[j] = true;
   for (std::size_t j = 0; j < b.events.size(); ++j) {
-    if (!b_used[j] && b_listed[j]) c.unmatched_b.push_back(j);
+    if (!b_used[j]) c.unmatched_b.push_back(j);
   }
   std::sort(c.pairs.begin(), c.pairs.end(), [](const OpDelta& x, const OpDelta& y) { return x.a < y.a; });
   std::sort(c.unmatched_a.begin(), c.unmatched_a.end());

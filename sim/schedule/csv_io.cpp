@@ -4,6 +4,7 @@
 // Tokens are matched whole: `<stage><TYPE>[<mb>]` or `(<tok>;<tok>)OVERLAP_F_B`. PyTorch's regex uses a
 // prefix match, so `2BW0` silently reads as `2B` there; here it is an error unless the caller asks for
 // the older dialect (B = input grad, BW = full backward) explicitly.
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <map>
@@ -221,16 +222,15 @@ Schedule parse_csv(const std::string& text, const std::string& origin, const std
   // (with more than one rank it has some).
   if (!m.level.empty()) {
     bool comms = false;
-    for (std::size_t r = 0; r < ranks.size() && !comms; ++r)
-      for (std::size_t p = 0; p < ranks[r].size(); ++p)
-        if (is_comm(ranks[r][p].type)) {
-          comms = true;
-          if (m.level == "compute_only")
-            throw InputError(origin + ":" + std::to_string(r + 1) + ":" + std::to_string(cells[r][p]) + ": '" +
-                             ranks[r][p].token() + "' in a file whose sidecar says level compute_only (no SEND/RECV); "
-                             "a lowered file is compute_comms");
-          break;
-        }
+    for (std::size_t r = 0; r < ranks.size() && !comms; ++r) {
+      const auto it = std::find_if(ranks[r].begin(), ranks[r].end(), [](const Action& a) { return is_comm(a.type); });
+      if (it == ranks[r].end()) continue;
+      comms = true;
+      const auto p = static_cast<std::size_t>(it - ranks[r].begin());
+      if (m.level == "compute_only")
+        throw InputError(origin + ":" + std::to_string(r + 1) + ":" + std::to_string(cells[r][p]) + ": '" + it->token() +
+                         "' in a file whose sidecar says level compute_only (no SEND/RECV); a lowered file is compute_comms");
+    }
     if (m.level == "compute_comms" && !comms && ranks.size() > 1)
       throw InputError(origin + ": the sidecar says level compute_comms (lowered), but the file has no SEND/RECV "
                        "for its " + std::to_string(ranks.size()) + " ranks; a file without them is compute_only");
