@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 
 namespace tessel {
 

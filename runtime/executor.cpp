@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

@@ -7,7 +7,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/rope.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

@@ -5,8 +5,8 @@
 #include <ios>
 #include <iterator>
 
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 
 namespace tessel::rt {
 

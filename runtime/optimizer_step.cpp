@@ -6,7 +6,7 @@
 #include <limits>
 #include <map>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

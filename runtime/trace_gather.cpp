@@ -5,7 +5,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

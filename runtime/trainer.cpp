@@ -4,7 +4,7 @@
 #include <mutex>
 
 #include "kernels/cpu/gemm.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/comm/thread_comm.hpp"
 
 namespace tessel::rt {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 
 namespace tessel::rt {

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/rules.hpp"
 
 namespace tessel {

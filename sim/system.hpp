@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 #include "sim/layout.hpp"
 
 namespace tessel {

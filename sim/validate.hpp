@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 
 namespace tessel {
 

@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/cost/memory.hpp"
 
 namespace tessel {

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::cli {
 

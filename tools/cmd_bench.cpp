@@ -24,7 +24,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/comm/comm_bench.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "sim/calibrate/bench_data.hpp"

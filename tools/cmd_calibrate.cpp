@@ -2,9 +2,9 @@
 // output and/or measured traces, and print the fit residuals per category (sim/calibrate/fit.hpp).
 #include <iostream>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 #include "sim/calibrate/bench_data.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/trace_fit.hpp"

@@ -12,8 +12,8 @@
 #include <variant>
 
 #include "models/model.hpp"
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "traces/chrome.hpp"

@@ -7,7 +7,7 @@
 #include <map>
 #include <sstream>
 
-#include "models/util/atomic_file.hpp"
+#include "util/atomic_file.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"

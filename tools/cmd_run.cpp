@@ -11,8 +11,8 @@
 #include <thread>
 
 #include "kernels/cpu/gemm.hpp"
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/trace_gather.hpp"

@@ -5,9 +5,9 @@
 #include <iostream>
 #include <string>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 #include "sim/schedule/diff.hpp"
 #include "sim/schedule/hb_graph.hpp"
 #include "sim/schedule/rules.hpp"

@@ -9,8 +9,8 @@
 #include <utility>
 #include <vector>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/schedule/rules.hpp"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/rules.hpp"
 
 namespace tessel::cli {

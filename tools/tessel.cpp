@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "tools/commands.hpp"
 
 namespace {

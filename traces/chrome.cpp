@@ -8,8 +8,8 @@
 #include <set>
 #include <tuple>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 #include "traces/event_reader.hpp"
 
 #ifndef TESSEL_VERSION

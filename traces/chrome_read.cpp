@@ -4,7 +4,7 @@
 #include <map>
 #include <utility>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "traces/chrome.hpp"
 #include "traces/event_reader.hpp"
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <tuple>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "traces/intervals.hpp"
 
 namespace tessel::trace {

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <vector>
 
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 
 namespace tessel::trace {
 

@@ -5,8 +5,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 #include "traces/chrome.hpp"
 #include "traces/event_reader.hpp"
 #include "traces/intervals.hpp"

@@ -5,7 +5,7 @@
 #include <map>
 #include <tuple>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::trace {
 

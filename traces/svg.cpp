@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::trace {
 

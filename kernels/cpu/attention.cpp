@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::kernels::cpu {
 namespace {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas_config.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 #if TESSEL_HAVE_BLAS
 #include <cblas.h>

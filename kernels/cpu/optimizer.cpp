@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::kernels::cpu {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::kernels::cpu {
 

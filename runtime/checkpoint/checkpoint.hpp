@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 #include "runtime/checkpoint/shard_file.hpp"
 #include "runtime/comm/comm.hpp"
 

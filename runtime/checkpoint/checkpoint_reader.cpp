@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 
 namespace tessel::rt {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 
 namespace tessel::rt {

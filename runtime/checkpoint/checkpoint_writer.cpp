@@ -6,7 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 
 namespace tessel::rt {

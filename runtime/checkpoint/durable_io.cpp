@@ -12,7 +12,7 @@
 #include <mutex>
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 
 namespace tessel::rt {

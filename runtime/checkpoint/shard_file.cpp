@@ -5,7 +5,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

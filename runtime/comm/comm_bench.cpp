@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 

@@ -12,7 +12,7 @@
 #include <exception>
 #include <thread>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/comm/reduce.hpp"
 
 namespace tessel::rt {

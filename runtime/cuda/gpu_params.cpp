@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/kernels.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/zero_partition.hpp"
 
 namespace tessel::rt::cuda {

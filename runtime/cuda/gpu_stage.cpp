@@ -9,7 +9,7 @@
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
 #include "runtime/gpt_layer.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt::cuda {
 

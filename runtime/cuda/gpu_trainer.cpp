@@ -8,7 +8,7 @@
 
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/comm/self_comm.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/cuda/staged_comm.hpp"

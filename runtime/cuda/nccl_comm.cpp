@@ -20,8 +20,8 @@
 #include <utility>
 
 #include "kernels/cuda/nvtx.hpp"
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt::cuda {
 

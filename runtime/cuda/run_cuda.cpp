@@ -8,7 +8,7 @@
 
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernels.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/cuda/nccl_comm.hpp"

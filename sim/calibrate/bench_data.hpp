@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 #include "sim/cost/comm.hpp"
 
 namespace tessel::calib {

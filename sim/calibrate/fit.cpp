@@ -4,7 +4,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/calibrate/nnls.hpp"
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "models/model.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/nnls.hpp"
 #include "sim/estimate.hpp"

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::cost {
 

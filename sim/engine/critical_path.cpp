@@ -10,7 +10,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/dag_shortest_paths.hpp>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/engine/simulate.hpp"
 
 namespace tessel::engine {

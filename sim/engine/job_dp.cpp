@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/cost/memory.hpp"
 #include "sim/engine/job_builder.hpp"
 #include "sim/workload.hpp"

@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/engine/job_builder.hpp"
 
 namespace tessel::engine::detail {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <limits>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::engine {
 

@@ -4,7 +4,7 @@
 #include <chrono>
 #include <cmath>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/cost/memory.hpp"
 #include "sim/estimate.hpp"
 

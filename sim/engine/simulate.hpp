@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "models/model.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 #include "sim/engine/job.hpp"
 #include "sim/engine/simulator.hpp"
 #include "sim/workload.hpp"

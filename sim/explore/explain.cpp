@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/explore/explore.hpp"
 
 namespace tessel::explore {

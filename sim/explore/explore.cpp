@@ -10,7 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::explore {
 

@@ -10,8 +10,8 @@
 #include <map>
 #include <sstream>
 
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 #include "sim/schedule/schedule.hpp"
 
 namespace tessel::sched {

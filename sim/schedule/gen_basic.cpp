@@ -5,7 +5,7 @@
 #include <deque>
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/generators.hpp"
 
 namespace tessel::sched::gen {

@@ -11,7 +11,7 @@
 #include <limits>
 #include <set>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/generators.hpp"
 
 namespace tessel::sched::gen {

@@ -1,7 +1,7 @@
 // generate(): common parameter checks and dispatch to the generator families.
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/generators.hpp"
 
 namespace tessel::sched {

@@ -14,7 +14,7 @@
 #include <boost/graph/depth_first_search.hpp>
 #include <boost/graph/topological_sort.hpp>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel::sched::detail {
 

@@ -13,7 +13,7 @@
 #include <string>
 #include <tuple>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/hb_graph.hpp"
 
 namespace tessel::sched {

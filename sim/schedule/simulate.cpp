@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/hb_graph.hpp"
 
 namespace tessel::sched {

@@ -3,7 +3,7 @@
 // tests cover that case).
 #include <doctest/doctest.h>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/cuda/run_cuda.hpp"
 
 using namespace tessel;

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/cuda/nccl_comm.hpp"
 
 namespace {

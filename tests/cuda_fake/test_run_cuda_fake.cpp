@@ -22,7 +22,7 @@
 #include <nccl.h>
 
 #include "kernels/cuda/kernels.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/cuda/run_cuda.hpp"

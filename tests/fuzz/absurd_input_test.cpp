@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "models/model.hpp"
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/shard_file.hpp"
 #include "sim/layout.hpp"

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <vector>
 
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 #include "runtime/checkpoint/shard_file.hpp"
 #include "tests/fuzz/fuzz_check.hpp"

@@ -1,4 +1,4 @@
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "tests/fuzz/targets.hpp"
 
 namespace tessel::fuzz {

@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 #include "tests/fuzz/checkpoint_fixture.hpp"

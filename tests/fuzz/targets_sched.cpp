@@ -4,7 +4,7 @@
 // the unit-cost simulation; the canonical CSV must read back to the same schedule.
 #include <optional>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/schedule/schedule.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 #include "tests/fuzz/targets.hpp"

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
 #include "tests/fuzz/targets.hpp"
 #include "traces/chrome.hpp"

@@ -1,4 +1,4 @@
-// Output files (models/util/atomic_file): a file is replaced whole by a rename; a character device or a FIFO
+// Output files (util/atomic_file): a file is replaced whole by a rename; a character device or a FIFO
 // is written into and stays what it was; a block device or a socket is refused; a link to a file is kept.
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -15,8 +15,8 @@
 #include <sstream>
 #include <string>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 
 using namespace tessel;
 namespace fs = std::filesystem;

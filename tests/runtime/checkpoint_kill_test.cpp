@@ -14,7 +14,7 @@
 #include <random>
 #include <thread>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "tests/runtime/checkpoint_util.hpp"
 

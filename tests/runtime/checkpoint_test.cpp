@@ -8,7 +8,7 @@
 #include <cstring>
 #include <functional>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/checkpoint/crc32c.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "tests/runtime/checkpoint_util.hpp"

@@ -8,7 +8,7 @@
 #include <random>
 #include <thread>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "runtime/comm/comm_bench.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "tests/runtime/comm_cases.hpp"

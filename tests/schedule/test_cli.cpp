@@ -9,8 +9,8 @@
 
 #include <unistd.h>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/atomic_file.hpp"
+#include "util/json_reader.hpp"
 #include "tests/test_paths.hpp"
 
 namespace {

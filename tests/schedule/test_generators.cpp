@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sched_test_util.hpp"
 
 using namespace tessel::sched;

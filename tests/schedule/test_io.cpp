@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <string>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
-#include "models/util/json_reader.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
 #include "sched_test_util.hpp"
 #include "sim/schedule/diff.hpp"
 #include "tests/test_paths.hpp"

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sched_test_util.hpp"
 #include "sim/schedule/rules.hpp"
 

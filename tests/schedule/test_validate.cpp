@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sched_test_util.hpp"
 #include "tests/test_paths.hpp"
 

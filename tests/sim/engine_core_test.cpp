@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/engine/simulator.hpp"
 
 using namespace tessel;

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <map>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"

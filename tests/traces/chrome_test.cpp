@@ -7,8 +7,8 @@
 #include <fstream>
 #include <map>
 
-#include "models/util/atomic_file.hpp"
-#include "models/util/error.hpp"
+#include "util/atomic_file.hpp"
+#include "util/error.hpp"
 #include "tests/traces/trace_fixtures.hpp"
 #include "traces/chrome.hpp"
 

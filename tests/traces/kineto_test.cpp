@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <numeric>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "tests/test_paths.hpp"
 #include "traces/kineto.hpp"
 

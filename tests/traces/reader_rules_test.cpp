@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "tests/traces/trace_fixtures.hpp"
 #include "traces/chrome.hpp"
 #include "traces/event_reader.hpp"

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 #include "tests/traces/trace_fixtures.hpp"
 #include "traces/compare.hpp"
 #include "traces/steps.hpp"

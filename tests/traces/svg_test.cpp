@@ -3,7 +3,7 @@
 
 #include <cstdlib>
 
-#include "models/util/atomic_file.hpp"
+#include "util/atomic_file.hpp"
 #include "tests/traces/trace_fixtures.hpp"
 #include "traces/svg.hpp"
 

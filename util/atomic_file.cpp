@@ -1,4 +1,4 @@
-#include "models/util/atomic_file.hpp"
+#include "util/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel {
 

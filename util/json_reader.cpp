@@ -1,4 +1,4 @@
-#include "models/util/json_reader.hpp"
+#include "util/json_reader.hpp"
 
 #include <cmath>
 #include <filesystem>

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/util/error.hpp"
+#include "util/error.hpp"
 
 namespace tessel {
 
