@@ -43,9 +43,9 @@ sched::Schedule runtime_schedule(const Layout& l) {
   p.microbatches = l.num_microbatches();
   // One stage: F then B per micro-batch (1F1B with p = 1), as Megatron's forward_backward_no_pipelining,
   // so one micro-batch's activations are alive at a time, whatever --schedule names.
-  sched::Schedule s = sched::generate(l.pp == 1 && l.vpp == 1 ? "1f1b" : l.schedule, p);
+  sched::Schedule s = sched::generate(l.pp == 1 && l.vpp == 1 ? sched::Kind::one_f_one_b : l.schedule, p);
   for (int st = 0; st < s.num_stages; ++st)
-    TESSEL_CHECK(s.rank_of(st) == l.rank_of_stage(st), "schedule " << l.schedule << " places stage " << st << " on rank "
+    TESSEL_CHECK(s.rank_of(st) == l.rank_of_stage(st), "schedule " << sched::name(l.schedule) << " places stage " << st << " on rank "
                  << s.rank_of(st) << ", the layout on " << l.rank_of_stage(st));
   return sched::lower(s);
 }

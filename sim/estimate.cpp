@@ -19,39 +19,14 @@ double model_flops_per_step(const Workload& w) {
 
 double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::vector<double>& ri,
                      const std::vector<double>& rw) {
-  const int p = l.pp;
   const double m = l.num_microbatches();
-  std::vector<double> c(p);
-  for (int r = 0; r < p; ++r) c[r] = rf[r] + ri[r] + rw[r];
-  const double cmax = *std::max_element(c.begin(), c.end());
-  const double csum = std::accumulate(c.begin(), c.end(), 0.0);
-  if (p == 1) return m * cmax;
-  auto avg = [&](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / p; };
-  const double F = avg(rf), I = avg(ri), W = avg(rw);
-  const std::string& sc = l.schedule;
-  // 1F1B / GPipe: the steady state runs at the slowest rank's pace, plus one pass of every other rank while
-  // the pipe fills and drains; uniform stages give (m + p - 1) C (bubble (p-1)/m, Narayanan et al.).
-  if (sc == "1f1b" || sc == "gpipe") return m * cmax + (csum - cmax);
-  // Interleaved / looped: fill and drain cost 1/v of a rank's pass per rank (bubble (p-1)/(v m), Narayanan).
-  if (sc == "interleaved" || sc == "looped-bfs") return m * cmax + (csum - cmax) / l.vpp;
-  // Zero-bubble family: W can only fill bubbles that exist beside enough micro-batches. With few of them the
-  // forward/input-grad chain is the bound: (m + p - 1)(T_F + T_B) + T_W for m <= p (Qi et al. 2024, App. H).
-  const double chain = (m + p - 1) * (F + I) + W;
-  // ZB-1P: bubble (p-1)(F + B - 2W) with B = I + W the full backward (DeepSeek-V3 Table 2).
-  if (sc == "zb1p") return std::max(chain, m * cmax + (p - 1) * std::max(0.0, F + I - W));
-  // ZB-2P: twice the in-flight activations let W fill the warm-up; bubble (p-1) max(0, F + I - 2W),
-  // zero when T_F = T_B = T_W (Qi et al. 2024, ZB-H2).
-  if (sc == "zb2p") return std::max(chain, m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W));
-  // ZB-V: same bound with chunks of half a stage (zero bubble when T_F = T_B = T_W, ZB README).
-  if (sc == "zbv") return std::max(chain, m * cmax + (p - 1) * std::max(0.0, F + I - 2 * W) / 2);
-  // DualPipeV: (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages and F, B, W chunk times (half a rank's);
-  // F&B taken as F + B (no overlap credit without a communication model).
-  if (sc == "dualpipev") {
-    const double fc = F / 2, bc = (I + W) / 2, wc = W / 2;
-    return std::max(chain, m * cmax + (p - 1) * std::max(0.0, (fc + bc) + bc - 3 * wc));
+  if (l.pp == 1) {
+    double c = rf[0] + ri[0] + rw[0];
+    return m * c;
   }
-  TESSEL_CHECK(false, "no closed form for schedule " << sc);
-  return 0;
+  const auto makespan = sched::family(l.schedule).makespan;
+  TESSEL_CHECK(makespan, "no closed form for schedule " << sched::name(l.schedule));
+  return makespan(sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
 }
 
 namespace {
@@ -269,7 +244,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release): under
     // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
     // all m are alive at once; the other schedules run the last stage's backward right after its forward.
-    const bool all_forwards_first = l.schedule == "gpipe" || l.schedule == "looped-bfs";
+    const bool all_forwards_first = sched::family(l.schedule).forwards_first;
     mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
     mbk.zero3_gather = cost::zero3_gather_bytes(m, l);
     mbk.recompute_transient = cost::recompute_transient_bytes(m, l);

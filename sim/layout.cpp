@@ -5,20 +5,8 @@
 #include <sstream>
 
 #include "util/error.hpp"
-#include "sim/schedule/rules.hpp"
 
 namespace tessel {
-
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names = {"gpipe", "1f1b", "interleaved", "looped-bfs",
-                                                 "zb1p",  "zb2p", "zbv",         "dualpipev"};
-  return names;
-}
-
-bool is_schedule_name(const std::string& name) {
-  const auto& n = schedule_names();
-  return std::find(n.begin(), n.end(), name) != n.end();
-}
 
 std::string to_string(Recompute r) {
   switch (r) {
@@ -86,7 +74,7 @@ std::string Layout::describe() const {
   if (cp > 1) os << " cp" << cp;
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
-  if (pp > 1) os << " " << schedule;
+  if (pp > 1) os << " " << sched::name(schedule);
   if (recompute != Recompute::none) os << " " << to_string(recompute);
   // Full recompute's method and layer count change both time and memory: "full-block2" (Megatron's
   // --recompute-method block --recompute-num-layers 2); plain "full" is uniform, 1 layer per block (the only
@@ -120,8 +108,13 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.vpp = static_cast<int>(o.opt_integer("vpp", 1, 1024).value_or(1));
   l.micro_batch = static_cast<int>(o.integer("micro_batch", 1, 1 << 20));
   l.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
-  if (o.has("schedule")) l.schedule = o.choice("schedule", schedule_names());
-  else o.ignore("schedule");
+  if (auto sc = o.opt_string("schedule")) {
+    const sched::Family* f = sched::find_family(*sc);
+    if (!f || !f->layout_schedule)
+      o.fail("schedule", "value \"" + *sc + "\" is not one of: " + sched::known_names(true) +
+                             (f ? " (" + *sc + " is a generator only the simulator plays)" : ""));
+    l.schedule = f->kind;
+  }
   if (auto r = o.opt_string("recompute")) l.recompute = parse_recompute(*r, where + ": recompute");
   if (auto m = o.opt_string("recompute_method")) {
     if (*m != "uniform" && *m != "block") o.fail("recompute_method", "value \"" + *m + "\" is not one of uniform, block");
@@ -174,7 +167,7 @@ Json layout_to_json(const Layout& l) {
   j["vpp"] = l.vpp;
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
-  j["schedule"] = l.schedule;
+  j["schedule"] = sched::name(l.schedule);
   j["recompute"] = to_string(l.recompute);
   j["recompute_method"] = l.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
   j["recompute_layers"] = l.recompute_layers;
@@ -224,10 +217,8 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   if (!batch_ok && broke("batch-divisibility", "global batch " + s(l.global_batch) + " is not divisible by micro_batch*dp = " +
                                                    s(static_cast<long long>(l.micro_batch) * l.dp)))
     return;
-  // Stages per rank before the layer split, which depends on them: a schedule's vpp rule is the one to name.
-  // Layout-level restrictions first (the analytical model prices interleaved and looped-bfs only with several
-  // chunks per rank, and zb1p with one), then the generator's own (sim/schedule/rules.hpp).
-  const std::string& sc = l.schedule;
+  // Stages per rank before the layer split, which depends on them: a schedule's vpp rule is the one to name
+  // (the analytical model's and the generator's, sim/schedule/registry.hpp).
   bool vpp_ok = true;
   if (l.pp == 1) {
     // No pipeline: the schedule name does not matter.
@@ -235,13 +226,7 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
       vpp_ok = false;
       if (broke("vpp-needs-pp", "vpp " + s(l.vpp) + " needs pp > 1")) return;
     }
-  } else if ((sc == "interleaved" || sc == "looped-bfs") && l.vpp < 2) {
-    vpp_ok = false;
-    if (broke("schedule-vpp", sc + " needs vpp > 1 (got vpp " + s(l.vpp) + ")")) return;
-  } else if (sc == "zb1p" && l.vpp != 1) {
-    vpp_ok = false;
-    if (broke("schedule-vpp", sc + " takes one stage per rank (vpp 1), got vpp " + s(l.vpp))) return;
-  } else if (auto p = sched::vpp_problem(sc, l.vpp)) {
+  } else if (auto p = sched::layout_vpp_problem(l.schedule, l.vpp)) {
     vpp_ok = false;
     if (broke(std::move(p->rule), std::move(p->message))) return;
   }
@@ -265,7 +250,7 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   } else if (m.layers < stages) {
     if (broke("layer-split", "layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages")) return;
   }
-  // Then the micro-batch rule of the schedule generator itself (sim/schedule/rules.hpp), so that estimate,
+  // Then the micro-batch rule of the schedule generator itself (sim/schedule/registry.hpp), so that estimate,
   // simulate, run and explore refuse every layout the generator would. Without a whole micro-batch count
   // there is no m to check.
   if (l.pp > 1 && batch_ok && vpp_ok) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "models/model.hpp"
+#include "sim/schedule/registry.hpp"
 
 namespace tessel {
 
@@ -23,7 +24,7 @@ struct Layout {
   int vpp = 1;                 // model chunks (virtual stages) per pipeline rank
   int micro_batch = 1;
   int global_batch = 1;
-  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, looped-bfs, zb1p, zb2p, zbv, dualpipev
+  sched::Kind schedule = sched::Kind::one_f_one_b;  // a layout schedule of sim/schedule/registry.hpp
   Recompute recompute = Recompute::none;
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   int recompute_layers = 0;    // full recompute: layers per checkpoint block (uniform; 0 = 1) or per stage (block; 0 = all)
@@ -47,7 +48,7 @@ struct Layout {
   int first_layer_of_stage(int stage, int model_layers) const;
   // Rank that holds stage s: loop placement, or V placement for zbv / dualpipev.
   int rank_of_stage(int stage) const;
-  bool v_placement() const { return schedule == "zbv" || schedule == "dualpipev"; }
+  bool v_placement() const { return sched::family(schedule).placement == sched::Placement::V; }
   // Short human form: "tp8 pp8 dp16 vpp3 mbs1 interleaved full sp zero1".
   std::string describe() const;
 };
@@ -58,9 +59,6 @@ std::string to_string(AttentionImpl a);
 Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
-
-const std::vector<std::string>& schedule_names();
-bool is_schedule_name(const std::string& name);  // one of schedule_names()
 
 // Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, recompute, recompute_method,
 // recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,

@@ -145,20 +145,23 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   std::vector<int> mbs_opts, vpp_opts, zero_opts;
   std::vector<Recompute> rec_opts;
   std::vector<int> sp_opts;
-  std::vector<std::string> sched_opts;
+  std::vector<sched::Kind> sched_opts;
   if (is_null(lj, "micro_batch")) mbs_opts = {1, 2, 4, 8};
   else mbs_opts = {int_field(lj, "micro_batch", where + ".layout")};
-  std::string sched = str_field(lj, "schedule", where + ".layout");
-  if (!sched.empty() && sched != "none" && sched != "dualpipe" &&
-      std::find(schedule_names().begin(), schedule_names().end(), sched) == schedule_names().end()) {
-    std::string known = "none, dualpipe";
-    for (const auto& n : schedule_names()) known += ", " + n;
-    throw InputError(where + ".layout.schedule: value \"" + sched + "\" is not a known schedule (" + known + ")");
+  // A row's schedule: a layout schedule (sim/schedule/registry.hpp), "none" (no pipeline), "dualpipe" (the
+  // bidirectional DualPipe, not modelled), or null (not stated: 1F1B and interleaved are tried).
+  const std::string stated = str_field(lj, "schedule", where + ".layout");
+  using sched::Kind;
+  if (stated == "none" || base.pp == 1) sched_opts = {Kind::one_f_one_b};
+  else if (stated.empty()) sched_opts = {Kind::one_f_one_b, Kind::interleaved};
+  else if (stated == "dualpipe") throw RowSkip{"bidirectional DualPipe is not modelled (dualpipev is)"};
+  else {
+    const sched::Family* f = sched::find_family(stated);
+    if (!f || !f->layout_schedule)
+      throw InputError(where + ".layout.schedule: value \"" + stated + "\" is not a known schedule (none, dualpipe, " +
+                       sched::known_names(true) + ")");
+    sched_opts = {f->kind};
   }
-  if (sched == "none" || base.pp == 1) sched_opts = {"1f1b"};
-  else if (sched.empty()) sched_opts = {"1f1b", "interleaved"};
-  else if (sched == "dualpipe") throw RowSkip{"bidirectional DualPipe is not modelled (dualpipev is)"};
-  else sched_opts = {sched};
   const Json& vj = lj.contains("vpp") ? lj.at("vpp") : Json();
   if (vj.is_string()) throw RowSkip{"vpp \"" + vj.get<std::string>() + "\" (one layer per chunk) is not modelled"};
   if (vj.is_null()) {
@@ -190,9 +193,9 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
               Layout l = base;
               l.micro_batch = mb;
               l.schedule = sc;
-              l.vpp = (sc == "interleaved" || sc == "looped-bfs") ? v : (sc == "zbv" || sc == "dualpipev" ? 2 : 1);
+              l.vpp = sched::default_vpp(sc, v);
               // "Interleaved" with one chunk per rank is plain 1F1B (Korthikanti's 1T runs, v = 1).
-              if (sc == "interleaved" && l.vpp == 1) l.schedule = "1f1b";
+              if (sc == Kind::interleaved && l.vpp == 1) l.schedule = Kind::one_f_one_b;
               if (l.pp == 1) l.vpp = 1;
               if (vj.is_null() && l.vpp != v && v != 1) continue;
               l.recompute = rc;
@@ -215,8 +218,8 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
               Candidate c;
               c.layout = l;
               if (is_null(lj, "micro_batch")) c.assumed.push_back("micro_batch=" + std::to_string(mb));
-              if (sched.empty() && l.pp > 1) c.assumed.push_back("schedule=" + sc);
-              if (vj.is_null() && l.pp > 1 && (sc == "interleaved")) c.assumed.push_back("vpp=" + std::to_string(l.vpp));
+              if (stated.empty() && l.pp > 1) c.assumed.push_back(std::string("schedule=") + sched::name(sc));
+              if (vj.is_null() && l.pp > 1 && sc == Kind::interleaved) c.assumed.push_back("vpp=" + std::to_string(l.vpp));
               if (is_null(lj, "recompute")) c.assumed.push_back("recompute=" + to_string(rc));
               if (is_null(lj, "sequence_parallel") && l.tp > 1) c.assumed.push_back(std::string("sequence_parallel=") + (sp ? "true" : "false"));
               if (is_null(lj, "zero_stage")) c.assumed.push_back("zero_stage=" + std::to_string(z));

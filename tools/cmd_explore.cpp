@@ -11,7 +11,6 @@
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
-#include "sim/schedule/rules.hpp"
 #include "traces/chrome.hpp"
 #include "traces/svg.hpp"
 #include "tools/cli.hpp"
@@ -50,7 +49,6 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
   if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text, "--explain "), text);
   Layout l;
   l.global_batch = global_batch;
-  l.schedule = "1f1b";
   bool sched_given = false;
   std::istringstream in(text);
   std::string w;
@@ -91,14 +89,17 @@ Layout parse_layout_words(const std::string& text, int global_batch) {
       const std::string n = w.substr(10);
       if (!n.empty()) l.recompute_layers = static_cast<int>(cli::parse_int(n, "--explain " + w, 1, 100000));
     } else {
-      if (!is_schedule_name(w)) throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., a schedule, a recompute policy: none, selective, full, full-blockN)");
+      const sched::Family* f = sched::find_family(w);
+      if (!f || !f->layout_schedule)
+        throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., "
+                         "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);
-      l.schedule = w;
+      l.schedule = f->kind;
       sched_given = true;
     }
   }
   if (seen.empty()) throw InputError("--explain: '" + text + "' names no layout (give words such as \"tp8 pp8 dp16 mbs1\" or a layout JSON file)");
-  if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? "interleaved" : "1f1b";
+  if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? sched::Kind::interleaved : sched::Kind::one_f_one_b;
   // No vppN word: the schedule's own chunk count, as estimate and simulate default it (zbv and dualpipev 2,
   // interleaved and looped-bfs 3, the rest 1).
   if (!seen.count("vpp") && l.pp > 1) l.vpp = sched::default_vpp(l.schedule, 3);
@@ -209,11 +210,7 @@ int explore(const Args& args) {
   for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
   for (const auto& s : cl.get_list("--schedule")) {
-    if (s == "zb-greedy")
-      throw InputError("--schedule zb-greedy: the analytical model has no closed form for it, so explore cannot "
-                       "rank it; tessel simulate and tessel run play it");
-    if (!is_schedule_name(s)) throw InputError("--schedule " + s + ": unknown schedule");
-    space.schedules.push_back(s);
+    space.schedules.push_back(sched::parse_schedule(s, "--schedule", true));
   }
   if (cl.has("--recompute")) space.recompute = recompute_list(cl);
   if (auto sp = cl.get("--sp")) {

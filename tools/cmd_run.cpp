@@ -81,10 +81,8 @@ Layout read_layout(const cli::CommandLine& cl) {
     l.tp = static_cast<int>(cl.get_int("--tp", 1, 4096).value_or(1));
     l.pp = static_cast<int>(cl.get_int("--pp", 1, 4096).value_or(1));
     l.dp = static_cast<int>(cl.get_int("--dp", 1, 4096).value_or(1));
-    l.schedule = cl.get_or("--schedule", "1f1b");
-    const bool two = l.schedule == "interleaved" || l.schedule == "looped-bfs" || l.schedule == "zbv" ||
-                     l.schedule == "dualpipev";
-    l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(two && l.pp > 1 ? 2 : 1));
+    l.schedule = sched::parse_schedule(cl.get_or("--schedule", "1f1b"), "--schedule");
+    l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 2) : 1));
     l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
     l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(l.micro_batch * l.dp * 2 * l.pp * l.vpp));
     l.recompute = parse_recompute(cl.get_or("--recompute", "none"), "--recompute");
@@ -253,10 +251,11 @@ void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
   l.precision = Precision::fp32;
   // A generated schedule the cost model has no closed form for (zb-greedy) is bounded by GPipe's memory:
   // every micro-batch's activations held at once.
-  const bool known = is_schedule_name(l.schedule);
-  const std::string bound = known ? "" : " (" + l.schedule + " bounded by GPipe's: every micro-batch's activations held)";
+  const bool known = sched::family(l.schedule).layout_schedule;
+  const std::string bound =
+      known ? "" : " (" + std::string(sched::name(l.schedule)) + " bounded by GPipe's: every micro-batch's activations held)";
   if (!known) {
-    l.schedule = "gpipe";
+    l.schedule = sched::Kind::gpipe;
     if (l.vpp != 1) {  // GPipe has one chunk per rank
       l.vpp = 1;
       l.stage_layers.clear();
@@ -400,7 +399,7 @@ int run(const Args& args) {
                      [](const trace::Counter& a, const trace::Counter& b) { return a.rank < b.rank; });
     tr.other_data["model"] = model_to_json(c.model);
     tr.other_data["layout"] = layout_to_json(c.layout);
-    tr.other_data["schedule"] = c.layout.schedule;
+    tr.other_data["schedule"] = sched::name(c.layout.schedule);
     tr.other_data["system"] = "cpu";
     tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
     // A resumed run's steps are numbered from the checkpoint's step + 1, as its step lines say; compare

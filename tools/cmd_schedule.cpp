@@ -10,7 +10,7 @@
 #include "util/json_reader.hpp"
 #include "sim/schedule/diff.hpp"
 #include "sim/schedule/hb_graph.hpp"
-#include "sim/schedule/rules.hpp"
+#include "sim/schedule/registry.hpp"
 #include "sim/schedule/schedule.hpp"
 #include "sim/schedule/timeline.hpp"
 #include "tools/cli.hpp"
@@ -100,24 +100,25 @@ int gen(const Args& args) {
   if (cl.print_help(kUsage)) return 0;
   GenParams p;
   const std::string name = positional(cl, 1, "generator NAME");
+  const Kind kind = parse_schedule(name, "tessel schedule gen");
   if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("tessel schedule gen: --pp and --mb are required");
   p.pp = static_cast<int>(*cl.get_int("--pp", 1, 4096));
   p.microbatches = static_cast<int>(*cl.get_int("--mb", 1, 1 << 20));
   // Without --vpp, the schedule's own stages per rank (the V schedules 2, interleaved and looped BFS 3, as
   // estimate and simulate default them), so no rule is blamed on a --vpp the user never gave.
-  p.vpp = static_cast<int>(cl.get_int("--vpp", 1, 256).value_or(default_vpp(name, 3)));
+  p.vpp = static_cast<int>(cl.get_int("--vpp", 1, 256).value_or(default_vpp(kind, 3)));
   const Costs costs = parse_costs(cl);
   if (cl.has("--costs")) p.costs = costs;
   p.mem_limit = mem_limit(cl);
-  if (p.mem_limit && name != "zb-greedy" && name != "zb2p")
+  if (p.mem_limit && !family(kind).takes_mem_limit)
     throw InputError("--mem-limit " + std::to_string(*p.mem_limit) + ": only zb-greedy and zb2p take an activation limit; " +
                      name + "'s in-flight activations are fixed by its algorithm (check them with schedule validate --mem-limit)");
   // The generators check their stages per rank, except that interleaved and looped BFS with one would
   // quietly emit plain 1F1B / GPipe (sim/layout.cpp refuses those layouts too).
-  if ((name == "interleaved" || name == "looped-bfs") && p.vpp < 2)
+  if (p.vpp < family(kind).layout_vpp_min)
     throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " needs vpp > 1");
   if (auto out = cl.get("-o")) check_writable(*out, "-o");
-  Schedule s = generate(name, p);
+  Schedule s = generate(kind, p);
   if (cl.flag("--lower")) s = lower(s);
   if (auto out = cl.get("-o")) {
     // Into a device or a FIFO (-o /dev/null, a pipe to another tool) the CSV is written as it is, and no
@@ -258,7 +259,7 @@ int diff_cmd(const Args& args) {
 int schedule(const Args& args) {
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     std::cout << kUsage << "generators:";
-    for (const auto& n : generator_names()) std::cout << " " << n;
+    for (const Family& f : families()) std::cout << " " << f.name;
     std::cout << "\n";
     return args.empty() ? 2 : 0;
   }

@@ -13,7 +13,6 @@
 #include "util/error.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
-#include "sim/schedule/rules.hpp"
 #include "sim/workload.hpp"
 #include "traces/chrome.hpp"
 #include "traces/svg.hpp"
@@ -68,38 +67,27 @@ void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, co
                            "every backward its own or none");
 }
 
-// The sidecar's generator name as a layout schedule: Tessel's names, or PyTorch's class names as its
-// exporters write them ("DualPipeV", "ScheduleInterleaved1F1B"). Empty when it is neither.
-std::string layout_name_of(const std::string& generator) {
-  static const std::vector<std::pair<std::string, std::string>> torch = {
-      {"ScheduleGPipe", "gpipe"}, {"Schedule1F1B", "1f1b"}, {"ScheduleInterleaved1F1B", "interleaved"},
-      {"ScheduleLoopedBFS", "looped-bfs"}, {"ScheduleInterleavedZeroBubble", "zb1p"}, {"ScheduleZBVZeroBubble", "zbv"},
-      {"ScheduleDualPipeV", "dualpipev"}, {"DualPipeV", "dualpipev"}};
-  for (const auto& [k, v] : torch)
-    if (generator == k) return v;
-  return is_schedule_name(generator) ? generator : std::string();
-}
-
 // The built-in generator whose schedule for the file's (pp, m, stages per rank) is the file's compute
-// order, or "" (files past kMaxActions are not compared: generating nine schedules of that size costs
+// order, or none (files past kMaxActions are not compared: generating nine schedules of that size costs
 // more than the simulation).
-std::string generator_matching(const sched::Schedule& f, int vpp, const std::function<bool(const std::string&)>& fits) {
+std::optional<sched::Kind> generator_matching(const sched::Schedule& f, int vpp,
+                                              const std::function<bool(sched::Kind)>& fits) {
   constexpr std::size_t kMaxActions = 1 << 18;
-  if (f.num_actions() > kMaxActions) return "";
+  if (f.num_actions() > kMaxActions) return std::nullopt;
   const sched::Schedule mine = sched::strip_comms(f);
-  for (const std::string& name : sched::generator_names()) {
-    if (!fits(name)) continue;
+  for (const sched::Family& fam : sched::families()) {
+    if (!fits(fam.kind)) continue;
     sched::GenParams p;
     p.pp = f.num_ranks;
     p.microbatches = f.num_microbatches;
     p.vpp = vpp;
     try {
-      const sched::Schedule g = sched::generate(name, p);
-      if (g.stage_to_rank == f.stage_to_rank && g.ranks == mine.ranks) return name;
+      const sched::Schedule g = sched::generate(fam.kind, p);
+      if (g.stage_to_rank == f.stage_to_rank && g.ranks == mine.ranks) return fam.kind;
     } catch (const InputError&) {  // the generator's shape rules refuse these parameters
     }
   }
-  return "";
+  return std::nullopt;
 }
 
 // REDUCE_GRAD, X_OPTIMIZER_STEP, UNSHARD and RESHARD place work the layout decides (its ZeRO stage and
@@ -136,29 +124,31 @@ std::string shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::
   const bool v = vpp == 2 && f.stage_to_rank == sched::stage_to_rank(f.num_ranks, f.num_stages, sched::Placement::V);
   const bool loop = f.stage_to_rank == sched::stage_to_rank(f.num_ranks, f.num_stages, sched::Placement::Loop);
   if (!v && !loop) return "";
-  std::string name;
+  // The sidecar's generator name (Tessel's, or PyTorch's class names as its exporters write them).
+  std::optional<sched::Kind> name;
   const std::string prefix = path + " (";
   if (f.generator.rfind(prefix, 0) == 0 && f.generator.back() == ')')
-    name = layout_name_of(f.generator.substr(prefix.size(), f.generator.size() - prefix.size() - 1));
+    if (const sched::Family* fam = sched::find_family(f.generator.substr(prefix.size(), f.generator.size() - prefix.size() - 1)))
+      name = fam->kind;
   // A layout schedule of this shape: placement and stages per rank as the layout rules take them.
-  auto fits = [&](const std::string& n) {
-    const bool v_name = n == "zbv" || n == "dualpipev";
-    return is_schedule_name(n) && v_name == v && !sched::vpp_problem(n, vpp) &&
-           !((n == "interleaved" || n == "looped-bfs") && vpp < 2) && !(n == "zb1p" && vpp != 1);
+  auto fits = [&](sched::Kind k) {
+    const sched::Family& fam = sched::family(k);
+    return fam.layout_schedule && (fam.placement == sched::Placement::V) == v && !sched::layout_vpp_problem(k, vpp);
   };
-  if (!fits(name)) name = generator_matching(f, vpp, fits);
+  if (!name || !fits(*name)) name = generator_matching(f, vpp, fits);
   std::string note;
-  if (name.empty()) {
+  if (!name) {
     const bool divides = l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) == 0;
-    if (v) name = "zbv";
-    else if (vpp == 1) name = "1f1b";
-    else if (divides && !sched::microbatch_problem("interleaved", l.pp, l.num_microbatches())) name = "interleaved";
-    else name = "looped-bfs";
+    if (v) name = sched::Kind::zbv;
+    else if (vpp == 1) name = sched::Kind::one_f_one_b;
+    else if (divides && !sched::microbatch_problem(sched::Kind::interleaved, l.pp, l.num_microbatches()))
+      name = sched::Kind::interleaved;
+    else name = sched::Kind::looped_bfs;
     note = path + " names no schedule in a sidecar and is not the order a layout schedule makes for pp " +
            std::to_string(l.pp) + " with " + std::to_string(vpp) + " stage" + (vpp > 1 ? "s" : "") +
-           " per rank; the layout calls it " + name + " after its shape, and the simulation plays the file's order";
+           " per rank; the layout calls it " + sched::name(*name) + " after its shape, and the simulation plays the file's order";
   }
-  l.schedule = name;
+  l.schedule = *name;
   if (!cl.has("--vpp")) l.vpp = vpp;
   return note;
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "util/error.hpp"
-#include "sim/schedule/rules.hpp"
 
 namespace tessel::cli {
 
@@ -63,16 +62,9 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.tp = static_cast<int>(cl.get_int("--tp", 1, 1 << 20).value_or(8));
   l.pp = static_cast<int>(cl.get_int("--pp", 1, 1 << 20).value_or(8));
   l.cp = static_cast<int>(cl.get_int("--cp", 1, 1 << 20).value_or(1));
-  l.schedule = cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b");
-  if (l.schedule == "zb-greedy" && !played)
-    throw InputError("--schedule zb-greedy: the analytical model has no closed form for it; tessel simulate and "
-                     "tessel run play it");
-  if (!is_schedule_name(l.schedule) && !(played && l.schedule == "zb-greedy")) {
-    std::string list;
-    for (const auto& n : schedule_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--schedule " + l.schedule + ": unknown schedule (known: " + list + (played ? ", zb-greedy" : "") + ")");
-  }
-  // The schedule's own stages per rank (sim/schedule/rules.hpp; explore --explain and schedule gen use the same).
+  // zb-greedy has no closed form: only the verbs that play a schedule (simulate) take it.
+  l.schedule = sched::parse_schedule(cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b"), "--schedule", !played);
+  // The schedule's own stages per rank (sim/schedule/registry.hpp; explore --explain and schedule gen use the same).
   l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 3) : 1));
   l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
   l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));

@@ -209,7 +209,7 @@ void write_trace(const CudaRunOptions& o, trace::Trace& tr, int world_rank, int 
   if (o.trace_path.empty()) return;
   tr.other_data["model"] = model_to_json(o.model);
   tr.other_data["layout"] = layout_to_json(o.layout);
-  tr.other_data["schedule"] = o.layout.schedule;
+  tr.other_data["schedule"] = sched::name(o.layout.schedule);
   tr.other_data["system"] = "cuda";
   tr.other_data["precision"] = o.precision;
   if (o.only_rank >= 0) tr.other_data["only_rank"] = o.only_rank;

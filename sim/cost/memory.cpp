@@ -86,20 +86,8 @@ double recompute_transient_bytes(const Model& m, const Layout& l) {
 }
 
 double inflight_chunks(const Layout& l, int rank) {
-  const double p = l.pp, v = l.vpp, m = l.num_microbatches(), r = rank;
   if (l.pp == 1) return 1.0;
-  const std::string& sc = l.schedule;
-  if (sc == "gpipe") return m;
-  if (sc == "interleaved") return std::min(m * v, 2.0 * (p - 1 - r) + (v - 1) * p + 1.0);
-  if (sc == "looped-bfs") return m * v;
-  // Zero-bubble schedules keep a micro-batch's activations until its W (the weight gradient needs the layer
-  // inputs), and defer W on every rank, so every rank peaks like rank 0: p (ZB-1P), 2p (ZB-2P); the schedule
-  // validator's liveness over the generated schedules gives the same counts (tests/schedule).
-  if (sc == "zb1p") return std::min(m, p);
-  if (sc == "zb2p") return std::min(m, 2.0 * p);
-  if (sc == "zbv") return std::min(2.0 * m, 2.0 * p);  // chunks of half a stage: p full micro-batches (ZB-V, 1x 1F1B)
-  if (sc == "dualpipev") return std::min(2.0 * m, 2.0 * p + 1.0);  // PP + 1 (DualPipe README), in half-stage chunks
-  return std::min(m, p - r);  // 1f1b
+  return sched::family(l.schedule).inflight_chunks(l.pp, l.vpp, l.num_microbatches(), rank);
 }
 
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }

@@ -68,15 +68,15 @@ sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::opt
     // Without a pipeline the schedule name does not apply (layout_problem): micro-batches run one forward
     // and backward at a time, as Megatron's forward_backward_no_pipelining and the runtime play them, so
     // one micro-batch's activations are held whatever the name (a GPipe order would hold all m).
-    const std::string name = l.pp == 1 && l.vpp == 1 ? "1f1b" : l.schedule;
-    s = sched::lower(sched::generate(name, p), sched::GapOrder::SendsFirst);
+    const sched::Kind kind = l.pp == 1 && l.vpp == 1 ? sched::Kind::one_f_one_b : l.schedule;
+    s = sched::lower(sched::generate(kind, p), sched::GapOrder::SendsFirst);
   }
   // Lowering a valid compute order just in time cannot break it under eager transfers; checked all the same.
   if (lowered_here) check(s);
   for (int st = 0; st < s.num_stages && st < l.num_stages(); ++st)
     if (s.rank_of(st) != l.rank_of_stage(st))
       throw InputError("schedule '" + s.generator + "': stage " + std::to_string(st) + " on rank " +
-                       std::to_string(s.rank_of(st)) + ", but layout schedule " + l.schedule + " places it on rank " +
+                       std::to_string(s.rank_of(st)) + ", but layout schedule " + sched::name(l.schedule) + " places it on rank " +
                        std::to_string(l.rank_of_stage(st)));
   return s;
 }

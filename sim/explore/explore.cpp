@@ -144,7 +144,10 @@ Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_
     for (int c = 2; c <= 16; c *= 2)
       if (gpus % c == 0) s.cp.push_back(c);
   s.mbs = {1, 2, 3, 4, 6, 8};  // 3 and 6 appear in published runs (Zero Bubble Table 3)
-  s.schedules = {"gpipe", "1f1b", "interleaved", "zb1p", "zb2p", "zbv", "dualpipev"};
+  // Every layout schedule but looped BFS, which interleaved dominates: the same bubble (p-1)/(v m) with m v
+  // chunks of activations in flight instead of Megatron's warm-up count (sim/schedule/registry.cpp).
+  for (sched::Kind k : sched::layout_kinds())
+    if (k != sched::Kind::looped_bfs) s.schedules.push_back(k);
   s.recompute = {Recompute::none, Recompute::selective, Recompute::full};
   s.sp = {0, 1};
   s.zero = {0, 1, 2, 3};
@@ -169,15 +172,13 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
         const int dp = static_cast<int>(gpus / mp);
         for (int mbs : mbss) {
           if (!in.keep_indivisible_batches && global_batch % (static_cast<long long>(mbs) * dp) != 0) continue;
-          for (const auto& sc : (pp == 1 ? std::vector<std::string>{"1f1b"} : scheds)) {
+          for (sched::Kind sc : (pp == 1 ? std::vector<sched::Kind>{sched::Kind::one_f_one_b} : scheds)) {
             std::vector<int> vpps;
-            if (sc == "interleaved" || sc == "looped-bfs") {
+            if (sched::takes_vpp_range(sc)) {
               for (int v : (in.vpp.empty() ? divisors(std::max(1, m.layers / pp), 16) : in.vpp))
-                if (v >= 2) vpps.push_back(v);
-            } else if (sc == "zbv" || sc == "dualpipev") {
-              vpps = {2};
+                if (!sched::layout_vpp_problem(sc, v)) vpps.push_back(v);
             } else {
-              vpps = {1};
+              vpps = {sched::default_vpp(sc, 1)};
             }
             for (int v : vpps) {
               // Even split, and (where it helps the embedding and head stages) one layer fewer on the first

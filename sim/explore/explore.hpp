@@ -15,7 +15,7 @@ namespace tessel::explore {
 // The search space. Empty vectors mean "every sensible value" (see default_space()).
 struct Space {
   std::vector<int> tp, pp, cp, vpp, mbs, zero;
-  std::vector<std::string> schedules;
+  std::vector<sched::Kind> schedules;
   std::vector<Recompute> recompute;
   std::vector<int> sp;                 // 0, 1
   std::vector<int> recompute_layers;   // full recompute, block method: layers recomputed per stage (0 = all)

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessel::sched {
@@ -101,11 +102,12 @@ struct GenParams {
   std::optional<int> group_size;     // interleaved: Megatron microbatch_group_size_per_vp_stage (default p)
 };
 
-// Generator names accepted by generate(), in the order `tessel schedule gen --help` lists them.
-const std::vector<std::string>& generator_names();
+enum class Kind : std::uint8_t;  // a schedule family (sim/schedule/registry.hpp)
 
 // Builds a compute-only schedule. InputError naming the parameter and the rule for impossible parameters.
-Schedule generate(const std::string& name, const GenParams& params);
+Schedule generate(Kind kind, const GenParams& params);
+// The same by name or alias (sim/schedule/registry.hpp); an unknown name is an InputError listing the known.
+Schedule generate(std::string_view name, const GenParams& params);
 
 // Where lower() puts the comm ops.
 enum class GapOrder {
@@ -187,12 +189,6 @@ SimResult unit_cost_simulate(const Schedule& s, const Costs& costs, CommModel co
 // For a caller that already ran validate(s) with this comm model and got ok(): skips that second pass
 // (about half the cost). A schedule that was not valid is an internal error (TESSEL_CHECK), not InputError.
 SimResult unit_cost_simulate_validated(const Schedule& s, const Costs& costs, CommModel comm = CommModel::Eager);
-
-// Closed-form bubble rates from reference/schedules.md for the generator `name` with per-op costs; nullopt
-// where the sources give no formula for these parameters. The rate compares with SimResult::bubble_rate,
-// except for zbv and zb2p, whose "zero bubble" is the ZB paper's span definition (span_bubble_rate).
-std::optional<double> closed_form_bubble_rate(const std::string& name, int pp, int microbatches, int vpp,
-                                              const Costs& costs);
 
 // ---- CSV / JSON I/O ----------------------------------------------------------------------------------
 

@@ -59,26 +59,4 @@ SimResult detail::simulate_valid(const Schedule& s, const Costs& costs, CommMode
   return res;
 }
 
-// Bubble time per rank and work per rank from the sources of reference/schedules.md; rate =
-// bubble / (work + bubble), i.e. the idle share of the makespan (ZB README definition).
-std::optional<double> closed_form_bubble_rate(const std::string& name, int p, int m, int v, const Costs& c) {
-  const double F = c.f(0), B = c.b(0), W = c.w(0), full = B + W;
-  auto rate = [](double bubble, double work) { return bubble / (work + bubble); };
-  if (name == "gpipe" || name == "1f1b")  // (p-1)(F+B) (DualPipe README) -> (p-1)/(m+p-1) (ZB README)
-    return rate((p - 1) * (F + full), m * (F + full));
-  if (name == "interleaved" || name == "looped-bfs")  // (1/v)(p-1)/m (Narayanan et al. SC'21, formulas.md),
-    return rate((p - 1) * (F + full), v * m * (F + full));  // with F, B per chunk: bubble (p-1)(F+B)
-  // DualPipe README / DeepSeek-V3 Table 2 write B for the FULL backward (I + W):
-  // ZB1P (p-1)(F+B-2W) = (p-1)(F+I-W), as the ZB paper's ZB-H1 bubble.
-  if (name == "zb1p" && v == 1) return rate((p - 1) * (F + full - 2 * W), m * (F + full));
-  if (name == "dualpipev" && v == 2) {  // (PP/2-1)(F&B+B-3W), PP = 2p stages, B full; F&B = F + B (no overlap gain)
-    const double fb = F + full;
-    return rate((p - 1) * (fb + full - 3 * W), 2 * m * (F + full));
-  }
-  // ZB README table (T_F = T_B = T_W): 0 under the ZB paper's span definition (SimResult::span_bubble_rate).
-  // Both fill their warmup with 2p-1 micro-batches (ZBV's n' = max(2p-1, m)); fewer leave a bubble.
-  if ((name == "zbv" || name == "zb2p") && m >= 2 * p - 1) return 0.0;
-  return std::nullopt;
-}
-
 }  // namespace tessel::sched

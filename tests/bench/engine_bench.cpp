@@ -65,7 +65,7 @@ void BM_Simulate(benchmark::State& state) {
   l.vpp = 3;
   l.dp = static_cast<int>(state.range(0));
   l.global_batch = static_cast<int>(state.range(1)) * l.dp;
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   l.sequence_parallel = true;
   l.recompute = Recompute::selective;
   SimOptions o;

@@ -48,7 +48,7 @@ Layout layout(int tp, int pp, int dp, const char* schedule = "1f1b", bool sp = f
   l.pp = pp;
   l.dp = dp;
   l.vpp = vpp;
-  l.schedule = schedule;
+  l.schedule = sched::parse_schedule(schedule, "case");
   l.sequence_parallel = sp;
   l.micro_batch = 2;
   l.global_batch = 16;  // one data stream for every layout, so checkpoints resume across them

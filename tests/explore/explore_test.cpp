@@ -44,7 +44,7 @@ TEST_CASE("restrictions are honoured") {
   Fixture f;
   explore::Space sp;
   sp.tp = {4};
-  sp.schedules = {"1f1b"};
+  sp.schedules = {sched::Kind::one_f_one_b};
   sp.zero = {1};
   explore::Options o;
   o.top_n = 50;
@@ -53,7 +53,7 @@ TEST_CASE("restrictions are honoured") {
   for (const auto& s : r.top) {
     CHECK(s.layout.tp == 4);
     CHECK(s.layout.zero_stage == 1);
-    if (s.layout.pp > 1) CHECK(s.layout.schedule == "1f1b");
+    if (s.layout.pp > 1) CHECK(s.layout.schedule == sched::Kind::one_f_one_b);
   }
 }
 

@@ -35,7 +35,7 @@ inline Layout layout(int tp, int pp, int dp, const std::string& schedule, int vp
   l.pp = pp;
   l.dp = dp;
   l.vpp = vpp;
-  l.schedule = schedule;
+  l.schedule = sched::parse_schedule(schedule, "case");
   l.micro_batch = 1;
   l.global_batch = gbs;
   l.precision = Precision::fp32;

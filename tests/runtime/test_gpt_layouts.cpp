@@ -85,7 +85,7 @@ TEST_CASE("every tp x pp x dp layout with every schedule generator matches the s
           check_matches(layout(tp, 1, dp, "1f1b", 1, kGlobalBatch));
           continue;
         }
-        for (const auto& gen : sched::generator_names()) check_matches(layout(tp, pp, dp, gen, vpp_for(gen), kGlobalBatch));
+        for (const auto& f : sched::families()) check_matches(layout(tp, pp, dp, f.name, vpp_for(f.name), kGlobalBatch));
       }
 }
 

@@ -448,7 +448,7 @@ TEST_CASE("check_profile: a fitted profile that would not load is refused before
 TEST_CASE("trace fit: communication inside the ops is fitted apart from compute; ranks over cores warn") {
   const Model m = load_model("tiny");
   Layout l;
-  l.tp = 2, l.pp = 2, l.dp = 1, l.vpp = 2, l.schedule = "zbv", l.global_batch = 4, l.precision = Precision::fp32;
+  l.tp = 2, l.pp = 2, l.dp = 1, l.vpp = 2, l.schedule = sched::Kind::zbv, l.global_batch = 4, l.precision = Precision::fp32;
   l.recompute = Recompute::none, l.attention = AttentionImpl::unfused, l.sequence_parallel = false;
   const System base = load_system("cpu");
   System truth = base;

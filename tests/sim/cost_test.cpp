@@ -115,14 +115,14 @@ TEST_CASE("first-stage activations: Korthikanti eq. 5 (1F1B) and the interleaved
   l.dp = 1;
   l.micro_batch = 1;
   l.global_batch = 64;
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   l.sequence_parallel = true;
   l.attention = AttentionImpl::unfused;
   const double s = 2048, h = 12288, a = 96, L = 96, t = 8;
   const double eq5 = s * h * L / t * (34 + 5 * a * s / h);
   const Estimate e = estimate(m, l, sys);
   CHECK(e.memory[0].activations == doctest::Approx(eq5).epsilon(kExact));
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   l.vpp = 3;
   const Estimate ei = estimate(m, l, sys);
   CHECK(ei.memory[0].activations == doctest::Approx(eq5 * (1 + 7.0 / (8 * 3))).epsilon(kExact));
@@ -136,7 +136,7 @@ TEST_CASE("FLOP conventions: Narayanan eq. 3 and Korthikanti eq. 7") {
   l.pp = 8;
   l.dp = 16;
   l.vpp = 3;
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   l.micro_batch = 1;
   l.global_batch = 1536;
   l.recompute = Recompute::full;
@@ -159,15 +159,15 @@ TEST_CASE("pipeline closed forms with uniform stages") {
   l.micro_batch = 1;
   l.global_batch = 8;
   const std::vector<double> f(4, 1.0), i(4, 1.0), w(4, 1.0);
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   CHECK(pipeline_time(l, f, i, w) == doctest::Approx((8 + 3) * 3.0));
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   l.vpp = 2;
   CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0 + 3 * 3.0 / 2));
-  l.schedule = "zb1p";
+  l.schedule = sched::Kind::zb1p;
   l.vpp = 1;
   CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0 + 3 * 1.0));
-  l.schedule = "zb2p";
+  l.schedule = sched::Kind::zb2p;
   CHECK(pipeline_time(l, f, i, w) == doctest::Approx(8 * 3.0));
 }
 
@@ -265,10 +265,10 @@ TEST_CASE("ZeRO-3: every layer a pipeline rank holds is gathered and reduced, wh
   l.zero_stage = 3;
   l.sequence_parallel = true;
   l.recompute = Recompute::selective;
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   const Estimate one = estimate(m, l, sys);
   REQUIRE(one.dp_comm_s > 0);
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   for (int v : {2, 3, 4}) {
     CAPTURE(v);
     l.vpp = v;
@@ -281,7 +281,7 @@ TEST_CASE("ZeRO-3: every layer a pipeline rank holds is gathered and reduced, wh
   }
   // Uneven split: ranks hold 10, 12 x 6 and 14 layers, as one chunk (vpp 1) or two (vpp 2, 5 + 5 ... 7 + 7).
   // The rank with 14 layers stalls longest: dp time = 14 / 12 of the even split's, at vpp 1 and 2 alike.
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   l.vpp = 1;
   l.stage_layers = {10, 12, 12, 12, 12, 12, 12, 14};
   const Estimate uneven1 = estimate(m, l, sys);
@@ -289,7 +289,7 @@ TEST_CASE("ZeRO-3: every layer a pipeline rank holds is gathered and reduced, wh
   const double tied = tied_allreduce_seconds(sys, m, l);
   REQUIRE(tied > 0);
   CHECK(uneven1.dp_comm_s - tied == doctest::Approx((one.dp_comm_s - tied) * 14 / 12).epsilon(kExact));
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   l.vpp = 2;
   l.stage_layers = {5, 6, 6, 6, 6, 6, 6, 7, 5, 6, 6, 6, 6, 6, 6, 7};
   const Estimate uneven2 = estimate(m, l, sys);
@@ -315,7 +315,7 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
     l.dp = 16;
     l.vpp = c.vpp;
     l.global_batch = 1536;
-    l.schedule = c.sched;
+    l.schedule = sched::parse_schedule(c.sched, "case");
     l.recompute = Recompute::full;
     const Estimate e = estimate(m, l, sys);
     const engine::SimReport r = engine::simulate(m, l, sys);
@@ -332,11 +332,11 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
   l.pp = 1;
   l.dp = 1;
   l.global_batch = 8;
-  l.schedule = "gpipe";
+  l.schedule = sched::Kind::gpipe;
   const Model llama = load_model("llama2-7b");
   const engine::SimReport gp = engine::simulate(llama, l, sys);
   CHECK(gp.peak_bytes == doctest::Approx(estimate(llama, l, sys).peak_memory).epsilon(kMemoryTol));
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   CHECK(gp.peak_bytes == doctest::Approx(engine::simulate(llama, l, sys).peak_bytes).epsilon(1e-12));
 }
 
@@ -367,7 +367,7 @@ TEST_CASE("estimate: the rows add up to the step, and exposed never exceeds tota
     Layout l;
     l.tp = k.tp, l.pp = k.pp, l.dp = k.dp, l.cp = k.cp, l.vpp = k.vpp, l.global_batch = k.gbs;
     l.zero_stage = k.zero;
-    l.schedule = k.schedule;
+    l.schedule = sched::parse_schedule(k.schedule, "case");
     l.sequence_parallel = k.tp > 1;
     l.overlap_grad_reduce = l.overlap_param_gather = k.overlap;
     const Model m = load_model(k.model);

@@ -29,7 +29,7 @@ double unit_makespan(const std::string& gen, int pp, int m, int vpp, bool overla
   l.pp = pp;
   l.vpp = vpp;
   l.global_batch = m;
-  l.schedule = gen;
+  l.schedule = sched::parse_schedule(gen, "case");
   l.overlap_p2p = overlap_p2p;
   sched::GenParams gp;
   gp.pp = pp;
@@ -98,7 +98,7 @@ TEST_CASE("simulator: agrees with the analytical estimate without contention") {
     l.dp = c.dp;
     l.vpp = c.vpp;
     l.global_batch = c.gbs;
-    l.schedule = c.sched;
+    l.schedule = sched::parse_schedule(c.sched, "case");
     l.zero_stage = c.zero;
     l.sequence_parallel = c.tp > 1;
     l.recompute = Recompute::selective;
@@ -127,7 +127,7 @@ TEST_CASE("ZeRO-2 reduce-scatters every micro-batch's gradient, ZeRO-1 once a st
     l.pp = 8;
     l.dp = 4;
     l.global_batch = gbs;
-    l.schedule = "1f1b";
+    l.schedule = sched::Kind::one_f_one_b;
     l.zero_stage = zero;
     l.sequence_parallel = true;
     l.recompute = Recompute::selective;
@@ -172,7 +172,7 @@ TEST_CASE("ZeRO-1 gathers parameters in the weights' dtype") {
     l.pp = 2;
     l.dp = 4;
     l.global_batch = 16;
-    l.schedule = "1f1b";
+    l.schedule = sched::Kind::one_f_one_b;
     l.zero_stage = 1;
     l.precision = p;
     const SimReport r = simulate(m, l, sys);
@@ -193,7 +193,7 @@ TEST_CASE("ZeRO-1 gathers parameters in the weights' dtype") {
   l.pp = 2;
   l.dp = 4;
   l.global_batch = 16;
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   l.zero_stage = 1;
   l.precision = Precision::fp32;
   const double dp32 = estimate(m, l, sys).dp_comm_s;
@@ -239,7 +239,7 @@ TEST_CASE("small stages overlap their gradient reductions in the simulator as in
     l.pp = 8;
     l.dp = 2;
     l.global_batch = 64;
-    l.schedule = "1f1b";
+    l.schedule = sched::Kind::one_f_one_b;
     l.zero_stage = zero;
     l.sequence_parallel = true;
     l.recompute = Recompute::selective;
@@ -342,7 +342,7 @@ TEST_CASE("simulated recvs carry the receiving stage, its chunk and layers") {
   l.pp = 2;
   l.dp = 1;
   l.vpp = 2;
-  l.schedule = "zbv";
+  l.schedule = sched::Kind::zbv;
   l.global_batch = 8;
   const SimReport r = simulate(m, l, sys);
   const trace::Trace t = to_trace(r, sys);
@@ -388,7 +388,7 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     const std::string what = k.what;
     CAPTURE(what);
     Layout l;
-    l.tp = 8, l.pp = 4, l.dp = 2, l.vpp = 1, l.schedule = "1f1b", l.global_batch = 8;
+    l.tp = 8, l.pp = 4, l.dp = 2, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 8;
     l.recompute = k.rc;
     l.zero_stage = k.zero;
     l.attention = k.attention;
@@ -452,7 +452,7 @@ TEST_CASE("compare's per-rank busy, exposed communication and bubble equal the s
     CAPTURE(schedule);
     Layout l;
     l.tp = 2, l.pp = 2, l.dp = 2, l.vpp = std::string(schedule) == "zbv" ? 2 : 1, l.global_batch = 16;
-    l.schedule = schedule;
+    l.schedule = sched::parse_schedule(schedule, "case");
     l.precision = Precision::fp32;
     const SimReport r = simulate(m, l, sys);
     const auto rs = trace::rank_stats(to_trace(r, sys));
@@ -476,7 +476,7 @@ TEST_CASE("a simulated trace says when slices run past the step") {
   for (int zero : {0, 1}) {
     CAPTURE(zero);
     Layout l;
-    l.tp = 8, l.pp = 4, l.dp = 4, l.vpp = 1, l.schedule = "1f1b", l.global_batch = 32, l.zero_stage = zero;
+    l.tp = 8, l.pp = 4, l.dp = 4, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 32, l.zero_stage = zero;
     SimOptions o;
     o.fidelity = Fidelity::replica;
     const SimReport r = simulate(m, l, sys, o);
@@ -500,7 +500,7 @@ TEST_CASE("the critical path ends at step_s for ZeRO 0/1/2/3") {
   for (int zero : {0, 1, 2, 3}) {
     CAPTURE(zero);
     Layout l;
-    l.tp = 1, l.pp = 2, l.dp = 4, l.vpp = 1, l.schedule = "1f1b", l.global_batch = 64, l.zero_stage = zero;
+    l.tp = 1, l.pp = 2, l.dp = 4, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 64, l.zero_stage = zero;
     const SimReport r = simulate(m, l, sys);
     REQUIRE(!r.critical_path.empty());
     const double end = r.critical_path.back().end;

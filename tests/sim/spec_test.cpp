@@ -25,7 +25,7 @@ Layout base() {
   l.pp = 8;
   l.dp = 16;
   l.vpp = 3;
-  l.schedule = "interleaved";
+  l.schedule = sched::Kind::interleaved;
   l.micro_batch = 1;
   l.global_batch = 1536;
   return l;
@@ -53,17 +53,17 @@ TEST_CASE("layout rules name the rule and the values") {
   l.global_batch = 16 * 12;  // m = 12, not a multiple of pp 8
   CHECK(infeasible(l, m, 1024).find("multiple of pp 8") != std::string::npos);
   l = base();
-  l.schedule = "zbv";
+  l.schedule = sched::Kind::zbv;
   CHECK(infeasible(l, m, 1024).find("exactly 2 stages per rank") != std::string::npos);
   l.vpp = 2;
   CHECK(infeasible(l, m, 1024).empty());
-  l.schedule = "dualpipev";
+  l.schedule = sched::Kind::dualpipev;
   l.global_batch = 16 * 8;  // m = 8 < 2p = 16
   CHECK(infeasible(l, m, 1024).find("dualpipev needs micro-batches m >= 2*pp = 16, got m = 8") != std::string::npos);
   l = base();
   l.stage_layers = {13, 12, 12, 12, 12, 12, 12, 12};
   l.vpp = 1;
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   CHECK(infeasible(l, m, 1024).find("stage_layers sum to 97") != std::string::npos);
   l.stage_layers = {11, 12, 13, 12, 12, 12, 12, 12};
   CHECK(infeasible(l, m, 1024).empty());
@@ -147,7 +147,7 @@ TEST_CASE("layout rules include the schedule generator's micro-batch rule, and v
   l.tp = 2;
   l.pp = 14;  // gpt3-175b has 96 layers: 14 stages do not split them, so give an uneven split of 96
   l.dp = 8;
-  l.schedule = "zb1p";
+  l.schedule = sched::Kind::zb1p;
   l.micro_batch = 1;
   l.global_batch = 1536;
   l.stage_layers = {6, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 7, 6};
@@ -158,7 +158,7 @@ TEST_CASE("layout rules include the schedule generator's micro-batch rule, and v
   CHECK(p->message.find("global batch 1536 / (micro_batch 1 * dp 8)") != std::string::npos);
   l.global_batch = 8 * 196;  // m = 196 = 14 rounds of 14
   CHECK_FALSE(layout_problem(l, m, 224));
-  l.schedule = "1f1b";  // 1F1B takes any m
+  l.schedule = sched::Kind::one_f_one_b;  // 1F1B takes any m
   l.global_batch = 1536;
   CHECK_FALSE(layout_problem(l, m, 224));
   // zbv with vpp 3 on 2 ranks: 6 stages do not split 96 layers either, but vpp is what to change (zbv's rule).
@@ -167,7 +167,7 @@ TEST_CASE("layout rules include the schedule generator's micro-batch rule, and v
   z.pp = 2;
   z.dp = 64;
   z.vpp = 3;
-  z.schedule = "zbv";
+  z.schedule = sched::Kind::zbv;
   z.global_batch = 1536;
   const auto zp = layout_problem(z, m, 1024);
   REQUIRE(zp);
@@ -182,7 +182,7 @@ TEST_CASE("layout_problems lists every broken rule once, the first being layout_
   l.pp = 3;  // 80 layers over 3 stages: layer-split
   l.dp = 4;
   l.global_batch = 510;  // not divisible by mbs 1 * dp 4: batch-divisibility
-  l.schedule = "1f1b";
+  l.schedule = sched::Kind::one_f_one_b;
   const auto all = layout_problems(l, m, 96);
   REQUIRE(all.size() == 2);
   CHECK(all[0].rule == "batch-divisibility");
