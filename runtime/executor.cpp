@@ -137,6 +137,7 @@ class Walker {
         break;
       case ActionType::RECOMPUTE: case ActionType::REDUCE_GRAD: case ActionType::OPTIMIZER_STEP:
       case ActionType::UNSHARD: case ActionType::RESHARD:
+      case ActionType::WAIT_SEND_F: case ActionType::WAIT_SEND_B: case ActionType::WAIT_REDUCE_GRAD:  // sends are buffered
         break;
     }
   }

@@ -95,6 +95,7 @@ int gen(const Args& args) {
                        {"--costs", true, "F,B,W,C per-op times for zb-greedy/zb2p and the summary"},
                        {"--mem-limit", true, "activations per rank (zb-greedy, zb2p)"},
                        {"--lower", false, "insert SEND/RECV"},
+                       {"--dialect", true, "how to write the CSV: torch-2.15 (PyTorch 2.15's format: a WAIT_SEND after each send of a lowered schedule), torch-2025 (no waits), torch-legacy (B = input grad, BW = full) [torch-2.15]"},
                        {"-o", true, "output CSV (a .meta.json sidecar is written beside it); default stdout"}},
                       2);
   if (cl.print_help(kUsage)) return 0;
@@ -119,20 +120,22 @@ int gen(const Args& args) {
     throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " needs vpp > 1");
   if (auto out = cl.get("-o")) check_writable(*out, "-o");
   Schedule s = generate(kind, p);
+  const Dialect dialect = parse_dialect(cl.get_or("--dialect", "torch-2.15"), "--dialect");
   if (cl.flag("--lower")) s = lower(s);
+  s = for_dialect(s, dialect);
   if (auto out = cl.get("-o")) {
     // Into a device or a FIFO (-o /dev/null, a pipe to another tool) the CSV is written as it is, and no
     // sidecar is put beside it (that would be /dev/null.meta.json).
     std::error_code ec;
     const auto st = std::filesystem::status(*out, ec);
     const bool beside = ec || !std::filesystem::exists(st) || std::filesystem::is_regular_file(st);
-    write_file_atomic(*out, to_csv(s));
-    if (beside) write_file_atomic(meta_path_for(*out), to_meta_json(s));
+    write_file_atomic(*out, to_csv(s, dialect));
+    if (beside) write_file_atomic(meta_path_for(*out), to_meta_json(s, dialect));
     print_summary(s, unit_cost_simulate(s, costs), cl.has("--costs"), stdout);
     if (beside) std::printf("wrote %s and %s\n", out->c_str(), meta_path_for(*out).c_str());
     else std::printf("wrote %s (not a regular file: no sidecar beside it)\n", out->c_str());
   } else {
-    std::cout << to_csv(s);
+    std::cout << to_csv(s, dialect);
   }
   return 0;
 }

@@ -97,7 +97,8 @@ void check_layout_actions(const sched::Schedule& sch, const std::string& path) {
   for (std::size_t r = 0; r < sch.ranks.size(); ++r)
     for (std::size_t p = 0; p < sch.ranks[r].size(); ++p) {
       const sched::Action& a = sch.ranks[r][p];
-      if (a.type != ActionType::REDUCE_GRAD && a.type != ActionType::OPTIMIZER_STEP && a.type != ActionType::UNSHARD &&
+      if (a.type != ActionType::REDUCE_GRAD && a.type != ActionType::WAIT_REDUCE_GRAD &&
+          a.type != ActionType::OPTIMIZER_STEP && a.type != ActionType::UNSHARD &&
           a.type != ActionType::RESHARD)
         continue;
       const std::string at = r < sch.cells.size() && p < sch.cells[r].size()

@@ -1,5 +1,6 @@
-// The `tessel` command: parse the verb, call the library, map errors to exit codes
-// (0 success, 2 bad input or infeasible layout, 1 internal error).
+// The `tessel` command: parse the verb, call the library, map errors to exit codes: 0 success, 1 a check
+// that failed (schedule validate: invalid; schedule diff: different; compare --max-error: over), 2 bad input
+// or infeasible layout, 3 internal error (a bug in Tessel: a CI job can tell it from a failed check).
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -10,6 +11,8 @@
 #include "tools/commands.hpp"
 
 namespace {
+
+constexpr int kInternalError = 3;
 
 struct Verb {
   const char* name;
@@ -66,7 +69,11 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       std::cout.flush();
       std::cerr << "tessel " << verb << ": internal error: " << e.what() << "\n";
-      return 1;
+      return kInternalError;
+    } catch (...) {
+      std::cout.flush();
+      std::cerr << "tessel " << verb << ": internal error: an exception that is not a std::exception\n";
+      return kInternalError;
     }
   }
   std::fprintf(stderr, "tessel: unknown verb '%s'\n", verb.c_str());

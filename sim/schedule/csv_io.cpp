@@ -26,7 +26,8 @@ const std::map<std::string, ActionType>& type_table() {
       {"SEND_B", ActionType::SEND_B}, {"RECV_B", ActionType::RECV_B},
       {"UNSHARD", ActionType::UNSHARD}, {"RESHARD", ActionType::RESHARD},
       {"REDUCE_GRAD", ActionType::REDUCE_GRAD}, {"X_RECOMPUTE", ActionType::RECOMPUTE},
-      {"X_OPTIMIZER_STEP", ActionType::OPTIMIZER_STEP}};
+      {"X_OPTIMIZER_STEP", ActionType::OPTIMIZER_STEP}, {"WAIT_SEND_F", ActionType::WAIT_SEND_F},
+      {"WAIT_SEND_B", ActionType::WAIT_SEND_B}, {"WAIT_REDUCE_GRAD", ActionType::WAIT_REDUCE_GRAD}};
   return t;
 }
 
@@ -53,7 +54,8 @@ std::string shown(const std::string& text) {
 [[noreturn]] void bad_token(const std::string& tok, const std::string& where, const std::string& why) {
   throw InputError(where + ": token '" + shown(tok) + "': " + why +
                    " (grammar: <stage><TYPE>[<mb>] with TYPE in F I B W SEND_F RECV_F SEND_B RECV_B UNSHARD RESHARD "
-                   "REDUCE_GRAD X_RECOMPUTE X_OPTIMIZER_STEP, or (<tok>;<tok>)OVERLAP_F_B; the whole cell must match)");
+                   "REDUCE_GRAD WAIT_SEND_F WAIT_SEND_B WAIT_REDUCE_GRAD X_RECOMPUTE X_OPTIMIZER_STEP, or (<tok>;<tok>)OVERLAP_F_B; "
+                   "the whole cell must match)");
 }
 
 int parse_uint(const std::string& digits, const std::string& tok, const std::string& where) {
@@ -81,8 +83,9 @@ Action parse_simple(const std::string& tok, const std::string& where, bool legac
                                             : ""));
   Action a = make(it->second, parse_uint(tok.substr(0, i), tok, where));
   if (k > j) a.mb = parse_uint(tok.substr(j), tok, where);
-  if ((is_compute(a.type) || is_comm(a.type)) && a.mb < 0) bad_token(tok, where, type + " needs a micro-batch index");
-  if (!is_compute(a.type) && !is_comm(a.type) && a.mb >= 0)
+  const bool per_mb = is_compute(a.type) || is_comm(a.type) || is_wait_send(a.type);
+  if (per_mb && a.mb < 0) bad_token(tok, where, type + " needs a micro-batch index");
+  if (!per_mb && a.mb >= 0)
     bad_token(tok, where, type + " takes no micro-batch index (it acts on the whole stage)");
   return a;
 }
@@ -257,7 +260,7 @@ Schedule read_csv(const std::string& path, bool legacy_bw, const std::string& wh
   std::error_code ec;
   if (std::filesystem::exists(mp, ec)) meta = parse_meta_json(read_text_file(mp), mp);
   if (meta && meta->dialect_declared && legacy_bw && !meta->legacy_bw)
-    throw InputError(legacy_flag + ": " + path + "'s sidecar " + mp + " declares dialect " + kDialect +
+    throw InputError(legacy_flag + ": " + path + "'s sidecar " + mp + " declares dialect " + meta->dialect +
                      " (I = input grad, B = full backward); the older dialect is read only for files that are in it");
   Schedule s = parse_csv(text, path, meta, legacy_bw || (meta && meta->legacy_bw));
   // Messages and summaries name a schedule by its label: for a file that is its path (with the sidecar's
@@ -290,25 +293,89 @@ std::string legacy_bw_hint(const std::string& path, const Schedule& s, const Val
          "(and BW a full backward): read it that way with --legacy-bw";
 }
 
-std::string to_csv(const Schedule& s) {
+namespace {
+
+// A token in the older spelling: B is the input grad, BW the full backward.
+std::string legacy_token(const Action& a) {
+  if (a.type == ActionType::OVERLAP_F_B) return "(" + legacy_token(a.sub[0]) + ";" + legacy_token(a.sub[1]) + ")OVERLAP_F_B";
+  if (a.type != ActionType::B && a.type != ActionType::I) return a.token();
+  return std::to_string(a.stage) + (a.type == ActionType::B ? "BW" : "B") + std::to_string(a.mb);
+}
+
+}  // namespace
+
+std::string to_csv(const Schedule& s, Dialect spelling) {
   std::string out;
   for (const auto& rank : s.ranks) {
     for (std::size_t i = 0; i < rank.size(); ++i) {
       if (i) out += ',';
-      out += rank[i].token();
+      out += spelling == Dialect::torch_legacy ? legacy_token(rank[i]) : rank[i].token();
     }
     out += "\n";
   }
   return out;
 }
 
-std::string to_meta_json(const Schedule& s) {
+const char* dialect_name(Dialect d) {
+  switch (d) {
+    case Dialect::torch_2_15: return "torch-2.15";
+    case Dialect::torch_2025: return "torch-2025";
+    case Dialect::torch_legacy: return "torch-legacy";
+  }
+  return "?";
+}
+
+Dialect parse_dialect(const std::string& text, const std::string& what) {
+  for (Dialect d : {Dialect::torch_2_15, Dialect::torch_2025, Dialect::torch_legacy})
+    if (text == dialect_name(d)) return d;
+  throw InputError(what + " " + text + ": unknown dialect; choose one of torch-2.15 (PyTorch 2.15: waits after sends), "
+                   "torch-2025 (I = input grad, B = full backward, no waits), torch-legacy (B = input grad, BW = full)");
+}
+
+Schedule for_dialect(const Schedule& s, Dialect d) {
+  Schedule out = s;
+  out.cells.clear();
+  bool lowered = false, waits = false;
+  for (const auto& r : s.ranks)
+    for (const auto& a : r) {
+      lowered = lowered || is_comm(a.type);
+      waits = waits || is_wait(a.type);
+    }
+  if (d != Dialect::torch_2_15) {
+    for (auto& r : out.ranks) std::erase_if(r, [](const Action& a) { return is_wait(a.type); });
+    return out;
+  }
+  if (!lowered || waits) return out;
+  for (auto& rank : out.ranks) {
+    std::vector<Action> with;
+    std::vector<Action> pending;  // sends not yet waited for, in the order they were issued
+    for (const Action& a : rank) {
+      with.push_back(a);
+      if (is_send(a.type)) pending.push_back(a);
+      for (const Action& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a}) {
+        if (part.type != ActionType::B && part.type != ActionType::I) continue;
+        const auto it = std::find_if(pending.begin(), pending.end(), [&](const Action& x) {
+          return x.type == ActionType::SEND_F && x.stage == part.stage && x.mb == part.mb;
+        });
+        if (it == pending.end()) continue;
+        with.push_back(make(ActionType::WAIT_SEND_F, part.stage, part.mb));
+        pending.erase(it);
+      }
+    }
+    for (const Action& x : pending)
+      with.push_back(make(x.type == ActionType::SEND_F ? ActionType::WAIT_SEND_F : ActionType::WAIT_SEND_B, x.stage, x.mb));
+    rank = std::move(with);
+  }
+  return out;
+}
+
+std::string to_meta_json(const Schedule& s, Dialect d) {
   bool lowered = false;
   for (const auto& r : s.ranks)
     for (const auto& a : r) lowered = lowered || is_comm(a.type);
   Json j = Json::object();
   j["schema"] = 1;
-  j["dialect"] = kDialect;
+  j["dialect"] = d == Dialect::torch_2_15 ? kDialect215 : (d == Dialect::torch_2025 ? kDialect : kLegacyDialect);
   j["level"] = lowered ? "compute_comms" : "compute_only";
   j["pp"] = s.num_ranks;
   j["num_stages"] = s.num_stages;
@@ -326,11 +393,13 @@ CsvMeta parse_meta_json(const std::string& text, const std::string& origin) {
   // null is "not given", as for every optional key (opt_string).
   if (const auto dialect = o.opt_string("dialect")) {
     const std::string& d = *dialect;
-    if (d != kDialect && d != kLegacyDialect)
-      o.fail("dialect", "'" + d + "' is not one of \"" + kDialect + "\" (I = input grad, B = full backward) and \"" +
-                            kLegacyDialect + "\" (PyTorch's older spelling: B = input grad, BW = full backward)");
+    if (d != kDialect215 && d != kDialect && d != kLegacyDialect)
+      o.fail("dialect", "'" + d + "' is not one of \"" + kDialect215 + "\" (PyTorch 2.15: waits after sends), \"" +
+                            kDialect + "\" (I = input grad, B = full backward) and \"" + kLegacyDialect +
+                            "\" (PyTorch's older spelling: B = input grad, BW = full backward)");
     m.legacy_bw = d == kLegacyDialect;
     m.dialect_declared = true;
+    m.dialect = d;
   }
   if (const auto level = o.opt_string("level")) {
     m.level = *level;

@@ -109,6 +109,14 @@ void add_comm_edges(HbGraph& g, const Schedule& s, const OpIndex& idx, CommModel
     const auto& acts = s.ranks[static_cast<std::size_t>(r)];
     for (int p = 0; p < static_cast<int>(acts.size()); ++p) {
       const Action& a = acts[static_cast<std::size_t>(p)];
+      if (is_wait_send(a.type)) {
+        // A wait retires its send, which completes once the receiver has posted the receive and the data
+        // has moved: the wait ends after the receive's post, one transfer later.
+        const bool fwd = a.type == ActionType::WAIT_SEND_F;
+        const auto& rv = idx.find(fwd ? ActionType::RECV_F : ActionType::RECV_B, fwd ? a.stage + 1 : a.stage - 1, a.mb);
+        if (rv.size() == 1) g.edges.push_back({g.post(rv[0].rank, rv[0].pos), g.done(r, p), c});
+        continue;
+      }
       if (!is_send(a.type)) continue;
       const bool fwd = a.type == ActionType::SEND_F;
       const auto& rv = idx.find(fwd ? ActionType::RECV_F : ActionType::RECV_B, fwd ? a.stage + 1 : a.stage - 1, a.mb);

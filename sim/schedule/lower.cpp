@@ -171,7 +171,7 @@ Schedule lower(const Schedule& in, GapOrder order) {
 
 Schedule strip_comms(const Schedule& in) {
   Schedule out = in;
-  for (auto& rank : out.ranks) std::erase_if(rank, [](const Action& a) { return is_comm(a.type); });
+  for (auto& rank : out.ranks) std::erase_if(rank, [](const Action& a) { return is_comm(a.type) || is_wait_send(a.type); });
   out.cells.clear();
   return out;
 }

@@ -23,6 +23,9 @@ const char* type_name(ActionType t) {
     case ActionType::OPTIMIZER_STEP: return "X_OPTIMIZER_STEP";
     case ActionType::UNSHARD: return "UNSHARD";
     case ActionType::RESHARD: return "RESHARD";
+    case ActionType::WAIT_SEND_F: return "WAIT_SEND_F";
+    case ActionType::WAIT_SEND_B: return "WAIT_SEND_B";
+    case ActionType::WAIT_REDUCE_GRAD: return "WAIT_REDUCE_GRAD";
   }
   return "?";
 }
@@ -34,6 +37,12 @@ bool is_compute(ActionType t) {
 bool is_send(ActionType t) { return t == ActionType::SEND_F || t == ActionType::SEND_B; }
 bool is_recv(ActionType t) { return t == ActionType::RECV_F || t == ActionType::RECV_B; }
 bool is_comm(ActionType t) { return is_send(t) || is_recv(t); }
+bool is_wait_send(ActionType t) { return t == ActionType::WAIT_SEND_F || t == ActionType::WAIT_SEND_B; }
+bool is_wait(ActionType t) { return is_wait_send(t) || t == ActionType::WAIT_REDUCE_GRAD; }
+ActionType send_of_wait(ActionType wait) {
+  TESSEL_CHECK(is_wait_send(wait), "send_of_wait of " << type_name(wait));
+  return wait == ActionType::WAIT_SEND_F ? ActionType::SEND_F : ActionType::SEND_B;
+}
 
 std::string Action::token() const {
   if (type == ActionType::OVERLAP_F_B) {

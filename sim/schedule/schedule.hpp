@@ -29,6 +29,12 @@ enum class ActionType {
   OPTIMIZER_STEP,
   UNSHARD,
   RESHARD,
+  // PyTorch 2.15's lowered format: each SEND_x has one WAIT_SEND_x of the same stage and micro-batch later on
+  // its rank (the send's buffer is retired there: it completes once the peer has posted the receive), and
+  // each REDUCE_GRAD one WAIT_REDUCE_GRAD of the same stage, at most one reduction pending per rank.
+  WAIT_SEND_F,
+  WAIT_SEND_B,
+  WAIT_REDUCE_GRAD,
 };
 
 // PyTorch token spelling ("F", "SEND_F", ...); RECOMPUTE and OPTIMIZER_STEP use the X_ extension prefix
@@ -38,6 +44,9 @@ bool is_compute(ActionType t);  // F, B, I, W, RECOMPUTE, OVERLAP_F_B
 bool is_comm(ActionType t);     // SEND_*, RECV_*
 bool is_send(ActionType t);
 bool is_recv(ActionType t);
+bool is_wait(ActionType t);     // WAIT_SEND_F, WAIT_SEND_B, WAIT_REDUCE_GRAD
+bool is_wait_send(ActionType t);
+ActionType send_of_wait(ActionType wait);  // WAIT_SEND_F -> SEND_F, WAIT_SEND_B -> SEND_B
 
 struct Action {
   ActionType type = ActionType::F;
@@ -202,12 +211,27 @@ struct CsvMeta {
   std::string generator = "csv";
   bool legacy_bw = false;  // dialect "torch<2025:B=input,BW=full" (else "torch>=2025:I=input,B=full")
   bool dialect_declared = false;  // the sidecar has a "dialect" key (without one, --legacy-bw decides)
+  std::string dialect;            // its value, when declared
   std::string level;       // "compute_only", "compute_comms", or "" when the sidecar does not say
 };
 
-// The sidecar's two dialects: Tessel writes the first; the second is PyTorch's older spelling.
+// The sidecar's dialects. PyTorch 2.15 (its _dump_csv's default, compute_comms) retires every send with a
+// WAIT_SEND_F/B and every REDUCE_GRAD with a WAIT_REDUCE_GRAD; the 2025 spelling has no waits (I = input
+// grad, B = full backward); the older one spells B for the input grad and BW for the full backward. All three
+// are read; waits are read in any of them.
+inline constexpr const char* kDialect215 = "torch>=2.15:I=input,B=full,waits";
 inline constexpr const char* kDialect = "torch>=2025:I=input,B=full";
 inline constexpr const char* kLegacyDialect = "torch<2025:B=input,BW=full";
+
+enum class Dialect { torch_2_15, torch_2025, torch_legacy };
+// "torch-2.15", "torch-2025", "torch-legacy" (the names `tessel schedule gen --dialect` takes).
+const char* dialect_name(Dialect d);
+Dialect parse_dialect(const std::string& text, const std::string& what);  // InputError naming the choices
+// The schedule as dialect `d` writes it: a lowered schedule gets PyTorch 2.15's send waits (each WAIT_SEND_F
+// right after the backward of its stage and micro-batch on the sending rank, the other waits at the end of
+// the rank's list, as torch.distributed.pipelining's _add_wait_send places them) unless it has waits already;
+// the older dialects have no waits, so they are dropped. Compute-only schedules are returned as they are.
+Schedule for_dialect(const Schedule& s, Dialect d);
 
 // Reads a PyTorch-compatible CSV. Placement and sizes come from `name.meta.json` beside it when present,
 // else from `meta`, else are inferred from the file (stage owner = the rank that computes it; micro-batches
@@ -222,9 +246,9 @@ std::string legacy_bw_hint(const std::string& path, const Schedule& s, const Val
 Schedule parse_csv(const std::string& text, const std::string& origin, const std::optional<CsvMeta>& meta,
                    bool legacy_bw = false);
 // Canonical CSV: one row per rank, no idles, LF line ends, OVERLAP sub-actions F first.
-std::string to_csv(const Schedule& s);
+std::string to_csv(const Schedule& s, Dialect spelling = Dialect::torch_2_15);
 // Sidecar `name.meta.json` (schema 1 of reference/schedules.md).
-std::string to_meta_json(const Schedule& s);
+std::string to_meta_json(const Schedule& s, Dialect d = Dialect::torch_2_15);
 CsvMeta parse_meta_json(const std::string& text, const std::string& origin);
 std::string meta_path_for(const std::string& csv_path);  // "x.csv" -> "x.meta.json"
 

@@ -2,6 +2,8 @@
 // hold (the deadlock graph needs matched send/recv), so they run only on a schedule that passed them.
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <tuple>
 #include <string>
 #include <utility>
 
@@ -53,7 +55,7 @@ void check_structure(const Schedule& s, Report& rep) {
     if (s.rank_of(a.stage) != r)
       rep.add("structure", at + ": stage " + std::to_string(a.stage) + " belongs to rank " + std::to_string(s.rank_of(a.stage)) +
                                " under this placement (stage_to_rank must match where the stage runs)");
-    const bool needs_mb = is_compute(a.type) || is_comm(a.type);
+    const bool needs_mb = is_compute(a.type) || is_comm(a.type) || is_wait_send(a.type);
     if (needs_mb && (a.mb < 0 || a.mb >= s.num_microbatches))
       rep.add("structure", at + ": micro-batch out of range [0, " + std::to_string(s.num_microbatches) + ")");
     if (is_comm(a.type)) {
@@ -253,24 +255,86 @@ void check_send_recv(const Schedule& s, const OpIndex& idx, Report& rep) {
   }
 }
 
-std::vector<int> liveness(const Schedule& s, const std::optional<int>& limit, Report& rep) {
+// PyTorch 2.15's waits, on each rank in program order (its _validate_send_waits and the compute_comms
+// loader's reduction check): every WAIT_SEND_x retires an earlier SEND_x of the same stage and micro-batch
+// on the rank, each send once; every WAIT_REDUCE_GRAD follows a REDUCE_GRAD of its stage, with at most one
+// reduction pending per rank. A schedule without any WAIT_SEND (the dialects before 2.15, and compute-only
+// orders) leaves its sends unwaited; with one, every send needs its wait, and likewise for reductions.
+void check_waits(const Schedule& s, const OpIndex& idx, Report& rep) {
+  bool send_waits = false, reduce_waits = false;
+  for (const auto& kv : idx.all()) {
+    const auto t = static_cast<ActionType>(std::get<0>(kv.first));
+    send_waits = send_waits || is_wait_send(t);
+    reduce_waits = reduce_waits || t == ActionType::WAIT_REDUCE_GRAD;
+  }
+  if (!send_waits && !reduce_waits) return;
+  for (int r = 0; r < s.num_ranks && !rep.full(); ++r) {
+    std::map<std::tuple<int, int, int>, int> pending;  // (send type, stage, mb) -> position of the send
+    std::optional<std::pair<int, int>> reducing;       // (stage, position) of the pending REDUCE_GRAD
+    const auto& acts = s.ranks[static_cast<std::size_t>(r)];
+    for (int p = 0; p < static_cast<int>(acts.size()); ++p) {
+      const Action& a = acts[static_cast<std::size_t>(p)];
+      if (send_waits && is_send(a.type)) {
+        pending[{static_cast<int>(a.type), a.stage, a.mb}] = p;
+      } else if (send_waits && is_wait_send(a.type)) {
+        const auto it = pending.find({static_cast<int>(send_of_wait(a.type)), a.stage, a.mb});
+        if (it == pending.end())
+          rep.add("wait", where(s, {r, p}) + " waits for " + key(send_of_wait(a.type), a.stage, a.mb) +
+                              ", which is not pending on rank " + std::to_string(r) + " (no earlier send, or waited already)");
+        else
+          pending.erase(it);
+      } else if (reduce_waits && a.type == ActionType::REDUCE_GRAD) {
+        if (reducing)
+          rep.add("wait", where(s, {r, p}) + " starts a reduction while " + where(s, {r, reducing->second}) +
+                              " is pending (one REDUCE_GRAD at a time per rank: wait for it first)");
+        reducing = std::pair{a.stage, p};
+      } else if (reduce_waits && a.type == ActionType::WAIT_REDUCE_GRAD) {
+        if (!reducing || reducing->first != a.stage)
+          rep.add("wait", where(s, {r, p}) + " has no pending REDUCE_GRAD of stage " + std::to_string(a.stage) +
+                              (reducing ? " (stage " + std::to_string(reducing->first) + "'s is pending)" : ""));
+        reducing.reset();
+      }
+    }
+    for (const auto& [k, p] : pending)
+      rep.add("wait", where(s, {r, p}) + " has no WAIT_SEND after it on rank " + std::to_string(r) +
+                          " (with waits in the schedule, every send is retired by one)");
+    if (reducing) rep.add("wait", where(s, {r, reducing->second}) + " has no WAIT_REDUCE_GRAD after it");
+  }
+}
+
+std::vector<int> liveness(const Schedule& s, const OpIndex& idx, const std::optional<int>& limit, Report& rep) {
   std::vector<int> peak(static_cast<std::size_t>(s.num_ranks), 0);
   for (int r = 0; r < s.num_ranks; ++r) {
     int live = 0;
     bool reported = false;
+    // Holds on each live activation: its backward (B, or W when split) and, when the forward's output is
+    // sent and the send waited for, that wait: the sent tensor stays referenced until its send retires.
+    std::map<std::pair<int, int>, int> holds;
+    const auto release = [&](int stage, int mb) {
+      const auto it = holds.find({stage, mb});
+      if (it != holds.end() && --it->second == 0) {
+        holds.erase(it);
+        --live;
+      }
+    };
     for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
       const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
       std::vector<Action> parts = a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a};
       // An activation lives from its F through its B, or through its W when split (inclusive intervals,
       // PyTorch analyze_pipeline_activation_liveness): count allocations before releases of one step.
-      for (const auto& x : parts) live += x.type == ActionType::F;
+      for (const auto& x : parts)
+        if (x.type == ActionType::F) {
+          ++live;
+          holds[{x.stage, x.mb}] = 1 + (idx.find(ActionType::WAIT_SEND_F, x.stage, x.mb).empty() ? 0 : 1);
+        }
       peak[static_cast<std::size_t>(r)] = std::max(peak[static_cast<std::size_t>(r)], live);
       if (limit && live > *limit && !reported) {
         rep.add("memory", "rank " + std::to_string(r) + " holds " + std::to_string(live) + " activations at " +
                               where(s, {r, p}) + ", over --mem-limit " + std::to_string(*limit));
         reported = true;
       }
-      for (const auto& x : parts) live -= (x.type == ActionType::B || x.type == ActionType::W);
+      for (const auto& x : parts)
+        if (x.type == ActionType::B || x.type == ActionType::W || x.type == ActionType::WAIT_SEND_F) release(x.stage, x.mb);
     }
   }
   return peak;
@@ -297,7 +361,8 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   const bool lowered = std::any_of(idx.all().begin(), idx.all().end(),
                                    [](const auto& kv) { return is_comm(static_cast<ActionType>(std::get<0>(kv.first))); });
   if (lowered) check_send_recv(s, idx, rep);
-  out.peak_inflight = liveness(s, opt.mem_limit, rep);
+  check_waits(s, idx, rep);
+  out.peak_inflight = liveness(s, idx, opt.mem_limit, rep);
   if (std::any_of(out.violations.begin(), out.violations.end(), [](const Violation& v) { return v.rule != "memory"; }))
     return out;
   out.checked = "all";
