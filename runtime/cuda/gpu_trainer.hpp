@@ -60,7 +60,7 @@ class GpuTrainer {
   std::size_t values_exchanges_exposed() const { return values_exposed_; }
 
  private:
-  struct Walker;
+  class Pipeline;  // this trainer's PipelineBackend (runtime/executor.hpp)
   void load_batch(std::int64_t first_sample);
   void reduce_gradients();
   void sync_tied();
