@@ -601,26 +601,36 @@ std::vector<GpuParams::HostParamState> GpuTrainer::host_states() {
   return host;
 }
 
-void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
+CheckpointIo GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
+  const auto start = std::chrono::steady_clock::now();
   std::vector<GpuParams::HostParamState> host = host_states();
-  write_checkpoint(dir, {steps_, consumed_samples_}, seed, opt_.data_file, model_, layout_, "cuda", host_world(),
-                   checkpoint_views(host, true));
+  CheckpointIo io;
+  io.step = steps_;
+  io.folder = write_checkpoint(dir, {steps_, consumed_samples_}, seed, opt_.data_file, model_, layout_, "cuda",
+                               host_world(), checkpoint_views(host, true));
+  io.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  io.bytes = step_folder_bytes(io.folder);
+  return io;
 }
 
-void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
+CheckpointIo GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not resume");
+  const auto start = std::chrono::steady_clock::now();
   std::vector<GpuParams::HostParamState> host(params_->params().size());
   for (std::size_t i = 0; i < host.size(); ++i) {
     const std::size_t n = params_->params()[i].size();
     host[i] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   }
-  const DataPosition at = read_checkpoint(dir, seed, opt_.data_file, model_, host_world(), checkpoint_views(host, false));
+  const LoadedCheckpoint got = read_checkpoint(dir, seed, opt_.data_file, model_, host_world(), checkpoint_views(host, false));
   for (const auto& [g, x] : stale_values_) TESSEL_CHECK(!x.issued, "resuming with a values exchange in flight");
   stale_values_.clear();  // every value comes from the checkpoint
   params_->load_states(host);  // ZeRO: this rank keeps its chunks
-  steps_ = at.step;
-  consumed_samples_ = at.consumed_samples;
+  steps_ = got.at.step;
+  consumed_samples_ = got.at.consumed_samples;
+  CheckpointIo io{steps_, got.folder, 0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  io.bytes = step_folder_bytes(io.folder);
+  return io;
 }
 
 StepStats GpuTrainer::step() {

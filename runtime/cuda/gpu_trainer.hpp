@@ -50,8 +50,8 @@ class GpuTrainer {
 
   // Recovery checkpoints in the CPU runtime's format (runtime/trainer_checkpoint.hpp), so a run saved on
   // either runtime resumes on the other, under any layout. Collective over the world.
-  void save_checkpoint(const std::string& dir, std::uint64_t seed);
-  void load_checkpoint(const std::string& dir, std::uint64_t seed);
+  CheckpointIo save_checkpoint(const std::string& dir, std::uint64_t seed);
+  CheckpointIo load_checkpoint(const std::string& dir, std::uint64_t seed);
   // Every parameter's whole values and moments on the host (params() order), once any values exchange
   // still waiting for the next forward has run. Collective over the dp group.
   std::vector<GpuParams::HostParamState> host_states();
