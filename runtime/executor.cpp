@@ -5,8 +5,7 @@
 
 namespace tessel::rt {
 
-// Unique within a step: (mb, to, dir) names one tensor of the step. Under MPI a tag must stay below
-// MPI_TAG_UB (at least 32767 by the standard): 2 x stages x micro-batches of a step.
+// Unique within a step: (mb, to, dir) names one tensor of the step; 2 x stages x micro-batches tags a step.
 int p2p_tag(const sched::Schedule& s, int dir, int to, int mb) { return (mb * s.num_stages + to) * 2 + dir; }
 
 // The step's tags, offset by (step x replicas + replica) steps' worth of them.
