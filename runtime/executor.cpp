@@ -3,153 +3,100 @@
 #include <string>
 #include <utility>
 
-#include "util/error.hpp"
-
 namespace tessel::rt {
 
-using sched::Action;
-using sched::ActionType;
+// Unique within a step: (mb, to, dir) names one tensor of the step; 2 x stages x micro-batches tags a step.
+int p2p_tag(const sched::Schedule& s, int dir, int to, int mb) { return (mb * s.num_stages + to) * 2 + dir; }
+
+// The step's tags, offset by (step x replicas + replica) steps' worth of them.
+std::int64_t p2p_flow(const sched::Schedule& s, const WalkPosition& at, int dir, int to, int mb) {
+  const std::int64_t per_step = 2LL * s.num_stages * s.num_microbatches;
+  const std::int64_t base = (static_cast<std::int64_t>(at.step) * at.replicas + at.replica) * per_step;
+  return base + p2p_tag(s, dir, to, mb);
+}
 
 namespace {
 
-using Key = std::pair<int, int>;  // (stage, mb)
-
-class Walker {
+// Host vectors over a host communicator (threads or MPI). Sends are buffered, so a rank never waits for
+// its peer's receive (eager comm semantics, as the schedule validator checks them).
+class CpuPipeline final : public PipelineBackend<std::vector<float>> {
  public:
-  explicit Walker(const ExecutorContext& c) : c_(c), s_(*c.schedule) {}
+  using Tensor = std::vector<float>;
+  explicit CpuPipeline(const ExecutorContext& c) : c_(c) {}
+  double loss() const { return loss_; }
 
-  double run() {
-    for (const Action& a : s_.ranks.at(static_cast<std::size_t>(c_.pp_rank))) execute(a);
-    TESSEL_CHECK(fwd_in_.empty() && bwd_in_.empty() && fwd_out_.empty() && bwd_out_.empty(),
-                 "pipeline rank " << c_.pp_rank << " finished with undelivered tensors: the schedule is incomplete");
-    return loss_;
+  std::pair<int, int> stage_layers(int s) override {
+    const StageConfig& cfg = stage(s).config();
+    return {cfg.l0, cfg.l1};
+  }
+  double forward_flops(int s) override { return stage(s).forward_flops(); }
+
+  void before_compute(const ComputeAction& a) override {
+    if (c_.before_compute) c_.before_compute(a.stage, a.reads_weights(), a.makes_grads());
+  }
+  void begin_compute(const ComputeAction& a) override {
+    c_.rec->context = a.id;
+    t0_ = c_.rec->now_us();
+  }
+  void end_compute(const ComputeAction& a) override {
+    c_.rec->record(trace::Stream::compute, c_.rec->context, a.name, t0_, c_.rec->now_us(), a.flops, 0.0);
+    c_.rec->context = {};
+  }
+  void after_compute(const ComputeAction& a) override {
+    if (c_.after_compute) c_.after_compute(a.stage, a.grads_done());
+  }
+
+  Tensor forward(int s, int mb, Tensor in) override {
+    Stage& st = stage(s);
+    const MicroBatch& d = c_.data(mb);
+    Tensor out = st.forward(mb, std::move(in), d.tokens.data(), d.targets.data());
+    if (st.config().last) loss_ += st.loss(mb);
+    return out;
+  }
+  Tensor backward(int s, int mb, Tensor dout, bool full) override {
+    Stage& st = stage(s);
+    Tensor dx = st.backward_input(mb, std::move(dout), /*defer_weight=*/!full);
+    if (full) st.backward_weight(mb);
+    return dx;
+  }
+  void weight(int s, int mb) override { stage(s).backward_weight(mb); }
+
+  void send(const P2pAction& p, Tensor t) override {
+    begin_p2p(p);
+    c_.pp->send(t.data(), t.size(), p.peer, p.tag);
+    end_p2p(p, t.size());
+  }
+  Tensor recv(const P2pAction& p) override {
+    begin_p2p(p);
+    Tensor t(stage(p.stage).activation_elems());
+    c_.pp->recv(t.data(), t.size(), p.peer, p.tag);
+    end_p2p(p, t.size());
+    return t;
   }
 
  private:
-  Stage& stage(int s) {
-    auto it = c_.stages->find(s);
-    TESSEL_CHECK(it != c_.stages->end(), "stage " << s << " is not on pipeline rank " << c_.pp_rank);
-    return *it->second;
+  Stage& stage(int s) { return *c_.stages->at(s); }
+  void begin_p2p(const P2pAction& p) {
+    c_.rec->context = p.id;
+    t0_ = c_.rec->now_us();
   }
-  static std::vector<float> take(std::map<Key, std::vector<float>>& m, Key k, const char* what) {
-    auto it = m.find(k);
-    TESSEL_CHECK(it != m.end(), "" << what << " for stage " << k.first << " mb " << k.second << " missing: the schedule ran an op before its input arrived");
-    std::vector<float> v = std::move(it->second);
-    m.erase(it);
-    return v;
-  }
-  // Tag of a tensor travelling into stage `to` (dir 0 forward, 1 backward).
-  int tag(int dir, int to, int mb) const { return (mb * s_.num_stages + to) * 2 + dir; }
-  std::int64_t flow(int dir, int to, int mb) const {
-    return c_.flow_base + (static_cast<std::int64_t>(mb) * s_.num_stages + to) * 2 + dir;
-  }
-
-  OpIdentity id_of(const char* op, int s, int mb) {
-    const StageConfig& cfg = stage(s).config();
-    return {op, s, s_.chunk_of(s), mb, cfg.l0, cfg.l1};
-  }
-
-  template <class F>
-  void compute(const char* op, const std::string& letter, int s, int mb, double flops, F&& f) {
-    const bool reads_weights = letter != "W", makes_grads = letter != "F", grads_done = letter == "B" || letter == "W";
-    if (c_.before_compute) c_.before_compute(s, reads_weights, makes_grads);
-    timed_compute(op, letter, s, mb, flops, std::forward<F>(f));
-    if (c_.after_compute) c_.after_compute(s, grads_done);
-  }
-
-  template <class F>
-  void timed_compute(const char* op, const std::string& letter, int s, int mb, double flops, F&& f) {
-    c_.rec->context = id_of(op, s, mb);
-    const double t0 = c_.rec->now_us();
-    f();
-    c_.rec->record(trace::Stream::compute, c_.rec->context, letter + " s" + std::to_string(s) + " mb" + std::to_string(mb),
-                   t0, c_.rec->now_us(), flops, 0.0);
+  void end_p2p(const P2pAction& p, std::size_t n) {
+    c_.rec->record(trace::Stream::pp, c_.rec->context, p.name, t0_, c_.rec->now_us(), 0.0,
+                   static_cast<double>(n * sizeof(float)), p.flow);
     c_.rec->context = {};
-  }
-
-  void forward(int s, int mb) {
-    Stage& st = stage(s);
-    compute("forward", "F", s, mb, st.forward_flops(), [&] {
-      const MicroBatch& d = c_.data(mb);
-      std::vector<float> in = s == 0 ? std::vector<float>{} : take(fwd_in_, {s, mb}, "forward input");
-      std::vector<float> out = st.forward(mb, std::move(in), d.tokens.data(), d.targets.data());
-      if (s == s_.num_stages - 1) loss_ += st.loss(mb);
-      else if (s_.rank_of(s + 1) == c_.pp_rank) fwd_in_[{s + 1, mb}] = std::move(out);
-      else fwd_out_[{s, mb}] = std::move(out);
-    });
-  }
-
-  void backward_input(int s, int mb, bool full) {
-    Stage& st = stage(s);
-    const double flops = (full ? 2.0 : 1.0) * st.forward_flops();
-    compute(full ? "backward" : "input_grad", full ? "B" : "I", s, mb, flops, [&] {
-      std::vector<float> dout = s == s_.num_stages - 1 ? std::vector<float>{} : take(bwd_in_, {s, mb}, "output gradient");
-      std::vector<float> dx = st.backward_input(mb, std::move(dout), /*defer_weight=*/!full);
-      if (full) st.backward_weight(mb);
-      if (s == 0) return;
-      if (s_.rank_of(s - 1) == c_.pp_rank) bwd_in_[{s - 1, mb}] = std::move(dx);
-      else bwd_out_[{s, mb}] = std::move(dx);
-    });
-  }
-
-  void weight(int s, int mb) {
-    Stage& st = stage(s);
-    compute("weight_grad", "W", s, mb, st.forward_flops(), [&] { st.backward_weight(mb); });
-  }
-
-  void p2p(const Action& a) {
-    const bool fwd = a.type == ActionType::SEND_F || a.type == ActionType::RECV_F;
-    const int dir = fwd ? 0 : 1;
-    const int s = a.stage, mb = a.mb;
-    const bool send = sched::is_send(a.type);
-    // SEND_x names the producing stage, RECV_x the consuming one (PyTorch _add_send_recv convention).
-    const int to = send ? (fwd ? s + 1 : s - 1) : s;
-    const int peer = a.peer >= 0 ? a.peer : s_.rank_of(send ? to : (fwd ? s - 1 : s + 1));
-    c_.rec->context = id_of(send ? "send" : "recv", s, mb);
-    const double t0 = c_.rec->now_us();
-    std::size_t n = 0;
-    if (send) {
-      std::vector<float> v = take(fwd ? fwd_out_ : bwd_out_, {s, mb}, fwd ? "activation to send" : "gradient to send");
-      n = v.size();
-      c_.pp->send(v.data(), n, peer, tag(dir, to, mb));
-    } else {
-      std::vector<float> v(stage(s).activation_elems());
-      n = v.size();
-      c_.pp->recv(v.data(), n, peer, tag(dir, to, mb));
-      (fwd ? fwd_in_ : bwd_in_)[{s, mb}] = std::move(v);
-    }
-    c_.rec->record(trace::Stream::pp, c_.rec->context, a.token(), t0, c_.rec->now_us(), 0.0,
-                   static_cast<double>(n * sizeof(float)), flow(dir, to, mb));
-    c_.rec->context = {};
-  }
-
-  void execute(const Action& a) {
-    switch (a.type) {
-      case ActionType::F: forward(a.stage, a.mb); break;
-      case ActionType::B: backward_input(a.stage, a.mb, true); break;
-      case ActionType::I: backward_input(a.stage, a.mb, false); break;
-      case ActionType::W: weight(a.stage, a.mb); break;
-      case ActionType::OVERLAP_F_B:
-        for (const Action& sub : a.sub) execute(sub);
-        break;
-      case ActionType::SEND_F: case ActionType::RECV_F: case ActionType::SEND_B: case ActionType::RECV_B:
-        p2p(a);
-        break;
-      case ActionType::RECOMPUTE: case ActionType::REDUCE_GRAD: case ActionType::OPTIMIZER_STEP:
-      case ActionType::UNSHARD: case ActionType::RESHARD:
-      case ActionType::WAIT_SEND_F: case ActionType::WAIT_SEND_B: case ActionType::WAIT_REDUCE_GRAD:  // sends are buffered
-        break;
-    }
   }
 
   const ExecutorContext& c_;
-  const sched::Schedule& s_;
-  std::map<Key, std::vector<float>> fwd_in_, bwd_in_, fwd_out_, bwd_out_;
+  double t0_ = 0;
   double loss_ = 0;
 };
 
 }  // namespace
 
-double run_pipeline(const ExecutorContext& ctx) { return Walker(ctx).run(); }
+double run_pipeline(const ExecutorContext& ctx) {
+  CpuPipeline b(ctx);
+  walk_pipeline(*ctx.schedule, ctx.at, b);
+  return b.loss();
+}
 
 }  // namespace tessel::rt

@@ -121,7 +121,7 @@ StepStats Trainer::step() {
   load_batch(consumed_samples_);
   ExecutorContext ctx;
   ctx.schedule = &schedule_;
-  ctx.pp_rank = groups_.at.pp;
+  ctx.at = {groups_.at.pp, k, groups_.at.tp + layout_.tp * groups_.at.dp, layout_.tp * layout_.dp};
   ctx.pp = groups_.pp.get();
   ctx.stages = &stages_;
   ctx.data = [this](int mb) -> const MicroBatch& { return batch_.at(static_cast<std::size_t>(mb)); };
@@ -137,8 +137,6 @@ StepStats Trainer::step() {
       optimizer_->after_compute(c.l0, c.l1, c.first, c.last, done);
     };
   }
-  const std::int64_t per_step = 2LL * layout_.num_stages() * layout_.num_microbatches();
-  ctx.flow_base = (static_cast<std::int64_t>(k) * layout_.tp * layout_.dp + groups_.at.tp + layout_.tp * groups_.at.dp) * per_step;
   const double local = run_pipeline(ctx);
   // Loss: the last stage's tp rank 0 of each dp replica contributes its scaled micro-batch means.
   const bool counts = stages_.count(layout_.num_stages() - 1) && groups_.at.tp == 0;

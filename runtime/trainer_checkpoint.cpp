@@ -1,6 +1,7 @@
 #include "runtime/trainer_checkpoint.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "util/error.hpp"
@@ -112,7 +113,14 @@ DataPosition check_resume(const CheckpointReader& r, const Model& m, std::uint64
   return at;
 }
 
-void write_checkpoint(const std::string& dir, const DataPosition& at, std::uint64_t seed, const std::string& data_file,
+std::int64_t step_folder_bytes(const std::string& folder) {
+  std::int64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(folder))
+    if (e.is_regular_file()) n += static_cast<std::int64_t>(e.file_size());
+  return n;
+}
+
+std::string write_checkpoint(const std::string& dir, const DataPosition& at, std::uint64_t seed, const std::string& data_file,
                       const Model& m, const Layout& l, const std::string& runtime, Comm& world,
                       const std::vector<CheckpointTensor>& tensors) {
   const Json data = data_source_json(data_file);  // before the collective: a failure here leaves nothing open
@@ -137,14 +145,16 @@ void write_checkpoint(const std::string& dir, const DataPosition& at, std::uint6
   meta["data"] = data;
   w.set_metadata(meta);
   w.commit();
+  return (fs::path(dir) / step_folder_name(at.step)).string();
 }
 
-DataPosition read_checkpoint(const std::string& dir, std::uint64_t seed, const std::string& data_file, const Model& m,
-                             Comm& world, const std::vector<CheckpointTensor>& tensors) {
-  DataPosition at;
+LoadedCheckpoint read_checkpoint(const std::string& dir, std::uint64_t seed, const std::string& data_file, const Model& m,
+                                 Comm& world, const std::vector<CheckpointTensor>& tensors) {
+  LoadedCheckpoint got;
   on_every_rank(world, [&] {
     CheckpointReader r(dir);
-    at = check_resume(r, m, seed, data_file);
+    got.at = check_resume(r, m, seed, data_file);
+    got.folder = r.folder();
     for (const CheckpointTensor& t : tensors) {
       if (!r.has_tensor(t.spec.name))
         throw InputError("--resume " + dir + ": no tensor " + t.spec.name + " (checkpoint of another model?)");
@@ -161,10 +171,14 @@ DataPosition read_checkpoint(const std::string& dir, std::uint64_t seed, const s
       std::copy(vv.begin(), vv.end(), t.exp_avg_sq);
     }
   });
-  return at;
+  return got;
 }
 
 namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // The CPU Trainer's tensors over its ParamStore and the full moment vectors m, v (flat, ParamStore order).
 std::vector<CheckpointTensor> trainer_tensors(Trainer& t, std::vector<float>& m, std::vector<float>& v) {
@@ -188,23 +202,34 @@ std::vector<CheckpointTensor> trainer_tensors(Trainer& t, std::vector<float>& m,
 
 }  // namespace
 
-void save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
+CheckpointIo save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<float> m, v;
   t.optimizer().full_moments(m, v);
   t.optimizer().materialize_params();  // ZeRO-3: every rank writes from full parameters
-  write_checkpoint(dir, {t.steps_done(), t.consumed_samples()}, seed, t.data_file(), t.model(), t.layout(), "cpu",
-                   *t.groups().world, trainer_tensors(t, m, v));
+  CheckpointIo io;
+  io.step = t.steps_done();
+  io.folder = write_checkpoint(dir, {t.steps_done(), t.consumed_samples()}, seed, t.data_file(), t.model(), t.layout(),
+                               "cpu", *t.groups().world, trainer_tensors(t, m, v));
   t.optimizer().release_params();
+  io.seconds = seconds_since(start);
+  io.bytes = step_folder_bytes(io.folder);
+  return io;
 }
 
-void load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
+CheckpointIo load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
+  const auto start = std::chrono::steady_clock::now();
   std::vector<float> m(t.params().flat_data().size(), 0.0f), v(m.size(), 0.0f);
-  const DataPosition at = read_checkpoint(dir, seed, t.data_file(), t.model(), *t.groups().world, trainer_tensors(t, m, v));
+  const LoadedCheckpoint got =
+      read_checkpoint(dir, seed, t.data_file(), t.model(), *t.groups().world, trainer_tensors(t, m, v));
   DistributedOptimizer& o = t.optimizer();
   o.load_moments(m, v);  // each rank keeps its shard of them
   o.params_loaded();
-  o.set_steps_done(at.step);
-  t.set_consumed_samples(at.consumed_samples);
+  o.set_steps_done(got.at.step);
+  t.set_consumed_samples(got.at.consumed_samples);
+  CheckpointIo io{got.at.step, got.folder, 0, seconds_since(start)};
+  io.bytes = step_folder_bytes(io.folder);
+  return io;
 }
 
 }  // namespace tessel::rt

@@ -35,6 +35,19 @@ struct DataPosition {
   std::int64_t consumed_samples = 0;
 };
 
+// One save or load as `tessel run` reports it: the step, its folder, the bytes of every file in it on disk
+// (shards, meta.json, manifest.json), and the seconds this rank spent in the collective call (gathering
+// sharded state, writing or reading, and waiting for the other ranks).
+struct CheckpointIo {
+  int step = 0;
+  std::string folder;
+  std::int64_t bytes = 0;
+  double seconds = 0;
+};
+
+// The bytes of the regular files under a step folder.
+std::int64_t step_folder_bytes(const std::string& folder);
+
 // The `data` object of the metadata for a run on `data_file` (empty: synthetic tokens):
 // {"source": "synthetic"} or {"source": "file", "name": <file name without folder>, "bytes": <size>}.
 Json data_source_json(const std::string& data_file);
@@ -47,21 +60,27 @@ DataPosition check_resume(const CheckpointReader& r, const Model& m, std::uint64
 // Whether world rank `at` writes parameter `p`: dp rank 0, tp rank 0 for tp-replicated tensors, and for the
 // tied embedding (also held by the last stage's rank) only the first stage's rank.
 bool checkpoint_owns(const ParamSpec& p, const RankCoords& at, const sched::Schedule& s);
-// Collective over `world`: writes step folder `at.step` under dir. `runtime` ("cpu", "cuda") goes into the
-// metadata for the reader's information; the format is the same.
-void write_checkpoint(const std::string& dir, const DataPosition& at, std::uint64_t seed, const std::string& data_file,
+// Collective over `world`: writes step folder `at.step` under dir and returns its path. `runtime` ("cpu",
+// "cuda") goes into the metadata for the reader's information; the format is the same.
+std::string write_checkpoint(const std::string& dir, const DataPosition& at, std::uint64_t seed, const std::string& data_file,
                       const Model& m, const Layout& l, const std::string& runtime, Comm& world,
                       const std::vector<CheckpointTensor>& tensors);
+// What read_checkpoint found: the position it continues from, and the step folder it read.
+struct LoadedCheckpoint {
+  DataPosition at;
+  std::string folder;
+};
+
 // Collective over `world`: reads every tensor's slice (value and moments) into its buffers and returns the
 // position, once every rank has read its part. InputError on every rank when any rank fails (check_resume's
 // refusals, a missing tensor, an unreadable file), with the first failed rank's message.
-DataPosition read_checkpoint(const std::string& dir, std::uint64_t seed, const std::string& data_file, const Model& m,
+LoadedCheckpoint read_checkpoint(const std::string& dir, std::uint64_t seed, const std::string& data_file, const Model& m,
                              Comm& world, const std::vector<CheckpointTensor>& tensors);
 
 // Collective over the world. Writes step folder `steps_done` under dir.
-void save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed);
+CheckpointIo save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed);
 // Collective; returns once every rank loaded. InputError when the checkpoint is of another model, seed or
 // data source, or unreadable.
-void load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed);
+CheckpointIo load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed);
 
 }  // namespace tessel::rt

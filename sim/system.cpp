@@ -137,4 +137,19 @@ System load_system(const std::string& name_or_path) {
   return parse_system(parse_json_file(name_or_path, "--system "), name_or_path);
 }
 
+std::optional<std::string> system_preset_for_gpu(const std::string& gpu) {
+  if (gpu.find("A100") != std::string::npos) return "dgx-a100";
+  if (gpu.find("H100") != std::string::npos) return "dgx-h100";
+  if (gpu.find("H800") != std::string::npos) return "h800";
+  if (gpu.find("H200") != std::string::npos) return "dgx-h200";
+  return std::nullopt;
+}
+
+std::string system_for_gpu(const std::string& gpu, const std::string& row_id) {
+  if (auto preset = system_preset_for_gpu(gpu)) return *preset;
+  std::string list;
+  for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
+  throw InputError("row " + row_id + ": hardware.gpu \"" + gpu + "\" matches no system preset (known: " + list + ")");
+}
+
 }  // namespace tessel

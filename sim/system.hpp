@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,5 +78,13 @@ Json system_to_json(const System& s);
 // A preset name ("dgx-a100") or a path to a JSON file; InputError lists the presets otherwise.
 System load_system(const std::string& name_or_path);
 std::vector<std::string> system_preset_names();
+
+// The system preset of a GPU by its name ("NVIDIA A100 SXM 80GB" as a paper writes it, "NVIDIA H200" as the
+// CUDA driver reports it); nullopt when no preset describes that GPU. A GPU of several node presets maps to
+// its multi-GPU node (published runs and the runtime's devices are in such nodes).
+std::optional<std::string> system_preset_for_gpu(const std::string& gpu);
+// The same, for a published row: InputError "row <row_id>: hardware.gpu ... matches no system preset" with
+// the presets known.
+std::string system_for_gpu(const std::string& gpu, const std::string& row_id);
 
 }  // namespace tessel

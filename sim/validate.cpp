@@ -9,16 +9,6 @@
 
 namespace tessel {
 
-std::string system_for_gpu(const std::string& gpu, const std::string& row_id) {
-  if (gpu.find("A100") != std::string::npos) return "dgx-a100";
-  if (gpu.find("H100") != std::string::npos) return "dgx-h100";
-  if (gpu.find("H800") != std::string::npos) return "h800";
-  if (gpu.find("H200") != std::string::npos) return "dgx-h200";  // published runs are multi-GPU nodes
-  std::string list;
-  for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
-  throw InputError("row " + row_id + ": hardware.gpu \"" + gpu + "\" matches no system preset (known: " + list + ")");
-}
-
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;

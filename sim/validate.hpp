@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/system.hpp"  // system_for_gpu: a row's GPU to its preset
 #include "util/json_reader.hpp"
 
 namespace tessel {
@@ -53,8 +54,5 @@ Json validation_to_json(const ValidationResult& r);
 // The rows whose id starts with one of `prefixes` (--only). InputError naming every prefix that matches no
 // row, with the first ids of the file, so that a mistyped filter cannot pass as an empty report.
 Json select_rows(const Json& rows, const std::string& where, const std::vector<std::string>& prefixes);
-
-// The system preset name for a GPU description such as "NVIDIA A100 SXM 80GB"; InputError if none fits.
-std::string system_for_gpu(const std::string& gpu, const std::string& row_id);
 
 }  // namespace tessel

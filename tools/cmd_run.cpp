@@ -1,11 +1,8 @@
-// tessel run: train the GPT for real on the CPU runtime (ranks as threads, or MPI processes under mpirun),
-// print per-step loss, step time and tokens/s; optionally write a measured trace and recovery checkpoints.
-#include <unistd.h>
-
+// tessel run: train the GPT for real on the CPU runtime (ranks as threads, or MPI processes under mpirun) or
+// the CUDA runtime (tools/cmd_run_cuda.cpp); print per-step loss, step time and tokens/s, or with --json one
+// document (tools/run_common.hpp); optionally write a measured trace and recovery checkpoints.
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
-#include <iostream>
 #include <iterator>
 #include <mutex>
 #include <thread>
@@ -13,7 +10,6 @@
 #include "kernels/cpu/gemm.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
-#include "runtime/checkpoint/checkpoint.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/trace_gather.hpp"
 #include "runtime/trainer_checkpoint.hpp"
@@ -22,11 +18,9 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "tools/run_common.hpp"
 #include "tools/spec_args.hpp"
 #include "traces/chrome.hpp"
-#ifdef TESSEL_HAVE_CUDA
-#include "runtime/cuda/run_cuda.hpp"
-#endif
 #ifdef TESSEL_HAVE_MPI
 #include "runtime/comm/mpi_comm.hpp"
 #endif
@@ -42,6 +36,8 @@ std::vector<cli::OptionSpec> run_options() {
       {"--precision", true, "cuda GEMM operands: bf16|tf32|fp32 [bf16]"},
       {"--profile-kernels", false, "cuda: time each kernel kind and print where the step goes"},
       {"--gpu-threads", false, "cuda: every rank of the layout as a thread on one GPU (functional check of tp/pp/dp)"},
+      {"--attention-kernel", true, "cuda: the attention kernel's variant by name [the default]"},
+      {"--json", false, "print one JSON document on stdout (the human lines go to stderr)"},
       {"--model", true, "model preset or JSON file [tiny]"},
       {"--layout", true, "layout JSON file (instead of the layout flags)"},
       {"--tp", true, "tensor-parallel size [1]"},
@@ -101,132 +97,69 @@ Layout read_layout(const cli::CommandLine& cl) {
   return l;
 }
 
-struct RunConfig {
-  Model model;
-  Layout layout;
+struct CpuRun {
+  RunFlags f;
   rt::TrainOptions opt;
-  int steps = 10;
-  int save_every = 0;
-  std::string checkpoint_dir, resume, trace_path;
-  int start_step = 0;  // the resumed checkpoint's step; 0 for a fresh run
 };
 
-// --checkpoint-dir D before any rank starts: D, or the nearest folder above it that exists (the saver
-// creates the rest), must be a writable folder, a `latest` in it the saver's file, and D must hold no
-// checkpoints but those this run continues: a fresh run would stop at its first save over them, losing what
-// it trained, and continuing an older step than D's published one would save over its successors.
-void check_checkpoint_dir(const std::string& dir, const std::string& resume, int resume_step) {
-  namespace fs = std::filesystem;
-  const std::string flag = "--checkpoint-dir " + dir;
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) throw InputError(flag + ": is a file, not a folder");
-  fs::path have = fs::path(dir).lexically_normal();
-  while (!have.empty() && !fs::exists(have, ec)) have = have.parent_path();
-  if (have.empty()) have = ".";
-  if (!fs::is_directory(have, ec)) throw InputError(flag + ": " + have.string() + " is a file, not a folder");
-  if (::access(have.c_str(), W_OK | X_OK) != 0)
-    throw InputError(flag + ": folder " + have.string() + " is not writable");
-  if (fs::exists(fs::path(dir) / "manifest.json", ec))
-    throw InputError(flag + ": is one step folder of a checkpoint; give the folder that holds the step folders");
-  const std::vector<std::string> entries = rt::CheckpointReader::checkpoint_entries(dir);
-  if (entries.empty()) return;
-  std::optional<std::int64_t> published;
-  try {
-    published = rt::CheckpointReader::latest_step(dir);
-  } catch (const InputError& e) {
-    throw InputError(flag + ": " + e.what());
-  }
-  // What is there, briefly: the published step and up to 3 step-* names.
-  std::string held = published ? "latest publishes " + rt::step_folder_name(*published) : "no latest";
-  std::vector<std::string> steps_there;
-  for (const std::string& e : entries)
-    if (e != "latest") steps_there.push_back(e);
-  for (std::size_t i = 0; i < steps_there.size() && i < 3; ++i) held += (i == 0 ? "; " : ", ") + steps_there[i];
-  if (steps_there.size() > 3) held += " and " + std::to_string(steps_there.size() - 3) + " more";
-  if (resume.empty())
-    throw InputError(flag + ": holds checkpoints already (" + held + "); this run would stop at its first save over "
-                     "them: resume them (--resume " + dir + ") or choose an empty folder");
-  fs::path root = fs::path(resume).lexically_normal();
-  if (root.filename().empty()) root = root.parent_path();
-  if (fs::is_regular_file(root / "manifest.json", ec)) root = root.has_parent_path() ? root.parent_path() : ".";
-  if (!fs::equivalent(root, dir, ec))
-    throw InputError(flag + ": holds other checkpoints (" + held + ") than --resume " + resume + "'s; save into " +
-                     root.string() + " to continue them, or into an empty folder");
-  if (published && *published > resume_step)
-    throw InputError("--resume " + resume + ": step " + std::to_string(resume_step) + " is older than the one " + dir +
-                     "/latest publishes (" + std::to_string(*published) + "); continuing it there would save over "
-                     "its later steps: save into an empty folder (--checkpoint-dir)");
+// What rank 0 reports of the run; every rank's part of the trace (events, name, peak counter).
+struct RankResult {
+  trace::Trace part;
+  std::vector<rt::StepRecord> steps;
+  std::vector<rt::RankMemory> memory;  // every rank's (a collective gathers them)
+  std::vector<rt::CheckpointIo> saved;
+  std::optional<rt::CheckpointIo> resumed;
+  std::string comm, schedule;
+};
+
+rt::RankMemory rank_memory(rt::Trainer& t, int rank) {
+  const rt::StateMemory& m = t.optimizer().state_memory();
+  rt::RankMemory r;
+  r.rank = rank;
+  r.parameter_bytes = m.weights;
+  r.gradient_bytes = m.grads;
+  r.optimizer_bytes = m.optimizer;
+  r.peak_activation_bytes = t.recorder().peak_bytes();
+  r.peak_state_bytes = m.peak;
+  return r;
 }
 
-// The recovery-checkpoint flags of either backend, checked before any rank starts: --save-every and
-// --checkpoint-dir go together; a checkpoint to resume is verified (checksums, metadata), of this model,
-// seed and data source, and short of --steps (which counts from step 0, as Megatron's --train-iters: a run
-// resumed at or past it would train nothing); the run must reach a step that --save-every saves; and the
-// checkpoint folder must be able to take the saves (check_checkpoint_dir). Returns the step the run
-// starts from: the checkpoint's, 0 for a fresh run.
-int check_checkpoint_flags(int save_every, const std::string& dir, const std::string& resume, const Model& m,
-                            int steps, std::uint64_t seed, const std::string& data_file) {
-  if (save_every > 0 && dir.empty()) throw InputError("--save-every: needs --checkpoint-dir");
-  if (!dir.empty() && save_every == 0) throw InputError("--checkpoint-dir: needs --save-every N");
-  int start = 0;
-  if (!resume.empty()) {
-    rt::CheckpointReader r(resume);
-    start = rt::check_resume(r, m, seed, data_file).step;
-    if (start >= steps)
-      throw InputError("--steps " + std::to_string(steps) + ": the checkpoint " + resume + " is at step " +
-                       std::to_string(start) + " already, so there is nothing to train (--steps counts from step 0; "
-                       "give more than " + std::to_string(start) + ")");
-  }
-  if (save_every == 0) return start;
-  if ((static_cast<std::int64_t>(start) / save_every + 1) * save_every > steps) {
-    if (resume.empty())
-      throw InputError("--save-every " + std::to_string(save_every) + ": must be <= --steps " + std::to_string(steps) +
-                       ", or nothing would be saved");
-    throw InputError("--save-every " + std::to_string(save_every) + ": this run trains steps " +
-                     std::to_string(start + 1) + " to " + std::to_string(steps) + " (resumed at step " +
-                     std::to_string(start) + ", --steps " + std::to_string(steps) + ") and none is a multiple of " +
-                     std::to_string(save_every) + ", so nothing would be saved");
-  }
-  check_checkpoint_dir(dir, resume, start);
-  return start;
-}
-
-// One rank's whole run; rank 0 prints. Returns this rank's part of the trace (events, name, peak counter).
-// Every line is flushed as it is printed: with stdout in a file or a pipe it is block-buffered, and a run
-// killed (SIGTERM, SIGKILL, the job's time limit) would otherwise lose every line it had printed.
-trace::Trace run_rank(const RunConfig& c, rt::Comm& world, rt::Recorder::Clock::time_point t0) {
-  rt::Trainer t(c.model, c.layout, c.opt, world, t0);
-  if (!c.resume.empty()) rt::load_checkpoint(t, c.resume, c.opt.seed);  // returns once every rank loaded
-  const double tokens = static_cast<double>(c.layout.global_batch) * c.model.seq_len;
+// One rank's whole run; rank 0 prints.
+RankResult run_rank(const CpuRun& c, rt::Comm& world, rt::Recorder::Clock::time_point t0) {
+  const RunFlags& f = c.f;
+  const RunLog log(f.json);
+  rt::Trainer t(f.model, f.layout, c.opt, world, t0);
+  RankResult out;
+  if (!f.resume.empty()) out.resumed = rt::load_checkpoint(t, f.resume, f.seed);  // returns once every rank loaded
+  const double tokens = static_cast<double>(f.layout.global_batch) * f.model.seq_len;
   const bool talk = world.rank() == 0;
   if (talk)
-    std::printf("tessel run: %s, %s, %d rank(s) as %s, gemm %s, data %s%s\n", c.model.name.c_str(),
-                c.layout.describe().c_str(), world.size(), world.backend().c_str(),
-                kernels::cpu::gemm_backend().c_str(), c.opt.data_file.empty() ? "synthetic" : c.opt.data_file.c_str(),
-                c.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done()) + " (" +
-                                         std::to_string(t.consumed_samples()) + " samples consumed)").c_str());
-  if (talk) std::fflush(stdout);
-  while (t.steps_done() < c.steps) {
+    log.line("tessel run: %s, %s, %d rank(s) as %s, gemm %s, data %s%s", f.model.name.c_str(),
+             f.layout.describe().c_str(), world.size(), world.backend().c_str(), kernels::cpu::gemm_backend().c_str(),
+             f.data_file.empty() ? "synthetic" : f.data_file.c_str(),
+             f.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done()) + " (" +
+                                      std::to_string(t.consumed_samples()) + " samples consumed)").c_str());
+  while (t.steps_done() < f.steps) {
     const rt::StepStats s = t.step();
-    if (talk)
-      std::printf("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s\n", s.step + 1, s.loss,
-                  s.grad_norm, s.seconds * 1e3, tokens / s.seconds);
-    if (talk) std::fflush(stdout);
-    if (c.save_every > 0 && t.steps_done() % c.save_every == 0) rt::save_checkpoint(t, c.checkpoint_dir, c.opt.seed);
+    out.steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds});
+    if (talk) print_step(log, out.steps.back());
+    if (f.save_every > 0 && t.steps_done() % f.save_every == 0)
+      out.saved.push_back(rt::save_checkpoint(t, f.checkpoint_dir, f.seed));
   }
+  out.memory = rt::gather_rank_memory(world, rank_memory(t, world.rank()));
   if (talk) {
     const rt::StateMemory& m = t.optimizer().state_memory();
-    std::printf("peak activation memory on rank 0: %.3f MiB\n", t.recorder().peak_bytes() / 1048576.0);
-    std::printf("state memory on rank 0: %.3f MiB between steps (parameters %.3f, gradients %.3f, Adam %.3f), "
-                "peak %.3f MiB\n", m.persistent() / 1048576.0, m.weights / 1048576.0, m.grads / 1048576.0,
-                m.optimizer / 1048576.0, m.peak / 1048576.0);
-    std::fflush(stdout);
+    log.line("peak activation memory on rank 0: %.3f MiB", t.recorder().peak_bytes() / 1048576.0);
+    log.line("state memory on rank 0: %.3f MiB between steps (parameters %.3f, gradients %.3f, Adam %.3f), "
+             "peak %.3f MiB", m.persistent() / 1048576.0, m.weights / 1048576.0, m.grads / 1048576.0,
+             m.optimizer / 1048576.0, m.peak / 1048576.0);
   }
-  trace::Trace part;
-  part.events = std::move(t.recorder().events());
-  part.process_names[world.rank()] = t.process_name();
-  part.counters.push_back({world.rank(), "peak_activation_MiB", 0.0, t.recorder().peak_bytes() / 1048576.0});
-  return part;
+  out.comm = world.backend();
+  out.schedule = t.schedule().generator;
+  out.part.events = std::move(t.recorder().events());
+  out.part.process_names[world.rank()] = t.process_name();
+  out.part.counters.push_back({world.rank(), "peak_activation_MiB", 0.0, t.recorder().peak_bytes() / 1048576.0});
+  return out;
 }
 
 // Bytes this machine can still give (Linux /proc/meminfo MemAvailable), or 0 when unknown.
@@ -244,7 +177,7 @@ double available_memory_bytes() {
 // Refuses a run whose parameters, gradients, Adam moments and activations (the cost model's per-rank
 // memory at fp32, for every rank this process hosts) would not fit in the memory available now, instead
 // of dying in an allocation half-way: all ranks with threads, one per process under mpirun.
-void check_fits_in_memory(const RunConfig& c, bool one_rank_per_process) {
+void check_fits_in_memory(const RunFlags& c, bool one_rank_per_process) {
   const double avail = available_memory_bytes();
   if (avail <= 0) return;
   Layout l = c.layout;
@@ -282,6 +215,14 @@ void merge_into(trace::Trace& all, trace::Trace&& part) {
   all.process_names.insert(part.process_names.begin(), part.process_names.end());
 }
 
+// What the run reports: rank 0's result, with every rank's trace part merged into its own.
+struct CpuOutcome {
+  bool reports = false;  // this process holds rank 0 (under mpirun, the others print nothing)
+  RankResult rank0;
+  trace::Trace trace;
+  bool under_mpi = false;
+};
+
 #ifdef TESSEL_HAVE_MPI
 // One process per rank. The world size is checked first, on every rank, before any group or Trainer
 // exists. Every rank prints the rule and waits at a barrier (mpirun kills the remaining processes as soon
@@ -290,27 +231,134 @@ void merge_into(trace::Trace& all, trace::Trace&& part) {
 // Its times share one origin: every process reads its clock as it leaves one barrier (each process's own
 // start differed by tens of milliseconds, and flows ended before they began); the origins then differ by
 // the barrier's exit skew, microseconds on one host.
-void run_under_mpi(const RunConfig& c, trace::Trace& tr) {
+void run_under_mpi(const CpuRun& c, CpuOutcome& out) {
   bool mismatch = false;
+  const Layout& l = c.f.layout;
   rt::run_mpi([&](rt::Comm& world) {
-    if (world.size() != c.layout.gpus()) {
+    if (world.size() != l.gpus()) {
       std::fprintf(stderr, "tessel run: mpirun started %d processes (this is rank %d), but the layout %s needs "
-                   "tp*pp*dp = %d: run mpirun -np %d\n", world.size(), world.rank(), c.layout.describe().c_str(),
-                   c.layout.gpus(), c.layout.gpus());
+                   "tp*pp*dp = %d: run mpirun -np %d\n", world.size(), world.rank(), l.describe().c_str(), l.gpus(),
+                   l.gpus());
       std::fflush(stderr);
       world.barrier();
       mismatch = true;
       return;
     }
     world.barrier();
-    trace::Trace part = run_rank(c, world, rt::Recorder::Clock::now());
-    if (c.opt.record_trace) tr = rt::gather_trace(world, part);
+    RankResult r = run_rank(c, world, rt::Recorder::Clock::now());
+    if (c.opt.record_trace) out.trace = rt::gather_trace(world, r.part);
+    out.reports = world.rank() == 0;
+    if (out.reports) out.rank0 = std::move(r);
   });
   if (mismatch)
     throw InputError("mpirun -np: the process count differs from the layout's tp*pp*dp = " +
-                     std::to_string(c.layout.gpus()) + " (every rank printed the details above)");
+                     std::to_string(l.gpus()) + " (every rank printed the details above)");
 }
 #endif
+
+CpuOutcome run_ranks(const CpuRun& c) {
+  kernels::cpu::gemm_set_single_thread();
+  CpuOutcome out;
+#ifdef TESSEL_HAVE_MPI
+  out.under_mpi = rt::launched_by_mpirun();
+#endif
+  check_fits_in_memory(c.f, out.under_mpi);
+#ifdef TESSEL_HAVE_MPI
+  if (out.under_mpi) {
+    run_under_mpi(c, out);
+    return out;
+  }
+#endif
+  const auto t0 = rt::Recorder::Clock::now();
+  std::mutex mu;
+  rt::run_threads(c.f.layout.gpus(), [&](rt::Comm& world) {
+    RankResult r = run_rank(c, world, t0);
+    std::lock_guard<std::mutex> lk(mu);
+    merge_into(out.trace, std::move(r.part));
+    if (world.rank() == 0) out.rank0 = std::move(r);
+  });
+  out.reports = true;
+  return out;
+}
+
+// The merged trace in rank order, with the run's identity in otherData.
+void write_trace(const RunFlags& f, trace::Trace& tr, bool under_mpi) {
+  std::stable_sort(tr.events.begin(), tr.events.end(),
+                   [](const trace::OpEvent& a, const trace::OpEvent& b) { return a.rank < b.rank; });
+  std::stable_sort(tr.counters.begin(), tr.counters.end(),
+                   [](const trace::Counter& a, const trace::Counter& b) { return a.rank < b.rank; });
+  tr.other_data["model"] = model_to_json(f.model);
+  tr.other_data["layout"] = layout_to_json(f.layout);
+  tr.other_data["schedule"] = sched::name(f.layout.schedule);
+  tr.other_data["system"] = "cpu";
+  tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
+  // A resumed run's steps are numbered from the checkpoint's step + 1, as its step lines say; compare
+  // numbers the trace's steps from here (absent: 1).
+  if (f.start_step > 0) tr.other_data["first_step"] = f.start_step + 1;
+  // Every rank a thread of this process: the cores they shared (calibrate warns when ranks outnumber them).
+  // Under mpirun the ranks may span hosts, so nothing is claimed.
+  if (!under_mpi && std::thread::hardware_concurrency() > 0)
+    tr.other_data["host"] = {{"cores", std::thread::hardware_concurrency()}};
+  trace::write_chrome_trace(tr, f.trace_path);
+}
+
+// The flags of the CUDA backend alone, refused before anything else is read.
+void reject_cuda_flags(const cli::CommandLine& cl) {
+  if (auto name = cl.get("--attention-kernel"))
+    throw InputError("--attention-kernel " + *name + ": only with --backend cuda (the CPU runtime has one attention "
+                     "implementation, the reference kernels)");
+  for (const char* flag : {"--only-rank", "--precision", "--gpu-threads", "--profile-kernels", "--no-overlap", "--overlap-p2p"})
+    if (cl.has(flag))
+      throw InputError(std::string(flag) + ": only with --backend cuda (the CPU runtime is fp32, all ranks, and "
+                       "overlaps no communication)");
+}
+
+int run_cpu(RunFlags f) {
+  // The CPU runtime keeps the softmax probabilities (Megatron's unfused core attention): say so in the
+  // layout, so a simulation of it predicts its activation memory (docs/runtime.md).
+  f.layout.attention = AttentionImpl::unfused;
+  CpuRun c{f, {}};
+  c.opt.seed = f.seed;
+  c.opt.optimizer.adamw.lr = f.lr;
+  c.opt.data_file = f.data_file;
+  c.opt.record_trace = !f.trace_path.empty();
+  CpuOutcome out = run_ranks(c);
+  if (!out.reports) return 0;  // under mpirun rank 0's process reports
+  const RunLog log(f.json);
+  if (c.opt.record_trace) {
+    write_trace(f, out.trace, out.under_mpi);
+    log.line("trace: %s (%zu events, %zu ranks)", f.trace_path.c_str(), out.trace.events.size(),
+             out.trace.process_names.size());
+  }
+  if (!f.json) return 0;
+  const RankResult& r = out.rank0;
+  Json config = run_config_json(f, "cpu", r.comm, r.schedule, f.start_step + 1);
+  config["gemm"] = kernels::cpu::gemm_backend();
+  print_run_document(std::move(config), r.steps, r.memory, r.saved, r.resumed,
+                     trace_json(f.trace_path, out.trace.events.size()));
+  return 0;
+}
+
+// The flags both backends read, parsed and checked before any rank starts.
+RunFlags read_run_flags(const cli::CommandLine& cl) {
+  RunFlags f;
+  f.model = load_model(cl.get_or("--model", "tiny"));
+  f.layout = read_layout(cl);
+  f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
+  f.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
+  if (auto lr = cl.get_double("--lr", 0.0, 10.0)) f.lr = static_cast<float>(*lr);
+  f.data_file = cl.get_or("--data", "");
+  f.trace_path = cl.get_or("--trace", "");
+  f.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
+  f.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
+  f.resume = cl.get_or("--resume", "");
+  f.json = cl.flag("--json");
+  if (!f.trace_path.empty()) check_writable(f.trace_path, "--trace");
+  if (!f.data_file.empty()) (void)rt::TokenStream::from_file(f.data_file, f.model.vocab);  // fail early
+  f.start_step = check_checkpoint_flags(f.save_every, f.checkpoint_dir, f.resume, f.model, f.steps, f.seed, f.data_file);
+  rt::check_runnable(f.model, f.layout);
+  return f;
+}
 
 }  // namespace
 
@@ -323,96 +371,14 @@ int run(const Args& args) {
   const std::string backend = cl.get_or("--backend", "cpu");
   if (backend == "cuda") {
 #ifdef TESSEL_HAVE_CUDA
-    rt::cuda::CudaRunOptions o;
-    o.model = load_model(cl.get_or("--model", "tiny"));
-    o.layout = read_layout(cl);
-    o.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
-    o.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
-    if (auto lr = cl.get_double("--lr", 0.0, 10.0)) o.lr = static_cast<float>(*lr);
-    o.trace_path = cl.get_or("--trace", "");
-    if (!o.trace_path.empty()) check_writable(o.trace_path, "--trace");
-    o.only_rank = static_cast<int>(cl.get_int("--only-rank", 0, 1 << 20).value_or(-1));
-    o.precision = cl.get_or("--precision", "bf16");
-    o.gpu_threads = cl.flag("--gpu-threads");
-    o.profile_kernels = cl.flag("--profile-kernels");
-    o.data_file = cl.get_or("--data", "");
-    o.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
-    o.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
-    o.resume = cl.get_or("--resume", "");
-    if (!o.data_file.empty()) (void)rt::TokenStream::from_file(o.data_file, o.model.vocab);  // fail early
-    o.start_step = check_checkpoint_flags(o.save_every, o.checkpoint_dir, o.resume, o.model, o.steps, o.seed, o.data_file);
-    rt::check_runnable(o.model, o.layout);
-    return rt::cuda::run_cuda(o);
+    return run_cuda_backend(cl, read_run_flags(cl));
 #else
     throw InputError("--backend cuda: this build has no CUDA runtime (CUDA/NCCL not found at configure time); use --backend cpu");
 #endif
   }
   if (backend != "cpu") throw InputError("--backend " + backend + ": unknown backend (choose cpu or cuda)");
-  for (const char* f : {"--only-rank", "--precision", "--gpu-threads", "--profile-kernels", "--no-overlap", "--overlap-p2p"})
-    if (cl.has(f))
-      throw InputError(std::string(f) + ": only with --backend cuda (the CPU runtime is fp32, all ranks, and overlaps no communication)");
-  RunConfig c;
-  c.model = load_model(cl.get_or("--model", "tiny"));
-  c.layout = read_layout(cl);
-  // The CPU runtime keeps the softmax probabilities (Megatron's unfused core attention): say so in the
-  // layout, so a simulation of it predicts its activation memory (docs/runtime.md).
-  c.layout.attention = AttentionImpl::unfused;
-  c.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
-  c.opt.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
-  if (auto lr = cl.get_double("--lr", 0.0, 10.0)) c.opt.optimizer.adamw.lr = static_cast<float>(*lr);
-  c.opt.data_file = cl.get_or("--data", "");
-  c.trace_path = cl.get_or("--trace", "");
-  c.opt.record_trace = !c.trace_path.empty();
-  c.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
-  c.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
-  c.resume = cl.get_or("--resume", "");
-  if (!c.trace_path.empty()) check_writable(c.trace_path, "--trace");
-  if (!c.opt.data_file.empty()) (void)rt::TokenStream::from_file(c.opt.data_file, c.model.vocab);  // fail early
-  c.start_step = check_checkpoint_flags(c.save_every, c.checkpoint_dir, c.resume, c.model, c.steps, c.opt.seed,
-                                        c.opt.data_file);
-  rt::check_runnable(c.model, c.layout);
-
-  kernels::cpu::gemm_set_single_thread();
-  trace::Trace tr;
-  const auto t0 = rt::Recorder::Clock::now();
-  bool under_mpi = false;
-#ifdef TESSEL_HAVE_MPI
-  under_mpi = rt::launched_by_mpirun();
-#endif
-  check_fits_in_memory(c, under_mpi);
-#ifdef TESSEL_HAVE_MPI
-  if (under_mpi) run_under_mpi(c, tr);
-#endif
-  if (!under_mpi) {
-    std::mutex mu;
-    rt::run_threads(c.layout.gpus(), [&](rt::Comm& world) {
-      trace::Trace part = run_rank(c, world, t0);
-      std::lock_guard<std::mutex> lk(mu);
-      merge_into(tr, std::move(part));
-    });
-  }
-  // Under mpirun only rank 0 holds the gathered trace (process 0 has rank 0's name); others write nothing.
-  if (!c.trace_path.empty() && !tr.process_names.empty()) {
-    std::stable_sort(tr.events.begin(), tr.events.end(),
-                     [](const trace::OpEvent& a, const trace::OpEvent& b) { return a.rank < b.rank; });
-    std::stable_sort(tr.counters.begin(), tr.counters.end(),
-                     [](const trace::Counter& a, const trace::Counter& b) { return a.rank < b.rank; });
-    tr.other_data["model"] = model_to_json(c.model);
-    tr.other_data["layout"] = layout_to_json(c.layout);
-    tr.other_data["schedule"] = sched::name(c.layout.schedule);
-    tr.other_data["system"] = "cpu";
-    tr.other_data["tool"] = std::string("tessel ") + TESSEL_VERSION;
-    // A resumed run's steps are numbered from the checkpoint's step + 1, as its step lines say; compare
-    // numbers the trace's steps from here (absent: 1).
-    if (c.start_step > 0) tr.other_data["first_step"] = c.start_step + 1;
-    // Every rank a thread of this process: the cores they shared (calibrate warns when ranks outnumber them).
-    // Under mpirun the ranks may span hosts, so nothing is claimed.
-    if (!under_mpi && std::thread::hardware_concurrency() > 0)
-      tr.other_data["host"] = {{"cores", std::thread::hardware_concurrency()}};
-    trace::write_chrome_trace(tr, c.trace_path);
-    std::printf("trace: %s (%zu events, %zu ranks)\n", c.trace_path.c_str(), tr.events.size(), tr.process_names.size());
-  }
-  return 0;
+  reject_cuda_flags(cl);
+  return run_cpu(read_run_flags(cl));
 }
 
 }  // namespace tessel::cmd

@@ -17,119 +17,77 @@
 namespace tessel::rt::cuda {
 
 namespace kg = kernels::cuda;
-using sched::Action;
-using sched::ActionType;
 
-// runtime/executor.cpp's walk, on device buffers: the same actions in the same order.
-struct GpuTrainer::Walker {
-  using Key = std::pair<int, int>;
-  GpuTrainer& t;
-  const sched::Schedule& s;
-  int pp_rank;
-  std::map<Key, DBuf> fwd_in, bwd_in, fwd_out, bwd_out;
+// The pipeline walk (runtime/executor.hpp) on device buffers: GpuStages, their kernels timed with CUDA
+// events, sends and receives over the pp communicator (NCCL, or staged through the host).
+class GpuTrainer::Pipeline final : public PipelineBackend<DBuf> {
+ public:
+  explicit Pipeline(GpuTrainer& t) : t_(t) {}
 
-  GpuStage& stage(int st) {
-    auto it = t.stages_.find(st);
-    TESSEL_CHECK(it != t.stages_.end(), "stage " << st << " is not on pipeline rank " << pp_rank);
-    return *it->second;
-  }
-  static DBuf take(std::map<Key, DBuf>& m, Key k, const char* what) {
-    auto it = m.find(k);
-    TESSEL_CHECK(it != m.end(), "" << what << " for stage " << k.first << " mb " << k.second << " missing");
-    DBuf v = std::move(it->second);
-    m.erase(it);
-    return v;
-  }
-  OpIdentity id_of(const char* op, int st, int mb) {
+  std::pair<int, int> stage_layers(int st) override {
     const GpuStageConfig& c = stage(st).config();
-    return {op, st, s.chunk_of(st), mb, c.l0, c.l1};
+    return {c.l0, c.l1};
   }
-  // ZeRO-2/3 are finer than the CPU executor's per-action hooks: the stage opens each group's windows as
+  double forward_flops(int st) override { return stage(st).forward_flops(); }
+
+  void begin_compute(const ComputeAction& c) override {
+    nvtx_.emplace(c.id.op.c_str());
+    op_ = t_.dev_.begin_op(trace::Stream::compute, c.id, c.name, c.flops, 0.0);
+  }
+  void end_compute(const ComputeAction&) override {
+    t_.dev_.end_op(op_);
+    nvtx_.reset();
+  }
+  // ZeRO-2/3 are finer than the CPU backend's per-action hooks: the stage opens each group's windows as
   // it reaches it (GpuStage::ParamHooks): ZeRO-3 gathers one layer's values at a time, as FSDP does, and
   // a group's gradient lives from the first kernel writing it to the end of its micro-batch's part (B, or
   // W after I), as DeepSpeed's reduction buckets. The same micro-batch sums as the CPU's, in more pieces.
   // After a B or W nothing of the stage's may be left live (checked at the step's end).
-  template <class F>
-  void compute(const char* op, const char* letter, int st, int mb, double flops, F&& f) {
-    const char l = letter[0];
-    timed(op, letter, st, mb, flops, std::forward<F>(f));
-    if (t.params_->grouped() && (l == 'B' || l == 'W')) t.flush_grads(t.stage_groups(st));
+  void after_compute(const ComputeAction& c) override {
+    if (t_.params_->grouped() && c.grads_done()) t_.flush_grads(t_.stage_groups(c.stage));
   }
-  template <class F>
-  void timed(const char* op, const char* letter, int st, int mb, double flops, F&& f) {
-    kg::NvtxRange r(op);
-    const std::size_t id = t.dev_.begin_op(trace::Stream::compute, id_of(op, st, mb),
-                                           std::string(letter) + " s" + std::to_string(st) + " mb" + std::to_string(mb), flops, 0.0);
-    f();
-    t.dev_.end_op(id);
+
+  DBuf forward(int st, int mb, DBuf in) override {
+    return stage(st).forward(mb, in, static_cast<const std::int32_t*>(t_.tokens_[mb]->get()),
+                             static_cast<const std::int32_t*>(t_.targets_[mb]->get()));
   }
-  void forward(int st, int mb) {
-    GpuStage& g = stage(st);
-    compute("forward", "F", st, mb, g.forward_flops(), [&] {
-      DBuf in = st == 0 ? nullptr : take(fwd_in, {st, mb}, "forward input");
-      DBuf out = g.forward(mb, in, static_cast<const std::int32_t*>(t.tokens_[mb]->get()),
-                           static_cast<const std::int32_t*>(t.targets_[mb]->get()));
-      if (st == s.num_stages - 1) return;
-      if (s.rank_of(st + 1) == pp_rank) fwd_in[{st + 1, mb}] = out;
-      else fwd_out[{st, mb}] = out;
-    });
+  DBuf backward(int st, int mb, DBuf dout, bool full) override {
+    return stage(st).backward(mb, dout, /*defer_weight=*/!full);
   }
-  void backward(int st, int mb, bool full) {
-    GpuStage& g = stage(st);
-    compute(full ? "backward" : "input_grad", full ? "B" : "I", st, mb, (full ? 2.0 : 1.0) * g.forward_flops(), [&] {
-      DBuf dout = st == s.num_stages - 1 ? nullptr : take(bwd_in, {st, mb}, "output gradient");
-      DBuf dx = g.backward(mb, dout, /*defer_weight=*/!full);
-      if (st == 0) return;
-      if (s.rank_of(st - 1) == pp_rank) bwd_in[{st - 1, mb}] = dx;
-      else bwd_out[{st, mb}] = dx;
-    });
+  void weight(int st, int mb) override { stage(st).backward_weight(mb); }
+
+  void send(const P2pAction& p, DBuf buf) override { transfer(p, std::move(buf)); }
+  DBuf recv(const P2pAction& p) override {
+    DBuf buf = t_.dev_.alloc_f32(stage(p.stage).activation_elems());
+    if (t_.record_only_)  // synthesised input of the next op
+      throw_if_failed(kg::fill_uniform(t_.dev_.compute(), f32(buf), stage(p.stage).activation_elems(),
+                                       t_.opt_.seed + std::uint64_t(p.mb), 1.0f));
+    transfer(p, buf);
+    return buf;
   }
-  void p2p(const Action& a) {
-    const bool fwd = a.type == ActionType::SEND_F || a.type == ActionType::RECV_F, send = sched::is_send(a.type);
-    const int st = a.stage, mb = a.mb, dir = fwd ? 0 : 1, to = send ? (fwd ? st + 1 : st - 1) : st;
-    const int peer = a.peer >= 0 ? a.peer : s.rank_of(send ? to : (fwd ? st - 1 : st + 1));
-    const std::size_t n = stage(st).activation_elems();
-    const std::int64_t flow = (std::int64_t(t.steps_) * s.num_stages * s.num_microbatches * 2) +
-                              (std::int64_t(mb) * s.num_stages + to) * 2 + dir;
-    DBuf buf = send ? take(fwd ? fwd_out : bwd_out, {st, mb}, "tensor to send") : t.dev_.alloc_f32(n);
-    if (!send && t.record_only_)  // synthesised input of the next op
-      throw_if_failed(kg::fill_uniform(t.dev_.compute(), f32(buf), n, t.opt_.seed + std::uint64_t(mb), 1.0f));
-    t.dev_.comm_waits_compute();
-    const std::size_t id = t.dev_.begin_op(trace::Stream::pp, id_of(send ? "send" : "recv", st, mb), a.token(), 0.0,
-                                           double(n) * sizeof(float), flow);
-    if (!t.record_only_) {
-      if (send) t.groups_.pp->send(f32(buf), n, peer, 0);
-      else t.groups_.pp->recv(f32(buf), n, peer, 0);
+
+ private:
+  GpuStage& stage(int st) { return *t_.stages_.at(st); }
+  // On the comm stream after the compute that made (or last read) the buffer; --only-rank records it
+  // without running it.
+  void transfer(const P2pAction& p, DBuf buf) {
+    const std::size_t n = stage(p.stage).activation_elems();
+    t_.dev_.comm_waits_compute();
+    const std::size_t id = t_.dev_.begin_op(trace::Stream::pp, p.id, p.name, 0.0, double(n) * sizeof(float), p.flow);
+    if (!t_.record_only_) {
+      if (p.send) t_.groups_.pp->send(f32(buf), n, p.peer, p.tag);
+      else t_.groups_.pp->recv(f32(buf), n, p.peer, p.tag);
     }
-    t.dev_.end_op(id);
-    if (!t.record_only_) {  // (a synthesised input is on the compute stream already)
-      // With overlap_p2p compute goes on past a send; the buffer stays until compute next waits for comm.
-      if (send && t.layout_.overlap_p2p) t.dev_.comm_in_flight({buf});
-      else t.dev_.compute_waits_comm();
-    }
-    if (!send) (fwd ? fwd_in : bwd_in)[{st, mb}] = buf;
+    t_.dev_.end_op(id);
+    if (t_.record_only_) return;  // (a synthesised input is on the compute stream already)
+    // With overlap_p2p compute goes on past a send; the buffer stays until compute next waits for comm.
+    if (p.send && t_.layout_.overlap_p2p) t_.dev_.comm_in_flight({buf});
+    else t_.dev_.compute_waits_comm();
   }
-  void execute(const Action& a) {
-    switch (a.type) {
-      case ActionType::F: forward(a.stage, a.mb); break;
-      case ActionType::B: backward(a.stage, a.mb, true); break;
-      case ActionType::I: backward(a.stage, a.mb, false); break;
-      case ActionType::W:
-        compute("weight_grad", "W", a.stage, a.mb, stage(a.stage).forward_flops(),
-                [&] { stage(a.stage).backward_weight(a.mb); });
-        break;
-      case ActionType::OVERLAP_F_B:
-        for (const Action& sub : a.sub) execute(sub);
-        break;
-      case ActionType::SEND_F: case ActionType::RECV_F: case ActionType::SEND_B: case ActionType::RECV_B: p2p(a); break;
-      default: break;  // REDUCE_GRAD, OPTIMIZER_STEP, UNSHARD, RESHARD, RECOMPUTE: the trainer's step does these
-    }
-  }
-  void run() {
-    for (const Action& a : s.ranks.at(std::size_t(pp_rank))) execute(a);
-    // Under --only-rank nobody receives what this rank sends, and that is fine; otherwise all was delivered.
-    TESSEL_CHECK(fwd_in.empty() && bwd_in.empty(), "pipeline rank " << pp_rank << " finished with undelivered tensors");
-  }
+
+  GpuTrainer& t_;
+  std::optional<kg::NvtxRange> nvtx_;
+  std::size_t op_ = 0;
 };
 
 GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const GpuTrainOptions& opt, Comm* world,
@@ -643,26 +601,36 @@ std::vector<GpuParams::HostParamState> GpuTrainer::host_states() {
   return host;
 }
 
-void GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
+CheckpointIo GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not write recovery checkpoints");
+  const auto start = std::chrono::steady_clock::now();
   std::vector<GpuParams::HostParamState> host = host_states();
-  write_checkpoint(dir, {steps_, consumed_samples_}, seed, opt_.data_file, model_, layout_, "cuda", host_world(),
-                   checkpoint_views(host, true));
+  CheckpointIo io;
+  io.step = steps_;
+  io.folder = write_checkpoint(dir, {steps_, consumed_samples_}, seed, opt_.data_file, model_, layout_, "cuda",
+                               host_world(), checkpoint_views(host, true));
+  io.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  io.bytes = step_folder_bytes(io.folder);
+  return io;
 }
 
-void GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
+CheckpointIo GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not resume");
+  const auto start = std::chrono::steady_clock::now();
   std::vector<GpuParams::HostParamState> host(params_->params().size());
   for (std::size_t i = 0; i < host.size(); ++i) {
     const std::size_t n = params_->params()[i].size();
     host[i] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
   }
-  const DataPosition at = read_checkpoint(dir, seed, opt_.data_file, model_, host_world(), checkpoint_views(host, false));
+  const LoadedCheckpoint got = read_checkpoint(dir, seed, opt_.data_file, model_, host_world(), checkpoint_views(host, false));
   for (const auto& [g, x] : stale_values_) TESSEL_CHECK(!x.issued, "resuming with a values exchange in flight");
   stale_values_.clear();  // every value comes from the checkpoint
   params_->load_states(host);  // ZeRO: this rank keeps its chunks
-  steps_ = at.step;
-  consumed_samples_ = at.consumed_samples;
+  steps_ = got.at.step;
+  consumed_samples_ = got.at.consumed_samples;
+  CheckpointIo io{steps_, got.folder, 0, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  io.bytes = step_folder_bytes(io.folder);
+  return io;
 }
 
 StepStats GpuTrainer::step() {
@@ -675,8 +643,8 @@ StepStats GpuTrainer::step() {
   }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
   load_batch(consumed_samples_);
-  Walker w{*this, schedule_, at_.pp, {}, {}, {}, {}};
-  w.run();
+  Pipeline pipeline(*this);
+  walk_pipeline(schedule_, {at_.pp, steps_, at_.tp + layout_.tp * at_.dp, layout_.tp * layout_.dp}, pipeline);
   reduce_gradients();
   StepStats st;
   st.step = steps_;

@@ -28,6 +28,7 @@ struct GpuTrainOptions {
   OptimizerConfig optimizer;
   bool record_trace = false;
   kernels::cuda::GemmType gemm = kernels::cuda::GemmType::bf16_fp32;
+  std::string attention_kernel;  // the attention kernel's variant by name (`tessel run --attention-kernel`); empty: the default
   int only_rank = -1;          // >= 0: play this world rank alone (see above)
   std::string data_file;       // token file (runtime/init.hpp's TokenStream); empty: the synthetic stream
 };
@@ -44,14 +45,18 @@ class GpuTrainer {
   GpuParams& params() { return *params_; }
   std::string process_name() const;
   int world_rank() const { return world_rank_; }
+  const sched::Schedule& schedule() const { return schedule_; }  // lowered, as walked
+  // The world with host buffers (staged through the device; a one-rank world without one): checkpoints,
+  // scalars, run reports.
+  Comm& host_world();
   int steps_done() const { return steps_; }
   std::int64_t consumed_samples() const { return consumed_samples_; }  // as the CPU Trainer's
   double step_flops() const;  // forward + backward (3x forward) of this rank's stages, one step
 
   // Recovery checkpoints in the CPU runtime's format (runtime/trainer_checkpoint.hpp), so a run saved on
   // either runtime resumes on the other, under any layout. Collective over the world.
-  void save_checkpoint(const std::string& dir, std::uint64_t seed);
-  void load_checkpoint(const std::string& dir, std::uint64_t seed);
+  CheckpointIo save_checkpoint(const std::string& dir, std::uint64_t seed);
+  CheckpointIo load_checkpoint(const std::string& dir, std::uint64_t seed);
   // Every parameter's whole values and moments on the host (params() order), once any values exchange
   // still waiting for the next forward has run. Collective over the dp group.
   std::vector<GpuParams::HostParamState> host_states();
@@ -60,7 +65,7 @@ class GpuTrainer {
   std::size_t values_exchanges_exposed() const { return values_exposed_; }
 
  private:
-  struct Walker;
+  class Pipeline;  // this trainer's PipelineBackend (runtime/executor.hpp)
   void load_batch(std::int64_t first_sample);
   void reduce_gradients();
   void sync_tied();
@@ -89,7 +94,6 @@ class GpuTrainer {
   double global_grad_norm();
   bool counts_in_norm(const GpuParam& p) const;
   float world_sum(float v);  // over every rank (host scalar)
-  Comm& host_world();
   std::vector<CheckpointTensor> checkpoint_views(std::vector<GpuParams::HostParamState>& host, bool for_writing) const;
 
   CudaDevice& dev_;

@@ -3,7 +3,8 @@
 #  1. --trace writes ONE trace holding every rank (gathered to rank 0), not PATH.rank<R> per process, on
 #     one time origin;
 #  2. a world size that differs from the layout exits 2 on every rank with the rule, before training
-#     (no step line printed) and without MPI_Abort.
+#     (no step line printed) and without MPI_Abort;
+#  3. --json: stdout holds one JSON document (rank 0's), with every rank's memory gathered over MPI.
 exe="$1"
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipping"; exit 77; }
 # Under AddressSanitizer, Open MPI's dlopen'ed plugins leak allocations LeakSanitizer cannot attribute (their
@@ -51,4 +52,22 @@ for r in 0 1 2; do
 done
 grep -q "^step " "$dir/out2.txt" && { echo "FAIL: training started despite the mismatch"; exit 1; }
 grep -qi "MPI_ABORT" "$dir/out2.txt" && { echo "FAIL: the mismatch went through MPI_Abort"; exit 1; }
+# 3. pp 2 x dp 2 = 4 processes with --json; expected: stdout parses as one document (the other ranks print
+#    nothing there), comm "mpi", one step, memory of ranks 0..3 each with its activation peak; the human
+#    lines on stderr.
+timeout 300 $mpi -np 4 "$exe" run --pp 2 --dp 2 --steps 1 --json >"$dir/out3.json" 2>"$dir/err3.txt"
+rc=$?
+[ $rc -eq 0 ] || { echo "FAIL: mpirun tessel run --json exited $rc"; cat "$dir/err3.txt"; exit 1; }
+grep -q "^step    1 " "$dir/err3.txt" || { echo "FAIL: no step line on stderr"; cat "$dir/err3.txt"; exit 1; }
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$dir/out3.json" <<'PY' || exit 1
+import json, sys
+d = json.load(open(sys.argv[1]))  # fails on anything but one document
+c = d["config"]
+ok = (c["comm"] == "mpi" and c["ranks"] == 4 and len(d["steps"]) == 1 and
+      [m["rank"] for m in d["memory"]] == [0, 1, 2, 3] and all(m["peak_activation_bytes"] > 0 for m in d["memory"]))
+print("json:", c["comm"], len(d["memory"]), "ranks")
+sys.exit(0 if ok else 1)
+PY
+fi
 echo "PASS"

@@ -1,4 +1,4 @@
-// Runs the built `tessel` with arguments and captures exit code, stdout and stderr.
+// Runs the built `tessel` (or another executable) with arguments and captures exit code, stdout and stderr.
 #pragma once
 
 #include <sys/wait.h>
@@ -27,12 +27,13 @@ inline std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-inline RunResult run_tessel(const std::vector<std::string>& args) {
+// Runs `exe` (a path) with arguments.
+inline RunResult run_exe(const std::string& exe, const std::vector<std::string>& args) {
   static int counter = 0;
   const auto dir = std::filesystem::temp_directory_path();
   const std::string out = (dir / ("tessel_test_out_" + std::to_string(::getpid()) + "_" + std::to_string(counter))).string();
   const std::string err = (dir / ("tessel_test_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++))).string();
-  std::string cmd = shell_quote(tessel_exe());
+  std::string cmd = shell_quote(exe);
   for (const auto& a : args) cmd += " " + shell_quote(a);
   cmd += " >" + out + " 2>" + err;
   RunResult r;
@@ -50,6 +51,8 @@ inline RunResult run_tessel(const std::vector<std::string>& args) {
   std::filesystem::remove(err);
   return r;
 }
+
+inline RunResult run_tessel(const std::vector<std::string>& args) { return run_exe(tessel_exe(), args); }
 
 inline std::string write_temp(const std::string& name, const std::string& content) {
   const auto p = std::filesystem::temp_directory_path() / (std::to_string(::getpid()) + "_" + name);
