@@ -30,6 +30,7 @@ struct GpuTrainOptions {
   kernels::cuda::GemmType gemm = kernels::cuda::GemmType::bf16_fp32;
   int only_rank = -1;          // >= 0: play this world rank alone (see above)
   std::string data_file;       // token file (runtime/init.hpp's TokenStream); empty: the synthetic stream
+  std::string attention_kernel;
 };
 
 class GpuTrainer {

@@ -226,31 +226,6 @@ int run_cuda(const CudaRunOptions& o) {
   if (kg::device_count() == 0)
     throw InputError("--backend cuda: no CUDA device is visible to this process (no GPU or no driver); "
                      "use --backend cpu");
-  // Experiment switches for the tensor-core attention (docs/cuda.md): 1, the measured kernels, 2, or 3 (the
-  // wgmma kernels, compute capability 9.0 only); TESSEL_ATTENTION_SWIZZLE 0 or 128 picks version 3's
-  // shared-memory layout, TESSEL_ATTENTION_OVERLAP=1 its overlapped forward.
-  if (const char* v = std::getenv("TESSEL_ATTENTION")) {
-    const std::string s = v;
-    if (s != "1" && s != "2" && s != "3")
-      throw InputError("environment TESSEL_ATTENTION=" + s + ": must be 1, 2 or 3");
-    if (s == "3" && !kg::attention_tc3_available())
-      throw InputError("environment TESSEL_ATTENTION=3: the wgmma kernels need a GPU of compute capability 9.0 "
-                       "(Hopper); use 1 or 2");
-    throw_if_failed(kg::attention_tc_set_version(std::stoi(s)));
-    std::printf("attention: version %s (TESSEL_ATTENTION)\n", s.c_str());
-  }
-  if (const char* v = std::getenv("TESSEL_ATTENTION_SWIZZLE")) {
-    const std::string s = v;
-    if (s != "0" && s != "128")
-      throw InputError("environment TESSEL_ATTENTION_SWIZZLE=" + s + ": must be 0 or 128 (bytes)");
-    throw_if_failed(kg::attention_tc3_set_layout(std::stoi(s)));
-  }
-  if (const char* v = std::getenv("TESSEL_ATTENTION_OVERLAP")) {  // version 3's overlapped forward
-    const std::string s = v;
-    if (s != "0" && s != "1") throw InputError("environment TESSEL_ATTENTION_OVERLAP=" + s + ": must be 0 or 1");
-    kg::attention_tc3_set_overlap(s == "1");
-    if (s == "1") std::printf("attention: version 3's overlapped forward (TESSEL_ATTENTION_OVERLAP)\n");
-  }
   (void)gemm_type(o.precision);
   trace::Trace tr;
   if (o.gpu_threads && o.only_rank < 0 && o.layout.gpus() > 1) {

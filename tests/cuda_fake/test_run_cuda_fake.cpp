@@ -124,15 +124,6 @@ TEST_CASE("run_cuda rejects what it cannot run, naming the flag and the rule") {
   o = options(1, 1, 1);
   o.precision = "fp16";
   CHECK(error_of(o).find("--precision fp16") != std::string::npos);
-  setenv("TESSEL_ATTENTION", "4", 1);
-  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION=4: must be 1, 2 or 3") != std::string::npos);
-  unsetenv("TESSEL_ATTENTION");
-  setenv("TESSEL_ATTENTION_SWIZZLE", "64", 1);
-  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION_SWIZZLE=64: must be 0 or 128") != std::string::npos);
-  unsetenv("TESSEL_ATTENTION_SWIZZLE");
-  setenv("TESSEL_ATTENTION_OVERLAP", "yes", 1);
-  CHECK(error_of(options(1, 1, 1)).find("TESSEL_ATTENTION_OVERLAP=yes: must be 0 or 1") != std::string::npos);
-  unsetenv("TESSEL_ATTENTION_OVERLAP");
 }
 
 TEST_CASE("--gpu-threads runs every rank, saves a checkpoint, writes one trace, and resumes under another layout") {
@@ -462,7 +453,7 @@ TEST_CASE("kernel profile: the bf16 path's bytes are the model's") {
   CHECK(k.at("grad_norm").bytes == doctest::Approx(4 * params).epsilon(1e-12));
 }
 
-// With attention taking bf16 operands (versions 2 and 3, head dim 64): q, k, v leave their GEMMs in bf16 with
+// With attention taking bf16 operands (cudnn and the experimental variants, head dim 64): q, k, v leave their GEMMs in bf16 with
 // their biases' bf16 copies, attention reads them (and its output gradient) in bf16 and writes fp32.
 TEST_CASE("kernel profile: bf16 attention operands' bytes are the model's") {
   Model m = load_model("tiny");
@@ -476,10 +467,7 @@ TEST_CASE("kernel profile: bf16 attention operands' bytes are the model's") {
   rt::cuda::CudaDevice dev(0);
   rt::cuda::GpuTrainOptions opt;
   opt.gemm = kernels::cuda::GemmType::bf16_fp32;
-  struct Restore {  // version 1 again for the later cases, whatever fails here
-    ~Restore() { (void)kernels::cuda::attention_tc_set_version(1); }
-  } restore;
-  REQUIRE(kernels::cuda::attention_tc_set_version(3).ok());
+  opt.attention_kernel = "experimental-tc3";
   rt::cuda::GpuTrainer t(dev, m, l, opt, nullptr, rt::Recorder::Clock::now());
   dev.set_kernel_profile(true);
   (void)t.step();
