@@ -31,7 +31,8 @@ enum class AttentionVariant { fp32, tc, cudnn, tc2, tc3 };
 struct AttentionConfig {
   AttentionVariant variant = AttentionVariant::fp32;
   int tc_block_warps = 8;    // tc: warps per block, 4 or 8 (16 query rows each); 8 was faster at every shape
-                             // of the H200 run (b2 s8192 h16 d128: fwd 54 vs 45, bwd 60 vs 41 TFLOP/s)
+                             // of the first H200 timing (bench/h200/NOTES.md: b2 s8192 h16 d128 fwd 54 vs 45,
+                             // bwd 60 vs 41 TFLOP/s)
   int tc3_swizzle = 128;     // experimental tc3: shared-memory operand layout, 0 or 128 (bytes)
   bool tc3_overlap = false;  // experimental tc3: the overlapped forward
 };
