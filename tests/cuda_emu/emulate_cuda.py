@@ -41,6 +41,7 @@ pasted = ''.join(strip_cuda(open(h).read()) + '\n' for h in [common] + emulated 
 text = text.replace('namespace tessel::kernels::cuda {',
                     '#include "tests/cuda_emu/ptx_emu.hpp"\n' + pasted + 'namespace tessel::kernels::cuda {', 1)
 text = text.replace('extern __shared__ __align__(16) unsigned char smem[];', 'unsigned char* smem = emu::tb->smem.data();')
+text = text.replace('extern __shared__ float smem[];', 'float* smem = reinterpret_cast<float*>(emu::tb->smem.data());')
 text = re.sub(r'(?<!extern )__shared__ ', 'static ', text)
 launches = 0
 def rep(m):

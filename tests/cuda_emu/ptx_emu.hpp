@@ -1,7 +1,7 @@
 // A CPU emulation of the CUDA subset that kernels/cuda/attention_tc.cu, experimental/attention_tc2.cu,
 // experimental/attention_tc3.cu, norm.cu (with colreduce.cuh), rows.cu and elementwise.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
 // included, pasted in by emulate_cuda.py): each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
-// warp instructions (shfl.xor, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
+// warp instructions (shfl.xor, shfl.idx, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
 // their operands through a per-warp barrier and compute what the PTX ISA specifies for each lane:
 //   - ldmatrix: register m of lane L holds matrix m's elements (row L/4, columns 2(L%4), +1), the row
 //     addresses coming from lanes 8m..8m+7; with .trans, (rows 2(L%4), +1, column L/4); low half first;
@@ -219,6 +219,14 @@ inline float shfl_xor(float v, int m) {
   std::uint32_t u; std::memcpy(&u, &v, 4);
   float out = 0;
   collective(&u, 1, [&](auto& ws) { std::memcpy(&out, &ws[lane() ^ m][0], 4); });
+  return out;
+}
+
+// shfl.idx: every lane reads lane `src`'s value.
+inline float shfl_idx(float v, int src) {
+  std::uint32_t u; std::memcpy(&u, &v, 4);
+  float out = 0;
+  collective(&u, 1, [&](auto& ws) { std::memcpy(&out, &ws[src % 32][0], 4); });
   return out;
 }
 
@@ -456,6 +464,7 @@ void launch(K kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t, A..
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::shfl_xor(v, m); }
+inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl_idx(v, src); }
 inline void __syncthreads() { emu::syncthreads(); }
 
 template <class K>
