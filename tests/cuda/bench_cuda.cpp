@@ -213,7 +213,7 @@ std::string attention_tag(const std::string& name) {
   if (name == "fp32") return "fp32";
   std::string t = name.rfind("experimental-", 0) == 0 ? name.substr(13) : name;
   for (char& ch : t) ch = ch == '-' ? '_' : ch;
-  return t + "_bf16";
+  return t.append("_bf16");
 }
 
 // The variants this device and build run: fp32, tc (8-warp blocks, the default), cudnn where built, the
@@ -253,15 +253,15 @@ void attention_sweep() {
       g.out = o, g.ldo = ld, g.lse = lse, g.delta = delta, g.dq = dq, g.dk = dk, g.dv = dv, g.lddq = g.lddk = g.lddv = ld;
       const auto rows_of = [&](const std::string& tag) {
         const double f = median_ms([&] { ok(att.forward(nullptr, g)); }, 10);
-        row("attention", "fwd_" + tag, shape, f, fwd_flops / (f * 1e-3) / 1e12, "TFLOP/s");
+        row("attention", std::string("fwd_").append(tag), shape, f, fwd_flops / (f * 1e-3) / 1e12, "TFLOP/s");
         const double b = median_ms([&] { ok(att.backward(nullptr, g)); }, 10);
-        row("attention", "bwd_" + tag, shape, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12, "TFLOP/s");
+        row("attention", std::string("bwd_").append(tag), shape, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12, "TFLOP/s");
       };
       rows_of(attention_tag(name));
       if (kg::attention_takes_bf16(att.config().variant)) {  // without the rounding pass of fp32 operands
         g.dtype = kg::AttnDtype::bf16;
         g.q = qb, g.k = kb, g.v = vb, g.dout = ob;
-        rows_of(attention_tag(name) + "in");
+        rows_of(attention_tag(name).append("in"));
       }
     }
     cudaFree(hb);
