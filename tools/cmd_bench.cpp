@@ -33,6 +33,9 @@
 #ifdef TESSEL_HAVE_MPI
 #include "runtime/comm/mpi_comm.hpp"
 #endif
+#ifdef TESSEL_HAVE_CUDA
+#include "tools/bench_cuda.hpp"
+#endif
 
 namespace tessel::cmd {
 
@@ -299,7 +302,8 @@ void bench_thread_colls(calib::BenchData& out, const std::vector<std::int64_t>& 
 void print_tables(const calib::BenchData& b) {
   char line[256];
   if (!b.gemm.empty()) {
-    std::printf("# GEMM (fp32, %s)\n#%7s %7s %7s %6s %12s %10s\n", b.gemm_backend.c_str(), "m", "n", "k", "batch", "time (us)", "GFLOP/s");
+    std::printf("# GEMM (%s, %s)\n#%7s %7s %7s %6s %12s %10s\n", b.precision.c_str(), b.gemm_backend.c_str(), "m", "n", "k", "batch",
+                "time (us)", "GFLOP/s");
     for (const auto& r : b.gemm) {
       std::snprintf(line, sizeof line, "%8lld %7lld %7lld %6lld %12.2f %10.2f", static_cast<long long>(r.m),
                     static_cast<long long>(r.n), static_cast<long long>(r.k), static_cast<long long>(r.batch),
@@ -313,8 +317,8 @@ void print_tables(const calib::BenchData& b) {
       std::printf("%8s %12.0f %12.2f %10.2f\n", r.kernel.c_str(), r.bytes, r.time_s * 1e6, r.bytes / r.time_s / 1e9);
   }
   if (!b.kernels.empty()) {
-    std::printf("\n# runtime kernels (kernels/cpu), bytes/FLOPs as the cost model charges them\n#%17s %10s %12s %12s %10s %10s\n",
-                "kernel", "path", "bytes", "time (us)", "GB/s", "GFLOP/s");
+    std::printf("\n# runtime kernels (kernels/%s), bytes/FLOPs as the cost model charges them\n#%17s %10s %12s %12s %10s %10s\n",
+                b.backend.c_str(), "kernel", "path", "bytes", "time (us)", "GB/s", "GFLOP/s");
     for (const auto& r : b.kernels)
       std::printf("%18s %10s %12.0f %12.2f %10.2f %10.2f\n", r.kernel.c_str(), r.path.c_str(), r.bytes, r.time_s * 1e6,
                   r.bytes / r.time_s / 1e9, r.flops / r.time_s / 1e9);
@@ -336,25 +340,55 @@ void print_tables(const calib::BenchData& b) {
   }
 }
 
+// --backend cuda: the GPU's rows (tools/bench_cuda.cpp) in a CUDA build, else refused.
+void bench_gpu(const cli::CommandLine& cl, const std::vector<std::string>& what) {
+#ifdef TESSEL_HAVE_CUDA
+  const auto has = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
+  CudaBenchOptions o;
+  o.gemm = has("gemm"), o.membw = has("membw"), o.kernels = has("kernels"), o.collectives = has("collectives");
+  o.precision = cl.get_or("--precision", "bf16");
+  if (o.precision != "bf16" && o.precision != "fp32")
+    throw InputError("--precision " + o.precision + ": expected bf16 or fp32 (TF32 GEMMs)");
+  o.attention_kernel = cl.get_or("--attention-kernel", "");
+  o.quick = cl.flag("--quick");
+  calib::BenchData b;
+  bench_cuda(b, o);
+  if (cl.flag("--json")) std::cout << calib::bench_to_json(b).dump(1) << "\n";
+  else print_tables(b);
+#else
+  (void)cl, (void)what;
+  throw InputError("--backend cuda: not available in this build (built without CUDA); use --backend cpu");
+#endif
+}
+
 }  // namespace
 
 int bench(const Args& args) {
   cli::CommandLine cl("bench", args,
-                      {{"--backend", true, "cpu (cuda: not in this build) [cpu]"},
+                      {{"--backend", true, "cpu or cuda (CUDA builds) [cpu]"},
                        {"--what", true, "comma list of gemm, membw, kernels, collectives [all four]"},
-                       {"--ranks", true, "comma list of collective group sizes on the thread communicator [2]"},
-                       {"--concurrent", true, "threads computing at once for gemm/membw (per-rank rate under that load) [1]"},
+                       {"--ranks", true, "cpu: comma list of collective group sizes on the thread communicator [2]"},
+                       {"--concurrent", true, "cpu: threads computing at once for gemm/membw (per-rank rate under that load) [1]"},
+                       {"--precision", true, "cuda: bf16 (bf16 GEMMs) or fp32 (TF32 GEMMs) [bf16]"},
+                       {"--attention-kernel", true, "cuda: the attention variant the kernels rows time (fp32, tc, cudnn, ...) [the default]"},
+                       {"--quick", false, "cuda: small shapes (checks the command; not for calibration)"},
                        {"--json", false, "print the bench document `tessel calibrate --bench` reads"}},
                       0);
   if (cl.print_help()) return 0;
   const std::string backend = cl.get_or("--backend", "cpu");
-  if (backend == "cuda" || backend == "nccl")
-    throw InputError("--backend " + backend + ": not available in this build (no CUDA runtime compiled in, or no GPU); use --backend cpu");
-  if (backend != "cpu") throw InputError("--backend " + backend + ": expected cpu (or cuda where built)");
+  if (backend != "cpu" && backend != "cuda") throw InputError("--backend " + backend + ": expected cpu or cuda");
   std::vector<std::string> what = cl.has("--what") ? cl.get_list("--what") : std::vector<std::string>{"gemm", "membw", "kernels", "collectives"};
   for (const auto& w : what)
     if (w != "gemm" && w != "membw" && w != "kernels" && w != "collectives")
       throw InputError("--what " + w + ": expected a comma list of gemm, membw, kernels, collectives");
+  if (backend == "cuda") {
+    for (const char* f : {"--ranks", "--concurrent"})
+      if (cl.has(f)) throw InputError(std::string(f) + ": a --backend cpu flag (cuda's collectives run on every visible GPU)");
+    bench_gpu(cl, what);
+    return 0;
+  }
+  for (const char* f : {"--precision", "--attention-kernel", "--quick"})
+    if (cl.has(f)) throw InputError(std::string(f) + ": a --backend cuda flag");
   const auto has = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };
   const int concurrent = static_cast<int>(cl.get_int("--concurrent", 1, 256).value_or(1));
   const std::vector<std::int64_t> groups = cl.has("--ranks") ? cl.get_int_list("--ranks", 2, 256) : std::vector<std::int64_t>{2};

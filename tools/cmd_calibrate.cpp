@@ -109,7 +109,7 @@ int calibrate(const Args& args) {
                       {{"--bench", true, "bench document from `tessel bench --json`"},
                        {"--trace", true, "comma list of measured Chrome traces (`tessel run --trace`): per-op-kind fit"},
                        {"--base-system", true, "system preset or JSON the profile starts from [cpu]"},
-                       {"--comm", true, "communicator whose collective rows set the link: thread|mpi [thread]"},
+                       {"--comm", true, "communicator whose collective rows set the link: thread|mpi|nccl [thread]"},
                        {"--max-ranks", true, "ignore collective rows of larger groups (e.g. the core count) [all]"},
                        {"--name", true, "name of the profile [<base>-calibrated]"},
                        {"-o", true, "write the profile (a system JSON) here (required)"},
@@ -123,7 +123,8 @@ int calibrate(const Args& args) {
   const System base = load_system(cl.get_or("--base-system", "cpu"));
   calib::FitOptions opts;
   opts.comm = cl.get_or("--comm", "thread");
-  if (opts.comm != "thread" && opts.comm != "mpi") throw InputError("--comm " + opts.comm + ": expected thread or mpi");
+  if (opts.comm != "thread" && opts.comm != "mpi" && opts.comm != "nccl")
+    throw InputError("--comm " + opts.comm + ": expected thread, mpi or nccl");
   opts.max_ranks = static_cast<int>(cl.get_int("--max-ranks", 2, 1 << 16).value_or(0));
 
   calib::FitResult fit;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one prepared device check of issue 7 (about 8 minutes on one H200). Four modes:
+# The one prepared device check (about 8 minutes on one H200; docs/cuda.md, "The device check"). Four modes:
 #
 #   tools/device-check.sh prepare     HERE (the development machine): collects the header-only and static
 #                                      dependencies the device image lacks (it has nvcc, cmake, ninja, meson
@@ -25,12 +25,17 @@
 #                                      training of tiny (also tp2 pp2 dp2 zero1 under --gpu-threads against
 #                                      the CPU backend, pp2 dp2 zero3 with its state memory, and a
 #                                      checkpoint resumed under another layout) and of
-#                                      a ~1.3B GPT with traces and the kernel profile (attention versions 1,
-#                                      2 and 3), --only-rank runs of GPT-3 175B tp8 pp8 (first and last
-#                                      stage), PyTorch eager, SDPA and torch.compile on the same shapes, and
-#                                      compute-sanitizer over the attention test, in that order of priority. Everything lands in $OUT as at most 8 files (the tool's limit):
-#                                      summary.txt (the table, printed last too), bench.csv, tests.log,
-#                                      runs.log, torch.log, traces.tar.gz, build.log.
+#                                      a ~1.3B GPT with traces and the kernel profile (the default attention
+#                                      tc, then cudnn and the experimental variants), --only-rank runs of
+#                                      GPT-3 175B tp8 pp8 (first and last stage), `tessel bench --backend
+#                                      cuda` and its calibration, PyTorch eager, SDPA and torch.compile on
+#                                      the same shapes, and compute-sanitizer over the attention test, in
+#                                      that order of priority. The attention test checks every variant
+#                                      against the CPU reference and bench.csv times them: the figures that
+#                                      decide the bf16 default (tc or cudnn). Everything lands in $OUT as at
+#                                      most 8 files (the tool's limit): summary.txt (the table, printed last
+#                                      too), bench.csv, bench-bf16.json, tests.log, runs.log, torch.log,
+#                                      traces.tar.gz, build.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -117,7 +122,7 @@ start_all=$(date +%s)
 left() { echo $(( deadline - ($(date +%s) - start_all) )); }
 cap() { local want=$1 l; l=$(left); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 5 ] && want=0; echo "$want"; }
 mkdir -p "$OUT"
-for f in summary.txt bench.csv tests.log runs.log torch.log traces.tar.gz build.log; do rm -f "$OUT/$f"; done  # a rerun starts clean
+for f in summary.txt bench.csv bench-bf16.json tests.log runs.log torch.log traces.tar.gz build.log; do rm -f "$OUT/$f"; done  # a rerun starts clean
 work=$(mktemp -d)
 summary=$OUT/summary.txt
 : > "$summary"
@@ -141,6 +146,12 @@ if [ -d "$bin" ]; then
   done
   tessel=$bin/tessel
   tdir=$bin
+  # cuDNN is opened at run time by the cudnn attention variant (kernels/cuda/attention_cudnn.cpp), so ldd
+  # does not list it: look for it the same way (PyTorch's wheels carry one).
+  if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9'; then
+    hit=$(find /usr/local /opt /usr/lib /root -name 'libcudnn.so.9' 2>/dev/null | head -1)
+    [ -n "$hit" ] && export LD_LIBRARY_PATH="$(dirname "$hit")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  fi
   note "build: prebuilt $(cat "$bin/built_from.txt" 2>/dev/null) (no MPI, no BLAS); missing libraries: $(ldd "$tessel" | grep -c 'not found')"
   ldd "$tessel" > "$OUT/build.log" 2>&1
   : > "$OUT/tests.log"
@@ -221,20 +232,17 @@ RUN_CAP=90 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 6 --lr 1e-4 -
 note "tessel 1.3B (mbs 8, seq 1024, bf16 GEMMs): $(awk '/gpt-1.3b/{f=1} f && /^step/{l=$0} END{print l}' "$OUT/runs.log")"
 note "tessel 1.3B $(awk '/gpt-1.3b/{f=1} f && /^summary:/{print; exit}' "$OUT/runs.log")"
 awk '/gpt-1.3b/{f=1} f && /^kernel profile/{p=1} p && /^device memory/{exit} p && !/^summary:/' "$OUT/runs.log" | tee -a "$summary"
-# The same step with the other attention kernels, end to end: version 2 (attention_tc2.cu), version 3
-# (attention_tc3.cu, wgmma) and version 3 with its overlapped forward. Each run follows a marker line of its
-# own in runs.log; attn_log prints that run's lines (up to the next run's "== " line).
+# The same step with the other attention variants (--attention-kernel, kernels/cuda/attention_variant.hpp),
+# end to end: cudnn first (the candidate for the bf16 default), then the experimental ones. Each run follows
+# a marker line of its own in runs.log; attn_log prints that run's lines (up to the next run's "== " line).
 attn_log() { awk -v m="== attention variant $1" '$0 == m {f = 1; next} f && /^== / && ++n == 2 {exit} f' "$OUT/runs.log"; }
-attn_run() {  # label, then environment assignments
-  local label=$1; shift
-  echo "== attention variant $label" >>"$OUT/runs.log"
-  (export "$@"; RUN_CAP=60 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --lr 1e-4 --profile-kernels)
-  note "tessel 1.3B with attention $label: $(attn_log "$label" | awk '/^step/{l=$0} END{print l}')"
-  attn_log "$label" | awk -v l="$label" '/attention_(fwd|bwd)/{print "  v" l " " $0; n++} n == 2 {exit}' | tee -a "$summary"
+attn_run() {  # the variant's name
+  echo "== attention variant $1" >>"$OUT/runs.log"
+  RUN_CAP=60 run --model "$work/gpt-1b.json" --mbs 8 --gbs 8 --steps 4 --lr 1e-4 --profile-kernels --attention-kernel "$1"
+  note "tessel 1.3B with attention $1: $(attn_log "$1" | awk '/^step/{l=$0} END{print l}')"
+  attn_log "$1" | awk -v l="$1" '/attention_(fwd|bwd)/{print "  " l " " $0; n++} n == 2 {exit}' | tee -a "$summary"
 }
-attn_run 2 TESSEL_ATTENTION=2
-attn_run 3 TESSEL_ATTENTION=3
-attn_run 3-overlapped TESSEL_ATTENTION=3 TESSEL_ATTENTION_OVERLAP=1
+for v in cudnn experimental-tc2 experimental-tc3 experimental-tc3-overlap; do attn_run "$v"; done
 # 4. PyTorch on the same ~1.3B model and batch: bf16 autocast, median step; eager now, torch.compile last
 #    (its compilation is the slowest stage).
 cat > "$work/torch_gpt.py" <<'EOF'
@@ -287,6 +295,22 @@ awk -F, '$1=="gemm" && $3=="8192x8192x8192" && $6=="TFLOP/s" {printf "gemm 8192^
 # Tessel's bf16 GEMM call over cuBLASLt called directly, per shape (target: within 5%, ratio <= 1.05).
 awk -F, '$2=="tessel_over_cublaslt_bf16" {n++; if ($5 > m) {m = $5; at = $3}} END {if (n) printf "gemm tessel / cuBLASLt alone (bf16): worst %.3f at %s over %d shapes\n", m, at, n; else print "gemm tessel / cuBLASLt alone: no rows"}' "$OUT/bench.csv" | tee -a "$summary"
 awk -F, '$1=="attention" {printf "attention %-9s %-18s %7.1f TFLOP/s\n", $2, $3, $5}' "$OUT/bench.csv" | tee -a "$summary"
+# The bf16 default: tc against cudnn at the 1.3B step's shape (their correctness is tests.log's cuda_attention).
+awk -F, '$1=="attention" && $3=="b16_s1024_h16_d128" && $2 ~ /^(fwd|bwd)_(tc|cudnn)_bf16$/ {v[$2]=$5}
+  END {printf "attention default (b16 s1024 h16 d128): tc fwd %s bwd %s, cudnn fwd %s bwd %s TFLOP/s\n",
+       v["fwd_tc_bf16"], v["bwd_tc_bf16"], v["fwd_cudnn_bf16"], v["bwd_cudnn_bf16"]}' "$OUT/bench.csv" | tee -a "$summary"
+
+# 5b. `tessel bench --backend cuda` (the document `tessel calibrate --bench` reads) and the fit of the h200
+#     preset from it.
+quick=""; [ -n "${DRY_RUN:-}" ] && quick="--quick"  # the fake CUDA's CPU kernels finish only small shapes
+c=$(cap 90)
+if [ "$c" -gt 0 ]; then
+  timeout "$c" "$tessel" bench --backend cuda --precision bf16 $quick --json >"$OUT/bench-bf16.json" 2>>"$OUT/build.log"
+  note "tessel bench --backend cuda: rc $?, $(grep -c '"time_us"' "$OUT/bench-bf16.json") rows"
+  "$tessel" calibrate --bench "$OUT/bench-bf16.json" --base-system h200 -o "$work/h200-fitted.json" 2>&1 | head -12 | tee -a "$summary"
+else
+  note "tessel bench --backend cuda skipped (time)"
+fi
 
 # 6. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).
 RUN_CAP=45 run --model "$g3" --tp 8 --pp 8 --mbs 1 --gbs 16 --recompute full --steps 2 --only-rank 0 --trace "$work/g3_r0.json"
@@ -335,9 +359,9 @@ for mode in compile; do
   timeout "$c" python3 "$work/torch_gpt.py" "$work/gpt-1b.json" $mode 8 >>"$OUT/torch.log" 2>&1 || echo "torch $mode failed or timed out" >>"$OUT/torch.log"
 done
 grep '^torch' "$OUT/torch.log" | tee -a "$summary"
-# The issue's ratios: tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch;
-# for the default attention kernels and for versions 2 and 3 (their runs' own summary lines).
-for v in default 2 3 3-overlapped; do
+# Tessel's median 1.3B step (its summary line) over PyTorch's median step, same batch; for the default
+# attention and each other variant (their runs' own summary lines).
+for v in default cudnn experimental-tc2 experimental-tc3 experimental-tc3-overlap; do
   if [ "$v" = default ]; then
     tm=$(awk '/gpt-1.3b/{f=1} f && /^summary:/{print $4; exit}' "$OUT/runs.log")
   else
@@ -353,16 +377,16 @@ for v in default 2 3 3-overlapped; do
   done
 done
 
-# 8. compute-sanitizer over the tensor-core attention test (both versions): shared-memory races
+# 8. compute-sanitizer over the attention variants' test: shared-memory races
 #     (racecheck: the cp.async double buffering) and out-of-bounds or misaligned accesses (memcheck).
 if command -v compute-sanitizer >/dev/null 2>&1; then
   for tool in racecheck memcheck; do
     c=$(cap 60); [ "$c" -eq 0 ] && { echo "skipped sanitizer $tool: time" >> "$OUT/tests.log"; continue; }
-    echo "== compute-sanitizer --tool $tool cuda_test_attention (tensor-core case)" >> "$OUT/tests.log"
+    echo "== compute-sanitizer --tool $tool cuda_test_attention (bf16 variants)" >> "$OUT/tests.log"
     timeout "$c" compute-sanitizer --tool "$tool" --error-exitcode 9 "$tdir/cuda_test_attention" \
-      --test-case='tensor-core attention forward and backward*' >> "$OUT/tests.log" 2>&1
+      --test-case='bf16 attention variants*' >> "$OUT/tests.log" 2>&1
     rc=$?; echo "rc $rc" >> "$OUT/tests.log"
-    note "compute-sanitizer $tool (tensor-core attention): rc $rc$( [ $rc -eq 0 ] && echo ' (clean)')"
+    note "compute-sanitizer $tool (bf16 attention variants): rc $rc$( [ $rc -eq 0 ] && echo ' (clean)')"
   done
 else
   note "compute-sanitizer: not on this image"

@@ -1,18 +1,18 @@
 // Causal attention in the flash-attention manner (Dao et al. 2022; FlashAttention-2, Dao 2023): keys and
 // values stream through shared-memory tiles, each query row keeps a running max m, a running sum l and
-// an output accumulator (online softmax, Milakov & Gimelshein 2018), so no [seq, seq] matrix is ever
-// written. fp32 on the CUDA cores: a clear, testable baseline; the tensor-core (wgmma, bf16) version is
-// future work (docs/cuda.md).
+// an output accumulator (online softmax, Milakov & Gimelshein 2018: attention_softmax.cuh, shared with the
+// tensor-core kernels), so no [seq, seq] matrix is ever written. fp32 on the CUDA cores: the reference of
+// the GPU path (attention variant fp32) and the kernel of --precision fp32 runs.
 //
 // Work split: a block is 4 warps; a warp owns 4 rows (query rows in the forward and dQ kernels, key rows
 // in the dK/dV kernel). For the 32 rows of the streamed tile, lane j takes row j of the tile for the dot
 // products (shared-memory rows padded to an odd pitch, so the 32 lanes hit 32 banks), and lane c takes
 // columns c, c + 32, ... of the accumulators (consecutive addresses across the warp).
+#include "kernels/cuda/attention_kernels.hpp"
+#include "kernels/cuda/attention_prep.cuh"
+#include "kernels/cuda/attention_softmax.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/kernels.hpp"
-#include "kernels/cuda/nvtx.hpp"
 
 namespace tessel::kernels::cuda {
 
@@ -29,7 +29,8 @@ __host__ __device__ constexpr int pitch() { return DV * kWarp + 1; }  // odd: ro
 
 struct Dims {
   int S, HQ, HKV, D;
-  float scale;  // 1 / sqrt(D)
+  float scale;   // 1 / sqrt(D)
+  float scale2;  // scale log2(e): scores in the base-2 units of attention_softmax.cuh
 };
 
 // rows [row0, row0 + n) of a head's [S, D] slice of a token-major matrix (b's tokens start at row b*S);
@@ -48,7 +49,7 @@ __device__ inline float dot_rows(const float* a, const float* b, int D) {
   return s;
 }
 
-// grid (ceil(S / 16), HQ, B). lse[b, h, i] = m + log l in units of scaled scores.
+// grid (ceil(S / 16), HQ, B). lse[b, h, i] in natural units (attention_softmax.cuh).
 template <int DV>
 __global__ void __launch_bounds__(kWarps * kWarp) attention_fwd_kernel(
     Dims d, const float* __restrict__ q, int ldq, const float* __restrict__ k, int ldk, const float* __restrict__ v,
@@ -63,14 +64,12 @@ __global__ void __launch_bounds__(kWarps * kWarp) attention_fwd_kernel(
   const std::size_t base = std::size_t(b) * d.S;
   load_rows(Qs, P, q, ldq, base, h * d.D, i0, kOwnRows, d.S, d.D);
 
-  float m[kOwn], l[kOwn], o[kOwn][DV];
+  SoftmaxRow row[kOwn];
+  float o[kOwn][DV];
 #pragma unroll
-  for (int r = 0; r < kOwn; ++r) {
-    m[r] = -INFINITY;
-    l[r] = 0;
+  for (int r = 0; r < kOwn; ++r)
 #pragma unroll
     for (int u = 0; u < DV; ++u) o[r][u] = 0;
-  }
   const int last_key = min(d.S, i0 + kOwnRows);  // causal: no row of this block sees a later key
   for (int j0 = 0; j0 < last_key; j0 += kTile) {
     __syncthreads();  // the previous tile is no longer read
@@ -79,15 +78,13 @@ __global__ void __launch_bounds__(kWarps * kWarp) attention_fwd_kernel(
     __syncthreads();
 #pragma unroll
     for (int r = 0; r < kOwn; ++r) {
-      const int row = warp * kOwn + r, i = i0 + row, j = j0 + lane;
+      const int rr = warp * kOwn + r, i = i0 + rr, j = j0 + lane;
       if (i >= d.S) continue;  // uniform across the warp
-      float s = dot_rows(Qs + row * P, Ks + lane * P, d.D) * d.scale;
+      float s = dot_rows(Qs + rr * P, Ks + lane * P, d.D) * d.scale2;
       if (j > i || j >= d.S) s = -INFINITY;
-      const float m_new = fmaxf(m[r], warp_max(s));
-      const float p = s == -INFINITY ? 0.0f : __expf(s - m_new);
-      const float alpha = m[r] == -INFINITY ? 0.0f : __expf(m[r] - m_new);
-      l[r] = l[r] * alpha + warp_sum(p);
-      m[r] = m_new;
+      const float alpha = row[r].next_tile(warp_max(s));
+      const float p = row[r].weight(s);
+      row[r].l += warp_sum(p);
 #pragma unroll
       for (int u = 0; u < DV; ++u) o[r][u] *= alpha;
       for (int jj = 0; jj < kTile; ++jj) {
@@ -101,27 +98,14 @@ __global__ void __launch_bounds__(kWarps * kWarp) attention_fwd_kernel(
   for (int r = 0; r < kOwn; ++r) {
     const int i = i0 + warp * kOwn + r;
     if (i >= d.S) continue;
-    const float inv = 1.0f / l[r];
+    const float inv = 1.0f / row[r].l;  // every lane holds the row's whole sum (warp_sum)
 #pragma unroll
     for (int u = 0; u < DV; ++u) {
       const int c = u * kWarp + lane;
       if (c < d.D) out[(base + i) * ldo + h * d.D + c] = o[r][u] * inv;
     }
-    if (lane == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = m[r] + logf(l[r]);
+    if (lane == 0) lse[stat_index(b, h, i, d.HQ, d.S)] = row[r].lse(row[r].l);
   }
-}
-
-// delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i): one warp per row.
-__global__ void attention_delta_kernel(Dims d, int B, const float* __restrict__ out, int ldo,
-                                       const float* __restrict__ dout, int lddo, float* __restrict__ delta) {
-  const std::size_t row = blockIdx.x * std::size_t(kWarps) + threadIdx.x / kWarp;  // over B * HQ * S
-  if (row >= std::size_t(B) * d.HQ * d.S) return;
-  const int lane = threadIdx.x % kWarp, i = row % d.S, h = (row / d.S) % d.HQ, b = row / (std::size_t(d.S) * d.HQ);
-  const std::size_t t = std::size_t(b) * d.S + i;
-  float s = 0;
-  for (int c = lane; c < d.D; c += kWarp) s += dout[t * lddo + h * d.D + c] * out[t * ldo + h * d.D + c];
-  s = warp_sum(s);
-  if (lane == 0) delta[row] = s;
 }
 
 // grid (ceil(S / 16), HKV, B): a warp owns 4 keys; query tiles of 32 rows stream through, for every query
@@ -167,8 +151,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) attention_dkdv_kernel(
       for (int r = 0; r < kOwn; ++r) {
         const int row = warp * kOwn + r, j = j0 + row, i = i0 + lane;
         if (j >= d.S) continue;
-        const float s = dot_rows(Qs + lane * P, Ks + row * P, d.D) * d.scale;
-        const float p = (i >= j && i < d.S) ? __expf(s - Ls[lane]) : 0.0f;
+        const float s = dot_rows(Qs + lane * P, Ks + row * P, d.D) * d.scale2;
+        const float p = (i >= j && i < d.S) ? prob_from_lse(s, Ls[lane]) : 0.0f;
         const float ds = p * (dot_rows(Os + lane * P, Vs + row * P, d.D) - Ds[lane]);
         for (int ii = 0; ii < kTile; ++ii) {
           const float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
@@ -232,8 +216,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) attention_dq_kernel(
     for (int r = 0; r < kOwn; ++r) {
       const int row = warp * kOwn + r, i = i0 + row, j = j0 + lane;
       if (i >= d.S) continue;
-      const float s = dot_rows(Qs + row * P, Ks + lane * P, d.D) * d.scale;
-      const float p = (j <= i && j < d.S) ? __expf(s - li[r]) : 0.0f;
+      const float s = dot_rows(Qs + row * P, Ks + lane * P, d.D) * d.scale2;
+      const float p = (j <= i && j < d.S) ? prob_from_lse(s, li[r]) : 0.0f;
       const float ds = p * (dot_rows(Os + row * P, Vs + lane * P, d.D) - di[r]);
       for (int jj = 0; jj < kTile; ++jj) {
         const float dsj = __shfl_sync(0xffffffffu, ds, jj);
@@ -254,30 +238,10 @@ __global__ void __launch_bounds__(kWarps * kWarp) attention_dq_kernel(
   }
 }
 
-// Launch with `smem` dynamic shared-memory bytes, raising the kernel's limit past the 48 KB default when
-// needed (HOPPER.md) and refusing what the device cannot give.
-template <typename Kernel, typename... Args>
-Status launch(Kernel kernel, dim3 grid, std::size_t smem, cudaStream_t s, Args... args) {
-  DeviceInfo info;
-  TESSEL_STATUS_CHECK(device_info(info));
-  if (smem > static_cast<std::size_t>(info.max_smem_per_block_optin))
-    return {1, "attention: needs " + std::to_string(smem) + " bytes of shared memory per block, device allows " +
-                   std::to_string(info.max_smem_per_block_optin)};
-  TESSEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  kernel<<<grid, kWarps * kWarp, smem, s>>>(args...);
-  TESSEL_LAUNCH_CHECK();
-  return {};
+Dims dims_of(const AttentionShape& a) {
+  const float scale = 1.0f / sqrtf(static_cast<float>(a.d));
+  return {a.seq, a.hq, a.hkv, a.d, scale, score_scale(scale)};
 }
-
-Status check_shape(const AttentionShape& a) {
-  if (a.batch < 1 || a.seq < 1 || a.hq < 1 || a.hkv < 1 || a.d < 1 || a.hq % a.hkv != 0 || a.d > kMaxHeadDim)
-    return {1, "attention: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
-                   " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
-                   " (needs hq % hkv == 0 and d <= 128)"};
-  return {};
-}
-
-Dims dims_of(const AttentionShape& a) { return {a.seq, a.hq, a.hkv, a.d, 1.0f / sqrtf(static_cast<float>(a.d))}; }
 
 template <int DV>
 Status fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
@@ -285,7 +249,8 @@ Status fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, con
   static_assert(DV >= 1 && DV * kWarp <= kMaxHeadDim, "head_dim tiles: 1..4 columns per lane");
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kOwnRows)), a.hq, a.batch);
   const std::size_t smem = sizeof(float) * pitch<DV>() * (kOwnRows + 2 * kTile);
-  return launch(attention_fwd_kernel<DV>, grid, smem, s, dims_of(a), q, ldq, k, ldk, v, ldv, out, ldo, lse);
+  return attn_launch("attention (fp32)", attention_fwd_kernel<DV>, grid, kWarps * kWarp, smem, s, dims_of(a), q, ldq,
+                     k, ldk, v, ldv, out, ldo, lse);
 }
 
 template <int DV>
@@ -293,45 +258,45 @@ Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, con
            int ldv, const float* lse, const float* delta, const float* dout, int lddo, float* dq, int lddq, float* dk,
            int lddk, float* dv, int lddv) {
   const Dims d = dims_of(a);
+  const unsigned row_blocks = static_cast<unsigned>(ceil_div(a.seq, kOwnRows));
   const std::size_t smem_kv = sizeof(float) * (pitch<DV>() * (2 * kOwnRows + 2 * kTile) + 2 * kTile);
-  TESSEL_STATUS_CHECK(launch(attention_dkdv_kernel<DV>,
-                             dim3(static_cast<unsigned>(ceil_div(a.seq, kOwnRows)), a.hkv, a.batch), smem_kv, s, d, q,
-                             ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dk, lddk, dv, lddv));
+  TESSEL_STATUS_CHECK(attn_launch("attention (fp32)", attention_dkdv_kernel<DV>, dim3(row_blocks, a.hkv, a.batch),
+                                  kWarps * kWarp, smem_kv, s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dk,
+                                  lddk, dv, lddv));
   const std::size_t smem_q = sizeof(float) * pitch<DV>() * (2 * kOwnRows + 2 * kTile);
-  return launch(attention_dq_kernel<DV>, dim3(static_cast<unsigned>(ceil_div(a.seq, kOwnRows)), a.hq, a.batch), smem_q,
-                s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq);
+  return attn_launch("attention (fp32)", attention_dq_kernel<DV>, dim3(row_blocks, a.hq, a.batch), kWarps * kWarp,
+                     smem_q, s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq);
 }
+
+const float* f32(const void* p) { return static_cast<const float*>(p); }
 
 }  // namespace
 
-Status attention_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check_shape(a));
+namespace detail {
+
+Status fp32_attention_fwd(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
+  const float *q = f32(g.q), *k = f32(g.k), *v = f32(g.v);
   switch (ceil_div(a.d, kWarp)) {
-    case 1: return fwd<1>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-    case 2: return fwd<2>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-    case 3: return fwd<3>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-    default: return fwd<4>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
+    case 1: return fwd<1>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.out, g.ldo, g.lse);
+    case 2: return fwd<2>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.out, g.ldo, g.lse);
+    case 3: return fwd<3>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.out, g.ldo, g.lse);
+    default: return fwd<4>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.out, g.ldo, g.lse);
   }
 }
 
-Status attention_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout, int lddo,
-                     float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check_shape(a));
-  const Dims d = dims_of(a);
-  const std::size_t rows = std::size_t(a.batch) * a.hq * a.seq;
-  attention_delta_kernel<<<static_cast<unsigned>(ceil_div(rows, kWarps)), kWarps * kWarp, 0, s>>>(d, a.batch, out, ldo,
-                                                                                                    dout, lddo, delta);
-  TESSEL_LAUNCH_CHECK();
+Status fp32_attention_bwd(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
+  const float *q = f32(g.q), *k = f32(g.k), *v = f32(g.v), *dout = f32(g.dout);
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, g.out, g.ldo, dout, g.lddo, g.delta));
   switch (ceil_div(a.d, kWarp)) {
-    case 1: return bwd<1>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-    case 2: return bwd<2>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-    case 3: return bwd<3>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-    default: return bwd<4>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+    case 1: return bwd<1>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.lse, g.delta, dout, g.lddo, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
+    case 2: return bwd<2>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.lse, g.delta, dout, g.lddo, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
+    case 3: return bwd<3>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.lse, g.delta, dout, g.lddo, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
+    default: return bwd<4>(s, a, q, g.ldq, k, g.ldk, v, g.ldv, g.lse, g.delta, dout, g.lddo, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
   }
 }
+
+}  // namespace detail
 
 }  // namespace tessel::kernels::cuda

@@ -1,9 +1,7 @@
-// What the tensor-core attention versions (attention_tc.cu, attention_tc2.cu, attention_tc3.cu) share. In
-// an unnamed namespace: each kernel file that includes it has its own copy.
+// What the hand-written attention kernels (attention.cu, attention_tc.cu, experimental/) share besides the
+// softmax (attention_softmax.cuh). In an unnamed namespace: each kernel file that includes it has its own
+// copy. Their arguments have passed attention_args_rule (attention_variant.hpp) before they get here.
 //   AttnDims / attn_dims: the kernels' shape argument (sequence, query and kv heads, 1 / sqrt(d));
-//   attn_check: the shape and operand rules of the launchers (16-byte aligned inputs with row strides
-//     divisible by 4, 8-byte aligned outputs with even row strides), errors prefixed by the version's name;
-//   attn_check_bf16: the same for the bf16 entry points (compact operand rows, 16-byte aligned);
 //   attn_launch: a launch with dynamic shared memory beyond 48 KiB (checked against the device's limit);
 //   to_bf16_rows: dst = bf16(src) for a [rows, cols] block of a row-major fp32 matrix (row stride ld) into
 //     a compact bf16 matrix, so q, k, v (and dO) are rounded once and their tiles loaded as bf16 by
@@ -11,8 +9,9 @@
 //     16-byte aligned, dst 8-byte aligned;
 //   with_bf16_copies: q, k, v (and dO when given) rounded so into one stream-ordered allocation, handed to
 //     run(qb, kb, vb, ob), and freed on the stream after it (versions 2 and 3 take bf16 operands);
+//   with_bf16_operands: a call's q, k, v (and dO) as compact bf16, rounded by with_bf16_copies when fp32;
 //   attention_delta: delta[b, h, i] = sum_c dO[i, c] O[i, c] (FlashAttention-2's D_i) in fp32, a warp per
-//     row, for the backward; dO fp32 or bf16 (the bf16 entry points' compact rows, widened exactly).
+//     row, for the backward; dO fp32 or bf16 (compact rows, widened exactly).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,7 +28,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/kernels.hpp"
+#include "kernels/cuda/attention_variant.hpp"
 #include "kernels/cuda/status.hpp"
 
 namespace tessel::kernels::cuda {
@@ -41,35 +40,6 @@ struct AttnDims {
 };
 inline AttnDims attn_dims(const AttentionShape& a) {
   return {a.seq, a.hq, a.hkv, 1.0f / sqrtf(static_cast<float>(a.d))};
-}
-
-inline Status attn_check(const char* who, const AttentionShape& a,
-                         std::initializer_list<std::pair<const float*, int>> in,
-                         std::initializer_list<std::pair<const float*, int>> out) {
-  if (!attention_tc_supported(a))
-    return {1, std::string(who) + ": unsupported shape batch " + std::to_string(a.batch) + " seq " +
-                   std::to_string(a.seq) + " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " +
-                   std::to_string(a.d) + " (needs hq % hkv == 0 and d 64 or 128)"};
-  for (const auto& [p, ld] : in)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0 || ld % 4 != 0)
-      return {1, std::string(who) + ": inputs need 16-byte aligned pointers and row strides divisible by 4 (ld " +
-                     std::to_string(ld) + ")"};
-  for (const auto& [p, ld] : out)
-    if (reinterpret_cast<std::uintptr_t>(p) % 8 != 0 || ld % 2 != 0)
-      return {1, std::string(who) + ": outputs need 8-byte alignment and an even row stride (ld " +
-                     std::to_string(ld) + ")"};
-  return {};
-}
-
-// The bf16 entry points' rules: attn_check's for the shape and outputs, and 16-byte aligned operands (their
-// rows are compact: hq or hkv times d wide).
-inline Status attn_check_bf16(const char* who, const AttentionShape& a, std::initializer_list<const void*> in,
-                              std::initializer_list<std::pair<const float*, int>> out) {
-  TESSEL_STATUS_CHECK(attn_check(who, a, {}, out));
-  for (const void* p : in)
-    if (reinterpret_cast<std::uintptr_t>(p) % 16 != 0)
-      return {1, std::string(who) + ": bf16 operands need 16-byte aligned pointers"};
-  return {};
 }
 
 template <typename Kernel, typename... Args>
@@ -127,6 +97,18 @@ Status with_bf16_copies(cudaStream_t s, const AttentionShape& a, const float* q,
   return st;
 }
 
+// The experimental kernels' operands as compact bf16: the caller's when they are bf16 already, else
+// with_bf16_copies' rounded ones (dout too when with_dout).
+template <class Run>
+Status with_bf16_operands(cudaStream_t s, const AttentionArgs& g, bool with_dout, Run&& run) {
+  using B = const __nv_bfloat16*;
+  if (g.dtype == AttnDtype::bf16)
+    return run(static_cast<B>(g.q), static_cast<B>(g.k), static_cast<B>(g.v), with_dout ? static_cast<B>(g.dout) : nullptr);
+  const auto f = [](const void* p) { return static_cast<const float*>(p); };
+  return with_bf16_copies(s, g.shape, f(g.q), g.ldq, f(g.k), g.ldk, f(g.v), g.ldv, with_dout ? f(g.dout) : nullptr,
+                          g.lddo, run);
+}
+
 template <class TD>
 __global__ void attention_delta_kernel(int S, int HQ, int B, int D, const float* __restrict__ out, int ldo,
                                        const TD* __restrict__ dout, int lddo, float* __restrict__ delta) {
@@ -150,6 +132,21 @@ Status attention_delta(cudaStream_t s, int B, int S, int HQ, int D, const float*
       S, HQ, B, D, out, ldo, dout, lddo, delta);
   TESSEL_LAUNCH_CHECK();
   return {};
+}
+
+}  // namespace
+}  // namespace tessel::kernels::cuda
+
+namespace tessel::kernels::cuda {
+namespace {
+
+// delta = rowsum(dO * O) of a backward call, from dout in its own type.
+inline Status attention_delta(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
+  if (g.dtype == AttnDtype::bf16)
+    return attention_delta(s, a.batch, a.seq, a.hq, a.d, g.out, g.ldo, static_cast<const __nv_bfloat16*>(g.dout),
+                           g.lddo, g.delta);
+  return attention_delta(s, a.batch, a.seq, a.hq, a.d, g.out, g.ldo, static_cast<const float*>(g.dout), g.lddo, g.delta);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Causal attention on the tensor cores: bf16 operands, fp32 accumulation, FlashAttention-2 (Dao 2023)
-// structure. The fp32 kernels of attention.cu stay the reference path (--precision fp32).
+// Causal attention on the tensor cores (attention variant tc, the default under bf16 GEMMs): bf16 operands,
+// fp32 accumulation, FlashAttention-2 (Dao 2023) structure. The fp32 kernels of attention.cu stay the
+// reference path (--precision fp32); the online softmax and the epilogue are theirs (attention_softmax.cuh).
 //
 // Matrix products are PTX mma.sync.m16n8k16 (bf16 x bf16 -> f32). Its register layouts (PTX ISA, "Matrix
 // Fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
@@ -12,30 +13,25 @@
 // touches land in 32 distinct banks), and B operands that must be read down a column are stored
 // transposed. fp32 inputs are rounded to bf16 as they are loaded, so the layer needs no bf16 copies.
 //
-// Work split (W = 4 or 8 warps, 16 rows each): forward and dQ own 16 W query rows and stream 64-key tiles;
+// Work split (W = 4 or 8 warps, 16 rows each; AttentionConfig::tc_block_warps): forward and dQ own 16 W query rows and stream 64-key tiles;
 // dK/dV own 16 W keys and stream 32-query tiles for every query head of the GQA group (no atomics,
 // deterministic).
-// Softmax in base 2: scores are scaled by log2(e)/sqrt(d) once, lse is stored in natural units as the fp32
-// kernels store it (lse = ln 2 * (m2 + log2 l)), so either kernel's lse serves either backward.
+// Softmax in base 2 (attention_softmax.cuh): lse in natural units, so any variant's lse serves this backward.
 //
 // Measured on an H200 (2026-11-29, 8-warp blocks, median of 10; causal FLOPs fwd 2 b s^2 h d, bwd 2.5x):
 // b16 s1024 h16 d128 fwd 75 / bwd 68 TFLOP/s, b2 s8192 h16 d128 fwd 97 / bwd 90, b16 s1024 h16 d64 fwd 75 /
-// bwd 55; the fp32 kernels: 4-6. That is 12% of the 785 TFLOP/s bf16 GEMM rate, against issue 7's 50%:
-// what is left is a software pipeline (cp.async or TMA double buffering of the K/V tiles, which are
-// loaded synchronously here), bf16 inputs instead of fp32 ones converted on every load, and wgmma.
+// bwd 55; the fp32 kernels: 4-6. That is 12% of the 785 TFLOP/s bf16 GEMM rate. What this kernel lacks
+// (a software pipeline for the K/V tiles, which load synchronously here; bf16 inputs instead of fp32 ones
+// converted on every load; wgmma) is what experimental/ tries, unmeasured (docs/cuda.md).
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <initializer_list>
-#include <string>
-#include <utility>
 
+#include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_prep.cuh"
+#include "kernels/cuda/attention_softmax.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/kernels.hpp"
-#include "kernels/cuda/nvtx.hpp"
 #include "kernels/cuda/ptx.cuh"
 
 namespace tessel::kernels::cuda {
@@ -43,14 +39,10 @@ namespace tessel::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-// Blocks of W warps own 16 W rows (W = 4 or 8, attention_tc_set_block_warps): 8 halves the K/V (forward,
-// dQ) or Q/dO (dK/dV) tiles streamed per FLOP, 4 keeps more blocks per SM. 8 by default: faster at every
-// shape of the first H200 run (b2 s8192 h16 d128: fwd 54 vs 45, bwd 60 vs 41 TFLOP/s).
-int g_block_warps = 8;
+// Blocks of W warps own 16 W rows (W = 4 or 8): 8 halves the K/V (forward, dQ) or Q/dO (dK/dV) tiles
+// streamed per FLOP, 4 keeps more blocks per SM (AttentionConfig::tc_block_warps says which was faster).
 constexpr int kKeyTile = 64;   // forward and dQ: keys per streamed tile
 constexpr int kQryTile = 32;   // dK/dV: queries per streamed tile
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // A fragment: rows r0..r0+15, columns k0..k0+15 of a row-major bf16 tile with row pitch P elements.
 template <int P>
@@ -138,9 +130,9 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(AttnDims d, const float*
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) load_a<PD>(qf[kk], Qs, warp * 16, kk * 16);
   float o[D / 8][4] = {};
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const float sl2 = d.scale * kLog2e;
-  const int ia = i0 + warp * 16 + g;  // this thread's rows: ia and ia + 8
+  SoftmaxRow row[2];  // this thread's rows ia and ia + 8; l is the thread's share, the quad's added at the end
+  const float sl2 = score_scale(d.scale);
+  const int ia = i0 + warp * 16 + g;
   const int last = min(d.S, i0 + kRows);
   for (int j0 = 0; j0 < last; j0 += kKeyTile) {
     __syncthreads();  // the previous tile is no longer read
@@ -157,8 +149,7 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(AttnDims d, const float*
         mma16816(sc[n], qf[kk], b0, b1);
       }
     // Causal mask (j > i), needed only where the tile reaches past this warp's first row. It also hides
-    // keys >= S for rows < S (such keys only occur in the diagonal tile); every row sees key j0 <= i, so
-    // the running max is finite after the first tile.
+    // keys >= S for rows < S (such keys only occur in the diagonal tile).
     const bool diag = j0 + kKeyTile - 1 > i0 + warp * 16;
     float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -169,20 +160,13 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(AttnDims d, const float*
         sc[n][e] = (diag && j > i) ? -INFINITY : sc[n][e] * sl2;
         mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
       }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(m[r], quad_max(mx[r]));
-      alpha[r] = exp2f(m[r] - m_new);  // 0 on the first tile (m = -inf)
-      m[r] = m_new;
-      l[r] *= alpha[r];  // per-thread partial sums; the quad's are added at the end
-    }
+    const float alpha[2] = {row[0].next_tile(quad_max(mx[0])), row[1].next_tile(quad_max(mx[1]))};
 #pragma unroll
     for (int n = 0; n < kKeyTile / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        sc[n][e] = exp2f(sc[n][e] - m[e >> 1]);
-        l[e >> 1] += sc[n][e];
+        sc[n][e] = row[e >> 1].weight(sc[n][e]);
+        row[e >> 1].l += sc[n][e];
       }
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
@@ -206,13 +190,10 @@ __global__ void __launch_bounds__(kWarp * W) fwd_kernel(AttnDims d, const float*
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = ia + 8 * r;
-    const float sum = quad_sum(l[r]);
+    const float sum = quad_sum(row[r].l);
     if (i >= d.S) continue;
-    const float inv = 1.0f / sum;
-    float* dst = out + (base + i) * ldo + h * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (m[r] + log2f(sum));
+    store_acc_row<D>(out + (base + i) * ldo + h * D, o, r, t, 1.0f / sum);
+    if (t == 0) lse[stat_index(b, h, i, d.HQ, d.S)] = row[r].lse(sum);
   }
 }
 
@@ -245,7 +226,7 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(AttnDims d, const float
   load_tile<kRows, D, kWarp * W>(Ks, nullptr, k, ldk, base, hk * D, j0, d.S);
   load_tile<kRows, D, kWarp * W>(Vs, nullptr, v, ldv, base, hk * D, j0, d.S);
   float gk[D / 8][4] = {}, gv[D / 8][4] = {};
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   const int ja = j0 + warp * 16 + g;  // this thread's keys: ja and ja + 8
   for (int h = hk * group; h < (hk + 1) * group; ++h) {
     const float* lse_h = lse + (std::size_t(b) * d.HQ + h) * d.S;
@@ -306,13 +287,8 @@ __global__ void __launch_bounds__(kWarp * W) dkdv_kernel(AttnDims d, const float
   for (int r = 0; r < 2; ++r) {
     const int j = ja + 8 * r;
     if (j >= d.S) continue;
-    float* pk = dk + (base + j) * lddk + hk * D + 2 * t;
-    float* pv = dv + (base + j) * lddv + hk * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<float2*>(pk + n * 8) = make_float2(gk[n][2 * r] * d.scale, gk[n][2 * r + 1] * d.scale);
-      *reinterpret_cast<float2*>(pv + n * 8) = make_float2(gv[n][2 * r], gv[n][2 * r + 1]);
-    }
+    store_acc_row<D>(dk + (base + j) * lddk + hk * D, gk, r, t, d.scale);
+    store_acc_row<D>(dv + (base + j) * lddv + hk * D, gv, r, t, 1.0f);
   }
 }
 
@@ -346,7 +322,7 @@ __global__ void __launch_bounds__(kWarp * W) dq_kernel(AttnDims d, const float* 
     dl[r] = delta[at];
   }
   float gq[D / 8][4] = {};
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   const int last = min(d.S, i0 + kRows);
   for (int j0 = 0; j0 < last; j0 += kKeyTile) {
     __syncthreads();
@@ -394,10 +370,7 @@ __global__ void __launch_bounds__(kWarp * W) dq_kernel(AttnDims d, const float* 
   for (int r = 0; r < 2; ++r) {
     const int i = ia + 8 * r;
     if (i >= d.S) continue;
-    float* dst = dq + (base + i) * lddq + h * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(gq[n][2 * r] * d.scale, gq[n][2 * r + 1] * d.scale);
+    store_acc_row<D>(dq + (base + i) * lddq + h * D, gq, r, t, d.scale);
   }
 }
 
@@ -412,114 +385,45 @@ template <int D, int W>
 constexpr std::size_t dq_smem() { return sizeof(bf16) * ((2 * 16 * W + 2 * kKeyTile) * (D + 8) + D * (kKeyTile + 8)); }
 
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// The tile loads read float4s: every matrix 16-byte aligned with a row stride divisible by 4.
-Status check_operands(const AttentionShape& a, std::initializer_list<std::pair<const void*, int>> mats) {
-  if (!attention_tc_supported(a))
-    return {1, "attention_tc: unsupported shape batch " + std::to_string(a.batch) + " seq " + std::to_string(a.seq) +
-                   " hq " + std::to_string(a.hq) + " hkv " + std::to_string(a.hkv) + " d " + std::to_string(a.d) +
-                   " (needs hq % hkv == 0 and d 64 or 128)"};
-  for (const auto& [p, ld] : mats)
-    if (!aligned16(p) || ld % 4 != 0)
-      return {1, "attention_tc: operands need 16-byte aligned pointers and row strides divisible by 4 (ld " +
-                     std::to_string(ld) + ")"};
-  return {};
-}
-
 unsigned row_blocks(const AttentionShape& a, int W) { return static_cast<unsigned>(ceil_div(a.seq, 16 * W)); }
 
 template <int D, int W>
-Status fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
-           int ldv, float* out, int ldo, float* lse) {
-  return attn_launch("attention_tc", fwd_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W,
-                     fwd_smem<D, W>(), s, attn_dims(a), q, ldq, k, ldk, v, ldv, out, ldo, lse);
+Status fwd(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
+  return attn_launch("attention (tc)", fwd_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W,
+                     fwd_smem<D, W>(), s, attn_dims(a), static_cast<const float*>(g.q), g.ldq,
+                     static_cast<const float*>(g.k), g.ldk, static_cast<const float*>(g.v), g.ldv, g.out, g.ldo, g.lse);
 }
 
 template <int D, int W>
-Status bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk, const float* v,
-           int ldv, const float* lse, const float* delta, const float* dout, int lddo, float* dq, int lddq, float* dk,
-           int lddk, float* dv, int lddv) {
+Status bwd(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
   const AttnDims d = attn_dims(a);
-  TESSEL_STATUS_CHECK(attn_launch("attention_tc", dkdv_kernel<D, W>, dim3(row_blocks(a, W), a.hkv, a.batch), kWarp * W,
-                                  dkdv_smem<D, W>(), s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dk, lddk, dv,
-                                  lddv));
-  return attn_launch("attention_tc", dq_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W,
-                     dq_smem<D, W>(), s, d, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq);
+  const float *q = static_cast<const float*>(g.q), *k = static_cast<const float*>(g.k),
+              *v = static_cast<const float*>(g.v), *dout = static_cast<const float*>(g.dout);
+  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, g.out, g.ldo, dout, g.lddo, g.delta));
+  TESSEL_STATUS_CHECK(attn_launch("attention (tc)", dkdv_kernel<D, W>, dim3(row_blocks(a, W), a.hkv, a.batch), kWarp * W,
+                                  dkdv_smem<D, W>(), s, d, q, g.ldq, k, g.ldk, v, g.ldv, g.lse, g.delta, dout, g.lddo,
+                                  g.dk, g.lddk, g.dv, g.lddv));
+  return attn_launch("attention (tc)", dq_kernel<D, W>, dim3(row_blocks(a, W), a.hq, a.batch), kWarp * W,
+                     dq_smem<D, W>(), s, d, q, g.ldq, k, g.ldk, v, g.ldv, g.lse, g.delta, dout, g.lddo, g.dq, g.lddq);
 }
 
 }  // namespace
 
-namespace {
-int g_version = 1;  // attention_tc_set_version
-}  // namespace
+namespace detail {
 
-Status attention_tc_set_version(int version) {
-  if (version < 1 || version > 3)
-    return {1, "attention_tc: version " + std::to_string(version) + " (needs 1, 2 or 3)"};
-  g_version = version;
-  return {};
+// d is 64 or 128 and the operands fp32 (attention_args_rule).
+Status tc_attention_fwd(cudaStream_t s, const AttentionArgs& a, int block_warps) {
+  if (block_warps == 8) return a.shape.d == 64 ? fwd<64, 8>(s, a) : fwd<128, 8>(s, a);
+  return a.shape.d == 64 ? fwd<64, 4>(s, a) : fwd<128, 4>(s, a);
 }
 
-Status attention_tc_set_block_warps(int warps) {
-  if (warps != 4 && warps != 8)
-    return {1, "attention_tc: block warps " + std::to_string(warps) + " (needs 4 or 8)"};
-  g_block_warps = warps;
-  return {};
+Status tc_attention_bwd(cudaStream_t s, const AttentionArgs& a, int block_warps) {
+  if (block_warps == 8) return a.shape.d == 64 ? bwd<64, 8>(s, a) : bwd<128, 8>(s, a);
+  return a.shape.d == 64 ? bwd<64, 4>(s, a) : bwd<128, 4>(s, a);
 }
 
-bool attention_tc_supported(const AttentionShape& a) {
-  return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
-}
-
-Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                        const float* v, int ldv, float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
-  if (g_version == 2) return attention_tc2_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-  if (g_version == 3) return attention_tc3_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-  TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}}));
-  if (reinterpret_cast<std::uintptr_t>(out) % 8 != 0 || ldo % 2 != 0)
-    return {1, "attention_tc: out needs 8-byte alignment and an even row stride"};
-  if (g_block_warps == 8)
-    return a.d == 64 ? fwd<64, 8>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse)
-                     : fwd<128, 8>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-  return a.d == 64 ? fwd<64, 4>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse)
-                   : fwd<128, 4>(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-}
-
-Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                        const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                        int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  TESSEL_NVTX_FN();
-  if (g_version == 3)
-    return attention_tc3_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
-  if (g_version == 2)
-    return attention_tc2_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
-  TESSEL_STATUS_CHECK(check_operands(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}, {dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
-  if (g_block_warps == 8)
-    return a.d == 64 ? bwd<64, 8>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
-                     : bwd<128, 8>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-  return a.d == 64 ? bwd<64, 4>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv)
-                   : bwd<128, 4>(s, a, q, ldq, k, ldk, v, ldv, lse, delta, dout, lddo, dq, lddq, dk, lddk, dv, lddv);
-}
-
-bool attention_tc_takes_bf16() { return g_version >= 2; }
-
-Status attention_tc_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                             const __nv_bfloat16* v, float* out, int ldo, float* lse) {
-  if (g_version == 2) return attention_tc2_fwd_bf16(s, a, q, k, v, out, ldo, lse);
-  if (g_version == 3) return attention_tc3_fwd_bf16(s, a, q, k, v, out, ldo, lse);
-  return {1, "attention_tc: version 1 takes fp32 operands (bf16 ones need version 2 or 3)"};
-}
-
-Status attention_tc_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                             const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                             const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                             float* delta) {
-  if (g_version == 2) return attention_tc2_bwd_bf16(s, a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
-  if (g_version == 3) return attention_tc3_bwd_bf16(s, a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
-  return {1, "attention_tc: version 1 takes fp32 operands (bf16 ones need version 2 or 3)"};
-}
+}  // namespace detail
 
 }  // namespace tessel::kernels::cuda

@@ -13,14 +13,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/status.hpp"
 
 namespace tessel::kernels::cuda {
 
 using cpu::AdamW;
-using cpu::AttentionShape;
 
 // ---- norms (kernels/cpu/norm.hpp): one warp per row; dgamma/dbeta ADD (nullptr skips them) ----
 Status layernorm_fwd(cudaStream_t s, const float* x, const float* gamma, const float* beta, float* y, float* mean,
@@ -51,79 +50,7 @@ Status swiglu_fwd_bf16(cudaStream_t s, const __nv_bfloat16* gate, const __nv_bfl
 Status swiglu_bwd_bf16(cudaStream_t s, const __nv_bfloat16* dy, const __nv_bfloat16* gate, const __nv_bfloat16* up,
                        __nv_bfloat16* dgate, __nv_bfloat16* dup, std::size_t n);
 
-// ---- causal attention, flash style (kernels/cpu/attention.hpp's layout and GQA) ----
-// No [seq, seq] matrix exists: keys stream through shared-memory tiles with an online softmax (Milakov &
-// Gimelshein 2018; Dao et al. 2022). lse [batch, hq, seq] receives log-sum-exp of each row's scaled
-// scores: the only softmax state the backward needs. head_dim <= 128 (static_assert in the kernel file).
-Status attention_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, float* out, int ldo, float* lse);
-// Recomputes the probabilities tile by tile from lse (FlashAttention-2, Dao 2023, Algorithm 2). delta
-// [batch, hq, seq] is scratch (rowsum(dO * O)). dq, dk, dv are overwritten; no atomics: one kernel owns
-// key tiles (dK, dV summing the query heads of a group), another owns query tiles (dQ).
-Status attention_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                     int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
-
-// ---- causal attention on the tensor cores (attention_tc.cu): bf16 operands rounded from the fp32 inputs as
-// they are loaded, fp32 accumulation and softmax; same layout, arguments and lse as attention_fwd/bwd above.
-// head_dim 64 or 128; pointers 16-byte aligned and row strides divisible by 4 (float4 loads).
-bool attention_tc_supported(const AttentionShape& a);
-// Tuning: warps per block (4 or 8; rows per block 16 x warps) for all later calls of this process. Default 8.
-Status attention_tc_set_block_warps(int warps);
-Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                        const float* v, int ldv, float* out, int ldo, float* lse);
-// The second versions (attention_tc2.cu): same contracts and numerics; q/k/v (and dO) rounded to bf16 once,
-// streamed tiles double-buffered with cp.async, fragments by ldmatrix. Measured beside the first version
-// before the runtime uses them.
-// Which version attention_tc_fwd / attention_tc_bwd run: 1 (default), 2 (attention_tc2_*) or 3
-// (attention_tc3_*). The runtime reads it from TESSEL_ATTENTION (runtime/cuda/run_cuda.cpp), so a run can
-// compare them end to end.
-Status attention_tc_set_version(int version);
-// The third versions (attention_tc3.cu): warpgroup MMA (wgmma) on sm_90a, same contracts and numerics; a
-// Status error on any device but compute capability 9.0. Shared-memory operand layout (0: 8 x 16-byte core
-// matrices, 128: 128-byte swizzle, the default) for all later calls of this process.
-// set_overlap(true): the forward whose tensor-core products overlap its softmax (FlashAttention-3's
-// intra-warpgroup pipelining; three K/V buffers), a candidate measured beside the plain one.
-bool attention_tc3_available();
-Status attention_tc3_set_layout(int swizzle_bytes);
-void attention_tc3_set_overlap(bool on);
-Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse);
-Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
-Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
-Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse);
-Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                        const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                        int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta);
-// The same on bf16 operands as bf16-output GEMMs write them: compact rows (hq or hkv times d wide), 16-byte
-// aligned; dO too in the backward (delta from it, widened). Versions 2 and 3 take them as they are, which
-// saves the fp32 entry points' rounding pass; version 1 reads fp32 only (attention_tc_takes_bf16() false,
-// and these return an error). Given the same bf16 values, the outputs equal the fp32 entry points' bit for
-// bit (the backward's when dO is bf16-exact).
-bool attention_tc_takes_bf16();
-Status attention_tc_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                             const __nv_bfloat16* v, float* out, int ldo, float* lse);
-Status attention_tc_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                             const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                             const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                             float* delta);
-Status attention_tc2_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, float* out, int ldo, float* lse);
-Status attention_tc2_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                              float* delta);
-Status attention_tc3_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, float* out, int ldo, float* lse);
-Status attention_tc3_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                              float* delta);
+// ---- causal attention: kernels/cuda/attention.hpp (one entry point, the variant chosen explicitly) ----
 
 // ---- rotary position embeddings (kernels/cpu/rope.hpp), in place on fp32 q or k ----
 // The cos/sin table on the device: kernels::cpu::rope_table's [seq, head_dim/2] arrays, uploaded once.

@@ -46,6 +46,7 @@ struct GpuStage::Impl {
   GemmType type;
   LayerShape sh;  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
   float* loss_sum = nullptr;
+  kg::Attention attention;  // the variant --attention-kernel names (kernels/cuda/attention_variant.hpp)
   // Rotary models: the stage's cos/sin table on the device (null buffers for learned positions).
   DBuf rope_cos, rope_sin;
   kg::RopeTableView rope;
@@ -109,9 +110,13 @@ struct GpuStage::Impl {
     else job();
   }
 
-  Impl(CudaDevice& d, const Model& m, const GpuStageConfig& c, GpuParams& p, const GpuTp& t, GemmType g)
+  Impl(CudaDevice& d, const Model& m, const GpuStageConfig& c, GpuParams& p, const GpuTp& t, GemmType g,
+       const std::string& attention_kernel)
       : dev(d), model(m), cfg(c), P(p), tp(t), type(g) {
     sh = layer_shape(m, c.micro_batch, TensorParallel{nullptr, t.size, t.rank, t.sp, nullptr});
+    // Before any device work: an unknown name, or one this shard's shape or precision cannot run, is bad input.
+    const bool bf16_gemms = type == GemmType::bf16 || type == GemmType::bf16_fp32;
+    attention = kg::Attention(kg::resolve_attention_kernel(attention_kernel, bf16_gemms, attn_shape()));
     if (sh.rope) upload_rope_table(*sh.rope);
   }
 
@@ -274,15 +279,21 @@ struct GpuStage::Impl {
       TIMED_W("norm_bwd", 0.0, bytes, kg::rmsnorm_bwd(s(), f32(dy), f32(x), P.data(g), f32(rs), dx, P.grad(g), sh.local_tokens, sh.hidden, dres));
   }
   kg::AttentionShape attn_shape() const { return {sh.batch, sh.seq, sh.heads, sh.kv_heads, sh.head_dim}; }
-  // bf16 GEMM stages run attention on the tensor cores too (bf16 operands, fp32 accumulation); fp32/tf32
-  // stages, and head dims the tensor-core kernels have no tiles for, keep the fp32 kernels.
-  bool tc_attention() const {
-    return (type == GemmType::bf16 || type == GemmType::bf16_fp32) && kg::attention_tc_supported(attn_shape());
+  // q, k, v (and attention's output gradient) as bf16-output GEMMs write them, for the attention variants
+  // that read bf16 operands (cudnn and the experimental ones; fp32 and tc read fp32 ones, tc rounding them as
+  // it loads them). Rotary models keep fp32 q/k: the rotation runs on fp32 rows.
+  bool attention_bf16_io() const { return half() && kg::attention_takes_bf16(attention.config().variant) && !rotary(); }
+  // One attention call's tensors: the layer's q, k, v (compact rows, fp32 or bf16 as attention_bf16_io says),
+  // fp32 out and lse; the backward's gradients.
+  kg::AttentionArgs attention_args(const Acts& a, bool io16) const {
+    kg::AttentionArgs g;
+    g.shape = attn_shape();
+    g.dtype = io16 ? kg::AttnDtype::bf16 : kg::AttnDtype::fp32;
+    const int qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim;
+    g.q = a.q->get(), g.ldq = qd, g.k = a.k->get(), g.ldk = kd, g.v = a.v->get(), g.ldv = kd;
+    g.out = f32(a.attn), g.ldo = qd, g.lse = f32(a.lse);
+    return g;
   }
-  // q, k, v (and attention's output gradient) as bf16-output GEMMs write them, read by the attention
-  // versions that take bf16 operands (2 and 3; version 1 rounds fp32 ones as it loads them). Rotary models
-  // keep fp32 q/k: the rotation runs on fp32 rows.
-  bool attention_bf16_io() const { return half() && tc_attention() && kg::attention_tc_takes_bf16() && !rotary(); }
 
   DBuf layer_forward(int l, const DBuf& x, Acts& a);
   DBuf layer_backward(int l, const Acts& a, const DBuf& dout);
@@ -315,14 +326,9 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   a.attn = buf(std::size_t(T) * qd);
   a.lse = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   // q, k, v read (fp32 or bf16), the output written in fp32, the log-sum-exps written.
-  if (io16) {
-    TIMED_W("attention_fwd", attention_flops(2.0), 2.0 * T * (qd + 2.0 * kd) + 4.0 * T * qd + 4.0 * stats_rows(),
-            kg::attention_tc_fwd_bf16(s(), attn_shape(), bf16(a.q), bf16(a.k), bf16(a.v), f32(a.attn), qd, f32(a.lse)));
-  } else {
-    const auto attn_fwd = tc_attention() ? kg::attention_tc_fwd : kg::attention_fwd;
-    TIMED_W("attention_fwd", attention_flops(2.0), 4.0 * T * (2.0 * qd + 2.0 * kd) + 4.0 * stats_rows(),
-            attn_fwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd, f32(a.lse)));
-  }
+  const double in_bytes = (io16 ? 2.0 : 4.0) * T * (qd + 2.0 * kd);
+  TIMED_W("attention_fwd", attention_flops(2.0), in_bytes + 4.0 * T * qd + 4.0 * stats_rows(),
+          attention.forward(s(), attention_args(a, io16)));
   a.ga = operand(a.attn, std::size_t(T) * qd);
   DBuf partial = buf(std::size_t(T) * h);
   mm("gemm_fwd", false, false, T, h, qd, a.ga->get(), qd, W(L(l, "attn.wo")), h, 0.0f, f32(partial), h);
@@ -403,16 +409,13 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf delta = buf(std::size_t(sh.batch) * sh.heads * sh.seq);
   // q, k, v, out and its gradient read (q, k, v and the gradient in bf16 or fp32, out in fp32), dq, dk, dv
   // written in fp32; the log-sum-exps read, delta written.
-  if (io16) {
-    TIMED_W("attention_bwd", attention_flops(5.0), T * (12.0 * qd + 12.0 * kd) + 8.0 * stats_rows(),
-            kg::attention_tc_bwd_bf16(s(), attn_shape(), bf16(a.q), bf16(a.k), bf16(a.v), f32(a.attn), qd, f32(a.lse),
-                                      bf16(da), f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
-  } else {
-    const auto attn_bwd = tc_attention() ? kg::attention_tc_bwd : kg::attention_bwd;
-    TIMED_W("attention_bwd", attention_flops(5.0), 4.0 * T * (4.0 * qd + 4.0 * kd) + 8.0 * stats_rows(),
-            attn_bwd(s(), attn_shape(), f32(a.q), qd, f32(a.k), kd, f32(a.v), kd, f32(a.attn), qd,
-                     f32(a.lse), f32(da), qd, f32(dq), qd, f32(dk), kd, f32(dv), kd, f32(delta)));
-  }
+  kg::AttentionArgs g = attention_args(a, io16);
+  g.dout = da->get(), g.lddo = qd, g.dq = f32(dq), g.lddq = qd, g.dk = f32(dk), g.lddk = kd, g.dv = f32(dv), g.lddv = kd;
+  g.delta = f32(delta);
+  // bf16 operands: q, k, v and dout 2 bytes, out and the gradients 4 (T (12 qd + 12 kd) as before); fp32:
+  // every tensor 4 bytes (4 T (4 qd + 4 kd)).
+  const double bwd_bytes = io16 ? T * (12.0 * qd + 12.0 * kd) : 4.0 * T * (4.0 * qd + 4.0 * kd);
+  TIMED_W("attention_bwd", attention_flops(5.0), bwd_bytes + 8.0 * stats_rows(), attention.backward(s(), g));
   // Rotary: attention's dq/dk are gradients of the rotated q/k; R^T carries them back to the GEMM outputs
   // before the input, weight and bias gradients read them.
   if (rotary()) {
@@ -521,8 +524,8 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
 }
 
 GpuStage::GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
-                   GemmType gemm)
-    : impl_(std::make_unique<Impl>(dev, m, cfg, params, tp, gemm)) {
+                   GemmType gemm, const std::string& attention_kernel)
+    : impl_(std::make_unique<Impl>(dev, m, cfg, params, tp, gemm, attention_kernel)) {
 }
 GpuStage::~GpuStage() = default;
 

@@ -4,7 +4,7 @@
 // (with the bias gradients they carry; the head's included) and a W action runs them, so zero-bubble
 // schedules defer the same work; the residual biases, norm parameters and embeddings get their gradients
 // in I. Differences from the CPU stage, all deliberate:
-//   - attention is the flash kernel: no probabilities are kept, so `selective` recomputation is free and
+//   - attention is a flash kernel (the variant the run names): no probabilities are kept, so `selective` recomputation is free and
 //     the same as `none`; `full` re-runs each layer's forward inside its backward (per layer);
 //   - GEMMs run in the chosen type (bf16 operands with fp32 accumulation by default, tf32 or fp32).
 #pragma once
@@ -37,8 +37,10 @@ using GpuStageConfig = StageConfig;
 
 class GpuStage {
  public:
+  // attention_kernel: --attention-kernel's name ("" = the default for the GEMM type; the names and their
+  // rules: kernels/cuda/attention_variant.hpp). InputError when this stage's shard cannot run it.
   GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
-           kernels::cuda::GemmType gemm);
+           kernels::cuda::GemmType gemm, const std::string& attention_kernel);
   ~GpuStage();
   GpuStage(const GpuStage&) = delete;
   GpuStage& operator=(const GpuStage&) = delete;

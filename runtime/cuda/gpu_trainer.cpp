@@ -127,7 +127,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
                  l.sequence_parallel && l.tp > 1, record_only_};
   dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped() && l.overlap_grad_reduce;
   for (int st : schedule_.stages_of(at_.pp)) {
-    stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm);
+    stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm, opt.attention_kernel);
     stages_[st]->set_loss_sink(f32(loss_sum_));
     GpuStage::ParamHooks hooks;
     if (params_->zero_stage() == 3) {

@@ -66,7 +66,7 @@ MemRow read_mem(const Json& j, const std::string& where, const std::string& path
 CollRow read_coll(const Json& j, const std::string& where, const std::string& path) {
   JsonObject o(j, where, path);
   CollRow r;
-  r.comm = o.choice("comm", {"thread", "mpi"});
+  r.comm = o.choice("comm", {"thread", "mpi", "nccl"});
   using cost::Collective;
   r.collective = parse_collective_name(o.string("collective"), where + ": " + o.key_path("collective"));
   // The collectives the fit has a line for (fit_profile): a row of another (all_to_all) would be dropped

@@ -7,7 +7,7 @@
 //    "concurrent": 1,   threads that ran the gemm/membw kernels at once (each row is one thread's time)
 //    "gemm":        [{"m", "n", "k", "batch", "time_us"}],
 //    "membw":       [{"kernel": "copy"|"triad", "bytes", "time_us"}],             bytes = read + written
-//    "collectives": [{"comm": "thread"|"mpi", "collective", "ranks", "bytes", "count", "time_us",
+//    "collectives": [{"comm": "thread"|"mpi"|"nccl", "collective", "ranks", "bytes", "count", "time_us",
 //                     "algbw_GBps", "busbw_GBps"}],                               bytes as nccl-tests' S
 //    derived columns (gemm gflops, GBps, count, type, redop, algbw/busbw) are optional and must agree with
 //    the primaries (time_us and the size/shape): rates within 1%, count exactly
@@ -49,7 +49,7 @@ struct KernelRow {
 };
 
 struct CollRow {
-  std::string comm;    // thread | mpi
+  std::string comm;    // thread | mpi | nccl
   cost::Collective collective = cost::Collective::all_reduce;
   int ranks = 2;
   double bytes = 0;    // S as nccl-tests counts it (cost::collective_time's `bytes`)

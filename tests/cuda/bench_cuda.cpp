@@ -2,9 +2,10 @@
 //   gemm       cuBLASLt through kernels/cuda/gemm.hpp over a shape sweep, TFLOP/s (2 M N K per product);
 //              fp8 (e4m3 operands, bf16 output, fp32 accumulation, unit scales) straight through cuBLASLt in
 //              the "TN" layout Hopper's fp8 kernels need: the rate the cost model's fp8 path should be fitted to
-//   attention  the flash kernels (fp32 on CUDA cores, and bf16 on the tensor cores), forward and backward,
-//              TFLOP/s with the causal half counted
-//              (fwd 2 * 2 B H S^2 d / 2; bwd 2.5x the forward: FlashAttention-2's convention)
+//   attention  every attention variant this build and device run (kernels/cuda/attention_variant.hpp: fp32,
+//              tc, cudnn, the experimental ones), forward and backward, on fp32 operands and, for the
+//              variants that read bf16 ones, on bf16 operands too (rows *_bf16in); TFLOP/s with the causal
+//              half counted (fwd 2 * 2 B H S^2 d / 2; bwd 2.5x the forward: FlashAttention-2's convention)
 //   bandwidth  a device-to-device copy (the ceiling, bytes read + written) and our memory-bound kernels
 // One CSV row per measurement on stdout: kind,name,shape,ms,value,unit. Median of `reps` timed with events
 // after warm-up, inputs random (never zeros: METHOD.md).
@@ -21,6 +22,7 @@
 
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm.hpp"
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/kernels.hpp"
 
 namespace kg = tessel::kernels::cuda;
@@ -205,6 +207,29 @@ void fp8_sweep(const int (*sizes)[3], std::size_t count) {
   cublasLtDestroy(lt);
 }
 
+// Row tag of a variant: the names of the first H200 run's rows for fp32 and tc (fwd_fp32, fwd_tc_bf16), the
+// run flag's name otherwise (experimental- dropped, dashes as underscores).
+std::string attention_tag(const std::string& name) {
+  if (name == "fp32") return "fp32";
+  std::string t = name.rfind("experimental-", 0) == 0 ? name.substr(13) : name;
+  for (char& ch : t) ch = ch == '-' ? '_' : ch;
+  return t.append("_bf16");
+}
+
+// The variants this device and build run: fp32, tc (8-warp blocks, the default), cudnn where built, the
+// experimental ones (tc3 on compute capability 9.0 only).
+std::vector<std::string> attention_variants() {
+  std::vector<std::string> v;
+  kg::DeviceInfo info;
+  const bool sm90 = kg::device_info(info).ok() && info.major == 9 && info.minor == 0;
+  for (const std::string& name : kg::attention_kernel_names()) {
+    if (name == "cudnn" && !kg::attention_cudnn_built()) continue;
+    if (name.rfind("experimental-tc3", 0) == 0 && !sm90) continue;
+    v.push_back(name);
+  }
+  return v;
+}
+
 void attention_sweep() {
   for (const int S : {512, 1024, 2048, 4096, 8192}) {
     const tessel::kernels::cpu::AttentionShape a{std::max(1, 16384 / S), S, 16, 16, 128};
@@ -212,65 +237,34 @@ void attention_sweep() {
     float *q = random_buf(T * qd, 4), *k = random_buf(T * qd, 5), *v = random_buf(T * qd, 6), *o = random_buf(T * qd, 7),
           *dO = random_buf(T * qd, 8), *dq = random_buf(T * qd, 9), *dk = random_buf(T * qd, 10), *dv = random_buf(T * qd, 11),
           *lse = random_buf(rows, 12), *delta = random_buf(rows, 13);
+    // The same inputs in bf16, as bf16-output GEMMs hand them to the variants that read bf16 operands.
+    __nv_bfloat16* hb = nullptr;
+    ok(cudaMalloc(reinterpret_cast<void**>(&hb), 4 * T * qd * sizeof(__nv_bfloat16)));
+    __nv_bfloat16 *qb = hb, *kb = qb + T * qd, *vb = kb + T * qd, *ob = vb + T * qd;
+    for (const auto& [f, h] : {std::pair{q, qb}, std::pair{k, kb}, std::pair{v, vb}, std::pair{dO, ob}}) ok(kg::to_bf16(nullptr, f, h, T * qd));
     const int ld = static_cast<int>(qd);
     const double fwd_flops = 2.0 * a.batch * a.hq * double(S) * S * a.d;  // 4 B H S^2 d, halved by the mask
     const std::string shape = "b" + std::to_string(a.batch) + "_s" + std::to_string(S) + "_h16_d128";
-    const double f = median_ms([&] { ok(kg::attention_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
-    row("attention", "fwd_fp32", shape, f, fwd_flops / (f * 1e-3) / 1e12, "TFLOP/s");
-    const double b = median_ms([&] {
-      ok(kg::attention_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
-    }, 10);
-    row("attention", "bwd_fp32", shape, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12, "TFLOP/s");
-    if (kg::attention_tc_supported(a)) {  // the tensor-core kernels (bf16 operands, fp32 accumulation)
-      const double tf = median_ms([&] { ok(kg::attention_tc_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
-      row("attention", "fwd_tc_bf16", shape, tf, fwd_flops / (tf * 1e-3) / 1e12, "TFLOP/s");
-      const double tf2 = median_ms([&] { ok(kg::attention_tc2_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
-      row("attention", "fwd_tc2_bf16", shape, tf2, fwd_flops / (tf2 * 1e-3) / 1e12, "TFLOP/s");
-      if (kg::attention_tc3_available()) {  // the wgmma versions, both shared-memory layouts (Hopper only)
-        for (const int swz : {128, 0}) {
-          ok(kg::attention_tc3_set_layout(swz));
-          const std::string tag = swz == 128 ? "tc3_bf16" : "tc3_noswizzle_bf16";
-          const double tf3 = median_ms([&] { ok(kg::attention_tc3_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
-          row("attention", "fwd_" + tag, shape, tf3, fwd_flops / (tf3 * 1e-3) / 1e12, "TFLOP/s");
-          const double tb3 = median_ms([&] {
-            ok(kg::attention_tc3_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
-          }, 10);
-          row("attention", "bwd_" + tag, shape, tb3, 2.5 * fwd_flops / (tb3 * 1e-3) / 1e12, "TFLOP/s");
-          kg::attention_tc3_set_overlap(true);
-          const double to3 = median_ms([&] { ok(kg::attention_tc3_fwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse)); }, 10);
-          kg::attention_tc3_set_overlap(false);
-          row("attention", "fwd_" + std::string(swz == 128 ? "tc3_overlap_bf16" : "tc3_overlap_noswizzle_bf16"), shape,
-              to3, fwd_flops / (to3 * 1e-3) / 1e12, "TFLOP/s");
-        }
-        ok(kg::attention_tc3_set_layout(128));
-      }
-      const double tb = median_ms([&] {
-        ok(kg::attention_tc_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
-      }, 10);
-      row("attention", "bwd_tc_bf16", shape, tb, 2.5 * fwd_flops / (tb * 1e-3) / 1e12, "TFLOP/s");
-      const double tb2 = median_ms([&] {
-        ok(kg::attention_tc2_bwd(nullptr, a, q, ld, k, ld, v, ld, o, ld, lse, dO, ld, dq, ld, dk, ld, dv, ld, delta));
-      }, 10);
-      row("attention", "bwd_tc2_bf16", shape, tb2, 2.5 * fwd_flops / (tb2 * 1e-3) / 1e12, "TFLOP/s");
-      // The bf16 entry points (q, k, v and dO as bf16-output GEMMs write them; no rounding pass): versions 2
-      // and 3 (swizzled layout), the operands the runtime hands them under bf16 GEMMs.
-      __nv_bfloat16* hb = nullptr;
-      ok(cudaMalloc(reinterpret_cast<void**>(&hb), 4 * T * qd * sizeof(__nv_bfloat16)));
-      __nv_bfloat16 *qb = hb, *kb = qb + T * qd, *vb = kb + T * qd, *ob = vb + T * qd;
-      ok(kg::to_bf16(nullptr, q, qb, T * qd));
-      ok(kg::to_bf16(nullptr, k, kb, T * qd));
-      ok(kg::to_bf16(nullptr, v, vb, T * qd));
-      ok(kg::to_bf16(nullptr, dO, ob, T * qd));
-      const auto bf16_rows = [&](const char* tag, auto fwd, auto bwd) {
-        const double tf = median_ms([&] { ok(fwd(nullptr, a, qb, kb, vb, o, ld, lse)); }, 10);
-        row("attention", std::string("fwd_") + tag, shape, tf, fwd_flops / (tf * 1e-3) / 1e12, "TFLOP/s");
-        const double tb = median_ms([&] { ok(bwd(nullptr, a, qb, kb, vb, o, ld, lse, ob, dq, ld, dk, ld, dv, ld, delta)); }, 10);
-        row("attention", std::string("bwd_") + tag, shape, tb, 2.5 * fwd_flops / (tb * 1e-3) / 1e12, "TFLOP/s");
+    for (const std::string& name : attention_variants()) {
+      kg::Attention att(kg::resolve_attention_kernel(name, true, a));
+      kg::AttentionArgs g;
+      g.shape = a;
+      g.q = q, g.k = k, g.v = v, g.dout = dO, g.ldq = g.ldk = g.ldv = g.lddo = ld;
+      g.out = o, g.ldo = ld, g.lse = lse, g.delta = delta, g.dq = dq, g.dk = dk, g.dv = dv, g.lddq = g.lddk = g.lddv = ld;
+      const auto rows_of = [&](const std::string& tag) {
+        const double f = median_ms([&] { ok(att.forward(nullptr, g)); }, 10);
+        row("attention", std::string("fwd_").append(tag), shape, f, fwd_flops / (f * 1e-3) / 1e12, "TFLOP/s");
+        const double b = median_ms([&] { ok(att.backward(nullptr, g)); }, 10);
+        row("attention", std::string("bwd_").append(tag), shape, b, 2.5 * fwd_flops / (b * 1e-3) / 1e12, "TFLOP/s");
       };
-      bf16_rows("tc2_bf16in", kg::attention_tc2_fwd_bf16, kg::attention_tc2_bwd_bf16);
-      if (kg::attention_tc3_available()) bf16_rows("tc3_bf16in", kg::attention_tc3_fwd_bf16, kg::attention_tc3_bwd_bf16);
-      cudaFree(hb);
+      rows_of(attention_tag(name));
+      if (kg::attention_takes_bf16(att.config().variant)) {  // without the rounding pass of fp32 operands
+        g.dtype = kg::AttnDtype::bf16;
+        g.q = qb, g.k = kb, g.v = vb, g.dout = ob;
+        rows_of(attention_tag(name).append("in"));
+      }
     }
+    cudaFree(hb);
     for (float* p : {q, k, v, o, dO, dq, dk, dv, lse, delta}) cudaFree(p);
   }
 }

@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/status.hpp"
 
 namespace tessel::test {
@@ -23,6 +24,12 @@ constexpr double kTolFp32 = 1e-5;
 constexpr double kTolFp32Reduction = 1e-4;  // long sums and exp/log chains (attention, cross-entropy)
 constexpr double kTolTf32 = 3e-3;
 constexpr double kTolBf16 = 1.5e-2;
+
+// The experimental wgmma attention (experimental-tc3) runs on compute capability 9.0 only.
+inline bool compute_capability_90() {
+  kernels::cuda::DeviceInfo info;
+  return kernels::cuda::device_info(info).ok() && info.major == 9 && info.minor == 0;
+}
 
 #define REQUIRE_OK(expr)                                    \
   do {                                                      \

@@ -6,11 +6,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/optimizer.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "runtime/params.hpp"
+#include "util/error.hpp"
 
 #include "runtime/cuda/gpu_trainer.hpp"
 #include "runtime/trainer.hpp"
@@ -58,14 +60,16 @@ Layout tiny_layout(Recompute rc) {
 }
 
 void compare(kernels::cuda::GemmType type, Recompute rcmp, double loss_tol, double norm_tol,
-             const Model& m = load_model("tiny"), bool per_param = false) {
+             const Model& m = load_model("tiny"), bool per_param = false, const std::string& attention = "") {
   CAPTURE(m.name);
+  CAPTURE(attention);
   const Layout l = tiny_layout(rcmp);
   rt::TrainOptions copt;
   const auto cpu = rt::train_threads(m, l, copt, 3);
   rc::CudaDevice dev(0);
   rc::GpuTrainOptions gopt;
   gopt.gemm = type;
+  gopt.attention_kernel = attention;
   rc::GpuTrainer g(dev, m, l, gopt, nullptr, rt::Recorder::Clock::now());
   REQUIRE(cpu.steps.size() == 3);
   for (int i = 0; i < 3; ++i) {
@@ -101,12 +105,13 @@ TEST_CASE("a Llama-shaped model with rotary positions on the GPU matches the CPU
   compare(kernels::cuda::GemmType::bf16_fp32, Recompute::none, kLossTolBf16, kNormTolBf16, m);
 }
 
-// Head dim 64, which the tensor-core attention has tiles for (the tiny model's 16 runs the fp32 kernels).
-// Versions 2 and 3 then take q, k, v and attention's output gradient in bf16 straight from their GEMMs
-// (GpuStage's attention_bf16_io; q/k/v biases from their bf16 copies in the epilogue), version 1 their fp32
-// forms: each within the bf16 bounds of the CPU runtime, per parameter too (the q/k/v weights and biases
-// are the parameters the bf16 path changes). Full recomputation re-runs the bf16 forward in the backward.
-TEST_CASE("head dim 64 on the tensor-core attention, versions 1 to 3, matches the CPU runtime") {
+// Head dim 64, which the tensor-core attention has tiles for (the tiny model's 16 runs the fp32 kernel by
+// default, and the bf16 variants refuse it). The default tc reads q, k, v in fp32; cudnn and the
+// experimental variants take them (and attention's output gradient) in bf16 straight from their GEMMs
+// (GpuStage's attention_bf16_io; q/k/v biases from their bf16 copies in the epilogue): each within the bf16
+// bounds of the CPU runtime, per parameter too (the q/k/v weights and biases are the parameters the bf16
+// path changes). Full recomputation re-runs the bf16 forward in the backward.
+TEST_CASE("head dim 64 on every bf16 attention variant matches the CPU runtime") {
   Model m = load_model("tiny");
   m.name = "tiny-d64";
   m.hidden = 128;
@@ -114,19 +119,44 @@ TEST_CASE("head dim 64 on the tensor-core attention, versions 1 to 3, matches th
   m.head_dim = 64;
   m.ffn = 512;
   m.dropout = false;
-  struct Restore {  // version 1 again for the later cases, whatever fails here
-    ~Restore() { (void)kernels::cuda::attention_tc_set_version(1); }
-  } restore;
-  for (const int version : {1, 2, 3}) {
-    CAPTURE(version);
-    if (version == 3 && !kernels::cuda::attention_tc3_available()) {
-      MESSAGE("attention version 3: skipped, the device is not compute capability 9.0");
+  for (const std::string& name : kernels::cuda::attention_kernel_names()) {
+    if (name == "fp32") continue;  // the fp32 cases above
+    if (name == "cudnn" && !kernels::cuda::attention_cudnn_built()) {
+      MESSAGE("attention cudnn: skipped, this build has no cuDNN");
       continue;
     }
-    REQUIRE(kernels::cuda::attention_tc_set_version(version).ok());
-    compare(kernels::cuda::GemmType::bf16_fp32, Recompute::none, kLossTolBf16, kNormTolBf16, m, true);
-    compare(kernels::cuda::GemmType::bf16_fp32, Recompute::full, kLossTolBf16, kNormTolBf16, m, true);
+    if (name.rfind("experimental-tc3", 0) == 0 && !tessel::test::compute_capability_90()) {
+      MESSAGE("attention " << name << ": skipped, the device is not compute capability 9.0");
+      continue;
+    }
+    compare(kernels::cuda::GemmType::bf16_fp32, Recompute::none, kLossTolBf16, kNormTolBf16, m, true, name);
+    compare(kernels::cuda::GemmType::bf16_fp32, Recompute::full, kLossTolBf16, kNormTolBf16, m, true, name);
   }
+}
+
+// --attention-kernel's rules reach the run before any step: an unknown name lists the variants; a bf16
+// variant under fp32 GEMMs and a head dim a variant has no kernel for name the rule.
+TEST_CASE("a run refuses attention kernels it cannot use, naming the flag and the rule") {
+  const Model m = load_model("tiny");  // head dim 16
+  const Layout l = tiny_layout(Recompute::none);
+  rc::CudaDevice dev(0);
+  const auto error_of = [&](kernels::cuda::GemmType type, const std::string& name) -> std::string {
+    rc::GpuTrainOptions o;
+    o.gemm = type;
+    o.attention_kernel = name;
+    try {
+      rc::GpuTrainer g(dev, m, l, o, nullptr, rt::Recorder::Clock::now());
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::string unknown = error_of(kernels::cuda::GemmType::bf16_fp32, "flash3");
+  CHECK(unknown.find("--attention-kernel flash3") != std::string::npos);
+  CHECK(unknown.find("fp32, tc, cudnn, experimental-tc2") != std::string::npos);
+  CHECK(error_of(kernels::cuda::GemmType::fp32, "tc").find("needs --precision bf16") != std::string::npos);
+  CHECK(error_of(kernels::cuda::GemmType::bf16_fp32, "tc").find("d 16") != std::string::npos);
+  CHECK(error_of(kernels::cuda::GemmType::bf16_fp32, "fp32").empty());
 }
 
 }  // TEST_SUITE

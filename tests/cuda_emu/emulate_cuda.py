@@ -3,7 +3,7 @@
 # arrays become function statics (blocks run one at a time, so one copy per kernel is one per block), and
 # common.cuh plus the headers named with --inline (device templates the file includes, e.g.
 # kernels/cuda/colreduce.cuh) are pasted in. The headers of inline PTX (kernels/cuda/ptx.cuh: ldmatrix, mma,
-# cp.async; kernels/cuda/wgmma.cuh) give way to their emulations (ptx_helpers.inc, wgmma_helpers.inc here).
+# cp.async; kernels/cuda/experimental/wgmma.cuh) give way to their emulations (ptx_helpers.inc, wgmma_helpers.inc here).
 # The rest compiles as written.
 # usage: emulate_cuda.py IN.cu OUT.cpp [--inline HEADER ...]
 import os, re, sys
@@ -24,23 +24,24 @@ src = open(in_path).read().split('\n')
 # Headers of inline PTX are replaced by their emulations (pasted with common.cuh, after ptx_emu.hpp).
 here = os.path.dirname(os.path.abspath(__file__))
 EMULATED = {'kernels/cuda/ptx.cuh': os.path.join(here, 'ptx_helpers.inc'),
-            'kernels/cuda/wgmma.cuh': os.path.join(here, 'wgmma_helpers.inc')}
+            'kernels/cuda/experimental/wgmma.cuh': os.path.join(here, 'wgmma_helpers.inc')}
 emulated = [inc for hdr, inc in EMULATED.items() if any(l.strip() == '#include "%s"' % hdr for l in src)]
 
 def strip_cuda(text):
     text = re.sub(r'#include <cuda_bf16.h>\n', '', text)
     text = re.sub(r'#include <cuda_runtime.h>\n', '', text)
-    text = re.sub(r'#include "kernels/cuda/[a-z0-9_]+\.(cuh|hpp)"\n', '', text)
+    text = re.sub(r'#include "kernels/cuda/[a-z0-9_/]+\.(cuh|hpp)"\n', '', text)
     text = re.sub(r'#pragma once\n', '', text)
     return re.sub(r'[ \t]*#pragma unroll\n', '', text)  # nvcc's; the host compiler would warn
 
 text = strip_cuda('\n'.join(src))
 # common.cuh (warp and block reductions, ceil_div) is part of every kernel file's world.
-common = os.path.join(os.path.dirname(os.path.abspath(in_path)), 'common.cuh')
+common = os.path.join(here, '..', '..', 'kernels', 'cuda', 'common.cuh')
 pasted = ''.join(strip_cuda(open(h).read()) + '\n' for h in [common] + emulated + inline)
 text = text.replace('namespace tessel::kernels::cuda {',
                     '#include "tests/cuda_emu/ptx_emu.hpp"\n' + pasted + 'namespace tessel::kernels::cuda {', 1)
 text = text.replace('extern __shared__ __align__(16) unsigned char smem[];', 'unsigned char* smem = emu::tb->smem.data();')
+text = text.replace('extern __shared__ float smem[];', 'float* smem = reinterpret_cast<float*>(emu::tb->smem.data());')
 text = re.sub(r'(?<!extern )__shared__ ', 'static ', text)
 launches = 0
 def rep(m):

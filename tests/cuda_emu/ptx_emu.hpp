@@ -1,7 +1,7 @@
-// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc2.cu, attention_tc3.cu, norm.cu (with
-// colreduce.cuh), rows.cu and elementwise.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
+// A CPU emulation of the CUDA subset that kernels/cuda/attention_tc.cu, experimental/attention_tc2.cu,
+// experimental/attention_tc3.cu, norm.cu (with colreduce.cuh), rows.cu and elementwise.cu use, so CI (no GPU) runs those kernel files' own code (common.cuh's warp and block reductions
 // included, pasted in by emulate_cuda.py): each CUDA thread is an OS thread of its block; __syncthreads is a block barrier;
-// warp instructions (shfl.xor, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
+// warp instructions (shfl.xor, shfl.idx, ldmatrix .x4 with and without .trans, mma.m16n8k16 bf16 -> f32) exchange
 // their operands through a per-warp barrier and compute what the PTX ISA specifies for each lane:
 //   - ldmatrix: register m of lane L holds matrix m's elements (row L/4, columns 2(L%4), +1), the row
 //     addresses coming from lanes 8m..8m+7; with .trans, (rows 2(L%4), +1, column L/4); low half first;
@@ -75,6 +75,7 @@ inline std::uint16_t f2bf(float f) {
 }
 inline float bf2f(std::uint16_t h) { std::uint32_t u = std::uint32_t(h) << 16; float f; std::memcpy(&f, &u, 4); return f; }
 inline __nv_bfloat16 __float2bfloat16(float f) { return {f2bf(f)}; }
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return {f2bf(f)}; }
 inline float __bfloat162float(__nv_bfloat16 h) { return bf2f(h.x); }
 inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 inline float __uint_as_float(unsigned u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -218,6 +219,14 @@ inline float shfl_xor(float v, int m) {
   std::uint32_t u; std::memcpy(&u, &v, 4);
   float out = 0;
   collective(&u, 1, [&](auto& ws) { std::memcpy(&out, &ws[lane() ^ m][0], 4); });
+  return out;
+}
+
+// shfl.idx: every lane reads lane `src`'s value.
+inline float shfl_idx(float v, int src) {
+  std::uint32_t u; std::memcpy(&u, &v, 4);
+  float out = 0;
+  collective(&u, 1, [&](auto& ws) { std::memcpy(&out, &ws[src % 32][0], 4); });
   return out;
 }
 
@@ -455,6 +464,7 @@ void launch(K kernel, dim3 grid, dim3 block, std::size_t smem, cudaStream_t, A..
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int m) { return emu::shfl_xor(v, m); }
+inline float __shfl_sync(unsigned, float v, int src) { return emu::shfl_idx(v, src); }
 inline void __syncthreads() { emu::syncthreads(); }
 
 template <class K>
@@ -466,17 +476,14 @@ inline cudaError_t cudaGetLastError() { return 0; }
 namespace tessel::kernels::cpu { struct AttentionShape; }
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cuda/attention_variant.hpp"  // AttentionArgs: plain C++, the same header the device build reads
 
 namespace tessel::kernels::cuda {
 using cpu::AdamW;  // kernels.hpp's aliases
-using cpu::AttentionShape;
 struct DeviceInfo {  // an H200's figures
   int sm_count = 132; int max_threads_per_sm = 2048; int max_smem_per_block_optin = 232448; int major = 9, minor = 0;
 };
 inline Status device_info(DeviceInfo& d) { d = DeviceInfo{}; return {}; }
-inline bool attention_tc_supported(const AttentionShape& a) {
-  return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
-}
 }  // namespace tessel::kernels::cuda
 
 #define TESSEL_CUDA_CHECK(expr) do { if ((expr) != 0) return ::tessel::kernels::cuda::Status{1, #expr}; } while (0)

@@ -244,156 +244,82 @@ Status swiglu_bwd_bf16(cudaStream_t stream_, const __nv_bfloat16* dy, const __nv
   kc::swiglu_bwd(df.data(), gf.data(), uf.data(), og.f, ou.f, n);
   return {};
 }
-Status attention_fwd(cudaStream_t stream_, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, float* out, int ldo, float* lse) {
-  fake_stream_op(stream_, "attention_fwd");
-  std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
-  kc::attention_fwd(a, q, ldq, k, ldk, v, ldv, out, ldo, probs.data());
-  kc::attention_lse(a, q, ldq, k, ldk, lse);
-  return {};
+// ---- attention (kernels/cuda/attention.hpp): every variant is the CPU reference here; the variant only
+// decides, through the runtime, which operand type it is handed (attention_takes_bf16). The calls are
+// checked against the variant's rules as the device's entry point checks them (attention_args_rule).
+struct CudnnAttention {};
+void CudnnAttentionDeleter::operator()(CudnnAttention* p) const { delete p; }
+bool attention_cudnn_built() { return true; }  // the fake stands in for a full build
+
+namespace {
+
+// q, k, v or dout as fp32 rows: the caller's, or bf16 compact rows widened exactly.
+const float* rows_f32(const AttentionArgs& g, const void* p, int heads, std::vector<float>& keep) {
+  if (g.dtype == AttnDtype::fp32) return static_cast<const float*>(p);
+  keep = widen(static_cast<const __nv_bfloat16*>(p), std::size_t(g.shape.batch) * g.shape.seq * heads * g.shape.d);
+  return keep.data();
 }
+
+void reference_fwd(const AttentionArgs& g, const float* q, const float* k, const float* v) {
+  const AttentionShape& a = g.shape;
+  std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq);
+  kc::attention_fwd(a, q, g.ldq, k, g.ldk, v, g.ldv, g.out, g.ldo, probs.data());
+  kc::attention_lse(a, q, g.ldq, k, g.ldk, g.lse);
+}
+
 // As strict as the flash backward about what it is handed: the probabilities are rebuilt from the lse
 // passed in (p_ij = exp(s_ij - lse_i)), not recomputed, and the out passed in must be probs V, else
 // delta = rowsum(dO * out) would be wrong on the device: a stale or reused lse/out fails here too.
-Status attention_bwd(cudaStream_t stream_, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                     const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                     int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float*) {
-  fake_stream_op(stream_, "attention_bwd");
+Status reference_bwd(const AttentionArgs& g, const float* q, const float* k, const float* v, const float* dout) {
+  const AttentionShape& a = g.shape;
   std::vector<float> probs(std::size_t(a.batch) * a.hq * a.seq * a.seq, 0.0f);
   const double scale = 1.0 / std::sqrt(double(a.d));
   for (int b = 0; b < a.batch; ++b)
     for (int h = 0; h < a.hq; ++h)
       for (int i = 0; i < a.seq; ++i) {
         const std::size_t row = (std::size_t(b) * a.hq + h) * a.seq + i;
-        const float* qi = q + std::size_t(b * a.seq + i) * ldq + h * a.d;
+        const float* qi = q + std::size_t(b * a.seq + i) * g.ldq + h * a.d;
         for (int j = 0; j <= i; ++j) {
-          const float* kj = k + std::size_t(b * a.seq + j) * ldk + (h / (a.hq / a.hkv)) * a.d;
+          const float* kj = k + std::size_t(b * a.seq + j) * g.ldk + (h / (a.hq / a.hkv)) * a.d;
           double dot = 0;
           for (int c = 0; c < a.d; ++c) dot += double(qi[c]) * kj[c];
-          probs[row * a.seq + j] = static_cast<float>(std::exp(dot * scale - lse[row]));
+          probs[row * a.seq + j] = static_cast<float>(std::exp(dot * scale - g.lse[row]));
         }
       }
-  std::vector<float> expect(std::size_t(a.batch) * a.seq * ldo, 0.0f), probs2(probs.size());
-  kc::attention_fwd(a, q, ldq, k, ldk, v, ldv, expect.data(), ldo, probs2.data());
+  std::vector<float> expect(std::size_t(a.batch) * a.seq * g.ldo, 0.0f), probs2(probs.size());
+  kc::attention_fwd(a, q, g.ldq, k, g.ldk, v, g.ldv, expect.data(), g.ldo, probs2.data());
   double num = 0, den = 0;
   for (int t = 0; t < a.batch * a.seq; ++t)
     for (int c = 0; c < a.hq * a.d; ++c) {
-      const double e = expect[std::size_t(t) * ldo + c], g = out[std::size_t(t) * ldo + c];
-      num += (g - e) * (g - e);
+      const double e = expect[std::size_t(t) * g.ldo + c], o = g.out[std::size_t(t) * g.ldo + c];
+      num += (o - e) * (o - e);
       den += e * e;
     }
   if (!(num <= 1e-8 * den))
     return bad("attention backward handed an out that is not softmax(q k^T) v (relative error " +
                std::to_string(std::sqrt(num / std::max(den, 1e-30))) + ")");
-  kc::attention_bwd(a, q, ldq, k, ldk, v, ldv, probs.data(), dout, lddo, dq, lddq, dk, lddk, dv, lddv);
+  kc::attention_bwd(a, q, g.ldq, k, g.ldk, v, g.ldv, probs.data(), dout, g.lddo, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
   return {};
 }
-bool attention_tc_supported(const AttentionShape& a) {
-  return a.batch >= 1 && a.seq >= 1 && a.hq >= 1 && a.hkv >= 1 && a.hq % a.hkv == 0 && (a.d == 64 || a.d == 128);
-}
-Status attention_tc_set_block_warps(int warps) { return warps == 4 || warps == 8 ? Status{} : bad("block warps"); }
-// The version only decides which operand type the runtime hands over (attention_tc_takes_bf16): every
-// version is the CPU reference here.
-namespace {
-int g_attention_version = 1;
+
 }  // namespace
-Status attention_tc_set_version(int version) {
-  if (version < 1 || version > 3) return bad("version");
-  g_attention_version = version;
+
+Attention::Attention(AttentionConfig config) : config_(config) {}
+
+Status Attention::forward(cudaStream_t stream_, const AttentionArgs& g) {
+  fake_stream_op(stream_, "attention_fwd");
+  if (const std::string rule = attention_args_rule(config_, g, false); !rule.empty()) return bad(rule);
+  std::vector<float> qf, kf, vf;
+  reference_fwd(g, rows_f32(g, g.q, g.shape.hq, qf), rows_f32(g, g.k, g.shape.hkv, kf), rows_f32(g, g.v, g.shape.hkv, vf));
   return {};
 }
-bool attention_tc_takes_bf16() { return g_attention_version >= 2; }
-bool attention_tc3_available() { return true; }  // the fake stands in for the Hopper GPU the runtime targets
-void attention_tc3_set_overlap(bool) {}
-Status attention_tc3_set_layout(int swizzle_bytes) {
-  return swizzle_bytes == 0 || swizzle_bytes == 128 ? Status{} : bad("swizzle");
-}
-Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
-  fake_stream_op(s, "attention_tc3_fwd");
-  return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-}
-Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  fake_stream_op(s, "attention_tc3_bwd");
-  return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
-}
-Status attention_tc_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                        const float* v, int ldv, float* out, int ldo, float* lse) {
-  fake_stream_op(s, "attention_tc_fwd");
-  return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-}
-Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
-  fake_stream_op(s, "attention_tc2_fwd");
-  return attention_fwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse);
-}
-Status attention_tc_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                        const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                        int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  fake_stream_op(s, "attention_tc_bwd");
-  return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
-}
-Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  fake_stream_op(s, "attention_tc2_bwd");
-  return attention_bwd(s, a, q, ldq, k, ldk, v, ldv, out, ldo, lse, dout, lddo, dq, lddq, dk, lddk, dv, lddv, delta);
-}
-// bf16 entry points: compact rows widened exactly, then the fp32 reference (as strict about out and lse).
-namespace {
-Status attention_fwd_bf16(cudaStream_t s, const char* who, const AttentionShape& a, const __nv_bfloat16* q,
-                          const __nv_bfloat16* k, const __nv_bfloat16* v, float* out, int ldo, float* lse) {
-  fake_stream_op(s, who);
-  const int qd = a.hq * a.d, kd = a.hkv * a.d;
-  const std::size_t T = std::size_t(a.batch) * a.seq;
-  const std::vector<float> qf = widen(q, T * qd), kf = widen(k, T * kd), vf = widen(v, T * kd);
-  return attention_fwd(s, a, qf.data(), qd, kf.data(), kd, vf.data(), kd, out, ldo, lse);
-}
-Status attention_bwd_bf16(cudaStream_t s, const char* who, const AttentionShape& a, const __nv_bfloat16* q,
-                          const __nv_bfloat16* k, const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                          const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                          float* delta) {
-  fake_stream_op(s, who);
-  const int qd = a.hq * a.d, kd = a.hkv * a.d;
-  const std::size_t T = std::size_t(a.batch) * a.seq;
-  const std::vector<float> qf = widen(q, T * qd), kf = widen(k, T * kd), vf = widen(v, T * kd), df = widen(dout, T * qd);
-  return attention_bwd(s, a, qf.data(), qd, kf.data(), kd, vf.data(), kd, out, ldo, lse, df.data(), qd, dq, lddq, dk,
-                       lddk, dv, lddv, delta);
-}
-}  // namespace
-Status attention_tc2_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, float* out, int ldo, float* lse) {
-  return attention_fwd_bf16(s, "attention_tc2_fwd_bf16", a, q, k, v, out, ldo, lse);
-}
-Status attention_tc3_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, float* out, int ldo, float* lse) {
-  return attention_fwd_bf16(s, "attention_tc3_fwd_bf16", a, q, k, v, out, ldo, lse);
-}
-Status attention_tc2_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                              float* delta) {
-  return attention_bwd_bf16(s, "attention_tc2_bwd_bf16", a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
-}
-Status attention_tc3_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                              const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                              const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                              float* delta) {
-  return attention_bwd_bf16(s, "attention_tc3_bwd_bf16", a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
-}
-Status attention_tc_fwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                             const __nv_bfloat16* v, float* out, int ldo, float* lse) {
-  if (!attention_tc_takes_bf16()) return bad("attention_tc: version 1 takes fp32 operands");
-  return attention_fwd_bf16(s, "attention_tc_fwd_bf16", a, q, k, v, out, ldo, lse);
-}
-Status attention_tc_bwd_bf16(cudaStream_t s, const AttentionShape& a, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                             const __nv_bfloat16* v, const float* out, int ldo, const float* lse,
-                             const __nv_bfloat16* dout, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv,
-                             float* delta) {
-  if (!attention_tc_takes_bf16()) return bad("attention_tc: version 1 takes fp32 operands");
-  return attention_bwd_bf16(s, "attention_tc_bwd_bf16", a, q, k, v, out, ldo, lse, dout, dq, lddq, dk, lddk, dv, lddv, delta);
+
+Status Attention::backward(cudaStream_t stream_, const AttentionArgs& g) {
+  fake_stream_op(stream_, "attention_bwd");
+  if (const std::string rule = attention_args_rule(config_, g, true); !rule.empty()) return bad(rule);
+  std::vector<float> qf, kf, vf, df;
+  return reference_bwd(g, rows_f32(g, g.q, g.shape.hq, qf), rows_f32(g, g.k, g.shape.hkv, kf),
+                       rows_f32(g, g.v, g.shape.hkv, vf), rows_f32(g, g.dout, g.shape.hq, df));
 }
 Status rope_fwd(cudaStream_t stream_, const RopeTableView& t, float* x, int rows, int heads, int ld) {
   fake_stream_op(stream_, "rope_fwd");

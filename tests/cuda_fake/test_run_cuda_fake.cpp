@@ -449,7 +449,7 @@ TEST_CASE("kernel profile: the bf16 path's bytes are the model's") {
   CHECK(k.at("grad_norm").bytes == doctest::Approx(4 * params).epsilon(1e-12));
 }
 
-// With attention taking bf16 operands (versions 2 and 3, head dim 64): q, k, v leave their GEMMs in bf16 with
+// With attention taking bf16 operands (cudnn and the experimental variants, head dim 64): q, k, v leave their GEMMs in bf16 with
 // their biases' bf16 copies, attention reads them (and its output gradient) in bf16 and writes fp32.
 TEST_CASE("kernel profile: bf16 attention operands' bytes are the model's") {
   Model m = load_model("tiny");
@@ -463,10 +463,7 @@ TEST_CASE("kernel profile: bf16 attention operands' bytes are the model's") {
   rt::cuda::CudaDevice dev(0);
   rt::cuda::GpuTrainOptions opt;
   opt.gemm = kernels::cuda::GemmType::bf16_fp32;
-  struct Restore {  // version 1 again for the later cases, whatever fails here
-    ~Restore() { (void)kernels::cuda::attention_tc_set_version(1); }
-  } restore;
-  REQUIRE(kernels::cuda::attention_tc_set_version(3).ok());
+  opt.attention_kernel = "experimental-tc3";
   rt::cuda::GpuTrainer t(dev, m, l, opt, nullptr, rt::Recorder::Clock::now());
   dev.set_kernel_profile(true);
   (void)t.step();

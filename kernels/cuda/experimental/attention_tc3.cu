@@ -1,7 +1,7 @@
 // Causal attention, third version, forward and backward: warpgroup matrix multiply-accumulate (wgmma,
 // Hopper's sm_90a), the instruction the second version's mma.sync cannot stand in for: the H200's tensor
 // cores reach their rate only through it (HGMMA in SASS; mma.sync runs at a fraction). Same contracts and
-// numerics as attention_tc_fwd / attention_tc_bwd (bf16 operands, fp32 accumulation and softmax, fp32
+// numerics as attention_tc.cu (bf16 operands, fp32 accumulation and softmax, fp32
 // outputs, lse in natural units). The backward's two kernels are described where they are defined.
 //
 // Forward: a block of two warpgroups (256 threads) owns 128 query rows, 64 per warpgroup, and streams
@@ -24,27 +24,25 @@
 // chunk order: consecutive threads write consecutive 16-byte chunks of shared memory (no bank conflicts)
 // and read 64 or 128 contiguous bytes of a global row.
 //
-// Written without a GPU (2026-11-30): tests/cuda_emu runs this file's code on the CPU with an emulation of
-// wgmma read from the PTX ISA (descriptors, both layouts, fragments, the asynchronous completion at
-// wgmma.wait_group), and tests/cuda/test_attention.cpp and bench_cuda.cpp check and time it on the device.
-// The runtime uses them only with TESSEL_ATTENTION=3 until the device has measured them. Built for sm_90a
+// Experimental (attention variants experimental-tc3, -noswizzle, -overlap): never run on a GPU.
+// tests/cuda_emu runs this file's code on the CPU with an emulation of wgmma read from the PTX ISA
+// (descriptors, both layouts, fragments, the asynchronous completion at wgmma.wait_group);
+// tests/cuda/test_attention.cpp checks it and tools/device-check.sh times it on a GPU. Built for sm_90a
 // only (kernels/cuda/meson.build); other GPUs get a Status error from the launchers, never a launch.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <string>
-#include <utility>
 
+#include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_prep.cuh"
+#include "kernels/cuda/attention_softmax.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/kernels.hpp"
-#include "kernels/cuda/nvtx.hpp"
+#include "kernels/cuda/experimental/wgmma.cuh"
 #include "kernels/cuda/ptx.cuh"
-#include "kernels/cuda/wgmma.cuh"
 
 namespace tessel::kernels::cuda {
 
@@ -56,8 +54,6 @@ constexpr int kThreads = 128 * kGroups;  // 256
 constexpr int kRows = 64 * kGroups;      // query rows per block
 constexpr int kKeys = 128;               // keys per streamed tile
 constexpr int kSwzNone = 0, kSwz128 = 1; // descriptor swizzle field values (bits 62-63)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 
 
@@ -217,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3_kernel(AttnDims d, const bf1
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float mrow[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   const int row0 = i0 + 64 * wg + 16 * warp, ia = row0 + g;  // this thread's rows: ia and ia + 8
 
   for (int tile = 0; tile < tiles; ++tile) {
@@ -269,7 +265,7 @@ template <int D, int Swz>
 Status fwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
             float* lse) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
-  return attn_launch("attention_tc3", fwd3_kernel<D, Swz>, grid, kThreads, fwd3_smem<D>(), s, attn_dims(a), q,
+  return attn_launch("attention (experimental-tc3)", fwd3_kernel<D, Swz>, grid, kThreads, fwd3_smem<D>(), s, attn_dims(a), q,
                      a.hq * D, k, v, a.hkv * D, out, ldo, lse);
 }
 
@@ -328,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) fwd3o_kernel(AttnDims d, const bf
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
   float mrow[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   const int row0 = i0 + 64 * wg + 16 * warp, ia = row0 + g;
   float s[kKeys / 2];
   std::uint32_t p[kKeys / 16][4];
@@ -401,7 +397,7 @@ template <int D, int Swz>
 Status fwd3o(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
              float* lse) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
-  return attn_launch("attention_tc3", fwd3o_kernel<D, Swz>, grid, kThreads, fwd3o_smem<D>(), s, attn_dims(a), q,
+  return attn_launch("attention (experimental-tc3)", fwd3o_kernel<D, Swz>, grid, kThreads, fwd3o_smem<D>(), s, attn_dims(a), q,
                      a.hq * D, k, v, a.hkv * D, out, ldo, lse);
 }
 
@@ -413,6 +409,51 @@ template <int D>
 constexpr std::size_t dkdv3_smem() { return sizeof(bf16) * std::size_t(2 * kRows + 4 * kQryB) * D + 1024; }
 template <int D>
 constexpr std::size_t dq3_smem() { return sizeof(bf16) * std::size_t(2 * kRows + 4 * kKeysB) * D + 1024; }
+
+// dK/dV's per-tile softmax work on this thread's part of the transposed tiles (keys ja and ja + 8 of the
+// warp whose first key is jr0; queries i0 + 8 n + 2 t + e2): P^T = exp(S^T - lse), 0 past the causal edge
+// or past S, packed to bf16 as the A operands of dV += P^T dO.
+__device__ inline void probs_t(float (&st)[kQryB / 2], std::uint32_t (&ap)[kQryB / 16][4], int i0, int jr0, int ja,
+                               int t, int S, const float* __restrict__ lse_h, float sl2) {
+  const bool mask = i0 < jr0 + 16 || i0 + kQryB > S;  // causal edge of this warp's keys, or queries past S
+#pragma unroll
+  for (int n = 0; n < kQryB / 8; ++n)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {  // the thread's two queries of this 8-query block
+      const int i = i0 + n * 8 + 2 * t + e2;
+      const bool in = i < S;
+      const float lse = in ? __ldg(lse_h + i) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {  // its two keys
+        const int e = 2 * r + e2, j = ja + 8 * r;
+        float p = prob_from_lse(st[4 * n + e] * sl2, lse);
+        if (mask && (i < j || !in)) p = 0.0f;
+        st[4 * n + e] = p;
+      }
+    }
+#pragma unroll
+  for (int kk = 0; kk < kQryB / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) ap[kk][r] = pack2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+}
+
+// dS^T = P^T (dP^T - delta) in place of dP^T, packed to bf16 as the A operands of dK += dS^T Q.
+__device__ inline void grads_t(float (&dpt)[kQryB / 2], const float (&pt)[kQryB / 2], std::uint32_t (&ads)[kQryB / 16][4],
+                               int i0, int t, int S, const float* __restrict__ delta_h) {
+#pragma unroll
+  for (int n = 0; n < kQryB / 8; ++n)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int i = i0 + n * 8 + 2 * t + e2;
+      const float dl = i < S ? __ldg(delta_h + i) : 0.0f;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) dpt[4 * n + 2 * r + e2] = pt[4 * n + 2 * r + e2] * (dpt[4 * n + 2 * r + e2] - dl);
+    }
+#pragma unroll
+  for (int kk = 0; kk < kQryB / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) ads[kk][r] = pack2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+}
 
 // grid (ceil(S / 128), HKV, B): a block owns 128 keys (64 per warpgroup; K and V resident) and streams
 // 64-query tiles of Q and dO of every query head of its GQA group, double-buffered. Per tile and warpgroup:
@@ -460,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(AttnDims d, const bf
   float gk[D / 2], gv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) gk[i] = gv[i] = 0.0f;
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   const int jr0 = j0 + 64 * wg + 16 * warp, ja = jr0 + g;  // this thread's keys: ja and ja + 8
 
   for (int u = 0; u < tiles; ++u) {
@@ -486,27 +527,8 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(AttnDims d, const bf
     fence_regs(st);
     const float* lse_h = lse + (std::size_t(b) * d.HQ + h) * d.S;
     const float* delta_h = delta + (std::size_t(b) * d.HQ + h) * d.S;
-    const bool mask = i0 < jr0 + 16 || i0 + kQryB > d.S;  // causal edge of this warp's keys, or queries past S
-#pragma unroll
-    for (int n = 0; n < kQryB / 8; ++n)
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {  // the thread's two queries of this 8-query block
-        const int i = i0 + n * 8 + 2 * t + e2;
-        const bool in = i < d.S;
-        const float l2 = in ? __ldg(lse_h + i) * kLog2e : 0.0f;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {  // its two keys
-          const int e = 2 * r + e2, j = ja + 8 * r;
-          float p = exp2f(st[4 * n + e] * sl2 - l2);
-          if (mask && (i < j || !in)) p = 0.0f;
-          st[4 * n + e] = p;
-        }
-      }
     std::uint32_t ap[kQryB / 16][4], ads[kQryB / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kQryB / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) ap[kk][r] = pack2(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+    probs_t(st, ap, i0, jr0, ja, t, d.S, lse_h, sl2);
     // dP^T = V dO^T and dV += P^T dO in flight together; dS^T needs only the first (wait_group 1), and dK's
     // products start while dV's finish. Fewer accumulators live at once than computing S^T and dP^T
     // together (FlashAttention-3's order): no spill at d 128.
@@ -523,22 +545,7 @@ __global__ void __launch_bounds__(kThreads, 1) dkdv3_kernel(AttnDims d, const bf
     wg_commit();
     wg_wait<1>();
     fence_regs(dpt);
-#pragma unroll
-    for (int n = 0; n < kQryB / 8; ++n)
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int i = i0 + n * 8 + 2 * t + e2;
-        const float dl = i < d.S ? __ldg(delta_h + i) : 0.0f;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int e = 2 * r + e2;
-          dpt[4 * n + e] = st[4 * n + e] * (dpt[4 * n + e] - dl);
-        }
-      }
-#pragma unroll
-    for (int kk = 0; kk < kQryB / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) ads[kk][r] = pack2(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+    grads_t(dpt, st, ads, i0, t, d.S, delta_h);
     fence_regs(gk);
     fence_regs(ads);
     wg_fence();
@@ -614,7 +621,7 @@ __global__ void __launch_bounds__(kThreads, 1) dq3_kernel(AttnDims d, const bf16
   float gq[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) gq[i] = 0.0f;
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   for (int tile = 0; tile < tiles; ++tile) {
     const int cur = tile & 1, j0 = tile * kKeysB;
     if (tile + 1 < tiles) cp_async_wait<1>();
@@ -687,105 +694,55 @@ Status bwd3(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
             const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
   const AttnDims d = attn_dims(a);
   const unsigned blocks = static_cast<unsigned>(ceil_div(a.seq, kRows));
-  TESSEL_STATUS_CHECK(attn_launch("attention_tc3", dkdv3_kernel<D, Swz>, dim3(blocks, a.hkv, a.batch), kThreads,
+  TESSEL_STATUS_CHECK(attn_launch("attention (experimental-tc3)", dkdv3_kernel<D, Swz>, dim3(blocks, a.hkv, a.batch), kThreads,
                                   dkdv3_smem<D>(), s, d, q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dk, lddk, dv,
                                   lddv));
-  return attn_launch("attention_tc3", dq3_kernel<D, Swz>, dim3(blocks, a.hq, a.batch), kThreads, dq3_smem<D>(), s, d,
+  return attn_launch("attention (experimental-tc3)", dq3_kernel<D, Swz>, dim3(blocks, a.hq, a.batch), kThreads, dq3_smem<D>(), s, d,
                      q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dq, lddq);
 }
 
-int g_layout = kSwz128;  // attention_tc3_set_layout
-bool g_overlap = false;  // attention_tc3_set_overlap
-
-}  // namespace
-
-Status attention_tc3_set_layout(int swizzle_bytes) {
-  if (swizzle_bytes != 0 && swizzle_bytes != 128)
-    return {1, "attention_tc3: shared-memory swizzle " + std::to_string(swizzle_bytes) + " (needs 0 or 128)"};
-  g_layout = swizzle_bytes == 128 ? kSwz128 : kSwzNone;
-  return {};
-}
-
-void attention_tc3_set_overlap(bool on) { g_overlap = on; }
-
-bool attention_tc3_available() {
-  DeviceInfo info;
-  return device_info(info).ok() && info.major == 9 && info.minor == 0;
-}
-
-namespace {
-
-// attn_check's rules, then the device: wgmma exists only on compute capability 9.0.
-Status check3(const AttentionShape& a, std::initializer_list<std::pair<const float*, int>> in,
-              std::initializer_list<std::pair<const float*, int>> out) {
-  TESSEL_STATUS_CHECK(attn_check("attention_tc3", a, in, out));
+// wgmma exists only on compute capability 9.0 (sm_90a machine code).
+Status check_device() {
   DeviceInfo info;
   TESSEL_STATUS_CHECK(device_info(info));
   if (info.major != 9 || info.minor != 0)
-    return {1, "attention_tc3: wgmma needs compute capability 9.0 (sm_90a machine code); this device is " +
+    return {1, "attention (experimental-tc3): wgmma needs compute capability 9.0 (sm_90a machine code); this device is " +
                    std::to_string(info.major) + "." + std::to_string(info.minor)};
   return {};
 }
 
 }  // namespace
 
-// The bf16 entry points (compact operand rows), and the fp32 ones: q, k, v (and dO) rounded into compact
-// bf16 copies, then the same kernels (delta from the fp32 dO).
-Status attention_tc3_fwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
-                              float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check3(a, {}, {{out, ldo}}));
-  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc3", a, {q, k, v}, {}));
-  const bool sw = g_layout == kSwz128, d64 = a.d == 64;
-  const auto fwd = g_overlap ? (d64 ? (sw ? fwd3o<64, kSwz128> : fwd3o<64, kSwzNone>)
-                                    : (sw ? fwd3o<128, kSwz128> : fwd3o<128, kSwzNone>))
-                             : (d64 ? (sw ? fwd3<64, kSwz128> : fwd3<64, kSwzNone>)
-                                    : (sw ? fwd3<128, kSwz128> : fwd3<128, kSwzNone>));
-  return fwd(s, a, q, k, v, out, ldo, lse);
+namespace detail {
+
+bool tc3_attention_available() { return check_device().ok(); }
+
+// swizzle 128: the 128-byte swizzled layout, 0: core matrices (header); overlap: fwd3o_kernel.
+Status tc3_attention_fwd(cudaStream_t s, const AttentionArgs& g, int swizzle, bool overlap) {
+  TESSEL_STATUS_CHECK(check_device());
+  const AttentionShape& a = g.shape;
+  const bool sw = swizzle == 128, d64 = a.d == 64;
+  const auto fwd = overlap ? (d64 ? (sw ? fwd3o<64, kSwz128> : fwd3o<64, kSwzNone>)
+                                  : (sw ? fwd3o<128, kSwz128> : fwd3o<128, kSwzNone>))
+                           : (d64 ? (sw ? fwd3<64, kSwz128> : fwd3<64, kSwzNone>)
+                                  : (sw ? fwd3<128, kSwz128> : fwd3<128, kSwzNone>));
+  return with_bf16_operands(s, g, false, [&](const bf16* q, const bf16* k, const bf16* v, const bf16*) {
+    return fwd(s, a, q, k, v, g.out, g.ldo, g.lse);
+  });
 }
 
-namespace {
-
-Status bwd3_any(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, const bf16* dout,
-                const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
-  const bool sw = g_layout == kSwz128;
-  const auto bwd = a.d == 64 ? (sw ? bwd3<64, kSwz128> : bwd3<64, kSwzNone>)
-                             : (sw ? bwd3<128, kSwz128> : bwd3<128, kSwzNone>);
-  return bwd(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+// delta from dO in the caller's type, then the kernels on bf16 operands.
+Status tc3_attention_bwd(cudaStream_t s, const AttentionArgs& g, int swizzle) {
+  TESSEL_STATUS_CHECK(check_device());
+  const AttentionShape& a = g.shape;
+  const bool sw = swizzle == 128;
+  const auto bwd = a.d == 64 ? (sw ? bwd3<64, kSwz128> : bwd3<64, kSwzNone>) : (sw ? bwd3<128, kSwz128> : bwd3<128, kSwzNone>);
+  TESSEL_STATUS_CHECK(attention_delta(s, g));
+  return with_bf16_operands(s, g, true, [&](const bf16* q, const bf16* k, const bf16* v, const bf16* dout) {
+    return bwd(s, a, q, k, v, dout, g.lse, g.delta, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
+  });
 }
 
-}  // namespace
-
-Status attention_tc3_bwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
-                              const float* out, int ldo, const float* lse, const bf16* dout, float* dq, int lddq,
-                              float* dk, int lddk, float* dv, int lddv, float* delta) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check3(a, {}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc3", a, {q, k, v, dout}, {}));
-  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, a.hq * a.d, delta));
-  return bwd3_any(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv);
-}
-
-Status attention_tc3_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
-  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, nullptr, 0,
-                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16*) {
-                            return attention_tc3_fwd_bf16(s, a, qb, kb, vb, out, ldo, lse);
-                          });
-}
-
-Status attention_tc3_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(check3(a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
-  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, dout, lddo,
-                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16* ob) {
-                            return bwd3_any(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
-                          });
-}
+}  // namespace detail
 
 }  // namespace tessel::kernels::cuda

@@ -1,5 +1,5 @@
 // Causal attention, second tensor-core version, forward and backward: the same contracts and numerics as
-// attention_tc_fwd / attention_tc_bwd (bf16 operands, fp32 accumulation and softmax, fp32 outputs, lse in
+// attention_tc.cu (bf16 operands, fp32 accumulation and softmax, fp32 outputs, lse in
 // natural units), with the three changes the first version's H200 figures pointed at (12-20% of the bf16
 // rate):
 //   - q, k, v (and dO) are rounded to bf16 once, by a pass over the whole tensors, instead of on every tile
@@ -21,26 +21,20 @@
 //   B of O = P V (V row-major [key][d], .trans): matrix m at keys k0 + 8(m%2), d n0 + 8(m/2)
 //                               -> b0, b1 of d n0..n0+7, then b0, b1 of d n0+8...
 //
-// Not yet run on a GPU when written (2026-11-29, after the device session). tests/cuda_emu runs this file's
+// Experimental (attention variant experimental-tc2): never run on a GPU. tests/cuda_emu runs this file's
 // code on the CPU in every build (an emulation of ldmatrix, mma, cp.async and the barriers per the PTX ISA,
 // with race and alignment checks); tests/cuda/test_attention.cpp compares both directions with the CPU
-// reference on the GPU, tests/cuda/bench_cuda.cpp times them beside the first
-// version, and the runtime keeps the first version (TESSEL_ATTENTION=2 selects these) until the device has
-// measured them.
+// reference on a GPU and tools/device-check.sh times them beside the measured kernels.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
-#include <string>
-#include <utility>
 
+#include "kernels/cuda/attention_kernels.hpp"
 #include "kernels/cuda/attention_prep.cuh"
+#include "kernels/cuda/attention_softmax.cuh"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/kernels.hpp"
-#include "kernels/cuda/nvtx.hpp"
 #include "kernels/cuda/ptx.cuh"
 
 namespace tessel::kernels::cuda {
@@ -51,8 +45,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4;
 constexpr int kRows = 16 * kWarps;  // query rows per block
 constexpr int kKeys = 64;           // keys per streamed tile
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 
 // Rows [row0, row0 + R) of one head (columns col0.., D wide) of a compact bf16 matrix (row stride ld) into
@@ -100,9 +92,9 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(AttnDims d, const 
 
   std::uint32_t qf[D / 16][4];
   float o[D / 8][4] = {};
-  float mrow[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const float sl2 = d.scale * kLog2e;
-  const int ia = i0 + warp * 16 + g;  // this thread's rows: ia and ia + 8
+  SoftmaxRow row[2];  // this thread's rows ia and ia + 8 (attention_softmax.cuh)
+  const float sl2 = score_scale(d.scale);
+  const int ia = i0 + warp * 16 + g;
 
   for (int tile = 0; tile < tiles; ++tile) {
     const int cur = tile & 1, j0 = tile * kKeys;
@@ -143,20 +135,13 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(AttnDims d, const 
         sc[n][e] = (diag && j > i) ? -INFINITY : sc[n][e] * sl2;
         mx[e >> 1] = fmaxf(mx[e >> 1], sc[n][e]);
       }
-    float alpha[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const float m_new = fmaxf(mrow[r], quad_max(mx[r]));
-      alpha[r] = exp2f(mrow[r] - m_new);  // 0 on the first tile
-      mrow[r] = m_new;
-      l[r] *= alpha[r];
-    }
+    const float alpha[2] = {row[0].next_tile(quad_max(mx[0])), row[1].next_tile(quad_max(mx[1]))};
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        sc[n][e] = exp2f(sc[n][e] - mrow[e >> 1]);
-        l[e >> 1] += sc[n][e];
+        sc[n][e] = row[e >> 1].weight(sc[n][e]);
+        row[e >> 1].l += sc[n][e];
       }
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) {
@@ -182,14 +167,10 @@ __global__ void __launch_bounds__(kWarps * kWarp) fwd2_kernel(AttnDims d, const 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int i = ia + 8 * r;
-    const float sum = quad_sum(l[r]);
+    const float sum = quad_sum(row[r].l);
     if (i >= d.S) continue;
-    const float inv = 1.0f / sum;
-    float* dst = out + (base + i) * ldo + h * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-    if (t == 0) lse[(std::size_t(b) * d.HQ + h) * d.S + i] = kLn2 * (mrow[r] + log2f(sum));
+    store_acc_row<D>(out + (base + i) * ldo + h * D, o, r, t, 1.0f / sum);
+    if (t == 0) lse[stat_index(b, h, i, d.HQ, d.S)] = row[r].lse(sum);
   }
 }
 
@@ -236,7 +217,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) dkdv2_kernel(AttnDims d, const
   const int k_off = ((m / 2) * 8 + r8) * P + (m % 2) * 8;
   const int v_off = ((m % 2) * 8 + r8) * P + (m / 2) * 8;
   float gk[D / 8][4] = {}, gv[D / 8][4] = {};
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   const int ja = j0 + warp * 16 + g;  // this thread's keys: ja and ja + 8
 
   for (int u = 0; u < tiles; ++u) {
@@ -313,13 +294,8 @@ __global__ void __launch_bounds__(kWarps * kWarp) dkdv2_kernel(AttnDims d, const
   for (int r = 0; r < 2; ++r) {
     const int j = ja + 8 * r;
     if (j >= d.S) continue;
-    float* pk = dk + (base + j) * lddk + hk * D + 2 * t;
-    float* pv = dv + (base + j) * lddv + hk * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<float2*>(pk + n * 8) = make_float2(gk[n][2 * r] * d.scale, gk[n][2 * r + 1] * d.scale);
-      *reinterpret_cast<float2*>(pv + n * 8) = make_float2(gv[n][2 * r], gv[n][2 * r + 1]);
-    }
+    store_acc_row<D>(dk + (base + j) * lddk + hk * D, gk, r, t, d.scale);
+    store_acc_row<D>(dv + (base + j) * lddv + hk * D, gv, r, t, 1.0f);
   }
 }
 
@@ -362,7 +338,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) dq2_kernel(AttnDims d, const b
     dl[r] = delta[at];
   }
   float gq[D / 8][4] = {};
-  const float sl2 = d.scale * kLog2e;
+  const float sl2 = score_scale(d.scale);
   for (int tile = 0; tile < tiles; ++tile) {
     const int cur = tile & 1, j0 = tile * kKeys;
     if (tile + 1 < tiles) {
@@ -421,10 +397,7 @@ __global__ void __launch_bounds__(kWarps * kWarp) dq2_kernel(AttnDims d, const b
   for (int r = 0; r < 2; ++r) {
     const int i = ia + 8 * r;
     if (i >= d.S) continue;
-    float* dst = dq + (base + i) * lddq + h * D + 2 * t;
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-      *reinterpret_cast<float2*>(dst + n * 8) = make_float2(gq[n][2 * r] * d.scale, gq[n][2 * r + 1] * d.scale);
+    store_acc_row<D>(dq + (base + i) * lddq + h * D, gq, r, t, d.scale);
   }
 }
 
@@ -435,7 +408,7 @@ template <int D>
 Status fwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v, float* out, int ldo,
             float* lse) {
   const dim3 grid(static_cast<unsigned>(ceil_div(a.seq, kRows)), a.hq, a.batch);
-  return attn_launch("attention_tc2", fwd2_kernel<D>, grid, kWarps * kWarp, fwd2_smem<D>(), s, attn_dims(a), q,
+  return attn_launch("attention (experimental-tc2)", fwd2_kernel<D>, grid, kWarps * kWarp, fwd2_smem<D>(), s, attn_dims(a), q,
                      a.hq * D, k, v, a.hkv * D, out, ldo, lse);
 }
 
@@ -449,56 +422,34 @@ Status bwd2(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* 
             const float* lse, const float* delta, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv) {
   const AttnDims d = attn_dims(a);
   const unsigned blocks = static_cast<unsigned>(ceil_div(a.seq, kRows));
-  TESSEL_STATUS_CHECK(attn_launch("attention_tc2", dkdv2_kernel<D>, dim3(blocks, a.hkv, a.batch), kWarps * kWarp,
+  TESSEL_STATUS_CHECK(attn_launch("attention (experimental-tc2)", dkdv2_kernel<D>, dim3(blocks, a.hkv, a.batch), kWarps * kWarp,
                                   dkdv2_smem<D>(), s, d, q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dk, lddk, dv,
                                   lddv));
-  return attn_launch("attention_tc2", dq2_kernel<D>, dim3(blocks, a.hq, a.batch), kWarps * kWarp, dq2_smem<D>(), s, d,
+  return attn_launch("attention (experimental-tc2)", dq2_kernel<D>, dim3(blocks, a.hq, a.batch), kWarps * kWarp, dq2_smem<D>(), s, d,
                      q, a.hq * D, k, v, a.hkv * D, dout, lse, delta, dq, lddq);
 }
 
 }  // namespace
 
-Status attention_tc2_fwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
-                              float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc2", a, {q, k, v}, {{out, ldo}}));
-  return a.d == 64 ? fwd2<64>(s, a, q, k, v, out, ldo, lse) : fwd2<128>(s, a, q, k, v, out, ldo, lse);
+namespace detail {
+
+Status tc2_attention_fwd(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
+  return with_bf16_operands(s, g, false, [&](const bf16* q, const bf16* k, const bf16* v, const bf16*) {
+    return a.d == 64 ? fwd2<64>(s, a, q, k, v, g.out, g.ldo, g.lse) : fwd2<128>(s, a, q, k, v, g.out, g.ldo, g.lse);
+  });
 }
 
-Status attention_tc2_bwd_bf16(cudaStream_t s, const AttentionShape& a, const bf16* q, const bf16* k, const bf16* v,
-                              const float* out, int ldo, const float* lse, const bf16* dout, float* dq, int lddq,
-                              float* dk, int lddk, float* dv, int lddv, float* delta) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(attn_check_bf16("attention_tc2", a, {q, k, v, dout}, {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, a.hq * a.d, delta));
-  return a.d == 64 ? bwd2<64>(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv)
-                   : bwd2<128>(s, a, q, k, v, dout, lse, delta, dq, lddq, dk, lddk, dv, lddv);
+// delta from dO in the caller's type (fp32 or bf16), then the kernels on bf16 operands.
+Status tc2_attention_bwd(cudaStream_t s, const AttentionArgs& g) {
+  const AttentionShape& a = g.shape;
+  TESSEL_STATUS_CHECK(attention_delta(s, g));
+  return with_bf16_operands(s, g, true, [&](const bf16* q, const bf16* k, const bf16* v, const bf16* dout) {
+    return a.d == 64 ? bwd2<64>(s, a, q, k, v, dout, g.lse, g.delta, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv)
+                     : bwd2<128>(s, a, q, k, v, dout, g.lse, g.delta, g.dq, g.lddq, g.dk, g.lddk, g.dv, g.lddv);
+  });
 }
 
-// The fp32 entry points: q, k, v (and dO) rounded into compact bf16 copies, then the above (delta from
-// the fp32 dO).
-Status attention_tc2_bwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, const float* out, int ldo, const float* lse, const float* dout,
-                         int lddo, float* dq, int lddq, float* dk, int lddk, float* dv, int lddv, float* delta) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(attn_check("attention_tc2", a, {{q, ldq}, {k, ldk}, {v, ldv}, {dout, lddo}},
-                                 {{dq, lddq}, {dk, lddk}, {dv, lddv}}));
-  TESSEL_STATUS_CHECK(attention_delta(s, a.batch, a.seq, a.hq, a.d, out, ldo, dout, lddo, delta));
-  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, dout, lddo,
-                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16* ob) {
-                            return a.d == 64 ? bwd2<64>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv)
-                                             : bwd2<128>(s, a, qb, kb, vb, ob, lse, delta, dq, lddq, dk, lddk, dv, lddv);
-                          });
-}
-
-Status attention_tc2_fwd(cudaStream_t s, const AttentionShape& a, const float* q, int ldq, const float* k, int ldk,
-                         const float* v, int ldv, float* out, int ldo, float* lse) {
-  TESSEL_NVTX_FN();
-  TESSEL_STATUS_CHECK(attn_check("attention_tc2", a, {{q, ldq}, {k, ldk}, {v, ldv}}, {{out, ldo}}));
-  return with_bf16_copies(s, a, q, ldq, k, ldk, v, ldv, nullptr, 0,
-                          [&](const bf16* qb, const bf16* kb, const bf16* vb, const bf16*) {
-                            return attention_tc2_fwd_bf16(s, a, qb, kb, vb, out, ldo, lse);
-                          });
-}
+}  // namespace detail
 
 }  // namespace tessel::kernels::cuda
