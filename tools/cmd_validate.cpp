@@ -1,5 +1,6 @@
 // tessel validate FILE.json: predict published measurements and report the error per row and metric.
 #include <iostream>
+#include <sstream>
 #include <map>
 #include <optional>
 
@@ -11,6 +12,26 @@
 #include "tools/format.hpp"
 
 namespace tessel::cmd {
+
+std::string validation_text(const ValidationResult& r) {
+  std::ostringstream os;
+  std::vector<std::vector<std::string>> t = {{"row", "metric", "measured", "predicted", "error"}};
+  for (const auto& m : r.rows)
+    t.push_back({m.id, m.metric, fmt::fixed(m.measured, 3), fmt::fixed(m.predicted, 3),
+                 (m.error_pct >= 0 ? "+" : "") + fmt::fixed(m.error_pct, 1) + "%"});
+  os << fmt::table(t) << "\n";
+  std::vector<std::vector<std::string>> s = {{"metric", "rows", "MAPE", "max |error|"}};
+  std::map<std::string, int> counts;
+  for (const auto& m : r.rows) counts[m.metric]++;
+  for (const auto& [metric, mape] : r.mape_pct)
+    s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + "%", fmt::fixed(r.max_abs_pct.at(metric), 1) + "%"});
+  os << fmt::table(s);
+  if (!r.skipped.empty()) {
+    os << "\nskipped " << r.skipped.size() << " rows:\n";
+    for (const auto& k : r.skipped) os << "  " << k.id << ": " << k.reason << "\n";
+  }
+  return os.str();
+}
 
 int validate(const Args& args) {
   cli::CommandLine cl("validate", args,
@@ -43,21 +64,7 @@ int validate(const Args& args) {
     std::cout << validation_to_json(r).dump(2) << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> t = {{"row", "metric", "measured", "predicted", "error"}};
-  for (const auto& m : r.rows)
-    t.push_back({m.id, m.metric, fmt::fixed(m.measured, 3), fmt::fixed(m.predicted, 3),
-                 (m.error_pct >= 0 ? "+" : "") + fmt::fixed(m.error_pct, 1) + "%"});
-  std::cout << fmt::table(t) << "\n";
-  std::vector<std::vector<std::string>> s = {{"metric", "rows", "MAPE", "max |error|"}};
-  std::map<std::string, int> counts;
-  for (const auto& m : r.rows) counts[m.metric]++;
-  for (const auto& [metric, mape] : r.mape_pct)
-    s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + "%", fmt::fixed(r.max_abs_pct.at(metric), 1) + "%"});
-  std::cout << fmt::table(s);
-  if (!r.skipped.empty()) {
-    std::cout << "\nskipped " << r.skipped.size() << " rows:\n";
-    for (const auto& k : r.skipped) std::cout << "  " << k.id << ": " << k.reason << "\n";
-  }
+  std::cout << validation_text(r);
   return 0;
 }
 

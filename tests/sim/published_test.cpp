@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "sim/calibrate/published_fit.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/validate.hpp"
 #include "tests/test_paths.hpp"
@@ -116,4 +117,40 @@ TEST_CASE("validate --engine des: MAPE no worse than analytical on every metric 
     CHECK(zb2.second > zb1.second);
     CHECK(zb1.second > f1b.second);
   }
+}
+
+// The A100 preset's efficiency numbers were fitted once to Korthikanti et al. Table 4 (22B per-layer times,
+// rows korthikanti22_t4_*). The fit must find them again from a base whose four fitted numbers are all
+// wrong, to the grid's resolution: the grid holds each preset value, so within half a step of it is that
+// very grid point.
+TEST_CASE("calibrate --published: Korthikanti Table 4 gives the A100 preset's fitted numbers again") {
+  const std::string path = published_rows();
+  const Json rows = select_rows(parse_json_file(path), path, {"korthikanti22_t4"});
+  REQUIRE(rows.size() == 5);
+  CHECK(calib::rows_system_preset(rows, path) == "dgx-a100");
+  const System preset = load_system("dgx-a100");
+  System base = preset;
+  base.gpu.gemm_efficiency = 0.5;
+  base.gpu.gemm_k_overhead = 0;
+  base.gpu.memory_efficiency = 0.5;
+  base.node.intra_efficiency = 0.3;
+  const std::vector<calib::GridAxis> grid = calib::efficiency_grid();
+  REQUIRE(grid.size() == 4);
+  const calib::PublishedFit f = calib::fit_published(rows, path, base, grid);
+  CHECK(f.candidates == 5 * 5 * 5 * 5);
+  CHECK(f.at_best.rows.size() == 15);  // forward, backward and combined ms per layer of 5 rows
+  // Half a grid step of each axis (0.03, 32, 0.05 near 0.9, 0.1).
+  CHECK(std::fabs(f.profile.gpu.gemm_efficiency - preset.gpu.gemm_efficiency) < 0.015);
+  CHECK(std::fabs(f.profile.gpu.gemm_k_overhead - preset.gpu.gemm_k_overhead) < 16);
+  CHECK(std::fabs(f.profile.gpu.memory_efficiency - preset.gpu.memory_efficiency) < 0.025);
+  CHECK(std::fabs(f.profile.node.intra_efficiency - preset.node.intra_efficiency) < 0.05);
+  // The fit's error is validate's own on those rows under the preset (docs/validation.md: within 3%).
+  const ValidationResult v = validate_rows(rows, path, {}, &preset);
+  double sum = 0;
+  for (const auto& m : v.rows) sum += std::fabs(m.error_pct);
+  CHECK(f.mape_pct == doctest::Approx(sum / v.rows.size()));
+  CHECK(f.max_abs_pct < 3.0);
+  // Everything not on the grid is the base's.
+  CHECK(f.profile.gpu.attention_efficiency == base.gpu.attention_efficiency);
+  CHECK(f.profile.node.intra_bw == base.node.intra_bw);
 }
