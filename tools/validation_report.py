@@ -17,10 +17,10 @@ Rows: `../shared/validation/published.json` (measured runs from papers and vendo
 Each row's GPU maps to a system preset by name; a layout field the row leaves null is chosen as the best
 predicted value and listed as assumed. The A100 preset's efficiency numbers were fitted once to Korthikanti
 et al. Table 4 (22B per-layer times; `tessel calibrate --published ROWS --only korthikanti22_t4`, see
-docs/calibration.md); nothing is fitted per row. Every GPU preset
-charges compute slowed by the communication it overlaps (`overlap_slowdown` 0.189: the mean slowdown Lee et
-al. 2025, arXiv:2507.03114, measured on A100, H100, MI250 and MI210; not fitted here). Errors are
-(predicted - measured) / measured.
+docs/calibration.md); nothing is fitted per row. Where each row's published layout ranks in explore's
+search: `tessel validate ROWS --explore-rank` (docs/explore.md). Every GPU preset charges compute slowed by
+the communication it overlaps (`overlap_slowdown` 0.189: the mean slowdown Lee et al. 2025, arXiv:2507.03114,
+measured on A100, H100, MI250 and MI210; not fitted here). Errors are (predicted - measured) / measured.
 
 ## Summary
 

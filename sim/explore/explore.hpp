@@ -23,6 +23,9 @@ struct Space {
   bool uneven = true;                  // also try first/last stage one layer lighter (embedding / head)
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
+  // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn
+  // them off for the 2021-22 Megatron-LM rows and overlap the pipeline sends for later sources).
+  bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   // Also enumerate the micro-batch sizes whose micro_batch*dp does not divide the global batch (left out
   // normally: each would only be rejected by batch-divisibility). diagnose() counts them.
   bool keep_indivisible_batches = false;
@@ -121,6 +124,9 @@ struct NothingFits {
 // `r` is run()'s result for the same arguments; `opt` its options (the lifts run the analytical tier only).
 NothingFits why_nothing_fits(const Model& m, const System& sys, int gpus, int global_batch, const Space& space,
                              const Result& r, const Options& opt);
+
+// A layout's analytical score (the analytical tier's row for it).
+Scored scored_of(const Estimate& e);
 
 // Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
 // then the layout's description in lexicographic order.

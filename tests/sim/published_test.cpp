@@ -5,6 +5,8 @@
 //   on the Korthikanti et al. rows and Narayanan et al. Table 2 rows.
 // - validate --engine des: the simulator's step times at least as accurate as the analytical estimate's, and
 //   the Zero Bubble paper's schedules (Qi et al. 2024, Table 4) ranked as measured.
+// - calibrate --published: Korthikanti Table 4 gives the A100 preset's fitted efficiencies again.
+// - validate --explore-rank: the published layout's step in the search is validate's prediction.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,6 +16,7 @@
 
 #include "sim/calibrate/published_fit.hpp"
 #include "sim/engine/simulate.hpp"
+#include "sim/explore/published_rank.hpp"
 #include "sim/validate.hpp"
 #include "tests/test_paths.hpp"
 
@@ -153,4 +156,26 @@ TEST_CASE("calibrate --published: Korthikanti Table 4 gives the A100 preset's fi
   // Everything not on the grid is the base's.
   CHECK(f.profile.gpu.attention_efficiency == base.gpu.attention_efficiency);
   CHECK(f.profile.node.intra_bw == base.node.intra_bw);
+}
+
+// validate --explore-rank maps each row as validate does: on the published rows that measure an iteration
+// time, the published layout's step in the search is validate's predicted iteration time, to the bit.
+TEST_CASE("explore-rank on published rows: the published layout's step is validate's predicted iteration time") {
+  const std::string path = published_rows();
+  const Json rows = select_rows(parse_json_file(path), path, {"korthikanti22_t5", "narayanan21_t2_PTD-P_174.6B"});
+  const ValidationResult v = validate_rows(rows, path);
+  const explore::PublishedRanks r = explore::rank_published(rows, path);
+  CHECK(r.skipped.empty());
+  int compared = 0;
+  for (const auto& p : r.rows) {
+    CAPTURE(p.id);
+    for (const auto& m : v.rows) {
+      if (m.id != p.id || m.metric != "iteration_time_s") continue;
+      REQUIRE(p.full.rank > 0);
+      CHECK(p.full.published.layout.describe() == p.published);
+      CHECK(p.full.published.step_s == m.predicted);
+      ++compared;
+    }
+  }
+  CHECK(compared == 8);  // Korthikanti Table 5: 22B, 175B, 530B, 1T, each with full and with selective recompute
 }
