@@ -79,10 +79,7 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
         if (e.fits) {
           out.fitting.push_back(scored_of(e));
         } else {
-          reject(out, "memory", [&] {
-            return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-                   gib(e.capacity) + " GiB (" + l.describe() + ")";
-          });
+          reject(out, "memory", [&] { return memory_message(e); });
         }
       } catch (const InfeasibleLayout& err) {
         reject(out, "unsupported", err.what());
@@ -108,6 +105,11 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
 }
 
 }  // namespace
+
+std::string memory_message(const Estimate& e) {
+  return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
+         gib(e.capacity) + " GiB (" + e.layout.describe() + ")";
+}
 
 Scored scored_of(const Estimate& e) {
   Scored s;

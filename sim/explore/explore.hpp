@@ -127,6 +127,8 @@ NothingFits why_nothing_fits(const Model& m, const System& sys, int gpus, int gl
 
 // A layout's analytical score (the analytical tier's row for it).
 Scored scored_of(const Estimate& e);
+// Why a layout that does not fit was rejected: "needs 97.3 GiB on pipeline rank 0 of 80.0 GiB (tp8 ...)".
+std::string memory_message(const Estimate& e);
 
 // Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
 // then the layout's description in lexicographic order.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstdio>
 #include <map>
 
 #include "util/error.hpp"
@@ -10,8 +9,6 @@
 namespace tessel::explore {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 bool starts(const std::string& id, const char* prefix) { return id.rfind(prefix, 0) == 0; }
 
@@ -60,12 +57,6 @@ std::string search_key(const MappedRow& mr, int gbs, const Space& s) {
   return k;
 }
 
-std::string gib(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", bytes / kGiB);
-  return buf;
-}
-
 // The published layout's standing in a search's ranked list: the best of its candidates that the space admits
 // and that fits, found in the list when enumerated, else placed after every listed layout better than it.
 Standing standing_in(const MappedRow& mr, const std::vector<Layout>& published, const Space& space, const Result& res) {
@@ -86,8 +77,7 @@ Standing standing_in(const MappedRow& mr, const std::vector<Layout>& published, 
       if (!e.fits) {
         if (least_peak == 0 || e.peak_memory < least_peak) {
           least_peak = e.peak_memory;
-          problem = "does not fit: needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) +
-                    " of " + gib(e.capacity) + " GiB (" + l.describe() + ")";
+          problem = "does not fit: " + memory_message(e);
         }
         continue;
       }
