@@ -26,7 +26,8 @@ std::string layout_key(Layout l, int model_layers) {
 bool admits(const Space& s, const Layout& l) {
   auto in = [](const auto& given, auto v) { return given.empty() || std::find(given.begin(), given.end(), v) != given.end(); };
   return in(s.tp, l.tp) && in(s.pp, l.pp) && in(s.cp, l.cp) && in(s.mbs, l.micro_batch) &&
-         (l.pp == 1 || in(s.schedules, l.schedule)) && in(s.recompute, l.recompute) &&
+         (l.pp == 1 || in(s.schedules, l.schedule)) &&
+         (l.pp == 1 || !sched::takes_vpp_range(l.schedule) || in(s.vpp, l.vpp)) && in(s.recompute, l.recompute) &&
          in(s.sp, l.sequence_parallel ? 1 : 0) && (l.dp * l.cp == 1 || in(s.zero, l.zero_stage));
 }
 
