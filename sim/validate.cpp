@@ -101,10 +101,7 @@ void apply_source_conventions(const std::string& id, Layout& l, std::vector<std:
   if (early) assumed.push_back("attention=unfused, no DP overlap (Megatron-LM of 2021-22)");
 }
 
-struct Candidate {
-  Layout layout;
-  std::vector<std::string> assumed;
-};
+using Candidate = RowCandidate;
 
 // Builds every layout the row allows: fixed fields from the row, the null ones enumerated.
 std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, const std::string& where,
@@ -300,7 +297,40 @@ std::optional<double> predict_layer_metric(const std::string& metric, const Mode
   return 1e3 * (fwd + bwd);
 }
 
+// The row is an object with the keys every row has.
+void check_row_keys(const Json& row, const std::string& rw) {
+  if (!row.is_object()) throw InputError(rw + ": a row must be an object");
+  for (const char* k : {"id", "model", "hardware", "layout", "measured"})
+    if (!row.contains(k)) throw InputError(rw + ": missing key " + k);
+}
+
+std::string row_id(const Json& row, const std::string& rw) {
+  return row.at("id").is_string() ? row.at("id").get<std::string>() : rw;
+}
+
 }  // namespace
+
+std::variant<MappedRow, SkippedRow> map_row(const Json& row, const std::string& rw, const System* system_override) {
+  check_row_keys(row, rw);
+  const std::string id = row_id(row, rw);
+  try {
+    const Json& hw = row.at("hardware");
+    if (!hw.contains("gpu") || !hw.at("gpu").is_string()) throw InputError(rw + ".hardware.gpu: must be a string");
+    MappedRow out;
+    out.id = id;
+    out.system = system_override ? *system_override : load_system(system_for_gpu(hw.at("gpu").get<std::string>(), id));
+    if (is_null(hw, "gpu_count")) throw RowSkip{"hardware.gpu_count is not given"};
+    out.gpus = int_field(hw, "gpu_count", rw + ".hardware");
+    out.model = model_of(row, rw, out.notes);
+    out.candidates = candidates_of(row, out.model, out.gpus, rw, out.notes);
+    return out;
+  } catch (const RowSkip& s) {
+    return SkippedRow{id, s.reason};
+  } catch (const Json::exception& e) {
+    // A field of an unexpected type or shape that no check names: still the row's fault.
+    throw InputError(rw + " (" + id + "): a field has an unexpected type or is missing (" + e.what() + ")");
+  }
+}
 
 ValidationResult validate_rows(const Json& rows, const std::string& where, const StepTimeFn& step_time,
                                const System* system_override) {
@@ -309,21 +339,21 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const Json& row = rows[i];
     const std::string rw = where + "[" + std::to_string(i) + "]";
-    if (!row.is_object()) throw InputError(rw + ": a row must be an object");
-    for (const char* k : {"id", "model", "hardware", "layout", "measured"})
-      if (!row.contains(k)) throw InputError(rw + ": missing key " + k);
-    const std::string id = row.at("id").is_string() ? row.at("id").get<std::string>() : rw;
+    check_row_keys(row, rw);
+    const std::string id = row_id(row, rw);
     check_measured(row, rw, id);
+    auto mapped = map_row(row, rw, system_override);
+    if (auto* skip = std::get_if<SkippedRow>(&mapped)) {
+      out.skipped.push_back(std::move(*skip));
+      continue;
+    }
     try {
-      const Json& hw = row.at("hardware");
-      if (!hw.contains("gpu") || !hw.at("gpu").is_string()) throw InputError(rw + ".hardware.gpu: must be a string");
-      const System sys =
-          system_override ? *system_override : load_system(system_for_gpu(hw.at("gpu").get<std::string>(), id));
-      if (is_null(hw, "gpu_count")) throw RowSkip{"hardware.gpu_count is not given"};
-      const int gpus = int_field(hw, "gpu_count", rw + ".hardware");
-      std::vector<std::string> notes;
-      const Model m = model_of(row, rw, notes);
-      std::vector<Candidate> cands = candidates_of(row, m, gpus, rw, notes);
+      const MappedRow& mr = std::get<MappedRow>(mapped);
+      const System& sys = mr.system;
+      const int gpus = mr.gpus;
+      const std::vector<std::string>& notes = mr.notes;
+      const Model& m = mr.model;
+      const std::vector<Candidate>& cands = mr.candidates;
       // The best predicted candidate that fits in memory (or the best of all when none fits).
       std::optional<Prediction> best;
       std::vector<std::string> best_assumed;

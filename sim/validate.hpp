@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "sim/system.hpp"  // system_for_gpu: a row's GPU to its preset
@@ -36,9 +37,28 @@ struct ValidationResult {
   std::map<std::string, double> max_abs_pct;
 };
 
-struct Model;
-struct Layout;
-struct System;
+// One layout a row allows, with the values it chose for the row's null fields ("micro_batch=2").
+struct RowCandidate {
+  Layout layout;
+  std::vector<std::string> assumed;
+};
+
+// A row as validate maps it: the system (its GPU's preset, or the override), the GPU count, the model, what
+// the row's source implies (notes: conventions, unstated values), and every layout the row allows, its stated
+// fields fixed and the null ones enumerated. validate_rows predicts with the best of the candidates.
+struct MappedRow {
+  std::string id;
+  System system;
+  int gpus = 0;
+  Model model;
+  std::vector<std::string> notes;
+  std::vector<RowCandidate> candidates;
+};
+
+// Maps row `rw` (its position in the file, for messages) as validate_rows does; a row Tessel cannot model is
+// a SkippedRow with the reason; InputError for a malformed row.
+std::variant<MappedRow, SkippedRow> map_row(const Json& row, const std::string& rw, const System* system_override = nullptr);
+
 // Step time of a layout by another engine (the event simulator); empty = the analytical estimate alone.
 using StepTimeFn = std::function<double(const Model&, const Layout&, const System&)>;
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "util/text_numbers.hpp"
+
 namespace tessel::cli {
 
 struct OptionSpec {
@@ -49,8 +51,9 @@ class CommandLine {
   bool help_ = false;
 };
 
-// Parses a whole string as an integer in [min, max]; InputError naming `what` otherwise.
-std::int64_t parse_int(const std::string& text, const std::string& what, std::int64_t min, std::int64_t max);
-double parse_double(const std::string& text, const std::string& what, double min, double max);
+// A whole string as an integer or a finite number in [min, max]; InputError naming `what` otherwise
+// (util/text_numbers.hpp, shared with the layout words).
+using tessel::parse_double;
+using tessel::parse_int;
 
 }  // namespace tessel::cli

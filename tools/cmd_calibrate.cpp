@@ -1,5 +1,6 @@
 // tessel calibrate: fit a Profile (a system JSON every command takes with --system) from `tessel bench --json`
-// output and/or measured traces, and print the fit residuals per category (sim/calibrate/fit.hpp).
+// output and/or measured traces, and print the fit residuals per category (sim/calibrate/fit.hpp); or, with
+// --published, fit a system's efficiency numbers to published measurements (sim/calibrate/published_fit.hpp).
 #include <iostream>
 
 #include "util/atomic_file.hpp"
@@ -7,7 +8,9 @@
 #include "util/json_reader.hpp"
 #include "sim/calibrate/bench_data.hpp"
 #include "sim/calibrate/fit.hpp"
+#include "sim/calibrate/published_fit.hpp"
 #include "sim/calibrate/trace_fit.hpp"
+#include "sim/validate.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
@@ -102,13 +105,59 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
   std::cout << "profile: " << out << "\n";
 }
 
+// --published ROWS: the efficiency grid searched against validate's predictions of the (selected) rows, from
+// --base-system or the preset of the rows' GPU.
+int calibrate_published(const cli::CommandLine& cl, const std::string& out) {
+  for (const char* f : {"--bench", "--trace", "--comm", "--max-ranks"})
+    if (cl.has(f))
+      throw InputError(std::string("--published fits a system's efficiencies to published rows; ") + f +
+                       " belongs to the fit from bench and trace measurements, give one or the other");
+  const std::string path = *cl.get("--published");
+  Json rows = parse_json_file(path, "--published ");
+  if (cl.has("--only")) rows = select_rows(rows, path, cl.get_list("--only"));
+  const std::string preset = calib::rows_system_preset(rows, path);
+  const System base = load_system(cl.get_or("--base-system", preset));
+  const std::vector<calib::GridAxis> grid = calib::efficiency_grid();
+  calib::PublishedFit fit = calib::fit_published(rows, path, base, grid);
+  fit.profile.name = cl.get_or("--name", base.name + "-calibrated");
+  const std::string origin = path + (cl.has("--only") ? " --only " + *cl.get("--only") : std::string());
+  Json j = system_to_json(fit.profile);
+  j["source"] = calib::describe_published_fit(fit, grid, origin, base.name);
+  write_file_atomic(out, j.dump(2) + "\n");
+  if (cl.flag("--json")) {
+    Json r;
+    Json fitted = Json::object(), axes = Json::array();
+    for (std::size_t a = 0; a < grid.size(); ++a) {
+      fitted[grid[a].field] = fit.best[a];
+      axes.push_back({{"field", grid[a].field}, {"values", grid[a].values}});
+    }
+    r["fitted"] = fitted;
+    r["grid"] = axes;
+    r["candidates"] = fit.candidates;
+    r["mape_pct"] = fit.mape_pct;
+    r["max_abs_error_pct"] = fit.max_abs_pct;
+    r["validation"] = validation_to_json(fit.at_best);
+    r["profile"] = out;
+    std::cout << r.dump(2) << "\n";
+    return 0;
+  }
+  std::cout << "fitted to " << fit.at_best.rows.size() << " values of " << origin << " (" << fit.candidates
+            << " grid points, from " << base.name << "): ";
+  for (std::size_t a = 0; a < grid.size(); ++a) std::cout << (a ? ", " : "") << grid[a].field << " " << fit.best[a];
+  std::cout << "; MAPE " << fmt::fixed(fit.mape_pct, 2) << "%, max " << fmt::fixed(fit.max_abs_pct, 2) << "%\n\n"
+            << validation_text(fit.at_best) << "\nprofile: " << out << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int calibrate(const Args& args) {
   cli::CommandLine cl("calibrate", args,
                       {{"--bench", true, "bench document from `tessel bench --json`"},
+                       {"--published", true, "rows of published measurements (validate's schema): fit the efficiency grid to them"},
+                       {"--only", true, "with --published: comma-separated row id prefixes to fit (e.g. korthikanti22_t4)"},
                        {"--trace", true, "comma list of measured Chrome traces (`tessel run --trace`): per-op-kind fit"},
-                       {"--base-system", true, "system preset or JSON the profile starts from [cpu]"},
+                       {"--base-system", true, "system preset or JSON the profile starts from [cpu; --published: the rows' GPU's]"},
                        {"--comm", true, "communicator whose collective rows set the link: thread|mpi|nccl [thread]"},
                        {"--max-ranks", true, "ignore collective rows of larger groups (e.g. the core count) [all]"},
                        {"--name", true, "name of the profile [<base>-calibrated]"},
@@ -118,8 +167,11 @@ int calibrate(const Args& args) {
   if (cl.print_help()) return 0;
   const auto out = cl.get("-o");
   if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
-  if (!cl.has("--bench") && !cl.has("--trace")) throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES");
+  if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--published"))
+    throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES, or --published ROWS");
   check_writable(*out, "-o");
+  if (cl.has("--published")) return calibrate_published(cl, *out);
+  if (cl.has("--only")) throw InputError("--only selects rows of --published, and none is given");
   const System base = load_system(cl.get_or("--base-system", "cpu"));
   calib::FitOptions opts;
   opts.comm = cl.get_or("--comm", "thread");

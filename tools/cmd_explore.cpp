@@ -4,13 +4,13 @@
 
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <sstream>
 
 #include "util/atomic_file.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
+#include "sim/layout_words.hpp"
 #include "traces/chrome.hpp"
 #include "traces/svg.hpp"
 #include "tools/cli.hpp"
@@ -22,89 +22,6 @@ namespace tessel::cmd {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
-// describe()'s run-length stage split: "3,4x6,3" is 3,4,4,4,4,4,4,3.
-std::vector<int> parse_stage_layers(const std::string& text, const std::string& what) {
-  if (text.empty() || text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)
-    throw InputError(what + ": an empty stage entry (give them as describe() prints them: 3,4x6,3)");
-  std::vector<int> out;
-  std::istringstream in(text);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    const auto x = item.find('x');
-    const int layers = static_cast<int>(cli::parse_int(item.substr(0, x), what, 0, 100000));
-    const long long times = x == std::string::npos ? 1 : cli::parse_int(item.substr(x + 1), what, 1, 1 << 16);
-    if (out.size() + static_cast<std::size_t>(times) > (1u << 16))
-      throw InputError(what + ": more than 65536 stages");
-    out.insert(out.end(), static_cast<std::size_t>(times), layers);
-  }
-  if (out.empty()) throw InputError(what + ": no stage layer counts (give them as describe() prints them: 3,4x6,3)");
-  return out;
-}
-
-// A layout given to --explain: a JSON file, or words as `describe()` prints them
-// ("tp8 pp8 dp16 vpp3 mbs1 interleaved selective sp zero1 layers=3,4x6,3"; full recompute as "full" or
-// "full-block2"). Each term at most once.
-Layout parse_layout_words(const std::string& text, int global_batch) {
-  if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text, "--explain "), text);
-  Layout l;
-  l.global_batch = global_batch;
-  bool sched_given = false;
-  std::istringstream in(text);
-  std::string w;
-  std::map<std::string, std::string> seen;  // term -> the word that gave it
-  const auto once = [&](const std::string& term, const std::string& word) {
-    const auto [it, fresh] = seen.emplace(term, word);
-    if (!fresh)
-      throw InputError("--explain: '" + word + "' gives the " + term + " a second time (already '" + it->second +
-                       "'); each layout term once");
-  };
-  auto val = [&](const std::string& word, const std::string& prefix, long long lo = 1) {
-    once(prefix, word);
-    return static_cast<int>(cli::parse_int(word.substr(prefix.size()), "--explain " + word, lo, 1 << 22));
-  };
-  while (in >> w) {
-    if (w.rfind("tp", 0) == 0) l.tp = val(w, "tp");
-    else if (w.rfind("pp", 0) == 0) l.pp = val(w, "pp");
-    else if (w.rfind("dp", 0) == 0) l.dp = val(w, "dp");
-    else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
-    else if (w.rfind("vpp", 0) == 0) l.vpp = val(w, "vpp");
-    else if (w.rfind("mbs", 0) == 0) l.micro_batch = val(w, "mbs");
-    else if (w.rfind("zero", 0) == 0) {
-      once("zero", w);
-      l.zero_stage = static_cast<int>(cli::parse_int(w.substr(4), "--explain " + w, 0, 3));
-    } else if (w.rfind("layers=", 0) == 0) {
-      once("layers", w);
-      l.stage_layers = parse_stage_layers(w.substr(7), "--explain " + w);
-    } else if (w == "sp") {
-      once("sp", w);
-      l.sequence_parallel = true;
-    } else if (w == "selective" || w == "full" || w == "none") {
-      once("recompute policy", w);
-      l.recompute = parse_recompute(w, "--explain");
-    } else if (w.rfind("full-block", 0) == 0) {
-      once("recompute policy", w);
-      l.recompute = Recompute::full;
-      l.recompute_method = RecomputeMethod::block;
-      const std::string n = w.substr(10);
-      if (!n.empty()) l.recompute_layers = static_cast<int>(cli::parse_int(n, "--explain " + w, 1, 100000));
-    } else {
-      const sched::Family* f = sched::find_family(w);
-      if (!f || !f->layout_schedule)
-        throw InputError("--explain: word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., "
-                         "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
-      once("schedule", w);
-      l.schedule = f->kind;
-      sched_given = true;
-    }
-  }
-  if (seen.empty()) throw InputError("--explain: '" + text + "' names no layout (give words such as \"tp8 pp8 dp16 mbs1\" or a layout JSON file)");
-  if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? sched::Kind::interleaved : sched::Kind::one_f_one_b;
-  // No vppN word: the schedule's own chunk count, as estimate and simulate default it (zbv and dualpipev 2,
-  // interleaved and looped-bfs 3, the rest 1).
-  if (!seen.count("vpp") && l.pp > 1) l.vpp = sched::default_vpp(l.schedule, 3);
-  return l;
-}
 
 std::vector<Recompute> recompute_list(const cli::CommandLine& cl) {
   std::vector<Recompute> r;
@@ -157,6 +74,106 @@ void print_legend() {
                "the estimate's pipeline idle share of that rank and its exposed TP + CP + PP + DP time.\n";
 }
 
+// The search space from the restriction flags (empty: every sensible value), tp's node limit and precision.
+explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
+  explore::Space space;
+  for (auto v : cl.get_int_list("--tp", 1, 1 << 16)) space.tp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--pp", 1, 1 << 16)) space.pp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--cp", 1, 1 << 16)) space.cp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--vpp", 1, 1024)) space.vpp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
+  for (const auto& s : cl.get_list("--schedule")) {
+    space.schedules.push_back(sched::parse_schedule(s, "--schedule", true));
+  }
+  if (cl.has("--recompute")) space.recompute = recompute_list(cl);
+  if (auto sp = cl.get("--sp")) {
+    if (*sp == "on") space.sp = {1};
+    else if (*sp == "off") space.sp = {0};
+    else if (*sp != "both") throw InputError("--sp " + *sp + ": must be on, off or both");
+  }
+  // tp stays within a node unless --allow-tp-across-nodes, or a --tp value above the node asks for more;
+  // with --max-tp-inside-node given as well that request contradicts it and is refused.
+  bool tp_beyond_node = false;
+  for (int t : space.tp) {
+    if (t <= sys.node.gpus_per_node) continue;
+    if (cl.has("--max-tp-inside-node"))
+      throw InputError("--tp " + std::to_string(t) + " exceeds the " + std::to_string(sys.node.gpus_per_node) +
+                       " GPUs per node of " + sys.name + ", and --max-tp-inside-node keeps tp within one node; drop "
+                       "one of them (or give --allow-tp-across-nodes instead)");
+    tp_beyond_node = true;
+  }
+  space.max_tp_inside_node = !cl.has("--allow-tp-across-nodes") && !tp_beyond_node;
+  space.uneven = !cl.has("--no-uneven");
+  space.precision = parse_precision(cl.get_or("--precision", "bf16"), "--precision");
+  if (sys.gpu.peak(space.precision) <= 0)
+    throw InputError("--precision " + to_string(space.precision) + ": not supported by " + sys.gpu.name);
+  return space;
+
+}
+
+// --trace-best / --svg-best: the winner at full fidelity, with its memory timeline, as simulate --trace /
+// --svg write it.
+void write_best(const Model& m, const System& sys, const Layout& winner, const cli::CommandLine& cl) {
+  engine::SimOptions o;
+  o.memory_timeline = true;
+  const engine::SimReport best = engine::simulate(m, winner, sys, o);
+  const trace::Trace t = engine::to_trace(best, sys);
+  if (auto p = cl.get("--trace-best")) trace::write_chrome_trace(t, *p);
+  if (auto p = cl.get("--svg-best")) write_file_atomic(*p, trace::timeline_svg(t, trace::SvgOptions{}));
+}
+
+// The human report: the ranked rows, what the columns are, the counts, the rejections (and the Pareto front).
+void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto) {
+  std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
+            << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
+  print_rows(r.top);
+  print_legend();
+  std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
+            << r.simulated << " re-scored by the event simulator";
+  if (r.too_large > 0)
+    std::cout << " (" << r.too_large << " over its size limit kept the analytical score: tier 'analytical')";
+  std::cout << "\n";
+  std::cout << "rejected (by the first rule each layout breaks):\n";
+  for (const auto& x : r.rejected) std::cout << "  " << x.count << " x " << x.rule << " (e.g. " << x.example << ")\n";
+  if (pareto) {
+    std::cout << "\nPareto front (step time vs peak memory):\n";
+    print_rows(r.pareto);
+  }
+}
+
+// The message when nothing fits: the sizes that cannot divide the GPU count, or the counts per first broken
+// rule, the smallest peak memory, the nearest misses and the restriction flag to lift.
+std::string nothing_fits_message(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r,
+                                 const explore::NothingFits& why) {
+  std::ostringstream os;
+  if (!why.indivisible.empty()) {
+    os << "no layout of " << m.name << " to enumerate on " << gpus << " GPUs with global batch " << gbs << ": ";
+    for (std::size_t i = 0; i < why.indivisible.size(); ++i)
+      os << (i ? "; " : "") << "--" << why.indivisible[i].dimension << " " << why.indivisible[i].size
+         << " does not divide --gpus " << gpus;
+    return os.str();
+  }
+  os << "no layout of " << m.name << " fits on " << gpus << " x " << sys.gpu.name << " with global batch " << gbs
+     << " (" << r.enumerated << " enumerated";
+  for (const auto& x : r.rejected) os << "; " << x.count << " rejected by " << x.rule << " first";
+  os << ")";
+  if (r.smallest_peak > 0)
+    os << "; the smallest peak memory found was " << fmt::gib(r.smallest_peak) << " (" << r.smallest_peak_layout
+       << ") of " << fmt::gib(sys.gpu.memory_bytes);
+  // Counted over the space with the micro-batch sizes the batch does not divide (enumeration skips them).
+  std::string only;
+  for (const auto& c : why.rules)
+    if (c.only > 0) only += std::string(only.empty() ? "" : "; ") + std::to_string(c.only) + " break only " + c.rule + " (e.g. " + c.example + ")";
+  if (!only.empty())
+    os << "; layouts that break a single layout rule (lifting it would leave them to the memory check): " << only;
+  else if (!why.rules.empty())
+    os << "; every layout of the space that breaks a layout rule breaks at least two, so no single rule is to blame";
+  if (!why.lift.empty())
+    os << "; the restriction that removed the most is --" << why.lift << " (without it " << why.lift_fit << " layouts fit)";
+  return os.str();
+}
+
 }  // namespace
 
 int explore(const Args& args) {
@@ -202,65 +219,16 @@ int explore(const Args& args) {
   for (const char* f : {"--csv", "--trace-best", "--svg-best"})
     if (auto p = cl.get(f)) check_writable(*p, f);
 
-  explore::Space space;
-  for (auto v : cl.get_int_list("--tp", 1, 1 << 16)) space.tp.push_back(static_cast<int>(v));
-  for (auto v : cl.get_int_list("--pp", 1, 1 << 16)) space.pp.push_back(static_cast<int>(v));
-  for (auto v : cl.get_int_list("--cp", 1, 1 << 16)) space.cp.push_back(static_cast<int>(v));
-  for (auto v : cl.get_int_list("--vpp", 1, 1024)) space.vpp.push_back(static_cast<int>(v));
-  for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
-  for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
-  for (const auto& s : cl.get_list("--schedule")) {
-    space.schedules.push_back(sched::parse_schedule(s, "--schedule", true));
-  }
-  if (cl.has("--recompute")) space.recompute = recompute_list(cl);
-  if (auto sp = cl.get("--sp")) {
-    if (*sp == "on") space.sp = {1};
-    else if (*sp == "off") space.sp = {0};
-    else if (*sp != "both") throw InputError("--sp " + *sp + ": must be on, off or both");
-  }
-  // tp stays within a node unless --allow-tp-across-nodes, or a --tp value above the node asks for more;
-  // with --max-tp-inside-node given as well that request contradicts it and is refused.
-  bool tp_beyond_node = false;
-  for (int t : space.tp) {
-    if (t <= sys.node.gpus_per_node) continue;
-    if (cl.has("--max-tp-inside-node"))
-      throw InputError("--tp " + std::to_string(t) + " exceeds the " + std::to_string(sys.node.gpus_per_node) +
-                       " GPUs per node of " + sys.name + ", and --max-tp-inside-node keeps tp within one node; drop "
-                       "one of them (or give --allow-tp-across-nodes instead)");
-    tp_beyond_node = true;
-  }
-  space.max_tp_inside_node = !cl.has("--allow-tp-across-nodes") && !tp_beyond_node;
-  space.uneven = !cl.has("--no-uneven");
-  const Precision prec = parse_precision(cl.get_or("--precision", "bf16"), "--precision");
-  if (sys.gpu.peak(prec) <= 0) throw InputError("--precision " + to_string(prec) + ": not supported by " + sys.gpu.name);
+  explore::Space space = space_of(cl, sys);
 
   explore::Options opt;
   opt.top_n = static_cast<int>(cl.get_int("--top", 1, 10000000).value_or(10));
   opt.simulate_k = static_cast<int>(cl.get_int("--simulate-k", 1, 100000).value_or(0));
   opt.threads = static_cast<int>(cl.get_int("--threads", 1, 1024).value_or(0));
-  if (!cl.has("--no-simulate")) {
-    opt.simulate = [&m, &sys](const Layout& l) {
-      engine::SimOptions o;
-      o.fidelity = engine::Fidelity::replica;  // the other replicas' traffic still loads the shared links
-      o.critical_path = false;
-      const engine::SimReport r = engine::simulate(m, l, sys, o);
-      explore::SimScore sc;
-      sc.step_s = r.step_s;
-      sc.peak_memory = r.peak_bytes;
-      const engine::RankSummary* busiest = nullptr;
-      for (const auto& rk : r.ranks)
-        if (!busiest || rk.busy > busiest->busy) busiest = &rk;
-      if (busiest) {
-        sc.bubble = busiest->bubble / r.step_s;
-        sc.exposed_comm_s = busiest->exposed_comm;
-      }
-      return sc;
-    };
-  }
+  if (!cl.has("--no-simulate")) opt.simulate = explore::event_simulator(m, sys);
   const bool json = cl.flag("--json");
   if (!json && ::isatty(2)) opt.progress = print_progress;
 
-  space.precision = prec;
   const std::string attn = cl.get_or("--attention", "flash");
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
@@ -271,76 +239,10 @@ int explore(const Args& args) {
     std::cout << explore::explain(m, sys, gpus, l, r);
     return 0;
   }
-  if (r.enumerated == 0) {
-    // Nothing to enumerate because a given size cannot divide the GPU count: name it. (Sizes that divide it
-    // but leave no dp that divides the batch are diagnosed with the rest below.)
-    std::string why;
-    for (const char* f : {"--tp", "--pp", "--cp"})
-      for (auto v : cl.get_int_list(f, 1, 1 << 16))
-        if (gpus % v != 0) why += std::string(why.empty() ? "" : "; ") + f + " " + std::to_string(v) + " does not divide --gpus " + std::to_string(gpus);
-    if (!why.empty())
-      throw InputError("no layout of " + m.name + " to enumerate on " + std::to_string(gpus) + " GPUs with global batch " +
-                     std::to_string(gbs) + ": " + why);
-  }
-  if (r.top.empty()) {
-    // With restrictions: which one, lifted alone, would let the most layouts fit (analytical tier only).
-    std::string culprit;
-    long long culprit_fit = 0;
-    explore::Options quick = opt;
-    quick.simulate = nullptr;
-    quick.progress = nullptr;
-    auto lift = [&](const char* flag, auto member) {
-      if (!cl.has(flag)) return;
-      explore::Space s2 = space;
-      (s2.*member).clear();
-      const long long fit = explore::run(m, sys, gpus, gbs, s2, quick).scored;
-      if (fit > culprit_fit) {
-        culprit_fit = fit;
-        culprit = flag;
-      }
-    };
-    lift("--tp", &explore::Space::tp);
-    lift("--pp", &explore::Space::pp);
-    lift("--cp", &explore::Space::cp);
-    lift("--vpp", &explore::Space::vpp);
-    lift("--mbs", &explore::Space::mbs);
-    lift("--zero", &explore::Space::zero);
-    lift("--schedule", &explore::Space::schedules);
-    lift("--recompute", &explore::Space::recompute);
-    lift("--sp", &explore::Space::sp);
-    std::ostringstream os;
-    os << "no layout of " << m.name << " fits on " << gpus << " x " << sys.gpu.name << " with global batch " << gbs
-       << " (" << r.enumerated << " enumerated";
-    for (const auto& x : r.rejected) os << "; " << x.count << " rejected by " << x.rule << " first";
-    os << ")";
-    if (r.smallest_peak > 0)
-      os << "; the smallest peak memory found was " << fmt::gib(r.smallest_peak) << " (" << r.smallest_peak_layout
-         << ") of " << fmt::gib(sys.gpu.memory_bytes);
-    // Which rules block: a rule that rejects layouts first need not be the one to lift, since those layouts
-    // may break others too; the layouts that break one rule alone name what lifting it would open up.
-    // Counted over the space with the micro-batch sizes the batch does not divide (enumeration skips them).
-    const std::vector<explore::RuleCount> why = explore::diagnose(m, sys, gpus, gbs, space);
-    std::string only;
-    for (const auto& c : why)
-      if (c.only > 0) only += std::string(only.empty() ? "" : "; ") + std::to_string(c.only) + " break only " + c.rule + " (e.g. " + c.example + ")";
-    if (!only.empty())
-      os << "; layouts that break a single layout rule (lifting it would leave them to the memory check): " << only;
-    else if (!why.empty())
-      os << "; every layout of the space that breaks a layout rule breaks at least two, so no single rule is to blame";
-    if (!culprit.empty())
-      os << "; the restriction that removed the most is " << culprit << " (without it " << culprit_fit << " layouts fit)";
-    throw InputError(os.str());
-  }
+  if (r.top.empty())
+    throw InputError(nothing_fits_message(m, sys, gpus, gbs, r, explore::why_nothing_fits(m, sys, gpus, gbs, space, r, opt)));
   if (auto p = cl.get("--csv")) write_file_atomic(*p, csv_of(r));
-  if (cl.has("--trace-best") || cl.has("--svg-best")) {
-    // The winner at full fidelity, with its memory timeline, as simulate --trace / --svg write it.
-    engine::SimOptions o;
-    o.memory_timeline = true;
-    const engine::SimReport best = engine::simulate(m, r.top.front().layout, sys, o);
-    const trace::Trace t = engine::to_trace(best, sys);
-    if (auto p = cl.get("--trace-best")) trace::write_chrome_trace(t, *p);
-    if (auto p = cl.get("--svg-best")) write_file_atomic(*p, trace::timeline_svg(t, trace::SvgOptions{}));
-  }
+  if (cl.has("--trace-best") || cl.has("--svg-best")) write_best(m, sys, r.top.front().layout, cl);
   if (json) {
     Json j = explore::result_to_json(r);
     j["model"] = m.name;
@@ -350,21 +252,7 @@ int explore(const Args& args) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
-            << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
-  print_rows(r.top);
-  print_legend();
-  std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
-            << r.simulated << " re-scored by the event simulator";
-  if (r.too_large > 0)
-    std::cout << " (" << r.too_large << " over its size limit kept the analytical score: tier 'analytical')";
-  std::cout << "\n";
-  std::cout << "rejected (by the first rule each layout breaks):\n";
-  for (const auto& x : r.rejected) std::cout << "  " << x.count << " x " << x.rule << " (e.g. " << x.example << ")\n";
-  if (cl.flag("--pareto")) {
-    std::cout << "\nPareto front (step time vs peak memory):\n";
-    print_rows(r.pareto);
-  }
+  print_text(m, sys, gpus, gbs, r, cl.flag("--pareto"));
   return 0;
 }
 

@@ -1,10 +1,13 @@
-// tessel validate FILE.json: predict published measurements and report the error per row and metric.
+// tessel validate FILE.json: predict published measurements and report the error per row and metric; with
+// --explore-rank, where each row's published layout ranks in explore's search (sim/explore/published_rank.hpp).
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <optional>
+#include <sstream>
 
+#include "sim/explore/published_rank.hpp"
 #include "sim/system.hpp"
-
 #include "sim/validate.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
@@ -12,13 +15,69 @@
 
 namespace tessel::cmd {
 
+namespace {
+
+// One search's cell: the rank, the published layout's step (and the layout, when the search's options hold
+// another of the row's layouts than validate's choice), the search's best.
+std::string cell(const explore::Standing& s, const std::string& published) {
+  auto step = [](double v) { return fmt::fixed(v, 3) + " s"; };
+  const std::string best = s.ranked > 0 ? "best " + s.best.layout.describe() + " " + step(s.best.step_s) : "nothing fits";
+  if (s.rank == 0) return "not ranked (" + s.why_not + "); " + best;
+  const std::string mine = s.published.layout.describe();
+  return "#" + std::to_string(s.rank) + " of " + std::to_string(s.ranked) + (s.enumerated ? "" : " (not enumerated by explore)") +
+         ": " + step(s.published.step_s) + (mine == published ? "" : " as " + mine) + " vs " + best;
+}
+
+// The Markdown table docs/explore.md shows: one row per published row, its rank in each search; then what each
+// source's software offered, and the rows that could not be modelled.
+std::string explore_rank_markdown(const explore::PublishedRanks& r) {
+  std::ostringstream os;
+  os << "| row | published layout | rank in the full space | rank within the source's options |\n|---|---|---|---|\n";
+  std::vector<std::string> sources;
+  for (const auto& p : r.rows) {
+    os << "| " << p.id << " | " << p.published << " | " << cell(p.full, p.published) << " | " << cell(p.source, p.published)
+       << " |\n";
+    if (std::find(sources.begin(), sources.end(), p.source_options) == sources.end()) sources.push_back(p.source_options);
+  }
+  os << "\nThe sources' options:\n\n";
+  for (const auto& s : sources) os << "- " << s << "\n";
+  if (!r.skipped.empty()) {
+    os << "\nNot modelled:\n\n";
+    for (const auto& k : r.skipped) os << "- " << k.id << ": " << k.reason << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace
+
+std::string validation_text(const ValidationResult& r) {
+  std::ostringstream os;
+  std::vector<std::vector<std::string>> t = {{"row", "metric", "measured", "predicted", "error"}};
+  for (const auto& m : r.rows)
+    t.push_back({m.id, m.metric, fmt::fixed(m.measured, 3), fmt::fixed(m.predicted, 3),
+                 (m.error_pct >= 0 ? "+" : "") + fmt::fixed(m.error_pct, 1) + "%"});
+  os << fmt::table(t) << "\n";
+  std::vector<std::vector<std::string>> s = {{"metric", "rows", "MAPE", "max |error|"}};
+  std::map<std::string, int> counts;
+  for (const auto& m : r.rows) counts[m.metric]++;
+  for (const auto& [metric, mape] : r.mape_pct)
+    s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + "%", fmt::fixed(r.max_abs_pct.at(metric), 1) + "%"});
+  os << fmt::table(s);
+  if (!r.skipped.empty()) {
+    os << "\nskipped " << r.skipped.size() << " rows:\n";
+    for (const auto& k : r.skipped) os << "  " << k.id << ": " << k.reason << "\n";
+  }
+  return os.str();
+}
+
 int validate(const Args& args) {
   cli::CommandLine cl("validate", args,
                       {{"--json", false, "print one JSON document"},
                        {"--engine", true, "analytical|des: how step times are predicted [analytical]"},
                        {"--only", true, "comma-separated id prefixes to keep (e.g. korthikanti22,narayanan21_t2)"},
                        {"--system", true, "use this system (preset or JSON) for every row instead of mapping each row's GPU"},
-                       {"--system-override", true, "same as --system"}},
+                       {"--system-override", true, "same as --system"},
+                       {"--explore-rank", false, "where each row's published layout ranks in explore's search (analytical tier)"}},
                       1);
   if (cl.help_requested() || cl.positional().empty()) {
     std::cout << "usage: tessel validate FILE.json [options]\n" << cl.usage();
@@ -38,26 +97,20 @@ int validate(const Args& args) {
   if (cl.has("--system") && cl.has("--system-override")) throw InputError("--system and --system-override: give one");
   if (auto v = cl.get("--system")) sys = load_system(*v);
   if (auto v = cl.get("--system-override")) sys = load_system(*v);
+  if (cl.flag("--explore-rank")) {
+    if (engine != "analytical")
+      throw InputError("--explore-rank ranks by explore's analytical tier; --engine " + engine + " does not apply to it");
+    const explore::PublishedRanks ranks = explore::rank_published(rows, path, sys ? &*sys : nullptr);
+    if (cl.flag("--json")) std::cout << explore::published_ranks_to_json(ranks).dump(2) << "\n";
+    else std::cout << explore_rank_markdown(ranks);
+    return 0;
+  }
   const ValidationResult r = validate_rows(rows, path, step_fn, sys ? &*sys : nullptr);
   if (cl.flag("--json")) {
     std::cout << validation_to_json(r).dump(2) << "\n";
     return 0;
   }
-  std::vector<std::vector<std::string>> t = {{"row", "metric", "measured", "predicted", "error"}};
-  for (const auto& m : r.rows)
-    t.push_back({m.id, m.metric, fmt::fixed(m.measured, 3), fmt::fixed(m.predicted, 3),
-                 (m.error_pct >= 0 ? "+" : "") + fmt::fixed(m.error_pct, 1) + "%"});
-  std::cout << fmt::table(t) << "\n";
-  std::vector<std::vector<std::string>> s = {{"metric", "rows", "MAPE", "max |error|"}};
-  std::map<std::string, int> counts;
-  for (const auto& m : r.rows) counts[m.metric]++;
-  for (const auto& [metric, mape] : r.mape_pct)
-    s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + "%", fmt::fixed(r.max_abs_pct.at(metric), 1) + "%"});
-  std::cout << fmt::table(s);
-  if (!r.skipped.empty()) {
-    std::cout << "\nskipped " << r.skipped.size() << " rows:\n";
-    for (const auto& k : r.skipped) std::cout << "  " << k.id << ": " << k.reason << "\n";
-  }
+  std::cout << validation_text(r);
   return 0;
 }
 

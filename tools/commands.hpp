@@ -26,8 +26,12 @@ namespace tessel {
 struct Model;
 struct Layout;
 struct System;
+struct ValidationResult;
 }  // namespace tessel
 namespace tessel::cmd {
 // The event simulator's step time, for `validate --engine des` (defined in cmd_simulate.cpp).
 std::function<double(const Model&, const Layout&, const System&)> des_step_time();
+// validate's text report: the table of rows, the MAPE per metric and the skipped rows (cmd_validate.cpp;
+// calibrate --published prints the rows it fitted with it).
+std::string validation_text(const ValidationResult& r);
 }  // namespace tessel::cmd

@@ -305,12 +305,10 @@ void set_memory_rates(GpuSpec& g, double mem, double gemm, std::vector<std::stri
   g.gemm_memory_efficiency = gemm != mem ? eff(gemm, "gpu.efficiency.gemm_memory") : 0.0;
 }
 
-FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts) {
-  FitResult out;
-  out.profile = base;
-  System& s = out.profile;
-  s.name = base.name + "-calibrated";
-  const Precision p = parse_precision(bench.precision, bench.origin + ": precision");
+namespace {
+
+// Input rules of a bench document against the base system and the options (InputError naming the file).
+void check_bench(const BenchData& bench, const System& base, const FitOptions& opts, Precision p) {
   bool attention_rows = false;
   for (const KernelRow& r : bench.kernels) attention_rows = attention_rows || r.path == "attention";
   // GEMM and attention rates are fitted as efficiencies of the base's peak in the bench's precision: a base
@@ -336,8 +334,12 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
                      " GEMM rows cannot determine rate, K overhead and kernel overhead (need >= 3)");
   if (bench.gemm.empty() && bench.membw.size() == 1)
     throw InputError(bench.origin + ": one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
+}
 
-  // Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate.
+// Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate
+// (the element-wise memory rate from kernel rows alone when there are no GEMM or membw rows).
+void fit_compute_side(const BenchData& bench, const System& base, const FitOptions& opts, Precision p, FitResult& out) {
+  System& s = out.profile;
   if (!bench.gemm.empty() || !bench.membw.empty()) {
     std::vector<GemmTile> cands = bench.gemm.empty() ? std::vector<GemmTile>{base.gpu.gemm_tiles.front()}
                                                      : tile_candidates(base, opts);
@@ -396,9 +398,12 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
       set_memory_rates(s.gpu, out.mem_rate, -1, out.notes);
     }
   }
-  fit_attention_rows(bench, p, s.gpu.kernel_overhead_s, out);
+}
 
-  // Communication: one alpha/beta for the intra-node link from the chosen communicator's rows.
+// Communication: one alpha/beta for the intra-node link from the chosen communicator's rows (returned: the
+// rows it used), and one per collective for the report.
+std::vector<CollRow> fit_link_side(const BenchData& bench, const System& base, const FitOptions& opts, FitResult& out) {
+  System& s = out.profile;
   std::vector<CollRow> rows;
   for (const CollRow& r : bench.collectives)
     if (r.comm == opts.comm && (opts.max_ranks <= 0 || r.ranks <= opts.max_ranks)) rows.push_back(r);
@@ -435,8 +440,13 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   } else {
     out.notes.push_back("no " + opts.comm + " collective rows: links kept from " + base.name);
   }
+  return rows;
+}
 
-  // Residuals under the final profile, through the cost functions the simulator calls.
+// Residuals under the final profile, through the cost functions the simulator calls.
+void add_residuals(const BenchData& bench, const std::vector<CollRow>& rows, const FitOptions& opts, Precision p,
+                   FitResult& out) {
+  const System& s = out.profile;
   if (!bench.gemm.empty()) out.residuals.push_back(gemm_residuals(bench.gemm, s, p));
   if (!bench.membw.empty()) out.residuals.push_back(mem_residuals(bench.membw, s));
   for (const char* path : {"memory", "attention"}) {
@@ -450,80 +460,21 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
       if (r.collective == c) rel.push_back(link_time(s, r) / r.time_s - 1);
     if (!rel.empty()) out.residuals.push_back(summarize(std::string(cost::to_string(c)) + " (" + opts.comm + ")", rel));
   }
+}
+
+}  // namespace
+
+FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts) {
+  FitResult out;
+  out.profile = base;
+  out.profile.name = base.name + "-calibrated";
+  const Precision p = parse_precision(bench.precision, bench.origin + ": precision");
+  check_bench(bench, base, opts, p);
+  fit_compute_side(bench, base, opts, p, out);
+  fit_attention_rows(bench, p, out.profile.gpu.kernel_overhead_s, out);
+  const std::vector<CollRow> rows = fit_link_side(bench, base, opts, out);
+  add_residuals(bench, rows, opts, p, out);
   return out;
-}
-
-std::string describe_fit(const FitResult& f, const System& written, Precision p, const std::string& bench_origin,
-                         const std::string& base_name, const TraceProvenance& traces) {
-  const GpuSpec& g = written.gpu;
-  std::ostringstream os;
-  os.precision(4);
-  // What the file holds, read off the written profile: every number below is one of its fields (or a
-  // product of two, datasheet x efficiency, as the simulator uses them).
-  os << "Profile fitted by `tessel calibrate` (" << to_string(p) << "). It holds: GEMM ceiling "
-     << g.peak(p) * g.gemm_efficiency / 1e9 << " GFLOP/s, K overhead " << g.gemm_k_overhead << ", tile";
-  if (g.gemm_tiles.size() > 1) os << "s";
-  for (std::size_t i = 0; i < g.gemm_tiles.size(); ++i) os << (i ? ", " : " ") << g.gemm_tiles[i].m << "x" << g.gemm_tiles[i].n;
-  const double roof = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
-  os << ", kernel overhead " << g.kernel_overhead_s * 1e6 << " us, element-wise memory "
-     << g.memory_bw * g.memory_efficiency / 1e9 << " GB/s, GEMM memory roofline " << roof / 1e9 << " GB/s, attention "
-     << g.peak(p) * g.attention_efficiency / 1e9 << " GFLOP/s, intra-node link " << written.node.intra_latency_s * 1e6
-     << " us and " << written.node.intra_bw * written.node.intra_efficiency / 1e9 << " GB/s.";
-  // Which fit set which field.
-  std::vector<std::string> fitted, kept;
-  auto from_bench = [&](bool yes, const char* what) { (yes ? fitted : kept).emplace_back(what); };
-  const bool bench = !bench_origin.empty();
-  from_bench(bench && f.gemm_rate > 0, "GEMM ceiling");
-  from_bench(bench && f.gemm_rate > 0, "K overhead");
-  from_bench(bench && f.gemm_rate > 0, "tile");
-  from_bench(bench && (f.gemm_rate > 0 || f.stream_rate > 0), "kernel overhead");
-  from_bench(bench && f.mem_rate > 0, f.stream_rate > 0 && f.stream_rate != f.mem_rate ? "element-wise memory (runtime kernel rows)"
-                                                                                         : "element-wise memory");
-  from_bench(bench && (f.gemm_memory_rate > 0 || f.stream_rate > 0), "GEMM memory roofline");
-  from_bench(bench && f.attention_rate > 0, "attention");
-  from_bench(bench && f.link_bw > 0, "link");
-  auto list = [&](const std::vector<std::string>& v) {
-    for (std::size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  };
-  if (bench && !fitted.empty()) {
-    os << " From " << bench_origin << " (weighted least squares on relative error against sim/cost): ";
-    list(fitted);
-    os << ".";
-  }
-  if (!kept.empty()) {
-    os << " Kept from the base system " << base_name << ": ";
-    list(kept);
-    os << ".";
-  }
-  if (!traces.origins.empty())
-    os << " Then the trace fit on " << traces.origins << " scaled the compute times x" << traces.compute_scale
-       << " (GEMM ceiling and attention divided, kernel overhead multiplied) and the element-wise memory times x"
-       << traces.memory_scale;
-  if (!traces.origins.empty() && traces.comm_scale != 1)
-    os << " and the communication times x" << traces.comm_scale << " (link latency multiplied, bandwidth divided)";
-  if (!traces.origins.empty()) os << "; the numbers above include these scales.";
-  if (bench)
-    for (const std::string& n : f.notes) os << " Bench fit: " << n << ".";
-  for (const std::string& n : traces.notes) os << " Trace fit: " << n << ".";
-  return os.str();
-}
-
-void check_profile(const System& profile, Precision p, const std::string& what) {
-  auto rate = [&](const char* field, double v) {
-    if (std::isfinite(v) && v > 0) return;
-    std::ostringstream os;
-    os << what << ": the fitted " << field << " is " << v << ", not a positive finite rate; the measurements cannot be "
-       << "fitted to this model";
-    throw InputError(os.str());
-  };
-  rate("peak FLOP/s of the fitted precision", profile.gpu.peak(p));
-  rate("GEMM efficiency", profile.gpu.gemm_efficiency);
-  rate("memory bandwidth", profile.gpu.memory_bw * profile.gpu.memory_efficiency);
-  try {
-    (void)parse_system(system_to_json(profile), "the fitted profile");
-  } catch (const InputError& e) {
-    throw InputError(what + ": " + e.what() + " (the measurements are too far from the model's prediction to fit)");
-  }
 }
 
 }  // namespace tessel::calib

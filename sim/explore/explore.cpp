@@ -39,21 +39,6 @@ LayerKey layer_key(const Layout& l) {
           static_cast<int>(l.precision)};
 }
 
-Scored score_of(const Estimate& e) {
-  Scored s;
-  s.layout = e.layout;
-  s.step_s = s.analytical_step_s = e.step_s;
-  s.tokens_per_s = e.tokens_per_s;
-  s.tflops_per_gpu = e.model_tflops_per_gpu;
-  s.mfu = e.mfu;
-  s.bubble = e.bubble_fraction;
-  s.exposed_comm_s = e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s;
-  s.peak_memory = e.peak_memory;
-  s.peak_rank = e.peak_rank;
-  s.capacity = e.capacity;
-  return s;
-}
-
 struct ThreadOut {
   std::vector<Scored> fitting;
   std::map<std::string, Rejection> rejected;
@@ -92,12 +77,9 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
           out.smallest_peak_layout = l.describe();
         }
         if (e.fits) {
-          out.fitting.push_back(score_of(e));
+          out.fitting.push_back(scored_of(e));
         } else {
-          reject(out, "memory", [&] {
-            return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-                   gib(e.capacity) + " GiB (" + l.describe() + ")";
-          });
+          reject(out, "memory", [&] { return memory_message(e); });
         }
       } catch (const InfeasibleLayout& err) {
         reject(out, "unsupported", err.what());
@@ -123,6 +105,26 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
 }
 
 }  // namespace
+
+std::string memory_message(const Estimate& e) {
+  return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
+         gib(e.capacity) + " GiB (" + e.layout.describe() + ")";
+}
+
+Scored scored_of(const Estimate& e) {
+  Scored s;
+  s.layout = e.layout;
+  s.step_s = s.analytical_step_s = e.step_s;
+  s.tokens_per_s = e.tokens_per_s;
+  s.tflops_per_gpu = e.model_tflops_per_gpu;
+  s.mfu = e.mfu;
+  s.bubble = e.bubble_fraction;
+  s.exposed_comm_s = e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s;
+  s.peak_memory = e.peak_memory;
+  s.peak_rank = e.peak_rank;
+  s.capacity = e.capacity;
+  return s;
+}
 
 bool better(const Scored& a, const Scored& b) {
   if (a.step_s != b.step_s) return a.step_s < b.step_s;
@@ -225,6 +227,9 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.stage_layers = split;
                         l.precision = in.precision;
                         l.attention = in.attention;
+                        l.overlap_grad_reduce = in.overlap_grad_reduce;
+                        l.overlap_param_gather = in.overlap_param_gather;
+                        l.overlap_p2p = in.overlap_p2p;
                         out.push_back(std::move(l));
                       }
                 }

@@ -23,6 +23,9 @@ struct Space {
   bool uneven = true;                  // also try first/last stage one layer lighter (embedding / head)
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
+  // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn
+  // them off for the 2021-22 Megatron-LM rows and overlap the pipeline sends for later sources).
+  bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   // Also enumerate the micro-batch sizes whose micro_batch*dp does not divide the global batch (left out
   // normally: each would only be rejected by batch-divisibility). diagnose() counts them.
   bool keep_indivisible_batches = false;
@@ -95,6 +98,37 @@ struct RuleCount {
   std::string example;     // one of the `only` layouts (describe()) and its message; else one of `first`
 };
 std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int global_batch, const Space& space);
+
+// The event-simulated tier as explore runs it: one DP replica with the other replicas' traffic on the shared
+// links (engine::Fidelity::replica), no critical path; the busiest rank's (most busy time) idle share and
+// exposed communication (sim/engine/simulate.hpp).
+SimulateFn event_simulator(const Model& m, const System& sys);
+
+// Why a search found nothing to rank (run()'s top is empty), for the message that says what to change.
+struct NothingFits {
+  // A given tp, pp or cp (in the order given) that does not divide the GPU count; filled only when nothing
+  // could be enumerated.
+  struct Indivisible {
+    std::string dimension;  // "tp", "pp", "cp"
+    int size = 0;
+  };
+  std::vector<Indivisible> indivisible;
+  // diagnose(): the layout rules that block, nearest misses first.
+  std::vector<RuleCount> rules;
+  // The restricted dimension ("tp", "pp", "cp", "vpp", "mbs", "zero", "schedule", "recompute" or "sp": a
+  // non-empty vector of the Space) whose restriction lifted alone lets the most layouts fit (analytical
+  // tier), and how many then fit; empty dimension when no lift lets any fit. Ties: the first in that order.
+  std::string lift;
+  long long lift_fit = 0;
+};
+// `r` is run()'s result for the same arguments; `opt` its options (the lifts run the analytical tier only).
+NothingFits why_nothing_fits(const Model& m, const System& sys, int gpus, int global_batch, const Space& space,
+                             const Result& r, const Options& opt);
+
+// A layout's analytical score (the analytical tier's row for it).
+Scored scored_of(const Estimate& e);
+// Why a layout that does not fit was rejected: "needs 97.3 GiB on pipeline rank 0 of 80.0 GiB (tp8 ...)".
+std::string memory_message(const Estimate& e);
 
 // Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
 // then the layout's description in lexicographic order.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
 
 using namespace tessel;
@@ -152,4 +153,82 @@ TEST_CASE("explain: a rejected layout names the rule; one that does not fit list
   CHECK(e.find("with recompute full") != std::string::npos);
   const std::string w = explore::explain(f.m, f.sys, f.gpus, r.top.front().layout, r);
   CHECK(w.find("ranks #1") != std::string::npos);
+}
+
+TEST_CASE("why nothing fits: given sizes that cannot divide the GPU count, in the order given") {
+  Fixture f;
+  explore::Space sp;
+  sp.tp = {3, 8};
+  sp.pp = {5};
+  const explore::Result r = explore::run(f.m, f.sys, f.gpus, f.gbs, sp, {});
+  REQUIRE(r.enumerated == 0);  // pp 5 divides no GPU count of 64 with any tp
+  // 64 % 3 = 1 and 64 % 5 = 4; 64 % 8 = 0, so tp 8 is not named.
+  const explore::NothingFits why = explore::why_nothing_fits(f.m, f.sys, f.gpus, f.gbs, sp, r, {});
+  REQUIRE(why.indivisible.size() == 2);
+  CHECK(why.indivisible[0].dimension == "tp");
+  CHECK(why.indivisible[0].size == 3);
+  CHECK(why.indivisible[1].dimension == "pp");
+  CHECK(why.indivisible[1].size == 5);
+  CHECK(why.lift.empty());  // the sizes are the answer; no lift is tried
+}
+
+TEST_CASE("why nothing fits: the restriction whose lift alone lets the most layouts fit") {
+  // Megatron 7.5B on one GPU's worth of model state: tp1 pp1 without ZeRO holds 16 bytes per parameter
+  // (bf16 weights and gradients, fp32 master weights and Adam moments), 120 GB > 80 GiB, so nothing fits.
+  Fixture f;
+  explore::Space sp;
+  sp.tp = {1};
+  sp.pp = {1};
+  sp.zero = {0};
+  explore::Options o;
+  o.threads = 2;
+  const explore::Result r = explore::run(f.m, f.sys, f.gpus, f.gbs, sp, o);
+  REQUIRE(r.enumerated > 0);
+  REQUIRE(r.top.empty());
+  const explore::NothingFits why = explore::why_nothing_fits(f.m, f.sys, f.gpus, f.gbs, sp, r, o);
+  CHECK(why.indivisible.empty());
+  // Expected: each restricted dimension lifted alone, counted here; the largest count wins (the first of
+  // tp, pp, zero on a tie).
+  std::string best;
+  long long most = 0;
+  const std::pair<const char*, std::vector<int> explore::Space::*> dims[] = {
+      {"tp", &explore::Space::tp}, {"pp", &explore::Space::pp}, {"zero", &explore::Space::zero}};
+  for (const auto& [dim, member] : dims) {
+    explore::Space s2 = sp;
+    (s2.*member).clear();
+    const long long fit = explore::run(f.m, f.sys, f.gpus, f.gbs, s2, o).scored;
+    if (fit > most) {
+      most = fit;
+      best = dim;
+    }
+  }
+  REQUIRE(most > 0);
+  CHECK(why.lift == best);
+  CHECK(why.lift_fit == most);
+}
+
+TEST_CASE("event-simulated tier: the busiest rank's idle share and exposed communication") {
+  Fixture f;
+  Layout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 8;
+  l.micro_batch = 1;
+  l.global_batch = f.gbs;
+  l.schedule = sched::Kind::one_f_one_b;
+  const explore::SimScore sc = explore::event_simulator(f.m, f.sys)(l);
+  // Expected: the engine's own report at replica fidelity; the rank with the most busy time gives the
+  // bubble as (step - busy - exposed) / step (sim/engine/simulate.hpp: RankSummary).
+  engine::SimOptions o;
+  o.fidelity = engine::Fidelity::replica;
+  o.critical_path = false;
+  const engine::SimReport rep = engine::simulate(f.m, l, f.sys, o);
+  const engine::RankSummary* busiest = &rep.ranks.front();
+  for (const auto& rk : rep.ranks)
+    if (rk.busy > busiest->busy) busiest = &rk;
+  CHECK(sc.step_s == rep.step_s);
+  CHECK(sc.peak_memory == rep.peak_bytes);
+  CHECK(sc.exposed_comm_s == busiest->exposed_comm);
+  CHECK(sc.bubble == doctest::Approx((rep.step_s - busiest->busy - busiest->exposed_comm) / rep.step_s));
+  CHECK(sc.bubble > 0);  // 1F1B on 4 stages idles (p - 1) / (m + p - 1) of the step at least
 }

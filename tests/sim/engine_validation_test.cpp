@@ -1,84 +1,18 @@
-// `validate --engine des`: the simulator's step times on published rows (../shared/validation, skipped
-// when absent) must be at least as accurate as the analytical estimate's, and must rank the Zero Bubble
-// paper's schedules (Qi et al. 2024, Table 4) as measured. Also the CLI's bad-input rules for simulate.
+// tessel simulate from the command line: bad input, schedule files, zb-greedy. (validate --engine des on
+// ../shared's published rows is in published_test.cpp, skipped as a whole without ../shared.)
 #include <doctest/doctest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
-#include "sim/engine/simulate.hpp"
-#include "sim/validate.hpp"
 #include "tests/test_paths.hpp"
 
 using namespace tessel;
-
-namespace {
-
-// The simulator must not be worse on any metric; equal is allowed (metrics it does not change, such as
-// memory and per-layer times, come out identical up to floating-point noise).
-constexpr double kMapeSlackPct = 1e-9;
-
-StepTimeFn des() {
-  return [](const Model& m, const Layout& l, const System& sys) {
-    engine::SimOptions o;
-    o.fidelity = engine::Fidelity::replica;
-    o.critical_path = false;
-    return engine::simulate(m, l, sys, o).step_s;
-  };
-}
-
-}  // namespace
-
-TEST_CASE("validate --engine des: MAPE no worse than analytical on every metric of the file; ZB Table 4 order") {
-  const std::string shared = test::shared_dir();
-  const std::string path = shared + "/validation/published.json";
-  if (shared.empty() || !std::filesystem::exists(path)) {
-    MESSAGE("../shared/validation/published.json absent: skipped");
-    return;
-  }
-  // Every row of the file, as `tessel validate --engine des` runs it (the criterion), not a subset.
-  const Json rows = parse_json_file(path);
-  REQUIRE(rows.size() > 100);
-  const ValidationResult a = validate_rows(rows, path);
-  const ValidationResult d = validate_rows(rows, path, des());
-  for (const auto& kv : a.mape_pct) {  // no structured binding: clang 14 cannot capture one in CAPTURE
-    const std::string& metric = kv.first;
-    const double mape = kv.second;
-    CAPTURE(metric);
-    MESSAGE(metric << ": analytical " << mape << "%, des " << d.mape_pct.at(metric) << "%");
-    CHECK(d.mape_pct.at(metric) <= mape + kMapeSlackPct);
-  }
-  // Zero Bubble Table 4: for each model and micro-batch count, throughput ZB-2p > ZB-1p > 1F1B measured;
-  // the simulator must give the same order (ties are a failure).
-  std::map<std::string, std::map<std::string, std::pair<double, double>>> groups;  // model_m -> sched -> (meas, pred)
-  for (const auto& r : d.rows) {
-    if (r.id.rfind("zb24_t4_", 0) != 0 || r.metric != "samples_per_gpu_per_s") continue;
-    // id: zb24_t4_<model>_<schedule>_m<m>
-    const auto rest = r.id.substr(8);
-    const auto s1 = rest.find('_'), s2 = rest.rfind('_');
-    groups[rest.substr(0, s1) + rest.substr(s2)][rest.substr(s1 + 1, s2 - s1 - 1)] = {r.measured, r.predicted};
-  }
-  REQUIRE(groups.size() >= 6);
-  for (const auto& kv : groups) {  // no structured binding: clang 14 cannot capture one in CAPTURE
-    const auto& key = kv.first;
-    const auto& g = kv.second;
-    CAPTURE(key);
-    REQUIRE(g.size() == 3);
-    const auto& zb2 = g.at("ZB-2p");
-    const auto& zb1 = g.at("ZB-1p");
-    const auto& f1b = g.at("1F1B");
-    REQUIRE(zb2.first > zb1.first);  // the paper's order
-    REQUIRE(zb1.first > f1b.first);
-    CHECK(zb2.second > zb1.second);
-    CHECK(zb1.second > f1b.second);
-  }
-}
 
 TEST_CASE("tessel simulate: bad input exits 2 before simulating and writes nothing") {
   const std::string exe = test::tessel_exe();

@@ -212,3 +212,43 @@ TEST_CASE("explore: the table says what its columns are") {
   CHECK(r.out.find("* of the busiest pipeline rank") != std::string::npos);
   CHECK(r.out.find("Narayanan eq. 3") != std::string::npos);
 }
+
+// validate --explore-rank: where published layouts rank in explore's search (a Markdown table, or JSON), the
+// rows mapped as validate maps them: the published layout's step is validate's predicted iteration time.
+TEST_CASE("validate --explore-rank: the table, the JSON, and validate's own step") {
+  const std::string rows = tessel::test::write_temp("explore_rank_rows.json", R"([
+    {"id":"narayanan21_x","model":{"name":"GPT 1.3B","layers":24,"hidden":2048,"heads":16,"vocab":51200,
+     "seq_len":2048},"hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":16},"layout":{"tp":2,"pp":2,"dp":4,
+     "micro_batch":2,"global_batch":64,"schedule":"1f1b","recompute":"full","sequence_parallel":false,
+     "zero_stage":0},"measured":{"iteration_time_s":1.0}},
+    {"id":"nocount","model":{"name":"GPT 1.3B","layers":24,"hidden":2048,"heads":16},"hardware":{"gpu":"NVIDIA A100",
+     "gpu_count":null},"layout":{"tp":1,"pp":1},"measured":{}}])");
+  auto md = run_tessel({"validate", rows, "--explore-rank"});
+  CAPTURE(md.err);
+  REQUIRE(md.code == 0);
+  CHECK(md.out.rfind("| row | published layout | rank in the full space | rank within the source's options |\n|---|---|---|---|\n"
+                     "| narayanan21_x | tp2 pp2 dp4 mbs2 1f1b full | #", 0) == 0);
+  CHECK(md.out.find("- Megatron-LM 2021: schedules gpipe 1f1b interleaved; recompute none full; no SP; ZeRO 0\n") != std::string::npos);
+  CHECK(md.out.find("Not modelled:\n\n- nocount: hardware.gpu_count is not given\n") != std::string::npos);
+  auto js = run_tessel({"validate", rows, "--explore-rank", "--json"});
+  REQUIRE(js.code == 0);
+  const auto doc = nlohmann::json::parse(js.out);
+  REQUIRE(doc["rows"].size() == 1);
+  const auto& row = doc["rows"][0];
+  CHECK(row["published"] == "tp2 pp2 dp4 mbs2 1f1b full");
+  const long long full = row["full_space"]["rank"].get<long long>(), source = row["source_options"]["rank"].get<long long>();
+  CHECK(full >= source);  // the source's options are a subset of the full space
+  CHECK(source >= 1);
+  CHECK(row["full_space"]["ranked"].get<long long>() > row["source_options"]["ranked"].get<long long>());
+  // Expected step: what `validate --json` predicts for the row's iteration time.
+  auto v = run_tessel({"validate", rows, "--json"});
+  REQUIRE(v.code == 0);
+  const auto vdoc = nlohmann::json::parse(v.out);
+  CHECK(row["full_space"]["published"]["step_s"].get<double>() == vdoc["rows"][0]["predicted"].get<double>());
+  // The markdown's rank is the JSON's.
+  CHECK(md.out.find("| narayanan21_x | tp2 pp2 dp4 mbs2 1f1b full | #" + std::to_string(full) + " of ") != std::string::npos);
+  auto des = run_tessel({"validate", rows, "--explore-rank", "--engine", "des"});
+  CHECK(des.code == 2);
+  CHECK(des.err.find("--explore-rank ranks by explore's analytical tier; --engine des does not apply to it") != std::string::npos);
+  std::filesystem::remove(rows);
+}

@@ -1,0 +1,90 @@
+#include "sim/layout_words.hpp"
+
+#include <map>
+#include <sstream>
+
+#include "util/error.hpp"
+#include "util/json_reader.hpp"
+#include "util/text_numbers.hpp"
+
+namespace tessel {
+
+std::vector<int> parse_stage_layers(const std::string& text, const std::string& what) {
+  if (text.empty() || text.front() == ',' || text.back() == ',' || text.find(",,") != std::string::npos)
+    throw InputError(what + ": an empty stage entry (give them as describe() prints them: 3,4x6,3)");
+  std::vector<int> out;
+  std::istringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    const auto x = item.find('x');
+    const int layers = static_cast<int>(parse_int(item.substr(0, x), what, 0, 100000));
+    const long long times = x == std::string::npos ? 1 : parse_int(item.substr(x + 1), what, 1, 1 << 16);
+    if (out.size() + static_cast<std::size_t>(times) > (1u << 16))
+      throw InputError(what + ": more than 65536 stages");
+    out.insert(out.end(), static_cast<std::size_t>(times), layers);
+  }
+  if (out.empty()) throw InputError(what + ": no stage layer counts (give them as describe() prints them: 3,4x6,3)");
+  return out;
+}
+
+Layout parse_layout_words(const std::string& text, int global_batch, const std::string& what) {
+  if (text.find(".json") != std::string::npos) return parse_layout(parse_json_file(text, what + " "), text);
+  Layout l;
+  l.global_batch = global_batch;
+  bool sched_given = false;
+  std::istringstream in(text);
+  std::string w;
+  std::map<std::string, std::string> seen;  // term -> the word that gave it
+  const auto once = [&](const std::string& term, const std::string& word) {
+    const auto [it, fresh] = seen.emplace(term, word);
+    if (!fresh)
+      throw InputError(what + ": '" + word + "' gives the " + term + " a second time (already '" + it->second +
+                       "'); each layout term once");
+  };
+  auto val = [&](const std::string& word, const std::string& prefix, long long lo = 1) {
+    once(prefix, word);
+    return static_cast<int>(parse_int(word.substr(prefix.size()), what + " " + word, lo, 1 << 22));
+  };
+  while (in >> w) {
+    if (w.rfind("tp", 0) == 0) l.tp = val(w, "tp");
+    else if (w.rfind("pp", 0) == 0) l.pp = val(w, "pp");
+    else if (w.rfind("dp", 0) == 0) l.dp = val(w, "dp");
+    else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
+    else if (w.rfind("vpp", 0) == 0) l.vpp = val(w, "vpp");
+    else if (w.rfind("mbs", 0) == 0) l.micro_batch = val(w, "mbs");
+    else if (w.rfind("zero", 0) == 0) {
+      once("zero", w);
+      l.zero_stage = static_cast<int>(parse_int(w.substr(4), what + " " + w, 0, 3));
+    } else if (w.rfind("layers=", 0) == 0) {
+      once("layers", w);
+      l.stage_layers = parse_stage_layers(w.substr(7), what + " " + w);
+    } else if (w == "sp") {
+      once("sp", w);
+      l.sequence_parallel = true;
+    } else if (w == "selective" || w == "full" || w == "none") {
+      once("recompute policy", w);
+      l.recompute = parse_recompute(w, what);
+    } else if (w.rfind("full-block", 0) == 0) {
+      once("recompute policy", w);
+      l.recompute = Recompute::full;
+      l.recompute_method = RecomputeMethod::block;
+      const std::string n = w.substr(10);
+      if (!n.empty()) l.recompute_layers = static_cast<int>(parse_int(n, what + " " + w, 1, 100000));
+    } else {
+      const sched::Family* f = sched::find_family(w);
+      if (!f || !f->layout_schedule)
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., "
+                         "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
+      once("schedule", w);
+      l.schedule = f->kind;
+      sched_given = true;
+    }
+  }
+  if (seen.empty()) throw InputError(what + ": '" + text + "' names no layout (give words such as \"tp8 pp8 dp16 mbs1\" or a layout JSON file)");
+  if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? sched::Kind::interleaved : sched::Kind::one_f_one_b;
+  // No vppN word: the schedule's own chunk count, as estimate and simulate default it.
+  if (!seen.count("vpp") && l.pp > 1) l.vpp = sched::default_vpp(l.schedule, 3);
+  return l;
+}
+
+}  // namespace tessel

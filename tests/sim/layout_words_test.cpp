@@ -1,0 +1,66 @@
+// Layout words (sim/layout_words.hpp): describe()'s form read back, and the reader's rules.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "sim/explore/explore.hpp"
+#include "sim/layout_words.hpp"
+
+using namespace tessel;
+
+namespace {
+std::string error_of(const std::string& words, const std::string& what) {
+  try {
+    parse_layout_words(words, 64, what);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+// explore prints describe() and `--explain` reads it back: a word read differently would explain another
+// layout than the row. Every layout explore enumerates for Megatron 7.5B on 64 A100s (every schedule, vpp,
+// recompute method, SP, ZeRO stage and uneven split of the default space) must come back field for field.
+// With 30 layers instead of 36, so that 30 + 2 splits over 4..32 stages and the lighter first and last
+// stages ("layers=7,8x2,7") are enumerated too.
+TEST_CASE("layout words: every layout explore enumerates reads back from its describe()") {
+  Model m = load_model("megatron-7.5b");
+  m.layers = 30;
+  const System sys = load_system("dgx-a100");
+  const int gbs = 256;
+  const std::vector<Layout> all = explore::enumerate(m, sys, 64, gbs, {});
+  REQUIRE(all.size() > 1000);
+  bool block = false, split = false, zbv = false;
+  for (const Layout& l : all) {
+    const std::string words = l.describe();
+    CAPTURE(words);
+    const Layout back = parse_layout_words(words, gbs);
+    CHECK(layout_to_json(back) == layout_to_json(l));
+    block = block || l.recompute_method == RecomputeMethod::block;
+    split = split || !l.stage_layers.empty();
+    zbv = zbv || l.schedule == sched::Kind::zbv;
+  }
+  // The forms that have words of their own were among them.
+  CHECK(block);
+  CHECK(split);
+  CHECK(zbv);
+}
+
+TEST_CASE("layout words: defaults, and messages led by the caller's name") {
+  // No schedule word: interleaved when vppN is given, else 1F1B; no vppN: the schedule's own count (zbv 2,
+  // interleaved 3, 1f1b 1).
+  CHECK(parse_layout_words("tp2 pp4 vpp2", 8).schedule == sched::Kind::interleaved);
+  CHECK(parse_layout_words("tp2 pp4", 8).schedule == sched::Kind::one_f_one_b);
+  CHECK(parse_layout_words("pp4 zbv", 8).vpp == 2);
+  CHECK(parse_layout_words("pp4 interleaved", 8).vpp == 3);
+  CHECK(parse_layout_words("pp4 1f1b", 8).vpp == 1);
+  CHECK(parse_layout_words("pp4 1f1b", 8).global_batch == 8);
+  CHECK(error_of("tp8 tp4", "--layout") == "--layout: 'tp4' gives the tp a second time (already 'tp8'); each layout term once");
+  CHECK(error_of("tp8 zero4", "--explain") == "--explain zero4: 4 is out of range [0, 3]");
+  CHECK(error_of("tp8 layers=3,,4", "--explain") ==
+        "--explain layers=3,,4: an empty stage entry (give them as describe() prints them: 3,4x6,3)");
+  CHECK(error_of("tpx", "--explain") == "--explain tpx: 'x' is not an integer");
+  CHECK(error_of("tp8 warp9", "--explain").rfind("--explain: word 'warp9' is not a layout term", 0) == 0);
+  CHECK(error_of("", "--explain").find("names no layout") != std::string::npos);
+}
