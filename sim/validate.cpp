@@ -139,16 +139,14 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   // bidirectional DualPipe, not modelled), or null (not stated: 1F1B and interleaved are tried).
   const std::string stated = str_field(lj, "schedule", where + ".layout");
   using sched::Kind;
+  const sched::Family* named = sched::find_family(stated);
+  if (!stated.empty() && stated != "none" && stated != "dualpipe" && (!named || !named->layout_schedule))
+    throw InputError(where + ".layout.schedule: value \"" + stated + "\" is not a known schedule (none, dualpipe, " +
+                     sched::known_names(true) + ")");
   if (stated == "none" || base.pp == 1) sched_opts = {Kind::one_f_one_b};
   else if (stated.empty()) sched_opts = {Kind::one_f_one_b, Kind::interleaved};
   else if (stated == "dualpipe") throw RowSkip{"bidirectional DualPipe is not modelled (dualpipev is)"};
-  else {
-    const sched::Family* f = sched::find_family(stated);
-    if (!f || !f->layout_schedule)
-      throw InputError(where + ".layout.schedule: value \"" + stated + "\" is not a known schedule (none, dualpipe, " +
-                       sched::known_names(true) + ")");
-    sched_opts = {f->kind};
-  }
+  else sched_opts = {named->kind};
   const Json& vj = lj.contains("vpp") ? lj.at("vpp") : Json();
   if (vj.is_string()) throw RowSkip{"vpp \"" + vj.get<std::string>() + "\" (one layer per chunk) is not modelled"};
   if (vj.is_null()) {

@@ -70,3 +70,24 @@ TEST_CASE("validate --only: a prefix that matches no row is an error listing wha
   }
   CHECK(err == "--only nosuchrow: no row id in rows.json starts with it (3 rows; ids start with: korthikanti22, zb24)");
 }
+
+TEST_CASE("validate: a row's schedule is checked against the registry whatever its pp") {
+  // pp 1 runs no pipeline, so the schedule does not change the prediction; an unknown name is still a typo
+  // in the file, named with the known ones (the check once ran only for pp > 1).
+  const auto row = [](const std::string& schedule) {
+    return R"([{"id":"s","model":{"layers":24,"hidden":2304,"heads":24,"ffn":null,"vocab":51200,"seq_len":2048},
+      "hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":64},"layout":{"tp":8,"pp":1,"dp":8,"cp":1,"ep":1,"vpp":1,
+      "micro_batch":1,"global_batch":512,"num_microbatches":null,"schedule":")" + schedule +
+           R"(","recompute":"full","sequence_parallel":false,"zero_stage":0,"precision":"fp16_or_bf16"},
+      "measured":{"iteration_time_s":1.0}}])";
+  };
+  CHECK(validate_rows(parse_json_text(row("1f1b"), "rows.json"), "rows.json").rows.size() == 1);
+  std::string err;
+  try {
+    validate_rows(parse_json_text(row("zigzag"), "rows.json"), "rows.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err == "rows.json[0].layout.schedule: value \"zigzag\" is not a known schedule (none, dualpipe, gpipe, 1f1b, "
+               "interleaved, looped-bfs, zb1p, zb2p, zbv, dualpipev)");
+}
