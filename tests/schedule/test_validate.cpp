@@ -217,3 +217,59 @@ TEST_CASE("messages point into the file: line and cell, idle cells counted") {
   CHECK(generate("1f1b", params(2, 2, 1)).cells.empty());
   CHECK(lower(parse_csv(kOneFOneB, "t", meta(2, 2, 2, {0, 1}))).cells.empty());
 }
+
+TEST_CASE("PyTorch 2.15's waits: each send retired once, after it; one reduction pending per rank") {
+  const CsvMeta m2 = meta(2, 2, 1, {0, 1});
+  // 1F1B, p 2, m 1, lowered, with the waits where PyTorch puts them: 0WAIT_SEND_F0 after 0B0, 1WAIT_SEND_B0 last.
+  const std::string ok = "0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n";
+  CHECK(validate(parse_csv(ok, "ok", m2)).ok());
+  // A wait before its send, a send never waited for: named, under rule "wait".
+  const ValidationReport early =
+      validate(parse_csv("0F0,0WAIT_SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n", "early", m2));
+  CHECK(has_rule(early, "wait", "rank 0 #1 '0WAIT_SEND_F0' (line 1 cell 2) waits for 0SEND_F0, which is not pending on rank 0"));
+  CHECK(has_rule(early, "wait", "rank 0 #2 '0SEND_F0' (line 1 cell 3) has no WAIT_SEND after it on rank 0"));
+  // Without any wait in the file (the 2025 dialect) sends need none.
+  CHECK(validate(parse_csv("0F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0\n", "old", m2)).ok());
+  // Reductions: two pending on one rank, and a wait for the wrong stage.
+  const CsvMeta v2 = meta(1, 2, 1, {0, 0});
+  const ValidationReport two = validate(
+      parse_csv("0F0,1F0,1B0,1REDUCE_GRAD,0B0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD,1WAIT_REDUCE_GRAD\n", "two", v2));
+  CHECK(has_rule(two, "wait", "rank 0 #5 '0REDUCE_GRAD' (line 1 cell 6) starts a reduction while rank 0 #3 '1REDUCE_GRAD' (line 1 cell 4) is pending"));
+  CHECK(validate(parse_csv("0F0,1F0,1B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,0B0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\n", "pair", v2)).ok());
+}
+
+TEST_CASE("a sent activation stays live until its wait, and a wait ends after the receive is posted") {
+  // p 2, m 2, GPipe order on rank 0 with both waits at the end: the first activation is released by 0B0 but
+  // still referenced by its send until 0WAIT_SEND_F0, so rank 0 holds 2 where the order without waits holds 2
+  // at the same point too; move 0B0 before 0F1 and the difference shows: 1 live without the wait, 2 with it.
+  const CsvMeta m = meta(2, 2, 2, {0, 1});
+  const std::string r1 = "1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1WAIT_SEND_B0,1WAIT_SEND_B1\n";
+  const ValidationReport waited = validate(parse_csv(
+      "0F0,0SEND_F0,0RECV_B0,0B0,0F1,0SEND_F1,0RECV_B1,0B1,0WAIT_SEND_F0,0WAIT_SEND_F1\n" + r1, "w", m));
+  REQUIRE(waited.ok());
+  CHECK(waited.peak_inflight[0] == 2);
+  const ValidationReport prompt = validate(parse_csv(
+      "0F0,0SEND_F0,0RECV_B0,0B0,0WAIT_SEND_F0,0F1,0SEND_F1,0RECV_B1,0B1,0WAIT_SEND_F1\n" + r1, "p", m));
+  REQUIRE(prompt.ok());
+  CHECK(prompt.peak_inflight[0] == 1);
+  // Each rank waits for a send whose receive the other posts only after its own wait: rank 0's wait for
+  // 0SEND_F1 needs 1RECV_F1, which follows 1WAIT_SEND_B0, which needs 0RECV_B0, which follows 0's wait. A
+  // cycle only the waits make: the same orders without them run under eager sends.
+  const std::string d0 = "0F0,0SEND_F0,0F1,0SEND_F1,0WAIT_SEND_F1,0RECV_B0,0B0,0WAIT_SEND_F0,0RECV_B1,0B1\n";
+  const std::string d1 = "1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1,1WAIT_SEND_B1\n";
+  const ValidationReport dead = validate(parse_csv(d0 + d1, "d", m));
+  CHECK(has_rule(dead, "deadlock", "'0WAIT_SEND_F1'"));
+  auto no_waits = [](std::string t) {
+    std::string out;
+    std::size_t i = 0;
+    while (i < t.size()) {
+      std::size_t j = t.find_first_of(",\n", i);
+      const std::string cell = t.substr(i, j - i);
+      if (cell.find("WAIT") == std::string::npos) out += (out.empty() || out.back() == '\n' ? "" : ",") + cell;
+      if (t[j] == '\n') out += '\n';
+      i = j + 1;
+    }
+    return out;
+  };
+  CHECK(validate(parse_csv(no_waits(d0 + d1), "d0", m)).ok());
+}
