@@ -26,9 +26,9 @@ const char* kUsage =
     "usage: tessel schedule gen NAME --pp P --mb M [--vpp V] [--costs F,B,W,C] [--mem-limit N] [--lower] [-o FILE.csv]\n"
     "       tessel schedule validate FILE.csv [--comm eager|blocking|batched] [--mem-limit N] [--legacy-bw]\n"
     "                                [--max-violations N] [--json]\n"
-    "       tessel schedule show FILE.csv [--costs F,B,W,C] [--comm MODEL] [--svg OUT.svg] [--width N]\n"
-    "       tessel schedule diff A.csv B.csv\n"
-    "exit codes: 0 valid / identical, 1 invalid / different, 2 bad input\n";
+    "       tessel schedule show FILE.csv [--costs F,B,W,C] [--comm MODEL] [--svg OUT.svg] [--width N] [--json]\n"
+    "       tessel schedule diff A.csv B.csv [--max-lines N] [--json]\n"
+    "exit codes: 0 valid / identical, 1 invalid / different, 2 bad input, 3 internal error\n";
 
 // --costs F,B,W,C: per-op times (B = input grad; a full backward costs B + W) and comm latency.
 Costs parse_costs(const cli::CommandLine& cl) {
@@ -170,7 +170,10 @@ int validate_cmd(const Args& args) {
               {"checked", rep.checked},
               {"violations_complete", rep.checked == "all" && rep.violations.size() < opt.max_violations},
               {"violations", Json::array()}};
-    for (const auto& v : rep.violations) j["violations"].push_back({{"rule", v.rule}, {"message", v.message}});
+    const auto pos = [](int x) { return x >= 0 ? Json(x) : Json(); };
+    for (const auto& v : rep.violations)
+      j["violations"].push_back({{"rule", v.rule}, {"message", v.message}, {"rank", pos(v.rank)},
+                                 {"action_index", pos(v.index)}, {"line", pos(v.line)}, {"cell", pos(v.cell)}});
     if (!hint.empty()) j["hint"] = hint;
     if (!m_note.empty()) j["note"] = m_note;
     std::cout << j.dump(2) << "\n";
@@ -217,7 +220,8 @@ int show(const Args& args) {
                        {"--comm", true, "eager (default), blocking or batched"},
                        {"--svg", true, "also write an SVG timeline here"},
                        {"--width", true, "max ASCII columns (default 120)"},
-                       {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"}},
+                       {"--legacy-bw", false, "older PyTorch dialect: B = input grad, BW = full backward"},
+                       {"--json", false, "print one JSON document: makespan, bubble and peak in-flight activations per rank"}},
                       2);
   if (cl.print_help(kUsage)) return 0;
   // Every flag is checked before anything is printed: a bad --width must not follow a summary.
@@ -237,6 +241,28 @@ int show(const Args& args) {
     if (hint.empty()) throw;
     throw InputError(std::string(e.what()) + "; " + hint);
   }
+  if (cl.flag("--json")) {
+    ValidateOptions vo;
+    vo.comm = comm;
+    const ValidationReport rep = validate(s, vo);  // unit_cost_simulate passed it: only its liveness is read
+    Json ranks = Json::array();
+    for (int r = 0; r < s.num_ranks; ++r) {
+      const auto i = static_cast<std::size_t>(r);
+      ranks.push_back({{"rank", r}, {"busy", sim.busy[i]}, {"bubble", sim.bubble[i]},
+                       {"bubble_rate", sim.makespan > 0 ? sim.bubble[i] / sim.makespan : 0.0},
+                       {"peak_inflight", rep.peak_inflight[i]}});
+    }
+    Json j = {{"file", path}, {"comm", comm_model_name(comm)}, {"cost_units", cl.has("--costs") ? "--costs" : "unit"},
+              {"ranks", s.num_ranks}, {"stages", s.num_stages}, {"microbatches", s.num_microbatches},
+              {"makespan", sim.makespan}, {"bubble_rate", sim.bubble_rate}, {"span_bubble_rate", sim.span_bubble_rate},
+              {"per_rank", ranks}};
+    if (auto svg = cl.get("--svg")) {
+      write_file_atomic(*svg, svg_timeline(s, sim));
+      j["svg"] = *svg;
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
   print_summary(s, sim, cl.has("--costs"), stdout);
   std::cout << ascii_timeline(s, sim, width);
   if (auto svg = cl.get("--svg")) {
@@ -247,11 +273,28 @@ int show(const Args& args) {
 }
 
 int diff_cmd(const Args& args) {
-  cli::CommandLine cl("schedule diff", args, {{"--legacy-bw", false, "read both files in the older PyTorch dialect"}}, 3);
+  cli::CommandLine cl("schedule diff", args,
+                      {{"--legacy-bw", false, "read both files in the older PyTorch dialect"},
+                       {"--max-lines", true, "at most N lines of text, each listing at most 12 actions [40]"},
+                       {"--json", false, "print one JSON document with every difference"}},
+                      3);
   if (cl.print_help(kUsage)) return 0;
-  const Schedule a = read_csv(positional(cl, 1, "A.csv"), cl.flag("--legacy-bw"));
-  const Schedule b = read_csv(positional(cl, 2, "B.csv"), cl.flag("--legacy-bw"));
-  const auto lines = sched::diff(a, b);
+  const std::string pa = positional(cl, 1, "A.csv"), pb = positional(cl, 2, "B.csv");
+  const auto max_lines = static_cast<std::size_t>(cl.get_int("--max-lines", 2, 1 << 20).value_or(40));
+  const Schedule a = read_csv(pa, cl.flag("--legacy-bw"));
+  const Schedule b = read_csv(pb, cl.flag("--legacy-bw"));
+  if (cl.flag("--json")) {
+    const ScheduleDiff d = diff_schedules(a, b);
+    Json ranks = Json::array();
+    for (const RankDiff& r : d.ranks)
+      ranks.push_back({{"rank", r.rank}, {"first_difference", r.first}, {"first", r.first_a}, {"second", r.first_b},
+                       {"actions_first", r.actions_a}, {"actions_second", r.actions_b}, {"only_in_first", r.only_a},
+                       {"only_in_second", r.only_b}});
+    const Json j = {{"first", pa}, {"second", pb}, {"identical", d.identical()}, {"shape", d.shape}, {"ranks", ranks}};
+    std::cout << j.dump(2) << "\n";
+    return d.identical() ? 0 : 1;
+  }
+  const auto lines = sched::diff(a, b, max_lines);
   for (const auto& l : lines) std::printf("%s\n", l.c_str());
   if (lines.empty()) std::printf("identical\n");
   return lines.empty() ? 0 : 1;

@@ -150,8 +150,11 @@ const char* comm_model_name(CommModel m);
 CommModel parse_comm_model(const std::string& text);  // InputError naming the value and the choices
 
 struct Violation {
-  std::string rule;     // "structure", "completeness", "order", "causality", "fsdp", "send-recv", "deadlock", "memory"
+  std::string rule;     // "structure", "completeness", "order", "causality", "fsdp", "send-recv", "wait", "deadlock", "memory"
   std::string message;  // names ranks, positions and tokens
+  // The action it is about, where there is one (-1 otherwise: a missing action, a placement): its rank and
+  // index in the rank's list (idle cells not counted), and for a schedule read from a file its line and cell.
+  int rank = -1, index = -1, line = -1, cell = -1;
 };
 
 struct ValidationReport {

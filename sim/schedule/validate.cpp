@@ -20,8 +20,22 @@ using detail::where;
 struct Report {
   ValidationReport& out;
   std::size_t max;
+  const Schedule& s;
   void add(const std::string& rule, const std::string& msg) {
     if (out.violations.size() < max) out.violations.push_back({rule, msg});
+  }
+  // A violation at one action: its rank and index, and where it is in the file it came from.
+  void add_at(OpRef at, const std::string& rule, const std::string& msg) {
+    if (out.violations.size() >= max) return;
+    Violation v{rule, msg};
+    v.rank = at.rank;
+    v.index = at.pos;
+    if (at.rank >= 0 && static_cast<std::size_t>(at.rank) < s.cells.size() &&
+        at.pos >= 0 && static_cast<std::size_t>(at.pos) < s.cells[static_cast<std::size_t>(at.rank)].size()) {
+      v.line = at.rank + 1;
+      v.cell = s.cells[static_cast<std::size_t>(at.rank)][static_cast<std::size_t>(at.pos)];
+    }
+    out.violations.push_back(std::move(v));
   }
   bool full() const { return out.violations.size() >= max; }
 };
@@ -51,19 +65,19 @@ void check_structure(const Schedule& s, Report& rep) {
                                (s.cells.empty() ? std::string("none is given for it") : "line " + std::to_string(r + 1) + " of the file is empty or holds only idle cells") + ")");
   auto check_one = [&](const Action& a, int r, int p) {
     const std::string at = "rank " + std::to_string(r) + " #" + std::to_string(p) + " '" + a.token() + "'" + detail::file_position(s, {r, p});
-    if (a.stage < 0 || a.stage >= s.num_stages) return rep.add("structure", at + ": stage out of range [0, " + std::to_string(s.num_stages) + ")");
+    if (a.stage < 0 || a.stage >= s.num_stages) return rep.add_at({r, p}, "structure", at + ": stage out of range [0, " + std::to_string(s.num_stages) + ")");
     if (s.rank_of(a.stage) != r)
-      rep.add("structure", at + ": stage " + std::to_string(a.stage) + " belongs to rank " + std::to_string(s.rank_of(a.stage)) +
+      rep.add_at({r, p}, "structure", at + ": stage " + std::to_string(a.stage) + " belongs to rank " + std::to_string(s.rank_of(a.stage)) +
                                " under this placement (stage_to_rank must match where the stage runs)");
     const bool needs_mb = is_compute(a.type) || is_comm(a.type) || is_wait_send(a.type);
     if (needs_mb && (a.mb < 0 || a.mb >= s.num_microbatches))
-      rep.add("structure", at + ": micro-batch out of range [0, " + std::to_string(s.num_microbatches) + ")");
+      rep.add_at({r, p}, "structure", at + ": micro-batch out of range [0, " + std::to_string(s.num_microbatches) + ")");
     if (is_comm(a.type)) {
       const int peer_stage = (a.type == ActionType::SEND_F || a.type == ActionType::RECV_B) ? a.stage + 1 : a.stage - 1;
       if (peer_stage < 0 || peer_stage >= s.num_stages)
-        rep.add("send-recv", at + ": no adjacent stage " + std::to_string(peer_stage) + " to communicate with");
+        rep.add_at({r, p}, "send-recv", at + ": no adjacent stage " + std::to_string(peer_stage) + " to communicate with");
       else if (s.rank_of(peer_stage) == r)
-        rep.add("send-recv", at + ": stages " + std::to_string(a.stage) + " and " + std::to_string(peer_stage) +
+        rep.add_at({r, p}, "send-recv", at + ": stages " + std::to_string(a.stage) + " and " + std::to_string(peer_stage) +
                                  " share rank " + std::to_string(r) + "; same-rank edges pass tensors locally, no send/recv");
     }
   };
@@ -92,11 +106,11 @@ void check_completeness(const Schedule& s, const OpIndex& idx, Report& rep) {
       const auto &f = idx.find(ActionType::F, st, i), &b = idx.find(ActionType::B, st, i),
                  &in = idx.find(ActionType::I, st, i), &w = idx.find(ActionType::W, st, i);
       for (auto [v, t] : {std::pair{&f, ActionType::F}, {&b, ActionType::B}, {&in, ActionType::I}, {&w, ActionType::W}})
-        if (v->size() > 1) rep.add("completeness", "duplicated action " + key(t, st, i) + " at " + refs(s, *v));
+        if (v->size() > 1) rep.add_at(v->at(1), "completeness", "duplicated action " + key(t, st, i) + " at " + refs(s, *v));
       if (f.empty()) rep.add("completeness", "missing forward " + key(ActionType::F, st, i));
-      if (!w.empty() && in.empty()) rep.add("completeness", "W without I: " + refs(s, w) + " has no " + key(ActionType::I, st, i));
-      if (!in.empty() && w.empty()) rep.add("completeness", "I without W: " + refs(s, in) + " has no " + key(ActionType::W, st, i));
-      if (!b.empty() && !in.empty()) rep.add("completeness", "both B and I for stage " + std::to_string(st) + " mb " + std::to_string(i) + ": " + refs(s, b) + " and " + refs(s, in));
+      if (!w.empty() && in.empty()) rep.add_at(w[0], "completeness", "W without I: " + refs(s, w) + " has no " + key(ActionType::I, st, i));
+      if (!in.empty() && w.empty()) rep.add_at(in[0], "completeness", "I without W: " + refs(s, in) + " has no " + key(ActionType::W, st, i));
+      if (!b.empty() && !in.empty()) rep.add_at(b[0], "completeness", "both B and I for stage " + std::to_string(st) + " mb " + std::to_string(i) + ": " + refs(s, b) + " and " + refs(s, in));
       if (b.empty() && in.empty()) rep.add("completeness", "missing backward for stage " + std::to_string(st) + " mb " + std::to_string(i) + " (need " + key(ActionType::B, st, i) + " or " + key(ActionType::I, st, i) + " + " + key(ActionType::W, st, i) + ")");
     }
 }
@@ -114,7 +128,7 @@ void check_once_per_stage(const Schedule& s, const OpIndex& idx, Report& rep) {
   }
   for (const auto& [k, v] : by_stage)
     if (v.size() > 1)
-      rep.add("completeness", "duplicated action " + make(static_cast<ActionType>(k.first), k.second).token() + " at " +
+      rep.add_at(v[1], "completeness", "duplicated action " + make(static_cast<ActionType>(k.first), k.second).token() + " at " +
                                   refs(s, v) + " (once per stage and step)");
 }
 
@@ -141,17 +155,17 @@ void check_fsdp(const Schedule& s, const OpIndex& idx, Report& rep) {
       const std::string at = where(s, {r, p});
       if (a.type == ActionType::UNSHARD) {
         if (auto it = unsharded_at.find(a.stage); it != unsharded_at.end())
-          rep.add("fsdp", at + " unshards stage " + std::to_string(a.stage) + " again; " + where(s, {r, it->second}) +
+          rep.add_at({r, p}, "fsdp", at + " unshards stage " + std::to_string(a.stage) + " again; " + where(s, {r, it->second}) +
                               " already did, with no RESHARD between");
         unsharded_at[a.stage] = p;
       } else if (a.type == ActionType::RESHARD) {
         if (!unsharded_at.erase(a.stage))
-          rep.add("fsdp", at + " reshards stage " + std::to_string(a.stage) + ", which is not unsharded here (RESHARD only after an UNSHARD)");
+          rep.add_at({r, p}, "fsdp", at + " reshards stage " + std::to_string(a.stage) + ", which is not unsharded here (RESHARD only after an UNSHARD)");
       } else if (is_compute(a.type)) {
         for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a})
           if (sharded[static_cast<std::size_t>(part.stage)] && !unsharded_at.count(part.stage) &&
               !std::exchange(told[static_cast<std::size_t>(part.stage)], 1))
-            rep.add("fsdp", at + " computes stage " + std::to_string(part.stage) +
+            rep.add_at({r, p}, "fsdp", at + " computes stage " + std::to_string(part.stage) +
                                 " while its parameters are sharded (the stage has UNSHARD/RESHARD actions; compute needs an UNSHARD before it and no RESHARD between)");
       }
     }
@@ -173,7 +187,7 @@ void check_fsdp(const Schedule& s, const OpIndex& idx, Report& rep) {
         for (const OpRef& x : idx.find(ActionType::REDUCE_GRAD, st, -1)) before.push_back(x);
       for (const OpRef& x : before)
         if (x.rank == op.rank && x.pos > op.pos) {
-          rep.add("fsdp", where(s, op) + " runs before " + where(s, x) + "; it must follow every " +
+          rep.add_at(op, "fsdp", where(s, op) + " runs before " + where(s, x) + "; it must follow every " +
                               (t == ActionType::OPTIMIZER_STEP ? "B, W and the REDUCE_GRAD" : "B and W") + " of stage " +
                               std::to_string(st) + " (the stage's gradients are complete only then)");
           break;
@@ -189,11 +203,11 @@ void check_recompute(const Schedule& s, const OpIndex& idx, Report& rep) {
     if (static_cast<ActionType>(std::get<0>(k)) != ActionType::RECOMPUTE) continue;
     const int st = std::get<1>(k), mb = std::get<2>(k);
     if (refs_.size() > 1)
-      rep.add("completeness", "duplicated action " + key(ActionType::RECOMPUTE, st, mb) + " at " + refs(s, refs_));
+      rep.add_at(refs_[1], "completeness", "duplicated action " + key(ActionType::RECOMPUTE, st, mb) + " at " + refs(s, refs_));
     for (const ActionType t : {ActionType::B, ActionType::I})
       for (const OpRef& use : idx.find(t, st, mb))
         if (use.rank == refs_[0].rank && use.pos < refs_[0].pos)
-          rep.add("order", where(s, refs_[0]) + " recomputes after its backward " + where(s, use) +
+          rep.add_at(refs_[0], "order", where(s, refs_[0]) + " recomputes after its backward " + where(s, use) +
                                " (a recompute re-creates the activations the backward needs, so it must come first)");
   }
 }
@@ -211,7 +225,7 @@ void check_local_order(const Schedule& s, const OpIndex& idx, Report& rep) {
           if (d.cross_rank) continue;
           const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
           if (prod.size() == 1 && prod[0].rank == r && prod[0].pos >= p)
-            rep.add(d.producer_stage == part.stage ? "order" : "causality",
+            rep.add_at({r, p}, d.producer_stage == part.stage ? "order" : "causality",
                     where(s, {r, p}) + " runs before its input " + where(s, prod[0]) + " on the same rank");
         }
       }
@@ -237,21 +251,21 @@ void check_send_recv(const Schedule& s, const OpIndex& idx, Report& rep) {
           used[{static_cast<int>(d.recv_type), d.recv_stage, d.mb}]++;
           const std::string need = where(s, {r, p});
           if (snd.size() != 1 || rcv.size() != 1) {
-            rep.add("send-recv", need + " needs exactly one " + key(d.send_type, d.send_stage, d.mb) + " and one " +
+            rep.add_at({r, p}, "send-recv", need + " needs exactly one " + key(d.send_type, d.send_stage, d.mb) + " and one " +
                                      key(d.recv_type, d.recv_stage, d.mb) + "; found " + std::to_string(snd.size()) +
                                      " and " + std::to_string(rcv.size()));
             continue;
           }
           if (prod.size() == 1 && (snd[0].rank != prod[0].rank || snd[0].pos < prod[0].pos))
-            rep.add("send-recv", where(s, snd[0]) + " must follow its producer " + where(s, prod[0]) + " on the same rank");
-          if (rcv[0].rank != r || rcv[0].pos > p) rep.add("send-recv", where(s, rcv[0]) + " must precede its consumer " + need + " on the same rank");
+            rep.add_at(snd[0], "send-recv", where(s, snd[0]) + " must follow its producer " + where(s, prod[0]) + " on the same rank");
+          if (rcv[0].rank != r || rcv[0].pos > p) rep.add_at(rcv[0], "send-recv", where(s, rcv[0]) + " must precede its consumer " + need + " on the same rank");
         }
       }
     }
   for (const auto& [k, refs_] : idx.all()) {
     const auto t = static_cast<ActionType>(std::get<0>(k));
     if (is_comm(t) && !used.count(k))
-      rep.add("send-recv", where(s, refs_[0]) + " carries no dependency of this schedule (no matching compute)");
+      rep.add_at(refs_[0], "send-recv", where(s, refs_[0]) + " carries no dependency of this schedule (no matching compute)");
   }
 }
 
@@ -279,26 +293,26 @@ void check_waits(const Schedule& s, const OpIndex& idx, Report& rep) {
       } else if (send_waits && is_wait_send(a.type)) {
         const auto it = pending.find({static_cast<int>(send_of_wait(a.type)), a.stage, a.mb});
         if (it == pending.end())
-          rep.add("wait", where(s, {r, p}) + " waits for " + key(send_of_wait(a.type), a.stage, a.mb) +
+          rep.add_at({r, p}, "wait", where(s, {r, p}) + " waits for " + key(send_of_wait(a.type), a.stage, a.mb) +
                               ", which is not pending on rank " + std::to_string(r) + " (no earlier send, or waited already)");
         else
           pending.erase(it);
       } else if (reduce_waits && a.type == ActionType::REDUCE_GRAD) {
         if (reducing)
-          rep.add("wait", where(s, {r, p}) + " starts a reduction while " + where(s, {r, reducing->second}) +
+          rep.add_at({r, p}, "wait", where(s, {r, p}) + " starts a reduction while " + where(s, {r, reducing->second}) +
                               " is pending (one REDUCE_GRAD at a time per rank: wait for it first)");
         reducing = std::pair{a.stage, p};
       } else if (reduce_waits && a.type == ActionType::WAIT_REDUCE_GRAD) {
         if (!reducing || reducing->first != a.stage)
-          rep.add("wait", where(s, {r, p}) + " has no pending REDUCE_GRAD of stage " + std::to_string(a.stage) +
+          rep.add_at({r, p}, "wait", where(s, {r, p}) + " has no pending REDUCE_GRAD of stage " + std::to_string(a.stage) +
                               (reducing ? " (stage " + std::to_string(reducing->first) + "'s is pending)" : ""));
         reducing.reset();
       }
     }
     for (const auto& [k, p] : pending)
-      rep.add("wait", where(s, {r, p}) + " has no WAIT_SEND after it on rank " + std::to_string(r) +
+      rep.add_at({r, p}, "wait", where(s, {r, p}) + " has no WAIT_SEND after it on rank " + std::to_string(r) +
                           " (with waits in the schedule, every send is retired by one)");
-    if (reducing) rep.add("wait", where(s, {r, reducing->second}) + " has no WAIT_REDUCE_GRAD after it");
+    if (reducing) rep.add_at({r, reducing->second}, "wait", where(s, {r, reducing->second}) + " has no WAIT_REDUCE_GRAD after it");
   }
 }
 
@@ -329,7 +343,7 @@ std::vector<int> liveness(const Schedule& s, const OpIndex& idx, const std::opti
         }
       peak[static_cast<std::size_t>(r)] = std::max(peak[static_cast<std::size_t>(r)], live);
       if (limit && live > *limit && !reported) {
-        rep.add("memory", "rank " + std::to_string(r) + " holds " + std::to_string(live) + " activations at " +
+        rep.add_at({r, p}, "memory", "rank " + std::to_string(r) + " holds " + std::to_string(live) + " activations at " +
                               where(s, {r, p}) + ", over --mem-limit " + std::to_string(*limit));
         reported = true;
       }
@@ -344,7 +358,7 @@ std::vector<int> liveness(const Schedule& s, const OpIndex& idx, const std::opti
 
 ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
   ValidationReport out;
-  Report rep{out, opt.max_violations};
+  Report rep{out, opt.max_violations, s};
   // Each early return leaves later checks unrun: out.checked says which phase was the last.
   out.checked = "structure";
   check_structure(s, rep);
@@ -371,7 +385,7 @@ ValidationReport validate(const Schedule& s, const ValidateOptions& opt) {
     std::string msg = std::string("deadlock under ") + comm_model_name(opt.comm) + " comms: cycle ";
     for (std::size_t i = 0; i < cycle->size(); ++i) msg += (i ? " -> " : "") + where(s, (*cycle)[i]);
     msg += " -> back to the first (each must happen before the next)";
-    rep.add("deadlock", msg);
+    rep.add_at((*cycle)[0], "deadlock", msg);
   }
   return out;
 }

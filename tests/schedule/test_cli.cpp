@@ -3,6 +3,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -271,5 +272,50 @@ TEST_CASE("tessel schedule: the sidecar's dialect and level are read, not only p
   sidecar(R"(,"level":"compute_comms")");
   CHECK(run("validate " + csv, log) == 2);
   CHECK(out().find("the sidecar says level compute_comms (lowered), but the file has no SEND/RECV") != std::string::npos);
+  std::filesystem::remove_all(tmp);
+}
+
+TEST_CASE("tessel schedule: JSON for CI (violations with positions, show's bubble, diff) and a bounded text diff") {
+  const auto tmp = std::filesystem::temp_directory_path() / ("tessel_sched_json_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(tmp);
+  const std::string d = tmp.string(), log = d + "/log.txt";
+  auto json = [&] { return tessel::parse_json_text(tessel::read_text_file(log), log); };
+  // A wait before its send (line 1, cell 2): the violation carries rank 0, action index 1, line 1, cell 2.
+  tessel::write_file_atomic(d + "/w.csv", "0F0,0WAIT_SEND_F0,0SEND_F0,0RECV_B0,0B0\n1RECV_F0,1F0,1B0,1SEND_B0,1WAIT_SEND_B0\n");
+  CHECK(run("validate " + d + "/w.csv --json", log) == 1);
+  const tessel::Json v = json().at("violations").at(0);
+  CHECK(v.at("rule") == "wait");
+  CHECK(v.at("rank") == 0);
+  CHECK(v.at("action_index") == 1);
+  CHECK(v.at("line") == 1);
+  CHECK(v.at("cell") == 2);
+  // 1F1B, p 4, m 8, unit costs (F = B = W = 1, B the full backward: 3 a micro-batch): makespan (m + p - 1) 3 =
+  // 33, each rank busy 8 x 3 = 24 and idle 9, rank r holding p - r activations at its peak.
+  CHECK(run("gen 1f1b --pp 4 --mb 8 -o " + d + "/a.csv", log) == 0);
+  CHECK(run("show " + d + "/a.csv --json", log) == 0);
+  const tessel::Json s = json();
+  CHECK(s.at("makespan").get<double>() == doctest::Approx(33.0));
+  CHECK(s.at("bubble_rate").get<double>() == doctest::Approx(9.0 / 33.0));
+  REQUIRE(s.at("per_rank").size() == 4);
+  for (int r = 0; r < 4; ++r) {
+    CHECK(s.at("per_rank").at(r).at("bubble").get<double>() == doctest::Approx(9.0));
+    CHECK(s.at("per_rank").at(r).at("peak_inflight") == 4 - r);
+  }
+  // pp 32: 1F1B against ZB-1P differ on every rank in 64-192 actions each. The text stays under 40 lines of at
+  // most 12 actions (it was 133 KB); --json has every rank.
+  CHECK(run("gen 1f1b --pp 32 --mb 64 -o " + d + "/p.csv", log) == 0);
+  CHECK(run("gen zb1p --pp 32 --mb 64 -o " + d + "/q.csv", log) == 0);
+  CHECK(run("diff " + d + "/p.csv " + d + "/q.csv", log) == 1);
+  const std::string text = tessel::read_text_file(log);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 40);
+  CHECK(text.size() < 8000);
+  CHECK(text.find("32 ranks differ in all; --json lists every difference") != std::string::npos);
+  CHECK(run("diff " + d + "/p.csv " + d + "/q.csv --json", log) == 1);
+  const tessel::Json df = json();
+  CHECK(df.at("identical") == false);
+  CHECK(df.at("ranks").size() == 32);
+  CHECK(df.at("ranks").at(0).at("only_in_second").size() == 128);  // 64 I + 64 W where 1F1B has 64 B
+  CHECK(run("diff " + d + "/p.csv " + d + "/p.csv --json", log) == 0);
+  CHECK(json().at("identical") == true);
   std::filesystem::remove_all(tmp);
 }
