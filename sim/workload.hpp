@@ -1,6 +1,7 @@
-// Workload: a Model lowered under a Layout to the ops one GPU runs, with FLOPs, bytes, shapes per TP shard
-// and their times on a System. One layer is lowered once (every transformer layer has the same shape);
-// stages add the embedding (first) and logits + loss (last). The runtime builds the same ops for real.
+// Workload: a Model lowered under a Layout to the ops one GPU runs: their work (shapes, FLOPs and bytes per TP
+// shard; collectives with kind, bytes and group), each priced on a System by sim/cost/op.hpp. One layer is
+// lowered once (every transformer layer has the same shape); stages add the embedding (first) and logits +
+// loss (last). The runtime builds the same ops for real.
 #pragma once
 
 #include <string>
@@ -9,30 +10,15 @@
 #include "models/model.hpp"
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
+#include "sim/cost/op.hpp"
 #include "sim/layout.hpp"
 #include "sim/system.hpp"
 
 namespace tessel {
 
-enum class OpClass : std::uint8_t { gemm, attention, elementwise, collective };
-
-// One op of one layer (or of the embedding / head), for one micro-batch on one GPU.
-struct WorkOp {
-  std::string name;           // qkv, attn_scores, softmax_dropout, attn_v, flash_attn, proj, mlp_up, act, mlp_down,
-                              // norm1, norm2, residual1, residual2, tp_*, embedding, logits, cross_entropy
-  OpClass cls = OpClass::gemm;
-  cost::GemmShape gemm;       // for gemm ops (forward shape)
-  double flops_f = 0;         // forward FLOPs
-  double flops_b = 0;         // backward FLOPs (input grad + weight grad)
-  double bytes_f = 0;         // memory traffic, forward
-  double bytes_b = 0;         // memory traffic, backward
-  double t_f = 0;             // seconds forward
-  double t_i = 0;             // seconds backward for inputs (I)
-  double t_w = 0;             // seconds backward for weights (W); 0 for ops without weights
-  bool attention_core = false;   // recomputed under selective recompute
-  cost::Collective coll = cost::Collective::all_reduce;
-  double comm_bytes = 0;      // collectives: buffer size as nccl-tests counts it
-};
+// The op as work and its price: sim/cost/op.hpp.
+using cost::OpClass;
+using cost::WorkOp;
 
 // Per micro-batch costs of one transformer layer on one GPU.
 struct LayerWork {
@@ -41,6 +27,7 @@ struct LayerWork {
   double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron does not overlap them)
   double t_cp_f = 0, t_cp_b = 0;       // CP KV exchange, exposed part (ring attention overlaps it)
   double cp_comm_f = 0, cp_comm_b = 0; // CP KV exchange, all of it
+  double cp_kv_bytes = 0;              // CP: one K and V chunk, passed cp-1 times forward and twice that backward
   double t_recompute = 0;              // added to backward by the layout's recompute policy (per recomputed layer)
   double flops_model_f = 0;            // model FLOPs of the forward (Narayanan eq. 3 counts GEMMs only)
   double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)
