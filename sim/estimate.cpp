@@ -186,12 +186,11 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     e.dp_comm_s += tied;
     e.dp_exposed_s += tied;
   }
-  // Optimizer: AdamW is memory-bound, ~30 bytes moved per parameter of the local shard (read fp32 master,
-  // moments and gradient, write them back and the 16-bit copy).
+  // Optimizer: AdamW over the local shard (cost/compute.hpp), the largest rank's.
   {
     const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
     const double params = *std::max_element(rs.params.begin(), rs.params.end()) / shard;
-    e.optimizer_s = cost::memory_time(sys.gpu, 30.0 * params, 4);
+    e.optimizer_s = cost::adamw_time(sys.gpu, params);
   }
   // SP: the replicated parameters' gradient all-reduce over tp, once a step, exposed (the slowest rank's).
   // (One call: a collective's time grows with its size.)

@@ -48,6 +48,10 @@ double memory_time(const GpuSpec& gpu, double bytes, int kernels) {
   return bytes / (gpu.memory_bw * gpu.memory_efficiency) + kernels * gpu.kernel_overhead_s;
 }
 
+double adamw_time(const GpuSpec& gpu, double params) {
+  return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels);
+}
+
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
   if (flops <= 0) return 0.0;
   // FP8 recipes (Transformer Engine) keep the attention core in 16-bit: only linear layers run in fp8.

@@ -33,7 +33,6 @@ struct JobCosts {
   double p2p_seconds = 0;          // one activation transfer, uncontended
   double p2p_bytes = 0;
   double bucket_params = 40e6;     // Megatron DDP bucket size (parameters)
-  double optimizer_s_per_param = 0;  // seconds per locally held parameter of the optimizer step
   double tied_seconds = 0;         // tied-embedding gradient all-reduce between first and last stage
   double tied_bytes = 0;           // its bytes (the gradient of the token table's shard)
   double zero3_gather_layer = 0;   // ZeRO-3: all-gather / reduce-scatter of one layer's parameters

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "util/error.hpp"
+#include "sim/cost/compute.hpp"
 #include "sim/cost/memory.hpp"
 #include "sim/engine/job_builder.hpp"
 #include "sim/workload.hpp"
@@ -168,7 +169,7 @@ void JobBuilder::data_parallel(int pos) {
     before_opt.push_back(tied_[key]);
   }
   const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp) * l_.cp : 1.0;
-  const auto opt = compute_task(pos, OpKind::optimizer, spec_.costs.optimizer_s_per_param * params / shard, -1, -1);
+  const auto opt = compute_task(pos, OpKind::optimizer, cost::adamw_time(spec_.system->gpu, params / shard), -1, -1);
   for (auto t : before_opt)
     if (t != kNone && t != opt) g_.edge(t, opt);
   job_.step_end[static_cast<std::size_t>(pos)] = opt;

@@ -18,9 +18,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // Megatron's DDP bucket: 40M parameters (megatron/core/distributed, bucket_size default), as estimate.cpp.
 constexpr double kBucketParams = 40e6;
-// AdamW step: ~30 bytes moved per local parameter (fp32 master, two moments, gradient read and written,
-// 16-bit copy written), memory-bound; the same constant as estimate.cpp.
-constexpr double kOptimizerBytesPerParam = 30.0;
 
 sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::optional<sched::Schedule>& given) {
   const sched::CommModel comm = sched::CommModel::Eager;  // as the engine plays transfers (job_pipeline.cpp)
@@ -108,7 +105,6 @@ JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
   jc.p2p_seconds = l.pp > 1 ? cost::p2p_time(c.flat_system(), w.p2p_bytes, w.p2p_distance).seconds : 0.0;
   jc.p2p_bytes = w.p2p_bytes;
   jc.bucket_params = kBucketParams;
-  jc.optimizer_s_per_param = cost::memory_time(sys.gpu, kOptimizerBytesPerParam * 1e9, 4) / 1e9;
   jc.tied_seconds = tied_allreduce_seconds(c.flat_system(), m, l);
   jc.tied_bytes = tied_allreduce_bytes(m, l);
   if (l.zero_stage == 3) {

@@ -114,6 +114,31 @@ TEST_CASE("simulator: agrees with the analytical estimate without contention") {
   }
 }
 
+// The optimizer step is one cost (cost::adamw_time of the parameters a GPU steps) in both engines: the
+// simulator charges each position its pipeline rank's shard, the estimate the largest rank's, so the longest
+// simulated optimizer op equals the estimate's optimizer_s. GPT-3 175B on pp 8 holds 12 layers a rank plus
+// the embedding (first) and its tied copy (last): those two ranks are the largest. With ZeRO-1 the shard is
+// 1/dp of that. (Overlap slowdown off: nothing may stretch the op's played time.)
+TEST_CASE("simulator and estimate charge the same optimizer step") {
+  System sys = load_system("dgx-a100");
+  sys.gpu.overlap_slowdown = 0;
+  const Model m = load_model("gpt3-175b");
+  for (int zero : {0, 1}) {
+    CAPTURE(zero);
+    Layout l;
+    l.tp = 8, l.pp = 8, l.dp = 2, l.global_batch = 16, l.zero_stage = zero;
+    l.schedule = sched::Kind::one_f_one_b;
+    const Estimate e = estimate(m, l, sys);
+    SimOptions o;
+    o.critical_path = false;
+    const SimReport r = simulate(m, l, sys, o);
+    double longest = 0;
+    for (std::uint32_t t = 0; t < r.job.graph.size(); ++t)
+      if (r.job.info[t].op == OpKind::optimizer) longest = std::max(longest, r.run.end[t] - r.run.start[t]);
+    CHECK(longest == doctest::Approx(e.optimizer_s).epsilon(kExact));
+  }
+}
+
 // ZeRO-2 keeps no whole gradient to accumulate micro-batches into, so each micro-batch's gradient is
 // reduce-scattered after its backward (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, and both Tessel runtimes):
 // m reductions a step where ZeRO-1 has one. With one micro-batch the two cost the same; with m, ZeRO-2's
