@@ -1,6 +1,7 @@
-// The analytical estimate of one layout: per-stage compute from the workload, exposed communication, the
-// bubble from the schedule's closed form, the DP tail and the optimizer step; memory per pipeline rank.
-// The event simulator (sim/engine) replaces the closed forms with a played schedule; explore uses both.
+// The analytical estimate of one layout: the step costs (sim/step_costs.hpp) composed in closed form: the
+// pipeline's span from the schedule's makespan formula, exposed communication, the DP tail and the optimizer
+// step; memory per pipeline rank. The event simulator (sim/engine) composes the same step costs by playing
+// the schedule; explore uses both.
 #pragma once
 
 #include <string>

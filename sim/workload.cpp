@@ -25,22 +25,6 @@ const StageEdges* Workload::edges_of(int stage) const {
   return nullptr;
 }
 
-double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params) {
-  if (!l.sequence_parallel || l.tp == 1 || params <= 0) return 0.0;
-  return cost::collective_time(sys, cost::Collective::all_reduce, cost::grad_bytes(l.precision) * params, tp_group(l)).seconds;
-}
-
-double tied_allreduce_bytes(const Model& m, const Layout& l) {
-  if (!m.tied_embeddings || l.num_stages() == 1 || l.rank_of_stage(0) == l.rank_of_stage(l.num_stages() - 1)) return 0.0;
-  return cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
-}
-
-double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l) {
-  const double bytes = tied_allreduce_bytes(m, l);
-  if (bytes <= 0) return 0.0;
-  return 2 * cost::p2p_time(sys, bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp).seconds;
-}
-
 namespace {
 
 struct Dims {
@@ -329,6 +313,30 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   edges.layers_at_i = head_i;
 }
 
+StepSync step_sync(const Model& m, const Layout& l) {
+  StepSync s;
+  const cost::GroupPlacement dp = dp_group(l);
+  if (dp.size > 1 && l.zero_stage < 3) {
+    s.grad = {l.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter, dp, cost::grad_bytes(l.precision)};
+    s.grad_reductions = l.zero_stage == 2 ? l.num_microbatches() : 1;
+    if (l.zero_stage >= 1) s.param_gather = {Collective::all_gather, dp, cost::weight_bytes(l.precision)};
+  }
+  if (l.zero_stage == 3) {
+    cost::GroupPlacement flat = dp;
+    flat.flat = true;
+    const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+    const double wb = cost::weight_bytes(l.precision);
+    s.zero3_gather = {Collective::all_gather, flat, wb * layer_params};
+    s.zero3_scatter = {Collective::reduce_scatter, flat, wb * layer_params};
+  }
+  if (m.tied_embeddings && l.num_stages() > 1 && l.rank_of_stage(0) != l.rank_of_stage(l.num_stages() - 1)) {
+    const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
+    s.tied = {bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp, 2};
+  }
+  if (l.sequence_parallel && l.tp > 1) s.sp_grad = {Collective::all_reduce, tp_group(l), cost::grad_bytes(l.precision)};
+  return s;
+}
+
 }  // namespace
 
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
@@ -351,9 +359,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.tokens_per_mb = d.b * d.s;
   // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather
   // optimisation) each TP rank sends its 1/t slice (Narayanan et al. Sec. 4.1).
-  w.p2p_bytes = d.elt * d.x / d.t;
-  w.p2p_distance = l.tp * l.cp * l.dp;
-  w.p2p_seconds = l.pp > 1 ? cost::p2p_time(sys, w.p2p_bytes, w.p2p_distance).seconds : 0.0;
+  w.p2p.bytes = l.pp > 1 ? d.elt * d.x / d.t : 0.0;
+  w.p2p.distance = l.tp * l.cp * l.dp;
+  w.sync = step_sync(m, l);
 
   const int stages = l.num_stages();
   const double per_layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
@@ -369,8 +377,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
     } else if (l.recompute == Recompute::selective) {
       st.recomputed_layers = st.layers;
     }
+    st.recompute = st.recomputed_layers * lw.t_recompute;
     st.f = st.layers * (lw.t_f + lw.t_tp_f + lw.t_cp_f);
-    st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recomputed_layers * lw.t_recompute;
+    st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recompute;
     st.w = st.layers * lw.t_w;
     st.tp_comm_f = st.layers * lw.t_tp_f;
     st.tp_comm_b = st.layers * lw.t_tp_b + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_tp_f : 0);
@@ -385,7 +394,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
                           static_cast<double>(last ? m.tp_replicated_output_params() : 0);
     }
     if (first) {
-      add_embedding(m, l, sys, st, w.first_edges, st.recomputed_layers * lw.t_recompute);
+      add_embedding(m, l, sys, st, w.first_edges, st.recompute);
       // The token table is split by vocabulary; learned positions are whole on every tp rank (Megatron).
       st.params += static_cast<double>(m.embedding_params() - m.tp_replicated_embedding_params()) / l.tp +
                    static_cast<double>(m.tp_replicated_embedding_params());

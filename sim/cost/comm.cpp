@@ -85,6 +85,11 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
   return out;
 }
 
+double ParamCollective::seconds(const System& sys, double params) const {
+  if (!runs() || params <= 0) return 0.0;
+  return collective_time(sys, kind, bytes(params), group).seconds;
+}
+
 CommTime p2p_time(const System& sys, double bytes, int distance) {
   CommTime out;
   if (bytes <= 0) return out;

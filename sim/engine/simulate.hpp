@@ -1,4 +1,4 @@
-// tessel simulate's library entry: lower the model under the layout, generate (or take) the schedule,
+// tessel simulate's library entry: build the step costs (sim/step_costs.hpp), generate (or take) the schedule,
 // build the step's task graph for every position (or one replica), play it, and summarise: step time,
 // throughput, per-rank busy / bubble / exposed communication, peak memory, the critical path.
 #pragma once
@@ -60,12 +60,8 @@ struct SimReport {
   bool fits = true;
   Job job;
   RunResult run;
-  Workload workload;
+  StepCosts costs;  // what the job was built from; costs.work is the lowered workload
 };
-
-// Costs of the job from the workload: per stage f, i, w (TP collectives in), recompute, activations, p2p,
-// DP bucket size, optimizer, tied embeddings, ZeRO-3 per-layer collectives.
-JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c);
 
 // InfeasibleLayout / InputError as estimate() for the layout; InputError naming the schedule for a schedule
 // that does not match the layout or fails validation (the validator's message).

@@ -1,4 +1,5 @@
-// Cost model: GEMM quantization, collectives, activation memory (Korthikanti et al. Table 2, exactly),
+// Cost model: GEMM quantization, collectives, activation memory (Korthikanti et al. Table 2, exactly), the
+// step costs' communication work and prices,
 // FLOP conventions (Narayanan eq. 3, Korthikanti eq. 7); the estimate's ZeRO-3 layer count and GPipe logits
 // against the event simulator.
 #include <doctest/doctest.h>
@@ -10,6 +11,7 @@
 #include "sim/cost/memory.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
+#include "sim/step_costs.hpp"
 
 using namespace tessel;
 
@@ -286,7 +288,7 @@ TEST_CASE("ZeRO-3: every layer a pipeline rank holds is gathered and reduced, wh
   l.stage_layers = {10, 12, 12, 12, 12, 12, 12, 14};
   const Estimate uneven1 = estimate(m, l, sys);
   // The tied embedding's all-reduce between the first and last rank is in the DP row too, whatever the split.
-  const double tied = tied_allreduce_seconds(sys, m, l);
+  const double tied = step_costs(m, l, sys).tied_s;
   REQUIRE(tied > 0);
   CHECK(uneven1.dp_comm_s - tied == doctest::Approx((one.dp_comm_s - tied) * 14 / 12).epsilon(kExact));
   l.schedule = sched::Kind::interleaved;
@@ -405,4 +407,60 @@ TEST_CASE("fp16 keeps 2-byte gradients, bf16 fp32 ones") {
   const double fp16 = estimate(m, l, sys).dp_comm_s;
   CHECK(fp16 < 0.6 * bf16);  // half the bytes, the same latency terms
   CHECK(fp16 > 0.4 * bf16);
+}
+
+// The step costs hold each communication of the step once, as work (kind, group, bytes) and its price, for
+// both engines. GPT-3 175B, tp 8 pp 8 dp 16 (one DP member per node: stride 8 on 8-GPU nodes), bf16 on the
+// A100 preset (NIC 25 GB/s at 0.85, 8 us latency). Expectations from the definitions, not from the code:
+// - DP: the distributed optimizer (ZeRO-1) reduce-scatters fp32 main gradients (4 bytes a parameter) and
+//   all-gathers bf16 weights (2) over the 16 replicas; a group of 16 with one member a node is one ring over
+//   the NICs: min(15 ring, 4 tree) latency steps + (15/16) S / (25e9 x 0.85).
+// - A middle rank holds 12 layers' shards: 12 x params_per_layer / 8 parameters, in ceil(P / 40M) buckets.
+// - The optimizer steps P / 16 of them (ZeRO-1): 30 bytes each at the preset's memory bandwidth x its
+//   efficiency, 4 launches of its kernel overhead.
+// - Tied embeddings: the table's gradient shard S = 4 V h / 8 bytes, two transfers of S / 2 between ranks
+//   7 x 8 x 16 = 896 apart (different nodes): 2 (8 us + S / 2 / (25e9 x 0.85)).
+TEST_CASE("step costs: one home for the step's communication, optimizer and memory") {
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 16, l.global_batch = 1536, l.zero_stage = 1;
+  l.schedule = sched::Kind::one_f_one_b;
+  const StepCosts c = step_costs(m, l, sys);
+  const StepSync& s = c.work.sync;
+  const double net = 25e9 * 0.85, lat = 8e-6;
+  CHECK(s.grad.kind == cost::Collective::reduce_scatter);
+  CHECK(s.grad.group.size == 16);
+  CHECK(s.grad.group.stride == 8);
+  CHECK(s.grad.bytes_per_param == 4);
+  CHECK(s.grad_reductions == 1);
+  CHECK(s.param_gather.kind == cost::Collective::all_gather);
+  CHECK(s.param_gather.bytes_per_param == 2);
+  CHECK_FALSE(s.sp_grad.runs());  // no SP
+  const double P = 12.0 * static_cast<double>(m.params_per_layer()) / 8;
+  CHECK(c.ranks.params[3] == doctest::Approx(P).epsilon(kExact));
+  CHECK(c.grad_s[3] == doctest::Approx(4 * lat + 15.0 / 16 * 4 * P / net).epsilon(kTight));
+  CHECK(c.gather_s[3] == doctest::Approx(4 * lat + 15.0 / 16 * 2 * P / net).epsilon(kTight));
+  CHECK(grad_buckets(P) == static_cast<int>(std::ceil(P / 40e6)));
+  CHECK(grad_buckets(1.0) == 1);
+  CHECK(c.optimizer_s[3] == doctest::Approx(30 * (P / 16) / (sys.gpu.memory_bw * sys.gpu.memory_efficiency) +
+                                            4 * sys.gpu.kernel_overhead_s).epsilon(kTight));
+  const double S = 4.0 * m.vocab * m.hidden / 8;
+  CHECK(s.tied.bytes * s.tied.times == doctest::Approx(S).epsilon(kExact));
+  CHECK(s.tied.distance == 896);
+  CHECK(c.tied_s == doctest::Approx(2 * (lat + S / 2 / net)).epsilon(kTight));
+  // Memory: bf16 weights (2), fp32 main_grad (4) and fp32 master + moments (12) sharded 16 ways by ZeRO-1.
+  CHECK(c.state.total() == doctest::Approx(2 + 4 + 12.0 / 16).epsilon(kExact));
+  CHECK(c.fixed_bytes() == doctest::Approx(sys.memory_reserved_bytes).epsilon(kExact));  // no ZeRO-3, no full recompute
+  // ZeRO-2 reduces every micro-batch's gradient (m = 1536 / 16 = 96); ZeRO-3 none whole, but one layer's
+  // weights per gather and scatter, bf16, in flat rings.
+  l.zero_stage = 2;
+  CHECK(step_costs(m, l, sys).work.sync.grad_reductions == 96);
+  l.zero_stage = 3;
+  const StepCosts z3 = step_costs(m, l, sys);
+  CHECK_FALSE(z3.work.sync.grad.runs());
+  CHECK_FALSE(z3.work.sync.param_gather.runs());
+  CHECK(z3.work.sync.zero3_gather.bytes == doctest::Approx(2.0 * m.params_per_layer() / 8).epsilon(kExact));
+  CHECK(z3.work.sync.zero3_gather.group.flat);
+  CHECK(z3.zero3_gather_s == doctest::Approx(4 * lat + 15.0 / 16 * 2.0 * m.params_per_layer() / 8 / net).epsilon(kTight));
 }

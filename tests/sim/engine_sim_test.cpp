@@ -38,15 +38,22 @@ double unit_makespan(const std::string& gen, int pp, int m, int vpp, bool overla
   const sched::Schedule s = sched::lower(sched::generate(gen, gp));
   System sys;  // no links are used: p2p costs 0
   const Cluster c(l, sys, Fidelity::cluster);
+  StepCosts costs;  // unit stages; no transfers, collectives or optimizer
+  costs.work.layout = l;
+  for (int st = 0; st < s.num_stages; ++st) {
+    StageWork sw;
+    sw.stage = st;
+    sw.f = sw.i = sw.w = 1.0;
+    costs.work.stages.push_back(sw);
+  }
+  costs.ranks.params.assign(static_cast<std::size_t>(pp), 0.0);
+  costs.ranks.sp_grad_params.assign(static_cast<std::size_t>(pp), 0.0);
+  costs.optimizer_s.assign(static_cast<std::size_t>(pp), 0.0);
   JobSpec spec;
   spec.layout = &l;
   spec.system = &sys;
   spec.schedule = &s;
-  for (int st = 0; st < s.num_stages; ++st) {
-    StageCost sc;
-    sc.f = sc.i = sc.w = 1.0;
-    spec.costs.stages.push_back(sc);
-  }
+  spec.costs = &costs;
   const Job job = build_job(spec, c);
   Simulator sim(job.graph);
   return sim.run().makespan;
@@ -423,7 +430,7 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     const SimReport r = simulate(m, l, sys, o);
     const trace::Trace t = to_trace(r, sys);
     int per_layer = 0;
-    for (const auto& w : r.workload.layer.ops) per_layer += w.cls == OpClass::collective;
+    for (const auto& w : r.costs.work.layer.ops) per_layer += w.cls == OpClass::collective;
     REQUIRE(per_layer > 0);
     std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> compute;  // (rank, mb) -> spans
     int recomputes = 0, pieces = 0;
@@ -444,8 +451,8 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     // Expected count: every stage's forward and backward ops, per micro-batch, per position (replica: one).
     std::size_t want = 0;
     const int mbs = l.num_microbatches();
-    for (const auto& st : r.workload.stages) {
-      const StageEdges* edges = r.workload.edges_of(st.stage);
+    for (const auto& st : r.costs.work.stages) {
+      const StageEdges* edges = r.costs.work.edges_of(st.stage);
       want += static_cast<std::size_t>(mbs) * (2 * per_layer * st.layers + (edges ? edges->count : 0));
       if (k.rc == Recompute::full) want += static_cast<std::size_t>(mbs) * per_layer * st.recomputed_layers;
     }
