@@ -62,9 +62,9 @@ class JobBuilder {
   std::vector<std::uint32_t> tied_;                 // per (dp, cp): tied-embedding all-reduce task
   std::vector<std::uint32_t> scratch_links_;
   bool explicit_recompute_ = false;
-  // The step costs' transfers as flows over the cluster's links: priced on its flat system, because the
-  // core link above each pod carries the oversubscription the system's static factor stands for.
-  double p2p_s_ = 0, tied_s_ = 0;
+  // The step costs' transfers and collectives as flows over the cluster's links: priced on its flat system,
+  // because the core link above each pod carries the oversubscription the system's static factor stands for.
+  double p2p_s_ = 0, tied_s_ = 0, zero3_gather_s_ = 0, zero3_scatter_s_ = 0;
 };
 
 }  // namespace tessel::engine::detail

@@ -72,7 +72,7 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
     if (multi) {
       // Prefetch: the gather may start once the layer two back is done (two gathered layers at most).
       const std::uint32_t after = fwd ? (two_back != kNone ? two_back : kNone) : ps.prev_compute;
-      gather = group_task(pos, OpKind::zero3_allgather, costs_.zero3_gather_s, costs_.work.sync.zero3_gather.bytes,
+      gather = group_task(pos, OpKind::zero3_allgather, zero3_gather_s_, costs_.work.sync.zero3_gather.bytes,
                           group, prev_gather);
       if (after != kNone && after != gather) g_.edge(after, gather);
       prev_gather = gather;
@@ -84,7 +84,7 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
     if (gather != kNone) g_.edge(gather, t);
     if (first == kNone) first = t;
     if (multi && !fwd) {
-      const auto rs = group_task(pos, OpKind::zero3_reducescatter, costs_.zero3_scatter_s,
+      const auto rs = group_task(pos, OpKind::zero3_reducescatter, zero3_scatter_s_,
                                  costs_.work.sync.zero3_scatter.bytes, group, prev_gather);
       g_.edge(t, rs);
       prev_gather = rs;

@@ -32,6 +32,8 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
   TESSEL_CHECK(costs_.work.stages.size() == static_cast<std::size_t>(S), "costs for " << costs_.work.stages.size() << " stages");
   p2p_s_ = costs_.work.p2p.seconds(c.flat_system());
   tied_s_ = costs_.work.sync.tied.seconds(c.flat_system());
+  zero3_gather_s_ = costs_.work.sync.zero3_gather.seconds(c.flat_system());
+  zero3_scatter_s_ = costs_.work.sync.zero3_scatter.seconds(c.flat_system());
   st_.resize(static_cast<std::size_t>(c.num_positions()));
   transfer_.assign(2 * static_cast<std::size_t>(S) * M, kNone);
   slots_.resize(static_cast<std::size_t>(l_.pp));

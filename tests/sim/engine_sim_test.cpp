@@ -325,6 +325,33 @@ TEST_CASE("simulator: oversubscribed core slows cross-pod DP traffic") {
   CHECK(slow > base * 1.05);
 }
 
+// Flows are priced on the flat system and slowed by the core link, so oversubscription counts once: ZeRO-3's
+// per-layer gathers too. Llama 2 7B, tp 8, two data-parallel replicas on two nodes in two pods of 8 GPUs
+// under 4:1 oversubscription: each gather is alone on its links (gathers and reduce-scatters are chained),
+// and the core link of each pod has capacity 1 / 4 of one position's NIC, so it runs at a quarter of its
+// uncontended rate throughout. Uncontended, a flat ring of two over the NICs: one latency step (8 us) +
+// (1/2) S / (25 GB/s x 0.85), S = one layer's bf16 weight shard (2 x params_per_layer / 8 bytes).
+TEST_CASE("simulator: ZeRO-3 gathers across an oversubscribed core pay the oversubscription once") {
+  System sys = load_system("dgx-a100");
+  sys.net.pod_gpus = 8;
+  sys.net.oversubscription = 4;
+  const Model m = load_model("llama2-7b");
+  Layout l;
+  l.tp = 8, l.pp = 1, l.dp = 2, l.global_batch = 2, l.zero_stage = 3;
+  SimOptions o;
+  o.critical_path = false;
+  const SimReport r = simulate(m, l, sys, o);
+  const double S = 2.0 * static_cast<double>(m.params_per_layer()) / 8;
+  const double uncontended = 8e-6 + 0.5 * S / (25e9 * 0.85);
+  std::size_t gathers = 0;
+  for (std::uint32_t t = 0; t < r.job.graph.size(); ++t)
+    if (r.job.info[t].op == OpKind::zero3_allgather) {
+      ++gathers;
+      CHECK(r.run.end[t] - r.run.start[t] == doctest::Approx(4 * uncontended).epsilon(kExact));
+    }
+  CHECK(gathers == 2u * static_cast<std::size_t>(m.layers));  // forward and backward, one per layer
+}
+
 TEST_CASE("simulator: bad input") {
   const System sys = load_system("dgx-a100");
   const Model m = load_model("llama2-7b");
