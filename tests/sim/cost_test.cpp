@@ -464,3 +464,30 @@ TEST_CASE("step costs: one home for the step's communication, optimizer and memo
   CHECK(z3.work.sync.zero3_gather.group.flat);
   CHECK(z3.zero3_gather_s == doctest::Approx(4 * lat + 15.0 / 16 * 2.0 * m.params_per_layer() / 8 / net).epsilon(kTight));
 }
+
+// The runtime's activation model (cost::runtime_activation_peak) walks a schedule over per-stage bytes.
+// Expectations from its definition: under 1F1B with m >= p, rank 0 holds p - 0 = 2 micro-batches of stage 0
+// at its peak (no recompute: nothing transient); SP adds, per layer, the two norm outputs kept whole beside
+// their shard: 2 (T - T/t) h elements of 4 bytes (fp32), T = b s tokens; and the norm statistics shrink with
+// the shard from 4 x 4 T to 4 x 4 T / t bytes.
+TEST_CASE("the runtime's activation model: a 1F1B peak and SP's gathered norm outputs") {
+  const Model m = load_model("tiny");
+  Layout l;
+  l.tp = 2, l.pp = 2, l.global_batch = 4, l.precision = Precision::fp32, l.attention = AttentionImpl::unfused;
+  l.schedule = sched::Kind::one_f_one_b;
+  sched::GenParams gp;
+  gp.pp = 2;
+  gp.microbatches = l.num_microbatches();
+  const sched::Schedule s = sched::generate(sched::Kind::one_f_one_b, gp);
+  const cost::RuntimeActivations a = cost::runtime_stage_activations(m, l, 0);
+  CHECK(a.transient == 0);
+  CHECK(cost::runtime_activation_peak(m, l, s, 0) == doctest::Approx(2 * a.held).epsilon(kExact));
+  Layout sp = l;
+  sp.sequence_parallel = true;
+  const double T = static_cast<double>(m.seq_len), h = m.hidden, layers = l.layers_of_stage(0, m.layers);
+  const double gathered = 4.0 * 2 * (T - T / 2) * h, stats = 4.0 * 4 * (T - T / 2);
+  const double korthikanti = cost::stage_activation_bytes(m, sp, static_cast<int>(layers), 0) -
+                             cost::stage_activation_bytes(m, l, static_cast<int>(layers), 0);
+  CHECK(cost::runtime_stage_activations(m, sp, 0).held - a.held ==
+        doctest::Approx(korthikanti + layers * (gathered - stats)).epsilon(kTight));
+}
