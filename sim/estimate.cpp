@@ -86,7 +86,7 @@ void data_parallel(Estimate& e, const StepCosts& c, int busiest, double overlap_
   double dp_tail = 0;
   for (int r = 0; r < p; ++r) {
     const double params = rs.params[r];
-    double t_grad = c.grad_s[r], t_param = c.gather_s[r];
+    double t_grad = c.tail[r].grad_s, t_param = c.tail[r].gather_s;
     double exposed_grad = t_grad, exposed_param = t_param;
     // ZeRO-2's reductions, one per micro-batch (StepSync::grad_reductions), queue on the data-parallel links
     // from the first backward on, behind the compute that follows (every later micro-batch's forward and
@@ -215,7 +215,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.
   e.dp_comm_s += c.tied_s;
   e.dp_exposed_s += c.tied_s;
-  e.optimizer_s = *std::max_element(c.optimizer_s.begin(), c.optimizer_s.end());  // the largest rank's
+  for (const RankTail& t : c.tail) e.optimizer_s = std::max(e.optimizer_s, t.optimizer_s);  // the largest rank's
   // SP: the replicated parameters' gradient all-reduce over tp, once a step, exposed (the slowest rank's).
   // (One call: a collective's time grows with its size.)
   const double sp_grad = c.work.sync.sp_grad.seconds(sys, *std::max_element(c.ranks.sp_grad_params.begin(), c.ranks.sp_grad_params.end()));

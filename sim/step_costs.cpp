@@ -57,15 +57,11 @@ StepCosts step_costs(const Model& m, const Layout& l, const System& sys, const L
   c.zero3_scatter_s = sync.zero3_scatter.seconds(sys);
   c.tied_s = sync.tied.seconds(sys);
   c.optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
-  const auto ranks = static_cast<std::size_t>(l.pp);
-  c.grad_s.resize(ranks);
-  c.gather_s.resize(ranks);
-  c.optimizer_s.resize(ranks);
-  for (std::size_t r = 0; r < ranks; ++r) {
+  c.tail.resize(static_cast<std::size_t>(l.pp));
+  for (std::size_t r = 0; r < c.tail.size(); ++r) {
     const double params = c.ranks.params[r];
-    c.grad_s[r] = sync.grad.seconds(sys, params);
-    c.gather_s[r] = sync.param_gather.seconds(sys, params);
-    c.optimizer_s[r] = cost::adamw_time(sys.gpu, params / c.optimizer_shard);
+    c.tail[r] = {sync.grad.seconds(sys, params), sync.param_gather.seconds(sys, params),
+                 cost::adamw_time(sys.gpu, params / c.optimizer_shard)};
   }
   c.state = cost::state_bytes_per_param(l);
   c.zero3_gather_bytes = cost::zero3_gather_bytes(m, l);

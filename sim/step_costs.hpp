@@ -36,19 +36,24 @@ struct RankSums {
   std::vector<int> layers;           // transformer layers the rank holds, all its chunks
 };
 
+// What follows a pipeline rank's last backward, in seconds.
+struct RankTail {
+  // Data parallel: the rank's whole gradient reduced once (ZeRO-2 runs StepSync::grad_reductions of them)
+  // and its parameters gathered; 0 where the layout runs none.
+  double grad_s = 0, gather_s = 0;
+  // The optimizer step (cost::adamw_time) over the parameters the rank's GPUs step: their share of the
+  // dp x cp replicas' under ZeRO (StepCosts::optimizer_shard), all of them otherwise.
+  double optimizer_s = 0;
+};
+
 struct StepCosts {
   Workload work;       // the lowered ops and stages, priced
   RankSums ranks;
+  std::vector<RankTail> tail;  // per pipeline rank
   double p2p_s = 0;    // one pipeline transfer (0 without a pipeline)
-  // Data parallel, per pipeline rank: its whole gradient's reduction (once; ZeRO-2 runs
-  // work.sync.grad_reductions of them) and its parameters' gather. 0 where the layout runs none.
-  std::vector<double> grad_s, gather_s;
   double zero3_gather_s = 0, zero3_scatter_s = 0;  // one layer's, ZeRO-3
   double tied_s = 0;                               // the tied embedding's all-reduce
-  // The optimizer step (cost::adamw_time) per pipeline rank, over the parameters the rank's GPUs step:
-  // their share of the dp x cp replicas' under ZeRO (optimizer_shard), all of them otherwise.
   double optimizer_shard = 1;
-  std::vector<double> optimizer_s;
   // Memory per GPU besides activations: weights, gradients and optimizer state per parameter held, and the
   // fixed parts (ZeRO-3's gather buffers, the full-recompute transient, the system's reserved bytes).
   cost::StateBytes state;

@@ -57,7 +57,7 @@ Dims dims_of(const Model& m, const Layout& l) {
 
 // A GEMM of the layer (or head): its forward shape and model FLOPs (backward: input and weight gradients,
 // twice the forward).
-WorkOp gemm_op(const std::string& name, Precision p, GemmShape g, bool has_weights = true) {
+WorkOp gemm_op(const char* name, Precision p, GemmShape g, bool has_weights = true) {
   // Only linear layers run in fp8 (Transformer Engine); attention's batched GEMMs stay in 16-bit.
   if (p == Precision::fp8 && !has_weights) p = Precision::bf16;
   WorkOp op;
@@ -71,7 +71,7 @@ WorkOp gemm_op(const std::string& name, Precision p, GemmShape g, bool has_weigh
   return op;
 }
 
-WorkOp elementwise_op(const std::string& name, double bytes_f, double bytes_b, int kernels = 1) {
+WorkOp elementwise_op(const char* name, double bytes_f, double bytes_b, int kernels = 1) {
   WorkOp op;
   op.name = name;
   op.cls = OpClass::elementwise;
@@ -81,7 +81,7 @@ WorkOp elementwise_op(const std::string& name, double bytes_f, double bytes_b, i
   return op;
 }
 
-WorkOp collective_op(const std::string& name, Collective c, double bytes, const cost::GroupPlacement& g) {
+WorkOp collective_op(const char* name, Collective c, double bytes, const cost::GroupPlacement& g) {
   WorkOp op;
   op.name = name;
   op.cls = OpClass::collective;

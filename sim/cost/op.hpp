@@ -5,7 +5,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
@@ -16,8 +15,9 @@ enum class OpClass : std::uint8_t { gemm, attention, elementwise, collective };
 
 // One op of one layer (or of the embedding / head), for one micro-batch on one GPU.
 struct WorkOp {
-  std::string name;           // qkv, attn_scores, softmax_dropout, attn_v, flash_attn, proj, mlp_up, act, mlp_down,
-                              // norm1, norm2, residual1, residual2, tp_*, embedding, logits, cross_entropy
+  const char* name = "";      // qkv, attn_scores, softmax_dropout, attn_v, flash_attn, proj, mlp_up, act, mlp_down,
+                              // norm1, norm2, residual1, residual2, tp_*, logits (static strings: ops are copied
+                              // per layout in explore's hot loop)
   OpClass cls = OpClass::gemm;
   Precision precision = Precision::bf16;  // the kernel's dtype (attention stays 16-bit under fp8 recipes)
   // Work.

@@ -159,7 +159,7 @@ void JobBuilder::data_parallel(int pos) {
     for (auto t : before_opt) g_.edge(t, tied_[key]);
     before_opt.push_back(tied_[key]);
   }
-  const auto opt = compute_task(pos, OpKind::optimizer, costs_.optimizer_s[static_cast<std::size_t>(r)], -1, -1);
+  const auto opt = compute_task(pos, OpKind::optimizer, costs_.tail[static_cast<std::size_t>(r)].optimizer_s, -1, -1);
   for (auto t : before_opt)
     if (t != kNone && t != opt) g_.edge(t, opt);
   job_.step_end[static_cast<std::size_t>(pos)] = opt;

@@ -81,7 +81,7 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   for (int l = lb; l < le; ++l)
     for (const auto& w : r.costs.work.layer.ops) {
       const double d = (forward ? w.t_f : w.t_i) * kUs;
-      if (w.cls == OpClass::collective && d > 0) out.push_back({w.name + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1});
+      if (w.cls == OpClass::collective && d > 0) out.push_back({std::string(w.name) + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1});
       t += d;
     }
   return out;

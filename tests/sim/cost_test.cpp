@@ -439,11 +439,11 @@ TEST_CASE("step costs: one home for the step's communication, optimizer and memo
   CHECK_FALSE(s.sp_grad.runs());  // no SP
   const double P = 12.0 * static_cast<double>(m.params_per_layer()) / 8;
   CHECK(c.ranks.params[3] == doctest::Approx(P).epsilon(kExact));
-  CHECK(c.grad_s[3] == doctest::Approx(4 * lat + 15.0 / 16 * 4 * P / net).epsilon(kTight));
-  CHECK(c.gather_s[3] == doctest::Approx(4 * lat + 15.0 / 16 * 2 * P / net).epsilon(kTight));
+  CHECK(c.tail[3].grad_s == doctest::Approx(4 * lat + 15.0 / 16 * 4 * P / net).epsilon(kTight));
+  CHECK(c.tail[3].gather_s == doctest::Approx(4 * lat + 15.0 / 16 * 2 * P / net).epsilon(kTight));
   CHECK(grad_buckets(P) == static_cast<int>(std::ceil(P / 40e6)));
   CHECK(grad_buckets(1.0) == 1);
-  CHECK(c.optimizer_s[3] == doctest::Approx(30 * (P / 16) / (sys.gpu.memory_bw * sys.gpu.memory_efficiency) +
+  CHECK(c.tail[3].optimizer_s == doctest::Approx(30 * (P / 16) / (sys.gpu.memory_bw * sys.gpu.memory_efficiency) +
                                             4 * sys.gpu.kernel_overhead_s).epsilon(kTight));
   const double S = 4.0 * m.vocab * m.hidden / 8;
   CHECK(s.tied.bytes * s.tied.times == doctest::Approx(S).epsilon(kExact));

@@ -48,7 +48,7 @@ double unit_makespan(const std::string& gen, int pp, int m, int vpp, bool overla
   }
   costs.ranks.params.assign(static_cast<std::size_t>(pp), 0.0);
   costs.ranks.sp_grad_params.assign(static_cast<std::size_t>(pp), 0.0);
-  costs.optimizer_s.assign(static_cast<std::size_t>(pp), 0.0);
+  costs.tail.assign(static_cast<std::size_t>(pp), RankTail{});
   JobSpec spec;
   spec.layout = &l;
   spec.system = &sys;
