@@ -5,6 +5,7 @@
 
 #include "sim/step_costs.hpp"
 #include "util/error.hpp"
+#include "util/units.hpp"
 
 namespace tessel {
 
@@ -263,7 +264,6 @@ Json estimate_to_json(const Estimate& e) {
                {"dp_exposed_s", e.dp_exposed_s}, {"overlapped_s", e.overlapped_comm_s},
                {"overlap_slowdown_s", e.overlap_slowdown_s}};
   j["optimizer_s"] = e.optimizer_s;
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   Json mem = Json::array();
   for (const auto& m : e.memory)
     mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights / kGiB}, {"grads_GiB", m.grads / kGiB},

@@ -3,13 +3,14 @@
 #include <string_view>
 #include <utility>
 
+#include "util/units.hpp"
+
 namespace tessel {
 
 const std::vector<std::pair<std::string_view, std::string_view>>& tessel_system_presets();
 
 namespace {
 constexpr double kGB = 1e9;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kTera = 1e12;
 constexpr double kUs = 1e-6;
 }  // namespace

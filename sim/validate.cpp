@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "sim/estimate.hpp"
+#include "util/units.hpp"
 
 namespace tessel {
 
@@ -20,8 +21,6 @@ std::string system_for_gpu(const std::string& gpu, const std::string& row_id) {
 }
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 struct RowSkip {
   std::string reason;

@@ -16,12 +16,11 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "util/units.hpp"
 
 namespace tessel::cmd {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // describe()'s run-length stage split: "3,4x6,3" is 3,4,4,4,4,4,4,3.
 std::vector<int> parse_stage_layers(const std::string& text, const std::string& what) {

@@ -5,12 +5,13 @@
 #include <tuple>
 #include <vector>
 
+#include "util/units.hpp"
+
 namespace tessel::engine {
 
 namespace {
 
 constexpr double kUs = 1e6;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The stage's chunk and layer range on an event of that stage.
 void set_stage(trace::OpEvent& e, const SimReport& r, int stage) {

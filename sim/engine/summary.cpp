@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "sim/engine/simulate.hpp"
+#include "util/units.hpp"
 
 namespace tessel::engine {
 
@@ -120,7 +121,6 @@ std::vector<RankSummary> summarize_ranks(const Job& job, const RunResult& run, c
 }
 
 Json report_to_json(const SimReport& r) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   Json j;
   j["model"] = r.model.name;
   j["system"] = r.system_name;

@@ -5,12 +5,11 @@
 
 #include "util/error.hpp"
 #include "sim/explore/explore.hpp"
+#include "util/units.hpp"
 
 namespace tessel::explore {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string num(double v, int digits) {
   char buf[64];

@@ -11,12 +11,11 @@
 #include <type_traits>
 
 #include "util/error.hpp"
+#include "util/units.hpp"
 
 namespace tessel::explore {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::vector<int> divisors(int n, int max) {
   std::vector<int> d;
