@@ -42,7 +42,7 @@ double device_peak_flops(const std::string& device, const std::string& precision
 
 double device_memory_bw(const std::string& device) {
   try {
-    return load_system(system_for_gpu(device, "device")).gpu.memory_bw;
+    return load_system(system_for_gpu(device, "device")).gpu.memory_bw_Bps;
   } catch (const InputError&) {
     return 0.0;
   }

@@ -44,7 +44,7 @@ TEST_CASE("GEMM: wave and tile quantization, roofline") {
   const cost::GemmShape tiny{64, 64, 64, 100000};
   const double bytes = 2.0 * 3 * 64 * 64 * 100000.0;
   CHECK(cost::gemm_time(g, Precision::bf16, tiny) ==
-        doctest::Approx(bytes / (g.memory_bw * g.memory_efficiency) + g.kernel_overhead_s).epsilon(kTight));
+        doctest::Approx(bytes / (g.memory_bw_Bps * g.memory_efficiency) + g.kernel_overhead_s).epsilon(kTight));
 }
 
 TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
@@ -52,9 +52,9 @@ TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
   CHECK(cost::bus_factor(cost::Collective::all_reduce, 8) == doctest::Approx(2.0 * 7 / 8));
   CHECK(cost::bus_factor(cost::Collective::all_gather, 4) == doctest::Approx(0.75));
   CHECK(cost::bus_factor(cost::Collective::send_recv, 2) == 1.0);
-  // 8 GPUs of one node: ring all-reduce of S bytes = min(ring, tree) latency + 2 (n-1)/n S / (intra_bw eff).
+  // 8 GPUs of one node: ring all-reduce of S bytes = min(ring, tree) latency + 2 (n-1)/n S / (intra_bw_Bps eff).
   const double S = 100e6;
-  const double bw = sys.node.intra_bw * sys.node.intra_efficiency;
+  const double bw = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
   const double lat = std::min(14.0, 6.0) * sys.node.intra_latency_s;  // 2(n-1) ring steps vs 2 log2 n tree steps
   const auto t = cost::collective_time(sys, cost::Collective::all_reduce, S, {8, 1});
   CHECK_FALSE(t.inter_node);
@@ -62,7 +62,7 @@ TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
   // A DP group of stride 8 (one member per node) crosses nodes: each member's NIC carries the ring.
   const auto dp = cost::collective_time(sys, cost::Collective::all_reduce, S, {16, 8});
   CHECK(dp.inter_node);
-  const double net = sys.net.nic_bw * sys.net.efficiency;
+  const double net = sys.net.nic_bw_Bps * sys.net.efficiency;
   CHECK(dp.seconds == doctest::Approx(8 * sys.net.latency_s + 2.0 * 15 / 16 * S / net).epsilon(kTight));
   // A stride-1 group over 4 nodes is hierarchical: intra-node phase, then 1/8 of the buffer per NIC.
   const auto h = cost::collective_time(sys, cost::Collective::all_reduce, S, {32, 1});
@@ -443,7 +443,7 @@ TEST_CASE("step costs: one home for the step's communication, optimizer and memo
   CHECK(c.tail[3].gather_s == doctest::Approx(4 * lat + 15.0 / 16 * 2 * P / net).epsilon(kTight));
   CHECK(grad_buckets(P) == static_cast<int>(std::ceil(P / 40e6)));
   CHECK(grad_buckets(1.0) == 1);
-  CHECK(c.tail[3].optimizer_s == doctest::Approx(30 * (P / 16) / (sys.gpu.memory_bw * sys.gpu.memory_efficiency) +
+  CHECK(c.tail[3].optimizer_s == doctest::Approx(30 * (P / 16) / (sys.gpu.memory_bw_Bps * sys.gpu.memory_efficiency) +
                                             4 * sys.gpu.kernel_overhead_s).epsilon(kTight));
   const double S = 4.0 * m.vocab * m.hidden / 8;
   CHECK(s.tied.bytes * s.tied.times == doctest::Approx(S).epsilon(kExact));
