@@ -172,7 +172,7 @@ void memory(Estimate& e, const StepCosts& c, double capacity) {
   const RankSums& rs = c.ranks;
   const double mb = e.microbatches;
   const cost::StateBytes& sb = c.state;
-  e.capacity = capacity;
+  e.capacity_bytes = capacity;
   for (int r = 0; r < l.pp; ++r) {
     cost::MemoryBreakdown mbk;
     mbk.rank = r;
@@ -191,12 +191,12 @@ void memory(Estimate& e, const StepCosts& c, double capacity) {
     mbk.recompute_transient = c.recompute_transient_bytes;
     mbk.reserved = c.reserved_bytes;
     e.memory.push_back(mbk);
-    if (mbk.total() > e.peak_memory) {
-      e.peak_memory = mbk.total();
+    if (mbk.total() > e.peak_memory_bytes) {
+      e.peak_memory_bytes = mbk.total();
       e.peak_rank = r;
     }
   }
-  e.fits = e.peak_memory <= e.capacity;
+  e.fits = e.peak_memory_bytes <= e.capacity_bytes;
 }
 
 }  // namespace
@@ -272,9 +272,9 @@ Json estimate_to_json(const Estimate& e) {
                    {"recompute_transient_GiB", m.recompute_transient / kGiB}, {"reserved_GiB", m.reserved / kGiB},
                    {"total_GiB", m.total() / kGiB}});
   j["memory_per_pipeline_rank"] = mem;
-  j["peak_memory_GiB"] = e.peak_memory / kGiB;
+  j["peak_memory_GiB"] = e.peak_memory_bytes / kGiB;
   j["peak_rank"] = e.peak_rank;
-  j["capacity_GiB"] = e.capacity / kGiB;
+  j["capacity_GiB"] = e.capacity_bytes / kGiB;
   j["fits"] = e.fits;
   return j;
 }

@@ -40,9 +40,9 @@ struct Estimate {
   // overlapped DP reductions and parameter gathers, overlapped p2p and ZeRO-3's prefetched gathers.
   double overlapped_comm_s = 0, overlap_slowdown_s = 0;
   std::vector<cost::MemoryBreakdown> memory;  // one per pipeline rank
-  double peak_memory = 0;
+  double peak_memory_bytes = 0;
   int peak_rank = 0;
-  double capacity = 0;              // GPU memory
+  double capacity_bytes = 0;        // GPU memory
   bool fits = true;
   std::vector<double> stage_f, stage_i, stage_w;  // seconds per micro-batch per stage (for the simulator)
 };

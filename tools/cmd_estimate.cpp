@@ -72,10 +72,10 @@ int estimate(const Args& args) {
   for (const auto& m : e.memory)
     mem.push_back({std::to_string(m.rank), fmt::gib(m.weights), fmt::gib(m.grads), fmt::gib(m.optimizer),
                    fmt::gib(m.activations), fmt::gib(m.extras + m.zero3_gather + m.recompute_transient), fmt::gib(m.reserved),
-                   fmt::gib(m.total()), fmt::pct(m.total() / e.capacity)});
+                   fmt::gib(m.total()), fmt::pct(m.total() / e.capacity_bytes)});
   std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
-  std::cout << "peak " << fmt::gib(e.peak_memory) << " on pipeline rank " << e.peak_rank << " of "
-            << fmt::gib(e.capacity) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+  std::cout << "peak " << fmt::gib(e.peak_memory_bytes) << " on pipeline rank " << e.peak_rank << " of "
+            << fmt::gib(e.capacity_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
   return 0;
 }
 

@@ -163,7 +163,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
       {"tokens/s", fmt::si(r.tokens_per_s, "tokens/s")},
       {"model TFLOP/s/GPU", fmt::rate(r.model_tflops_per_gpu)},
       {"MFU", fmt::pct(r.mfu)},
-      {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity) +
+      {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity_bytes) +
                           (r.fits ? " (fits)" : " (DOES NOT FIT)")},
       {"events / tasks", std::to_string(r.events) + " / " + std::to_string(r.tasks)},
       {"simulator time", fmt::seconds(r.build_s) + " build (" + fmt::seconds(r.schedule_s) + " schedule), " + fmt::seconds(r.run_s) + " run, " +
@@ -192,7 +192,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
     const auto& op = r.critical_path[i];
     std::cout << "  " << fmt::seconds(op.start) << "  rank " << op.global_rank << "  " << op.what << "\n";
   }
-  if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity) << ")\n";
+  if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity_bytes) << ")\n";
 }
 
 }  // namespace

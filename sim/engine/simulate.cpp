@@ -126,14 +126,14 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   const double flops = model_flops_per_step(r.costs.work);
   r.model_tflops_per_gpu = flops / r.step_s / r.gpus / 1e12;
   r.mfu = flops / r.step_s / r.gpus / sys.gpu.peak(l.precision);
-  r.capacity = sys.gpu.memory_bytes;
+  r.capacity_bytes = sys.gpu.memory_bytes;
   r.ranks = summarize_ranks(r.job, r.run, cluster, r.step_s);
   for (const auto& k : r.ranks)
     if (k.peak_bytes > r.peak_bytes) {
       r.peak_bytes = k.peak_bytes;
       r.peak_rank = k.global_rank;
     }
-  r.fits = r.peak_bytes <= r.capacity;
+  r.fits = r.peak_bytes <= r.capacity_bytes;
   if (opt.critical_path)
     for (auto t : critical_path(r.job, r.run))
       r.critical_path.push_back({t, cluster.global_rank(r.job.info[t].pos), describe_task(r.job, t, cluster),

@@ -55,7 +55,7 @@ struct SimReport {
   double build_s = 0, run_s = 0, analysis_s = 0;  // wall time of the simulator's phases
   std::vector<RankSummary> ranks;  // one per position
   std::vector<CriticalOp> critical_path;
-  double peak_bytes = 0, capacity = 0;
+  double peak_bytes = 0, capacity_bytes = 0;
   int peak_rank = 0;
   bool fits = true;
   Job job;

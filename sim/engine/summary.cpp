@@ -138,7 +138,7 @@ Json report_to_json(const SimReport& r) {
   j["tasks"] = r.tasks;
   j["peak_memory_GiB"] = r.peak_bytes / kGiB;
   j["peak_rank"] = r.peak_rank;
-  j["capacity_GiB"] = r.capacity / kGiB;
+  j["capacity_GiB"] = r.capacity_bytes / kGiB;
   j["fits"] = r.fits;
   Json ranks = Json::array();
   for (const auto& k : r.ranks)

@@ -35,7 +35,7 @@ TEST_CASE("every enumerated layout is scored or rejected with a rule") {
   // Sorted by the ranking rule, every row fits, the tier is named.
   for (std::size_t i = 0; i + 1 < r.top.size(); ++i) CHECK_FALSE(explore::better(r.top[i + 1], r.top[i]));
   for (const auto& s : r.top) {
-    CHECK(s.peak_memory <= s.capacity);
+    CHECK(s.peak_memory_bytes <= s.capacity_bytes);
     CHECK(s.tier == "analytical");
   }
 }
@@ -78,7 +78,7 @@ TEST_CASE("Pareto front: memory rises, step time falls") {
   const auto r = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, {});
   REQUIRE(r.pareto.size() >= 2);
   for (std::size_t i = 0; i + 1 < r.pareto.size(); ++i) {
-    CHECK(r.pareto[i].peak_memory <= r.pareto[i + 1].peak_memory);
+    CHECK(r.pareto[i].peak_memory_bytes <= r.pareto[i + 1].peak_memory_bytes);
     CHECK(r.pareto[i].step_s > r.pareto[i + 1].step_s);
   }
   // Its fastest point is the overall winner.
@@ -99,7 +99,7 @@ TEST_CASE("simulated tier re-ranks: the final top equals the brute-force top und
     explore::SimScore sc;
     const bool fav = std::find(favourites.begin(), favourites.end(), l.describe()) != favourites.end();
     sc.step_s = e.step_s * (fav ? 1.3 : 1.0);
-    sc.peak_memory = e.peak_memory;
+    sc.peak_memory_bytes = e.peak_memory_bytes;
     return sc;
   };
   std::vector<explore::Scored> brute = everything.top;

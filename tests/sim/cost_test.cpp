@@ -325,7 +325,7 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
       CAPTURE(k.pp);
       CHECK(k.peak_bytes == doctest::Approx(e.memory[static_cast<std::size_t>(k.pp)].total()).epsilon(kMemoryTol));
     }
-    CHECK(e.peak_memory == doctest::Approx(r.peak_bytes).epsilon(kMemoryTol));
+    CHECK(e.peak_memory_bytes == doctest::Approx(r.peak_bytes).epsilon(kMemoryTol));
   }
   // Without a pipeline the name does not apply: one micro-batch at a time (Megatron's no-pipelining path),
   // so "gpipe" at pp 1 holds one micro-batch's activations in both, as "1f1b" does.
@@ -337,7 +337,7 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
   l.schedule = sched::Kind::gpipe;
   const Model llama = load_model("llama2-7b");
   const engine::SimReport gp = engine::simulate(llama, l, sys);
-  CHECK(gp.peak_bytes == doctest::Approx(estimate(llama, l, sys).peak_memory).epsilon(kMemoryTol));
+  CHECK(gp.peak_bytes == doctest::Approx(estimate(llama, l, sys).peak_memory_bytes).epsilon(kMemoryTol));
   l.schedule = sched::Kind::one_f_one_b;
   CHECK(gp.peak_bytes == doctest::Approx(engine::simulate(llama, l, sys).peak_bytes).epsilon(1e-12));
 }
