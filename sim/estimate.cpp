@@ -176,20 +176,20 @@ void memory(Estimate& e, const StepCosts& c, double capacity) {
   for (int r = 0; r < l.pp; ++r) {
     cost::MemoryBreakdown mbk;
     mbk.rank = r;
-    mbk.weights = rs.params[r] * sb.weights;
-    mbk.grads = rs.params[r] * sb.grads;
-    mbk.optimizer = rs.params[r] * sb.optimizer;
+    mbk.weights_bytes = rs.params[r] * sb.weights;
+    mbk.grads_bytes = rs.params[r] * sb.grads;
+    mbk.optimizer_bytes = rs.params[r] * sb.optimizer;
     const double chunks = cost::inflight_chunks(l, r);
-    mbk.activations = chunks * rs.act[r];
+    mbk.activations_bytes = chunks * rs.act[r];
     // Embedding output stays alive per in-flight micro-batch. The logits live from the last stage's forward
     // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release): under
     // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
     // all m are alive at once; the other schedules run the last stage's backward right after its forward.
     const bool all_forwards_first = sched::family(l.schedule).forwards_first;
-    mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
-    mbk.zero3_gather = c.zero3_gather_bytes;
-    mbk.recompute_transient = c.recompute_transient_bytes;
-    mbk.reserved = c.reserved_bytes;
+    mbk.extras_bytes = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
+    mbk.zero3_gather_bytes = c.zero3_gather_bytes;
+    mbk.recompute_transient_bytes = c.recompute_transient_bytes;
+    mbk.reserved_bytes = c.reserved_bytes;
     e.memory.push_back(mbk);
     if (mbk.total() > e.peak_memory_bytes) {
       e.peak_memory_bytes = mbk.total();
@@ -266,10 +266,10 @@ Json estimate_to_json(const Estimate& e) {
   j["optimizer_s"] = e.optimizer_s;
   Json mem = Json::array();
   for (const auto& m : e.memory)
-    mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights / kGiB}, {"grads_GiB", m.grads / kGiB},
-                   {"optimizer_GiB", m.optimizer / kGiB}, {"activations_GiB", m.activations / kGiB},
-                   {"extras_GiB", m.extras / kGiB}, {"zero3_gather_GiB", m.zero3_gather / kGiB},
-                   {"recompute_transient_GiB", m.recompute_transient / kGiB}, {"reserved_GiB", m.reserved / kGiB},
+    mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights_bytes / kGiB}, {"grads_GiB", m.grads_bytes / kGiB},
+                   {"optimizer_GiB", m.optimizer_bytes / kGiB}, {"activations_GiB", m.activations_bytes / kGiB},
+                   {"extras_GiB", m.extras_bytes / kGiB}, {"zero3_gather_GiB", m.zero3_gather_bytes / kGiB},
+                   {"recompute_transient_GiB", m.recompute_transient_bytes / kGiB}, {"reserved_GiB", m.reserved_bytes / kGiB},
                    {"total_GiB", m.total() / kGiB}});
   j["memory_per_pipeline_rank"] = mem;
   j["peak_memory_GiB"] = e.peak_memory_bytes / kGiB;

@@ -81,14 +81,15 @@ double weight_bytes(Precision p);
 
 struct MemoryBreakdown {
   int rank = 0;
-  double weights = 0, grads = 0, optimizer = 0;
-  double activations = 0;     // peak activations of the rank (all its chunks)
-  double extras = 0;          // embedding / logits extras
-  double zero3_gather = 0;    // ZeRO-3: the largest gathered layer's full weights
-  double recompute_transient = 0;  // full recompute: one layer's activations re-created during its backward
-  double reserved = 0;        // the system's allowance (context, NCCL, fragmentation)
+  double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  double activations_bytes = 0;     // peak activations of the rank (all its chunks)
+  double extras_bytes = 0;          // embedding / logits extras
+  double zero3_gather_bytes = 0;    // ZeRO-3: the largest gathered layer's full weights
+  double recompute_transient_bytes = 0;  // full recompute: one layer's activations re-created during its backward
+  double reserved_bytes = 0;        // the system's allowance (context, NCCL, fragmentation)
   double total() const {
-    return weights + grads + optimizer + activations + extras + zero3_gather + recompute_transient + reserved;
+    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + extras_bytes + zero3_gather_bytes +
+           recompute_transient_bytes + reserved_bytes;
   }
 };
 

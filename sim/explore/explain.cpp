@@ -79,10 +79,10 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
   }
   const auto& mem = e.memory[static_cast<std::size_t>(e.peak_rank)];
   os << "  peak memory " << num(e.peak_memory_bytes / kGiB, 1) << " GiB on pipeline rank " << e.peak_rank << " of "
-     << num(e.capacity_bytes / kGiB, 1) << " GiB: weights " << num(mem.weights / kGiB, 1) << ", gradients "
-     << num(mem.grads / kGiB, 1) << ", optimizer " << num(mem.optimizer / kGiB, 1) << ", activations "
-     << num(mem.activations / kGiB, 1) << ", extras " << num((mem.extras + mem.zero3_gather + mem.recompute_transient) / kGiB, 1)
-     << ", reserved " << num(mem.reserved / kGiB, 1) << "\n";
+     << num(e.capacity_bytes / kGiB, 1) << " GiB: weights " << num(mem.weights_bytes / kGiB, 1) << ", gradients "
+     << num(mem.grads_bytes / kGiB, 1) << ", optimizer " << num(mem.optimizer_bytes / kGiB, 1) << ", activations "
+     << num(mem.activations_bytes / kGiB, 1) << ", extras " << num((mem.extras_bytes + mem.zero3_gather_bytes + mem.recompute_transient_bytes) / kGiB, 1)
+     << ", reserved " << num(mem.reserved_bytes / kGiB, 1) << "\n";
   if (!e.fits) {
     os << "  rejected: needs " << num(e.peak_memory_bytes / kGiB, 1) << " GiB of " << num(e.capacity_bytes / kGiB, 1) << " GiB\n";
     int shown = 0;

@@ -72,7 +72,7 @@ TEST_CASE("activation memory: measured peak vs the cost model's, within 10%") {
       // world rank of (tp 0, dp 0, pp r): tp-dp-pp order (rank_groups.hpp)
       const double measured = static_cast<double>(res.peak_activation_bytes.at(static_cast<std::size_t>(r * l.tp)));
       const cost::MemoryBreakdown& mb = e.memory.at(static_cast<std::size_t>(r));
-      const double model = mb.activations + mb.extras + mb.recompute_transient;
+      const double model = mb.activations_bytes + mb.extras_bytes + mb.recompute_transient_bytes;
       const double runtime = cost::runtime_activation_peak(m, l, s, r);
       char row[300];
       std::snprintf(row, sizeof row, "| %d | %d | %s | %d | %s | %s | %d | %.1f | %.1f | %.2f | %.1f | %.3f |\n", c.tp,

@@ -123,11 +123,11 @@ TEST_CASE("first-stage activations: Korthikanti eq. 5 (1F1B) and the interleaved
   const double s = 2048, h = 12288, a = 96, L = 96, t = 8;
   const double eq5 = s * h * L / t * (34 + 5 * a * s / h);
   const Estimate e = estimate(m, l, sys);
-  CHECK(e.memory[0].activations == doctest::Approx(eq5).epsilon(kExact));
+  CHECK(e.memory[0].activations_bytes == doctest::Approx(eq5).epsilon(kExact));
   l.schedule = sched::Kind::interleaved;
   l.vpp = 3;
   const Estimate ei = estimate(m, l, sys);
-  CHECK(ei.memory[0].activations == doctest::Approx(eq5 * (1 + 7.0 / (8 * 3))).epsilon(kExact));
+  CHECK(ei.memory[0].activations_bytes == doctest::Approx(eq5 * (1 + 7.0 / (8 * 3))).epsilon(kExact));
 }
 
 TEST_CASE("FLOP conventions: Narayanan eq. 3 and Korthikanti eq. 7") {
