@@ -248,10 +248,10 @@ int explore(const Args& args) {
       sc.peak_memory_bytes = r.peak_bytes;
       const engine::RankSummary* busiest = nullptr;
       for (const auto& rk : r.ranks)
-        if (!busiest || rk.busy > busiest->busy) busiest = &rk;
+        if (!busiest || rk.busy_s > busiest->busy_s) busiest = &rk;
       if (busiest) {
-        sc.bubble = busiest->bubble / r.step_s;
-        sc.exposed_comm_s = busiest->exposed_comm;
+        sc.bubble = busiest->bubble_s / r.step_s;
+        sc.exposed_comm_s = busiest->exposed_comm_s;
       }
       return sc;
     };

@@ -24,10 +24,10 @@ struct SimOptions {
 
 struct RankSummary {
   int pos = 0, global_rank = 0, pp = 0, dp = 0, cp = 0;
-  double busy = 0;          // compute stream busy (TP collectives inside F/B included: they block it)
-  double comm = 0;          // time any of its pp/dp transfers is in flight
-  double exposed_comm = 0;  // of that, while its compute stream is idle
-  double bubble = 0;        // step - busy - exposed_comm
+  double busy_s = 0;          // compute stream busy (TP collectives inside F/B included: they block it)
+  double comm_s = 0;          // time any of its pp/dp transfers is in flight
+  double exposed_comm_s = 0;  // of that, while its compute stream is idle
+  double bubble_s = 0;        // step - busy - exposed_comm
   double peak_bytes = 0;    // weights, grads, optimizer state, reserved + peak activations
   double peak_activation_bytes = 0;
 };
@@ -36,7 +36,7 @@ struct CriticalOp {
   std::uint32_t task = 0;
   int global_rank = 0;
   std::string what;  // "F s3 mb7", "dp_allreduce", "send s2 mb5 -> rank 16"
-  double start = 0, end = 0;
+  double start_s = 0, end_s = 0;
 };
 
 struct SimReport {

@@ -520,9 +520,9 @@ TEST_CASE("compare's per-rank busy, exposed communication and bubble equal the s
       CAPTURE(rs[i].rank);
       CHECK(rs[i].rank == r.ranks[i].global_rank);
       // The trace prints times to the nanosecond: a few ns of rounding over a step's ops.
-      CHECK(rs[i].busy_us == doctest::Approx(r.ranks[i].busy * 1e6).epsilon(1e-5));
-      CHECK(rs[i].exposed_comm_us == doctest::Approx(r.ranks[i].exposed_comm * 1e6).epsilon(1e-4));
-      CHECK(rs[i].bubble_us == doctest::Approx(r.ranks[i].bubble * 1e6).epsilon(1e-4));
+      CHECK(rs[i].busy_us == doctest::Approx(r.ranks[i].busy_s * 1e6).epsilon(1e-5));
+      CHECK(rs[i].exposed_comm_us == doctest::Approx(r.ranks[i].exposed_comm_s * 1e6).epsilon(1e-4));
+      CHECK(rs[i].bubble_us == doctest::Approx(r.ranks[i].bubble_s * 1e6).epsilon(1e-4));
     }
   }
 }
@@ -562,10 +562,10 @@ TEST_CASE("the critical path ends at step_s for ZeRO 0/1/2/3") {
     l.tp = 1, l.pp = 2, l.dp = 4, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 64, l.zero_stage = zero;
     const SimReport r = simulate(m, l, sys);
     REQUIRE(!r.critical_path.empty());
-    const double end = r.critical_path.back().end;
+    const double end = r.critical_path.back().end_s;
     CHECK(end == doctest::Approx(r.step_s).epsilon(kExact));
     for (std::size_t i = 1; i < r.critical_path.size(); ++i)
-      CHECK(r.critical_path[i].start >= r.critical_path[i - 1].end - kExact * r.step_s);
+      CHECK(r.critical_path[i].start_s >= r.critical_path[i - 1].end_s - kExact * r.step_s);
     // The trace outlasts the step under ZeRO-1/2 (the case this guards); not under 0 and 3.
     double trace_end = 0;
     for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) trace_end = std::max(trace_end, r.run.end[t]);
