@@ -2,13 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
+#include "sim/step_costs.hpp"
 #include "util/error.hpp"
+#include "util/units.hpp"
 
 namespace tessel {
-
-using cost::Collective;
 
 double model_flops_per_step(const Workload& w) {
   double per_mb = 0;
@@ -31,122 +30,87 @@ double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::
 
 namespace {
 
-// Megatron's DDP buckets are 40M parameters (megatron/core/distributed: bucket_size default max(40M, ...)).
-constexpr double kBucketParams = 40e6;
-
-struct RankSums {
-  std::vector<double> f, i, w, params, tp_f, tp_b, act, extra_first, extra_last, sp_grad_params;
-  std::vector<int> layers;  // transformer layers a rank holds: all its chunks (vpp of them)
-};
-
-RankSums sum_per_rank(const Workload& w) {
-  const Layout& l = w.layout;
-  RankSums r;
-  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last, &r.sp_grad_params})
-    v->assign(l.pp, 0.0);
-  r.layers.assign(l.pp, 0);
-  for (const auto& st : w.stages) {
-    const int k = l.rank_of_stage(st.stage);
-    r.layers[k] += st.layers;
-    r.f[k] += st.f;
-    r.i[k] += st.i;
-    r.w[k] += st.w;
-    r.params[k] += st.params;
-    r.sp_grad_params[k] += st.sp_grad_params;
-    r.tp_f[k] += st.tp_comm_f;
-    r.tp_b[k] += st.tp_comm_b;
-    r.act[k] += st.act_bytes / l.vpp;  // average chunk's activations on this rank
-    if (st.stage == 0) r.extra_first[k] += st.act_extra_bytes;
-    else if (st.stage == l.num_stages() - 1) r.extra_last[k] += st.act_extra_bytes;
-  }
-  return r;
-}
-
-}  // namespace
-
-Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, const LayerWork* layer) {
-  if (gpus <= 0) gpus = l.gpus();
-  check_layout(l, m, gpus);
-  if (gpus > sys.max_gpus)
-    throw InfeasibleLayout(std::to_string(gpus) + " GPUs exceed the system's max_gpus " + std::to_string(sys.max_gpus));
-  if (sys.gpu.peak(l.precision) <= 0)
-    throw InfeasibleLayout("precision " + to_string(l.precision) + " is not supported by " + sys.gpu.name);
-  const Workload w = lower(m, l, sys, layer);
-  const RankSums rs = sum_per_rank(w);
-  Estimate e;
-  e.layout = l;
-  e.gpus = gpus;
-  e.microbatches = l.num_microbatches();
+// The pipeline's span: the schedule's closed form over the ranks' costs, plus the transfers the step waits
+// on. Fill and drain cross p-1 boundaries each way, once per model chunk. In the steady state each 1F1B
+// step exchanges one activation and one gradient with its neighbours; unless overlapped (--overlap-p2p-comm)
+// the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
+double pipeline_span(Estimate& e, const StepCosts& c) {
+  const Layout& l = c.work.layout;
   const double mb = e.microbatches;
   const int p = l.pp;
-
-  double pipe = pipeline_time(l, rs.f, rs.i, rs.w);
-  // Pipeline transfers: fill and drain cross p-1 boundaries each way, once per model chunk. In the steady
-  // state each 1F1B step exchanges one activation and one gradient with its neighbours; unless overlapped
-  // (--overlap-p2p-comm) the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
+  double pipe = pipeline_time(l, c.ranks.f, c.ranks.i, c.ranks.w);
   if (p > 1) {
     // Total: the transfers on the step's path, fill and drain included, so exposed <= total.
-    e.pp_comm_s = 2.0 * (mb + p - 1) * l.vpp * w.p2p_seconds;
-    e.pp_exposed_s = 2.0 * (p - 1) * l.vpp * w.p2p_seconds;
-    if (!l.overlap_p2p) e.pp_exposed_s += 2.0 * mb * l.vpp * w.p2p_seconds;
-    else e.overlapped_comm_s += 2.0 * mb * l.vpp * w.p2p_seconds;
+    e.pp_comm_s = 2.0 * (mb + p - 1) * l.vpp * c.p2p_s;
+    e.pp_exposed_s = 2.0 * (p - 1) * l.vpp * c.p2p_s;
+    if (!l.overlap_p2p) e.pp_exposed_s += 2.0 * mb * l.vpp * c.p2p_s;
+    else e.overlapped_comm_s += 2.0 * mb * l.vpp * c.p2p_s;
     pipe += e.pp_exposed_s;
   }
+  return pipe;
+}
+
+// The busiest pipeline rank (the most work per step) sets the TP and CP rows and the compute row.
+int busiest_rank(Estimate& e, const StepCosts& c) {
+  const Layout& l = c.work.layout;
+  const RankSums& rs = c.ranks;
+  const double mb = e.microbatches;
   int busiest = 0;
-  std::vector<double> busy(p);
-  for (int r = 0; r < p; ++r) {
-    busy[r] = mb * (rs.f[r] + rs.i[r] + rs.w[r]);
-    if (busy[r] > busy[busiest]) busiest = r;
+  double most = 0;
+  for (int r = 0; r < l.pp; ++r) {
+    const double busy = mb * (rs.f[r] + rs.i[r] + rs.w[r]);
+    if (r == 0 || busy > most) {
+      busiest = r;
+      most = busy;
+    }
   }
+  e.busy_s = most;
   e.tp_comm_s = mb * (rs.tp_f[busiest] + rs.tp_b[busiest]);
   e.tp_exposed_s = e.tp_comm_s;  // blocking in Megatron's TP layers
   e.cp_comm_s = 0;
-  for (const auto& st : w.stages)
+  const LayerWork& lw = c.work.layer;
+  for (const auto& st : c.work.stages)
     if (l.rank_of_stage(st.stage) == busiest) {
-      e.cp_comm_s += mb * st.layers * (w.layer.cp_comm_f + w.layer.cp_comm_b);
-      e.cp_exposed_s += mb * st.layers * (w.layer.t_cp_f + w.layer.t_cp_b);
+      e.cp_comm_s += mb * st.layers * (lw.cp_comm_f + lw.cp_comm_b);
+      e.cp_exposed_s += mb * st.layers * (lw.t_cp_f + lw.t_cp_b);
     }
-  e.compute_s = busy[busiest] - e.tp_comm_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
+  e.compute_s = e.busy_s - e.tp_comm_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
+  return busiest;
+}
 
-  // Data-parallel gradient reduction (and parameter all-gather under the distributed optimizer / ZeRO).
+// Data-parallel gradient reduction and the distributed optimizer's parameter all-gather: the exposed tail
+// after the pipeline, of the rank that ends last.
+void data_parallel(Estimate& e, const StepCosts& c, int busiest, double overlap_slowdown) {
+  const Layout& l = c.work.layout;
+  const RankSums& rs = c.ranks;
+  const int p = l.pp;
   double dp_tail = 0;
-  const cost::GroupPlacement dpg = dp_group(l);
   for (int r = 0; r < p; ++r) {
     const double params = rs.params[r];
-    double t_grad = 0, t_param = 0;
-    if (dpg.size > 1 && l.zero_stage < 3) {  // ZeRO-3 reduces per layer, below
-      if (l.zero_stage == 0) {
-        t_grad = cost::collective_time(sys, Collective::all_reduce, cost::grad_bytes(l.precision) * params, dpg).seconds;
-      } else {
-        t_grad = cost::collective_time(sys, Collective::reduce_scatter, cost::grad_bytes(l.precision) * params, dpg).seconds;
-        if (l.zero_stage < 3)
-          t_param = cost::collective_time(sys, Collective::all_gather, cost::weight_bytes(l.precision) * params, dpg).seconds;
-      }
-    }
+    double t_grad = c.tail[r].grad_s, t_param = c.tail[r].gather_s;
     double exposed_grad = t_grad, exposed_param = t_param;
-    // ZeRO-2 keeps no whole gradient to accumulate into, so every micro-batch's gradient is reduce-scattered
-    // after its backward (DeepSpeed's stage 2, FSDP's SHARD_GRAD_OP): mb reductions per step where ZeRO-1
-    // has one. They queue on the data-parallel links from the first backward on, behind the compute that
-    // follows (every later micro-batch's forward and backward, and the last one's backward, as ZeRO-1's):
-    // what the queue cannot finish inside that window is exposed.
-    const double reductions = l.zero_stage == 2 ? mb : 1.0;
+    // ZeRO-2's reductions, one per micro-batch (StepSync::grad_reductions), queue on the data-parallel links
+    // from the first backward on, behind the compute that follows (every later micro-batch's forward and
+    // backward, and the last one's backward, as ZeRO-1's): what the queue cannot finish inside that window
+    // is exposed.
+    const double reductions = c.work.sync.grad_reductions;
     const double t_one = t_grad;
     t_grad *= reductions;
     exposed_grad = t_grad;
     if (l.overlap_grad_reduce && t_grad > 0) {
       // Buckets reduce while the last micro-batch's backward runs; the last bucket cannot overlap.
-      const double buckets = std::max(1.0, std::ceil(params / kBucketParams));
+      const double buckets = grad_buckets(params);
       // Compute beside the reductions runs slowed by overlap_slowdown s, so it covers (1 + s) times its
       // own length; what overlaps is charged that slowdown below (overlap_slowdown_s), so an exposure of
       // C - W (1 + s) makes the step's added time C - W when the reductions (C) outlast the window (W).
       // The slowdown is charged for the busiest rank: where the tail comes from another rank, the step is
       // short by at most that rank's window times s.
       const double window = ((reductions - 1) * (rs.f[r] + rs.i[r] + rs.w[r]) + rs.i[r] + rs.w[r]) *
-                            (1.0 + sys.gpu.overlap_slowdown);
+                            (1.0 + overlap_slowdown);
       exposed_grad = std::max(t_one / buckets, t_grad - window);
     }
     if (l.overlap_param_gather && t_param > 0) {
-      const double buckets = std::max(1.0, std::ceil(params / kBucketParams));
+      const double buckets = grad_buckets(params);
       exposed_param = t_param / buckets;  // overlapped with the next step's first forward
     }
     // Rank r finishes its last backward (p-1-r) forward+backward slots before rank 0 does, in 1F1B order.
@@ -157,45 +121,105 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
     dp_tail = std::max(dp_tail, end);
   }
   e.dp_exposed_s = std::max(0.0, dp_tail);
+}
 
-  // ZeRO-3 (DeepSpeed): every layer's 16-bit weights are all-gathered for forward and again for backward,
-  // and 16-bit gradients reduce-scattered, per micro-batch. Two assumptions, chosen against the scaling of
-  // Narayanan et al. Table 2 (ZeRO-3 rows) and stated in docs/validation.md: the collectives run as flat
-  // rings limited by each GPU's own NIC, and only the forward all-gathers are prefetched behind compute
-  // (backward, with activation recomputation, waits for its gathers and reductions).
-  if (l.zero_stage == 3 && dpg.size > 1) {
-    cost::GroupPlacement flat = dpg;
-    flat.flat = true;
-    const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
-    const double wb = cost::weight_bytes(l.precision);
-    const double ag = cost::collective_time(sys, Collective::all_gather, wb * layer_params, flat).seconds;
-    const double rsg = cost::collective_time(sys, Collective::reduce_scatter, wb * layer_params, flat).seconds;
-    const LayerWork& lw = w.layer;
-    const double f_layer = lw.t_f + lw.t_tp_f;
-    // Every layer a rank holds is gathered and reduced once per micro-batch: with vpp chunks that is the sum
-    // over the rank's chunks. The rank holding the most layers stalls longest and sets the pace.
-    const int layers = *std::max_element(rs.layers.begin(), rs.layers.end());
-    const double exposed = mb * layers * (std::max(0.0, ag - f_layer) + ag + rsg);
-    e.overlapped_comm_s += mb * layers * std::min(ag, f_layer);
-    e.dp_comm_s += mb * layers * (2 * ag + rsg);
-    e.dp_exposed_s += exposed;
+// ZeRO-3 (DeepSpeed): every layer's weights are all-gathered for forward and again for backward, and its
+// gradients reduce-scattered, per micro-batch. Two assumptions, chosen against the scaling of Narayanan et
+// al. Table 2 (ZeRO-3 rows) and stated in docs/validation.md: the collectives run as flat rings limited by
+// each GPU's own NIC (StepSync), and only the forward all-gathers are prefetched behind compute (backward,
+// with activation recomputation, waits for its gathers and reductions).
+void zero3(Estimate& e, const StepCosts& c) {
+  const Layout& l = c.work.layout;
+  if (l.zero_stage != 3 || l.dp * l.cp == 1) return;
+  const double mb = e.microbatches;
+  const double ag = c.zero3_gather_s, rsg = c.zero3_scatter_s;
+  const LayerWork& lw = c.work.layer;
+  const double f_layer = lw.t_f + lw.t_tp_f;
+  // Every layer a rank holds is gathered and reduced once per micro-batch: with vpp chunks that is the sum
+  // over the rank's chunks. The rank holding the most layers stalls longest and sets the pace.
+  const int layers = *std::max_element(c.ranks.layers.begin(), c.ranks.layers.end());
+  const double exposed = mb * layers * (std::max(0.0, ag - f_layer) + ag + rsg);
+  e.overlapped_comm_s += mb * layers * std::min(ag, f_layer);
+  e.dp_comm_s += mb * layers * (2 * ag + rsg);
+  e.dp_exposed_s += exposed;
+}
+
+// Throughput and FLOP rates from the step time.
+void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double peak) {
+  const Layout& l = c.work.layout;
+  const double mb = e.microbatches;
+  const double tokens = static_cast<double>(l.global_batch) * m.seq_len;
+  e.tokens_per_s = tokens / e.step_s;
+  e.samples_per_s = l.global_batch / e.step_s;
+  const double model_flops = model_flops_per_step(c.work);
+  double hw_mb = 0;
+  for (const auto& st : c.work.stages) hw_mb += st.flops_hw;
+  const double hw_flops = hw_mb * l.tp * l.cp * mb * l.dp;
+  // eq. 3: 4x forward of the layers (recompute assumed) + 3x the logit layer.
+  const double layers_fwd = c.work.layer.flops_model_f * m.layers * l.tp * l.cp;
+  const double head_model = model_flops / (mb * l.dp) - 3 * layers_fwd;
+  const double eq3_flops = (4 * layers_fwd + head_model) * mb * l.dp;
+  e.model_tflops_per_gpu = model_flops / e.step_s / gpus / 1e12;
+  e.hw_tflops_per_gpu = hw_flops / e.step_s / gpus / 1e12;
+  e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
+  e.mfu = model_flops / e.step_s / gpus / peak;
+  e.hfu = hw_flops / e.step_s / gpus / peak;
+}
+
+// Memory per pipeline rank: the state the step costs give, and the activations the schedule keeps in flight.
+void memory(Estimate& e, const StepCosts& c, double capacity) {
+  const Layout& l = c.work.layout;
+  const RankSums& rs = c.ranks;
+  const double mb = e.microbatches;
+  const cost::StateBytes& sb = c.state;
+  e.capacity_bytes = capacity;
+  for (int r = 0; r < l.pp; ++r) {
+    cost::MemoryBreakdown mbk;
+    mbk.rank = r;
+    mbk.weights_bytes = rs.params[r] * sb.weights;
+    mbk.grads_bytes = rs.params[r] * sb.grads;
+    mbk.optimizer_bytes = rs.params[r] * sb.optimizer;
+    const double chunks = cost::inflight_chunks(l, r);
+    mbk.activations_bytes = chunks * rs.act[r];
+    // Embedding output stays alive per in-flight micro-batch. The logits live from the last stage's forward
+    // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release): under
+    // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
+    // all m are alive at once; the other schedules run the last stage's backward right after its forward.
+    const bool all_forwards_first = sched::family(l.schedule).forwards_first;
+    mbk.extras_bytes = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
+    mbk.zero3_gather_bytes = c.zero3_gather_bytes;
+    mbk.recompute_transient_bytes = c.recompute_transient_bytes;
+    mbk.reserved_bytes = c.reserved_bytes;
+    e.memory.push_back(mbk);
+    if (mbk.total() > e.peak_memory_bytes) {
+      e.peak_memory_bytes = mbk.total();
+      e.peak_rank = r;
+    }
   }
+  e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+}
+
+}  // namespace
+
+Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, const LayerWork* layer) {
+  if (gpus <= 0) gpus = l.gpus();
+  check_runnable(m, l, sys, gpus);
+  const StepCosts c = step_costs(m, l, sys, layer);
+  Estimate e;
+  e.layout = l;
+  e.gpus = gpus;
+  e.microbatches = l.num_microbatches();
+  const double pipe = pipeline_span(e, c);
+  const int busiest = busiest_rank(e, c);
+  data_parallel(e, c, busiest, sys.gpu.overlap_slowdown);
+  zero3(e, c);
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.
-  {
-    const double tied = tied_allreduce_seconds(sys, m, l);
-    e.dp_comm_s += tied;
-    e.dp_exposed_s += tied;
-  }
-  // Optimizer: AdamW is memory-bound, ~30 bytes moved per parameter of the local shard (read fp32 master,
-  // moments and gradient, write them back and the 16-bit copy).
-  {
-    const double shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
-    const double params = *std::max_element(rs.params.begin(), rs.params.end()) / shard;
-    e.optimizer_s = cost::memory_time(sys.gpu, 30.0 * params, 4);
-  }
+  e.dp_comm_s += c.tied_s;
+  e.dp_exposed_s += c.tied_s;
+  for (const RankTail& t : c.tail) e.optimizer_s = std::max(e.optimizer_s, t.optimizer_s);  // the largest rank's
   // SP: the replicated parameters' gradient all-reduce over tp, once a step, exposed (the slowest rank's).
   // (One call: a collective's time grows with its size.)
-  const double sp_grad = sp_grad_allreduce_seconds(sys, l, *std::max_element(rs.sp_grad_params.begin(), rs.sp_grad_params.end()));
+  const double sp_grad = c.work.sync.sp_grad.seconds(sys, *std::max_element(c.ranks.sp_grad_params.begin(), c.ranks.sp_grad_params.end()));
   e.tp_comm_s += sp_grad;
   e.tp_exposed_s += sp_grad;
   const double s_ov = sys.gpu.overlap_slowdown;
@@ -204,59 +228,10 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   // Idle time only, as `tessel simulate` reports it: the pipeline's span less the busiest rank's work and the
   // transfers it waits on (those are the PP row).
   e.pipeline_s = pipe;
-  e.busy_s = busy[busiest];
-  e.bubble_fraction = p > 1 ? std::max(0.0, (pipe - busy[busiest] - e.pp_exposed_s) / e.step_s) : 0.0;
-
-  // Throughput and FLOP rates.
-  const double tokens = static_cast<double>(l.global_batch) * m.seq_len;
-  e.tokens_per_s = tokens / e.step_s;
-  e.samples_per_s = l.global_batch / e.step_s;
-  const double model_flops = model_flops_per_step(w);
-  double hw_flops = 0, eq3_flops = 0;
-  {
-    double hw_mb = 0;
-    for (const auto& st : w.stages) hw_mb += st.flops_hw;
-    hw_flops = hw_mb * l.tp * l.cp * mb * l.dp;
-    // eq. 3: 4x forward of the layers (recompute assumed) + 3x the logit layer.
-    const double layers_fwd = w.layer.flops_model_f * m.layers * l.tp * l.cp;
-    const double head_model = model_flops / (mb * l.dp) - 3 * layers_fwd;
-    eq3_flops = (4 * layers_fwd + head_model) * mb * l.dp;
-  }
-  const double peak = sys.gpu.peak(l.precision);
-  e.model_tflops_per_gpu = model_flops / e.step_s / gpus / 1e12;
-  e.hw_tflops_per_gpu = hw_flops / e.step_s / gpus / 1e12;
-  e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
-  e.mfu = model_flops / e.step_s / gpus / peak;
-  e.hfu = hw_flops / e.step_s / gpus / peak;
-
-  // Memory per pipeline rank.
-  const cost::StateBytes sb = cost::state_bytes_per_param(l);
-  e.capacity = sys.gpu.memory_bytes;
-  for (int r = 0; r < p; ++r) {
-    cost::MemoryBreakdown mbk;
-    mbk.rank = r;
-    mbk.weights = rs.params[r] * sb.weights;
-    mbk.grads = rs.params[r] * sb.grads;
-    mbk.optimizer = rs.params[r] * sb.optimizer;
-    const double chunks = cost::inflight_chunks(l, r);
-    mbk.activations = chunks * rs.act[r];
-    // Embedding output stays alive per in-flight micro-batch. The logits live from the last stage's forward
-    // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release): under
-    // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
-    // all m are alive at once; the other schedules run the last stage's backward right after its forward.
-    const bool all_forwards_first = sched::family(l.schedule).forwards_first;
-    mbk.extras = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
-    mbk.zero3_gather = cost::zero3_gather_bytes(m, l);
-    mbk.recompute_transient = cost::recompute_transient_bytes(m, l);
-    mbk.reserved = sys.memory_reserved_bytes;
-    e.memory.push_back(mbk);
-    if (mbk.total() > e.peak_memory) {
-      e.peak_memory = mbk.total();
-      e.peak_rank = r;
-    }
-  }
-  e.fits = e.peak_memory <= e.capacity;
-  for (const auto& st : w.stages) {
+  e.bubble_fraction = l.pp > 1 ? std::max(0.0, (pipe - e.busy_s - e.pp_exposed_s) / e.step_s) : 0.0;
+  rates(e, c, m, gpus, sys.gpu.peak(l.precision));
+  memory(e, c, sys.gpu.memory_bytes);
+  for (const auto& st : c.work.stages) {
     e.stage_f.push_back(st.f);
     e.stage_i.push_back(st.i);
     e.stage_w.push_back(st.w);
@@ -289,18 +264,17 @@ Json estimate_to_json(const Estimate& e) {
                {"dp_exposed_s", e.dp_exposed_s}, {"overlapped_s", e.overlapped_comm_s},
                {"overlap_slowdown_s", e.overlap_slowdown_s}};
   j["optimizer_s"] = e.optimizer_s;
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   Json mem = Json::array();
   for (const auto& m : e.memory)
-    mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights / kGiB}, {"grads_GiB", m.grads / kGiB},
-                   {"optimizer_GiB", m.optimizer / kGiB}, {"activations_GiB", m.activations / kGiB},
-                   {"extras_GiB", m.extras / kGiB}, {"zero3_gather_GiB", m.zero3_gather / kGiB},
-                   {"recompute_transient_GiB", m.recompute_transient / kGiB}, {"reserved_GiB", m.reserved / kGiB},
+    mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights_bytes / kGiB}, {"grads_GiB", m.grads_bytes / kGiB},
+                   {"optimizer_GiB", m.optimizer_bytes / kGiB}, {"activations_GiB", m.activations_bytes / kGiB},
+                   {"extras_GiB", m.extras_bytes / kGiB}, {"zero3_gather_GiB", m.zero3_gather_bytes / kGiB},
+                   {"recompute_transient_GiB", m.recompute_transient_bytes / kGiB}, {"reserved_GiB", m.reserved_bytes / kGiB},
                    {"total_GiB", m.total() / kGiB}});
   j["memory_per_pipeline_rank"] = mem;
-  j["peak_memory_GiB"] = e.peak_memory / kGiB;
+  j["peak_memory_GiB"] = e.peak_memory_bytes / kGiB;
   j["peak_rank"] = e.peak_rank;
-  j["capacity_GiB"] = e.capacity / kGiB;
+  j["capacity_GiB"] = e.capacity_bytes / kGiB;
   j["fits"] = e.fits;
   return j;
 }

@@ -1,6 +1,7 @@
-// The analytical estimate of one layout: per-stage compute from the workload, exposed communication, the
-// bubble from the schedule's closed form, the DP tail and the optimizer step; memory per pipeline rank.
-// The event simulator (sim/engine) replaces the closed forms with a played schedule; explore uses both.
+// The analytical estimate of one layout: the step costs (sim/step_costs.hpp) composed in closed form: the
+// pipeline's span from the schedule's makespan formula, exposed communication, the DP tail and the optimizer
+// step; memory per pipeline rank. The event simulator (sim/engine) composes the same step costs by playing
+// the schedule; explore uses both.
 #pragma once
 
 #include <string>
@@ -39,9 +40,9 @@ struct Estimate {
   // overlapped DP reductions and parameter gathers, overlapped p2p and ZeRO-3's prefetched gathers.
   double overlapped_comm_s = 0, overlap_slowdown_s = 0;
   std::vector<cost::MemoryBreakdown> memory;  // one per pipeline rank
-  double peak_memory = 0;
+  double peak_memory_bytes = 0;
   int peak_rank = 0;
-  double capacity = 0;              // GPU memory
+  double capacity_bytes = 0;        // GPU memory
   bool fits = true;
   std::vector<double> stage_f, stage_i, stage_w;  // seconds per micro-batch per stage (for the simulator)
 };

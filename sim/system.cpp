@@ -3,13 +3,14 @@
 #include <string_view>
 #include <utility>
 
+#include "util/units.hpp"
+
 namespace tessel {
 
 const std::vector<std::pair<std::string_view, std::string_view>>& tessel_system_presets();
 
 namespace {
 constexpr double kGB = 1e9;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kTera = 1e12;
 constexpr double kUs = 1e-6;
 }  // namespace
@@ -35,7 +36,7 @@ System parse_system(const Json& j, const std::string& where) {
     if (s.gpu.peak(Precision::bf16) <= 0 && s.gpu.peak(Precision::fp32) <= 0)
       g.fail("peak_tflops", "needs a positive bf16 or fp32 peak");
     s.gpu.memory_bytes = g.number("memory_GiB", 1e-3, 1e5) * kGiB;
-    s.gpu.memory_bw = g.number("memory_GBps", 1e-3, 1e6) * kGB;
+    s.gpu.memory_bw_Bps = g.number("memory_GBps", 1e-3, 1e6) * kGB;
     s.gpu.sms = static_cast<int>(g.integer("sms", 1, 100000));
     JsonObject e = g.object("efficiency");
     s.gpu.gemm_efficiency = e.number("gemm", 0.01, 1.0);
@@ -68,14 +69,14 @@ System parse_system(const Json& j, const std::string& where) {
   {
     JsonObject n = o.object("node");
     s.node.gpus_per_node = static_cast<int>(n.integer("gpus_per_node", 1, 1024));
-    s.node.intra_bw = n.number("intra_GBps", 1e-3, 1e6) * kGB;
+    s.node.intra_bw_Bps = n.number("intra_GBps", 1e-3, 1e6) * kGB;
     s.node.intra_latency_s = n.number("intra_latency_us", 0, 1e6) * kUs;
     s.node.intra_efficiency = n.number("intra_efficiency", 0.01, 1.0);
     n.finish();
   }
   {
     JsonObject w = o.object("network");
-    s.net.nic_bw = w.number("nic_GBps", 1e-3, 1e6) * kGB;
+    s.net.nic_bw_Bps = w.number("nic_GBps", 1e-3, 1e6) * kGB;
     s.net.latency_s = w.number("latency_us", 0, 1e6) * kUs;
     s.net.efficiency = w.number("efficiency", 0.01, 1.0);
     s.net.pod_gpus = static_cast<int>(w.opt_integer("pod_gpus", 0, 1 << 24).value_or(0));
@@ -93,7 +94,7 @@ Json system_to_json(const System& s) {
                       {"fp8", s.gpu.peak(Precision::fp8) / kTera}, {"fp32", s.gpu.peak(Precision::fp32) / kTera},
                       {"tf32", s.gpu.tf32_flops / kTera}};
   g["memory_GiB"] = s.gpu.memory_bytes / kGiB;
-  g["memory_GBps"] = s.gpu.memory_bw / kGB;
+  g["memory_GBps"] = s.gpu.memory_bw_Bps / kGB;
   g["sms"] = s.gpu.sms;
   Json tiles = Json::array();
   for (const auto& t : s.gpu.gemm_tiles) tiles.push_back({t.m, t.n});
@@ -108,9 +109,9 @@ Json system_to_json(const System& s) {
   j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;
   j["max_gpus"] = s.max_gpus;
   j["gpu"] = g;
-  j["node"] = {{"gpus_per_node", s.node.gpus_per_node}, {"intra_GBps", s.node.intra_bw / kGB},
+  j["node"] = {{"gpus_per_node", s.node.gpus_per_node}, {"intra_GBps", s.node.intra_bw_Bps / kGB},
                {"intra_latency_us", s.node.intra_latency_s / kUs}, {"intra_efficiency", s.node.intra_efficiency}};
-  j["network"] = {{"nic_GBps", s.net.nic_bw / kGB}, {"latency_us", s.net.latency_s / kUs},
+  j["network"] = {{"nic_GBps", s.net.nic_bw_Bps / kGB}, {"latency_us", s.net.latency_s / kUs},
                   {"efficiency", s.net.efficiency}, {"pod_gpus", s.net.pod_gpus},
                   {"oversubscription", s.net.oversubscription}};
   return j;

@@ -27,7 +27,7 @@ struct GpuSpec {
   std::array<double, 4> peak_flops{};
   double tf32_flops = 0;       // for fp32 GEMMs with TF32 allowed (informational)
   double memory_bytes = 0;
-  double memory_bw = 0;        // bytes/s, datasheet
+  double memory_bw_Bps = 0;    // bytes/s, datasheet
   int sms = 0;
   // Efficiency model (see sim/cost/compute.hpp): GEMM time over candidate output tiles with tile and wave
   // quantization, a per-tile K overhead (prologue/epilogue), and a ceiling efficiency.
@@ -36,8 +36,8 @@ struct GpuSpec {
   double gemm_k_overhead = 64;  // elements of K added per tile for fill/drain
   std::vector<GemmTile> gemm_tiles{{256, 128}, {128, 128}, {128, 64}};
   double attention_efficiency = 0.5;  // fused (flash) attention: fraction of the matrix peak
-  double memory_efficiency = 0.8;     // achieved fraction of memory_bw for element-wise kernels
-  // The GEMMs' memory roofline as a fraction of memory_bw, when it differs from the element-wise kernels'
+  double memory_efficiency = 0.8;     // achieved fraction of memory_bw_Bps for element-wise kernels
+  // The GEMMs' memory roofline as a fraction of memory_bw_Bps, when it differs from the element-wise kernels'
   // (0: memory_efficiency). A calibrated CPU profile: BLAS streams at the copy rate, the runtime's scalar
   // loops some 100x below it.
   double gemm_memory_efficiency = 0;
@@ -51,15 +51,15 @@ struct GpuSpec {
 
 struct NodeSpec {
   int gpus_per_node = 8;
-  double intra_bw = 0;           // bytes/s per GPU per direction (NVLink/NVSwitch)
+  double intra_bw_Bps = 0;       // bytes/s per GPU per direction (NVLink/NVSwitch)
   double intra_latency_s = 0;
-  double intra_efficiency = 0.8; // achieved bus-bandwidth fraction of intra_bw for large collectives
+  double intra_efficiency = 0.8; // achieved bus-bandwidth fraction of intra_bw_Bps for large collectives
 };
 
 struct NetworkSpec {
-  double nic_bw = 0;             // bytes/s per GPU per direction
+  double nic_bw_Bps = 0;         // bytes/s per GPU per direction
   double latency_s = 0;
-  double efficiency = 0.8;       // achieved fraction of nic_bw
+  double efficiency = 0.8;       // achieved fraction of nic_bw_Bps
   int pod_gpus = 0;              // GPUs with full bisection; 0 = the whole cluster
   double oversubscription = 1.0; // bandwidth divisor for traffic leaving a pod
 };

@@ -25,22 +25,6 @@ const StageEdges* Workload::edges_of(int stage) const {
   return nullptr;
 }
 
-double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params) {
-  if (!l.sequence_parallel || l.tp == 1 || params <= 0) return 0.0;
-  return cost::collective_time(sys, cost::Collective::all_reduce, cost::grad_bytes(l.precision) * params, tp_group(l)).seconds;
-}
-
-double tied_allreduce_bytes(const Model& m, const Layout& l) {
-  if (!m.tied_embeddings || l.num_stages() == 1 || l.rank_of_stage(0) == l.rank_of_stage(l.num_stages() - 1)) return 0.0;
-  return cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
-}
-
-double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l) {
-  const double bytes = tied_allreduce_bytes(m, l);
-  if (bytes <= 0) return 0.0;
-  return 2 * cost::p2p_time(sys, bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp).seconds;
-}
-
 namespace {
 
 struct Dims {
@@ -71,120 +55,138 @@ Dims dims_of(const Model& m, const Layout& l) {
   return d;
 }
 
-WorkOp gemm_op(const std::string& name, const System& sys, Precision p, GemmShape g, bool has_weights = true) {
+// A GEMM of the layer (or head): its forward shape and model FLOPs (backward: input and weight gradients,
+// twice the forward).
+WorkOp gemm_op(const char* name, Precision p, GemmShape g, bool has_weights = true) {
   // Only linear layers run in fp8 (Transformer Engine); attention's batched GEMMs stay in 16-bit.
   if (p == Precision::fp8 && !has_weights) p = Precision::bf16;
   WorkOp op;
   op.name = name;
   op.cls = OpClass::gemm;
+  op.precision = p;
   op.gemm = g;
+  op.has_weights = has_weights;
   op.flops_f = cost::gemm_flops(g);
   op.flops_b = 2 * op.flops_f;
-  op.t_f = cost::gemm_time(sys.gpu, p, g);
-  // Input gradient: dX = dY W^T, an m x k output with inner dimension n. Weight gradient: dW = X^T dY,
-  // a k x n output with inner dimension m (the token count).
-  op.t_i = cost::gemm_time(sys.gpu, p, {g.m, g.k, g.n, g.batch});
-  if (has_weights) {
-    op.t_w = cost::gemm_time(sys.gpu, p, {g.k, g.n, g.m, g.batch});
-  } else {
-    // Attention's batched GEMMs have no weights: both gradients are input gradients.
-    op.t_i += cost::gemm_time(sys.gpu, p, {g.k, g.n, g.m, g.batch});
-  }
-  if (p == Precision::fp8) {
-    // FP8 GEMMs need their 16-bit input cast (read 2 bytes, write 1 per element, with an amax reduction):
-    // the activation [m, k] in forward and the output gradient [m, n] in backward.
-    const double mk = static_cast<double>(g.m) * g.k * g.batch, mn = static_cast<double>(g.m) * g.n * g.batch;
-    op.t_f += cost::memory_time(sys.gpu, 3.0 * mk, 1);
-    op.t_i += cost::memory_time(sys.gpu, 3.0 * mn, 1);
-  }
   return op;
 }
 
-WorkOp elementwise_op(const std::string& name, const System& sys, double bytes_f, double bytes_b, int kernels = 1) {
+WorkOp elementwise_op(const char* name, double bytes_f, double bytes_b, int kernels = 1) {
   WorkOp op;
   op.name = name;
   op.cls = OpClass::elementwise;
   op.bytes_f = bytes_f;
   op.bytes_b = bytes_b;
-  op.t_f = cost::memory_time(sys.gpu, bytes_f, kernels);
-  op.t_i = cost::memory_time(sys.gpu, bytes_b, kernels);
+  op.kernels = kernels;
   return op;
 }
 
-WorkOp collective_op(const std::string& name, const System& sys, Collective c, double bytes,
-                     const cost::GroupPlacement& g, double fwd_count, double bwd_count) {
+WorkOp collective_op(const char* name, Collective c, double bytes, const cost::GroupPlacement& g) {
   WorkOp op;
   op.name = name;
   op.cls = OpClass::collective;
   op.coll = c;
+  op.group = g;
   op.comm_bytes = bytes;
-  const double t = cost::collective_time(sys, c, bytes, g).seconds;
-  op.t_f = fwd_count * t;
-  op.t_i = bwd_count * t;
   return op;
 }
 
-void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerWork& lw) {
-  const Dims d = dims_of(m, l);
+// Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and sees
+// all keys over the ring), then A V.
+void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vector<WorkOp>& ops) {
   const Precision p = l.precision;
-  const auto M = static_cast<std::int64_t>(d.tokens);
-  const auto H = static_cast<std::int64_t>(d.h);
-  const double heads_local = d.heads / d.t;
-  const double f_local = d.f / d.t;
-  const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double e = d.elt;
-  std::vector<WorkOp>& ops = lw.ops;
-
-  // Norm 1 (on the sequence shard under SP): read x, write y.
-  ops.push_back(elementwise_op("norm1", sys, 2 * e * d.xs, 3 * e * d.xs));
-  if (l.sequence_parallel) ops.push_back(collective_op("tp_allgather1", sys, Collective::all_gather, e * d.x, tp_group(l), 1, 1));
-  ops.push_back(gemm_op("qkv", sys, p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
-
-  // Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and
-  // sees all keys over the ring), then A V.
   const double sq = d.s / d.cp, sk = d.s;
-  const double batch = d.b * heads_local;
+  const double batch = d.b * (d.heads / d.t);  // micro-batch x this rank's heads
   if (l.attention == AttentionImpl::unfused) {
     GemmShape sc{static_cast<std::int64_t>(sq), static_cast<std::int64_t>(sk), static_cast<std::int64_t>(d.d),
                  static_cast<std::int64_t>(batch)};
-    WorkOp scores = gemm_op("attn_scores", sys, p, sc, false);
+    WorkOp scores = gemm_op("attn_scores", p, sc, false);
     scores.attention_core = true;
     ops.push_back(scores);
     // Megatron's fused scale-mask-softmax (read + write the s^2 scores) then dropout (read, write, 1-byte mask).
     const double s2 = batch * sq * sk;
     const double drop = m.dropout ? 5.0 * s2 : 0.0;
-    WorkOp sm = elementwise_op("softmax_dropout", sys, 2 * e * s2 + drop, 3 * e * s2 + drop, m.dropout ? 2 : 1);
+    WorkOp sm = elementwise_op("softmax_dropout", 2 * e * s2 + drop, 3 * e * s2 + drop, m.dropout ? 2 : 1);
     sm.attention_core = true;
     ops.push_back(sm);
-    WorkOp av = gemm_op("attn_v", sys, p, {static_cast<std::int64_t>(sq), static_cast<std::int64_t>(d.d),
-                                            static_cast<std::int64_t>(sk), static_cast<std::int64_t>(batch)}, false);
+    WorkOp av = gemm_op("attn_v", p, {static_cast<std::int64_t>(sq), static_cast<std::int64_t>(d.d),
+                                      static_cast<std::int64_t>(sk), static_cast<std::int64_t>(batch)}, false);
     av.attention_core = true;
     ops.push_back(av);
-  } else {
-    // Flash attention: causal, so half of the s_q x s_k block is computed; backward recomputes the scores
-    // (2.5x the forward matrix work: dV, dP, dQ, dK plus QK^T again; Dao 2022, FlashAttention-2 Sec. 3).
-    WorkOp fa;
-    fa.name = "flash_attn";
-    fa.cls = OpClass::attention;
-    fa.attention_core = true;
-    const double full = 4.0 * batch * sq * sk * d.d;  // QK^T and AV, non-causal
-    fa.flops_f = full;
-    fa.flops_b = 2 * full;
-    const double io = e * d.tokens * (d.q_dim + 2 * d.kv_dim + d.q_dim) / d.t;
-    fa.bytes_f = io;
-    fa.bytes_b = 2 * io;
-    fa.t_f = cost::attention_time(sys.gpu, p, full / 2, io);
-    fa.t_i = cost::attention_time(sys.gpu, p, 2.5 * full / 2, 2 * io);
-    ops.push_back(fa);
+    return;
   }
+  // Flash attention: causal, so half of the s_q x s_k block is computed; backward recomputes the scores
+  // (2.5x the forward matrix work: dV, dP, dQ, dK plus QK^T again; Dao 2022, FlashAttention-2 Sec. 3).
+  WorkOp fa;
+  fa.name = "flash_attn";
+  fa.cls = OpClass::attention;
+  fa.precision = p;
+  fa.attention_core = true;
+  const double full = 4.0 * batch * sq * sk * d.d;  // QK^T and AV, non-causal
+  fa.flops_f = full;
+  fa.flops_b = 2 * full;
+  fa.exec_flops_f = full / 2;
+  fa.exec_flops_b = 2.5 * full / 2;
+  const double io = e * d.tokens * (d.q_dim + 2 * d.kv_dim + d.q_dim) / d.t;
+  fa.bytes_f = io;
+  fa.bytes_b = 2 * io;
+  ops.push_back(fa);
+}
+
+// The work of one transformer layer, in Megatron-LM's op order: its ops with shapes, FLOPs and bytes, and
+// the CP ring's K and V chunk.
+void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
+  const Dims d = dims_of(m, l);
+  const Precision p = l.precision;
+  const auto M = static_cast<std::int64_t>(d.tokens);
+  const auto H = static_cast<std::int64_t>(d.h);
+  const double f_local = d.f / d.t;
+  const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  const double e = d.elt;
+  const bool sp = l.sequence_parallel;
+  const cost::GroupPlacement tp = tp_group(l);
+  std::vector<WorkOp>& ops = lw.ops;
+
+  // Norm 1 (on the sequence shard under SP): read x, write y.
+  ops.push_back(elementwise_op("norm1", 2 * e * d.xs, 3 * e * d.xs));
+  if (sp) ops.push_back(collective_op("tp_allgather1", Collective::all_gather, e * d.x, tp));
+  ops.push_back(gemm_op("qkv", p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
+  add_attention_core(m, l, d, ops);
+  // Ring attention: each of cp-1 steps passes a K and V chunk to the next CP rank while attending to the
+  // current one, so the exchange hides behind the attention compute when that is longer.
+  if (l.cp > 1) lw.cp_kv_bytes = 2 * e * d.tokens * d.kv_dim / d.t;
+  ops.push_back(gemm_op("proj", p, {M, H, static_cast<std::int64_t>(d.q_dim / d.t)}));
+  if (sp) ops.push_back(collective_op("tp_reducescatter1", Collective::reduce_scatter, e * d.x, tp));
+  else ops.push_back(collective_op("tp_allreduce1", Collective::all_reduce, e * d.x, tp));
+  // Bias + dropout + residual add, fused: read two inputs, write one, a 1-byte mask.
+  const double res_f = (3 * e + (m.dropout ? 1 : 0)) * d.xs, res_b = (2 * e + (m.dropout ? 1 : 0)) * d.xs;
+  ops.push_back(elementwise_op("residual1", res_f, res_b));
+  ops.push_back(elementwise_op("norm2", 2 * e * d.xs, 3 * e * d.xs));
+  if (sp) ops.push_back(collective_op("tp_allgather2", Collective::all_gather, e * d.x, tp));
+  ops.push_back(gemm_op("mlp_up", p, {M, static_cast<std::int64_t>(gate * f_local), H}));
+  // Bias-GELU fused (read, write) or SwiGLU (read gate and up, write one).
+  const double act_el = d.tokens * f_local;
+  ops.push_back(elementwise_op("act", (gate + 1) * e * act_el, (gate + 2) * e * act_el));
+  ops.push_back(gemm_op("mlp_down", p, {M, H, static_cast<std::int64_t>(f_local)}));
+  if (sp) ops.push_back(collective_op("tp_reducescatter2", Collective::reduce_scatter, e * d.x, tp));
+  else ops.push_back(collective_op("tp_allreduce2", Collective::all_reduce, e * d.x, tp));
+  ops.push_back(elementwise_op("residual2", res_f, res_b));
+  lw.act_bytes = cost::layer_activation_bytes(m, l);
+  Layout nore = l;
+  nore.recompute = Recompute::none;
+  lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
+}
+
+// The layer's times on `sys`: each op priced by the cost model, the CP exchange against the attention it
+// hides behind, the sums by kind, and the recompute the layout adds.
+void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
+  for (auto& op : lw.ops) cost::price(op, sys);
   if (l.cp > 1) {
-    // Ring attention: each of cp-1 steps passes a K and V chunk to the next CP rank while attending to the
-    // current one, so the exchange hides behind the attention compute when that is longer.
-    const double kv_bytes = 2 * e * d.tokens * d.kv_dim / d.t;
-    const double step = cost::collective_time(sys, Collective::send_recv, kv_bytes, cp_group(l)).seconds;
-    const double comm_f = (d.cp - 1) * step, comm_b = 2 * comm_f;
+    const double step = cost::collective_time(sys, Collective::send_recv, lw.cp_kv_bytes, cp_group(l)).seconds;
+    const double comm_f = (l.cp - 1.0) * step, comm_b = 2 * comm_f;
     double attn_f = 0, attn_b = 0;
-    for (const auto& op : ops)
+    for (const auto& op : lw.ops)
       if (op.attention_core) {
         attn_f += op.t_f;
         attn_b += op.t_i;
@@ -194,30 +196,7 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
     lw.t_cp_f = std::max(0.0, comm_f - attn_f);
     lw.t_cp_b = std::max(0.0, comm_b - attn_b);
   }
-  ops.push_back(gemm_op("proj", sys, p, {M, H, static_cast<std::int64_t>(d.q_dim / d.t)}));
-  if (l.sequence_parallel) {
-    ops.push_back(collective_op("tp_reducescatter1", sys, Collective::reduce_scatter, e * d.x, tp_group(l), 1, 1));
-  } else {
-    ops.push_back(collective_op("tp_allreduce1", sys, Collective::all_reduce, e * d.x, tp_group(l), 1, 1));
-  }
-  // Bias + dropout + residual add, fused: read two inputs, write one, a 1-byte mask.
-  const double res_f = (3 * e + (m.dropout ? 1 : 0)) * d.xs, res_b = (2 * e + (m.dropout ? 1 : 0)) * d.xs;
-  ops.push_back(elementwise_op("residual1", sys, res_f, res_b));
-  ops.push_back(elementwise_op("norm2", sys, 2 * e * d.xs, 3 * e * d.xs));
-  if (l.sequence_parallel) ops.push_back(collective_op("tp_allgather2", sys, Collective::all_gather, e * d.x, tp_group(l), 1, 1));
-  ops.push_back(gemm_op("mlp_up", sys, p, {M, static_cast<std::int64_t>(gate * f_local), H}));
-  // Bias-GELU fused (read, write) or SwiGLU (read gate and up, write one).
-  const double act_el = d.tokens * f_local;
-  ops.push_back(elementwise_op("act", sys, (gate + 1) * e * act_el, (gate + 2) * e * act_el));
-  ops.push_back(gemm_op("mlp_down", sys, p, {M, H, static_cast<std::int64_t>(f_local)}));
-  if (l.sequence_parallel) {
-    ops.push_back(collective_op("tp_reducescatter2", sys, Collective::reduce_scatter, e * d.x, tp_group(l), 1, 1));
-  } else {
-    ops.push_back(collective_op("tp_allreduce2", sys, Collective::all_reduce, e * d.x, tp_group(l), 1, 1));
-  }
-  ops.push_back(elementwise_op("residual2", sys, res_f, res_b));
-
-  for (const auto& op : ops) {
+  for (const auto& op : lw.ops) {
     if (op.cls == OpClass::collective) {
       lw.t_tp_f += op.t_f;
       lw.t_tp_b += op.t_i;
@@ -228,10 +207,6 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
     lw.t_w += op.t_w;
     if (op.cls == OpClass::gemm || op.cls == OpClass::attention) lw.flops_model_f += op.flops_f;
   }
-  lw.act_bytes = cost::layer_activation_bytes(m, l);
-  Layout nore = l;
-  nore.recompute = Recompute::none;
-  lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
   // Recompute work per recomputed layer: the whole forward with its TP collectives (full), or the attention
   // core only (selective; Korthikanti et al. Sec. 4.2). Under flash attention too: Megatron-core checkpoints
   // the core attention for selective recompute (checkpoint_core_attention, recompute_modules "core_attn")
@@ -241,12 +216,17 @@ void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerW
     lw.t_recompute = lw.t_f + lw.t_tp_f + lw.t_cp_f;
     lw.flops_hw_extra = lw.flops_model_f;
   } else if (l.recompute == Recompute::selective) {
-    for (const auto& op : ops)
+    for (const auto& op : lw.ops)
       if (op.attention_core) {
         lw.t_recompute += op.t_f;
         if (op.cls != OpClass::elementwise) lw.flops_hw_extra += op.flops_f;
       }
   }
+}
+
+void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerWork& lw) {
+  layer_work(m, l, lw);
+  price_layer(l, sys, lw);
 }
 
 // Records an edge collective of the stage and returns its time.
@@ -288,9 +268,10 @@ void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork
 void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st, StageEdges& edges) {
   const Dims d = dims_of(m, l);
   const auto M = static_cast<std::int64_t>(d.tokens);
-  WorkOp lg = gemm_op("logits", sys, l.precision,
+  WorkOp lg = gemm_op("logits", l.precision,
                       {M, static_cast<std::int64_t>(std::ceil(static_cast<double>(m.vocab) / l.tp)),
                        static_cast<std::int64_t>(d.h)});
+  cost::price(lg, sys);
   const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
   // Cross-entropy in fp32 over [tokens, V/t]: upcast, max, exp-sum, gradient (several passes).
   const double ce = 4.0 * d.tokens * v_local;
@@ -332,6 +313,30 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   edges.layers_at_i = head_i;
 }
 
+StepSync step_sync(const Model& m, const Layout& l) {
+  StepSync s;
+  const cost::GroupPlacement dp = dp_group(l);
+  if (dp.size > 1 && l.zero_stage < 3) {
+    s.grad = {l.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter, dp, cost::grad_bytes(l.precision)};
+    s.grad_reductions = l.zero_stage == 2 ? l.num_microbatches() : 1;
+    if (l.zero_stage >= 1) s.param_gather = {Collective::all_gather, dp, cost::weight_bytes(l.precision)};
+  }
+  if (l.zero_stage == 3) {
+    cost::GroupPlacement flat = dp;
+    flat.flat = true;
+    const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+    const double wb = cost::weight_bytes(l.precision);
+    s.zero3_gather = {Collective::all_gather, flat, wb * layer_params};
+    s.zero3_scatter = {Collective::reduce_scatter, flat, wb * layer_params};
+  }
+  if (m.tied_embeddings && l.num_stages() > 1 && l.rank_of_stage(0) != l.rank_of_stage(l.num_stages() - 1)) {
+    const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
+    s.tied = {bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp, 2};
+  }
+  if (l.sequence_parallel && l.tp > 1) s.sp_grad = {Collective::all_reduce, tp_group(l), cost::grad_bytes(l.precision)};
+  return s;
+}
+
 }  // namespace
 
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
@@ -354,9 +359,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.tokens_per_mb = d.b * d.s;
   // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather
   // optimisation) each TP rank sends its 1/t slice (Narayanan et al. Sec. 4.1).
-  w.p2p_bytes = d.elt * d.x / d.t;
-  w.p2p_distance = l.tp * l.cp * l.dp;
-  w.p2p_seconds = l.pp > 1 ? cost::p2p_time(sys, w.p2p_bytes, w.p2p_distance).seconds : 0.0;
+  w.p2p.bytes = l.pp > 1 ? d.elt * d.x / d.t : 0.0;
+  w.p2p.distance = l.tp * l.cp * l.dp;
+  w.sync = step_sync(m, l);
 
   const int stages = l.num_stages();
   const double per_layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
@@ -372,8 +377,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
     } else if (l.recompute == Recompute::selective) {
       st.recomputed_layers = st.layers;
     }
+    st.recompute = st.recomputed_layers * lw.t_recompute;
     st.f = st.layers * (lw.t_f + lw.t_tp_f + lw.t_cp_f);
-    st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recomputed_layers * lw.t_recompute;
+    st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recompute;
     st.w = st.layers * lw.t_w;
     st.tp_comm_f = st.layers * lw.t_tp_f;
     st.tp_comm_b = st.layers * lw.t_tp_b + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_tp_f : 0);
@@ -388,7 +394,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
                           static_cast<double>(last ? m.tp_replicated_output_params() : 0);
     }
     if (first) {
-      add_embedding(m, l, sys, st, w.first_edges, st.recomputed_layers * lw.t_recompute);
+      add_embedding(m, l, sys, st, w.first_edges, st.recompute);
       // The token table is split by vocabulary; learned positions are whole on every tp rank (Megatron).
       st.params += static_cast<double>(m.embedding_params() - m.tp_replicated_embedding_params()) / l.tp +
                    static_cast<double>(m.tp_replicated_embedding_params());

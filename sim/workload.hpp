@@ -1,6 +1,7 @@
-// Workload: a Model lowered under a Layout to the ops one GPU runs, with FLOPs, bytes, shapes per TP shard
-// and their times on a System. One layer is lowered once (every transformer layer has the same shape);
-// stages add the embedding (first) and logits + loss (last). The runtime builds the same ops for real.
+// Workload: a Model lowered under a Layout to the ops one GPU runs: their work (shapes, FLOPs and bytes per TP
+// shard; collectives with kind, bytes and group), each priced on a System by sim/cost/op.hpp. One layer is
+// lowered once (every transformer layer has the same shape); stages add the embedding (first) and logits +
+// loss (last). The runtime builds the same ops for real.
 #pragma once
 
 #include <string>
@@ -9,30 +10,15 @@
 #include "models/model.hpp"
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
+#include "sim/cost/op.hpp"
 #include "sim/layout.hpp"
 #include "sim/system.hpp"
 
 namespace tessel {
 
-enum class OpClass : std::uint8_t { gemm, attention, elementwise, collective };
-
-// One op of one layer (or of the embedding / head), for one micro-batch on one GPU.
-struct WorkOp {
-  std::string name;           // qkv, attn_scores, softmax_dropout, attn_v, flash_attn, proj, mlp_up, act, mlp_down,
-                              // norm1, norm2, residual1, residual2, tp_*, embedding, logits, cross_entropy
-  OpClass cls = OpClass::gemm;
-  cost::GemmShape gemm;       // for gemm ops (forward shape)
-  double flops_f = 0;         // forward FLOPs
-  double flops_b = 0;         // backward FLOPs (input grad + weight grad)
-  double bytes_f = 0;         // memory traffic, forward
-  double bytes_b = 0;         // memory traffic, backward
-  double t_f = 0;             // seconds forward
-  double t_i = 0;             // seconds backward for inputs (I)
-  double t_w = 0;             // seconds backward for weights (W); 0 for ops without weights
-  bool attention_core = false;   // recomputed under selective recompute
-  cost::Collective coll = cost::Collective::all_reduce;
-  double comm_bytes = 0;      // collectives: buffer size as nccl-tests counts it
-};
+// The op as work and its price: sim/cost/op.hpp.
+using cost::OpClass;
+using cost::WorkOp;
 
 // Per micro-batch costs of one transformer layer on one GPU.
 struct LayerWork {
@@ -41,6 +27,7 @@ struct LayerWork {
   double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron does not overlap them)
   double t_cp_f = 0, t_cp_b = 0;       // CP KV exchange, exposed part (ring attention overlaps it)
   double cp_comm_f = 0, cp_comm_b = 0; // CP KV exchange, all of it
+  double cp_kv_bytes = 0;              // CP: one K and V chunk, passed cp-1 times forward and twice that backward
   double t_recompute = 0;              // added to backward by the layout's recompute policy (per recomputed layer)
   double flops_model_f = 0;            // model FLOPs of the forward (Narayanan eq. 3 counts GEMMs only)
   double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)
@@ -73,6 +60,7 @@ struct StageWork {
   int layers = 0;
   int recomputed_layers = 0;  // layers whose forward is recomputed in backward (full recompute)
   double f = 0, i = 0, w = 0; // seconds per micro-batch: forward, input-grad (+recompute), weight-grad; TP comm included
+  double recompute = 0;       // seconds of i spent recomputing the forward, before the input gradient
   double flops_model = 0;     // model FLOPs per micro-batch (forward + backward, no recompute)
   double flops_hw = 0;        // hardware FLOPs per micro-batch (with recompute)
   double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
@@ -82,15 +70,40 @@ struct StageWork {
   double sp_grad_params = 0;  // SP: tp-replicated parameters whose gradients the step all-reduces over tp
 };
 
+// The step's communication besides the stages' ops, once a step on every GPU, as work (what moves, among
+// whom); sim/step_costs.hpp prices it. A member the layout does not run moves no bytes.
+struct StepSync {
+  // Data parallel, over the dp x cp replicas (cp ranks hold the same weights and join the reduction): the
+  // main gradients are all-reduced, or reduce-scattered under the distributed optimizer (ZeRO-1/2), in
+  // buckets; ZeRO-1/2 then all-gather the updated parameters. ZeRO-3 reduces per layer instead (below).
+  cost::ParamCollective grad;
+  int grad_reductions = 1;  // per step: ZeRO-2 keeps no whole gradient to accumulate into, so every
+                            // micro-batch's is reduce-scattered (DeepSpeed's stage 2, FSDP's SHARD_GRAD_OP)
+  cost::ParamCollective param_gather;
+  // ZeRO-3 (DeepSpeed): one layer's weights, gathered before each use and its gradients reduce-scattered
+  // after its backward, in the weights' dtype (DeepSpeed communicates in it). Flat rings through each GPU's
+  // own NIC (the assumption estimate.cpp states).
+  cost::CollectiveWork zero3_gather, zero3_scatter;
+  // Tied embeddings on different pipeline ranks: the first and last stage's copies of the token table's
+  // gradient (fp32, this tp rank's vocabulary shard, S bytes) are all-reduced between the two ranks, a ring of
+  // two: each sends half, then the other half (2 transfers of S/2, S / bandwidth in all).
+  cost::TransferWork tied;
+  // Under SP, once a step before the optimizer, the gradients of the parameters every tp rank holds whole
+  // (norms, row-parallel biases: they saw only the rank's part of the sequence; StageWork::sp_grad_params)
+  // are summed over tp in one fp32 all-reduce (Megatron-LM's finalize_model_grads).
+  cost::ParamCollective sp_grad;
+};
+
 struct Workload {
   Model model;
   Layout layout;
   LayerWork layer;
   std::vector<StageWork> stages;   // pp*vpp entries, in stage order
   double tokens_per_mb = 0;        // b * s
-  double p2p_bytes = 0;            // activation sent between adjacent stages per micro-batch
-  double p2p_seconds = 0;          // one transfer
-  int p2p_distance = 0;            // global-rank distance between adjacent pipeline ranks
+  // One micro-batch's activation (or its gradient) between adjacent stages on adjacent pipeline ranks;
+  // no bytes without a pipeline.
+  cost::TransferWork p2p;
+  StepSync sync;
   StageEdges first_edges, last_edges;  // of stage 0 and of the last stage (the same, first_edges, when one)
   // The edges of `stage`: first_edges, last_edges or none (a stage holding neither embedding nor head).
   const StageEdges* edges_of(int stage) const;
@@ -105,15 +118,6 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 
 // Megatron-style placement of the parallel groups: tp fastest, then cp, dp, pp.
 cost::GroupPlacement tp_group(const Layout& l);
-// Under SP, once a step before the optimizer, the gradients of the parameters every tp rank holds whole
-// (norms, row-parallel biases: they saw only the rank's part of the sequence) are summed over tp in one
-// fp32 all-reduce (Megatron-LM's finalize_model_grads); `params` of them on the rank. 0 without SP.
-double sp_grad_allreduce_seconds(const System& sys, const Layout& l, double params);
-// Tied embeddings on different pipeline ranks: the first and last stage's copies of the token table's
-// gradient (fp32, this tp rank's vocabulary shard) are all-reduced between the two ranks, a ring of two:
-// each sends half, then the other half (2 steps of S/2, S / bandwidth in all). 0 when untied or one stage.
-double tied_allreduce_seconds(const System& sys, const Model& m, const Layout& l);
-double tied_allreduce_bytes(const Model& m, const Layout& l);  // S above (each rank's gradient shard); 0 likewise
 cost::GroupPlacement cp_group(const Layout& l);
 cost::GroupPlacement dp_group(const Layout& l);  // data-parallel replicas (cp ranks join the gradient reduction)
 

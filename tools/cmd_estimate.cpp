@@ -70,12 +70,12 @@ int estimate(const Args& args) {
   std::vector<std::vector<std::string>> mem = {
       {"pp rank", "weights", "grads", "optimizer", "activations", "extras", "reserved", "total", "of capacity"}};
   for (const auto& m : e.memory)
-    mem.push_back({std::to_string(m.rank), fmt::gib(m.weights), fmt::gib(m.grads), fmt::gib(m.optimizer),
-                   fmt::gib(m.activations), fmt::gib(m.extras + m.zero3_gather + m.recompute_transient), fmt::gib(m.reserved),
-                   fmt::gib(m.total()), fmt::pct(m.total() / e.capacity)});
+    mem.push_back({std::to_string(m.rank), fmt::gib(m.weights_bytes), fmt::gib(m.grads_bytes), fmt::gib(m.optimizer_bytes),
+                   fmt::gib(m.activations_bytes), fmt::gib(m.extras_bytes + m.zero3_gather_bytes + m.recompute_transient_bytes), fmt::gib(m.reserved_bytes),
+                   fmt::gib(m.total()), fmt::pct(m.total() / e.capacity_bytes)});
   std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
-  std::cout << "peak " << fmt::gib(e.peak_memory) << " on pipeline rank " << e.peak_rank << " of "
-            << fmt::gib(e.capacity) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+  std::cout << "peak " << fmt::gib(e.peak_memory_bytes) << " on pipeline rank " << e.peak_rank << " of "
+            << fmt::gib(e.capacity_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
   return 0;
 }
 

@@ -16,12 +16,12 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "util/units.hpp"
 
 namespace tessel::cmd {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::vector<Recompute> recompute_list(const cli::CommandLine& cl) {
   std::vector<Recompute> r;
@@ -46,7 +46,7 @@ std::string csv_of(const explore::Result& r) {
     const double scale = s.analytical_step_s / s.step_s;
     os << i + 1 << "," << s.layout.describe() << "," << s.tier << "," << s.step_s << "," << s.tokens_per_s * scale
        << "," << s.tflops_per_gpu * scale << "," << s.mfu * scale << "," << s.bubble << "," << s.exposed_comm_s << ","
-       << s.peak_memory / kGiB << "," << (s.capacity - s.peak_memory) / kGiB << "\n";
+       << s.peak_memory_bytes / kGiB << "," << (s.capacity_bytes - s.peak_memory_bytes) / kGiB << "\n";
   }
   return os.str();
 }
@@ -59,7 +59,7 @@ void print_rows(const std::vector<explore::Scored>& rows) {
     const double scale = s.analytical_step_s / s.step_s;
     t.push_back({std::to_string(i + 1), s.layout.describe(), fmt::seconds(s.step_s), fmt::si(s.tokens_per_s * scale, ""),
                  fmt::rate(s.tflops_per_gpu * scale), fmt::pct(s.mfu * scale), fmt::pct(s.bubble),
-                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory), fmt::gib(s.capacity - s.peak_memory), s.tier});
+                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory_bytes), fmt::gib(s.capacity_bytes - s.peak_memory_bytes), s.tier});
   }
   std::cout << fmt::table(t);
 }

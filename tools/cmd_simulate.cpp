@@ -164,7 +164,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
       {"tokens/s", fmt::si(r.tokens_per_s, "tokens/s")},
       {"model TFLOP/s/GPU", fmt::rate(r.model_tflops_per_gpu)},
       {"MFU", fmt::pct(r.mfu)},
-      {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity) +
+      {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity_bytes) +
                           (r.fits ? " (fits)" : " (DOES NOT FIT)")},
       {"events / tasks", std::to_string(r.events) + " / " + std::to_string(r.tasks)},
       {"simulator time", fmt::seconds(r.build_s) + " build (" + fmt::seconds(r.schedule_s) + " schedule), " + fmt::seconds(r.run_s) + " run, " +
@@ -176,7 +176,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
   for (std::size_t i = 0; i < r.ranks.size(); i += step) {
     const auto& k = r.ranks[i];
     t.push_back({std::to_string(k.global_rank), std::to_string(k.pp), std::to_string(k.dp), std::to_string(k.cp),
-                 fmt::seconds(k.busy), fmt::seconds(k.bubble), fmt::seconds(k.exposed_comm), fmt::seconds(k.comm),
+                 fmt::seconds(k.busy_s), fmt::seconds(k.bubble_s), fmt::seconds(k.exposed_comm_s), fmt::seconds(k.comm_s),
                  fmt::gib(k.peak_bytes)});
   }
   std::cout << "per rank" << (step > 1 ? " (every " + std::to_string(step) + "th position)" : "")
@@ -191,9 +191,9 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
       i = r.critical_path.size() - max_path / 2;
     }
     const auto& op = r.critical_path[i];
-    std::cout << "  " << fmt::seconds(op.start) << "  rank " << op.global_rank << "  " << op.what << "\n";
+    std::cout << "  " << fmt::seconds(op.start_s) << "  rank " << op.global_rank << "  " << op.what << "\n";
   }
-  if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity) << ")\n";
+  if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity_bytes) << ")\n";
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "util/units.hpp"
+
 namespace tessel::fmt {
 
 std::string fixed(double v, int digits) {
@@ -22,11 +24,11 @@ std::string seconds(double s) {
 std::string gib(double bytes) {
   // Small sizes (the tiny model, a CPU run) in MiB or KiB rather than "0.0 GiB".
   const double a = std::fabs(bytes);
-  if (a > 0 && a < 0.05 * 1024.0 * 1024.0 * 1024.0) {
-    if (a < 0.05 * 1024.0 * 1024.0) return fixed(bytes / 1024.0, 1) + " KiB";
-    return fixed(bytes / (1024.0 * 1024.0), 1) + " MiB";
+  if (a > 0 && a < 0.05 * kGiB) {
+    if (a < 0.05 * kMiB) return fixed(bytes / kKiB, 1) + " KiB";
+    return fixed(bytes / kMiB, 1) + " MiB";
   }
-  return fixed(bytes / (1024.0 * 1024.0 * 1024.0), 1) + " GiB";
+  return fixed(bytes / kGiB, 1) + " GiB";
 }
 
 std::string rate(double v) {

@@ -38,7 +38,7 @@ double device_peak_flops(const std::string& device, const std::string& precision
 
 double device_memory_bw(const std::string& device) {
   const std::optional<std::string> preset = system_preset_for_gpu(device);
-  return preset ? load_system(*preset).gpu.memory_bw : 0.0;
+  return preset ? load_system(*preset).gpu.memory_bw_Bps : 0.0;
 }
 
 namespace {

@@ -27,9 +27,9 @@ GpuSpec probe_gpu(const GpuSpec& base, GemmTile tile, Precision p) {
   g.gemm_k_overhead = 0;
   g.gemm_tiles = {tile};
   g.kernel_overhead_s = 0;
-  g.memory_bw = kHuge;
+  g.memory_bw_Bps = kHuge;
   g.memory_efficiency = 1.0;
-  g.gemm_memory_efficiency = 0;  // the GEMM roofline at memory_bw: the bytes coefficient is bytes / memory_bw
+  g.gemm_memory_efficiency = 0;  // the GEMM roofline at memory_bw_Bps: the bytes coefficient is bytes / memory_bw_Bps
   return g;
 }
 
@@ -46,7 +46,7 @@ GemmCoef gemm_coef(const GpuSpec& base, GemmTile tile, Precision p, const GemmRo
   c.b = cost::gemm_time(g, p, s) - c.a;
   g = probe_gpu(base, tile, p);
   g.peak_flops[static_cast<int>(p)] = kHuge;
-  g.memory_bw = 1.0;
+  g.memory_bw_Bps = 1.0;
   c.bytes = cost::gemm_time(g, p, s);
   return c;
 }
@@ -165,7 +165,7 @@ System link_probe(const System& base, double latency, double bw) {
   System s = base;
   s.node.gpus_per_node = 1 << 30;
   s.node.intra_latency_s = latency;
-  s.node.intra_bw = bw;
+  s.node.intra_bw_Bps = bw;
   s.node.intra_efficiency = 1.0;
   return s;
 }
@@ -282,18 +282,18 @@ Residuals mem_residuals(const std::vector<MemRow>& rows, const System& sys) {
 // See fit.hpp. A rate kept from the base keeps its value; the GEMM roofline is stored as 0 (follow the
 // element-wise rate) only when the two are equal.
 void set_memory_rates(GpuSpec& g, double mem, double gemm, std::vector<std::string>& notes) {
-  if (gemm < 0) gemm = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
-  if (!(mem > 0)) mem = g.memory_bw * g.memory_efficiency;
+  if (gemm < 0) gemm = g.memory_bw_Bps * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
+  if (!(mem > 0)) mem = g.memory_bw_Bps * g.memory_efficiency;
   const double hi = std::max(mem, gemm), lo = std::min(mem, gemm);
-  if (hi > g.memory_bw || lo < kMinMemoryEfficiency * g.memory_bw) {
+  if (hi > g.memory_bw_Bps || lo < kMinMemoryEfficiency * g.memory_bw_Bps) {
     std::ostringstream os;
     os << "gpu.memory_GBps: fitted rates " << lo / 1e9 << " and " << hi / 1e9 << " GB/s do not both fit under the base value "
-       << g.memory_bw / 1e9 << " GB/s at efficiencies in [" << kMinMemoryEfficiency << ", 1]; it is replaced by the larger";
+       << g.memory_bw_Bps / 1e9 << " GB/s at efficiencies in [" << kMinMemoryEfficiency << ", 1]; it is replaced by the larger";
     notes.push_back(os.str());
-    g.memory_bw = hi;
+    g.memory_bw_Bps = hi;
   }
   auto eff = [&](double rate, const char* what) {
-    const double e = rate / g.memory_bw;
+    const double e = rate / g.memory_bw_Bps;
     if (e < kMinMemoryEfficiency) {
       std::ostringstream os;
       os << what << ": fitted rate " << rate / 1e9 << " GB/s is " << e << " of gpu.memory_GBps; clamped to " << kMinMemoryEfficiency;
@@ -382,7 +382,7 @@ void fit_compute_side(const BenchData& bench, const System& base, const FitOptio
       s.gpu.attention_efficiency = std::clamp(att_rate / peak, 0.01, 1.0);
       // No STREAM row and no memory-bound GEMM: nothing bounds the roofline; it goes to the datasheet rate.
       out.gemm_memory_rate = x[kW] > 0 ? 1.0 / x[kW] : 0;
-      gemm_roof = out.gemm_memory_rate > 0 ? out.gemm_memory_rate : s.gpu.memory_bw;
+      gemm_roof = out.gemm_memory_rate > 0 ? out.gemm_memory_rate : s.gpu.memory_bw_Bps;
       if (!(out.gemm_memory_rate > 0))
         out.notes.push_back("no membw row and no memory-bound GEMM row: the GEMM memory roofline is set to the datasheet bandwidth");
     } else {
@@ -421,10 +421,10 @@ std::vector<CollRow> fit_link_side(const BenchData& bench, const System& base, c
     out.link_latency_s = all.alpha_s;
     out.link_bw = all.bw;
     s.node.intra_latency_s = all.alpha_s;
-    set_rate(s.node.intra_bw, s.node.intra_efficiency, all.bw, "node.intra_GBps", out.notes);
+    set_rate(s.node.intra_bw_Bps, s.node.intra_efficiency, all.bw, "node.intra_GBps", out.notes);
     // One machine: nothing leaves the "node", but keep the network consistent for layouts that would.
     s.net.latency_s = all.alpha_s;
-    s.net.nic_bw = s.node.intra_bw;
+    s.net.nic_bw_Bps = s.node.intra_bw_Bps;
     s.net.efficiency = s.node.intra_efficiency;
     for (cost::Collective c : {cost::Collective::all_reduce, cost::Collective::all_gather, cost::Collective::reduce_scatter,
                                cost::Collective::broadcast, cost::Collective::send_recv}) {

@@ -4,7 +4,7 @@
 // The cost model is linear in a few reciprocal rates once each GEMM's branch (compute or memory roofline)
 // and tile shape are fixed (sim/cost/compute.hpp, sim/cost/comm.hpp):
 //   GEMM, compute-bound:  t = A(g) u + B(g) v + c      u = 1/(peak*gemm_eff), v = k_overhead*u, c = kernel overhead
-//   GEMM, memory-bound:   t = bytes(g) w + c           w = 1/(memory_bw*gemm_memory_eff), the copy rows' w
+//   GEMM, memory-bound:   t = bytes(g) w + c           w = 1/(memory_bw_Bps*gemm_memory_eff), the copy rows' w
 //   copy / triad kernel:  t = bytes w + c
 //   collective on a link: t = steps(c,n) alpha + factor(c,n) S beta    alpha = latency, beta = 1/(bw*eff)
 // The coefficients A, B, bytes, steps and factor are not re-derived here: they are read off the cost
@@ -52,12 +52,12 @@ struct FitResult {
   double gemm_rate = 0;         // FLOP/s achieved at the ceiling (peak * gemm_efficiency)
   double k_overhead = 0;        // elements of K per tile
   double kernel_overhead_s = 0;
-  double mem_rate = 0;          // bytes/s (memory_bw * memory_efficiency) in the profile
+  double mem_rate = 0;          // bytes/s (memory_bw_Bps * memory_efficiency) in the profile
   double stream_rate = 0;       // bytes/s of the STREAM rows alone (0 without them)
   double gemm_memory_rate = 0;  // bytes/s of the GEMM roofline fitted with the GEMM (and STREAM) rows; 0: none
   double attention_rate = 0;    // FLOP/s of the attention kernel rows (peak * attention_eff); 0 without them
   double link_latency_s = 0;
-  double link_bw = 0;           // bytes/s (intra_bw * intra_efficiency)
+  double link_bw = 0;           // bytes/s (intra_bw_Bps * intra_efficiency)
   int gemm_memory_bound = 0;    // GEMM rows fitted on the memory roofline
   std::vector<LinkFit> links;
   std::vector<Residuals> residuals;

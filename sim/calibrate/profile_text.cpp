@@ -19,11 +19,11 @@ std::string describe_fit(const FitResult& f, const System& written, Precision p,
      << g.peak(p) * g.gemm_efficiency / 1e9 << " GFLOP/s, K overhead " << g.gemm_k_overhead << ", tile";
   if (g.gemm_tiles.size() > 1) os << "s";
   for (std::size_t i = 0; i < g.gemm_tiles.size(); ++i) os << (i ? ", " : " ") << g.gemm_tiles[i].m << "x" << g.gemm_tiles[i].n;
-  const double roof = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
+  const double roof = g.memory_bw_Bps * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
   os << ", kernel overhead " << g.kernel_overhead_s * 1e6 << " us, element-wise memory "
-     << g.memory_bw * g.memory_efficiency / 1e9 << " GB/s, GEMM memory roofline " << roof / 1e9 << " GB/s, attention "
+     << g.memory_bw_Bps * g.memory_efficiency / 1e9 << " GB/s, GEMM memory roofline " << roof / 1e9 << " GB/s, attention "
      << g.peak(p) * g.attention_efficiency / 1e9 << " GFLOP/s, intra-node link " << written.node.intra_latency_s * 1e6
-     << " us and " << written.node.intra_bw * written.node.intra_efficiency / 1e9 << " GB/s.";
+     << " us and " << written.node.intra_bw_Bps * written.node.intra_efficiency / 1e9 << " GB/s.";
   // Which fit set which field.
   std::vector<std::string> fitted, kept;
   auto from_bench = [&](bool yes, const char* what) { (yes ? fitted : kept).emplace_back(what); };
@@ -73,7 +73,7 @@ void check_profile(const System& profile, Precision p, const std::string& what) 
   };
   rate("peak FLOP/s of the fitted precision", profile.gpu.peak(p));
   rate("GEMM efficiency", profile.gpu.gemm_efficiency);
-  rate("memory bandwidth", profile.gpu.memory_bw * profile.gpu.memory_efficiency);
+  rate("memory bandwidth", profile.gpu.memory_bw_Bps * profile.gpu.memory_efficiency);
   try {
     (void)parse_system(system_to_json(profile), "the fitted profile");
   } catch (const InputError& e) {

@@ -329,9 +329,9 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
     notes.push_back(os.str());
   };
   moved(("gpu.peak_tflops." + to_string(p)).c_str(), before.gpu.peak(p), profile.gpu.peak(p), 1e12);
-  moved("gpu.memory_GBps", before.gpu.memory_bw, profile.gpu.memory_bw, 1e9);
-  moved("node.intra_GBps", before.node.intra_bw, profile.node.intra_bw, 1e9);
-  moved("network.nic_GBps", before.net.nic_bw, profile.net.nic_bw, 1e9);
+  moved("gpu.memory_GBps", before.gpu.memory_bw_Bps, profile.gpu.memory_bw_Bps, 1e9);
+  moved("node.intra_GBps", before.node.intra_bw_Bps, profile.node.intra_bw_Bps, 1e9);
+  moved("network.nic_GBps", before.net.nic_bw_Bps, profile.net.nic_bw_Bps, 1e9);
   for (const std::string& n : pass_notes)
     if (n.find(" moved to ") == std::string::npos && n.find("gpu.memory_GBps: ") != 0) notes.push_back(n);
   rows = match(traces, specs, profile, p, out.skipped, origins);
@@ -366,8 +366,8 @@ void rescale(double& datasheet, double& eff, double scale, const char* what, std
 void apply_memory_scale(System& s, double scale, std::vector<std::string>& notes) {
   TESSEL_CHECK(scale > 0, "memory scale " << scale);
   GpuSpec& g = s.gpu;
-  const double gemm = g.memory_bw * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
-  set_memory_rates(g, g.memory_bw * g.memory_efficiency / scale, gemm, notes);
+  const double gemm = g.memory_bw_Bps * (g.gemm_memory_efficiency > 0 ? g.gemm_memory_efficiency : g.memory_efficiency);
+  set_memory_rates(g, g.memory_bw_Bps * g.memory_efficiency / scale, gemm, notes);
 }
 
 // Every collective and transfer time scales by `scale`: latency multiplied, bandwidth divided (on the node's
@@ -376,9 +376,9 @@ void apply_comm_scale(System& s, double scale, std::vector<std::string>& notes) 
   TESSEL_CHECK(scale > 0, "communication scale " << scale);
   if (scale == 1) return;
   s.node.intra_latency_s *= scale;
-  rescale(s.node.intra_bw, s.node.intra_efficiency, scale, "node.intra_GBps", notes);
+  rescale(s.node.intra_bw_Bps, s.node.intra_efficiency, scale, "node.intra_GBps", notes);
   s.net.latency_s *= scale;
-  rescale(s.net.nic_bw, s.net.efficiency, scale, "network.nic_GBps", notes);
+  rescale(s.net.nic_bw_Bps, s.net.efficiency, scale, "network.nic_GBps", notes);
 }
 
 void apply_compute_scale(System& s, double scale, Precision p, std::vector<std::string>& notes) {

@@ -43,7 +43,7 @@ double alpha_steps(Collective c, int n) {
 }
 
 double inter_bw(const System& sys, int span_gpus, double sharing) {
-  double bw = sys.net.nic_bw * sys.net.efficiency / std::max(1.0, sharing);
+  double bw = sys.net.nic_bw_Bps * sys.net.efficiency / std::max(1.0, sharing);
   if (sys.net.pod_gpus > 0 && span_gpus > sys.net.pod_gpus) bw /= sys.net.oversubscription;
   return bw;
 }
@@ -57,11 +57,11 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
   if (n <= 1 || bytes <= 0) return out;
   const int gpn = sys.node.gpus_per_node;
   const long long span = static_cast<long long>(g.stride) * (n - 1) + 1;  // global ranks covered
-  const double intra_bw = sys.node.intra_bw * sys.node.intra_efficiency;
+  const double intra_bw_Bps = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
   if (span <= gpn && (g.stride * (n - 1)) / gpn == 0) {
     // Whole group inside one NVLink domain (assumes the group starts node-aligned, as Megatron's order gives).
-    out.busbw = intra_bw;
-    out.seconds = alpha_steps(c, n) * sys.node.intra_latency_s + bus_factor(c, n) * bytes / intra_bw;
+    out.busbw = intra_bw_Bps;
+    out.seconds = alpha_steps(c, n) * sys.node.intra_latency_s + bus_factor(c, n) * bytes / intra_bw_Bps;
     return out;
   }
   if (g.flat) {
@@ -78,11 +78,16 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
   out.inter_node = true;
   const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
   double t = 0;
-  if (k > 1) t += alpha_steps(c, k) * sys.node.intra_latency_s + bus_factor(c, k) * bytes / intra_bw;
+  if (k > 1) t += alpha_steps(c, k) * sys.node.intra_latency_s + bus_factor(c, k) * bytes / intra_bw_Bps;
   t += alpha_steps(c, nodes) * sys.net.latency_s + bus_factor(c, nodes) * (bytes / k) / bw_net;
   out.seconds = t;
   out.busbw = bus_factor(c, n) * bytes / std::max(t, 1e-30);
   return out;
+}
+
+double ParamCollective::seconds(const System& sys, double params) const {
+  if (!runs() || params <= 0) return 0.0;
+  return collective_time(sys, kind, bytes(params), group).seconds;
 }
 
 CommTime p2p_time(const System& sys, double bytes, int distance) {
@@ -91,10 +96,10 @@ CommTime p2p_time(const System& sys, double bytes, int distance) {
   const bool inter = distance >= sys.node.gpus_per_node;
   out.inter_node = inter;
   if (inter) {
-    out.busbw = sys.net.nic_bw * sys.net.efficiency;
+    out.busbw = sys.net.nic_bw_Bps * sys.net.efficiency;
     out.seconds = sys.net.latency_s + bytes / out.busbw;
   } else {
-    out.busbw = sys.node.intra_bw * sys.node.intra_efficiency;
+    out.busbw = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
     out.seconds = sys.node.intra_latency_s + bytes / out.busbw;
   }
   return out;

@@ -39,4 +39,32 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
 // Point-to-point between two ranks `distance` apart in global rank order.
 CommTime p2p_time(const System& sys, double bytes, int distance);
 
+// A collective as work: what it is, among whom, and its buffer (bytes as collective_time counts them).
+struct CollectiveWork {
+  Collective kind = Collective::all_reduce;
+  GroupPlacement group;
+  double bytes = 0;
+  double seconds(const System& sys) const { return collective_time(sys, kind, bytes, group).seconds; }
+};
+
+// A collective that carries parameters or their gradients: one kind and group, bytes in proportion to the
+// parameters it carries (data-parallel gradient buckets, the distributed optimizer's parameter gathers).
+struct ParamCollective {
+  Collective kind = Collective::all_reduce;
+  GroupPlacement group;
+  double bytes_per_param = 0;  // 0: the layout does not run it
+  bool runs() const { return bytes_per_param > 0 && group.size > 1; }
+  double bytes(double params) const { return bytes_per_param * params; }
+  // 0 when it does not run or carries no parameters.
+  double seconds(const System& sys, double params) const;
+};
+
+// Point-to-point work: `times` transfers of `bytes` one after the other between two ranks `distance` apart.
+struct TransferWork {
+  double bytes = 0;
+  int distance = 0;
+  int times = 1;
+  double seconds(const System& sys) const { return times * p2p_time(sys, bytes, distance).seconds; }
+};
+
 }  // namespace tessel::cost

@@ -39,13 +39,17 @@ double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g) {
   const double bytes = elt * static_cast<double>(g.batch) *
                        (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + static_cast<double>(g.m) * g.n);
   const double mem_eff = gpu.gemm_memory_efficiency > 0 ? gpu.gemm_memory_efficiency : gpu.memory_efficiency;
-  const double mem = bytes / (gpu.memory_bw * mem_eff);
+  const double mem = bytes / (gpu.memory_bw_Bps * mem_eff);
   return std::max(best, mem) + gpu.kernel_overhead_s;
 }
 
 double memory_time(const GpuSpec& gpu, double bytes, int kernels) {
   if (bytes <= 0) return 0.0;
-  return bytes / (gpu.memory_bw * gpu.memory_efficiency) + kernels * gpu.kernel_overhead_s;
+  return bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency) + kernels * gpu.kernel_overhead_s;
+}
+
+double adamw_time(const GpuSpec& gpu, double params) {
+  return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels);
 }
 
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
@@ -53,7 +57,7 @@ double attention_time(const GpuSpec& gpu, Precision p, double flops, double byte
   // FP8 recipes (Transformer Engine) keep the attention core in 16-bit: only linear layers run in fp8.
   if (p == Precision::fp8) p = Precision::bf16;
   const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency);
-  const double mem = bytes / (gpu.memory_bw * gpu.memory_efficiency);
+  const double mem = bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency);
   return std::max(compute, mem) + gpu.kernel_overhead_s;
 }
 

@@ -28,4 +28,13 @@ double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1);
 // Fused (flash) attention forward of `flops` (QK^T + AV): matrix peak times attention efficiency.
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes);
 
+// AdamW's step is memory-bound. Bytes moved per parameter of the GPU's shard under mixed precision (the state
+// of memory.hpp's StateBytes): read the fp32 master weight, both moments and the fp32 main gradient (16),
+// write the master and moments back (12) and the 16-bit model copy (2). Launches: an allowance of this model
+// (Megatron-LM runs the step as a few fused multi-tensor kernels), not a measurement.
+inline constexpr double kAdamWBytesPerParam = 30.0;
+inline constexpr int kAdamWKernels = 4;
+// Seconds of the optimizer step over `params` parameters held by one GPU.
+double adamw_time(const GpuSpec& gpu, double params);
+
 }  // namespace tessel::cost

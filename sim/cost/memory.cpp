@@ -85,6 +85,95 @@ double recompute_transient_bytes(const Model& m, const Layout& l) {
   return layer_activation_bytes(m, none);
 }
 
+namespace {
+
+// Sizes of one micro-batch of one GPU for the runtime's terms.
+struct Sizes {
+  double T, Tl;            // tokens, and tokens of the sequence shard under SP
+  double h, q, kv, f, V;   // hidden; this tp rank's share of q, kv, ffn and the vocabulary
+  double elt;              // bytes per kept tensor element (the layout's activation width)
+};
+
+Sizes sizes_of(const Model& m, const Layout& l) {
+  const double t = l.tp, T = static_cast<double>(l.micro_batch) * m.seq_len / l.cp;
+  return {T,
+          l.sequence_parallel ? T / t : T,
+          static_cast<double>(m.hidden),
+          static_cast<double>(m.heads) * m.head_dim / t,
+          static_cast<double>(m.kv_heads) * m.head_dim / t,
+          static_cast<double>(m.ffn) / t,
+          static_cast<double>(m.vocab) / t,
+          l.precision == Precision::fp32 ? 4.0 : 2.0};
+}
+
+constexpr double kStat = 4.0;  // fp32 statistics (norm mean and 1/std, softmax row max and sum) and logits
+
+// Per kept layer: the two norms' statistics, and under SP their outputs kept whole (T h) beside the shard.
+double runtime_layer_extra(const Sizes& z) { return kStat * 4.0 * z.Tl + z.elt * 2.0 * (z.T - z.Tl) * z.h; }
+
+// The last stage's head: final norm input and statistics, its gathered output, fp32 logits, softmax max and sum.
+double runtime_head(const Sizes& z) {
+  return z.elt * (z.Tl * z.h + z.T * z.h) + kStat * (2 * z.Tl + z.T * z.V + 2 * z.T);
+}
+
+}  // namespace
+
+RuntimeActivations runtime_stage_activations(const Model& m, const Layout& l, int stage) {
+  const Sizes z = sizes_of(m, l);
+  const int layers = l.layers_of_stage(stage, m.layers), last = l.num_stages() - 1;
+  Layout none = l;
+  none.recompute = Recompute::none;
+  const double layer_extra = runtime_layer_extra(z);
+  RuntimeActivations b;
+  if (l.recompute != Recompute::full) {
+    b.held = stage_activation_bytes(m, l, layers, 0) + layers * layer_extra;
+  } else {
+    // Uniform: blocks of k = recompute_layers layers (0: one, Megatron's default), one saved input per block.
+    // Block: the first k layers (0: all) are checkpointed one by one, the rest keep everything.
+    const bool uniform = l.recompute_method == RecomputeMethod::uniform;
+    const int k = l.recompute_layers > 0 ? std::min(l.recompute_layers, layers) : (uniform ? 1 : layers);
+    const int ckpt = uniform ? layers : k, block = uniform ? k : 1;
+    const int inputs = uniform ? (layers + k - 1) / k : k;
+    b.held = stage_activation_bytes(m, none, layers - ckpt, 0) + (layers - ckpt) * layer_extra +
+             inputs * layer_activation_bytes(m, l);
+    b.transient = block * (layer_activation_bytes(m, none) + layer_extra);
+  }
+  b.w_inputs = layers * z.elt * z.T * (2 * z.h + z.q + z.f);
+  b.w_grads = layers * z.elt * z.T * (2 * z.h + z.q + 2 * z.kv + z.f);
+  if (stage == 0) b.held += stage_extra_activation_bytes(m, l, true, false);  // 0 without dropout
+  if (stage == last) {
+    b.held += runtime_head(z);
+    b.w_inputs += z.elt * z.T * z.h;
+    b.w_grads += kStat * z.T * z.V;
+  }
+  return b;
+}
+
+double runtime_activation_peak(const Model& m, const Layout& l, const sched::Schedule& s, int rank) {
+  double held = 0, peak = 0;
+  auto play = [&](const sched::Action& a) {
+    const RuntimeActivations b = runtime_stage_activations(m, l, a.stage);
+    switch (a.type) {
+      case sched::ActionType::F: held += b.held; break;
+      case sched::ActionType::B: peak = std::max(peak, held + b.transient); held -= b.held; break;
+      case sched::ActionType::I:
+        peak = std::max(peak, held + b.transient + b.w_grads);
+        held += b.w_inputs + b.w_grads - b.held;
+        break;
+      case sched::ActionType::W: held -= b.w_inputs + b.w_grads; break;
+      default: break;
+    }
+    peak = std::max(peak, held);
+  };
+  for (const auto& a : s.ranks.at(static_cast<std::size_t>(rank))) {
+    if (a.type == sched::ActionType::OVERLAP_F_B)
+      for (const auto& sub : a.sub) play(sub);
+    else
+      play(a);
+  }
+  return peak;
+}
+
 double inflight_chunks(const Layout& l, int rank) {
   if (l.pp == 1) return 1.0;
   return sched::family(l.schedule).inflight_chunks(l.pp, l.vpp, l.num_microbatches(), rank);

@@ -31,6 +31,31 @@ double zero3_gather_bytes(const Model& m, const Layout& l);
 // formula, which counts what is stored between passes): the peak holds one layer without recompute on top.
 double recompute_transient_bytes(const Model& m, const Layout& l);
 
+// What Tessel's own runtime (runtime/: the GPT it trains, tracked by its Recorder) keeps for the backward,
+// per micro-batch of one stage: Korthikanti's terms (stage_activation_bytes) plus what his formula leaves out
+// and the runtime keeps:
+// - per kept layer, LayerNorm's mean and 1/std (2 norms x 2 fp32 values per local token), and under SP the
+//   norm outputs kept all-gathered (T h each) where Megatron keeps its shard and gathers again backward;
+// - on the last stage, the final norm's input and statistics, its gathered output, fp32 logits and the
+//   softmax's row max and sum (vocabulary-parallel cross entropy) instead of the formula's extras;
+// - full recompute as the runtime runs it (Megatron's uniform method: blocks of recompute_layers layers,
+//   one saved input each; block method: the first recompute_layers layers checkpointed one by one), with
+//   one block's full activations alive during its backward;
+// - a split I (zero-bubble schedules) keeps the weight GEMMs' inputs (the norm outputs, attention's output,
+//   the activation's output; the head's input) and output gradients (of qkv, projection, both MLP GEMMs; the
+//   logits) until its W.
+// Tensors take the layout's activation width (2 bytes, 4 under fp32), statistics 4.
+struct RuntimeActivations {
+  double held = 0;       // from the forward to the end of its B (or I)
+  double transient = 0;  // during the backward only: one recomputed block
+  double w_inputs = 0, w_grads = 0;  // a split I: kept from I to W
+};
+RuntimeActivations runtime_stage_activations(const Model& m, const Layout& l, int stage);
+// Rank r's activation peak under schedule `s` (compute order as played, F&B pairs in order): each F adds its
+// stage's held bytes, B releases them (peaking with its transient), I trades them for its W buffers (peaking
+// with the transient and the output gradients), W releases those.
+double runtime_activation_peak(const Model& m, const Layout& l, const sched::Schedule& s, int rank);
+
 // Micro-batches (in units of one stage-chunk's activations) that rank r keeps in flight at its peak under the
 // layout's schedule: 1F1B min(m, p - r); GPipe m; interleaved (Megatron warmup) min(m v, 2(p-1-r) + (v-1) p) + 1
 // chunk-activations; ZB-1P p and ZB-2P 2p on every rank (activations live until W); ZB-V and DualPipeV per
@@ -56,14 +81,15 @@ double weight_bytes(Precision p);
 
 struct MemoryBreakdown {
   int rank = 0;
-  double weights = 0, grads = 0, optimizer = 0;
-  double activations = 0;     // peak activations of the rank (all its chunks)
-  double extras = 0;          // embedding / logits extras
-  double zero3_gather = 0;    // ZeRO-3: the largest gathered layer's full weights
-  double recompute_transient = 0;  // full recompute: one layer's activations re-created during its backward
-  double reserved = 0;        // the system's allowance (context, NCCL, fragmentation)
+  double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  double activations_bytes = 0;     // peak activations of the rank (all its chunks)
+  double extras_bytes = 0;          // embedding / logits extras
+  double zero3_gather_bytes = 0;    // ZeRO-3: the largest gathered layer's full weights
+  double recompute_transient_bytes = 0;  // full recompute: one layer's activations re-created during its backward
+  double reserved_bytes = 0;        // the system's allowance (context, NCCL, fragmentation)
   double total() const {
-    return weights + grads + optimizer + activations + extras + zero3_gather + recompute_transient + reserved;
+    return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + extras_bytes + zero3_gather_bytes +
+           recompute_transient_bytes + reserved_bytes;
   }
 };
 

@@ -1,5 +1,5 @@
 // A training step as a task graph: every position plays its pipeline rank's lowered schedule (sim/schedule),
-// with the workload's per-stage costs, point-to-point transfers as flows, data-parallel gradient buckets
+// with the step costs' per-stage compute, point-to-point transfers as flows, data-parallel gradient buckets
 // overlapped with the backward, the optimizer step and the parameter all-gather; activation memory is
 // allocated at each forward and released at the end of the micro-batch's backward.
 #pragma once
@@ -11,37 +11,10 @@
 #include "sim/engine/cluster.hpp"
 #include "sim/engine/task_graph.hpp"
 #include "sim/schedule/schedule.hpp"
+#include "sim/step_costs.hpp"
 #include "traces/trace.hpp"
 
 namespace tessel::engine {
-
-// Per micro-batch costs of one stage (seconds), its parameters and activations on one GPU.
-struct StageCost {
-  double f = 0, i = 0, w = 0;  // i includes the recompute below (as sim/workload.hpp)
-  double recompute = 0;        // seconds of i spent recomputing the forward before the backward
-  double tp_f = 0, tp_b = 0;   // TP collective seconds inside f and i (blocking; shown on the tp stream)
-  double params = 0;           // parameters held by one GPU (after TP sharding)
-  double act_bytes = 0;        // kept per micro-batch from its forward to the end of its backward
-  double extra_bytes = 0;      // embedding (first stage, per micro-batch in flight) / logits (last stage)
-  double flops = 0;            // model FLOPs per micro-batch (F + B), for the trace
-  double sp_grad_params = 0;   // SP: tp-replicated parameters whose gradients are all-reduced over tp
-  int layers = 0, first_layer = 0;
-};
-
-struct JobCosts {
-  std::vector<StageCost> stages;   // one per pipeline stage
-  double p2p_seconds = 0;          // one activation transfer, uncontended
-  double p2p_bytes = 0;
-  double bucket_params = 40e6;     // Megatron DDP bucket size (parameters)
-  double optimizer_s_per_param = 0;  // seconds per locally held parameter of the optimizer step
-  double tied_seconds = 0;         // tied-embedding gradient all-reduce between first and last stage
-  double tied_bytes = 0;           // its bytes (the gradient of the token table's shard)
-  double zero3_gather_layer = 0;   // ZeRO-3: all-gather / reduce-scatter of one layer's parameters
-  double zero3_scatter_layer = 0;
-  double zero3_layer_bytes = 0;    // the bytes each of those moves: one layer's parameters in the weights' dtype
-  double static_bytes_per_param = 0;  // weights + grads + optimizer state bytes per parameter
-  double fixed_bytes = 0;             // reserved + ZeRO-3 gather buffers, per GPU
-};
 
 enum class OpKind : std::uint8_t {
   forward, backward, input_grad, weight_grad, recompute, overlap_f_b, transfer,
@@ -75,7 +48,10 @@ struct JobSpec {
   const Layout* layout = nullptr;
   const System* system = nullptr;
   const sched::Schedule* schedule = nullptr;  // lowered (SEND/RECV present), pp ranks
-  JobCosts costs;
+  // The step's costs (sim/step_costs.hpp): per stage the compute and activations, per pipeline rank the
+  // parameters and optimizer step, and the communication's work, which the job plays as flows priced on
+  // the cluster's flat system.
+  const StepCosts* costs = nullptr;
   Fidelity fidelity = Fidelity::cluster;
 };
 

@@ -43,9 +43,12 @@ class JobBuilder {
   void data_parallel(int pos);
   std::uint32_t group_task(int pos, OpKind op, double seconds, double bytes, int group, std::uint32_t chain_after);
   int dp_group_of(int pos);
-  double collective_seconds(cost::Collective c, double bytes, bool flat) const;
+  // A data-parallel collective of `bytes` as a flow: its uncontended time on the flat system.
+  double flow_seconds(const cost::ParamCollective& c, double bytes) const;
+  const StageWork& stage(int s) const { return costs_.work.stages[static_cast<std::size_t>(s)]; }
 
   const JobSpec& spec_;
+  const StepCosts& costs_;
   const Layout& l_;
   const sched::Schedule& s_;
   const Cluster& c_;
@@ -59,6 +62,9 @@ class JobBuilder {
   std::vector<std::uint32_t> tied_;                 // per (dp, cp): tied-embedding all-reduce task
   std::vector<std::uint32_t> scratch_links_;
   bool explicit_recompute_ = false;
+  // The step costs' transfers and collectives as flows over the cluster's links: priced on its flat system,
+  // because the core link above each pod carries the oversubscription the system's static factor stands for.
+  double p2p_s_ = 0, tied_s_ = 0, zero3_gather_s_ = 0, zero3_scatter_s_ = 0;
 };
 
 }  // namespace tessel::engine::detail

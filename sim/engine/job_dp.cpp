@@ -7,7 +7,6 @@
 #include <cmath>
 
 #include "util/error.hpp"
-#include "sim/cost/memory.hpp"
 #include "sim/engine/job_builder.hpp"
 #include "sim/workload.hpp"
 
@@ -15,10 +14,8 @@ namespace tessel::engine::detail {
 
 using cost::Collective;
 
-double JobBuilder::collective_seconds(Collective c, double bytes, bool flat) const {
-  cost::GroupPlacement g = dp_group(l_);
-  g.flat = flat;
-  return cost::collective_time(c_.flat_system(), c, bytes, g).seconds;
+double JobBuilder::flow_seconds(const cost::ParamCollective& c, double bytes) const {
+  return cost::collective_time(c_.flat_system(), c.kind, bytes, c.group).seconds;
 }
 
 int JobBuilder::dp_group_of(int pos) {
@@ -64,8 +61,7 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
   // DeepSpeed ZeRO-3: each layer's weights (16-bit; fp32 under fp32 training) are gathered before use and its gradients reduce-scattered
   // after the backward. Forward gathers are prefetched one layer ahead; backward ones are not (with
   // recomputation the backward waits for them), as estimate.cpp assumes.
-  const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
-  const int layers = std::max(1, sc.layers);
+  const int layers = std::max(1, stage(a.stage).layers);
   const bool fwd = op == OpKind::forward;
   const int group = dp_group_of(pos);
   const bool multi = l_.dp * l_.cp > 1;
@@ -76,7 +72,7 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
     if (multi) {
       // Prefetch: the gather may start once the layer two back is done (two gathered layers at most).
       const std::uint32_t after = fwd ? (two_back != kNone ? two_back : kNone) : ps.prev_compute;
-      gather = group_task(pos, OpKind::zero3_allgather, spec_.costs.zero3_gather_layer, spec_.costs.zero3_layer_bytes,
+      gather = group_task(pos, OpKind::zero3_allgather, zero3_gather_s_, costs_.work.sync.zero3_gather.bytes,
                           group, prev_gather);
       if (after != kNone && after != gather) g_.edge(after, gather);
       prev_gather = gather;
@@ -88,8 +84,8 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
     if (gather != kNone) g_.edge(gather, t);
     if (first == kNone) first = t;
     if (multi && !fwd) {
-      const auto rs = group_task(pos, OpKind::zero3_reducescatter, spec_.costs.zero3_scatter_layer,
-                                 spec_.costs.zero3_layer_bytes, group, prev_gather);
+      const auto rs = group_task(pos, OpKind::zero3_reducescatter, zero3_scatter_s_,
+                                 costs_.work.sync.zero3_scatter.bytes, group, prev_gather);
       g_.edge(t, rs);
       prev_gather = rs;
       ps.wait.push_back(rs);  // the next layer's gather and compute come after this reduction
@@ -101,90 +97,84 @@ std::uint32_t JobBuilder::emit_zero3_layers(int pos, OpKind op, double seconds, 
 void JobBuilder::data_parallel(int pos) {
   PositionState& ps = st_[static_cast<std::size_t>(pos)];
   const int r = c_.pp_of(pos);
-  double params = 0;
-  for (int s = 0; s < s_.num_stages; ++s)
-    if (s_.rank_of(s) == r) params += spec_.costs.stages[static_cast<std::size_t>(s)].params;
-  job_.static_bytes[static_cast<std::size_t>(pos)] = params * spec_.costs.static_bytes_per_param + spec_.costs.fixed_bytes;
+  const StepSync& sync = costs_.work.sync;
+  const double params = costs_.ranks.params[static_cast<std::size_t>(r)];
+  job_.static_bytes[static_cast<std::size_t>(pos)] = params * costs_.state.total() + costs_.fixed_bytes();
   const std::uint32_t last_compute = ps.prev_compute;
   std::vector<std::uint32_t> before_opt = {last_compute};
   const bool dp = l_.dp * l_.cp > 1;
   const int group = dp ? dp_group_of(pos) : -1;
   std::uint32_t chain = kNone;
-  if (dp && l_.zero_stage < 3) {
+  if (sync.grad.runs()) {
     // Without overlap, every bucket waits for the whole backward.
     std::vector<GradReady> ready = ps.grads;
     if (!l_.overlap_grad_reduce || ready.empty()) {
       ready.clear();
-      const int times = l_.zero_stage == 2 ? s_.num_microbatches : 1;  // ZeRO-2: every micro-batch's gradient
       for (int s = 0; s < s_.num_stages; ++s)
         if (s_.rank_of(s) == r) {
-          const double p = spec_.costs.stages[static_cast<std::size_t>(s)].params;
-          const int nb = std::max(1, static_cast<int>(std::ceil(p / spec_.costs.bucket_params)));
-          for (int k = 0; k < nb * times; ++k) ready.push_back({last_compute, p / nb});
+          const double p = stage(s).params;
+          const int nb = grad_buckets(p);
+          for (int k = 0; k < nb * sync.grad_reductions; ++k) ready.push_back({last_compute, p / nb});
         }
     }
-    const Collective c = l_.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter;
-    const OpKind op = l_.zero_stage == 0 ? OpKind::dp_allreduce : OpKind::dp_reducescatter;
+    const OpKind op = sync.grad.kind == Collective::all_reduce ? OpKind::dp_allreduce : OpKind::dp_reducescatter;
     for (const auto& g : ready) {
-      const double bytes = cost::grad_bytes(l_.precision) * g.params;  // main gradients (cost/memory.hpp)
-      const auto t = group_task(pos, op, collective_seconds(c, bytes, false), bytes, group, chain);
+      const double bytes = sync.grad.bytes(g.params);
+      const auto t = group_task(pos, op, flow_seconds(sync.grad, bytes), bytes, group, chain);
       g_.edge(g.task, t);
       chain = t;
     }
     before_opt.push_back(chain);
   }
   // SP: the replicated parameters' gradients summed over tp (Megatron's finalize_model_grads runs it after
-  // the data-parallel reduction and before the tied embedding's), blocking the position.
-  double sp_params = 0;
-  for (int s = 0; s < s_.num_stages; ++s)
-    if (s_.rank_of(s) == r) sp_params += spec_.costs.stages[static_cast<std::size_t>(s)].sp_grad_params;
-  const double sp_seconds = sp_grad_allreduce_seconds(*spec_.system, l_, sp_params);
+  // the data-parallel reduction and before the tied embedding's), blocking the position: a fixed-length
+  // op, priced on the system as given.
+  const double sp_params = costs_.ranks.sp_grad_params[static_cast<std::size_t>(r)];
+  const double sp_seconds = sync.sp_grad.seconds(*spec_.system, sp_params);
   if (sp_seconds > 0) {
     const auto t = compute_task(pos, OpKind::tp_allreduce, sp_seconds, -1, -1);
     job_.info.back().stream = trace::Stream::tp;
-    job_.info.back().bytes = cost::grad_bytes(l_.precision) * sp_params;
+    job_.info.back().bytes = sync.sp_grad.bytes(sp_params);
     for (auto b : before_opt)
       if (b != kNone && b != t) g_.edge(b, t);
     before_opt = {t};
   }
   const int last_rank = s_.rank_of(s_.num_stages - 1);
-  if (spec_.costs.tied_seconds > 0 && last_rank != s_.rank_of(0) && (r == 0 || r == last_rank)) {
+  if (tied_s_ > 0 && last_rank != s_.rank_of(0) && (r == 0 || r == last_rank)) {
     const std::size_t key = static_cast<std::size_t>(c_.dp_of(pos) * l_.cp + c_.cp_of(pos));
     if (tied_.empty()) tied_.assign(static_cast<std::size_t>(c_.replicas() * l_.cp), kNone);
     if (tied_[key] == kNone) {
       const int a = c_.position(0, c_.dp_of(pos), c_.cp_of(pos)), b = c_.position(last_rank, c_.dp_of(pos), c_.cp_of(pos));
       scratch_links_.clear();
       c_.p2p_links(a, b, scratch_links_);
-      tied_[key] = g_.add_flow(spec_.costs.tied_seconds, scratch_links_);
+      tied_[key] = g_.add_flow(tied_s_, scratch_links_);
       TaskInfo ti;
       ti.pos = a;
       ti.peer = b;
       ti.op = OpKind::tied_allreduce;
-      ti.bytes = spec_.costs.tied_bytes;
+      ti.bytes = sync.tied.bytes * sync.tied.times;
       ti.stream = trace::Stream::pp;  // the embedding group of the first and last pipeline rank
       job_.info.push_back(ti);
     }
     for (auto t : before_opt) g_.edge(t, tied_[key]);
     before_opt.push_back(tied_[key]);
   }
-  const double shard = l_.zero_stage >= 1 ? static_cast<double>(l_.dp) * l_.cp : 1.0;
-  const auto opt = compute_task(pos, OpKind::optimizer, spec_.costs.optimizer_s_per_param * params / shard, -1, -1);
+  const auto opt = compute_task(pos, OpKind::optimizer, costs_.tail[static_cast<std::size_t>(r)].optimizer_s, -1, -1);
   for (auto t : before_opt)
     if (t != kNone && t != opt) g_.edge(t, opt);
   job_.step_end[static_cast<std::size_t>(pos)] = opt;
-  if (dp && (l_.zero_stage == 1 || l_.zero_stage == 2)) {
+  if (sync.param_gather.runs()) {
     // Distributed optimizer: gather the updated parameters (16-bit; fp32 under fp32 training), bucket by
     // bucket in forward order. With overlap_param_gather only the first bucket holds the next step's first
     // forward.
     std::uint32_t prev = kNone;
     for (int s = 0; s < s_.num_stages; ++s) {
       if (s_.rank_of(s) != r) continue;
-      const double p = spec_.costs.stages[static_cast<std::size_t>(s)].params;
-      const int nb = std::max(1, static_cast<int>(std::ceil(p / spec_.costs.bucket_params)));
+      const double p = stage(s).params;
+      const int nb = grad_buckets(p);
       for (int k = 0; k < nb; ++k) {
-        const double bytes = cost::weight_bytes(l_.precision) * p / nb;
-        const auto t = group_task(pos, OpKind::dp_allgather, collective_seconds(Collective::all_gather, bytes, false),
-                                  bytes, group, prev);
+        const double bytes = sync.param_gather.bytes(p) / nb;
+        const auto t = group_task(pos, OpKind::dp_allgather, flow_seconds(sync.param_gather, bytes), bytes, group, prev);
         g_.edge(opt, t);
         if (prev == kNone || !l_.overlap_param_gather) job_.step_end[static_cast<std::size_t>(pos)] = t;
         prev = t;

@@ -16,7 +16,8 @@ namespace tessel::engine::detail {
 using sched::ActionType;
 
 JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
-    : spec_(spec), l_(*spec.layout), s_(*spec.schedule), c_(c), g_(c.num_positions(), c.link_capacity()) {
+    : spec_(spec), costs_(*spec.costs), l_(*spec.layout), s_(*spec.schedule), c_(c),
+      g_(c.num_positions(), c.link_capacity()) {
   g_.overlap(spec.system->gpu.overlap_slowdown, c.num_positions());
   const int S = s_.num_stages, M = s_.num_microbatches;
   if (s_.num_ranks != l_.pp)
@@ -28,7 +29,11 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
   if (M != l_.num_microbatches())
     throw InputError("schedule '" + s_.generator + "' has " + std::to_string(M) +
                      " micro-batches; the layout has global_batch/(micro_batch*dp) " + std::to_string(l_.num_microbatches()));
-  TESSEL_CHECK(spec.costs.stages.size() == static_cast<std::size_t>(S), "costs for " << spec.costs.stages.size() << " stages");
+  TESSEL_CHECK(costs_.work.stages.size() == static_cast<std::size_t>(S), "costs for " << costs_.work.stages.size() << " stages");
+  p2p_s_ = costs_.work.p2p.seconds(c.flat_system());
+  tied_s_ = costs_.work.sync.tied.seconds(c.flat_system());
+  zero3_gather_s_ = costs_.work.sync.zero3_gather.seconds(c.flat_system());
+  zero3_scatter_s_ = costs_.work.sync.zero3_scatter.seconds(c.flat_system());
   st_.resize(static_cast<std::size_t>(c.num_positions()));
   transfer_.assign(2 * static_cast<std::size_t>(S) * M, kNone);
   slots_.resize(static_cast<std::size_t>(l_.pp));
@@ -69,16 +74,16 @@ std::uint32_t JobBuilder::compute_task(int pos, OpKind op, double seconds, int s
 // Frees what the forward of (stage, mb) allocated, at the end of `task`: the logits with the input-grad
 // (B or I) of the last stage, everything else with the op that ends the micro-batch's backward (B or W).
 void JobBuilder::release(std::uint32_t task, int pos, const sched::Action& a) {
-  const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+  const StageWork& sc = stage(a.stage);
   const bool last = a.stage == s_.num_stages - 1;
   double bytes = 0;
-  if (a.type == ActionType::B || a.type == ActionType::I) bytes += last ? sc.extra_bytes : 0.0;
-  if (a.type == ActionType::B || a.type == ActionType::W) bytes += sc.act_bytes + (last ? 0.0 : sc.extra_bytes);
+  if (a.type == ActionType::B || a.type == ActionType::I) bytes += last ? sc.act_extra_bytes : 0.0;
+  if (a.type == ActionType::B || a.type == ActionType::W) bytes += sc.act_bytes + (last ? 0.0 : sc.act_extra_bytes);
   if (bytes > 0) g_.memory(task, pos, 0, -bytes);
 }
 
 void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_stage) {
-  const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+  const StageWork& sc = stage(a.stage);
   const bool input = a.type == ActionType::B || a.type == ActionType::I;
   const bool weight = a.type == ActionType::B || a.type == ActionType::W;
   if (input && sc.recompute > 0 && !explicit_recompute_)
@@ -97,7 +102,7 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
   // A stage of one bucket or less is one piece, and its reduction starts when the op ends.
   const bool ready = (last_for_stage || l_.zero_stage == 2) && weight && l_.overlap_grad_reduce &&
                      l_.dp * l_.cp > 1 && l_.zero_stage < 3;
-  const int pieces = ready ? std::max(1, static_cast<int>(std::ceil(sc.params / spec_.costs.bucket_params))) : 1;
+  const int pieces = ready ? grad_buckets(sc.params) : 1;
   std::uint32_t t = kNone;
   for (int k = 0; k < pieces; ++k) {
     t = compute_task(pos, op, secs / pieces, a.stage, a.mb);
@@ -112,14 +117,14 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
   const auto r = static_cast<std::size_t>(c_.pp_of(pos));
   switch (a.type) {
     case ActionType::F: {
-      const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(a.stage)];
+      const StageWork& sc = stage(a.stage);
       if (l_.zero_stage == 3) {
         const auto first = emit_zero3_layers(pos, OpKind::forward, sc.f, a);
-        g_.memory(first, pos, sc.act_bytes + sc.extra_bytes, 0);
+        g_.memory(first, pos, sc.act_bytes + sc.act_extra_bytes, 0);
         return;
       }
       const auto t = compute_task(pos, OpKind::forward, sc.f, a.stage, a.mb);
-      g_.memory(t, pos, sc.act_bytes + sc.extra_bytes, 0);
+      g_.memory(t, pos, sc.act_bytes + sc.act_extra_bytes, 0);
       return;
     }
     case ActionType::B:
@@ -128,23 +133,23 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
       emit_backward(pos, a, last_bwd_[r][static_cast<std::size_t>(a.stage)] == index);
       return;
     case ActionType::RECOMPUTE:
-      compute_task(pos, OpKind::recompute, spec_.costs.stages[static_cast<std::size_t>(a.stage)].recompute, a.stage, a.mb);
+      compute_task(pos, OpKind::recompute, stage(a.stage).recompute, a.stage, a.mb);
       return;
     case ActionType::OVERLAP_F_B: {
       // DualPipe's F&B: one op running both parts; no overlap credit without expert all-to-all to hide.
       double secs = 0;
       for (const auto& p : a.sub) {
-        const StageCost& sc = spec_.costs.stages[static_cast<std::size_t>(p.stage)];
+        const StageWork& sc = stage(p.stage);
         secs += p.type == ActionType::F ? sc.f : (p.type == ActionType::W ? 0.0 : sc.i) + (p.type == ActionType::I ? 0.0 : sc.w);
       }
       const auto t = compute_task(pos, OpKind::overlap_f_b, secs, a.sub[0].stage, a.sub[0].mb);
-      const StageCost& fc = spec_.costs.stages[static_cast<std::size_t>(a.sub[0].stage)];
-      g_.memory(t, pos, fc.act_bytes + fc.extra_bytes, 0);
+      const StageWork& fc = stage(a.sub[0].stage);
+      g_.memory(t, pos, fc.act_bytes + fc.act_extra_bytes, 0);
       release(t, pos, a.sub[1]);
       if ((last_bwd_[r][static_cast<std::size_t>(a.sub[1].stage)] == index || l_.zero_stage == 2) &&
           a.sub[1].type != ActionType::I && l_.dp * l_.cp > 1)
         st_[static_cast<std::size_t>(pos)].grads.push_back(
-            {t, spec_.costs.stages[static_cast<std::size_t>(a.sub[1].stage)].params});
+            {t, stage(a.sub[1].stage).params});
       return;
     }
     default:
@@ -168,7 +173,7 @@ void JobBuilder::walk_comm(int pos, const sched::Action& a) {
     const int from = c_.position(s_.rank_of(producer), d, cp), to = c_.position(s_.rank_of(consumer), d, cp);
     scratch_links_.clear();
     c_.p2p_links(from, to, scratch_links_);
-    t = g_.add_flow(spec_.costs.p2p_seconds, scratch_links_);
+    t = g_.add_flow(p2p_s_, scratch_links_);
     TaskInfo ti;
     ti.pos = from;
     ti.peer = to;
@@ -177,7 +182,7 @@ void JobBuilder::walk_comm(int pos, const sched::Action& a) {
     ti.stage = producer;
     ti.peer_stage = consumer;
     ti.mb = a.mb;
-    ti.bytes = spec_.costs.p2p_bytes;
+    ti.bytes = costs_.work.p2p.bytes;
     job_.info.push_back(ti);
   }
   // The transfer starts when the producer's output exists; the consumer waits for it, and so does the

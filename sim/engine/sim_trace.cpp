@@ -5,19 +5,20 @@
 #include <tuple>
 #include <vector>
 
+#include "util/units.hpp"
+
 namespace tessel::engine {
 
 namespace {
 
 constexpr double kUs = 1e6;
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // The stage's chunk and layer range on an event of that stage.
 void set_stage(trace::OpEvent& e, const SimReport& r, int stage) {
   e.stage = stage;
   e.chunk = r.schedule.chunk_of(stage);
   e.layer_begin = r.layout.first_layer_of_stage(stage, r.model.layers);
-  e.layer_end = e.layer_begin + r.workload.stages[static_cast<std::size_t>(stage)].layers;
+  e.layer_end = e.layer_begin + r.costs.work.stages[static_cast<std::size_t>(stage)].layers;
 }
 
 trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t, int pos) {
@@ -31,7 +32,7 @@ trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t,
   e.mb = ti.mb;
   if (ti.stage >= 0) {
     set_stage(e, r, ti.stage);
-    if (ti.op == OpKind::forward) e.flops = r.workload.stages[static_cast<std::size_t>(ti.stage)].flops_model / 3 / ti.pieces;
+    if (ti.op == OpKind::forward) e.flops = r.costs.work.stages[static_cast<std::size_t>(ti.stage)].flops_model / 3 / ti.pieces;
   }
   e.start_us = r.run.start[t] * kUs;
   e.dur_us = (r.run.end[t] - r.run.start[t]) * kUs;
@@ -61,7 +62,7 @@ struct TpSlice {
 // method); selective recompute replays attention's core, which has no collective.
 std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   std::vector<TpSlice> out;
-  const StageWork& st = r.workload.stages[static_cast<std::size_t>(stage)];
+  const StageWork& st = r.costs.work.stages[static_cast<std::size_t>(stage)];
   const int lb = r.layout.first_layer_of_stage(stage, r.model.layers);
   int le = lb + st.layers;
   const bool forward = kind == OpKind::forward || kind == OpKind::recompute;
@@ -70,7 +71,7 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
     if (r.layout.recompute != Recompute::full) return out;
     le = lb + st.recomputed_layers;
   } else {
-    if (const StageEdges* edges = r.workload.edges_of(stage)) {
+    if (const StageEdges* edges = r.costs.work.edges_of(stage)) {
       for (int k = 0; k < edges->count; ++k) {
         const EdgeCollective& c = edges->edges[k];
         if (c.backward != forward) out.push_back({c.name, c.coll, c.at * kUs, c.seconds * kUs, c.bytes, lb, lb + st.layers});
@@ -79,9 +80,9 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
     }
   }
   for (int l = lb; l < le; ++l)
-    for (const auto& w : r.workload.layer.ops) {
+    for (const auto& w : r.costs.work.layer.ops) {
       const double d = (forward ? w.t_f : w.t_i) * kUs;
-      if (w.cls == OpClass::collective && d > 0) out.push_back({w.name + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1});
+      if (w.cls == OpClass::collective && d > 0) out.push_back({std::string(w.name) + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1});
       t += d;
     }
   return out;

@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "util/error.hpp"
-#include "sim/cost/memory.hpp"
 #include "sim/estimate.hpp"
 
 namespace tessel::engine {
@@ -16,13 +15,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Megatron's DDP bucket: 40M parameters (megatron/core/distributed, bucket_size default), as estimate.cpp.
-constexpr double kBucketParams = 40e6;
-// AdamW step: ~30 bytes moved per local parameter (fp32 master, two moments, gradient read and written,
-// 16-bit copy written), memory-bound; the same constant as estimate.cpp.
-constexpr double kOptimizerBytesPerParam = 30.0;
 
-sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::optional<sched::Schedule>& given) {
+sched::Schedule schedule_for(const Layout& l, const StepCosts& sc, const std::optional<sched::Schedule>& given) {
   const sched::CommModel comm = sched::CommModel::Eager;  // as the engine plays transfers (job_pipeline.cpp)
   sched::Schedule s;
   bool lowered_here = false;
@@ -59,12 +53,12 @@ sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::opt
     c.F.clear();
     c.B.clear();
     c.W.clear();
-    for (const auto& st : jc.stages) {
+    for (const auto& st : sc.work.stages) {
       c.F.push_back(st.f);
       c.B.push_back(st.i);
       c.W.push_back(st.w);
     }
-    c.comm = jc.p2p_seconds;
+    c.comm = sc.p2p_s;
     p.costs = c;
     // Under the engine's eager transfers the order of comm ops inside a gap does not change any time, so
     // the cheapest lowering does (Auto would search orders for blocking runtimes).
@@ -86,58 +80,9 @@ sched::Schedule schedule_for(const Layout& l, const JobCosts& jc, const std::opt
 
 }  // namespace
 
-JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c) {
-  const Layout& l = w.layout;
-  const Model& m = w.model;
-  JobCosts jc;
-  for (const auto& st : w.stages) {
-    StageCost sc;
-    sc.f = st.f;
-    sc.i = st.i;
-    sc.w = st.w;
-    sc.recompute = st.recomputed_layers * w.layer.t_recompute;
-    sc.tp_f = st.tp_comm_f;
-    sc.tp_b = st.tp_comm_b;
-    sc.params = st.params;
-    sc.act_bytes = st.act_bytes;
-    sc.extra_bytes = st.act_extra_bytes;
-    sc.flops = st.flops_model;
-    sc.sp_grad_params = st.sp_grad_params;
-    sc.layers = st.layers;
-    sc.first_layer = l.first_layer_of_stage(st.stage, m.layers);
-    jc.stages.push_back(sc);
-  }
-  // Transfers use the flat system: the core link carries the oversubscription (cluster.hpp).
-  jc.p2p_seconds = l.pp > 1 ? cost::p2p_time(c.flat_system(), w.p2p_bytes, w.p2p_distance).seconds : 0.0;
-  jc.p2p_bytes = w.p2p_bytes;
-  jc.bucket_params = kBucketParams;
-  jc.optimizer_s_per_param = cost::memory_time(sys.gpu, kOptimizerBytesPerParam * 1e9, 4) / 1e9;
-  jc.tied_seconds = tied_allreduce_seconds(c.flat_system(), m, l);
-  jc.tied_bytes = tied_allreduce_bytes(m, l);
-  if (l.zero_stage == 3) {
-    cost::GroupPlacement flat = dp_group(l);
-    flat.flat = true;
-    const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
-    const double wb = cost::weight_bytes(l.precision);
-    jc.zero3_layer_bytes = wb * layer_params;
-    jc.zero3_gather_layer = cost::collective_time(sys, cost::Collective::all_gather, wb * layer_params, flat).seconds;
-    jc.zero3_scatter_layer = cost::collective_time(sys, cost::Collective::reduce_scatter, wb * layer_params, flat).seconds;
-    jc.fixed_bytes += cost::zero3_gather_bytes(m, l);
-  }
-  jc.static_bytes_per_param = cost::state_bytes_per_param(l).total();
-  jc.fixed_bytes += sys.memory_reserved_bytes;
-  // Full recompute: one layer's activations re-created during its backward (cost/memory.hpp).
-  jc.fixed_bytes += cost::recompute_transient_bytes(w.model, w.layout);
-  return jc;
-}
-
 SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOptions opt) {
   const auto t0 = std::chrono::steady_clock::now();
-  check_layout(l, m, l.gpus());
-  if (l.gpus() > sys.max_gpus)
-    throw InfeasibleLayout(std::to_string(l.gpus()) + " GPUs exceed the system's max_gpus " + std::to_string(sys.max_gpus));
-  if (sys.gpu.peak(l.precision) <= 0)
-    throw InfeasibleLayout("precision " + to_string(l.precision) + " is not supported by " + sys.gpu.name);
+  check_runnable(m, l, sys, l.gpus());
   SimReport r;
   r.model = m;
   r.layout = l;
@@ -145,7 +90,7 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   r.fidelity = opt.fidelity;
   r.gpus = l.gpus();
   r.microbatches = l.num_microbatches();
-  r.workload = lower(m, l, sys);
+  r.costs = step_costs(m, l, sys);
   const Cluster cluster(l, sys, opt.fidelity);
   // The event graph holds a few tasks per position, stage and micro-batch: about 0.85 GB per million of
   // them here (measured: 4M in 3.4 GB and 8 s), so the limit keeps a run within a few GB.
@@ -160,9 +105,9 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   JobSpec spec;
   spec.layout = &l;
   spec.system = &sys;
-  spec.costs = job_costs(r.workload, sys, cluster);
+  spec.costs = &r.costs;
   spec.fidelity = opt.fidelity;
-  r.schedule = schedule_for(l, spec.costs, opt.schedule);
+  r.schedule = schedule_for(l, r.costs, opt.schedule);
   r.schedule_s = seconds_since(t0);
   spec.schedule = &r.schedule;
   r.job = build_job(spec, cluster);
@@ -181,17 +126,17 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   r.events = r.run.events;
   for (auto t : r.job.step_end) r.step_s = std::max(r.step_s, r.run.end[t]);
   r.tokens_per_s = static_cast<double>(l.global_batch) * m.seq_len / r.step_s;
-  const double flops = model_flops_per_step(r.workload);
+  const double flops = model_flops_per_step(r.costs.work);
   r.model_tflops_per_gpu = flops / r.step_s / r.gpus / 1e12;
   r.mfu = flops / r.step_s / r.gpus / sys.gpu.peak(l.precision);
-  r.capacity = sys.gpu.memory_bytes;
+  r.capacity_bytes = sys.gpu.memory_bytes;
   r.ranks = summarize_ranks(r.job, r.run, cluster, r.step_s);
   for (const auto& k : r.ranks)
     if (k.peak_bytes > r.peak_bytes) {
       r.peak_bytes = k.peak_bytes;
       r.peak_rank = k.global_rank;
     }
-  r.fits = r.peak_bytes <= r.capacity;
+  r.fits = r.peak_bytes <= r.capacity_bytes;
   if (opt.critical_path)
     for (auto t : critical_path(r.job, r.run))
       r.critical_path.push_back({t, cluster.global_rank(r.job.info[t].pos), describe_task(r.job, t, cluster),

@@ -1,4 +1,4 @@
-// tessel simulate's library entry: lower the model under the layout, generate (or take) the schedule,
+// tessel simulate's library entry: build the step costs (sim/step_costs.hpp), generate (or take) the schedule,
 // build the step's task graph for every position (or one replica), play it, and summarise: step time,
 // throughput, per-rank busy / bubble / exposed communication, peak memory, the critical path.
 #pragma once
@@ -24,10 +24,10 @@ struct SimOptions {
 
 struct RankSummary {
   int pos = 0, global_rank = 0, pp = 0, dp = 0, cp = 0;
-  double busy = 0;          // compute stream busy (TP collectives inside F/B included: they block it)
-  double comm = 0;          // time any of its pp/dp transfers is in flight
-  double exposed_comm = 0;  // of that, while its compute stream is idle
-  double bubble = 0;        // step - busy - exposed_comm
+  double busy_s = 0;          // compute stream busy (TP collectives inside F/B included: they block it)
+  double comm_s = 0;          // time any of its pp/dp transfers is in flight
+  double exposed_comm_s = 0;  // of that, while its compute stream is idle
+  double bubble_s = 0;        // step - busy - exposed_comm
   double peak_bytes = 0;    // weights, grads, optimizer state, reserved + peak activations
   double peak_activation_bytes = 0;
 };
@@ -36,7 +36,7 @@ struct CriticalOp {
   std::uint32_t task = 0;
   int global_rank = 0;
   std::string what;  // "F s3 mb7", "dp_allreduce", "send s2 mb5 -> rank 16"
-  double start = 0, end = 0;
+  double start_s = 0, end_s = 0;
 };
 
 struct SimReport {
@@ -55,17 +55,13 @@ struct SimReport {
   double build_s = 0, run_s = 0, analysis_s = 0;  // wall time of the simulator's phases
   std::vector<RankSummary> ranks;  // one per position
   std::vector<CriticalOp> critical_path;
-  double peak_bytes = 0, capacity = 0;
+  double peak_bytes = 0, capacity_bytes = 0;
   int peak_rank = 0;
   bool fits = true;
   Job job;
   RunResult run;
-  Workload workload;
+  StepCosts costs;  // what the job was built from; costs.work is the lowered workload
 };
-
-// Costs of the job from the workload: per stage f, i, w (TP collectives in), recompute, activations, p2p,
-// DP bucket size, optimizer, tied embeddings, ZeRO-3 per-layer collectives.
-JobCosts job_costs(const Workload& w, const System& sys, const Cluster& c);
 
 // InfeasibleLayout / InputError as estimate() for the layout; InputError naming the schedule for a schedule
 // that does not match the layout or fails validation (the validator's message).

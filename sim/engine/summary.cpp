@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "sim/engine/simulate.hpp"
+#include "util/units.hpp"
 
 namespace tessel::engine {
 
@@ -108,11 +109,11 @@ std::vector<RankSummary> summarize_ranks(const Job& job, const RunResult& run, c
     k.dp = c.dp_of(k.pos);
     k.cp = c.cp_of(k.pos);
     std::sort(compute[p].begin(), compute[p].end());
-    for (const auto& [b, e] : compute[p]) k.busy += e - b;
+    for (const auto& [b, e] : compute[p]) k.busy_s += e - b;
     std::vector<Interval> cm = comm[p];
-    k.comm = union_length(cm);
-    k.exposed_comm = outside(comm[p], compute[p]);
-    k.bubble = std::max(0.0, step_s - k.busy - k.exposed_comm);
+    k.comm_s = union_length(cm);
+    k.exposed_comm_s = outside(comm[p], compute[p]);
+    k.bubble_s = std::max(0.0, step_s - k.busy_s - k.exposed_comm_s);
     k.peak_activation_bytes = run.peak_bytes[p];
     k.peak_bytes = job.static_bytes[p] + run.peak_bytes[p];
   }
@@ -120,7 +121,6 @@ std::vector<RankSummary> summarize_ranks(const Job& job, const RunResult& run, c
 }
 
 Json report_to_json(const SimReport& r) {
-  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
   Json j;
   j["model"] = r.model.name;
   j["system"] = r.system_name;
@@ -138,17 +138,17 @@ Json report_to_json(const SimReport& r) {
   j["tasks"] = r.tasks;
   j["peak_memory_GiB"] = r.peak_bytes / kGiB;
   j["peak_rank"] = r.peak_rank;
-  j["capacity_GiB"] = r.capacity / kGiB;
+  j["capacity_GiB"] = r.capacity_bytes / kGiB;
   j["fits"] = r.fits;
   Json ranks = Json::array();
   for (const auto& k : r.ranks)
-    ranks.push_back({{"rank", k.global_rank}, {"pp", k.pp}, {"dp", k.dp}, {"cp", k.cp}, {"busy_s", k.busy},
-                     {"bubble_s", k.bubble}, {"comm_s", k.comm}, {"exposed_comm_s", k.exposed_comm},
+    ranks.push_back({{"rank", k.global_rank}, {"pp", k.pp}, {"dp", k.dp}, {"cp", k.cp}, {"busy_s", k.busy_s},
+                     {"bubble_s", k.bubble_s}, {"comm_s", k.comm_s}, {"exposed_comm_s", k.exposed_comm_s},
                      {"peak_memory_GiB", k.peak_bytes / kGiB}, {"peak_activations_GiB", k.peak_activation_bytes / kGiB}});
   j["ranks"] = ranks;
   Json cp = Json::array();
   for (const auto& op : r.critical_path)
-    cp.push_back({{"rank", op.global_rank}, {"op", op.what}, {"start_s", op.start}, {"end_s", op.end}});
+    cp.push_back({{"rank", op.global_rank}, {"op", op.what}, {"start_s", op.start_s}, {"end_s", op.end_s}});
   j["critical_path"] = cp;
   return j;
 }

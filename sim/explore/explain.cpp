@@ -5,12 +5,11 @@
 
 #include "util/error.hpp"
 #include "sim/explore/explore.hpp"
+#include "util/units.hpp"
 
 namespace tessel::explore {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::string num(double v, int digits) {
   char buf[64];
@@ -79,19 +78,19 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
     return os.str();
   }
   const auto& mem = e.memory[static_cast<std::size_t>(e.peak_rank)];
-  os << "  peak memory " << num(e.peak_memory / kGiB, 1) << " GiB on pipeline rank " << e.peak_rank << " of "
-     << num(e.capacity / kGiB, 1) << " GiB: weights " << num(mem.weights / kGiB, 1) << ", gradients "
-     << num(mem.grads / kGiB, 1) << ", optimizer " << num(mem.optimizer / kGiB, 1) << ", activations "
-     << num(mem.activations / kGiB, 1) << ", extras " << num((mem.extras + mem.zero3_gather + mem.recompute_transient) / kGiB, 1)
-     << ", reserved " << num(mem.reserved / kGiB, 1) << "\n";
+  os << "  peak memory " << num(e.peak_memory_bytes / kGiB, 1) << " GiB on pipeline rank " << e.peak_rank << " of "
+     << num(e.capacity_bytes / kGiB, 1) << " GiB: weights " << num(mem.weights_bytes / kGiB, 1) << ", gradients "
+     << num(mem.grads_bytes / kGiB, 1) << ", optimizer " << num(mem.optimizer_bytes / kGiB, 1) << ", activations "
+     << num(mem.activations_bytes / kGiB, 1) << ", extras " << num((mem.extras_bytes + mem.zero3_gather_bytes + mem.recompute_transient_bytes) / kGiB, 1)
+     << ", reserved " << num(mem.reserved_bytes / kGiB, 1) << "\n";
   if (!e.fits) {
-    os << "  rejected: needs " << num(e.peak_memory / kGiB, 1) << " GiB of " << num(e.capacity / kGiB, 1) << " GiB\n";
+    os << "  rejected: needs " << num(e.peak_memory_bytes / kGiB, 1) << " GiB of " << num(e.capacity_bytes / kGiB, 1) << " GiB\n";
     int shown = 0;
     for (const auto& [what, x] : memory_variants(l)) {
       if (layout_problem(x, m, gpus)) continue;
       try {
         const Estimate ex = estimate(m, x, sys, gpus);
-        os << "  with " << what << ": " << num(ex.peak_memory / kGiB, 1) << " GiB, "
+        os << "  with " << what << ": " << num(ex.peak_memory_bytes / kGiB, 1) << " GiB, "
            << (ex.fits ? "fits, step " + secs(ex.step_s) : std::string("still too large")) << "\n";
         ++shown;
       } catch (const InfeasibleLayout&) {
@@ -121,7 +120,7 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
        << num(100 * e.bubble_fraction, 1) << "% vs " << num(100 * b.bubble_fraction, 1) << "%, exposed comm "
        << secs(e.tp_exposed_s + e.pp_exposed_s + e.dp_exposed_s + e.cp_exposed_s) << " vs "
        << secs(b.tp_exposed_s + b.pp_exposed_s + b.dp_exposed_s + b.cp_exposed_s) << ", memory "
-       << num(e.peak_memory / kGiB, 1) << " vs " << num(b.peak_memory / kGiB, 1) << " GiB\n";
+       << num(e.peak_memory_bytes / kGiB, 1) << " vs " << num(b.peak_memory_bytes / kGiB, 1) << " GiB\n";
   }
   return os.str();
 }

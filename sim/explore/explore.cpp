@@ -11,12 +11,11 @@
 #include <type_traits>
 
 #include "util/error.hpp"
+#include "util/units.hpp"
 
 namespace tessel::explore {
 
 namespace {
-
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::vector<int> divisors(int n, int max) {
   std::vector<int> d;
@@ -72,8 +71,8 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
       if (it == cache.end()) it = cache.emplace(key, lower_layer(m, l, sys)).first;
       try {
         const Estimate e = estimate(m, l, sys, gpus, &it->second);
-        if (out.smallest_peak == 0 || e.peak_memory < out.smallest_peak) {
-          out.smallest_peak = e.peak_memory;
+        if (out.smallest_peak == 0 || e.peak_memory_bytes < out.smallest_peak) {
+          out.smallest_peak = e.peak_memory_bytes;
           out.smallest_peak_layout = l.describe();
         }
         if (e.fits) {
@@ -91,7 +90,7 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
 
 std::vector<Scored> pareto_front(std::vector<Scored> all) {
   std::sort(all.begin(), all.end(), [](const Scored& a, const Scored& b) {
-    if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+    if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
     return better(a, b);
   });
   std::vector<Scored> front;
@@ -107,8 +106,8 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
 }  // namespace
 
 std::string memory_message(const Estimate& e) {
-  return "needs " + gib(e.peak_memory) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-         gib(e.capacity) + " GiB (" + e.layout.describe() + ")";
+  return "needs " + gib(e.peak_memory_bytes) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
+         gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
 }
 
 Scored scored_of(const Estimate& e) {
@@ -120,15 +119,15 @@ Scored scored_of(const Estimate& e) {
   s.mfu = e.mfu;
   s.bubble = e.bubble_fraction;
   s.exposed_comm_s = e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s;
-  s.peak_memory = e.peak_memory;
+  s.peak_memory_bytes = e.peak_memory_bytes;
   s.peak_rank = e.peak_rank;
-  s.capacity = e.capacity;
+  s.capacity_bytes = e.capacity_bytes;
   return s;
 }
 
 bool better(const Scored& a, const Scored& b) {
   if (a.step_s != b.step_s) return a.step_s < b.step_s;
-  if (a.peak_memory != b.peak_memory) return a.peak_memory < b.peak_memory;
+  if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
   const int ma = a.layout.tp * a.layout.pp * a.layout.cp, mb = b.layout.tp * b.layout.pp * b.layout.cp;
   if (ma != mb) return ma < mb;
   return a.layout.describe() < b.layout.describe();
@@ -333,7 +332,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
             fitting[i].step_s = sc.step_s;
             fitting[i].bubble = sc.bubble;
             fitting[i].exposed_comm_s = sc.exposed_comm_s;
-            fitting[i].peak_memory = sc.peak_memory;
+            fitting[i].peak_memory_bytes = sc.peak_memory_bytes;
             fitting[i].tier = "des";
           } catch (const TooLargeToSimulate&) {
             ++too_large;  // over simulate()'s size limit (2^22 position-stage-micro-batches): the analytical score stands
@@ -380,8 +379,8 @@ Json scored_to_json(const Scored& s) {
   j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
   j["bubble_fraction"] = s.bubble;
   j["exposed_comm_s"] = s.exposed_comm_s;
-  j["peak_memory_GiB"] = s.peak_memory / kGiB;
-  j["headroom_GiB"] = (s.capacity - s.peak_memory) / kGiB;
+  j["peak_memory_GiB"] = s.peak_memory_bytes / kGiB;
+  j["headroom_GiB"] = (s.capacity_bytes - s.peak_memory_bytes) / kGiB;
   j["tier"] = s.tier;
   return j;
 }

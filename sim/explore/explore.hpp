@@ -41,9 +41,9 @@ struct Scored {
   double mfu = 0;
   double bubble = 0;
   double exposed_comm_s = 0;    // TP + CP + PP + DP exposed
-  double peak_memory = 0;       // bytes, busiest GPU
+  double peak_memory_bytes = 0; // busiest GPU
   int peak_rank = 0;
-  double capacity = 0;
+  double capacity_bytes = 0;
   std::string tier = "analytical";
 };
 
@@ -70,7 +70,7 @@ struct SimScore {
   double step_s = 0;
   double bubble = 0;          // idle share of the step on the busiest rank
   double exposed_comm_s = 0;  // communication not hidden behind compute on that rank (TP inside compute)
-  double peak_memory = 0;     // bytes
+  double peak_memory_bytes = 0;
 };
 using SimulateFn = std::function<SimScore(const Layout&)>;
 

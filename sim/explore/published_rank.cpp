@@ -76,8 +76,8 @@ Standing standing_in(const MappedRow& mr, const std::vector<Layout>& published, 
     try {
       const Estimate e = estimate(mr.model, l, mr.system, mr.gpus);
       if (!e.fits) {
-        if (least_peak == 0 || e.peak_memory < least_peak) {
-          least_peak = e.peak_memory;
+        if (least_peak == 0 || e.peak_memory_bytes < least_peak) {
+          least_peak = e.peak_memory_bytes;
           problem = "does not fit: " + memory_message(e);
         }
         continue;

@@ -12,13 +12,13 @@ SimulateFn event_simulator(const Model& m, const System& sys) {
     const engine::SimReport r = engine::simulate(m, l, sys, o);
     SimScore sc;
     sc.step_s = r.step_s;
-    sc.peak_memory = r.peak_bytes;
+    sc.peak_memory_bytes = r.peak_bytes;
     const engine::RankSummary* busiest = nullptr;
     for (const auto& rk : r.ranks)
-      if (!busiest || rk.busy > busiest->busy) busiest = &rk;
+      if (!busiest || rk.busy_s > busiest->busy_s) busiest = &rk;
     if (busiest) {
-      sc.bubble = busiest->bubble / r.step_s;
-      sc.exposed_comm_s = busiest->exposed_comm;
+      sc.bubble = busiest->bubble_s / r.step_s;
+      sc.exposed_comm_s = busiest->exposed_comm_s;
     }
     return sc;
   };

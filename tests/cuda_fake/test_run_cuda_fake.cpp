@@ -366,7 +366,7 @@ TEST_CASE("device peaks: the matched preset's dense peak and bandwidth, none for
   CHECK(what == "no system preset matches device 'NVIDIA GeForce RTX 4090'");
   CHECK(h200.gpu.peak(Precision::bf16) > 9e14);  // the preset's 989 TFLOP/s, not an empty field
 
-  CHECK(rt::cuda::device_memory_bw("NVIDIA H200") == h200.gpu.memory_bw);
+  CHECK(rt::cuda::device_memory_bw("NVIDIA H200") == h200.gpu.memory_bw_Bps);
   CHECK(rt::cuda::device_memory_bw("NVIDIA GeForce RTX 4090") == 0.0);
 }
 

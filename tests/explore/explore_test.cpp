@@ -36,7 +36,7 @@ TEST_CASE("every enumerated layout is scored or rejected with a rule") {
   // Sorted by the ranking rule, every row fits, the tier is named.
   for (std::size_t i = 0; i + 1 < r.top.size(); ++i) CHECK_FALSE(explore::better(r.top[i + 1], r.top[i]));
   for (const auto& s : r.top) {
-    CHECK(s.peak_memory <= s.capacity);
+    CHECK(s.peak_memory_bytes <= s.capacity_bytes);
     CHECK(s.tier == "analytical");
   }
 }
@@ -79,7 +79,7 @@ TEST_CASE("Pareto front: memory rises, step time falls") {
   const auto r = explore::run(f.m, f.sys, f.gpus, f.gbs, {}, {});
   REQUIRE(r.pareto.size() >= 2);
   for (std::size_t i = 0; i + 1 < r.pareto.size(); ++i) {
-    CHECK(r.pareto[i].peak_memory <= r.pareto[i + 1].peak_memory);
+    CHECK(r.pareto[i].peak_memory_bytes <= r.pareto[i + 1].peak_memory_bytes);
     CHECK(r.pareto[i].step_s > r.pareto[i + 1].step_s);
   }
   // Its fastest point is the overall winner.
@@ -100,7 +100,7 @@ TEST_CASE("simulated tier re-ranks: the final top equals the brute-force top und
     explore::SimScore sc;
     const bool fav = std::find(favourites.begin(), favourites.end(), l.describe()) != favourites.end();
     sc.step_s = e.step_s * (fav ? 1.3 : 1.0);
-    sc.peak_memory = e.peak_memory;
+    sc.peak_memory_bytes = e.peak_memory_bytes;
     return sc;
   };
   std::vector<explore::Scored> brute = everything.top;
@@ -225,10 +225,10 @@ TEST_CASE("event-simulated tier: the busiest rank's idle share and exposed commu
   const engine::SimReport rep = engine::simulate(f.m, l, f.sys, o);
   const engine::RankSummary* busiest = &rep.ranks.front();
   for (const auto& rk : rep.ranks)
-    if (rk.busy > busiest->busy) busiest = &rk;
+    if (rk.busy_s > busiest->busy_s) busiest = &rk;
   CHECK(sc.step_s == rep.step_s);
-  CHECK(sc.peak_memory == rep.peak_bytes);
-  CHECK(sc.exposed_comm_s == busiest->exposed_comm);
-  CHECK(sc.bubble == doctest::Approx((rep.step_s - busiest->busy - busiest->exposed_comm) / rep.step_s));
+  CHECK(sc.peak_memory_bytes == rep.peak_bytes);
+  CHECK(sc.exposed_comm_s == busiest->exposed_comm_s);
+  CHECK(sc.bubble == doctest::Approx((rep.step_s - busiest->busy_s - busiest->exposed_comm_s) / rep.step_s));
   CHECK(sc.bubble > 0);  // 1F1B on 4 stages idles (p - 1) / (m + p - 1) of the step at least
 }

@@ -29,11 +29,11 @@ System truth_system() {
   s.gpu.gemm_efficiency = 0.7;          // ceiling 56 GFLOP/s
   s.gpu.gemm_k_overhead = 24;
   s.gpu.gemm_tiles = {{16, 32}};
-  s.gpu.memory_bw = 4e9;
+  s.gpu.memory_bw_Bps = 4e9;
   s.gpu.memory_efficiency = 0.5;        // 2 GB/s: slow enough that a GEMV is memory-bound
   s.gpu.kernel_overhead_s = 3e-6;
   s.node.intra_latency_s = 7e-6;
-  s.node.intra_bw = 6e9;
+  s.node.intra_bw_Bps = 6e9;
   s.node.intra_efficiency = 0.6;        // 3.6 GB/s
   return s;
 }
@@ -118,7 +118,7 @@ TEST_CASE("calibrate recovers the parameters that generated the measurements") {
   // The written profile means the same: its predictions through sim/cost equal the measurements.
   const System& p = f.profile;
   CHECK(rel(p.gpu.peak(Precision::fp32) * p.gpu.gemm_efficiency, 56e9) < kRecoverTol);
-  CHECK(rel(p.node.intra_bw * p.node.intra_efficiency, 3.6e9) < kRecoverTol);
+  CHECK(rel(p.node.intra_bw_Bps * p.node.intra_efficiency, 3.6e9) < kRecoverTol);
   for (const Residuals& r : f.residuals) {
     INFO(r.category);
     CHECK(r.max_abs < kRecoverTol);
@@ -142,12 +142,12 @@ TEST_CASE("calibrate: rates outside the preset's efficiency bounds replace the d
   // Memory 1000x faster too (2 TB/s against the preset's 10 GB/s), so the GEMMs stay compute-bound.
   System t = truth_system();
   t.gpu.peak_flops[static_cast<int>(Precision::fp32)] = 5e12;
-  t.gpu.memory_bw = 4e12;
+  t.gpu.memory_bw_Bps = 4e12;
   const FitResult f = fit_profile(synthetic(t), load_system("cpu"));
   CHECK(f.profile.gpu.gemm_efficiency == 1.0);
   CHECK(rel(f.profile.gpu.peak(Precision::fp32), 3.5e12) < kRecoverTol);
   CHECK(f.profile.gpu.memory_efficiency == 1.0);
-  CHECK(rel(f.profile.gpu.memory_bw, 2e12) < kRecoverTol);
+  CHECK(rel(f.profile.gpu.memory_bw_Bps, 2e12) < kRecoverTol);
   CHECK(!f.notes.empty());
 }
 
@@ -218,7 +218,7 @@ TEST_CASE("calibrate: kernel rows set the memory and attention rates the runtime
   CHECK(rel(f.mem_rate, 0.8e9) < kRecoverTol);
   CHECK(rel(f.attention_rate, 10e9) < kRecoverTol);
   const System& p = f.profile;
-  CHECK(rel(p.gpu.memory_bw * p.gpu.memory_efficiency, 0.8e9) < kRecoverTol);
+  CHECK(rel(p.gpu.memory_bw_Bps * p.gpu.memory_efficiency, 0.8e9) < kRecoverTol);
   CHECK(rel(p.gpu.peak(Precision::fp32) * p.gpu.attention_efficiency, 10e9) < kRecoverTol);
   for (const Residuals& r : f.residuals)
     if (r.category.rfind("kernels", 0) == 0) {
@@ -238,7 +238,7 @@ TEST_CASE("calibrate: with kernel rows the GEMMs keep the memory roofline they w
   System k = t;
   k.gpu.memory_efficiency = 0.2;
   System compute_only = k;
-  compute_only.gpu.memory_bw = 1e300;
+  compute_only.gpu.memory_bw_Bps = 1e300;
   const BenchData b = with_kernel_rows(t, k);
   int bound_k = 0, bound_t = 0;
   for (const GemmRow& r : b.gemm) {
@@ -258,8 +258,8 @@ TEST_CASE("calibrate: with kernel rows the GEMMs keep the memory roofline they w
   CHECK(rel(f.gemm_memory_rate, 2e9) < kRecoverTol);
   CHECK(f.gemm_memory_bound == bound_t);
   const System& p = f.profile;
-  CHECK(rel(p.gpu.memory_bw * p.gpu.memory_efficiency, 0.8e9) < kRecoverTol);
-  CHECK(rel(p.gpu.memory_bw * p.gpu.gemm_memory_efficiency, 2e9) < kRecoverTol);
+  CHECK(rel(p.gpu.memory_bw_Bps * p.gpu.memory_efficiency, 0.8e9) < kRecoverTol);
+  CHECK(rel(p.gpu.memory_bw_Bps * p.gpu.gemm_memory_efficiency, 2e9) < kRecoverTol);
   const Residuals g = gemm_residuals(b.gemm, p, Precision::fp32);
   CHECK(g.max_abs < kRecoverTol);
   for (const Residuals& r : f.residuals) {
@@ -292,18 +292,18 @@ TEST_CASE("calibrate: the GEMM roofline's rate survives a refit, a kernels-only 
   kernels_only.gemm_backend = "synthetic";
   kernels_only.kernels = b.kernels;
   const System cpu = load_system("cpu");
-  const double cpu_rate = cpu.gpu.memory_bw * cpu.gpu.memory_efficiency;
+  const double cpu_rate = cpu.gpu.memory_bw_Bps * cpu.gpu.memory_efficiency;
   const FitResult f3 = fit_profile(kernels_only, cpu);
   const GpuSpec& g3 = f3.profile.gpu;
-  CHECK(rel(g3.memory_bw * g3.memory_efficiency, f3.mem_rate) < kRecoverTol);
+  CHECK(rel(g3.memory_bw_Bps * g3.memory_efficiency, f3.mem_rate) < kRecoverTol);
   REQUIRE(g3.gemm_memory_efficiency > 0);
-  CHECK(rel(g3.memory_bw * g3.gemm_memory_efficiency, cpu_rate) < kRecoverTol);
+  CHECK(rel(g3.memory_bw_Bps * g3.gemm_memory_efficiency, cpu_rate) < kRecoverTol);
 
   System scaled = f1.profile;
   std::vector<std::string> notes;
   apply_memory_scale(scaled, 2.0, notes);
-  CHECK(rel(scaled.gpu.memory_bw * scaled.gpu.memory_efficiency, 0.4e9) < kRecoverTol);
-  CHECK(rel(scaled.gpu.memory_bw * scaled.gpu.gemm_memory_efficiency, 2e9) < kRecoverTol);
+  CHECK(rel(scaled.gpu.memory_bw_Bps * scaled.gpu.memory_efficiency, 0.4e9) < kRecoverTol);
+  CHECK(rel(scaled.gpu.memory_bw_Bps * scaled.gpu.gemm_memory_efficiency, 2e9) < kRecoverTol);
 }
 
 TEST_CASE("calibrate: kernel rows weigh by their per-step count") {
@@ -425,7 +425,7 @@ TEST_CASE("check_profile: a fitted profile that would not load is refused before
                        "0, not a positive finite rate; the measurements cannot be fitted to this model",
                        InputError);
   System inf = cpu;
-  inf.gpu.memory_bw = HUGE_VAL;
+  inf.gpu.memory_bw_Bps = HUGE_VAL;
   CHECK_THROWS_WITH_AS(check_profile(inf, Precision::fp32, "c"), doctest::Contains("c: the fitted memory bandwidth is inf"), InputError);
   System nan = cpu;
   nan.gpu.gemm_efficiency = std::nan("");

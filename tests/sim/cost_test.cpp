@@ -1,4 +1,5 @@
-// Cost model: GEMM quantization, collectives, activation memory (Korthikanti et al. Table 2, exactly),
+// Cost model: GEMM quantization, collectives, activation memory (Korthikanti et al. Table 2, exactly), the
+// step costs' communication work and prices,
 // FLOP conventions (Narayanan eq. 3, Korthikanti eq. 7); the estimate's ZeRO-3 layer count and GPipe logits
 // against the event simulator.
 #include <doctest/doctest.h>
@@ -10,6 +11,7 @@
 #include "sim/cost/memory.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
+#include "sim/step_costs.hpp"
 
 using namespace tessel;
 
@@ -42,7 +44,7 @@ TEST_CASE("GEMM: wave and tile quantization, roofline") {
   const cost::GemmShape tiny{64, 64, 64, 100000};
   const double bytes = 2.0 * 3 * 64 * 64 * 100000.0;
   CHECK(cost::gemm_time(g, Precision::bf16, tiny) ==
-        doctest::Approx(bytes / (g.memory_bw * g.memory_efficiency) + g.kernel_overhead_s).epsilon(kTight));
+        doctest::Approx(bytes / (g.memory_bw_Bps * g.memory_efficiency) + g.kernel_overhead_s).epsilon(kTight));
 }
 
 TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
@@ -50,9 +52,9 @@ TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
   CHECK(cost::bus_factor(cost::Collective::all_reduce, 8) == doctest::Approx(2.0 * 7 / 8));
   CHECK(cost::bus_factor(cost::Collective::all_gather, 4) == doctest::Approx(0.75));
   CHECK(cost::bus_factor(cost::Collective::send_recv, 2) == 1.0);
-  // 8 GPUs of one node: ring all-reduce of S bytes = min(ring, tree) latency + 2 (n-1)/n S / (intra_bw eff).
+  // 8 GPUs of one node: ring all-reduce of S bytes = min(ring, tree) latency + 2 (n-1)/n S / (intra_bw_Bps eff).
   const double S = 100e6;
-  const double bw = sys.node.intra_bw * sys.node.intra_efficiency;
+  const double bw = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
   const double lat = std::min(14.0, 6.0) * sys.node.intra_latency_s;  // 2(n-1) ring steps vs 2 log2 n tree steps
   const auto t = cost::collective_time(sys, cost::Collective::all_reduce, S, {8, 1});
   CHECK_FALSE(t.inter_node);
@@ -60,7 +62,7 @@ TEST_CASE("collectives: nccl-tests bus factors and the placement of a group") {
   // A DP group of stride 8 (one member per node) crosses nodes: each member's NIC carries the ring.
   const auto dp = cost::collective_time(sys, cost::Collective::all_reduce, S, {16, 8});
   CHECK(dp.inter_node);
-  const double net = sys.net.nic_bw * sys.net.efficiency;
+  const double net = sys.net.nic_bw_Bps * sys.net.efficiency;
   CHECK(dp.seconds == doctest::Approx(8 * sys.net.latency_s + 2.0 * 15 / 16 * S / net).epsilon(kTight));
   // A stride-1 group over 4 nodes is hierarchical: intra-node phase, then 1/8 of the buffer per NIC.
   const auto h = cost::collective_time(sys, cost::Collective::all_reduce, S, {32, 1});
@@ -121,11 +123,11 @@ TEST_CASE("first-stage activations: Korthikanti eq. 5 (1F1B) and the interleaved
   const double s = 2048, h = 12288, a = 96, L = 96, t = 8;
   const double eq5 = s * h * L / t * (34 + 5 * a * s / h);
   const Estimate e = estimate(m, l, sys);
-  CHECK(e.memory[0].activations == doctest::Approx(eq5).epsilon(kExact));
+  CHECK(e.memory[0].activations_bytes == doctest::Approx(eq5).epsilon(kExact));
   l.schedule = sched::Kind::interleaved;
   l.vpp = 3;
   const Estimate ei = estimate(m, l, sys);
-  CHECK(ei.memory[0].activations == doctest::Approx(eq5 * (1 + 7.0 / (8 * 3))).epsilon(kExact));
+  CHECK(ei.memory[0].activations_bytes == doctest::Approx(eq5 * (1 + 7.0 / (8 * 3))).epsilon(kExact));
 }
 
 TEST_CASE("FLOP conventions: Narayanan eq. 3 and Korthikanti eq. 7") {
@@ -286,7 +288,7 @@ TEST_CASE("ZeRO-3: every layer a pipeline rank holds is gathered and reduced, wh
   l.stage_layers = {10, 12, 12, 12, 12, 12, 12, 14};
   const Estimate uneven1 = estimate(m, l, sys);
   // The tied embedding's all-reduce between the first and last rank is in the DP row too, whatever the split.
-  const double tied = tied_allreduce_seconds(sys, m, l);
+  const double tied = step_costs(m, l, sys).tied_s;
   REQUIRE(tied > 0);
   CHECK(uneven1.dp_comm_s - tied == doctest::Approx((one.dp_comm_s - tied) * 14 / 12).epsilon(kExact));
   l.schedule = sched::Kind::interleaved;
@@ -323,7 +325,7 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
       CAPTURE(k.pp);
       CHECK(k.peak_bytes == doctest::Approx(e.memory[static_cast<std::size_t>(k.pp)].total()).epsilon(kMemoryTol));
     }
-    CHECK(e.peak_memory == doctest::Approx(r.peak_bytes).epsilon(kMemoryTol));
+    CHECK(e.peak_memory_bytes == doctest::Approx(r.peak_bytes).epsilon(kMemoryTol));
   }
   // Without a pipeline the name does not apply: one micro-batch at a time (Megatron's no-pipelining path),
   // so "gpipe" at pp 1 holds one micro-batch's activations in both, as "1f1b" does.
@@ -335,7 +337,7 @@ TEST_CASE("GPipe and looped BFS keep every micro-batch's logits on the last stag
   l.schedule = sched::Kind::gpipe;
   const Model llama = load_model("llama2-7b");
   const engine::SimReport gp = engine::simulate(llama, l, sys);
-  CHECK(gp.peak_bytes == doctest::Approx(estimate(llama, l, sys).peak_memory).epsilon(kMemoryTol));
+  CHECK(gp.peak_bytes == doctest::Approx(estimate(llama, l, sys).peak_memory_bytes).epsilon(kMemoryTol));
   l.schedule = sched::Kind::one_f_one_b;
   CHECK(gp.peak_bytes == doctest::Approx(engine::simulate(llama, l, sys).peak_bytes).epsilon(1e-12));
 }
@@ -405,4 +407,87 @@ TEST_CASE("fp16 keeps 2-byte gradients, bf16 fp32 ones") {
   const double fp16 = estimate(m, l, sys).dp_comm_s;
   CHECK(fp16 < 0.6 * bf16);  // half the bytes, the same latency terms
   CHECK(fp16 > 0.4 * bf16);
+}
+
+// The step costs hold each communication of the step once, as work (kind, group, bytes) and its price, for
+// both engines. GPT-3 175B, tp 8 pp 8 dp 16 (one DP member per node: stride 8 on 8-GPU nodes), bf16 on the
+// A100 preset (NIC 25 GB/s at 0.85, 8 us latency). Expectations from the definitions, not from the code:
+// - DP: the distributed optimizer (ZeRO-1) reduce-scatters fp32 main gradients (4 bytes a parameter) and
+//   all-gathers bf16 weights (2) over the 16 replicas; a group of 16 with one member a node is one ring over
+//   the NICs: min(15 ring, 4 tree) latency steps + (15/16) S / (25e9 x 0.85).
+// - A middle rank holds 12 layers' shards: 12 x params_per_layer / 8 parameters, in ceil(P / 40M) buckets.
+// - The optimizer steps P / 16 of them (ZeRO-1): 30 bytes each at the preset's memory bandwidth x its
+//   efficiency, 4 launches of its kernel overhead.
+// - Tied embeddings: the table's gradient shard S = 4 V h / 8 bytes, two transfers of S / 2 between ranks
+//   7 x 8 x 16 = 896 apart (different nodes): 2 (8 us + S / 2 / (25e9 x 0.85)).
+TEST_CASE("step costs: one home for the step's communication, optimizer and memory") {
+  const System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 16, l.global_batch = 1536, l.zero_stage = 1;
+  l.schedule = sched::Kind::one_f_one_b;
+  const StepCosts c = step_costs(m, l, sys);
+  const StepSync& s = c.work.sync;
+  const double net = 25e9 * 0.85, lat = 8e-6;
+  CHECK(s.grad.kind == cost::Collective::reduce_scatter);
+  CHECK(s.grad.group.size == 16);
+  CHECK(s.grad.group.stride == 8);
+  CHECK(s.grad.bytes_per_param == 4);
+  CHECK(s.grad_reductions == 1);
+  CHECK(s.param_gather.kind == cost::Collective::all_gather);
+  CHECK(s.param_gather.bytes_per_param == 2);
+  CHECK_FALSE(s.sp_grad.runs());  // no SP
+  const double P = 12.0 * static_cast<double>(m.params_per_layer()) / 8;
+  CHECK(c.ranks.params[3] == doctest::Approx(P).epsilon(kExact));
+  CHECK(c.tail[3].grad_s == doctest::Approx(4 * lat + 15.0 / 16 * 4 * P / net).epsilon(kTight));
+  CHECK(c.tail[3].gather_s == doctest::Approx(4 * lat + 15.0 / 16 * 2 * P / net).epsilon(kTight));
+  CHECK(grad_buckets(P) == static_cast<int>(std::ceil(P / 40e6)));
+  CHECK(grad_buckets(1.0) == 1);
+  CHECK(c.tail[3].optimizer_s == doctest::Approx(30 * (P / 16) / (sys.gpu.memory_bw_Bps * sys.gpu.memory_efficiency) +
+                                            4 * sys.gpu.kernel_overhead_s).epsilon(kTight));
+  const double S = 4.0 * m.vocab * m.hidden / 8;
+  CHECK(s.tied.bytes * s.tied.times == doctest::Approx(S).epsilon(kExact));
+  CHECK(s.tied.distance == 896);
+  CHECK(c.tied_s == doctest::Approx(2 * (lat + S / 2 / net)).epsilon(kTight));
+  // Memory: bf16 weights (2), fp32 main_grad (4) and fp32 master + moments (12) sharded 16 ways by ZeRO-1.
+  CHECK(c.state.total() == doctest::Approx(2 + 4 + 12.0 / 16).epsilon(kExact));
+  CHECK(c.fixed_bytes() == doctest::Approx(sys.memory_reserved_bytes).epsilon(kExact));  // no ZeRO-3, no full recompute
+  // ZeRO-2 reduces every micro-batch's gradient (m = 1536 / 16 = 96); ZeRO-3 none whole, but one layer's
+  // weights per gather and scatter, bf16, in flat rings.
+  l.zero_stage = 2;
+  CHECK(step_costs(m, l, sys).work.sync.grad_reductions == 96);
+  l.zero_stage = 3;
+  const StepCosts z3 = step_costs(m, l, sys);
+  CHECK_FALSE(z3.work.sync.grad.runs());
+  CHECK_FALSE(z3.work.sync.param_gather.runs());
+  CHECK(z3.work.sync.zero3_gather.bytes == doctest::Approx(2.0 * m.params_per_layer() / 8).epsilon(kExact));
+  CHECK(z3.work.sync.zero3_gather.group.flat);
+  CHECK(z3.zero3_gather_s == doctest::Approx(4 * lat + 15.0 / 16 * 2.0 * m.params_per_layer() / 8 / net).epsilon(kTight));
+}
+
+// The runtime's activation model (cost::runtime_activation_peak) walks a schedule over per-stage bytes.
+// Expectations from its definition: under 1F1B with m >= p, rank 0 holds p - 0 = 2 micro-batches of stage 0
+// at its peak (no recompute: nothing transient); SP adds, per layer, the two norm outputs kept whole beside
+// their shard: 2 (T - T/t) h elements of 4 bytes (fp32), T = b s tokens; and the norm statistics shrink with
+// the shard from 4 x 4 T to 4 x 4 T / t bytes.
+TEST_CASE("the runtime's activation model: a 1F1B peak and SP's gathered norm outputs") {
+  const Model m = load_model("tiny");
+  Layout l;
+  l.tp = 2, l.pp = 2, l.global_batch = 4, l.precision = Precision::fp32, l.attention = AttentionImpl::unfused;
+  l.schedule = sched::Kind::one_f_one_b;
+  sched::GenParams gp;
+  gp.pp = 2;
+  gp.microbatches = l.num_microbatches();
+  const sched::Schedule s = sched::generate(sched::Kind::one_f_one_b, gp);
+  const cost::RuntimeActivations a = cost::runtime_stage_activations(m, l, 0);
+  CHECK(a.transient == 0);
+  CHECK(cost::runtime_activation_peak(m, l, s, 0) == doctest::Approx(2 * a.held).epsilon(kExact));
+  Layout sp = l;
+  sp.sequence_parallel = true;
+  const double T = static_cast<double>(m.seq_len), h = m.hidden, layers = l.layers_of_stage(0, m.layers);
+  const double gathered = 4.0 * 2 * (T - T / 2) * h, stats = 4.0 * 4 * (T - T / 2);
+  const double korthikanti = cost::stage_activation_bytes(m, sp, static_cast<int>(layers), 0) -
+                             cost::stage_activation_bytes(m, l, static_cast<int>(layers), 0);
+  CHECK(cost::runtime_stage_activations(m, sp, 0).held - a.held ==
+        doctest::Approx(korthikanti + layers * (gathered - stats)).epsilon(kTight));
 }

@@ -38,15 +38,22 @@ double unit_makespan(const std::string& gen, int pp, int m, int vpp, bool overla
   const sched::Schedule s = sched::lower(sched::generate(gen, gp));
   System sys;  // no links are used: p2p costs 0
   const Cluster c(l, sys, Fidelity::cluster);
+  StepCosts costs;  // unit stages; no transfers, collectives or optimizer
+  costs.work.layout = l;
+  for (int st = 0; st < s.num_stages; ++st) {
+    StageWork sw;
+    sw.stage = st;
+    sw.f = sw.i = sw.w = 1.0;
+    costs.work.stages.push_back(sw);
+  }
+  costs.ranks.params.assign(static_cast<std::size_t>(pp), 0.0);
+  costs.ranks.sp_grad_params.assign(static_cast<std::size_t>(pp), 0.0);
+  costs.tail.assign(static_cast<std::size_t>(pp), RankTail{});
   JobSpec spec;
   spec.layout = &l;
   spec.system = &sys;
   spec.schedule = &s;
-  for (int st = 0; st < s.num_stages; ++st) {
-    StageCost sc;
-    sc.f = sc.i = sc.w = 1.0;
-    spec.costs.stages.push_back(sc);
-  }
+  spec.costs = &costs;
   const Job job = build_job(spec, c);
   Simulator sim(job.graph);
   return sim.run().makespan;
@@ -111,6 +118,31 @@ TEST_CASE("simulator: agrees with the analytical estimate without contention") {
     // W, p on every rank for ZB-1P) included.
     for (const auto& k : r.ranks)
       CHECK(k.peak_bytes == doctest::Approx(e.memory[static_cast<std::size_t>(k.pp)].total()).epsilon(kMemoryTol));
+  }
+}
+
+// The optimizer step is one cost (cost::adamw_time of the parameters a GPU steps) in both engines: the
+// simulator charges each position its pipeline rank's shard, the estimate the largest rank's, so the longest
+// simulated optimizer op equals the estimate's optimizer_s. GPT-3 175B on pp 8 holds 12 layers a rank plus
+// the embedding (first) and its tied copy (last): those two ranks are the largest. With ZeRO-1 the shard is
+// 1/dp of that. (Overlap slowdown off: nothing may stretch the op's played time.)
+TEST_CASE("simulator and estimate charge the same optimizer step") {
+  System sys = load_system("dgx-a100");
+  sys.gpu.overlap_slowdown = 0;
+  const Model m = load_model("gpt3-175b");
+  for (int zero : {0, 1}) {
+    CAPTURE(zero);
+    Layout l;
+    l.tp = 8, l.pp = 8, l.dp = 2, l.global_batch = 16, l.zero_stage = zero;
+    l.schedule = sched::Kind::one_f_one_b;
+    const Estimate e = estimate(m, l, sys);
+    SimOptions o;
+    o.critical_path = false;
+    const SimReport r = simulate(m, l, sys, o);
+    double longest = 0;
+    for (std::uint32_t t = 0; t < r.job.graph.size(); ++t)
+      if (r.job.info[t].op == OpKind::optimizer) longest = std::max(longest, r.run.end[t] - r.run.start[t]);
+    CHECK(longest == doctest::Approx(e.optimizer_s).epsilon(kExact));
   }
 }
 
@@ -293,6 +325,33 @@ TEST_CASE("simulator: oversubscribed core slows cross-pod DP traffic") {
   CHECK(slow > base * 1.05);
 }
 
+// Flows are priced on the flat system and slowed by the core link, so oversubscription counts once: ZeRO-3's
+// per-layer gathers too. Llama 2 7B, tp 8, two data-parallel replicas on two nodes in two pods of 8 GPUs
+// under 4:1 oversubscription: each gather is alone on its links (gathers and reduce-scatters are chained),
+// and the core link of each pod has capacity 1 / 4 of one position's NIC, so it runs at a quarter of its
+// uncontended rate throughout. Uncontended, a flat ring of two over the NICs: one latency step (8 us) +
+// (1/2) S / (25 GB/s x 0.85), S = one layer's bf16 weight shard (2 x params_per_layer / 8 bytes).
+TEST_CASE("simulator: ZeRO-3 gathers across an oversubscribed core pay the oversubscription once") {
+  System sys = load_system("dgx-a100");
+  sys.net.pod_gpus = 8;
+  sys.net.oversubscription = 4;
+  const Model m = load_model("llama2-7b");
+  Layout l;
+  l.tp = 8, l.pp = 1, l.dp = 2, l.global_batch = 2, l.zero_stage = 3;
+  SimOptions o;
+  o.critical_path = false;
+  const SimReport r = simulate(m, l, sys, o);
+  const double S = 2.0 * static_cast<double>(m.params_per_layer()) / 8;
+  const double uncontended = 8e-6 + 0.5 * S / (25e9 * 0.85);
+  std::size_t gathers = 0;
+  for (std::uint32_t t = 0; t < r.job.graph.size(); ++t)
+    if (r.job.info[t].op == OpKind::zero3_allgather) {
+      ++gathers;
+      CHECK(r.run.end[t] - r.run.start[t] == doctest::Approx(4 * uncontended).epsilon(kExact));
+    }
+  CHECK(gathers == 2u * static_cast<std::size_t>(m.layers));  // forward and backward, one per layer
+}
+
 TEST_CASE("simulator: bad input") {
   const System sys = load_system("dgx-a100");
   const Model m = load_model("llama2-7b");
@@ -398,7 +457,7 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     const SimReport r = simulate(m, l, sys, o);
     const trace::Trace t = to_trace(r, sys);
     int per_layer = 0;
-    for (const auto& w : r.workload.layer.ops) per_layer += w.cls == OpClass::collective;
+    for (const auto& w : r.costs.work.layer.ops) per_layer += w.cls == OpClass::collective;
     REQUIRE(per_layer > 0);
     std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> compute;  // (rank, mb) -> spans
     int recomputes = 0, pieces = 0;
@@ -419,8 +478,8 @@ TEST_CASE("simulated TP slices sit inside their op, once per collective, recompu
     // Expected count: every stage's forward and backward ops, per micro-batch, per position (replica: one).
     std::size_t want = 0;
     const int mbs = l.num_microbatches();
-    for (const auto& st : r.workload.stages) {
-      const StageEdges* edges = r.workload.edges_of(st.stage);
+    for (const auto& st : r.costs.work.stages) {
+      const StageEdges* edges = r.costs.work.edges_of(st.stage);
       want += static_cast<std::size_t>(mbs) * (2 * per_layer * st.layers + (edges ? edges->count : 0));
       if (k.rc == Recompute::full) want += static_cast<std::size_t>(mbs) * per_layer * st.recomputed_layers;
     }
@@ -461,9 +520,9 @@ TEST_CASE("compare's per-rank busy, exposed communication and bubble equal the s
       CAPTURE(rs[i].rank);
       CHECK(rs[i].rank == r.ranks[i].global_rank);
       // The trace prints times to the nanosecond: a few ns of rounding over a step's ops.
-      CHECK(rs[i].busy_us == doctest::Approx(r.ranks[i].busy * 1e6).epsilon(1e-5));
-      CHECK(rs[i].exposed_comm_us == doctest::Approx(r.ranks[i].exposed_comm * 1e6).epsilon(1e-4));
-      CHECK(rs[i].bubble_us == doctest::Approx(r.ranks[i].bubble * 1e6).epsilon(1e-4));
+      CHECK(rs[i].busy_us == doctest::Approx(r.ranks[i].busy_s * 1e6).epsilon(1e-5));
+      CHECK(rs[i].exposed_comm_us == doctest::Approx(r.ranks[i].exposed_comm_s * 1e6).epsilon(1e-4));
+      CHECK(rs[i].bubble_us == doctest::Approx(r.ranks[i].bubble_s * 1e6).epsilon(1e-4));
     }
   }
 }
@@ -503,10 +562,10 @@ TEST_CASE("the critical path ends at step_s for ZeRO 0/1/2/3") {
     l.tp = 1, l.pp = 2, l.dp = 4, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 64, l.zero_stage = zero;
     const SimReport r = simulate(m, l, sys);
     REQUIRE(!r.critical_path.empty());
-    const double end = r.critical_path.back().end;
+    const double end = r.critical_path.back().end_s;
     CHECK(end == doctest::Approx(r.step_s).epsilon(kExact));
     for (std::size_t i = 1; i < r.critical_path.size(); ++i)
-      CHECK(r.critical_path[i].start >= r.critical_path[i - 1].end - kExact * r.step_s);
+      CHECK(r.critical_path[i].start_s >= r.critical_path[i - 1].end_s - kExact * r.step_s);
     // The trace outlasts the step under ZeRO-1/2 (the case this guards); not under 0 and 3.
     double trace_end = 0;
     for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) trace_end = std::max(trace_end, r.run.end[t]);

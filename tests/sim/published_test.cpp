@@ -155,7 +155,7 @@ TEST_CASE("calibrate --published: Korthikanti Table 4 gives the A100 preset's fi
   CHECK(f.max_abs_pct < 3.0);
   // Everything not on the grid is the base's.
   CHECK(f.profile.gpu.attention_efficiency == base.gpu.attention_efficiency);
-  CHECK(f.profile.node.intra_bw == base.node.intra_bw);
+  CHECK(f.profile.node.intra_bw_Bps == base.node.intra_bw_Bps);
 }
 
 // validate --explore-rank maps each row as validate does: on the published rows that measure an iteration

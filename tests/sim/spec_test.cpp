@@ -110,11 +110,11 @@ TEST_CASE("system presets load and bad system files are rejected") {
     CAPTURE(n);
     const System s = load_system(n);
     CHECK(std::max(s.gpu.peak(Precision::bf16), s.gpu.peak(Precision::fp32)) > 0);  // cpu: fp32 only
-    CHECK(s.node.intra_bw > 0);
+    CHECK(s.node.intra_bw_Bps > 0);
     // Round trip through JSON keeps every number.
     const System back = parse_system(system_to_json(s), "roundtrip");
-    CHECK(back.gpu.memory_bw == doctest::Approx(s.gpu.memory_bw));
-    CHECK(back.net.nic_bw == doctest::Approx(s.net.nic_bw));
+    CHECK(back.gpu.memory_bw_Bps == doctest::Approx(s.gpu.memory_bw_Bps));
+    CHECK(back.net.nic_bw_Bps == doctest::Approx(s.net.nic_bw_Bps));
   }
   const System a100 = load_system("dgx-a100");
   CHECK(a100.gpu.peak(Precision::bf16) == doctest::Approx(312e12));

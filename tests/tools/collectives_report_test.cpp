@@ -30,7 +30,7 @@ TEST_CASE("nccl_data: 15 all-reduces found, sized, and predicted on dgx-a100") {
     allreduce_bytes += r.bytes;
     CHECK(r.group_size == 2);
     // Predicted: one NVLink hop, 2(n-1)/n S / (intra bandwidth * efficiency) + latency terms.
-    const double bw = sys.node.intra_bw * sys.node.intra_efficiency;
+    const double bw = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
     const double expect_us = 1e6 * (2 * sys.node.intra_latency_s + 1.0 * r.bytes / bw);
     CHECK(r.predicted_us == doctest::Approx(expect_us).epsilon(1e-9));
     // Measured bus bandwidth as nccl-tests defines it: 2(n-1)/n * S / t.

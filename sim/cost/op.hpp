@@ -1,0 +1,53 @@
+// One lowered op as work (what the lowering in sim/workload.cpp says a GPU does: a GEMM's shape, an attention
+// kernel's FLOPs and bytes, an element-wise kernel's bytes, a collective's kind, bytes and group) and its
+// price (how long the cost models of compute.hpp and comm.hpp say it takes on a System). The lowering builds
+// the work; price() fills the times; nothing else computes an op's time.
+#pragma once
+
+#include <cstdint>
+
+#include "sim/cost/comm.hpp"
+#include "sim/cost/compute.hpp"
+
+namespace tessel::cost {
+
+enum class OpClass : std::uint8_t { gemm, attention, elementwise, collective };
+
+// One op of one layer (or of the embedding / head), for one micro-batch on one GPU.
+struct WorkOp {
+  const char* name = "";      // qkv, attn_scores, softmax_dropout, attn_v, flash_attn, proj, mlp_up, act, mlp_down,
+                              // norm1, norm2, residual1, residual2, tp_*, logits (static strings: ops are copied
+                              // per layout in explore's hot loop)
+  OpClass cls = OpClass::gemm;
+  Precision precision = Precision::bf16;  // the kernel's dtype (attention stays 16-bit under fp8 recipes)
+  // Work.
+  GemmShape gemm;             // gemm: the forward shape
+  bool has_weights = true;    // gemm: a linear layer (its weight gradient is W); false for attention's batched GEMMs
+  double flops_f = 0;         // model FLOPs forward
+  double flops_b = 0;         // model FLOPs backward (input grad + weight grad)
+  double exec_flops_f = 0;    // attention: FLOPs the kernel executes forward (causal: half the model count)
+  double exec_flops_b = 0;    // attention: FLOPs the kernel executes backward (it recomputes the scores)
+  double bytes_f = 0;         // memory traffic, forward
+  double bytes_b = 0;         // memory traffic, backward
+  int kernels = 1;            // element-wise: launches per pass
+  Collective coll = Collective::all_reduce;
+  GroupPlacement group;       // collective: its ranks
+  double comm_bytes = 0;      // collective: buffer size as nccl-tests counts it, once forward and once backward
+  bool attention_core = false;   // recomputed under selective recompute
+  // Price (price() below).
+  double t_f = 0;             // seconds forward
+  double t_i = 0;             // seconds backward for inputs (I)
+  double t_w = 0;             // seconds backward for weights (W); 0 for ops without weights
+};
+
+// Fills op.t_f, t_i, t_w from its work on `sys`:
+// - gemm: forward m x n x k; input gradient dX = dY W^T (m x k output, inner n); weight gradient dW = X^T dY
+//   (k x n output, inner m, the token count), which is an input gradient for a GEMM without weights. fp8
+//   GEMMs also cast their 16-bit inputs (read 2 bytes, write 1 per element, with an amax reduction): the
+//   activation [m, k] forward and the output gradient [m, n] backward.
+// - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward.
+// - elementwise: memory_time of the bytes moved, `kernels` launches a pass.
+// - collective: comm.hpp's collective_time, once forward and once backward.
+void price(WorkOp& op, const System& sys);
+
+}  // namespace tessel::cost
