@@ -16,7 +16,6 @@ Exit status: 0 when every step produced numbers (the targets are reported, not e
 import argparse
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -91,9 +90,6 @@ def predict(tessel, engine, model, profile, l):
     return float(j["step_s"])
 
 
-STEP_RE = re.compile(r"^step\s+(\d+)\s.*time\s+([0-9.]+)\s+(ms|s|us)\b", re.M)
-
-
 def measure(tessel, model, l, steps, trace=None):
     """Fastest step time of `tessel run` after the first two (warm-up) steps.
 
@@ -101,14 +97,12 @@ def measure(tessel, model, l, steps, trace=None):
     ever adds time to a step, and the same layout measured 1.0x-2.2x apart depending on it; the fastest step
     is the closest to the undisturbed time the profile describes (the bench takes medians of short, ~20 ms
     samples, which mostly fall between the disturbances)."""
-    cmd = [tessel, "run", "--backend", "cpu", "--model", model, "--steps", str(steps)] + layout_flags(l)
+    cmd = [tessel, "run", "--backend", "cpu", "--model", model, "--steps", str(steps), "--json"] + layout_flags(l)
     if trace:
         cmd += ["--trace", trace]
-    out = sh(cmd)
-    scale = {"ms": 1e-3, "s": 1.0, "us": 1e-6}
-    times = [float(t) * scale[u] for (_, t, u) in STEP_RE.findall(out)]
+    times = [s["seconds"] for s in json.loads(sh(cmd))["steps"]]  # `tessel run --json` (docs/runtime.md)
     if len(times) < steps:
-        sys.stderr.write("closed_loop: could not read %d step times from:\n%s" % (steps, out))
+        sys.stderr.write("closed_loop: %d step times for %d steps from %s\n" % (len(times), steps, " ".join(cmd)))
         sys.exit(1)
     return min(times[2:] if len(times) > 2 else times)
 
