@@ -18,17 +18,7 @@ namespace {
 
 rt::cuda::CudaRunOptions cuda_options(const cli::CommandLine& cl, const RunFlags& f) {
   rt::cuda::CudaRunOptions o;
-  o.model = f.model;
-  o.layout = f.layout;
-  o.steps = f.steps;
-  o.seed = f.seed;
-  o.lr = f.lr;
-  o.trace_path = f.trace_path;
-  o.data_file = f.data_file;
-  o.save_every = f.save_every;
-  o.checkpoint_dir = f.checkpoint_dir;
-  o.resume = f.resume;
-  o.start_step = f.start_step;
+  static_cast<rt::RunSpec&>(o) = f;
   o.only_rank = static_cast<int>(cl.get_int("--only-rank", 0, 1 << 20).value_or(-1));
   o.precision = cl.get_or("--precision", "bf16");
   o.attention_kernel = cl.get_or("--attention-kernel", "");

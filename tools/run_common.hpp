@@ -12,6 +12,7 @@
 
 #include "models/model.hpp"
 #include "runtime/run_report.hpp"
+#include "runtime/run_spec.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 #include "sim/layout.hpp"
 #include "util/json_reader.hpp"
@@ -23,16 +24,7 @@ class CommandLine;
 namespace tessel::cmd {
 
 // The flags both backends read, parsed and checked before any rank starts.
-struct RunFlags {
-  Model model;
-  Layout layout;
-  int steps = 10;
-  std::uint64_t seed = 1234;
-  float lr = 1e-3f;
-  std::string data_file, trace_path;
-  int save_every = 0;
-  std::string checkpoint_dir, resume;
-  int start_step = 0;  // the resumed checkpoint's step; 0 for a fresh run
+struct RunFlags : rt::RunSpec {
   bool json = false;
 };
 

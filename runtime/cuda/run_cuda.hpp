@@ -11,27 +11,18 @@
 
 #include "models/model.hpp"
 #include "runtime/run_report.hpp"
+#include "runtime/run_spec.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 #include "sim/layout.hpp"
 
 namespace tessel::rt::cuda {
 
-struct CudaRunOptions {
-  Model model;
-  Layout layout;
-  int steps = 10;
-  std::uint64_t seed = 1234;
-  float lr = 1e-3f;
-  std::string trace_path;      // empty: no trace
+struct CudaRunOptions : RunSpec {
   int only_rank = -1;          // >= 0: execute this world rank of the layout alone (synthesised inputs)
   std::string precision = "bf16";  // GEMM operands: bf16 (fp32 accumulate), tf32 or fp32
   std::string attention_kernel;    // the attention kernel's variant by name; empty: the default
   bool profile_kernels = false;  // time named kernel scopes (CudaRunResult::kernels)
   bool gpu_threads = false;    // every rank of the layout as a thread on GPU 0, communicating through the host
-  std::string data_file;       // token file; empty: the synthetic stream
-  int save_every = 0;          // > 0: recovery checkpoint every N steps into checkpoint_dir
-  std::string checkpoint_dir, resume;
-  int start_step = 0;  // the resumed checkpoint's step (0: a fresh run); the trace numbers its steps from it + 1
 };
 
 // How the run's ranks are played, as the reporting process sees it once its trainer is built.
