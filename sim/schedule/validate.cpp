@@ -212,56 +212,55 @@ void check_recompute(const Schedule& s, const OpIndex& idx, Report& rep) {
   }
 }
 
-// 3./4. Same-rank dependencies in program order (F < B/I < W per stage, F(s-1) < F(s) and B/I(s+1) <
-// B/I(s) when both stages share a rank). Cross-rank order is the deadlock check's job.
-void check_local_order(const Schedule& s, const OpIndex& idx, Report& rep) {
+// Every data dependency of every compute action (an OVERLAP_F_B's parts each), in program order:
+// fn(rank, position, the consuming part, the dependency).
+template <typename Fn>
+void for_each_dep(const Schedule& s, const OpIndex& idx, Fn fn) {
   for (int r = 0; r < s.num_ranks; ++r)
     for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
       const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-      std::vector<Action> parts = a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a};
-      for (const auto& part : parts) {
+      for (const auto& part : a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a}) {
         if (!is_compute(part.type)) continue;
-        for (const auto& d : detail::deps_of(s, idx, part)) {
-          if (d.cross_rank) continue;
-          const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
-          if (prod.size() == 1 && prod[0].rank == r && prod[0].pos >= p)
-            rep.add_at({r, p}, d.producer_stage == part.stage ? "order" : "causality",
-                    where(s, {r, p}) + " runs before its input " + where(s, prod[0]) + " on the same rank");
-        }
+        for (const auto& d : detail::deps_of(s, idx, part)) fn(r, p, part, d);
       }
     }
+}
+
+// 3./4. Same-rank dependencies in program order (F < B/I < W per stage, F(s-1) < F(s) and B/I(s+1) <
+// B/I(s) when both stages share a rank). Cross-rank order is the deadlock check's job.
+void check_local_order(const Schedule& s, const OpIndex& idx, Report& rep) {
+  for_each_dep(s, idx, [&](int r, int p, const Action& part, const detail::Dep& d) {
+    if (d.cross_rank) return;
+    const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
+    if (prod.size() == 1 && prod[0].rank == r && prod[0].pos >= p)
+      rep.add_at({r, p}, d.producer_stage == part.stage ? "order" : "causality",
+                 where(s, {r, p}) + " runs before its input " + where(s, prod[0]) + " on the same rank");
+  });
 }
 
 // 5. Each cross-rank dependency carried by exactly one SEND after the producer and one RECV before the
 // consumer; every SEND/RECV belongs to such a dependency.
 void check_send_recv(const Schedule& s, const OpIndex& idx, Report& rep) {
   std::map<std::tuple<int, int, int>, int> used;
-  for (int r = 0; r < s.num_ranks; ++r)
-    for (int p = 0; p < static_cast<int>(s.ranks[static_cast<std::size_t>(r)].size()); ++p) {
-      const Action& a = s.ranks[static_cast<std::size_t>(r)][static_cast<std::size_t>(p)];
-      std::vector<Action> parts = a.type == ActionType::OVERLAP_F_B ? a.sub : std::vector<Action>{a};
-      for (const auto& part : parts) {
-        if (!is_compute(part.type)) continue;
-        for (const auto& d : detail::deps_of(s, idx, part)) {
-          if (!d.cross_rank) continue;
-          const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
-          const auto& snd = idx.find(d.send_type, d.send_stage, d.mb);
-          const auto& rcv = idx.find(d.recv_type, d.recv_stage, d.mb);
-          used[{static_cast<int>(d.send_type), d.send_stage, d.mb}]++;
-          used[{static_cast<int>(d.recv_type), d.recv_stage, d.mb}]++;
-          const std::string need = where(s, {r, p});
-          if (snd.size() != 1 || rcv.size() != 1) {
-            rep.add_at({r, p}, "send-recv", need + " needs exactly one " + key(d.send_type, d.send_stage, d.mb) + " and one " +
-                                     key(d.recv_type, d.recv_stage, d.mb) + "; found " + std::to_string(snd.size()) +
-                                     " and " + std::to_string(rcv.size()));
-            continue;
-          }
-          if (prod.size() == 1 && (snd[0].rank != prod[0].rank || snd[0].pos < prod[0].pos))
-            rep.add_at(snd[0], "send-recv", where(s, snd[0]) + " must follow its producer " + where(s, prod[0]) + " on the same rank");
-          if (rcv[0].rank != r || rcv[0].pos > p) rep.add_at(rcv[0], "send-recv", where(s, rcv[0]) + " must precede its consumer " + need + " on the same rank");
-        }
-      }
+  for_each_dep(s, idx, [&](int r, int p, const Action&, const detail::Dep& d) {
+    if (!d.cross_rank) return;
+    const auto& prod = idx.find(d.producer_type, d.producer_stage, d.mb);
+    const auto& snd = idx.find(d.send_type, d.send_stage, d.mb);
+    const auto& rcv = idx.find(d.recv_type, d.recv_stage, d.mb);
+    used[{static_cast<int>(d.send_type), d.send_stage, d.mb}]++;
+    used[{static_cast<int>(d.recv_type), d.recv_stage, d.mb}]++;
+    const std::string need = where(s, {r, p});
+    if (snd.size() != 1 || rcv.size() != 1) {
+      rep.add_at({r, p}, "send-recv", need + " needs exactly one " + key(d.send_type, d.send_stage, d.mb) + " and one " +
+                                          key(d.recv_type, d.recv_stage, d.mb) + "; found " + std::to_string(snd.size()) +
+                                          " and " + std::to_string(rcv.size()));
+      return;
     }
+    if (prod.size() == 1 && (snd[0].rank != prod[0].rank || snd[0].pos < prod[0].pos))
+      rep.add_at(snd[0], "send-recv", where(s, snd[0]) + " must follow its producer " + where(s, prod[0]) + " on the same rank");
+    if (rcv[0].rank != r || rcv[0].pos > p)
+      rep.add_at(rcv[0], "send-recv", where(s, rcv[0]) + " must precede its consumer " + need + " on the same rank");
+  });
   for (const auto& [k, refs_] : idx.all()) {
     const auto t = static_cast<ActionType>(std::get<0>(k));
     if (is_comm(t) && !used.count(k))
