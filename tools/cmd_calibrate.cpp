@@ -170,7 +170,8 @@ int calibrate(const Args& args) {
   const auto out = cl.get("-o");
   if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
   if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--checkpoints") && !cl.has("--published"))
-    throw InputError("tessel calibrate: give --bench FILE, --trace FILES and/or --checkpoints RUNS, or --published ROWS");
+    throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES, or --published ROWS (or --checkpoints RUNS "
+                     "for the storage bandwidth)");
   check_writable(*out, "-o");
   if (cl.has("--published")) return calibrate_published(cl, *out);
   if (cl.has("--only")) throw InputError("--only selects rows of --published, and none is given");
