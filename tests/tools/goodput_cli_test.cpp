@@ -217,7 +217,9 @@ TEST_CASE("explore: the simulated tier's rows carry the time to train at their o
   const auto r = run_tessel({"explore", "--model", "llama2-7b", "--system", "dgx-h100", "--gpus", "64", "--gbs", "512",
                              "--seq", "4096", "--steps", "1000", "--top", "3", "--json", "--objective", "time-to-train"});
   REQUIRE_MESSAGE(r.code == 0, r.err);
-  for (const json& row : json::parse(r.out)["top"]) {
+  const json doc = json::parse(r.out);
+  REQUIRE(doc["top"].size() == 3);
+  for (const json& row : doc["top"]) {
     const json& t = row["time_to_train"];
     CHECK(t["interval_s"].get<double>() / t["interval_steps"].get<double>() == doctest::Approx(row["step_s"].get<double>()));
   }
