@@ -66,7 +66,7 @@ void print_time_to_train(const cli::CommandLine& cl, const goodput::Job& job, co
       {"load on restart", fmt::seconds(p.ckpt.load_s) + " (" + bytes_text(p.bytes.total_read) + " read)"},
       {"job MTBF", mtbf_text(p, job)},
       {"restart", fmt::seconds(job.reliability.restart_overhead_s) + " overhead + " + fmt::seconds(p.ckpt.load_s) + " load"},
-      {"checkpoint interval", "every " + std::to_string(p.interval_steps) + " steps = " + fmt::seconds(p.interval_s) +
+      {"checkpoint interval", "every " + std::to_string(p.interval_steps) + (p.interval_steps == 1 ? " step = " : " steps = ") + fmt::seconds(p.interval_s) +
                                   " (Daly " + fmt::seconds(p.daly_s) + ", Young " + fmt::seconds(p.young_s) + ")"},
       {"expected failures", fmt::fixed(p.failures, 1)},
       {"goodput", fmt::pct(p.goodput) + " (of the wall time, first order: checkpoints " + fmt::pct(p.checkpoint_s / wall) +
