@@ -17,6 +17,7 @@
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
 #include "util/units.hpp"
+#include "tools/goodput_args.hpp"
 
 namespace tessel::cmd {
 
@@ -38,28 +39,42 @@ void print_progress(double f) {
   std::fflush(stderr);
 }
 
+// The time-to-train columns are there when the search was given the job (--tokens or --steps).
+bool has_time_to_train(const std::vector<explore::Scored>& rows) { return !rows.empty() && rows.front().plan; }
+
 std::string csv_of(const explore::Result& r) {
   std::ostringstream os;
-  os << "rank,layout,tier,step_s,tokens_per_s,model_tflops_per_gpu,mfu,bubble_fraction,exposed_comm_s,peak_memory_GiB,headroom_GiB\n";
+  const bool ttt = has_time_to_train(r.top);
+  os << "rank,layout,tier,step_s,tokens_per_s,model_tflops_per_gpu,mfu,bubble_fraction,exposed_comm_s,peak_memory_GiB,headroom_GiB"
+     << (ttt ? ",days,goodput,save_s,interval_s" : "") << "\n";
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const auto& s = r.top[i];
     const double scale = s.analytical_step_s / s.step_s;
     os << i + 1 << "," << s.layout.describe() << "," << s.tier << "," << s.step_s << "," << s.tokens_per_s * scale
        << "," << s.tflops_per_gpu * scale << "," << s.mfu * scale << "," << s.bubble << "," << s.exposed_comm_s << ","
-       << s.peak_memory_bytes / kGiB << "," << (s.capacity_bytes - s.peak_memory_bytes) / kGiB << "\n";
+       << s.peak_memory_bytes / kGiB << "," << (s.capacity_bytes - s.peak_memory_bytes) / kGiB;
+    if (ttt) os << "," << s.plan->days << "," << s.plan->goodput << "," << s.plan->ckpt.blocking_s << "," << s.plan->interval_s;
+    os << "\n";
   }
   return os.str();
 }
 
 void print_rows(const std::vector<explore::Scored>& rows) {
+  const bool ttt = has_time_to_train(rows);
   std::vector<std::vector<std::string>> t = {{"#", "layout", "step", "tokens/s", "model TFLOP/s/GPU", "MFU", "bubble*",
-                                              "exposed comm*", "peak mem", "headroom", "tier"}};
+                                              "exposed comm*", "peak mem", "headroom"}};
+  if (ttt) t.front().insert(t.front().end(), {"days", "goodput", "save", "interval"});
+  t.front().push_back("tier");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& s = rows[i];
     const double scale = s.analytical_step_s / s.step_s;
     t.push_back({std::to_string(i + 1), s.layout.describe(), fmt::seconds(s.step_s), fmt::si(s.tokens_per_s * scale, ""),
                  fmt::rate(s.tflops_per_gpu * scale), fmt::pct(s.mfu * scale), fmt::pct(s.bubble),
-                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory_bytes), fmt::gib(s.capacity_bytes - s.peak_memory_bytes), s.tier});
+                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory_bytes), fmt::gib(s.capacity_bytes - s.peak_memory_bytes)});
+    if (ttt)
+      t.back().insert(t.back().end(), {fmt::fixed(s.plan->days, 1), fmt::pct(s.plan->goodput),
+                                       fmt::seconds(s.plan->ckpt.blocking_s), fmt::seconds(s.plan->interval_s)});
+    t.back().push_back(s.tier);
   }
   std::cout << fmt::table(t);
 }
@@ -72,6 +87,15 @@ void print_legend() {
                "* of the busiest pipeline rank, by the row's tier: 'des' (event simulator): idle share of the step "
                "and the communication not hidden behind compute on the rank with the most busy time; 'analytical': "
                "the estimate's pipeline idle share of that rank and its exposed TP + CP + PP + DP time.\n";
+}
+
+// What the time-to-train columns are (docs/goodput.md), and what ranked the rows.
+void print_time_to_train_legend(const cli::CommandLine& cl, const goodput::Job& job, explore::Objective objective) {
+  std::cout << "days, goodput: the expected time to train " << cli::job_length_text(cl, job)
+            << " under failures at the row's step time (Daly's closed form); save: what each checkpoint stops training "
+               "for; interval: Daly's, in whole steps (docs/goodput.md). Ranked by "
+            << (objective == explore::Objective::time_to_train ? "the time to train" : "step time (--objective time-to-train ranks by days)")
+            << ".\n";
 }
 
 // The search space from the restriction flags (empty: every sensible value), tp's node limit and precision.
@@ -124,11 +148,13 @@ void write_best(const Model& m, const System& sys, const Layout& winner, const c
 }
 
 // The human report: the ranked rows, what the columns are, the counts, the rejections (and the Pareto front).
-void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto) {
+void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto,
+                const cli::CommandLine& cl, const explore::Options& opt) {
   std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
             << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
   print_rows(r.top);
   print_legend();
+  if (opt.job) print_time_to_train_legend(cl, *opt.job, opt.objective);
   std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
             << r.simulated << " re-scored by the event simulator";
   if (r.too_large > 0)
@@ -177,9 +203,8 @@ std::string nothing_fits_message(const Model& m, const System& sys, int gpus, in
 }  // namespace
 
 int explore(const Args& args) {
-  cli::CommandLine cl(
-      "explore", args,
-      {{"--model", true, "model preset or JSON file [gpt3-175b]"},
+  std::vector<cli::OptionSpec> options = {
+       {"--model", true, "model preset or JSON file [gpt3-175b]"},
        {"--system", true, "system preset or JSON file [dgx-a100]"},
        {"--gpus", true, "number of GPUs [1024]"},
        {"--gbs", true, "global batch size in sequences [1536]"},
@@ -207,8 +232,10 @@ int explore(const Args& args) {
        {"--json", false, "print one JSON document"},
        {"--csv", true, "also write the top rows as CSV to this file"},
        {"--trace-best", true, "write the simulator's Chrome trace of the winner"},
-       {"--svg-best", true, "write the simulator's SVG timeline of the winner"}},
-      0);
+       {"--svg-best", true, "write the simulator's SVG timeline of the winner"},
+       {"--objective", true, "rank by step or time-to-train (needs --tokens or --steps) [step]"}};
+  for (auto& o : cli::goodput_options()) options.push_back(std::move(o));
+  cli::CommandLine cl("explore", args, options, 0);
   if (cl.print_help()) return 0;
   Model m = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
   const System sys = load_system(cl.get_or("--system", "dgx-a100"));
@@ -226,6 +253,13 @@ int explore(const Args& args) {
   opt.simulate_k = static_cast<int>(cl.get_int("--simulate-k", 1, 100000).value_or(0));
   opt.threads = static_cast<int>(cl.get_int("--threads", 1, 1024).value_or(0));
   if (!cl.has("--no-simulate")) opt.simulate = explore::event_simulator(m, sys);
+  opt.job = cli::read_goodput_job(cl, m, gbs, sys);
+  const std::string objective = cl.get_or("--objective", "step");
+  if (objective != "step" && objective != "time-to-train")
+    throw InputError("--objective " + objective + ": must be step or time-to-train");
+  if (objective == "time-to-train" && !opt.job)
+    throw InputError("--objective time-to-train: needs the job's length, --tokens N or --steps N");
+  opt.objective = objective == "step" ? explore::Objective::step : explore::Objective::time_to_train;
   const bool json = cl.flag("--json");
   if (!json && ::isatty(2)) opt.progress = print_progress;
 
@@ -249,10 +283,11 @@ int explore(const Args& args) {
     j["system"] = sys.name;
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
+    if (opt.job) j["objective"] = objective;  // with the job only: the document is otherwise unchanged
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  print_text(m, sys, gpus, gbs, r, cl.flag("--pareto"));
+  print_text(m, sys, gpus, gbs, r, cl.flag("--pareto"), cl, opt);
   return 0;
 }
 

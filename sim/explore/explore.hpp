@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/estimate.hpp"
+#include "sim/goodput.hpp"
 
 namespace tessel::explore {
 
@@ -45,7 +46,13 @@ struct Scored {
   int peak_rank = 0;
   double capacity_bytes = 0;
   std::string tier = "analytical";
+  // The time to train at the tier's step time, when the search was given the job (Options::job).
+  std::optional<goodput::Plan> plan;
 };
+
+// What ranks the layouts: the step time, or the expected time to train the whole job under failures (the
+// goodput-adjusted time: a layout with a larger checkpoint or a slower restart can lose to a slower step).
+enum class Objective { step, time_to_train };
 
 struct Rejection {
   std::string rule;
@@ -79,6 +86,8 @@ struct Options {
   int simulate_k = 0;       // 0: adaptive (grow until the top N is stable)
   int threads = 0;          // 0: all cores
   SimulateFn simulate;      // empty: analytical tier only
+  std::optional<goodput::Job> job;  // the job to train: every fitting layout gets its time to train (Scored::plan)
+  Objective objective = Objective::step;  // time_to_train needs `job`
   std::function<void(double)> progress;  // fraction done, called from the main thread
 };
 
@@ -133,6 +142,8 @@ std::string memory_message(const Estimate& e);
 // Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
 // then the layout's description in lexicographic order.
 bool better(const Scored& a, const Scored& b);
+// The same under an objective: time_to_train compares the expected wall time first (both need a plan).
+bool better_by(const Scored& a, const Scored& b, Objective objective);
 
 // Why a layout ranks where it does or was rejected, and what would make it fit (text, several lines).
 std::string explain(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);
