@@ -122,3 +122,31 @@ TEST_CASE("a MoE model file: each rule names the file, the key, the value") {
   huge.replace(huge.find("\"hidden\":8"), 10, "\"hidden\":16777216");
   CHECK(error_of(huge).find("more than the limit 1e+15") != std::string::npos);
 }
+
+TEST_CASE("MoE presets: totals and active counts as their sources state them") {
+  struct Stated {
+    const char* name;
+    bool active_without_embedding;  // the source leaves the input embedding out of its active count
+  };
+  // Mistral, Qwen and Tessel's tiny-moe count the embedding and head in the active parameters; DeepSeek-V3
+  // (37B; its 37.55B with the 0.93B table) and OpenAI (gpt-oss model card Table 1: 5.13B, and 5.71B with the
+  // 0.58B table) leave the input embedding out.
+  for (const Stated s : {Stated{"mixtral-8x7b", false}, Stated{"mixtral-8x22b", false}, Stated{"qwen3-30b-a3b", false},
+                         Stated{"qwen3-235b-a22b", false}, Stated{"deepseek-v3", true}, Stated{"gpt-oss-120b", true},
+                         Stated{"tiny-moe", false}}) {
+    CAPTURE(s.name);
+    const Model m = load_model(s.name);
+    REQUIRE(m.stated_active_params_b > 0);
+    const double active = static_cast<double>(m.active_params() - (s.active_without_embedding ? m.embedding_params() : 0));
+    // The sources print two or three significant digits ("3.3B", "37B"); Qwen3-30B-A3B's 3.353B is printed 3.3.
+    constexpr double kPrinted = 0.02;
+    CHECK(active / 1e9 == doctest::Approx(m.stated_active_params_b).epsilon(kPrinted));
+    CHECK(static_cast<double>(m.total_params()) / 1e9 == doctest::Approx(m.stated_params_b).epsilon(kPrinted));
+    CHECK(m.active_params() < m.total_params());
+  }
+  // Dense presets: params_per_layer() as before, and every layer the same.
+  const Model d = load_model("llama3-8b");
+  CHECK(d.layer_params(5) == d.params_per_layer());
+  CHECK(d.active_params() == d.total_params());
+  CHECK(d.beyond_dense().empty());
+}
