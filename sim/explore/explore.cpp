@@ -263,6 +263,7 @@ std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int
 }
 
 Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
+  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
   const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
   Result res;
   res.enumerated = static_cast<long long>(layouts.size());
