@@ -89,7 +89,7 @@ struct Model {
   int heads = 0;
   int kv_heads = 0;          // == heads without GQA
   int head_dim = 0;          // hidden / heads unless given
-  int ffn = 0;               // MLP inner size (per branch for SwiGLU)
+  int ffn = 0;               // MLP inner size (per branch for SwiGLU); in a MoE model its dense layers' MLP
   int vocab = 0;
   int seq_len = 0;           // the training sequence length
   // Learned positions: the rows of the position table, the longest sequence the model can take (GPT-2's
