@@ -393,6 +393,10 @@ int run_cpu(RunFlags f) {
 RunFlags read_run_flags(const cli::CommandLine& cl) {
   RunFlags f;
   f.model = load_model(cl.get_or("--model", "tiny"));
+  // Both backends build dense transformers only; a model beyond them is refused before any rank starts.
+  if (const std::string extra = f.model.beyond_dense(); !extra.empty())
+    throw InputError("--model " + f.model.name + ": " + extra + ": not yet executed by the runtime, which runs dense "
+                     "transformers only");
   f.layout = read_layout(cl);
   f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
   f.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
