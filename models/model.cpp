@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "models/beyond_dense.hpp"
+#include "util/suggest.hpp"
 
 namespace tessel {
 
@@ -214,7 +215,8 @@ Model load_model(const std::string& name_or_path, std::optional<std::int64_t> se
   if (!looks_like_path) {
     std::string list;
     for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and no such file");
+    throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and no such file" +
+                     did_you_mean(name_or_path, model_preset_names()));
   }
   const std::string text = read_text_file(name_or_path, "--model ");
   if (std::vector<std::string> argv = megatron_tokens(text); !argv.empty() && argv.front().rfind("--", 0) == 0) {

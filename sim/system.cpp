@@ -3,6 +3,8 @@
 #include <string_view>
 #include <utility>
 
+#include "util/suggest.hpp"
+
 #include "util/units.hpp"
 
 namespace tessel {
@@ -175,7 +177,8 @@ System load_system(const std::string& name_or_path) {
   if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
     std::string list;
     for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
+    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path" +
+                     did_you_mean(name_or_path, system_preset_names()));
   }
   return parse_system(parse_json_file(name_or_path, "--system "), name_or_path);
 }

@@ -168,9 +168,9 @@ int calibrate(const Args& args) {
                       0);
   if (cl.print_help()) return 0;
   const auto out = cl.get("-o");
-  if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
+  if (!out) throw InputError("-o PROFILE.json is required (where the fitted system goes)");
   if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--checkpoints") && !cl.has("--published"))
-    throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES, or --published ROWS (or --checkpoints RUNS "
+    throw InputError("give --bench FILE and/or --trace FILES, or --published ROWS (or --checkpoints RUNS "
                      "for the storage bandwidth)");
   check_writable(*out, "-o");
   if (cl.has("--published")) return calibrate_published(cl, *out);

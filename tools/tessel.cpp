@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 #include "tools/commands.hpp"
 
 namespace {
@@ -107,7 +108,9 @@ int main(int argc, char** argv) {
       return kInternalError;
     }
   }
-  std::fprintf(stderr, "tessel: unknown verb '%s'\n", verb.c_str());
+  std::vector<std::string> names;
+  for (const auto& v : kVerbs) names.emplace_back(v.name);
+  std::fprintf(stderr, "tessel: unknown verb '%s'%s\n", verb.c_str(), tessel::did_you_mean(verb, names).c_str());
   print_usage(stderr);
   return 2;
 }
