@@ -149,7 +149,10 @@ Scored scored_of(const Estimate& e) {
   s.tflops_per_gpu = e.model_tflops_per_gpu;
   s.mfu = e.mfu;
   s.bubble = e.bubble_fraction;
-  s.exposed_comm_s = e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s;
+  // One definition for both tiers: the pipeline and data-parallel communication the busiest rank waits on.
+  // TP and CP collectives block the compute stream in the estimate and the engine alike (their time is
+  // inside the rank's busy time in both), so neither tier counts them here.
+  s.exposed_comm_s = e.pp_exposed_s + e.dp_exposed_s;
   s.peak_memory_bytes = e.peak_memory_bytes;
   s.peak_rank = e.peak_rank;
   s.capacity_bytes = e.capacity_bytes;
@@ -319,12 +322,12 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     }
     if (opt.progress) {
       while (done.load() + 256 * threads < n) {
-        opt.progress(static_cast<double>(done.load()) / std::max<std::size_t>(1, n));
+        opt.progress("scoring", static_cast<double>(done.load()) / std::max<std::size_t>(1, n));
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     }
     for (auto& th : pool) th.join();
-    if (opt.progress) opt.progress(1.0);
+    if (opt.progress) opt.progress("scoring", 1.0);
   }
   std::vector<Scored> fitting;
   std::map<std::string, Rejection> rejected;
@@ -356,11 +359,13 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     res.top.assign(fitting.begin(), fitting.begin() + n);
     return res;
   }
-  // Event-simulated tier: re-score the analytical best K; double K until the top N is stable (below).
+  // Event-simulated tier: re-score the analytical best K; double K until the top N is stable (below), up to
+  // the limit.
+  const int limit = std::min<int>(opt.simulate_k > 0 ? opt.simulate_k : kMaxSimulated, static_cast<int>(fitting.size()));
   int k = opt.simulate_k > 0 ? opt.simulate_k : std::max(2 * n, 16);
   int simulated = 0;
   while (true) {
-    k = std::min<int>(k, static_cast<int>(fitting.size()));
+    k = std::min(k, limit);
     std::vector<std::thread> pool;
     std::atomic<int> next{simulated};
     std::mutex err_mu;
@@ -385,7 +390,14 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
           }
         }
       });
+    if (opt.progress) {
+      while (next.load() < k) {
+        opt.progress("simulating", static_cast<double>(std::min(next.load(), k)) / k);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
     for (auto& th : pool) th.join();
+    if (opt.progress) opt.progress("simulating", 1.0);
     if (!first_error.empty()) throw InternalError("simulating a candidate failed: " + first_error);
     res.too_large += too_large;
     simulated = k;
@@ -396,11 +408,13 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     // analytical time by more than the best ratio (simulated / analytical) seen so far.
     double min_ratio = std::numeric_limits<double>::infinity();
     for (int i = 0; i < k; ++i) min_ratio = std::min(min_ratio, fitting[i].step_s / fitting[i].analytical_step_s);
-    const bool exhausted = k == static_cast<int>(fitting.size());
+    const bool exhausted = k == limit;
     const bool stable = exhausted || opt.simulate_k > 0 ||
                         simulated_tier_stable(fitting, k, fitting[order[std::min(n, k) - 1]], min_ratio, opt);
     if (stable) {
       for (int i = 0; i < std::min(n, k); ++i) res.top.push_back(fitting[order[i]]);
+      // Past the simulated K, the analytical ranking continues (those rows' tier is "analytical").
+      for (int i = k; i < n; ++i) res.top.push_back(fitting[i]);
       break;
     }
     k *= 2;

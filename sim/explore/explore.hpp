@@ -41,7 +41,7 @@ struct Scored {
   double tflops_per_gpu = 0;    // model TFLOP/s per GPU
   double mfu = 0;
   double bubble = 0;
-  double exposed_comm_s = 0;    // TP + CP + PP + DP exposed
+  double exposed_comm_s = 0;    // PP + DP communication the busiest rank waits on (TP, CP: inside busy time)
   double peak_memory_bytes = 0; // busiest GPU
   int peak_rank = 0;
   double capacity_bytes = 0;
@@ -81,14 +81,22 @@ struct SimScore {
 };
 using SimulateFn = std::function<SimScore(const Layout&)>;
 
+// The adaptive simulated tier re-scores at most this many layouts (each simulation of a large layout takes
+// tens of milliseconds to seconds: --top 100000 once simulated 200,000 layouts for 505 s); --simulate-k
+// asks for more.
+constexpr int kMaxSimulated = 512;
+
 struct Options {
   int top_n = 10;
-  int simulate_k = 0;       // 0: adaptive (grow until the top N is stable)
+  // 0: adaptive (grow until the top N is stable), up to kMaxSimulated; rows ranked past the simulated ones
+  // keep their analytical scores (their tier says so).
+  int simulate_k = 0;
   int threads = 0;          // 0: all cores
   SimulateFn simulate;      // empty: analytical tier only
   std::optional<goodput::Job> job;  // the job to train: every fitting layout gets its time to train (Scored::plan)
   Objective objective = Objective::step;  // time_to_train needs `job`
-  std::function<void(double)> progress;  // fraction done, called from the main thread
+  // Called from the main thread while a phase runs: its name ("scoring", "simulating") and the fraction done.
+  std::function<void(const char* phase, double fraction)> progress;
 };
 
 // tp_inside_node: tp up to the GPUs of one node (the default), else up to 64.

@@ -56,7 +56,8 @@ void check_counts(const Model& m, const Json& g) {
 TEST_CASE("HF MoE configs: Tessel's counts equal transformers' exactly, per layer and part") {
   const Json& models = golden().at("models");
   int imported = 0;
-  for (const auto& [name, g] : models.items()) {
+  for (const auto& [key, g] : models.items()) {
+    const std::string name = key;  // a structured binding cannot be captured (clang)
     if (name.rfind("preset:", 0) == 0) continue;
     CAPTURE(name);
     // Through load_model, as --model FILE reads it.
