@@ -167,7 +167,7 @@ void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double pea
 }
 
 // Memory per pipeline rank: the state the step costs give, and the activations the schedule keeps in flight.
-void memory(Estimate& e, const StepCosts& c, double capacity) {
+void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroom) {
   const Layout& l = c.work.layout;
   const RankSums& rs = c.ranks;
   const double mb = e.microbatches;
@@ -196,7 +196,8 @@ void memory(Estimate& e, const StepCosts& c, double capacity) {
       e.peak_rank = r;
     }
   }
-  e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+  e.min_headroom_bytes = min_headroom;
+  e.fits = e.peak_memory_bytes + min_headroom <= e.capacity_bytes;
 }
 
 }  // namespace
@@ -230,7 +231,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.pipeline_s = pipe;
   e.bubble_fraction = l.pp > 1 ? std::max(0.0, (pipe - e.busy_s - e.pp_exposed_s) / e.step_s) : 0.0;
   rates(e, c, m, gpus, sys.gpu.peak(l.precision));
-  memory(e, c, sys.gpu.memory_bytes);
+  memory(e, c, sys.gpu.memory_bytes, sys.min_headroom_bytes);
   for (const auto& st : c.work.stages) {
     e.stage_f.push_back(st.f);
     e.stage_i.push_back(st.i);
@@ -275,6 +276,7 @@ Json estimate_to_json(const Estimate& e) {
   j["peak_memory_GiB"] = e.peak_memory_bytes / kGiB;
   j["peak_rank"] = e.peak_rank;
   j["capacity_GiB"] = e.capacity_bytes / kGiB;
+  j["min_headroom_GiB"] = e.min_headroom_bytes / kGiB;
   j["fits"] = e.fits;
   return j;
 }

@@ -43,7 +43,8 @@ struct Estimate {
   double peak_memory_bytes = 0;
   int peak_rank = 0;
   double capacity_bytes = 0;        // GPU memory
-  bool fits = true;
+  double min_headroom_bytes = 0;    // the margin asked for (System::min_headroom_bytes)
+  bool fits = true;                 // peak + min_headroom <= capacity
   std::vector<double> stage_f, stage_i, stage_w;  // seconds per micro-batch per stage (for the simulator)
 };
 

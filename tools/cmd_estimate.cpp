@@ -182,7 +182,9 @@ int estimate(const Args& args) {
                    fmt::gib(m.total()), fmt::pct(m.total() / e.capacity_bytes)});
   std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
   std::cout << "peak " << fmt::gib(e.peak_memory_bytes) << " on pipeline rank " << e.peak_rank << " of "
-            << fmt::gib(e.capacity_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+            << fmt::gib(e.capacity_bytes)
+            << (e.min_headroom_bytes > 0 ? " with " + fmt::gib(e.min_headroom_bytes) + " kept free" : std::string())
+            << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
   if (plan) print_time_to_train(cl, *job, *plan, mc ? &*mc : nullptr);
   return 0;
 }

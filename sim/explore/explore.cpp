@@ -137,8 +137,9 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
 }  // namespace
 
 std::string memory_message(const Estimate& e) {
-  return "needs " + gib(e.peak_memory_bytes) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-         gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
+  const std::string margin = e.min_headroom_bytes > 0 ? " + " + gib(e.min_headroom_bytes) + " GiB headroom" : "";
+  return "needs " + gib(e.peak_memory_bytes) + " GiB" + margin + " on pipeline rank " + std::to_string(e.peak_rank) +
+         " of " + gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
 }
 
 Scored scored_of(const Estimate& e) {
