@@ -163,6 +163,11 @@ void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double pea
   e.hw_tflops_per_gpu = hw_flops / e.step_s / gpus / 1e12;
   e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
   e.mfu = model_flops / e.step_s / gpus / peak;
+  // fwd + bwd = 3x the forward's attention core, over every layer of every micro-batch of the replicas.
+  const double attention_full = 3 * c.work.layer.flops_attention_f * m.layers * l.tp * l.cp * mb * l.dp;
+  const double causal_flops = model_flops - attention_full / 2;
+  e.model_tflops_per_gpu_causal = causal_flops / e.step_s / gpus / 1e12;
+  e.mfu_causal = causal_flops / e.step_s / gpus / peak;
   e.hfu = hw_flops / e.step_s / gpus / peak;
 }
 
@@ -257,6 +262,9 @@ Json estimate_to_json(const Estimate& e) {
   j["model_tflops_per_gpu"] = e.model_tflops_per_gpu;
   j["hw_tflops_per_gpu"] = e.hw_tflops_per_gpu;
   j["mfu"] = e.mfu;
+  j["mfu_causal"] = e.mfu_causal;
+  j["model_tflops_per_gpu_causal"] = e.model_tflops_per_gpu_causal;
+  j["flop_convention"] = "model FLOPs count attention full (non-causal), as Megatron-LM and PaLM; *_causal count half of QK^T and AV";
   j["hfu"] = e.hfu;
   j["bubble_fraction"] = e.bubble_fraction;
   j["compute_s"] = e.compute_s;

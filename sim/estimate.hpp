@@ -25,6 +25,9 @@ struct Estimate {
   double model_tflops_per_gpu = 0;
   double hw_tflops_per_gpu = 0;
   double mfu = 0, hfu = 0;          // fractions of the GPU's peak in the layout's precision
+  // Model FLOPs count the attention core full (non-causal), as Megatron-LM (Narayanan eq. 3) and PaLM do; a
+  // causal model computes half of its QK^T and AV. The _causal rates count that half only.
+  double model_tflops_per_gpu_causal = 0, mfu_causal = 0;
   double bubble_fraction = 0;       // idle share of the step on the busiest pipeline rank (not computing,
                                     // not waiting on a transfer)
   double pipeline_s = 0;            // the pipeline's span: busiest rank's work, idle time, exposed transfers

@@ -161,6 +161,7 @@ int estimate(const Args& args) {
       {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu) + " of " +
                         fmt::fixed(s.system.gpu.peak(s.layout.precision) / 1e12, s.system.gpu.peak(s.layout.precision) < 100e12 ? 1 : 0) + " TFLOP/s (" +
                         to_string(s.layout.precision) + " peak)"},
+      {"MFU, attention counted causal", fmt::pct(e.mfu_causal) + " (above: full, as Megatron-LM and PaLM count it)"},
       {"pipeline bubble (idle)", fmt::pct(e.bubble_fraction)},
       {"compute (busiest rank)", fmt::seconds(e.compute_s)},
       {"TP comm (exposed)", fmt::seconds(e.tp_comm_s) + " (" + fmt::seconds(e.tp_exposed_s) + ")"},

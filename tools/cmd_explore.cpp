@@ -113,7 +113,8 @@ void print_rows(const std::vector<explore::Scored>& rows) {
 // What the columns are, one definition for both tiers (docs/explore.md says the same).
 void print_legend() {
   std::cout << "model TFLOP/s/GPU and MFU count the model's forward and backward FLOPs (no recompute: estimate's "
-               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU, Narayanan eq. 3 (full recompute)' counts a full recompute's forward too).\n"
+               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU, Narayanan eq. 3 (full recompute)' counts a full recompute's forward too), "
+               "attention counted full (non-causal) as Megatron-LM and PaLM do; --json's mfu_causal counts half of it.\n"
                "* of the busiest pipeline rank (the most busy time), in either tier: bubble is its idle share of the "
                "step; exposed comm the pipeline and data-parallel communication it waits on, not hidden behind its "
                "compute (TP and CP collectives block the compute stream: they are busy time).\n";
