@@ -115,6 +115,16 @@ System parse_system(const Json& j, const std::string& where) {
   }
   if (o.has("reliability")) s.reliability = parse_reliability(o.object("reliability"));
   if (o.has("storage")) s.storage = parse_storage(o.object("storage"));
+  if (o.has("error_band")) {
+    JsonObject b = o.object("error_band");
+    ErrorBand e;
+    e.hardware_class = b.string("class");
+    e.step_pct = b.number("step_pct", 0, 1e4);
+    e.rows = static_cast<int>(b.integer("rows", 1, 1 << 20));
+    e.basis = b.string("basis");
+    b.finish();
+    s.error_band = e;
+  }
   o.finish();
   return s;
 }
@@ -160,6 +170,8 @@ Json system_to_json(const System& s) {
     if (st->aggregate_bw > 0) sj["aggregate_GBps"] = st->aggregate_bw / kGB;
     j["storage"] = sj;
   }
+  if (const auto& b = s.error_band)
+    j["error_band"] = {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
   return j;
 }
 

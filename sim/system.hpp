@@ -82,6 +82,16 @@ struct StorageSpec {
   bool async = false;        // asynchronous saves: only the device-to-host copy blocks training
 };
 
+// How far this system's predictions have been from measurement: the mean absolute step-time error over the
+// published rows validate scores on this hardware class (docs/validation.md), or a calibration's held-out error.
+// Printed beside every step time so that a reader sees how sure the number is.
+struct ErrorBand {
+  std::string hardware_class;  // "A100", "Hopper": the rows it was measured on
+  double step_pct = 0;         // mean |predicted step / measured step - 1| x 100
+  int rows = 0;                // rows behind it
+  std::string basis;           // where the figure comes from, in words
+};
+
 struct System {
   std::string name;
   GpuSpec gpu;
@@ -95,6 +105,7 @@ struct System {
   int max_gpus = 1 << 20;            // largest cluster this preset may describe
   std::optional<ReliabilitySpec> reliability;
   std::optional<StorageSpec> storage;
+  std::optional<ErrorBand> error_band;  // none: no validated rows on this hardware
 };
 
 System parse_system(const Json& j, const std::string& where);

@@ -482,4 +482,48 @@ Json validation_to_json(const ValidationResult& r) {
   return j;
 }
 
+std::string hardware_class(const std::string& preset) {
+  if (preset == "dgx-a100") return "A100";
+  if (preset == "dgx-h100" || preset == "meta-h100" || preset == "h800" || preset == "dgx-h200" || preset == "h200")
+    return "Hopper";
+  if (preset == "dgx-b200" || preset == "gb200") return "Blackwell";
+  return "";
+}
+
+std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const ValidationResult& r) {
+  // Time first, then rates (equal to 1/step up to constants, so one per row).
+  static const char* kOrder[] = {"iteration_time_s", "tokens_per_s_per_gpu", "samples_per_gpu_per_s",
+                                 "model_tflops_per_gpu", "tflops_per_gpu", "mfu_pct"};
+  std::map<std::string, std::string> class_of_row;
+  for (const auto& row : rows) {
+    if (!row.is_object() || !row.contains("id") || !row.contains("hardware")) continue;
+    const Json& hw = row.at("hardware");
+    if (!hw.contains("gpu") || !hw.at("gpu").is_string()) continue;
+    if (auto p = system_preset_for_gpu(hw.at("gpu").get<std::string>()))
+      class_of_row[row.at("id").get<std::string>()] = hardware_class(*p);
+  }
+  std::map<std::string, std::map<std::string, double>> by_row;  // id -> metric -> error_pct
+  for (const auto& m : r.rows) by_row[m.id][m.metric] = m.error_pct;
+  std::map<std::string, std::pair<double, int>> acc;
+  for (const auto& [id, metrics] : by_row) {
+    const auto cls = class_of_row.find(id);
+    if (cls == class_of_row.end() || cls->second.empty()) continue;
+    for (const char* k : kOrder) {
+      const auto it = metrics.find(k);
+      if (it == metrics.end()) continue;
+      const double e = it->second / 100;
+      const double step_err = std::string(k) == "iteration_time_s" ? e : 1.0 / (1.0 + e) - 1.0;
+      acc[cls->second].first += std::fabs(step_err);
+      acc[cls->second].second += 1;
+      break;
+    }
+  }
+  std::map<std::string, ErrorBand> out;
+  for (const auto& [cls, a] : acc)
+    out[cls] = ErrorBand{cls, 100 * a.first / a.second, a.second,
+                         "mean |step error| of " + std::to_string(a.second) + " " + cls +
+                             " rows of published.json under validate (docs/validation.md)"};
+  return out;
+}
+
 }  // namespace tessel

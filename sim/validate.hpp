@@ -71,6 +71,15 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
                                const System* system_override = nullptr);
 Json validation_to_json(const ValidationResult& r);
 
+// The hardware class of a system preset whose rows share one error band: "A100", "Hopper" (H100, H800, H200:
+// the same SMs and clocks), "Blackwell"; empty for others (cpu).
+std::string hardware_class(const std::string& preset);
+
+// The step-time error bands of scored rows, per hardware class of the rows' GPUs: each row counts once, by
+// the first of its step metrics (iteration time; else tokens, samples, model TFLOP/s, TFLOP/s or MFU per GPU,
+// a rate's error r turned into the step's, 1/(1+r) - 1); the band is their mean absolute value.
+std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const ValidationResult& r);
+
 // The rows whose id starts with one of `prefixes` (--only). InputError naming every prefix that matches no
 // row, with the first ids of the file, so that a mistyped filter cannot pass as an empty report.
 Json select_rows(const Json& rows, const std::string& where, const std::vector<std::string>& prefixes);

@@ -121,6 +121,7 @@ int calibrate_published(const cli::CommandLine& cl, const std::string& out) {
   const std::vector<calib::GridAxis> grid = calib::efficiency_grid();
   calib::PublishedFit fit = calib::fit_published(rows, path, base, grid);
   fit.profile.name = cl.get_or("--name", base.name + "-calibrated");
+  fit.profile.error_band.reset();  // the base's validated band does not hold for a refit profile; unknown until measured
   const std::string origin = path + (cl.has("--only") ? " --only " + *cl.get("--only") : std::string());
   Json j = system_to_json(fit.profile);
   j["source"] = calib::describe_published_fit(fit, grid, origin, base.name);
@@ -220,6 +221,7 @@ int calibrate(const Args& args) {
   if (auto b = cl.get("--bench")) inputs += " --bench " + *b;
   if (auto t = cl.get("--trace")) inputs += " --trace " + *t;
   calib::check_profile(fit.profile, precision, "calibrate" + inputs + " (-o " + *out + " not written)");
+  fit.profile.error_band.reset();  // the base's validated band does not hold for a refit profile; unknown until measured
   Json j = system_to_json(fit.profile);
   // Described from the profile as written (the trace scales included), naming which fit set which field.
   j["source"] = calib::describe_fit(fit, fit.profile, precision, cl.get_or("--bench", ""), base.name, tp) +

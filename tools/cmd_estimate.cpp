@@ -153,7 +153,7 @@ int estimate(const Args& args) {
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},
-      {"step time", fmt::seconds(e.step_s)},
+      {"step time", fmt::seconds(e.step_s) + ", " + fmt::band(e.error_band)},
       {"tokens/s", fmt::si(e.tokens_per_s, "tokens/s")},
       {"model TFLOP/s/GPU", fmt::rate(e.model_tflops_per_gpu)},
       {"hardware TFLOP/s/GPU (this recompute)", fmt::rate(e.hw_tflops_per_gpu)},

@@ -191,7 +191,8 @@ void write_best(const Model& m, const System& sys, const Layout& winner, const c
 void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto,
                 const cli::CommandLine& cl, const explore::Options& opt) {
   std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
-            << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
+            << ", global batch " << gbs << ", sequence " << m.seq_len << "\n"
+            << "step times " << fmt::band(sys.error_band) << "\n\n";
   print_rows(r.top);
   print_legend();
   if (opt.job) print_time_to_train_legend(cl, *opt.job, opt.objective);
@@ -326,6 +327,13 @@ int explore(const Args& args) {
     j["system"] = sys.name;
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
+    // The band of the system's hardware class, the same for every row (rows carry it as step_error_band_pct).
+    if (const auto& b = sys.error_band) {
+      j["error_band"] = {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
+      for (auto& row : j["top"]) row["step_error_band_pct"] = b->step_pct;
+    } else {
+      j["error_band"] = nullptr;
+    }
     if (opt.job) j["objective"] = objective;  // with the job only: the document is otherwise unchanged
     std::cout << j.dump(2) << "\n";
     return 0;

@@ -1,8 +1,11 @@
 // Human-readable numbers for the tables the commands print.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "sim/system.hpp"
 
 namespace tessel::fmt {
 
@@ -12,6 +15,10 @@ std::string rate(double v);              // one decimal ("152.5"), two significa
 std::string fixed(double v, int digits);
 std::string pct(double fraction, int digits = 1);  // 0.512 -> "51.2%"
 std::string si(double v, const std::string& unit); // 1.2e6 tokens/s -> "1.20 M tokens/s"
+
+// How sure a step time is: "+-22.3% (mean step error of 16 Hopper rows of published.json)", or that no
+// validated rows cover the hardware.
+std::string band(const std::optional<ErrorBand>& b);
 
 // A plain text table: first row is the header; columns right-aligned except the first.
 std::string table(const std::vector<std::vector<std::string>>& rows);

@@ -179,3 +179,31 @@ TEST_CASE("explore-rank on published rows: the published layout's step is valida
   }
   CHECK(compared == 8);  // Korthikanti Table 5: 22B, 175B, 530B, 1T, each with full and with selective recompute
 }
+
+// The error band each preset prints beside its step times is what validate measures on its hardware class: the
+// committed figure cannot drift from the model (a change to the cost model that moves it fails here until the
+// presets' error_band is updated from `tessel validate published.json`).
+TEST_CASE("presets' error bands are validate's step errors on their hardware class") {
+  const std::string path = published_rows();
+  const Json rows = parse_json_file(path);
+  const auto bands = step_error_bands(rows, validate_rows(rows, path));
+  REQUIRE(bands.count("A100") == 1);
+  REQUIRE(bands.count("Hopper") == 1);
+  int checked = 0;
+  for (const auto& name : system_preset_names()) {
+    CAPTURE(name);
+    const System s = load_system(name);
+    const std::string cls = hardware_class(name);
+    if (!bands.count(cls)) {
+      CHECK_FALSE(s.error_band.has_value());  // no rows of its class scored: no band claimed
+      continue;
+    }
+    REQUIRE(s.error_band.has_value());
+    CHECK(s.error_band->hardware_class == cls);
+    CHECK(s.error_band->rows == bands.at(cls).rows);
+    CHECK(std::fabs(s.error_band->step_pct - bands.at(cls).step_pct) <= 0.05);  // committed rounded to 0.1
+    ++checked;
+  }
+  CHECK(checked == 6);  // dgx-a100 and the five Hopper presets
+}
+

@@ -26,6 +26,29 @@ TEST_CASE("estimate: default run prints the table; --json is one JSON document")
   CHECK(doc["memory_per_pipeline_rank"].size() == 8);
 }
 
+// Every step time says how sure it is: the system's error band (the mean step error validate measures on its
+// hardware class), or that nothing validated covers the hardware.
+TEST_CASE("estimate: the step time carries its system's error band") {
+  auto a = run_tessel({"estimate", "--json"});
+  REQUIRE(a.code == 0);
+  const auto j = nlohmann::json::parse(a.out);
+  REQUIRE(j["error_band"].is_object());
+  CHECK(j["error_band"]["class"] == "A100");
+  const double step = j["step_s"].get<double>(), pct = j["error_band"]["step_pct"].get<double>();
+  CHECK(pct > 0);
+  CHECK(j["error_band"]["step_high_s"].get<double>() == doctest::Approx(step * (1 + pct / 100)));
+  CHECK(j["error_band"]["step_low_s"].get<double>() == doctest::Approx(step / (1 + pct / 100)));
+  auto text = run_tessel({"estimate"});
+  CHECK(text.out.find("% (mean step error of ") != std::string::npos);
+  auto b = run_tessel({"estimate", "--json", "--system", "gb200", "--model", "llama3-8b", "--tp", "1", "--pp", "1",
+                       "--dp", "8", "--gbs", "64", "--schedule", "1f1b"});
+  REQUIRE(b.code == 0);
+  CHECK(nlohmann::json::parse(b.out)["error_band"].is_null());
+  auto bt = run_tessel({"estimate", "--system", "gb200", "--model", "llama3-8b", "--tp", "1", "--pp", "1", "--dp", "8",
+                        "--gbs", "64", "--schedule", "1f1b"});
+  CHECK(bt.out.find("accuracy unknown (no validated rows on this hardware)") != std::string::npos);
+}
+
 TEST_CASE("estimate: bad input exits 2 with the rule") {
   struct Case {
     std::vector<std::string> args;
