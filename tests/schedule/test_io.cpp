@@ -122,37 +122,6 @@ TEST_CASE("generators reproduce the golden CSVs (TESSEL_UPDATE_GOLDEN=1 rewrites
   }
 }
 
-TEST_CASE("PyTorch's own schedule CSVs load, validate and match Tessel's generators") {
-  const std::string shared = tessel::test::shared_dir();
-  const std::string dir = shared + "/schedules/pytorch/";
-  if (shared.empty() || !std::filesystem::exists(dir + "dualpipev_4rank_10mb.csv")) {
-    MESSAGE("skipped: ../shared/schedules/pytorch not present");
-    return;
-  }
-  // test_schedule.py TestScheduleCsv.test_csv_compare: DualPipeV, 4 ranks, 10 mb. No sidecar: placement
-  // is inferred (rank r computes stages r and 7 - r, V style).
-  const Schedule dpv = read_csv(dir + "dualpipev_4rank_10mb.csv");
-  CHECK(dpv.stage_to_rank == stage_to_rank(4, 8, Placement::V));
-  for (CommModel m : {CommModel::Eager, CommModel::Blocking, CommModel::Batched})
-    CHECK_MESSAGE(validate(dpv, {m, {}, 5}).ok(), violations_text(validate(dpv, {m, {}, 5})));
-  CHECK(diff(dpv, generate("dualpipev", params(4, 10, 2))).empty());
-  CHECK(validate(lower(dpv)).ok());
-
-  // zb1p compute CSV in the older dialect (B = input grad): equals Tessel's zb1p (PyTorch's
-  // ScheduleInterleavedZeroBubble) for p = 2, v = 2, m = 8.
-  CHECK_THROWS_WITH_AS(read_csv(dir + "zb1p_2rank_2stagep_comms.csv"), doctest::Contains("'2BW0'"), InputError);
-  const Schedule compute = read_csv(dir + "zb1p_2rank_2stagep_compute.csv", true);
-  CHECK(compute.stage_to_rank == std::vector<int>{0, 1, 0, 1});
-  CHECK(validate(compute).ok());
-  CHECK(diff(compute, generate("zb1p", params(2, 8, 2))).empty());
-  // The lowered artifact (PyTorch _merge_bw + _add_send_recv) is valid under all three comm models, and
-  // re-lowering its compute order with Tessel gives a valid schedule as well.
-  const Schedule comms = read_csv(dir + "zb1p_2rank_2stagep_comms.csv", true);
-  for (CommModel m : {CommModel::Eager, CommModel::Blocking, CommModel::Batched})
-    CHECK_MESSAGE(validate(comms, {m, {}, 5}).ok(), violations_text(validate(comms, {m, {}, 5})));
-  CHECK(validate(lower(strip_comms(comms))).ok());
-}
-
 namespace {
 
 std::string csv_error(const std::string& text, const std::string& origin = "t.csv") {

@@ -1,4 +1,4 @@
-// A real PyTorch profiler trace's collectives (HTA's nccl_data, 2-rank DDP on A100; skipped when
+// A real PyTorch profiler trace's collectives (HTA's nccl_data, 2-rank DDP on A100; the executable is skipped (exit 77, tests/shared_main.cpp) when
 // ../shared is absent) against the communication model on the recorded GPU's system.
 #include <doctest/doctest.h>
 
@@ -14,10 +14,7 @@ using namespace tessel;
 TEST_CASE("nccl_data: 15 all-reduces found, sized, and predicted on dgx-a100") {
   const std::string shared = test::shared_dir();
   const std::string path = shared + "/traces/kineto/nccl_parser_config__nccl_data.json.gz";
-  if (shared.empty() || !std::filesystem::exists(path)) {
-    MESSAGE("nccl_data trace absent: skipped");
-    return;
-  }
+  REQUIRE_MESSAGE(std::filesystem::exists(path), (path + " is missing from ../shared"));
   const auto k = trace::kineto::import_kineto(path);
   const System sys = cmd::system_for_trace(k, "");
   CHECK(sys.name == "dgx-a100");  // "NVIDIA A100-PG509-200"

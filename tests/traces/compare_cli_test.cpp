@@ -72,37 +72,6 @@ TEST_CASE("tessel compare: bad input exits 2 with the file named") {
   CHECK(tessel_compare("/nonexistent/a.json /nonexistent/b.json").rc == 2);
 }
 
-TEST_CASE("tessel compare: a PyTorch profiler trace gives the summary comparison") {
-  std::string shared = test::shared_dir();
-  auto k = std::filesystem::path(shared) / "traces" / "kineto" / "nccl_parser_config__nccl_data.json.gz";
-  if (shared.empty() || !std::filesystem::exists(k)) {
-    MESSAGE("skipped: ../shared/traces/kineto is absent");
-    return;
-  }
-  std::string pa = test::temp_path("cli-sim.json");
-  trace::write_chrome_trace(test::two_stage_trace(), pa);
-  Run r = tessel_compare(pa + " " + k.string() + " --json");
-  REQUIRE(r.rc == 0);
-  auto j = nlohmann::json::parse(r.out);
-  CHECK(j["mode"] == "summary");
-  CHECK(j["b"]["source"] == "pytorch profiler");
-  CHECK(j["b"]["steps"] == 3);
-  // 15 all-reduces and 6 broadcasts over 3 steps: 7 NCCL kernels per step.
-  CHECK(j["b"]["categories"]["nccl"]["count"].get<double>() == doctest::Approx(7));
-
-  // A multi-step Tessel trace against the profiler trace: its median step after the first (step 4, 144 µs,
-  // as in the test below), not the span of all five.
-  std::string run = test::temp_path("cli-run5.json");
-  trace::write_chrome_trace(test::multi_step_trace({2.0, 1.0, 1.5, 1.2, 1.3}, 50), run);
-  r = tessel_compare(run + " " + k.string() + " --json");
-  REQUIRE(r.rc == 0);
-  j = nlohmann::json::parse(r.out);
-  CHECK(j["a"]["steps"] == 5);
-  CHECK(j["a"]["step_us"].get<double>() == doctest::Approx(144).epsilon(1e-12));
-  CHECK(j["steps"]["a"]["compared"] == 4);
-  CHECK(j["steps"]["b"]["count"] == 3);
-}
-
 namespace {
 
 // The line of the per-rank table that starts with this rank id.
