@@ -40,16 +40,26 @@ double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g) {
                        (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + static_cast<double>(g.m) * g.n);
   const double mem_eff = gpu.gemm_memory_efficiency > 0 ? gpu.gemm_memory_efficiency : gpu.memory_efficiency;
   const double mem = bytes / (gpu.memory_bw_Bps * mem_eff);
-  return std::max(best, mem) + gpu.kernel_overhead_s;
+  return (std::max(best, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::gemm)];
 }
 
-double memory_time(const GpuSpec& gpu, double bytes, int kernels) {
+double memory_time(const GpuSpec& gpu, double bytes, int kernels, CostKind kind, bool backward) {
   if (bytes <= 0) return 0.0;
-  return bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency) + kernels * gpu.kernel_overhead_s;
+  const double measured = gpu.kernel_Bps[static_cast<std::size_t>(idx(kind))].get(backward);
+  const double rate = measured > 0 ? measured : gpu.memory_bw_Bps * gpu.memory_efficiency;
+  return (bytes / rate + kernels * gpu.kernel_overhead_s) * gpu.time_factor[static_cast<std::size_t>(idx(kind))];
 }
 
 double adamw_time(const GpuSpec& gpu, double params) {
-  return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels);
+  return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels, CostKind::optimizer);
+}
+
+bool measured_attention_core(const GpuSpec& gpu) { return gpu.attention_flops.fwd > 0 && gpu.attention_flops.bwd > 0; }
+
+double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward) {
+  if (exec_flops <= 0) return 0.0;
+  TESSEL_CHECK(measured_attention_core(gpu), "attention core rate not measured on " << gpu.name);
+  return exec_flops / gpu.attention_flops.get(backward) * gpu.time_factor[idx(CostKind::attention)];
 }
 
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
@@ -58,7 +68,7 @@ double attention_time(const GpuSpec& gpu, Precision p, double flops, double byte
   if (p == Precision::fp8) p = Precision::bf16;
   const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency);
   const double mem = bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency);
-  return std::max(compute, mem) + gpu.kernel_overhead_s;
+  return (std::max(compute, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::attention)];
 }
 
 }  // namespace tessel::cost
