@@ -56,10 +56,11 @@ double adamw_time(const GpuSpec& gpu, double params) {
 
 bool measured_attention_core(const GpuSpec& gpu) { return gpu.attention_flops.fwd > 0 && gpu.attention_flops.bwd > 0; }
 
-double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward) {
+double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward, int launches) {
   if (exec_flops <= 0) return 0.0;
   TESSEL_CHECK(measured_attention_core(gpu), "attention core rate not measured on " << gpu.name);
-  return exec_flops / gpu.attention_flops.get(backward) * gpu.time_factor[idx(CostKind::attention)];
+  return (exec_flops / gpu.attention_flops.get(backward) + launches * gpu.kernel_overhead_s) *
+         gpu.time_factor[idx(CostKind::attention)];
 }
 
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {

@@ -32,8 +32,9 @@ double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1, CostKind k
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes);
 // The attention core measured as one kernel (GpuSpec::attention_flops): `exec_flops` (the flash path's
 // executed count) at the measured rate of its direction, whatever the layout's attention path.
+// `launches` kernel overheads are added (the unfused path's second GEMM is part of the one measured kernel: 0).
 bool measured_attention_core(const GpuSpec& gpu);
-double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward);
+double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward, int launches = 1);
 
 // AdamW's step is memory-bound. Bytes moved per parameter of the GPU's shard under mixed precision (the state
 // of memory.hpp's StateBytes): read the fp32 master weight, both moments and the fp32 main gradient (16),

@@ -22,8 +22,9 @@ CostKind elementwise_kind(const char* name) {
 // path's two batched GEMMs), at the measured rates; the unfused path's softmax runs inside that kernel.
 void price_measured_core(WorkOp& op, const GpuSpec& gpu) {
   const double f = op.cls == OpClass::attention || op.cls == OpClass::gemm ? op.flops_f : 0.0;
-  op.t_f = attention_core_time(gpu, f / 2, false);
-  op.t_i = attention_core_time(gpu, 2.5 * f / 2, true);
+  const int launches = std::string_view(op.name) == "attn_v" ? 0 : 1;  // one kernel for both unfused GEMMs
+  op.t_f = attention_core_time(gpu, f / 2, false, launches);
+  op.t_i = attention_core_time(gpu, 2.5 * f / 2, true, launches);
   op.t_w = 0;
 }
 

@@ -96,8 +96,9 @@ TEST_CASE("calibrate: bench -> profile that estimate accepts; residuals printed"
   const auto rep = nlohmann::json::parse(r.out);
   CHECK(rep["gemm_GFLOPs"].get<double>() > 0);
   CHECK(rep["link_GBps"].get<double>() > 0);
-  // One residual line per category: gemm, membw, four collectives.
-  CHECK(rep["residuals"].size() == 6);
+  // One residual line per category: gemm, its two gradient classes (gemm dgrad, gemm wgrad), membw, four
+  // collectives.
+  CHECK(rep["residuals"].size() == 8);
   for (const auto& res : rep["residuals"]) CHECK(std::isfinite(res["rms_pct"].get<double>()));
   auto e = run_tessel({"estimate", "--system", prof, "--model", "tiny", "--tp", "1", "--pp", "1", "--dp", "1", "--gbs",
                        "4", "--precision", "fp32", "--json"});
