@@ -55,14 +55,22 @@ LoopLayout L(std::string name, int tp, int pp, int dp, int mbs, int gbs, std::st
 // Calibration runs: one rank alone (every kind at its alone rate, no waits) and a zero-bubble pipeline of two
 // (input- and weight-gradient ops apart, so the weight-gradient class is told from the backward glue; both
 // cores busy). Neither is among the held-out layouts.
-std::vector<LoopLayout> calibration_layouts() {
+// On a GPU the ranks of --gpu-threads share one device, which the scale fit (no per-kind bench rows there:
+// trace_fit.hpp) does not model: the one-rank run alone.
+std::vector<LoopLayout> calibration_layouts(const std::string& backend) {
+  if (backend == "cuda") return {L("calib 1 rank", 1, 1, 1, 1, 4)};
   return {L("calib 1 rank", 1, 1, 1, 1, 4), L("calib pp2 zb1p", 1, 2, 1, 1, 8, "zb1p")};
 }
 
 // Held-out: 1, 2 and 4 ranks (on a 2-core machine: a core idle, both busy, ranks time-sharing them), every
 // parallel dimension, schedules, micro-batch sizes and counts, recompute, SP and ZeRO.
-std::vector<LoopLayout> held_out_layouts(bool quick) {
+std::vector<LoopLayout> held_out_layouts(bool quick, const std::string& backend) {
   if (quick) return {L("1 rank mbs2", 1, 1, 1, 2, 4), L("dp2", 1, 1, 2, 1, 4), L("tp2 pp2", 2, 2, 1, 1, 4)};
+  if (backend == "cuda")
+    return {L("1 rank mbs2 gbs8", 1, 1, 1, 2, 8), L("1 rank full recompute", 1, 1, 1, 1, 4, "1f1b", 1, "full"),
+            L("tp2", 2, 1, 1, 1, 4), L("dp2 zero1 mbs2", 1, 1, 2, 2, 8, "1f1b", 1, "none", false, 1),
+            L("pp2 1f1b", 1, 2, 1, 1, 8), L("pp2 interleaved", 1, 2, 1, 1, 8, "interleaved", 2), L("tp2 dp2", 2, 1, 2, 1, 8),
+            L("tp2 pp2 1f1b", 2, 2, 1, 1, 8), L("pp2 dp2 zbv", 1, 2, 2, 1, 8, "zbv", 2), L("dp4", 1, 1, 4, 1, 8)};
   return {L("1 rank mbs2 gbs8", 1, 1, 1, 2, 8),
           L("1 rank full recompute", 1, 1, 1, 1, 4, "1f1b", 1, "full"),
           L("tp2", 2, 1, 1, 1, 4),
@@ -180,6 +188,8 @@ std::vector<calib::BenchData> run_benches(const LoopContext& c, const std::strin
     if (c.backend == "cpu") {
       a.insert(a.end(), what.begin(), what.end());
       if (n > 1) a.insert(a.end(), {"--concurrent", std::to_string(n)});
+    } else if (c.quick) {
+      a.push_back("--quick");
     }
     const std::string f = dir + "/bench_" + std::to_string(n) + ".json";
     spawn_tessel(a, f, f + ".stderr");
@@ -206,6 +216,11 @@ calib::Calibration calibrate_repeat(const LoopContext& c, const std::string& dir
   profile_path = dir + "/profile.json";
   in.output = profile_path;
   calib::Calibration cal = calib::calibrate(in);
+  // --gpu-threads: every rank a thread on the one GPU, whose kernels they share as ranks share cores.
+  if (c.backend == "cuda") {
+    cal.fit.profile.host = HostSpec{};
+    cal.fit.profile.host.cores = 1;
+  }
   Json j = system_to_json(cal.fit.profile);
   j["source"] = cal.source;
   write_file_atomic(profile_path, j.dump(2) + "\n");
@@ -305,6 +320,8 @@ int closed_loop(const cli::CommandLine& cl) {
   if (c.backend != "cpu" && c.backend != "cuda") throw InputError("--backend " + c.backend + ": expected cpu or cuda");
   c.gpu_threads = cl.flag("--gpu-threads");
   if (c.gpu_threads && c.backend != "cuda") throw InputError("--gpu-threads: only with --backend cuda (ranks as threads on one GPU)");
+  if (c.backend == "cuda" && !c.gpu_threads)
+    throw InputError("--backend cuda: the loop runs several ranks on the one GPU as threads; give --gpu-threads");
   c.quick = cl.flag("--quick");
   c.steps = static_cast<int>(cl.get_int("--steps", 3, 1000).value_or(c.quick ? 3 : 6));
   const int repeats = static_cast<int>(cl.get_int("--repeats", 1, 100).value_or(1));
@@ -321,8 +338,8 @@ int closed_loop(const cli::CommandLine& cl) {
   res.quick = c.quick;
   res.cores = c.cores;
   res.model = c.model;
-  res.calibration = calibration_layouts();
-  res.held_out = held_out_layouts(c.quick);
+  res.calibration = calibration_layouts(c.backend);
+  res.held_out = held_out_layouts(c.quick, c.backend);
   for (int rep = 0; rep < repeats; ++rep) res.repeats.push_back(one_repeat(c, rep, res.calibration, res.held_out));
   res.date = utc_now();
   const Json doc = loop_to_json(res);

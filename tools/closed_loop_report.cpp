@@ -89,7 +89,10 @@ Json loop_to_json(const LoopResult& r) {
 
 void print_loop(const LoopResult& r) {
   for (const LoopRepeat& p : r.repeats) {
-    std::cout << "repeat " << p.repeat << " (" << r.backend << ", " << r.cores << " cores; load average "
+    std::cout << "repeat " << p.repeat << " ("
+              << (r.backend == "cuda" ? std::string("cuda, the ranks as threads on one GPU")
+                                      : "cpu, " + std::to_string(r.cores) + " cores")
+              << "; load average "
               << fmt::fixed(p.load_before, 2) << " before, " << fmt::fixed(p.load_after, 2) << " after; profile "
               << p.profile << ")\n";
     std::vector<std::vector<std::string>> t = {{"held-out layout", "ranks", "measured", "spread", "predicted", "error", "worst op"}};

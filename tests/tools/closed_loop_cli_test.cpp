@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -29,6 +30,8 @@ std::string slurp(const std::string& p) {
 }
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 bool finite_number(const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
+// tessel over the fake CUDA runtime (tests/cuda_fake), where built.
+const char* fake_exe() { return std::getenv("TESSEL_FAKE_EXE"); }
 }  // namespace
 
 TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op by op, with its noise and load") {
@@ -155,4 +158,31 @@ TEST_CASE("simulate --like RUN.json takes the run's model and layout; layout fla
   auto none = run_tessel({"simulate", "--like", temp_path("absent.json")});
   CHECK(none.code == 2);
   std::filesystem::remove(trace);
+}
+
+TEST_CASE("closed loop --backend cuda --gpu-threads: the same loop on the (fake) GPU" * doctest::skip(fake_exe() == nullptr)) {
+  // tessel_fake runs the CUDA runtime's code on the CPU kernels: the mechanics of the GPU loop, as the device
+  // check calls it (tools/device-check.sh). One calibration run (the ranks of --gpu-threads share the GPU,
+  // which the scale fit does not model), the 3 quick held-out layouts; the profile's host is the one GPU.
+  const std::string out = temp_path("cuda");
+  auto r = tessel::test::run_exe(fake_exe(), {"calibrate", "--closed-loop", "--backend", "cuda", "--gpu-threads", "--quick",
+                                              "--json", "--out", out});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["backend"] == "cuda");
+  CHECK(j["calibration_layouts"].size() == 1);
+  const auto& rep = j["repeats"][0];
+  REQUIRE(rep["rows"].size() == 3);
+  for (const auto& row : rep["rows"]) {
+    CHECK(row["measured_s"].get<double>() > 0);
+    CHECK(row["predicted_s"].get<double>() > 0);
+  }
+  CHECK(rep["calibration"]["trace_method"] == "scales");  // the GPU bench has no element-wise kernel rows
+  const auto profile = nlohmann::json::parse(slurp(rep["profile"].get<std::string>()));
+  CHECK(profile["host"]["cores"] == 1);
+  auto no_threads = tessel::test::run_exe(fake_exe(), {"calibrate", "--closed-loop", "--backend", "cuda", "--out", out});
+  CHECK(no_threads.code == 2);
+  CHECK(has(no_threads.err, "--backend cuda: the loop runs several ranks on the one GPU as threads; give --gpu-threads"));
+  std::filesystem::remove_all(out);
 }
