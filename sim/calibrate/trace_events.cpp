@@ -43,18 +43,19 @@ std::vector<TraceSpec> trace_specs(const std::vector<trace::Trace>& traces, cons
   return out;
 }
 
-// Predicted seconds of one event's op, from the estimate's per-stage, per-micro-batch costs.
-bool predicted_op(const std::string& op, int stage, const Estimate& est, double& out) {
+bool predicted_op(const std::string& op, int stage, int rank, const Layout& l, const StepCosts& c, double& out) {
   if (op == "optimizer") {
-    out = est.optimizer_s;
+    const int pp = rank / (l.tp * l.cp * l.dp);
+    if (pp < 0 || pp >= static_cast<int>(c.tail.size())) return false;
+    out = c.tail[static_cast<std::size_t>(pp)].optimizer_s;
     return out > 0;
   }
-  const int st = stage;
-  if (st < 0 || st >= static_cast<int>(est.stage_f.size())) return false;
-  if (op == "forward") out = est.stage_f[st];
-  else if (op == "backward") out = est.stage_i[st] + est.stage_w[st];
-  else if (op == "input_grad") out = est.stage_i[st];
-  else if (op == "weight_grad") out = est.stage_w[st];
+  if (stage < 0 || stage >= static_cast<int>(c.work.stages.size())) return false;
+  const StageWork& st = c.work.stages[static_cast<std::size_t>(stage)];
+  if (op == "forward") out = st.f;
+  else if (op == "backward") out = st.i + st.w;
+  else if (op == "input_grad") out = st.i;
+  else if (op == "weight_grad") out = st.w;
   else return false;
   return out > 0;
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "models/model.hpp"
-#include "sim/estimate.hpp"
+#include "sim/step_costs.hpp"
 #include "sim/layout.hpp"
 #include "traces/trace.hpp"
 
@@ -32,9 +32,11 @@ std::vector<TraceSpec> trace_specs(const std::vector<trace::Trace>& traces, cons
 void check_events(const std::vector<trace::Trace>& traces, const std::vector<TraceSpec>& specs,
                   const std::vector<std::string>& origins);
 
-// The estimate's seconds of one op (forward, backward = input + weight gradient, input_grad, weight_grad of
-// `stage`, or the optimizer step); false for another kind or a stage outside it.
-bool predicted_op(const std::string& op, int stage, const Estimate& est, double& out);
+// The step costs' seconds of one op (sim/step_costs.hpp, what the estimate and the simulator price): forward,
+// backward = input + weight gradient (its recompute included, as the runtimes record it), input_grad,
+// weight_grad of `stage`, or the optimizer step of `rank`'s pipeline rank (its own parameters; Megatron's rank
+// order, tp fastest, then cp, dp, pp); false for another kind or a stage outside the layout.
+bool predicted_op(const std::string& op, int stage, int rank, const Layout& l, const StepCosts& c, double& out);
 
 struct MeasuredOp {
   std::size_t trace = 0;  // index into the traces

@@ -11,7 +11,7 @@
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/nnls.hpp"
 #include "sim/calibrate/trace_events.hpp"
-#include "sim/estimate.hpp"
+#include "sim/step_costs.hpp"
 
 namespace tessel::calib {
 
@@ -70,18 +70,19 @@ System scaled(const System& s, double sg, double sm, double sk, Precision p) {
 std::vector<Row> match(const MeasuredOps& ops, const std::vector<TraceSpec>& specs, const System& prof, Precision p) {
   std::vector<Row> rows;
   const System pg = scaled(prof, 2, 1, 1, p), pm = scaled(prof, 1, 2, 1, p), pk = scaled(prof, 1, 1, 2, p);
-  std::vector<Estimate> e0, eg, em, ek;
+  std::vector<StepCosts> e0, eg, em, ek;
   for (const TraceSpec& sp : specs) {
-    e0.push_back(estimate(sp.model, sp.layout, prof));
-    eg.push_back(estimate(sp.model, sp.layout, pg));
-    em.push_back(estimate(sp.model, sp.layout, pm));
-    ek.push_back(estimate(sp.model, sp.layout, pk));
+    e0.push_back(step_costs(sp.model, sp.layout, prof));
+    eg.push_back(step_costs(sp.model, sp.layout, pg));
+    em.push_back(step_costs(sp.model, sp.layout, pm));
+    ek.push_back(step_costs(sp.model, sp.layout, pk));
   }
   for (const MeasuredOp& m : ops.ops) {
     double t0 = 0, tg = 0, tm = 0, tk = 0;
     const std::size_t i = m.trace;
-    if (!predicted_op(m.op, m.stage, e0[i], t0) || !predicted_op(m.op, m.stage, eg[i], tg) ||
-        !predicted_op(m.op, m.stage, em[i], tm) || !predicted_op(m.op, m.stage, ek[i], tk))
+    const Layout& l = specs[i].layout;
+    if (!predicted_op(m.op, m.stage, m.rank, l, e0[i], t0) || !predicted_op(m.op, m.stage, m.rank, l, eg[i], tg) ||
+        !predicted_op(m.op, m.stage, m.rank, l, em[i], tm) || !predicted_op(m.op, m.stage, m.rank, l, ek[i], tk))
       continue;
     Row r;
     r.op = m.op;

@@ -9,7 +9,7 @@
 #include "sim/calibrate/nnls.hpp"
 #include "sim/calibrate/trace_events.hpp"
 #include "sim/engine/host_model.hpp"
-#include "sim/estimate.hpp"
+#include "sim/step_costs.hpp"
 
 namespace tessel::calib {
 
@@ -33,20 +33,20 @@ struct Parts {
   double f = 0, gf = 0, gb = 0, w = 0;
 };
 
-// The parts of every op of one trace's estimate on `s` (alone) or busy_system(s).
+// The parts of every op of one trace's step costs on `s` (alone) or busy_system(s).
 std::vector<Parts> op_parts(const MeasuredOps& ops, std::size_t ti, const TraceSpec& sp, const System& s, bool busy,
                             std::vector<bool>& ok) {
   const System probes[4] = {probe(s, kNoTime, kNoTime, 0), probe(s, kProbeRate, kNoTime, 0),
                             probe(s, kNoTime, kProbeRate, 0), probe(s, kNoTime, kNoTime, 1)};
-  Estimate e[4];
-  for (int k = 0; k < 4; ++k) e[k] = estimate(sp.model, sp.layout, busy ? engine::busy_system(probes[k]) : probes[k]);
+  StepCosts e[4];
+  for (int k = 0; k < 4; ++k) e[k] = step_costs(sp.model, sp.layout, busy ? engine::busy_system(probes[k]) : probes[k]);
   std::vector<Parts> out(ops.ops.size());
   for (std::size_t i = 0; i < ops.ops.size(); ++i) {
     const MeasuredOp& m = ops.ops[i];
     if (m.trace != ti) continue;
     double t[4];
     bool have = true;
-    for (int k = 0; k < 4; ++k) have = have && predicted_op(m.op, m.stage, e[k], t[k]);
+    for (int k = 0; k < 4; ++k) have = have && predicted_op(m.op, m.stage, m.rank, sp.layout, e[k], t[k]);
     if (!have) {
       ok[i] = false;
       continue;
