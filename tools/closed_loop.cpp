@@ -87,6 +87,13 @@ std::vector<LoopLayout> held_out_layouts(bool quick, const std::string& backend)
           L("pp4 1f1b", 1, 4, 1, 1, 8)};
 }
 
+// The same host model for ranks as processes (mpirun): two held-out layouts, where mpirun is found.
+std::vector<LoopLayout> mpi_layouts() {
+  LoopLayout a = L("dp2 (mpirun)", 1, 1, 2, 1, 8), b = L("tp2 pp2 1f1b (mpirun)", 2, 2, 1, 1, 8);
+  a.mpi = b.mpi = true;
+  return {a, b};
+}
+
 // What the runtime executes (docs/runtime.md): fp32 on the CPU, the unfused attention's memory (the
 // probabilities kept), no communication overlapped (the CPU runtime reduces after the backward).
 Layout to_layout(const LoopLayout& x, const std::string& backend) {
@@ -118,11 +125,28 @@ double load_now() {
 
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
-// Runs this executable with `args`, stdout to `out`, stderr to `err`, and waits. A child that failed with
-// bad input (exit 2) is an InputError with its message; any other failure an error naming the command.
-void spawn_tessel(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
-  const std::string exe = self_exe();
-  std::vector<std::string> all = {exe};
+// mpirun on the PATH, or "" (the loop then leaves its MPI layouts out).
+std::string find_mpirun() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (std::size_t a = 0; a <= dirs.size();) {
+    const std::size_t b = std::min(dirs.find(':', a), dirs.size());
+    const fs::path p = fs::path(dirs.substr(a, b - a)) / "mpirun";
+    if (b > a && ::access(p.c_str(), X_OK) == 0) return p.string();
+    a = b + 1;
+  }
+  return "";
+}
+
+// Runs this executable with `args` (under `launcher`, e.g. mpirun and its flags, when given), stdout to
+// `out`, stderr to `err`, and waits. A child that failed with bad input (exit 2) is an InputError with its
+// message; any other failure an error naming the command.
+void spawn_tessel(const std::vector<std::string>& args, const std::string& out, const std::string& err,
+                  const std::vector<std::string>& launcher = {}) {
+  const std::string self = self_exe();
+  const std::string exe = launcher.empty() ? self : launcher.front();
+  std::vector<std::string> all = launcher;
+  all.push_back(self);
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : all) argv.push_back(a.data());
@@ -150,6 +174,7 @@ void spawn_tessel(const std::vector<std::string>& args, const std::string& out, 
 
 struct LoopContext {
   std::string backend = "cpu";
+  std::string mpirun;  // its path; empty: no MPI layouts
   bool quick = false, gpu_threads = false;
   int steps = 6, cores = 1;
   std::string out, model_path;
@@ -168,7 +193,12 @@ std::vector<std::string> run_args(const LoopContext& c, const LoopLayout& x, con
 // The run's steady-state step time: the median of its steps after the first (warm-up), with their spread.
 void measure(const LoopContext& c, const LoopLayout& x, const std::string& trace, LoopRow& row) {
   const std::string json = trace + ".run.json";
-  spawn_tessel(run_args(c, x, trace), json, trace + ".stderr");
+  // One process per rank under mpirun (--oversubscribe: more ranks than cores is the point; OpenMPI asks
+  // root to say so), else every rank a thread of one process.
+  std::vector<std::string> launcher;
+  if (x.mpi)
+    launcher = {c.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(x.ranks())};
+  spawn_tessel(run_args(c, x, trace), json, trace + ".stderr", launcher);
   const Json doc = parse_json_file(json, "closed loop run ");
   std::vector<double> t;
   for (const Json& s : doc.at("steps")) t.push_back(s.at("seconds").get<double>());
@@ -342,6 +372,9 @@ int closed_loop(const cli::CommandLine& cl) {
   res.model = c.model;
   res.calibration = calibration_layouts(c.backend);
   res.held_out = held_out_layouts(c.quick, c.backend);
+  if (c.backend == "cpu" && !c.quick && !cl.flag("--no-mpi")) c.mpirun = find_mpirun();
+  if (!c.mpirun.empty())
+    for (const LoopLayout& l : mpi_layouts()) res.held_out.push_back(l);
   for (int rep = 0; rep < repeats; ++rep) res.repeats.push_back(one_repeat(c, rep, res.calibration, res.held_out));
   res.date = utc_now();
   const Json doc = loop_to_json(res);

@@ -23,6 +23,7 @@ struct LoopLayout {
   std::string schedule = "1f1b", recompute = "none";
   bool sp = false;
   int zero = 0;
+  bool mpi = false;  // its ranks processes under mpirun, not threads of one process
   int ranks() const { return tp * pp * dp; }
 };
 

@@ -19,7 +19,8 @@ constexpr double kTargetStep = 0.10, kTargetOp = 0.15, kTargetTau = 0.8;
 
 Json layout_json(const LoopLayout& l) {
   return {{"name", l.name}, {"tp", l.tp}, {"pp", l.pp}, {"dp", l.dp}, {"vpp", l.vpp}, {"mbs", l.mbs}, {"gbs", l.gbs},
-          {"schedule", l.schedule}, {"recompute", l.recompute}, {"sp", l.sp}, {"zero", l.zero}, {"ranks", l.ranks()}};
+          {"schedule", l.schedule}, {"recompute", l.recompute}, {"sp", l.sp}, {"zero", l.zero}, {"ranks", l.ranks()},
+          {"mpirun", l.mpi}};
 }
 
 Json row_json(const LoopRow& r) {

@@ -226,11 +226,12 @@ int calibrate(const Args& args) {
                        {"--out", true, "closed loop: folder for its bench, traces, profiles and results [closed_loop]"},
                        {"--backend", true, "closed loop: cpu or cuda (CUDA builds) [cpu]"},
                        {"--gpu-threads", false, "closed loop, cuda: every rank a thread on the one GPU"},
+                       {"--no-mpi", false, "closed loop: leave out the held-out layouts run under mpirun"},
                        {"--svg", true, "closed loop: write the predicted-vs-measured figure here"}},
                       0);
   if (cl.print_help()) return 0;
   if (cl.flag("--closed-loop")) return closed_loop(cl);
-  for (const char* f : {"--quick", "--repeats", "--steps", "--out", "--backend", "--gpu-threads", "--svg"})
+  for (const char* f : {"--quick", "--repeats", "--steps", "--out", "--backend", "--gpu-threads", "--svg", "--no-mpi"})
     if (cl.has(f)) throw InputError(std::string(f) + ": a flag of --closed-loop, which is not given");
   const auto out = cl.get("-o");
   if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
