@@ -342,3 +342,34 @@ TEST_CASE("calibrate: the profile's source states the numbers the written file h
   std::filesystem::remove(trace);
   std::filesystem::remove(prof);
 }
+
+TEST_CASE("calibrate: noisy measurements are flagged above 10% and refused above --max-noise") {
+  // The bench's rows with their spread set: every row 0.5 (50%): the noise is their median, 50%, over the
+  // default --max-noise 25%: refused, exit 2, nothing written. With --max-noise 60 it is written, flagged
+  // (above 10%): "trusted": false and a warning. With every spread 0.02 it is trusted.
+  auto doc = nlohmann::json::parse(slurp(bench_file()));
+  auto with_spread = [&](double s) {
+    auto d = doc;
+    for (const char* k : {"gemm", "membw"})
+      for (auto& row : d[k]) row["spread"] = s;
+    return write_temp("bench_spread.json", d.dump());
+  };
+  const std::string prof = temp_path("noisy_profile.json");
+  std::filesystem::remove(prof);
+  auto refused = run_tessel({"calibrate", "--bench", with_spread(0.5), "-o", prof});
+  CAPTURE(refused.err);
+  CHECK(refused.code == 2);
+  CHECK(refused.err.find("vary by 50% between repeats (bench rows' median spread 50%)") != std::string::npos);
+  CHECK(refused.err.find("--max-noise 25%") != std::string::npos);
+  CHECK(!std::filesystem::exists(prof));
+  auto flagged = run_tessel({"calibrate", "--bench", with_spread(0.5), "--max-noise", "60", "-o", prof, "--json"});
+  REQUIRE(flagged.code == 0);
+  const auto j = nlohmann::json::parse(flagged.out);
+  CHECK(j["noise_pct"].get<double>() == doctest::Approx(50));
+  CHECK(j["trusted"] == false);
+  CHECK(flagged.err.find("warning: the measurements vary by 50%") != std::string::npos);
+  auto quiet = run_tessel({"calibrate", "--bench", with_spread(0.02), "-o", prof, "--json"});
+  REQUIRE(quiet.code == 0);
+  CHECK(nlohmann::json::parse(quiet.out)["trusted"] == true);
+  std::filesystem::remove(prof);
+}
