@@ -162,7 +162,7 @@ void bench_membw(calib::BenchData& out, int threads) {
   }
 }
 
-// The runtime's own non-GEMM kernels (kernels/cpu) at the shapes of the closed-loop GPT (tools/closed_loop.py:
+// The runtime's own non-GEMM kernels (kernels/cpu) at the shapes of the closed-loop GPT (tools/closed_loop.cpp:
 // hidden 256, ffn 1024, 8 heads of 32, seq 128, vocab 512; 1 or 2 sequences; tp 1 or 2 halves heads, ffn
 // and vocab). Each row carries the bytes (and, for attention, the FLOPs) the cost model charges for that op,
 // so `calibrate` fits the rate of the path the simulator puts it on:
