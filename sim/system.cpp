@@ -3,6 +3,8 @@
 #include <string_view>
 #include <utility>
 
+#include "util/suggest.hpp"
+
 #include "util/units.hpp"
 
 namespace tessel {
@@ -95,6 +97,33 @@ void parse_host(JsonObject h, HostSpec& host) {
   h.finish();
 }
 
+constexpr double kHour = 3600.0;
+
+// "reliability": {"gpu_mtbf_hours", "node_mtbf_hours" (at least one), "restart_overhead_s", "source"}.
+ReliabilitySpec parse_reliability(JsonObject r) {
+  r.ignore("source");
+  ReliabilitySpec out;
+  out.gpu_mtbf_s = r.opt_number("gpu_mtbf_hours", 1e-3, 1e9).value_or(0.0) * kHour;
+  out.node_mtbf_s = r.opt_number("node_mtbf_hours", 1e-3, 1e9).value_or(0.0) * kHour;
+  if (out.gpu_mtbf_s == 0 && out.node_mtbf_s == 0)
+    r.fail("gpu_mtbf_hours", "needs gpu_mtbf_hours or node_mtbf_hours (or both): a failure model needs a rate");
+  out.restart_overhead_s = r.number("restart_overhead_s", 0, 1e7);
+  r.finish();
+  return out;
+}
+
+// "storage": {"node_write_GBps", "node_read_GBps", "aggregate_GBps" (optional), "d2h_GBps", "async", "source"}.
+StorageSpec parse_storage(JsonObject st) {
+  st.ignore("source");
+  StorageSpec out;
+  out.node_write_bw = st.number("node_write_GBps", 1e-6, 1e7) * kGB;
+  out.node_read_bw = st.number("node_read_GBps", 1e-6, 1e7) * kGB;
+  out.aggregate_bw = st.opt_number("aggregate_GBps", 1e-6, 1e9).value_or(0.0) * kGB;
+  out.d2h_bw = st.number("d2h_GBps", 1e-6, 1e7) * kGB;
+  out.async = st.boolean("async");
+  st.finish();
+  return out;
+}
 }  // namespace
 
 const char* to_string(CostKind k) { return kKindNames[idx(k)]; }
@@ -176,6 +205,8 @@ System parse_system(const Json& j, const std::string& where) {
     w.finish();
   }
   if (o.has("host")) parse_host(o.object("host"), s.host);
+  if (o.has("reliability")) s.reliability = parse_reliability(o.object("reliability"));
+  if (o.has("storage")) s.storage = parse_storage(o.object("storage"));
   o.finish();
   return s;
 }
@@ -220,6 +251,19 @@ Json system_to_json(const System& s) {
       if (s.host.contention[static_cast<std::size_t>(i)] != 1) c[kKindNames[i]] = s.host.contention[static_cast<std::size_t>(i)];
     j["host"] = {{"cores", s.host.cores}, {"contention", c}};
   }
+  if (const auto& r = s.reliability) {
+    Json rj;
+    if (r->gpu_mtbf_s > 0) rj["gpu_mtbf_hours"] = r->gpu_mtbf_s / kHour;
+    if (r->node_mtbf_s > 0) rj["node_mtbf_hours"] = r->node_mtbf_s / kHour;
+    rj["restart_overhead_s"] = r->restart_overhead_s;
+    j["reliability"] = rj;
+  }
+  if (const auto& st = s.storage) {
+    Json sj = {{"node_write_GBps", st->node_write_bw / kGB}, {"node_read_GBps", st->node_read_bw / kGB},
+               {"d2h_GBps", st->d2h_bw / kGB}, {"async", st->async}};
+    if (st->aggregate_bw > 0) sj["aggregate_GBps"] = st->aggregate_bw / kGB;
+    j["storage"] = sj;
+  }
   return j;
 }
 
@@ -239,7 +283,8 @@ System load_system(const std::string& name_or_path) {
   if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
     std::string list;
     for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
+    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path" +
+                     did_you_mean(name_or_path, system_preset_names()));
   }
   return parse_system(parse_json_file(name_or_path, "--system "), name_or_path);
 }

@@ -113,6 +113,9 @@ struct Workload {
 // `layer`, when given, is a LayerWork already lowered for the same model, system and the layout fields it
 // depends on (tp, cp, micro_batch, sequence_parallel, recompute, attention, precision): explore reuses it.
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer = nullptr);
+// InputError for a model beyond the dense transformer (Model::beyond_dense), which the cost model does not
+// price yet; lower() calls it, and explore::run before its worker threads (where it would abort the process).
+void refuse_unpriced(const Model& m);
 // One transformer layer under the layout (the expensive, cacheable part of lower()).
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 

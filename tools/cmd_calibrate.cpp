@@ -10,6 +10,7 @@
 #include "util/json_reader.hpp"
 #include "sim/calibrate/bench_data.hpp"
 #include "sim/calibrate/calibration.hpp"
+#include "sim/calibrate/checkpoint_fit.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/published_fit.hpp"
 #include "sim/calibrate/trace_fit.hpp"
@@ -163,7 +164,7 @@ void print_noise(const calib::Calibration& c) {
 // --published ROWS: the efficiency grid searched against validate's predictions of the (selected) rows, from
 // --base-system or the preset of the rows' GPU.
 int calibrate_published(const cli::CommandLine& cl, const std::string& out) {
-  for (const char* f : {"--bench", "--trace", "--comm", "--max-ranks"})
+  for (const char* f : {"--bench", "--trace", "--checkpoints", "--comm", "--max-ranks"})
     if (cl.has(f))
       throw InputError(std::string("--published fits a system's efficiencies to published rows; ") + f +
                        " belongs to the fit from bench and trace measurements, give one or the other");
@@ -204,6 +205,20 @@ int calibrate_published(const cli::CommandLine& cl, const std::string& out) {
   return 0;
 }
 
+Json checkpoint_json(const calib::CheckpointFit& ckpt, const System& profile) {
+  return {{"saves", ckpt.saves}, {"loads", ckpt.loads}, {"save_bytes", ckpt.save_bytes},
+          {"save_s", ckpt.save_s}, {"load_bytes", ckpt.load_bytes}, {"load_s", ckpt.load_s},
+          {"node_write_GBps", profile.storage->node_write_bw / 1e9},
+          {"node_read_GBps", profile.storage->node_read_bw / 1e9}};
+}
+
+void print_checkpoint_fit(const calib::CheckpointFit& ckpt, const System& profile) {
+  std::cout << "storage: node write " << fmt::fixed(profile.storage->node_write_bw / 1e9, 4) << " GB/s"
+            << (ckpt.saves ? " (" + std::to_string(ckpt.saves) + " saves)" : std::string(" (kept)"))
+            << ", node read " << fmt::fixed(profile.storage->node_read_bw / 1e9, 4) << " GB/s"
+            << (ckpt.loads ? " (" + std::to_string(ckpt.loads) + " loads)" : std::string(" (kept)")) << "\n";
+}
+
 }  // namespace
 
 int calibrate(const Args& args) {
@@ -212,6 +227,7 @@ int calibrate(const Args& args) {
                        {"--published", true, "rows of published measurements (validate's schema): fit the efficiency grid to them"},
                        {"--only", true, "with --published: comma-separated row id prefixes to fit (e.g. korthikanti22_t4)"},
                        {"--trace", true, "comma list of measured Chrome traces (`tessel run --trace`): per-op fit"},
+                       {"--checkpoints", true, "comma list of `tessel run --json` documents: the storage bandwidth from their checkpoint saves and loads"},
                        {"--base-system", true, "system preset or JSON the profile starts from [cpu; --published: the rows' GPU's]"},
                        {"--comm", true, "communicator whose collective rows set the link: thread|mpi|nccl [thread]"},
                        {"--max-ranks", true, "ignore collective rows of larger groups (e.g. the core count) [all]"},
@@ -234,9 +250,10 @@ int calibrate(const Args& args) {
   for (const char* f : {"--quick", "--repeats", "--steps", "--out", "--backend", "--gpu-threads", "--svg", "--no-mpi"})
     if (cl.has(f)) throw InputError(std::string(f) + ": a flag of --closed-loop, which is not given");
   const auto out = cl.get("-o");
-  if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
-  if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--published"))
-    throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES, or --published ROWS");
+  if (!out) throw InputError("-o PROFILE.json is required (where the fitted system goes)");
+  if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--checkpoints") && !cl.has("--published"))
+    throw InputError("give --bench FILE and/or --trace FILES, or --published ROWS (or --checkpoints RUNS "
+                     "for the storage bandwidth)");
   check_writable(*out, "-o");
   if (cl.has("--published")) return calibrate_published(cl, *out);
   if (cl.has("--only")) throw InputError("--only selects rows of --published, and none is given");
@@ -258,6 +275,7 @@ int calibrate(const Args& args) {
       in.trace_origins.push_back(p);
     }
   }
+  if (cl.has("--checkpoints")) in.checkpoint_runs = cl.get_list("--checkpoints");
   const calib::Calibration c = calib::calibrate(in);
   for (const auto& w : c.trace.warnings) std::cerr << "tessel calibrate: warning: " << w << "\n";
   if (c.flagged) std::cerr << "tessel calibrate: warning: " << noise_warning(c) << "\n";
@@ -269,9 +287,11 @@ int calibrate(const Args& args) {
   if (cl.flag("--json")) {
     Json r = fit_to_json(fit, c.traced ? &c.trace : nullptr);
     add_noise_json(r, c);
+    if (c.checkpoint) r["checkpoints"] = checkpoint_json(*c.checkpoint, c.fit.profile);
     r["profile"] = *out;
     std::cout << r.dump(2) << "\n";
   } else {
+    if (c.checkpoint) print_checkpoint_fit(*c.checkpoint, c.fit.profile);
     print_report(fit, c.traced ? &c.trace : nullptr, *out);
     print_noise(c);
   }

@@ -38,8 +38,9 @@ void check_noise(const Calibration& c, const CalibrationInputs& in) {
 }  // namespace
 
 Calibration calibrate(const CalibrationInputs& in) {
-  if (in.benches.empty() && in.traces.empty())
-    throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES, or --published ROWS");
+  if (in.benches.empty() && in.traces.empty() && in.checkpoint_runs.empty())
+    throw InputError("give --bench FILE and/or --trace FILES, or --published ROWS (or --checkpoints RUNS "
+                     "for the storage bandwidth)");
   Calibration c;
   if (!in.benches.empty()) {
     c.precision = parse_precision(in.benches.front().precision, in.benches.front().origin + ": precision");
@@ -62,6 +63,12 @@ Calibration calibrate(const CalibrationInputs& in) {
     c.provenance.wgrad_fitted = c.trace.wgrad_fitted;
     c.provenance.noise = c.trace.noise;
   }
+  std::string checkpoint_origin;
+  if (!in.checkpoint_runs.empty()) {
+    checkpoint_origin = "--checkpoints " + joined(in.checkpoint_runs);
+    c.checkpoint = fit_checkpoints(in.checkpoint_runs);
+    apply_checkpoint_fit(c.fit.profile, *c.checkpoint, checkpoint_origin);
+  }
   if (!in.name.empty()) c.fit.profile.name = in.name;
   c.noise = std::max(c.fit.noise, c.traced ? c.trace.noise : -1.0);
   c.flagged = c.noise > kNoiseFlag;
@@ -72,6 +79,7 @@ Calibration calibrate(const CalibrationInputs& in) {
   check_profile(c.fit.profile, c.precision,
                 "calibrate" + inputs + (in.output.empty() ? std::string() : " (-o " + in.output + " not written)"));
   c.source = describe_fit(c.fit, c.fit.profile, c.precision, bench_origins(in.benches), in.base.name, c.provenance);
+  if (c.checkpoint) c.source += describe_checkpoint_fit(*c.checkpoint, joined(in.checkpoint_runs));
   return c;
 }
 

@@ -8,10 +8,12 @@
 // written, and said untrusted) and refuses one above `refuse` (InputError: nothing written).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sim/calibrate/bench_data.hpp"
+#include "sim/calibrate/checkpoint_fit.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/trace_fit.hpp"
 #include "traces/trace.hpp"
@@ -32,6 +34,7 @@ struct Calibration {
   TraceProvenance provenance;
   double noise = -1;          // max(bench, trace) noise; -1: nothing measured it
   bool flagged = false;       // noise above the flag level
+  std::optional<CheckpointFit> checkpoint;  // the storage bandwidths from run documents, when given
   std::string source;         // the profile's "source" text
 };
 
@@ -39,6 +42,7 @@ struct CalibrationInputs {
   std::vector<BenchData> benches;          // none, one, or one alone and one of several threads
   std::vector<trace::Trace> traces;
   std::vector<std::string> trace_origins;  // file names, for messages and the source text
+  std::vector<std::string> checkpoint_runs;  // `tessel run --json` documents: the storage fit (checkpoint_fit.hpp)
   System base;
   FitOptions options;
   std::string name;                        // the profile's name; empty: <base>-calibrated

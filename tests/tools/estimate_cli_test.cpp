@@ -216,3 +216,20 @@ TEST_CASE("simulate --schedule-file: the file's shape, not the default schedule'
   CHECK(vz.err.find("zbv needs exactly 2 stages per rank") != std::string::npos);
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("one error prefix, and a suggestion for a near miss of a flag, verb, preset or schedule") {
+  // main adds "tessel VERB: error: " once; a message never repeats it (it read
+  // "tessel explore: error: tessel explore: unknown flag --sytem").
+  const auto flag = run_tessel({"explore", "--sytem", "dgx-a100"});
+  CHECK(flag.code == 2);
+  CHECK(flag.err.find("tessel explore: error: unknown flag --sytem; did you mean '--system'?") == 0);
+  CHECK(flag.err.find("tessel explore: error: tessel explore") == std::string::npos);
+  const auto verb = run_tessel({"estimte"});
+  CHECK(verb.code == 2);
+  CHECK(verb.err.find("unknown verb 'estimte'; did you mean 'estimate'?") != std::string::npos);
+  CHECK(run_tessel({"estimate", "--model", "gpt3-175"}).err.find("did you mean 'gpt3-175b'?") != std::string::npos);
+  CHECK(run_tessel({"estimate", "--system", "dgx-a10"}).err.find("did you mean 'dgx-a100'?") != std::string::npos);
+  const auto sched = run_tessel({"estimate", "--schedule", "interleavd"});
+  CHECK(sched.err.find("choose one of gpipe, 1f1b, interleaved") != std::string::npos);
+  CHECK(sched.err.find("did you mean 'interleaved'?") != std::string::npos);
+}
