@@ -144,7 +144,7 @@ double load_average() {
 std::string noise_warning(const calib::Calibration& c) {
   std::ostringstream os;
   os.precision(3);
-  os << "the measurements vary by " << 100 * c.noise << "% between repeats (load average " << load_average()
+  os << "the measurements vary by " << calib::noise_text(c.noise) << " between repeats (load average " << load_average()
      << "), above the " << 100 * calib::kNoiseFlag << "% a profile can be trusted at: its predictions may be off by as much";
   return os.str();
 }

@@ -1,6 +1,7 @@
 #include "sim/calibrate/calibration.hpp"
 
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "util/error.hpp"
@@ -22,14 +23,25 @@ std::string bench_origins(const std::vector<BenchData>& b) {
   return s;
 }
 
+}  // namespace
+
+std::string noise_text(double fraction) {
+  std::ostringstream os;
+  if (100 * fraction >= 1000) os << std::fixed << std::setprecision(0);
+  else os << std::setprecision(3);
+  os << 100 * fraction << "%";
+  return os.str();
+}
+
+namespace {
+
 void check_noise(const Calibration& c, const CalibrationInputs& in) {
   if (!(c.noise > in.refuse_noise)) return;
   std::ostringstream os;
-  os.precision(3);
-  os << "calibrate: the measurements vary by " << 100 * c.noise << "% between repeats (";
-  if (c.fit.noise >= 0) os << "bench rows' median spread " << 100 * c.fit.noise << "%";
-  if (c.traced) os << (c.fit.noise >= 0 ? ", " : "") << "trace ops' " << 100 * c.trace.noise << "%";
-  os << "), over the --max-noise " << 100 * in.refuse_noise << "%: a profile fitted from them could be off by as much, so "
+  os << "the measurements vary by " << noise_text(c.noise) << " between repeats (";
+  if (c.fit.noise >= 0) os << "bench rows' median spread " << noise_text(c.fit.noise);
+  if (c.traced) os << (c.fit.noise >= 0 ? ", " : "") << "trace ops' " << noise_text(c.trace.noise);
+  os << "), over the --max-noise " << noise_text(in.refuse_noise) << ": a profile fitted from them could be off by as much, so "
      << "none is written" << (in.output.empty() ? std::string() : " (-o " + in.output + ")")
      << "; measure on a quieter machine (see the load average) or raise --max-noise";
   throw InputError(os.str());

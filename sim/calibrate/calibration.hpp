@@ -50,6 +50,10 @@ struct CalibrationInputs {
   std::string output;                      // where the profile goes (named when it is not written)
 };
 
+// A noise (a fraction) as messages write it, in percent: 3 significant digits, whole numbers from 1000% on
+// (a bench under heavy load spreads by 100x; no exponent).
+std::string noise_text(double fraction);
+
 // InputError when neither benches nor traces are given, from the fits, when the profile would not load, or
 // when the noise exceeds `refuse_noise` (naming both noises and the rule).
 Calibration calibrate(const CalibrationInputs& in);

@@ -362,6 +362,13 @@ TEST_CASE("calibrate: noisy measurements are flagged above 10% and refused above
   CHECK(refused.err.find("vary by 50% between repeats (bench rows' median spread 50%)") != std::string::npos);
   CHECK(refused.err.find("--max-noise 25%") != std::string::npos);
   CHECK(!std::filesystem::exists(prof));
+  // A bench measured under heavy load: rows whose middle half spans 120x their median (seen at a load average
+  // of 113 on 2 cores). Read, and refused by the noise rule (12000% > 25%), not by the reader.
+  auto loaded = run_tessel({"calibrate", "--bench", with_spread(120), "-o", prof});
+  CAPTURE(loaded.err);
+  CHECK(loaded.code == 2);
+  CHECK(loaded.err.find("vary by 12000% between repeats") != std::string::npos);
+  CHECK(!std::filesystem::exists(prof));
   auto flagged = run_tessel({"calibrate", "--bench", with_spread(0.5), "--max-noise", "60", "-o", prof, "--json"});
   REQUIRE(flagged.code == 0);
   const auto j = nlohmann::json::parse(flagged.out);
