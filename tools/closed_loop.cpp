@@ -230,14 +230,16 @@ std::vector<calib::BenchData> run_benches(const LoopContext& c, const std::strin
   return benches;
 }
 
+// `first_step_s`: the first calibration run's median step, which the drift check measures again.
 calib::Calibration calibrate_repeat(const LoopContext& c, const std::string& dir, const std::vector<LoopLayout>& calib,
-                                    std::string& profile_path) {
+                                    std::string& profile_path, double& first_step_s) {
   calib::CalibrationInputs in;
   in.benches = run_benches(c, dir);
   for (std::size_t i = 0; i < calib.size(); ++i) {
     const std::string t = dir + "/calib_" + std::to_string(i) + ".trace.json";
-    LoopRow ignored;
-    measure(c, calib[i], t, ignored);
+    LoopRow run;
+    measure(c, calib[i], t, run);
+    if (i == 0) first_step_s = run.measured_s;
     in.traces.push_back(trace::read_chrome_trace(t));
     in.trace_origins.push_back(t);
   }
@@ -303,7 +305,8 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   r.load_before = load_now();
   const std::string dir = c.out + "/rep" + std::to_string(rep);
   fs::create_directories(dir);
-  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile);
+  double first_step_s = 0;
+  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, first_step_s);
   r.calibration_noise = cal.noise;
   r.calibration = calibration_json(cal);
   std::vector<double> pred, meas, abs_err, op_err, spreads;
@@ -327,7 +330,11 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   r.op_median_abs_error = calib::median_of(op_err);
   r.kendall_tau = calib::kendall_tau(pred, meas);
   r.measurement_noise = calib::median_of(spreads);
-  r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.measurement_noise <= calib::kNoiseFlag;
+  LoopRow again;
+  measure(c, calib.front(), dir + "/drift.trace.json", again);
+  r.drift = std::abs(again.measured_s / first_step_s - 1);
+  r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.measurement_noise <= calib::kNoiseFlag &&
+              r.drift <= calib::kNoiseFlag;
   r.load_after = load_now();
   return r;
 }

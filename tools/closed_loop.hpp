@@ -43,7 +43,11 @@ struct LoopRepeat {
   double load_before = -1, load_after = -1;  // load average over the last minute
   double calibration_noise = -1;             // the fit's (bench and calibration traces)
   double measurement_noise = 0;              // median spread of the held-out runs' steps
-  bool trusted = true;                       // both noises within 10%
+  // The machine's drift over the repeat: the first calibration run measured again after the held-out runs,
+  // |end / start - 1| of its median step. A load that comes and goes between runs leaves each run's steps
+  // steady (small spreads) while it moves the runs apart, which only a repeated run shows.
+  double drift = 0;
+  bool trusted = true;                       // both noises and the drift within 10%
   std::string profile;                       // its file
   Json calibration;                          // the fit report (as calibrate --json writes it)
   std::vector<LoopRow> rows;

@@ -37,9 +37,12 @@ std::string distrust(const LoopRepeat& r) {
   std::ostringstream os;
   os.precision(3);
   if (r.calibration_noise > calib::kNoiseFlag)
-    os << "the calibration's measurements vary by " << 100 * r.calibration_noise << "% between repeats";
+    os << "the calibration's measurements vary by " << calib::noise_text(r.calibration_noise) << " between repeats";
   if (r.measurement_noise > calib::kNoiseFlag)
-    os << (os.str().empty() ? "" : "; ") << "the held-out runs' steps vary by " << 100 * r.measurement_noise << "%";
+    os << (os.str().empty() ? "" : "; ") << "the held-out runs' steps vary by " << calib::noise_text(r.measurement_noise);
+  if (r.drift > calib::kNoiseFlag)
+    os << (os.str().empty() ? "" : "; ") << "the first calibration run, measured again at the end, moved by "
+       << calib::noise_text(r.drift);
   if (!os.str().empty())
     os << " (load average " << r.load_before << " before, " << r.load_after << " after): above the "
        << 100 * calib::kNoiseFlag << "% the targets are stated in, so these errors say more about the machine's load than "
@@ -75,6 +78,7 @@ Json loop_to_json(const LoopResult& r) {
                       {"kendall_tau", p.kendall_tau},
                       {"calibration_noise_pct", p.calibration_noise >= 0 ? Json(100 * p.calibration_noise) : Json(nullptr)},
                       {"measurement_noise_pct", 100 * p.measurement_noise},
+                      {"drift_pct", 100 * p.drift},
                       {"trusted", p.trusted},
                       {"untrusted_because", distrust(p)}}}});
     med.push_back(100 * p.median_abs_error);
@@ -112,9 +116,9 @@ void print_loop(const LoopResult& r) {
               << "error| " << fmt::pct(p.op_median_abs_error) << " (target 15%), Kendall tau " << fmt::fixed(p.kendall_tau, 3)
               << " (target 0.8); noise: calibration "
               << (p.calibration_noise >= 0 ? fmt::pct(p.calibration_noise) : std::string("-")) << ", held-out runs "
-              << fmt::pct(p.measurement_noise) << "\n";
+              << fmt::pct(p.measurement_noise) << ", drift " << fmt::pct(p.drift) << "\n";
     const std::string why = distrust(p);
-    std::cout << (why.empty() ? "  trusted: both noises within 10%\n" : "  NOT TRUSTED: " + why + "\n") << "\n";
+    std::cout << (why.empty() ? "  trusted: both noises and the drift within 10%\n" : "  NOT TRUSTED: " + why + "\n") << "\n";
   }
 }
 
