@@ -179,7 +179,8 @@ std::string loop_svg(const LoopResult& r) {
       for (const calib::OpError& e : row.ops) ops.push_back({e.measured_s, e.predicted_s, p.repeat});
     }
     char b[96];
-    std::snprintf(b, sizeof b, "%s%d: %.2f-%.2f", loads.empty() ? "" : ", ", p.repeat, p.load_before, p.load_after);
+    std::snprintf(b, sizeof b, "%s%d: %.2f-%.2f%s", loads.empty() ? "" : ", ", p.repeat, p.load_before, p.load_after,
+                  p.trusted ? "" : " (NOT TRUSTED)");
     loads += b;
   }
   const double w = 420, h = 420;

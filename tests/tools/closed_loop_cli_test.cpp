@@ -92,6 +92,8 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   CAPTURE(sim.err);
   CHECK(sim.code == 0);
   CHECK(has(slurp(svg), "<svg"));
+  // The figure's caption marks an untrusted repeat as the document does.
+  CHECK(has(slurp(svg), "(NOT TRUSTED)") == !s["trusted"].get<bool>());
   std::filesystem::remove_all(out);
 }
 
