@@ -294,6 +294,8 @@ std::optional<std::string> system_preset_for_gpu(const std::string& gpu) {
   if (gpu.find("H100") != std::string::npos) return "dgx-h100";
   if (gpu.find("H800") != std::string::npos) return "h800";
   if (gpu.find("H200") != std::string::npos) return "dgx-h200";
+  if (gpu.find("GB200") != std::string::npos) return "gb200";  // before B200, which it contains
+  if (gpu.find("B200") != std::string::npos) return "dgx-b200";
   return std::nullopt;
 }
 

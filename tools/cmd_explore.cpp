@@ -309,7 +309,8 @@ int explore(const Args& args) {
 
   if (auto e = cl.get("--explain")) {
     const Layout l = parse_layout_words(*e, gbs);
-    std::cout << explore::explain(m, sys, gpus, l, r);
+    if (json) std::cout << explore::explain_json(m, sys, gpus, l, r).dump(2) << "\n";
+    else std::cout << explore::explain(m, sys, gpus, l, r);
     return 0;
   }
   if (r.top.empty())

@@ -303,14 +303,12 @@ std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int
   return out;
 }
 
-Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
-  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
-  TESSEL_CHECK(opt.objective == Objective::step || opt.job, "the time-to-train objective without a job");
-  const auto ranks_before = [&opt](const Scored& a, const Scored& b) { return better_by(a, b, opt.objective); };
-  const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
-  Result res;
-  res.enumerated = static_cast<long long>(layouts.size());
-  const int threads = std::max(1, opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
+namespace {
+
+// The analytical tier: every layout scored on every core; what fits comes back, what does not is counted per
+// rule in res (with the smallest peak seen).
+std::vector<Scored> analytical_tier(const Model& m, const System& sys, int gpus, const std::vector<Layout>& layouts,
+                                    int threads, const Options& opt, Result& res) {
   std::vector<ThreadOut> outs(threads);
   std::atomic<std::size_t> done{0};
   {
@@ -349,6 +347,20 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
   for (auto& [rule, r] : rejected) res.rejected.push_back(r);
   std::sort(res.rejected.begin(), res.rejected.end(),
             [](const Rejection& a, const Rejection& b) { return a.count != b.count ? a.count > b.count : a.rule < b.rule; });
+  return fitting;
+}
+
+}  // namespace
+
+Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
+  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
+  TESSEL_CHECK(opt.objective == Objective::step || opt.job, "the time-to-train objective without a job");
+  const auto ranks_before = [&opt](const Scored& a, const Scored& b) { return better_by(a, b, opt.objective); };
+  const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
+  Result res;
+  res.enumerated = static_cast<long long>(layouts.size());
+  const int threads = std::max(1, opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<Scored> fitting = analytical_tier(m, sys, gpus, layouts, threads, opt, res);
   res.scored = static_cast<long long>(fitting.size());
   std::sort(fitting.begin(), fitting.end(), ranks_before);
   res.pareto = pareto_front(fitting);

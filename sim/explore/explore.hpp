@@ -155,6 +155,10 @@ bool better_by(const Scored& a, const Scored& b, Objective objective);
 
 // Why a layout ranks where it does or was rejected, and what would make it fit (text, several lines).
 std::string explain(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);
+// The same explanation as data (`explore --explain L --json`): verdict (rejected | fits | ranked | below_top),
+// the rejection's rule and message with single changes that would fit, memory terms, the step's terms, the rank
+// and the best layout's terms beside them.
+Json explain_json(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);
 
 Json scored_to_json(const Scored& s);
 Json result_to_json(const Result& r);
