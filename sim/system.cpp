@@ -26,6 +26,22 @@ constexpr double kMinRate = 1e-6, kMaxRate = 1e6;
 // A GEMM class or a contention factor outside [0.1, 20] is no measured ratio of this cost model's times.
 constexpr double kMinFactor = 0.1, kMaxFactor = 20;
 
+// gpu.kernels.optimizer's "params" and "by_params_GBps": both or neither, as many rates as sizes (at least
+// 2: one size is the "GBps" rate), the sizes strictly ascending.
+void parse_optimizer_sizes(JsonObject& r, GpuSpec& g) {
+  if (!r.has("params") && !r.has("by_params_GBps")) return;
+  if (!r.has("params")) r.fail("by_params_GBps", "needs \"params\", the parameter counts its rates were measured at");
+  g.optimizer_params = r.number_array("params", 1, 1e15);
+  if (!r.has("by_params_GBps")) r.fail("params", "needs \"by_params_GBps\", the rate at each of its sizes");
+  g.optimizer_Bps = r.number_array("by_params_GBps", kMinRate, kMaxRate);
+  if (g.optimizer_params.size() < 2 || g.optimizer_Bps.size() != g.optimizer_params.size())
+    r.fail("by_params_GBps", "must hold one rate per entry of \"params\" (" + std::to_string(g.optimizer_params.size()) +
+                             "), at least 2");
+  for (std::size_t i = 1; i < g.optimizer_params.size(); ++i)
+    if (!(g.optimizer_params[i] > g.optimizer_params[i - 1])) r.fail("params", "must be strictly ascending");
+  for (double& b : g.optimizer_Bps) b *= kGB;
+}
+
 // gpu.kernels: {"norm": {"fwd_GBps", "bwd_GBps"}, ..., "optimizer": {"GBps"}, "attention": {"fwd_GFLOPs",
 // "bwd_GFLOPs"}, "gemm_dgrad", "gemm_wgrad"}, every key optional.
 void parse_kernels(JsonObject k, GpuSpec& g) {
@@ -35,6 +51,7 @@ void parse_kernels(JsonObject k, GpuSpec& g) {
     DirRate& d = g.kernel_Bps[static_cast<std::size_t>(i)];
     if (i == idx(CostKind::optimizer)) {
       d.fwd = r.number("GBps", kMinRate, kMaxRate) * kGB;
+      parse_optimizer_sizes(r, g);
     } else {
       d.fwd = r.opt_number("fwd_GBps", kMinRate, kMaxRate).value_or(0) * kGB;
       d.bwd = r.opt_number("bwd_GBps", kMinRate, kMaxRate).value_or(0) * kGB;
@@ -58,6 +75,12 @@ Json kernels_to_json(const GpuSpec& g) {
     const DirRate& d = g.kernel_Bps[static_cast<std::size_t>(i)];
     if (i == idx(CostKind::optimizer)) {
       if (d.fwd > 0) k[kKindNames[i]] = {{"GBps", d.fwd / kGB}};
+      if (d.fwd > 0 && !g.optimizer_params.empty()) {
+        Json rates = Json::array();
+        for (double b : g.optimizer_Bps) rates.push_back(b / kGB);
+        k[kKindNames[i]]["params"] = g.optimizer_params;
+        k[kKindNames[i]]["by_params_GBps"] = rates;
+      }
       continue;
     }
     Json r = Json::object();

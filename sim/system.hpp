@@ -71,6 +71,12 @@ struct GpuSpec {
   // time of the input- and weight-gradient GEMMs over the tile model's (transposed operands; the weight
   // gradient's bias sums where a runtime computes them beside it).
   std::array<DirRate, kCostKinds> kernel_Bps{};
+  // AdamW's measured rate (bytes/s of 30 B a parameter) by the parameters one rank steps, ascending in
+  // `params` (gpu.kernels.optimizer.params / by_params_GBps); empty: kernel_Bps[optimizer] prices every size.
+  // Its state (parameter, gradient, two moments: 16 B a parameter) leaves the caches as a rank's share grows:
+  // alone on a 2-core machine the bench's AdamW ran 12.3 GB/s at 0.5 Mi parameters and 9.95 GB/s at 3 Mi
+  // (repetitions within 6%), a fifth apart, which one rate would split between a 4-rank and a 1-rank layout.
+  std::vector<double> optimizer_params, optimizer_Bps;
   DirRate attention_flops{};
   double gemm_dgrad_factor = 1, gemm_wgrad_factor = 1;
   // Time multiplier per kind (1: none). Not a file key: the host model (sim/engine/host_model.hpp) prices a

@@ -32,6 +32,34 @@ double total_inverse_rate(const std::vector<const KernelRow*>& rows, double c) {
   return den > 0 ? num / den : 0;
 }
 
+// AdamW's rate at each size the bench measured (the parameters a row steps: its bytes over 30), where it
+// measured two or more: bytes / (t - the kernels' overhead), as cost::adamw_time prices it. Rows of one size
+// (none in the bench, but a merged document may hold them) are taken by the total rule.
+void fit_optimizer_sizes(const BenchData& b, double c, System& profile) {
+  std::vector<std::pair<double, std::vector<const KernelRow*>>> sizes;
+  for (const KernelRow& r : b.kernels) {
+    if (r.kernel != "adamw") continue;
+    const double n = r.bytes / cost::kAdamWBytesPerParam;
+    auto it = std::find_if(sizes.begin(), sizes.end(), [&](const auto& s) { return s.first == n; });
+    if (it == sizes.end()) sizes.push_back({n, {&r}});
+    else it->second.push_back(&r);
+  }
+  profile.gpu.optimizer_params.clear();
+  profile.gpu.optimizer_Bps.clear();
+  if (sizes.size() < 2) return;
+  std::sort(sizes.begin(), sizes.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  for (const auto& [n, rows] : sizes) {
+    const double w = total_inverse_rate(rows, cost::kAdamWKernels * c);
+    if (!(w > 0) || !std::isfinite(w)) {  // at the overhead: no rate by size, the kind's one rate prices it
+      profile.gpu.optimizer_params.clear();
+      profile.gpu.optimizer_Bps.clear();
+      return;
+    }
+    profile.gpu.optimizer_params.push_back(n);
+    profile.gpu.optimizer_Bps.push_back(1.0 / w);
+  }
+}
+
 }  // namespace
 
 bool kernel_kind(const std::string& k, CostKind& kind, bool& backward) {
@@ -83,6 +111,7 @@ std::vector<KindFit> fit_kind_rates(const BenchData& b, double c, System& profil
       else (bwd ? profile.gpu.kernel_Bps[static_cast<std::size_t>(k)].bwd : profile.gpu.kernel_Bps[static_cast<std::size_t>(k)].fwd) = f.rate;
       out.push_back(f);
     }
+  fit_optimizer_sizes(b, c, profile);
   // Half a measured attention core (forward without backward) cannot price the other half: both or neither
   // (the bench times both); with one, the attention rows set the path's efficiency only (fit.cpp).
   if (!(profile.gpu.attention_flops.fwd > 0 && profile.gpu.attention_flops.bwd > 0)) profile.gpu.attention_flops = {};

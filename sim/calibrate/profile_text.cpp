@@ -21,6 +21,12 @@ void describe_measured(std::ostringstream& os, const System& s) {
       if (!(d.fwd > 0) && !(d.bwd > 0)) continue;
       os << (first ? " " : ", ") << to_string(static_cast<CostKind>(k)) << " " << d.fwd / 1e9;
       if (k != idx(CostKind::optimizer)) os << "/" << d.bwd / 1e9;
+      if (k == idx(CostKind::optimizer) && !g.optimizer_params.empty()) {
+        os << " (by the parameters a rank steps:";
+        for (std::size_t i = 0; i < g.optimizer_params.size(); ++i)
+          os << (i ? "," : "") << " " << g.optimizer_params[i] / 1e6 << " M " << g.optimizer_Bps[i] / 1e9;
+        os << ")";
+      }
       first = false;
     }
     if (g.attention_flops.fwd > 0)

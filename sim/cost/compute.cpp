@@ -50,8 +50,26 @@ double memory_time(const GpuSpec& gpu, double bytes, int kernels, CostKind kind,
   return (bytes / rate + kernels * gpu.kernel_overhead_s) * gpu.time_factor[static_cast<std::size_t>(idx(kind))];
 }
 
+double adamw_rate(const GpuSpec& gpu, double params) {
+  const std::vector<double>& n = gpu.optimizer_params;
+  const std::vector<double>& r = gpu.optimizer_Bps;
+  if (n.empty()) return 0;
+  if (params <= n.front()) return r.front();
+  if (params >= n.back()) return r.back();
+  std::size_t i = 1;
+  while (n[i] < params) ++i;
+  // Linear in log(size) and log(rate) between the measured sizes: the rate falls by cache level, a power law
+  // over each stretch more nearly than a line.
+  const double t = std::log(params / n[i - 1]) / std::log(n[i] / n[i - 1]);
+  return r[i - 1] * std::pow(r[i] / r[i - 1], t);
+}
+
 double adamw_time(const GpuSpec& gpu, double params) {
-  return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels, CostKind::optimizer);
+  const double sized = adamw_rate(gpu, params);
+  if (!(sized > 0) || params <= 0)
+    return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels, CostKind::optimizer);
+  return (kAdamWBytesPerParam * params / sized + kAdamWKernels * gpu.kernel_overhead_s) *
+         gpu.time_factor[idx(CostKind::optimizer)];
 }
 
 bool measured_attention_core(const GpuSpec& gpu) { return gpu.attention_flops.fwd > 0 && gpu.attention_flops.bwd > 0; }

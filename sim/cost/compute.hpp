@@ -42,7 +42,11 @@ double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward,
 // (Megatron-LM runs the step as a few fused multi-tensor kernels), not a measurement.
 inline constexpr double kAdamWBytesPerParam = 30.0;
 inline constexpr int kAdamWKernels = 4;
-// Seconds of the optimizer step over `params` parameters held by one GPU.
+// Seconds of the optimizer step over `params` parameters held by one GPU: at the measured rate for that size
+// when the GPU has one by size (adamw_rate), else the optimizer kind's (memory_time).
 double adamw_time(const GpuSpec& gpu, double params);
+// AdamW's rate (bytes/s) at `params` from gpu.optimizer_params/_Bps: log-log between the measured sizes, the
+// nearest one's outside them; 0 without sizes.
+double adamw_rate(const GpuSpec& gpu, double params);
 
 }  // namespace tessel::cost

@@ -164,3 +164,33 @@ TEST_CASE("fit_profile over two documents: rates from the one alone, contention 
   CHECK_THROWS_WITH_AS(fit_profile(std::vector<BenchData>{alone, again}, load_system("cpu")),
                        doctest::Contains("both ran 1 thread(s) at once"), InputError);
 }
+
+TEST_CASE("kind fit: AdamW's rate at each size the bench stepped, as cost::adamw_time prices it") {
+  // Truth: 20, 11 and 4.5 GB/s at 0.5, 1 and 3 M parameters; rows timed by cost::adamw_time (30 B a
+  // parameter over the rate, plus 4 kernels x the 2 us overhead). The fit takes bytes / (t - 4 c) per size:
+  // exactly the truth's rates at the truth's sizes.
+  System t = truth();
+  t.gpu.optimizer_params = {0.5e6, 1e6, 3e6};
+  t.gpu.optimizer_Bps = {20e9, 11e9, 4.5e9};
+  BenchData b = kernel_bench(t);
+  std::erase_if(b.kernels, [](const KernelRow& r) { return r.kernel == "adamw"; });
+  for (double n : {3e6, 0.5e6, 1e6})  // in any order
+    b.kernels.push_back({"adamw", "memory", 30 * n, 0, 1.0 / 3, cost::adamw_time(t.gpu, n)});
+  System p = load_system("cpu");
+  p.gpu.kernel_overhead_s = t.gpu.kernel_overhead_s;
+  fit_kind_rates(b, t.gpu.kernel_overhead_s, p);
+  REQUIRE(p.gpu.optimizer_params.size() == 3);
+  REQUIRE(p.gpu.optimizer_Bps.size() == 3);
+  for (std::size_t i = 0; i < 3; ++i) {
+    CHECK(rel(p.gpu.optimizer_params[i], t.gpu.optimizer_params[i]) < kRecoverTol);
+    CHECK(rel(p.gpu.optimizer_Bps[i], t.gpu.optimizer_Bps[i]) < kRecoverTol);
+  }
+  // So the profile prices a rank's step at its size: 2 M parameters between the 1 M and 3 M rates.
+  CHECK(rel(cost::adamw_time(p.gpu, 2e6), cost::adamw_time(t.gpu, 2e6)) < kRecoverTol);
+  // One size: no rate by size (the kind's one rate prices every size).
+  std::erase_if(b.kernels, [](const KernelRow& r) { return r.kernel == "adamw" && r.bytes != 30e6; });
+  System q = load_system("cpu");
+  fit_kind_rates(b, t.gpu.kernel_overhead_s, q);
+  CHECK(q.gpu.optimizer_params.empty());
+  CHECK(q.gpu.kernel_Bps[idx(CostKind::optimizer)].fwd > 0);
+}

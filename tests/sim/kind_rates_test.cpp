@@ -91,6 +91,18 @@ TEST_CASE("measured sections: bad values name the key, the value and the rule") 
       {"class factor", [](Json& j) { j["gpu"]["kernels"]["gemm_wgrad"] = 50; }, "gpu.kernels.gemm_wgrad"},
       {"collective name", [](Json& j) { j["node"]["collectives"]["allreduce"] = {{"latency_us", 1}, {"GBps", 1}}; },
        "node.collectives.allreduce"},
+      {"optimizer sizes without rates", [](Json& j) { j["gpu"]["kernels"]["optimizer"]["params"] = {1e6, 2e6}; },
+       "gpu.kernels.optimizer.params"},
+      {"optimizer rates without sizes", [](Json& j) { j["gpu"]["kernels"]["optimizer"]["by_params_GBps"] = {1, 2}; },
+       "gpu.kernels.optimizer.by_params_GBps"},
+      {"optimizer sizes unequal", [](Json& j) {
+         j["gpu"]["kernels"]["optimizer"]["params"] = {1e6, 2e6};
+         j["gpu"]["kernels"]["optimizer"]["by_params_GBps"] = {1, 2, 3};
+       }, "one rate per entry"},
+      {"optimizer sizes descending", [](Json& j) {
+         j["gpu"]["kernels"]["optimizer"]["params"] = {2e6, 1e6};
+         j["gpu"]["kernels"]["optimizer"]["by_params_GBps"] = {1, 2};
+       }, "strictly ascending"},
       {"cores", [](Json& j) { j["host"]["cores"] = 0; }, "host.cores"},
       {"contention", [](Json& j) { j["host"]["contention"]["norm"] = 0.01; }, "host.contention.norm"},
   };
@@ -175,4 +187,26 @@ TEST_CASE("a collective with its own measured link uses it; the others keep the 
         doctest::Approx(8.4e-6 + 0.5 * 1e6 / 6e9).epsilon(kRel));
   // send/recv: 1 us + 1e6 / 8e9.
   CHECK(cost::p2p_time(s, 1e6, 1).seconds == doctest::Approx(1e-6 + 1e6 / 8e9).epsilon(kRel));
+}
+
+TEST_CASE("AdamW by size: the measured rate at each size, log-log between them, the nearest outside") {
+  Json j = measured_cpu();
+  j["gpu"]["kernels"]["optimizer"]["params"] = {1e6, 4e6};
+  j["gpu"]["kernels"]["optimizer"]["by_params_GBps"] = {16.0, 4.0};
+  const System s = parse_system(j, "p.json");
+  // Round trip with the sizes.
+  CHECK(system_to_json(parse_system(system_to_json(s), "again")) == system_to_json(s));
+  // At 1e6 parameters: 16 GB/s, 30e6 B -> 1.875 ms (the cpu preset's kernel overhead is 0); at 4e6: 4 GB/s,
+  // 120e6 B -> 30 ms. At 2e6, halfway in log size: 16 x (4/16)^0.5 = 8 GB/s, 60e6 B -> 7.5 ms. Below the
+  // smallest size its rate (0.5e6: 15e6 / 16e9), above the largest its rate (8e6: 240e6 / 4e9).
+  CHECK(cost::adamw_rate(s.gpu, 2e6) == doctest::Approx(8e9).epsilon(kRel));
+  CHECK(cost::adamw_time(s.gpu, 1e6) == doctest::Approx(30e6 / 16e9).epsilon(kRel));
+  CHECK(cost::adamw_time(s.gpu, 2e6) == doctest::Approx(60e6 / 8e9).epsilon(kRel));
+  CHECK(cost::adamw_time(s.gpu, 4e6) == doctest::Approx(120e6 / 4e9).epsilon(kRel));
+  CHECK(cost::adamw_time(s.gpu, 0.5e6) == doctest::Approx(15e6 / 16e9).epsilon(kRel));
+  CHECK(cost::adamw_time(s.gpu, 8e6) == doctest::Approx(240e6 / 4e9).epsilon(kRel));
+  // Without sizes the optimizer's one rate (10 GB/s) prices every size, as before.
+  const System one = parse_system(measured_cpu(), "p.json");
+  CHECK(cost::adamw_rate(one.gpu, 2e6) == 0);
+  CHECK(cost::adamw_time(one.gpu, 2e6) == doctest::Approx(60e6 / 10e9).epsilon(kRel));
 }

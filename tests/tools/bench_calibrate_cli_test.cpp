@@ -67,8 +67,8 @@ TEST_CASE("bench: the runtime's kernels as rows on the cost model's paths; calib
   auto r = run_tessel({"bench", "--backend", "cpu", "--what", "kernels", "--json"});
   REQUIRE(r.code == 0);
   const auto doc = nlohmann::json::parse(r.out);
-  // 4 shapes x (8 memory-path kernels + attention fwd/bwd) + AdamW at 2 sizes (tools/cmd_bench.cpp).
-  REQUIRE(doc["kernels"].size() == 42);
+  // 4 shapes x (8 memory-path kernels + attention fwd/bwd) + AdamW at 4 sizes (tools/cmd_bench.cpp).
+  REQUIRE(doc["kernels"].size() == 44);
   int attention = 0;
   for (const auto& row : doc["kernels"]) {
     if (row["path"] == "attention") {
@@ -85,6 +85,12 @@ TEST_CASE("bench: the runtime's kernels as rows on the cost model's paths; calib
   REQUIRE(c.code == 0);
   CHECK(c.out.find("kernels (memory)") != std::string::npos);
   CHECK(c.out.find("kernels (attention)") != std::string::npos);
+  // AdamW's rate at each size the bench stepped: 0.5, 1, 2 and 3 Mi parameters (bytes / 30), one rate each.
+  const auto profile = nlohmann::json::parse(slurp(prof));
+  const auto& opt = profile["gpu"]["kernels"]["optimizer"];
+  CHECK(opt["params"] == nlohmann::json({524288.0, 1048576.0, 2097152.0, 3145728.0}));
+  REQUIRE(opt["by_params_GBps"].size() == 4);
+  for (const auto& g : opt["by_params_GBps"]) CHECK(g.get<double>() > 0);
   CHECK(run_tessel({"estimate", "--model", "tiny", "--system", prof, "--tp", "1", "--pp", "1", "--dp", "1", "--gbs", "4", "--mbs", "1", "--precision", "fp32", "--attention", "flash"}).code == 0);
   std::filesystem::remove(prof);
 }
