@@ -165,6 +165,7 @@ System parse_system(const Json& j, const std::string& where) {
   o.ignore("notes");
   s.max_gpus = static_cast<int>(o.opt_integer("max_gpus", 1, 1 << 22).value_or(1 << 20));
   s.memory_reserved_bytes = o.number("memory_reserved_GiB", 0, 1e4) * kGiB;
+  s.min_headroom_bytes = o.opt_number("min_headroom_GiB", 0, 1e4).value_or(0) * kGiB;
   {
     JsonObject g = o.object("gpu");
     s.gpu.name = g.string("name");
@@ -255,6 +256,7 @@ Json system_to_json(const System& s) {
   Json j;
   j["name"] = s.name;
   j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;
+  if (s.min_headroom_bytes > 0) j["min_headroom_GiB"] = s.min_headroom_bytes / kGiB;
   j["max_gpus"] = s.max_gpus;
   j["gpu"] = g;
   j["node"] = {{"gpus_per_node", s.node.gpus_per_node}, {"intra_GBps", s.node.intra_bw_Bps / kGB},

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "tools/system_args.hpp"
 #include "util/error.hpp"
 
 namespace tessel::cli {
@@ -10,6 +11,7 @@ std::vector<OptionSpec> spec_options() {
   return {
       {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
       {"--system", true, "system preset or JSON file [dgx-a100]"},
+      {"--min-headroom", true, kMinHeadroomHelp},
       {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024 capped at the system's max_gpus]"},
       {"--layout", true, "layout JSON file (instead of the layout flags)"},
       {"--tp", true, "tensor-parallel size [8]"},
@@ -45,7 +47,7 @@ void check_recompute_flags(const CommandLine& cl, const Layout& l) {
 Specs read_specs(const CommandLine& cl, bool played) {
   Specs s;
   s.model = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
-  s.system = load_system(cl.get_or("--system", "dgx-a100"));
+  s.system = read_system(cl, "dgx-a100");
   const std::vector<const char*> layout_flags = {"--tp", "--pp", "--dp", "--cp", "--vpp", "--mbs", "--gbs",
                                                  "--schedule", "--recompute", "--recompute-method",
                                                  "--recompute-layers", "--sp", "--no-sp", "--zero",

@@ -69,6 +69,7 @@ Json memory_json(const Estimate& e) {
   return {{"peak_GiB", gib(e.peak_memory_bytes)},
           {"peak_rank", e.peak_rank},
           {"capacity_GiB", gib(e.capacity_bytes)},
+          {"min_headroom_GiB", gib(e.min_headroom_bytes)},
           {"weights_GiB", gib(mem.weights_bytes)},
           {"gradients_GiB", gib(mem.grads_bytes)},
           {"optimizer_GiB", gib(mem.optimizer_bytes)},
@@ -186,8 +187,10 @@ Json explain_json(const Model& m, const System& sys, int gpus, const Layout& l, 
   j["memory"] = memory_json(e);
   if (!e.fits) {
     j["verdict"] = "rejected";
+    const std::string margin = e.min_headroom_bytes > 0 ? " + " + num(gib(e.min_headroom_bytes), 1) + " GiB headroom" : "";
     j["rejected"] = {{"rule", "memory"},
-                     {"message", "needs " + num(gib(e.peak_memory_bytes), 1) + " GiB of " + num(gib(e.capacity_bytes), 1) + " GiB"}};
+                     {"message", "needs " + num(gib(e.peak_memory_bytes), 1) + " GiB" + margin + " of " +
+                                     num(gib(e.capacity_bytes), 1) + " GiB"}};
     j["alternatives"] = alternatives_json(m, sys, gpus, l);
     return j;
   }

@@ -137,8 +137,9 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
 }  // namespace
 
 std::string memory_message(const Estimate& e) {
-  return "needs " + gib(e.peak_memory_bytes) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-         gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
+  const std::string margin = e.min_headroom_bytes > 0 ? " + " + gib(e.min_headroom_bytes) + " GiB headroom" : "";
+  return "needs " + gib(e.peak_memory_bytes) + " GiB" + margin + " on pipeline rank " + std::to_string(e.peak_rank) +
+         " of " + gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
 }
 
 Scored scored_of(const Estimate& e) {
@@ -148,6 +149,7 @@ Scored scored_of(const Estimate& e) {
   s.tokens_per_s = e.tokens_per_s;
   s.tflops_per_gpu = e.model_tflops_per_gpu;
   s.mfu = e.mfu;
+  s.mfu_causal = e.mfu_causal;
   s.bubble = e.bubble_fraction;
   // One definition for both tiers: the pipeline and data-parallel communication the busiest rank waits on.
   // TP and CP collectives block the compute stream in the estimate and the engine alike (their time is
@@ -467,6 +469,7 @@ Json scored_to_json(const Scored& s) {
   j["tokens_per_s"] = s.tokens_per_s * s.analytical_step_s / s.step_s;
   j["model_tflops_per_gpu"] = s.tflops_per_gpu * s.analytical_step_s / s.step_s;
   j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
+  j["mfu_causal"] = s.mfu_causal * s.analytical_step_s / s.step_s;
   j["bubble_fraction"] = s.bubble;
   j["exposed_comm_s"] = s.exposed_comm_s;
   j["peak_memory_GiB"] = s.peak_memory_bytes / kGiB;

@@ -39,7 +39,8 @@ struct Scored {
   double analytical_step_s = 0;
   double tokens_per_s = 0;
   double tflops_per_gpu = 0;    // model TFLOP/s per GPU
-  double mfu = 0;
+  double mfu = 0;               // attention counted full (Megatron-LM, PaLM)
+  double mfu_causal = 0;        // attention counted causal (half of QK^T and AV)
   double bubble = 0;
   double exposed_comm_s = 0;    // PP + DP communication the busiest rank waits on (TP, CP: inside busy time)
   double peak_memory_bytes = 0; // busiest GPU

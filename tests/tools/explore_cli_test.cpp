@@ -120,6 +120,36 @@ TEST_CASE("explore --explain --json") {
   CHECK(text.out.find(pct) != std::string::npos);
 }
 
+// --min-headroom keeps a margin free: every row then has at least that much headroom, the rows that had less
+// are gone (Llama 3 70B's best on 512 H100 keeps 0.2 GiB), and estimate calls the same layout too large.
+TEST_CASE("explore and estimate --min-headroom") {
+  const std::vector<std::string> job = {"explore", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "512",
+                                        "--gbs", "1024", "--seq", "8192", "--no-simulate", "--json", "--top", "20"};
+  auto plain = run_tessel(job);
+  REQUIRE(plain.code == 0);
+  const auto p = nlohmann::json::parse(plain.out);
+  const double tight = p["top"][0]["headroom_GiB"].get<double>();
+  REQUIRE(tight < 8);  // the case is only a test if the unconstrained best keeps less than the margin
+  std::vector<std::string> with = job;
+  with.insert(with.end(), {"--min-headroom", "8"});
+  auto kept = run_tessel(with);
+  REQUIRE(kept.code == 0);
+  const auto k = nlohmann::json::parse(kept.out);
+  REQUIRE(!k["top"].empty());
+  for (const auto& row : k["top"]) CHECK(row["headroom_GiB"].get<double>() >= 8.0);
+  CHECK(k["counts"]["scored"].get<long long>() < p["counts"]["scored"].get<long long>());
+  const std::string best = p["top"][0]["describe"].get<std::string>();
+  auto explain = run_tessel({"explore", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "512", "--gbs", "1024",
+                             "--seq", "8192", "--no-simulate", "--json", "--min-headroom", "8", "--explain", best});
+  REQUIRE(explain.code == 0);
+  const auto e = nlohmann::json::parse(explain.out);
+  CHECK(e["verdict"] == "rejected");
+  CHECK(e["rejected"]["message"].get<std::string>().find(" + 8.0 GiB headroom of 80.0 GiB") != std::string::npos);
+  auto bad = run_tessel({"explore", "--min-headroom", "-1"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--min-headroom") != std::string::npos);
+}
+
 // Full recompute's method and layer count are part of a layout's name: explore enumerates both methods, and
 // two rows named alike were two layouts 14% apart; --explain reads each name back to its own layout.
 TEST_CASE("explore names full recompute's method, and --explain reads the name back") {
