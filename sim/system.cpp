@@ -15,6 +15,111 @@ namespace {
 constexpr double kGB = 1e9;
 constexpr double kTera = 1e12;
 constexpr double kUs = 1e-6;
+// Names of the kinds in file keys and messages, in CostKind order.
+constexpr const char* kKindNames[kCostKinds] = {"gemm", "attention", "memory", "norm", "activation", "softmax",
+                                                "cross_entropy", "embedding", "optimizer", "glue", "comm"};
+// The collectives of node.collectives, in cost::Collective order.
+constexpr const char* kCollectiveNames[6] = {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast",
+                                             "send_recv"};
+// A measured rate is a measurement of something that ran: above 0, below any machine's (1e6 GB/s, 1e6 GFLOP/s).
+constexpr double kMinRate = 1e-6, kMaxRate = 1e6;
+// A GEMM class or a contention factor outside [0.1, 20] is no measured ratio of this cost model's times.
+constexpr double kMinFactor = 0.1, kMaxFactor = 20;
+
+// gpu.kernels.optimizer's "params" and "by_params_GBps": both or neither, as many rates as sizes (at least
+// 2: one size is the "GBps" rate), the sizes strictly ascending.
+void parse_optimizer_sizes(JsonObject& r, GpuSpec& g) {
+  if (!r.has("params") && !r.has("by_params_GBps")) return;
+  if (!r.has("params")) r.fail("by_params_GBps", "needs \"params\", the parameter counts its rates were measured at");
+  g.optimizer_params = r.number_array("params", 1, 1e15);
+  if (!r.has("by_params_GBps")) r.fail("params", "needs \"by_params_GBps\", the rate at each of its sizes");
+  g.optimizer_Bps = r.number_array("by_params_GBps", kMinRate, kMaxRate);
+  if (g.optimizer_params.size() < 2 || g.optimizer_Bps.size() != g.optimizer_params.size())
+    r.fail("by_params_GBps", "must hold one rate per entry of \"params\" (" + std::to_string(g.optimizer_params.size()) +
+                             "), at least 2");
+  for (std::size_t i = 1; i < g.optimizer_params.size(); ++i)
+    if (!(g.optimizer_params[i] > g.optimizer_params[i - 1])) r.fail("params", "must be strictly ascending");
+  for (double& b : g.optimizer_Bps) b *= kGB;
+}
+
+// gpu.kernels: {"norm": {"fwd_GBps", "bwd_GBps"}, ..., "optimizer": {"GBps"}, "attention": {"fwd_GFLOPs",
+// "bwd_GFLOPs"}, "gemm_dgrad", "gemm_wgrad"}, every key optional.
+void parse_kernels(JsonObject k, GpuSpec& g) {
+  for (int i = idx(CostKind::memory); i <= idx(CostKind::glue); ++i) {
+    if (!k.has(kKindNames[i])) continue;
+    JsonObject r = k.object(kKindNames[i]);
+    DirRate& d = g.kernel_Bps[static_cast<std::size_t>(i)];
+    if (i == idx(CostKind::optimizer)) {
+      d.fwd = r.number("GBps", kMinRate, kMaxRate) * kGB;
+      parse_optimizer_sizes(r, g);
+    } else {
+      d.fwd = r.opt_number("fwd_GBps", kMinRate, kMaxRate).value_or(0) * kGB;
+      d.bwd = r.opt_number("bwd_GBps", kMinRate, kMaxRate).value_or(0) * kGB;
+    }
+    r.finish();
+  }
+  if (k.has("attention")) {
+    JsonObject a = k.object("attention");
+    g.attention_flops.fwd = a.number("fwd_GFLOPs", kMinRate, kMaxRate) * 1e9;
+    g.attention_flops.bwd = a.number("bwd_GFLOPs", kMinRate, kMaxRate) * 1e9;
+    a.finish();
+  }
+  g.gemm_dgrad_factor = k.opt_number("gemm_dgrad", kMinFactor, kMaxFactor).value_or(1.0);
+  g.gemm_wgrad_factor = k.opt_number("gemm_wgrad", kMinFactor, kMaxFactor).value_or(1.0);
+  k.finish();
+}
+
+Json kernels_to_json(const GpuSpec& g) {
+  Json k = Json::object();
+  for (int i = idx(CostKind::memory); i <= idx(CostKind::glue); ++i) {
+    const DirRate& d = g.kernel_Bps[static_cast<std::size_t>(i)];
+    if (i == idx(CostKind::optimizer)) {
+      if (d.fwd > 0) k[kKindNames[i]] = {{"GBps", d.fwd / kGB}};
+      if (d.fwd > 0 && !g.optimizer_params.empty()) {
+        Json rates = Json::array();
+        for (double b : g.optimizer_Bps) rates.push_back(b / kGB);
+        k[kKindNames[i]]["params"] = g.optimizer_params;
+        k[kKindNames[i]]["by_params_GBps"] = rates;
+      }
+      continue;
+    }
+    Json r = Json::object();
+    if (d.fwd > 0) r["fwd_GBps"] = d.fwd / kGB;
+    if (d.bwd > 0) r["bwd_GBps"] = d.bwd / kGB;
+    if (!r.empty()) k[kKindNames[i]] = r;
+  }
+  Json a = Json::object();
+  if (g.attention_flops.fwd > 0) a["fwd_GFLOPs"] = g.attention_flops.fwd / 1e9;
+  if (g.attention_flops.bwd > 0) a["bwd_GFLOPs"] = g.attention_flops.bwd / 1e9;
+  if (!a.empty()) k["attention"] = a;
+  if (g.gemm_dgrad_factor != 1) k["gemm_dgrad"] = g.gemm_dgrad_factor;
+  if (g.gemm_wgrad_factor != 1) k["gemm_wgrad"] = g.gemm_wgrad_factor;
+  return k;
+}
+
+// node.collectives: {"all_reduce": {"latency_us", "GBps"}, ...}.
+void parse_collectives(JsonObject c, NodeSpec& n) {
+  for (int i = 0; i < 6; ++i) {
+    if (!c.has(kCollectiveNames[i])) continue;
+    JsonObject l = c.object(kCollectiveNames[i]);
+    n.collective[static_cast<std::size_t>(i)] = {l.number("latency_us", 0, 1e6) * kUs, l.number("GBps", kMinRate, kMaxRate) * kGB};
+    l.finish();
+  }
+  c.finish();
+}
+
+// host: {"cores": N, "contention": {"gemm": x, ...}} (contention keys optional, 1 when absent).
+void parse_host(JsonObject h, HostSpec& host) {
+  host.cores = static_cast<int>(h.integer("cores", 1, 1 << 16));
+  if (h.has("contention")) {
+    JsonObject c = h.object("contention");
+    for (int i = 0; i < kCostKinds; ++i)
+      host.contention[static_cast<std::size_t>(i)] = c.opt_number(kKindNames[i], kMinFactor, kMaxFactor).value_or(1.0);
+    c.finish();
+  }
+  h.finish();
+}
+
 constexpr double kHour = 3600.0;
 
 // "reliability": {"gpu_mtbf_hours", "node_mtbf_hours" (at least one), "restart_overhead_s", "source"}.
@@ -43,6 +148,14 @@ StorageSpec parse_storage(JsonObject st) {
   return out;
 }
 }  // namespace
+
+const char* to_string(CostKind k) { return kKindNames[idx(k)]; }
+
+bool GpuSpec::kind_rates() const {
+  for (const DirRate& d : kernel_Bps)
+    if (d.fwd > 0 || d.bwd > 0) return true;
+  return false;
+}
 
 System parse_system(const Json& j, const std::string& where) {
   JsonObject o(j, where);
@@ -94,6 +207,7 @@ System parse_system(const Json& j, const std::string& where) {
       e.ignore("gemm_tiles");
     }
     e.finish();
+    if (g.has("kernels")) parse_kernels(g.object("kernels"), s.gpu);
     g.finish();
   }
   {
@@ -102,6 +216,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.node.intra_bw_Bps = n.number("intra_GBps", 1e-3, 1e6) * kGB;
     s.node.intra_latency_s = n.number("intra_latency_us", 0, 1e6) * kUs;
     s.node.intra_efficiency = n.number("intra_efficiency", 0.01, 1.0);
+    if (n.has("collectives")) parse_collectives(n.object("collectives"), s.node);
     n.finish();
   }
   {
@@ -113,6 +228,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.net.oversubscription = w.opt_number("oversubscription", 1.0, 1000.0).value_or(1.0);
     w.finish();
   }
+  if (o.has("host")) parse_host(o.object("host"), s.host);
   if (o.has("reliability")) s.reliability = parse_reliability(o.object("reliability"));
   if (o.has("storage")) s.storage = parse_storage(o.object("storage"));
   if (o.has("error_band")) {
@@ -146,6 +262,7 @@ Json system_to_json(const System& s) {
                      {"overlap_slowdown", s.gpu.overlap_slowdown}};
   if (s.gpu.gemm_efficiency_fp8 > 0) g["efficiency"]["gemm_fp8"] = s.gpu.gemm_efficiency_fp8;
   if (s.gpu.gemm_memory_efficiency > 0) g["efficiency"]["gemm_memory"] = s.gpu.gemm_memory_efficiency;
+  if (Json k = kernels_to_json(s.gpu); !k.empty()) g["kernels"] = k;
   Json j;
   j["name"] = s.name;
   j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;
@@ -157,6 +274,18 @@ Json system_to_json(const System& s) {
   j["network"] = {{"nic_GBps", s.net.nic_bw_Bps / kGB}, {"latency_us", s.net.latency_s / kUs},
                   {"efficiency", s.net.efficiency}, {"pod_gpus", s.net.pod_gpus},
                   {"oversubscription", s.net.oversubscription}};
+  Json colls = Json::object();
+  for (int i = 0; i < 6; ++i) {
+    const LinkRate& l = s.node.collective[static_cast<std::size_t>(i)];
+    if (l.bw_Bps > 0) colls[kCollectiveNames[i]] = {{"latency_us", l.latency_s / kUs}, {"GBps", l.bw_Bps / kGB}};
+  }
+  if (!colls.empty()) j["node"]["collectives"] = colls;
+  if (s.host.cores > 0) {
+    Json c = Json::object();
+    for (int i = 0; i < kCostKinds; ++i)
+      if (s.host.contention[static_cast<std::size_t>(i)] != 1) c[kKindNames[i]] = s.host.contention[static_cast<std::size_t>(i)];
+    j["host"] = {{"cores", s.host.cores}, {"contention", c}};
+  }
   if (const auto& r = s.reliability) {
     Json rj;
     if (r->gpu_mtbf_s > 0) rj["gpu_mtbf_hours"] = r->gpu_mtbf_s / kHour;

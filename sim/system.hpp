@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,6 +21,23 @@ struct GemmTile {
 
 // The smallest memory efficiency a system file may give (gpu.efficiency.memory, gemm_memory).
 inline constexpr double kMinMemoryEfficiency = 0.001;
+
+// The kinds of work a measured profile may rate on their own (docs/calibration.md, "Per-op rates"): GEMMs,
+// the attention core, the element-wise kinds (sim/cost/op.cpp maps the lowered ops to them; `memory` is
+// element-wise work of no named kind) and communication. A profile's `gpu.kernels` gives the element-wise
+// kinds' rates; its `host.contention` slows every kind apart when the host's cores are all busy.
+enum class CostKind : std::uint8_t {
+  gemm, attention, memory, norm, activation, softmax, cross_entropy, embedding, optimizer, glue, comm
+};
+inline constexpr int kCostKinds = 11;
+const char* to_string(CostKind k);
+inline constexpr int idx(CostKind k) { return static_cast<int>(k); }
+
+// A measured rate forward and backward (0: not measured, the kind falls back to the System's general rate).
+struct DirRate {
+  double fwd = 0, bwd = 0;
+  double get(bool backward) const { return backward ? bwd : fwd; }
+};
 
 struct GpuSpec {
   std::string name;
@@ -45,8 +63,34 @@ struct GpuSpec {
   // Compute slowdown while communication overlaps it on the same GPU (NCCL kernels hold SMs and memory
   // bandwidth): a compute op progresses at 1 / (1 + overlap_slowdown) of its rate meanwhile. 0 = none.
   double overlap_slowdown = 0;
+  // Measured per-kind rates (a calibrated profile's `gpu.kernels`; the presets measure none). Element-wise
+  // kinds: bytes/s of the bytes the cost model charges that op (sim/workload.cpp), forward and backward (the
+  // optimizer: fwd); 0: memory_bw_Bps * memory_efficiency. The attention core measured as one kernel: FLOP/s
+  // of the flash path's executed count (F/2 forward, 2.5 F/2 backward), on either attention path; 0:
+  // attention_efficiency of the peak (flash), the batched GEMMs and softmax (unfused). The GEMM classes:
+  // time of the input- and weight-gradient GEMMs over the tile model's (transposed operands; the weight
+  // gradient's bias sums where a runtime computes them beside it).
+  std::array<DirRate, kCostKinds> kernel_Bps{};
+  // AdamW's measured rate (bytes/s of 30 B a parameter) by the parameters one rank steps, ascending in
+  // `params` (gpu.kernels.optimizer.params / by_params_GBps); empty: kernel_Bps[optimizer] prices every size.
+  // Its state (parameter, gradient, two moments: 16 B a parameter) leaves the caches as a rank's share grows:
+  // alone on a 2-core machine the bench's AdamW ran 12.3 GB/s at 0.5 Mi parameters and 9.95 GB/s at 3 Mi
+  // (repetitions within 6%), a fifth apart, which one rate would split between a 4-rank and a 1-rank layout.
+  std::vector<double> optimizer_params, optimizer_Bps;
+  DirRate attention_flops{};
+  double gemm_dgrad_factor = 1, gemm_wgrad_factor = 1;
+  // Time multiplier per kind (1: none). Not a file key: the host model (sim/engine/host_model.hpp) prices a
+  // step a second time with its contention here, for the moments every core is busy.
+  std::array<double, kCostKinds> time_factor{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
   double peak(Precision p) const { return peak_flops[static_cast<int>(p)]; }
+  // Whether any element-wise kind has a measured rate (the lowering then prices the head's norm and loss apart).
+  bool kind_rates() const;
+};
+
+// A link measured for one collective (node.collectives; 0 bandwidth: the node's link).
+struct LinkRate {
+  double latency_s = 0, bw_Bps = 0;
 };
 
 struct NodeSpec {
@@ -54,6 +98,19 @@ struct NodeSpec {
   double intra_bw_Bps = 0;       // bytes/s per GPU per direction (NVLink/NVSwitch)
   double intra_latency_s = 0;
   double intra_efficiency = 0.8; // achieved bus-bandwidth fraction of intra_bw_Bps for large collectives
+  // Per collective (index cost::Collective: all_reduce, all_gather, reduce_scatter, all_to_all, broadcast,
+  // send_recv), a measured latency per step and bus bandwidth inside the node, in place of the link above
+  // (a calibrated profile: each collective of a CPU communicator runs its own code path).
+  std::array<LinkRate, 6> collective{};
+};
+
+// The host that runs the ranks, when ranks share its cores (a CPU runtime: each rank a thread or a process).
+// cores 0: no host model (a GPU per rank). Otherwise the event engine shares the cores among the ranks that
+// compute (sim/engine/host_model.hpp): ranks beyond the cores time-share them, and each kind runs
+// `contention` times slower when every core is busy than alone (memory and cache shared), linearly between.
+struct HostSpec {
+  int cores = 0;
+  std::array<double, kCostKinds> contention{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 };
 
 struct NetworkSpec {
@@ -97,6 +154,7 @@ struct System {
   GpuSpec gpu;
   NodeSpec node;
   NetworkSpec net;
+  HostSpec host;
   double memory_reserved_bytes = 0;  // CUDA context, NCCL buffers, allocator fragmentation allowance
   // A planning margin kept free beyond the predicted peak (--min-headroom, "min_headroom_GiB"): a layout fits
   // when peak + this <= capacity. Unlike the reserve it is not part of the peak; it is what the user asks to

@@ -245,8 +245,8 @@ void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork
                    double recompute_s) {
   const Dims d = dims_of(m, l);
   const double bytes = d.elt * d.x * 3;
-  const double lookup = cost::memory_time(sys.gpu, bytes, 2);
-  st.w += cost::memory_time(sys.gpu, bytes + 4 * d.x, 2);
+  const double lookup = cost::memory_time(sys.gpu, bytes, 2, CostKind::embedding, false);
+  st.w += cost::memory_time(sys.gpu, bytes + 4 * d.x, 2, CostKind::embedding, true);
   double t = 0;
   if (l.tp > 1) {
     // Vocab-parallel embedding: partial rows all-reduced (reduce-scattered under SP) across TP, before the
@@ -276,8 +276,14 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
   // Cross-entropy in fp32 over [tokens, V/t]: upcast, max, exp-sum, gradient (several passes).
   const double ce = 4.0 * d.tokens * v_local;
-  const double ce_f = cost::memory_time(sys.gpu, 3 * ce + 2 * d.elt * d.xs, 3);
-  const double ce_i = cost::memory_time(sys.gpu, 2 * ce + 3 * d.elt * d.xs, 2);
+  // A profile with measured kind rates prices the final norm and the loss apart; otherwise one rate (the same sum).
+  const bool apart = sys.gpu.kind_rates();
+  const double ce_f = apart ? cost::memory_time(sys.gpu, 3 * ce, 2, CostKind::cross_entropy, false) +
+                                  cost::memory_time(sys.gpu, 2 * d.elt * d.xs, 1, CostKind::norm, false)
+                            : cost::memory_time(sys.gpu, 3 * ce + 2 * d.elt * d.xs, 3);
+  const double ce_i = apart ? cost::memory_time(sys.gpu, 2 * ce, 1, CostKind::cross_entropy, true) +
+                                  cost::memory_time(sys.gpu, 3 * d.elt * d.xs, 1, CostKind::norm, true)
+                            : cost::memory_time(sys.gpu, 2 * ce + 3 * d.elt * d.xs, 2);
   st.w += lg.t_w;
   st.flops_model += 3 * lg.flops_f;
   st.flops_hw += 3 * lg.flops_f;

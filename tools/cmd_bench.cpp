@@ -47,8 +47,14 @@ using Clock = std::chrono::steady_clock;
 constexpr double kMinSampleS = 0.02;  // per shape: long enough to average timer noise (~1 us)
 constexpr int kMinReps = 3;
 
+// A row's time and its repeat variation: the median repetition and the interquartile range over it (the
+// "spread" of the bench document, which calibrate reports as the fit's noise).
+struct Timing {
+  double time_s = 0, spread = 0;
+};
+
 template <class F>
-double median_time(F&& f) {
+Timing median_time(F&& f) {
   f();  // warm-up: page faults, BLAS buffers
   std::vector<double> t;
   const auto start = Clock::now();
@@ -58,15 +64,17 @@ double median_time(F&& f) {
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
     if (t.size() >= 1000) break;
   }
-  std::nth_element(t.begin(), t.begin() + t.size() / 2, t.end());
-  return t[t.size() / 2];
+  std::sort(t.begin(), t.end());
+  const double med = t[t.size() / 2];
+  return {med, med > 0 ? (t[(3 * t.size()) / 4] - t[t.size() / 4]) / med : 0.0};
 }
 
-// Runs `make(thread)` -> kernel on `threads` threads that start each shape together; mean of medians.
+// Runs `make(thread)` -> kernel on `threads` threads that start each shape together; mean of medians (and of
+// their spreads).
 template <class Make>
-double concurrent_time(int threads, Make&& make) {
+Timing concurrent_time(int threads, Make&& make) {
   if (threads == 1) return median_time(make(0));
-  std::vector<double> t(threads);
+  std::vector<Timing> t(threads);
   std::barrier sync(threads);
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i)
@@ -76,9 +84,12 @@ double concurrent_time(int threads, Make&& make) {
       t[i] = median_time(f);
     });
   for (auto& th : pool) th.join();
-  double s = 0;
-  for (double v : t) s += v;
-  return s / threads;
+  Timing m;
+  for (const Timing& v : t) {
+    m.time_s += v.time_s / threads;
+    m.spread += v.spread / threads;
+  }
+  return m;
 }
 
 // Shapes: the GEMMs of a small GPT layer (tokens x hidden x {h, 3h, 4h}) and a grid from 16 to 1024 with
@@ -90,23 +101,35 @@ std::vector<calib::GemmRow> gemm_shapes() {
       for (std::int64_t k : {64, 256, 1024}) s.push_back({m, n, k, 1, 0});
   for (std::int64_t m : {100, 300}) s.push_back({m, 300, 300, 1, 0});
   for (std::int64_t sq : {32, 64, 128}) s.push_back({sq, sq, 64, 8, 0});
+  // The gradient classes of a linear layer of T tokens, in -> out features (the closed-loop GPT's T of 128,
+  // 256, 512 and its 256/1024 widths): input gradient dX[T, in] = dY[T, out] W^T (runtime/gpt_layer.cpp
+  // linear_dx) and weight gradient dW[in, out] = X^T dY (run_weight_grad). Their forward GEMMs are in the grid.
+  for (std::int64_t t : {128, 256, 512})
+    for (auto [in, out] : {std::pair<std::int64_t, std::int64_t>{256, 256}, {256, 1024}, {1024, 256}}) {
+      s.push_back({t, in, out, 1, 0, calib::GemmClass::dgrad});
+      s.push_back({in, out, t, 1, 0, calib::GemmClass::wgrad});
+    }
   return s;
 }
 
 void bench_gemm(calib::BenchData& out, int threads) {
   kc::gemm_set_single_thread();
   for (calib::GemmRow r : gemm_shapes()) {
-    r.time_s = concurrent_time(threads, [&](int) {
+    // Row-major operands as the runtime passes them: dgrad's B is W[n, k] read transposed, wgrad's A is X[k, m].
+    const bool ta = r.cls == calib::GemmClass::wgrad, tb = r.cls == calib::GemmClass::dgrad;
+    const Timing tm = concurrent_time(threads, [&](int) {
       auto a = std::make_shared<std::vector<float>>(r.m * r.k * r.batch, 0.5f);
       auto b = std::make_shared<std::vector<float>>(r.k * r.n * r.batch, 0.25f);
       auto c = std::make_shared<std::vector<float>>(r.m * r.n * r.batch, 0.0f);
       return [=] {
         for (std::int64_t i = 0; i < r.batch; ++i)
-          kc::gemm(false, false, static_cast<int>(r.m), static_cast<int>(r.n), static_cast<int>(r.k), 1.0f,
-                   a->data() + i * r.m * r.k, static_cast<int>(r.k), b->data() + i * r.k * r.n, static_cast<int>(r.n),
-                   0.0f, c->data() + i * r.m * r.n, static_cast<int>(r.n));
+          kc::gemm(ta, tb, static_cast<int>(r.m), static_cast<int>(r.n), static_cast<int>(r.k), 1.0f,
+                   a->data() + i * r.m * r.k, static_cast<int>(ta ? r.m : r.k), b->data() + i * r.k * r.n,
+                   static_cast<int>(tb ? r.k : r.n), 0.0f, c->data() + i * r.m * r.n, static_cast<int>(r.n));
       };
     });
+    r.time_s = tm.time_s;
+    r.spread = tm.spread;
     out.gemm.push_back(r);
   }
 }
@@ -119,7 +142,7 @@ void bench_membw(calib::BenchData& out, int threads) {
     // 16 KiB .. 4 MiB per array: the range of the runtime's activation tensors (cache-resident, like them).
     for (std::size_t n : {4096u, 16384u, 65536u, 262144u, 1048576u}) {
       calib::MemRow r{kernel, (triad ? 3.0 : 2.0) * 4.0 * n, 0};
-      r.time_s = concurrent_time(threads, [&](int) {
+      const Timing tm = concurrent_time(threads, [&](int) {
         auto a = std::make_shared<std::vector<float>>(n, 0.0f);
         auto b = std::make_shared<std::vector<float>>(n, 1.0f);
         auto c = std::make_shared<std::vector<float>>(n, 2.0f);
@@ -132,12 +155,14 @@ void bench_membw(calib::BenchData& out, int threads) {
             std::copy(pb, pb + n, pa);
         };
       });
+      r.time_s = tm.time_s;
+      r.spread = tm.spread;
       out.membw.push_back(r);
     }
   }
 }
 
-// The runtime's own non-GEMM kernels (kernels/cpu) at the shapes of the closed-loop GPT (tools/closed_loop.py:
+// The runtime's own non-GEMM kernels (kernels/cpu) at the shapes of the closed-loop GPT (tools/closed_loop.cpp:
 // hidden 256, ffn 1024, 8 heads of 32, seq 128, vocab 512; 1 or 2 sequences; tp 1 or 2 halves heads, ffn
 // and vocab). Each row carries the bytes (and, for attention, the FLOPs) the cost model charges for that op,
 // so `calibrate` fits the rate of the path the simulator puts it on:
@@ -169,7 +194,9 @@ Buf buf(std::size_t n, float x) { return std::make_shared<std::vector<float>>(n,
 void add_kernel(calib::BenchData& out, int threads, const char* name, const char* path, double bytes, double flops,
                 double per_step, const std::function<std::function<void()>()>& make) {
   calib::KernelRow r{name, path, bytes, flops, per_step, 0};
-  r.time_s = concurrent_time(threads, [&](int) { return make(); });
+  const Timing tm = concurrent_time(threads, [&](int) { return make(); });
+  r.time_s = tm.time_s;
+  r.spread = tm.spread;
   out.kernels.push_back(r);
 }
 
@@ -250,9 +277,11 @@ void bench_attention(calib::BenchData& out, int threads, const KernelShape& s) {
 }
 
 void bench_adamw(calib::BenchData& out, int threads) {
-  // The closed-loop GPT has ~3.3 M parameters; 2 ranks hold half each (dp with ZeRO-0 holds all: both sizes).
-  for (std::size_t n : {std::size_t{1} << 20, std::size_t{3} << 20}) {
-    add_kernel(out, threads, "adamw", "memory", 30.0 * n, 0, 0.5, [=] {
+  // The closed-loop GPT has ~3.3 M parameters: one rank (or dp without ZeRO) steps them all, 2 ranks of tp or
+  // pp half, 4 ranks about a quarter. AdamW's rate depends on that size (its state leaves the caches), so the
+  // sizes span them and calibrate fits a rate for each (gpu.kernels.optimizer.params); together one step.
+  for (std::size_t n : {std::size_t{1} << 19, std::size_t{1} << 20, std::size_t{2} << 20, std::size_t{3} << 20}) {
+    add_kernel(out, threads, "adamw", "memory", 30.0 * n, 0, 0.25, [=] {
       Buf p = buf(n, 0.1f), g = buf(n, 0.01f), m = buf(n, 0), v = buf(n, 0);
       auto step = std::make_shared<int>(0);
       return std::function<void()>([=] { kc::adamw_step(p->data(), g->data(), m->data(), v->data(), n, kc::AdamW{}, ++*step); });
@@ -302,12 +331,12 @@ void bench_thread_colls(calib::BenchData& out, const std::vector<std::int64_t>& 
 void print_tables(const calib::BenchData& b) {
   char line[256];
   if (!b.gemm.empty()) {
-    std::printf("# GEMM (%s, %s)\n#%7s %7s %7s %6s %12s %10s\n", b.precision.c_str(), b.gemm_backend.c_str(), "m", "n", "k", "batch",
-                "time (us)", "GFLOP/s");
+    std::printf("# GEMM (%s, %s)\n#%7s %7s %7s %6s %6s %12s %10s\n", b.precision.c_str(), b.gemm_backend.c_str(), "m", "n", "k",
+                "batch", "class", "time (us)", "GFLOP/s");
     for (const auto& r : b.gemm) {
-      std::snprintf(line, sizeof line, "%8lld %7lld %7lld %6lld %12.2f %10.2f", static_cast<long long>(r.m),
+      std::snprintf(line, sizeof line, "%8lld %7lld %7lld %6lld %6s %12.2f %10.2f", static_cast<long long>(r.m),
                     static_cast<long long>(r.n), static_cast<long long>(r.k), static_cast<long long>(r.batch),
-                    r.time_s * 1e6, 2.0 * r.m * r.n * r.k * r.batch / r.time_s / 1e9);
+                    calib::to_string(r.cls), r.time_s * 1e6, 2.0 * r.m * r.n * r.k * r.batch / r.time_s / 1e9);
       std::printf("%s\n", line);
     }
   }

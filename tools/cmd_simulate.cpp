@@ -119,7 +119,7 @@ void check_layout_actions(const sched::Schedule& sch, const std::string& path) {
 // where interleaved's micro-batch rule does not hold) and the returned note says so. A --vpp given keeps
 // its value (the schedule's rules then name any mismatch with the file's).
 std::string shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string& path, const cli::CommandLine& cl) {
-  if (cl.has("--layout") || cl.has("--schedule")) return "";
+  if (cl.has("--layout") || cl.has("--schedule") || cl.has("--like")) return "";
   Layout& l = s.layout;
   if (f.num_ranks != l.pp || l.pp == 1 || f.num_stages % f.num_ranks != 0) return "";
   const int vpp = f.num_stages / f.num_ranks;
@@ -197,6 +197,35 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
   if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity_bytes) << ")\n";
 }
 
+// --like RUN.json: the model and layout a measured trace records (otherData, as `tessel run --trace` writes
+// them), on --system (default: the cpu preset for a CPU run's trace), with the trace host's cores when the
+// system shares a host's cores. The CPU runtime overlaps no communication (docs/runtime.md), whatever its
+// recorded overlap flags say, so a CPU run's layout is simulated without overlap.
+cli::Specs specs_like(const cli::CommandLine& cl, const std::string& path) {
+  for (const cli::OptionSpec& o : cli::spec_options())
+    if (o.name != "--system" && cl.has(o.name))
+      throw InputError(o.name + ": cannot be combined with --like " + path + " (the trace gives the model and layout)");
+  refuse_directory(path, "--like ");
+  const trace::Trace t = trace::read_chrome_trace(path);
+  const Json& od = t.other_data;
+  if (!od.is_object() || !od.contains("model") || !od.contains("layout"))
+    throw InputError("--like " + path + ": otherData must hold the model and layout (a trace of `tessel run --trace`)");
+  const std::string ran_on = od.contains("system") && od["system"].is_string() ? od["system"].get<std::string>() : "";
+  if (ran_on != "cpu" && !cl.has("--system"))
+    throw InputError("--like " + path + ": a run on '" + ran_on + "', not the CPU runtime; give --system (a profile of that "
+                     "machine from tessel calibrate, or a preset)");
+  cli::Specs s;
+  s.model = parse_model(od["model"], "--like " + path + ": otherData.model");
+  s.layout = parse_layout(od["layout"], "--like " + path + ": otherData.layout");
+  if (ran_on == "cpu") s.layout.overlap_grad_reduce = s.layout.overlap_param_gather = s.layout.overlap_p2p = false;
+  s.system = load_system(cl.get_or("--system", "cpu"));
+  if (s.system.host.cores > 0 && od.contains("host") && od["host"].is_object() && od["host"].contains("cores") &&
+      od["host"]["cores"].is_number_integer() && od["host"]["cores"].get<int>() > 0)
+    s.system.host.cores = od["host"]["cores"].get<int>();
+  s.gpus = s.layout.gpus();
+  return s;
+}
+
 }  // namespace
 
 int simulate(const Args& args) {
@@ -209,13 +238,15 @@ int simulate(const Args& args) {
                                            "per rank and placement set --schedule and --vpp unless given)"});
   opts.push_back({"--legacy-bw", false, "read --schedule-file in PyTorch's older dialect: B = input grad, BW = full backward"});
   opts.push_back({"--fidelity", true, "cluster (every rank) or replica (one DP replica, others' load counted) [cluster]"});
+  opts.push_back({"--like", true, "a measured trace (tessel run --trace): simulate its model and layout (and its host's "
+                                  "cores) instead of the model and layout flags"});
   cli::CommandLine cl("simulate", args, opts, 0);
   if (cl.print_help()) return 0;
   // The schedule file first: a file that cannot be read is the error to report, before any layout rule.
   std::optional<sched::Schedule> file;
   if (auto f = cl.get("--schedule-file")) file = sched::read_csv(*f, cl.flag("--legacy-bw"), "--schedule-file ");
   else if (cl.flag("--legacy-bw")) throw InputError("--legacy-bw: reads a --schedule-file, and none is given");
-  cli::Specs s = cli::read_specs(cl, true);
+  cli::Specs s = cl.has("--like") ? specs_like(cl, *cl.get("--like")) : cli::read_specs(cl, true);
   engine::SimOptions o;
   o.fidelity = parse_fidelity(cl.get_or("--fidelity", "cluster"));
   // Output paths are checked before the (possibly long) simulation: a bad path fails first, writes nothing.

@@ -28,7 +28,9 @@
 #                                      a ~1.3B GPT with traces and the kernel profile (the default attention
 #                                      tc, then cudnn and the experimental variants), --only-rank runs of
 #                                      GPT-3 175B tp8 pp8 (first and last stage), `tessel bench --backend
-#                                      cuda` and its calibration, PyTorch eager, SDPA and torch.compile on
+#                                      cuda` and its calibration, the closed loop on the GPU (`tessel
+#                                      calibrate --closed-loop --backend cuda --gpu-threads`), PyTorch
+#                                      eager, SDPA and torch.compile on
 #                                      the same shapes, and compute-sanitizer over the attention test, in
 #                                      that order of priority. The attention test checks every variant
 #                                      against the CPU reference and bench.csv times them: the figures that
@@ -311,6 +313,33 @@ if [ "$c" -gt 0 ]; then
   "$tessel" calibrate --bench "$OUT/bench-bf16.json" --base-system h200 -o "$work/h200-fitted.json" 2>&1 | head -12 | tee -a "$summary"
 else
   note "tessel bench --backend cuda skipped (time)"
+fi
+
+# 5c. The closed loop on the GPU in one command (docs/calibration.md, "The closed loop"): its own bench, a
+#     calibration run, the fit, then the held-out layouts predicted and run with every rank a thread on the one
+#     GPU. Its document (closed_loop.json) goes into traces.tar.gz; the summary takes its figures.
+c=$(cap 150)
+if [ "$c" -gt 0 ]; then
+  timeout "$c" "$tessel" calibrate --closed-loop --backend cuda --gpu-threads $quick --out "$work/loop" --json \
+    >"$work/closed_loop.json" 2>>"$OUT/build.log"
+  note "tessel calibrate --closed-loop --backend cuda --gpu-threads: rc $?"
+  python3 - "$work/closed_loop.json" <<'EOF' 2>&1 | tee -a "$summary"
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"closed loop: no document ({e})")
+for r in d["repeats"]:
+    s = r["summary"]
+    print(f"closed loop (gpu): median |step error| {s['median_abs_error_pct']:.1f}%, median |op error| "
+          f"{s['op_median_abs_error_pct']:.1f}%, Kendall tau {s['kendall_tau']:.3f}, noise: calibration "
+          f"{s['calibration_noise_pct']}%, runs {s['measurement_noise_pct']:.1f}%, trusted {s['trusted']}")
+    for row in r["rows"]:
+        print(f"  {row['layout']:24s} measured {1e3 * row['measured_s']:8.2f} ms  predicted {1e3 * row['predicted_s']:8.2f} ms"
+              f"  {row['error_pct']:+6.1f}%")
+EOF
+else
+  note "closed loop skipped (time)"
 fi
 
 # 6. GPT-3 175B tp8 pp8, one rank at a time (real shard shapes, communication recorded, not waited).

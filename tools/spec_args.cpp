@@ -23,15 +23,15 @@ std::vector<OptionSpec> spec_options() {
       {"--gbs", true, "global batch size [1536]"},
       {"--seq", true, "sequence length (overrides the model's)"},
       {"--schedule", true, "gpipe|1f1b|interleaved|looped-bfs|zb1p|zb2p|zbv|dualpipev [interleaved]"},
-      {"--recompute", true, "none|selective|full [selective]"},
+      {"--recompute", true, "none|selective|full [selective; none on a CPU system]"},
       {"--recompute-method", true, "uniform|block [uniform]"},
       {"--recompute-layers", true, "full recompute: layers recomputed per stage (block) [all]; uniform: 1 only"},
-      {"--sp", false, "sequence parallelism [on with the default layout]"},
+      {"--sp", false, "sequence parallelism [on under tp > 1, except on a CPU system]"},
       {"--no-sp", false, "no sequence parallelism"},
       {"--zero", true, "optimizer sharding: 0 none, 1 distributed optimizer, 2, 3 [0]"},
-      {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
-      {"--attention", true, "flash|unfused [flash]"},
-      {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute"},
+      {"--precision", true, "bf16|fp16|fp8|fp32 [bf16; fp32 on a CPU system]"},
+      {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
+      {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute [on a CPU system: never]"},
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
   };
 }
@@ -61,6 +61,10 @@ Specs read_specs(const CommandLine& cl, bool played) {
     return s;
   }
   Layout& l = s.layout;
+  // A system of CPU cores (a host section, or no 16-bit peak: the cpu preset and its profiles) defaults to
+  // what the CPU runtime executes: fp32, no recompute, the unfused attention (its probabilities kept), no
+  // SP and no communication overlapped (docs/runtime.md); the flags still choose otherwise.
+  const bool cpu = s.system.host.cores > 0 || !(s.system.gpu.peak(Precision::bf16) > 0);
   l.tp = static_cast<int>(cl.get_int("--tp", 1, 1 << 20).value_or(8));
   l.pp = static_cast<int>(cl.get_int("--pp", 1, 1 << 20).value_or(8));
   l.cp = static_cast<int>(cl.get_int("--cp", 1, 1 << 20).value_or(1));
@@ -70,7 +74,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 3) : 1));
   l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
   l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
-  l.recompute = parse_recompute(cl.get_or("--recompute", "selective"), "--recompute");
+  l.recompute = parse_recompute(cl.get_or("--recompute", cpu ? "none" : "selective"), "--recompute");
   const std::string method = cl.get_or("--recompute-method", "uniform");
   if (method != "uniform" && method != "block")
     throw InputError("--recompute-method " + method + ": must be uniform or block");
@@ -82,13 +86,13 @@ Specs read_specs(const CommandLine& cl, bool played) {
                      " with --recompute-method uniform: the cost model prices checkpointing every layer's input "
                      "(uniform with 1 layer per block), not blocks of several layers; use 1, or --recompute-method block");
   if (cl.has("--sp") && cl.has("--no-sp")) throw InputError("--sp and --no-sp contradict each other");
-  l.sequence_parallel = cl.has("--sp") || (!cl.has("--no-sp") && l.tp > 1);
+  l.sequence_parallel = cl.has("--sp") || (!cl.has("--no-sp") && l.tp > 1 && !cpu);
   l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
-  l.precision = parse_precision(cl.get_or("--precision", "bf16"), "--precision");
-  const std::string attn = cl.get_or("--attention", "flash");
+  l.precision = parse_precision(cl.get_or("--precision", cpu ? "fp32" : "bf16"), "--precision");
+  const std::string attn = cl.get_or("--attention", cpu ? "unfused" : "flash");
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
   l.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
-  l.overlap_grad_reduce = l.overlap_param_gather = !cl.has("--no-overlap");
+  l.overlap_grad_reduce = l.overlap_param_gather = !cl.has("--no-overlap") && !cpu;
   l.overlap_p2p = cl.has("--overlap-p2p");
   const long long model_parallel = static_cast<long long>(l.tp) * l.pp * l.cp;
   if (auto dp = cl.get_int("--dp", 1, 1 << 22)) {

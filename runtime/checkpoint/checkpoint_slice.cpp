@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 #include "util/error.hpp"
 #include "runtime/checkpoint/checkpoint.hpp"
@@ -21,6 +23,23 @@ std::uint64_t linear(const Shape& idx, const Shape& extent) {
   std::uint64_t l = 0;
   for (std::size_t d = 0; d < extent.size(); ++d) l = l * extent[d] + idx[d];
   return l;
+}
+
+// Parameters and optimizer states are finite in any state a run can continue from: a NaN or infinity there
+// trains "loss nan" from the first step on. The checksums cannot catch it (a run that diverged saved its
+// values faithfully), so every value read is checked, and the first non-finite one is named with its
+// tensor, its shard file and its index in the tensor's full shape.
+void check_finite(const float* v, std::uint64_t n, const Shape& first, const std::string& name, const std::string& file) {
+  for (std::uint64_t i = 0; i < n; ++i) {
+    if (std::isfinite(v[i])) continue;
+    Shape at = first;
+    if (!at.empty()) at.back() += i;
+    std::ostringstream os;
+    os << file << ": tensor '" << name << "' element " << dims_text(at) << " is " << v[i]
+       << "; parameters and optimizer states must be finite; the shard's checksum is valid, so it was "
+          "saved so (a run that had diverged): resume an earlier step";
+    throw InputError(os.str());
+  }
 }
 
 }  // namespace
@@ -65,6 +84,7 @@ std::vector<float> CheckpointReader::read_slice(const std::string& name, const S
       if (::pread(fds_[p.file], out.data() + dst, run * sizeof(float),
                   static_cast<off_t>(e.data_pos + src * sizeof(float))) != bytes)
         throw InputError(files_[p.file] + ": cannot read tensor '" + name + "'");
+      check_finite(out.data() + dst, run, g, name, files_[p.file]);
       std::fill(covered.begin() + dst, covered.begin() + dst + run, 1);
       // Next row: odometer over dims 0..nd-2.
       std::size_t d = nd >= 1 ? nd - 1 : 0;

@@ -1,6 +1,7 @@
 #include "sim/calibrate/bench_data.hpp"
 
 #include <cmath>
+#include <limits>
 #include <sstream>
 
 namespace tessel::calib {
@@ -39,6 +40,14 @@ void check_derived(JsonObject& o, const std::string& key, double expected, const
   }
 }
 
+// The repetitions' interquartile range over their median: any finite value >= 0. How much is too much is the
+// noise verdict's to say (calibration.hpp: flagged above 10%, refused above --max-noise), not the reader's: a
+// bench measured under heavy load writes rows whose middle half spans 100x their median, and the loop has
+// to report that as noise rather than fail on its own bench.
+double read_spread(JsonObject& o) {
+  return o.opt_number("spread", 0, std::numeric_limits<double>::max()).value_or(-1);
+}
+
 GemmRow read_gemm(const Json& j, const std::string& where, const std::string& path) {
   JsonObject o(j, where, path);
   GemmRow r;
@@ -47,6 +56,11 @@ GemmRow read_gemm(const Json& j, const std::string& where, const std::string& pa
   r.k = o.integer("k", 1, 1 << 20);
   r.batch = o.integer("batch", 1, 1 << 20);
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  if (o.has("class")) {
+    const std::string c = o.choice("class", {"fwd", "dgrad", "wgrad"});
+    r.cls = c == "fwd" ? GemmClass::fwd : c == "dgrad" ? GemmClass::dgrad : GemmClass::wgrad;
+  }
+  r.spread = read_spread(o);
   check_derived(o, "gflops", 2.0 * r.m * r.n * r.k * r.batch / r.time_s / 1e9, "2 m n k batch / time_us / 1e3");
   o.finish();
   return r;
@@ -58,6 +72,7 @@ MemRow read_mem(const Json& j, const std::string& where, const std::string& path
   r.kernel = o.choice("kernel", {"copy", "triad"});
   r.bytes = o.number("bytes", 1, kMaxBytes);
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  r.spread = read_spread(o);
   check_derived(o, "GBps", r.bytes / r.time_s / 1e9, "bytes / time_us / 1e3");
   o.finish();
   return r;
@@ -114,6 +129,7 @@ KernelRow read_kernel(const Json& j, const std::string& where, const std::string
   if (r.path == "attention" && !(r.flops > 0)) o.fail("flops", "must be > 0 on the attention path");
   r.per_step = o.opt_number("per_step", 0, 1e9).value_or(1.0);
   r.time_s = o.number("time_us", kMinUs, kMaxUs) * kUs;
+  r.spread = read_spread(o);
   check_derived(o, "GBps", r.bytes / r.time_s / 1e9, "bytes / time_us / 1e3");
   check_derived(o, "gflops", r.flops / r.time_s / 1e9, "flops / time_us / 1e3");
   o.finish();
@@ -121,6 +137,15 @@ KernelRow read_kernel(const Json& j, const std::string& where, const std::string
 }
 
 }  // namespace
+
+const char* to_string(GemmClass c) {
+  switch (c) {
+    case GemmClass::fwd: return "fwd";
+    case GemmClass::dgrad: return "dgrad";
+    case GemmClass::wgrad: return "wgrad";
+  }
+  return "?";
+}
 
 const std::vector<std::string>& kernel_names() {
   static const std::vector<std::string> names = {
@@ -187,11 +212,15 @@ Json bench_to_json(const BenchData& b) {
     const double flops = 2.0 * r.m * r.n * r.k * r.batch;
     g.push_back({{"m", r.m}, {"n", r.n}, {"k", r.k}, {"batch", r.batch}, {"time_us", r.time_s / kUs},
                  {"gflops", flops / r.time_s / 1e9}});
+    if (r.cls != GemmClass::fwd) g.back()["class"] = to_string(r.cls);
+    if (r.spread >= 0) g.back()["spread"] = r.spread;
   }
   j["gemm"] = g;
   Json m = Json::array();
-  for (const MemRow& r : b.membw)
+  for (const MemRow& r : b.membw) {
     m.push_back({{"kernel", r.kernel}, {"bytes", r.bytes}, {"time_us", r.time_s / kUs}, {"GBps", r.bytes / r.time_s / 1e9}});
+    if (r.spread >= 0) m.back()["spread"] = r.spread;
+  }
   j["membw"] = m;
   Json c = Json::array();
   for (const CollRow& r : b.collectives) {
@@ -208,6 +237,8 @@ Json bench_to_json(const BenchData& b) {
     for (const KernelRow& r : b.kernels)
       k.push_back({{"kernel", r.kernel}, {"path", r.path}, {"bytes", r.bytes}, {"flops", r.flops},
                    {"per_step", r.per_step}, {"time_us", r.time_s / kUs}, {"GBps", r.bytes / r.time_s / 1e9}, {"gflops", r.flops / r.time_s / 1e9}});
+    for (std::size_t i = 0; i < b.kernels.size(); ++i)
+      if (b.kernels[i].spread >= 0) k[i]["spread"] = b.kernels[i].spread;
     j["kernels"] = k;
   }
   return j;

@@ -5,7 +5,7 @@
 // Document shape (strict: unknown and missing keys are errors):
 //   {"format": "tessel-bench", "version": 1, "backend": "cpu", "gemm_backend": "openblas", "precision": "fp32",
 //    "concurrent": 1,   threads that ran the gemm/membw kernels at once (each row is one thread's time)
-//    "gemm":        [{"m", "n", "k", "batch", "time_us"}],
+//    "gemm":        [{"m", "n", "k", "batch", "time_us", "class"}],   class optional: fwd (default) | dgrad | wgrad
 //    "membw":       [{"kernel": "copy"|"triad", "bytes", "time_us"}],             bytes = read + written
 //    "collectives": [{"comm": "thread"|"mpi"|"nccl", "collective", "ranks", "bytes", "count", "time_us",
 //                     "algbw_GBps", "busbw_GBps"}],                               bytes as nccl-tests' S
@@ -16,6 +16,10 @@
 // AdamW, embedding) at a model's shapes; bytes and flops are what the cost model charges for that op
 // (sim/workload.cpp, sim/estimate.cpp), so the fit puts them on the same path the simulator uses; per_step is
 // how often the op runs in the reference training step the bench describes (the fit's weight).
+// GEMM classes are the three GEMMs of a linear layer (sim/cost/op.cpp): fwd Y = X W, dgrad dX = dY W^T (the
+// second operand transposed), wgrad dW = X^T dY (the first transposed); m x n is the output, k the inner size.
+// Every row may carry "spread": the interquartile range of its repetitions over their median (a fraction),
+// the repeat variation the fit reports as its noise (absent: not measured; collective rows have none).
 // Optional documentation keys "host" and "notes" are accepted and ignored.
 #pragma once
 
@@ -28,15 +32,21 @@
 
 namespace tessel::calib {
 
+enum class GemmClass { fwd, dgrad, wgrad };
+const char* to_string(GemmClass c);
+
 struct GemmRow {
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   double time_s = 0;
+  GemmClass cls = GemmClass::fwd;
+  double spread = -1;  // relative interquartile range of the repetitions; < 0: not measured
 };
 
 struct MemRow {
   std::string kernel;  // copy | triad
   double bytes = 0;    // read + written
   double time_s = 0;
+  double spread = -1;
 };
 
 struct KernelRow {
@@ -46,6 +56,7 @@ struct KernelRow {
   double flops = 0;     // attention path: the FLOPs cost::attention_time is given (0 on the memory path)
   double per_step = 1;  // occurrences in the reference step (weight of the row in the fit)
   double time_s = 0;
+  double spread = -1;
 };
 
 struct CollRow {

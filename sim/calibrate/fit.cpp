@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "util/error.hpp"
+#include "sim/calibrate/kind_fit.hpp"
 #include "sim/calibrate/nnls.hpp"
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
@@ -30,6 +31,7 @@ GpuSpec probe_gpu(const GpuSpec& base, GemmTile tile, Precision p) {
   g.memory_bw_Bps = kHuge;
   g.memory_efficiency = 1.0;
   g.gemm_memory_efficiency = 0;  // the GEMM roofline at memory_bw_Bps: the bytes coefficient is bytes / memory_bw_Bps
+  g.time_factor.fill(1.0);
   return g;
 }
 
@@ -167,6 +169,8 @@ System link_probe(const System& base, double latency, double bw) {
   s.node.intra_latency_s = latency;
   s.node.intra_bw_Bps = bw;
   s.node.intra_efficiency = 1.0;
+  s.node.collective = {};  // a base fitted before carries its own links: the probe measures the node's
+  s.gpu.time_factor.fill(1.0);
   return s;
 }
 
@@ -210,8 +214,16 @@ double fit_total_rate(const std::vector<double>& a, const std::vector<double>& t
   return den > 0 ? num / den : 0;
 }
 
+// A kernel row's time on `s` as the simulator prices its op: at its kind's measured rate when the profile has
+// one (kind_fit.hpp), else on its path's general rate.
 double kernel_time(const KernelRow& r, const System& s, Precision p) {
-  return r.path == "attention" ? cost::attention_time(s.gpu, p, r.flops, r.bytes) : cost::memory_time(s.gpu, r.bytes, 1);
+  CostKind kind = CostKind::memory;
+  bool bwd = false;
+  const bool known = kernel_kind(r.kernel, kind, bwd);
+  if (r.path == "attention")
+    return known && cost::measured_attention_core(s.gpu) ? cost::attention_core_time(s.gpu, r.flops, bwd)
+                                                         : cost::attention_time(s.gpu, p, r.flops, r.bytes);
+  return known ? cost::memory_time(s.gpu, r.bytes, 1, kind, bwd) : cost::memory_time(s.gpu, r.bytes, 1);
 }
 
 // 1/rate of the runtime's memory-path kernel rows (see fit.hpp) with kernel overhead c: from the rows' totals.
@@ -266,7 +278,8 @@ Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string
 
 Residuals gemm_residuals(const std::vector<GemmRow>& rows, const System& sys, Precision p) {
   std::vector<double> rel;
-  for (const GemmRow& r : rows) rel.push_back(cost::gemm_time(sys.gpu, p, {r.m, r.n, r.k, r.batch}) / r.time_s - 1);
+  for (const GemmRow& r : rows)
+    if (r.cls == GemmClass::fwd) rel.push_back(cost::gemm_time(sys.gpu, p, {r.m, r.n, r.k, r.batch}) / r.time_s - 1);
   return summarize("gemm", rel);
 }
 
@@ -329,17 +342,21 @@ void check_bench(const BenchData& bench, const System& base, const FitOptions& o
                        ": no gemm, membw or kernels rows, and none of its " + std::to_string(bench.collectives.size()) +
                        " collective rows is a " + opts.comm + " row" + (opts.max_ranks > 0 ? " of <= max-ranks ranks" : ""));
   }
-  if (!bench.gemm.empty() && bench.gemm.size() < 3)
-    throw InputError(bench.origin + ": " + std::to_string(bench.gemm.size()) +
-                     " GEMM rows cannot determine rate, K overhead and kernel overhead (need >= 3)");
+  const auto fwd = std::count_if(bench.gemm.begin(), bench.gemm.end(), [](const GemmRow& r) { return r.cls == GemmClass::fwd; });
+  if (!bench.gemm.empty() && fwd < 3)
+    throw InputError(bench.origin + ": " + std::to_string(fwd) +
+                     " forward GEMM rows cannot determine rate, K overhead and kernel overhead (need >= 3)");
   if (bench.gemm.empty() && bench.membw.size() == 1)
     throw InputError(bench.origin + ": one membw row cannot determine bandwidth and kernel overhead (need >= 2)");
 }
 
 // Compute side: GEMM ceiling, K overhead, tile, memory rate, kernel overhead, one fit per tile candidate
 // (the element-wise memory rate from kernel rows alone when there are no GEMM or membw rows).
-void fit_compute_side(const BenchData& bench, const System& base, const FitOptions& opts, Precision p, FitResult& out) {
+void fit_compute_side(const BenchData& all, const System& base, const FitOptions& opts, Precision p, FitResult& out) {
   System& s = out.profile;
+  // The tile model is fitted on the forward GEMMs; the gradient classes are factors on it (kind_fit.hpp).
+  BenchData bench = all;
+  std::erase_if(bench.gemm, [](const GemmRow& r) { return r.cls != GemmClass::fwd; });
   if (!bench.gemm.empty() || !bench.membw.empty()) {
     std::vector<GemmTile> cands = bench.gemm.empty() ? std::vector<GemmTile>{base.gpu.gemm_tiles.front()}
                                                      : tile_candidates(base, opts);
@@ -472,8 +489,40 @@ FitResult fit_profile(const BenchData& bench, const System& base, const FitOptio
   check_bench(bench, base, opts, p);
   fit_compute_side(bench, base, opts, p, out);
   fit_attention_rows(bench, p, out.profile.gpu.kernel_overhead_s, out);
+  // Per op (kind_fit.hpp): each runtime kernel's kind at its own rate, the GEMM gradient classes, each
+  // collective on its own link. The general rates above stay for what no row measures.
+  out.kinds = fit_kind_rates(bench, out.profile.gpu.kernel_overhead_s, out.profile);
+  const std::vector<Residuals> classes = fit_gemm_classes(bench.gemm, p, out.profile);
   const std::vector<CollRow> rows = fit_link_side(bench, base, opts, out);
+  set_collective_links(out.links, out.profile);
   add_residuals(bench, rows, opts, p, out);
+  out.residuals.insert(out.residuals.begin() + (bench.gemm.empty() ? 0 : 1), classes.begin(), classes.end());
+  out.noise = bench_noise(bench);
+  return out;
+}
+
+FitResult fit_profile(const std::vector<BenchData>& benches, const System& base, const FitOptions& opts) {
+  TESSEL_CHECK(!benches.empty(), "no bench documents");
+  std::vector<const BenchData*> order;
+  for (const BenchData& b : benches) order.push_back(&b);
+  std::sort(order.begin(), order.end(), [](const BenchData* a, const BenchData* b) { return a->concurrent < b->concurrent; });
+  for (std::size_t i = 1; i < order.size(); ++i)
+    if (order[i]->concurrent == order[i - 1]->concurrent)
+      throw InputError("--bench " + order[i - 1]->origin + " and " + order[i]->origin + ": both ran " +
+                       std::to_string(order[i]->concurrent) + " thread(s) at once; give one document alone and one of "
+                       "several threads (--concurrent N, N the host's cores)");
+  if (order.size() > 2)
+    throw InputError("--bench: " + std::to_string(order.size()) + " documents; give one alone and at most one of several "
+                     "threads at once");
+  FitResult out = fit_profile(*order[0], base, opts);
+  if (order.size() == 2) {
+    if (order[0]->concurrent != 1)
+      throw InputError("--bench " + order[0]->origin + ": ran " + std::to_string(order[0]->concurrent) + " threads at once; "
+                       "the rates are fitted from a document of one thread alone (tessel bench without --concurrent)");
+    out.contention = fit_contention(*order[0], *order[1], out.profile);
+    const double n2 = bench_noise(*order[1]);
+    out.noise = std::max(out.noise, n2);
+  }
   return out;
 }
 

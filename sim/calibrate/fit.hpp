@@ -46,6 +46,22 @@ struct LinkFit {
   double rms = 0;       // relative
 };
 
+// What the bench's kernel rows set, per kind and direction (sim/calibrate/kind_fit.hpp).
+struct KindFit {
+  CostKind kind = CostKind::memory;
+  bool backward = false;
+  int rows = 0;
+  double rate = 0;        // bytes/s (element-wise) or FLOP/s (attention) of the cost model's charge
+  double median_abs = 0;  // relative residual of the rows under the rate
+};
+
+// A kind's slowdown with every core busy (kind_fit.hpp).
+struct ContentionFit {
+  CostKind kind = CostKind::memory;
+  int rows = 0;
+  double factor = 1;  // time with every core busy over time alone
+};
+
 struct FitResult {
   System profile;
   GemmTile tile;
@@ -60,6 +76,9 @@ struct FitResult {
   double link_bw = 0;           // bytes/s (intra_bw_Bps * intra_efficiency)
   int gemm_memory_bound = 0;    // GEMM rows fitted on the memory roofline
   std::vector<LinkFit> links;
+  std::vector<KindFit> kinds;             // per-kind rates of the runtime kernel rows
+  std::vector<ContentionFit> contention;  // per kind, from a bench of several threads at once
+  double noise = -1;                      // the bench rows' median spread (repeat variation); -1: none measured
   std::vector<Residuals> residuals;
   std::vector<std::string> notes;  // what was kept from the base, what was raised to fit the bounds
 };
@@ -74,6 +93,11 @@ struct FitResult {
 // InputError when a category has rows but too few to determine its parameters, or the fit is degenerate
 // (a zero rate). Categories without rows keep the base system's numbers (said in notes).
 FitResult fit_profile(const BenchData& bench, const System& base, const FitOptions& opts = {});
+
+// Several bench documents of one machine (`tessel bench` and `tessel bench --concurrent N`): the one of the
+// fewest threads at once is fitted as above, one of more threads sets the host's cores and contention
+// (kind_fit.hpp). InputError when two documents share a thread count or the rows do not match.
+FitResult fit_profile(const std::vector<BenchData>& benches, const System& base, const FitOptions& opts = {});
 
 // The element-wise rate (gpu memory_efficiency) and the GEMM roofline's (gemm_memory_efficiency) on their
 // shared datasheet bandwidth, which is replaced by the larger rate when one exceeds it or the smaller falls
@@ -96,7 +120,10 @@ void check_profile(const System& profile, Precision p, const std::string& what);
 // What the trace fit did to a profile (sim/calibrate/trace_fit.hpp), for describe_fit.
 struct TraceProvenance {
   std::string origins;         // the traces, as given; empty: no trace fit
+  std::string method = "scales";  // trace_fit.hpp's TraceFit::method
   double compute_scale = 1, memory_scale = 1, comm_scale = 1;
+  bool wgrad_fitted = false;   // per-op: the weight-gradient class refitted (else the bench's)
+  double noise = -1;           // the traces' median spread; -1: none
   std::vector<std::string> notes;
 };
 

@@ -10,7 +10,8 @@
 #include "util/error.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/nnls.hpp"
-#include "sim/estimate.hpp"
+#include "sim/calibrate/trace_events.hpp"
+#include "sim/step_costs.hpp"
 
 namespace tessel::calib {
 
@@ -19,22 +20,6 @@ namespace {
 struct Pair {
   double measured = 0, predicted = 0, flops = 0;
 };
-
-// Predicted seconds of one event's op, from the estimate's per-stage, per-micro-batch costs.
-bool predict(const trace::OpEvent& e, const Estimate& est, double& out) {
-  if (e.op == "optimizer") {
-    out = est.optimizer_s;
-    return out > 0;
-  }
-  const int st = e.stage;
-  if (st < 0 || st >= static_cast<int>(est.stage_f.size())) return false;
-  if (e.op == "forward") out = est.stage_f[st];
-  else if (e.op == "backward") out = est.stage_i[st] + est.stage_w[st];
-  else if (e.op == "input_grad") out = est.stage_i[st];
-  else if (e.op == "weight_grad") out = est.stage_w[st];
-  else return false;
-  return out > 0;
-}
 
 OpKindFit summarize(const std::string& op, const std::vector<Pair>& v) {
   OpKindFit k;
@@ -63,34 +48,9 @@ OpKindFit summarize(const std::string& op, const std::vector<Pair>& v) {
 
 namespace {
 
-struct Parsed {
-  Model model;
-  Layout layout;
-};
-
-std::vector<Parsed> parse_specs(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins) {
-  std::vector<Parsed> out;
-  for (std::size_t i = 0; i < traces.size(); ++i) {
-    const Json& od = traces[i].other_data;
-    const std::string& where = origins.at(i);
-    // A trace of `tessel simulate` carries the prediction itself (and names the model only by name): fitting
-    // the cost model to its own output would be circular.
-    if (od.is_object() && od.contains("tool") && od.at("tool").is_string() &&
-        od.at("tool").get<std::string>().rfind("tessel simulate", 0) == 0)
-      throw InputError(where + ": a simulated trace (otherData.tool \"" + od.at("tool").get<std::string>() +
-                       "\"); calibrate fits measured traces: write one with `tessel run --trace`");
-    if (!od.is_object() || !od.contains("model") || !od.contains("layout"))
-      throw InputError(where + ": otherData must hold the model and layout (a trace of `tessel run --trace`)");
-    out.push_back({parse_model(od.at("model"), where + ": otherData.model"),
-                   parse_layout(od.at("layout"), where + ": otherData.layout")});
-  }
-  return out;
-}
-
 // One matched event with its prediction split into compute (g), memory (m), communication inside the op
 // (k: TP collectives) and fixed (c) parts.
 struct Row {
-  std::string key;  // trace, rank, op, stage, chunk, micro-batch: the same op in every step
   std::string op;
   double measured = 0, g = 0, m = 0, k = 0, c = 0, flops = 0;
   double predicted() const { return g + m + k + c; }
@@ -105,89 +65,36 @@ System scaled(const System& s, double sg, double sm, double sk, Precision p) {
   return t;
 }
 
-// Each op once, at its fastest step: other work on a shared machine only ever adds time, and the warm-up
-// steps (first allocation, cold caches) are slower; the closed loop measures the fastest step likewise
-// (tools/closed_loop.py). Order of first appearance is kept (deterministic).
-std::vector<Row> fastest_per_op(const std::vector<Row>& rows) {
-  std::vector<Row> out;
-  std::map<std::string, std::size_t> at;
-  for (const Row& r : rows) {
-    auto [it, fresh] = at.emplace(r.key, out.size());
-    if (fresh) out.push_back(r);
-    else if (r.measured < out[it->second].measured) out[it->second] = r;
-  }
-  return out;
-}
-
-// A compute event of a stage op must belong to the trace's layout: a micro-batch or stage outside it would
-// be fitted as one more op of the step (and a stage beyond the estimate's silently skipped).
-void check_in_layout(const trace::OpEvent& e, const Layout& l, std::size_t stages, const std::string& where) {
-  if (e.stream != trace::Stream::compute ||
-      (e.op != "forward" && e.op != "backward" && e.op != "input_grad" && e.op != "weight_grad"))
-    return;
-  const int mbs = l.num_microbatches();
-  std::ostringstream os;
-  os << where << ": event '" << e.name << "' (rank " << e.rank << ", " << e.op << ", stage " << e.stage << ", mb " << e.mb
-     << ", ts " << e.start_us << " us): ";
-  if (e.mb < 0 || e.mb >= mbs) {
-    os << "mb " << e.mb << " is outside the layout's " << mbs << " micro-batch(es) (global_batch " << l.global_batch
-       << " / (micro_batch " << l.micro_batch << " x dp " << l.dp << ")); events must belong to the traced layout";
-    throw InputError(os.str());
-  }
-  if (e.stage < 0 || e.stage >= static_cast<int>(stages)) {
-    os << "stage " << e.stage << " is outside the layout's " << stages << " stage(s) (pp " << l.pp << " x vpp " << l.vpp
-       << "); events must belong to the traced layout";
-    throw InputError(os.str());
-  }
-}
-
-// A fitted event's duration must be a measurement: Tessel's traces give times to the nanosecond (%.3f us,
-// traces/chrome.cpp), so a duration between 0 and 1 ns was not measured, and fitting it would scale the
-// rates by up to 1e300. (0 us events are skipped below; the trace reader bounds durations from above.)
-constexpr double kMinMeasuredUs = 1e-3;
-
-void check_measured(const trace::OpEvent& e, const std::string& where) {
-  if (e.dur_us <= 0 || e.dur_us >= kMinMeasuredUs) return;
-  std::ostringstream os;
-  os << where << ": event '" << e.name << "' (rank " << e.rank << ", " << e.op << ", stage " << e.stage << ", mb " << e.mb
-     << ", ts " << e.start_us << " us): dur " << e.dur_us << " us is below the trace's 1 ns resolution; a fitted "
-     << "op's duration must be a measurement (at least 0.001 us)";
-  throw InputError(os.str());
-}
-
-std::vector<Row> match(const std::vector<trace::Trace>& traces, const std::vector<Parsed>& specs, const System& prof,
-                       Precision p, int& skipped, const std::vector<std::string>& origins) {
+// Each op once, at the median of its steady-state instances (trace_events.hpp), with its prediction split
+// into the parts the scales multiply.
+std::vector<Row> match(const MeasuredOps& ops, const std::vector<TraceSpec>& specs, const System& prof, Precision p) {
   std::vector<Row> rows;
-  skipped = 0;
   const System pg = scaled(prof, 2, 1, 1, p), pm = scaled(prof, 1, 2, 1, p), pk = scaled(prof, 1, 1, 2, p);
-  for (std::size_t i = 0; i < traces.size(); ++i) {
-    const Estimate e0 = estimate(specs[i].model, specs[i].layout, prof);
-    const Estimate eg = estimate(specs[i].model, specs[i].layout, pg);
-    const Estimate em = estimate(specs[i].model, specs[i].layout, pm);
-    const Estimate ek = estimate(specs[i].model, specs[i].layout, pk);
-    for (const trace::OpEvent& e : traces[i].events) {
-      check_in_layout(e, specs[i].layout, e0.stage_f.size(), origins.at(i));
-      if (e.stream == trace::Stream::compute) check_measured(e, origins.at(i));
-      double t0 = 0, tg = 0, tm = 0, tk = 0;
-      if (e.stream != trace::Stream::compute || e.dur_us <= 0 || !predict(e, e0, t0) || !predict(e, eg, tg) ||
-          !predict(e, em, tm) || !predict(e, ek, tk)) {
-        ++skipped;
-        continue;
-      }
-      Row r;
-      r.key = std::to_string(i) + "/" + std::to_string(e.rank) + "/" + e.op + "/" + std::to_string(e.stage) + "/" +
-              std::to_string(e.chunk) + "/" + std::to_string(e.mb);
-      r.op = e.op;
-      r.measured = e.dur_us * 1e-6;
-      r.g = std::max(0.0, tg - t0);  // doubling the compute time adds G once
-      r.m = std::max(0.0, tm - t0);
-      r.k = std::max(0.0, tk - t0);  // doubling the link's time adds the TP collectives inside the op once
-      r.c = std::max(0.0, t0 - r.g - r.m - r.k);
-      r.flops = e.flops;
-      rows.push_back(r);
-    }
+  std::vector<StepCosts> e0, eg, em, ek;
+  for (const TraceSpec& sp : specs) {
+    e0.push_back(step_costs(sp.model, sp.layout, prof));
+    eg.push_back(step_costs(sp.model, sp.layout, pg));
+    em.push_back(step_costs(sp.model, sp.layout, pm));
+    ek.push_back(step_costs(sp.model, sp.layout, pk));
   }
-  return fastest_per_op(rows);
+  for (const MeasuredOp& m : ops.ops) {
+    double t0 = 0, tg = 0, tm = 0, tk = 0;
+    const std::size_t i = m.trace;
+    const Layout& l = specs[i].layout;
+    if (!predicted_op(m.op, m.stage, m.rank, l, e0[i], t0) || !predicted_op(m.op, m.stage, m.rank, l, eg[i], tg) ||
+        !predicted_op(m.op, m.stage, m.rank, l, em[i], tm) || !predicted_op(m.op, m.stage, m.rank, l, ek[i], tk))
+      continue;
+    Row r;
+    r.op = m.op;
+    r.measured = m.median_s;
+    r.g = std::max(0.0, tg - t0);  // doubling the compute time adds G once
+    r.m = std::max(0.0, tm - t0);
+    r.k = std::max(0.0, tk - t0);  // doubling the link's time adds the TP collectives inside the op once
+    r.c = std::max(0.0, t0 - r.g - r.m - r.k);
+    r.flops = m.flops;
+    rows.push_back(r);
+  }
+  return rows;
 }
 
 // sqrt(sum (pred - meas)^2 / sum meas^2): the error the fit minimises (absolute, see fit_traces), as a
@@ -255,9 +162,14 @@ std::vector<std::string> consistency_warnings(const std::vector<trace::Trace>& t
 
 TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, System& profile,
                     Precision p, std::vector<std::string>& notes) {
-  const std::vector<Parsed> specs = parse_specs(traces, origins);
+  const std::vector<TraceSpec> specs = trace_specs(traces, origins);
+  check_events(traces, specs, origins);
+  const MeasuredOps ops = measure_ops(traces, origins);
   TraceFit out;
-  std::vector<Row> rows = match(traces, specs, profile, p, out.skipped, origins);
+  out.method = "scales";
+  out.skipped = ops.skipped;
+  out.noise = ops.noise;
+  std::vector<Row> rows = match(ops, specs, profile, p);
   if (rows.empty())
     throw InputError("calibrate --trace: no forward/backward/input_grad/weight_grad/optimizer events with a stage in " +
                      (origins.empty() ? std::string("the traces") : origins.front()));
@@ -273,7 +185,7 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
   std::vector<std::string> pass_notes;
   for (int pass = 0; pass < 3; ++pass) {
     pass_notes.clear();
-    if (pass > 0) rows = match(traces, specs, profile, p, out.skipped, origins);
+    if (pass > 0) rows = match(ops, specs, profile, p);
     // Absolute least squares (every row divided by one constant, the mean duration, for conditioning): a
     // step is a sum of events, so a 60 ms backward must weigh more than a 15 ms optimizer step. A relative
     // fit let the optimizer events (AdamW runs ~7x faster per charged byte than the tanh GELU that shares
@@ -334,7 +246,7 @@ TraceFit fit_traces(const std::vector<trace::Trace>& traces, const std::vector<s
   moved("network.nic_GBps", before.net.nic_bw_Bps, profile.net.nic_bw_Bps, 1e9);
   for (const std::string& n : pass_notes)
     if (n.find(" moved to ") == std::string::npos && n.find("gpu.memory_GBps: ") != 0) notes.push_back(n);
-  rows = match(traces, specs, profile, p, out.skipped, origins);
+  rows = match(ops, specs, profile, p);
   out.rms_after = rms_rel(rows);
   std::map<std::string, double> after;
   for (const Row& r : rows) after[r.op] += r.predicted();

@@ -1,4 +1,5 @@
-// Per-op-kind calibration from measured traces (the runtime's Chrome traces): each compute event is paired
+// Calibration from measured traces when no bench measured the kinds: each compute op (the median of its
+// steady-state instances, trace_events.hpp) is paired
 // with the time the cost model predicts for the same op (the trace's otherData names the model and layout;
 // the prediction lowers them on the profile), and per op kind the measured/predicted ratio is summarised.
 //
@@ -32,13 +33,22 @@ struct OpKindFit {
 };
 
 struct TraceFit {
+  // "scales" (this file: a profile whose kinds no bench measured) or "per-op" (trace_glue.hpp: the glue and
+  // the weight-gradient class, the rest measured by the bench).
+  std::string method = "scales";
   std::vector<OpKindFit> kinds;
   double compute_scale = 1;    // s_g: multiplies GEMM/attention time and kernel overheads
   double memory_scale = 1;     // s_m: multiplies memory-bound (element-wise, optimizer) time
   double comm_scale = 1;       // s_k: multiplies the TP collectives inside compute ops (the link's time)
   std::vector<std::string> warnings;  // ranks above the host's cores; op kinds the profile cannot hold together
+  // per-op: the runtime's glue (bias adds, residual adds, copies: what no bench row times) as rates on the
+  // residual ops' charged bytes, forward and backward, and the weight-gradient GEMM class (with the bias
+  // sums the runtime computes beside it).
+  double glue_fwd_Bps = 0, glue_bwd_Bps = 0, wgrad_factor = 1;
+  bool wgrad_fitted = false;   // only when input- and weight-gradient events are apart (a zero-bubble trace)
   double rms_before = 0, rms_after = 0;  // rms of (pred - meas) over the events / their rms duration, before and after
-  int events = 0, skipped = 0; // matched compute events; events of other kinds (communication, unknown)
+  int events = 0, skipped = 0; // matched ops (each once, the median of its steady-state instances); other events
+  double noise = 0;            // median spread of the ops' steady-state instances (trace_events.hpp)
 };
 
 // `traces` with their origins (file names, for messages). InputError if a trace lacks otherData model or

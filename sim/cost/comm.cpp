@@ -60,8 +60,12 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
   const double intra_bw_Bps = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
   if (span <= gpn && (g.stride * (n - 1)) / gpn == 0) {
     // Whole group inside one NVLink domain (assumes the group starts node-aligned, as Megatron's order gives).
-    out.busbw = intra_bw_Bps;
-    out.seconds = alpha_steps(c, n) * sys.node.intra_latency_s + bus_factor(c, n) * bytes / intra_bw_Bps;
+    // A profile that measured this collective apart (node.collectives) prices it on that link.
+    const LinkRate& own = sys.node.collective[static_cast<std::size_t>(c)];
+    const double bw = own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps;
+    const double lat = own.bw_Bps > 0 ? own.latency_s : sys.node.intra_latency_s;
+    out.busbw = bw;
+    out.seconds = (alpha_steps(c, n) * lat + bus_factor(c, n) * bytes / bw) * sys.gpu.time_factor[idx(CostKind::comm)];
     return out;
   }
   if (g.flat) {
@@ -99,8 +103,10 @@ CommTime p2p_time(const System& sys, double bytes, int distance) {
     out.busbw = sys.net.nic_bw_Bps * sys.net.efficiency;
     out.seconds = sys.net.latency_s + bytes / out.busbw;
   } else {
-    out.busbw = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
-    out.seconds = sys.node.intra_latency_s + bytes / out.busbw;
+    const LinkRate& own = sys.node.collective[static_cast<std::size_t>(Collective::send_recv)];
+    out.busbw = own.bw_Bps > 0 ? own.bw_Bps : sys.node.intra_bw_Bps * sys.node.intra_efficiency;
+    out.seconds = ((own.bw_Bps > 0 ? own.latency_s : sys.node.intra_latency_s) + bytes / out.busbw) *
+                  sys.gpu.time_factor[idx(CostKind::comm)];
   }
   return out;
 }

@@ -40,16 +40,45 @@ double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g) {
                        (static_cast<double>(g.m) * g.k + static_cast<double>(g.k) * g.n + static_cast<double>(g.m) * g.n);
   const double mem_eff = gpu.gemm_memory_efficiency > 0 ? gpu.gemm_memory_efficiency : gpu.memory_efficiency;
   const double mem = bytes / (gpu.memory_bw_Bps * mem_eff);
-  return std::max(best, mem) + gpu.kernel_overhead_s;
+  return (std::max(best, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::gemm)];
 }
 
-double memory_time(const GpuSpec& gpu, double bytes, int kernels) {
+double memory_time(const GpuSpec& gpu, double bytes, int kernels, CostKind kind, bool backward) {
   if (bytes <= 0) return 0.0;
-  return bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency) + kernels * gpu.kernel_overhead_s;
+  const double measured = gpu.kernel_Bps[static_cast<std::size_t>(idx(kind))].get(backward);
+  const double rate = measured > 0 ? measured : gpu.memory_bw_Bps * gpu.memory_efficiency;
+  return (bytes / rate + kernels * gpu.kernel_overhead_s) * gpu.time_factor[static_cast<std::size_t>(idx(kind))];
+}
+
+double adamw_rate(const GpuSpec& gpu, double params) {
+  const std::vector<double>& n = gpu.optimizer_params;
+  const std::vector<double>& r = gpu.optimizer_Bps;
+  if (n.empty()) return 0;
+  if (params <= n.front()) return r.front();
+  if (params >= n.back()) return r.back();
+  std::size_t i = 1;
+  while (n[i] < params) ++i;
+  // Linear in log(size) and log(rate) between the measured sizes: the rate falls by cache level, a power law
+  // over each stretch more nearly than a line.
+  const double t = std::log(params / n[i - 1]) / std::log(n[i] / n[i - 1]);
+  return r[i - 1] * std::pow(r[i] / r[i - 1], t);
 }
 
 double adamw_time(const GpuSpec& gpu, double params) {
-  return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels);
+  const double sized = adamw_rate(gpu, params);
+  if (!(sized > 0) || params <= 0)
+    return memory_time(gpu, kAdamWBytesPerParam * params, kAdamWKernels, CostKind::optimizer);
+  return (kAdamWBytesPerParam * params / sized + kAdamWKernels * gpu.kernel_overhead_s) *
+         gpu.time_factor[idx(CostKind::optimizer)];
+}
+
+bool measured_attention_core(const GpuSpec& gpu) { return gpu.attention_flops.fwd > 0 && gpu.attention_flops.bwd > 0; }
+
+double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward, int launches) {
+  if (exec_flops <= 0) return 0.0;
+  TESSEL_CHECK(measured_attention_core(gpu), "attention core rate not measured on " << gpu.name);
+  return (exec_flops / gpu.attention_flops.get(backward) + launches * gpu.kernel_overhead_s) *
+         gpu.time_factor[idx(CostKind::attention)];
 }
 
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
@@ -58,7 +87,7 @@ double attention_time(const GpuSpec& gpu, Precision p, double flops, double byte
   if (p == Precision::fp8) p = Precision::bf16;
   const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency);
   const double mem = bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency);
-  return std::max(compute, mem) + gpu.kernel_overhead_s;
+  return (std::max(compute, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::attention)];
 }
 
 }  // namespace tessel::cost

@@ -23,10 +23,18 @@ struct GemmShape {
 double gemm_flops(const GemmShape& g);
 // Seconds for one GEMM in `p` on `gpu` (operands of bytes_per_element(p) each).
 double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g);
-// Seconds for a memory-bound kernel moving `bytes` (reads + writes), `kernels` launches.
-double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1);
+// Seconds for a memory-bound kernel moving `bytes` (reads + writes), `kernels` launches: at the measured rate
+// of its kind and direction when the profile has one (GpuSpec::kernel_Bps), else memory_bw_Bps x
+// memory_efficiency; times the kind's time factor.
+double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1, CostKind kind = CostKind::memory,
+                   bool backward = false);
 // Fused (flash) attention forward of `flops` (QK^T + AV): matrix peak times attention efficiency.
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes);
+// The attention core measured as one kernel (GpuSpec::attention_flops): `exec_flops` (the flash path's
+// executed count) at the measured rate of its direction, whatever the layout's attention path.
+// `launches` kernel overheads are added (the unfused path's second GEMM is part of the one measured kernel: 0).
+bool measured_attention_core(const GpuSpec& gpu);
+double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward, int launches = 1);
 
 // AdamW's step is memory-bound. Bytes moved per parameter of the GPU's shard under mixed precision (the state
 // of memory.hpp's StateBytes): read the fp32 master weight, both moments and the fp32 main gradient (16),
@@ -34,7 +42,11 @@ double attention_time(const GpuSpec& gpu, Precision p, double flops, double byte
 // (Megatron-LM runs the step as a few fused multi-tensor kernels), not a measurement.
 inline constexpr double kAdamWBytesPerParam = 30.0;
 inline constexpr int kAdamWKernels = 4;
-// Seconds of the optimizer step over `params` parameters held by one GPU.
+// Seconds of the optimizer step over `params` parameters held by one GPU: at the measured rate for that size
+// when the GPU has one by size (adamw_rate), else the optimizer kind's (memory_time).
 double adamw_time(const GpuSpec& gpu, double params);
+// AdamW's rate (bytes/s) at `params` from gpu.optimizer_params/_Bps: log-log between the measured sizes, the
+// nearest one's outside them; 0 without sizes.
+double adamw_rate(const GpuSpec& gpu, double params);
 
 }  // namespace tessel::cost

@@ -1,18 +1,43 @@
 #include "sim/cost/op.hpp"
 
+#include <string_view>
+
 namespace tessel::cost {
 
 namespace {
+
+// The element-wise kind of a lowered op, by its name (sim/workload.cpp's static names): what a measured
+// profile rates it as. Unnamed element-wise work is `memory`.
+CostKind elementwise_kind(const char* name) {
+  const std::string_view n(name);
+  if (n == "norm1" || n == "norm2") return CostKind::norm;
+  if (n == "act") return CostKind::activation;
+  if (n == "softmax_dropout") return CostKind::softmax;
+  if (n == "residual1" || n == "residual2") return CostKind::glue;  // bias + dropout + residual add
+  return CostKind::memory;
+}
+
+// The attention core when the profile measured it as one kernel: the flash path's executed count (F/2
+// forward, 2.5 F/2 backward; F = 4 b h s_q s_k d, the flops_f of the flash op and the sum of the unfused
+// path's two batched GEMMs), at the measured rates; the unfused path's softmax runs inside that kernel.
+void price_measured_core(WorkOp& op, const GpuSpec& gpu) {
+  const double f = op.cls == OpClass::attention || op.cls == OpClass::gemm ? op.flops_f : 0.0;
+  const int launches = std::string_view(op.name) == "attn_v" ? 0 : 1;  // one kernel for both unfused GEMMs
+  op.t_f = attention_core_time(gpu, f / 2, false, launches);
+  op.t_i = attention_core_time(gpu, 2.5 * f / 2, true, launches);
+  op.t_w = 0;
+}
 
 void price_gemm(WorkOp& op, const GpuSpec& gpu) {
   const Precision p = op.precision;
   const GemmShape& g = op.gemm;
   op.t_f = gemm_time(gpu, p, g);
-  op.t_i = gemm_time(gpu, p, {g.m, g.k, g.n, g.batch});
+  // The gradient classes' factors are 1 unless a profile measured them (multiplying by 1 changes nothing).
+  op.t_i = gemm_time(gpu, p, {g.m, g.k, g.n, g.batch}) * gpu.gemm_dgrad_factor;
   if (op.has_weights) {
-    op.t_w = gemm_time(gpu, p, {g.k, g.n, g.m, g.batch});
+    op.t_w = gemm_time(gpu, p, {g.k, g.n, g.m, g.batch}) * gpu.gemm_wgrad_factor;
   } else {
-    op.t_i += gemm_time(gpu, p, {g.k, g.n, g.m, g.batch});
+    op.t_i += gemm_time(gpu, p, {g.k, g.n, g.m, g.batch}) * gpu.gemm_dgrad_factor;
   }
   if (p == Precision::fp8) {
     const double mk = static_cast<double>(g.m) * g.k * g.batch, mn = static_cast<double>(g.m) * g.n * g.batch;
@@ -25,6 +50,10 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu) {
 
 void price(WorkOp& op, const System& sys) {
   op.t_f = op.t_i = op.t_w = 0;
+  if (op.attention_core && measured_attention_core(sys.gpu)) {
+    price_measured_core(op, sys.gpu);
+    return;
+  }
   switch (op.cls) {
     case OpClass::gemm:
       price_gemm(op, sys.gpu);
@@ -33,10 +62,12 @@ void price(WorkOp& op, const System& sys) {
       op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f);
       op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b);
       return;
-    case OpClass::elementwise:
-      op.t_f = memory_time(sys.gpu, op.bytes_f, op.kernels);
-      op.t_i = memory_time(sys.gpu, op.bytes_b, op.kernels);
+    case OpClass::elementwise: {
+      const CostKind k = elementwise_kind(op.name);
+      op.t_f = memory_time(sys.gpu, op.bytes_f, op.kernels, k, false);
+      op.t_i = memory_time(sys.gpu, op.bytes_b, op.kernels, k, true);
       return;
+    }
     case OpClass::collective:
       op.t_f = op.t_i = collective_time(sys, op.coll, op.comm_bytes, op.group).seconds;
       return;

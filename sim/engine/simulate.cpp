@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "util/error.hpp"
+#include "sim/engine/host_model.hpp"
 #include "sim/estimate.hpp"
 
 namespace tessel::engine {
@@ -111,6 +112,16 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   r.schedule_s = seconds_since(t0);
   spec.schedule = &r.schedule;
   r.job = build_job(spec, cluster);
+  if (sys.host.cores > 0) {
+    // Ranks sharing a host's cores (sim/engine/host_model.hpp): every compute op also priced with all cores
+    // busy, from the same job built on the busy system.
+    const System busy = busy_system(sys);
+    const StepCosts busy_costs = step_costs(m, l, busy);
+    JobSpec bs = spec;
+    bs.system = &busy;
+    bs.costs = &busy_costs;
+    attach_host(r.job, build_job(bs, cluster), sys, l.tp);
+  }
   r.positions = cluster.num_positions();
   r.tasks = r.job.graph.size();
   const auto t1 = std::chrono::steady_clock::now();

@@ -1,6 +1,9 @@
 #include "sim/engine/stream_model.hpp"
 
 #include <algorithm>
+#include <limits>
+
+#include "sim/engine/host_model.hpp"
 
 namespace tessel::engine {
 
@@ -8,8 +11,10 @@ StreamModel::StreamModel(const TaskGraph& g) : g_(g) {
   std::vector<TimedTask> storage;
   storage.reserve(1024);
   heap_ = decltype(heap_)(std::greater<>(), std::move(storage));
-  if (g_.overlap_slowdown > 0 && g_.link_positions > 0) {
-    slow_rate_ = 1.0 / (1.0 + g_.overlap_slowdown);
+  const bool overlap = g_.overlap_slowdown > 0 && g_.link_positions > 0;
+  host_ = g_.host_cores > 0;
+  if (overlap) slow_rate_ = 1.0 / (1.0 + g_.overlap_slowdown);
+  if (overlap || host_) {
     running_.assign(static_cast<std::size_t>(g_.num_positions), Running{});
     comm_.assign(static_cast<std::size_t>(g_.num_positions), 0);
     version_.assign(g_.size(), 0);
@@ -18,7 +23,30 @@ StreamModel::StreamModel(const TaskGraph& g) : g_(g) {
 
 void StreamModel::schedule(Running& r, double now) {
   ++version_[r.task];
-  heap_.push({now + r.remaining / r.rate, r.task, version_[r.task]});
+  const double left = r.rate > 0 ? r.remaining / r.rate : std::numeric_limits<double>::infinity();
+  heap_.push({now + left, r.task, version_[r.task]});
+}
+
+// Progress per second of the op running on `position`: seconds of work per second (slowed by overlapping
+// communication), or under a host model the fraction of the op per second its share of the cores gives.
+double StreamModel::rate_of(int position) const {
+  const auto p = static_cast<std::size_t>(position);
+  const double slow = comm_[p] > 0 ? slow_rate_ : 1.0;
+  if (!host_) return slow;
+  const std::uint32_t t = running_[p].task;
+  return slow * host_rate(g_.work[t], g_.work_busy[t], threads_, g_.host_cores);
+}
+
+void StreamModel::rerate(Running& r, double rate, double now) {
+  r.remaining = std::max(0.0, r.remaining - (now - r.since) * r.rate);
+  r.since = now;
+  r.rate = rate;
+  schedule(r, now);
+}
+
+void StreamModel::rerate_all(double now) {
+  for (std::size_t p = 0; p < running_.size(); ++p)
+    if (running_[p].task != UINT32_MAX) rerate(running_[p], rate_of(static_cast<int>(p)), now);
 }
 
 void StreamModel::start(std::uint32_t task, double now) {
@@ -28,7 +56,13 @@ void StreamModel::start(std::uint32_t task, double now) {
     return;
   }
   Running& r = running_[static_cast<std::size_t>(pos)];
-  r = {task, g_.work[task], comm_[static_cast<std::size_t>(pos)] > 0 ? slow_rate_ : 1.0, now};
+  r = {task, host_ ? 1.0 : g_.work[task], 1.0, now};
+  if (host_) {
+    threads_ += g_.host_threads;
+    rerate_all(now);  // the new op's rate too
+    return;
+  }
+  r.rate = rate_of(pos);
   schedule(r, now);
 }
 
@@ -38,12 +72,9 @@ void StreamModel::comm_changed(int position, int delta, double now) {
   n = delta > 0 ? n + 1 : n - 1;
   Running& r = running_[static_cast<std::size_t>(position)];
   if (r.task == UINT32_MAX) return;
-  const double rate = n > 0 ? slow_rate_ : 1.0;
+  const double rate = rate_of(position);
   if (rate == r.rate) return;
-  r.remaining = std::max(0.0, r.remaining - (now - r.since) * r.rate);
-  r.since = now;
-  r.rate = rate;
-  schedule(r, now);
+  rerate(r, rate, now);
 }
 
 std::optional<double> StreamModel::next_event(double) {
@@ -59,7 +90,12 @@ void StreamModel::advance(double now, std::vector<std::uint32_t>& done) {
     if (!version_.empty() && e.version != version_[e.task]) continue;  // rescheduled since
     done.push_back(e.task);
     const std::int32_t pos = running_.empty() ? -1 : g_.compute_pos[e.task];
-    if (pos >= 0 && running_[static_cast<std::size_t>(pos)].task == e.task) running_[static_cast<std::size_t>(pos)].task = UINT32_MAX;
+    if (pos < 0 || running_[static_cast<std::size_t>(pos)].task != e.task) continue;
+    running_[static_cast<std::size_t>(pos)].task = UINT32_MAX;
+    if (host_) {
+      threads_ -= g_.host_threads;
+      rerate_all(now);
+    }
   }
 }
 

@@ -4,6 +4,8 @@
 // slower while communication that uses its position's links is in flight (TaskGraph::overlap_slowdown):
 // the Simulator says when a position becomes busy or quiet, and the running op's remaining work is
 // settled at that date and rescheduled at the new rate (stale heap entries are skipped by version).
+// With a host model (TaskGraph::host_cores > 0) every running compute op is re-rated whenever one starts or
+// ends, because they share the host's cores (rate_of below; sim/engine/host_model.hpp).
 #pragma once
 
 #include <functional>
@@ -29,11 +31,16 @@ class StreamModel final : public ResourceModel {
  private:
   struct Running {
     std::uint32_t task = UINT32_MAX;
-    double remaining = 0, rate = 1, since = 0;
+    double remaining = 0, rate = 1, since = 0;  // work left (seconds; a fraction of the op under a host model)
   };
   void schedule(Running& r, double now);
+  double rate_of(int position) const;
+  void rerate(Running& r, double rate, double now);
+  void rerate_all(double now);  // host model: the busy threads changed
   const TaskGraph& g_;
   double slow_rate_ = 1;
+  bool host_ = false;
+  int threads_ = 0;                // host model: threads of the compute ops running now
   std::vector<Running> running_;   // per position: its compute op now
   std::vector<std::uint32_t> comm_;  // per position: flows on its links now
   std::vector<std::uint32_t> version_;

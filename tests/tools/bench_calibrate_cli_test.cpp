@@ -67,8 +67,8 @@ TEST_CASE("bench: the runtime's kernels as rows on the cost model's paths; calib
   auto r = run_tessel({"bench", "--backend", "cpu", "--what", "kernels", "--json"});
   REQUIRE(r.code == 0);
   const auto doc = nlohmann::json::parse(r.out);
-  // 4 shapes x (8 memory-path kernels + attention fwd/bwd) + AdamW at 2 sizes (tools/cmd_bench.cpp).
-  REQUIRE(doc["kernels"].size() == 42);
+  // 4 shapes x (8 memory-path kernels + attention fwd/bwd) + AdamW at 4 sizes (tools/cmd_bench.cpp).
+  REQUIRE(doc["kernels"].size() == 44);
   int attention = 0;
   for (const auto& row : doc["kernels"]) {
     if (row["path"] == "attention") {
@@ -85,6 +85,12 @@ TEST_CASE("bench: the runtime's kernels as rows on the cost model's paths; calib
   REQUIRE(c.code == 0);
   CHECK(c.out.find("kernels (memory)") != std::string::npos);
   CHECK(c.out.find("kernels (attention)") != std::string::npos);
+  // AdamW's rate at each size the bench stepped: 0.5, 1, 2 and 3 Mi parameters (bytes / 30), one rate each.
+  const auto profile = nlohmann::json::parse(slurp(prof));
+  const auto& opt = profile["gpu"]["kernels"]["optimizer"];
+  CHECK(opt["params"] == nlohmann::json({524288.0, 1048576.0, 2097152.0, 3145728.0}));
+  REQUIRE(opt["by_params_GBps"].size() == 4);
+  for (const auto& g : opt["by_params_GBps"]) CHECK(g.get<double>() > 0);
   CHECK(run_tessel({"estimate", "--model", "tiny", "--system", prof, "--tp", "1", "--pp", "1", "--dp", "1", "--gbs", "4", "--mbs", "1", "--precision", "fp32", "--attention", "flash"}).code == 0);
   std::filesystem::remove(prof);
 }
@@ -96,8 +102,9 @@ TEST_CASE("calibrate: bench -> profile that estimate accepts; residuals printed"
   const auto rep = nlohmann::json::parse(r.out);
   CHECK(rep["gemm_GFLOPs"].get<double>() > 0);
   CHECK(rep["link_GBps"].get<double>() > 0);
-  // One residual line per category: gemm, membw, four collectives.
-  CHECK(rep["residuals"].size() == 6);
+  // One residual line per category: gemm, its two gradient classes (gemm dgrad, gemm wgrad), membw, four
+  // collectives.
+  CHECK(rep["residuals"].size() == 8);
   for (const auto& res : rep["residuals"]) CHECK(std::isfinite(res["rms_pct"].get<double>()));
   auto e = run_tessel({"estimate", "--system", prof, "--model", "tiny", "--tp", "1", "--pp", "1", "--dp", "1", "--gbs",
                        "4", "--precision", "fp32", "--json"});
@@ -339,5 +346,43 @@ TEST_CASE("calibrate: the profile's source states the numbers the written file h
     CHECK((src.find("From " + bench_file()) != std::string::npos) == (inputs.front() == "--bench"));
   }
   std::filesystem::remove(trace);
+  std::filesystem::remove(prof);
+}
+
+TEST_CASE("calibrate: noisy measurements are flagged above 10% and refused above --max-noise") {
+  // The bench's rows with their spread set: every row 0.5 (50%): the noise is their median, 50%, over the
+  // default --max-noise 25%: refused, exit 2, nothing written. With --max-noise 60 it is written, flagged
+  // (above 10%): "trusted": false and a warning. With every spread 0.02 it is trusted.
+  auto doc = nlohmann::json::parse(slurp(bench_file()));
+  auto with_spread = [&](double s) {
+    auto d = doc;
+    for (const char* k : {"gemm", "membw"})
+      for (auto& row : d[k]) row["spread"] = s;
+    return write_temp("bench_spread.json", d.dump());
+  };
+  const std::string prof = temp_path("noisy_profile.json");
+  std::filesystem::remove(prof);
+  auto refused = run_tessel({"calibrate", "--bench", with_spread(0.5), "-o", prof});
+  CAPTURE(refused.err);
+  CHECK(refused.code == 2);
+  CHECK(refused.err.find("vary by 50% between repeats (bench rows' median spread 50%)") != std::string::npos);
+  CHECK(refused.err.find("--max-noise 25%") != std::string::npos);
+  CHECK(!std::filesystem::exists(prof));
+  // A bench measured under heavy load: rows whose middle half spans 120x their median (seen at a load average
+  // of 113 on 2 cores). Read, and refused by the noise rule (12000% > 25%), not by the reader.
+  auto loaded = run_tessel({"calibrate", "--bench", with_spread(120), "-o", prof});
+  CAPTURE(loaded.err);
+  CHECK(loaded.code == 2);
+  CHECK(loaded.err.find("vary by 12000% between repeats") != std::string::npos);
+  CHECK(!std::filesystem::exists(prof));
+  auto flagged = run_tessel({"calibrate", "--bench", with_spread(0.5), "--max-noise", "60", "-o", prof, "--json"});
+  REQUIRE(flagged.code == 0);
+  const auto j = nlohmann::json::parse(flagged.out);
+  CHECK(j["noise_pct"].get<double>() == doctest::Approx(50));
+  CHECK(j["trusted"] == false);
+  CHECK(flagged.err.find("warning: the measurements vary by 50%") != std::string::npos);
+  auto quiet = run_tessel({"calibrate", "--bench", with_spread(0.02), "-o", prof, "--json"});
+  REQUIRE(quiet.code == 0);
+  CHECK(nlohmann::json::parse(quiet.out)["trusted"] == true);
   std::filesystem::remove(prof);
 }

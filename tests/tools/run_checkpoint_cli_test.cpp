@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -263,4 +264,35 @@ TEST_CASE("run: a meta.json edited with its checksums recomputed is refused nami
   CAPTURE(missing.err);
   CHECK(missing.code == 2);
   CHECK(has(missing.err, "meta.json: meta.step: missing required key"));
+}
+
+TEST_CASE("run: a checkpoint holding NaN with valid checksums is refused naming the tensor and shard (exit 2)") {
+  // Before: it resumed, trained "loss nan" and exited 0. The copy is saved by 2 ranks: rank 1 writes the
+  // poisoned tensor (the first exp_avg_sq, element 0 set to NaN), rank 0 everything else, so the message must
+  // name rank-00001.shard; the checksums are computed over the NaN by the writer itself.
+  Scratch s("nan");
+  const std::string good = s / "good", bad = s / "bad";
+  REQUIRE(run({"--steps", "1", "--save-every", "1", "--checkpoint-dir", good}).code == 0);
+  std::string poisoned;
+  for (const std::string& n : tessel::rt::CheckpointReader(good).tensor_names())
+    if (poisoned.empty() && n.rfind("optim.exp_avg_sq.", 0) == 0) poisoned = n;
+  tessel::rt::run_threads(2, [&](tessel::rt::Comm& c) {
+    tessel::rt::CheckpointReader r(good);
+    tessel::rt::CheckpointWriter w(bad, r.step(), c);
+    for (const std::string& n : r.tensor_names()) {
+      if ((c.rank() == 1) != (n == poisoned)) continue;
+      auto v = r.read_tensor(n);
+      if (n == poisoned) v[0] = std::nanf("");
+      w.add_tensor(n, r.shape(n), tessel::rt::Shape(r.shape(n).size(), 0), r.shape(n), v.data());
+    }
+    w.set_metadata(r.metadata());
+    w.commit();
+  });
+  REQUIRE(!poisoned.empty());
+  auto r = run({"--steps", "2", "--resume", bad});
+  CAPTURE(r.err);
+  CHECK(r.code == 2);
+  CHECK(has(r.err, "rank-00001.shard: tensor '" + poisoned + "' element [0"));
+  CHECK(has(r.err, "is nan"));
+  CHECK(!trained(r));
 }

@@ -1,0 +1,101 @@
+// The closed loop's statistics (sim/calibrate/loop_stats.hpp): Kendall's tau-b, the recompute folded into the
+// backward as the runtimes record it, and per-op errors of a measured steady step against a simulated one.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "sim/calibrate/loop_stats.hpp"
+#include "sim/calibrate/trace_events.hpp"
+
+using namespace tessel;
+using namespace tessel::calib;
+
+namespace {
+trace::OpEvent op(int rank, const char* kind, int stage, int mb, double start_us, double dur_us) {
+  trace::OpEvent e;
+  e.rank = rank;
+  e.op = kind;
+  e.name = std::string(kind) + " s" + std::to_string(stage) + " mb" + std::to_string(mb);
+  e.stage = stage;
+  e.chunk = 0;
+  e.mb = mb;
+  e.start_us = start_us;
+  e.dur_us = dur_us;
+  return e;
+}
+}  // namespace
+
+TEST_CASE("Kendall's tau-b: orders, one swap, ties") {
+  CHECK(kendall_tau({1, 2, 3, 4}, {10, 20, 30, 40}) == doctest::Approx(1.0));
+  CHECK(kendall_tau({1, 2, 3, 4}, {40, 30, 20, 10}) == doctest::Approx(-1.0));
+  // One adjacent swap among 4: 6 pairs, 5 concordant, 1 discordant: 4/6.
+  CHECK(kendall_tau({1, 2, 3, 4}, {10, 30, 20, 40}) == doctest::Approx(4.0 / 6));
+  // a = {1, 1, 2}, b = {1, 2, 3}: pairs (0,1) tied in a, (0,2) and (1,2) concordant: s = 2;
+  // sqrt((3 - 1)(3 - 0)) = sqrt(6): 2 / sqrt(6).
+  CHECK(kendall_tau({1, 1, 2}, {1, 2, 3}) == doctest::Approx(2 / std::sqrt(6.0)));
+  CHECK(kendall_tau({5}, {7}) == 0.0);  // no pairs
+}
+
+TEST_CASE("fold_recompute: a recompute op's time goes into its backward, which then starts where it did") {
+  trace::Trace t;
+  t.events = {op(0, "forward", 0, 0, 0, 5), op(0, "recompute", 0, 0, 10, 2), op(0, "backward", 0, 0, 12, 3),
+              op(1, "recompute", 1, 0, 4, 1), op(1, "input_grad", 1, 0, 5, 2), op(1, "weight_grad", 1, 0, 7, 1)};
+  const trace::Trace f = fold_recompute(t);
+  REQUIRE(f.events.size() == 4);
+  CHECK(f.events[1].op == "backward");
+  CHECK(f.events[1].start_us == 10);
+  CHECK(f.events[1].dur_us == 5);
+  CHECK(f.events[2].op == "input_grad");
+  CHECK(f.events[2].dur_us == 3);  // 2 + the 1 of its recompute
+  CHECK(f.events[3].dur_us == 1);  // weight_grad untouched
+}
+
+TEST_CASE("op_errors: the measured steady step against the simulated step, per op kind") {
+  // Measured: 3 steps of forward (100 us), backward (200 us), optimizer (50 us) on 1 rank, but step 1 (warm-up)
+  // slow and step 3's forward 120 us. Steps 2 and 3 last 350 and 370 us: the compared step is the median of the
+  // steps after the first, the lower of two: step 2. Simulated: forward 110, backward 180, optimizer 50:
+  // errors +10%, -10%, 0.
+  trace::Trace m;
+  const double fwd[3] = {400, 100, 120};
+  double at = 0;
+  for (int s = 0; s < 3; ++s) {
+    m.events.push_back(op(0, "forward", 0, 0, at, fwd[s]));
+    m.events.push_back(op(0, "backward", 0, 0, at + fwd[s], 200));
+    trace::OpEvent o = op(0, "optimizer", -1, -1, at + fwd[s] + 200, 50);
+    m.events.push_back(o);
+    at += fwd[s] + 250 + 10;
+  }
+  trace::Trace sim;
+  sim.events = {op(0, "forward", 0, 0, 0, 110), op(0, "backward", 0, 0, 110, 180), op(0, "optimizer", -1, -1, 290, 50)};
+  const std::vector<OpError> e = op_errors(m, sim, "m.json");
+  REQUIRE(e.size() == 3);
+  CHECK(e[0].op == "forward");
+  CHECK(e[0].measured_s == doctest::Approx(100e-6));
+  CHECK(e[0].error == doctest::Approx(0.10));
+  CHECK(e[1].error == doctest::Approx(-0.10));
+  CHECK(e[2].op == "optimizer");
+  CHECK(e[2].error == doctest::Approx(0.0));
+}
+
+TEST_CASE("measured ops: the median of the steady-state instances, their spread and the ranks computing beside") {
+  // Two ranks, 4 steps. Rank 0's forward: 900 (warm-up, left out), 100, 140, 110 us: median 110, spread by
+  // nearest rank on {100, 110, 140}: (v[2] - v[0]) / 110 = 40/110. Rank 1 computes beside rank 0's forward for
+  // half of each steady instance: busy ranks 1.5.
+  trace::Trace t;
+  const double d0[4] = {900, 100, 140, 110};
+  double at = 0;
+  for (int s = 0; s < 4; ++s) {
+    t.events.push_back(op(0, "forward", 0, 0, at, d0[s]));
+    t.events.push_back(op(1, "forward", 1, 0, at + d0[s] / 2, d0[s] / 2));
+    t.events.push_back(op(0, "optimizer", -1, -1, at + d0[s], 10));
+    t.events.push_back(op(1, "optimizer", -1, -1, at + d0[s], 10));
+    at += d0[s] + 20;
+  }
+  const MeasuredOps ops = measure_ops({t}, {"t.json"});
+  const MeasuredOp& f0 = ops.ops.front();
+  CHECK(f0.op == "forward");
+  CHECK(f0.instances == 3);
+  CHECK(f0.median_s == doctest::Approx(110e-6));
+  CHECK(f0.spread == doctest::Approx(40.0 / 110));
+  CHECK(f0.busy_ranks == doctest::Approx(1.5));
+}

@@ -1,0 +1,200 @@
+// `tessel calibrate --closed-loop` and the simulate flags it relies on, from the command line: the loop's
+// mechanics (every layout measured and predicted, per-op errors, noise and load reported, the profile and
+// figure written), its bad input, simulate's CPU defaults and --like. Timing is never asserted: the machines
+// are shared and noisy (the loop's accuracy is measured by hand, docs/calibration.md).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/tools/run_util.hpp"
+
+using tessel::test::run_tessel;
+
+namespace {
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("tessel-loop-" + std::to_string(::getpid()) + "_" + name)).string();
+}
+std::string slurp(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool finite_number(const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); }
+// tessel over the fake CUDA runtime (tests/cuda_fake), where built.
+const char* fake_exe() { return std::getenv("TESSEL_FAKE_EXE"); }
+}  // namespace
+
+TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op by op, with its noise and load") {
+  const std::string out = temp_path("quick"), svg = out + "/loop.svg";
+  auto r = run_tessel({"calibrate", "--closed-loop", "--quick", "--json", "--out", out, "--svg", svg});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  // --quick: 2 calibration layouts (1 rank; pp2 zb1p) and 3 held-out ones of 1, 2 and 4 ranks, 1 repeat.
+  CHECK(j["backend"] == "cpu");
+  CHECK(j["calibration_layouts"].size() == 2);
+  REQUIRE(j["held_out_layouts"].size() == 3);
+  REQUIRE(j["repeats"].size() == 1);
+  const auto& rep = j["repeats"][0];
+  REQUIRE(rep["rows"].size() == 3);
+  std::vector<int> ranks;
+  for (const auto& row : rep["rows"]) {
+    CAPTURE(row.dump());
+    ranks.push_back(row["ranks"].get<int>());
+    CHECK(row["measured_s"].get<double>() > 0);
+    CHECK(row["predicted_s"].get<double>() > 0);
+    CHECK(finite_number(row["error_pct"]));
+    CHECK(row["measured_spread_pct"].get<double>() >= 0);
+    // Forward, backward and the optimizer at least are compared on every layout.
+    CHECK(row["ops"].size() >= 3);
+    for (const auto& o : row["ops"]) CHECK(o["measured_s"].get<double>() > 0);
+  }
+  CHECK(ranks == std::vector<int>{1, 2, 4});
+  const auto& s = rep["summary"];
+  CHECK(finite_number(s["median_abs_error_pct"]));
+  CHECK(finite_number(s["op_median_abs_error_pct"]));
+  CHECK(s["kendall_tau"].get<double>() >= -1);
+  CHECK(s["kendall_tau"].get<double>() <= 1);
+  CHECK(finite_number(s["calibration_noise_pct"]));
+  CHECK(finite_number(s["measurement_noise_pct"]));
+  CHECK(s["trusted"].is_boolean());
+  // Untrusted repeats say why; trusted ones say nothing.
+  CHECK(s["trusted"].get<bool>() == s["untrusted_because"].get<std::string>().empty());
+  // The drift: the first calibration run measured again after the held-out runs (its trace is there), the
+  // change of its median step. Trusted exactly when the two noises and the drift are all within 10%.
+  REQUIRE(finite_number(s["drift_pct"]));
+  CHECK(s["drift_pct"].get<double>() >= 0);
+  CHECK(std::filesystem::exists(out + "/rep0/drift.trace.json"));
+  const bool within = s["calibration_noise_pct"].get<double>() <= 10 && s["measurement_noise_pct"].get<double>() <= 10 &&
+                      s["drift_pct"].get<double>() <= 10;
+  CHECK(s["trusted"].get<bool>() == within);
+  CHECK(has(s["untrusted_because"].get<std::string>(), "measured again at the end") ==
+        (s["drift_pct"].get<double>() > 10));
+  CHECK(finite_number(rep["load_before"]));
+  // The calibration: per-kind rates, the host's contention, the per-op trace fit of the glue.
+  CHECK(rep["calibration"]["trace_method"] == "per-op");
+  CHECK(rep["calibration"]["kinds"].size() >= 9);
+  CHECK(j["targets"]["median_abs_error_pct"] == 10);
+  // Written: the results, the profile (loadable: simulate --like a held-out trace on it), the figure.
+  CHECK(nlohmann::json::parse(slurp(out + "/results.json")) == j);
+  const std::string profile = rep["profile"].get<std::string>();
+  auto sim = run_tessel({"simulate", "--like", out + "/rep0/heldout_2.trace.json", "--system", profile, "--json"});
+  CAPTURE(sim.err);
+  CHECK(sim.code == 0);
+  CHECK(has(slurp(svg), "<svg"));
+  // The figure's caption marks an untrusted repeat as the document does.
+  CHECK(has(slurp(svg), "(NOT TRUSTED)") == !s["trusted"].get<bool>());
+  std::filesystem::remove_all(out);
+}
+
+TEST_CASE("closed loop: bad input names the flag") {
+  struct Case {
+    std::vector<std::string> args;
+    const char* expect;
+  };
+  const std::vector<Case> cases = {
+      {{"--closed-loop", "-o", "p.json"}, "-o: not with --closed-loop"},
+      {{"--closed-loop", "--bench", "b.json"}, "--bench: not with --closed-loop"},
+      {{"--closed-loop", "--gpu-threads"}, "--gpu-threads: only with --backend cuda"},
+      {{"--closed-loop", "--backend", "tpu"}, "--backend tpu: expected cpu or cuda"},
+      {{"--closed-loop", "--repeats", "0"}, "--repeats"},
+      {{"--quick", "-o", "p.json", "--bench", "b.json"}, "--quick: a flag of --closed-loop"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> a = {"calibrate"};
+    a.insert(a.end(), c.args.begin(), c.args.end());
+    auto r = run_tessel(a);
+    CAPTURE(c.expect);
+    CAPTURE(r.err);
+    CHECK(r.code == 2);
+    CHECK(has(r.err, c.expect));
+  }
+}
+
+TEST_CASE("simulate --system cpu defaults to what the CPU runtime executes") {
+  // The four flags docs/compare.md needed before (and --no-overlap: the CPU runtime overlaps nothing) give the
+  // same simulation as none.
+  const std::vector<std::string> base = {"simulate", "--model", "tiny", "--system", "cpu", "--tp", "2", "--pp", "2",
+                                         "--dp", "2", "--schedule", "zbv", "--gbs", "16", "--json"};
+  auto plain = run_tessel(base);
+  std::vector<std::string> explicit_flags = base;
+  for (const char* f : {"--precision", "fp32", "--recompute", "none", "--attention", "unfused", "--no-sp", "--no-overlap"})
+    explicit_flags.push_back(f);
+  auto flagged = run_tessel(explicit_flags);
+  REQUIRE(plain.code == 0);
+  REQUIRE(flagged.code == 0);
+  const auto a = nlohmann::json::parse(plain.out), b = nlohmann::json::parse(flagged.out);
+  CHECK(a["step_s"] == b["step_s"]);
+  CHECK(a["layout"] == b["layout"]);
+  CHECK(a["layout"]["precision"] == "fp32");
+  CHECK(a["layout"]["attention"] == "unfused");
+  CHECK(a["layout"]["sequence_parallel"] == false);
+  CHECK(a["layout"]["overlap_grad_reduce"] == false);
+  // A GPU system keeps Megatron's defaults.
+  auto gpu = run_tessel({"simulate", "--model", "tiny", "--system", "dgx-a100", "--tp", "2", "--pp", "1", "--dp", "1",
+                         "--gbs", "4", "--json"});
+  REQUIRE(gpu.code == 0);
+  const auto g = nlohmann::json::parse(gpu.out);
+  CHECK(g["layout"]["precision"] == "bf16");
+  CHECK(g["layout"]["recompute"] == "selective");
+}
+
+TEST_CASE("simulate --like RUN.json takes the run's model and layout; layout flags beside it are refused") {
+  const std::string trace = temp_path("like.json");
+  REQUIRE(run_tessel({"run", "--backend", "cpu", "--model", "tiny", "--tp", "2", "--pp", "2", "--schedule", "zbv",
+                      "--gbs", "8", "--steps", "1", "--trace", trace})
+              .code == 0);
+  auto like = run_tessel({"simulate", "--like", trace, "--json"});
+  CAPTURE(like.err);
+  REQUIRE(like.code == 0);
+  const auto j = nlohmann::json::parse(like.out);
+  CHECK(j["layout"]["tp"] == 2);
+  CHECK(j["layout"]["pp"] == 2);
+  CHECK(j["layout"]["vpp"] == 2);
+  CHECK(j["layout"]["schedule"] == "zbv");
+  CHECK(j["layout"]["global_batch"] == 8);
+  CHECK(j["layout"]["overlap_grad_reduce"] == false);  // the CPU runtime overlaps nothing
+  auto both = run_tessel({"simulate", "--like", trace, "--tp", "1"});
+  CHECK(both.code == 2);
+  CHECK(has(both.err, "--tp: cannot be combined with --like " + trace));
+  auto none = run_tessel({"simulate", "--like", temp_path("absent.json")});
+  CHECK(none.code == 2);
+  std::filesystem::remove(trace);
+}
+
+TEST_CASE("closed loop --backend cuda --gpu-threads: the same loop on the (fake) GPU" * doctest::skip(fake_exe() == nullptr)) {
+  // tessel_fake runs the CUDA runtime's code on the CPU kernels: the mechanics of the GPU loop, as the device
+  // check calls it (tools/device-check.sh). One calibration run (the ranks of --gpu-threads share the GPU,
+  // which the scale fit does not model), the 3 quick held-out layouts; the profile's host is the one GPU.
+  const std::string out = temp_path("cuda");
+  auto r = tessel::test::run_exe(fake_exe(), {"calibrate", "--closed-loop", "--backend", "cuda", "--gpu-threads", "--quick",
+                                              "--json", "--out", out});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  const auto j = nlohmann::json::parse(r.out);
+  CHECK(j["backend"] == "cuda");
+  CHECK(j["calibration_layouts"].size() == 1);
+  const auto& rep = j["repeats"][0];
+  REQUIRE(rep["rows"].size() == 3);
+  for (const auto& row : rep["rows"]) {
+    CHECK(row["measured_s"].get<double>() > 0);
+    CHECK(row["predicted_s"].get<double>() > 0);
+  }
+  CHECK(rep["calibration"]["trace_method"] == "scales");  // the GPU bench has no element-wise kernel rows
+  const auto profile = nlohmann::json::parse(slurp(rep["profile"].get<std::string>()));
+  CHECK(profile["host"]["cores"] == 1);
+  auto no_threads = tessel::test::run_exe(fake_exe(), {"calibrate", "--closed-loop", "--backend", "cuda", "--out", out});
+  CHECK(no_threads.code == 2);
+  CHECK(has(no_threads.err, "--backend cuda: the loop runs several ranks on the one GPU as threads; give --gpu-threads"));
+  std::filesystem::remove_all(out);
+}

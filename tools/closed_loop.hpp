@@ -1,0 +1,75 @@
+// tessel calibrate --closed-loop: the closed loop in one command (docs/calibration.md, "The closed loop").
+// One repeat: `tessel bench` alone and on every core at once, the calibration runs (`tessel run --trace`),
+// the fit (sim/calibrate/calibration.hpp), then for each held-out layout the prediction (the event simulator
+// on the profile, in this process) and the measurement (`tessel run`), compared step by step and op by op
+// (sim/calibrate/loop_stats.hpp). Bench and runs are child processes of this executable, one at a time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/model.hpp"
+#include "sim/calibrate/loop_stats.hpp"
+#include "sim/layout.hpp"
+#include "tools/cli.hpp"
+#include "util/json_reader.hpp"
+
+namespace tessel::cmd {
+
+// A layout of the loop, as both `tessel run` flags and the simulator's Layout take it.
+struct LoopLayout {
+  std::string name;
+  int tp = 1, pp = 1, dp = 1, vpp = 1, mbs = 1, gbs = 4;
+  std::string schedule = "1f1b", recompute = "none";
+  bool sp = false;
+  int zero = 0;
+  bool mpi = false;  // its ranks processes under mpirun, not threads of one process
+  int ranks() const { return tp * pp * dp; }
+};
+
+// One held-out layout measured and predicted.
+struct LoopRow {
+  std::string layout;
+  int ranks = 1;
+  double measured_s = 0;        // median of the steady-state steps (all after the first)
+  double spread = 0;            // their interquartile range over the median
+  double predicted_s = 0;
+  double error = 0;             // predicted / measured - 1
+  std::vector<calib::OpError> ops;
+};
+
+struct LoopRepeat {
+  int repeat = 0;
+  double load_before = -1, load_after = -1;  // load average over the last minute
+  double calibration_noise = -1;             // the fit's (bench and calibration traces)
+  double measurement_noise = 0;              // median spread of the held-out runs' steps
+  // The machine's drift over the repeat: the first calibration run measured again after the held-out runs,
+  // |end / start - 1| of its median step. A load that comes and goes between runs leaves each run's steps
+  // steady (small spreads) while it moves the runs apart, which only a repeated run shows.
+  double drift = 0;
+  bool trusted = true;                       // both noises and the drift within 10%
+  std::string profile;                       // its file
+  Json calibration;                          // the fit report (as calibrate --json writes it)
+  std::vector<LoopRow> rows;
+  double median_abs_error = 0, op_median_abs_error = 0, kendall_tau = 0;
+};
+
+struct LoopResult {
+  std::string backend = "cpu";
+  bool quick = false;
+  int cores = 0;
+  Model model;
+  std::vector<LoopLayout> calibration, held_out;
+  std::vector<LoopRepeat> repeats;
+  std::string date;  // UTC, when the loop ended
+};
+
+int closed_loop(const cli::CommandLine& cl);
+
+// closed_loop_report.cpp: the JSON document, the text tables and the figure.
+Json loop_to_json(const LoopResult& r);
+void print_loop(const LoopResult& r);
+// Predicted against measured: step times (left) and per-op totals (right), log-log, one colour per repeat.
+std::string loop_svg(const LoopResult& r);
+
+}  // namespace tessel::cmd
