@@ -23,7 +23,7 @@ double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::
     double c = rf[0] + ri[0] + rw[0];
     return m * c;
   }
-  return sched::makespan(l.schedule, sched::MicrobatchRule::megatron, sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
+  return sched::makespan(l.schedule, l.microbatch_rule, sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
 }
 
 namespace {

@@ -75,6 +75,7 @@ std::string Layout::describe() const {
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << sched::name(schedule);
+  if (pp > 1 && microbatch_rule != sched::MicrobatchRule::megatron) os << " mb-rule=" << sched::rule_name(microbatch_rule);
   if (recompute != Recompute::none) os << " " << to_string(recompute);
   // Full recompute's method and layer count change both time and memory: "full-block2" (Megatron's
   // --recompute-method block --recompute-num-layers 2); plain "full" is uniform, 1 layer per block (the only
@@ -97,6 +98,15 @@ std::string Layout::describe() const {
   return os.str();
 }
 
+sched::GenParams schedule_params(const Layout& l) {
+  sched::GenParams p;
+  p.pp = l.pp;
+  p.microbatches = l.num_microbatches();
+  p.vpp = l.vpp;
+  p.rule = l.microbatch_rule;
+  return p;
+}
+
 Layout parse_layout(const Json& j, const std::string& where) {
   JsonObject o(j, where);
   Layout l;
@@ -114,6 +124,12 @@ Layout parse_layout(const Json& j, const std::string& where) {
       o.fail("schedule", "value \"" + *sc + "\" is not one of: " + sched::known_names(true) +
                              (f ? " (" + *sc + " is a generator only the simulator plays)" : ""));
     l.schedule = f->kind;
+  }
+  if (auto r = o.opt_string("microbatch_rule")) {
+    l.microbatch_rule = sched::parse_microbatch_rule(*r, where + ": microbatch_rule");
+    if (l.microbatch_rule != sched::MicrobatchRule::megatron && !sched::family(l.schedule).takes_microbatch_rule)
+      o.fail("microbatch_rule", "\"" + *r + "\" applies to interleaved only; schedule " + sched::name(l.schedule) +
+                                    " has its own micro-batch rule");
   }
   if (auto r = o.opt_string("recompute")) l.recompute = parse_recompute(*r, where + ": recompute");
   if (auto m = o.opt_string("recompute_method")) {
@@ -168,6 +184,7 @@ Json layout_to_json(const Layout& l) {
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
   j["schedule"] = sched::name(l.schedule);
+  if (l.microbatch_rule != sched::MicrobatchRule::megatron) j["microbatch_rule"] = sched::rule_name(l.microbatch_rule);
   j["recompute"] = to_string(l.recompute);
   j["recompute_method"] = l.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
   j["recompute_layers"] = l.recompute_layers;
@@ -254,7 +271,7 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   // simulate, run and explore refuse every layout the generator would. Without a whole micro-batch count
   // there is no m to check.
   if (l.pp > 1 && batch_ok && vpp_ok) {
-    if (auto p = sched::microbatch_problem(l.schedule, l.pp, l.num_microbatches())) {
+    if (auto p = sched::microbatch_problem(l.schedule, l.pp, l.num_microbatches(), l.microbatch_rule)) {
       p->message += " (m = global batch " + s(l.global_batch) + " / (micro_batch " + s(l.micro_batch) + " * dp " +
                     s(l.dp) + "))";
       broke(std::move(p->rule), std::move(p->message));

@@ -21,6 +21,8 @@ std::vector<OptionSpec> spec_options() {
       {"--gbs", true, "global batch size [1536]"},
       {"--seq", true, "sequence length (overrides the model's)"},
       {"--schedule", true, "gpipe|1f1b|interleaved|looped-bfs|zb1p|zb2p|zbv|dualpipev [interleaved]"},
+      {"--mb-rule", true, "interleaved's micro-batch rule: megatron (m a multiple of pp) or torch (PyTorch's: m a "
+                          "multiple of max(1, m // pp)) [megatron]"},
       {"--recompute", true, "none|selective|full [selective]"},
       {"--recompute-method", true, "uniform|block [uniform]"},
       {"--recompute-layers", true, "full recompute: layers recomputed per stage (block) [all]; uniform: 1 only"},
@@ -47,7 +49,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
   s.model = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
   s.system = load_system(cl.get_or("--system", "dgx-a100"));
   const std::vector<const char*> layout_flags = {"--tp", "--pp", "--dp", "--cp", "--vpp", "--mbs", "--gbs",
-                                                 "--schedule", "--recompute", "--recompute-method",
+                                                 "--schedule", "--mb-rule", "--recompute", "--recompute-method",
                                                  "--recompute-layers", "--sp", "--no-sp", "--zero",
                                                  "--precision", "--attention", "--no-overlap", "--overlap-p2p"};
   auto gpus_flag = cl.get_int("--gpus", 1, 1 << 22);
@@ -66,6 +68,12 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.schedule = sched::parse_schedule(cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b"), "--schedule", !played);
   // The schedule's own stages per rank (sim/schedule/registry.hpp; explore --explain and schedule gen use the same).
   l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 3) : 1));
+  if (auto r = cl.get("--mb-rule")) {
+    l.microbatch_rule = sched::parse_microbatch_rule(*r, "--mb-rule");
+    if (!sched::family(l.schedule).takes_microbatch_rule)
+      throw InputError("--mb-rule " + *r + ": applies to --schedule interleaved only (" + sched::name(l.schedule) +
+                       " has its own micro-batch rule)");
+  }
   l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
   l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
   l.recompute = parse_recompute(cl.get_or("--recompute", "selective"), "--recompute");

@@ -64,3 +64,23 @@ TEST_CASE("layout words: defaults, and messages led by the caller's name") {
   CHECK(error_of("tp8 warp9", "--explain").rfind("--explain: word 'warp9' is not a layout term", 0) == 0);
   CHECK(error_of("", "--explain").find("names no layout") != std::string::npos);
 }
+
+TEST_CASE("layout words: PyTorch's interleaved micro-batch rule is a word, in describe() and back") {
+  // p 4, m 6 (global batch 6, dp 1, mbs 1): Megatron's rule refuses it, PyTorch's takes it.
+  const Layout l = parse_layout_words("tp1 pp4 dp1 vpp2 mbs1 interleaved mb-rule=torch", 6);
+  CHECK(l.microbatch_rule == sched::MicrobatchRule::torch);
+  CHECK(l.describe() == "tp1 pp4 dp1 vpp2 mbs1 interleaved mb-rule=torch");
+  CHECK(layout_to_json(l).at("microbatch_rule") == "torch");
+  CHECK(parse_layout(layout_to_json(l), "json").microbatch_rule == sched::MicrobatchRule::torch);
+  CHECK_FALSE(layout_problem(l, load_model("tiny"), 4));
+  Layout megatron = l;
+  megatron.microbatch_rule = sched::MicrobatchRule::megatron;
+  REQUIRE(layout_problem(megatron, load_model("tiny"), 4));
+  CHECK(layout_problem(megatron, load_model("tiny"), 4)->rule == "schedule-microbatches");
+  // The default rule prints nothing and writes no key: the layouts of every earlier output read the same.
+  CHECK(megatron.describe() == "tp1 pp4 dp1 vpp2 mbs1 interleaved");
+  CHECK_FALSE(layout_to_json(megatron).contains("microbatch_rule"));
+  CHECK(error_of("pp4 1f1b mb-rule=torch", "--layout") ==
+        "--layout: 'mb-rule=torch' applies to interleaved only; schedule 1f1b has its own micro-batch rule");
+  CHECK(error_of("pp4 mb-rule=pytorch", "--layout").rfind("--layout mb-rule=pytorch: unknown micro-batch rule", 0) == 0);
+}

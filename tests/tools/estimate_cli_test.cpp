@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/test_paths.hpp"
 #include "tests/tools/run_util.hpp"
 
 using tessel::test::run_tessel;
@@ -215,4 +216,23 @@ TEST_CASE("simulate --schedule-file: the file's shape, not the default schedule'
   CHECK(vz.code == 2);
   CHECK(vz.err.find("zbv needs exactly 2 stages per rank") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// PyTorch's ScheduleInterleaved1F1B order for p 4, m 6, v 2 (a golden written by PyTorch, no sidecar):
+// Megatron's rule refuses m 6 with pp 4, PyTorch's takes it, and the file is that rule's order, so the
+// layout names it interleaved under PyTorch's rule (it was played as looped-bfs, or refused with a sidecar).
+TEST_CASE("simulate --schedule-file: PyTorch's interleaved order with m not a multiple of pp") {
+  const std::string csv = tessel::test::source_root() + "/tests/golden/schedules/torch/ScheduleInterleaved1F1B_p4_m6_v2.csv";
+  const std::vector<std::string> sim = {"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1",
+                                        "--pp", "4", "--dp", "1", "--gbs", "6", "--schedule-file", csv};
+  auto r = run_tessel(sim);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("tp1 pp4 dp1 vpp2 mbs1 interleaved mb-rule=torch") != std::string::npos);
+  CHECK(r.out.find("note:") == std::string::npos);  // named after the generator that makes its order
+  std::vector<std::string> megatron = sim;
+  megatron.insert(megatron.end(), {"--schedule", "interleaved", "--vpp", "2", "--mb-rule", "megatron"});
+  auto refused = run_tessel(megatron);
+  CHECK(refused.code == 2);
+  CHECK(refused.err.find("PyTorch's rule (mb-rule=torch) takes it") != std::string::npos);
 }
