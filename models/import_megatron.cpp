@@ -1,6 +1,7 @@
 // Megatron-LM command line -> Model. Flag names follow megatron/training/arguments.py and the dataclass-
 // generated flags of transformer_config.py (snake_case -> --kebab-case). Flags that do not describe the
-// model's shape (learning rate, data paths, layout) are skipped here; sim/ reads the layout ones.
+// model's shape (learning rate, data paths, layout) are skipped by import_megatron_args; the pipeline
+// split's four are read by import_megatron_pipeline_split.
 #include <map>
 
 #include "models/model.hpp"
@@ -45,6 +46,21 @@ int int_flag(const Flags& f, const std::string& where, const std::string& name, 
   }
 }
 }  // namespace
+
+MegatronPipelineSplit import_megatron_pipeline_split(const std::vector<std::string>& argv, const std::string& where) {
+  const Flags f = split_flags(argv);
+  MegatronPipelineSplit out;
+  const auto count = [&](const char* name) -> std::optional<int> {
+    if (!f.values.count(name)) return std::nullopt;
+    return int_flag(f, where, name, 0, 100000);
+  };
+  out.first_stage_layers = count("--decoder-first-pipeline-num-layers");
+  out.last_stage_layers = count("--decoder-last-pipeline-num-layers");
+  // store_true switches in arguments.py.
+  out.account_for_embedding = f.switches.count("--account-for-embedding-in-pipeline-split") > 0;
+  out.account_for_loss = f.switches.count("--account-for-loss-in-pipeline-split") > 0;
+  return out;
+}
 
 Model import_megatron_args(const std::vector<std::string>& argv, const std::string& where) {
   Flags f = split_flags(argv);

@@ -259,10 +259,18 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
       if (broke("stage-layers", "stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers")) return;
     } else if (negative) {
       if (broke("stage-layers", "stage_layers: negative layer count")) return;
+    } else if (stages > 2) {
+      // A middle stage without a layer only passes its input on; the first and the last may hold none (the
+      // embedding alone, the head and loss alone, as Llama 3 placed them).
+      const auto empty = std::find(l.stage_layers.begin() + 1, l.stage_layers.end() - 1, 0);
+      if (empty != l.stage_layers.end() - 1 &&
+          broke("stage-layers", "stage_layers: stage " + s(empty - l.stage_layers.begin()) + " of " + s(stages) +
+                                    " holds no layer; only the first and the last stage may (the embedding, the head alone)"))
+        return;
     }
   } else if (m.layers % stages != 0) {
     if (broke("layer-split", "layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
-                                 " stages (an uneven split needs stage_layers: a --layout JSON file, or layers=... in explore --explain)"))
+                                 " stages (an uneven split needs stage_layers: --stage-layers, --balance, layers=... in a layout)"))
       return;
   } else if (m.layers < stages) {
     if (broke("layer-split", "layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages")) return;

@@ -113,6 +113,11 @@ struct Workload {
 // `layer`, when given, is a LayerWork already lowered for the same model, system and the layout fields it
 // depends on (tp, cp, micro_batch, sequence_parallel, recompute, attention, precision): explore reuses it.
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer = nullptr);
+// Stage s of the layout holding `layers` transformer layers (lower() builds each stage with its own count;
+// the partitioner prices a stage's embedding or head alone with 0): its work per micro-batch, and the edge
+// collectives of the first or last stage recorded into first_edges or last_edges.
+StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
+                     StageEdges& first_edges, StageEdges& last_edges);
 // One transformer layer under the layout (the expensive, cacheable part of lower()).
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 
