@@ -256,6 +256,7 @@ int simulate(const Args& args) {
                        " (and --gpus to match) or a file of " + std::to_string(s.layout.pp) + " ranks");
     name_note = shape_from_file(s, *o.schedule, *f, cl);
     rule_from_file(s, *o.schedule, cl);
+    cli::resolve_specs_split(cl, s);  // for the file's stages per rank and micro-batch rule
     check_layout_actions(*o.schedule, *f);
     check_recompute_actions(*o.schedule, s, *f);
   }

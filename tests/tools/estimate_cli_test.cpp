@@ -44,7 +44,7 @@ TEST_CASE("estimate: bad input exits 2 with the rule") {
       {{"estimate", "--model", bad_json}, bad_json + ":2:"},
       {{"estimate", "--system", "tpu-v9"}, "--system tpu-v9: no such preset"},
       {{"estimate", "--schedule", "zigzag"}, "--schedule zigzag: unknown schedule"},
-      {{"estimate", "--layout", layout, "--tp", "2"}, "--tp: cannot be combined with --layout"},
+      {{"estimate", "--layout", "tp8 pp2 dp1 warp9"}, "--layout: word 'warp9' is not a layout term"},
       {{"estimate", "--frobnicate"}, "unknown flag --frobnicate"},
       {{"estimate", "--gpus", "1000"}, "--gpus 1000 is not divisible by tp*pp*cp = 64"},
       {{"estimate", "--schedule", "zbv", "--vpp", "3"}, "zbv needs exactly 2 stages per rank"},
@@ -183,6 +183,22 @@ TEST_CASE("simulate: the default GPU count stays within the system; a derived dp
   auto ok = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--tp", "1", "--pp", "1", "--gbs", "64", "--precision", "fp32"});
   CAPTURE(ok.err);
   CHECK(ok.code == 0);
+}
+
+// --layout takes a file or explore's words, and the layout flags override its fields (a flag that was
+// refused next to --layout): the file's tp 8 becomes tp 2, so the layout needs tp*pp*dp*cp = 2*1*1*1 GPUs.
+TEST_CASE("estimate --layout: the flags override the layout's fields") {
+  const std::string layout = write_temp("layout_override.json", R"({"tp":8,"micro_batch":1,"global_batch":8})");
+  auto r = run_tessel({"estimate", "--layout", layout, "--tp", "2"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("on 2 x A100") != std::string::npos);
+  CHECK(r.out.find("layout: tp2 pp1 dp1 mbs1, global batch 8") != std::string::npos);
+  // Words, with --gbs: 16 / (mbs 1 * dp 2) = 8 micro-batches per pipeline.
+  auto w = run_tessel({"estimate", "--layout", "tp8 pp4 dp2 vpp2 mbs1 interleaved", "--gbs", "16"});
+  CAPTURE(w.err);
+  REQUIRE(w.code == 0);
+  CHECK(w.out.find("layout: tp8 pp4 dp2 vpp2 mbs1 interleaved, global batch 16, 8 micro-batches per pipeline") != std::string::npos);
 }
 
 // A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise (a --vpp
