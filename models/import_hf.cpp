@@ -1,84 +1,27 @@
 // HuggingFace config.json -> Model. The file is a foreign format with many keys Tessel does not model
 // (dropout, rope scaling, token ids); those are ignored, but every key Tessel needs must be present and valid,
-// and a config describing what Tessel does not model (mixture of experts, multi-head latent attention) is
-// rejected rather than imported as a dense transformer.
+// and a config describing what its family's class does not build (experts in a Llama config, latent
+// attention outside DeepSeek) is rejected rather than imported as something else. The mixture-of-experts
+// families' own fields are read in import_hf_moe.cpp.
 //
 // The MLP's shape comes from the architecture, not from hidden_act: HF transformers' LlamaMLP, MistralMLP,
 // Qwen2MLP/Qwen3MLP, GemmaMLP/Gemma2MLP (down_proj(act(gate_proj(x)) * up_proj(x))) and Phi3MLP (gate_up_proj
 // split in two) are gated whatever the activation, GemmaMLP with GELU (GeGLU); GPT-2, GPT-NeoX, GPT-J, OPT,
-// BLOOM, Falcon, Phi-1/2, GPTBigCode and StarCoder2 have two projections around the activation. Tessel models
-// the MLP by its shape: Activation::swiglu is the gated MLP (three GEMMs of h x ffn, two ffn-wide tensors
-// kept), Activation::gelu the ungated one. A gated GELU imports as swiglu: parameters, FLOPs, bytes moved and
-// activation memory are those of SwiGLU; only the pointwise function differs (the runtime computes SiLU).
+// BLOOM, Falcon, Phi-1/2, GPTBigCode and StarCoder2 have two projections around the activation; every
+// mixture-of-experts family's experts and dense MLPs are gated. Tessel models the MLP by its shape:
+// Activation::swiglu is the gated MLP (three GEMMs of h x ffn, two ffn-wide tensors kept), Activation::gelu
+// the ungated one. A gated GELU imports as swiglu: parameters, FLOPs, bytes moved and activation memory are
+// those of SwiGLU; only the pointwise function differs (the runtime computes SiLU).
 #include <cmath>
 #include <string_view>
 
-#include "models/model.hpp"
+#include "models/hf_json.hpp"
 
 namespace tessel {
 
+using namespace detail;
+
 namespace {
-std::int64_t need_int(const Json& j, const std::string& where, std::initializer_list<const char*> keys,
-                      std::int64_t min, std::int64_t max) {
-  for (const char* k : keys) {
-    if (!j.contains(k) || j.at(k).is_null()) continue;
-    const Json& v = j.at(k);
-    if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > max)
-      throw InputError(where + ": " + k + ": value " + json_brief(v) + " must be an integer in [" +
-                       std::to_string(min) + ", " + std::to_string(max) + "]");
-    return v.get<std::int64_t>();
-  }
-  std::string names;
-  for (const char* k : keys) names += (names.empty() ? "" : " or ") + std::string(k);
-  throw InputError(where + ": missing required key " + names);
-}
-
-bool given(const Json& j, const char* key) { return j.contains(key) && !j.at(key).is_null(); }
-
-// The value of an optional key of the expected JSON type; InputError naming key, value and type otherwise.
-std::optional<std::string> opt_string(const Json& j, const std::string& where, const char* key) {
-  if (!given(j, key)) return std::nullopt;
-  if (!j.at(key).is_string())
-    throw InputError(where + ": " + key + ": value " + json_brief(j.at(key)) + " must be a string");
-  return j.at(key).get<std::string>();
-}
-
-std::optional<bool> opt_bool(const Json& j, const std::string& where, const char* key) {
-  if (!given(j, key)) return std::nullopt;
-  if (!j.at(key).is_boolean())
-    throw InputError(where + ": " + key + ": value " + json_brief(j.at(key)) + " must be true or false");
-  return j.at(key).get<bool>();
-}
-
-// Keys that only mixture-of-experts configs carry (Mixtral: num_local_experts; DeepSeek-V2/V3:
-// n_routed_experts, n_shared_experts; Qwen2-MoE, OLMoE: num_experts; all: num_experts_per_tok), and the
-// low-rank projections of DeepSeek's multi-head latent attention.
-constexpr const char* kMoeKeys[] = {"num_local_experts", "n_routed_experts", "n_shared_experts", "num_experts",
-                                    "num_experts_per_tok", "moe_intermediate_size"};
-constexpr const char* kMlaKeys[] = {"q_lora_rank", "kv_lora_rank"};
-constexpr const char* kMoeTypes[] = {"mixtral", "qwen2_moe", "qwen3_moe", "deepseek_v2", "deepseek_v3", "olmoe",
-                                     "dbrx", "jamba", "phimoe", "granitemoe", "jetmoe"};
-
-void reject_unmodelled(const Json& j, const std::string& where) {
-  for (const char* k : kMoeKeys) {
-    if (!given(j, k)) continue;
-    const Json& v = j.at(k);
-    // A count of one expert (or none) is a dense MLP.
-    if (v.is_number_integer() && v.get<std::int64_t>() <= 1 && std::string_view(k) != "moe_intermediate_size") continue;
-    throw InputError(where + ": " + k + ": value " + json_brief(v) +
-                     " describes a mixture of experts; Tessel models dense transformers only");
-  }
-  for (const char* k : kMlaKeys)
-    if (given(j, k))
-      throw InputError(where + ": " + k + ": value " + json_brief(j.at(k)) +
-                       " describes multi-head latent attention; Tessel models multi-head and grouped-query attention only");
-  if (const auto t = opt_string(j, where, "model_type"))
-    for (const char* moe : kMoeTypes)
-      if (*t == moe)
-        throw InputError(where + ": model_type: value \"" + *t +
-                         "\" is a mixture-of-experts architecture; Tessel models dense transformers only");
-}
-
 // Architectures whose shape Tessel knows: model_type, the class name in "architectures", and what the
 // family's HF modelling code and config class fix when config.json says nothing:
 // - gated: the MLP (see the top of this file);
@@ -116,7 +59,32 @@ constexpr Family kFamilies[] = {
     {"phi", "PhiForCausalLM", false, false, false, kRotary},
     {"gpt_bigcode", "GPTBigCodeForCausalLM", false, true, false, kLearned},
     {"starcoder2", "Starcoder2ForCausalLM", false, true, false, kRotary},
+    {"mixtral", "MixtralForCausalLM", true, false, true, kRotary},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", true, false, true, kRotary},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", true, false, true, kRotary},
+    {"deepseek_v2", "DeepseekV2ForCausalLM", true, false, true, kRotary},
+    {"deepseek_v3", "DeepseekV3ForCausalLM", true, false, true, kRotary},
+    {"gpt_oss", "GptOssForCausalLM", true, false, true, kRotary},
+    {"olmoe", "OlmoeForCausalLM", true, false, true, kRotary},
 };
+
+// Keys that only mixture-of-experts configs carry (Mixtral: num_local_experts; DeepSeek-V2/V3:
+// n_routed_experts, n_shared_experts; Qwen2-MoE, OLMoE: num_experts; all: num_experts_per_tok), and the
+// low-rank projections of DeepSeek's multi-head latent attention.
+constexpr const char* kMoeKeys[] = {"num_local_experts", "n_routed_experts", "n_shared_experts", "num_experts",
+                                    "num_experts_per_tok", "moe_intermediate_size"};
+constexpr const char* kMlaKeys[] = {"q_lora_rank", "kv_lora_rank"};
+// Mixture-of-experts architectures whose classes Tessel has not followed.
+constexpr const char* kOtherMoeTypes[] = {"dbrx", "jamba", "phimoe", "granitemoe", "jetmoe"};
+constexpr const char* kMoeFamilies = "mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, olmoe";
+
+void reject_other_moe(const Json& j, const std::string& where) {
+  if (const auto t = opt_string(j, where, "model_type"))
+    for (const char* moe : kOtherMoeTypes)
+      if (*t == moe)
+        throw InputError(where + ": model_type: value \"" + *t + "\" is a mixture-of-experts architecture Tessel does "
+                         "not import (it imports " + kMoeFamilies + ")");
+}
 
 // The family of the config: model_type when given, else the first of "architectures".
 const Family& family_of(const Json& j, const std::string& where) {
@@ -143,6 +111,26 @@ const Family& family_of(const Json& j, const std::string& where) {
 }
 
 bool is(const Family& f, std::string_view type) { return type == f.model_type; }
+
+// Experts in a family whose HF class builds none (a Llama config with n_routed_experts), or latent attention
+// outside DeepSeek's classes: the class would ignore the keys, so the file does not describe that class.
+void reject_unmodelled(const Json& j, const std::string& where, const Family& f) {
+  if (!is_hf_moe_family(f.model_type)) {
+    for (const char* k : kMoeKeys) {
+      if (!given(j, k)) continue;
+      const Json& v = j.at(k);
+      // A count of one expert (or none) is a dense MLP.
+      if (v.is_number_integer() && v.get<std::int64_t>() <= 1 && std::string_view(k) != "moe_intermediate_size") continue;
+      throw InputError(where + ": " + k + ": value " + json_brief(v) + " describes a mixture of experts, which the " +
+                       f.model_type + " family does not have (mixture-of-experts families: " + kMoeFamilies + ")");
+    }
+  }
+  if (is(f, "deepseek_v2") || is(f, "deepseek_v3")) return;
+  for (const char* k : kMlaKeys)
+    if (given(j, k))
+      throw InputError(where + ": " + k + ": value " + json_brief(j.at(k)) + " describes multi-head latent attention, "
+                       "which the " + f.model_type + " family does not have (it is DeepSeek's: deepseek_v2, deepseek_v3)");
+}
 
 // The MLP width. Gated families and GPT-NeoX, Phi, StarCoder2 read intermediate_size and have no fallback in
 // their modelling code that a missing key could stand for: it is required. GPT-2, GPT-J and GPTBigCode read
@@ -181,9 +169,12 @@ int kv_heads_of(const Json& j, const std::string& where, const Family& f, int he
 
 // Which linear layers have biases, as the families' modelling code builds them:
 // - LlamaAttention: q/k/v/o_proj bias=attention_bias; LlamaMLP: gate/up/down bias=mlp_bias (both default
-//   false). Gemma, Gemma 2 and Qwen3 read attention_bias for q/k/v/o; their MLPs have none.
-// - Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False; Qwen2MLP none.
-// - Mistral and Phi-3: none.
+//   false). DeepseekV2: attention_bias on q_a/kv_a/o_proj, mlp_bias on the dense and shared MLPs.
+// - Gemma, Gemma 2, Qwen3, Qwen3-MoE and OLMoE read attention_bias for q/k/v/o (default false); GPT-OSS too,
+//   default true; DeepseekV3 for q_a/kv_a/o_proj. Their MLPs have none (GPT-OSS's experts: import_hf_moe.cpp).
+// - Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False; Qwen2MLP none. Qwen2MoeAttention: q/k/v
+//   bias=qkv_bias (default true).
+// - Mistral, Mixtral and Phi-3: none.
 // - GPT-J: q/k/v/out_proj none, fc_in/fc_out and lm_head with bias.
 // - GPT-2, GPTBigCode, BLOOM: everywhere. GPT-NeoX: query_key_value/dense bias=attention_bias (default
 //   true), the MLP always. OPT: enable_bias (default true). StarCoder2: use_bias (default true). Falcon: bias
@@ -195,15 +186,21 @@ void biases_of(const Json& j, const std::string& where, const Family& f, Model& 
     m.out_bias = out;
     m.mlp_bias = mlp;
   };
-  if (is(f, "llama")) {
+  if (is(f, "llama") || is(f, "deepseek_v2")) {
     const bool attn = opt_bool(j, where, "attention_bias").value_or(false);
     set(attn, attn, opt_bool(j, where, "mlp_bias").value_or(false));
-  } else if (is(f, "gemma") || is(f, "gemma2") || is(f, "qwen3")) {
+  } else if (is(f, "gemma") || is(f, "gemma2") || is(f, "qwen3") || is(f, "qwen3_moe") || is(f, "olmoe") ||
+             is(f, "deepseek_v3")) {
     const bool attn = opt_bool(j, where, "attention_bias").value_or(false);
+    set(attn, attn, false);
+  } else if (is(f, "gpt_oss")) {
+    const bool attn = opt_bool(j, where, "attention_bias").value_or(true);
     set(attn, attn, false);
   } else if (is(f, "qwen2")) {
     set(true, false, false);
-  } else if (is(f, "mistral") || is(f, "phi3")) {
+  } else if (is(f, "qwen2_moe")) {
+    set(opt_bool(j, where, "qkv_bias").value_or(true), false, false);
+  } else if (is(f, "mistral") || is(f, "phi3") || is(f, "mixtral")) {
     set(false, false, false);
   } else if (is(f, "gptj")) {
     set(false, false, true);
@@ -231,8 +228,9 @@ void biases_of(const Json& j, const std::string& where, const Family& f, Model& 
 // post_feedforward norms (4). GPT-J and Phi: one ln_1 / input_layernorm feeds the parallel attention and
 // MLP. FalconDecoderLayer: ln_attn and ln_mlp under new_decoder_architecture with num_ln_in_parallel_attn 2
 // (FalconConfig sets 2 when it is None), else input_layernorm, plus post_attention_layernorm unless
-// parallel_attn (default true). BLOOM: word_embeddings_layernorm after the token embedding. Qwen3: q_norm and
-// k_norm over head_dim; Phi with qk_layernorm: q_layernorm and k_layernorm.
+// parallel_attn (default true). BLOOM: word_embeddings_layernorm after the token embedding. Qwen3 and
+// Qwen3-MoE: q_norm and k_norm over head_dim; Phi with qk_layernorm: q_layernorm and k_layernorm; OLMoE:
+// q_norm over the whole query projection, k_norm over the whole key projection.
 void norms_of(const Json& j, const std::string& where, const Family& f, Model& m) {
   m.layer_norms = 2;
   if (is(f, "gemma2")) m.layer_norms = 4;
@@ -247,7 +245,9 @@ void norms_of(const Json& j, const std::string& where, const Family& f, Model& m
     }
   }
   m.embedding_norm = is(f, "bloom");
-  m.qk_norm = is(f, "qwen3") || (is(f, "phi") && opt_bool(j, where, "qk_layernorm").value_or(false));
+  m.qk_norm = is(f, "qwen3") || is(f, "qwen3_moe") || is(f, "olmoe") ||
+              (is(f, "phi") && opt_bool(j, where, "qk_layernorm").value_or(false));
+  m.qk_norm_whole = is(f, "olmoe");
 }
 
 // The rotary base: rope_theta, GPT-NeoX's rotary_emb_base; the RoFormer/Llama 2 default 10000 otherwise
@@ -268,9 +268,11 @@ double rope_theta_of(const Json& j, const std::string& where) {
 // longer than the window that is more attention work than the model does (at Mistral-7B's 32768 positions
 // with a 4096 window, nearly twice the FLOPs), so such a sequence is refused; at or under the window the two
 // are the same computation.
+// GPT-OSS's windows, on alternating layers, are part of the model it imports (import_hf_moe.cpp).
 void check_window(const Json& j, const std::string& where, const Family& f, int seq, const std::string& seq_from) {
-  if (!given(j, "sliding_window")) return;
-  if ((is(f, "qwen2") || is(f, "qwen3")) && !opt_bool(j, where, "use_sliding_window").value_or(false)) return;
+  if (!given(j, "sliding_window") || is(f, "gpt_oss")) return;
+  const bool qwen = is(f, "qwen2") || is(f, "qwen3") || is(f, "qwen2_moe") || is(f, "qwen3_moe");
+  if (qwen && !opt_bool(j, where, "use_sliding_window").value_or(false)) return;
   const std::int64_t window = need_int(j, where, {"sliding_window"}, 1, std::int64_t(1) << 40);
   if (seq <= window) return;
   throw InputError(where + ": sliding_window: value " + std::to_string(window) + " is shorter than the sequence length " +
@@ -281,7 +283,7 @@ void check_window(const Json& j, const std::string& where, const Family& f, int 
 
 Model import_hf_config(const Json& j, const std::string& where, std::optional<std::int64_t> seq_len) {
   if (!j.is_object()) throw InputError(where + ": a HuggingFace config must be a JSON object");
-  reject_unmodelled(j, where);
+  reject_other_moe(j, where);
   Model m;
   m.name = opt_string(j, where, "_name_or_path").value_or(opt_string(j, where, "model_type").value_or("hf-model"));
   m.layers = static_cast<int>(need_int(j, where, {"num_hidden_layers", "n_layer"}, 1, 100000));
@@ -289,6 +291,7 @@ Model import_hf_config(const Json& j, const std::string& where, std::optional<st
   m.hidden = static_cast<int>(need_int(j, where, {"hidden_size", "n_embd", "n_embed"}, 1, 1 << 24));
   m.heads = static_cast<int>(need_int(j, where, {"num_attention_heads", "n_head"}, 1, 1 << 16));
   const Family& family = family_of(j, where);
+  reject_unmodelled(j, where, family);
   m.kv_heads = kv_heads_of(j, where, family, m.heads);
   m.vocab = static_cast<int>(need_int(j, where, {"vocab_size"}, 1, 1 << 24));
   if (is(family, "opt") && given(j, "word_embed_proj_dim") &&
@@ -368,6 +371,7 @@ Model import_hf_config(const Json& j, const std::string& where, std::optional<st
                        std::to_string(m.heads));
     m.head_dim = m.hidden / m.heads;
   }
+  if (is_hf_moe_family(family.model_type)) import_hf_moe(j, where, family.model_type, m);
   if (m.heads % m.kv_heads != 0)
     throw InputError(where + ": num_key_value_heads " + std::to_string(m.kv_heads) + " does not divide num_attention_heads " +
                      std::to_string(m.heads));

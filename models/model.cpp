@@ -6,6 +6,9 @@
 #include <string_view>
 #include <utility>
 
+#include "models/beyond_dense.hpp"
+#include "util/suggest.hpp"
+
 namespace tessel {
 
 const std::vector<std::pair<std::string_view, std::string_view>>& tessel_model_presets();
@@ -20,58 +23,6 @@ std::string to_string(PositionEmbedding p) {
   return p == PositionEmbedding::learned ? "learned" : p == PositionEmbedding::rotary ? "rotary" : "alibi";
 }
 
-// Per layer: attention (Q: h*h, K and V: h*kv_dim each, output projection: h*h) plus the MLP
-// (two matrices for GELU, three for SwiGLU), the biases the model has, and its norms (LayerNorm: weight +
-// bias, RMSNorm: weight only; two per block unless layer_norms says otherwise). With kv_dim == h, biases
-// everywhere and two LayerNorms this is 12h^2 + 13h, the per-layer term of Narayanan et al. eq. 2.
-std::int64_t Model::params_per_layer() const {
-  const std::int64_t h = hidden, f = ffn;
-  const std::int64_t q_dim = static_cast<std::int64_t>(heads) * head_dim;
-  const std::int64_t kv_dim = static_cast<std::int64_t>(kv_heads) * head_dim;
-  std::int64_t attn = h * (q_dim + 2 * kv_dim) + q_dim * h;
-  std::int64_t mlp = activation == Activation::swiglu ? 3 * h * f : 2 * h * f;
-  if (has_qkv_bias()) attn += q_dim + 2 * kv_dim;
-  if (has_out_bias()) attn += h;
-  if (has_mlp_bias()) mlp += (activation == Activation::swiglu ? 2 * f : f) + h;
-  return attn + mlp + layer_norms * norm_params() + qk_norm_params();
-}
-
-std::int64_t Model::norm_params() const { return norm == Norm::layernorm ? 2 * std::int64_t(hidden) : hidden; }
-
-// Qwen3's q_norm and k_norm: one norm over head_dim each, shared by all heads (Qwen3Attention).
-std::int64_t Model::qk_norm_params() const {
-  if (!qk_norm) return 0;
-  return 2 * (norm == Norm::layernorm ? 2 * std::int64_t(head_dim) : head_dim);
-}
-
-std::int64_t Model::tp_replicated_params_per_layer() const {
-  return layer_norms * norm_params() + qk_norm_params() + (has_out_bias() ? std::int64_t(hidden) : 0) +
-         (has_mlp_bias() ? std::int64_t(hidden) : 0);
-}
-
-std::int64_t Model::tp_replicated_embedding_params() const {
-  std::int64_t r = position == PositionEmbedding::learned ? std::int64_t(position_rows()) * hidden : 0;
-  return r + (embedding_norm ? norm_params() : 0);
-}
-
-std::int64_t Model::tp_replicated_output_params() const { return norm_params(); }
-
-std::int64_t Model::embedding_params() const {
-  std::int64_t e = static_cast<std::int64_t>(vocab) * hidden;
-  if (position == PositionEmbedding::learned) e += static_cast<std::int64_t>(position_rows()) * hidden;
-  if (embedding_norm) e += norm_params();
-  return e;
-}
-
-std::int64_t Model::output_params() const {
-  std::int64_t head = tied_embeddings ? 0 : static_cast<std::int64_t>(vocab) * hidden + (head_bias ? vocab : 0);
-  return norm_params() + head;
-}
-
-std::int64_t Model::total_params() const {
-  return layers * params_per_layer() + embedding_params() + output_params();
-}
-
 void check_model_size(const Model& m, const std::string& where) {
   constexpr double kMaxParams = 1e15;
   // The same terms as params_per_layer() and friends, in double: no overflow, and exact enough to compare.
@@ -79,12 +30,25 @@ void check_model_size(const Model& m, const std::string& where) {
                kv = static_cast<double>(m.kv_heads) * m.head_dim;
   const double per_layer = h * (q + 2 * kv) + q * h + 3 * h * f + 2 * f + q + 2 * kv +
                            (2.0 + 2.0 * std::max(m.layer_norms, 2)) * h + 4.0 * m.head_dim;
-  const double total = m.layers * per_layer +
+  // Beyond the dense transformer (0 for a dense model): every routed expert (gated, with biases), the shared
+  // experts with their gate, the router; MLA's projections and norms; sinks; each MTP module's own layer.
+  const double e = m.moe.experts, fe = m.moe.expert_ffn, fs = m.moe.shared_ffn;
+  const double moe = m.moe.enabled() ? e * (3 * h * fe + 2 * fe + h) + 3 * h * fs + 2 * fs + 2 * h + e * (h + 1) : 0.0;
+  const double qr = m.mla.q_lora_rank, kvr = m.mla.kv_lora_rank, heads = m.heads;
+  const double dn = m.mla.qk_nope_head_dim, dr = m.mla.qk_rope_head_dim, dv = m.mla.v_head_dim;
+  const double mla = m.mla.enabled() ? h * qr + 3 * qr + qr * heads * (dn + dr) + h * heads * (dn + dr) + h * (kvr + dr) +
+                                           3 * kvr + 2 * dr + kvr * heads * (dn + dv) + heads * dv * h + h
+                                     : 0.0;
+  const double sinks = m.attention_sinks ? heads : 0.0;
+  const double layer = per_layer + moe + mla + sinks;
+  const double total = (static_cast<double>(m.layers) + m.mtp_layers) * layer + m.mtp_layers * (2 * h * h + 6 * h) +
                        (static_cast<double>(m.vocab) + std::max(m.seq_len, m.max_positions) + 2) * h * 2 + m.vocab;
   if (total > kMaxParams) {
     std::ostringstream os;
     os << where << ": the model has about " << total << " parameters (layers " << m.layers << ", hidden " << m.hidden
-       << ", ffn " << m.ffn << ", vocab " << m.vocab << "), more than the limit " << kMaxParams;
+       << ", ffn " << m.ffn << ", vocab " << m.vocab;
+  if (m.moe.enabled()) os << ", experts " << m.moe.experts << ", expert_ffn " << m.moe.expert_ffn;
+  os << "), more than the limit " << kMaxParams;
     throw InputError(os.str());
   }
 }
@@ -132,9 +96,14 @@ Model parse_model(const Json& j, const std::string& where) {
   m.layer_norms = static_cast<int>(o.opt_integer("layer_norms", 1, 4).value_or(2));
   m.embedding_norm = o.opt_boolean("embedding_norm").value_or(false);
   m.qk_norm = o.opt_boolean("qk_norm").value_or(false);
+  m.qk_norm_whole = o.opt_boolean("qk_norm_whole").value_or(false);
+  if (m.qk_norm_whole && !m.qk_norm) o.fail("qk_norm_whole", "applies only with \"qk_norm\": true");
   m.dropout = o.opt_boolean("dropout").value_or(true);
+  detail::parse_beyond_dense(o, m);
   if (auto hd = o.opt_integer("head_dim", 1, kMaxDim)) {
     m.head_dim = static_cast<int>(*hd);
+  } else if (m.mla.enabled()) {
+    m.head_dim = m.mla.qk_head_dim();  // queries and keys: the non-rotary and the rotary part of each head
   } else {
     if (m.hidden % m.heads != 0)
       o.fail("heads", "hidden " + std::to_string(m.hidden) + " is not divisible by heads " + std::to_string(m.heads) +
@@ -144,6 +113,7 @@ Model parse_model(const Json& j, const std::string& where) {
   if (m.heads % m.kv_heads != 0)
     o.fail("kv_heads", "heads " + std::to_string(m.heads) + " is not a multiple of kv_heads " + std::to_string(m.kv_heads));
   o.finish();
+  check_beyond_dense(m, where);
   check_model_size(m, where);
   return m;
 }
@@ -175,8 +145,10 @@ Json model_to_json(const Model& m) {
   if (m.layer_norms != 2) j["layer_norms"] = m.layer_norms;
   if (m.embedding_norm) j["embedding_norm"] = true;
   if (m.qk_norm) j["qk_norm"] = true;
+  if (m.qk_norm_whole) j["qk_norm_whole"] = true;
   j["dropout"] = m.dropout;
   if (m.stated_params_b > 0) j["params_b"] = m.stated_params_b;
+  detail::beyond_dense_to_json(m, j);
   return j;
 }
 
@@ -253,7 +225,8 @@ Model load_model(const std::string& name_or_path, std::optional<std::int64_t> se
   if (!looks_like_path) {
     std::string list;
     for (const auto& n : model_preset_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and no such file");
+    throw InputError("--model " + name_or_path + ": no such preset (known: " + list + ") and no such file" +
+                     did_you_mean(name_or_path, model_preset_names()));
   }
   const std::string text = read_text_file(name_or_path, "--model ");
   if (std::vector<std::string> argv = megatron_tokens(text); !argv.empty() && argv.front().rfind("--", 0) == 0) {

@@ -3,6 +3,8 @@
 #include <string_view>
 #include <utility>
 
+#include "util/suggest.hpp"
+
 #include "util/units.hpp"
 
 namespace tessel {
@@ -13,6 +15,33 @@ namespace {
 constexpr double kGB = 1e9;
 constexpr double kTera = 1e12;
 constexpr double kUs = 1e-6;
+constexpr double kHour = 3600.0;
+
+// "reliability": {"gpu_mtbf_hours", "node_mtbf_hours" (at least one), "restart_overhead_s", "source"}.
+ReliabilitySpec parse_reliability(JsonObject r) {
+  r.ignore("source");
+  ReliabilitySpec out;
+  out.gpu_mtbf_s = r.opt_number("gpu_mtbf_hours", 1e-3, 1e9).value_or(0.0) * kHour;
+  out.node_mtbf_s = r.opt_number("node_mtbf_hours", 1e-3, 1e9).value_or(0.0) * kHour;
+  if (out.gpu_mtbf_s == 0 && out.node_mtbf_s == 0)
+    r.fail("gpu_mtbf_hours", "needs gpu_mtbf_hours or node_mtbf_hours (or both): a failure model needs a rate");
+  out.restart_overhead_s = r.number("restart_overhead_s", 0, 1e7);
+  r.finish();
+  return out;
+}
+
+// "storage": {"node_write_GBps", "node_read_GBps", "aggregate_GBps" (optional), "d2h_GBps", "async", "source"}.
+StorageSpec parse_storage(JsonObject st) {
+  st.ignore("source");
+  StorageSpec out;
+  out.node_write_bw = st.number("node_write_GBps", 1e-6, 1e7) * kGB;
+  out.node_read_bw = st.number("node_read_GBps", 1e-6, 1e7) * kGB;
+  out.aggregate_bw = st.opt_number("aggregate_GBps", 1e-6, 1e9).value_or(0.0) * kGB;
+  out.d2h_bw = st.number("d2h_GBps", 1e-6, 1e7) * kGB;
+  out.async = st.boolean("async");
+  st.finish();
+  return out;
+}
 }  // namespace
 
 System parse_system(const Json& j, const std::string& where) {
@@ -83,6 +112,8 @@ System parse_system(const Json& j, const std::string& where) {
     s.net.oversubscription = w.opt_number("oversubscription", 1.0, 1000.0).value_or(1.0);
     w.finish();
   }
+  if (o.has("reliability")) s.reliability = parse_reliability(o.object("reliability"));
+  if (o.has("storage")) s.storage = parse_storage(o.object("storage"));
   o.finish();
   return s;
 }
@@ -114,6 +145,19 @@ Json system_to_json(const System& s) {
   j["network"] = {{"nic_GBps", s.net.nic_bw_Bps / kGB}, {"latency_us", s.net.latency_s / kUs},
                   {"efficiency", s.net.efficiency}, {"pod_gpus", s.net.pod_gpus},
                   {"oversubscription", s.net.oversubscription}};
+  if (const auto& r = s.reliability) {
+    Json rj;
+    if (r->gpu_mtbf_s > 0) rj["gpu_mtbf_hours"] = r->gpu_mtbf_s / kHour;
+    if (r->node_mtbf_s > 0) rj["node_mtbf_hours"] = r->node_mtbf_s / kHour;
+    rj["restart_overhead_s"] = r->restart_overhead_s;
+    j["reliability"] = rj;
+  }
+  if (const auto& st = s.storage) {
+    Json sj = {{"node_write_GBps", st->node_write_bw / kGB}, {"node_read_GBps", st->node_read_bw / kGB},
+               {"d2h_GBps", st->d2h_bw / kGB}, {"async", st->async}};
+    if (st->aggregate_bw > 0) sj["aggregate_GBps"] = st->aggregate_bw / kGB;
+    j["storage"] = sj;
+  }
   return j;
 }
 
@@ -133,7 +177,8 @@ System load_system(const std::string& name_or_path) {
   if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
     std::string list;
     for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
-    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path");
+    throw InputError("--system " + name_or_path + ": no such preset (known: " + list + ") and not a .json path" +
+                     did_you_mean(name_or_path, system_preset_names()));
   }
   return parse_system(parse_json_file(name_or_path, "--system "), name_or_path);
 }

@@ -64,6 +64,24 @@ struct NetworkSpec {
   double oversubscription = 1.0; // bandwidth divisor for traffic leaving a pod
 };
 
+// What interrupts a job and what a restart costs (the optional "reliability" object; docs/goodput.md).
+// Failures of GPUs and of nodes (host parts counted per node) are independent Poisson processes, so their
+// rates add over the job's GPUs and nodes; a term is absent when its MTBF is 0.
+struct ReliabilitySpec {
+  double gpu_mtbf_s = 0;          // mean time between failures of one GPU
+  double node_mtbf_s = 0;         // of one node
+  double restart_overhead_s = 0;  // detection, rescheduling and warm-up of a restart (the load is computed)
+};
+
+// The checkpoint path (the optional "storage" object; docs/goodput.md).
+struct StorageSpec {
+  double node_write_bw = 0;  // bytes/s one node writes to the checkpoint file system
+  double node_read_bw = 0;   // bytes/s one node reads from it
+  double aggregate_bw = 0;   // the file system's cap over all nodes, bytes/s; 0: none
+  double d2h_bw = 0;         // bytes/s of one GPU's device-to-host copy
+  bool async = false;        // asynchronous saves: only the device-to-host copy blocks training
+};
+
 struct System {
   std::string name;
   GpuSpec gpu;
@@ -71,6 +89,8 @@ struct System {
   NetworkSpec net;
   double memory_reserved_bytes = 0;  // CUDA context, NCCL buffers, allocator fragmentation allowance
   int max_gpus = 1 << 20;            // largest cluster this preset may describe
+  std::optional<ReliabilitySpec> reliability;
+  std::optional<StorageSpec> storage;
 };
 
 System parse_system(const Json& j, const std::string& where);

@@ -391,7 +391,15 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
   return st;
 }
 
+// A model with experts, latent attention, MTP modules or sliding windows would be priced as a dense one.
+void refuse_unpriced(const Model& m) {
+  if (const std::string extra = m.beyond_dense(); !extra.empty())
+    throw InputError("model " + m.name + ": " + extra + ": not yet priced by the cost model, which prices dense "
+                     "transformers only");
+}
+
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {
+  refuse_unpriced(m);  // the door of estimate and simulate
   check_layout(l, m, 0);
   Workload w;
   w.model = m;

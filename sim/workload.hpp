@@ -118,6 +118,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
 // collectives of the first or last stage recorded into first_edges or last_edges.
 StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
                      StageEdges& first_edges, StageEdges& last_edges);
+// InputError for a model beyond the dense transformer (Model::beyond_dense), which the cost model does not
+// price yet; lower() calls it, and explore::run before its worker threads (where it would abort the process).
+void refuse_unpriced(const Model& m);
 // One transformer layer under the layout (the expensive, cacheable part of lower()).
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace tessel::cli {
 
@@ -30,28 +31,32 @@ CommandLine::CommandLine(const std::string& verb, const std::vector<std::string>
         inline_value = true;
       }
       const OptionSpec* s = find(name);
-      if (!s) throw InputError("tessel " + verb_ + ": unknown flag " + name + " (see tessel " + verb_ + " --help)");
-      if (values_.count(name)) throw InputError("tessel " + verb_ + ": flag " + name + " given twice");
+      if (!s) {
+        std::vector<std::string> names;
+        for (const auto& o : specs_) names.push_back(o.name);
+        throw InputError("unknown flag " + name + did_you_mean(name, names) + " (tessel " + verb_ + " --help lists them)");
+      }
+      if (values_.count(name)) throw InputError("flag " + name + " given twice");
       if (s->takes_value) {
         if (!inline_value) {
-          if (i + 1 >= args.size()) throw InputError("tessel " + verb_ + ": flag " + name + " needs a value");
+          if (i + 1 >= args.size()) throw InputError("flag " + name + " needs a value");
           value = args[++i];
         }
       } else if (inline_value) {
-        throw InputError("tessel " + verb_ + ": flag " + name + " takes no value");
+        throw InputError("flag " + name + " takes no value");
       }
       values_[name] = value;
     } else if (a == "-o") {
       const OptionSpec* s = find("-o");
-      if (!s) throw InputError("tessel " + verb_ + ": unknown flag -o");
-      if (i + 1 >= args.size()) throw InputError("tessel " + verb_ + ": flag -o needs a value");
+      if (!s) throw InputError("unknown flag -o (tessel " + verb_ + " --help lists the flags)");
+      if (i + 1 >= args.size()) throw InputError("flag -o needs a value");
       values_["-o"] = args[++i];
     } else {
       positional_.push_back(a);
     }
   }
   if (!help_ && positional_.size() > max_positional) {
-    throw InputError("tessel " + verb_ + ": unexpected argument '" + positional_[max_positional] + "'");
+    throw InputError("unexpected argument '" + positional_[max_positional] + "' (tessel " + verb_ + " --help)");
   }
 }
 

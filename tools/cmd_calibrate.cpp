@@ -7,6 +7,7 @@
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
 #include "sim/calibrate/bench_data.hpp"
+#include "sim/calibrate/checkpoint_fit.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/published_fit.hpp"
 #include "sim/calibrate/trace_fit.hpp"
@@ -108,7 +109,7 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
 // --published ROWS: the efficiency grid searched against validate's predictions of the (selected) rows, from
 // --base-system or the preset of the rows' GPU.
 int calibrate_published(const cli::CommandLine& cl, const std::string& out) {
-  for (const char* f : {"--bench", "--trace", "--comm", "--max-ranks"})
+  for (const char* f : {"--bench", "--trace", "--checkpoints", "--comm", "--max-ranks"})
     if (cl.has(f))
       throw InputError(std::string("--published fits a system's efficiencies to published rows; ") + f +
                        " belongs to the fit from bench and trace measurements, give one or the other");
@@ -157,6 +158,7 @@ int calibrate(const Args& args) {
                        {"--published", true, "rows of published measurements (validate's schema): fit the efficiency grid to them"},
                        {"--only", true, "with --published: comma-separated row id prefixes to fit (e.g. korthikanti22_t4)"},
                        {"--trace", true, "comma list of measured Chrome traces (`tessel run --trace`): per-op-kind fit"},
+                       {"--checkpoints", true, "comma list of `tessel run --json` documents: the storage bandwidth from their checkpoint saves and loads"},
                        {"--base-system", true, "system preset or JSON the profile starts from [cpu; --published: the rows' GPU's]"},
                        {"--comm", true, "communicator whose collective rows set the link: thread|mpi|nccl [thread]"},
                        {"--max-ranks", true, "ignore collective rows of larger groups (e.g. the core count) [all]"},
@@ -166,9 +168,10 @@ int calibrate(const Args& args) {
                       0);
   if (cl.print_help()) return 0;
   const auto out = cl.get("-o");
-  if (!out) throw InputError("tessel calibrate: -o PROFILE.json is required (where the fitted system goes)");
-  if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--published"))
-    throw InputError("tessel calibrate: give --bench FILE and/or --trace FILES, or --published ROWS");
+  if (!out) throw InputError("-o PROFILE.json is required (where the fitted system goes)");
+  if (!cl.has("--bench") && !cl.has("--trace") && !cl.has("--checkpoints") && !cl.has("--published"))
+    throw InputError("give --bench FILE and/or --trace FILES, or --published ROWS (or --checkpoints RUNS "
+                     "for the storage bandwidth)");
   check_writable(*out, "-o");
   if (cl.has("--published")) return calibrate_published(cl, *out);
   if (cl.has("--only")) throw InputError("--only selects rows of --published, and none is given");
@@ -206,6 +209,11 @@ int calibrate(const Args& args) {
     tp.comm_scale = tf.comm_scale;
     for (const auto& w : tf.warnings) std::cerr << "tessel calibrate: warning: " << w << "\n";
   }
+  std::optional<calib::CheckpointFit> ckpt;
+  if (auto runs = cl.get("--checkpoints")) {
+    ckpt = calib::fit_checkpoints(cl.get_list("--checkpoints"));
+    calib::apply_checkpoint_fit(fit.profile, *ckpt, "--checkpoints " + *runs);
+  }
   if (auto name = cl.get("--name")) fit.profile.name = *name;
   // Checked before writing: a profile that would not load is refused, and -o keeps what it held.
   std::string inputs;
@@ -214,14 +222,25 @@ int calibrate(const Args& args) {
   calib::check_profile(fit.profile, precision, "calibrate" + inputs + " (-o " + *out + " not written)");
   Json j = system_to_json(fit.profile);
   // Described from the profile as written (the trace scales included), naming which fit set which field.
-  j["source"] = calib::describe_fit(fit, fit.profile, precision, cl.get_or("--bench", ""), base.name, tp);
+  j["source"] = calib::describe_fit(fit, fit.profile, precision, cl.get_or("--bench", ""), base.name, tp) +
+                (ckpt ? calib::describe_checkpoint_fit(*ckpt, *cl.get("--checkpoints")) : std::string());
   fit.notes.insert(fit.notes.end(), tp.notes.begin(), tp.notes.end());  // the report lists both fits' notes
   write_file_atomic(*out, j.dump(2) + "\n");
   if (cl.flag("--json")) {
     Json r = fit_to_json(fit, have_traces ? &tf : nullptr);
+    if (ckpt)
+      r["checkpoints"] = {{"saves", ckpt->saves}, {"loads", ckpt->loads}, {"save_bytes", ckpt->save_bytes},
+                          {"save_s", ckpt->save_s}, {"load_bytes", ckpt->load_bytes}, {"load_s", ckpt->load_s},
+                          {"node_write_GBps", fit.profile.storage->node_write_bw / 1e9},
+                          {"node_read_GBps", fit.profile.storage->node_read_bw / 1e9}};
     r["profile"] = *out;
     std::cout << r.dump(2) << "\n";
   } else {
+    if (ckpt)
+      std::cout << "storage: node write " << fmt::fixed(fit.profile.storage->node_write_bw / 1e9, 4) << " GB/s"
+                << (ckpt->saves ? " (" + std::to_string(ckpt->saves) + " saves)" : std::string(" (kept)"))
+                << ", node read " << fmt::fixed(fit.profile.storage->node_read_bw / 1e9, 4) << " GB/s"
+                << (ckpt->loads ? " (" + std::to_string(ckpt->loads) + " loads)" : std::string(" (kept)")) << "\n";
     print_report(fit, have_traces ? &tf : nullptr, *out);
   }
   return 0;

@@ -1,10 +1,14 @@
-// tessel estimate: the analytical step time, throughput, communication and memory of one layout.
+// tessel estimate: the analytical step time, throughput, communication and memory of one layout; with --tokens
+// or --steps, the time to train under failures (docs/goodput.md).
 #include <iostream>
 
 #include "sim/estimate.hpp"
+#include "sim/goodput_mc.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "tools/goodput_args.hpp"
 #include "tools/spec_args.hpp"
+#include "util/atomic_file.hpp"
 
 namespace tessel::cmd {
 
@@ -22,20 +26,123 @@ std::string params_text(std::int64_t n) {
                                             : fmt::fixed(v / 1e6, 1) + " M";
   return grouped + " params (" + short_form + ")";
 }
+
+// Decimal bytes, as storage bandwidths are quoted: "4.87 TB", "38.0 GB".
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (b >= 1000 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  return fmt::fixed(b, b < 10 ? 2 : b < 100 ? 1 : 0) + " " + units[u];
+}
+
+std::string hours(double s) { return fmt::fixed(s / 3600, s < 36000 ? 2 : 1) + " h"; }
+
+// Whence the job's MTBF: each rate term of the failure model.
+std::string mtbf_text(const goodput::Plan& p, const goodput::Job& job) {
+  std::string why;
+  if (job.reliability.gpu_mtbf_s > 0)
+    why = std::to_string(p.gpus) + " GPUs at " + fmt::fixed(job.reliability.gpu_mtbf_s / 3600, 0) + " h each";
+  if (job.reliability.node_mtbf_s > 0)
+    why += (why.empty() ? "" : " and ") + std::to_string(p.nodes) + " nodes at " +
+           fmt::fixed(job.reliability.node_mtbf_s / 3600, 0) + " h each";
+  return hours(p.mtbf_s) + " (" + why + ")";
+}
+
+// The time-to-train block of the human report.
+void print_time_to_train(const cli::CommandLine& cl, const goodput::Job& job, const goodput::Plan& p,
+                         const goodput::McResult* mc) {
+  const double wall = p.wall_s;
+  std::vector<std::vector<std::string>> rows = {
+      {"metric", "value"},
+      {"checkpoint", bytes_text(p.bytes.total_write) + " (fp32 values and Adam moments); busiest GPU " +
+                         bytes_text(p.bytes.max_rank_write) + ", busiest node " + bytes_text(p.bytes.max_node_write)},
+      {"save (stops training)", fmt::seconds(p.ckpt.blocking_s) +
+                                    (p.async ? ": asynchronous, the copy to host memory; durable " +
+                                                   fmt::seconds(p.ckpt.lag_s) + " later"
+                                             : ": synchronous, the write to storage")},
+      {"load on restart", fmt::seconds(p.ckpt.load_s) + " (" + bytes_text(p.bytes.total_read) + " read)"},
+      {"job MTBF", mtbf_text(p, job)},
+      {"restart", fmt::seconds(job.reliability.restart_overhead_s) + " overhead + " + fmt::seconds(p.ckpt.load_s) + " load"},
+      {"checkpoint interval", "every " + std::to_string(p.interval_steps) + (p.interval_steps == 1 ? " step = " : " steps = ") + fmt::seconds(p.interval_s) +
+                                  " (Daly " + fmt::seconds(p.daly_s) + ", Young " + fmt::seconds(p.young_s) + ")"},
+      {"expected failures", fmt::fixed(p.failures, 1)},
+      {"goodput", fmt::pct(p.goodput) + " (of the wall time, first order: checkpoints " + fmt::pct(p.checkpoint_s / wall) +
+                      ", restarts " + fmt::pct(p.restart_total_s / wall) + ", lost work " + fmt::pct(p.lost_work_s / wall) + ")"},
+      {"time to train", fmt::fixed(p.days, 1) + " days (" + fmt::fixed(p.work_s / 86400, 1) + " without failures)"},
+      {"GPU-hours", fmt::si(p.gpu_hours, " GPU-hours")},
+  };
+  if (p.usd) rows.push_back({"cost", "$" + fmt::si(*p.usd, "") + " at $" + fmt::fixed(*job.usd_per_gpu_hour, 2) + " per GPU-hour"});
+  if (mc)
+    rows.push_back({"Monte Carlo (" + std::to_string(mc->runs) + " runs, seed " + std::to_string(mc->seed) + ")",
+                    "goodput " + fmt::pct(mc->goodput) + " (" + fmt::fixed(100 * std::abs(mc->goodput - p.goodput), 2) +
+                        " points from the closed form); days P10 / P50 / P90 " + fmt::fixed(mc->p10_s / 86400, 1) + " / " +
+                        fmt::fixed(mc->p50_s / 86400, 1) + " / " + fmt::fixed(mc->p90_s / 86400, 1)});
+  std::cout << "\ntime to train (docs/goodput.md): " << cli::job_length_text(cl, job) << " of " << fmt::seconds(p.step_s)
+            << "\n" << fmt::table(rows);
+}
+
+Json monte_carlo_json(const goodput::McResult& mc, const goodput::Plan& p) {
+  return {{"runs", mc.runs},
+          {"seed", mc.seed},
+          {"goodput", mc.goodput},
+          {"goodput_gap_points", 100 * std::abs(mc.goodput - p.goodput)},
+          {"mean_days", mc.mean_wall_s / 86400},
+          {"days_p10", mc.p10_s / 86400},
+          {"days_p50", mc.p50_s / 86400},
+          {"days_p90", mc.p90_s / 86400},
+          {"mean_failures", mc.mean_failures},
+          {"checkpoint_s", mc.mean_checkpoint_s},
+          {"restart_s", mc.mean_restart_s},
+          {"lost_work_s", mc.mean_lost_s}};
+}
 }  // namespace
 
 int estimate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
+  for (auto& o : cli::goodput_options()) opts.push_back(std::move(o));
+  opts.push_back({"--mc-runs", true, "time to train: Monte-Carlo runs of the whole job, 0 for none [1000]"});
+  opts.push_back({"--seed", true, "time to train: the Monte Carlo's seed [1]"});
+  opts.push_back({"--goodput-svg", true, "time to train: write goodput against the checkpoint interval (SVG) here"});
   cli::CommandLine cl("estimate", args, opts, 0);
   if (cl.print_help()) return 0;
   const cli::Specs s = cli::read_specs(cl);
+  const std::optional<goodput::Job> job = cli::read_goodput_job(cl, s.model, s.layout.global_batch, s.system);
+  if (!job)
+    for (const char* f : {"--mc-runs", "--seed", "--goodput-svg"})
+      if (cl.has(f)) throw InputError(std::string(f) + " " + *cl.get(f) + ": only with --tokens N or --steps N");
+  const int mc_runs = static_cast<int>(cl.get_int("--mc-runs", 0, 1000000).value_or(1000));
+  const auto seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1));
+  if (auto svg = cl.get("--goodput-svg")) {
+    if (mc_runs == 0) throw InputError("--goodput-svg " + *svg + ": its points are Monte-Carlo runs; give --mc-runs above 0");
+    check_writable(*svg, "--goodput-svg");
+  }
   const Estimate e = tessel::estimate(s.model, s.layout, s.system, s.gpus);
+  std::optional<goodput::Plan> plan;
+  std::optional<goodput::McResult> mc;
+  if (job) {
+    plan = goodput::plan(s.model, e, s.system, *job);
+    if (mc_runs > 0) mc = goodput::monte_carlo(goodput::mc_job(*plan), mc_runs, seed);
+    if (auto svg = cl.get("--goodput-svg")) {
+      // A fifth of the runs at each of the curve's Monte-Carlo points (at least 50): nine points cost about two runs.
+      const auto curve = goodput::goodput_curve(*plan, std::max(50, mc_runs / 5), seed);
+      write_file_atomic(*svg, goodput::goodput_svg(*plan, curve, s.model.name + " on " + std::to_string(s.gpus) + " x " +
+                                                                   s.system.gpu.name + ", " + s.layout.describe()));
+    }
+  }
   if (cl.flag("--json")) {
     Json j = estimate_to_json(e);
     j["model"] = model_to_json(s.model);
     j["params"] = s.model.total_params();
     j["system"] = s.system.name;
+    // Only when asked (--tokens / --steps): the document is otherwise unchanged.
+    if (plan) {
+      j["time_to_train"] = goodput::plan_to_json(*plan);
+      j["time_to_train"]["monte_carlo"] = mc ? monte_carlo_json(*mc, *plan) : Json();
+    }
     j["tool"] = std::string("tessel ") + TESSEL_VERSION;
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -76,6 +183,7 @@ int estimate(const Args& args) {
   std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
   std::cout << "peak " << fmt::gib(e.peak_memory_bytes) << " on pipeline rank " << e.peak_rank << " of "
             << fmt::gib(e.capacity_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+  if (plan) print_time_to_train(cl, *job, *plan, mc ? &*mc : nullptr);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 // tessel explore: rank the layouts of a model on a cluster (analytical tier for all, event-simulated tier
 // for the best), with reasons for every rejection.
+#include <chrono>
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,11 +13,14 @@
 #include "sim/explore/explore.hpp"
 #include "sim/layout_words.hpp"
 #include "traces/chrome.hpp"
+#include "traces/select.hpp"
 #include "traces/svg.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "util/csv.hpp"
 #include "util/units.hpp"
+#include "tools/goodput_args.hpp"
 
 namespace tessel::cmd {
 
@@ -29,49 +33,98 @@ std::vector<Recompute> recompute_list(const cli::CommandLine& cl) {
   return r;
 }
 
-void print_progress(double f) {
-  const int width = 40;
-  const int filled = static_cast<int>(f * width);
-  std::fprintf(stderr, "\r[%s%s] %3d%%", std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
-               static_cast<int>(100 * f));
-  if (f >= 1.0) std::fprintf(stderr, "\r%s\r", std::string(width + 8, ' ').c_str());
-  std::fflush(stderr);
-}
-
-std::string csv_of(const explore::Result& r) {
-  std::ostringstream os;
-  os << "rank,layout,tier,step_s,tokens_per_s,model_tflops_per_gpu,mfu,bubble_fraction,exposed_comm_s,peak_memory_GiB,headroom_GiB\n";
-  for (std::size_t i = 0; i < r.top.size(); ++i) {
-    const auto& s = r.top[i];
-    const double scale = s.analytical_step_s / s.step_s;
-    os << i + 1 << "," << s.layout.describe() << "," << s.tier << "," << s.step_s << "," << s.tokens_per_s * scale
-       << "," << s.tflops_per_gpu * scale << "," << s.mfu * scale << "," << s.bubble << "," << s.exposed_comm_s << ","
-       << s.peak_memory_bytes / kGiB << "," << (s.capacity_bytes - s.peak_memory_bytes) / kGiB << "\n";
+// A progress bar on stderr per phase, with the time left estimated from the phase's rate so far; cleared
+// when the phase ends. Only on a terminal and never under --json (explore() decides).
+class ProgressBar {
+ public:
+  void operator()(const char* phase, double f) {
+    const auto now = std::chrono::steady_clock::now();
+    if (phase_ != phase) {
+      phase_ = phase;
+      start_ = now;
+    }
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(std::clamp(f, 0.0, 1.0) * kWidth);
+    std::string eta = "";
+    if (f > 0.02 && f < 1.0) eta = "  about " + fmt::seconds(elapsed * (1.0 - f) / f) + " left";
+    std::fprintf(stderr, "\r%-11s [%s%s] %3d%%%-28s", phase, std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), static_cast<int>(100 * f), eta.c_str());
+    if (f >= 1.0) std::fprintf(stderr, "\r%s\r", std::string(80, ' ').c_str());
+    std::fflush(stderr);
   }
+
+ private:
+  std::string phase_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// The time-to-train columns are there when the search was given the job (--tokens or --steps).
+bool has_time_to_train(const std::vector<explore::Scored>& rows) { return !rows.empty() && rows.front().plan; }
+
+// Numbers as the stream writes them (6 significant digits), so the CSV reads as before.
+std::string num(double v) {
+  std::ostringstream os;
+  os << v;
   return os.str();
 }
 
+std::string csv_of(const explore::Result& r) {
+  const bool ttt = has_time_to_train(r.top);
+  std::vector<std::string> head = {"rank", "layout", "tier", "step_s", "tokens_per_s", "model_tflops_per_gpu", "mfu",
+                                   "bubble_fraction", "exposed_comm_s", "peak_memory_GiB", "headroom_GiB"};
+  if (ttt) head.insert(head.end(), {"days", "goodput", "save_s", "interval_s"});
+  std::string out = csv_row(head);
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    const auto& s = r.top[i];
+    const double scale = s.analytical_step_s / s.step_s;
+    std::vector<std::string> row = {std::to_string(i + 1), s.layout.describe(), s.tier, num(s.step_s),
+                                    num(s.tokens_per_s * scale), num(s.tflops_per_gpu * scale), num(s.mfu * scale),
+                                    num(s.bubble), num(s.exposed_comm_s), num(s.peak_memory_bytes / kGiB),
+                                    num((s.capacity_bytes - s.peak_memory_bytes) / kGiB)};
+    if (ttt)
+      row.insert(row.end(), {num(s.plan->days), num(s.plan->goodput), num(s.plan->ckpt.blocking_s), num(s.plan->interval_s)});
+    out += csv_row(row);
+  }
+  return out;
+}
+
 void print_rows(const std::vector<explore::Scored>& rows) {
+  const bool ttt = has_time_to_train(rows);
   std::vector<std::vector<std::string>> t = {{"#", "layout", "step", "tokens/s", "model TFLOP/s/GPU", "MFU", "bubble*",
-                                              "exposed comm*", "peak mem", "headroom", "tier"}};
+                                              "exposed comm*", "peak mem", "headroom"}};
+  if (ttt) t.front().insert(t.front().end(), {"days", "goodput", "save", "interval"});
+  t.front().push_back("tier");
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& s = rows[i];
     const double scale = s.analytical_step_s / s.step_s;
     t.push_back({std::to_string(i + 1), s.layout.describe(), fmt::seconds(s.step_s), fmt::si(s.tokens_per_s * scale, ""),
                  fmt::rate(s.tflops_per_gpu * scale), fmt::pct(s.mfu * scale), fmt::pct(s.bubble),
-                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory_bytes), fmt::gib(s.capacity_bytes - s.peak_memory_bytes), s.tier});
+                 fmt::seconds(s.exposed_comm_s), fmt::gib(s.peak_memory_bytes), fmt::gib(s.capacity_bytes - s.peak_memory_bytes)});
+    if (ttt)
+      t.back().insert(t.back().end(), {fmt::fixed(s.plan->days, 1), fmt::pct(s.plan->goodput),
+                                       fmt::seconds(s.plan->ckpt.blocking_s), fmt::seconds(s.plan->interval_s)});
+    t.back().push_back(s.tier);
   }
   std::cout << fmt::table(t);
 }
 
-// What the columns are: explore's rows come from two tiers that measure bubble and exposed communication
-// differently (sim/estimate.cpp, sim/engine); docs/explore.md says the same.
+// What the columns are, one definition for both tiers (docs/explore.md says the same).
 void print_legend() {
   std::cout << "model TFLOP/s/GPU and MFU count the model's forward and backward FLOPs (no recompute: estimate's "
                "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU, Narayanan eq. 3 (full recompute)' counts a full recompute's forward too).\n"
-               "* of the busiest pipeline rank, by the row's tier: 'des' (event simulator): idle share of the step "
-               "and the communication not hidden behind compute on the rank with the most busy time; 'analytical': "
-               "the estimate's pipeline idle share of that rank and its exposed TP + CP + PP + DP time.\n";
+               "* of the busiest pipeline rank (the most busy time), in either tier: bubble is its idle share of the "
+               "step; exposed comm the pipeline and data-parallel communication it waits on, not hidden behind its "
+               "compute (TP and CP collectives block the compute stream: they are busy time).\n";
+}
+
+// What the time-to-train columns are (docs/goodput.md), and what ranked the rows.
+void print_time_to_train_legend(const cli::CommandLine& cl, const goodput::Job& job, explore::Objective objective) {
+  std::cout << "days, goodput: the expected time to train " << cli::job_length_text(cl, job)
+            << " under failures at the row's step time (Daly's closed form); save: what each checkpoint stops training "
+               "for; interval: Daly's, in whole steps (docs/goodput.md). Ranked by "
+            << (objective == explore::Objective::time_to_train ? "the time to train" : "step time (--objective time-to-train ranks by days)")
+            << ".\n";
 }
 
 // The search space from the restriction flags (empty: every sensible value), tp's node limit and precision.
@@ -112,23 +165,34 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
 
 }
 
-// --trace-best / --svg-best: the winner at full fidelity, with its memory timeline, as simulate --trace /
-// --svg write it.
+// --trace-best / --svg-best: the winner's step with its memory timeline, as simulate --trace / --svg write it:
+// one data-parallel replica (the others play the same schedule; their traffic still loads the shared links),
+// the ranks --trace-ranks names, and in the SVG each run of identical ranks (a stage's tensor-parallel
+// ranks) drawn once, so the picture of a 1,024-GPU layout is its pipeline.
 void write_best(const Model& m, const System& sys, const Layout& winner, const cli::CommandLine& cl) {
   engine::SimOptions o;
   o.memory_timeline = true;
+  o.fidelity = engine::Fidelity::replica;
   const engine::SimReport best = engine::simulate(m, winner, sys, o);
-  const trace::Trace t = engine::to_trace(best, sys);
+  trace::Trace t = engine::to_trace(best, sys);
+  if (auto ranks = cl.get("--trace-ranks"))
+    t = trace::select_ranks(t, trace::parse_rank_list(*ranks, "--trace-ranks", winner.gpus()));
   if (auto p = cl.get("--trace-best")) trace::write_chrome_trace(t, *p);
-  if (auto p = cl.get("--svg-best")) write_file_atomic(*p, trace::timeline_svg(t, trace::SvgOptions{}));
+  if (auto p = cl.get("--svg-best")) {
+    trace::SvgOptions so;
+    so.title = m.name + " " + winner.describe() + ", one data-parallel replica, step " + fmt::seconds(best.step_s);
+    write_file_atomic(*p, trace::timeline_svg(trace::collapse_identical_ranks(t), so));
+  }
 }
 
 // The human report: the ranked rows, what the columns are, the counts, the rejections (and the Pareto front).
-void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto) {
+void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto,
+                const cli::CommandLine& cl, const explore::Options& opt) {
   std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
             << ", global batch " << gbs << ", sequence " << m.seq_len << "\n\n";
   print_rows(r.top);
   print_legend();
+  if (opt.job) print_time_to_train_legend(cl, *opt.job, opt.objective);
   std::cout << "\n" << r.enumerated << " layouts enumerated, " << r.scored << " fit and were scored analytically, "
             << r.simulated << " re-scored by the event simulator";
   if (r.too_large > 0)
@@ -177,9 +241,8 @@ std::string nothing_fits_message(const Model& m, const System& sys, int gpus, in
 }  // namespace
 
 int explore(const Args& args) {
-  cli::CommandLine cl(
-      "explore", args,
-      {{"--model", true, "model preset or JSON file [gpt3-175b]"},
+  std::vector<cli::OptionSpec> options = {
+       {"--model", true, "model preset or JSON file [gpt3-175b]"},
        {"--system", true, "system preset or JSON file [dgx-a100]"},
        {"--gpus", true, "number of GPUs [1024]"},
        {"--gbs", true, "global batch size in sequences [1536]"},
@@ -207,8 +270,11 @@ int explore(const Args& args) {
        {"--json", false, "print one JSON document"},
        {"--csv", true, "also write the top rows as CSV to this file"},
        {"--trace-best", true, "write the simulator's Chrome trace of the winner"},
-       {"--svg-best", true, "write the simulator's SVG timeline of the winner"}},
-      0);
+       {"--svg-best", true, "write the simulator's SVG timeline of the winner (one replica, identical ranks once)"},
+       {"--trace-ranks", true, "only these ranks in --trace-best / --svg-best: 0-7,64 [one replica's]"},
+       {"--objective", true, "rank by step or time-to-train (needs --tokens or --steps) [step]"}};
+  for (auto& o : cli::goodput_options()) options.push_back(std::move(o));
+  cli::CommandLine cl("explore", args, options, 0);
   if (cl.print_help()) return 0;
   Model m = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
   const System sys = load_system(cl.get_or("--system", "dgx-a100"));
@@ -226,8 +292,15 @@ int explore(const Args& args) {
   opt.simulate_k = static_cast<int>(cl.get_int("--simulate-k", 1, 100000).value_or(0));
   opt.threads = static_cast<int>(cl.get_int("--threads", 1, 1024).value_or(0));
   if (!cl.has("--no-simulate")) opt.simulate = explore::event_simulator(m, sys);
+  opt.job = cli::read_goodput_job(cl, m, gbs, sys);
+  const std::string objective = cl.get_or("--objective", "step");
+  if (objective != "step" && objective != "time-to-train")
+    throw InputError("--objective " + objective + ": must be step or time-to-train");
+  if (objective == "time-to-train" && !opt.job)
+    throw InputError("--objective time-to-train: needs the job's length, --tokens N or --steps N");
+  opt.objective = objective == "step" ? explore::Objective::step : explore::Objective::time_to_train;
   const bool json = cl.flag("--json");
-  if (!json && ::isatty(2)) opt.progress = print_progress;
+  if (!json && ::isatty(2)) opt.progress = ProgressBar{};
 
   const std::string attn = cl.get_or("--attention", "flash");
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
@@ -249,10 +322,11 @@ int explore(const Args& args) {
     j["system"] = sys.name;
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
+    if (opt.job) j["objective"] = objective;  // with the job only: the document is otherwise unchanged
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  print_text(m, sys, gpus, gbs, r, cl.flag("--pareto"));
+  print_text(m, sys, gpus, gbs, r, cl.flag("--pareto"), cl, opt);
   return 0;
 }
 

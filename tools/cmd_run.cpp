@@ -1,6 +1,8 @@
 // tessel run: train the GPT for real on the CPU runtime (ranks as threads, or MPI processes under mpirun) or
 // the CUDA runtime (tools/cmd_run_cuda.cpp); print per-step loss, step time and tokens/s, or with --json one
 // document (tools/run_common.hpp); optionally write a measured trace and recovery checkpoints.
+#include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <iterator>
@@ -14,6 +16,7 @@
 #include "runtime/trace_gather.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 #include "sim/estimate.hpp"
+#include "sim/goodput.hpp"
 #include "sim/system.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
@@ -59,7 +62,9 @@ std::vector<cli::OptionSpec> run_options() {
       {"--lr", true, "AdamW learning rate [1e-3]"},
       {"--data", true, "train on this file's bytes (vocab >= 256) instead of synthetic tokens"},
       {"--trace", true, "write the measured Chrome trace here"},
-      {"--save-every", true, "save a recovery checkpoint every N steps (needs --checkpoint-dir)"},
+      {"--save-every", true, "save a recovery checkpoint every N steps, or auto: Daly's interval for the measured save "
+                             "and --mtbf-hours (needs --checkpoint-dir)"},
+      {"--mtbf-hours", true, "with --save-every auto: the job's mean time between failures, in hours"},
       {"--checkpoint-dir", true, "folder of recovery checkpoints"},
       {"--resume", true, "resume from the step this folder's `latest` publishes (or from one step folder)"},
   };
@@ -102,6 +107,37 @@ struct CpuRun {
   rt::TrainOptions opt;
 };
 
+// --save-every auto (docs/goodput.md): the run saves after its first step, takes that save's time (the slowest
+// rank's, so that every rank agrees) and the step's, and saves every Daly interval from then on.
+struct AutoInterval {
+  int first = 0;  // the step of the measured save
+  int every = 0;  // steps between saves after it; 0 until measured
+  double save_s = 0, step_s = 0, daly_s = 0;
+};
+
+bool save_due(const RunFlags& f, int step, const AutoInterval& a) {
+  if (!f.save_auto) return f.save_every > 0 && step % f.save_every == 0;
+  return a.every == 0 || (step - a.first) % a.every == 0;
+}
+
+// Collective: every rank passes its own save time and gets the same interval.
+AutoInterval measure_interval(rt::Comm& world, int step, double step_s, double save_s, double mtbf_s) {
+  float slowest = static_cast<float>(save_s);
+  world.all_reduce(&slowest, 1, rt::ReduceOp::max);
+  AutoInterval a;
+  a.first = step;
+  a.save_s = slowest;
+  a.step_s = step_s;
+  a.daly_s = goodput::daly_interval_s(a.save_s, mtbf_s);
+  a.every = static_cast<int>(std::clamp<double>(std::round(a.daly_s / step_s), 1.0, 1 << 30));
+  return a;
+}
+
+Json interval_json(const AutoInterval& a, double mtbf_s) {
+  return {{"first_step", a.first}, {"save_s", a.save_s}, {"step_s", a.step_s}, {"mtbf_s", mtbf_s},
+          {"daly_interval_s", a.daly_s}, {"every_steps", a.every}};
+}
+
 // What rank 0 reports of the run; every rank's part of the trace (events, name, peak counter).
 struct RankResult {
   trace::Trace part;
@@ -109,6 +145,7 @@ struct RankResult {
   std::vector<rt::RankMemory> memory;  // every rank's (a collective gathers them)
   std::vector<rt::CheckpointIo> saved;
   std::optional<rt::CheckpointIo> resumed;
+  std::optional<AutoInterval> interval;  // --save-every auto
   std::string comm, schedule;
 };
 
@@ -139,12 +176,23 @@ RankResult run_rank(const CpuRun& c, rt::Comm& world, rt::Recorder::Clock::time_
              f.data_file.empty() ? "synthetic" : f.data_file.c_str(),
              f.resume.empty() ? "" : (", resumed at step " + std::to_string(t.steps_done()) + " (" +
                                       std::to_string(t.consumed_samples()) + " samples consumed)").c_str());
+  if (talk && out.resumed) print_checkpoint(log, *out.resumed, "loaded");
+  AutoInterval interval;
   while (t.steps_done() < f.steps) {
     const rt::StepStats s = t.step();
     out.steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds});
     if (talk) print_step(log, out.steps.back());
-    if (f.save_every > 0 && t.steps_done() % f.save_every == 0)
-      out.saved.push_back(rt::save_checkpoint(t, f.checkpoint_dir, f.seed));
+    if (!save_due(f, t.steps_done(), interval)) continue;
+    out.saved.push_back(rt::save_checkpoint(t, f.checkpoint_dir, f.seed));
+    if (talk) print_checkpoint(log, out.saved.back(), "saved");
+    if (f.save_auto && interval.every == 0) {
+      interval = measure_interval(world, t.steps_done(), s.seconds, out.saved.back().seconds, f.mtbf_s);
+      out.interval = interval;
+      if (talk)
+        log.line("checkpoint interval (--save-every auto): the save took %.4f s (slowest rank) and the step %.4f s; "
+                 "Daly's interval for a job MTBF of %.4g h is %.3f s: a save every %d steps", interval.save_s,
+                 interval.step_s, f.mtbf_s / 3600, interval.daly_s, interval.every);
+    }
   }
   out.memory = rt::gather_rank_memory(world, rank_memory(t, world.rank()));
   if (talk) {
@@ -334,8 +382,10 @@ int run_cpu(RunFlags f) {
   const RankResult& r = out.rank0;
   Json config = run_config_json(f, "cpu", r.comm, r.schedule, f.start_step + 1);
   config["gemm"] = kernels::cpu::gemm_backend();
+  Json extra = Json::object();
+  if (r.interval) extra["checkpoint_interval"] = interval_json(*r.interval, f.mtbf_s);  // --save-every auto only
   print_run_document(std::move(config), r.steps, r.memory, r.saved, r.resumed,
-                     trace_json(f.trace_path, out.trace.events.size()));
+                     trace_json(f.trace_path, out.trace.events.size()), extra);
   return 0;
 }
 
@@ -343,19 +393,34 @@ int run_cpu(RunFlags f) {
 RunFlags read_run_flags(const cli::CommandLine& cl) {
   RunFlags f;
   f.model = load_model(cl.get_or("--model", "tiny"));
+  // Both backends build dense transformers only; a model beyond them is refused before any rank starts.
+  if (const std::string extra = f.model.beyond_dense(); !extra.empty())
+    throw InputError("--model " + f.model.name + ": " + extra + ": not yet executed by the runtime, which runs dense "
+                     "transformers only");
   f.layout = read_layout(cl);
   f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
   f.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
   if (auto lr = cl.get_double("--lr", 0.0, 10.0)) f.lr = static_cast<float>(*lr);
   f.data_file = cl.get_or("--data", "");
   f.trace_path = cl.get_or("--trace", "");
-  f.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
+  if (cl.get("--save-every") == std::optional<std::string>("auto")) {
+    const auto mtbf = cl.get_double("--mtbf-hours", 1e-6, 1e9);
+    if (!mtbf) throw InputError("--save-every auto: needs --mtbf-hours H, the job's mean time between failures");
+    f.save_auto = true;
+    f.mtbf_s = *mtbf * 3600.0;
+  } else {
+    f.save_every = static_cast<int>(cl.get_int("--save-every", 1, 1 << 30).value_or(0));
+    if (auto h = cl.get("--mtbf-hours"))
+      throw InputError("--mtbf-hours " + *h + ": only with --save-every auto (it sets Daly's interval)");
+  }
   f.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
   f.resume = cl.get_or("--resume", "");
   f.json = cl.flag("--json");
   if (!f.trace_path.empty()) check_writable(f.trace_path, "--trace");
   if (!f.data_file.empty()) (void)rt::TokenStream::from_file(f.data_file, f.model.vocab);  // fail early
-  f.start_step = check_checkpoint_flags(f.save_every, f.checkpoint_dir, f.resume, f.model, f.steps, f.seed, f.data_file);
+  // auto saves the first step it trains, so the checks are those of a save every step.
+  f.start_step = check_checkpoint_flags(f.save_auto ? 1 : f.save_every, f.checkpoint_dir, f.resume, f.model, f.steps,
+                                        f.seed, f.data_file);
   rt::check_runnable(f.model, f.layout);
   return f;
 }
@@ -370,6 +435,8 @@ int run(const Args& args) {
   std::signal(SIGPIPE, SIG_IGN);
   const std::string backend = cl.get_or("--backend", "cpu");
   if (backend == "cuda") {
+    if (cl.get("--save-every") == std::optional<std::string>("auto"))
+      throw InputError("--save-every auto: the CPU runtime's (--backend cpu) for now; give the CUDA backend a step count");
 #ifdef TESSEL_HAVE_CUDA
     return run_cuda_backend(cl, read_run_flags(cl));
 #else

@@ -8,6 +8,7 @@
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
+#include "util/suggest.hpp"
 #include "sim/schedule/diff.hpp"
 #include "sim/schedule/hb_graph.hpp"
 #include "sim/schedule/registry.hpp"
@@ -50,7 +51,7 @@ std::optional<int> mem_limit(const cli::CommandLine& cl) {
 }
 
 const std::string& positional(const cli::CommandLine& cl, std::size_t i, const char* what) {
-  if (cl.positional().size() <= i) throw InputError(std::string("tessel schedule: missing ") + what + "\n" + kUsage);
+  if (cl.positional().size() <= i) throw InputError(std::string("missing ") + what + "\n" + kUsage);
   return cl.positional()[i];
 }
 
@@ -106,7 +107,7 @@ int gen(const Args& args) {
   GenParams p;
   const std::string name = positional(cl, 1, "generator NAME");
   const Kind kind = parse_schedule(name, "tessel schedule gen");
-  if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("tessel schedule gen: --pp and --mb are required");
+  if (!cl.has("--pp") || !cl.has("--mb")) throw InputError("gen: --pp and --mb are required");
   p.pp = static_cast<int>(*cl.get_int("--pp", 1, 4096));
   p.microbatches = static_cast<int>(*cl.get_int("--mb", 1, 1 << 20));
   // Without --vpp, the schedule's own stages per rank (the V schedules 2, interleaved and looped BFS 3, as
@@ -327,7 +328,8 @@ int schedule(const Args& args) {
   if (verb == "validate") return validate_cmd(args);
   if (verb == "show") return show(args);
   if (verb == "diff") return diff_cmd(args);
-  throw InputError("tessel schedule: unknown sub-command '" + verb + "' (gen, validate, show, diff)");
+  throw InputError("unknown sub-command '" + verb + "' (gen, validate, show, diff)" +
+                   did_you_mean(verb, {"gen", "validate", "show", "diff"}));
 }
 
 }  // namespace tessel::cmd

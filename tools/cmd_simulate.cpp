@@ -15,6 +15,7 @@
 #include "sim/engine/simulate.hpp"
 #include "sim/workload.hpp"
 #include "traces/chrome.hpp"
+#include "traces/select.hpp"
 #include "traces/svg.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
@@ -225,7 +226,8 @@ int simulate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
   opts.push_back({"--trace", true, "write a Chrome trace (Perfetto) of the simulated step to this path"});
-  opts.push_back({"--svg", true, "write an SVG timeline to this path"});
+  opts.push_back({"--svg", true, "write an SVG timeline to this path (identical ranks drawn once)"});
+  opts.push_back({"--trace-ranks", true, "only these ranks in --trace and --svg: 0-7,64 [all]"});
   opts.push_back({"--schedule-file", true, "play this PyTorch-style CSV schedule instead of generating one (its stages "
                                            "per rank and placement set --schedule and --vpp unless given)"});
   opts.push_back({"--legacy-bw", false, "read --schedule-file in PyTorch's older dialect: B = input grad, BW = full backward"});
@@ -276,12 +278,13 @@ int simulate(const Args& args) {
     }
   }();
   if (trace_path || svg_path) {
-    const trace::Trace t = engine::to_trace(r, s.system);
+    trace::Trace t = engine::to_trace(r, s.system);
+    if (auto ranks = cl.get("--trace-ranks")) t = trace::select_ranks(t, trace::parse_rank_list(*ranks, "--trace-ranks", r.gpus));
     if (trace_path) trace::write_chrome_trace(t, *trace_path);
     if (svg_path) {
       trace::SvgOptions so;
       so.title = s.model.name + " " + s.layout.describe() + " (" + r.schedule.generator + "), step " + fmt::seconds(r.step_s);
-      write_file_atomic(*svg_path, trace::timeline_svg(t, so));
+      write_file_atomic(*svg_path, trace::timeline_svg(trace::collapse_identical_ranks(t), so));
     }
   }
   if (cl.flag("--json")) {

@@ -85,10 +85,11 @@ if [ "${1:-}" = "prepare-bin" ]; then
   grep -qx '/.devbin/' .git/info/exclude 2>/dev/null || echo '/.devbin/' >> .git/info/exclude
   [ -d build-devbin/meson-private ] ||
     meson setup build-devbin -Dcuda=enabled -Dmpi=disabled -Dblas=disabled -Dbenchmarks=disabled -Dbuildtype=release
-  bins="tools/tessel tests/cuda/cuda_test_kernels tests/cuda/cuda_test_attention tests/cuda/cuda_test_gemm tests/cuda/cuda_test_gpt_numerics tests/cuda/cuda_test_gpt_multirank tests/cuda/cuda_bench"
+  bins="tools/tessel-run tests/cuda/cuda_test_kernels tests/cuda/cuda_test_attention tests/cuda/cuda_test_gemm tests/cuda/cuda_test_gpt_numerics tests/cuda/cuda_test_gpt_multirank tests/cuda/cuda_bench"
   ninja -C build-devbin $bins
   rm -rf .devbin && mkdir -p .devbin
   for b in $bins; do cp "build-devbin/$b" .devbin/; done
+  mv .devbin/tessel-run .devbin/tessel  # the runtime executable holds every verb
   (cd .devbin && git -C .. rev-parse --short HEAD > built_from.txt && ldd ./tessel | awk '{print $1}' > needed_libs.txt)
   du -sh .devbin
   exit 0
@@ -175,7 +176,7 @@ else
     note "BUILD FAILED after $(( $(date +%s) - t0 )) s (tail of build.log follows)"; tail -40 "$OUT/build.log"; exit 1
   fi
   note "build: $(( $(date +%s) - t0 )) s"
-  tessel=build-device/tools/tessel
+  tessel=build-device/tools/tessel-run  # every verb, the runtimes included
   tdir=build-device/tests/cuda
   # 2. GPU tests (each kernel vs its CPU reference; the tiny GPT vs the CPU runtime).
   timeout "$(( $(cap 240) + 1 ))" meson test -C build-device --suite cuda --print-errorlogs >"$OUT/tests.log" 2>&1

@@ -99,6 +99,11 @@ void RunLog::line(const char* fmt, ...) const {
   std::fflush(f_);
 }
 
+void print_checkpoint(const RunLog& log, const rt::CheckpointIo& c, const char* verb) {
+  log.line("checkpoint: step %d %s, %.3f MiB in %.3f s (%.1f MB/s): %s", c.step, verb, c.bytes / 1048576.0, c.seconds,
+           c.seconds > 0 ? c.bytes / c.seconds / 1e6 : 0.0, c.folder.c_str());
+}
+
 void print_step(const RunLog& log, const rt::StepRecord& s, std::optional<double> tflops) {
   char tail[64] = "";
   if (tflops) std::snprintf(tail, sizeof tail, "  %7.1f TFLOP/s", *tflops);

@@ -58,8 +58,24 @@ void reject(ThreadOut& out, const std::string& rule, Message&& message) {
   ++r.count;
 }
 
+// A fitting layout's row, with its time to train when the search was given the job; a job that would not finish
+// on it rejects it under "time-to-train".
+void keep_fitting(const Model& m, const System& sys, const Estimate& e, const std::optional<goodput::Job>& job,
+                  ThreadOut& out) {
+  Scored sc = scored_of(e);
+  if (job) {
+    try {
+      sc.plan = goodput::plan(m, e, sys, *job);
+    } catch (const InfeasibleLayout& err) {
+      reject(out, "time-to-train", err.what());
+      return;
+    }
+  }
+  out.fitting.push_back(std::move(sc));
+}
+
 void score_range(const Model& m, const System& sys, int gpus, const std::vector<Layout>& layouts, std::size_t begin,
-                 std::size_t end, ThreadOut& out, std::atomic<std::size_t>& done) {
+                 std::size_t end, const std::optional<goodput::Job>& job, ThreadOut& out, std::atomic<std::size_t>& done) {
   std::map<LayerKey, LayerWork> cache;
   for (std::size_t i = begin; i < end; ++i) {
     const Layout& l = layouts[i];
@@ -76,7 +92,7 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
           out.smallest_peak_layout = l.describe();
         }
         if (e.fits) {
-          out.fitting.push_back(scored_of(e));
+          keep_fitting(m, sys, e, job, out);
         } else {
           reject(out, "memory", [&] { return memory_message(e); });
         }
@@ -86,6 +102,21 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
     }
     if ((i - begin) % 256 == 255) done.fetch_add(256, std::memory_order_relaxed);
   }
+}
+
+// The event-simulated tier's stopping rule: fitting[k..] are unsimulated (sorted by their analytical score), `nth`
+// the N-th of the simulated ones. Under the step objective the best of the rest is fitting[k]; under the time to
+// train each layout's bound is its plan at its analytical step times min_ratio, and its checkpoint decides too,
+// so every unsimulated layout is bounded.
+bool simulated_tier_stable(const std::vector<Scored>& fitting, int k, const Scored& nth, double min_ratio,
+                           const Options& opt) {
+  if (opt.objective == Objective::step) return nth.step_s <= fitting[static_cast<std::size_t>(k)].analytical_step_s * min_ratio;
+  for (std::size_t j = static_cast<std::size_t>(k); j < fitting.size(); ++j) {
+    const goodput::Plan best_case =
+        goodput::with_step_time(*fitting[j].plan, fitting[j].analytical_step_s * min_ratio, *opt.job);
+    if (best_case.wall_s < nth.plan->wall_s) return false;
+  }
+  return true;
 }
 
 std::vector<Scored> pareto_front(std::vector<Scored> all) {
@@ -118,11 +149,22 @@ Scored scored_of(const Estimate& e) {
   s.tflops_per_gpu = e.model_tflops_per_gpu;
   s.mfu = e.mfu;
   s.bubble = e.bubble_fraction;
-  s.exposed_comm_s = e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s;
+  // One definition for both tiers: the pipeline and data-parallel communication the busiest rank waits on.
+  // TP and CP collectives block the compute stream in the estimate and the engine alike (their time is
+  // inside the rank's busy time in both), so neither tier counts them here.
+  s.exposed_comm_s = e.pp_exposed_s + e.dp_exposed_s;
   s.peak_memory_bytes = e.peak_memory_bytes;
   s.peak_rank = e.peak_rank;
   s.capacity_bytes = e.capacity_bytes;
   return s;
+}
+
+bool better_by(const Scored& a, const Scored& b, Objective objective) {
+  if (objective == Objective::time_to_train) {
+    TESSEL_CHECK(a.plan && b.plan, "ranking by time to train without a plan");
+    if (a.plan->wall_s != b.plan->wall_s) return a.plan->wall_s < b.plan->wall_s;
+  }
+  return better(a, b);
 }
 
 bool better(const Scored& a, const Scored& b) {
@@ -262,6 +304,9 @@ std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int
 }
 
 Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
+  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
+  TESSEL_CHECK(opt.objective == Objective::step || opt.job, "the time-to-train objective without a job");
+  const auto ranks_before = [&opt](const Scored& a, const Scored& b) { return better_by(a, b, opt.objective); };
   const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
   Result res;
   res.enumerated = static_cast<long long>(layouts.size());
@@ -273,16 +318,16 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     const std::size_t n = layouts.size();
     for (int t = 0; t < threads; ++t) {
       const std::size_t b = n * t / threads, e = n * (t + 1) / threads;
-      pool.emplace_back([&, b, e, t] { score_range(m, sys, gpus, layouts, b, e, outs[t], done); });
+      pool.emplace_back([&, b, e, t] { score_range(m, sys, gpus, layouts, b, e, opt.job, outs[t], done); });
     }
     if (opt.progress) {
       while (done.load() + 256 * threads < n) {
-        opt.progress(static_cast<double>(done.load()) / std::max<std::size_t>(1, n));
+        opt.progress("scoring", static_cast<double>(done.load()) / std::max<std::size_t>(1, n));
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
     }
     for (auto& th : pool) th.join();
-    if (opt.progress) opt.progress(1.0);
+    if (opt.progress) opt.progress("scoring", 1.0);
   }
   std::vector<Scored> fitting;
   std::map<std::string, Rejection> rejected;
@@ -305,7 +350,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
   std::sort(res.rejected.begin(), res.rejected.end(),
             [](const Rejection& a, const Rejection& b) { return a.count != b.count ? a.count > b.count : a.rule < b.rule; });
   res.scored = static_cast<long long>(fitting.size());
-  std::sort(fitting.begin(), fitting.end(), better);
+  std::sort(fitting.begin(), fitting.end(), ranks_before);
   res.pareto = pareto_front(fitting);
   if (fitting.empty()) return res;
 
@@ -314,11 +359,13 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     res.top.assign(fitting.begin(), fitting.begin() + n);
     return res;
   }
-  // Event-simulated tier: re-score the analytical best K; double K until the top N is stable (below).
+  // Event-simulated tier: re-score the analytical best K; double K until the top N is stable (below), up to
+  // the limit.
+  const int limit = std::min<int>(opt.simulate_k > 0 ? opt.simulate_k : kMaxSimulated, static_cast<int>(fitting.size()));
   int k = opt.simulate_k > 0 ? opt.simulate_k : std::max(2 * n, 16);
   int simulated = 0;
   while (true) {
-    k = std::min<int>(k, static_cast<int>(fitting.size()));
+    k = std::min(k, limit);
     std::vector<std::thread> pool;
     std::atomic<int> next{simulated};
     std::mutex err_mu;
@@ -334,6 +381,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
             fitting[i].exposed_comm_s = sc.exposed_comm_s;
             fitting[i].peak_memory_bytes = sc.peak_memory_bytes;
             fitting[i].tier = "des";
+            if (fitting[i].plan) fitting[i].plan = goodput::with_step_time(*fitting[i].plan, sc.step_s, *opt.job);
           } catch (const TooLargeToSimulate&) {
             ++too_large;  // over simulate()'s size limit (2^22 position-stage-micro-batches): the analytical score stands
           } catch (const std::exception& e) {
@@ -342,22 +390,31 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
           }
         }
       });
+    if (opt.progress) {
+      while (next.load() < k) {
+        opt.progress("simulating", static_cast<double>(std::min(next.load(), k)) / k);
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
     for (auto& th : pool) th.join();
+    if (opt.progress) opt.progress("simulating", 1.0);
     if (!first_error.empty()) throw InternalError("simulating a candidate failed: " + first_error);
     res.too_large += too_large;
     simulated = k;
     std::vector<int> order(k);
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](int a, int b) { return better(fitting[a], fitting[b]); });
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return ranks_before(fitting[a], fitting[b]); });
     // Stable when no unsimulated layout could displace the N-th: its simulated time would have to beat its
     // analytical time by more than the best ratio (simulated / analytical) seen so far.
     double min_ratio = std::numeric_limits<double>::infinity();
     for (int i = 0; i < k; ++i) min_ratio = std::min(min_ratio, fitting[i].step_s / fitting[i].analytical_step_s);
-    const double nth = fitting[order[std::min(n, k) - 1]].step_s;
-    const bool exhausted = k == static_cast<int>(fitting.size());
-    const bool stable = exhausted || opt.simulate_k > 0 || nth <= fitting[k].analytical_step_s * min_ratio;
+    const bool exhausted = k == limit;
+    const bool stable = exhausted || opt.simulate_k > 0 ||
+                        simulated_tier_stable(fitting, k, fitting[order[std::min(n, k) - 1]], min_ratio, opt);
     if (stable) {
       for (int i = 0; i < std::min(n, k); ++i) res.top.push_back(fitting[order[i]]);
+      // Past the simulated K, the analytical ranking continues (those rows' tier is "analytical").
+      for (int i = k; i < n; ++i) res.top.push_back(fitting[i]);
       break;
     }
     k *= 2;
@@ -367,6 +424,27 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
   res.pareto = pareto_front(fitting);
   return res;
 }
+
+namespace {
+
+// A row's time to train, briefly: the figures explore's columns show, with the checkpoint behind them.
+Json time_to_train_json(const goodput::Plan& p) {
+  return {{"days", p.days},
+          {"goodput", p.goodput},
+          {"wall_s", p.wall_s},
+          {"interval_s", p.interval_s},
+          {"interval_steps", p.interval_steps},
+          {"save_s", p.ckpt.blocking_s},
+          {"write_s", p.ckpt.save_s},
+          {"load_s", p.ckpt.load_s},
+          {"restart_s", p.restart_s},
+          {"job_mtbf_s", p.mtbf_s},
+          {"checkpoint_bytes", p.bytes.total_write},
+          {"gpu_hours", p.gpu_hours},
+          {"usd", p.usd ? Json(*p.usd) : Json()}};
+}
+
+}  // namespace
 
 Json scored_to_json(const Scored& s) {
   Json j;
@@ -382,6 +460,7 @@ Json scored_to_json(const Scored& s) {
   j["peak_memory_GiB"] = s.peak_memory_bytes / kGiB;
   j["headroom_GiB"] = (s.capacity_bytes - s.peak_memory_bytes) / kGiB;
   j["tier"] = s.tier;
+  if (s.plan) j["time_to_train"] = time_to_train_json(*s.plan);  // only when the search was given the job
   return j;
 }
 

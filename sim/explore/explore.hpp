@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "sim/estimate.hpp"
+#include "sim/goodput.hpp"
 
 namespace tessel::explore {
 
@@ -40,12 +41,18 @@ struct Scored {
   double tflops_per_gpu = 0;    // model TFLOP/s per GPU
   double mfu = 0;
   double bubble = 0;
-  double exposed_comm_s = 0;    // TP + CP + PP + DP exposed
+  double exposed_comm_s = 0;    // PP + DP communication the busiest rank waits on (TP, CP: inside busy time)
   double peak_memory_bytes = 0; // busiest GPU
   int peak_rank = 0;
   double capacity_bytes = 0;
   std::string tier = "analytical";
+  // The time to train at the tier's step time, when the search was given the job (Options::job).
+  std::optional<goodput::Plan> plan;
 };
+
+// What ranks the layouts: the step time, or the expected time to train the whole job under failures (the
+// goodput-adjusted time: a layout with a larger checkpoint or a slower restart can lose to a slower step).
+enum class Objective { step, time_to_train };
 
 struct Rejection {
   std::string rule;
@@ -74,12 +81,22 @@ struct SimScore {
 };
 using SimulateFn = std::function<SimScore(const Layout&)>;
 
+// The adaptive simulated tier re-scores at most this many layouts (each simulation of a large layout takes
+// tens of milliseconds to seconds: --top 100000 once simulated 200,000 layouts for 505 s); --simulate-k
+// asks for more.
+constexpr int kMaxSimulated = 512;
+
 struct Options {
   int top_n = 10;
-  int simulate_k = 0;       // 0: adaptive (grow until the top N is stable)
+  // 0: adaptive (grow until the top N is stable), up to kMaxSimulated; rows ranked past the simulated ones
+  // keep their analytical scores (their tier says so).
+  int simulate_k = 0;
   int threads = 0;          // 0: all cores
   SimulateFn simulate;      // empty: analytical tier only
-  std::function<void(double)> progress;  // fraction done, called from the main thread
+  std::optional<goodput::Job> job;  // the job to train: every fitting layout gets its time to train (Scored::plan)
+  Objective objective = Objective::step;  // time_to_train needs `job`
+  // Called from the main thread while a phase runs: its name ("scoring", "simulating") and the fraction done.
+  std::function<void(const char* phase, double fraction)> progress;
 };
 
 // tp_inside_node: tp up to the GPUs of one node (the default), else up to 64.
@@ -133,6 +150,8 @@ std::string memory_message(const Estimate& e);
 // Ranking rule (deterministic): step time, then peak memory, then fewer model-parallel GPUs (tp*pp*cp),
 // then the layout's description in lexicographic order.
 bool better(const Scored& a, const Scored& b);
+// The same under an objective: time_to_train compares the expected wall time first (both need a plan).
+bool better_by(const Scored& a, const Scored& b, Objective objective);
 
 // Why a layout ranks where it does or was rejected, and what would make it fit (text, several lines).
 std::string explain(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);

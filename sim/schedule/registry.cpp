@@ -6,6 +6,7 @@
 
 #include "sim/schedule/generators.hpp"
 #include "util/error.hpp"
+#include "util/suggest.hpp"
 
 namespace tessel::sched {
 
@@ -315,7 +316,13 @@ std::vector<Kind> layout_kinds() {
 Kind parse_schedule(std::string_view n, const std::string& what, bool layout_only) {
   const Family* f = find_family(n);
   const std::string head = what + " " + std::string(n) + ": ";
-  if (!f) throw InputError(head + "unknown schedule; choose one of " + known_names(layout_only));
+  if (!f) {
+    std::vector<std::string> names;
+    for (const Family& g : table())
+      if (!layout_only || g.layout_schedule) names.emplace_back(g.name);
+    throw InputError(head + "unknown schedule; choose one of " + known_names(layout_only) +
+                     did_you_mean(std::string(n), names));
+  }
   if (layout_only && !f->layout_schedule)
     throw InputError(head + "the analytical model has no closed form for it; tessel simulate and tessel run play "
                             "it (the layout schedules: " + known_names(true) + ")");

@@ -142,7 +142,8 @@ TEST_CASE("bf16 attention variants match the CPU reference within bf16 tolerance
   const auto variants = bf16_variants();
   for (const kc::AttentionShape& a : shapes) {
     const Case c(a);
-    for (const auto& [name, config] : variants) {
+    for (const auto& [key, config] : variants) {
+      const auto name = key;  // a structured binding cannot be captured (clang)
       CAPTURE(name);
       kg::Attention att(config);
       check_against(run(att, c, c.q, c.k, c.v, c.dout), c, kTolAttnBf16, name);
@@ -159,7 +160,8 @@ TEST_CASE("bf16 operands give the fp32 call's results bit for bit") {
     const Case c(a);
     const auto hq = to_bf16(c.q), hk = to_bf16(c.k), hv = to_bf16(c.v), hdo = to_bf16(c.dout);
     const auto q = widened(hq), k = widened(hk), v = widened(hv), dout = widened(hdo);
-    for (const auto& [name, config] : bf16_variants()) {
+    for (const auto& [key, config] : bf16_variants()) {
+      const auto name = key;  // a structured binding cannot be captured (clang)
       CAPTURE(name);
       CAPTURE(a.d);
       kg::Attention att(config);

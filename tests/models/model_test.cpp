@@ -167,7 +167,7 @@ TEST_CASE("HuggingFace config.json import (Llama-2 7B and GPT-2)") {
   CHECK(err.find("num_hidden_layers") != std::string::npos);
 }
 
-TEST_CASE("HuggingFace import: the architecture decides a gated MLP; MoE, MLA and wrong types are rejected") {
+TEST_CASE("HuggingFace import: the architecture decides a gated MLP; experts only in MoE families; wrong types are rejected") {
   const auto import_error = [](const std::string& text) {
     try {
       import_hf_config(parse_json_text(text, "config.json"), "config.json");
@@ -202,22 +202,33 @@ TEST_CASE("HuggingFace import: the architecture decides a gated MLP; MoE, MLA an
   CHECK(import_error("{\"model_type\":\"foo\"," + base + "}").find("config.json: model_type: value \"foo\" is not an "
                                                                    "architecture whose MLP Tessel knows (llama,") == 0);
   CHECK(import_error("{" + base + "}").find("config.json: missing required key model_type or architectures") == 0);
-  // Mixture of experts and multi-head latent attention: named key, value, and what is not modelled.
+  // Mixture-of-experts families import (tests/models/hf_moe_test.cpp has their exact counts). This one: 2 layers
+  // of attention 4 x 64^2 = 16384, two RMSNorms 128, 8 gated experts of 3 x 64 x 256 = 49152 and a router of
+  // 8 x 64 = 512: 410240 each; token table and untied head (MixtralConfig's default) 100 x 64 each, final norm
+  // 64: 2 x 410240 + 2 x 6400 + 64 = 833344.
+  const Model mixtral = import_hf_config(
+      parse_json_text("{\"model_type\":\"mixtral\",\"num_local_experts\":8,\"num_experts_per_tok\":2," + base + "}", "config.json"),
+      "config.json");
+  CHECK(mixtral.moe.experts == 8);
+  CHECK(mixtral.total_params() == 833344);
+  // What sizes the experts is required, as intermediate_size is; a class default would be a guess.
   CHECK(import_error("{\"model_type\":\"mixtral\",\"num_local_experts\":8," + base + "}") ==
-        "config.json: num_local_experts: value 8 describes a mixture of experts; Tessel models dense transformers only");
+        "config.json: missing required key num_experts_per_tok");
+  CHECK(import_error("{\"model_type\":\"deepseek_v3\"," + base + "}") == "config.json: missing required key n_routed_experts");
+  // Experts or latent attention in a family whose class has none: named key, value, and the families that do.
   CHECK(import_error("{\"model_type\":\"llama\",\"n_routed_experts\":256," + base + "}") ==
-        "config.json: n_routed_experts: value 256 describes a mixture of experts; Tessel models dense transformers only");
-  CHECK(import_error("{\"model_type\":\"qwen2_moe\",\"num_experts\":60," + base + "}") ==
-        "config.json: num_experts: value 60 describes a mixture of experts; Tessel models dense transformers only");
-  CHECK(import_error("{\"model_type\":\"deepseek_v3\"," + base + "}") ==
-        "config.json: model_type: value \"deepseek_v3\" is a mixture-of-experts architecture; Tessel models dense "
-        "transformers only");
+        "config.json: n_routed_experts: value 256 describes a mixture of experts, which the llama family does not have "
+        "(mixture-of-experts families: mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, olmoe)");
   CHECK(import_error("{\"model_type\":\"llama\",\"num_experts\":1," + base + "}").empty());  // one expert: dense
   CHECK(import_error("{\"model_type\":\"llama\",\"kv_lora_rank\":512," + base + "}") ==
-        "config.json: kv_lora_rank: value 512 describes multi-head latent attention; Tessel models multi-head and "
-        "grouped-query attention only");
-  CHECK(import_error("{\"model_type\":\"llama\",\"q_lora_rank\":1536," + base + "}").find("q_lora_rank: value 1536") !=
+        "config.json: kv_lora_rank: value 512 describes multi-head latent attention, which the llama family does not "
+        "have (it is DeepSeek's: deepseek_v2, deepseek_v3)");
+  CHECK(import_error("{\"model_type\":\"mixtral\",\"q_lora_rank\":1536," + base + "}").find("q_lora_rank: value 1536") !=
         std::string::npos);
+  // Mixture-of-experts architectures whose classes Tessel has not followed.
+  CHECK(import_error("{\"model_type\":\"dbrx\"," + base + "}") ==
+        "config.json: model_type: value \"dbrx\" is a mixture-of-experts architecture Tessel does not import (it "
+        "imports mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, gpt_oss, olmoe)");
   // Types: key, value and the expected type.
   CHECK(import_error("{\"model_type\":\"llama\",\"hidden_act\":123," + base + "}") ==
         "config.json: hidden_act: value 123 must be a string");

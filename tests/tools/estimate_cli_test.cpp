@@ -252,3 +252,20 @@ TEST_CASE("simulate --schedule-file: PyTorch's interleaved order with m not a mu
   CHECK(refused.code == 2);
   CHECK(refused.err.find("PyTorch's rule (mb-rule=torch) takes it") != std::string::npos);
 }
+
+TEST_CASE("one error prefix, and a suggestion for a near miss of a flag, verb, preset or schedule") {
+  // main adds "tessel VERB: error: " once; a message never repeats it (it read
+  // "tessel explore: error: tessel explore: unknown flag --sytem").
+  const auto flag = run_tessel({"explore", "--sytem", "dgx-a100"});
+  CHECK(flag.code == 2);
+  CHECK(flag.err.find("tessel explore: error: unknown flag --sytem; did you mean '--system'?") == 0);
+  CHECK(flag.err.find("tessel explore: error: tessel explore") == std::string::npos);
+  const auto verb = run_tessel({"estimte"});
+  CHECK(verb.code == 2);
+  CHECK(verb.err.find("unknown verb 'estimte'; did you mean 'estimate'?") != std::string::npos);
+  CHECK(run_tessel({"estimate", "--model", "gpt3-175"}).err.find("did you mean 'gpt3-175b'?") != std::string::npos);
+  CHECK(run_tessel({"estimate", "--system", "dgx-a10"}).err.find("did you mean 'dgx-a100'?") != std::string::npos);
+  const auto sched = run_tessel({"estimate", "--schedule", "interleavd"});
+  CHECK(sched.err.find("choose one of gpipe, 1f1b, interleaved") != std::string::npos);
+  CHECK(sched.err.find("did you mean 'interleaved'?") != std::string::npos);
+}

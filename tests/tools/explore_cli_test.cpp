@@ -252,3 +252,63 @@ TEST_CASE("validate --explore-rank: the table, the JSON, and validate's own step
   CHECK(des.err.find("--explore-rank ranks by explore's analytical tier; --engine des does not apply to it") != std::string::npos);
   std::filesystem::remove(rows);
 }
+
+TEST_CASE("explore --csv parses at one field count with layout strings that hold commas") {
+  // Llama 3 405B's layouts carry uneven splits written layers=1,2x62,1: unquoted they split into extra fields
+  // (18,129 of 19,991 rows did). Every row must have the header's field count once quotes are honoured.
+  const auto csv = std::filesystem::temp_directory_path() / ("explore_q_" + std::to_string(::getpid()) + ".csv");
+  auto r = run_tessel({"explore", "--model", "llama3-405b", "--system", "meta-h100", "--gpus", "16384", "--gbs", "2048",
+                       "--seq", "8192", "--no-simulate", "--top", "200", "--csv", csv.string()});
+  REQUIRE(r.code == 0);
+  std::ifstream in(csv);
+  std::string line, text;
+  std::size_t rows = 0, header_fields = 0, quoted = 0;
+  auto fields = [](const std::string& l) {  // RFC 4180 field count of one line
+    std::size_t n = 1;
+    bool q = false;
+    for (char c : l) {
+      if (c == '"') q = !q;
+      else if (c == ',' && !q) ++n;
+    }
+    return n;
+  };
+  while (std::getline(in, line)) {
+    if (rows == 0) header_fields = fields(line);
+    CHECK(fields(line) == header_fields);
+    quoted += line.find("\"tp") != std::string::npos;
+    ++rows;
+  }
+  CHECK(rows == 201);
+  CHECK(header_fields == 11);
+  CHECK(quoted > 0);  // some rows' layouts hold an uneven split's commas, and are quoted
+  std::filesystem::remove(csv);
+}
+
+TEST_CASE("explore --svg-best and --trace-best stay readable at 1,024 GPUs: one replica, identical ranks once") {
+  // GPT-3 175B on 1,024 A100s: the winner's SVG was 17 MB and 26,708 px tall (every data-parallel replica of
+  // stage 0 first), its trace 168 MB. One replica of pp 8 is 8 rows.
+  const auto dir = std::filesystem::temp_directory_path() / ("explore_best_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string svg = (dir / "best.svg").string(), tr = (dir / "best.json").string();
+  auto r = run_tessel({"explore", "--top", "3", "--svg-best", svg, "--trace-best", tr});
+  REQUIRE(r.code == 0);
+  CHECK(std::filesystem::file_size(svg) < 2'000'000);
+  CHECK(std::filesystem::file_size(tr) < 20'000'000);
+  const auto doc = nlohmann::json::parse(std::ifstream(tr));
+  std::set<int> pids;
+  for (const auto& e : doc["traceEvents"])
+    if (e.value("name", "") == "process_name") pids.insert(e["pid"].get<int>());
+  CHECK(pids.size() == static_cast<std::size_t>(doc["otherData"]["layout"]["pp"].get<int>()));
+  // --trace-ranks keeps the ranks named; a rank past the layout is an input error naming the flag.
+  auto some = run_tessel({"explore", "--top", "3", "--trace-best", tr, "--trace-ranks", "0"});
+  REQUIRE(some.code == 0);
+  std::set<int> one;
+  const auto doc_one = nlohmann::json::parse(std::ifstream(tr));
+  for (const auto& e : doc_one["traceEvents"])
+    if (e.value("name", "") == "process_name") one.insert(e["pid"].get<int>());
+  CHECK(one == std::set<int>{0});
+  auto bad = run_tessel({"explore", "--top", "3", "--trace-best", tr, "--trace-ranks", "0-5000"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--trace-ranks 0-5000") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
