@@ -277,4 +277,14 @@ Json estimate_to_json(const Estimate& e) {
   return j;
 }
 
+double stage_imbalance(const Estimate& e) {
+  double slowest = 0, sum = 0;
+  for (std::size_t s = 0; s < e.stage_f.size(); ++s) {
+    const double t = e.stage_f[s] + e.stage_i[s] + e.stage_w[s];
+    slowest = std::max(slowest, t);
+    sum += t;
+  }
+  return sum > 0 ? slowest * static_cast<double>(e.stage_f.size()) / sum - 1 : 0.0;
+}
+
 }  // namespace tessel

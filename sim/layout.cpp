@@ -84,16 +84,18 @@ std::string Layout::describe() const {
     os << "-block" << (recompute_layers > 0 ? std::to_string(recompute_layers) : "");
   if (sequence_parallel) os << " sp";
   if (zero_stage > 0) os << " zero" << zero_stage;
-  if (!stage_layers.empty()) {
-    // Run-length form: "layers=3,4x6,3" for 3,4,4,4,4,4,4,3.
-    os << " layers=";
-    for (std::size_t i = 0; i < stage_layers.size();) {
-      std::size_t j = i;
-      while (j < stage_layers.size() && stage_layers[j] == stage_layers[i]) ++j;
-      os << (i ? "," : "") << stage_layers[i];
-      if (j - i > 1) os << "x" << (j - i);
-      i = j;
-    }
+  if (!stage_layers.empty()) os << " layers=" << describe_stage_layers(stage_layers);
+  return os.str();
+}
+
+std::string describe_stage_layers(const std::vector<int>& stage_layers) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < stage_layers.size();) {
+    std::size_t j = i;
+    while (j < stage_layers.size() && stage_layers[j] == stage_layers[i]) ++j;
+    os << (i ? "," : "") << stage_layers[i];
+    if (j - i > 1) os << "x" << (j - i);
+    i = j;
   }
   return os.str();
 }

@@ -56,6 +56,9 @@ struct Layout {
   std::string describe() const;
 };
 
+// A split in run-length form, as describe() prints it after "layers=": "3,4x6,3" for 3,4,4,4,4,4,4,3.
+std::string describe_stage_layers(const std::vector<int>& stage_layers);
+
 // What the schedule generator takes for this layout: pp, its micro-batches, stages per rank and rule.
 sched::GenParams schedule_params(const Layout& l);
 
