@@ -44,6 +44,7 @@ struct ThreadOut {
   std::map<std::string, Rejection> rejected;
   double smallest_peak = 0;
   std::string smallest_peak_layout;
+  long long duplicates = 0;  // balanced splits that came out even: the enumeration's even layout already
 };
 
 // Counts a rejection under its rule; only the first of a rule keeps its message as the example, so a message
@@ -110,6 +111,7 @@ void score_range(const Model& m, const System& sys, int gpus, const std::vector<
       auto it = cache.find(key);
       if (it == cache.end()) it = cache.emplace(key, lower_layer(m, l, sys)).first;
       if (balanced && !resolve_balanced(m, sys, it->second, l, splits)) {
+        ++out.duplicates;
         if ((i - begin) % 256 == 255) done.fetch_add(256, std::memory_order_relaxed);
         continue;
       }
@@ -365,6 +367,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
   std::vector<Scored> fitting;
   std::map<std::string, Rejection> rejected;
   for (auto& o : outs) {
+    res.enumerated -= o.duplicates;  // distinct layouts: a balanced split that is the even one counts once
     fitting.insert(fitting.end(), o.fitting.begin(), o.fitting.end());
     for (auto& [rule, r] : o.rejected) {
       auto& agg = rejected[rule];

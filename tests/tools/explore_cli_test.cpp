@@ -191,12 +191,22 @@ TEST_CASE("explore: tp within a node, by default and with --max-tp-inside-node; 
   CHECK(none.err.find("--tp 16 does not divide --gpus 8") != std::string::npos);
 }
 
-// 96 GPUs for Llama-3 70B, batch 512: 96 = 2^5 * 3 and the factor 3 must go to pp (80 layers do not split)
-// or dp (512 does not divide). Every enumerated layout puts it in pp, so all are rejected by layer-split
-// first; the message must also say that tp8 pp4 dp3 breaks batch-divisibility alone.
+// 96 GPUs for Llama-3 70B, batch 512: 96 = 2^5 * 3 and the factor 3 must go to pp (80 layers do not split
+// evenly) or dp (512 does not divide). With the balanced splits every pp takes (the default), the factor 3
+// goes to pp and the best layout's split is uneven. Without them (--no-uneven) every enumerated layout is
+// rejected by layer-split first; the message must also say that tp8 pp4 dp3 breaks batch-divisibility alone.
 TEST_CASE("explore: when nothing fits, the rules to lift are named by the layouts that break only them") {
-  auto r = run_tessel({"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "96",
-                       "--gbs", "512"});
+  const std::vector<std::string> args = {"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100",
+                                         "--gpus", "96", "--gbs", "512"};
+  auto balanced = run_tessel(args);
+  CAPTURE(balanced.err);
+  REQUIRE(balanced.code == 0);
+  const std::string first_row = balanced.out.substr(balanced.out.find("\n1 "), 200);
+  CAPTURE(first_row);
+  CHECK(first_row.find(" layers=") != std::string::npos);
+  std::vector<std::string> even = args;
+  even.push_back("--no-uneven");
+  auto r = run_tessel(even);
   CAPTURE(r.err);
   CHECK(r.code == 2);
   CHECK(r.err.find("rejected by layer-split first") != std::string::npos);
@@ -311,4 +321,34 @@ TEST_CASE("explore --svg-best and --trace-best stay readable at 1,024 GPUs: one 
   CHECK(bad.code == 2);
   CHECK(bad.err.find("--trace-ranks 0-5000") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// One layout grammar: the layout string explore prints, given back to estimate --layout with the same model,
+// system, batch and sequence, is the same layout, so estimate's step time is explore's analytical one (the
+// same closed form on the same inputs: equal to rounding). Llama 3 70B at 96 GPUs: 80 layers over a pp with
+// the factor 3 (12 or 24 stages) have no even split, so the best row carries a balanced layers=... split.
+TEST_CASE("explore -> estimate --layout \"<the printed string>\" gives the same step time") {
+  const std::vector<std::string> common = {"--model", "llama3-70b", "--system", "dgx-h100", "--gbs", "512", "--seq", "8192"};
+  std::vector<std::string> ex = {"explore", "--no-simulate", "--gpus", "96", "--top", "1"};
+  ex.insert(ex.end(), common.begin(), common.end());
+  auto table = run_tessel(ex);
+  REQUIRE(table.code == 0);
+  ex.push_back("--json");
+  auto js = run_tessel(ex);
+  REQUIRE(js.code == 0);
+  const double explore_step = nlohmann::json::parse(js.out).at("top").at(0).at("step_s").get<double>();
+  // The table's first row: "1", the layout words, then the step, columns apart by two spaces or more.
+  const std::size_t row = table.out.find("\n1 ");
+  REQUIRE(row != std::string::npos);
+  std::string line = table.out.substr(row + 3, table.out.find('\n', row + 1) - row - 3);
+  line = line.substr(line.find_first_not_of(' '));
+  const std::string words = line.substr(0, line.find("  "));
+  CAPTURE(words);
+  CHECK(words.find(" layers=") != std::string::npos);
+  std::vector<std::string> est = {"estimate", "--json", "--layout", words};
+  est.insert(est.end(), common.begin(), common.end());
+  auto e = run_tessel(est);
+  CAPTURE(e.err);
+  REQUIRE(e.code == 0);
+  CHECK(nlohmann::json::parse(e.out).at("step_s").get<double>() == doctest::Approx(explore_step).epsilon(1e-12));
 }
