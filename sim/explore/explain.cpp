@@ -61,6 +61,38 @@ std::vector<std::pair<std::string, Layout>> memory_variants(const Layout& l) {
   return v;
 }
 
+// One stage of the split: its rank, layer range (with the embedding or the head), seconds per micro-batch
+// and its rank's memory.
+std::string stage_text(const Model& m, const Layout& l, const Estimate& e, int st) {
+  const int first = l.first_layer_of_stage(st, m.layers), n = l.layers_of_stage(st, m.layers);
+  const auto k = static_cast<std::size_t>(st);
+  const int rank = l.rank_of_stage(st);
+  std::string s = "stage " + std::to_string(st) + " (rank " + std::to_string(rank) + ") layers " +
+                  (n == 0 ? std::string("none") : std::to_string(first) + (n > 1 ? "-" + std::to_string(first + n - 1) : ""));
+  if (st == 0) s += " + embedding";
+  if (st == l.num_stages() - 1) s += " + head, loss";
+  return s + " " + secs(e.stage_f[k] + e.stage_i[k] + e.stage_w[k]) + ", rank memory " +
+         num(e.memory[static_cast<std::size_t>(rank)].total() / kGiB, 1) + " GiB";
+}
+
+// The split's balance: the first, the slowest and the last stage (the embedding and the head load the ends)
+// and the imbalance (stage_imbalance).
+void explain_stages(const Model& m, const Layout& l, const Estimate& e, std::ostringstream& os) {
+  const int stages = l.num_stages();
+  if (stages < 2) return;
+  int slowest = 0;
+  for (int st = 1; st < stages; ++st) {
+    const auto k = static_cast<std::size_t>(st), b = static_cast<std::size_t>(slowest);
+    if (e.stage_f[k] + e.stage_i[k] + e.stage_w[k] > e.stage_f[b] + e.stage_i[b] + e.stage_w[b]) slowest = st;
+  }
+  std::vector<int> split(static_cast<std::size_t>(stages));
+  for (int st = 0; st < stages; ++st) split[static_cast<std::size_t>(st)] = l.layers_of_stage(st, m.layers);
+  os << "  stages: layers=" << describe_stage_layers(split) << ", imbalance " << num(100 * stage_imbalance(e), 1)
+     << "% (the slowest stage over the mean)\n    first: " << stage_text(m, l, e, 0) << "\n";
+  if (slowest != 0 && slowest != stages - 1) os << "    slowest: " << stage_text(m, l, e, slowest) << "\n";
+  os << "    last: " << stage_text(m, l, e, stages - 1) << "\n";
+}
+
 }  // namespace
 
 std::string explain(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r) {
@@ -102,6 +134,7 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
   os << "  analytical step " << secs(e.step_s) << ": compute " << secs(e.compute_s) << ", bubble "
      << num(100 * e.bubble_fraction, 1) << "%, exposed TP " << secs(e.tp_exposed_s) << ", PP "
      << secs(e.pp_exposed_s) << ", DP " << secs(e.dp_exposed_s) << ", optimizer " << secs(e.optimizer_s) << "\n";
+  explain_stages(m, l, e, os);
   if (r.top.empty()) return os.str();
   const Scored& best = r.top.front();
   int rank = 0;
