@@ -214,7 +214,10 @@ void resolve_split(Layout& l, const SplitRequest& r, const Model& m, const Syste
     // A split must be chosen: the one asked for, or (no split for this stage count, layers that do not divide)
     // the time-balanced one. A layout broken otherwise keeps a placeholder: its own rule is the one to report.
     l.stage_layers = even_split(L, S);
-    if (L >= S - 2 && !layout_problem(l, m, 0)) l.stage_layers = balanced_split(m, l, sys, r.balance.value_or(Balance::time));
+    // The costs need a layout the cost model prices (its rules, the GPU's precision); else estimate names
+    // what is wrong with it.
+    if (L >= S - 2 && !layout_problem(l, m, 0) && sys.gpu.peak(l.precision) > 0)
+      l.stage_layers = balanced_split(m, l, sys, r.balance.value_or(Balance::time));
   } else if (l.stage_layers.size() != static_cast<std::size_t>(S)) {
     l.stage_layers.clear();  // a split of another stage count (pp or vpp given anew): the even split
   }

@@ -338,7 +338,7 @@ void assume_balanced_split(const Model& m, const System& sys, Candidate& c) {
   const int stages = l.num_stages();
   if (!l.stage_layers.empty() || stages < 2 || m.layers % stages == 0 || m.layers < stages - 2) return;
   l.stage_layers = even_split(m.layers, stages);
-  if (layout_problem(l, m, 0)) return;  // another rule breaks: estimate names it
+  if (layout_problem(l, m, 0) || sys.gpu.peak(l.precision) <= 0) return;  // estimate names what breaks
   l.stage_layers = balanced_split(m, l, sys, Balance::time);
   c.assumed.push_back("stage_layers=" + describe_stage_layers(l.stage_layers) + " (time-balanced)");
 }

@@ -217,3 +217,98 @@ TEST_CASE("partition: the exact optimum of every split of small models, against 
   CHECK(checked > 200);
   CHECK(infeasible > 20);
 }
+
+// sim/stage_split.hpp: Megatron-LM's rules (transformer_block.py get_num_layers_to_build), the even split,
+// and a request resolved onto a layout.
+#include "sim/stage_split.hpp"
+
+namespace {
+
+Layout pipeline(int pp, int vpp) {
+  Layout l;
+  l.pp = pp;
+  l.vpp = vpp;
+  l.schedule = vpp > 1 ? sched::Kind::interleaved : sched::Kind::one_f_one_b;
+  l.global_batch = 8 * pp;
+  l.precision = Precision::fp32;  // the cpu system's
+  return l;
+}
+
+std::string refusal(const SplitRequest& r, int layers, const Layout& l) {
+  try {
+    megatron_split(r, layers, l);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("stage_split: Megatron-LM's first/last stage counts and account-for flags, derived by hand") {
+  // 126 layers at pp 16 with --first-stage-layers 7 --last-stage-layers 7: 126 - 14 = 112 over the other 14
+  // ranks, 8 each: 7,8x14,7.
+  SplitRequest fl;
+  fl.first_stage_layers = 7;
+  fl.last_stage_layers = 7;
+  CHECK(megatron_split(fl, 126, pipeline(16, 1)) == runs({{7, 1}, {8, 14}, {7, 1}}));
+  // The same at vpp 2 (32 virtual stages): each rank's layers over its 2 chunks, stage s on rank s % 16:
+  // rank 0 and 15 hold 7 (not a multiple of 2): refused with Megatron's rule.
+  CHECK(refusal(fl, 126, pipeline(16, 2)).find("do not split over its vpp 2 chunks") != std::string::npos);
+  // Only the first: 10 layers, first 4 at pp 4 -> 6 over 3 ranks, 2 each: 4,2,2,2.
+  SplitRequest first;
+  first.first_stage_layers = 4;
+  CHECK(megatron_split(first, 10, pipeline(4, 1)) == std::vector<int>{4, 2, 2, 2});
+  // A remainder the other ranks cannot share: 10 - 3 = 7 over 3 ranks.
+  first.first_stage_layers = 3;
+  CHECK(refusal(first, 10, pipeline(4, 1)).find("not a multiple of 3") != std::string::npos);
+  // Account for embedding and loss: 30 layers + 2 = 32 over pp 4, 8 a rank; the first virtual stage and the
+  // last build one fewer: 7,8,8,7. At vpp 2: 4 a chunk, 3,4,4,4,4,4,4,3.
+  SplitRequest acc;
+  acc.account_for_embedding = acc.account_for_loss = true;
+  CHECK(megatron_split(acc, 30, pipeline(4, 1)) == std::vector<int>{7, 8, 8, 7});
+  CHECK(megatron_split(acc, 30, pipeline(4, 2)) == std::vector<int>{3, 4, 4, 4, 4, 4, 4, 3});
+  // 31 + 2 = 33 does not divide over 4.
+  CHECK(refusal(acc, 31, pipeline(4, 1)).find("do not divide over pp 4") != std::string::npos);
+  // Megatron refuses both ways at once.
+  acc.first_stage_layers = 7;
+  CHECK(refusal(acc, 30, pipeline(4, 1)).find("does not combine") != std::string::npos);
+}
+
+TEST_CASE("stage_split: the even split and a request resolved onto a layout") {
+  // 10 layers over 4 stages: 2 each and the 2 extra on the middle stages (from (4 - 2) / 2 = 1): 2,3,3,2.
+  CHECK(even_split(10, 4) == std::vector<int>{2, 3, 3, 2});
+  CHECK(even_split(8, 4) == std::vector<int>{2, 2, 2, 2});
+  const Model tiny = load_model("tiny");  // 8 layers
+  const System cpu = load_system("cpu");
+  // An explicit list; one that is even is stored as none (describe() prints no layers=).
+  Layout l = pipeline(2, 1);
+  SplitRequest r;
+  r.stage_layers = {3, 5};
+  resolve_split(l, r, tiny, cpu);
+  CHECK(l.stage_layers == std::vector<int>{3, 5});
+  r.stage_layers = {4, 4};
+  resolve_split(l, r, tiny, cpu);
+  CHECK(l.stage_layers.empty());
+  // A list of the wrong length or sum names the flag and the rule.
+  r.stage_layers = {3, 3};
+  CHECK_THROWS_WITH_AS(resolve_split(l, r, tiny, cpu), doctest::Contains("--stage-layers: the entries sum to 6, and the model has 8"),
+                       InputError);
+  // Two ways of splitting at once.
+  r.stage_layers = {3, 5};
+  r.balance = Balance::even;
+  CHECK_THROWS_WITH_AS(resolve_split(l, r, tiny, cpu), doctest::Contains("two ways of splitting"), InputError);
+  // No request and 8 layers over 3 stages: the time-balanced split, a middle stage at least as full as the
+  // ends (which carry the embedding and the head).
+  Layout three = pipeline(3, 1);
+  resolve_split(three, SplitRequest{}, tiny, cpu);
+  REQUIRE(three.stage_layers.size() == 3);
+  CHECK(three.stage_layers[0] + three.stage_layers[1] + three.stage_layers[2] == 8);
+  CHECK(three.stage_layers[1] >= std::max(three.stage_layers[0], three.stage_layers[2]));
+  // --balance even on the same: 2,3,3 is not possible (3 stages, 2 extra from (3 - 2) / 2 = 0): 3,3,2.
+  SplitRequest even;
+  even.balance = Balance::even;
+  resolve_split(three, even, tiny, cpu);
+  CHECK(three.stage_layers == std::vector<int>{3, 3, 2});
+  CHECK_THROWS_WITH_AS(parse_balance("fast", "--balance"), doctest::Contains("--balance fast: unknown balance"), InputError);
+}
