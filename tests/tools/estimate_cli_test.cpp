@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
@@ -268,4 +270,27 @@ TEST_CASE("one error prefix, and a suggestion for a near miss of a flag, verb, p
   const auto sched = run_tessel({"estimate", "--schedule", "interleavd"});
   CHECK(sched.err.find("choose one of gpipe, 1f1b, interleaved") != std::string::npos);
   CHECK(sched.err.find("did you mean 'interleaved'?") != std::string::npos);
+}
+
+// The split flags in simulate: tiny's 8 layers as 3 + 5 at pp 2. The trace names each rank's stages with
+// the layers they hold (rank 0: layers 0-2; rank 1: 3-7), which the SVG timeline shows as the lane's title.
+TEST_CASE("simulate --stage-layers: the engine plays the split, and the timeline names each stage's layers") {
+  const std::string svg = write_temp("split.svg", "");
+  auto r = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp", "2",
+                       "--dp", "1", "--gbs", "4", "--schedule", "1f1b", "--stage-layers", "3,5", "--svg", svg});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("tp1 pp2 dp1 mbs1 1f1b selective layers=3,5") != std::string::npos);
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("rank 0 (stage 0; layers 0-2)") != std::string::npos);
+  CHECK(text.find("rank 1 (stage 1; layers 3-7)") != std::string::npos);
+  // The even split is not written as layers= but still names the layers: 4 + 4.
+  auto even = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp", "2",
+                          "--dp", "1", "--gbs", "4", "--schedule", "1f1b", "--stage-layers", "4,4", "--svg", svg});
+  REQUIRE(even.code == 0);
+  CHECK(even.out.find("layers=") == std::string::npos);
+  std::ifstream in2(svg);
+  const std::string text2((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
+  CHECK(text2.find("rank 1 (stage 1; layers 4-7)") != std::string::npos);
 }
