@@ -294,3 +294,37 @@ TEST_CASE("simulate --stage-layers: the engine plays the split, and the timeline
   const std::string text2((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
   CHECK(text2.find("rank 1 (stage 1; layers 4-7)") != std::string::npos);
 }
+
+// A Megatron-LM argument file given as --model brings its split flags: 24 layers, pp 4 (flags), and
+// --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 5: the 16 left over 2 ranks, 8 each:
+// 3,8,8,5. An explicit --stage-layers overrides the file; the account-for flags count the embedding and the
+// loss as layers: 24 + 2 = 26 over pp 2, 13 a rank, the first and the last one fewer: 12,12.
+TEST_CASE("estimate --model <Megatron-LM argument file>: its pipeline split flags decide the split") {
+  const std::string shape = "--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                            "--max-position-embeddings 2048 --vocab-size 51200 ";
+  const std::string args = write_temp("meg_split.txt", shape + "--decoder-first-pipeline-num-layers 3 "
+                                                               "--decoder-last-pipeline-num-layers 5\n");
+  const std::vector<std::string> est = {"estimate", "--model", args, "--tp", "1", "--pp", "4", "--dp", "1", "--gbs", "8",
+                                        "--schedule", "1f1b"};
+  auto r = run_tessel(est);
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("layers=3,8x2,5") != std::string::npos);
+  std::vector<std::string> explicit_split = est;
+  explicit_split.insert(explicit_split.end(), {"--stage-layers", "6x4"});
+  auto e = run_tessel(explicit_split);
+  REQUIRE(e.code == 0);
+  CHECK(e.out.find("layers=") == std::string::npos);  // 6,6,6,6 is the even split
+  const std::string acc = write_temp("meg_acc.txt", shape + "--account-for-embedding-in-pipeline-split "
+                                                            "--account-for-loss-in-pipeline-split\n");
+  auto a = run_tessel({"estimate", "--model", acc, "--tp", "1", "--pp", "2", "--dp", "1", "--gbs", "8", "--schedule", "1f1b"});
+  CAPTURE(a.err);
+  REQUIRE(a.code == 0);
+  CHECK(a.out.find("layers=12x2") == std::string::npos);  // 12,12 is the even split: no layers= word
+  CHECK(a.out.find("tp1 pp2 dp1 mbs1 1f1b selective,") != std::string::npos);
+  // Megatron's rule: 24 + 2 = 26 does not divide over pp 4, named with the file and the flag.
+  auto bad = run_tessel({"estimate", "--model", acc, "--tp", "1", "--pp", "4", "--dp", "1", "--gbs", "8", "--schedule", "1f1b"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find(acc + ": --account-for-embedding-in-pipeline-split") != std::string::npos);
+  CHECK(bad.err.find("do not divide over pp 4") != std::string::npos);
+}
