@@ -107,7 +107,8 @@ struct Options {
 
 // tp_inside_node: tp up to the GPUs of one node (the default), else up to 64.
 Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_node = true);
-// All layouts of the space for this model, GPU count and global batch (dp derived).
+// All layouts of the space for this model, GPU count and global batch (dp derived). A layout whose split is
+// to be balanced holds the kBalancedSplit marker (is_balanced_marker), which run() resolves when it scores it.
 std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& space);
 Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt);
 
