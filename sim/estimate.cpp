@@ -161,11 +161,16 @@ void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double pea
   e.hw_tflops_per_gpu = hw_flops / e.step_s / gpus / 1e12;
   e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
   e.mfu = model_flops / e.step_s / gpus / peak;
+  // fwd + bwd = 3x the forward's attention core, over every layer of every micro-batch of the replicas.
+  const double attention_full = 3 * c.work.layer.flops_attention_f * m.layers * l.tp * l.cp * mb * l.dp;
+  const double causal_flops = model_flops - attention_full / 2;
+  e.model_tflops_per_gpu_causal = causal_flops / e.step_s / gpus / 1e12;
+  e.mfu_causal = causal_flops / e.step_s / gpus / peak;
   e.hfu = hw_flops / e.step_s / gpus / peak;
 }
 
 // Memory per pipeline rank: the state the step costs give, and the activations the schedule keeps in flight.
-void memory(Estimate& e, const StepCosts& c, double capacity) {
+void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroom) {
   const Layout& l = c.work.layout;
   const RankSums& rs = c.ranks;
   const double mb = e.microbatches;
@@ -194,7 +199,8 @@ void memory(Estimate& e, const StepCosts& c, double capacity) {
       e.peak_rank = r;
     }
   }
-  e.fits = e.peak_memory_bytes <= e.capacity_bytes;
+  e.min_headroom_bytes = min_headroom;
+  e.fits = e.peak_memory_bytes + min_headroom <= e.capacity_bytes;
 }
 
 }  // namespace
@@ -228,7 +234,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.pipeline_s = pipe;
   e.bubble_fraction = l.pp > 1 ? std::max(0.0, (pipe - e.busy_s - e.pp_exposed_s) / e.step_s) : 0.0;
   rates(e, c, m, gpus, sys.gpu.peak(l.precision));
-  memory(e, c, sys.gpu.memory_bytes);
+  memory(e, c, sys.gpu.memory_bytes, sys.min_headroom_bytes);
   for (const auto& st : c.work.stages) {
     e.stage_f.push_back(st.f);
     e.stage_i.push_back(st.i);
@@ -254,6 +260,9 @@ Json estimate_to_json(const Estimate& e) {
   j["model_tflops_per_gpu"] = e.model_tflops_per_gpu;
   j["hw_tflops_per_gpu"] = e.hw_tflops_per_gpu;
   j["mfu"] = e.mfu;
+  j["mfu_causal"] = e.mfu_causal;
+  j["model_tflops_per_gpu_causal"] = e.model_tflops_per_gpu_causal;
+  j["flop_convention"] = "model FLOPs count attention full (non-causal), as Megatron-LM and PaLM; *_causal count half of QK^T and AV";
   j["hfu"] = e.hfu;
   j["bubble_fraction"] = e.bubble_fraction;
   j["compute_s"] = e.compute_s;
@@ -273,6 +282,7 @@ Json estimate_to_json(const Estimate& e) {
   j["peak_memory_GiB"] = e.peak_memory_bytes / kGiB;
   j["peak_rank"] = e.peak_rank;
   j["capacity_GiB"] = e.capacity_bytes / kGiB;
+  j["min_headroom_GiB"] = e.min_headroom_bytes / kGiB;
   j["fits"] = e.fits;
   return j;
 }

@@ -25,6 +25,9 @@ struct Estimate {
   double model_tflops_per_gpu = 0;
   double hw_tflops_per_gpu = 0;
   double mfu = 0, hfu = 0;          // fractions of the GPU's peak in the layout's precision
+  // Model FLOPs count the attention core full (non-causal), as Megatron-LM (Narayanan eq. 3) and PaLM do; a
+  // causal model computes half of its QK^T and AV. The _causal rates count that half only.
+  double model_tflops_per_gpu_causal = 0, mfu_causal = 0;
   double bubble_fraction = 0;       // idle share of the step on the busiest pipeline rank (not computing,
                                     // not waiting on a transfer)
   double pipeline_s = 0;            // the pipeline's span: busiest rank's work, idle time, exposed transfers
@@ -43,7 +46,8 @@ struct Estimate {
   double peak_memory_bytes = 0;
   int peak_rank = 0;
   double capacity_bytes = 0;        // GPU memory
-  bool fits = true;
+  double min_headroom_bytes = 0;    // the margin asked for (System::min_headroom_bytes)
+  bool fits = true;                 // peak + min_headroom <= capacity
   std::vector<double> stage_f, stage_i, stage_w;  // seconds per micro-batch per stage (for the simulator)
 };
 

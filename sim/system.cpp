@@ -52,6 +52,7 @@ System parse_system(const Json& j, const std::string& where) {
   o.ignore("notes");
   s.max_gpus = static_cast<int>(o.opt_integer("max_gpus", 1, 1 << 22).value_or(1 << 20));
   s.memory_reserved_bytes = o.number("memory_reserved_GiB", 0, 1e4) * kGiB;
+  s.min_headroom_bytes = o.opt_number("min_headroom_GiB", 0, 1e4).value_or(0) * kGiB;
   {
     JsonObject g = o.object("gpu");
     s.gpu.name = g.string("name");
@@ -138,6 +139,7 @@ Json system_to_json(const System& s) {
   Json j;
   j["name"] = s.name;
   j["memory_reserved_GiB"] = s.memory_reserved_bytes / kGiB;
+  if (s.min_headroom_bytes > 0) j["min_headroom_GiB"] = s.min_headroom_bytes / kGiB;
   j["max_gpus"] = s.max_gpus;
   j["gpu"] = g;
   j["node"] = {{"gpus_per_node", s.node.gpus_per_node}, {"intra_GBps", s.node.intra_bw_Bps / kGB},
@@ -188,6 +190,8 @@ std::optional<std::string> system_preset_for_gpu(const std::string& gpu) {
   if (gpu.find("H100") != std::string::npos) return "dgx-h100";
   if (gpu.find("H800") != std::string::npos) return "h800";
   if (gpu.find("H200") != std::string::npos) return "dgx-h200";
+  if (gpu.find("GB200") != std::string::npos) return "gb200";  // before B200, which it contains
+  if (gpu.find("B200") != std::string::npos) return "dgx-b200";
   return std::nullopt;
 }
 

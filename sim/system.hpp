@@ -88,6 +88,10 @@ struct System {
   NodeSpec node;
   NetworkSpec net;
   double memory_reserved_bytes = 0;  // CUDA context, NCCL buffers, allocator fragmentation allowance
+  // A planning margin kept free beyond the predicted peak (--min-headroom, "min_headroom_GiB"): a layout fits
+  // when peak + this <= capacity. Unlike the reserve it is not part of the peak; it is what the user asks to
+  // keep spare against the model's error and allocator behaviour it does not see.
+  double min_headroom_bytes = 0;
   int max_gpus = 1 << 20;            // largest cluster this preset may describe
   std::optional<ReliabilitySpec> reliability;
   std::optional<StorageSpec> storage;

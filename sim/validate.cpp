@@ -41,6 +41,10 @@ Model model_of(const Json& row, const std::string& where, std::vector<std::strin
   const Json& mj = row.at("model");
   Model m;
   m.name = str_field(mj, "name", where + ".model", "row model");
+  // A mixture of experts read as the dense model of its other keys would be a silently wrong prediction.
+  if (!is_null(mj, "experts") && mj.at("experts").is_number() && mj.at("experts").get<double>() > 1)
+    throw RowSkip{"model: a mixture of experts (" + json_brief(mj.at("experts")) +
+                  " routed experts); the cost model does not price expert layers yet"};
   if (is_null(mj, "layers") || is_null(mj, "hidden") || is_null(mj, "heads")) {
     // A row that names a known model without its shape ("LLAMA2-7B") takes the preset's shape.
     auto norm = [](std::string x) {
@@ -316,7 +320,20 @@ std::variant<MappedRow, SkippedRow> map_row(const Json& row, const std::string& 
     if (!hw.contains("gpu") || !hw.at("gpu").is_string()) throw InputError(rw + ".hardware.gpu: must be a string");
     MappedRow out;
     out.id = id;
-    out.system = system_override ? *system_override : load_system(system_for_gpu(hw.at("gpu").get<std::string>(), id));
+    if (system_override) {
+      out.system = *system_override;
+    } else {
+      // A GPU without a preset is the row's limit, not the file's: the row is listed under skipped with the
+      // presets there are, and the other rows are still predicted.
+      const std::string gpu = hw.at("gpu").get<std::string>();
+      const auto preset = system_preset_for_gpu(gpu);
+      if (!preset) {
+        std::string list;
+        for (const auto& n : system_preset_names()) list += (list.empty() ? "" : ", ") + n;
+        throw RowSkip{"hardware.gpu \"" + gpu + "\" matches no system preset (known: " + list + ")"};
+      }
+      out.system = load_system(*preset);
+    }
     if (is_null(hw, "gpu_count")) throw RowSkip{"hardware.gpu_count is not given"};
     out.gpus = int_field(hw, "gpu_count", rw + ".hardware");
     out.model = model_of(row, rw, out.notes);

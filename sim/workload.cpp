@@ -206,6 +206,7 @@ void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
     lw.t_i += op.t_i;
     lw.t_w += op.t_w;
     if (op.cls == OpClass::gemm || op.cls == OpClass::attention) lw.flops_model_f += op.flops_f;
+    if (op.attention_core && (op.cls == OpClass::gemm || op.cls == OpClass::attention)) lw.flops_attention_f += op.flops_f;
   }
   // Recompute work per recomputed layer: the whole forward with its TP collectives (full), or the attention
   // core only (selective; Korthikanti et al. Sec. 4.2). Under flash attention too: Megatron-core checkpoints

@@ -30,6 +30,7 @@ struct LayerWork {
   double cp_kv_bytes = 0;              // CP: one K and V chunk, passed cp-1 times forward and twice that backward
   double t_recompute = 0;              // added to backward by the layout's recompute policy (per recomputed layer)
   double flops_model_f = 0;            // model FLOPs of the forward (Narayanan eq. 3 counts GEMMs only)
+  double flops_attention_f = 0;        // of that, the attention core's QK^T and AV, counted full (non-causal)
   double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)
   double act_bytes = 0;                // activations kept per micro-batch under the recompute policy
   double act_bytes_unfused_full = 0;   // Korthikanti Table 2 value without recompute, for reports

@@ -181,6 +181,7 @@ int estimate(const Args& args) {
       {"MFU / HFU", fmt::pct(e.mfu) + " / " + fmt::pct(e.hfu) + " of " +
                         fmt::fixed(s.system.gpu.peak(s.layout.precision) / 1e12, s.system.gpu.peak(s.layout.precision) < 100e12 ? 1 : 0) + " TFLOP/s (" +
                         to_string(s.layout.precision) + " peak)"},
+      {"MFU, attention counted causal", fmt::pct(e.mfu_causal) + " (above: full, as Megatron-LM and PaLM count it)"},
       {"pipeline bubble (idle)", fmt::pct(e.bubble_fraction)},
       {"compute (busiest rank)", fmt::seconds(e.compute_s)},
       {"TP comm (exposed)", fmt::seconds(e.tp_comm_s) + " (" + fmt::seconds(e.tp_exposed_s) + ")"},
@@ -202,7 +203,9 @@ int estimate(const Args& args) {
                    fmt::gib(m.total()), fmt::pct(m.total() / e.capacity_bytes)});
   std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
   std::cout << "peak " << fmt::gib(e.peak_memory_bytes) << " on pipeline rank " << e.peak_rank << " of "
-            << fmt::gib(e.capacity_bytes) << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+            << fmt::gib(e.capacity_bytes)
+            << (e.min_headroom_bytes > 0 ? " with " + fmt::gib(e.min_headroom_bytes) + " kept free" : std::string())
+            << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
   print_stages(s, e);
   if (plan) print_time_to_train(cl, *job, *plan, mc ? &*mc : nullptr);
   return 0;

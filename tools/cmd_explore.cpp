@@ -21,6 +21,7 @@
 #include "util/csv.hpp"
 #include "util/units.hpp"
 #include "tools/goodput_args.hpp"
+#include "tools/system_args.hpp"
 
 namespace tessel::cmd {
 
@@ -112,7 +113,8 @@ void print_rows(const std::vector<explore::Scored>& rows) {
 // What the columns are, one definition for both tiers (docs/explore.md says the same).
 void print_legend() {
   std::cout << "model TFLOP/s/GPU and MFU count the model's forward and backward FLOPs (no recompute: estimate's "
-               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU, Narayanan eq. 3 (full recompute)' counts a full recompute's forward too).\n"
+               "'model TFLOP/s/GPU'; its 'TFLOP/s/GPU, Narayanan eq. 3 (full recompute)' counts a full recompute's forward too), "
+               "attention counted full (non-causal) as Megatron-LM and PaLM do; --json's mfu_causal counts half of it.\n"
                "* of the busiest pipeline rank (the most busy time), in either tier: bubble is its idle share of the "
                "step; exposed comm the pipeline and data-parallel communication it waits on, not hidden behind its "
                "compute (TP and CP collectives block the compute stream: they are busy time).\n";
@@ -244,6 +246,7 @@ int explore(const Args& args) {
   std::vector<cli::OptionSpec> options = {
        {"--model", true, "model preset or JSON file [gpt3-175b]"},
        {"--system", true, "system preset or JSON file [dgx-a100]"},
+       {"--min-headroom", true, cli::kMinHeadroomHelp},
        {"--gpus", true, "number of GPUs [1024]"},
        {"--gbs", true, "global batch size in sequences [1536]"},
        {"--seq", true, "sequence length (overrides the model's)"},
@@ -277,7 +280,7 @@ int explore(const Args& args) {
   cli::CommandLine cl("explore", args, options, 0);
   if (cl.print_help()) return 0;
   Model m = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
-  const System sys = load_system(cl.get_or("--system", "dgx-a100"));
+  const System sys = cli::read_system(cl, "dgx-a100");
   const int gpus = static_cast<int>(cl.get_int("--gpus", 1, sys.max_gpus).value_or(1024));
   const int gbs = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
   if (cl.has("--allow-tp-across-nodes") && cl.has("--max-tp-inside-node"))
@@ -309,7 +312,8 @@ int explore(const Args& args) {
 
   if (auto e = cl.get("--explain")) {
     const Layout l = parse_layout_words(*e, gbs);
-    std::cout << explore::explain(m, sys, gpus, l, r);
+    if (json) std::cout << explore::explain_json(m, sys, gpus, l, r).dump(2) << "\n";
+    else std::cout << explore::explain(m, sys, gpus, l, r);
     return 0;
   }
   if (r.top.empty())

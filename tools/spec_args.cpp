@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "sim/layout_words.hpp"
+#include "tools/system_args.hpp"
 #include "util/error.hpp"
 
 namespace tessel::cli {
@@ -11,6 +12,7 @@ std::vector<OptionSpec> spec_options() {
   std::vector<OptionSpec> o = {
       {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
       {"--system", true, "system preset or JSON file [dgx-a100]"},
+      {"--min-headroom", true, kMinHeadroomHelp},
       {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024 capped at the system's max_gpus]"},
       {"--layout", true, "a layout as explore prints it (\"tp8 pp16 dp8 vpp2 mbs1 interleaved layers=...\") or a layout "
                          "JSON file (docs/layout.md); the flags below override its fields"},
@@ -181,7 +183,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
   Specs s;
   const std::string model_arg = cl.get_or("--model", "gpt3-175b");
   s.model = load_model(model_arg, cl.get_int("--seq", 1, 1 << 24));
-  s.system = load_system(cl.get_or("--system", "dgx-a100"));
+  s.system = read_system(cl, "dgx-a100");
   const std::optional<Layout> given = layout_argument(cl, 1536);
   Layout& l = s.layout;
   if (given) l = *given;

@@ -167,8 +167,9 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
 }  // namespace
 
 std::string memory_message(const Estimate& e) {
-  return "needs " + gib(e.peak_memory_bytes) + " GiB on pipeline rank " + std::to_string(e.peak_rank) + " of " +
-         gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
+  const std::string margin = e.min_headroom_bytes > 0 ? " + " + gib(e.min_headroom_bytes) + " GiB headroom" : "";
+  return "needs " + gib(e.peak_memory_bytes) + " GiB" + margin + " on pipeline rank " + std::to_string(e.peak_rank) +
+         " of " + gib(e.capacity_bytes) + " GiB (" + e.layout.describe() + ")";
 }
 
 Scored scored_of(const Estimate& e) {
@@ -178,6 +179,7 @@ Scored scored_of(const Estimate& e) {
   s.tokens_per_s = e.tokens_per_s;
   s.tflops_per_gpu = e.model_tflops_per_gpu;
   s.mfu = e.mfu;
+  s.mfu_causal = e.mfu_causal;
   s.bubble = e.bubble_fraction;
   s.imbalance = stage_imbalance(e);
   // One definition for both tiers: the pipeline and data-parallel communication the busiest rank waits on.
@@ -338,14 +340,12 @@ std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int
   return out;
 }
 
-Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
-  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
-  TESSEL_CHECK(opt.objective == Objective::step || opt.job, "the time-to-train objective without a job");
-  const auto ranks_before = [&opt](const Scored& a, const Scored& b) { return better_by(a, b, opt.objective); };
-  const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
-  Result res;
-  res.enumerated = static_cast<long long>(layouts.size());
-  const int threads = std::max(1, opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
+namespace {
+
+// The analytical tier: every layout scored on every core; what fits comes back, what does not is counted per
+// rule in res (with the smallest peak seen).
+std::vector<Scored> analytical_tier(const Model& m, const System& sys, int gpus, const std::vector<Layout>& layouts,
+                                    int threads, const Options& opt, Result& res) {
   std::vector<ThreadOut> outs(threads);
   std::atomic<std::size_t> done{0};
   {
@@ -385,6 +385,20 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
   for (auto& [rule, r] : rejected) res.rejected.push_back(r);
   std::sort(res.rejected.begin(), res.rejected.end(),
             [](const Rejection& a, const Rejection& b) { return a.count != b.count ? a.count > b.count : a.rule < b.rule; });
+  return fitting;
+}
+
+}  // namespace
+
+Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
+  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
+  TESSEL_CHECK(opt.objective == Objective::step || opt.job, "the time-to-train objective without a job");
+  const auto ranks_before = [&opt](const Scored& a, const Scored& b) { return better_by(a, b, opt.objective); };
+  const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);
+  Result res;
+  res.enumerated = static_cast<long long>(layouts.size());
+  const int threads = std::max(1, opt.threads > 0 ? opt.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<Scored> fitting = analytical_tier(m, sys, gpus, layouts, threads, opt, res);
   res.scored = static_cast<long long>(fitting.size());
   std::sort(fitting.begin(), fitting.end(), ranks_before);
   res.pareto = pareto_front(fitting);
@@ -491,6 +505,7 @@ Json scored_to_json(const Scored& s) {
   j["tokens_per_s"] = s.tokens_per_s * s.analytical_step_s / s.step_s;
   j["model_tflops_per_gpu"] = s.tflops_per_gpu * s.analytical_step_s / s.step_s;
   j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
+  j["mfu_causal"] = s.mfu_causal * s.analytical_step_s / s.step_s;
   j["bubble_fraction"] = s.bubble;
   j["imbalance"] = s.imbalance;
   j["exposed_comm_s"] = s.exposed_comm_s;

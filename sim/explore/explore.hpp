@@ -44,7 +44,8 @@ struct Scored {
   double analytical_step_s = 0;
   double tokens_per_s = 0;
   double tflops_per_gpu = 0;    // model TFLOP/s per GPU
-  double mfu = 0;
+  double mfu = 0;               // attention counted full (Megatron-LM, PaLM)
+  double mfu_causal = 0;        // attention counted causal (half of QK^T and AV)
   double bubble = 0;
   double imbalance = 0;         // stage_imbalance (sim/estimate.hpp): the slowest stage over the mean, less 1
   double exposed_comm_s = 0;    // PP + DP communication the busiest rank waits on (TP, CP: inside busy time)
@@ -162,6 +163,10 @@ bool better_by(const Scored& a, const Scored& b, Objective objective);
 
 // Why a layout ranks where it does or was rejected, and what would make it fit (text, several lines).
 std::string explain(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);
+// The same explanation as data (`explore --explain L --json`): verdict (rejected | fits | ranked | below_top),
+// the rejection's rule and message with single changes that would fit, memory terms, the step's terms, the rank
+// and the best layout's terms beside them.
+Json explain_json(const Model& m, const System& sys, int gpus, const Layout& l, const Result& r);
 
 Json scored_to_json(const Scored& s);
 Json result_to_json(const Result& r);

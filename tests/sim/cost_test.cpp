@@ -151,6 +151,15 @@ TEST_CASE("FLOP conventions: Narayanan eq. 3 and Korthikanti eq. 7") {
   CHECK(e.model_tflops_per_gpu * 1e12 * e.step_s * 1024 == doctest::Approx(eq7).epsilon(kTight));
   // Full recompute: hardware FLOPs = model + one more forward of the layers = eq. 3's layer term.
   CHECK(e.hfu > e.mfu);
+  // Causal convention: eq. 7's attention term is 72 B L s h^2 * s/(6h) = 12 B L s^2 h (QK^T and AV, forward and
+  // backward, counted full); a causal model computes half of it.
+  const double attention = 12 * B * L * s * s * h;
+  CHECK(e.model_tflops_per_gpu_causal * 1e12 * e.step_s * 1024 == doctest::Approx(eq7 - attention / 2).epsilon(kTight));
+  CHECK(e.mfu_causal / e.mfu == doctest::Approx((eq7 - attention / 2) / eq7).epsilon(kTight));
+  // The same under flash attention, which prices half the work but counts the model's FLOPs alike.
+  l.attention = AttentionImpl::flash;
+  const Estimate f = estimate(m, l, sys);
+  CHECK(f.model_tflops_per_gpu_causal * 1e12 * f.step_s * 1024 == doctest::Approx(eq7 - attention / 2).epsilon(kTight));
 }
 
 TEST_CASE("pipeline closed forms with uniform stages") {

@@ -138,6 +138,21 @@ TEST_CASE("system presets load and bad system files are rejected") {
   CHECK(err == "s.json: gpu.efficiency.gemm: missing required key");
 }
 
+// Blackwell: the published rows name "NVIDIA B200 (DGX-B200)" and "NVIDIA GB200 (DGX-GB200)"; GB200's name holds
+// "B200", so the mapping must test it first. An NVL72 rack is one NVLink domain: 72 GPUs a node.
+TEST_CASE("Blackwell presets: datasheet peaks, the NVL72 domain, and the GPU names of published rows") {
+  CHECK(system_preset_for_gpu("NVIDIA B200 (DGX-B200)") == "dgx-b200");
+  CHECK(system_preset_for_gpu("NVIDIA GB200 (DGX-GB200)") == "gb200");
+  const System b200 = load_system("dgx-b200"), gb200 = load_system("gb200");
+  CHECK(b200.gpu.peak(Precision::bf16) == doctest::Approx(2250e12));  // HGX B200 at 1,000 W, dense
+  CHECK(gb200.gpu.peak(Precision::bf16) == doctest::Approx(2500e12)); // GB200 at 1,200 W, dense
+  CHECK(gb200.gpu.peak(Precision::fp8) == doctest::Approx(2 * gb200.gpu.peak(Precision::bf16)));
+  CHECK(b200.node.gpus_per_node == 8);
+  CHECK(gb200.node.gpus_per_node == 72);
+  // NVLink 5: 1.8 TB/s bidirectional per GPU, 900 GB/s each way, twice NVLink 4's 450.
+  CHECK(gb200.node.intra_bw_Bps == doctest::Approx(2 * load_system("dgx-h100").node.intra_bw_Bps));
+}
+
 // The schedule generators' own rules are layout rules (sim/schedule/rules.hpp): a layout that passes
 // check_layout is one simulate can build a schedule for. Before, tp2 pp14 dp8 zb1p with m = 1536/8 = 192
 // passed (estimate priced it) and the zb1p generator refused it (rounds max(1, 192 // 14) = 13, 192 mod 13 = 10).

@@ -37,6 +37,33 @@ TEST_CASE("validate: inline rows, GPU mapping, nulls chosen and listed") {
   CHECK(err.find("expected a JSON array of rows") != std::string::npos);
 }
 
+// A row the model cannot predict is the row's limit, not the file's: a GPU without a preset and a mixture of
+// experts are listed under skipped with the reason, and the rows beside them are still predicted.
+TEST_CASE("validate: a row with an unknown GPU or a mixture of experts is skipped with its reason") {
+  const std::string row = R"({"id":"ID","model":{"layers":24,"hidden":2304,"heads":24,"ffn":null,"vocab":51200,
+    "seq_len":2048EXTRA},"hardware":{"gpu":"GPU","gpu_count":64},
+    "layout":{"tp":8,"pp":1,"dp":8,"cp":1,"ep":1,"vpp":1,"micro_batch":1,"global_batch":512,
+    "num_microbatches":null,"schedule":"none","recompute":"full","sequence_parallel":false,"zero_stage":0,
+    "precision":"fp16_or_bf16"},"measured":{"iteration_time_s":1.0}})";
+  const auto make = [&](const std::string& id, const std::string& gpu, const std::string& extra) {
+    std::string r = row;
+    r.replace(r.find("ID"), 2, id);
+    r.replace(r.find("GPU"), 3, gpu);
+    r.replace(r.find("EXTRA"), 5, extra);
+    return r;
+  };
+  const std::string text = "[" + make("a100", "NVIDIA A100 80GB", "") + "," + make("b200", "NVIDIA B100", "") + "," +
+                           make("moe", "NVIDIA A100 80GB", ",\"experts\":8,\"experts_per_token\":2") + "]";
+  const ValidationResult r = validate_rows(parse_json_text(text, "rows.json"), "rows.json");
+  REQUIRE(r.rows.size() == 1);
+  CHECK(r.rows[0].id == "a100");
+  REQUIRE(r.skipped.size() == 2);
+  CHECK(r.skipped[0].id == "b200");
+  CHECK(r.skipped[0].reason.rfind("hardware.gpu \"NVIDIA B100\" matches no system preset (known: ", 0) == 0);
+  CHECK(r.skipped[1].id == "moe");
+  CHECK(r.skipped[1].reason == "model: a mixture of experts (8 routed experts); the cost model does not price expert layers yet");
+}
+
 TEST_CASE("validate: a measured value that is not a positive number is rejected, naming file, row and field") {
   // Errors are relative to the measured value: -5, 0 or a string cannot be compared and must not vanish from
   // the report. null means not measured; keys Tessel does not predict (notes) are not checked.

@@ -74,6 +74,82 @@ TEST_CASE("explore --explain") {
   CHECK(split.out.find("layers=11,12x6,13") != std::string::npos);
 }
 
+// --explain --json carries what the text says, as data: the verdict, memory terms, the alternatives that fit, and
+// the standing against the best. Each expectation follows from the others in the same document.
+TEST_CASE("explore --explain --json") {
+  auto big = run_tessel({"explore", "--no-simulate", "--json", "--explain", "tp1 pp2 dp512 mbs1 1f1b"});
+  REQUIRE(big.code == 0);
+  const auto rej = nlohmann::json::parse(big.out);
+  CHECK(rej["verdict"] == "rejected");
+  CHECK(rej["rejected"]["rule"] == "memory");
+  // Rejected for memory: the peak exceeds the capacity, and ZeRO-3 is among the single changes tried.
+  CHECK(rej["memory"]["peak_GiB"].get<double>() > rej["memory"]["capacity_GiB"].get<double>());
+  bool zero3 = false;
+  for (const auto& a : rej["alternatives"]) {
+    if (a["change"] == "zero 3") zero3 = true;
+    // An alternative that fits has a step time, and one that does not has none.
+    CHECK(a.contains("step_s") == a["fits"].get<bool>());
+  }
+  CHECK(zero3);
+
+  auto top = run_tessel({"explore", "--no-simulate", "--json", "--top", "3"});
+  REQUIRE(top.code == 0);
+  const std::string best = nlohmann::json::parse(top.out)["top"][0]["describe"].get<std::string>();
+  auto first = run_tessel({"explore", "--no-simulate", "--json", "--top", "3", "--explain", best});
+  REQUIRE(first.code == 0);
+  const auto one = nlohmann::json::parse(first.out);
+  CHECK(one["verdict"] == "ranked");
+  CHECK(one["rank"] == 1);
+  CHECK(one["tier"] == "analytical");
+  CHECK_FALSE(one.contains("best"));  // it is the best
+
+  auto slow = run_tessel({"explore", "--no-simulate", "--json", "--explain", "tp8 pp8 dp16 mbs1 1f1b sp zero1"});
+  REQUIRE(slow.code == 0);
+  const auto s = nlohmann::json::parse(slow.out);
+  CHECK(s["verdict"] == "below_top");
+  CHECK(s["rank"] == 0);
+  // Without the simulated tier the best's score is its analytical step, so the percentage is the two steps' ratio.
+  const double ratio = s["step"]["step_s"].get<double>() / s["best"]["step_s"].get<double>();
+  CHECK(s["slower_than_best_percent"].get<double>() == doctest::Approx(100 * (ratio - 1)).epsilon(1e-9));
+  // Explore's exposed-comm column: pipeline plus data-parallel waits, TP/CP listed on their own.
+  CHECK(s["step"]["exposed_comm_s"].get<double>() ==
+        doctest::Approx(s["step"]["pp_exposed_s"].get<double>() + s["step"]["dp_exposed_s"].get<double>()));
+  auto text = run_tessel({"explore", "--no-simulate", "--explain", "tp8 pp8 dp16 mbs1 1f1b sp zero1"});
+  char pct[32];
+  std::snprintf(pct, sizeof pct, "%.1f%% slower", s["slower_than_best_percent"].get<double>());
+  CHECK(text.out.find(pct) != std::string::npos);
+}
+
+// --min-headroom keeps a margin free: every row then has at least that much headroom, the rows that had less
+// are gone (Llama 3 70B's best on 512 H100 keeps 0.2 GiB), and estimate calls the same layout too large.
+TEST_CASE("explore and estimate --min-headroom") {
+  const std::vector<std::string> job = {"explore", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "512",
+                                        "--gbs", "1024", "--seq", "8192", "--no-simulate", "--json", "--top", "20"};
+  auto plain = run_tessel(job);
+  REQUIRE(plain.code == 0);
+  const auto p = nlohmann::json::parse(plain.out);
+  const double tight = p["top"][0]["headroom_GiB"].get<double>();
+  REQUIRE(tight < 8);  // the case is only a test if the unconstrained best keeps less than the margin
+  std::vector<std::string> with = job;
+  with.insert(with.end(), {"--min-headroom", "8"});
+  auto kept = run_tessel(with);
+  REQUIRE(kept.code == 0);
+  const auto k = nlohmann::json::parse(kept.out);
+  REQUIRE(!k["top"].empty());
+  for (const auto& row : k["top"]) CHECK(row["headroom_GiB"].get<double>() >= 8.0);
+  CHECK(k["counts"]["scored"].get<long long>() < p["counts"]["scored"].get<long long>());
+  const std::string best = p["top"][0]["describe"].get<std::string>();
+  auto explain = run_tessel({"explore", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "512", "--gbs", "1024",
+                             "--seq", "8192", "--no-simulate", "--json", "--min-headroom", "8", "--explain", best});
+  REQUIRE(explain.code == 0);
+  const auto e = nlohmann::json::parse(explain.out);
+  CHECK(e["verdict"] == "rejected");
+  CHECK(e["rejected"]["message"].get<std::string>().find(" + 8.0 GiB headroom of 80.0 GiB") != std::string::npos);
+  auto bad = run_tessel({"explore", "--min-headroom", "-1"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--min-headroom") != std::string::npos);
+}
+
 // Full recompute's method and layer count are part of a layout's name: explore enumerates both methods, and
 // two rows named alike were two layouts 14% apart; --explain reads each name back to its own layout.
 TEST_CASE("explore names full recompute's method, and --explain reads the name back") {
