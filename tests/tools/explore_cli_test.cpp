@@ -428,3 +428,30 @@ TEST_CASE("explore -> estimate --layout \"<the printed string>\" gives the same 
   REQUIRE(e.code == 0);
   CHECK(nlohmann::json::parse(e.out).at("step_s").get<double>() == doctest::Approx(explore_step).epsilon(1e-12));
 }
+
+// explore --explain shows the split's balance, in text and in --json ("pipeline"): 80 layers over pp 12 x
+// vpp 2 = 24 stages as 3x14,4x9,2; zbv's V places stage s and 23 - s on rank min(s, 23 - s), so stage 23 (the
+// last, 2 layers 78-79 with the head) is on rank 0 with stage 0 (layers 0-2 with the embedding).
+TEST_CASE("explore --explain: each stage's layers, time and rank memory, and the imbalance") {
+  const std::vector<std::string> args = {"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100",
+                                         "--gpus", "96", "--gbs", "512", "--explain",
+                                         "tp2 pp12 dp2 cp2 vpp2 mbs1 zbv sp zero1 layers=3x14,4x9,2"};
+  auto text = run_tessel(args);
+  CAPTURE(text.err);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("stages: layers=3x14,4x9,2, imbalance ") != std::string::npos);
+  CHECK(text.out.find("first: stage 0 (rank 0) layers 0-2 + embedding") != std::string::npos);
+  CHECK(text.out.find("last: stage 23 (rank 0) layers 78-79 + head, loss") != std::string::npos);
+  std::vector<std::string> js = args;
+  js.push_back("--json");
+  auto j = run_tessel(js);
+  REQUIRE(j.code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& p = doc.at("pipeline");
+  CHECK(p.at("split") == "3x14,4x9,2");
+  REQUIRE(p.at("stages").size() == 24u);
+  CHECK(p.at("stages").at(14).at("first_layer") == 42);  // 14 stages of 3
+  CHECK(p.at("stages").at(14).at("layers") == 4);
+  // 3- and 4-layer stages: the slowest stage is above the mean, so the imbalance is positive.
+  CHECK(p.at("imbalance").get<double>() > 0);
+}
