@@ -1,7 +1,8 @@
 // Megatron-LM command line -> Model. Flag names follow megatron/training/arguments.py and the dataclass-
 // generated flags of transformer_config.py (snake_case -> --kebab-case). Flags that do not describe the
 // model's shape (learning rate, data paths, layout: --tensor-model-parallel-size, and for experts
-// --expert-model-parallel-size, --expert-tensor-parallel-size) are skipped here.
+// --expert-model-parallel-size, --expert-tensor-parallel-size) are skipped by import_megatron_args; the
+// pipeline split's four are read by import_megatron_pipeline_split.
 #include <cctype>
 #include <map>
 #include <sstream>
@@ -220,6 +221,21 @@ BeyondDenseKeys megatron_keys() {
   return k;
 }
 }  // namespace
+
+MegatronPipelineSplit import_megatron_pipeline_split(const std::vector<std::string>& argv, const std::string& where) {
+  const Flags f = split_flags(argv);
+  MegatronPipelineSplit out;
+  const auto count = [&](const char* name) -> std::optional<int> {
+    if (!f.values.count(name)) return std::nullopt;
+    return int_flag(f, where, name, 0, 100000);
+  };
+  out.first_stage_layers = count("--decoder-first-pipeline-num-layers");
+  out.last_stage_layers = count("--decoder-last-pipeline-num-layers");
+  // store_true switches in arguments.py.
+  out.account_for_embedding = f.switches.count("--account-for-embedding-in-pipeline-split") > 0;
+  out.account_for_loss = f.switches.count("--account-for-loss-in-pipeline-split") > 0;
+  return out;
+}
 
 Model import_megatron_args(const std::vector<std::string>& argv, const std::string& where) {
   Flags f = split_flags(argv);

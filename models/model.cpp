@@ -194,6 +194,16 @@ bool is_hf_config(const Json& j) {
                            j.contains("architectures"));
 }
 
+std::optional<MegatronPipelineSplit> load_megatron_pipeline_split(const std::string& name_or_path) {
+  for (const auto& [name, text] : tessel_model_presets())
+    if (name == name_or_path) return std::nullopt;
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(name_or_path, ec)) return std::nullopt;
+  const std::vector<std::string> argv = megatron_tokens(read_text_file(name_or_path, "--model "));
+  if (argv.empty() || argv.front().rfind("--", 0) != 0) return std::nullopt;
+  return import_megatron_pipeline_split(argv, name_or_path);
+}
+
 Model load_model(const std::string& name_or_path, std::optional<std::int64_t> seq_len) {
   const auto with_seq = [&](Model m, const std::string& where) {
     if (seq_len) {

@@ -237,4 +237,17 @@ bool is_hf_config(const Json& j);
 Model import_hf_config(const Json& j, const std::string& where, std::optional<std::int64_t> seq_len = std::nullopt);
 Model import_megatron_args(const std::vector<std::string>& argv, const std::string& where);
 
+// Megatron-LM's flags for an uneven pipeline split (megatron/training/arguments.py; their rules are
+// megatron/core/transformer/transformer_block.py get_num_layers_to_build, which sim/stage_split.cpp follows).
+struct MegatronPipelineSplit {
+  std::optional<int> first_stage_layers;  // --decoder-first-pipeline-num-layers
+  std::optional<int> last_stage_layers;   // --decoder-last-pipeline-num-layers
+  bool account_for_embedding = false;     // --account-for-embedding-in-pipeline-split
+  bool account_for_loss = false;          // --account-for-loss-in-pipeline-split
+  bool any() const { return first_stage_layers || last_stage_layers || account_for_embedding || account_for_loss; }
+};
+MegatronPipelineSplit import_megatron_pipeline_split(const std::vector<std::string>& argv, const std::string& where);
+// The flags of `name_or_path` when it is a Megatron-LM argument file (as load_model reads one), else none.
+std::optional<MegatronPipelineSplit> load_megatron_pipeline_split(const std::string& name_or_path);
+
 }  // namespace tessel

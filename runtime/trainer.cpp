@@ -37,10 +37,7 @@ void check_runnable(const Model& m, const Layout& l) {
 }
 
 sched::Schedule runtime_schedule(const Layout& l) {
-  sched::GenParams p;
-  p.pp = l.pp;
-  p.vpp = l.vpp;
-  p.microbatches = l.num_microbatches();
+  const sched::GenParams p = schedule_params(l);
   // One stage: F then B per micro-batch (1F1B with p = 1), as Megatron's forward_backward_no_pipelining,
   // so one micro-batch's activations are alive at a time, whatever --schedule names.
   sched::Schedule s = sched::generate(l.pp == 1 && l.vpp == 1 ? sched::Kind::one_f_one_b : l.schedule, p);

@@ -23,9 +23,7 @@ double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::
     double c = rf[0] + ri[0] + rw[0];
     return m * c;
   }
-  const auto makespan = sched::family(l.schedule).makespan;
-  TESSEL_CHECK(makespan, "no closed form for schedule " << sched::name(l.schedule));
-  return makespan(sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
+  return sched::makespan(l.schedule, l.microbatch_rule, sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
 }
 
 namespace {
@@ -293,6 +291,16 @@ Json estimate_to_json(const Estimate& e) {
   j["min_headroom_GiB"] = e.min_headroom_bytes / kGiB;
   j["fits"] = e.fits;
   return j;
+}
+
+double stage_imbalance(const Estimate& e) {
+  double slowest = 0, sum = 0;
+  for (std::size_t s = 0; s < e.stage_f.size(); ++s) {
+    const double t = e.stage_f[s] + e.stage_i[s] + e.stage_w[s];
+    slowest = std::max(slowest, t);
+    sum += t;
+  }
+  return sum > 0 ? slowest * static_cast<double>(e.stage_f.size()) / sum - 1 : 0.0;
 }
 
 }  // namespace tessel

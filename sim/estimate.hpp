@@ -57,6 +57,10 @@ struct Estimate {
 // enforced: `fits` says whether the peak is within capacity).
 Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus = 0, const LayerWork* layer = nullptr);
 
+// The pipeline stages' imbalance: the slowest stage's seconds per micro-batch (forward and backward) over
+// the mean of all pp * vpp stages, less 1 (0 for a balanced or a single stage).
+double stage_imbalance(const Estimate& e);
+
 // Model FLOPs per global batch (eq. 7 generalised: 3x the forward of layers and head).
 double model_flops_per_step(const Workload& w);
 

@@ -75,6 +75,7 @@ std::string Layout::describe() const {
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << sched::name(schedule);
+  if (pp > 1 && microbatch_rule != sched::MicrobatchRule::megatron) os << " mb-rule=" << sched::rule_name(microbatch_rule);
   if (recompute != Recompute::none) os << " " << to_string(recompute);
   // Full recompute's method and layer count change both time and memory: "full-block2" (Megatron's
   // --recompute-method block --recompute-num-layers 2); plain "full" is uniform, 1 layer per block (the only
@@ -83,18 +84,29 @@ std::string Layout::describe() const {
     os << "-block" << (recompute_layers > 0 ? std::to_string(recompute_layers) : "");
   if (sequence_parallel) os << " sp";
   if (zero_stage > 0) os << " zero" << zero_stage;
-  if (!stage_layers.empty()) {
-    // Run-length form: "layers=3,4x6,3" for 3,4,4,4,4,4,4,3.
-    os << " layers=";
-    for (std::size_t i = 0; i < stage_layers.size();) {
-      std::size_t j = i;
-      while (j < stage_layers.size() && stage_layers[j] == stage_layers[i]) ++j;
-      os << (i ? "," : "") << stage_layers[i];
-      if (j - i > 1) os << "x" << (j - i);
-      i = j;
-    }
+  if (!stage_layers.empty()) os << " layers=" << describe_stage_layers(stage_layers);
+  return os.str();
+}
+
+std::string describe_stage_layers(const std::vector<int>& stage_layers) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < stage_layers.size();) {
+    std::size_t j = i;
+    while (j < stage_layers.size() && stage_layers[j] == stage_layers[i]) ++j;
+    os << (i ? "," : "") << stage_layers[i];
+    if (j - i > 1) os << "x" << (j - i);
+    i = j;
   }
   return os.str();
+}
+
+sched::GenParams schedule_params(const Layout& l) {
+  sched::GenParams p;
+  p.pp = l.pp;
+  p.microbatches = l.num_microbatches();
+  p.vpp = l.vpp;
+  p.rule = l.microbatch_rule;
+  return p;
 }
 
 Layout parse_layout(const Json& j, const std::string& where) {
@@ -114,6 +126,12 @@ Layout parse_layout(const Json& j, const std::string& where) {
       o.fail("schedule", "value \"" + *sc + "\" is not one of: " + sched::known_names(true) +
                              (f ? " (" + *sc + " is a generator only the simulator plays)" : ""));
     l.schedule = f->kind;
+  }
+  if (auto r = o.opt_string("microbatch_rule")) {
+    l.microbatch_rule = sched::parse_microbatch_rule(*r, where + ": microbatch_rule");
+    if (l.microbatch_rule != sched::MicrobatchRule::megatron && !sched::family(l.schedule).takes_microbatch_rule)
+      o.fail("microbatch_rule", "\"" + *r + "\" applies to interleaved only; schedule " + sched::name(l.schedule) +
+                                    " has its own micro-batch rule");
   }
   if (auto r = o.opt_string("recompute")) l.recompute = parse_recompute(*r, where + ": recompute");
   if (auto m = o.opt_string("recompute_method")) {
@@ -168,6 +186,7 @@ Json layout_to_json(const Layout& l) {
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
   j["schedule"] = sched::name(l.schedule);
+  if (l.microbatch_rule != sched::MicrobatchRule::megatron) j["microbatch_rule"] = sched::rule_name(l.microbatch_rule);
   j["recompute"] = to_string(l.recompute);
   j["recompute_method"] = l.recompute_method == RecomputeMethod::uniform ? "uniform" : "block";
   j["recompute_layers"] = l.recompute_layers;
@@ -242,10 +261,18 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
       if (broke("stage-layers", "stage_layers sum to " + s(sum) + ", the model has " + s(m.layers) + " layers")) return;
     } else if (negative) {
       if (broke("stage-layers", "stage_layers: negative layer count")) return;
+    } else if (stages > 2) {
+      // A middle stage without a layer only passes its input on; the first and the last may hold none (the
+      // embedding alone, the head and loss alone, as Llama 3 placed them).
+      const auto empty = std::find(l.stage_layers.begin() + 1, l.stage_layers.end() - 1, 0);
+      if (empty != l.stage_layers.end() - 1 &&
+          broke("stage-layers", "stage_layers: stage " + s(empty - l.stage_layers.begin()) + " of " + s(stages) +
+                                    " holds no layer; only the first and the last stage may (the embedding, the head alone)"))
+        return;
     }
   } else if (m.layers % stages != 0) {
     if (broke("layer-split", "layers " + s(m.layers) + " do not split evenly over pp*vpp = " + s(stages) +
-                                 " stages (an uneven split needs stage_layers: a --layout JSON file, or layers=... in explore --explain)"))
+                                 " stages (an uneven split needs stage_layers: --stage-layers, --balance, layers=... in a layout)"))
       return;
   } else if (m.layers < stages) {
     if (broke("layer-split", "layers " + s(m.layers) + " fewer than pp*vpp = " + s(stages) + " stages")) return;
@@ -254,7 +281,7 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   // simulate, run and explore refuse every layout the generator would. Without a whole micro-batch count
   // there is no m to check.
   if (l.pp > 1 && batch_ok && vpp_ok) {
-    if (auto p = sched::microbatch_problem(l.schedule, l.pp, l.num_microbatches())) {
+    if (auto p = sched::microbatch_problem(l.schedule, l.pp, l.num_microbatches(), l.microbatch_rule)) {
       p->message += " (m = global batch " + s(l.global_batch) + " / (micro_batch " + s(l.micro_batch) + " * dp " +
                     s(l.dp) + "))";
       broke(std::move(p->rule), std::move(p->message));

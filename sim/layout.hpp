@@ -25,6 +25,9 @@ struct Layout {
   int micro_batch = 1;
   int global_batch = 1;
   sched::Kind schedule = sched::Kind::one_f_one_b;  // a layout schedule of sim/schedule/registry.hpp
+  // The micro-batch rule of an interleaved schedule: Megatron-LM's (m a multiple of pp) or PyTorch's
+  // ScheduleInterleaved1F1B's (m a multiple of max(1, m // pp)); the same order where both take m.
+  sched::MicrobatchRule microbatch_rule = sched::MicrobatchRule::megatron;
   Recompute recompute = Recompute::none;
   RecomputeMethod recompute_method = RecomputeMethod::uniform;
   int recompute_layers = 0;    // full recompute: layers per checkpoint block (uniform; 0 = 1) or per stage (block; 0 = all)
@@ -53,6 +56,12 @@ struct Layout {
   std::string describe() const;
 };
 
+// A split in run-length form, as describe() prints it after "layers=": "3,4x6,3" for 3,4,4,4,4,4,4,3.
+std::string describe_stage_layers(const std::vector<int>& stage_layers);
+
+// What the schedule generator takes for this layout: pp, its micro-batches, stages per rank and rule.
+sched::GenParams schedule_params(const Layout& l);
+
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
 std::string to_string(AttentionImpl a);
@@ -60,9 +69,10 @@ Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
-// Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, recompute, recompute_method,
-// recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
-// overlap_param_gather, overlap_p2p, stage_layers). Missing optional keys take the defaults above; unknown keys fail.
+// Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
+// overlap_param_gather, overlap_p2p, stage_layers; docs/layout.md). Missing optional keys take the defaults
+// above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);
 Json layout_to_json(const Layout& l);
 

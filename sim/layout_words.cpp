@@ -55,6 +55,14 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     else if (w.rfind("zero", 0) == 0) {
       once("zero", w);
       l.zero_stage = static_cast<int>(parse_int(w.substr(4), what + " " + w, 0, 3));
+    } else if (w.rfind("mb-rule=", 0) == 0) {
+      once("micro-batch rule", w);
+      const std::string v = w.substr(8);
+      if (v != "megatron" && v != "torch")
+        throw InputError(what + " " + w + ": unknown micro-batch rule; choose mb-rule=megatron (Megatron-LM: m a "
+                         "multiple of pp) or mb-rule=torch (PyTorch's ScheduleInterleaved1F1B: m a multiple of "
+                         "max(1, m // pp))");
+      l.microbatch_rule = sched::parse_microbatch_rule(v, what);
     } else if (w.rfind("layers=", 0) == 0) {
       once("layers", w);
       l.stage_layers = parse_stage_layers(w.substr(7), what + " " + w);
@@ -73,7 +81,8 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else {
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
-        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=..., "
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=... "
+                         "mb-rule=megatron|torch, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);
       l.schedule = f->kind;
@@ -84,6 +93,9 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
   if (!sched_given && l.pp > 1) l.schedule = l.vpp > 1 ? sched::Kind::interleaved : sched::Kind::one_f_one_b;
   // No vppN word: the schedule's own chunk count, as estimate and simulate default it.
   if (!seen.count("vpp") && l.pp > 1) l.vpp = sched::default_vpp(l.schedule, 3);
+  if (l.microbatch_rule != sched::MicrobatchRule::megatron && !sched::family(l.schedule).takes_microbatch_rule)
+    throw InputError(what + ": '" + seen.at("micro-batch rule") + "' applies to interleaved only; schedule " +
+                     sched::name(l.schedule) + " has its own micro-batch rule");
   return l;
 }
 

@@ -1,6 +1,6 @@
 // A layout written as words, the form Layout::describe() prints: "tp8 pp8 dp16 vpp3 mbs1 interleaved
 // selective sp zero1 layers=3,4x6,3" (full recompute as "full" or "full-block2"; a schedule by any of its
-// registry names). Each term at most once; an unknown word, a repeated term or a value out of range is an
+// registry names; PyTorch's interleaved micro-batch rule as "mb-rule=torch"; docs/layout.md). Each term at most once; an unknown word, a repeated term or a value out of range is an
 // InputError naming the word. Read by `explore --explain`; parse_layout (sim/layout.hpp) reads the JSON form.
 #pragma once
 

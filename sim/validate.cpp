@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "sim/estimate.hpp"
+#include "sim/stage_split.hpp"
 #include "util/units.hpp"
 
 namespace tessel {
@@ -346,6 +347,19 @@ std::variant<MappedRow, SkippedRow> map_row(const Json& row, const std::string& 
   }
 }
 
+// A candidate whose layers do not divide over its stages and whose source states no split (its arch's
+// "one fewer" is a stated one) is predicted with the time-balanced split (sim/stage_split.hpp), listed as
+// assumed, rather than skipped.
+void assume_balanced_split(const Model& m, const System& sys, Candidate& c) {
+  Layout& l = c.layout;
+  const int stages = l.num_stages();
+  if (!l.stage_layers.empty() || stages < 2 || m.layers % stages == 0 || m.layers < stages - 2) return;
+  l.stage_layers = even_split(m.layers, stages);
+  if (layout_problem(l, m, 0) || sys.gpu.peak(l.precision) <= 0) return;  // estimate names what breaks
+  l.stage_layers = balanced_split(m, l, sys, Balance::time);
+  c.assumed.push_back("stage_layers=" + describe_stage_layers(l.stage_layers) + " (time-balanced)");
+}
+
 ValidationResult validate_rows(const Json& rows, const std::string& where, const StepTimeFn& step_time,
                                const System* system_override) {
   if (!rows.is_array()) throw InputError(where + ": expected a JSON array of rows, got " + json_brief(rows));
@@ -373,9 +387,15 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       std::vector<std::string> best_assumed;
       bool best_fits = false;
       std::string last_reason;
-      for (const auto& c : cands) {
+      // A row whose layers divide under some of its candidates (an unstated vpp among them) keeps those:
+      // the balanced split is assumed only for a layout that cannot be split evenly.
+      const bool divides = std::any_of(cands.begin(), cands.end(), [&](const Candidate& c) {
+        return !c.layout.stage_layers.empty() || m.layers % c.layout.num_stages() == 0;
+      });
+      for (Candidate c : cands) {
         Estimate e;
         try {
+          if (!divides) assume_balanced_split(m, sys, c);
           e = estimate(m, c.layout, sys, gpus);
         } catch (const InfeasibleLayout& err) {
           last_reason = err.what();

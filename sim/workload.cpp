@@ -352,6 +352,52 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
   return lw;
 }
 
+StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
+                     StageEdges& first_edges, StageEdges& last_edges) {
+  const int stages = l.num_stages();
+  const double per_layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+  StageWork st;
+  st.stage = s;
+  st.layers = layers;
+  if (l.recompute == Recompute::full) {
+    st.recomputed_layers = l.recompute_layers > 0 && l.recompute_method == RecomputeMethod::block
+                               ? std::min(st.layers, l.recompute_layers)
+                               : st.layers;
+  } else if (l.recompute == Recompute::selective) {
+    st.recomputed_layers = st.layers;
+  }
+  st.recompute = st.recomputed_layers * lw.t_recompute;
+  st.f = st.layers * (lw.t_f + lw.t_tp_f + lw.t_cp_f);
+  st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recompute;
+  st.w = st.layers * lw.t_w;
+  st.tp_comm_f = st.layers * lw.t_tp_f;
+  st.tp_comm_b = st.layers * lw.t_tp_b + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_tp_f : 0);
+  st.flops_model = st.layers * 3 * lw.flops_model_f;
+  st.flops_hw = st.flops_model + st.recomputed_layers * lw.flops_hw_extra;
+  st.act_bytes = cost::stage_activation_bytes(m, l, st.layers, st.recomputed_layers);
+  st.params = st.layers * per_layer_params;
+  const bool first = s == 0, last = s == stages - 1;
+  if (l.sequence_parallel && l.tp > 1) {
+    st.sp_grad_params = st.layers * static_cast<double>(m.tp_replicated_params_per_layer()) +
+                        static_cast<double>(first ? m.tp_replicated_embedding_params() : 0) +
+                        static_cast<double>(last ? m.tp_replicated_output_params() : 0);
+  }
+  if (first) {
+    add_embedding(m, l, sys, st, first_edges, st.recompute);
+    // The token table is split by vocabulary; learned positions are whole on every tp rank (Megatron).
+    st.params += static_cast<double>(m.embedding_params() - m.tp_replicated_embedding_params()) / l.tp +
+                 static_cast<double>(m.tp_replicated_embedding_params());
+  }
+  if (last) {
+    add_head(m, l, sys, st, first ? first_edges : last_edges);
+    st.params += static_cast<double>(m.output_params()) / l.tp;
+    // A tied head on another rank keeps its own copy of the embedding (Megatron); untied: the head itself.
+    if (m.tied_embeddings && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
+  }
+  st.act_extra_bytes = cost::stage_extra_activation_bytes(m, l, first, last);
+  return st;
+}
+
 // A model with experts, latent attention, MTP modules or sliding windows would be priced as a dense one.
 void refuse_unpriced(const Model& m) {
   if (const std::string extra = m.beyond_dense(); !extra.empty())
@@ -378,51 +424,8 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.p2p.distance = l.tp * l.cp * l.dp;
   w.sync = step_sync(m, l);
 
-  const int stages = l.num_stages();
-  const double per_layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
-  const LayerWork& lw = w.layer;
-  for (int s = 0; s < stages; ++s) {
-    StageWork st;
-    st.stage = s;
-    st.layers = l.layers_of_stage(s, m.layers);
-    if (l.recompute == Recompute::full) {
-      st.recomputed_layers = l.recompute_layers > 0 && l.recompute_method == RecomputeMethod::block
-                                 ? std::min(st.layers, l.recompute_layers)
-                                 : st.layers;
-    } else if (l.recompute == Recompute::selective) {
-      st.recomputed_layers = st.layers;
-    }
-    st.recompute = st.recomputed_layers * lw.t_recompute;
-    st.f = st.layers * (lw.t_f + lw.t_tp_f + lw.t_cp_f);
-    st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recompute;
-    st.w = st.layers * lw.t_w;
-    st.tp_comm_f = st.layers * lw.t_tp_f;
-    st.tp_comm_b = st.layers * lw.t_tp_b + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_tp_f : 0);
-    st.flops_model = st.layers * 3 * lw.flops_model_f;
-    st.flops_hw = st.flops_model + st.recomputed_layers * lw.flops_hw_extra;
-    st.act_bytes = cost::stage_activation_bytes(m, l, st.layers, st.recomputed_layers);
-    st.params = st.layers * per_layer_params;
-    const bool first = s == 0, last = s == stages - 1;
-    if (l.sequence_parallel && l.tp > 1) {
-      st.sp_grad_params = st.layers * static_cast<double>(m.tp_replicated_params_per_layer()) +
-                          static_cast<double>(first ? m.tp_replicated_embedding_params() : 0) +
-                          static_cast<double>(last ? m.tp_replicated_output_params() : 0);
-    }
-    if (first) {
-      add_embedding(m, l, sys, st, w.first_edges, st.recompute);
-      // The token table is split by vocabulary; learned positions are whole on every tp rank (Megatron).
-      st.params += static_cast<double>(m.embedding_params() - m.tp_replicated_embedding_params()) / l.tp +
-                   static_cast<double>(m.tp_replicated_embedding_params());
-    }
-    if (last) {
-      add_head(m, l, sys, st, first ? w.first_edges : w.last_edges);
-      st.params += static_cast<double>(m.output_params()) / l.tp;
-      // A tied head on another rank keeps its own copy of the embedding (Megatron); untied: the head itself.
-      if (m.tied_embeddings && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
-    }
-    st.act_extra_bytes = cost::stage_extra_activation_bytes(m, l, first, last);
-    w.stages.push_back(st);
-  }
+  for (int s = 0; s < l.num_stages(); ++s)
+    w.stages.push_back(stage_work(m, l, sys, w.layer, s, l.layers_of_stage(s, m.layers), w.first_edges, w.last_edges));
   return w;
 }
 

@@ -114,6 +114,11 @@ struct Workload {
 // `layer`, when given, is a LayerWork already lowered for the same model, system and the layout fields it
 // depends on (tp, cp, micro_batch, sequence_parallel, recompute, attention, precision): explore reuses it.
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer = nullptr);
+// Stage s of the layout holding `layers` transformer layers (lower() builds each stage with its own count;
+// the partitioner prices a stage's embedding or head alone with 0): its work per micro-batch, and the edge
+// collectives of the first or last stage recorded into first_edges or last_edges.
+StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
+                     StageEdges& first_edges, StageEdges& last_edges);
 // InputError for a model beyond the dense transformer (Model::beyond_dense), which the cost model does not
 // price yet; lower() calls it, and explore::run before its worker threads (where it would abort the process).
 void refuse_unpriced(const Model& m);

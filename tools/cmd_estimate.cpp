@@ -52,6 +52,26 @@ std::string mtbf_text(const goodput::Plan& p, const goodput::Job& job) {
 }
 
 // The time-to-train block of the human report.
+// Each pipeline stage's layers, its seconds per micro-batch (forward and both backward halves) and its rank's
+// memory, and the stages' imbalance (stage_imbalance): where the split puts the embedding and the head.
+void print_stages(const cli::Specs& s, const Estimate& e) {
+  const Layout& l = s.layout;
+  if (l.num_stages() < 2) return;
+  std::vector<std::vector<std::string>> rows = {{"stage", "pp rank", "layers", "time per micro-batch", "rank memory"}};
+  for (int st = 0; st < l.num_stages(); ++st) {
+    const int first = l.first_layer_of_stage(st, s.model.layers), n = l.layers_of_stage(st, s.model.layers);
+    std::string layers = n == 0 ? "none" : n == 1 ? std::to_string(first) : std::to_string(first) + "-" + std::to_string(first + n - 1);
+    if (st == 0) layers += " + embedding";
+    if (st == l.num_stages() - 1) layers += " + head, loss";
+    const auto k = static_cast<std::size_t>(st);
+    const int rank = l.rank_of_stage(st);
+    rows.push_back({std::to_string(st), std::to_string(rank), layers, fmt::seconds(e.stage_f[k] + e.stage_i[k] + e.stage_w[k]),
+                    fmt::gib(e.memory[static_cast<std::size_t>(rank)].total())});
+  }
+  std::cout << "\npipeline stages:\n" << fmt::table(rows) << "stage imbalance: " << fmt::pct(stage_imbalance(e))
+            << " (the slowest stage's time over the mean stage's, less 1)\n";
+}
+
 void print_time_to_train(const cli::CommandLine& cl, const goodput::Job& job, const goodput::Plan& p,
                          const goodput::McResult* mc) {
   const double wall = p.wall_s;
@@ -186,6 +206,7 @@ int estimate(const Args& args) {
             << fmt::gib(e.capacity_bytes)
             << (e.min_headroom_bytes > 0 ? " with " + fmt::gib(e.min_headroom_bytes) + " kept free" : std::string())
             << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
+  print_stages(s, e);
   if (plan) print_time_to_train(cl, *job, *plan, mc ? &*mc : nullptr);
   return 0;
 }

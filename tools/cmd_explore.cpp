@@ -264,7 +264,7 @@ int explore(const Args& args) {
        {"--attention", true, "flash|unfused [flash]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
        {"--max-tp-inside-node", false, "keep tp within one node (the default; a --tp value above the node is then refused)"},
-       {"--no-uneven", false, "do not try lighter first/last stages"},
+       {"--no-uneven", false, "even splits only: no time-balanced split for each pp and vpp"},
        {"--top", true, "rows to show [10]"},
        {"--simulate-k", true, "layouts the event simulator re-scores [adaptive]"},
        {"--no-simulate", false, "analytical tier only"},

@@ -17,6 +17,8 @@
 #include "runtime/trainer_checkpoint.hpp"
 #include "sim/estimate.hpp"
 #include "sim/goodput.hpp"
+#include "sim/layout_words.hpp"
+#include "sim/stage_split.hpp"
 #include "sim/system.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
@@ -33,7 +35,7 @@ namespace tessel::cmd {
 namespace {
 
 std::vector<cli::OptionSpec> run_options() {
-  return {
+  std::vector<cli::OptionSpec> o = {
       {"--backend", true, "cpu or cuda (cuda needs a build with CUDA/NCCL and a GPU) [cpu]"},
       {"--only-rank", true, "cuda: run world rank R of the layout alone (synthesised inputs, comm recorded)"},
       {"--precision", true, "cuda GEMM operands: bf16|tf32|fp32 [bf16]"},
@@ -42,7 +44,8 @@ std::vector<cli::OptionSpec> run_options() {
       {"--attention-kernel", true, "cuda: the attention kernel's variant by name [the default]"},
       {"--json", false, "print one JSON document on stdout (the human lines go to stderr)"},
       {"--model", true, "model preset or JSON file [tiny]"},
-      {"--layout", true, "layout JSON file (instead of the layout flags)"},
+      {"--layout", true, "a layout as explore prints it, or a layout JSON file (docs/layout.md); the flags below "
+                         "override its fields"},
       {"--tp", true, "tensor-parallel size [1]"},
       {"--pp", true, "pipeline-parallel size [1]"},
       {"--dp", true, "data-parallel size [1]"},
@@ -68,37 +71,47 @@ std::vector<cli::OptionSpec> run_options() {
       {"--checkpoint-dir", true, "folder of recovery checkpoints"},
       {"--resume", true, "resume from the step this folder's `latest` publishes (or from one step folder)"},
   };
+  for (auto& f : cli::split_options()) o.push_back(std::move(f));
+  return o;
 }
 
-Layout read_layout(const cli::CommandLine& cl) {
-  const char* flags[] = {"--tp", "--pp", "--dp", "--vpp", "--mbs", "--gbs", "--schedule", "--recompute",
-                         "--recompute-method", "--recompute-layers", "--sp", "--zero", "--no-overlap", "--overlap-p2p"};
+// The layout: --layout (explore's words or a layout JSON file, docs/layout.md) with the flags given
+// overriding its fields, or the flags alone (the defaults in run_options); then the split flags (or a
+// Megatron-LM argument file's) resolved on the CPU system, as the planning verbs do.
+Layout read_layout(const cli::CommandLine& cl, const Model& m) {
+  const auto text = cl.get("--layout");
+  const bool given = text.has_value();
   Layout l;
-  if (auto path = cl.get("--layout")) {
-    for (const char* f : flags)
-      if (cl.has(f)) throw InputError(std::string(f) + ": cannot be combined with --layout " + *path);
-    l = parse_layout(parse_json_file(*path, "--layout "), *path);
-  } else {
-    l.tp = static_cast<int>(cl.get_int("--tp", 1, 4096).value_or(1));
-    l.pp = static_cast<int>(cl.get_int("--pp", 1, 4096).value_or(1));
-    l.dp = static_cast<int>(cl.get_int("--dp", 1, 4096).value_or(1));
-    l.schedule = sched::parse_schedule(cl.get_or("--schedule", "1f1b"), "--schedule");
-    l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 2) : 1));
-    l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
-    l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(l.micro_batch * l.dp * 2 * l.pp * l.vpp));
-    l.recompute = parse_recompute(cl.get_or("--recompute", "none"), "--recompute");
-    const std::string method = cl.get_or("--recompute-method", "uniform");
-    if (method != "uniform" && method != "block")
-      throw InputError("--recompute-method " + method + ": must be uniform or block");
-    l.recompute_method = method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
-    l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 1, 1 << 20).value_or(0));
-    cli::check_recompute_flags(cl, l);
-    l.sequence_parallel = cl.flag("--sp");
-    l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
-    l.overlap_grad_reduce = l.overlap_param_gather = !cl.flag("--no-overlap");
-    l.overlap_p2p = cl.flag("--overlap-p2p");
+  if (given) l = parse_layout_words(*text, 1, "--layout");
+  const auto int_or = [&](const char* flag, std::int64_t hi, int fallback) {
+    return static_cast<int>(cl.get_int(flag, 1, hi).value_or(fallback));
+  };
+  l.tp = int_or("--tp", 4096, given ? l.tp : 1);
+  l.pp = int_or("--pp", 4096, given ? l.pp : 1);
+  l.dp = int_or("--dp", 4096, given ? l.dp : 1);
+  if (auto sc = cl.get("--schedule")) l.schedule = sched::parse_schedule(*sc, "--schedule");
+  else if (!given) l.schedule = sched::Kind::one_f_one_b;
+  if (auto v = cl.get_int("--vpp", 1, 1024)) l.vpp = static_cast<int>(*v);
+  else if (!given || cl.has("--schedule") || cl.has("--pp")) l.vpp = l.pp > 1 ? sched::default_vpp(l.schedule, 2) : 1;
+  l.micro_batch = int_or("--mbs", 1 << 20, given ? l.micro_batch : 1);
+  // The words carry no global batch (a JSON file does): --gbs, else two rounds of micro-batches per chunk.
+  const bool words = given && text->find(".json") == std::string::npos;
+  l.global_batch = int_or("--gbs", 1 << 30, given && !words ? l.global_batch : l.micro_batch * l.dp * 2 * l.pp * l.vpp);
+  if (auto r = cl.get("--recompute")) l.recompute = parse_recompute(*r, "--recompute");
+  if (auto method = cl.get("--recompute-method")) {
+    if (*method != "uniform" && *method != "block")
+      throw InputError("--recompute-method " + *method + ": must be uniform or block");
+    l.recompute_method = *method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
   }
+  if (auto n = cl.get_int("--recompute-layers", 1, 1 << 20)) l.recompute_layers = static_cast<int>(*n);
+  cli::check_recompute_flags(cl, l);
+  if (cl.flag("--sp")) l.sequence_parallel = true;
+  if (auto z = cl.get_int("--zero", 0, 3)) l.zero_stage = static_cast<int>(*z);
+  if (cl.flag("--no-overlap")) l.overlap_grad_reduce = l.overlap_param_gather = false;
+  if (cl.flag("--overlap-p2p")) l.overlap_p2p = true;
   l.precision = Precision::fp32;  // the CPU runtime computes in fp32
+  if (l.stage_layers.size() != static_cast<std::size_t>(l.num_stages())) l.stage_layers.clear();
+  resolve_split(l, cli::split_request(cl, cl.get_or("--model", "tiny"), l), m, load_system("cpu"));
   return l;
 }
 
@@ -397,7 +410,7 @@ RunFlags read_run_flags(const cli::CommandLine& cl) {
   if (const std::string extra = f.model.beyond_dense(); !extra.empty())
     throw InputError("--model " + f.model.name + ": " + extra + ": not yet executed by the runtime, which runs dense "
                      "transformers only");
-  f.layout = read_layout(cl);
+  f.layout = read_layout(cl, f.model);
   f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
   f.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
   if (auto lr = cl.get_double("--lr", 0.0, 10.0)) f.lr = static_cast<float>(*lr);

@@ -24,7 +24,8 @@ namespace {
 using namespace tessel::sched;
 
 const char* kUsage =
-    "usage: tessel schedule gen NAME --pp P --mb M [--vpp V] [--costs F,B,W,C] [--mem-limit N] [--lower] [-o FILE.csv]\n"
+    "usage: tessel schedule gen NAME --pp P --mb M [--vpp V] [--costs F,B,W,C] [--mem-limit N] [--mb-rule megatron|torch]\n"
+    "                           [--lower] [-o FILE.csv]\n"
     "       tessel schedule validate FILE.csv [--comm eager|blocking|batched] [--mem-limit N] [--legacy-bw]\n"
     "                                [--max-violations N] [--json]\n"
     "       tessel schedule show FILE.csv [--costs F,B,W,C] [--comm MODEL] [--svg OUT.svg] [--width N] [--json]\n"
@@ -95,6 +96,9 @@ int gen(const Args& args) {
                        {"--vpp", true, "stages per rank [2 for zbv, dualpipev; 3 for interleaved, looped-bfs (2 or more); else 1; zb1p: any]"},
                        {"--costs", true, "F,B,W,C per-op times for zb-greedy/zb2p and the summary"},
                        {"--mem-limit", true, "activations per rank (zb-greedy, zb2p)"},
+                       {"--mb-rule", true, "interleaved: megatron (m a multiple of pp) or torch (PyTorch's "
+                                           "ScheduleInterleaved1F1B: m a multiple of max(1, m // pp)) [megatron "
+                                           "where it takes --mb, else torch]"},
                        {"--lower", false, "insert SEND/RECV"},
                        {"--dialect", true, "how to write the CSV: torch-2.15 (PyTorch 2.15's format: a WAIT_SEND after each send of a lowered schedule), torch-2025 (no waits), torch-legacy (B = input grad, BW = full) [torch-2.15]"},
                        {"-o", true, "output CSV (a .meta.json sidecar is written beside it); default stdout"}},
@@ -119,6 +123,15 @@ int gen(const Args& args) {
   // quietly emit plain 1F1B / GPipe (sim/layout.cpp refuses those layouts too).
   if (p.vpp < family(kind).layout_vpp_min)
     throw InputError("--vpp " + std::to_string(p.vpp) + ": " + name + " needs vpp > 1");
+  // Both rules build the same order where Megatron's takes m, so the default is PyTorch's only where
+  // Megatron's refuses; the sidecar names the rule (generator.params.mb_rule).
+  if (auto r = cl.get("--mb-rule")) {
+    if (!family(kind).takes_microbatch_rule)
+      throw InputError("--mb-rule " + *r + ": only interleaved takes a micro-batch rule (" + name + " has its own)");
+    p.rule = parse_microbatch_rule(*r, "--mb-rule");
+  } else if (family(kind).takes_microbatch_rule && microbatch_problem(kind, p.pp, p.microbatches)) {
+    p.rule = MicrobatchRule::torch;
+  }
   if (auto out = cl.get("-o")) check_writable(*out, "-o");
   Schedule s = generate(kind, p);
   const Dialect dialect = parse_dialect(cl.get_or("--dialect", "torch-2.15"), "--dialect");

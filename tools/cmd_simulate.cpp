@@ -68,27 +68,44 @@ void check_recompute_actions(const sched::Schedule& sch, const cli::Specs& s, co
                            "every backward its own or none");
 }
 
-// The built-in generator whose schedule for the file's (pp, m, stages per rank) is the file's compute
-// order, or none (files past kMaxActions are not compared: generating nine schedules of that size costs
-// more than the simulation).
-std::optional<sched::Kind> generator_matching(const sched::Schedule& f, int vpp,
-                                              const std::function<bool(sched::Kind)>& fits) {
+// The built-in generator (and for interleaved the micro-batch rule: Megatron's first, then PyTorch's) whose
+// schedule for the file's (pp, m, stages per rank) is the file's compute order, or none (files past
+// kMaxActions are not compared: generating nine schedules of that size costs more than the simulation).
+std::optional<std::pair<sched::Kind, sched::MicrobatchRule>> generator_matching(
+    const sched::Schedule& f, int vpp, const std::function<bool(sched::Kind)>& fits) {
   constexpr std::size_t kMaxActions = 1 << 18;
   if (f.num_actions() > kMaxActions) return std::nullopt;
   const sched::Schedule mine = sched::strip_comms(f);
   for (const sched::Family& fam : sched::families()) {
     if (!fits(fam.kind)) continue;
-    sched::GenParams p;
-    p.pp = f.num_ranks;
-    p.microbatches = f.num_microbatches;
-    p.vpp = vpp;
-    try {
-      const sched::Schedule g = sched::generate(fam.kind, p);
-      if (g.stage_to_rank == f.stage_to_rank && g.ranks == mine.ranks) return fam.kind;
-    } catch (const InputError&) {  // the generator's shape rules refuse these parameters
+    for (sched::MicrobatchRule rule : {sched::MicrobatchRule::megatron, sched::MicrobatchRule::torch}) {
+      if (rule == sched::MicrobatchRule::torch && !fam.takes_microbatch_rule) continue;
+      sched::GenParams p;
+      p.pp = f.num_ranks;
+      p.microbatches = f.num_microbatches;
+      p.vpp = vpp;
+      p.rule = rule;
+      try {
+        const sched::Schedule g = sched::generate(fam.kind, p);
+        if (g.stage_to_rank == f.stage_to_rank && g.ranks == mine.ranks) return std::pair{fam.kind, rule};
+      } catch (const InputError&) {  // the generator's shape rules refuse these parameters
+      }
     }
   }
   return std::nullopt;
+}
+
+// An interleaved file follows PyTorch's micro-batch rule where its sidecar says so, or where Megatron's
+// refuses its m and PyTorch's takes it (the orders agree wherever both take m); a --mb-rule or --layout
+// given decides instead.
+void rule_from_file(cli::Specs& s, const sched::Schedule& f, const cli::CommandLine& cl) {
+  Layout& l = s.layout;
+  if (cl.has("--mb-rule") || cl.has("--layout") || !sched::family(l.schedule).takes_microbatch_rule) return;
+  const int m = f.num_microbatches;
+  using sched::MicrobatchRule;
+  if (f.rule == MicrobatchRule::torch || (sched::microbatch_problem(l.schedule, l.pp, m, MicrobatchRule::megatron) &&
+                                          !sched::microbatch_problem(l.schedule, l.pp, m, MicrobatchRule::torch)))
+    l.microbatch_rule = MicrobatchRule::torch;
 }
 
 // REDUCE_GRAD, X_OPTIMIZER_STEP, UNSHARD and RESHARD place work the layout decides (its ZeRO stage and
@@ -116,7 +133,7 @@ void check_layout_actions(const sched::Schedule& sch, const std::string& path) {
 // generator that makes the same order; the default layout's interleaved with 3 chunks per rank would
 // contradict a file of one stage per rank. A file no generator makes is named by its shape (V placement
 // with 2 stages per rank zbv, one stage per rank 1f1b, several in loop placement interleaved, looped-bfs
-// where interleaved's micro-batch rule does not hold) and the returned note says so. A --vpp given keeps
+// where neither of interleaved's micro-batch rules holds) and the returned note says so. A --vpp given keeps
 // its value (the schedule's rules then name any mismatch with the file's).
 std::string shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::string& path, const cli::CommandLine& cl) {
   if (cl.has("--layout") || cl.has("--schedule") || cl.has("--like")) return "";
@@ -137,13 +154,19 @@ std::string shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::
     const sched::Family& fam = sched::family(k);
     return fam.layout_schedule && (fam.placement == sched::Placement::V) == v && !sched::layout_vpp_problem(k, vpp);
   };
-  if (!name || !fits(*name)) name = generator_matching(f, vpp, fits);
+  if (!name || !fits(*name)) {
+    const auto match = generator_matching(f, vpp, fits);
+    if (match) name = match->first;
+  }
   std::string note;
   if (!name) {
     const bool divides = l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) == 0;
+    const auto interleaved_takes = [&](sched::MicrobatchRule r) {
+      return divides && !sched::microbatch_problem(sched::Kind::interleaved, l.pp, l.num_microbatches(), r);
+    };
     if (v) name = sched::Kind::zbv;
     else if (vpp == 1) name = sched::Kind::one_f_one_b;
-    else if (divides && !sched::microbatch_problem(sched::Kind::interleaved, l.pp, l.num_microbatches()))
+    else if (interleaved_takes(sched::MicrobatchRule::megatron) || interleaved_takes(sched::MicrobatchRule::torch))
       name = sched::Kind::interleaved;
     else name = sched::Kind::looped_bfs;
     note = path + " names no schedule in a sidecar and is not the order a layout schedule makes for pp " +
@@ -265,6 +288,8 @@ int simulate(const Args& args) {
                        std::to_string(s.layout.pp) + "; give --pp " + std::to_string(o.schedule->num_ranks) +
                        " (and --gpus to match) or a file of " + std::to_string(s.layout.pp) + " ranks");
     name_note = shape_from_file(s, *o.schedule, *f, cl);
+    rule_from_file(s, *o.schedule, cl);
+    cli::resolve_specs_split(cl, s);  // for the file's stages per rank and micro-batch rule
     check_layout_actions(*o.schedule, *f);
     check_recompute_actions(*o.schedule, s, *f);
   }

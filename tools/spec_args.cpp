@@ -2,18 +2,20 @@
 
 #include <algorithm>
 
+#include "sim/layout_words.hpp"
 #include "tools/system_args.hpp"
 #include "util/error.hpp"
 
 namespace tessel::cli {
 
 std::vector<OptionSpec> spec_options() {
-  return {
+  std::vector<OptionSpec> o = {
       {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
       {"--system", true, "system preset or JSON file [dgx-a100]"},
       {"--min-headroom", true, kMinHeadroomHelp},
       {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024 capped at the system's max_gpus]"},
-      {"--layout", true, "layout JSON file (instead of the layout flags)"},
+      {"--layout", true, "a layout as explore prints it (\"tp8 pp16 dp8 vpp2 mbs1 interleaved layers=...\") or a layout "
+                         "JSON file (docs/layout.md); the flags below override its fields"},
       {"--tp", true, "tensor-parallel size [8]"},
       {"--pp", true, "pipeline-parallel size [8]"},
       {"--dp", true, "data-parallel size [gpus / (tp*pp*cp)]"},
@@ -23,6 +25,8 @@ std::vector<OptionSpec> spec_options() {
       {"--gbs", true, "global batch size [1536]"},
       {"--seq", true, "sequence length (overrides the model's)"},
       {"--schedule", true, "gpipe|1f1b|interleaved|looped-bfs|zb1p|zb2p|zbv|dualpipev [interleaved]"},
+      {"--mb-rule", true, "interleaved's micro-batch rule: megatron (m a multiple of pp) or torch (PyTorch's: m a "
+                          "multiple of max(1, m // pp)) [megatron]"},
       {"--recompute", true, "none|selective|full [selective; none on a CPU system]"},
       {"--recompute-method", true, "uniform|block [uniform]"},
       {"--recompute-layers", true, "full recompute: layers recomputed per stage (block) [all]; uniform: 1 only"},
@@ -34,6 +38,22 @@ std::vector<OptionSpec> spec_options() {
       {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute [on a CPU system: never]"},
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
   };
+  for (auto& f : split_options()) o.push_back(std::move(f));
+  return o;
+}
+
+std::vector<OptionSpec> split_options() {
+  return {
+      {"--stage-layers", true, "layers per pipeline stage, pp*vpp entries in stage order (3,4x6,3 for 3,4,4,4,4,4,4,3)"},
+      {"--first-stage-layers", true, "Megatron's --decoder-first-pipeline-num-layers: layers of pipeline rank 0"},
+      {"--last-stage-layers", true, "Megatron's --decoder-last-pipeline-num-layers: layers of the last pipeline rank"},
+      {"--account-for-embedding", false, "Megatron's --account-for-embedding-in-pipeline-split: the embedding "
+                                         "counts as a layer of the first stage"},
+      {"--account-for-loss", false, "Megatron's --account-for-loss-in-pipeline-split: the loss counts as a layer of the "
+                                    "last stage"},
+      {"--balance", true, "time|memory|even: how to split layers over the stages [time where the layers do not "
+                          "divide; else the even split]"},
+  };
 }
 
 // Megatron's rules for the full-recompute details: --recompute-method and --recompute-num-layers only
@@ -44,79 +64,153 @@ void check_recompute_flags(const CommandLine& cl, const Layout& l) {
       throw InputError(std::string(f) + ": applies to --recompute full only (got --recompute " + to_string(l.recompute) + ")");
 }
 
-Specs read_specs(const CommandLine& cl, bool played) {
-  Specs s;
-  s.model = load_model(cl.get_or("--model", "gpt3-175b"), cl.get_int("--seq", 1, 1 << 24));
-  s.system = read_system(cl, "dgx-a100");
-  const std::vector<const char*> layout_flags = {"--tp", "--pp", "--dp", "--cp", "--vpp", "--mbs", "--gbs",
-                                                 "--schedule", "--recompute", "--recompute-method",
-                                                 "--recompute-layers", "--sp", "--no-sp", "--zero",
-                                                 "--precision", "--attention", "--no-overlap", "--overlap-p2p"};
-  auto gpus_flag = cl.get_int("--gpus", 1, 1 << 22);
-  if (auto path = cl.get("--layout")) {
-    for (const char* f : layout_flags)
-      if (cl.has(f)) throw InputError(std::string(f) + ": cannot be combined with --layout " + *path);
-    s.layout = parse_layout(parse_json_file(*path, "--layout "), *path);
-    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : s.layout.gpus();
-    return s;
+std::optional<Layout> layout_argument(const CommandLine& cl, int default_gbs) {
+  const auto text = cl.get("--layout");
+  if (!text) return std::nullopt;
+  return parse_layout_words(*text, static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(default_gbs)), "--layout");
+}
+
+SplitRequest split_request(const CommandLine& cl, const std::string& model_arg, const Layout& l) {
+  SplitRequest r;
+  if (auto v = cl.get("--stage-layers")) r.stage_layers = parse_stage_layers(*v, "--stage-layers");
+  if (auto v = cl.get_int("--first-stage-layers", 0, 100000)) r.first_stage_layers = static_cast<int>(*v);
+  if (auto v = cl.get_int("--last-stage-layers", 0, 100000)) r.last_stage_layers = static_cast<int>(*v);
+  r.account_for_embedding = cl.has("--account-for-embedding");
+  r.account_for_loss = cl.has("--account-for-loss");
+  if (auto b = cl.get("--balance")) r.balance = parse_balance(*b, "--balance");
+  // Without a split of the flags' or the layout's own, a Megatron-LM argument file's flags (its training
+  // script's split) decide.
+  if (r.any() || !l.stage_layers.empty()) return r;
+  const auto meg = load_megatron_pipeline_split(model_arg);
+  if (!meg || !meg->any()) return r;
+  r.first_stage_layers = meg->first_stage_layers;
+  r.last_stage_layers = meg->last_stage_layers;
+  r.account_for_embedding = meg->account_for_embedding;
+  r.account_for_loss = meg->account_for_loss;
+  r.first_from = model_arg + ": --decoder-first-pipeline-num-layers";
+  r.last_from = model_arg + ": --decoder-last-pipeline-num-layers";
+  r.embedding_from = model_arg + ": --account-for-embedding-in-pipeline-split";
+  r.loss_from = model_arg + ": --account-for-loss-in-pipeline-split";
+  return r;
+}
+
+namespace {
+
+int int_or(const CommandLine& cl, const char* flag, std::int64_t lo, std::int64_t hi, int fallback) {
+  return static_cast<int>(cl.get_int(flag, lo, hi).value_or(fallback));
+}
+
+// The schedule and its stages per rank: a flag, else the layout's, else the defaults (interleaved with 3
+// chunks per rank on a pipeline, as explore --explain and schedule gen default them).
+void read_schedule(const CommandLine& cl, const std::optional<Layout>& given, bool played, Layout& l) {
+  if (auto sc = cl.get("--schedule")) l.schedule = sched::parse_schedule(*sc, "--schedule", !played);
+  else if (!given) l.schedule = l.pp > 1 ? sched::Kind::interleaved : sched::Kind::one_f_one_b;
+  if (auto v = cl.get_int("--vpp", 1, 1024)) {
+    l.vpp = static_cast<int>(*v);
+  } else if (!given || cl.has("--schedule") || cl.has("--pp")) {
+    // The layout's chunk count while its schedule still takes it, else the schedule's own.
+    const bool keep = given && l.pp > 1 && given->vpp > 1 && !sched::layout_vpp_problem(l.schedule, given->vpp);
+    l.vpp = l.pp > 1 ? (keep ? given->vpp : sched::default_vpp(l.schedule, 3)) : 1;
   }
-  Layout& l = s.layout;
-  // A system of CPU cores (a host section, or no 16-bit peak: the cpu preset and its profiles) defaults to
-  // what the CPU runtime executes: fp32, no recompute, the unfused attention (its probabilities kept), no
-  // SP and no communication overlapped (docs/runtime.md); the flags still choose otherwise.
-  const bool cpu = s.system.host.cores > 0 || !(s.system.gpu.peak(Precision::bf16) > 0);
-  l.tp = static_cast<int>(cl.get_int("--tp", 1, 1 << 20).value_or(8));
-  l.pp = static_cast<int>(cl.get_int("--pp", 1, 1 << 20).value_or(8));
-  l.cp = static_cast<int>(cl.get_int("--cp", 1, 1 << 20).value_or(1));
-  // zb-greedy has no closed form: only the verbs that play a schedule (simulate) take it.
-  l.schedule = sched::parse_schedule(cl.get_or("--schedule", l.pp > 1 ? "interleaved" : "1f1b"), "--schedule", !played);
-  // The schedule's own stages per rank (sim/schedule/registry.hpp; explore --explain and schedule gen use the same).
-  l.vpp = static_cast<int>(cl.get_int("--vpp", 1, 1024).value_or(l.pp > 1 ? sched::default_vpp(l.schedule, 3) : 1));
-  l.micro_batch = static_cast<int>(cl.get_int("--mbs", 1, 1 << 20).value_or(1));
-  l.global_batch = static_cast<int>(cl.get_int("--gbs", 1, 1 << 30).value_or(1536));
-  l.recompute = parse_recompute(cl.get_or("--recompute", cpu ? "none" : "selective"), "--recompute");
-  const std::string method = cl.get_or("--recompute-method", "uniform");
-  if (method != "uniform" && method != "block")
-    throw InputError("--recompute-method " + method + ": must be uniform or block");
-  l.recompute_method = method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
-  l.recompute_layers = static_cast<int>(cl.get_int("--recompute-layers", 1, 100000).value_or(0));
+  if (auto r = cl.get("--mb-rule")) l.microbatch_rule = sched::parse_microbatch_rule(*r, "--mb-rule");
+  if (l.microbatch_rule != sched::MicrobatchRule::megatron && !sched::family(l.schedule).takes_microbatch_rule)
+    throw InputError(std::string(cl.has("--mb-rule") ? "--mb-rule " : "--layout: mb-rule=") +
+                     sched::rule_name(l.microbatch_rule) + ": applies to --schedule interleaved only (" +
+                     sched::name(l.schedule) + " has its own micro-batch rule)");
+}
+
+// Recompute, sequence parallelism, ZeRO, precision, attention and overlaps: each flag given replaces the
+// layout's field (the defaults' without --layout: selective recompute, SP where tp > 1). A system of CPU cores
+// (`cpu`: a host section, or no 16-bit peak: the cpu preset and its profiles) defaults to what the CPU runtime
+// executes: fp32, no recompute, the unfused attention (its probabilities kept), no SP and no communication
+// overlapped (docs/runtime.md); the flags still choose otherwise.
+void read_options(const CommandLine& cl, const std::optional<Layout>& given, bool cpu, Layout& l) {
+  if (auto r = cl.get("--recompute")) l.recompute = parse_recompute(*r, "--recompute");
+  else if (!given) l.recompute = cpu ? Recompute::none : Recompute::selective;
+  if (auto method = cl.get("--recompute-method")) {
+    if (*method != "uniform" && *method != "block")
+      throw InputError("--recompute-method " + *method + ": must be uniform or block");
+    l.recompute_method = *method == "uniform" ? RecomputeMethod::uniform : RecomputeMethod::block;
+  }
+  if (auto n = cl.get_int("--recompute-layers", 1, 100000)) l.recompute_layers = static_cast<int>(*n);
   check_recompute_flags(cl, l);
   if (l.recompute_method == RecomputeMethod::uniform && l.recompute_layers > 1)
     throw InputError("--recompute-layers " + std::to_string(l.recompute_layers) +
                      " with --recompute-method uniform: the cost model prices checkpointing every layer's input "
                      "(uniform with 1 layer per block), not blocks of several layers; use 1, or --recompute-method block");
   if (cl.has("--sp") && cl.has("--no-sp")) throw InputError("--sp and --no-sp contradict each other");
-  l.sequence_parallel = cl.has("--sp") || (!cl.has("--no-sp") && l.tp > 1 && !cpu);
-  l.zero_stage = static_cast<int>(cl.get_int("--zero", 0, 3).value_or(0));
-  l.precision = parse_precision(cl.get_or("--precision", cpu ? "fp32" : "bf16"), "--precision");
-  const std::string attn = cl.get_or("--attention", cpu ? "unfused" : "flash");
-  if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
-  l.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
-  l.overlap_grad_reduce = l.overlap_param_gather = !cl.has("--no-overlap") && !cpu;
-  l.overlap_p2p = cl.has("--overlap-p2p");
-  const long long model_parallel = static_cast<long long>(l.tp) * l.pp * l.cp;
+  if (cl.has("--sp") || cl.has("--no-sp")) l.sequence_parallel = cl.has("--sp");
+  else l.sequence_parallel = (given ? given->sequence_parallel : !cpu) && l.tp > 1;
+  l.zero_stage = int_or(cl, "--zero", 0, 3, l.zero_stage);
+  if (auto p = cl.get("--precision")) l.precision = parse_precision(*p, "--precision");
+  else if (!given && cpu) l.precision = Precision::fp32;
+  if (auto attn = cl.get("--attention")) {
+    if (*attn != "flash" && *attn != "unfused") throw InputError("--attention " + *attn + ": must be flash or unfused");
+    l.attention = *attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
+  } else if (!given && cpu) {
+    l.attention = AttentionImpl::unfused;
+  }
+  if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
+  if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
+}
+
+// dp and the GPU count: --dp given; else from --gpus (or, without --layout, the default count); else the
+// layout's own dp.
+int read_gpus(const CommandLine& cl, const std::optional<Layout>& given, const System& sys, Layout& l) {
+  const auto gpus_flag = cl.get_int("--gpus", 1, 1 << 22);
   if (auto dp = cl.get_int("--dp", 1, 1 << 22)) {
     l.dp = static_cast<int>(*dp);
-    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : l.gpus();
-  } else {
-    // Without --gpus: 1024 GPUs, or the system's max_gpus when it has fewer (the cpu preset: 64), so the
-    // default never exceeds the system it names.
-    const int default_gpus = std::min(1024, s.system.max_gpus);
-    s.gpus = gpus_flag ? static_cast<int>(*gpus_flag) : default_gpus;
-    const std::string gpus_from = gpus_flag ? "--gpus " + std::to_string(s.gpus)
-                                            : "the default --gpus " + std::to_string(s.gpus) +
-                                                  (default_gpus < 1024 ? " (" + s.system.name + "'s max_gpus)" : "");
-    if (s.gpus % model_parallel != 0)
-      throw InputError(gpus_from + " is not divisible by tp*pp*cp = " + std::to_string(model_parallel));
-    l.dp = static_cast<int>(s.gpus / model_parallel);
-    // dp came from the GPU count: say so, since the user never gave a --dp to blame.
-    if (l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) != 0)
-      throw InputError("--gbs " + std::to_string(l.global_batch) + " is not divisible by micro_batch*dp = " +
-                       std::to_string(l.micro_batch) + "*" + std::to_string(l.dp) + ", where dp " + std::to_string(l.dp) +
-                       " = " + gpus_from + " / (tp*pp*cp = " + std::to_string(model_parallel) +
-                       "); give --dp, --gpus or a --gbs that divides");
+    return gpus_flag ? static_cast<int>(*gpus_flag) : l.gpus();
   }
+  if (given && !gpus_flag) return l.gpus();
+  // Without --gpus: 1024 GPUs, or the system's max_gpus when it has fewer (the cpu preset: 64), so the
+  // default never exceeds the system it names.
+  const int default_gpus = std::min(1024, sys.max_gpus);
+  const int gpus = gpus_flag ? static_cast<int>(*gpus_flag) : default_gpus;
+  const std::string gpus_from = gpus_flag ? "--gpus " + std::to_string(gpus)
+                                          : "the default --gpus " + std::to_string(gpus) +
+                                                (default_gpus < 1024 ? " (" + sys.name + "'s max_gpus)" : "");
+  const long long model_parallel = static_cast<long long>(l.tp) * l.pp * l.cp;
+  if (gpus % model_parallel != 0)
+    throw InputError(gpus_from + " is not divisible by tp*pp*cp = " + std::to_string(model_parallel));
+  l.dp = static_cast<int>(gpus / model_parallel);
+  // dp came from the GPU count: say so, since the user never gave a --dp to blame.
+  if (l.global_batch % (static_cast<long long>(l.micro_batch) * l.dp) != 0)
+    throw InputError("--gbs " + std::to_string(l.global_batch) + " is not divisible by micro_batch*dp = " +
+                     std::to_string(l.micro_batch) + "*" + std::to_string(l.dp) + ", where dp " + std::to_string(l.dp) +
+                     " = " + gpus_from + " / (tp*pp*cp = " + std::to_string(model_parallel) +
+                     "); give --dp, --gpus or a --gbs that divides");
+  return gpus;
+}
+
+}  // namespace
+
+Specs read_specs(const CommandLine& cl, bool played) {
+  Specs s;
+  const std::string model_arg = cl.get_or("--model", "gpt3-175b");
+  s.model = load_model(model_arg, cl.get_int("--seq", 1, 1 << 24));
+  s.system = read_system(cl, "dgx-a100");
+  const std::optional<Layout> given = layout_argument(cl, 1536);
+  Layout& l = s.layout;
+  if (given) l = *given;
+  l.tp = int_or(cl, "--tp", 1, 1 << 20, given ? given->tp : 8);
+  l.pp = int_or(cl, "--pp", 1, 1 << 20, given ? given->pp : 8);
+  l.cp = int_or(cl, "--cp", 1, 1 << 20, given ? given->cp : 1);
+  read_schedule(cl, given, played, l);
+  l.micro_batch = int_or(cl, "--mbs", 1, 1 << 20, given ? given->micro_batch : 1);
+  l.global_batch = int_or(cl, "--gbs", 1, 1 << 30, given ? given->global_batch : 1536);
+  const bool cpu = s.system.host.cores > 0 || !(s.system.gpu.peak(Precision::bf16) > 0);
+  read_options(cl, given, cpu, l);
+  s.gpus = read_gpus(cl, given, s.system, l);
+  resolve_specs_split(cl, s);
   return s;
+}
+
+void resolve_specs_split(const CommandLine& cl, Specs& s) {
+  Layout& l = s.layout;
+  // A split made for another stage count (the layout's before a schedule file set its vpp) is no request.
+  if (l.stage_layers.size() != static_cast<std::size_t>(l.num_stages())) l.stage_layers.clear();
+  resolve_split(l, split_request(cl, cl.get_or("--model", "gpt3-175b"), l), s.model, s.system);
 }
 
 }  // namespace tessel::cli

@@ -1,16 +1,23 @@
-// The flags every planning command shares: --model, --system, --gpus and the layout flags (or --layout FILE).
+// The flags every planning command shares: --model, --system, --gpus, the layout flags, --layout (a layout
+// as explore prints it, or a layout JSON file, whose fields the other flags override) and the split flags.
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "models/model.hpp"
 #include "sim/layout.hpp"
+#include "sim/stage_split.hpp"
 #include "sim/system.hpp"
 #include "tools/cli.hpp"
 
 namespace tessel::cli {
 
 std::vector<OptionSpec> spec_options();
+// --stage-layers, --first-stage-layers, --last-stage-layers, --account-for-embedding, --account-for-loss,
+// --balance (in spec_options(); `tessel run` takes them too).
+std::vector<OptionSpec> split_options();
 
 struct Specs {
   Model model;
@@ -26,7 +33,17 @@ struct Specs {
 // 16-bit peak: the cpu preset) the defaults are what the CPU runtime executes: fp32, no recompute, unfused
 // attention, no SP, no overlap.
 Specs read_specs(const CommandLine& cl, bool played = false);
+// Sets s.layout.stage_layers from the split flags (or the model's Megatron-LM file) for the layout's
+// current pp and vpp: read_specs calls it, and a verb that changes them afterwards (simulate's
+// --schedule-file) calls it again.
+void resolve_specs_split(const CommandLine& cl, Specs& s);
 // --recompute-method / --recompute-layers given without --recompute full: InputError.
 void check_recompute_flags(const CommandLine& cl, const Layout& l);
+// --layout's layout (words or a JSON file), its global batch --gbs (or `default_gbs`) when words; none
+// without --layout.
+std::optional<Layout> layout_argument(const CommandLine& cl, int default_gbs);
+// The split the flags ask for; without one, and without a split of the layout's own, the split flags of a
+// Megatron-LM argument file given as --model (`model_arg`).
+SplitRequest split_request(const CommandLine& cl, const std::string& model_arg, const Layout& l);
 
 }  // namespace tessel::cli

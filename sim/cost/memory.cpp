@@ -176,7 +176,7 @@ double runtime_activation_peak(const Model& m, const Layout& l, const sched::Sch
 
 double inflight_chunks(const Layout& l, int rank) {
   if (l.pp == 1) return 1.0;
-  return sched::family(l.schedule).inflight_chunks(l.pp, l.vpp, l.num_microbatches(), rank);
+  return sched::inflight_chunks(l.schedule, l.microbatch_rule, l.pp, l.vpp, l.num_microbatches(), rank);
 }
 
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }

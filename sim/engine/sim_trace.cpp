@@ -174,10 +174,18 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
     }
   }
   for (int p = 0; p < c.num_positions(); ++p) {
-    std::string stages;
-    for (int s = 0; s < r.schedule.num_stages; ++s)
-      if (r.schedule.rank_of(s) == c.pp_of(p)) stages += (stages.empty() ? "" : ",") + std::to_string(s);
-    out.process_names[c.global_rank(p)] = "rank " + std::to_string(c.global_rank(p)) + " (stage " + stages + ")";
+    // Each stage of the rank with the model layers it holds ("-" for the embedding or head alone), so an
+    // uneven split is visible where the timeline shows its effect.
+    std::string stages, layers;
+    for (int s = 0; s < r.schedule.num_stages; ++s) {
+      if (r.schedule.rank_of(s) != c.pp_of(p)) continue;
+      stages += (stages.empty() ? "" : ",") + std::to_string(s);
+      const int first = r.layout.first_layer_of_stage(s, r.model.layers), n = r.layout.layers_of_stage(s, r.model.layers);
+      layers += std::string(layers.empty() ? "" : ",") +
+                (n == 0 ? "-" : std::to_string(first) + (n > 1 ? "-" + std::to_string(first + n - 1) : ""));
+    }
+    out.process_names[c.global_rank(p)] =
+        "rank " + std::to_string(c.global_rank(p)) + " (stage " + stages + "; layers " + layers + ")";
     out.counters.push_back({c.global_rank(p), "memory_GiB", 0.0, r.job.static_bytes[static_cast<std::size_t>(p)] / kGiB});
   }
   for (const auto& m : r.run.memory)

@@ -46,10 +46,7 @@ sched::Schedule schedule_for(const Layout& l, const StepCosts& sc, const std::op
       lowered_here = true;
     }
   } else {
-    sched::GenParams p;
-    p.pp = l.pp;
-    p.microbatches = l.num_microbatches();
-    p.vpp = l.vpp;
+    sched::GenParams p = schedule_params(l);
     sched::Costs c;
     c.F.clear();
     c.B.clear();

@@ -115,6 +115,51 @@ int rank_in_top(const Layout& l, const Result& r) {
   return 0;
 }
 
+// The split's balance: each stage's rank, layers (the first holds the embedding, the last the head and loss),
+// seconds per micro-batch and its rank's memory, and the imbalance (stage_imbalance, sim/estimate.hpp).
+Json stages_json(const Model& m, const Layout& l, const Estimate& e) {
+  Json rows = Json::array();
+  std::vector<int> split;
+  for (int st = 0; st < l.num_stages(); ++st) {
+    const auto k = static_cast<std::size_t>(st);
+    const int rank = l.rank_of_stage(st);
+    split.push_back(l.layers_of_stage(st, m.layers));
+    rows.push_back({{"stage", st},
+                    {"rank", rank},
+                    {"first_layer", l.first_layer_of_stage(st, m.layers)},
+                    {"layers", split.back()},
+                    {"time_s", e.stage_f[k] + e.stage_i[k] + e.stage_w[k]},
+                    {"rank_memory_GiB", gib(e.memory[static_cast<std::size_t>(rank)].total())}});
+  }
+  return {{"split", describe_stage_layers(split)}, {"imbalance", stage_imbalance(e)}, {"stages", std::move(rows)}};
+}
+
+std::string stage_text(const Json& s, int stages) {
+  const int st = s.at("stage").get<int>(), first = s.at("first_layer").get<int>(), n = s.at("layers").get<int>();
+  std::string text = "stage " + std::to_string(st) + " (rank " + std::to_string(s.at("rank").get<int>()) + ") layers " +
+                     (n == 0 ? std::string("none") : std::to_string(first) + (n > 1 ? "-" + std::to_string(first + n - 1) : ""));
+  if (st == 0) text += " + embedding";
+  if (st == stages - 1) text += " + head, loss";
+  return text + " " + secs(s.at("time_s").get<double>()) + ", rank memory " + num(s.at("rank_memory_GiB").get<double>(), 1) + " GiB";
+}
+
+// The first, the slowest and the last stage: the embedding and the head load the ends.
+void render_stages(std::ostringstream& os, const Json& j) {
+  const Json& rows = j.at("stages");
+  const int n = static_cast<int>(rows.size());
+  if (n < 2) return;
+  const auto time_of = [&](int st) { return rows.at(static_cast<std::size_t>(st)).at("time_s").get<double>(); };
+  int slowest = 0;
+  for (int st = 1; st < n; ++st)
+    if (time_of(st) > time_of(slowest)) slowest = st;
+  os << "  stages: layers=" << j.at("split").get<std::string>() << ", imbalance "
+     << num(100 * j.at("imbalance").get<double>(), 1) << "% (the slowest stage over the mean)\n    first: "
+     << stage_text(rows.at(0), n) << "\n";
+  if (slowest != 0 && slowest != n - 1)
+    os << "    slowest: " << stage_text(rows.at(static_cast<std::size_t>(slowest)), n) << "\n";
+  os << "    last: " << stage_text(rows.at(static_cast<std::size_t>(n - 1)), n) << "\n";
+}
+
 void render_memory(std::ostringstream& os, const Json& mem) {
   auto g = [&](const char* k) { return num(mem.at(k).get<double>(), 1); };
   os << "  peak memory " << g("peak_GiB") << " GiB on pipeline rank " << mem.at("peak_rank").get<int>() << " of "
@@ -195,6 +240,7 @@ Json explain_json(const Model& m, const System& sys, int gpus, const Layout& l, 
     return j;
   }
   j["step"] = step_json(e);
+  j["pipeline"] = stages_json(m, l, e);
   j["verdict"] = "fits";
   if (r.top.empty()) return j;
   const Scored& best = r.top.front();
@@ -219,6 +265,7 @@ std::string explain(const Model& m, const System& sys, int gpus, const Layout& l
   if (j.contains("memory")) render_memory(os, j.at("memory"));
   if (j.contains("rejected")) render_rejection(os, j);
   else render_standing(os, j);
+  if (j.contains("pipeline")) render_stages(os, j.at("pipeline"));
   return os.str();
 }
 

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <type_traits>
 
+#include "sim/stage_split.hpp"
 #include "util/error.hpp"
 #include "util/units.hpp"
 
@@ -43,6 +44,7 @@ struct ThreadOut {
   std::map<std::string, Rejection> rejected;
   double smallest_peak = 0;
   std::string smallest_peak_layout;
+  long long duplicates = 0;  // balanced splits that came out even: the enumeration's even layout already
 };
 
 // Counts a rejection under its rule; only the first of a rule keeps its message as the example, so a message
@@ -74,17 +76,45 @@ void keep_fitting(const Model& m, const System& sys, const Estimate& e, const st
   out.fitting.push_back(std::move(sc));
 }
 
+// The time-balanced split of a layout depends on its layer's cost and the end stages' (the LayerKey fields),
+// its stage count and Megatron's block recompute: one partition per such key and thread.
+using SplitKey = std::tuple<LayerKey, int, int, int>;
+
+// Replaces the kBalancedSplit marker by the partitioner's time-balanced split (sim/stage_split.hpp; memory is
+// the estimate's to check, so the explore tier stays fast). False when that split is the even one, which
+// the enumeration already holds: the duplicate is dropped.
+bool resolve_balanced(const Model& m, const System& sys, const LayerWork& lw, Layout& l,
+                      std::map<SplitKey, std::vector<int>>& splits) {
+  const SplitKey key{layer_key(l), l.num_stages(), static_cast<int>(l.recompute_method), l.recompute_layers};
+  auto it = splits.find(key);
+  if (it == splits.end()) {
+    const std::optional<Partition> p = partition(partition_costs(m, l, sys, &lw, false));
+    it = splits.emplace(key, p ? p->layers : even_split(m.layers, l.num_stages())).first;
+  }
+  l.stage_layers = it->second;
+  drop_even_split(l, m.layers);
+  return !l.stage_layers.empty() || m.layers % l.num_stages() != 0;
+}
+
 void score_range(const Model& m, const System& sys, int gpus, const std::vector<Layout>& layouts, std::size_t begin,
                  std::size_t end, const std::optional<goodput::Job>& job, ThreadOut& out, std::atomic<std::size_t>& done) {
   std::map<LayerKey, LayerWork> cache;
+  std::map<SplitKey, std::vector<int>> splits;
   for (std::size_t i = begin; i < end; ++i) {
-    const Layout& l = layouts[i];
+    Layout l = layouts[i];
+    const bool balanced = is_balanced_marker(l);
+    if (balanced) l.stage_layers = even_split(m.layers, l.num_stages());  // its other rules first
     if (auto p = layout_problem(l, m, gpus)) {
       reject(out, p->rule, p->message);
     } else {
       const LayerKey key = layer_key(l);
       auto it = cache.find(key);
       if (it == cache.end()) it = cache.emplace(key, lower_layer(m, l, sys)).first;
+      if (balanced && !resolve_balanced(m, sys, it->second, l, splits)) {
+        ++out.duplicates;
+        if ((i - begin) % 256 == 255) done.fetch_add(256, std::memory_order_relaxed);
+        continue;
+      }
       try {
         const Estimate e = estimate(m, l, sys, gpus, &it->second);
         if (out.smallest_peak == 0 || e.peak_memory_bytes < out.smallest_peak) {
@@ -151,6 +181,7 @@ Scored scored_of(const Estimate& e) {
   s.mfu = e.mfu;
   s.mfu_causal = e.mfu_causal;
   s.bubble = e.bubble_fraction;
+  s.imbalance = stage_imbalance(e);
   // One definition for both tiers: the pipeline and data-parallel communication the busiest rank waits on.
   // TP and CP collectives block the compute stream in the estimate and the engine alike (their time is
   // inside the rank's busy time in both), so neither tier counts them here.
@@ -220,23 +251,25 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
           for (sched::Kind sc : (pp == 1 ? std::vector<sched::Kind>{sched::Kind::one_f_one_b} : scheds)) {
             std::vector<int> vpps;
             if (sched::takes_vpp_range(sc)) {
-              for (int v : (in.vpp.empty() ? divisors(std::max(1, m.layers / pp), 16) : in.vpp))
+              // The chunk counts that divide a rank's layers, rounded down or up (126 layers at pp 16: 7 or
+              // 8 a rank, vpp 1, 7 or 2, 4, 8: Llama 3's 128 virtual stages).
+              std::vector<int> cand = divisors(std::max(1, m.layers / pp), 16);
+              for (int c : divisors(std::max(1, (m.layers + pp - 1) / pp), 16))
+                if (std::find(cand.begin(), cand.end(), c) == cand.end()) cand.push_back(c);
+              std::sort(cand.begin(), cand.end());
+              for (int v : (in.vpp.empty() ? cand : in.vpp))
                 if (!sched::layout_vpp_problem(sc, v)) vpps.push_back(v);
             } else {
               vpps = {sched::default_vpp(sc, 1)};
             }
             for (int v : vpps) {
-              // Even split, and (where it helps the embedding and head stages) one layer fewer on the first
-              // and last stage (Llama 3; Zero Bubble Table 3).
+              // The even split where the layers divide, and the time-balanced one (the embedding and the
+              // head make the end stages heavier: Llama 3's one layer fewer there comes out of the costs),
+              // resolved when scored because it depends on the layer's cost (kBalancedSplit).
               std::vector<std::vector<int>> splits;
               const int stages = pp * v;
               if (m.layers % stages == 0) splits.push_back({});
-              if (in.uneven && stages > 2 && (m.layers + 2) % stages == 0 && (m.layers + 2) / stages >= 2) {
-                std::vector<int> st(stages, (m.layers + 2) / stages);
-                st.front() -= 1;
-                st.back() -= 1;
-                splits.push_back(st);
-              }
+              if (in.uneven && stages > 1 && m.layers >= stages - 2) splits.push_back({kBalancedSplit});
               if (splits.empty()) splits.push_back({});  // kept so the rule rejection is counted
               for (const auto& split : splits)
                 for (Recompute rc : recs) {
@@ -288,7 +321,9 @@ std::vector<RuleCount> diagnose(const Model& m, const System& sys, int gpus, int
   Space all = space;
   all.keep_indivisible_batches = true;
   std::map<std::string, RuleCount> by_rule;
-  for (const Layout& l : enumerate(m, sys, gpus, global_batch, all)) {
+  for (Layout l : enumerate(m, sys, gpus, global_batch, all)) {
+    // The balanced split's rules are the even split's but for its layer counts: counted with the latter.
+    if (is_balanced_marker(l)) l.stage_layers = even_split(m.layers, l.num_stages());
     const std::vector<LayoutProblem> broken = layout_problems(l, m, gpus);
     if (broken.empty()) continue;  // well-formed: the memory check decides it
     RuleCount& first = by_rule[broken.front().rule];
@@ -332,6 +367,7 @@ std::vector<Scored> analytical_tier(const Model& m, const System& sys, int gpus,
   std::vector<Scored> fitting;
   std::map<std::string, Rejection> rejected;
   for (auto& o : outs) {
+    res.enumerated -= o.duplicates;  // distinct layouts: a balanced split that is the even one counts once
     fitting.insert(fitting.end(), o.fitting.begin(), o.fitting.end());
     for (auto& [rule, r] : o.rejected) {
       auto& agg = rejected[rule];
@@ -471,6 +507,7 @@ Json scored_to_json(const Scored& s) {
   j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
   j["mfu_causal"] = s.mfu_causal * s.analytical_step_s / s.step_s;
   j["bubble_fraction"] = s.bubble;
+  j["imbalance"] = s.imbalance;
   j["exposed_comm_s"] = s.exposed_comm_s;
   j["peak_memory_GiB"] = s.peak_memory_bytes / kGiB;
   j["headroom_GiB"] = (s.capacity_bytes - s.peak_memory_bytes) / kGiB;

@@ -13,6 +13,11 @@
 
 namespace tessel::explore {
 
+// enumerate()'s stage_layers for "the time-balanced split", which score_range resolves from the layout's
+// layer cost (a layout holding it is no layout to lower or print).
+inline constexpr int kBalancedSplit = -1;
+inline bool is_balanced_marker(const Layout& l) { return l.stage_layers.size() == 1 && l.stage_layers[0] == kBalancedSplit; }
+
 // The search space. Empty vectors mean "every sensible value" (see default_space()).
 struct Space {
   std::vector<int> tp, pp, cp, vpp, mbs, zero;
@@ -21,7 +26,7 @@ struct Space {
   std::vector<int> sp;                 // 0, 1
   std::vector<int> recompute_layers;   // full recompute, block method: layers recomputed per stage (0 = all)
   bool max_tp_inside_node = true;      // tp <= GPUs per node, for the default tp values and the given ones alike
-  bool uneven = true;                  // also try first/last stage one layer lighter (embedding / head)
+  bool uneven = true;                  // also try the time-balanced split for every pp and vpp
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn
@@ -42,6 +47,7 @@ struct Scored {
   double mfu = 0;               // attention counted full (Megatron-LM, PaLM)
   double mfu_causal = 0;        // attention counted causal (half of QK^T and AV)
   double bubble = 0;
+  double imbalance = 0;         // stage_imbalance (sim/estimate.hpp): the slowest stage over the mean, less 1
   double exposed_comm_s = 0;    // PP + DP communication the busiest rank waits on (TP, CP: inside busy time)
   double peak_memory_bytes = 0; // busiest GPU
   int peak_rank = 0;
@@ -102,7 +108,8 @@ struct Options {
 
 // tp_inside_node: tp up to the GPUs of one node (the default), else up to 64.
 Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_node = true);
-// All layouts of the space for this model, GPU count and global batch (dp derived).
+// All layouts of the space for this model, GPU count and global batch (dp derived). A layout whose split is
+// to be balanced holds the kBalancedSplit marker (is_balanced_marker), which run() resolves when it scores it.
 std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& space);
 Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt);
 

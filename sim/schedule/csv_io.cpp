@@ -12,6 +12,7 @@
 
 #include "util/error.hpp"
 #include "util/json_reader.hpp"
+#include "sim/schedule/registry.hpp"
 #include "sim/schedule/schedule.hpp"
 
 namespace tessel::sched {
@@ -243,6 +244,7 @@ Schedule parse_csv(const std::string& text, const std::string& origin, const std
                      std::to_string(m.num_ranks));
   Schedule s;
   s.generator = m.generator;
+  s.rule = m.rule;
   s.num_ranks = m.num_ranks;
   s.num_stages = m.num_stages;
   s.num_microbatches = m.num_microbatches;
@@ -381,7 +383,9 @@ std::string to_meta_json(const Schedule& s, Dialect d) {
   j["num_stages"] = s.num_stages;
   j["num_microbatches"] = s.num_microbatches;
   j["stage_to_rank"] = s.stage_to_rank;
-  j["generator"] = {{"name", s.generator}, {"params", Json::object()}};
+  Json params = Json::object();
+  if (s.rule != MicrobatchRule::megatron) params["mb_rule"] = rule_name(s.rule);
+  j["generator"] = {{"name", s.generator}, {"params", params}};
   return j.dump(1) + "\n";
 }
 
@@ -420,7 +424,15 @@ CsvMeta parse_meta_json(const std::string& text, const std::string& origin) {
   if (o.has("generator")) {
     JsonObject g = o.object("generator");
     m.generator = g.string("name");
-    g.ignore("params");
+    // The generator's parameters are a label, but for an interleaved order's micro-batch rule, which names
+    // the schedule a layout plays it as (simulate --schedule-file).
+    if (g.has("params") && !g.raw("params").is_null()) {
+      JsonObject params = g.object("params");
+      if (auto r = params.opt_string("mb_rule")) m.rule = parse_microbatch_rule(*r, origin + ": generator.params.mb_rule");
+      // Its other keys stay labels: no finish().
+    } else {
+      g.ignore("params");
+    }
     g.finish();
   } else {
     o.ignore("generator");  // absent or null

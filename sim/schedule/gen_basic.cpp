@@ -67,13 +67,25 @@ Schedule one_f_one_b(const GenParams& p) {
 // of g micro-batches, for each chunk k, for each mb of the group: (mb, k). Backward uses chunk v-1-k.
 // Warmup (get_pp_rank_microbatches): min(m v, 2(p-1-r) + (v-1) g). Constraints: p <= g <= m and
 // not 0 < m mod g < p (Megatron model_parallel_config / schedules.py).
+// PyTorch's ScheduleInterleaved1F1B (torch/distributed/pipelining/schedules.py, _get_1f1b_rank_ops with
+// multiply_factor 2) is the same table and warm-up with g = m / rounds, rounds = max(1, m // p), m a multiple
+// of rounds: its forward stage of step t is ((t // g) % v) p + r, its micro-batch the stage's own counter,
+// which is the table's (t // (g v)) g + t % g; it allows g < p (m < p), where chunks wait for the pipe to wrap.
 Schedule interleaved(const GenParams& p) {
   const int m = p.microbatches, v = p.vpp, pp = p.pp;
-  const int g = p.group_size.value_or(pp);
-  if (g < pp || g > m)
+  int g = p.group_size.value_or(pp);
+  if (p.rule == MicrobatchRule::torch) {
+    const int rounds = std::max(1, m / pp);
+    if (m % rounds != 0)
+      throw InputError("interleaved (PyTorch's rule): microbatches " + std::to_string(m) +
+                       " must be a multiple of the number of rounds max(1, m // pp) = " + std::to_string(rounds) +
+                       " (ScheduleInterleaved1F1B)");
+    g = m / rounds;
+  } else if (g < pp || g > m) {
     throw InputError("interleaved: micro-batch group size " + std::to_string(g) + " (default --pp) must lie in [pp=" +
                      std::to_string(pp) + ", microbatches=" + std::to_string(m) +
                      "] (Megatron microbatch_group_size_per_vp_stage)");
+  }
   if (m % g != 0 && m % g < pp)
     throw InputError("interleaved: microbatches " + std::to_string(m) + " mod group size " + std::to_string(g) +
                      " = " + std::to_string(m % g) + " lies in (0, pp=" + std::to_string(pp) +
@@ -86,10 +98,13 @@ Schedule interleaved(const GenParams& p) {
   }
   const int total = m * v;
   Schedule s = empty_schedule("interleaved", pp, v, m, Placement::Loop);
+  s.rule = p.rule;
   for (int r = 0; r < pp; ++r) {
     RankBuilder b{&s.ranks[static_cast<std::size_t>(r)]};
-    // v == 1 is plain 1F1B in Megatron (forward_backward_pipelining_without_interleaving).
-    const int warm = std::min(total, v == 1 ? pp - 1 - r : 2 * (pp - 1 - r) + (v - 1) * g);
+    // v == 1 is plain 1F1B in Megatron (forward_backward_pipelining_without_interleaving); PyTorch's class
+    // keeps its interleaved warm-up (_get_warmup_ops) whatever the stages per rank.
+    const bool one_f_one_b = v == 1 && p.rule == MicrobatchRule::megatron;
+    const int warm = std::min(total, one_f_one_b ? pp - 1 - r : 2 * (pp - 1 - r) + (v - 1) * g);
     auto fwd = [&](int j) { b.add(ActionType::F, table[static_cast<std::size_t>(j)].second * pp + r,
                                   table[static_cast<std::size_t>(j)].first); };
     auto bwd = [&](int j) { b.add(ActionType::B, (v - 1 - table[static_cast<std::size_t>(j)].second) * pp + r,

@@ -48,18 +48,23 @@ struct Family {
   // Stages per rank the analytical model prices (a layout's rule, at least as strict as the generator's).
   int layout_vpp_min, layout_vpp_max;
   Schedule (*generate)(const GenParams&);
-  // The generator's micro-batch rule for pp ranks and m micro-batches (interleaved's group at pp).
-  std::optional<ShapeProblem> (*microbatch_problem)(int pp, int m);
+  // Whether the family follows a MicrobatchRule (interleaved: Megatron's or PyTorch's); the others have one.
+  bool takes_microbatch_rule;
+  // The generator's micro-batch rule for pp ranks and m micro-batches under `rule` (interleaved: Megatron's
+  // group of pp, or PyTorch's rounds; the other families ignore `rule`).
+  std::optional<ShapeProblem> (*microbatch_problem)(int pp, int m, MicrobatchRule rule);
+  // The formulas below take `group`, the micro-batches per group of an interleaved order (microbatch_group():
+  // pp under Megatron's rule, m / rounds under PyTorch's); the other families ignore it.
   // Pipeline makespan of m micro-batches from per-rank costs; nullptr where no closed form is known.
-  double (*makespan)(const RankCosts& c, int pp, int vpp, double m);
+  double (*makespan)(const RankCosts& c, int pp, int vpp, double m, int group);
   // Bubble rate (idle share of the makespan) from uniform per-op costs; nullopt where the sources give no
   // formula for these parameters. Compares with SimResult::bubble_rate, except where `span_bubble` is set
   // (zbv, zb2p: the ZB paper's span definition, SimResult::span_bubble_rate).
-  std::optional<double> (*bubble_rate)(int pp, int m, int vpp, const Costs& c);
+  std::optional<double> (*bubble_rate)(int pp, int m, int vpp, const Costs& c, int group);
   bool span_bubble;
   // Micro-batch chunks whose activations rank r keeps at the peak (in stage-chunk units: one chunk is
   // 1/vpp of the rank's layers), for pp ranks, vpp stages each and m micro-batches.
-  double (*inflight_chunks)(double pp, double vpp, double m, double r);
+  double (*inflight_chunks)(double pp, double vpp, double m, double r, double group);
 };
 
 // Every family, in the order listings show them (`tessel schedule gen --help`, error messages).
@@ -79,8 +84,20 @@ std::vector<Kind> layout_kinds();
 // Generator shape rules (tests/schedule/test_rules.cpp checks them both ways against the generators over a
 // grid of (pp, vpp, m)): the stages-per-rank rule, the micro-batch rule, and both in that order.
 std::optional<ShapeProblem> vpp_problem(Kind k, int vpp);
-std::optional<ShapeProblem> microbatch_problem(Kind k, int pp, int m);
-std::optional<ShapeProblem> shape_problem(Kind k, int pp, int vpp, int m);
+std::optional<ShapeProblem> microbatch_problem(Kind k, int pp, int m, MicrobatchRule rule = MicrobatchRule::megatron);
+std::optional<ShapeProblem> shape_problem(Kind k, int pp, int vpp, int m, MicrobatchRule rule = MicrobatchRule::megatron);
+
+// The micro-batch rules by name: "megatron", "torch". parse: InputError "<what> <name>: ..." listing both.
+const char* rule_name(MicrobatchRule r);
+MicrobatchRule parse_microbatch_rule(std::string_view name, const std::string& what);
+// Micro-batches per group of the interleaved order under `rule`: pp (Megatron's default
+// microbatch_group_size_per_vp_stage), or m / max(1, m // pp) (PyTorch's microbatches_per_round). Families
+// without a rule: pp.
+int microbatch_group(Kind k, MicrobatchRule rule, int pp, int m);
+// The family's closed forms with the group of `rule` filled in (makespan: nullptr-checked by the caller).
+double makespan(Kind k, MicrobatchRule rule, const RankCosts& c, int pp, int vpp, double m);
+std::optional<double> bubble_rate(Kind k, MicrobatchRule rule, int pp, int m, int vpp, const Costs& c);
+double inflight_chunks(Kind k, MicrobatchRule rule, int pp, int vpp, int m, int rank);
 // The layout rule of stages per rank (layout_vpp_min/max), then the generator's; nullopt when both hold.
 std::optional<ShapeProblem> layout_vpp_problem(Kind k, int vpp);
 // The vpp a schedule runs with when none is given: its only value where the generator fixes one (2 for the

@@ -65,8 +65,16 @@ Action make_overlap(const Action& f, const Action& b);
 
 enum class Placement { Loop, V };
 
+// Which software's micro-batch rule an interleaved schedule follows (sim/schedule/registry.hpp: the rules,
+// group sizes and closed forms). Megatron-LM groups micro-batches by pp and needs m a multiple of pp;
+// PyTorch's ScheduleInterleaved1F1B runs rounds = max(1, m // pp) groups of m / rounds micro-batches and needs
+// only m divisible by its rounds. Where both accept m they build the same order.
+enum class MicrobatchRule : std::uint8_t { megatron, torch };
+
 struct Schedule {
   std::string generator;  // "1f1b", "csv", ...
+  // An interleaved generator's micro-batch rule (its sidecar's generator.params.mb_rule); megatron elsewhere.
+  MicrobatchRule rule = MicrobatchRule::megatron;
   int num_ranks = 0;      // pp
   int num_stages = 0;
   int num_microbatches = 0;
@@ -108,7 +116,8 @@ struct GenParams {
   int vpp = 1;                       // stages per rank
   std::optional<Costs> costs;        // zb-greedy / zb2p use them; others ignore them
   std::optional<int> mem_limit;      // max in-flight activations per rank (in stage-microbatch units)
-  std::optional<int> group_size;     // interleaved: Megatron microbatch_group_size_per_vp_stage (default p)
+  std::optional<int> group_size;     // interleaved, Megatron's rule: microbatch_group_size_per_vp_stage (default p)
+  MicrobatchRule rule = MicrobatchRule::megatron;  // interleaved only
 };
 
 enum class Kind : std::uint8_t;  // a schedule family (sim/schedule/registry.hpp)
@@ -212,6 +221,7 @@ struct CsvMeta {
   int num_ranks = 0, num_stages = 0, num_microbatches = 0;
   std::vector<int> stage_to_rank;
   std::string generator = "csv";
+  MicrobatchRule rule = MicrobatchRule::megatron;  // generator.params.mb_rule ("megatron" when absent)
   bool legacy_bw = false;  // dialect "torch<2025:B=input,BW=full" (else "torch>=2025:I=input,B=full")
   bool dialect_declared = false;  // the sidecar has a "dialect" key (without one, --legacy-bw decides)
   std::string dialect;            // its value, when declared

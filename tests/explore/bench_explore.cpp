@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 
 #include "sim/explore/explore.hpp"
+#include "sim/stage_split.hpp"
 
 using namespace tessel;
 
@@ -35,5 +36,28 @@ static void BM_ExploreLlama405bOneCore(benchmark::State& state) {
   state.counters["layouts_per_s"] = benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_ExploreLlama405bOneCore)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The stage partitioner on Llama 3 405B's 126 layers over pp 16 x vpp 8 = 128 virtual stages, memory budgets
+// included (the costs built from the cost model each time, as estimate does): target < 10 ms (issue 23).
+static void BM_Partition126Into128(benchmark::State& state) {
+  const Model m = load_model("llama3-405b");
+  const System sys = load_system("meta-h100");
+  Layout l;
+  l.tp = 8;
+  l.pp = 16;
+  l.vpp = 8;
+  l.dp = 128;
+  l.schedule = sched::Kind::interleaved;
+  l.global_batch = 2048;
+  l.sequence_parallel = true;
+  l.zero_stage = 1;
+  std::vector<int> split;
+  for (auto _ : state) {
+    split = balanced_split(m, l, sys, Balance::time);
+    benchmark::DoNotOptimize(split.data());
+  }
+  if (split.size() != 128) state.SkipWithError("not 128 stages");
+}
+BENCHMARK(BM_Partition126Into128)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

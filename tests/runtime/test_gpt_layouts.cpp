@@ -7,11 +7,13 @@
 // five Adam steps amplify differences in near-zero gradient elements only mildly at this scale.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <sstream>
 
 #include "runtime/trainer.hpp"
+#include "sim/stage_split.hpp"
 #include "sim/schedule/schedule.hpp"
 #include "tests/runtime/runtime_test_util.hpp"
 
@@ -56,7 +58,11 @@ void check_matches(const Layout& l, const Model& m = micro_gpt()) {
   CAPTURE(l.describe());
   CAPTURE(m.name);
   const auto got = rt::train_threads(m, l, {}, kSteps).steps;
-  const auto& ref = reference(m);
+  // The single-rank run of the same global batch (kGlobalBatch's is shared by the model's cases).
+  static std::map<int, std::vector<rt::StepStats>> other_batch;
+  if (l.global_batch != kGlobalBatch && !other_batch.count(l.global_batch))
+    other_batch[l.global_batch] = rt::train_threads(m, layout(1, 1, 1, "1f1b", 1, l.global_batch), {}, kSteps).steps;
+  const auto& ref = l.global_batch == kGlobalBatch ? reference(m) : other_batch.at(l.global_batch);
   REQUIRE(got.size() == ref.size());
   for (int k = 0; k < kSteps; ++k) {
     CAPTURE(k);
@@ -131,4 +137,33 @@ TEST_CASE("rotary positions (GQA, Llama-shaped) match the single-rank run across
     l.recompute = rc;
     check_matches(l, m);
   }
+}
+
+TEST_CASE("uneven and balanced stage splits, and interleaved with m not a multiple of pp, match the single-rank run") {
+  // 3 + 5 of the micro GPT's 8 layers at pp 2 (1F1B, and tp 2 x dp 2 around it): the first rank holds layers
+  // 0-2 with the embedding, the second 3-7 with the head.
+  Layout uneven = layout(1, 2, 1, "1f1b", 1, kGlobalBatch);
+  uneven.stage_layers = {3, 5};
+  check_matches(uneven);
+  Layout wide = layout(2, 2, 2, "1f1b", 1, kGlobalBatch);
+  wide.stage_layers = {5, 3};
+  check_matches(wide);
+  // The time-balanced split of interleaved at pp 2 x vpp 3 (8 layers over 6 virtual stages: two of them hold
+  // one layer, the split is uneven whatever the costs), as the partitioner chooses it on the CPU system.
+  Layout inter = layout(1, 2, 1, "interleaved", 3, kGlobalBatch);
+  inter.stage_layers = balanced_split(micro_gpt(), inter, load_system("cpu"), Balance::time);
+  REQUIRE(inter.stage_layers.size() == 6);
+  CHECK(*std::min_element(inter.stage_layers.begin(), inter.stage_layers.end()) <
+        *std::max_element(inter.stage_layers.begin(), inter.stage_layers.end()));
+  check_matches(inter);
+  // Interleaved under PyTorch's rule with m = 6 micro-batches on pp 4 (Megatron's rule needs a multiple of 4):
+  // gbs 6 at dp 1, vpp 2 over the 8 layers (one each), against the single-rank run of batch 6.
+  Layout torch_rule = layout(1, 4, 1, "interleaved", 2, 6);
+  torch_rule.microbatch_rule = sched::MicrobatchRule::torch;
+  check_matches(torch_rule);
+  // m = 3 on pp 2 with vpp 3 and a balanced split: both at once.
+  Layout both = layout(1, 2, 1, "interleaved", 3, 3);
+  both.microbatch_rule = sched::MicrobatchRule::torch;
+  both.stage_layers = inter.stage_layers;
+  check_matches(both);
 }

@@ -56,6 +56,17 @@ TEST_CASE("tessel schedule gen / validate / show / diff exit codes") {
   CHECK(tessel::read_text_file(log).find("gpipe is a single-stage schedule") != std::string::npos);
   CHECK(run("gen zb1p --pp 2 --mb 8 --vpp 2 -o " + d + "/zi.csv", log) == 0);  // PyTorch's interleaved ZB
   CHECK(run("diff " + d + "/zi.csv " + tessel::test::source_root() + "/tests/golden/schedules/zb1p_p2_m8_v2.csv", log) == 0);
+  // Interleaved with m not a multiple of pp: PyTorch's rule by default where Megatron's refuses, PyTorch's own
+  // order (its ScheduleInterleaved1F1B, p4 m6 v2, the golden file; diff ignores its idle cells), the rule
+  // named in the sidecar; --mb-rule megatron keeps Megatron's refusal.
+  CHECK(run("gen interleaved --pp 4 --mb 6 --vpp 2 -o " + d + "/i6.csv", log) == 0);
+  CHECK(run("diff " + d + "/i6.csv " + tessel::test::source_root() +
+                "/tests/golden/schedules/torch/ScheduleInterleaved1F1B_p4_m6_v2.csv",
+            log) == 0);
+  CHECK(tessel::read_text_file(d + "/i6.meta.json").find("\"mb_rule\": \"torch\"") != std::string::npos);
+  CHECK(run("gen interleaved --pp 4 --mb 6 --vpp 2 --mb-rule megatron", log) == 2);
+  CHECK(run("gen zb1p --pp 4 --mb 6 --mb-rule torch", log) == 2);
+  CHECK(tessel::read_text_file(log).find("--mb-rule torch: only interleaved takes a micro-batch rule") != std::string::npos);
   CHECK(run("gen 1f1b --pp 4 --mb 8 --mem-limit 2", log) == 2);
   CHECK(tessel::read_text_file(log).find("--mem-limit 2: only zb-greedy and zb2p") != std::string::npos);
   CHECK(run("gen zb2p --pp 4 --mb 8 --mem-limit 6 -o " + d + "/z.csv", log) == 0);

@@ -172,7 +172,7 @@ TEST_CASE("measured unit-cost bubble rates equal the closed forms (p = 4, 8; m =
           continue;
         }
         const auto sim = unit_cost_simulate(generate(g.name, params(p, m, g.v)), unit);
-        const auto formula = family(parse_schedule(g.name, "case")).bubble_rate(p, m, g.v, unit);
+        const auto formula = bubble_rate(parse_schedule(g.name, "case"), MicrobatchRule::megatron, p, m, g.v, unit);
         const bool span = std::string(g.name) == "zbv" || std::string(g.name) == "zb2p";
         char row[200];
         std::snprintf(row, sizeof row, "| %s | %d | %d | %d | %.2f%% | %.2f%% | %s |\n", g.name, g.v, p, m,

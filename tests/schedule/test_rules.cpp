@@ -17,37 +17,41 @@ using tessel::InputError;
 using tessel::test::params;
 using tessel::test::violations_text;
 
-TEST_CASE("shape_problem accepts exactly the (pp, vpp, m) the generators build") {
+TEST_CASE("shape_problem accepts exactly the (pp, vpp, m) the generators build, under either micro-batch rule") {
   int accepted = 0, refused = 0;
   for (const Family& f : families())
-    for (int pp = 1; pp <= 7; ++pp)
-      for (int vpp = 1; vpp <= 3; ++vpp)
-        for (int m = 1; m <= 3 * pp + 2; ++m) {
-          const std::string name = f.name;
-          INFO(name << " pp " << pp << " vpp " << vpp << " m " << m);
-          const auto problem = shape_problem(f.kind, pp, vpp, m);
-          std::optional<Schedule> s;
-          std::string error;
-          try {
-            s = generate(f.kind, params(pp, m, vpp));
-          } catch (const InputError& e) {
-            error = e.what();
+    for (MicrobatchRule rule : {MicrobatchRule::megatron, MicrobatchRule::torch})
+      for (int pp = 1; pp <= 7; ++pp)
+        for (int vpp = 1; vpp <= 3; ++vpp)
+          for (int m = 1; m <= 3 * pp + 2; ++m) {
+            if (rule == MicrobatchRule::torch && !f.takes_microbatch_rule) continue;
+            const std::string name = f.name;
+            INFO(name << " rule " << rule_name(rule) << " pp " << pp << " vpp " << vpp << " m " << m);
+            const auto problem = shape_problem(f.kind, pp, vpp, m, rule);
+            std::optional<Schedule> s;
+            std::string error;
+            try {
+              GenParams g = params(pp, m, vpp);
+              g.rule = rule;
+              s = generate(f.kind, g);
+            } catch (const InputError& e) {
+              error = e.what();
+            }
+            const std::string rule_says = problem ? problem->rule + ": " + problem->message : std::string("accepted");
+            CAPTURE(rule_says);
+            CAPTURE(error);
+            CHECK(problem.has_value() == !s.has_value());
+            if (problem) {
+              ++refused;
+              CHECK((problem->rule == "schedule-vpp" || problem->rule == "schedule-microbatches"));
+              CHECK(problem->message.find(name) != std::string::npos);
+            }
+            if (s) {
+              ++accepted;
+              const auto rep = validate(*s);
+              CHECK_MESSAGE(rep.ok(), violations_text(rep));
+            }
           }
-          const std::string rule_says = problem ? problem->rule + ": " + problem->message : std::string("accepted");
-          CAPTURE(rule_says);
-          CAPTURE(error);
-          CHECK(problem.has_value() == !s.has_value());
-          if (problem) {
-            ++refused;
-            CHECK((problem->rule == "schedule-vpp" || problem->rule == "schedule-microbatches"));
-            CHECK(problem->message.find(name) != std::string::npos);
-          }
-          if (s) {
-            ++accepted;
-            const auto rep = validate(*s);
-            CHECK_MESSAGE(rep.ok(), violations_text(rep));
-          }
-        }
   MESSAGE("accepted " << accepted << ", refused " << refused);
   // Both sides are exercised for every kind of rule (vpp and micro-batch count).
   CHECK(accepted > 500);
@@ -66,6 +70,13 @@ TEST_CASE("shape_problem names the values: zb1p rounds, dualpipev's minimum, int
   REQUIRE(dual);
   CHECK(dual->message.find("needs micro-batches m >= 2*pp = 4, got m = 2") != std::string::npos);
   CHECK(shape_problem(Kind::interleaved, 4, 2, 6)->message.find("multiple of pp 4") != std::string::npos);
+  // PyTorch's rule: m 6 with pp 4 is one round of 6; m 9 is two rounds, which do not divide it.
+  CHECK(shape_problem(Kind::interleaved, 4, 2, 6)->message.find("PyTorch's rule (mb-rule=torch) takes it") != std::string::npos);
+  CHECK_FALSE(shape_problem(Kind::interleaved, 4, 2, 6, MicrobatchRule::torch));
+  const auto nine = shape_problem(Kind::interleaved, 4, 2, 9, MicrobatchRule::torch);
+  REQUIRE(nine);
+  CHECK(nine->message.find("max(1, m // pp) = 2, got m = 9 with pp 4") != std::string::npos);
+  CHECK(shape_problem(Kind::interleaved, 4, 2, 9)->message.find("takes it") == std::string::npos);
   CHECK(shape_problem(Kind::zbv, 4, 1, 8)->rule == "schedule-vpp");
   CHECK_FALSE(shape_problem(Kind::looped_bfs, 3, 3, 1));
 }

@@ -1,11 +1,13 @@
 // PyTorch 2.15's own schedules, both ways, from the goldens tools/torch_schedules.py wrote with PyTorch
 // (tests/golden/schedules/torch/manifest.json): what its schedule classes write validates here (but for its
 // Schedule1F1B, whose last rank's forwards are shifted by one micro-batch, which must be flagged), its orders
-// equal Tessel's generators where both build the shape, and Tessel's lowered files are still exactly the
-// bytes PyTorch's _load_csv(format="compute_comms") accepted.
+// equal Tessel's generators (its interleaved class's under PyTorch's micro-batch rule), the registry's
+// bubble of that rule is the bubble of PyTorch's own orders, and Tessel's lowered files are still exactly
+// the bytes PyTorch's _load_csv(format="compute_comms") accepted.
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "sim/schedule/registry.hpp"
@@ -65,8 +67,16 @@ TEST_CASE("every schedule PyTorch 2.15's classes write validates, and the shifte
   CHECK(flagged == 4);
 }
 
-TEST_CASE("PyTorch's compute orders are Tessel's generators' where both build the shape") {
-  int same = 0, refused = 0;
+// The micro-batch rule Tessel needs to build a PyTorch class's order: its interleaved class follows PyTorch's
+// rounds (m a multiple of max(1, m // p)), which Megatron's rule (m a multiple of p) refuses for m = 3, 6, 10
+// with p = 4 and m = 3 with p = 2.
+MicrobatchRule rule_of(Kind k, int pp, int m) {
+  if (k == Kind::interleaved && microbatch_problem(k, pp, m, MicrobatchRule::megatron)) return MicrobatchRule::torch;
+  return MicrobatchRule::megatron;
+}
+
+TEST_CASE("PyTorch's compute orders are Tessel's generators', interleaved with any m under PyTorch's rule") {
+  int same = 0, torch_rule = 0;
   const tessel::Json m = manifest();
   for (const auto& row : m.at("torch_to_tessel")) {
     if (!row.at("forwards_complete").get<bool>()) continue;
@@ -77,19 +87,48 @@ TEST_CASE("PyTorch's compute orders are Tessel's generators' where both build th
     p.microbatches = row.at("microbatches").get<int>();
     p.vpp = row.at("vpp").get<int>();
     const Kind k = kind_of_class(row.at("class").get<std::string>());
-    if (shape_problem(k, p.pp, p.vpp, p.microbatches)) {
-      ++refused;  // interleaved with m not a multiple of pp: Megatron's rule, which Tessel's generator follows
-      CHECK(k == Kind::interleaved);
-      continue;
-    }
+    p.rule = rule_of(k, p.pp, p.microbatches);
+    REQUIRE_FALSE(shape_problem(k, p.pp, p.vpp, p.microbatches, p.rule));
+    torch_rule += p.rule == MicrobatchRule::torch;
     const Schedule theirs = without_reductions(read_csv(golden_dir() + file));
     const Schedule mine = generate(k, p);
     CHECK(mine.stage_to_rank == theirs.stage_to_rank);
     CHECK(mine.ranks == theirs.ranks);
     same += mine.ranks == theirs.ranks;
   }
-  CHECK(same == 18);
-  CHECK(refused == 5);
+  // The 18 shapes both rules build, and the 5 interleaved ones (p2 m3 v2; p4 m3 v3, m6 v2, m6 v3, m10 v2)
+  // only PyTorch's rule takes.
+  CHECK(same == 23);
+  CHECK(torch_rule == 5);
+}
+
+TEST_CASE("the unit-cost bubble of interleaved with m not a multiple of p is that of PyTorch's own order") {
+  // For each of PyTorch's ScheduleInterleaved1F1B files whose m is not a multiple of p, the registry's closed
+  // form under PyTorch's rule against the idle share of PyTorch's order played at T_F = T_B = T_W = 1.
+  // Expected by hand, with g = m / max(1, m // p) and bubble (p - 1 + (v-1) max(0, p - g)) chunk passes of
+  // F + B = 3 over v m of them: p4 m6 v2 (g 6): 3 / (12 + 3) = 20%; p4 m10 v2 (g 5): 3 / 23; p4 m6 v3:
+  // 3 / 21; p2 m3 v2 (g 3): 1 / 7; p4 m3 v3 (g 3 < p: two waits of one chunk pass): (3 + 2) / (9 + 5) = 5/14.
+  const std::map<std::string, double> by_hand = {{"p4_m6_v2", 3.0 / 15}, {"p4_m10_v2", 3.0 / 23}, {"p4_m6_v3", 3.0 / 21},
+                                                 {"p2_m3_v2", 1.0 / 7},  {"p4_m3_v3", 5.0 / 14}};
+  const Costs unit;
+  int compared = 0;
+  const tessel::Json m = manifest();
+  for (const auto& row : m.at("torch_to_tessel")) {
+    if (row.at("class").get<std::string>() != "ScheduleInterleaved1F1B") continue;
+    const int p = row.at("pp").get<int>(), mb = row.at("microbatches").get<int>(), v = row.at("vpp").get<int>();
+    if (mb % p == 0) continue;
+    const std::string key = "p" + std::to_string(p) + "_m" + std::to_string(mb) + "_v" + std::to_string(v);
+    CAPTURE(key);
+    const Schedule theirs = without_reductions(read_csv(golden_dir() + row.at("files").at("compute_only").get<std::string>()));
+    const double played = unit_cost_simulate(theirs, unit).bubble_rate;
+    const auto formula = bubble_rate(Kind::interleaved, MicrobatchRule::torch, p, mb, v, unit);
+    REQUIRE(formula);
+    CHECK(*formula == doctest::Approx(played).epsilon(1e-12));
+    REQUIRE(by_hand.count(key));
+    CHECK(*formula == doctest::Approx(by_hand.at(key)).epsilon(1e-12));
+    ++compared;
+  }
+  CHECK(compared == 5);
 }
 
 TEST_CASE("Tessel's lowered files are the bytes PyTorch 2.15's compute_comms loader accepted") {

@@ -5,6 +5,7 @@
 
 #include "sim/explore/explore.hpp"
 #include "sim/layout_words.hpp"
+#include "sim/stage_split.hpp"
 
 using namespace tessel;
 
@@ -22,8 +23,7 @@ std::string error_of(const std::string& words, const std::string& what) {
 // explore prints describe() and `--explain` reads it back: a word read differently would explain another
 // layout than the row. Every layout explore enumerates for Megatron 7.5B on 64 A100s (every schedule, vpp,
 // recompute method, SP, ZeRO stage and uneven split of the default space) must come back field for field.
-// With 30 layers instead of 36, so that 30 + 2 splits over 4..32 stages and the lighter first and last
-// stages ("layers=7,8x2,7") are enumerated too.
+// With 30 layers instead of 36, so that uneven balanced splits (30 over 4..32 stages) are enumerated too.
 TEST_CASE("layout words: every layout explore enumerates reads back from its describe()") {
   Model m = load_model("megatron-7.5b");
   m.layers = 30;
@@ -32,7 +32,15 @@ TEST_CASE("layout words: every layout explore enumerates reads back from its des
   const std::vector<Layout> all = explore::enumerate(m, sys, 64, gbs, {});
   REQUIRE(all.size() > 1000);
   bool block = false, split = false, zbv = false;
-  for (const Layout& l : all) {
+  for (Layout l : all) {
+    // A balanced split is resolved when explore scores the layout (a layout breaking a rule is never printed),
+    // by the partitioner on the layer's time as here.
+    if (explore::is_balanced_marker(l)) {
+      l.stage_layers = even_split(m.layers, l.num_stages());
+      if (layout_problem(l, m, 64)) continue;
+      l.stage_layers = partition(partition_costs(m, l, sys, nullptr, false))->layers;
+      drop_even_split(l, m.layers);
+    }
     const std::string words = l.describe();
     CAPTURE(words);
     const Layout back = parse_layout_words(words, gbs);
@@ -63,4 +71,24 @@ TEST_CASE("layout words: defaults, and messages led by the caller's name") {
   CHECK(error_of("tpx", "--explain") == "--explain tpx: 'x' is not an integer");
   CHECK(error_of("tp8 warp9", "--explain").rfind("--explain: word 'warp9' is not a layout term", 0) == 0);
   CHECK(error_of("", "--explain").find("names no layout") != std::string::npos);
+}
+
+TEST_CASE("layout words: PyTorch's interleaved micro-batch rule is a word, in describe() and back") {
+  // p 4, m 6 (global batch 6, dp 1, mbs 1): Megatron's rule refuses it, PyTorch's takes it.
+  const Layout l = parse_layout_words("tp1 pp4 dp1 vpp2 mbs1 interleaved mb-rule=torch", 6);
+  CHECK(l.microbatch_rule == sched::MicrobatchRule::torch);
+  CHECK(l.describe() == "tp1 pp4 dp1 vpp2 mbs1 interleaved mb-rule=torch");
+  CHECK(layout_to_json(l).at("microbatch_rule") == "torch");
+  CHECK(parse_layout(layout_to_json(l), "json").microbatch_rule == sched::MicrobatchRule::torch);
+  CHECK_FALSE(layout_problem(l, load_model("tiny"), 4));
+  Layout megatron = l;
+  megatron.microbatch_rule = sched::MicrobatchRule::megatron;
+  REQUIRE(layout_problem(megatron, load_model("tiny"), 4));
+  CHECK(layout_problem(megatron, load_model("tiny"), 4)->rule == "schedule-microbatches");
+  // The default rule prints nothing and writes no key: the layouts of every earlier output read the same.
+  CHECK(megatron.describe() == "tp1 pp4 dp1 vpp2 mbs1 interleaved");
+  CHECK_FALSE(layout_to_json(megatron).contains("microbatch_rule"));
+  CHECK(error_of("pp4 1f1b mb-rule=torch", "--layout") ==
+        "--layout: 'mb-rule=torch' applies to interleaved only; schedule 1f1b has its own micro-batch rule");
+  CHECK(error_of("pp4 mb-rule=pytorch", "--layout").rfind("--layout mb-rule=pytorch: unknown micro-batch rule", 0) == 0);
 }

@@ -2,6 +2,9 @@
 // The accuracy bounds on ../shared's published rows are in published_test.cpp (skipped without ../shared).
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
+#include "sim/layout_words.hpp"
 #include "sim/validate.hpp"
 
 using namespace tessel;
@@ -117,4 +120,28 @@ TEST_CASE("validate: a row's schedule is checked against the registry whatever i
   }
   CHECK(err == "rows.json[0].layout.schedule: value \"zigzag\" is not a known schedule (none, dualpipe, gpipe, 1f1b, "
                "interleaved, looped-bfs, zb1p, zb2p, zbv, dualpipev)");
+}
+
+TEST_CASE("validate: a row whose layers do not divide is predicted with the balanced split, listed as assumed") {
+  // 26 layers over pp 4 (vpp 1, 1F1B stated): 26 % 4 = 2, no even split, and the source states none. It was
+  // skipped ("no feasible layout: layers 26 do not split evenly"); now the time-balanced split predicts it.
+  // Its four entries sum to 26 and, the embedding and head loading the ends, no end stage holds more layers
+  // than a middle one.
+  const char* text = R"([{"id":"u","model":{"layers":26,"hidden":2304,"heads":24,"ffn":null,"vocab":51200,
+    "seq_len":2048},"hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":32},
+    "layout":{"tp":8,"pp":4,"dp":1,"cp":1,"ep":1,"vpp":1,"micro_batch":1,"global_batch":16,
+    "num_microbatches":null,"schedule":"1f1b","recompute":"full","sequence_parallel":false,"zero_stage":0,
+    "precision":"fp16_or_bf16"},"measured":{"iteration_time_s":1.0}}])";
+  const ValidationResult r = validate_rows(parse_json_text(text, "rows.json"), "rows.json");
+  CHECK(r.skipped.empty());
+  REQUIRE(r.rows.size() == 1);
+  std::string split;
+  for (const auto& a : r.rows[0].assumed)
+    if (a.rfind("stage_layers=", 0) == 0) split = a;
+  CAPTURE(split);
+  REQUIRE(split.find(" (time-balanced)") != std::string::npos);
+  const std::vector<int> layers = parse_stage_layers(split.substr(13, split.find(' ') - 13), "split");
+  REQUIRE(layers.size() == 4);
+  CHECK(layers[0] + layers[1] + layers[2] + layers[3] == 26);
+  CHECK(std::max(layers[0], layers[3]) <= std::min(layers[1], layers[2]));
 }

@@ -3,9 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
+#include "tests/test_paths.hpp"
 #include "tests/tools/run_util.hpp"
 
 using tessel::test::run_tessel;
@@ -66,7 +69,7 @@ TEST_CASE("estimate: bad input exits 2 with the rule") {
       {{"estimate", "--model", bad_json}, bad_json + ":2:"},
       {{"estimate", "--system", "tpu-v9"}, "--system tpu-v9: no such preset"},
       {{"estimate", "--schedule", "zigzag"}, "--schedule zigzag: unknown schedule"},
-      {{"estimate", "--layout", layout, "--tp", "2"}, "--tp: cannot be combined with --layout"},
+      {{"estimate", "--layout", "tp8 pp2 dp1 warp9"}, "--layout: word 'warp9' is not a layout term"},
       {{"estimate", "--frobnicate"}, "unknown flag --frobnicate"},
       {{"estimate", "--gpus", "1000"}, "--gpus 1000 is not divisible by tp*pp*cp = 64"},
       {{"estimate", "--schedule", "zbv", "--vpp", "3"}, "zbv needs exactly 2 stages per rank"},
@@ -207,6 +210,22 @@ TEST_CASE("simulate: the default GPU count stays within the system; a derived dp
   CHECK(ok.code == 0);
 }
 
+// --layout takes a file or explore's words, and the layout flags override its fields (a flag that was
+// refused next to --layout): the file's tp 8 becomes tp 2, so the layout needs tp*pp*dp*cp = 2*1*1*1 GPUs.
+TEST_CASE("estimate --layout: the flags override the layout's fields") {
+  const std::string layout = write_temp("layout_override.json", R"({"tp":8,"micro_batch":1,"global_batch":8})");
+  auto r = run_tessel({"estimate", "--layout", layout, "--tp", "2"});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("on 2 x A100") != std::string::npos);
+  CHECK(r.out.find("layout: tp2 pp1 dp1 mbs1, global batch 8") != std::string::npos);
+  // Words, with --gbs: 16 / (mbs 1 * dp 2) = 8 micro-batches per pipeline.
+  auto w = run_tessel({"estimate", "--layout", "tp8 pp4 dp2 vpp2 mbs1 interleaved", "--gbs", "16"});
+  CAPTURE(w.err);
+  REQUIRE(w.code == 0);
+  CHECK(w.out.find("layout: tp8 pp4 dp2 vpp2 mbs1 interleaved, global batch 16, 8 micro-batches per pipeline") != std::string::npos);
+}
+
 // A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise (a --vpp
 // given keeps its value; the file still names the schedule): the default
 // layout's interleaved with 3 chunks per rank made a 1F1B file fail on "8 layers over 12 stages".
@@ -240,6 +259,25 @@ TEST_CASE("simulate --schedule-file: the file's shape, not the default schedule'
   std::filesystem::remove_all(dir);
 }
 
+// PyTorch's ScheduleInterleaved1F1B order for p 4, m 6, v 2 (a golden written by PyTorch, no sidecar):
+// Megatron's rule refuses m 6 with pp 4, PyTorch's takes it, and the file is that rule's order, so the
+// layout names it interleaved under PyTorch's rule (it was played as looped-bfs, or refused with a sidecar).
+TEST_CASE("simulate --schedule-file: PyTorch's interleaved order with m not a multiple of pp") {
+  const std::string csv = tessel::test::source_root() + "/tests/golden/schedules/torch/ScheduleInterleaved1F1B_p4_m6_v2.csv";
+  const std::vector<std::string> sim = {"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1",
+                                        "--pp", "4", "--dp", "1", "--gbs", "6", "--schedule-file", csv};
+  auto r = run_tessel(sim);
+  CAPTURE(r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("tp1 pp4 dp1 vpp2 mbs1 interleaved mb-rule=torch") != std::string::npos);
+  CHECK(r.out.find("note:") == std::string::npos);  // named after the generator that makes its order
+  std::vector<std::string> megatron = sim;
+  megatron.insert(megatron.end(), {"--schedule", "interleaved", "--vpp", "2", "--mb-rule", "megatron"});
+  auto refused = run_tessel(megatron);
+  CHECK(refused.code == 2);
+  CHECK(refused.err.find("PyTorch's rule (mb-rule=torch) takes it") != std::string::npos);
+}
+
 TEST_CASE("one error prefix, and a suggestion for a near miss of a flag, verb, preset or schedule") {
   // main adds "tessel VERB: error: " once; a message never repeats it (it read
   // "tessel explore: error: tessel explore: unknown flag --sytem").
@@ -255,4 +293,62 @@ TEST_CASE("one error prefix, and a suggestion for a near miss of a flag, verb, p
   const auto sched = run_tessel({"estimate", "--schedule", "interleavd"});
   CHECK(sched.err.find("choose one of gpipe, 1f1b, interleaved") != std::string::npos);
   CHECK(sched.err.find("did you mean 'interleaved'?") != std::string::npos);
+}
+
+// The split flags in simulate: tiny's 8 layers as 3 + 5 at pp 2. The trace names each rank's stages with
+// the layers they hold (rank 0: layers 0-2; rank 1: 3-7), which the SVG timeline shows as the lane's title.
+TEST_CASE("simulate --stage-layers: the engine plays the split, and the timeline names each stage's layers") {
+  const std::string svg = write_temp("split.svg", "");
+  auto r = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp", "2",
+                       "--dp", "1", "--gbs", "4", "--schedule", "1f1b", "--stage-layers", "3,5", "--svg", svg});
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  // The cpu system defaults to what the CPU runtime executes: no recompute, so no recompute word.
+  CHECK(r.out.find("tp1 pp2 dp1 mbs1 1f1b layers=3,5,") != std::string::npos);
+  std::ifstream in(svg);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(text.find("rank 0 (stage 0; layers 0-2)") != std::string::npos);
+  CHECK(text.find("rank 1 (stage 1; layers 3-7)") != std::string::npos);
+  // The even split is not written as layers= but still names the layers: 4 + 4.
+  auto even = run_tessel({"simulate", "--model", "tiny", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp", "2",
+                          "--dp", "1", "--gbs", "4", "--schedule", "1f1b", "--stage-layers", "4,4", "--svg", svg});
+  REQUIRE(even.code == 0);
+  CHECK(even.out.find("layers=") == std::string::npos);
+  std::ifstream in2(svg);
+  const std::string text2((std::istreambuf_iterator<char>(in2)), std::istreambuf_iterator<char>());
+  CHECK(text2.find("rank 1 (stage 1; layers 4-7)") != std::string::npos);
+}
+
+// A Megatron-LM argument file given as --model brings its split flags: 24 layers, pp 4 (flags), and
+// --decoder-first-pipeline-num-layers 3 --decoder-last-pipeline-num-layers 5: the 16 left over 2 ranks, 8 each:
+// 3,8,8,5. An explicit --stage-layers overrides the file; the account-for flags count the embedding and the
+// loss as layers: 24 + 2 = 26 over pp 2, 13 a rank, the first and the last one fewer: 12,12.
+TEST_CASE("estimate --model <Megatron-LM argument file>: its pipeline split flags decide the split") {
+  const std::string shape = "--num-layers 24 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+                            "--max-position-embeddings 2048 --vocab-size 51200 ";
+  const std::string args = write_temp("meg_split.txt", shape + "--decoder-first-pipeline-num-layers 3 "
+                                                               "--decoder-last-pipeline-num-layers 5\n");
+  const std::vector<std::string> est = {"estimate", "--model", args, "--tp", "1", "--pp", "4", "--dp", "1", "--gbs", "8",
+                                        "--schedule", "1f1b"};
+  auto r = run_tessel(est);
+  CAPTURE(r.err);
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("layers=3,8x2,5") != std::string::npos);
+  std::vector<std::string> explicit_split = est;
+  explicit_split.insert(explicit_split.end(), {"--stage-layers", "6x4"});
+  auto e = run_tessel(explicit_split);
+  REQUIRE(e.code == 0);
+  CHECK(e.out.find("layers=") == std::string::npos);  // 6,6,6,6 is the even split
+  const std::string acc = write_temp("meg_acc.txt", shape + "--account-for-embedding-in-pipeline-split "
+                                                            "--account-for-loss-in-pipeline-split\n");
+  auto a = run_tessel({"estimate", "--model", acc, "--tp", "1", "--pp", "2", "--dp", "1", "--gbs", "8", "--schedule", "1f1b"});
+  CAPTURE(a.err);
+  REQUIRE(a.code == 0);
+  CHECK(a.out.find("layers=12x2") == std::string::npos);  // 12,12 is the even split: no layers= word
+  CHECK(a.out.find("tp1 pp2 dp1 mbs1 1f1b selective,") != std::string::npos);
+  // Megatron's rule: 24 + 2 = 26 does not divide over pp 4, named with the file and the flag.
+  auto bad = run_tessel({"estimate", "--model", acc, "--tp", "1", "--pp", "4", "--dp", "1", "--gbs", "8", "--schedule", "1f1b"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find(acc + ": --account-for-embedding-in-pipeline-split") != std::string::npos);
+  CHECK(bad.err.find("do not divide over pp 4") != std::string::npos);
 }

@@ -267,12 +267,22 @@ TEST_CASE("explore: tp within a node, by default and with --max-tp-inside-node; 
   CHECK(none.err.find("--tp 16 does not divide --gpus 8") != std::string::npos);
 }
 
-// 96 GPUs for Llama-3 70B, batch 512: 96 = 2^5 * 3 and the factor 3 must go to pp (80 layers do not split)
-// or dp (512 does not divide). Every enumerated layout puts it in pp, so all are rejected by layer-split
-// first; the message must also say that tp8 pp4 dp3 breaks batch-divisibility alone.
+// 96 GPUs for Llama-3 70B, batch 512: 96 = 2^5 * 3 and the factor 3 must go to pp (80 layers do not split
+// evenly) or dp (512 does not divide). With the balanced splits every pp takes (the default), the factor 3
+// goes to pp and the best layout's split is uneven. Without them (--no-uneven) every enumerated layout is
+// rejected by layer-split first; the message must also say that tp8 pp4 dp3 breaks batch-divisibility alone.
 TEST_CASE("explore: when nothing fits, the rules to lift are named by the layouts that break only them") {
-  auto r = run_tessel({"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "96",
-                       "--gbs", "512"});
+  const std::vector<std::string> args = {"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100",
+                                         "--gpus", "96", "--gbs", "512"};
+  auto balanced = run_tessel(args);
+  CAPTURE(balanced.err);
+  REQUIRE(balanced.code == 0);
+  const std::string first_row = balanced.out.substr(balanced.out.find("\n1 "), 200);
+  CAPTURE(first_row);
+  CHECK(first_row.find(" layers=") != std::string::npos);
+  std::vector<std::string> even = args;
+  even.push_back("--no-uneven");
+  auto r = run_tessel(even);
   CAPTURE(r.err);
   CHECK(r.code == 2);
   CHECK(r.err.find("rejected by layer-split first") != std::string::npos);
@@ -387,4 +397,61 @@ TEST_CASE("explore --svg-best and --trace-best stay readable at 1,024 GPUs: one 
   CHECK(bad.code == 2);
   CHECK(bad.err.find("--trace-ranks 0-5000") != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+// One layout grammar: the layout string explore prints, given back to estimate --layout with the same model,
+// system, batch and sequence, is the same layout, so estimate's step time is explore's analytical one (the
+// same closed form on the same inputs: equal to rounding). Llama 3 70B at 96 GPUs: 80 layers over a pp with
+// the factor 3 (12 or 24 stages) have no even split, so the best row carries a balanced layers=... split.
+TEST_CASE("explore -> estimate --layout \"<the printed string>\" gives the same step time") {
+  const std::vector<std::string> common = {"--model", "llama3-70b", "--system", "dgx-h100", "--gbs", "512", "--seq", "8192"};
+  std::vector<std::string> ex = {"explore", "--no-simulate", "--gpus", "96", "--top", "1"};
+  ex.insert(ex.end(), common.begin(), common.end());
+  auto table = run_tessel(ex);
+  REQUIRE(table.code == 0);
+  ex.push_back("--json");
+  auto js = run_tessel(ex);
+  REQUIRE(js.code == 0);
+  const double explore_step = nlohmann::json::parse(js.out).at("top").at(0).at("step_s").get<double>();
+  // The table's first row: "1", the layout words, then the step, columns apart by two spaces or more.
+  const std::size_t row = table.out.find("\n1 ");
+  REQUIRE(row != std::string::npos);
+  std::string line = table.out.substr(row + 3, table.out.find('\n', row + 1) - row - 3);
+  line = line.substr(line.find_first_not_of(' '));
+  const std::string words = line.substr(0, line.find("  "));
+  CAPTURE(words);
+  CHECK(words.find(" layers=") != std::string::npos);
+  std::vector<std::string> est = {"estimate", "--json", "--layout", words};
+  est.insert(est.end(), common.begin(), common.end());
+  auto e = run_tessel(est);
+  CAPTURE(e.err);
+  REQUIRE(e.code == 0);
+  CHECK(nlohmann::json::parse(e.out).at("step_s").get<double>() == doctest::Approx(explore_step).epsilon(1e-12));
+}
+
+// explore --explain shows the split's balance, in text and in --json ("pipeline"): 80 layers over pp 12 x
+// vpp 2 = 24 stages as 3x14,4x9,2; zbv's V places stage s and 23 - s on rank min(s, 23 - s), so stage 23 (the
+// last, 2 layers 78-79 with the head) is on rank 0 with stage 0 (layers 0-2 with the embedding).
+TEST_CASE("explore --explain: each stage's layers, time and rank memory, and the imbalance") {
+  const std::vector<std::string> args = {"explore", "--no-simulate", "--model", "llama3-70b", "--system", "dgx-h100",
+                                         "--gpus", "96", "--gbs", "512", "--explain",
+                                         "tp2 pp12 dp2 cp2 vpp2 mbs1 zbv sp zero1 layers=3x14,4x9,2"};
+  auto text = run_tessel(args);
+  CAPTURE(text.err);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("stages: layers=3x14,4x9,2, imbalance ") != std::string::npos);
+  CHECK(text.out.find("first: stage 0 (rank 0) layers 0-2 + embedding") != std::string::npos);
+  CHECK(text.out.find("last: stage 23 (rank 0) layers 78-79 + head, loss") != std::string::npos);
+  std::vector<std::string> js = args;
+  js.push_back("--json");
+  auto j = run_tessel(js);
+  REQUIRE(j.code == 0);
+  const auto doc = nlohmann::json::parse(j.out);
+  const auto& p = doc.at("pipeline");
+  CHECK(p.at("split") == "3x14,4x9,2");
+  REQUIRE(p.at("stages").size() == 24u);
+  CHECK(p.at("stages").at(14).at("first_layer") == 42);  // 14 stages of 3
+  CHECK(p.at("stages").at(14).at("layers") == 4);
+  // 3- and 4-layer stages: the slowest stage is above the mean, so the imbalance is positive.
+  CHECK(p.at("imbalance").get<double>() > 0);
 }

@@ -244,3 +244,30 @@ TEST_CASE("run --backend cuda refuses the attention environment variables of old
     CHECK(!has(r.out, "step "));
   }
 }
+
+// tessel run takes the planning verbs' layout grammar and split flags: explore's words (with --gbs, which the
+// words do not carry) and --stage-layers. tiny's 8 layers as 3 + 5 at pp 2, and as an interleaved pp 2 x vpp 2
+// split 1,3,2,2 under PyTorch's micro-batch rule with m = 3 (not a multiple of pp), reproduce the one-rank
+// losses of the same batch within 1e-5 relative (fp32 sums in another order, as tests/runtime).
+TEST_CASE("run --layout words and --stage-layers: uneven splits give the one-rank losses") {
+  const auto losses = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"run", "--backend", "cpu", "--model", "tiny", "--steps", "3", "--gbs", "3", "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const RunResult r = test::run_tessel(args);
+    INFO(r.err);
+    REQUIRE(r.code == 0);
+    std::vector<double> out;
+    const Json doc = Json::parse(r.out);
+    for (const auto& st : doc.at("steps")) out.push_back(st.at("loss").get<double>());
+    REQUIRE(out.size() == 3u);
+    return out;
+  };
+  const std::vector<double> one = losses({});
+  const std::vector<double> flags = losses({"--pp", "2", "--stage-layers", "3,5"});
+  const std::vector<double> words = losses({"--layout", "tp1 pp2 dp1 vpp2 mbs1 interleaved mb-rule=torch layers=1,3,2,2"});
+  for (std::size_t k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    CHECK(std::abs(flags[k] - one[k]) <= 1e-5 * std::abs(one[k]));
+    CHECK(std::abs(words[k] - one[k]) <= 1e-5 * std::abs(one[k]));
+  }
+}
