@@ -212,7 +212,6 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   Estimate e;
   e.layout = l;
   e.gpus = gpus;
-  e.error_band = sys.error_band;
   e.microbatches = l.num_microbatches();
   const double pipe = pipeline_span(e, c);
   const int busiest = busiest_rank(e, c);
@@ -262,11 +261,6 @@ Json estimate_to_json(const Estimate& e) {
   j["hw_tflops_per_gpu"] = e.hw_tflops_per_gpu;
   j["mfu"] = e.mfu;
   j["mfu_causal"] = e.mfu_causal;
-  if (const auto& b = e.error_band)
-    j["error_band"] = {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis},
-                       {"step_low_s", e.step_s / (1 + b->step_pct / 100)}, {"step_high_s", e.step_s * (1 + b->step_pct / 100)}};
-  else
-    j["error_band"] = nullptr;
   j["model_tflops_per_gpu_causal"] = e.model_tflops_per_gpu_causal;
   j["flop_convention"] = "model FLOPs count attention full (non-causal), as Megatron-LM and PaLM; *_causal count half of QK^T and AV";
   j["hfu"] = e.hfu;

@@ -49,7 +49,6 @@ struct Estimate {
   double capacity_bytes = 0;        // GPU memory
   double min_headroom_bytes = 0;    // the margin asked for (System::min_headroom_bytes)
   bool fits = true;                 // peak + min_headroom <= capacity
-  std::optional<ErrorBand> error_band;  // the system's (none: no validated rows on this hardware)
   std::vector<double> stage_f, stage_i, stage_w;  // seconds per micro-batch per stage (for the simulator)
 };
 

@@ -245,6 +245,11 @@ System parse_system(const Json& j, const std::string& where) {
   return s;
 }
 
+Json error_band_to_json(const std::optional<ErrorBand>& b) {
+  if (!b) return nullptr;
+  return {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
+}
+
 Json system_to_json(const System& s) {
   Json g;
   g["name"] = s.gpu.name;
@@ -299,8 +304,7 @@ Json system_to_json(const System& s) {
     if (st->aggregate_bw > 0) sj["aggregate_GBps"] = st->aggregate_bw / kGB;
     j["storage"] = sj;
   }
-  if (const auto& b = s.error_band)
-    j["error_band"] = {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
+  if (s.error_band) j["error_band"] = error_band_to_json(s.error_band);
   return j;
 }
 

@@ -167,6 +167,8 @@ struct System {
 };
 
 System parse_system(const Json& j, const std::string& where);
+// {"class", "step_pct", "rows", "basis"}, or null without a band.
+Json error_band_to_json(const std::optional<ErrorBand>& b);
 Json system_to_json(const System& s);
 // A preset name ("dgx-a100") or a path to a JSON file; InputError lists the presets otherwise.
 System load_system(const std::string& name_or_path);

@@ -328,12 +328,9 @@ int explore(const Args& args) {
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
     // The band of the system's hardware class, the same for every row (rows carry it as step_error_band_pct).
-    if (const auto& b = sys.error_band) {
-      j["error_band"] = {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
+    j["error_band"] = error_band_to_json(sys.error_band);
+    if (const auto& b = sys.error_band)
       for (auto& row : j["top"]) row["step_error_band_pct"] = b->step_pct;
-    } else {
-      j["error_band"] = nullptr;
-    }
     if (opt.job) j["objective"] = objective;  // with the job only: the document is otherwise unchanged
     std::cout << j.dump(2) << "\n";
     return 0;
