@@ -152,8 +152,17 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   else if (stated == "dualpipe") throw RowSkip{"bidirectional DualPipe is not modelled (dualpipev is)"};
   else sched_opts = {named->kind};
   const Json& vj = lj.contains("vpp") ? lj.at("vpp") : Json();
-  if (vj.is_string()) throw RowSkip{"vpp \"" + vj.get<std::string>() + "\" (one layer per chunk) is not modelled"};
-  if (vj.is_null()) {
+  if (vj.is_string()) {
+    // "max": every transformer layer is its own chunk (the ZB paper's 1F1B-I rows). With the first and last
+    // stages one layer short, the first and the last virtual stage hold the embedding and the head alone.
+    const int layers = m.layers + (fewer ? 2 : 0);
+    if (vj.get<std::string>() != "max")
+      throw InputError(where + ".layout.vpp: value \"" + vj.get<std::string>() + "\" must be a whole number, \"max\" or null");
+    if (base.pp < 2 || layers % base.pp != 0)
+      throw RowSkip{"vpp \"max\" (one layer per chunk) needs the layers" + std::string(fewer ? " + 2" : "") + " (" +
+                    std::to_string(layers) + ") to split evenly over pp " + std::to_string(base.pp)};
+    vpp_opts = {layers / base.pp};
+  } else if (vj.is_null()) {
     for (int v = 1; v <= 8; ++v) vpp_opts.push_back(v);
   } else {
     vpp_opts = {int_field(lj, "vpp", where + ".layout")};

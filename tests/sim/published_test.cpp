@@ -96,8 +96,12 @@ TEST_CASE("validate --engine des: MAPE no worse than analytical on every metric 
     MESSAGE(metric << ": analytical " << mape << "%, des " << d.mape_pct.at(metric) << "%");
     CHECK(d.mape_pct.at(metric) <= mape + kMapeSlackPct);
   }
-  // Zero Bubble Table 4: for each model and micro-batch count, throughput ZB-2p > ZB-1p > 1F1B measured;
-  // the simulator must give the same order (ties are a failure).
+  // Zero Bubble Table 4: for each model and micro-batch count, throughput ZB-2p > ZB-1p > 1F1B measured, and
+  // 1F1B-I (one layer per chunk) above 1F1B; the simulator must give the same order (ties are a failure).
+  // Where 1F1B-I falls against the ZB schedules is not asserted, because the model gets it wrong: the paper
+  // measured ZB-2p 5-21% above 1F1B-I; the event engine puts the two within -2%..+7%, 1F1B-I ahead on the
+  // 1.5B and 6.2B models, and 1F1B-I above ZB-1p in 9 of the 12 groups where the paper has it in 3
+  // (docs/validation.md: one layer per chunk multiplies per-chunk costs the model does not fully carry).
   std::map<std::string, std::map<std::string, std::pair<double, double>>> groups;  // model_m -> sched -> (meas, pred)
   for (const auto& r : d.rows) {
     if (r.id.rfind("zb24_t4_", 0) != 0 || r.metric != "samples_per_gpu_per_s") continue;
@@ -111,14 +115,17 @@ TEST_CASE("validate --engine des: MAPE no worse than analytical on every metric 
     const auto& key = kv.first;
     const auto& g = kv.second;
     CAPTURE(key);
-    REQUIRE(g.size() == 3);
+    REQUIRE(g.size() == 4);
     const auto& zb2 = g.at("ZB-2p");
     const auto& zb1 = g.at("ZB-1p");
     const auto& f1b = g.at("1F1B");
+    const auto& f1bi = g.at("1F1B-I");
     REQUIRE(zb2.first > zb1.first);  // the paper's order
     REQUIRE(zb1.first > f1b.first);
+    REQUIRE(f1bi.first > f1b.first);
     CHECK(zb2.second > zb1.second);
     CHECK(zb1.second > f1b.second);
+    CHECK(f1bi.second > f1b.second);
   }
 }
 

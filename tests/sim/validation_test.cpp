@@ -145,3 +145,40 @@ TEST_CASE("validate: a row whose layers do not divide is predicted with the bala
   CHECK(layers[0] + layers[1] + layers[2] + layers[3] == 26);
   CHECK(std::max(layers[0], layers[3]) <= std::min(layers[1], layers[2]));
 }
+
+// vpp "max" (the Zero Bubble paper's 1F1B-I: every transformer layer its own chunk) is predicted, not skipped:
+// 22 layers with the first and last stage one layer short is 24 virtual stages of pp 8, vpp 3, the first and
+// the last holding the embedding and the head alone. A split that cannot be one layer per chunk is skipped
+// with the arithmetic; any other string is an input error naming the field.
+TEST_CASE("validate: vpp \"max\" is one layer per chunk") {
+  const std::string row = R"([{"id":"zb","model":{"layers":LAYERS,"hidden":2304,"heads":24,"ffn":null,"vocab":51200,
+    "seq_len":1024,"arch":"first and last pipeline stage have one fewer transformer layer"},
+    "hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":8},
+    "layout":{"tp":1,"pp":8,"dp":1,"cp":1,"ep":1,"vpp":VPP,"micro_batch":6,"global_batch":144,
+    "num_microbatches":24,"schedule":"interleaved","recompute":"none","sequence_parallel":false,"zero_stage":0,
+    "precision":"fp16_or_bf16"},"measured":{"samples_per_gpu_per_s":13.1}}])";
+  const auto rows = [&](const std::string& layers, const std::string& vpp) {
+    std::string r = row;
+    r.replace(r.find("LAYERS"), 6, layers);
+    r.replace(r.find("VPP"), 3, vpp);
+    return parse_json_text(r, "rows.json");
+  };
+  const ValidationResult ok = validate_rows(rows("22", "\"max\""), "rows.json");
+  REQUIRE(ok.rows.size() == 1);
+  CHECK(ok.skipped.empty());
+  // The same prediction as the explicit layout it stands for.
+  const ValidationResult same = validate_rows(rows("22", "3"), "rows.json");
+  REQUIRE(same.rows.size() == 1);
+  CHECK(ok.rows[0].predicted == same.rows[0].predicted);
+  const ValidationResult odd = validate_rows(rows("23", "\"max\""), "rows.json");
+  CHECK(odd.rows.empty());
+  REQUIRE(odd.skipped.size() == 1);
+  CHECK(odd.skipped[0].reason == "vpp \"max\" (one layer per chunk) needs the layers + 2 (25) to split evenly over pp 8");
+  std::string err;
+  try {
+    validate_rows(rows("22", "\"most\""), "rows.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("layout.vpp: value \"most\" must be a whole number, \"max\" or null") != std::string::npos);
+}
