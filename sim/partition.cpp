@@ -74,8 +74,30 @@ struct Solved {
   std::vector<int> layers;
 };
 
+// Under a time cap, the most layers each stage can hold: any k consecutive layers take at least k times the
+// fastest one. An upper bound (a hair above the cap absorbs the rounding of prefix sums), so no split within
+// the cap is cut; without a cap, every layer.
+std::vector<int> most_layers(const Table& t, double time_cap) {
+  const PartitionCosts& c = t.costs();
+  const int L = t.layers(), S = t.stages();
+  std::vector<int> k_max(static_cast<std::size_t>(S), L);
+  if (time_cap == kInf || L == 0) return k_max;
+  const double fastest = *std::min_element(c.layer_s.begin(), c.layer_s.end());
+  const double cap = time_cap * (1 + 1e-9);
+  for (int s = 0; s < S; ++s) {
+    int k = 0;
+    while (k < L && c.stage_s[static_cast<std::size_t>(s)] + (k + 1) * fastest +
+                            std::min(k + 1, c.block_layers) * c.block_s <= cap)
+      ++k;
+    k_max[static_cast<std::size_t>(s)] = k;
+  }
+  return k_max;
+}
+
 // One dynamic programme over the boundaries: best[s][j] is the value of the first j layers over stages
-// 0..s, from[s][j] the start boundary of stage s in it.
+// 0..s, from[s][j] the start boundary of stage s in it. Only the boundaries that can matter are visited: a
+// stage starts where its predecessors' split exists (reach_lo .. reach_hi) and ends where the later stages
+// can still hold the rest within the time cap, so a capped pass looks at a band a few layers wide.
 Solved solve(const Table& t, const Pass& p) {
   const std::vector<double>& budget = t.costs().budget_bytes;
   const int L = t.layers(), S = t.stages();
@@ -83,13 +105,21 @@ Solved solve(const Table& t, const Pass& p) {
   std::vector<double> best(static_cast<std::size_t>(S) * W, kInf);
   std::vector<int> from(static_cast<std::size_t>(S) * W, -1);
   auto at = [&](int s, int j) { return static_cast<std::size_t>(s) * W + static_cast<std::size_t>(j); };
+  const std::vector<int> k_max = most_layers(t, p.time_cap);
+  std::vector<long long> later(static_cast<std::size_t>(S) + 1, 0);  // layers stages s.. can hold at most
+  for (int s = S - 1; s >= 0; --s) later[static_cast<std::size_t>(s)] = later[static_cast<std::size_t>(s) + 1] + k_max[static_cast<std::size_t>(s)];
+  int reach_lo = 0, reach_hi = 0;  // the boundaries with a finite best for stages 0..s-1 (layer 0 before stage 0)
   for (int s = 0; s < S; ++s) {
-    const int j_lo = s + 1 == S ? L : t.lowest_end(s), j_hi = s + 1 == S ? L : t.highest_end(s);
+    int j_lo = s + 1 == S ? L : t.lowest_end(s), j_hi = s + 1 == S ? L : t.highest_end(s);
+    j_lo = std::max<long long>(j_lo, std::max<long long>(L - later[static_cast<std::size_t>(s) + 1], reach_lo + t.min_layers(s)));
+    j_hi = static_cast<int>(std::min<long long>(j_hi, static_cast<long long>(reach_hi) + k_max[static_cast<std::size_t>(s)]));
+    int next_lo = L + 1, next_hi = -1;
     for (int j = j_lo; j <= j_hi; ++j) {
       double v_best = kInf;
       int i_best = -1;
       // The first stage starts at layer 0; a later one after the layers its predecessors need at least.
-      const int i_hi = s == 0 ? 0 : j - t.min_layers(s), i_lo = s == 0 ? 0 : t.lowest_end(s - 1);
+      const int i_hi = std::min(s == 0 ? 0 : j - t.min_layers(s), reach_hi);
+      const int i_lo = std::max(s == 0 ? 0 : t.lowest_end(s - 1), reach_lo);
       for (int i = i_hi; i >= i_lo; --i) {
         const double secs = t.time(s, i, j), bytes = t.bytes(s, i, j);
         if (secs > p.time_cap || bytes > p.bytes_cap || bytes > budget[static_cast<std::size_t>(s)]) break;
@@ -107,7 +137,14 @@ Solved solve(const Table& t, const Pass& p) {
       }
       best[at(s, j)] = v_best;
       from[at(s, j)] = i_best;
+      if (v_best < kInf) {
+        next_lo = std::min(next_lo, j);
+        next_hi = j;
+      }
     }
+    if (next_hi < 0) return {};  // no split of any prefix fits: nothing later can
+    reach_lo = next_lo;
+    reach_hi = next_hi;
   }
   Solved out;
   out.value = best[at(S - 1, L)];
@@ -131,6 +168,23 @@ void check_costs(const PartitionCosts& c) {
   for (const auto* v : {&c.layer_s, &c.layer_bytes, &c.act_bytes, &c.stage_s, &c.stage_bytes, &c.act_scale})
     for (double x : *v) TESSEL_CHECK(x >= 0 && std::isfinite(x), "partition: cost " << x << " is not a finite non-negative number");
   TESSEL_CHECK(c.block_layers >= 0 && c.block_s >= 0 && c.block_act_bytes >= 0, "partition: negative block recompute");
+}
+
+// The largest stage (seconds, or bytes) of the most even split: stage s holds L / S layers, the last L % S
+// stages one more; nullopt when a stage would hold none where it must hold one, or a stage exceeds its budget.
+std::optional<double> even_split_value(const Table& t, bool by_bytes) {
+  const int L = t.layers(), S = t.stages();
+  const int base = L / S, extra = L % S;
+  double worst = 0;
+  for (int s = 0, i = 0; s < S; ++s) {
+    const int n = base + (s >= S - extra ? 1 : 0);
+    if (n < t.min_layers(s)) return std::nullopt;
+    const double bytes = t.bytes(s, i, i + n);
+    if (bytes > t.costs().budget_bytes[static_cast<std::size_t>(s)]) return std::nullopt;
+    worst = std::max(worst, by_bytes ? bytes : t.time(s, i, i + n));
+    i += n;
+  }
+  return worst;
 }
 
 }  // namespace
@@ -159,6 +213,9 @@ std::optional<Partition> partition(const PartitionCosts& c, Objective objective)
   // within both.
   Pass first;
   first.by_bytes = objective == Objective::memory;
+  // An even split that fits bounds the optimum from above: capping the first pass at it prunes the search
+  // without losing the optimum.
+  if (auto cap = even_split_value(t, first.by_bytes)) (first.by_bytes ? first.bytes_cap : first.time_cap) = with_slack(*cap);
   const Solved opt = solve(t, first);
   if (opt.value == kInf) return std::nullopt;
   Pass even;

@@ -282,10 +282,19 @@ std::optional<ShapeProblem> vpp_range_problem(const Family& f, int lo, int hi, i
 
 const std::vector<Family>& families() { return table(); }
 
+// The table indexed by Kind, its order checked once (family() is on explore's hot path: millions of calls).
+const std::vector<Family>& ordered_table() {
+  const std::vector<Family>& t = table();
+  for (std::size_t i = 0; i < t.size(); ++i)
+    TESSEL_CHECK(static_cast<std::size_t>(t[i].kind) == i, "schedule registry out of order at " << i);
+  return t;
+}
+
 const Family& family(Kind k) {
-  const Family& f = table().at(static_cast<std::size_t>(k));
-  TESSEL_CHECK(f.kind == k, "schedule registry out of order at " << static_cast<int>(k));
-  return f;
+  static const std::vector<Family>& t = ordered_table();
+  const auto i = static_cast<std::size_t>(k);
+  TESSEL_CHECK(i < t.size(), "schedule kind " << i << " is not in the registry");
+  return t[i];
 }
 
 const char* name(Kind k) { return family(k).name; }
