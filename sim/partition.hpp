@@ -7,7 +7,7 @@
 // min over i of max(best of the first i layers over s stages, cost of stage s holding layers [i, j)), and a
 // stage's cost only grows with the layers it holds, so the scan over i stops as soon as stage s alone costs
 // more than the best found. Each stage then looks at about as many boundaries as it holds layers: Llama 3
-// 405B's 126 layers into 128 virtual stages takes well under a millisecond (tests/bench/partition_bench.cpp).
+// 405B's 126 layers into 128 virtual stages takes well under a millisecond (BM_Partition126Into128 in tests/explore/bench_explore.cpp).
 #pragma once
 
 #include <optional>

@@ -519,10 +519,26 @@ std::string hardware_class(const std::string& preset) {
   return "";
 }
 
-std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const ValidationResult& r) {
+std::map<std::string, double> step_errors(const ValidationResult& r) {
   // Time first, then rates (equal to 1/step up to constants, so one per row).
   static const char* kOrder[] = {"iteration_time_s", "tokens_per_s_per_gpu", "samples_per_gpu_per_s",
                                  "model_tflops_per_gpu", "tflops_per_gpu", "mfu_pct"};
+  std::map<std::string, std::map<std::string, double>> by_row;  // id -> metric -> error_pct
+  for (const auto& m : r.rows) by_row[m.id][m.metric] = m.error_pct;
+  std::map<std::string, double> out;
+  for (const auto& [id, metrics] : by_row) {
+    for (const char* k : kOrder) {
+      const auto it = metrics.find(k);
+      if (it == metrics.end()) continue;
+      const double e = it->second / 100;
+      out[id] = std::string(k) == "iteration_time_s" ? e : 1.0 / (1.0 + e) - 1.0;
+      break;
+    }
+  }
+  return out;
+}
+
+std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const ValidationResult& r) {
   std::map<std::string, std::string> class_of_row;
   for (const auto& row : rows) {
     if (!row.is_object() || !row.contains("id") || !row.contains("hardware")) continue;
@@ -531,21 +547,12 @@ std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const Valida
     if (auto p = system_preset_for_gpu(hw.at("gpu").get<std::string>()))
       class_of_row[row.at("id").get<std::string>()] = hardware_class(*p);
   }
-  std::map<std::string, std::map<std::string, double>> by_row;  // id -> metric -> error_pct
-  for (const auto& m : r.rows) by_row[m.id][m.metric] = m.error_pct;
   std::map<std::string, std::pair<double, int>> acc;
-  for (const auto& [id, metrics] : by_row) {
+  for (const auto& [id, step_err] : step_errors(r)) {
     const auto cls = class_of_row.find(id);
     if (cls == class_of_row.end() || cls->second.empty()) continue;
-    for (const char* k : kOrder) {
-      const auto it = metrics.find(k);
-      if (it == metrics.end()) continue;
-      const double e = it->second / 100;
-      const double step_err = std::string(k) == "iteration_time_s" ? e : 1.0 / (1.0 + e) - 1.0;
-      acc[cls->second].first += std::fabs(step_err);
-      acc[cls->second].second += 1;
-      break;
-    }
+    acc[cls->second].first += std::fabs(step_err);
+    acc[cls->second].second += 1;
   }
   std::map<std::string, ErrorBand> out;
   for (const auto& [cls, a] : acc)

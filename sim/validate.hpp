@@ -75,9 +75,13 @@ Json validation_to_json(const ValidationResult& r);
 // the same SMs and clocks), "Blackwell"; empty for others (cpu).
 std::string hardware_class(const std::string& preset);
 
-// The step-time error bands of scored rows, per hardware class of the rows' GPUs: each row counts once, by
-// the first of its step metrics (iteration time; else tokens, samples, model TFLOP/s, TFLOP/s or MFU per GPU,
-// a rate's error r turned into the step's, 1/(1+r) - 1); the band is their mean absolute value.
+// Each scored row's step-time error (a fraction), by the first of its step metrics: iteration time; else
+// tokens, samples, model TFLOP/s, TFLOP/s or MFU per GPU, a rate's error r turned into the step's,
+// 1/(1+r) - 1. Rows without a step metric (memory only, per-layer times) are absent.
+std::map<std::string, double> step_errors(const ValidationResult& r);
+
+// The step-time error bands of scored rows, per hardware class of the rows' GPUs: each row counts once
+// (step_errors); the band is their mean absolute value.
 std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const ValidationResult& r);
 
 // The rows whose id starts with one of `prefixes` (--only). InputError naming every prefix that matches no

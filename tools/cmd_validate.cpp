@@ -112,6 +112,12 @@ int validate(const Args& args) {
     Json j = validation_to_json(r);
     j["error_bands"] = Json::object();
     for (const auto& [cls, b] : bands) j["error_bands"][cls] = {{"step_pct", b.step_pct}, {"rows", b.rows}};
+    // Every scored row's step error under the system in use (--system included), whatever its class: what
+    // a leave-one-source-out check reads (tools/validation_report.py).
+    double sum = 0;
+    const auto steps = step_errors(r);
+    for (const auto& kv : steps) sum += std::fabs(kv.second);
+    j["step_error"] = {{"rows", steps.size()}, {"mean_abs_pct", steps.empty() ? Json(nullptr) : Json(100 * sum / steps.size())}};
     std::cout << j.dump(2) << "\n";
     return 0;
   }

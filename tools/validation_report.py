@@ -9,6 +9,7 @@ import datetime
 import json
 import pathlib
 import statistics
+import tempfile
 import subprocess
 import sys
 
@@ -97,6 +98,64 @@ def bands_section(d):
     return text
 
 
+LOSO = """
+## Per source, and leave one source out
+
+Each source's rows under the committed presets (the A100 preset's four efficiency numbers fitted once to
+Korthikanti et al. Table 4; the Hopper presets' GEMM curves measured on an H200, not fitted to any row), then
+the same rows predicted by a profile fitted without them: `tessel calibrate --published ROWS --only <the other
+sources of that hardware class>` (the same grid over GEMM efficiency, its K overhead, memory efficiency and
+NVLink efficiency), then `tessel validate ROWS --only <source> --system <that profile>`. A source whose error
+barely moves when it is left out is not what the profile was tuned to; one that gets much worse was. Step
+error: one step metric per row (as the error bands). `tests/sim/published_test.cpp` bounds the A100 column.
+
+| source | class | rows | step error, presets | memory error, presets | step error, left out | profile fitted on |
+|---|---|---|---|---|---|---|
+"""
+
+
+def run_json(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        raise SystemExit(2)
+    return json.loads(out.stdout)
+
+
+def loso_section(tessel, rows_path, d):
+    """Per-source errors under the presets, and leave-one-source-out refits within each hardware class."""
+    rows = json.load(open(rows_path))
+    gpu_class = {"A100": "A100", "H100": "Hopper", "H800": "Hopper", "H200": "Hopper"}
+    source_class = {}
+    for r in rows:
+        src = r["id"].split("_")[0]
+        cls = next((c for k, c in gpu_class.items() if k in str(r["hardware"].get("gpu"))), None)
+        if cls:
+            source_class.setdefault(src, cls)
+    scored = {r["id"].split("_")[0] for r in d["rows"]}
+    text = LOSO
+    with tempfile.TemporaryDirectory() as tmp:
+        for src in sorted(s for s in source_class if s in scored):
+            cls = source_class[src]
+            mine = run_json([tessel, "validate", rows_path, "--only", src + "_", "--json"])
+            mem = mine["mape_pct"].get("memory_GB")
+            others = sorted(s for s, c in source_class.items() if c == cls and s != src and s in scored)
+            left = "-"
+            if others:
+                prof = f"{tmp}/{src}.json"
+                run_json([tessel, "calibrate", "--published", rows_path, "--only", ",".join(o + "_" for o in others),
+                          "-o", prof, "--json"])
+                out = run_json([tessel, "validate", rows_path, "--only", src + "_", "--system", prof, "--json"])
+                left = pct(out["step_error"]["mean_abs_pct"])
+            text += (f"| {src} | {cls} | {mine['step_error']['rows']} | {pct(mine['step_error']['mean_abs_pct'])} | "
+                     f"{pct(mem)} | {left} | {', '.join(others) or 'no other source of this class'} |\n")
+    return text
+
+
+def pct(v):
+    return "-" if v is None else f"{v:.1f}%"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tessel", required=True)
@@ -117,6 +176,7 @@ def main():
     for metric in sorted(d["mape_pct"]):
         text += f"| {metric} | {counts[metric]} | {d['mape_pct'][metric]:.1f}% | {d['max_abs_error_pct'][metric]:.1f}% |\n"
     text += bands_section(d)
+    text += loso_section(a.tessel, a.rows, d)
     zb = [r["error_pct"] for r in d["rows"] if r["id"].startswith("zb24") and r["metric"] == "samples_per_gpu_per_s"]
     zbi = [r["error_pct"] for r in d["rows"] if "_1F1B-I_" in r["id"] and r["metric"] == "samples_per_gpu_per_s"]
     text += LIMITS.format(zb_min=min(zb), zb_max=max(zb), zb_med=statistics.median(zb),

@@ -214,3 +214,37 @@ TEST_CASE("presets' error bands are validate's step errors on their hardware cla
   CHECK(checked == 6);  // dgx-a100 and the five Hopper presets
 }
 
+
+// Leave one source out (docs/validation.md, "Per source"): each A100 source's rows predicted by a profile
+// fitted with calibrate --published's grid on the other A100 sources only. Bounds: every source within 15%
+// mean |step error| under the committed preset (the issue's per-source bound; the Hopper sources, 22-23%,
+// do not meet it and are not asserted), and within 10% when left out of the fit: today 7.5% (Korthikanti),
+// 6.7% (Narayanan), 7.0% (Zero Bubble), so a profile that only fits what it was tuned on fails here.
+TEST_CASE("published rows: every A100 source within its bounds, also when left out of the fit") {
+  const std::string path = published_rows();
+  const Json all = parse_json_file(path);
+  const std::vector<std::string> sources = {"korthikanti22_", "narayanan21_", "zb24_"};
+  const auto mean_abs_step_pct = [](const ValidationResult& v) {
+    const auto steps = step_errors(v);
+    double sum = 0;
+    for (const auto& kv : steps) sum += std::fabs(kv.second);
+    REQUIRE(!steps.empty());
+    return 100 * sum / static_cast<double>(steps.size());
+  };
+  for (const std::string& src : sources) {
+    CAPTURE(src);
+    const Json mine = select_rows(all, path, {src});
+    std::vector<std::string> others;
+    for (const std::string& o : sources)
+      if (o != src) others.push_back(o);
+    const Json rest = select_rows(all, path, others);
+    const std::string preset = calib::rows_system_preset(rest, path);
+    CHECK(preset == "dgx-a100");
+    const calib::PublishedFit fit = calib::fit_published(rest, path, load_system(preset), calib::efficiency_grid());
+    const double with_preset = mean_abs_step_pct(validate_rows(mine, path));
+    const double left_out = mean_abs_step_pct(validate_rows(mine, path, {}, &fit.profile));
+    MESSAGE(src << ": preset " << with_preset << "%, left out " << left_out << "%");
+    CHECK(with_preset <= 15.0);
+    CHECK(left_out <= 10.0);
+  }
+}
