@@ -28,6 +28,7 @@
 #include "runtime/comm/comm_bench.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "sim/calibrate/bench_data.hpp"
+#include "sim/cost/compute.hpp"
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #ifdef TESSEL_HAVE_MPI
@@ -170,7 +171,7 @@ void bench_membw(calib::BenchData& out, int threads) {
 //   GELU:          2e t f fwd, 3e t f bwd                   ("act", gate = 1)
 //   cross-entropy: 3 ce fwd, 2 ce bwd, ce = 4 t V           (add_head)
 //   embedding:     3e x fwd, 3e x + 4x bwd                  (add_embedding)
-//   AdamW:         30 bytes per parameter                   (sim/estimate.cpp, optimizer_s)
+//   AdamW:         kAdamWBytesPerParam (30) bytes per parameter (sim/cost/compute.hpp)
 //   attention:     attention_time(F/2, io) fwd, attention_time(2.5 F/2, 2 io) bwd, F = 4 b h s^2 d,
 //                  io = e t 4 h_local                       (the flash path: the runtime's attention core is
 //                  one fused scalar loop; its rate is attention_efficiency, see docs/calibration.md)
@@ -281,7 +282,7 @@ void bench_adamw(calib::BenchData& out, int threads) {
   // pp half, 4 ranks about a quarter. AdamW's rate depends on that size (its state leaves the caches), so the
   // sizes span them and calibrate fits a rate for each (gpu.kernels.optimizer.params); together one step.
   for (std::size_t n : {std::size_t{1} << 19, std::size_t{1} << 20, std::size_t{2} << 20, std::size_t{3} << 20}) {
-    add_kernel(out, threads, "adamw", "memory", 30.0 * n, 0, 0.25, [=] {
+    add_kernel(out, threads, "adamw", "memory", cost::kAdamWBytesPerParam * n, 0, 0.25, [=] {
       Buf p = buf(n, 0.1f), g = buf(n, 0.01f), m = buf(n, 0), v = buf(n, 0);
       auto step = std::make_shared<int>(0);
       return std::function<void()>([=] { kc::adamw_step(p->data(), g->data(), m->data(), v->data(), n, kc::AdamW{}, ++*step); });
