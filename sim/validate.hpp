@@ -21,7 +21,8 @@ struct MetricResult {
   std::string metric;
   double measured = 0;
   double predicted = 0;
-  double error_pct = 0;                 // (predicted - measured) / measured * 100
+  double error_pct = 0;                 // (predicted - measured) / measured * 100; with `points`, (predicted - measured) * 100
+  bool points = false;                  // a rate near zero (bubble_rate): the error in percentage points
   std::vector<std::string> assumed;     // "micro_batch=1 (best predicted)", "attention=unfused (Megatron-LM 2021)"
 };
 

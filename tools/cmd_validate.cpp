@@ -55,13 +55,18 @@ std::string validation_text(const ValidationResult& r) {
   std::vector<std::vector<std::string>> t = {{"row", "metric", "measured", "predicted", "error"}};
   for (const auto& m : r.rows)
     t.push_back({m.id, m.metric, fmt::fixed(m.measured, 3), fmt::fixed(m.predicted, 3),
-                 (m.error_pct >= 0 ? "+" : "") + fmt::fixed(m.error_pct, 1) + "%"});
+                 (m.error_pct >= 0 ? "+" : "") + fmt::fixed(m.error_pct, 1) + (m.points ? " pt" : "%")});
   os << fmt::table(t) << "\n";
   std::vector<std::vector<std::string>> s = {{"metric", "rows", "MAPE", "max |error|"}};
   std::map<std::string, int> counts;
-  for (const auto& m : r.rows) counts[m.metric]++;
+  std::map<std::string, std::string> unit;  // bubble rates: percentage points of the pipeline's time
+  for (const auto& m : r.rows) {
+    counts[m.metric]++;
+    unit[m.metric] = m.points ? " pt" : "%";
+  }
   for (const auto& [metric, mape] : r.mape_pct)
-    s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + "%", fmt::fixed(r.max_abs_pct.at(metric), 1) + "%"});
+    s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + unit[metric],
+                 fmt::fixed(r.max_abs_pct.at(metric), 1) + unit[metric]});
   os << fmt::table(s);
   if (!r.skipped.empty()) {
     os << "\nskipped " << r.skipped.size() << " rows:\n";

@@ -56,12 +56,16 @@ PublishedFit fit_published(const Json& rows, const std::string& where, const Sys
                          " numbers to fit; select rows with more measurements");
     }
     ++out.candidates;
+    // Bubble rates (in points) measure the schedule, not the efficiencies on the grid: not in the objective.
     double sum = 0, worst = 0;
+    std::size_t n = 0;
     for (const MetricResult& m : v.rows) {
+      if (m.points) continue;
       sum += std::fabs(m.error_pct);
       worst = std::max(worst, std::fabs(m.error_pct));
+      ++n;
     }
-    const double mape = sum / static_cast<double>(v.rows.size());
+    const double mape = n ? sum / static_cast<double>(n) : 0.0;
     if (out.candidates == 1 || mape < out.mape_pct) {
       out.mape_pct = mape;
       out.max_abs_pct = worst;

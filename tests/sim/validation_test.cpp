@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "sim/layout_words.hpp"
 #include "sim/validate.hpp"
@@ -181,4 +182,42 @@ TEST_CASE("validate: vpp \"max\" is one layer per chunk") {
     err = e.what();
   }
   CHECK(err.find("layout.vpp: value \"most\" must be a whole number, \"max\" or null") != std::string::npos);
+}
+
+// A bubble-rate table (one rate per schedule for one configuration, as the Zero Bubble paper's Tables 5 and 8
+// give them) is one row per schedule, its error in percentage points; a schedule Tessel does not have and a
+// row with nothing validate predicts are listed as skipped with the reason, never dropped.
+TEST_CASE("validate: a bubble rate per schedule is a row per schedule, in points; nothing is dropped") {
+  const std::string head = R"([{"id":"zb","model":{"layers":22,"hidden":2304,"heads":24,"ffn":null,"vocab":51200,
+    "seq_len":1024,"arch":"first and last pipeline stage have one fewer transformer layer"},
+    "hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":8},
+    "layout":{"tp":1,"pp":8,"dp":1,"cp":1,"ep":1,"vpp":null,"micro_batch":6,"global_batch":null,
+    "num_microbatches":24,"schedule":null,"recompute":"none","sequence_parallel":false,"zero_stage":0,
+    "precision":null},"measured":)";
+  const std::string text = head + R"({"bubble_rate":{"1F1B":0.2431,"1F1B-I":0.1055,"ZB-H2":0.1083,"ZB-2p":0.0433}}},)" +
+                           head.substr(1).replace(head.find("\"zb\"") - 1, 4, "\"t9\"") +
+                           R"({"T_F":18.5,"units":"ms"}}])";
+  const ValidationResult r = validate_rows(parse_json_text(text, "rows.json"), "rows.json");
+  REQUIRE(r.rows.size() == 3);
+  std::map<std::string, MetricResult> by_id;
+  for (const auto& m : r.rows) by_id[m.id] = m;
+  REQUIRE(by_id.count("zb/1F1B") == 1);
+  REQUIRE(by_id.count("zb/1F1B-I") == 1);
+  REQUIRE(by_id.count("zb/ZB-2p") == 1);
+  for (const auto& kv : by_id) {
+    CAPTURE(kv.first);
+    CHECK(kv.second.metric == "bubble_rate");
+    CHECK(kv.second.points);
+    CHECK(kv.second.error_pct == doctest::Approx(100 * (kv.second.predicted - kv.second.measured)));
+    CHECK(kv.second.predicted >= 0);
+    CHECK(kv.second.predicted < 1);
+  }
+  // The schedules keep their order: 1F1B idles more than interleaving one layer per chunk, and more than ZB-2p.
+  CHECK(by_id["zb/1F1B"].predicted > by_id["zb/1F1B-I"].predicted);
+  CHECK(by_id["zb/1F1B"].predicted > by_id["zb/ZB-2p"].predicted);
+  REQUIRE(r.skipped.size() == 2);
+  CHECK(r.skipped[0].id == "zb/ZB-H2");
+  CHECK(r.skipped[0].reason.find("ZB-H2") != std::string::npos);
+  CHECK(r.skipped[1].id == "t9");
+  CHECK(r.skipped[1].reason == "measured holds no number validate predicts (T_F, units)");
 }
