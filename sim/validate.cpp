@@ -232,7 +232,7 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
 constexpr const char* kPredictedMetrics[] = {
     "iteration_time_s", "tflops_per_gpu", "mfu_pct", "hfu_pct", "samples_per_gpu_per_s", "tokens_per_s_per_gpu",
     "model_tflops_per_gpu", "memory_GB", "bubble_rate", "forward_ms_per_layer", "backward_ms_per_layer",
-    "combined_ms_per_layer"};
+    "combined_ms_per_layer", "T_F", "T_B_input_grad", "T_W_weight_grad"};
 
 void check_measured(const Json& row, const std::string& rw, const std::string& id) {
   const Json& meas = row.at("measured");
@@ -291,6 +291,18 @@ std::optional<double> predict_metric(const std::string& metric, const Model& m, 
   // Qi et al. (Zero Bubble) define the rate on the pipeline alone, transfers counted in it:
   // (cost - m (T_F + T_B + T_W)) / cost, cost the longest stage's span.
   if (metric == "bubble_rate") return e.pipeline_s > 0 ? (e.pipeline_s - e.busy_s) / e.pipeline_s : 0.0;
+  // Qi et al. Table 9: a stage's forward (T_F), input-gradient (T_B) and weight-gradient (T_W) time per
+  // micro-batch, profiled in ms. A middle pipeline rank's, its chunks summed (the ends carry the embedding
+  // and the head, which the paper balanced with one layer fewer).
+  const bool tf = metric == "T_F", tb = metric == "T_B_input_grad", tw = metric == "T_W_weight_grad";
+  if (tf || tb || tw) {
+    const int rank = e.layout.pp / 2;
+    const std::vector<double>& v = tf ? e.stage_f : tb ? e.stage_i : e.stage_w;
+    double sum = 0;
+    for (int st = 0; st < static_cast<int>(v.size()); ++st)
+      if (e.layout.rank_of_stage(st) == rank) sum += v[static_cast<std::size_t>(st)];
+    return 1e3 * sum;
+  }
   return std::nullopt;
 }
 

@@ -196,7 +196,7 @@ TEST_CASE("validate: a bubble rate per schedule is a row per schedule, in points
     "precision":null},"measured":)";
   const std::string text = head + R"({"bubble_rate":{"1F1B":0.2431,"1F1B-I":0.1055,"ZB-H2":0.1083,"ZB-2p":0.0433}}},)" +
                            head.substr(1).replace(head.find("\"zb\"") - 1, 4, "\"t9\"") +
-                           R"({"T_F":18.5,"units":"ms"}}])";
+                           R"({"T_comm":0.6,"units":"ms"}}])";
   const ValidationResult r = validate_rows(parse_json_text(text, "rows.json"), "rows.json");
   REQUIRE(r.rows.size() == 3);
   std::map<std::string, MetricResult> by_id;
@@ -219,5 +219,5 @@ TEST_CASE("validate: a bubble rate per schedule is a row per schedule, in points
   CHECK(r.skipped[0].id == "zb/ZB-H2");
   CHECK(r.skipped[0].reason.find("ZB-H2") != std::string::npos);
   CHECK(r.skipped[1].id == "t9");
-  CHECK(r.skipped[1].reason == "measured holds no number validate predicts (T_F, units)");
+  CHECK(r.skipped[1].reason == "measured holds no number validate predicts (T_comm, units)");
 }
