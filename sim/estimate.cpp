@@ -49,7 +49,7 @@ double pipeline_span(Estimate& e, const StepCosts& c) {
 }
 
 // The busiest pipeline rank (the most work per step) sets the TP and CP rows and the compute row.
-int busiest_rank(Estimate& e, const StepCosts& c) {
+int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
   const Layout& l = c.work.layout;
   const RankSums& rs = c.ranks;
   const double mb = e.microbatches;
@@ -63,16 +63,23 @@ int busiest_rank(Estimate& e, const StepCosts& c) {
     }
   }
   e.busy_s = most;
-  e.tp_comm_s = mb * (rs.tp_f[busiest] + rs.tp_b[busiest]);
-  e.tp_exposed_s = e.tp_comm_s;  // blocking in Megatron's TP layers
+  // TP collectives block the compute stream (Megatron's default): all of their time is exposed. Under
+  // tp_comm_overlap the stage times hold the part not hidden plus the GEMMs' slowdown (sim/workload.cpp
+  // overlap_tp_comm): exposed counts both, all TP time the hidden part too.
+  e.tp_exposed_s = mb * (rs.tp_f[busiest] + rs.tp_b[busiest]);
   e.cp_comm_s = 0;
   const LayerWork& lw = c.work.layer;
+  double tp_hidden = 0;
   for (const auto& st : c.work.stages)
     if (l.rank_of_stage(st.stage) == busiest) {
       e.cp_comm_s += mb * st.layers * (lw.cp_comm_f + lw.cp_comm_b);
       e.cp_exposed_s += mb * st.layers * (lw.t_cp_f + lw.t_cp_b);
+      tp_hidden += mb * (st.layers * (lw.tp_hidden_f + lw.tp_hidden_b) +
+                         (l.recompute == Recompute::full ? st.recomputed_layers * lw.tp_hidden_f : 0.0));
     }
-  e.compute_s = e.busy_s - e.tp_comm_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
+  const double s = overlap_slowdown;
+  e.tp_comm_s = e.tp_exposed_s - tp_hidden * s / (1.0 + s) + tp_hidden;
+  e.compute_s = e.busy_s - e.tp_exposed_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
   return busiest;
 }
 
@@ -214,7 +221,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.gpus = gpus;
   e.microbatches = l.num_microbatches();
   const double pipe = pipeline_span(e, c);
-  const int busiest = busiest_rank(e, c);
+  const int busiest = busiest_rank(e, c, sys.gpu.overlap_slowdown);
   data_parallel(e, c, busiest, sys.gpu.overlap_slowdown);
   zero3(e, c);
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.

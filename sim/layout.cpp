@@ -83,6 +83,7 @@ std::string Layout::describe() const {
   if (recompute == Recompute::full && recompute_method == RecomputeMethod::block)
     os << "-block" << (recompute_layers > 0 ? std::to_string(recompute_layers) : "");
   if (sequence_parallel) os << " sp";
+  if (tp_comm_overlap) os << " tp-overlap";
   if (zero_stage > 0) os << " zero" << zero_stage;
   if (!stage_layers.empty()) os << " layers=" << describe_stage_layers(stage_layers);
   return os.str();
@@ -153,6 +154,7 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.overlap_grad_reduce = o.opt_boolean("overlap_grad_reduce").value_or(true);
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
   l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
+  l.tp_comm_overlap = o.opt_boolean("tp_comm_overlap").value_or(false);
   if (o.has("stage_layers")) {
     for (double x : o.number_array("stage_layers", 0, 100000)) {
       if (x != static_cast<int>(x)) o.fail("stage_layers", "entries must be whole layer counts, got " + std::to_string(x));
@@ -197,6 +199,7 @@ Json layout_to_json(const Layout& l) {
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["overlap_p2p"] = l.overlap_p2p;
+  j["tp_comm_overlap"] = l.tp_comm_overlap;
   if (!l.stage_layers.empty()) j["stage_layers"] = l.stage_layers;
   return j;
 }
@@ -229,6 +232,11 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
       broke("cp-seq", "cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)"))
     return;
   if (l.sequence_parallel && l.tp == 1 && broke("sp-needs-tp", "sequence parallel needs tp > 1")) return;
+  // Megatron-LM asserts the same: its userbuffer overlap pipelines the all-gathers and reduce-scatters of SP.
+  if (l.tp_comm_overlap && !l.sequence_parallel &&
+      broke("tp-overlap-needs-sp", "tp communication overlap (tp-overlap, --tp-comm-overlap) needs sequence parallel "
+                                   "(sp) and tp > 1: it overlaps SP's all-gathers and reduce-scatters"))
+    return;
   if (l.sequence_parallel && (m.seq_len / l.cp) % l.tp != 0 &&
       broke("sp-seq", "sequence parallel: seq_len/cp " + s(m.seq_len / l.cp) + " is not divisible by tp " + s(l.tp)))
     return;

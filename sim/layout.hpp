@@ -40,6 +40,10 @@ struct Layout {
   // Pipeline sends/receives overlapped with compute in the steady state (Megatron --overlap-p2p-comm,
   // off by default there: each 1F1B step then waits for its batched send/recv).
   bool overlap_p2p = false;
+  // TP communication overlapped with the adjacent GEMMs (Megatron --tp-comm-overlap, Transformer Engine's
+  // userbuffers): each sequence-parallel all-gather / reduce-scatter of a layer is cut into tp chunks that
+  // move while the GEMM beside it computes on the others (sim/workload.cpp overlap_tp_comm). Needs sp.
+  bool tp_comm_overlap = false;
   std::vector<int> stage_layers;     // explicit layers per stage (pp*vpp entries); empty = even split
 
   int gpus() const { return tp * pp * dp * cp; }
@@ -71,7 +75,7 @@ int bytes_per_element(Precision p);  // activations/weights in compute precision
 
 // Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
 // recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
-// overlap_param_gather, overlap_p2p, stage_layers; docs/layout.md). Missing optional keys take the defaults
+// overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);
 Json layout_to_json(const Layout& l);

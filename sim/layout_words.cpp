@@ -46,7 +46,10 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     return static_cast<int>(parse_int(word.substr(prefix.size()), what + " " + word, lo, 1 << 22));
   };
   while (in >> w) {
-    if (w.rfind("tp", 0) == 0) l.tp = val(w, "tp");
+    if (w == "tp-overlap") {  // before the tpN prefix
+      once("tp-overlap", w);
+      l.tp_comm_overlap = true;
+    } else if (w.rfind("tp", 0) == 0) l.tp = val(w, "tp");
     else if (w.rfind("pp", 0) == 0) l.pp = val(w, "pp");
     else if (w.rfind("dp", 0) == 0) l.dp = val(w, "dp");
     else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
@@ -69,6 +72,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else if (w == "sp") {
       once("sp", w);
       l.sequence_parallel = true;
+
     } else if (w == "selective" || w == "full" || w == "none") {
       once("recompute policy", w);
       l.recompute = parse_recompute(w, what);
@@ -81,7 +85,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else {
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
-        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp layers=... "
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp tp-overlap layers=... "
                          "mb-rule=megatron|torch, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);

@@ -178,10 +178,37 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
 }
 
+// TP communication overlap (Megatron --tp-comm-overlap; Transformer Engine's userbuffers, Wang et al.,
+// "Overlap communication with dependent computation via decomposition", ASPLOS 2023): an all-gather feeds
+// the GEMM after it and a reduce-scatter drains the GEMM before it; each is cut into tp chunks, one moving
+// while the GEMM computes on another, so all but one chunk's transfer can hide: hidden = min(comm, gemm) x
+// (tp - 1) / tp, forward against the GEMM's forward, backward against its input and weight gradients. While
+// they overlap the GEMM runs slower (GpuSpec::overlap_slowdown s: it progresses at 1 / (1 + s) of its rate,
+// the same charge as every other overlap in the model): hidden x s / (1 + s) is added back. The collective's
+// t_f / t_i keep the rest, so stage times, the closed form and the event engine all see the same cost.
+void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
+  const double keep = (l.tp - 1.0) / l.tp, s = sys.gpu.overlap_slowdown, slow = s / (1.0 + s);
+  for (std::size_t k = 0; k < lw.ops.size(); ++k) {
+    WorkOp& c = lw.ops[k];
+    if (c.cls != OpClass::collective) continue;
+    const bool gather = c.coll == Collective::all_gather, scatter = c.coll == Collective::reduce_scatter;
+    const std::size_t g = gather ? k + 1 : k - 1;
+    if ((!gather && !scatter) || (scatter && k == 0) || g >= lw.ops.size() || lw.ops[g].cls != OpClass::gemm) continue;
+    const WorkOp& gemm = lw.ops[g];
+    c.hidden_f = std::min(c.t_f, gemm.t_f) * keep;
+    c.hidden_i = std::min(c.t_i, gemm.t_i + gemm.t_w) * keep;
+    c.t_f += c.hidden_f * slow - c.hidden_f;
+    c.t_i += c.hidden_i * slow - c.hidden_i;
+    lw.tp_hidden_f += c.hidden_f;
+    lw.tp_hidden_b += c.hidden_i;
+  }
+}
+
 // The layer's times on `sys`: each op priced by the cost model, the CP exchange against the attention it
 // hides behind, the sums by kind, and the recompute the layout adds.
 void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
   for (auto& op : lw.ops) cost::price(op, sys);
+  if (l.tp_comm_overlap) overlap_tp_comm(l, sys, lw);
   if (l.cp > 1) {
     const double step = cost::collective_time(sys, Collective::send_recv, lw.cp_kv_bytes, cp_group(l)).seconds;
     const double comm_f = (l.cp - 1.0) * step, comm_b = 2 * comm_f;

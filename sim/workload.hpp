@@ -24,7 +24,9 @@ using cost::WorkOp;
 struct LayerWork {
   std::vector<WorkOp> ops;
   double t_f = 0, t_i = 0, t_w = 0;    // compute only
-  double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron does not overlap them)
+  double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron's default), or under
+                                       // tp_comm_overlap their part not hidden plus the GEMMs' slowdown
+  double tp_hidden_f = 0, tp_hidden_b = 0;  // tp_comm_overlap: TP seconds hidden behind the GEMMs
   double t_cp_f = 0, t_cp_b = 0;       // CP KV exchange, exposed part (ring attention overlaps it)
   double cp_comm_f = 0, cp_comm_b = 0; // CP KV exchange, all of it
   double cp_kv_bytes = 0;              // CP: one K and V chunk, passed cp-1 times forward and twice that backward
@@ -112,7 +114,8 @@ struct Workload {
 
 // The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).
 // `layer`, when given, is a LayerWork already lowered for the same model, system and the layout fields it
-// depends on (tp, cp, micro_batch, sequence_parallel, recompute, attention, precision): explore reuses it.
+// depends on (tp, cp, micro_batch, sequence_parallel, recompute, attention, precision, tp_comm_overlap):
+// explore reuses it.
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer = nullptr);
 // Stage s of the layout holding `layers` transformer layers (lower() builds each stage with its own count;
 // the partitioner prices a stage's embedding or head alone with 0): its work per micro-batch, and the edge

@@ -262,6 +262,7 @@ int explore(const Args& args) {
        {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
        {"--attention", true, "flash|unfused [flash]"},
+       {"--tp-comm-overlap", false, "sequence-parallel layouts overlap TP communication with the GEMMs (Megatron --tp-comm-overlap) [off]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
        {"--max-tp-inside-node", false, "keep tp within one node (the default; a --tp value above the node is then refused)"},
        {"--no-uneven", false, "even splits only: no time-balanced split for each pp and vpp"},
@@ -309,6 +310,7 @@ int explore(const Args& args) {
   const std::string attn = cl.get_or("--attention", "flash");
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
+  space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 
   if (auto e = cl.get("--explain")) {

@@ -411,6 +411,9 @@ RunFlags read_run_flags(const cli::CommandLine& cl) {
     throw InputError("--model " + f.model.name + ": " + extra + ": not yet executed by the runtime, which runs dense "
                      "transformers only");
   f.layout = read_layout(cl, f.model);
+  if (f.layout.tp_comm_overlap)
+    throw InputError("tp-overlap (--tp-comm-overlap): the runtimes run TP collectives after their GEMMs, not overlapped; "
+                     "leave it out to run this layout (estimate and simulate price it)");
   f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
   f.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
   if (auto lr = cl.get_double("--lr", 0.0, 10.0)) f.lr = static_cast<float>(*lr);

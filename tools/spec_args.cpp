@@ -37,6 +37,7 @@ std::vector<OptionSpec> spec_options() {
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
       {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute [on a CPU system: never]"},
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
+      {"--tp-comm-overlap", false, "overlap SP's all-gathers / reduce-scatters with the adjacent GEMMs (Megatron --tp-comm-overlap; needs --sp)"},
   };
   for (auto& f : split_options()) o.push_back(std::move(f));
   return o;
@@ -152,6 +153,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
   }
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
+  if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;
 }
 
 // dp and the GPU count: --dp given; else from --gpus (or, without --layout, the default count); else the

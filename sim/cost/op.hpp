@@ -38,6 +38,9 @@ struct WorkOp {
   double t_f = 0;             // seconds forward
   double t_i = 0;             // seconds backward for inputs (I)
   double t_w = 0;             // seconds backward for weights (W); 0 for ops without weights
+  // A TP collective under tp_comm_overlap: the seconds of it hidden behind its GEMM, forward and backward
+  // (t_f and t_i then hold what is not hidden, plus the GEMM's slowdown while they overlap).
+  double hidden_f = 0, hidden_i = 0;
 };
 
 // Fills op.t_f, t_i, t_w from its work on `sys`:

@@ -81,8 +81,12 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   }
   for (int l = lb; l < le; ++l)
     for (const auto& w : r.costs.work.layer.ops) {
-      const double d = (forward ? w.t_f : w.t_i) * kUs;
-      if (w.cls == OpClass::collective && d > 0) out.push_back({std::string(w.name) + " L" + std::to_string(l), w.coll, t, d, w.comm_bytes, l, l + 1});
+      // Under tp_comm_overlap a collective lasts its hidden part longer than the compute stream waits for it:
+      // a reduce-scatter runs beside the GEMM before it, an all-gather beside the GEMM after it.
+      const double d = (forward ? w.t_f : w.t_i) * kUs, hid = (forward ? w.hidden_f : w.hidden_i) * kUs;
+      const double at = w.coll == cost::Collective::reduce_scatter ? std::max(0.0, t - hid) : t;
+      if (w.cls == OpClass::collective && d + hid > 0)
+        out.push_back({std::string(w.name) + " L" + std::to_string(l), w.coll, at, d + hid, w.comm_bytes, l, l + 1});
       t += d;
     }
   return out;

@@ -33,10 +33,10 @@ std::string gib(double b) {
 }
 
 // LayerWork depends only on these layout fields: explore lowers each combination once per thread.
-using LayerKey = std::tuple<int, int, int, bool, int, int, int>;
+using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool>;
 LayerKey layer_key(const Layout& l) {
   return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
-          static_cast<int>(l.precision)};
+          static_cast<int>(l.precision), l.tp_comm_overlap};
 }
 
 struct ThreadOut {
@@ -306,6 +306,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.overlap_grad_reduce = in.overlap_grad_reduce;
                         l.overlap_param_gather = in.overlap_param_gather;
                         l.overlap_p2p = in.overlap_p2p;
+                        l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));
                       }
                 }

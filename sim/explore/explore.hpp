@@ -32,6 +32,8 @@ struct Space {
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn
   // them off for the 2021-22 Megatron-LM rows and overlap the pipeline sends for later sources).
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
+  // --tp-comm-overlap: every sequence-parallel layout overlaps its TP communication (off: Megatron's default).
+  bool tp_comm_overlap = false;
   // Also enumerate the micro-batch sizes whose micro_batch*dp does not divide the global batch (left out
   // normally: each would only be rejected by batch-divisibility). diagnose() counts them.
   bool keep_indivisible_batches = false;

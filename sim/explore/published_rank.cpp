@@ -39,6 +39,7 @@ void apply_conventions(Space& s, const Layout& l) {
   s.overlap_grad_reduce = l.overlap_grad_reduce;
   s.overlap_param_gather = l.overlap_param_gather;
   s.overlap_p2p = l.overlap_p2p;
+  s.tp_comm_overlap = l.tp_comm_overlap;
 }
 
 // What distinguishes one search from another: the model, system, GPUs, batch and the whole space.
@@ -54,7 +55,8 @@ std::string search_key(const MappedRow& mr, int gbs, const Space& s) {
   for (sched::Kind x : s.schedules) k += std::to_string(static_cast<int>(x)) + ",";
   for (Recompute x : s.recompute) k += "r" + std::to_string(static_cast<int>(x));
   k += "/" + std::to_string(static_cast<int>(s.precision)) + std::to_string(static_cast<int>(s.attention)) +
-       std::to_string(s.overlap_grad_reduce) + std::to_string(s.overlap_param_gather) + std::to_string(s.overlap_p2p);
+       std::to_string(s.overlap_grad_reduce) + std::to_string(s.overlap_param_gather) + std::to_string(s.overlap_p2p) +
+       std::to_string(s.tp_comm_overlap);
   return k;
 }
 

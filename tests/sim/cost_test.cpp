@@ -12,6 +12,7 @@
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
 #include "sim/step_costs.hpp"
+#include "sim/workload.hpp"
 
 using namespace tessel;
 
@@ -499,4 +500,59 @@ TEST_CASE("the runtime's activation model: a 1F1B peak and SP's gathered norm ou
                              cost::stage_activation_bytes(m, l, static_cast<int>(layers), 0);
   CHECK(cost::runtime_stage_activations(m, sp, 0).held - a.held ==
         doctest::Approx(korthikanti + layers * (gathered - stats)).epsilon(kTight));
+}
+
+// TP communication overlap (Layout::tp_comm_overlap, sim/workload.cpp overlap_tp_comm): each SP all-gather
+// hides behind the GEMM after it and each reduce-scatter behind the GEMM before it, all but one of tp chunks;
+// the GEMM's slowdown is charged. Checked op by op against that rule, then the step's rows: the TP time is
+// the same with and without (only its exposure changes), compute is unchanged, the step is shorter, and the
+// event engine agrees with the closed form within its usual bound.
+TEST_CASE("TP communication overlap: hidden behind the adjacent GEMM, slowdown charged, same total") {
+  const Model m = load_model("gpt3-175b");
+  const System sys = load_system("dgx-a100");
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 16, l.vpp = 3, l.global_batch = 1536;
+  l.schedule = sched::Kind::interleaved;
+  l.recompute = Recompute::selective;
+  l.sequence_parallel = true;
+  Layout o = l;
+  o.tp_comm_overlap = true;
+  const Workload plain = lower(m, l, sys), over = lower(m, o, sys);
+  REQUIRE(plain.layer.ops.size() == over.layer.ops.size());
+  const double keep = 7.0 / 8.0, s = sys.gpu.overlap_slowdown, slow = s / (1 + s);
+  REQUIRE(s > 0);
+  int paired = 0;
+  for (std::size_t k = 0; k < over.layer.ops.size(); ++k) {
+    const WorkOp& a = plain.layer.ops[k];
+    const WorkOp& b = over.layer.ops[k];
+    CAPTURE(a.name);
+    if (a.cls != OpClass::collective) {
+      CHECK(b.t_f == a.t_f);  // compute ops are priced alike
+      continue;
+    }
+    const bool gather = a.coll == cost::Collective::all_gather;
+    const WorkOp& g = plain.layer.ops[gather ? k + 1 : k - 1];
+    REQUIRE(g.cls == OpClass::gemm);
+    const double hf = std::min(a.t_f, g.t_f) * keep, hb = std::min(a.t_i, g.t_i + g.t_w) * keep;
+    CHECK(b.hidden_f == doctest::Approx(hf).epsilon(kExact));
+    CHECK(b.hidden_i == doctest::Approx(hb).epsilon(kExact));
+    CHECK(b.t_f == doctest::Approx(a.t_f - hf + hf * slow).epsilon(kExact));
+    CHECK(b.t_i == doctest::Approx(a.t_i - hb + hb * slow).epsilon(kExact));
+    CHECK(b.t_f >= a.t_f / 8 * (1 - kExact));  // one chunk's transfer is never hidden
+    ++paired;
+  }
+  CHECK(paired == 4);  // two all-gathers, two reduce-scatters per layer
+  const Estimate ep = estimate(m, l, sys), eo = estimate(m, o, sys);
+  CHECK(eo.tp_comm_s == doctest::Approx(ep.tp_comm_s).epsilon(kTight));
+  CHECK(eo.compute_s == doctest::Approx(ep.compute_s).epsilon(kTight));
+  CHECK(eo.tp_exposed_s < 0.5 * ep.tp_exposed_s);
+  CHECK(eo.step_s < ep.step_s);
+  const double rows = eo.compute_s + eo.tp_exposed_s + eo.cp_exposed_s + eo.pp_exposed_s + eo.dp_exposed_s +
+                      eo.optimizer_s + eo.overlap_slowdown_s + eo.bubble_fraction * eo.step_s;
+  CHECK(rows == doctest::Approx(eo.step_s).epsilon(1e-9));
+  engine::SimOptions so;
+  so.critical_path = false;
+  const double des_plain = engine::simulate(m, l, sys, so).step_s, des_over = engine::simulate(m, o, sys, so).step_s;
+  CHECK(des_over < des_plain);
+  CHECK(des_over == doctest::Approx(eo.step_s).epsilon(kEstimateTol));
 }

@@ -92,3 +92,20 @@ TEST_CASE("layout words: PyTorch's interleaved micro-batch rule is a word, in de
         "--layout: 'mb-rule=torch' applies to interleaved only; schedule 1f1b has its own micro-batch rule");
   CHECK(error_of("pp4 mb-rule=pytorch", "--layout").rfind("--layout mb-rule=pytorch: unknown micro-batch rule", 0) == 0);
 }
+
+TEST_CASE("layout words: TP communication overlap is a word, in describe(), JSON and back; it needs sp") {
+  Layout l = parse_layout_words("tp8 pp2 dp4 mbs1 1f1b sp tp-overlap", 64);
+  CHECK(l.tp_comm_overlap);
+  CHECK(l.sequence_parallel);
+  CHECK(l.describe() == "tp8 pp2 dp4 mbs1 1f1b sp tp-overlap");
+  const Layout back = parse_layout(layout_to_json(l), "json");
+  CHECK(back.tp_comm_overlap);
+  CHECK_FALSE(parse_layout_words("tp8 pp2 dp4 sp", 64).tp_comm_overlap);
+  CHECK(error_of("tp8 tp-overlap tp-overlap", "--layout") ==
+        "--layout: 'tp-overlap' gives the tp-overlap a second time (already 'tp-overlap'); each layout term once");
+  // Megatron-LM asserts --sequence-parallel with --tp-comm-overlap: so does the layout check, by rule name.
+  Layout no_sp = parse_layout_words("tp8 pp1 dp8 tp-overlap", 64);
+  const auto problems = layout_problems(no_sp, load_model("gpt3-175b"), 64);
+  REQUIRE_FALSE(problems.empty());
+  CHECK(problems.front().rule == "tp-overlap-needs-sp");
+}
