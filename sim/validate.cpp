@@ -1,5 +1,7 @@
 #include "sim/validate.hpp"
 
+#include "sim/stack.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -95,14 +97,19 @@ Model model_of(const Json& row, const std::string& where, std::vector<std::strin
 // The Zero Bubble runs (Megatron-LM fork, 2023) are taken as unfused attention too: their reported peak
 // memory (e.g. 59 GB for 1.5B ZB-2P, 30 GB for 1F1B) matches the 5 a s^2 b score term of Korthikanti's
 // formula and is less than half of it without (an inference from the numbers; the paper does not say).
+// Those facts are the stacks' (sim/stacks/, one per source: source_stack); a source without one keeps the
+// Layout defaults with the pipeline sends overlapped.
 void apply_source_conventions(const std::string& id, Layout& l, std::vector<std::string>& assumed) {
-  const bool early = id.rfind("narayanan21", 0) == 0 || id.rfind("korthikanti22", 0) == 0;
-  const bool zb = id.rfind("zb24", 0) == 0;
-  l.attention = early || zb ? AttentionImpl::unfused : AttentionImpl::flash;
-  if (zb) assumed.push_back("attention=unfused (inferred from the reported memory)");
-  l.overlap_grad_reduce = l.overlap_param_gather = !early;
-  l.overlap_p2p = !early;  // NeMo's configurations set overlap_p2p_comm; 2021-22 Megatron-LM had no such option
-  if (early) assumed.push_back("attention=unfused, no DP overlap (Megatron-LM of 2021-22)");
+  if (const auto name = source_stack(id)) {
+    const Stack& s = stack_preset(*name);
+    apply_stack(s, l);
+    assumed.push_back("stack " + s.name + " (attention " + to_string(s.attention) +
+                      (s.overlap_grad_reduce ? "" : ", no DP overlap") + ")");
+    if (s.name == "megatron-zb-2023") assumed.push_back("attention=unfused (inferred from the reported memory)");
+    return;
+  }
+  l.attention = AttentionImpl::flash;
+  l.overlap_grad_reduce = l.overlap_param_gather = l.overlap_p2p = true;
 }
 
 using Candidate = RowCandidate;

@@ -191,8 +191,9 @@ void write_best(const Model& m, const System& sys, const Layout& winner, const c
 void print_text(const Model& m, const System& sys, int gpus, int gbs, const explore::Result& r, bool pareto,
                 const cli::CommandLine& cl, const explore::Options& opt) {
   std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
-            << ", global batch " << gbs << ", sequence " << m.seq_len << "\n"
-            << "step times " << fmt::band(sys.error_band) << "\n\n";
+            << ", global batch " << gbs << ", sequence " << m.seq_len;
+  if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
+  std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n\n";
   print_rows(r.top);
   print_legend();
   if (opt.job) print_time_to_train_legend(cl, *opt.job, opt.objective);
@@ -262,6 +263,7 @@ int explore(const Args& args) {
        {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
        {"--attention", true, "flash|unfused [flash]"},
+       {"--stack", true, "software stack (preset or JSON): search only what it runs, with its attention and overlaps (docs/stacks.md)"},
        {"--tp-comm-overlap", false, "sequence-parallel layouts overlap TP communication with the GEMMs (Megatron --tp-comm-overlap) [off]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
        {"--max-tp-inside-node", false, "keep tp within one node (the default; a --tp value above the node is then refused)"},
@@ -311,6 +313,29 @@ int explore(const Args& args) {
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
+  if (auto v = cl.get("--stack")) {
+    // What the stack runs: its attention and overlaps on every layout, its lists bounding the enumeration
+    // (sim/explore enumerate); a restriction flag asking for something it lacks is an error, not an empty search.
+    const Stack st = load_stack(*v);
+    if (cl.has("--attention") && space.attention != st.attention)
+      throw InputError("--attention " + to_string(space.attention) + ": stack " + st.name + " runs " + to_string(st.attention) + " attention");
+    space.attention = st.attention;
+    space.overlap_grad_reduce = st.overlap_grad_reduce;
+    space.overlap_param_gather = st.overlap_param_gather;
+    space.overlap_p2p = st.overlap_p2p;
+    if (space.tp_comm_overlap && st.tp_comm_overlap == TpOverlap::none)
+      throw InputError("--tp-comm-overlap: stack " + st.name + " does not overlap TP communication");
+    for (sched::Kind k : space.schedules)
+      if (std::find(st.schedules.begin(), st.schedules.end(), k) == st.schedules.end())
+        throw InputError("--schedule " + std::string(sched::name(k)) + ": not one of stack " + st.name + "'s schedules");
+    for (Recompute r : space.recompute)
+      if (std::find(st.recompute.begin(), st.recompute.end(), r) == st.recompute.end())
+        throw InputError("--recompute " + to_string(r) + ": not one of stack " + st.name + "'s policies");
+    for (int z : space.zero)
+      if (std::find(st.zero.begin(), st.zero.end(), z) == st.zero.end())
+        throw InputError("--zero " + std::to_string(z) + ": not one of stack " + st.name + "'s ZeRO stages");
+    space.stack = st;
+  }
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 
   if (auto e = cl.get("--explain")) {
@@ -329,6 +354,7 @@ int explore(const Args& args) {
     j["system"] = sys.name;
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
+    if (auto st = cl.get("--stack")) j["stack"] = load_stack(*st).name;
     // The band of the system's hardware class, the same for every row (rows carry it as step_error_band_pct).
     j["error_band"] = error_band_to_json(sys.error_band);
     if (const auto& b = sys.error_band)

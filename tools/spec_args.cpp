@@ -1,5 +1,7 @@
 #include "tools/spec_args.hpp"
 
+#include "sim/stack.hpp"
+
 #include <algorithm>
 
 #include "sim/layout_words.hpp"
@@ -38,6 +40,7 @@ std::vector<OptionSpec> spec_options() {
       {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute [on a CPU system: never]"},
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
       {"--tp-comm-overlap", false, "overlap SP's all-gathers / reduce-scatters with the adjacent GEMMs (Megatron --tp-comm-overlap; needs --sp)"},
+      {"--stack", true, "software stack, a preset (megatron-lm-2021, megatron-lm-2022, megatron-zb-2023, megatron-core-2024, torchtitan-2025, deepspeed) or JSON: its attention, overlaps and micro-batch rule; a layout it cannot run is refused (docs/stacks.md)"},
   };
   for (auto& f : split_options()) o.push_back(std::move(f));
   return o;
@@ -202,9 +205,23 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.micro_batch = int_or(cl, "--mbs", 1, 1 << 20, given ? given->micro_batch : 1);
   l.global_batch = int_or(cl, "--gbs", 1, 1 << 30, given ? given->global_batch : 1536);
   const bool cpu = s.system.host.cores > 0 || !(s.system.gpu.peak(Precision::bf16) > 0);
+  // A stack sets the software defaults (attention, overlaps, interleaved's micro-batch rule); the flags below
+  // still override them, and a layout the stack cannot run is refused once it is whole.
+  std::optional<Stack> stack;
+  if (auto v = cl.get("--stack")) {
+    stack = load_stack(*v);
+    const sched::MicrobatchRule rule = l.microbatch_rule;
+    apply_stack(*stack, l);
+    if (cl.has("--mb-rule")) l.microbatch_rule = rule;
+    if (!stack->sequence_parallel && !cl.has("--sp")) l.sequence_parallel = false;
+  }
   read_options(cl, given, cpu, l);
+  if (stack && !stack->sequence_parallel && !cl.has("--sp")) l.sequence_parallel = false;
+  if (stack && !given && !cl.has("--recompute")) l.recompute = stack->recompute_default;
   s.gpus = read_gpus(cl, given, s.system, l);
   resolve_specs_split(cl, s);
+  if (stack)
+    if (auto p = stack_problem(*stack, l)) throw InputError("--" + *p);
   return s;
 }
 

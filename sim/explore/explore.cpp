@@ -234,10 +234,22 @@ Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_
 std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int global_batch, const Space& in) {
   Space d = default_space(m, sys, gpus, in.max_tp_inside_node);
   auto pick = [](const auto& given, const auto& dflt) { return given.empty() ? dflt : given; };
-  const auto tps = pick(in.tp, d.tp), pps = pick(in.pp, d.pp), cps = pick(in.cp, d.cp), mbss = pick(in.mbs, d.mbs);
-  const auto zeros = pick(in.zero, d.zero), sps = pick(in.sp, d.sp), rls = pick(in.recompute_layers, d.recompute_layers);
-  const auto scheds = pick(in.schedules, d.schedules);
-  const auto recs = pick(in.recompute, d.recompute);
+  const auto tps = pick(in.tp, d.tp), pps = pick(in.pp, d.pp), mbss = pick(in.mbs, d.mbs);
+  const auto rls = pick(in.recompute_layers, d.recompute_layers);
+  auto scheds = pick(in.schedules, d.schedules);
+  auto recs = pick(in.recompute, d.recompute);
+  auto zeros = pick(in.zero, d.zero), sps = pick(in.sp, d.sp), cps = pick(in.cp, d.cp);
+  if (in.stack) {
+    const Stack& st = *in.stack;
+    const auto keep = [](auto& v, const auto& allowed) {
+      std::erase_if(v, [&](const auto& x) { return std::find(allowed.begin(), allowed.end(), x) == allowed.end(); });
+    };
+    keep(scheds, st.schedules);
+    keep(recs, st.recompute);
+    keep(zeros, st.zero);
+    if (!st.sequence_parallel) sps = {0};
+    if (!st.context_parallel) cps = {1};
+  }
   std::vector<Layout> out;
   for (int tp : tps) {
     if (in.max_tp_inside_node && tp > sys.node.gpus_per_node) continue;
@@ -306,6 +318,8 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.overlap_grad_reduce = in.overlap_grad_reduce;
                         l.overlap_param_gather = in.overlap_param_gather;
                         l.overlap_p2p = in.overlap_p2p;
+                        if (in.stack && sched::family(l.schedule).takes_microbatch_rule)
+                          l.microbatch_rule = in.stack->microbatch_rule;
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));
                       }

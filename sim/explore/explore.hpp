@@ -10,6 +10,7 @@
 
 #include "sim/estimate.hpp"
 #include "sim/goodput.hpp"
+#include "sim/stack.hpp"
 
 namespace tessel::explore {
 
@@ -34,6 +35,9 @@ struct Space {
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   // --tp-comm-overlap: every sequence-parallel layout overlaps its TP communication (off: Megatron's default).
   bool tp_comm_overlap = false;
+  // --stack: only what it runs is enumerated (its schedules, recompute policies, ZeRO stages; no SP or CP
+  // where it has none); its attention and overlaps are the fields above, set by the caller (apply_stack's).
+  std::optional<Stack> stack;
   // Also enumerate the micro-batch sizes whose micro_batch*dp does not divide the global batch (left out
   // normally: each would only be rejected by batch-divisibility). diagnose() counts them.
   bool keep_indivisible_batches = false;

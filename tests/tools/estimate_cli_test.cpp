@@ -352,3 +352,39 @@ TEST_CASE("estimate --model <Megatron-LM argument file>: its pipeline split flag
   CHECK(bad.err.find(acc + ": --account-for-embedding-in-pipeline-split") != std::string::npos);
   CHECK(bad.err.find("do not divide over pp 4") != std::string::npos);
 }
+
+// --stack: its defaults on the layout, what it lacks refused with exit 2 and the stack named; explore with a
+// stack enumerates only what it runs (checked on every row of its JSON).
+TEST_CASE("estimate and explore --stack: defaults, refusals, and a search within the stack") {
+  auto e = run_tessel({"estimate", "--stack", "megatron-lm-2021", "--json"});
+  REQUIRE(e.code == 0);
+  const auto doc = nlohmann::json::parse(e.out);
+  CHECK(doc["layout"]["attention"] == "unfused");
+  CHECK(doc["layout"]["overlap_grad_reduce"] == false);
+  CHECK(doc["layout"]["sequence_parallel"] == false);
+  CHECK(doc["layout"]["recompute"] == "none");
+  auto bad = run_tessel({"estimate", "--stack", "megatron-lm-2021", "--schedule", "zbv"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--stack megatron-lm-2021: schedule zbv is not one of its schedules (1f1b, interleaved)") != std::string::npos);
+  auto sp = run_tessel({"estimate", "--stack", "megatron-lm-2021", "--sp"});
+  CHECK(sp.code == 2);
+  CHECK(sp.err.find("it has no sequence parallelism") != std::string::npos);
+  auto x = run_tessel({"explore", "--stack", "megatron-lm-2021", "--json", "--top", "20", "--no-simulate"});
+  REQUIRE(x.code == 0);
+  const auto xd = nlohmann::json::parse(x.out);
+  CHECK(xd["stack"] == "megatron-lm-2021");
+  REQUIRE(xd["top"].size() == 20);
+  for (const auto& row : xd["top"]) {
+    const auto& l = row["layout"];
+    CAPTURE(l.dump());
+    CHECK(l["sequence_parallel"] == false);
+    CHECK(l["recompute"] != "selective");
+    CHECK(l["zero_stage"] == 0);
+    CHECK(l["attention"] == "unfused");
+    CHECK(l["overlap_grad_reduce"] == false);
+    CHECK((l["schedule"] == "1f1b" || l["schedule"] == "interleaved"));
+  }
+  auto xbad = run_tessel({"explore", "--stack", "deepspeed", "--tp-comm-overlap"});
+  CHECK(xbad.code == 2);
+  CHECK(xbad.err.find("--tp-comm-overlap: stack deepspeed does not overlap TP communication") != std::string::npos);
+}

@@ -1,0 +1,51 @@
+// Software stacks: what a training framework of a given era overlaps, which attention kernel it runs, which
+// schedules, recompute policies, ZeRO stages and parallelisms it offers (sim/stacks/*.json, each with its
+// sources). A stack sets a layout's software defaults (apply_stack), says when a layout asks for something the
+// stack does not have (stack_problem), and bounds explore's search (sim/explore). validate predicts each
+// published source under its stack (source_stack). docs/stacks.md.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sim/layout.hpp"
+#include "sim/schedule/registry.hpp"
+#include "util/json_reader.hpp"
+
+namespace tessel {
+
+enum class TpOverlap { none, optional };  // --tp-comm-overlap: absent from the stack, or there and off unless asked
+
+struct Stack {
+  std::string name, source;
+  AttentionImpl attention = AttentionImpl::flash;
+  bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
+  TpOverlap tp_comm_overlap = TpOverlap::none;
+  bool sequence_parallel = true, context_parallel = true;
+  std::vector<sched::Kind> schedules;
+  sched::MicrobatchRule microbatch_rule = sched::MicrobatchRule::megatron;
+  std::vector<Recompute> recompute;
+  Recompute recompute_default = Recompute::none;  // without a recompute flag (Megatron-LM: none; torchtitan: selective)
+  std::vector<int> zero;
+};
+
+Stack parse_stack(const Json& j, const std::string& where);
+std::vector<std::string> stack_names();
+// A preset name (sim/stacks/) or a stack JSON file; InputError naming the known presets otherwise.
+Stack load_stack(const std::string& name_or_path);
+
+// The stack's software defaults on `l`: attention, the DP / p2p overlaps, the interleaved micro-batch rule.
+void apply_stack(const Stack& s, Layout& l);
+// The first thing `l` asks for that the stack does not have, as a message naming the stack, the field and the
+// values it offers; nullopt when the stack runs the layout.
+std::optional<std::string> stack_problem(const Stack& s, const Layout& l);
+
+// A preset, parsed once (validate looks one up per row, thousands of times in a fit).
+const Stack& stack_preset(const std::string& name);
+
+// The stack a published row's source ran (by its id's prefix: narayanan21, korthikanti22, zb24, nemo...),
+// or nullopt for a source without one.
+std::optional<std::string> source_stack(const std::string& row_id);
+
+}  // namespace tessel

@@ -1,0 +1,108 @@
+// Software stacks (sim/stack.hpp): every preset reads, sets a layout's software defaults, refuses what it does
+// not run with a message naming the stack and the field, and validate's sources map to theirs.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "sim/layout_words.hpp"
+#include "sim/stack.hpp"
+#include "util/error.hpp"
+
+using namespace tessel;
+
+namespace {
+std::string error_of(const std::string& json) {
+  try {
+    parse_stack(parse_json_text(json, "s.json"), "s.json");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("stacks: every preset reads, and each names its sources") {
+  const auto names = stack_names();
+  CHECK(names.size() == 6);
+  for (const auto& n : names) {
+    CAPTURE(n);
+    const Stack s = load_stack(n);
+    CHECK(s.name == n);
+    CHECK(s.source.size() > 80);
+    CHECK_FALSE(s.schedules.empty());
+    CHECK_FALSE(s.recompute.empty());
+    CHECK_FALSE(s.zero.empty());
+    CHECK(&stack_preset(n) == &stack_preset(n));  // parsed once
+  }
+  std::string err;
+  try {
+    load_stack("megatron-lm-2020");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.rfind("--stack megatron-lm-2020: no such stack (known: deepspeed, megatron-core-2024, ", 0) == 0);
+}
+
+TEST_CASE("stacks: defaults applied, and what a stack lacks refused by name") {
+  const Stack& old = stack_preset("megatron-lm-2021");
+  Layout l = parse_layout_words("tp8 pp8 dp16 vpp3 mbs1 interleaved full", 1536);
+  apply_stack(old, l);
+  CHECK(l.attention == AttentionImpl::unfused);
+  CHECK_FALSE(l.overlap_grad_reduce);
+  CHECK_FALSE(l.overlap_param_gather);
+  CHECK_FALSE(l.overlap_p2p);
+  CHECK_FALSE(stack_problem(old, l).has_value());
+  Layout zbv = l;
+  zbv.schedule = sched::Kind::zbv;
+  zbv.vpp = 2;
+  CHECK(stack_problem(old, zbv) == "stack megatron-lm-2021: schedule zbv is not one of its schedules (1f1b, interleaved)");
+  Layout sel = l;
+  sel.recompute = Recompute::selective;
+  CHECK(stack_problem(old, sel) == "stack megatron-lm-2021: recompute selective is not one of its policies (none, full)");
+  Layout sp = l;
+  sp.sequence_parallel = true;
+  CHECK(stack_problem(old, sp) == "stack megatron-lm-2021: it has no sequence parallelism (sp)");
+  Layout z1 = l;
+  z1.zero_stage = 1;
+  CHECK(stack_problem(old, z1) == "stack megatron-lm-2021: zero1 is not one of its ZeRO stages (zero0)");
+  Layout flash = l;
+  flash.attention = AttentionImpl::flash;
+  CHECK(stack_problem(old, flash) == "stack megatron-lm-2021: it runs unfused attention, the layout asks for flash");
+  // Megatron-Core offers TP overlap, DeepSpeed does not; torchtitan's interleaved follows PyTorch's rule.
+  Layout tpo = parse_layout_words("tp8 pp8 dp16 vpp3 mbs1 interleaved sp tp-overlap", 1536);
+  apply_stack(stack_preset("megatron-core-2024"), tpo);
+  CHECK_FALSE(stack_problem(stack_preset("megatron-core-2024"), tpo).has_value());
+  CHECK(tpo.overlap_p2p);
+  Layout ds = parse_layout_words("tp8 pp8 dp16 mbs1 1f1b tp-overlap", 1536);
+  apply_stack(stack_preset("deepspeed"), ds);
+  CHECK(stack_problem(stack_preset("deepspeed"), ds) == "stack deepspeed: it does not overlap TP communication (tp-overlap)");
+  Layout tt = parse_layout_words("tp8 pp8 dp16 vpp2 mbs1 interleaved sp", 1536);
+  apply_stack(stack_preset("torchtitan-2025"), tt);
+  CHECK(tt.microbatch_rule == sched::MicrobatchRule::torch);
+}
+
+TEST_CASE("stacks: validate's sources map to their stacks") {
+  CHECK(source_stack("narayanan21_t2_PTD-P_174.6B") == "megatron-lm-2021");
+  CHECK(source_stack("korthikanti22_t5_175B_selective_sp") == "megatron-lm-2022");
+  CHECK(source_stack("zb24_t4_1.5B_ZB-2p_m24") == "megatron-zb-2023");
+  CHECK(source_stack("nemo2407_GPT3-175B_512gpu") == "megatron-core-2024");
+  CHECK_FALSE(source_stack("deepseekv3_pretrain_throughput").has_value());
+}
+
+TEST_CASE("stacks: a bad stack file names the field, the value and the rule") {
+  const std::string ok = R"({"name":"x","source":"s","attention":"flash",
+    "overlap":{"grad_reduce":true,"param_gather":true,"p2p":false},"tp_comm_overlap":"none",
+    "sequence_parallel":true,"context_parallel":false,"schedules":["1f1b"],"recompute":["none"],
+    "recompute_default":"none","zero":[0]})";
+  CHECK(error_of(ok).empty());
+  std::string bad = ok;
+  bad.replace(bad.find("[\"1f1b\"]"), 8, "[\"zz\"]");
+  CHECK(error_of(bad).find("schedules") != std::string::npos);
+  CHECK(error_of(bad).find("\"zz\" is not a layout schedule") != std::string::npos);
+  bad = ok;
+  bad.replace(bad.find("\"recompute_default\":\"none\""), 26, "\"recompute_default\":\"full\"");
+  CHECK(error_of(bad).find("recompute_default") != std::string::npos);
+  bad = ok;
+  bad.insert(bad.size() - 1, ",\"fp8\":true");
+  CHECK(error_of(bad).find("fp8") != std::string::npos);
+}
