@@ -232,10 +232,8 @@ Json explain_json(const Model& m, const System& sys, int gpus, const Layout& l, 
   j["memory"] = memory_json(e);
   if (!e.fits) {
     j["verdict"] = "rejected";
-    const std::string margin = e.min_headroom_bytes > 0 ? " + " + num(gib(e.min_headroom_bytes), 1) + " GiB headroom" : "";
-    j["rejected"] = {{"rule", "memory"},
-                     {"message", "needs " + num(gib(e.peak_memory_bytes), 1) + " GiB" + margin + " of " +
-                                     num(gib(e.capacity_bytes), 1) + " GiB"}};
+    // The search's own rejection message (explore.cpp memory_message), so both say the same words.
+    j["rejected"] = {{"rule", "memory"}, {"message", memory_message(e)}};
     j["alternatives"] = alternatives_json(m, sys, gpus, l);
     return j;
   }

@@ -144,7 +144,7 @@ TEST_CASE("explore and estimate --min-headroom") {
   REQUIRE(explain.code == 0);
   const auto e = nlohmann::json::parse(explain.out);
   CHECK(e["verdict"] == "rejected");
-  CHECK(e["rejected"]["message"].get<std::string>().find(" + 8.0 GiB headroom of 80.0 GiB") != std::string::npos);
+  CHECK(e["rejected"]["message"].get<std::string>().find(" + 8.0 GiB headroom on pipeline rank ") != std::string::npos);
   auto bad = run_tessel({"explore", "--min-headroom", "-1"});
   CHECK(bad.code == 2);
   CHECK(bad.err.find("--min-headroom") != std::string::npos);
