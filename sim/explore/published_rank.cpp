@@ -1,5 +1,7 @@
 #include "sim/explore/published_rank.hpp"
 
+#include "sim/stack.hpp"
+
 #include <algorithm>
 #include <climits>
 #include <map>
@@ -124,25 +126,23 @@ SourceOptions source_options(const std::string& id, const std::vector<RowCandida
   SourceOptions o;
   Space& s = o.space;
   std::string era;
-  if (starts(id, "narayanan21") || starts(id, "korthikanti22")) {
-    s.schedules = {Kind::gpipe, Kind::one_f_one_b, Kind::interleaved};
-    era = starts(id, "narayanan21") ? "Megatron-LM 2021" : "Megatron-LM 2022";
-  } else if (starts(id, "zb24")) {
-    s.schedules = {Kind::one_f_one_b, Kind::interleaved, Kind::zb1p, Kind::zb2p};
-    era = "Zero Bubble's Megatron-LM";
+  // What the source's software offered is its stack's (sim/stacks/): schedules, recompute policies, SP,
+  // ZeRO stages. A source without a stack: 1F1B and interleaved, no ZeRO.
+  if (const auto name = source_stack(id)) {
+    const Stack& st = stack_preset(*name);
+    s.schedules = st.schedules;
+    s.recompute = st.recompute;
+    if (!st.sequence_parallel) s.sp = {0};
+    s.zero = st.zero;
+    era = "stack " + st.name;
   } else {
     s.schedules = {Kind::one_f_one_b, Kind::interleaved};
-    era = starts(id, "nemo") ? "NeMo" : "other sources";
+    s.zero = {0};
+    era = "other sources";
   }
-  if (starts(id, "narayanan21")) {
-    // Selective recompute and sequence parallelism came with Korthikanti et al. (2022).
-    s.recompute = {Recompute::none, Recompute::full};
-    s.sp = {0};
-  }
+  // Narayanan et al.'s ZeRO-3 rows ran DeepSpeed's ZeRO-3, not their Megatron-LM: that is their option.
   const bool zero3 = std::any_of(published.begin(), published.end(), [](const RowCandidate& c) { return c.layout.zero_stage == 3; });
   if (zero3) s.zero = {3};
-  else if (starts(id, "nemo")) s.zero = {0, 1};  // the distributed optimizer
-  else s.zero = {0};
   // The source ran the published layout, so what the row states of its schedule, recompute, SP and ZeRO is
   // among its options (the Zero Bubble paper's ZB-V rows, say, beyond the fork's first schedules). Values
   // validate chose for null fields are not: it lists them as assumed ("recompute=full").

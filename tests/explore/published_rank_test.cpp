@@ -70,7 +70,8 @@ TEST_CASE("explore-rank: the published step is validate's prediction, its rank i
   CHECK(p.full.published.step_s == v.rows[0].predicted);
   CHECK(p.source.published.step_s == v.rows[0].predicted);
   // Expected ranks: the layout's place in explore's whole ranked list under those conventions, over the full
-  // space and over Megatron-LM 2021's options (gpipe, 1F1B, interleaved; recompute none or full; no SP, no ZeRO).
+  // space and over Megatron-LM 2021's options (its stack: 1F1B, interleaved; recompute none or full; no SP,
+  // no ZeRO).
   const Model m = std::get<MappedRow>(map_row(rows[0], "rows.json[0]")).model;
   explore::Space conv;
   conv.attention = AttentionImpl::unfused;
@@ -80,7 +81,7 @@ TEST_CASE("explore-rank: the published step is validate's prediction, its rank i
   CHECK(p.full.ranked == full.scored);
   CHECK(p.full.best.layout.describe() == full.top.front().layout.describe());
   explore::Space era = conv;
-  era.schedules = {sched::Kind::gpipe, sched::Kind::one_f_one_b, sched::Kind::interleaved};
+  era.schedules = {sched::Kind::one_f_one_b, sched::Kind::interleaved};
   era.recompute = {Recompute::none, Recompute::full};
   era.sp = {0};
   era.zero = {0};
@@ -103,13 +104,14 @@ TEST_CASE("explore-rank: the source's options, widened by what the row states, n
   const explore::SourceOptions o = explore::source_options("narayanan21_x", a.candidates);
   CHECK(o.space.recompute == std::vector<Recompute>{Recompute::none, Recompute::full});
   CHECK(o.space.sp == std::vector<int>{0});
-  CHECK(o.what == "Megatron-LM 2021: schedules gpipe 1f1b interleaved; recompute none full; no SP; ZeRO 0");
-  // zb24 with ZB-V stated: the fork's schedules and the row's own.
-  const std::string zbv = with(R"("schedule":"1f1b")", R"("schedule":"zbv")");
-  const MappedRow b = std::get<MappedRow>(map_row(row("zb24_x", zbv), "r"));
+  CHECK(o.what == "stack megatron-lm-2021: schedules 1f1b interleaved; recompute none full; no SP; ZeRO 0");
+  // zb24 stating DualPipeV, which the fork's stack does not list: its schedules and the row's own.
+  const std::string dpv = with(R"("schedule":"1f1b")", R"("schedule":"dualpipev")");
+  const MappedRow b = std::get<MappedRow>(map_row(row("zb24_x", dpv), "r"));
   const explore::SourceOptions z = explore::source_options("zb24_x", b.candidates);
   CHECK(z.space.schedules == std::vector<sched::Kind>{sched::Kind::one_f_one_b, sched::Kind::interleaved,
-                                                      sched::Kind::zb1p, sched::Kind::zb2p, sched::Kind::zbv});
+                                                      sched::Kind::zb1p, sched::Kind::zb2p, sched::Kind::zbv,
+                                                      sched::Kind::dualpipev});
   // NeMo: the distributed optimizer beside none; ZeRO 3 where the row states it.
   CHECK(explore::source_options("nemo_x", a.candidates).space.zero == std::vector<int>{0, 1});
   const std::string z3 = with(R"("zero_stage":0)", R"("zero_stage":3)");

@@ -314,7 +314,7 @@ TEST_CASE("validate --explore-rank: the table, the JSON, and validate's own step
   REQUIRE(md.code == 0);
   CHECK(md.out.rfind("| row | published layout | rank in the full space | rank within the source's options |\n|---|---|---|---|\n"
                      "| narayanan21_x | tp2 pp2 dp4 mbs2 1f1b full | #", 0) == 0);
-  CHECK(md.out.find("- Megatron-LM 2021: schedules gpipe 1f1b interleaved; recompute none full; no SP; ZeRO 0\n") != std::string::npos);
+  CHECK(md.out.find("- stack megatron-lm-2021: schedules 1f1b interleaved; recompute none full; no SP; ZeRO 0\n") != std::string::npos);
   CHECK(md.out.find("Not modelled:\n\n- nocount: hardware.gpu_count is not given\n") != std::string::npos);
   auto js = run_tessel({"validate", rows, "--explore-rank", "--json"});
   REQUIRE(js.code == 0);
