@@ -67,6 +67,8 @@ def main():
     put("layout_json", "zbv.json", json.dumps(
         {"pp": 2, "vpp": 2, "micro_batch": 1, "global_batch": 8, "schedule": "zbv", "recompute": "selective"}))
     put("layout_json", "1e30_gpus.json", '{"tp":1e30,"micro_batch":1,"global_batch":8}')
+    for p in sorted(glob.glob(os.path.join(ROOT, "sim", "stacks", "*.json"))):
+        copy("stack_json", p)
     pub = os.path.join(SHARED, "validation", "published.json")
     if os.path.exists(pub):
         with open(pub) as f:

@@ -9,6 +9,7 @@ const std::vector<Target>& targets() {
       {"megatron_args", megatron_args},
       {"system_json", system_json},
       {"layout_json", layout_json},
+      {"stack_json", stack_json},
       {"validation_rows", validation_rows},
       {"bench_json", bench_json},
       {"schedule_csv", schedule_csv},

@@ -37,6 +37,7 @@ void hf_config(std::string_view data);
 void megatron_args(std::string_view data);
 void system_json(std::string_view data);
 void layout_json(std::string_view data);
+void stack_json(std::string_view data);
 void validation_rows(std::string_view data);
 void bench_json(std::string_view data);  // tessel bench --json, as calibrate reads it
 void schedule_csv(std::string_view data);

@@ -9,6 +9,7 @@
 #include "sim/calibrate/fit.hpp"
 #include "sim/estimate.hpp"
 #include "sim/layout.hpp"
+#include "sim/stack.hpp"
 #include "sim/system.hpp"
 #include "sim/validate.hpp"
 #include "tests/fuzz/fuzz_check.hpp"
@@ -42,6 +43,21 @@ void layout_json(std::string_view data) {
   if (!layout_problem(l, m, l.gpus()) && l.gpus() <= 64) {
     const Estimate e = estimate(m, l, load_system("dgx-a100"), l.gpus());
     FUZZ_CHECK(std::isfinite(e.step_s) && e.step_s >= 0, "negative step time on an accepted layout");
+  }
+}
+
+void stack_json(std::string_view data) {
+  // `--stack FILE`: strict reading, then the consumers that trust it on a layout of every schedule it lists.
+  const Stack s = parse_stack(parse_json_text(std::string(data), kOrigin), kOrigin);
+  FUZZ_CHECK(!s.schedules.empty() && !s.recompute.empty() && !s.zero.empty(), "accepted stack offers nothing");
+  for (sched::Kind k : s.schedules) {
+    Layout l;
+    l.pp = 2;
+    l.schedule = k;
+    l.vpp = sched::default_vpp(k, 2);
+    l.global_batch = 8;
+    apply_stack(s, l);
+    (void)stack_problem(s, l);
   }
 }
 
