@@ -314,15 +314,11 @@ int explore(const Args& args) {
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
   if (auto v = cl.get("--stack")) {
-    // What the stack runs: its attention and overlaps on every layout, its lists bounding the enumeration
-    // (sim/explore enumerate); a restriction flag asking for something it lacks is an error, not an empty search.
+    // What the stack runs bounds the enumeration, and each layout takes its attention and overlaps (sim/explore
+    // enumerate, apply_stack); a restriction flag asking for something it lacks is an error, not an empty search.
     const Stack st = load_stack(*v);
     if (cl.has("--attention") && space.attention != st.attention)
       throw InputError("--attention " + to_string(space.attention) + ": stack " + st.name + " runs " + to_string(st.attention) + " attention");
-    space.attention = st.attention;
-    space.overlap_grad_reduce = st.overlap_grad_reduce;
-    space.overlap_param_gather = st.overlap_param_gather;
-    space.overlap_p2p = st.overlap_p2p;
     if (space.tp_comm_overlap && st.tp_comm_overlap == TpOverlap::none)
       throw InputError("--tp-comm-overlap: stack " + st.name + " does not overlap TP communication");
     for (sched::Kind k : space.schedules)

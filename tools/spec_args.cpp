@@ -213,7 +213,6 @@ Specs read_specs(const CommandLine& cl, bool played) {
     const sched::MicrobatchRule rule = l.microbatch_rule;
     apply_stack(*stack, l);
     if (cl.has("--mb-rule")) l.microbatch_rule = rule;
-    if (!stack->sequence_parallel && !cl.has("--sp")) l.sequence_parallel = false;
   }
   read_options(cl, given, cpu, l);
   if (stack && !stack->sequence_parallel && !cl.has("--sp")) l.sequence_parallel = false;

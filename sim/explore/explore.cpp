@@ -318,8 +318,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.overlap_grad_reduce = in.overlap_grad_reduce;
                         l.overlap_param_gather = in.overlap_param_gather;
                         l.overlap_p2p = in.overlap_p2p;
-                        if (in.stack && sched::family(l.schedule).takes_microbatch_rule)
-                          l.microbatch_rule = in.stack->microbatch_rule;
+                        if (in.stack) apply_stack(*in.stack, l);
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));
                       }

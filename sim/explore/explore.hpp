@@ -36,7 +36,8 @@ struct Space {
   // --tp-comm-overlap: every sequence-parallel layout overlaps its TP communication (off: Megatron's default).
   bool tp_comm_overlap = false;
   // --stack: only what it runs is enumerated (its schedules, recompute policies, ZeRO stages; no SP or CP
-  // where it has none); its attention and overlaps are the fields above, set by the caller (apply_stack's).
+  // where it has none), every layout with its attention, overlaps and micro-batch rule (apply_stack), which
+  // replace the fields above.
   std::optional<Stack> stack;
   // Also enumerate the micro-batch sizes whose micro_batch*dp does not divide the global batch (left out
   // normally: each would only be rejected by batch-divisibility). diagnose() counts them.
