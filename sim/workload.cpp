@@ -121,7 +121,8 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   WorkOp fa;
   fa.name = "flash_attn";
   fa.cls = OpClass::attention;
-  fa.precision = p;
+  // FP8 recipes keep the attention core in 16-bit (Transformer Engine's default; attention_time prices it so).
+  fa.precision = p == Precision::fp8 ? Precision::bf16 : p;
   fa.attention_core = true;
   const double full = 4.0 * batch * sq * sk * d.d;  // QK^T and AV, non-causal
   fa.flops_f = full;

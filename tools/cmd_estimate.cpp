@@ -72,6 +72,66 @@ void print_stages(const cli::Specs& s, const Estimate& e) {
             << " (the slowest stage's time over the mean stage's, less 1)\n";
 }
 
+const char* class_name(OpClass c) {
+  switch (c) {
+    case OpClass::gemm: return "gemm";
+    case OpClass::attention: return "attention";
+    case OpClass::elementwise: return "element-wise";
+    case OpClass::collective: return "collective";
+  }
+  return "?";
+}
+
+// The op's work in words: a GEMM's forward shape (m x n x k, batched), bytes of memory traffic, a collective's buffer.
+std::string op_work(const WorkOp& op) {
+  if (op.cls == OpClass::gemm)
+    return std::to_string(op.gemm.m) + "x" + std::to_string(op.gemm.n) + "x" + std::to_string(op.gemm.k) +
+           (op.gemm.batch > 1 ? " x" + std::to_string(op.gemm.batch) : std::string());
+  if (op.cls == OpClass::collective) return bytes_text(op.comm_bytes);
+  if (op.cls == OpClass::attention) return fmt::fixed(op.exec_flops_f / 1e9, 1) + " GFLOP executed";
+  return bytes_text(op.bytes_f) + " / " + bytes_text(op.bytes_b);
+}
+
+// One transformer layer's ops per micro-batch on one GPU, in execution order, with their price: where a
+// layer's time goes (--ops). Shares are of the layer's forward + backward, collectives included.
+std::vector<const WorkOp*> layer_ops(const LayerWork& lw) {
+  std::vector<const WorkOp*> v;
+  for (const auto& op : lw.ops) v.push_back(&op);
+  return v;
+}
+
+double op_total(const WorkOp& op) { return op.t_f + op.t_i + op.t_w; }
+
+void print_layer_ops(const LayerWork& lw) {
+  double total = 0;
+  for (const auto& op : lw.ops) total += op_total(op);
+  std::vector<std::vector<std::string>> rows = {
+      {"op", "kind", "dtype", "work (fwd shape or bytes fwd / bwd)", "forward", "input grad", "weight grad", "share"}};
+  for (const WorkOp* op : layer_ops(lw))
+    rows.push_back({op->name, class_name(op->cls), to_string(op->precision), op_work(*op), fmt::seconds(op->t_f),
+                    fmt::seconds(op->t_i), fmt::seconds(op->t_w), fmt::pct(total > 0 ? op_total(*op) / total : 0)});
+  std::cout << "\none transformer layer, one micro-batch, one GPU (--ops):\n" << fmt::table(rows)
+            << "layer total " << fmt::seconds(total) << " (recompute, if any, adds " << fmt::seconds(lw.t_recompute)
+            << " to the backward)\n";
+}
+
+Json layer_ops_json(const LayerWork& lw) {
+  Json a = Json::array();
+  for (const WorkOp* op : layer_ops(lw)) {
+    Json o = {{"name", op->name}, {"kind", class_name(op->cls)}, {"dtype", to_string(op->precision)},
+              {"forward_s", op->t_f}, {"input_grad_s", op->t_i}, {"weight_grad_s", op->t_w},
+              {"flops_forward", op->flops_f}, {"flops_backward", op->flops_b}};
+    if (op->cls == OpClass::gemm) o["gemm_mnk_batch"] = {op->gemm.m, op->gemm.n, op->gemm.k, op->gemm.batch};
+    if (op->cls == OpClass::elementwise || op->cls == OpClass::attention) {
+      o["bytes_forward"] = op->bytes_f;
+      o["bytes_backward"] = op->bytes_b;
+    }
+    if (op->cls == OpClass::collective) o["comm_bytes"] = op->comm_bytes;
+    a.push_back(std::move(o));
+  }
+  return a;
+}
+
 void print_time_to_train(const cli::CommandLine& cl, const goodput::Job& job, const goodput::Plan& p,
                          const goodput::McResult* mc) {
   const double wall = p.wall_s;
@@ -123,6 +183,7 @@ Json monte_carlo_json(const goodput::McResult& mc, const goodput::Plan& p) {
 int estimate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
+  opts.push_back({"--ops", false, "also show one transformer layer's ops: kind, dtype, shape, time forward and backward, share"});
   for (auto& o : cli::goodput_options()) opts.push_back(std::move(o));
   opts.push_back({"--mc-runs", true, "time to train: Monte-Carlo runs of the whole job, 0 for none [1000]"});
   opts.push_back({"--seed", true, "time to train: the Monte Carlo's seed [1]"});
@@ -169,6 +230,7 @@ int estimate(const Args& args) {
       j["time_to_train"] = goodput::plan_to_json(*plan);
       j["time_to_train"]["monte_carlo"] = mc ? monte_carlo_json(*mc, *plan) : Json();
     }
+    if (cl.flag("--ops")) j["layer_ops"] = layer_ops_json(lower_layer(s.model, s.layout, s.system));
     j["tool"] = std::string("tessel ") + TESSEL_VERSION;
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -213,6 +275,7 @@ int estimate(const Args& args) {
             << (e.min_headroom_bytes > 0 ? " with " + fmt::gib(e.min_headroom_bytes) + " kept free" : std::string())
             << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
   print_stages(s, e);
+  if (cl.flag("--ops")) print_layer_ops(lower_layer(s.model, s.layout, s.system));
   if (plan) print_time_to_train(cl, *job, *plan, mc ? &*mc : nullptr);
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -387,4 +388,40 @@ TEST_CASE("estimate and explore --stack: defaults, refusals, and a search within
   auto xbad = run_tessel({"explore", "--stack", "deepspeed", "--tp-comm-overlap"});
   CHECK(xbad.code == 2);
   CHECK(xbad.err.find("--tp-comm-overlap: stack deepspeed does not overlap TP communication") != std::string::npos);
+}
+
+// --ops: one layer's ops with their work and price. Llama 2 7B (h 4096, 32 heads, SwiGLU ffn 11008), seq 4096,
+// mbs 1, tp 2: qkv is M = b s = 4096 tokens by N = 3 x 4096 / 2 = 6144 by K = 4096; mlp_up N = 2 x 11008 / 2
+// = 11008; mlp_down K = 11008 / 2 = 5504. Each op's forward + backward is its share of the layer's total.
+TEST_CASE("estimate --ops: a layer's ops with shapes, dtypes and shares") {
+  const std::vector<std::string> base = {"estimate", "--model", "llama2-7b", "--system", "dgx-h100", "--tp", "2", "--pp", "1",
+                                         "--dp", "4", "--gbs", "32", "--seq", "4096", "--schedule", "1f1b", "--precision", "fp8", "--ops"};
+  auto text = run_tessel(base);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("one transformer layer, one micro-batch, one GPU (--ops)") != std::string::npos);
+  CHECK(text.out.find("4096x6144x4096") != std::string::npos);
+  auto args = base;
+  args.push_back("--json");
+  auto r = run_tessel(args);
+  REQUIRE(r.code == 0);
+  const auto ops = nlohmann::json::parse(r.out)["layer_ops"];
+  REQUIRE(ops.is_array());
+  std::map<std::string, nlohmann::json> by;
+  for (const auto& o : ops) by[o["name"].get<std::string>()] = o;
+  REQUIRE(by.count("qkv") == 1);
+  CHECK(by["qkv"]["gemm_mnk_batch"] == nlohmann::json::array({4096, 6144, 4096, 1}));
+  CHECK(by["mlp_up"]["gemm_mnk_batch"] == nlohmann::json::array({4096, 11008, 4096, 1}));
+  CHECK(by["mlp_down"]["gemm_mnk_batch"] == nlohmann::json::array({4096, 4096, 5504, 1}));
+  // Linear layers run in fp8; the attention core stays 16-bit under an fp8 recipe.
+  CHECK(by["qkv"]["dtype"] == "fp8");
+  CHECK(by["flash_attn"]["dtype"] == "bf16");
+  // A GEMM's model FLOPs: 2 M N K forward, twice that backward.
+  CHECK(by["qkv"]["flops_forward"].get<double>() == doctest::Approx(2.0 * 4096 * 6144 * 4096));
+  CHECK(by["qkv"]["flops_backward"].get<double>() == doctest::Approx(4.0 * 4096 * 6144 * 4096));
+  for (const auto& o : ops) {
+    CHECK(o["forward_s"].get<double>() >= 0);
+    CHECK(o["input_grad_s"].get<double>() >= 0);
+  }
+  CHECK(by["qkv"]["weight_grad_s"].get<double>() > 0);
+  CHECK(by["flash_attn"]["weight_grad_s"].get<double>() == 0);
 }
