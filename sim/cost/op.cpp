@@ -41,8 +41,8 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu) {
   }
   if (p == Precision::fp8) {
     const double mk = static_cast<double>(g.m) * g.k * g.batch, mn = static_cast<double>(g.m) * g.n * g.batch;
-    op.t_f += memory_time(gpu, 3.0 * mk, 1);
-    op.t_i += memory_time(gpu, 3.0 * mn, 1);
+    op.t_f += memory_time(gpu, kFp8CastTransposeBytes * mk, 1);
+    op.t_i += memory_time(gpu, kFp8CastTransposeBytes * mn, 1);
   }
 }
 

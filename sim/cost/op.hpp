@@ -46,11 +46,19 @@ struct WorkOp {
 // Fills op.t_f, t_i, t_w from its work on `sys`:
 // - gemm: forward m x n x k; input gradient dX = dY W^T (m x k output, inner n); weight gradient dW = X^T dY
 //   (k x n output, inner m, the token count), which is an input gradient for a GEMM without weights. fp8
-//   GEMMs also cast their 16-bit inputs (read 2 bytes, write 1 per element, with an amax reduction): the
-//   activation [m, k] forward and the output gradient [m, n] backward.
+//   GEMMs also quantize their 16-bit inputs, kFp8CastTransposeBytes per element: the activation [m, k]
+//   forward and the output gradient [m, n] backward.
 // - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward.
 // - elementwise: memory_time of the bytes moved, `kernels` launches a pass.
 // - collective: comm.hpp's collective_time, once forward and once backward.
 void price(WorkOp& op, const System& sys);
+
+// Memory traffic per element of an fp8 GEMM's 16-bit input as Transformer Engine quantizes it (delayed
+// scaling, the amax taken in the same pass): read 2 bytes, write the fp8 copy (1) and its fp8 transpose (1),
+// because Hopper's fp8 tensor-core GEMMs take only the TN layout and the weight gradient reads the activation
+// and the output gradient transposed (TE's cast_transpose kernels; FlashAttention-3 and TE docs on fp8 layouts).
+// The weights are cast once per step: Megatron-Core's TE layers cache their fp8 copy across the step's
+// micro-batches (`is_first_microbatch`), which this per-micro-batch price leaves out.
+inline constexpr double kFp8CastTransposeBytes = 4.0;
 
 }  // namespace tessel::cost

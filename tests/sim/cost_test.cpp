@@ -556,3 +556,27 @@ TEST_CASE("TP communication overlap: hidden behind the adjacent GEMM, slowdown c
   CHECK(des_over < des_plain);
   CHECK(des_over == doctest::Approx(eo.step_s).epsilon(kEstimateTol));
 }
+
+// fp8 GEMMs pay Transformer Engine's quantization of their 16-bit inputs: read 2 bytes, write the fp8 copy and
+// its transpose, 4 bytes per element (kFp8CastTransposeBytes) of the activation [m, k] forward and of the output
+// gradient [m, n] in the input-gradient pass; the weight gradient reuses both.
+TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward and backward") {
+  System sys = load_system("dgx-h100");
+  cost::WorkOp op;
+  op.cls = cost::OpClass::gemm;
+  op.precision = Precision::fp8;
+  op.gemm = {4096, 12288, 4096, 1};
+  op.has_weights = true;
+  cost::price(op, sys);
+  const double mk = 4096.0 * 4096, mn = 4096.0 * 12288;
+  const double fwd = cost::gemm_time(sys.gpu, Precision::fp8, op.gemm) + cost::memory_time(sys.gpu, 4.0 * mk, 1);
+  const double ig = cost::gemm_time(sys.gpu, Precision::fp8, {4096, 4096, 12288, 1}) * sys.gpu.gemm_dgrad_factor +
+                    cost::memory_time(sys.gpu, 4.0 * mn, 1);
+  CHECK(op.t_f == doctest::Approx(fwd).epsilon(1e-12));
+  CHECK(op.t_i == doctest::Approx(ig).epsilon(1e-12));
+  // A bf16 GEMM of the same shape pays no cast.
+  cost::WorkOp b = op;
+  b.precision = Precision::bf16;
+  cost::price(b, sys);
+  CHECK(b.t_f == doctest::Approx(cost::gemm_time(sys.gpu, Precision::bf16, op.gemm)).epsilon(1e-12));
+}
