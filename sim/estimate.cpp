@@ -79,7 +79,15 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
     }
   const double s = overlap_slowdown;
   e.tp_comm_s = e.tp_exposed_s - tp_hidden * s / (1.0 + s) + tp_hidden;
-  e.compute_s = e.busy_s - e.tp_exposed_s - e.cp_exposed_s;  // the layers' TP and CP time is inside busy
+  // A MoE layer's all-to-alls (and etp gathers) block the compute stream as TP's do (Megatron-Core's default,
+  // without the 1F1B all-to-all overlap): they ride in the layers' collectives above and are reported apart.
+  for (const auto& st : c.work.stages)
+    if (l.rank_of_stage(st.stage) == busiest)
+      e.ep_comm_s += mb * (st.layers * (lw.t_ep_f + lw.t_ep_b) + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_ep_f : 0.0));
+  e.tp_comm_s -= e.ep_comm_s;
+  e.tp_exposed_s -= e.ep_comm_s;
+  e.ep_exposed_s = e.ep_comm_s;
+  e.compute_s = e.busy_s - e.tp_exposed_s - e.ep_exposed_s - e.cp_exposed_s;  // the layers' TP, EP and CP time is inside busy
   return busiest;
 }
 
@@ -186,9 +194,12 @@ void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroo
   for (int r = 0; r < l.pp; ++r) {
     cost::MemoryBreakdown mbk;
     mbk.rank = r;
-    mbk.weights_bytes = rs.params[r] * sb.weights;
-    mbk.grads_bytes = rs.params[r] * sb.grads;
-    mbk.optimizer_bytes = rs.params[r] * sb.optimizer;
+    // The routed experts' states are sharded over their own replicas (edp), the rest over dp x cp.
+    const double experts = rs.expert_params[r], others = rs.params[r] - experts;
+    const cost::StateBytes& se = c.expert_state;
+    mbk.weights_bytes = others * sb.weights + experts * se.weights;
+    mbk.grads_bytes = others * sb.grads + experts * se.grads;
+    mbk.optimizer_bytes = others * sb.optimizer + experts * se.optimizer;
     const double chunks = cost::inflight_chunks(l, r);
     mbk.activations_bytes = chunks * rs.act[r];
     // Embedding output stays alive per in-flight micro-batch. The logits live from the last stage's forward
@@ -273,7 +284,8 @@ Json estimate_to_json(const Estimate& e) {
   j["hfu"] = e.hfu;
   j["bubble_fraction"] = e.bubble_fraction;
   j["compute_s"] = e.compute_s;
-  j["comm"] = {{"tp_s", e.tp_comm_s}, {"tp_exposed_s", e.tp_exposed_s}, {"cp_s", e.cp_comm_s}, {"cp_exposed_s", e.cp_exposed_s},
+  j["comm"] = {{"tp_s", e.tp_comm_s}, {"tp_exposed_s", e.tp_exposed_s}, {"ep_s", e.ep_comm_s}, {"ep_exposed_s", e.ep_exposed_s},
+               {"cp_s", e.cp_comm_s}, {"cp_exposed_s", e.cp_exposed_s},
                {"pp_s", e.pp_comm_s}, {"pp_exposed_s", e.pp_exposed_s}, {"dp_s", e.dp_comm_s},
                {"dp_exposed_s", e.dp_exposed_s}, {"overlapped_s", e.overlapped_comm_s},
                {"overlap_slowdown_s", e.overlap_slowdown_s}};

@@ -35,6 +35,7 @@ struct Estimate {
   double busy_s = 0;                // busiest rank's work per step (compute with its TP and CP collectives)
   double compute_s = 0;             // busiest rank's compute per step (TP and CP collectives excluded)
   double tp_comm_s = 0, tp_exposed_s = 0;
+  double ep_comm_s = 0, ep_exposed_s = 0;  // MoE: the experts' all-to-alls and etp collectives (blocking)
   double cp_comm_s = 0, cp_exposed_s = 0;
   double pp_comm_s = 0, pp_exposed_s = 0;
   double dp_comm_s = 0, dp_exposed_s = 0;

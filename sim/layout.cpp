@@ -72,6 +72,8 @@ std::string Layout::describe() const {
   std::ostringstream os;
   os << "tp" << tp << " pp" << pp << " dp" << dp;
   if (cp > 1) os << " cp" << cp;
+  if (ep > 1) os << " ep" << ep;
+  if (etp > 0 && etp != tp) os << " etp" << etp;
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << sched::name(schedule);
@@ -118,6 +120,8 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.pp = static_cast<int>(o.opt_integer("pp", 1, kMaxDegree).value_or(1));
   l.dp = static_cast<int>(o.opt_integer("dp", 1, kMaxDegree).value_or(1));
   l.cp = static_cast<int>(o.opt_integer("cp", 1, kMaxDegree).value_or(1));
+  l.ep = static_cast<int>(o.opt_integer("ep", 1, kMaxDegree).value_or(1));
+  l.etp = static_cast<int>(o.opt_integer("etp", 1, kMaxDegree).value_or(0));
   l.vpp = static_cast<int>(o.opt_integer("vpp", 1, 1024).value_or(1));
   l.micro_batch = static_cast<int>(o.integer("micro_batch", 1, 1 << 20));
   l.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
@@ -184,6 +188,8 @@ Json layout_to_json(const Layout& l) {
   j["pp"] = l.pp;
   j["dp"] = l.dp;
   j["cp"] = l.cp;
+  if (l.ep > 1) j["ep"] = l.ep;
+  if (l.etp > 0) j["etp"] = l.etp;
   j["vpp"] = l.vpp;
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
@@ -228,6 +234,37 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
       broke("tp-kv-heads", "tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other"))
     return;
   if (m.ffn % l.tp != 0 && broke("tp-divides-ffn", "tp " + s(l.tp) + " does not divide ffn " + s(m.ffn))) return;
+  if (!m.moe.enabled() && (l.ep > 1 || (l.etp > 0 && l.etp != l.tp)) &&
+      broke("ep-needs-experts", "ep " + s(l.ep) + (l.etp > 0 ? " etp " + s(l.etp) : std::string()) + ": model " + m.name +
+                                    " has no experts (expert parallelism needs a mixture-of-experts model)"))
+    return;
+  if (m.moe.enabled()) {
+    const int etp = l.expert_tp();
+    if (m.moe.experts % l.ep != 0 &&
+        broke("ep-divides-experts", "ep " + s(l.ep) + " does not divide the experts (" + s(m.moe.experts) + ")"))
+      return;
+    const long long fold = static_cast<long long>(l.tp) * l.cp * l.dp;
+    if (fold % (static_cast<long long>(etp) * l.ep) != 0 &&
+        broke("expert-folding", "etp x ep = " + s(etp) + " x " + s(l.ep) + " must divide tp x cp x dp = " + s(fold) +
+                                    ": the experts fold over the same GPUs as attention (Megatron-Core's parallel folding)"))
+      return;
+    if (m.moe.expert_ffn % etp != 0 &&
+        broke("etp-divides-expert-ffn", "etp " + s(etp) + " does not divide the expert FFN size " + s(m.moe.expert_ffn)))
+      return;
+    if (m.moe.shared_ffn % l.tp != 0 &&
+        broke("tp-divides-shared-ffn", "tp " + s(l.tp) + " does not divide the shared experts' FFN size " + s(m.moe.shared_ffn)))
+      return;
+    if (l.zero_stage == 3 &&
+        broke("moe-zero3", "ZeRO-3 (zero3) with a mixture-of-experts model: not priced (use zero1, Megatron-Core's "
+                           "distributed optimizer, or zero2)"))
+      return;
+    // Megatron-Core asserts it: with tensor and expert parallelism the MoE layer's token dispatcher works on
+    // the sequence-parallel shard.
+    if (l.tp > 1 && !l.sequence_parallel &&
+        broke("moe-tp-needs-sp", "a mixture-of-experts model with tp " + s(l.tp) + " needs sequence parallel (sp), as "
+                                 "Megatron-Core requires with tensor and expert parallelism"))
+      return;
+  }
   if (l.cp > 1 && m.seq_len % (2 * l.cp) != 0 &&
       broke("cp-seq", "cp " + s(l.cp) + ": seq_len " + s(m.seq_len) + " must be divisible by 2*cp (load-balanced chunks)"))
     return;

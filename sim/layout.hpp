@@ -45,8 +45,18 @@ struct Layout {
   // move while the GEMM beside it computes on the others (sim/workload.cpp overlap_tp_comm). Needs sp.
   bool tp_comm_overlap = false;
   std::vector<int> stage_layers;     // explicit layers per stage (pp*vpp entries); empty = even split
+  // Expert parallelism (mixture-of-experts models), folded over the same GPUs as attention, as Megatron-Core's
+  // parallel folding does (Liu et al. 2025, arXiv:2504.14960; --expert-model-parallel-size,
+  // --expert-tensor-parallel-size): attention's tp x cp x dp GPUs of a pipeline stage are also etp x ep x edp
+  // for the experts, etp fastest. Each of the ep ranks holds experts/ep routed experts, each split over etp;
+  // edp (expert_dp()) replicas of them reduce their gradients. etp 0: as tp (Megatron-Core's default).
+  int ep = 1;
+  int etp = 0;
 
   int gpus() const { return tp * pp * dp * cp; }
+  int expert_tp() const { return etp > 0 ? etp : tp; }
+  // Replicas of each expert shard: tp x cp x dp / (etp x ep); check_layout requires it whole.
+  int expert_dp() const { return tp * cp * dp / (expert_tp() * ep); }
   int num_stages() const { return pp * vpp; }
   // Micro-batches per pipeline per step: B / (b * d) (Narayanan et al. notation m).
   int num_microbatches() const { return global_batch / (micro_batch * dp); }
@@ -73,7 +83,7 @@ Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
-// Strict JSON (keys: tp, pp, dp, cp, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
+// Strict JSON (keys: tp, pp, dp, cp, ep, etp, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
 // recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

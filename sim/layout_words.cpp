@@ -53,6 +53,8 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     else if (w.rfind("pp", 0) == 0) l.pp = val(w, "pp");
     else if (w.rfind("dp", 0) == 0) l.dp = val(w, "dp");
     else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
+    else if (w.rfind("etp", 0) == 0) l.etp = val(w, "etp");
+    else if (w.rfind("ep", 0) == 0) l.ep = val(w, "ep");
     else if (w.rfind("vpp", 0) == 0) l.vpp = val(w, "vpp");
     else if (w.rfind("mbs", 0) == 0) l.micro_batch = val(w, "mbs");
     else if (w.rfind("zero", 0) == 0) {
@@ -85,7 +87,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else {
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
-        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN vppN mbsN zeroN sp tp-overlap layers=... "
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN vppN mbsN zeroN sp tp-overlap layers=... "
                          "mb-rule=megatron|torch, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);

@@ -64,9 +64,12 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
                  const std::vector<StageWork>& ends) {
   const int S = l.num_stages(), L = m.layers;
   const double state = cost::state_bytes_per_param(l).total();
+  // A MoE layer's routed experts keep their states over their own replicas (edp).
+  const double experts = layer_expert_params_per_gpu(m, l);
+  const double layer_state = state * (layer_params_per_gpu(m, l) - experts) + cost::expert_state_bytes_per_param(l).total() * experts;
   const double mb = l.num_microbatches();
   const bool forwards_first = sched::family(l.schedule).forwards_first;
-  c.layer_bytes.assign(static_cast<std::size_t>(L), state * static_cast<double>(m.params_per_layer()) / l.tp);
+  c.layer_bytes.assign(static_cast<std::size_t>(L), layer_state);
   // Per layer as the workload's stages count them (cost::stage_activation_bytes): under block recompute the
   // layers beyond the block keep everything, the block's keep their input only.
   const double kept = cost::stage_activation_bytes(m, l, 1, l.recompute == Recompute::full && !block_recompute(l) ? 1 : 0);
@@ -84,7 +87,7 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
     // (all m under GPipe and looped BFS), as estimate.cpp's memory() counts them.
     const double extras = st == 0 ? e.act_extra_bytes * std::min(chunks, mb)
                           : st == S - 1 ? e.act_extra_bytes * (forwards_first ? mb : 1.0) : 0.0;
-    c.stage_bytes[k] = state * e.params + extras;
+    c.stage_bytes[k] = state * (e.params - e.expert_params) + cost::expert_state_bytes_per_param(l).total() * e.expert_params + extras;
   }
 }
 

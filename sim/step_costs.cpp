@@ -25,7 +25,7 @@ namespace {
 RankSums sum_per_rank(const Workload& w) {
   const Layout& l = w.layout;
   RankSums r;
-  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last, &r.sp_grad_params})
+  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.expert_params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last, &r.sp_grad_params})
     v->assign(l.pp, 0.0);
   r.layers.assign(l.pp, 0);
   for (const auto& st : w.stages) {
@@ -35,6 +35,7 @@ RankSums sum_per_rank(const Workload& w) {
     r.i[k] += st.i;
     r.w[k] += st.w;
     r.params[k] += st.params;
+    r.expert_params[k] += st.expert_params;
     r.sp_grad_params[k] += st.sp_grad_params;
     r.tp_f[k] += st.tp_comm_f;
     r.tp_b[k] += st.tp_comm_b;
@@ -57,17 +58,27 @@ StepCosts step_costs(const Model& m, const Layout& l, const System& sys, const L
   c.zero3_scatter_s = sync.zero3_scatter.seconds(sys);
   c.tied_s = sync.tied.seconds(sys);
   c.optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
+  c.expert_optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.expert_dp()) : 1.0;
   c.tail.resize(static_cast<std::size_t>(l.pp));
   for (std::size_t r = 0; r < c.tail.size(); ++r) {
-    const double params = c.ranks.params[r];
-    c.tail[r] = {sync.grad.seconds(sys, params), sync.param_gather.seconds(sys, params),
-                 cost::adamw_time(sys.gpu, params / c.optimizer_shard)};
+    const double experts = c.ranks.expert_params[r], others = c.ranks.params[r] - experts;
+    // The experts' reduction follows the others' on the same GPUs' links (one after the other).
+    c.tail[r] = {sync.grad.seconds(sys, others) + sync.expert_grad.seconds(sys, experts),
+                 sync.param_gather.seconds(sys, others) + sync.expert_param_gather.seconds(sys, experts),
+                 cost::adamw_time(sys.gpu, others / c.optimizer_shard + experts / c.expert_optimizer_shard)};
   }
   c.state = cost::state_bytes_per_param(l);
+  c.expert_state = cost::expert_state_bytes_per_param(l);
   c.zero3_gather_bytes = cost::zero3_gather_bytes(m, l);
   c.recompute_transient_bytes = cost::recompute_transient_bytes(m, l);
   c.reserved_bytes = sys.memory_reserved_bytes;
   return c;
+}
+
+double StepCosts::state_bytes(int r) const {
+  const auto k = static_cast<std::size_t>(r);
+  const double experts = k < ranks.expert_params.size() ? ranks.expert_params[k] : 0.0;  // costs built by hand: none
+  return (ranks.params[k] - experts) * state.total() + experts * expert_state.total();
 }
 
 }  // namespace tessel

@@ -30,6 +30,7 @@ struct RankSums {
   std::vector<double> f, i, w;       // seconds, TP and CP communication inside (as StageWork)
   std::vector<double> tp_f, tp_b;    // the TP collectives' part of f and i
   std::vector<double> params;        // parameters one GPU holds
+  std::vector<double> expert_params; // of those, routed experts' (their own data-parallel group: edp)
   std::vector<double> sp_grad_params;
   std::vector<double> act;           // one chunk's activations, the average over the rank's chunks
   std::vector<double> extra_first, extra_last;  // the first (last) stage's extras, on the rank holding it
@@ -54,9 +55,13 @@ struct StepCosts {
   double zero3_gather_s = 0, zero3_scatter_s = 0;  // one layer's, ZeRO-3
   double tied_s = 0;                               // the tied embedding's all-reduce
   double optimizer_shard = 1;
+  double expert_optimizer_shard = 1;  // the experts' (edp under ZeRO)
   // Memory per GPU besides activations: weights, gradients and optimizer state per parameter held, and the
   // fixed parts (ZeRO-3's gather buffers, the full-recompute transient, the system's reserved bytes).
   cost::StateBytes state;
+  cost::StateBytes expert_state;  // per routed-expert parameter (its optimizer states shared over edp)
+  // Bytes of weights, gradients and optimizer states of pipeline rank r's GPUs.
+  double state_bytes(int r) const;
   double zero3_gather_bytes = 0, recompute_transient_bytes = 0, reserved_bytes = 0;
   double fixed_bytes() const { return zero3_gather_bytes + reserved_bytes + recompute_transient_bytes; }
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 
 #include "util/error.hpp"
 #include "sim/cost/memory.hpp"
@@ -18,6 +19,23 @@ using cost::GemmShape;
 cost::GroupPlacement tp_group(const Layout& l) { return {l.tp, 1}; }
 cost::GroupPlacement cp_group(const Layout& l) { return {l.cp, l.tp}; }
 cost::GroupPlacement dp_group(const Layout& l) { return {l.dp * l.cp, l.tp}; }
+// Megatron-Core's expert folding of a stage's tp x cp x dp GPUs: etp fastest, then ep, then edp.
+cost::GroupPlacement etp_group(const Layout& l) { return {l.expert_tp(), 1}; }
+cost::GroupPlacement ep_group(const Layout& l) { return {l.ep, l.expert_tp()}; }
+cost::GroupPlacement edp_group(const Layout& l) { return {l.expert_dp(), l.expert_tp() * l.ep}; }
+
+double layer_params_per_gpu(const Model& m, const Layout& l) {
+  if (!m.moe.enabled()) return static_cast<double>(m.params_per_layer()) / l.tp;
+  // Attention, norms and the shared experts split over tp as a dense layer's; the router is replicated on
+  // every tp rank (Megatron-Core); the routed experts are counted by layer_expert_params_per_gpu.
+  return static_cast<double>(m.attention_params() + m.layer_norms * m.norm_params() + m.shared_expert_params()) / l.tp +
+         static_cast<double>(m.router_params()) + layer_expert_params_per_gpu(m, l);
+}
+
+double layer_expert_params_per_gpu(const Model& m, const Layout& l) {
+  if (!m.moe.enabled()) return 0.0;
+  return static_cast<double>(m.moe.experts / l.ep) * static_cast<double>(m.expert_params()) / l.expert_tp();
+}
 
 const StageEdges* Workload::edges_of(int stage) const {
   if (stage == 0) return &first_edges;
@@ -135,6 +153,67 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   ops.push_back(fa);
 }
 
+// A mixture-of-experts MLP as Megatron-Core runs it with the all-to-all token dispatcher (moe_layer.py,
+// token_dispatcher.py), one micro-batch on one GPU. Tokens entering: T, the GPU's sequence shard (SP is
+// required with tp > 1). The router's GEMM [T, E, h] and its softmax / top-k (fp32 over [T, E]); the permute
+// that copies each token once per chosen expert; the dispatch all-to-all over the ep group (T k h elements
+// out and, balanced, as many in); under etp > 1 an all-gather over the etp group; the local experts' GEMMs
+// as a grouped GEMM (experts / ep of them, each on M_e = etp ep T k / E tokens when the routing is balanced,
+// each 1/etp of the expert's width: the GEMM model prices the small M a fine-grained expert gets); then the
+// reverse: reduce-scatter over etp, combine all-to-all, unpermute (the top-k weighted sum). Shared experts
+// are a dense tensor-parallel MLP beside them (Megatron runs them after the routed ones unless told to
+// overlap). Routing is balanced (the published benchmarks force it); imbalance is not modelled yet.
+void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<WorkOp>& ops) {
+  const Precision p = l.precision;
+  const Precision router_p = p == Precision::fp8 ? Precision::bf16 : p;  // the router is a plain linear layer
+  const double e = d.elt;
+  const double T = d.xs / d.h;  // tokens on this GPU
+  const double E = m.moe.experts, k = m.moe.top_k, etp = l.expert_tp(), ep = l.ep;
+  const double local = E / ep;
+  const double rows = etp * T * k;  // token copies this GPU's experts process (balanced)
+  const double me = rows / local;   // per local expert
+  const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
+  const double fe = m.moe.expert_ffn / etp;
+  const auto H = static_cast<std::int64_t>(d.h);
+  WorkOp router = gemm_op("router", router_p, {static_cast<std::int64_t>(T), static_cast<std::int64_t>(E), H});
+  ops.push_back(router);
+  // Softmax (or sigmoid) and top-k over fp32 scores: read the logits, write the probabilities, read them for
+  // the top-k and the balancing loss; backward reads probabilities and their gradient, writes the logits'.
+  ops.push_back(elementwise_op("router_topk", 16 * T * E, 12 * T * E, 3));
+  // Permute: read each token, write it once per chosen expert; backward gathers the copies' gradients.
+  ops.push_back(elementwise_op("permute", e * T * d.h * (1 + k), e * T * d.h * (1 + k)));
+  const double moved = e * T * k * d.h;  // the buffer each GPU sends in one all-to-all
+  if (ep > 1) ops.push_back(collective_op("ep_dispatch", Collective::all_to_all, moved, ep_group(l)));
+  if (etp > 1) ops.push_back(collective_op("etp_allgather", Collective::all_gather, etp * moved, etp_group(l)));
+  const auto M = static_cast<std::int64_t>(std::ceil(me));
+  const auto batch = static_cast<std::int64_t>(local);
+  WorkOp up = gemm_op("expert_up", p, {M, static_cast<std::int64_t>(gate * fe), H, batch});
+  up.flops_f = 2.0 * rows * gate * fe * d.h;  // the balanced token count, not the rounded-up per-expert M
+  up.flops_b = 2 * up.flops_f;
+  ops.push_back(up);
+  ops.push_back(elementwise_op("expert_act", (gate + 1) * e * rows * fe, (gate + 2) * e * rows * fe));
+  WorkOp down = gemm_op("expert_down", p, {M, H, static_cast<std::int64_t>(fe), batch});
+  down.flops_f = 2.0 * rows * fe * d.h;
+  down.flops_b = 2 * down.flops_f;
+  ops.push_back(down);
+  if (etp > 1) ops.push_back(collective_op("etp_reducescatter", Collective::reduce_scatter, etp * moved, etp_group(l)));
+  if (ep > 1) ops.push_back(collective_op("ep_combine", Collective::all_to_all, moved, ep_group(l)));
+  // Unpermute: read the k expert outputs of each token and its k weights, write the weighted sum.
+  ops.push_back(elementwise_op("unpermute", e * T * d.h * (k + 1) + 4 * T * k, e * T * d.h * (k + 1) + 4 * T * k));
+  if (m.moe.shared_ffn > 0) {
+    const bool sp = l.sequence_parallel;
+    const cost::GroupPlacement tp = tp_group(l);
+    const double fs = static_cast<double>(m.moe.shared_ffn) / d.t;
+    const auto Mt = static_cast<std::int64_t>(d.tokens);
+    if (sp) ops.push_back(collective_op("tp_allgather_shared", Collective::all_gather, e * d.x, tp));
+    ops.push_back(gemm_op("shared_up", p, {Mt, static_cast<std::int64_t>(gate * fs), H}));
+    ops.push_back(elementwise_op("shared_act", (gate + 1) * e * d.tokens * fs, (gate + 2) * e * d.tokens * fs));
+    ops.push_back(gemm_op("shared_down", p, {Mt, H, static_cast<std::int64_t>(fs)}));
+    if (sp) ops.push_back(collective_op("tp_reducescatter_shared", Collective::reduce_scatter, e * d.x, tp));
+    else if (d.t > 1) ops.push_back(collective_op("tp_allreduce_shared", Collective::all_reduce, e * d.x, tp));
+  }
+}
+
 // The work of one transformer layer, in Megatron-LM's op order: its ops with shapes, FLOPs and bytes, and
 // the CP ring's K and V chunk.
 void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
@@ -164,6 +243,15 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   const double res_f = (3 * e + (m.dropout ? 1 : 0)) * d.xs, res_b = (2 * e + (m.dropout ? 1 : 0)) * d.xs;
   ops.push_back(elementwise_op("residual1", res_f, res_b));
   ops.push_back(elementwise_op("norm2", 2 * e * d.xs, 3 * e * d.xs));
+  if (m.moe.enabled()) {
+    add_moe_mlp(m, l, d, ops);
+    ops.push_back(elementwise_op("residual2", res_f, res_b));
+    lw.act_bytes = cost::layer_activation_bytes(m, l);
+    Layout nore = l;
+    nore.recompute = Recompute::none;
+    lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
+    return;
+  }
   if (sp) ops.push_back(collective_op("tp_allgather2", Collective::all_gather, e * d.x, tp));
   ops.push_back(gemm_op("mlp_up", p, {M, static_cast<std::int64_t>(gate * f_local), H}));
   // Bias-GELU fused (read, write) or SwiGLU (read gate and up, write one).
@@ -205,6 +293,11 @@ void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
   }
 }
 
+bool is_expert_collective(const WorkOp& op) {
+  const std::string_view n(op.name);
+  return n.rfind("ep_", 0) == 0 || n.rfind("etp_", 0) == 0;
+}
+
 // The layer's times on `sys`: each op priced by the cost model, the CP exchange against the attention it
 // hides behind, the sums by kind, and the recompute the layout adds.
 void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
@@ -228,6 +321,10 @@ void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
     if (op.cls == OpClass::collective) {
       lw.t_tp_f += op.t_f;
       lw.t_tp_b += op.t_i;
+      if (is_expert_collective(op)) {
+        lw.t_ep_f += op.t_f;
+        lw.t_ep_b += op.t_i;
+      }
       continue;
     }
     lw.t_f += op.t_f;
@@ -356,6 +453,13 @@ StepSync step_sync(const Model& m, const Layout& l) {
     s.grad_reductions = l.zero_stage == 2 ? l.num_microbatches() : 1;
     if (l.zero_stage >= 1) s.param_gather = {Collective::all_gather, dp, cost::weight_bytes(l.precision)};
   }
+  // The routed experts' gradients are reduced among their edp replicas instead (Megatron-Core's expert data
+  // parallel group), and the distributed optimizer shards their states over those.
+  if (m.moe.enabled() && l.expert_dp() > 1 && l.zero_stage < 3) {
+    s.expert_grad = {l.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter, edp_group(l),
+                     cost::grad_bytes(l.precision)};
+    if (l.zero_stage >= 1) s.expert_param_gather = {Collective::all_gather, edp_group(l), cost::weight_bytes(l.precision)};
+  }
   if (l.zero_stage == 3) {
     cost::GroupPlacement flat = dp;
     flat.flat = true;
@@ -383,7 +487,7 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
 StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
                      StageEdges& first_edges, StageEdges& last_edges) {
   const int stages = l.num_stages();
-  const double per_layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
+  const double per_layer_params = layer_params_per_gpu(m, l);
   StageWork st;
   st.stage = s;
   st.layers = layers;
@@ -404,9 +508,15 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
   st.flops_hw = st.flops_model + st.recomputed_layers * lw.flops_hw_extra;
   st.act_bytes = cost::stage_activation_bytes(m, l, st.layers, st.recomputed_layers);
   st.params = st.layers * per_layer_params;
+  st.expert_params = st.layers * layer_expert_params_per_gpu(m, l);
   const bool first = s == 0, last = s == stages - 1;
   if (l.sequence_parallel && l.tp > 1) {
-    st.sp_grad_params = st.layers * static_cast<double>(m.tp_replicated_params_per_layer()) +
+    // A MoE layer's replicated parameters: its norms (q/k norms included) and the router (Megatron-Core
+    // marks the router's weight sequence-parallel: its gradient is summed over tp).
+    const double replicated = m.moe.enabled() ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() +
+                                                                    m.router_params())
+                                              : static_cast<double>(m.tp_replicated_params_per_layer());
+    st.sp_grad_params = st.layers * replicated +
                         static_cast<double>(first ? m.tp_replicated_embedding_params() : 0) +
                         static_cast<double>(last ? m.tp_replicated_output_params() : 0);
   }
@@ -426,11 +536,27 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
   return st;
 }
 
-// A model with experts, latent attention, MTP modules or sliding windows would be priced as a dense one.
+// What the cost model does not price yet would be priced as something else: latent attention, MTP modules,
+// sliding windows and sinks, and MoE models that mix dense and MoE layers (one layer is lowered for all).
+std::string unpriced_features(const Model& m) {
+  if (!m.moe.enabled()) return m.beyond_dense();
+  Model rest = m;
+  rest.moe = MoeSpec{};
+  std::string out = rest.beyond_dense();
+  if (!m.moe.dense_layers.empty())
+    out += (out.empty() ? "" : ", ") + std::to_string(m.moe.dense_layers.size()) +
+           (m.moe.dense_layers.size() == 1 ? " dense layer among " : " dense layers among ") +
+           std::to_string(m.moe_layer_count()) + " MoE layers";
+  return out;
+}
+
 void refuse_unpriced(const Model& m) {
-  if (const std::string extra = m.beyond_dense(); !extra.empty())
+  if (const std::string extra = unpriced_features(m); !extra.empty())
     throw InputError("model " + m.name + ": " + extra + ": not yet priced by the cost model, which prices dense "
-                     "transformers only");
+                     "transformers and mixture-of-experts models whose layers are all MoE layers");
+  if (m.moe.enabled() && (m.moe.shared_gate || m.moe.expert_bias))
+    throw InputError("model " + m.name + ": " + (m.moe.shared_gate ? "a gated shared expert" : "routed experts with biases") +
+                     ": not yet priced by the cost model");
 }
 
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {

@@ -27,6 +27,7 @@ struct LayerWork {
   double t_tp_f = 0, t_tp_b = 0;       // TP (+SP) collectives, blocking (Megatron's default), or under
                                        // tp_comm_overlap their part not hidden plus the GEMMs' slowdown
   double tp_hidden_f = 0, tp_hidden_b = 0;  // tp_comm_overlap: TP seconds hidden behind the GEMMs
+  double t_ep_f = 0, t_ep_b = 0;       // of t_tp_*: the MoE layer's expert all-to-alls and etp gathers
   double t_cp_f = 0, t_cp_b = 0;       // CP KV exchange, exposed part (ring attention overlaps it)
   double cp_comm_f = 0, cp_comm_b = 0; // CP KV exchange, all of it
   double cp_kv_bytes = 0;              // CP: one K and V chunk, passed cp-1 times forward and twice that backward
@@ -69,6 +70,7 @@ struct StageWork {
   double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
   double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)
   double params = 0;          // parameters of this stage held by one GPU (after TP sharding)
+  double expert_params = 0;   // of those, routed experts' (sharded over ep x etp, replicated over edp)
   double tp_comm_f = 0, tp_comm_b = 0;
   double sp_grad_params = 0;  // SP: tp-replicated parameters whose gradients the step all-reduces over tp
 };
@@ -95,6 +97,10 @@ struct StepSync {
   // (norms, row-parallel biases: they saw only the rank's part of the sequence; StageWork::sp_grad_params)
   // are summed over tp in one fp32 all-reduce (Megatron-LM's finalize_model_grads).
   cost::ParamCollective sp_grad;
+  // Mixture of experts: the routed experts' gradients reduced (and, under the distributed optimizer, their
+  // parameters gathered) among the expert data-parallel replicas, Layout::expert_dp(); `grad` and
+  // `param_gather` above then carry the other parameters.
+  cost::ParamCollective expert_grad, expert_param_gather;
 };
 
 struct Workload {
@@ -125,6 +131,8 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
 // InputError for a model beyond the dense transformer (Model::beyond_dense), which the cost model does not
 // price yet; lower() calls it, and explore::run before its worker threads (where it would abort the process).
 void refuse_unpriced(const Model& m);
+// What of the model the cost model does not price yet, in words ("" when everything is priced).
+std::string unpriced_features(const Model& m);
 // One transformer layer under the layout (the expensive, cacheable part of lower()).
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 
@@ -132,5 +140,12 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 cost::GroupPlacement tp_group(const Layout& l);
 cost::GroupPlacement cp_group(const Layout& l);
 cost::GroupPlacement dp_group(const Layout& l);  // data-parallel replicas (cp ranks join the gradient reduction)
+// Expert parallelism, folded over a stage's tp x cp x dp GPUs (etp fastest, then ep, then edp).
+cost::GroupPlacement etp_group(const Layout& l);
+cost::GroupPlacement ep_group(const Layout& l);
+cost::GroupPlacement edp_group(const Layout& l);
+// Parameters of one transformer layer held by one GPU, and of those the routed experts'.
+double layer_params_per_gpu(const Model& m, const Layout& l);
+double layer_expert_params_per_gpu(const Model& m, const Layout& l);
 
 }  // namespace tessel

@@ -238,7 +238,12 @@ int estimate(const Args& args) {
   std::cout << s.model.name << ", " << params_text(s.model.total_params()) << ", on " << s.gpus << " x "
             << s.system.gpu.name << " (" << s.system.name << ")\n"
             << "layout: " << s.layout.describe() << ", global batch " << s.layout.global_batch << ", "
-            << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n\n";
+            << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n";
+  if (s.model.moe.enabled())
+    std::cout << "experts: " << s.model.moe.experts << " routed, top-" << s.model.moe.top_k << ", ep" << s.layout.ep
+              << " etp" << s.layout.expert_tp() << " edp" << s.layout.expert_dp()
+              << "; routing balanced (every expert receives the same tokens; imbalance is not modelled)\n";
+  std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},
       {"step time", fmt::seconds(e.step_s) + ", " + fmt::band(s.system.error_band)},
@@ -254,6 +259,7 @@ int estimate(const Args& args) {
       {"compute (busiest rank)", fmt::seconds(e.compute_s)},
       {"TP comm (exposed)", fmt::seconds(e.tp_comm_s) + " (" + fmt::seconds(e.tp_exposed_s) + ")"},
       {"CP comm (exposed)", fmt::seconds(e.cp_comm_s) + " (" + fmt::seconds(e.cp_exposed_s) + ")"},
+      {"EP comm (exposed)", fmt::seconds(e.ep_comm_s) + " (" + fmt::seconds(e.ep_exposed_s) + ")"},
       {"PP comm (exposed)", fmt::seconds(e.pp_comm_s) + " (" + fmt::seconds(e.pp_exposed_s) + ")"},
       {"DP comm (exposed)", fmt::seconds(e.dp_comm_s) + " (" + fmt::seconds(e.dp_exposed_s) + ")"},
       {"compute lost to overlapped comm", fmt::seconds(e.overlap_slowdown_s)},

@@ -135,6 +135,8 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
   for (auto v : cl.get_int_list("--tp", 1, 1 << 16)) space.tp.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--pp", 1, 1 << 16)) space.pp.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--cp", 1, 1 << 16)) space.cp.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--ep", 1, 1 << 16)) space.ep.push_back(static_cast<int>(v));
+  for (auto v : cl.get_int_list("--etp", 1, 1 << 16)) space.etp.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--vpp", 1, 1024)) space.vpp.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--mbs", 1, 1 << 16)) space.mbs.push_back(static_cast<int>(v));
   for (auto v : cl.get_int_list("--zero", 0, 3)) space.zero.push_back(static_cast<int>(v));
@@ -255,6 +257,8 @@ int explore(const Args& args) {
        {"--tp", true, "restrict tensor-parallel sizes (comma list; one above a node's GPUs implies --allow-tp-across-nodes)"},
        {"--pp", true, "restrict pipeline sizes"},
        {"--cp", true, "restrict context-parallel sizes"},
+       {"--ep", true, "restrict expert-parallel sizes (MoE models) [powers of two dividing the experts]"},
+       {"--etp", true, "restrict expert tensor-parallel sizes (MoE models) [1 and tp]"},
        {"--vpp", true, "restrict chunks per rank (interleaved)"},
        {"--mbs", true, "restrict micro-batch sizes"},
        {"--schedule", true, "restrict schedules (gpipe,1f1b,interleaved,looped-bfs,zb1p,zb2p,zbv,dualpipev)"},

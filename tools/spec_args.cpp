@@ -22,6 +22,8 @@ std::vector<OptionSpec> spec_options() {
       {"--pp", true, "pipeline-parallel size [8]"},
       {"--dp", true, "data-parallel size [gpus / (tp*pp*cp)]"},
       {"--cp", true, "context-parallel size [1]"},
+      {"--ep", true, "expert-parallel size (mixture-of-experts models; folded over tp x cp x dp) [1]"},
+      {"--etp", true, "expert tensor-parallel size [tp, as Megatron-Core]"},
       {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
       {"--mbs", true, "micro-batch size [1]"},
       {"--gbs", true, "global batch size [1536]"},
@@ -201,6 +203,8 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.tp = int_or(cl, "--tp", 1, 1 << 20, given ? given->tp : 8);
   l.pp = int_or(cl, "--pp", 1, 1 << 20, given ? given->pp : 8);
   l.cp = int_or(cl, "--cp", 1, 1 << 20, given ? given->cp : 1);
+  l.ep = int_or(cl, "--ep", 1, 1 << 20, given ? given->ep : 1);
+  l.etp = cl.has("--etp") ? int_or(cl, "--etp", 1, 1 << 20, 1) : given ? given->etp : 0;
   read_schedule(cl, given, played, l);
   l.micro_batch = int_or(cl, "--mbs", 1, 1 << 20, given ? given->micro_batch : 1);
   l.global_batch = int_or(cl, "--gbs", 1, 1 << 30, given ? given->global_batch : 1536);

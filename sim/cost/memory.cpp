@@ -25,7 +25,19 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   bytes += (2.0 * sbh + mask * sbh) / sp;                     // attention: QKV input, dropout mask
   bytes += s * b * (2.0 * q + 4.0 * kv + 2.0 * q) / t;        // Q, K, V, projection input
   bytes += (2.0 * sbh + mask * sbh) / sp;                     // MLP input, dropout mask
-  bytes += s * b * (2.0 * gate * f + 2.0 * f) / t;            // activation input(s) and output
+  if (m.moe.enabled()) {
+    // A MoE MLP (sim/workload.cpp add_moe_mlp) keeps, for its backward, what each op's gradient reads: the
+    // router's fp32 probabilities [T, E]; the permuted tokens, the experts' inputs [etp T k, h]; the activation's
+    // input(s) and output [T k, f_e] (1/etp of the width on etp T k rows); the experts' outputs, which the
+    // unpermute's weighted sum needs for its weights' gradient; the shared experts as a dense MLP. T = s b / sp.
+    const double T = s * b / sp, k = m.moe.top_k, etp = l.expert_tp(), fe = m.moe.expert_ffn;
+    bytes += 4.0 * T * m.moe.experts;
+    bytes += 2.0 * 2.0 * etp * T * k * h;                     // permuted inputs and expert outputs
+    bytes += T * k * (2.0 * gate * fe + 2.0 * fe);            // expert activation input(s) and output
+    bytes += s * b * (2.0 * gate + 2.0) * m.moe.shared_ffn / t;  // shared experts' activation input(s) and output
+  } else {
+    bytes += s * b * (2.0 * gate * f + 2.0 * f) / t;          // activation input(s) and output
+  }
   bytes += 4.0 * sbh / sp;                                    // norms
   const bool keep_scores = l.recompute == Recompute::none && l.attention == AttentionImpl::unfused;
   const double heads_local = static_cast<double>(m.heads) / t;
@@ -183,9 +195,13 @@ double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }
 
 double weight_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }
 
-StateBytes state_bytes_per_param(const Layout& l) {
+StateBytes state_bytes_per_param(const Layout& l) { return state_bytes_per_param(l, static_cast<double>(l.dp) * l.cp); }
+
+StateBytes expert_state_bytes_per_param(const Layout& l) { return state_bytes_per_param(l, l.expert_dp()); }
+
+StateBytes state_bytes_per_param(const Layout& l, double replicas) {
   StateBytes sb;
-  const double d = static_cast<double>(l.dp) * l.cp;  // CP ranks hold the same weights and join the reduction
+  const double d = replicas;
   if (l.precision == Precision::fp32) {
     sb.weights = 4;
     sb.grads = 4;

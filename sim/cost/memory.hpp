@@ -69,7 +69,11 @@ struct StateBytes {
   double weights = 0, grads = 0, optimizer = 0;
   double total() const { return weights + grads + optimizer; }
 };
-StateBytes state_bytes_per_param(const Layout& l);
+StateBytes state_bytes_per_param(const Layout& l);  // over dp x cp (CP ranks hold the same weights)
+// The same over `replicas` data-parallel copies; the routed experts' over their edp replicas
+// (Layout::expert_dp(): Megatron-Core's expert data-parallel group shards their optimizer states).
+StateBytes state_bytes_per_param(const Layout& l, double replicas);
+StateBytes expert_state_bytes_per_param(const Layout& l);
 // Bytes of one gradient element as Megatron-LM keeps and reduces it: fp32 main_grad under bf16 (it forces
 // --accumulate-allreduce-grads-in-fp32; fp8 training runs under bf16) and fp32; fp16 gradients under fp16
 // (that flag's default, off).

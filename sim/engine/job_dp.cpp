@@ -99,7 +99,13 @@ void JobBuilder::data_parallel(int pos) {
   const int r = c_.pp_of(pos);
   const StepSync& sync = costs_.work.sync;
   const double params = costs_.ranks.params[static_cast<std::size_t>(r)];
-  job_.static_bytes[static_cast<std::size_t>(pos)] = params * costs_.state.total() + costs_.fixed_bytes();
+  job_.static_bytes[static_cast<std::size_t>(pos)] = costs_.state_bytes(r) + costs_.fixed_bytes();
+  // The routed experts' share of each bucket: reduced among their edp replicas after the rest of the bucket,
+  // on the same GPUs' links (the edp group is a subset of the stage's tp x cp x dp GPUs, which this engine
+  // folds into the dp group's positions).
+  const auto& experts = costs_.ranks.expert_params;
+  const double expert_share =
+      params > 0 && static_cast<std::size_t>(r) < experts.size() ? experts[static_cast<std::size_t>(r)] / params : 0.0;
   const std::uint32_t last_compute = ps.prev_compute;
   std::vector<std::uint32_t> before_opt = {last_compute};
   const bool dp = l_.dp * l_.cp > 1;
@@ -119,10 +125,16 @@ void JobBuilder::data_parallel(int pos) {
     }
     const OpKind op = sync.grad.kind == Collective::all_reduce ? OpKind::dp_allreduce : OpKind::dp_reducescatter;
     for (const auto& g : ready) {
-      const double bytes = sync.grad.bytes(g.params);
+      const double bytes = sync.grad.bytes(g.params * (1 - expert_share));
       const auto t = group_task(pos, op, flow_seconds(sync.grad, bytes), bytes, group, chain);
       g_.edge(g.task, t);
       chain = t;
+      if (sync.expert_grad.runs() && expert_share > 0) {
+        const double eb = sync.expert_grad.bytes(g.params * expert_share);
+        const auto te = group_task(pos, op, flow_seconds(sync.expert_grad, eb), eb, group, chain);
+        g_.edge(g.task, te);
+        chain = te;
+      }
     }
     before_opt.push_back(chain);
   }
@@ -173,8 +185,11 @@ void JobBuilder::data_parallel(int pos) {
       const double p = stage(s).params;
       const int nb = grad_buckets(p);
       for (int k = 0; k < nb; ++k) {
-        const double bytes = sync.param_gather.bytes(p) / nb;
-        const auto t = group_task(pos, OpKind::dp_allgather, flow_seconds(sync.param_gather, bytes), bytes, group, prev);
+        const double bytes = sync.param_gather.bytes(p * (1 - expert_share)) / nb;
+        double seconds = flow_seconds(sync.param_gather, bytes);
+        if (sync.expert_param_gather.runs() && expert_share > 0)
+          seconds += flow_seconds(sync.expert_param_gather, sync.expert_param_gather.bytes(p * expert_share) / nb);
+        const auto t = group_task(pos, OpKind::dp_allgather, seconds, bytes, group, prev);
         g_.edge(opt, t);
         if (prev == kNone || !l_.overlap_param_gather) job_.step_end[static_cast<std::size_t>(pos)] = t;
         prev = t;

@@ -33,10 +33,10 @@ std::string gib(double b) {
 }
 
 // LayerWork depends only on these layout fields: explore lowers each combination once per thread.
-using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool>;
+using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool, int, int>;
 LayerKey layer_key(const Layout& l) {
   return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
-          static_cast<int>(l.precision), l.tp_comm_overlap};
+          static_cast<int>(l.precision), l.tp_comm_overlap, l.ep, l.expert_tp()};
 }
 
 struct ThreadOut {
@@ -228,6 +228,15 @@ Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_
   s.sp = {0, 1};
   s.zero = {0, 1, 2, 3};
   s.recompute_layers = {0, -2};  // all layers, or half of each stage's layers (block method)
+  s.ep = {1};
+  s.etp = {0};
+  if (m.moe.enabled()) {
+    // Powers of two that divide the experts (and the GPUs); experts unsplit (etp 1, the usual choice of the
+    // published MoE recipes) or split as attention is (etp = tp, Megatron-Core's default).
+    for (int e = 2; e <= std::min(m.moe.experts, gpus); e *= 2)
+      if (m.moe.experts % e == 0 && gpus % e == 0) s.ep.push_back(e);
+    s.etp = {1, 0};
+  }
   return s;
 }
 
@@ -239,6 +248,8 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
   auto scheds = pick(in.schedules, d.schedules);
   auto recs = pick(in.recompute, d.recompute);
   auto zeros = pick(in.zero, d.zero), sps = pick(in.sp, d.sp), cps = pick(in.cp, d.cp);
+  const auto eps = m.moe.enabled() ? pick(in.ep, d.ep) : std::vector<int>{1};
+  const auto etps = m.moe.enabled() ? pick(in.etp, d.etp) : std::vector<int>{0};
   if (in.stack) {
     const Stack& st = *in.stack;
     const auto keep = [](auto& v, const auto& allowed) {
@@ -293,7 +304,11 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                     continue;
                   for (int rl : (rc == Recompute::full ? rls : std::vector<int>{0}))
                     for (int sp : (tp > 1 ? sps : std::vector<int>{0}))
-                      for (int z : (dp * cp > 1 ? zeros : std::vector<int>{0})) {
+                      for (int z : (dp * cp > 1 ? zeros : std::vector<int>{0}))
+                        for (int ep : eps)
+                          for (int etp : etps) {
+                        // etp 1 and "as tp" are one layout when tp is 1.
+                        if (etp == 1 && tp == 1 && std::find(etps.begin(), etps.end(), 0) != etps.end()) continue;
                         Layout l;
                         l.tp = tp;
                         l.pp = pp;
@@ -312,6 +327,8 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         }
                         l.sequence_parallel = sp == 1;
                         l.zero_stage = z;
+                        l.ep = ep;
+                        l.etp = etp;
                         l.stage_layers = split;
                         l.precision = in.precision;
                         l.attention = in.attention;

@@ -22,6 +22,9 @@ inline bool is_balanced_marker(const Layout& l) { return l.stage_layers.size() =
 // The search space. Empty vectors mean "every sensible value" (see default_space()).
 struct Space {
   std::vector<int> tp, pp, cp, vpp, mbs, zero;
+  // Expert parallelism (MoE models only): ep sizes, and etp sizes where 0 stands for "as tp" (Megatron-Core's
+  // default). A dense model takes ep 1 whatever is given.
+  std::vector<int> ep, etp;
   std::vector<sched::Kind> schedules;
   std::vector<Recompute> recompute;
   std::vector<int> sp;                 // 0, 1

@@ -62,7 +62,8 @@ TEST_CASE("validate: a row with an unknown GPU or a mixture of experts is skippe
   CHECK(r.skipped[0].id == "b200");
   CHECK(r.skipped[0].reason.rfind("hardware.gpu \"NVIDIA B100\" matches no system preset (known: ", 0) == 0);
   CHECK(r.skipped[1].id == "moe");
-  CHECK(r.skipped[1].reason == "model: a mixture of experts (8 routed experts); the cost model does not price expert layers yet");
+  // A MoE row takes its architecture from the preset of its name; a name without one is skipped.
+  CHECK(r.skipped[1].reason == "model: mixture of experts row model has no model preset to take its architecture from");
 }
 
 TEST_CASE("validate: a measured value that is not a positive number is rejected, naming file, row and field") {

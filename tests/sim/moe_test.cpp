@@ -1,0 +1,173 @@
+// Mixture of experts in the cost model (sim/workload.cpp add_moe_mlp, sim/layout.cpp's expert rules, the
+// experts' memory and data parallelism): each expectation derived by hand from the layout, the model's
+// parameter counts (models/, checked against HF transformers) or the rule, then asserted.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <string>
+
+#include "sim/cost/memory.hpp"
+#include "sim/estimate.hpp"
+#include "sim/layout_words.hpp"
+#include "sim/step_costs.hpp"
+#include "sim/workload.hpp"
+#include "util/error.hpp"
+
+using namespace tessel;
+
+namespace {
+constexpr double kExact = 1e-9;
+
+Layout moe_layout(int tp, int dp, int ep, int etp = 0) {
+  Layout l;
+  l.tp = tp;
+  l.pp = 1;
+  l.dp = dp;
+  l.ep = ep;
+  l.etp = etp;
+  l.micro_batch = 1;
+  l.global_batch = 8 * dp;
+  l.sequence_parallel = tp > 1;
+  l.precision = Precision::bf16;
+  return l;
+}
+
+std::map<std::string, WorkOp> ops_by_name(const LayerWork& lw) {
+  std::map<std::string, WorkOp> by;
+  for (const auto& op : lw.ops) by[op.name] = op;
+  return by;
+}
+
+std::string rule_of(const Layout& l, const Model& m) {
+  const auto p = layout_problem(l, m, 0);
+  return p ? p->rule : "";
+}
+}  // namespace
+
+TEST_CASE("MoE layout rules: ep divides the experts, experts fold over tp x cp x dp, a dense model has no ep") {
+  const Model q = load_model("qwen3-30b-a3b");  // 128 experts, expert FFN 768
+  CHECK(rule_of(moe_layout(1, 8, 8), q).empty());
+  CHECK(rule_of(moe_layout(1, 8, 3), q) == "ep-divides-experts");
+  CHECK(rule_of(moe_layout(1, 8, 16), q) == "expert-folding");     // 1 x 16 does not divide 1 x 1 x 8
+  CHECK(rule_of(moe_layout(2, 8, 16, 1), q).empty());              // 1 x 16 divides 2 x 8
+  CHECK(rule_of(moe_layout(2, 8, 16, 2), q) == "expert-folding");  // 2 x 16 does not
+  Layout nosp = moe_layout(2, 4, 4, 1);
+  nosp.sequence_parallel = false;
+  CHECK(rule_of(nosp, q) == "moe-tp-needs-sp");
+  Layout z3 = moe_layout(1, 8, 8);
+  z3.zero_stage = 3;
+  CHECK(rule_of(z3, q) == "moe-zero3");
+  const Model dense = load_model("llama3-8b");
+  CHECK(rule_of(moe_layout(1, 8, 2), dense) == "ep-needs-experts");
+  // etp defaults to tp (Megatron-Core); edp = tp cp dp / (etp ep).
+  const Layout l = moe_layout(2, 8, 4);
+  CHECK(l.expert_tp() == 2);
+  CHECK(l.expert_dp() == 2);
+}
+
+TEST_CASE("MoE layout words and JSON carry ep and etp") {
+  const Layout l = parse_layout_words("tp2 pp1 dp8 ep8 etp1 mbs1 sp", 64, "test");
+  CHECK(l.ep == 8);
+  CHECK(l.etp == 1);
+  CHECK(l.describe().find("ep8 etp1") != std::string::npos);
+  const Layout back = parse_layout(layout_to_json(l), "layout.json");
+  CHECK(back.ep == 8);
+  CHECK(back.etp == 1);
+  // etp as tp is not printed (it is the default).
+  CHECK(parse_layout_words("tp2 pp1 dp8 ep4 mbs1 sp", 64, "test").describe().find("etp") == std::string::npos);
+}
+
+// Qwen3-30B-A3B (h 2048, 128 experts, top-8, expert FFN 768, SwiGLU), seq 4096, mbs 1, tp 1, dp 8, ep 8, bf16:
+// T = 4096 tokens enter the MoE layer on a GPU; it holds 128 / 8 = 16 experts, each receiving (balanced)
+// ep T k / E = 8 x 4096 x 8 / 128 = 2048 tokens; the dispatch all-to-all sends T k h bf16 values.
+TEST_CASE("MoE lowering: router, permute, all-to-all and grouped expert GEMMs with their shapes") {
+  const Model q = load_model("qwen3-30b-a3b");
+  const System sys = load_system("dgx-h100");
+  const LayerWork lw = lower_layer(q, moe_layout(1, 8, 8), sys);
+  auto by = ops_by_name(lw);
+  for (const char* name : {"router", "router_topk", "permute", "ep_dispatch", "expert_up", "expert_act", "expert_down",
+                           "ep_combine", "unpermute"})
+    CHECK_MESSAGE(by.count(name) == 1, name);
+  CHECK(by.count("mlp_up") == 0);
+  CHECK(by["router"].gemm.m == 4096);
+  CHECK(by["router"].gemm.n == 128);
+  CHECK(by["expert_up"].gemm.m == 2048);
+  CHECK(by["expert_up"].gemm.n == 2 * 768);
+  CHECK(by["expert_up"].gemm.k == 2048);
+  CHECK(by["expert_up"].gemm.batch == 16);
+  CHECK(by["expert_down"].gemm.k == 768);
+  CHECK(by["ep_dispatch"].coll == cost::Collective::all_to_all);
+  CHECK(by["ep_dispatch"].comm_bytes == doctest::Approx(2.0 * 4096 * 8 * 2048).epsilon(kExact));
+  CHECK(by["ep_dispatch"].group.size == 8);
+  // The all-to-alls are the layer's EP time (within its blocking collectives), forward and backward.
+  CHECK(lw.t_ep_f == doctest::Approx(by["ep_dispatch"].t_f + by["ep_combine"].t_f).epsilon(kExact));
+  CHECK(lw.t_ep_f > 0);
+  CHECK(lw.t_tp_f >= lw.t_ep_f);
+  // etp 2 on tp 2: each GPU holds the experts' half width on the gathered tokens of its etp group.
+  const LayerWork lw2 = lower_layer(q, moe_layout(2, 4, 4, 2), sys);
+  auto by2 = ops_by_name(lw2);
+  CHECK(by2.count("etp_allgather") == 1);
+  CHECK(by2["expert_up"].gemm.n == 768);  // 2 x 768 / etp 2
+  CHECK(by2["expert_up"].gemm.batch == 32);
+}
+
+// Model FLOPs of a MoE layer per token, from the parameter counts: 2 x (attention's linear weights + the router
+// + top_k routed experts) for the GEMMs, plus the attention core 4 s (heads x head_dim) counted full. The
+// lowering's per-GPU forward FLOPs times tp x cp over the micro-batch's tokens must give exactly that.
+TEST_CASE("MoE lowering: the layer's model FLOPs are the active parameters' (an independent count)") {
+  for (const char* name : {"qwen3-30b-a3b", "mixtral-8x7b"}) {
+    CAPTURE(name);
+    Model m = load_model(name);
+    m.seq_len = 4096;
+    const System sys = load_system("dgx-h100");
+    for (const Layout& l : {moe_layout(1, 8, 8), moe_layout(2, 4, 8, 1), moe_layout(2, 4, 2, 2)}) {
+      CAPTURE(l.describe());
+      if (layout_problem(l, m, 0)) continue;
+      const LayerWork lw = lower_layer(m, l, sys);
+      const double tokens = static_cast<double>(l.micro_batch) * m.seq_len;
+      const double linear = static_cast<double>(m.attention_params() - m.qk_norm_params()) +
+                            static_cast<double>(m.router_params()) + m.moe.top_k * static_cast<double>(m.expert_params());
+      const double core = 4.0 * m.seq_len * m.heads * m.head_dim;
+      CHECK(lw.flops_model_f * l.tp * l.cp / tokens == doctest::Approx(2.0 * linear + core).epsilon(1e-9));
+    }
+  }
+}
+
+// Qwen3-30B-A3B on tp 1, dp 8, ep 4, ZeRO-1: edp = 8 / 4 = 2. Per GPU and layer the experts are
+// 32 x expert_params (bf16 weights, fp32 gradients, 12 optimizer bytes over edp 2); the rest (attention,
+// norms, router) has its optimizer bytes over dp 8.
+TEST_CASE("MoE memory: expert weights over ep, their optimizer states over edp") {
+  const Model q = load_model("qwen3-30b-a3b");
+  const System sys = load_system("dgx-h100");
+  Layout l = moe_layout(1, 8, 4);
+  l.zero_stage = 1;
+  const Estimate e = estimate(q, l, sys, 8);
+  const double experts_per_layer = 32.0 * static_cast<double>(q.expert_params());
+  const double others_per_layer = static_cast<double>(q.attention_params() + q.layer_norms * q.norm_params() + q.router_params());
+  const double L = q.layers;
+  const double outside = static_cast<double>(q.embedding_params() + q.output_params());
+  const double experts = L * experts_per_layer, others = L * others_per_layer + outside;
+  REQUIRE(e.memory.size() == 1);
+  CHECK(e.memory[0].weights_bytes == doctest::Approx(2.0 * (experts + others)).epsilon(1e-9));
+  CHECK(e.memory[0].grads_bytes == doctest::Approx(4.0 * (experts + others)).epsilon(1e-9));
+  CHECK(e.memory[0].optimizer_bytes == doctest::Approx(12.0 * experts / 2 + 12.0 * others / 8).epsilon(1e-9));
+}
+
+TEST_CASE("MoE estimate and simulate: the presets whose layers are all MoE are priced, EP reported apart") {
+  const System sys = load_system("dgx-h100");
+  for (const char* name : {"qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "mixtral-8x22b"}) {
+    CAPTURE(name);
+    Model m = load_model(name);
+    m.seq_len = 4096;
+    Layout l = moe_layout(1, 8, 8);
+    l.pp = 4;
+    l.global_batch = 64;
+    l.schedule = sched::Kind::one_f_one_b;
+    l.zero_stage = 1;
+    if (m.layers % 4 != 0) l.stage_layers = {m.layers / 4 + 1, m.layers / 4 + 1, m.layers / 4, m.layers - 3 * (m.layers / 4) - 2};
+    const Estimate e = estimate(m, l, sys, 32);
+    CHECK(e.step_s > 0);
+    CHECK(e.ep_comm_s > 0);
+    CHECK(e.tp_comm_s >= 0);
+  }
+}
