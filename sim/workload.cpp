@@ -69,7 +69,11 @@ Dims dims_of(const Model& m, const Layout& l) {
   d.tokens = d.b * d.s / d.cp;
   d.x = d.tokens * d.h;
   d.xs = l.sequence_parallel ? d.x / d.t : d.x;
-  d.elt = bytes_per_element(l.precision);
+  // Activations between ops stay 16-bit under an fp8 recipe: Transformer Engine quantizes only a GEMM's
+  // inputs (op.cpp prices those casts); norms, residuals, activations, TP / CP / pipeline transfers and the
+  // MoE dispatch move bf16 (fp8 communication is an opt-in of later releases). The memory model
+  // (cost/memory.cpp) counts them at 2 bytes too.
+  d.elt = l.precision == Precision::fp8 ? 2.0 : bytes_per_element(l.precision);
   return d;
 }
 

@@ -580,3 +580,32 @@ TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward an
   cost::price(b, sys);
   CHECK(b.t_f == doctest::Approx(cost::gemm_time(sys.gpu, Precision::bf16, op.gemm)).epsilon(1e-12));
 }
+
+// Under an fp8 recipe only the GEMMs' inputs are quantized (Transformer Engine): the norms, residuals and
+// activation functions read and write 16-bit tensors and the TP and pipeline transfers move them, so their
+// bytes equal a bf16 run's; the GEMMs alone differ.
+TEST_CASE("fp8 layouts keep 16-bit activations between ops: element-wise and transfer bytes as bf16") {
+  const Model m = load_model("llama2-7b");
+  const System sys = load_system("dgx-h100");
+  Layout l;
+  l.tp = 2;
+  l.pp = 2;
+  l.dp = 1;
+  l.global_batch = 8;
+  l.sequence_parallel = true;
+  l.precision = Precision::bf16;
+  const LayerWork b = lower_layer(m, l, sys);
+  const Workload wb = lower(m, l, sys);
+  l.precision = Precision::fp8;
+  const LayerWork f = lower_layer(m, l, sys);
+  const Workload wf = lower(m, l, sys);
+  REQUIRE(b.ops.size() == f.ops.size());
+  for (std::size_t k = 0; k < b.ops.size(); ++k) {
+    CAPTURE(b.ops[k].name);
+    CHECK(f.ops[k].bytes_f == b.ops[k].bytes_f);
+    CHECK(f.ops[k].bytes_b == b.ops[k].bytes_b);
+    CHECK(f.ops[k].comm_bytes == b.ops[k].comm_bytes);
+  }
+  CHECK(wf.p2p.bytes == wb.p2p.bytes);
+  CHECK(wb.p2p.bytes == doctest::Approx(2.0 * 4096 * 4096 / 2));  // [b s, h] bf16 over tp 2
+}
