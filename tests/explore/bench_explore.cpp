@@ -37,6 +37,23 @@ static void BM_ExploreLlama405bOneCore(benchmark::State& state) {
 }
 BENCHMARK(BM_ExploreLlama405bOneCore)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A mixture-of-experts space: Qwen3-235B-A22B (94 layers, 128 experts) on 256 H100, ep and etp enumerated
+// with the other degrees (target >= 100,000 layouts/s, issue 24).
+static void BM_ExploreQwen3MoeOneCore(benchmark::State& state) {
+  Model m = load_model("qwen3-235b-a22b");
+  const System sys = load_system("dgx-h100");
+  explore::Options o;
+  o.threads = 1;
+  long long layouts = 0;
+  for (auto _ : state) {
+    const auto r = explore::run(m, sys, 256, 2048, {}, o);
+    layouts += r.enumerated;
+    benchmark::DoNotOptimize(r.top.data());
+  }
+  state.counters["layouts_per_s"] = benchmark::Counter(static_cast<double>(layouts), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_ExploreQwen3MoeOneCore)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 // The stage partitioner on Llama 3 405B's 126 layers over pp 16 x vpp 8 = 128 virtual stages, memory budgets
 // included (the costs built from the cost model each time, as estimate does): target < 10 ms (issue 23).
 static void BM_Partition126Into128(benchmark::State& state) {
