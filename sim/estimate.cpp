@@ -196,6 +196,7 @@ void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroo
     mbk.rank = r;
     // The routed experts' states are sharded over their own replicas (edp), the rest over dp x cp.
     const double experts = rs.expert_params[r], others = rs.params[r] - experts;
+    e.expert_params.push_back(experts);
     const cost::StateBytes& se = c.expert_state;
     mbk.weights_bytes = others * sb.weights + experts * se.weights;
     mbk.grads_bytes = others * sb.grads + experts * se.grads;

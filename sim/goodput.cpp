@@ -32,7 +32,9 @@ std::vector<double> stored_params(const Model& m, const Estimate& e) {
   // Under ZeRO-3 both are divided by dp x cp, so the ratio is the rank's whole parameter count.
   const double per_weight = cost::state_bytes_per_param(l).weights;
   std::vector<double> p;
-  for (const cost::MemoryBreakdown& mb : e.memory) p.push_back(mb.weights_bytes / per_weight);
+  // The routed experts apart (expert_params_stored): their copies are not the dp replicas'.
+  for (std::size_t r = 0; r < e.memory.size(); ++r)
+    p.push_back(e.memory[r].weights_bytes / per_weight - (r < e.expert_params.size() ? e.expert_params[r] : 0.0));
   TESSEL_CHECK(static_cast<int>(p.size()) == l.pp, "memory of " << p.size() << " pipeline ranks for pp " << l.pp);
   const int stages = l.num_stages();
   // The tied embedding's second copy, held for the head by the last stage (sim/workload.cpp): the first stage's
@@ -52,8 +54,7 @@ struct RankBytes {
   double writer = 0, other = 0, read = 0;
 };
 
-RankBytes rank_bytes(double params, const Layout& l) {
-  const double d = static_cast<double>(l.dp) * l.cp;
+RankBytes rank_bytes(double params, const Layout& l, double d) {
   // Sharded over dp x cp as the memory model shards them (cost::state_bytes_per_param): the moments from ZeRO-1;
   // the fp32 value with them under 16-bit training (the master copy is optimizer state), from ZeRO-3 under fp32
   // (the value is the weight). Each rank writes its own shard, as Megatron-LM's distributed optimizer and
@@ -74,13 +75,14 @@ struct Sums {
 };
 
 // The ranks [a, b) in Megatron's order (tp fastest, then cp, dp, pp): pipeline rank r holds [r S, (r + 1) S)
-// with S = tp cp dp, and its first tp ranks (cp 0, dp 0) write the replicated state.
-Sums range_sums(const std::vector<RankBytes>& per_pp, const Layout& l, long long a, long long b) {
+// with S = tp cp dp, and its first `first_writers` ranks write the replicated state: tp of them (cp 0, dp 0)
+// for the layers' parameters, etp x ep (edp 0, the expert fold's outermost) for the routed experts'.
+Sums range_sums(const std::vector<RankBytes>& per_pp, const Layout& l, long long a, long long b, long long first_writers) {
   const long long s = static_cast<long long>(l.tp) * l.cp * l.dp;
   Sums out;
   for (long long r = a / s; r * s < b; ++r) {
     const long long lo = std::max(a, r * s), hi = std::min(b, (r + 1) * s);
-    const long long writers = std::max(0LL, std::min(hi, r * s + l.tp) - lo);
+    const long long writers = std::max(0LL, std::min(hi, r * s + first_writers) - lo);
     const RankBytes& rb = per_pp[static_cast<std::size_t>(r)];
     out.write += static_cast<double>(writers) * rb.writer + static_cast<double>(hi - lo - writers) * rb.other;
     out.read += static_cast<double>(hi - lo) * rb.read;
@@ -93,16 +95,31 @@ Sums range_sums(const std::vector<RankBytes>& per_pp, const Layout& l, long long
 CheckpointBytes checkpoint_bytes(const Model& m, const Estimate& e, int gpus_per_node) {
   TESSEL_CHECK(gpus_per_node >= 1, "gpus per node " << gpus_per_node);
   const Layout& l = e.layout;
-  std::vector<RankBytes> per_pp;
-  for (double p : stored_params(m, e)) per_pp.push_back(rank_bytes(p, l));
-  const long long n = l.gpus();
+  std::vector<RankBytes> per_pp, experts_pp;
+  for (double p : stored_params(m, e)) per_pp.push_back(rank_bytes(p, l, static_cast<double>(l.dp) * l.cp));
+  // A MoE model's routed experts: every GPU of a stage holds its own shard (ep x etp of them differ), the edp
+  // copies of each shard hold the same values; the distributed optimizer shards their state over edp.
+  for (std::size_t r = 0; r < per_pp.size(); ++r)
+    experts_pp.push_back(rank_bytes(r < e.expert_params.size() ? e.expert_params[r] : 0.0, l, l.expert_dp()));
+  const long long n = l.gpus(), expert_writers = static_cast<long long>(l.expert_tp()) * l.ep;
+  const auto sums = [&](long long a, long long b) {
+    Sums x = range_sums(per_pp, l, a, b, l.tp);
+    if (m.moe.enabled()) {
+      const Sums y = range_sums(experts_pp, l, a, b, expert_writers);
+      // Each rank's blob (kRankBlobBytes) is counted once, with the other parameters.
+      x.write += y.write - static_cast<double>(b - a) * kRankBlobBytes;
+      x.read += y.read - static_cast<double>(b - a) * kRankBlobBytes;
+    }
+    return x;
+  };
   CheckpointBytes out;
-  const Sums all = range_sums(per_pp, l, 0, n);
+  const Sums all = sums(0, n);
   out.total_write = all.write;
   out.total_read = all.read;
-  for (const RankBytes& rb : per_pp) out.max_rank_write = std::max(out.max_rank_write, rb.writer);
+  for (std::size_t r = 0; r < per_pp.size(); ++r)
+    out.max_rank_write = std::max(out.max_rank_write, per_pp[r].writer + (m.moe.enabled() ? experts_pp[r].writer - kRankBlobBytes : 0.0));
   for (long long a = 0; a < n; a += gpus_per_node) {
-    const Sums node = range_sums(per_pp, l, a, std::min(n, a + gpus_per_node));
+    const Sums node = sums(a, std::min(n, a + gpus_per_node));
     out.max_node_write = std::max(out.max_node_write, node.write);
     out.max_node_read = std::max(out.max_node_read, node.read);
   }
