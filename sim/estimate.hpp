@@ -33,7 +33,7 @@ struct Estimate {
                                     // not waiting on a transfer)
   double pipeline_s = 0;            // the pipeline's span: busiest rank's work, idle time, exposed transfers
   double busy_s = 0;                // busiest rank's work per step (compute with its TP and CP collectives)
-  double compute_s = 0;             // busiest rank's compute per step (TP and CP collectives excluded)
+  double compute_s = 0;             // busiest rank's compute per step (TP, EP and CP collectives excluded)
   double tp_comm_s = 0, tp_exposed_s = 0;
   double ep_comm_s = 0, ep_exposed_s = 0;  // MoE: the experts' all-to-alls and etp collectives (blocking)
   double cp_comm_s = 0, cp_exposed_s = 0;

@@ -74,6 +74,8 @@ std::string Layout::describe() const {
   if (cp > 1) os << " cp" << cp;
   if (ep > 1) os << " ep" << ep;
   if (etp > 0 && etp != tp) os << " etp" << etp;
+  if (moe_capacity > 0) os << " capacity=" << moe_capacity;
+  else if (moe_skew != 1.0) os << " skew=" << moe_skew;
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << sched::name(schedule);
@@ -122,6 +124,8 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.cp = static_cast<int>(o.opt_integer("cp", 1, kMaxDegree).value_or(1));
   l.ep = static_cast<int>(o.opt_integer("ep", 1, kMaxDegree).value_or(1));
   l.etp = static_cast<int>(o.opt_integer("etp", 1, kMaxDegree).value_or(0));
+  l.moe_skew = o.opt_number("moe_skew", 1.0, 1024.0).value_or(1.0);
+  l.moe_capacity = o.opt_number("moe_capacity", 0.01, 1024.0).value_or(0.0);
   l.vpp = static_cast<int>(o.opt_integer("vpp", 1, 1024).value_or(1));
   l.micro_batch = static_cast<int>(o.integer("micro_batch", 1, 1 << 20));
   l.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
@@ -190,6 +194,8 @@ Json layout_to_json(const Layout& l) {
   j["cp"] = l.cp;
   if (l.ep > 1) j["ep"] = l.ep;
   if (l.etp > 0) j["etp"] = l.etp;
+  if (l.moe_skew != 1.0) j["moe_skew"] = l.moe_skew;
+  if (l.moe_capacity > 0) j["moe_capacity"] = l.moe_capacity;
   j["vpp"] = l.vpp;
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
@@ -234,6 +240,13 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
       broke("tp-kv-heads", "tp " + s(l.tp) + " and kv_heads " + s(m.kv_heads) + ": one must divide the other"))
     return;
   if (m.ffn % l.tp != 0 && broke("tp-divides-ffn", "tp " + s(l.tp) + " does not divide ffn " + s(m.ffn))) return;
+  if (l.moe_skew != 1.0 && l.moe_capacity > 0 &&
+      broke("moe-routing", "a routing skew and a capacity factor together: a padded capacity sets every expert's load "
+                           "whatever the skew; give one"))
+    return;
+  if (!m.moe.enabled() && (l.moe_skew != 1.0 || l.moe_capacity > 0) &&
+      broke("routing-needs-experts", "routing skew / capacity factor: model " + m.name + " has no experts"))
+    return;
   if (!m.moe.enabled() && (l.ep > 1 || (l.etp > 0 && l.etp != l.tp)) &&
       broke("ep-needs-experts", "ep " + s(l.ep) + (l.etp > 0 ? " etp " + s(l.etp) : std::string()) + ": model " + m.name +
                                     " has no experts (expert parallelism needs a mixture-of-experts model)"))

@@ -52,6 +52,15 @@ struct Layout {
   // edp (expert_dp()) replicas of them reduce their gradients. etp 0: as tp (Megatron-Core's default).
   int ep = 1;
   int etp = 0;
+  // How the router spreads tokens over the experts (MoE). Dropless (Megatron-Core's default): moe_skew is the
+  // busiest EP rank's tokens over the mean (1: balanced, what NVIDIA's benchmarks force); the step waits for
+  // that rank's expert GEMMs and its share of the all-to-alls. moe_capacity > 0: Megatron's
+  // --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity, every expert padded to capacity x
+  // the mean (tokens beyond it dropped): its GEMMs and all-to-alls move that many tokens whatever the skew.
+  double moe_skew = 1.0;
+  double moe_capacity = 0.0;
+  // The factor the busiest EP rank's expert work and all-to-alls take over balanced routing.
+  double moe_load_factor() const { return moe_capacity > 0 ? moe_capacity : moe_skew; }
 
   int gpus() const { return tp * pp * dp * cp; }
   int expert_tp() const { return etp > 0 ? etp : tp; }
@@ -83,7 +92,7 @@ Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
-// Strict JSON (keys: tp, pp, dp, cp, ep, etp, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
+// Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
 // recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

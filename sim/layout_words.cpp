@@ -1,5 +1,7 @@
 #include "sim/layout_words.hpp"
 
+#include <cstdlib>
+
 #include <map>
 #include <sstream>
 
@@ -53,6 +55,17 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     else if (w.rfind("pp", 0) == 0) l.pp = val(w, "pp");
     else if (w.rfind("dp", 0) == 0) l.dp = val(w, "dp");
     else if (w.rfind("cp", 0) == 0) l.cp = val(w, "cp");
+    else if (w.rfind("skew=", 0) == 0 || w.rfind("capacity=", 0) == 0) {
+      const bool cap = w[0] == 'c';
+      once("routing", w);
+      const std::string v = w.substr(cap ? 9 : 5);
+      char* end = nullptr;
+      const double x = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(x >= (cap ? 0.01 : 1.0)) || x > 1024)
+        throw InputError(what + " " + w + ": " + (cap ? "capacity=X needs a capacity factor X in [0.01, 1024]"
+                                                        : "skew=X needs the busiest EP rank's load over the mean, X in [1, 1024]"));
+      (cap ? l.moe_capacity : l.moe_skew) = x;
+    }
     else if (w.rfind("etp", 0) == 0) l.etp = val(w, "etp");
     else if (w.rfind("ep", 0) == 0) l.ep = val(w, "ep");
     else if (w.rfind("vpp", 0) == 0) l.vpp = val(w, "vpp");
@@ -87,7 +100,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else {
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
-        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN vppN mbsN zeroN sp tp-overlap layers=... "
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN skew=X capacity=X vppN mbsN zeroN sp tp-overlap layers=... "
                          "mb-rule=megatron|torch, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);

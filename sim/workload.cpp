@@ -175,7 +175,9 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
   const double E = m.moe.experts, k = m.moe.top_k, etp = l.expert_tp(), ep = l.ep;
   const double local = E / ep;
   const double rows = etp * T * k;  // token copies this GPU's experts process (balanced)
-  const double me = rows / local;   // per local expert
+  // The busiest EP rank's load over balanced (skew, or the padded capacity): the step waits for it.
+  const double load = l.moe_load_factor();
+  const double me = load * rows / local;  // per local expert on the busiest rank
   const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double fe = m.moe.expert_ffn / etp;
   const auto H = static_cast<std::int64_t>(d.h);
@@ -186,7 +188,8 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
   ops.push_back(elementwise_op("router_topk", 16 * T * E, 12 * T * E, 3));
   // Permute: read each token, write it once per chosen expert; backward gathers the copies' gradients.
   ops.push_back(elementwise_op("permute", e * T * d.h * (1 + k), e * T * d.h * (1 + k)));
-  const double moved = e * T * k * d.h;  // the buffer each GPU sends in one all-to-all
+  // The buffer each GPU sends in one all-to-all; the collective ends with the busiest receiver's share.
+  const double moved = load * e * T * k * d.h;
   if (ep > 1) ops.push_back(collective_op("ep_dispatch", Collective::all_to_all, moved, ep_group(l)));
   if (etp > 1) ops.push_back(collective_op("etp_allgather", Collective::all_gather, etp * moved, etp_group(l)));
   const auto M = static_cast<std::int64_t>(std::ceil(me));
@@ -195,7 +198,7 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
   up.flops_f = 2.0 * rows * gate * fe * d.h;  // the balanced token count, not the rounded-up per-expert M
   up.flops_b = 2 * up.flops_f;
   ops.push_back(up);
-  ops.push_back(elementwise_op("expert_act", (gate + 1) * e * rows * fe, (gate + 2) * e * rows * fe));
+  ops.push_back(elementwise_op("expert_act", (gate + 1) * e * load * rows * fe, (gate + 2) * e * load * rows * fe));
   WorkOp down = gemm_op("expert_down", p, {M, H, static_cast<std::int64_t>(fe), batch});
   down.flops_f = 2.0 * rows * fe * d.h;
   down.flops_b = 2 * down.flops_f;
@@ -279,11 +282,18 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
 // they overlap the GEMM runs slower (GpuSpec::overlap_slowdown s: it progresses at 1 / (1 + s) of its rate,
 // the same charge as every other overlap in the model): hidden x s / (1 + s) is added back. The collective's
 // t_f / t_i keep the rest, so stage times, the closed form and the event engine all see the same cost.
+// The MoE layer's expert collectives (dispatch / combine all-to-alls, etp gather / scatter): not TP's.
+bool is_expert_collective(const WorkOp& op) {
+  const std::string_view n(op.name);
+  return n.rfind("ep_", 0) == 0 || n.rfind("etp_", 0) == 0;
+}
+
 void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
   const double keep = (l.tp - 1.0) / l.tp, s = sys.gpu.overlap_slowdown, slow = s / (1.0 + s);
   for (std::size_t k = 0; k < lw.ops.size(); ++k) {
     WorkOp& c = lw.ops[k];
-    if (c.cls != OpClass::collective) continue;
+    // Megatron's userbuffers overlap the linear layers' TP collectives, not the token dispatcher's.
+    if (c.cls != OpClass::collective || is_expert_collective(c)) continue;
     const bool gather = c.coll == Collective::all_gather, scatter = c.coll == Collective::reduce_scatter;
     const std::size_t g = gather ? k + 1 : k - 1;
     if ((!gather && !scatter) || (scatter && k == 0) || g >= lw.ops.size() || lw.ops[g].cls != OpClass::gemm) continue;
@@ -295,11 +305,6 @@ void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
     lw.tp_hidden_f += c.hidden_f;
     lw.tp_hidden_b += c.hidden_i;
   }
-}
-
-bool is_expert_collective(const WorkOp& op) {
-  const std::string_view n(op.name);
-  return n.rfind("ep_", 0) == 0 || n.rfind("etp_", 0) == 0;
 }
 
 // The layer's times on `sys`: each op priced by the cost model, the CP exchange against the attention it
@@ -547,6 +552,8 @@ std::string unpriced_features(const Model& m) {
   Model rest = m;
   rest.moe = MoeSpec{};
   std::string out = rest.beyond_dense();
+  if (m.moe.shared_gate) out += (out.empty() ? "" : ", ") + std::string("a gated shared expert");
+  if (m.moe.expert_bias) out += (out.empty() ? "" : ", ") + std::string("routed experts with biases");
   if (!m.moe.dense_layers.empty())
     out += (out.empty() ? "" : ", ") + std::to_string(m.moe.dense_layers.size()) +
            (m.moe.dense_layers.size() == 1 ? " dense layer among " : " dense layers among ") +
@@ -558,9 +565,6 @@ void refuse_unpriced(const Model& m) {
   if (const std::string extra = unpriced_features(m); !extra.empty())
     throw InputError("model " + m.name + ": " + extra + ": not yet priced by the cost model, which prices dense "
                      "transformers and mixture-of-experts models whose layers are all MoE layers");
-  if (m.moe.enabled() && (m.moe.shared_gate || m.moe.expert_bias))
-    throw InputError("model " + m.name + ": " + (m.moe.shared_gate ? "a gated shared expert" : "routed experts with biases") +
-                     ": not yet priced by the cost model");
 }
 
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {

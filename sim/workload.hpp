@@ -128,8 +128,9 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
 // collectives of the first or last stage recorded into first_edges or last_edges.
 StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
                      StageEdges& first_edges, StageEdges& last_edges);
-// InputError for a model beyond the dense transformer (Model::beyond_dense), which the cost model does not
-// price yet; lower() calls it, and explore::run before its worker threads (where it would abort the process).
+// InputError for a model with parts the cost model does not price yet (unpriced_features: latent attention,
+// MTP, windows, mixed dense / MoE layers, ...); lower() calls it, and explore::run before its worker threads
+// (where it would abort the process).
 void refuse_unpriced(const Model& m);
 // What of the model the cost model does not price yet, in words ("" when everything is priced).
 std::string unpriced_features(const Model& m);

@@ -242,7 +242,13 @@ int estimate(const Args& args) {
   if (s.model.moe.enabled())
     std::cout << "experts: " << s.model.moe.experts << " routed, top-" << s.model.moe.top_k << ", ep" << s.layout.ep
               << " etp" << s.layout.expert_tp() << " edp" << s.layout.expert_dp()
-              << "; routing balanced (every expert receives the same tokens; imbalance is not modelled)\n";
+              << "; routing "
+              << (s.layout.moe_capacity > 0
+                      ? "capacity factor " + fmt::fixed(s.layout.moe_capacity, 2) + " (experts padded to it, tokens beyond dropped)"
+                  : s.layout.moe_skew != 1.0
+                      ? "dropless, the busiest EP rank " + fmt::fixed(s.layout.moe_skew, 2) + "x the mean tokens"
+                      : std::string("balanced (every expert the same tokens; --moe-skew, --moe-capacity-factor for others)"))
+              << "\n";
   std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},

@@ -297,6 +297,11 @@ int explore(const Args& args) {
     if (auto p = cl.get(f)) check_writable(*p, f);
 
   explore::Space space = space_of(cl, sys);
+  if (!m.moe.enabled())
+    for (const char* f : {"--ep", "--etp"})
+      if (auto v = cl.get(f))
+        throw InputError(std::string(f) + " " + *v + ": model " + m.name + " has no experts (expert parallelism needs a "
+                         "mixture-of-experts model)");
 
   explore::Options opt;
   opt.top_n = static_cast<int>(cl.get_int("--top", 1, 10000000).value_or(10));

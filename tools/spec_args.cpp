@@ -24,6 +24,8 @@ std::vector<OptionSpec> spec_options() {
       {"--cp", true, "context-parallel size [1]"},
       {"--ep", true, "expert-parallel size (mixture-of-experts models; folded over tp x cp x dp) [1]"},
       {"--etp", true, "expert tensor-parallel size [tp, as Megatron-Core]"},
+      {"--moe-skew", true, "MoE dropless routing: the busiest EP rank's tokens over the mean [1: balanced]"},
+      {"--moe-capacity-factor", true, "MoE: experts padded to this capacity factor, tokens beyond dropped (Megatron's --moe-expert-capacity-factor with padding) [dropless]"},
       {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
       {"--mbs", true, "micro-batch size [1]"},
       {"--gbs", true, "global batch size [1536]"},
@@ -205,6 +207,8 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.cp = int_or(cl, "--cp", 1, 1 << 20, given ? given->cp : 1);
   l.ep = int_or(cl, "--ep", 1, 1 << 20, given ? given->ep : 1);
   l.etp = cl.has("--etp") ? int_or(cl, "--etp", 1, 1 << 20, 1) : given ? given->etp : 0;
+  if (auto v = cl.get_double("--moe-skew", 1.0, 1024.0)) l.moe_skew = *v;
+  if (auto v = cl.get_double("--moe-capacity-factor", 0.01, 1024.0)) l.moe_capacity = *v;
   read_schedule(cl, given, played, l);
   l.micro_batch = int_or(cl, "--mbs", 1, 1 << 20, given ? given->micro_batch : 1);
   l.global_batch = int_or(cl, "--gbs", 1, 1 << 30, given ? given->global_batch : 1536);

@@ -30,7 +30,8 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
     // router's fp32 probabilities [T, E]; the permuted tokens, the experts' inputs [etp T k, h]; the activation's
     // input(s) and output [T k, f_e] (1/etp of the width on etp T k rows); the experts' outputs, which the
     // unpermute's weighted sum needs for its weights' gradient; the shared experts as a dense MLP. T = s b / sp.
-    const double T = s * b / sp, k = m.moe.top_k, etp = l.expert_tp(), fe = m.moe.expert_ffn;
+    // On the busiest EP rank (Layout::moe_load_factor: its skew, or the padded capacity) the expert tensors grow.
+    const double T = s * b / sp, k = m.moe.top_k * l.moe_load_factor(), etp = l.expert_tp(), fe = m.moe.expert_ffn;
     bytes += 4.0 * T * m.moe.experts;
     bytes += 2.0 * 2.0 * etp * T * k * h;                     // permuted inputs and expert outputs
     bytes += T * k * (2.0 * gate * fe + 2.0 * fe);            // expert activation input(s) and output
@@ -48,8 +49,7 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   } else if (l.attention == AttentionImpl::flash) {
     bytes += 4.0 * heads_local * s * b;  // fp32 log-sum-exp per query row
   }
-  // fp8 halves the stored 16-bit tensors (Transformer Engine keeps fp8 copies for the GEMM inputs); bf16 and
-  // fp16 as above; fp32 doubles them.
+  // bf16, fp16 and fp8 (whose recipes keep 16-bit activations, line above) as counted; fp32 doubles them.
   return wide * bytes;
 }
 

@@ -11,7 +11,7 @@ namespace {
 CostKind elementwise_kind(const char* name) {
   const std::string_view n(name);
   if (n == "norm1" || n == "norm2") return CostKind::norm;
-  if (n == "act") return CostKind::activation;
+  if (n == "act" || n == "expert_act" || n == "shared_act") return CostKind::activation;
   if (n == "softmax_dropout") return CostKind::softmax;
   if (n == "residual1" || n == "residual2") return CostKind::glue;  // bias + dropout + residual add
   return CostKind::memory;

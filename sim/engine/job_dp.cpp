@@ -138,6 +138,18 @@ void JobBuilder::data_parallel(int pos) {
     }
     before_opt.push_back(chain);
   }
+  // The experts' reduction (and, below, their gather) when the layers' has no dp group to ride on (dp x cp 1,
+  // edp > 1: tp wider than etp x ep): a fixed-length op, priced on the system as given, as the SP one below.
+  const double expert_params_here = expert_share * params;
+  if (!sync.grad.runs() && sync.expert_grad.runs() && expert_params_here > 0) {
+    const OpKind op = sync.expert_grad.kind == Collective::all_reduce ? OpKind::dp_allreduce : OpKind::dp_reducescatter;
+    const auto t = compute_task(pos, op, sync.expert_grad.seconds(*spec_.system, expert_params_here), -1, -1);
+    job_.info.back().stream = trace::Stream::dp;
+    job_.info.back().bytes = sync.expert_grad.bytes(expert_params_here);
+    for (auto b : before_opt)
+      if (b != kNone && b != t) g_.edge(b, t);
+    before_opt = {t};
+  }
   // SP: the replicated parameters' gradients summed over tp (Megatron's finalize_model_grads runs it after
   // the data-parallel reduction and before the tied embedding's), blocking the position: a fixed-length
   // op, priced on the system as given.
@@ -175,6 +187,13 @@ void JobBuilder::data_parallel(int pos) {
   for (auto t : before_opt)
     if (t != kNone && t != opt) g_.edge(t, opt);
   job_.step_end[static_cast<std::size_t>(pos)] = opt;
+  if (!sync.param_gather.runs() && sync.expert_param_gather.runs() && expert_params_here > 0) {
+    const auto t = compute_task(pos, OpKind::dp_allgather, sync.expert_param_gather.seconds(*spec_.system, expert_params_here), -1, -1);
+    job_.info.back().stream = trace::Stream::dp;
+    job_.info.back().bytes = sync.expert_param_gather.bytes(expert_params_here);
+    g_.edge(opt, t);
+    job_.step_end[static_cast<std::size_t>(pos)] = t;
+  }
   if (sync.param_gather.runs()) {
     // Distributed optimizer: gather the updated parameters (16-bit; fp32 under fp32 training), bucket by
     // bucket in forward order. With overlap_param_gather only the first bucket holds the next step's first

@@ -41,7 +41,13 @@ trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t,
 }
 
 const char* tp_op_name(cost::Collective c) {
-  return c == cost::Collective::all_reduce ? "tp_allreduce" : c == cost::Collective::all_gather ? "tp_allgather" : "tp_reducescatter";
+  switch (c) {
+    case cost::Collective::all_reduce: return "tp_allreduce";
+    case cost::Collective::all_gather: return "tp_allgather";
+    case cost::Collective::reduce_scatter: return "tp_reducescatter";
+    case cost::Collective::all_to_all: return "ep_alltoall";  // a MoE layer's dispatch / combine
+    default: return "tp_collective";
+  }
 }
 
 bool draws_tp(OpKind k) {

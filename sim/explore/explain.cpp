@@ -85,6 +85,7 @@ Json step_json(const Estimate& e) {
           {"compute_s", e.compute_s},
           {"bubble_fraction", e.bubble_fraction},
           {"tp_exposed_s", e.tp_exposed_s},
+          {"ep_exposed_s", e.ep_exposed_s},
           {"cp_exposed_s", e.cp_exposed_s},
           {"pp_exposed_s", e.pp_exposed_s},
           {"dp_exposed_s", e.dp_exposed_s},
@@ -190,7 +191,8 @@ void render_standing(std::ostringstream& os, const Json& j) {
   const Json& st = j.at("step");
   auto t = [&](const char* k) { return secs(st.at(k).get<double>()); };
   os << "  analytical step " << t("step_s") << ": compute " << t("compute_s") << ", bubble "
-     << num(100 * st.at("bubble_fraction").get<double>(), 1) << "%, exposed TP " << t("tp_exposed_s") << ", PP "
+     << num(100 * st.at("bubble_fraction").get<double>(), 1) << "%, exposed TP " << t("tp_exposed_s")
+     << (st.at("ep_exposed_s").get<double>() > 0 ? ", EP " + t("ep_exposed_s") : std::string()) << ", PP "
      << t("pp_exposed_s") << ", DP " << t("dp_exposed_s") << ", optimizer " << t("optimizer_s") << "\n";
   if (!j.contains("top_size")) return;
   if (j.at("rank").get<int>() > 0) {
@@ -206,8 +208,10 @@ void render_standing(std::ostringstream& os, const Json& j) {
   os << "  against the best (" << b.at("describe").get<std::string>() << ", step " << secs(b.at("step_s").get<double>())
      << "):\n    compute " << both("compute_s") << ", bubble " << num(100 * st.at("bubble_fraction").get<double>(), 1)
      << "% vs " << num(100 * b.at("bubble_fraction").get<double>(), 1) << "%, exposed comm " << both("exposed_comm_s")
-     << ", TP/CP collectives " << secs(st.at("tp_exposed_s").get<double>() + st.at("cp_exposed_s").get<double>())
-     << " vs " << secs(b.at("tp_exposed_s").get<double>() + b.at("cp_exposed_s").get<double>()) << ", memory "
+     << ", TP/EP/CP collectives "
+     << secs(st.at("tp_exposed_s").get<double>() + st.at("ep_exposed_s").get<double>() + st.at("cp_exposed_s").get<double>())
+     << " vs " << secs(b.at("tp_exposed_s").get<double>() + b.at("ep_exposed_s").get<double>() + b.at("cp_exposed_s").get<double>())
+     << ", memory "
      << num(st.at("peak_memory_GiB").get<double>(), 1) << " vs " << num(b.at("peak_memory_GiB").get<double>(), 1)
      << " GiB\n";
 }

@@ -33,10 +33,10 @@ std::string gib(double b) {
 }
 
 // LayerWork depends only on these layout fields: explore lowers each combination once per thread.
-using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool, int, int>;
+using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool, int, int, double>;
 LayerKey layer_key(const Layout& l) {
   return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
-          static_cast<int>(l.precision), l.tp_comm_overlap, l.ep, l.expert_tp()};
+          static_cast<int>(l.precision), l.tp_comm_overlap, l.ep, l.expert_tp(), l.moe_load_factor()};
 }
 
 struct ThreadOut {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sim/cost/memory.hpp"
+#include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
 #include "sim/goodput.hpp"
 #include "sim/layout_words.hpp"
@@ -194,4 +195,56 @@ TEST_CASE("MoE checkpoint bytes: every parameter once, whatever ep and ZeRO") {
       const double blobs = 16 * 16384.0;
       CHECK(b.total_write == doctest::Approx(12.0 * static_cast<double>(q.total_params()) + blobs).epsilon(1e-9));
     }
+}
+
+// Routing imbalance: the busiest EP rank's load over balanced. Qwen3-30B-A3B, tp 1, dp 8, ep 8, seq 4096:
+// balanced, each local expert gets 2048 tokens and each GPU sends 4096 x 8 x 2048 bf16 values per all-to-all;
+// skew 1.5 makes that 3072 tokens and 1.5x the bytes on the busiest rank, a padded capacity factor 1.25 2560
+// and 1.25x; the model FLOPs (the routed tokens' work) stay the balanced count.
+TEST_CASE("MoE routing: skew and capacity factor scale the busiest rank's expert work and all-to-alls") {
+  const Model q = load_model("qwen3-30b-a3b");
+  const System sys = load_system("dgx-h100");
+  const LayerWork base = lower_layer(q, moe_layout(1, 8, 8), sys);
+  Layout skew = moe_layout(1, 8, 8);
+  skew.moe_skew = 1.5;
+  Layout cap = moe_layout(1, 8, 8);
+  cap.moe_capacity = 1.25;
+  auto b = ops_by_name(base), s = ops_by_name(lower_layer(q, skew, sys)), c = ops_by_name(lower_layer(q, cap, sys));
+  CHECK(s["expert_up"].gemm.m == 3072);
+  CHECK(c["expert_up"].gemm.m == 2560);
+  CHECK(s["ep_dispatch"].comm_bytes == doctest::Approx(1.5 * b["ep_dispatch"].comm_bytes).epsilon(kExact));
+  CHECK(c["ep_combine"].comm_bytes == doctest::Approx(1.25 * b["ep_combine"].comm_bytes).epsilon(kExact));
+  CHECK(s["expert_up"].flops_f == doctest::Approx(b["expert_up"].flops_f).epsilon(kExact));
+  CHECK(s["expert_up"].t_f > b["expert_up"].t_f);
+  Layout both = skew;
+  both.moe_capacity = 1.25;
+  CHECK(rule_of(both, q) == "moe-routing");
+  Layout dense = moe_layout(1, 8, 1);
+  dense.moe_skew = 1.2;
+  CHECK(rule_of(dense, load_model("llama3-8b")) == "routing-needs-experts");
+  const Layout w = parse_layout_words("tp1 pp1 dp8 ep8 skew=1.5 mbs1", 64, "test");
+  CHECK(w.moe_skew == 1.5);
+  CHECK(w.describe().find("skew=1.5") != std::string::npos);
+  CHECK(parse_layout(layout_to_json(w), "l.json").moe_skew == 1.5);
+  CHECK_THROWS_WITH_AS(parse_layout_words("tp1 dp8 ep8 skew=0.5", 64, "test"),
+                       doctest::Contains("skew=X needs the busiest EP rank's load over the mean"), InputError);
+}
+
+// With dp x cp 1 the layers' parameters have no data-parallel reduction, yet edp can exceed 1 (tp wider than
+// etp x ep): Mixtral 8x7B on tp 4, etp 1, ep 2 gives edp 2, whose expert gradients the event engine must
+// reduce as the closed form does: the two agree within the engine tests' 5%. NVLink slowed 100x so that the
+// reduction (2.8 GB of fp32 expert gradients per GPU) is most of the step: leaving it out would miss by far more.
+TEST_CASE("MoE: an expert reduction without a dp group is simulated as estimated") {
+  Model m = load_model("mixtral-8x7b");
+  m.seq_len = 4096;
+  System sys = load_system("dgx-h100");
+  sys.node.intra_bw_Bps /= 100;
+  Layout l = moe_layout(4, 1, 2, 1);
+  l.global_batch = 8;
+  l.zero_stage = 0;
+  REQUIRE(l.expert_dp() == 2);
+  const Estimate e = estimate(m, l, sys, 4);
+  CHECK(e.dp_comm_s > 0.3 * e.step_s);
+  const double sim = engine::simulate(m, l, sys, {}).step_s;
+  CHECK(sim == doctest::Approx(e.step_s).epsilon(0.05));
 }
