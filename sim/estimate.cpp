@@ -74,7 +74,11 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
     if (l.rank_of_stage(st.stage) == busiest) {
       e.cp_comm_s += mb * st.layers * (lw.cp_comm_f + lw.cp_comm_b);
       e.cp_exposed_s += mb * st.layers * (lw.t_cp_f + lw.t_cp_b);
-      tp_hidden += mb * (st.layers * (lw.tp_hidden_f + lw.tp_hidden_b) +
+      // A MoE model's dense layers hide their own (their MLP's TP collectives); the recomputed ones counted as
+      // the MoE kind's.
+      const LayerWork& dw = mixed_layers(c.work.model) ? c.work.dense_layer : lw;
+      const int nm = mixed_layers(c.work.model) ? st.moe_layers : st.layers, nd = st.layers - nm;
+      tp_hidden += mb * (nm * (lw.tp_hidden_f + lw.tp_hidden_b) + nd * (dw.tp_hidden_f + dw.tp_hidden_b) +
                          (l.recompute == Recompute::full ? st.recomputed_layers * lw.tp_hidden_f : 0.0));
     }
   const double s = overlap_slowdown;
@@ -83,7 +87,8 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
   // without the 1F1B all-to-all overlap): they ride in the layers' collectives above and are reported apart.
   for (const auto& st : c.work.stages)
     if (l.rank_of_stage(st.stage) == busiest)
-      e.ep_comm_s += mb * (st.layers * (lw.t_ep_f + lw.t_ep_b) + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_ep_f : 0.0));
+      e.ep_comm_s += mb * (st.moe_layers * (lw.t_ep_f + lw.t_ep_b) +
+                           (l.recompute == Recompute::full ? std::min(st.recomputed_layers, st.moe_layers) * lw.t_ep_f : 0.0));
   e.tp_comm_s -= e.ep_comm_s;
   e.tp_exposed_s -= e.ep_comm_s;
   e.ep_exposed_s = e.ep_comm_s;
@@ -169,7 +174,8 @@ void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double pea
   for (const auto& st : c.work.stages) hw_mb += st.flops_hw;
   const double hw_flops = hw_mb * l.tp * l.cp * mb * l.dp;
   // eq. 3: 4x forward of the layers (recompute assumed) + 3x the logit layer.
-  const double layers_fwd = c.work.layer.flops_model_f * m.layers * l.tp * l.cp;
+  double layers_fwd = 0;
+  for (const auto& st : c.work.stages) layers_fwd += st.flops_layers_f * l.tp * l.cp;
   const double head_model = model_flops / (mb * l.dp) - 3 * layers_fwd;
   const double eq3_flops = (4 * layers_fwd + head_model) * mb * l.dp;
   e.model_tflops_per_gpu = model_flops / e.step_s / gpus / 1e12;

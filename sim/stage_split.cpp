@@ -72,8 +72,18 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
   c.layer_bytes.assign(static_cast<std::size_t>(L), layer_state);
   // Per layer as the workload's stages count them (cost::stage_activation_bytes): under block recompute the
   // layers beyond the block keep everything, the block's keep their input only.
-  const double kept = cost::stage_activation_bytes(m, l, 1, l.recompute == Recompute::full && !block_recompute(l) ? 1 : 0);
+  const int rec = l.recompute == Recompute::full && !block_recompute(l) ? 1 : 0;
+  const double kept = cost::stage_activation_bytes(m, l, 1, rec);
   c.act_bytes.assign(static_cast<std::size_t>(L), kept);
+  if (mixed_layers(m)) {
+    // A MoE model's dense layers: their own parameters and activations. (The block method's saving below is
+    // the MoE layers'; a block of dense layers saves a little less.)
+    const Model dm = dense_part(m);
+    for (int i : m.moe.dense_layers) {
+      c.layer_bytes[static_cast<std::size_t>(i)] = state * layer_params_per_gpu(dm, l);
+      c.act_bytes[static_cast<std::size_t>(i)] = cost::stage_activation_bytes(dm, l, 1, rec);
+    }
+  }
   if (block_recompute(l)) c.block_act_bytes = kept - cost::stage_activation_bytes(m, l, 1, 1);
   const double fixed = cost::zero3_gather_bytes(m, l) + cost::recompute_transient_bytes(m, l) + sys.memory_reserved_bytes;
   const double budget = std::max(0.0, sys.gpu.memory_bytes - fixed) / l.vpp;
@@ -145,12 +155,19 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
   LayerWork own;
   if (!layer) own = lower_layer(m, l, sys);
   const LayerWork& lw = layer ? *layer : own;
+  // A MoE model's dense layers (DeepSeek's first ones) priced as theirs.
+  LayerWork dense;
+  if (mixed_layers(m)) dense = lower_layer(dense_part(m), l, sys);
   const int S = l.num_stages(), L = m.layers;
   constexpr double kNoLimit = std::numeric_limits<double>::infinity();
   PartitionCosts c;
-  const double layer_s = lw.t_f + lw.t_tp_f + lw.t_cp_f + lw.t_i + lw.t_tp_b + lw.t_cp_b + lw.t_w;
   const bool reruns = l.recompute != Recompute::none && !block_recompute(l);
-  c.layer_s.assign(static_cast<std::size_t>(L), layer_s + (reruns ? lw.t_recompute : 0.0));
+  const auto layer_s = [&](const LayerWork& x) {
+    return x.t_f + x.t_tp_f + x.t_cp_f + x.t_i + x.t_tp_b + x.t_cp_b + x.t_w + (reruns ? x.t_recompute : 0.0);
+  };
+  c.layer_s.assign(static_cast<std::size_t>(L), layer_s(lw));
+  if (mixed_layers(m))
+    for (int i : m.moe.dense_layers) c.layer_s[static_cast<std::size_t>(i)] = layer_s(dense);
   if (block_recompute(l)) {
     c.block_layers = l.recompute_layers;
     c.block_s = lw.t_recompute;
@@ -163,7 +180,7 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
   std::vector<StageWork> ends(static_cast<std::size_t>(S));
   StageEdges first_edges, last_edges;
   for (int st : {0, S - 1}) {
-    ends[static_cast<std::size_t>(st)] = stage_work(m, l, sys, lw, st, 0, first_edges, last_edges);
+    ends[static_cast<std::size_t>(st)] = stage_work(m, l, sys, lw, st, 0, first_edges, last_edges, &dense, st == 0 ? 0 : L);
     const StageWork& e = ends[static_cast<std::size_t>(st)];
     c.stage_s[static_cast<std::size_t>(st)] = e.f + e.i + e.w;
   }

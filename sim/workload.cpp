@@ -37,6 +37,8 @@ double layer_expert_params_per_gpu(const Model& m, const Layout& l) {
   return static_cast<double>(m.moe.experts / l.ep) * static_cast<double>(m.expert_params()) / l.expert_tp();
 }
 
+const LayerWork& Workload::layer_of(int i) const { return mixed_layers(model) && !model.is_moe_layer(i) ? dense_layer : layer; }
+
 const StageEdges* Workload::edges_of(int stage) const {
   if (stage == 0) return &first_edges;
   if (stage == static_cast<int>(stages.size()) - 1) return &last_edges;
@@ -493,10 +495,34 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
   return lw;
 }
 
+Model dense_part(const Model& m) {
+  Model d = m;
+  d.moe = MoeSpec{};
+  return d;
+}
+
+bool mixed_layers(const Model& m) { return m.moe.enabled() && !m.moe.dense_layers.empty(); }
+
+int dense_layers_in(const Model& m, int first, int end) {
+  if (!m.moe.enabled()) return end - first;
+  int n = 0;
+  for (int i : m.moe.dense_layers) n += i >= first && i < end;
+  return n;
+}
+
+namespace {
+// A layer's parameters that tensor parallelism keeps whole on every tp rank: a MoE layer's norms (q/k norms
+// included) and router (Megatron-Core marks the router's weight sequence-parallel: its gradient is summed
+// over tp); a dense layer's as the model counts them.
+double replicated_layer_params(const Model& m) {
+  return m.moe.enabled() ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() + m.router_params())
+                         : static_cast<double>(m.tp_replicated_params_per_layer());
+}
+}  // namespace
+
 StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
-                     StageEdges& first_edges, StageEdges& last_edges) {
+                     StageEdges& first_edges, StageEdges& last_edges, const LayerWork* dense, int first_layer) {
   const int stages = l.num_stages();
-  const double per_layer_params = layer_params_per_gpu(m, l);
   StageWork st;
   st.stage = s;
   st.layers = layers;
@@ -507,25 +533,33 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
   } else if (l.recompute == Recompute::selective) {
     st.recomputed_layers = st.layers;
   }
-  st.recompute = st.recomputed_layers * lw.t_recompute;
-  st.f = st.layers * (lw.t_f + lw.t_tp_f + lw.t_cp_f);
-  st.i = st.layers * (lw.t_i + lw.t_tp_b + lw.t_cp_b) + st.recompute;
-  st.w = st.layers * lw.t_w;
-  st.tp_comm_f = st.layers * lw.t_tp_f;
-  st.tp_comm_b = st.layers * lw.t_tp_b + (l.recompute == Recompute::full ? st.recomputed_layers * lw.t_tp_f : 0);
-  st.flops_model = st.layers * 3 * lw.flops_model_f;
-  st.flops_hw = st.flops_model + st.recomputed_layers * lw.flops_hw_extra;
-  st.act_bytes = cost::stage_activation_bytes(m, l, st.layers, st.recomputed_layers);
-  st.params = st.layers * per_layer_params;
-  st.expert_params = st.layers * layer_expert_params_per_gpu(m, l);
+  // A MoE model with dense layers (DeepSeek's first ones): each kind counted with its own lowering. The
+  // recomputed layers are the stage's first ones (Megatron's block method), so their kinds come from there.
+  const bool mixed = mixed_layers(m);
+  TESSEL_CHECK(!mixed || dense, "stage " << s << " of " << m.name << " has dense and MoE layers: the dense layer's work is needed");
+  const int nd = mixed ? dense_layers_in(m, first_layer, first_layer + layers) : 0, nm = layers - nd;
+  const int rd = mixed ? dense_layers_in(m, first_layer, first_layer + st.recomputed_layers) : 0,
+            rm = st.recomputed_layers - rd;
+  const LayerWork& dw = mixed ? *dense : lw;
+  const auto both = [&](auto per) { return nm * per(lw) + nd * per(dw); };
+  st.moe_layers = m.moe.enabled() ? nm : 0;
+  st.recompute = rm * lw.t_recompute + rd * dw.t_recompute;
+  st.f = both([](const LayerWork& x) { return x.t_f + x.t_tp_f + x.t_cp_f; });
+  st.i = both([](const LayerWork& x) { return x.t_i + x.t_tp_b + x.t_cp_b; }) + st.recompute;
+  st.w = both([](const LayerWork& x) { return x.t_w; });
+  st.tp_comm_f = both([](const LayerWork& x) { return x.t_tp_f; });
+  st.tp_comm_b = both([](const LayerWork& x) { return x.t_tp_b; }) +
+                 (l.recompute == Recompute::full ? rm * lw.t_tp_f + rd * dw.t_tp_f : 0);
+  st.flops_layers_f = both([](const LayerWork& x) { return x.flops_model_f; });
+  st.flops_model = 3 * st.flops_layers_f;
+  st.flops_hw = st.flops_model + rm * lw.flops_hw_extra + rd * dw.flops_hw_extra;
+  const Model dm = mixed ? dense_part(m) : m;
+  st.act_bytes = cost::stage_activation_bytes(m, l, nm, rm) + (mixed ? cost::stage_activation_bytes(dm, l, nd, rd) : 0.0);
+  st.params = nm * layer_params_per_gpu(m, l) + (mixed ? nd * layer_params_per_gpu(dm, l) : 0.0);
+  st.expert_params = nm * layer_expert_params_per_gpu(m, l);
   const bool first = s == 0, last = s == stages - 1;
   if (l.sequence_parallel && l.tp > 1) {
-    // A MoE layer's replicated parameters: its norms (q/k norms included) and the router (Megatron-Core
-    // marks the router's weight sequence-parallel: its gradient is summed over tp).
-    const double replicated = m.moe.enabled() ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() +
-                                                                    m.router_params())
-                                              : static_cast<double>(m.tp_replicated_params_per_layer());
-    st.sp_grad_params = st.layers * replicated +
+    st.sp_grad_params = nm * replicated_layer_params(m) + (mixed ? nd * replicated_layer_params(dm) : 0.0) +
                         static_cast<double>(first ? m.tp_replicated_embedding_params() : 0) +
                         static_cast<double>(last ? m.tp_replicated_output_params() : 0);
   }
@@ -554,17 +588,13 @@ std::string unpriced_features(const Model& m) {
   std::string out = rest.beyond_dense();
   if (m.moe.shared_gate) out += (out.empty() ? "" : ", ") + std::string("a gated shared expert");
   if (m.moe.expert_bias) out += (out.empty() ? "" : ", ") + std::string("routed experts with biases");
-  if (!m.moe.dense_layers.empty())
-    out += (out.empty() ? "" : ", ") + std::to_string(m.moe.dense_layers.size()) +
-           (m.moe.dense_layers.size() == 1 ? " dense layer among " : " dense layers among ") +
-           std::to_string(m.moe_layer_count()) + " MoE layers";
   return out;
 }
 
 void refuse_unpriced(const Model& m) {
   if (const std::string extra = unpriced_features(m); !extra.empty())
     throw InputError("model " + m.name + ": " + extra + ": not yet priced by the cost model, which prices dense "
-                     "transformers and mixture-of-experts models whose layers are all MoE layers");
+                     "transformers and mixture-of-experts models with standard attention");
 }
 
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {
@@ -578,6 +608,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   } else {
     lower_layer_into(m, l, sys, w.layer);
   }
+  if (mixed_layers(m)) lower_layer_into(dense_part(m), l, sys, w.dense_layer);
   const Dims d = dims_of(m, l);
   w.tokens_per_mb = d.b * d.s;
   // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather
@@ -587,7 +618,8 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.sync = step_sync(m, l);
 
   for (int s = 0; s < l.num_stages(); ++s)
-    w.stages.push_back(stage_work(m, l, sys, w.layer, s, l.layers_of_stage(s, m.layers), w.first_edges, w.last_edges));
+    w.stages.push_back(stage_work(m, l, sys, w.layer, s, l.layers_of_stage(s, m.layers), w.first_edges, w.last_edges,
+                                  &w.dense_layer, l.first_layer_of_stage(s, m.layers)));
   return w;
 }
 

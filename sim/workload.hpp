@@ -66,6 +66,8 @@ struct StageWork {
   double f = 0, i = 0, w = 0; // seconds per micro-batch: forward, input-grad (+recompute), weight-grad; TP comm included
   double recompute = 0;       // seconds of i spent recomputing the forward, before the input gradient
   double flops_model = 0;     // model FLOPs per micro-batch (forward + backward, no recompute)
+  double flops_layers_f = 0;  // of the forward, its transformer layers' (the embedding and head excluded)
+  int moe_layers = 0;         // of its layers, MoE layers (their expert all-to-alls)
   double flops_hw = 0;        // hardware FLOPs per micro-batch (with recompute)
   double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
   double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)
@@ -106,7 +108,8 @@ struct StepSync {
 struct Workload {
   Model model;
   Layout layout;
-  LayerWork layer;
+  LayerWork layer;                 // every layer's, or a MoE model's MoE layers'
+  LayerWork dense_layer;           // a MoE model's dense layers' (Model::moe.dense_layers), when it has any
   std::vector<StageWork> stages;   // pp*vpp entries, in stage order
   double tokens_per_mb = 0;        // b * s
   // One micro-batch's activation (or its gradient) between adjacent stages on adjacent pipeline ranks;
@@ -116,6 +119,7 @@ struct Workload {
   StageEdges first_edges, last_edges;  // of stage 0 and of the last stage (the same, first_edges, when one)
   // The edges of `stage`: first_edges, last_edges or none (a stage holding neither embedding nor head).
   const StageEdges* edges_of(int stage) const;
+  const LayerWork& layer_of(int i) const;  // layer i's work (dense_layer or layer)
 };
 
 // The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).
@@ -126,8 +130,15 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
 // Stage s of the layout holding `layers` transformer layers (lower() builds each stage with its own count;
 // the partitioner prices a stage's embedding or head alone with 0): its work per micro-batch, and the edge
 // collectives of the first or last stage recorded into first_edges or last_edges.
+// A MoE model with dense layers (mixed_layers) also needs `dense`, its dense layers' work, and the stage's
+// first layer index, to count each kind among its layers.
 StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
-                     StageEdges& first_edges, StageEdges& last_edges);
+                     StageEdges& first_edges, StageEdges& last_edges, const LayerWork* dense = nullptr, int first_layer = 0);
+// A MoE model with dense layers among its MoE layers; the model its dense layers are (no experts); how many of
+// layers [first, end) are dense (all of them in a dense model).
+bool mixed_layers(const Model& m);
+Model dense_part(const Model& m);
+int dense_layers_in(const Model& m, int first, int end);
 // InputError for a model with parts the cost model does not price yet (unpriced_features: latent attention,
 // MTP, windows, mixed dense / MoE layers, ...); lower() calls it, and explore::run before its worker threads
 // (where it would abort the process).

@@ -102,23 +102,30 @@ std::vector<const WorkOp*> layer_ops(const LayerWork& lw) {
 
 double op_total(const WorkOp& op) { return op.t_f + op.t_i + op.t_w; }
 
-void print_layer_ops(const LayerWork& lw) {
+// The dtype an op runs in: a GEMM's or attention's own; element-wise ops and collectives move the layer's
+// activations, 16-bit under bf16, fp16 and fp8 recipes alike, fp32 under fp32.
+std::string op_dtype(const WorkOp& op, Precision p) {
+  if (op.cls == OpClass::gemm || op.cls == OpClass::attention) return to_string(op.precision);
+  return p == Precision::fp32 ? "fp32" : p == Precision::fp16 ? "fp16" : "bf16";
+}
+
+void print_layer_ops(const LayerWork& lw, Precision p, const std::string& title) {
   double total = 0;
   for (const auto& op : lw.ops) total += op_total(op);
   std::vector<std::vector<std::string>> rows = {
       {"op", "kind", "dtype", "work (fwd shape or bytes fwd / bwd)", "forward", "input grad", "weight grad", "share"}};
   for (const WorkOp* op : layer_ops(lw))
-    rows.push_back({op->name, class_name(op->cls), to_string(op->precision), op_work(*op), fmt::seconds(op->t_f),
+    rows.push_back({op->name, class_name(op->cls), op_dtype(*op, p), op_work(*op), fmt::seconds(op->t_f),
                     fmt::seconds(op->t_i), fmt::seconds(op->t_w), fmt::pct(total > 0 ? op_total(*op) / total : 0)});
-  std::cout << "\none transformer layer, one micro-batch, one GPU (--ops):\n" << fmt::table(rows)
+  std::cout << "\n" << title << ", one micro-batch, one GPU (--ops):\n" << fmt::table(rows)
             << "layer total " << fmt::seconds(total) << " (recompute, if any, adds " << fmt::seconds(lw.t_recompute)
             << " to the backward)\n";
 }
 
-Json layer_ops_json(const LayerWork& lw) {
+Json layer_ops_json(const LayerWork& lw, Precision p) {
   Json a = Json::array();
   for (const WorkOp* op : layer_ops(lw)) {
-    Json o = {{"name", op->name}, {"kind", class_name(op->cls)}, {"dtype", to_string(op->precision)},
+    Json o = {{"name", op->name}, {"kind", class_name(op->cls)}, {"dtype", op_dtype(*op, p)},
               {"forward_s", op->t_f}, {"input_grad_s", op->t_i}, {"weight_grad_s", op->t_w},
               {"flops_forward", op->flops_f}, {"flops_backward", op->flops_b}};
     if (op->cls == OpClass::gemm) o["gemm_mnk_batch"] = {op->gemm.m, op->gemm.n, op->gemm.k, op->gemm.batch};
@@ -183,7 +190,7 @@ Json monte_carlo_json(const goodput::McResult& mc, const goodput::Plan& p) {
 int estimate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
-  opts.push_back({"--ops", false, "also show one transformer layer's ops: kind, dtype, shape, time forward and backward, share"});
+  opts.push_back({"--ops", false, "also show one transformer layer's ops (a MoE model's MoE and dense layers): kind, dtype, shape, time forward and backward, share"});
   for (auto& o : cli::goodput_options()) opts.push_back(std::move(o));
   opts.push_back({"--mc-runs", true, "time to train: Monte-Carlo runs of the whole job, 0 for none [1000]"});
   opts.push_back({"--seed", true, "time to train: the Monte Carlo's seed [1]"});
@@ -230,7 +237,11 @@ int estimate(const Args& args) {
       j["time_to_train"] = goodput::plan_to_json(*plan);
       j["time_to_train"]["monte_carlo"] = mc ? monte_carlo_json(*mc, *plan) : Json();
     }
-    if (cl.flag("--ops")) j["layer_ops"] = layer_ops_json(lower_layer(s.model, s.layout, s.system));
+    if (cl.flag("--ops")) {
+      j["layer_ops"] = layer_ops_json(lower_layer(s.model, s.layout, s.system), s.layout.precision);
+      if (mixed_layers(s.model))
+        j["dense_layer_ops"] = layer_ops_json(lower_layer(dense_part(s.model), s.layout, s.system), s.layout.precision);
+    }
     j["tool"] = std::string("tessel ") + TESSEL_VERSION;
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -287,7 +298,13 @@ int estimate(const Args& args) {
             << (e.min_headroom_bytes > 0 ? " with " + fmt::gib(e.min_headroom_bytes) + " kept free" : std::string())
             << (e.fits ? " (fits)" : " (DOES NOT FIT)") << "\n";
   print_stages(s, e);
-  if (cl.flag("--ops")) print_layer_ops(lower_layer(s.model, s.layout, s.system));
+  if (cl.flag("--ops")) {
+    print_layer_ops(lower_layer(s.model, s.layout, s.system), s.layout.precision,
+                    s.model.moe.enabled() ? "one MoE layer" : "one transformer layer");
+    if (mixed_layers(s.model))
+      print_layer_ops(lower_layer(dense_part(s.model), s.layout, s.system), s.layout.precision,
+                      "one dense layer (" + std::to_string(s.model.moe.dense_layers.size()) + " of them)");
+  }
   if (plan) print_time_to_train(cl, *job, *plan, mc ? &*mc : nullptr);
   return 0;
 }

@@ -195,7 +195,7 @@ Megatron-Bridge performance summaries 25.09-26.04 on H100, B200 and GB200; NeMo'
 model is its preset (the row's layers, hidden size, experts, top-k and expert FFN checked against it); routing is
 priced balanced (NVIDIA's dropless benchmarks force it); rows are compared by tokens/s, since the sources count
 MoE FLOPs their own way (their README). Models with parts the cost model does not price yet (DeepSeek-V3's
-latent attention, MTP module and leading dense layers; GPT-OSS's sliding windows and sinks) are skipped by name.
+latent attention and MTP module; GPT-OSS's sliding windows, sinks and expert biases) are skipped by name.
 
 | row | measured tokens/s/GPU | predicted | error | assumed |
 |---|---|---|---|---|

@@ -86,7 +86,7 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
     }
   }
   for (int l = lb; l < le; ++l)
-    for (const auto& w : r.costs.work.layer.ops) {
+    for (const auto& w : r.costs.work.layer_of(l).ops) {
       // Under tp_comm_overlap a collective lasts its hidden part longer than the compute stream waits for it:
       // a reduce-scatter runs beside the GEMM before it, an all-gather beside the GEMM after it.
       const double d = (forward ? w.t_f : w.t_i) * kUs, hid = (forward ? w.hidden_f : w.hidden_i) * kUs;

@@ -13,28 +13,28 @@ const std::string kTinyMoe = "model tiny-moe: mixture of experts (8 experts, top
 }  // namespace
 
 TEST_CASE("estimate, simulate and explore refuse what the cost model does not price yet, naming it") {
-  const std::vector<std::string> cpu = {"--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp", "1", "--dp", "1",
-                                        "--gbs", "8"};
-  // tiny-moe mixes one dense layer with MoE layers: the cost model lowers one layer for all of them.
-  for (const char* verb : {"estimate", "simulate"}) {
-    CAPTURE(verb);
-    std::vector<std::string> args = {verb, "--model", "tiny-moe"};
-    args.insert(args.end(), cpu.begin(), cpu.end());
-    const auto r = run_tessel(args);
-    CHECK(r.code == 2);
-    CHECK(has(r.err, "model tiny-moe: 1 dense layer among 3 MoE layers: not yet priced by the cost model, which prices "
-                     "dense transformers and mixture-of-experts models whose layers are all MoE layers"));
-  }
   // explore scores on worker threads; the refusal comes before them (an exception there would abort).
   const auto e = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--gbs", "15360", "--json"});
   CHECK(e.code == 2);
-  CHECK(has(e.err, "model deepseek-v3: multi-head latent attention, 1 multi-token prediction module, 3 dense layers among 58 "
-                   "MoE layers: not yet priced"));
+  CHECK(has(e.err, "model deepseek-v3: multi-head latent attention, 1 multi-token prediction module: not yet priced"));
   CHECK(e.out.empty());
-  // A model whose layers are all MoE layers is priced: Mixtral 8x7B on 64 GPUs, ep 8.
+  for (const char* verb : {"estimate", "simulate"}) {
+    CAPTURE(verb);
+    const auto g = run_tessel({verb, "--model", "gpt-oss-120b", "--tp", "1", "--pp", "1", "--dp", "8", "--ep", "8", "--gbs", "64"});
+    CHECK(g.code == 2);
+    CHECK(has(g.err, "model gpt-oss-120b: sliding-window attention (128 tokens) on 18 of 36 layers, attention sinks, routed "
+                     "experts with biases: not yet priced"));
+  }
+  // Priced: a model whose layers are all MoE layers (Mixtral 8x7B on 64 GPUs, ep 8), and one whose first layer is
+  // dense (tiny-moe on the CPU system, its dense layer's ops listed apart).
   const auto m = run_tessel({"estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64",
                              "--ep", "8", "--gbs", "256", "--seq", "4096", "--json"});
   CHECK(m.code == 0);
+  const auto t = run_tessel({"estimate", "--model", "tiny-moe", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp",
+                             "2", "--dp", "1", "--gbs", "8", "--schedule", "1f1b", "--ops"});
+  CHECK(t.code == 0);
+  CHECK(has(t.out, "one MoE layer, one micro-batch"));
+  CHECK(has(t.out, "one dense layer (1 of them), one micro-batch"));
 }
 
 TEST_CASE("run refuses a MoE model before any rank starts: not yet executed") {

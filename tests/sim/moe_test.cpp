@@ -248,3 +248,33 @@ TEST_CASE("MoE: an expert reduction without a dp group is simulated as estimated
   const double sim = engine::simulate(m, l, sys, {}).step_s;
   CHECK(sim == doctest::Approx(e.step_s).epsilon(0.05));
 }
+
+// A MoE model with dense layers (tiny-moe: layer 0 dense, 1-3 MoE): each stage counts each kind with its own
+// lowering. On pp 2 (layers 0-1 | 2-3) stage 0 holds one dense and one MoE layer, stage 1 two MoE layers; the
+// stages' layer FLOPs add up to one dense and three MoE layers'.
+TEST_CASE("MoE with dense layers: each stage prices each kind of layer it holds") {
+  const Model m = load_model("tiny-moe");
+  const System sys = load_system("cpu");
+  Layout l;
+  l.pp = 2;
+  l.global_batch = 8;
+  l.precision = Precision::fp32;
+  l.attention = AttentionImpl::unfused;
+  const Workload w = lower(m, l, sys);
+  const LayerWork moe = lower_layer(m, l, sys), dense = lower_layer(dense_part(m), l, sys);
+  REQUIRE(w.stages.size() == 2);
+  CHECK(w.stages[0].moe_layers == 1);
+  CHECK(w.stages[1].moe_layers == 2);
+  CHECK(dense.flops_model_f != moe.flops_model_f);
+  CHECK(w.stages[0].flops_layers_f == doctest::Approx(dense.flops_model_f + moe.flops_model_f).epsilon(kExact));
+  CHECK(w.stages[1].flops_layers_f == doctest::Approx(2 * moe.flops_model_f).epsilon(kExact));
+  // Stage 0's weight-gradient work: its two layers' and the embedding table's update (no head there).
+  CHECK(w.stages[0].w > dense.t_w + moe.t_w);
+  // Parameters: the dense layer's MLP (ffn) in stage 0, the experts in both.
+  const double dense_params = layer_params_per_gpu(dense_part(m), l), moe_params = layer_params_per_gpu(m, l);
+  CHECK(w.stages[0].expert_params == doctest::Approx(layer_expert_params_per_gpu(m, l)).epsilon(kExact));
+  CHECK(w.stages[0].params - static_cast<double>(m.embedding_params()) ==
+        doctest::Approx(dense_params + moe_params).epsilon(1e-9));
+  CHECK(&w.layer_of(0) == &w.dense_layer);
+  CHECK(&w.layer_of(1) == &w.layer);
+}
