@@ -24,11 +24,22 @@ cost::GroupPlacement etp_group(const Layout& l) { return {l.expert_tp(), 1}; }
 cost::GroupPlacement ep_group(const Layout& l) { return {l.ep, l.expert_tp()}; }
 cost::GroupPlacement edp_group(const Layout& l) { return {l.expert_dp(), l.expert_tp() * l.ep}; }
 
+// MLA's down-projections and latent norms, whole on every tp rank (add_mla_projections).
+double mla_duplicated_params(const Model& m) {
+  if (!m.mla.enabled()) return 0.0;
+  const double h = m.hidden, qr = m.mla.q_lora_rank, kvr = m.mla.kv_lora_rank, dr = m.mla.qk_rope_head_dim;
+  const double norm = m.norm == Norm::rmsnorm ? 1.0 : 2.0;
+  return (qr > 0 ? h * qr + norm * qr : 0.0) + h * (kvr + dr) + norm * kvr;
+}
+
 double layer_params_per_gpu(const Model& m, const Layout& l) {
-  if (!m.moe.enabled()) return static_cast<double>(m.params_per_layer()) / l.tp;
-  // Attention, norms and the shared experts split over tp as a dense layer's; the router is replicated on
-  // every tp rank (Megatron-Core); the routed experts are counted by layer_expert_params_per_gpu.
-  return static_cast<double>(m.attention_params() + m.layer_norms * m.norm_params() + m.shared_expert_params()) / l.tp +
+  if (!m.moe.enabled() && !m.mla.enabled()) return static_cast<double>(m.params_per_layer()) / l.tp;
+  // Attention (but MLA's duplicated down-projections), norms, a dense MLP or the shared experts split over tp;
+  // the router is replicated on every tp rank (Megatron-Core); the routed experts are counted by
+  // layer_expert_params_per_gpu.
+  const double dup = mla_duplicated_params(m);
+  const double mlp = m.moe.enabled() ? static_cast<double>(m.shared_expert_params()) : static_cast<double>(m.dense_mlp_params());
+  return dup + (static_cast<double>(m.attention_params()) - dup + m.layer_norms * m.norm_params() + mlp) / l.tp +
          static_cast<double>(m.router_params()) + layer_expert_params_per_gpu(m, l);
 }
 
@@ -49,6 +60,7 @@ namespace {
 
 struct Dims {
   double b, s, h, t, heads, d, q_dim, kv_dim, f, cp;
+  double qk_d, v_d;   // attention core head dims: QK^T's and AV's (both head_dim but under MLA)
   double tokens;      // b * s / cp: tokens of one micro-batch on this GPU
   double x;           // elements of one activation tensor [tokens, h]
   double xs;          // the same, sequence-sharded under SP
@@ -68,6 +80,8 @@ Dims dims_of(const Model& m, const Layout& l) {
   // With tp > kv_heads, Megatron replicates KV heads: each rank still computes at least one KV head.
   d.kv_dim = std::max(static_cast<double>(m.kv_heads) * m.head_dim / l.tp, static_cast<double>(m.head_dim)) * l.tp;
   d.f = m.ffn;
+  d.qk_d = m.mla.enabled() ? m.mla.qk_head_dim() : m.head_dim;
+  d.v_d = m.mla.enabled() ? m.mla.v_head_dim : m.head_dim;
   d.tokens = d.b * d.s / d.cp;
   d.x = d.tokens * d.h;
   d.xs = l.sequence_parallel ? d.x / d.t : d.x;
@@ -123,7 +137,7 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   const double sq = d.s / d.cp, sk = d.s;
   const double batch = d.b * (d.heads / d.t);  // micro-batch x this rank's heads
   if (l.attention == AttentionImpl::unfused) {
-    GemmShape sc{static_cast<std::int64_t>(sq), static_cast<std::int64_t>(sk), static_cast<std::int64_t>(d.d),
+    GemmShape sc{static_cast<std::int64_t>(sq), static_cast<std::int64_t>(sk), static_cast<std::int64_t>(d.qk_d),
                  static_cast<std::int64_t>(batch)};
     WorkOp scores = gemm_op("attn_scores", p, sc, false);
     scores.attention_core = true;
@@ -134,7 +148,7 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
     WorkOp sm = elementwise_op("softmax_dropout", 2 * e * s2 + drop, 3 * e * s2 + drop, m.dropout ? 2 : 1);
     sm.attention_core = true;
     ops.push_back(sm);
-    WorkOp av = gemm_op("attn_v", p, {static_cast<std::int64_t>(sq), static_cast<std::int64_t>(d.d),
+    WorkOp av = gemm_op("attn_v", p, {static_cast<std::int64_t>(sq), static_cast<std::int64_t>(d.v_d),
                                       static_cast<std::int64_t>(sk), static_cast<std::int64_t>(batch)}, false);
     av.attention_core = true;
     ops.push_back(av);
@@ -148,15 +162,45 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   // FP8 recipes keep the attention core in 16-bit (Transformer Engine's default; attention_time prices it so).
   fa.precision = p == Precision::fp8 ? Precision::bf16 : p;
   fa.attention_core = true;
-  const double full = 4.0 * batch * sq * sk * d.d;  // QK^T and AV, non-causal
+  const double full = 2.0 * batch * sq * sk * (d.qk_d + d.v_d);  // QK^T and AV, non-causal (4 b h s^2 d)
   fa.flops_f = full;
   fa.flops_b = 2 * full;
   fa.exec_flops_f = full / 2;
   fa.exec_flops_b = 2.5 * full / 2;
-  const double io = e * d.tokens * (d.q_dim + 2 * d.kv_dim + d.q_dim) / d.t;
+  // Q, K, V read and the output written (MLA: Q and K of qk_d per head, V and the output of v_d).
+  const double io = m.mla.enabled() ? e * d.tokens * d.heads * 2 * (d.qk_d + d.v_d) / d.t
+                                    : e * d.tokens * (d.q_dim + 2 * d.kv_dim + d.q_dim) / d.t;
   fa.bytes_f = io;
   fa.bytes_b = 2 * io;
   ops.push_back(fa);
+}
+
+// Multi-head latent attention's projections as Megatron-Core's MLASelfAttention runs them under tensor
+// parallelism (DeepSeek-V2 Sec. 2.1): the down-projections to the query and key-value latents (and the shared
+// rotary key) are duplicated on every tp rank (each computes them whole on the gathered sequence, model FLOPs
+// counted once), each latent RMSNorm-ed, then the column-parallel up-projections to the heads' queries
+// (nope + rope dims) and keys / values (nope + v dims). The rotary embedding itself is not priced (as for
+// every rotary model here). q_lora_rank 0: queries projected directly.
+void add_mla_projections(const Model& m, const Dims& d, Precision p, std::vector<WorkOp>& ops) {
+  const double e = d.elt, t = d.t;
+  const auto M = static_cast<std::int64_t>(d.tokens), H = static_cast<std::int64_t>(d.h);
+  const auto i64 = [](double x) { return static_cast<std::int64_t>(x); };
+  const double qr = m.mla.q_lora_rank, kvr = m.mla.kv_lora_rank, dr = m.mla.qk_rope_head_dim, dn = m.mla.qk_nope_head_dim;
+  const auto duplicated = [&](WorkOp op) {
+    op.flops_f /= t;
+    op.flops_b /= t;
+    return op;
+  };
+  if (qr > 0) {
+    ops.push_back(duplicated(gemm_op("q_down", p, {M, i64(qr), H})));
+    ops.push_back(elementwise_op("q_norm", 2 * e * d.tokens * qr, 3 * e * d.tokens * qr));
+    ops.push_back(gemm_op("q_up", p, {M, i64(d.heads * d.qk_d / t), i64(qr)}));
+  } else {
+    ops.push_back(gemm_op("q_proj", p, {M, i64(d.heads * d.qk_d / t), H}));
+  }
+  ops.push_back(duplicated(gemm_op("kv_down", p, {M, i64(kvr + dr), H})));
+  ops.push_back(elementwise_op("kv_norm", 2 * e * d.tokens * kvr, 3 * e * d.tokens * kvr));
+  ops.push_back(gemm_op("kv_up", p, {M, i64(d.heads * (dn + d.v_d) / t), i64(kvr)}));
 }
 
 // A mixture-of-experts MLP as Megatron-Core runs it with the all-to-all token dispatcher (moe_layer.py,
@@ -240,12 +284,17 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   // Norm 1 (on the sequence shard under SP): read x, write y.
   ops.push_back(elementwise_op("norm1", 2 * e * d.xs, 3 * e * d.xs));
   if (sp) ops.push_back(collective_op("tp_allgather1", Collective::all_gather, e * d.x, tp));
-  ops.push_back(gemm_op("qkv", p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
+  if (m.mla.enabled()) {
+    add_mla_projections(m, d, p, ops);
+  } else {
+    ops.push_back(gemm_op("qkv", p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
+  }
   add_attention_core(m, l, d, ops);
   // Ring attention: each of cp-1 steps passes a K and V chunk to the next CP rank while attending to the
   // current one, so the exchange hides behind the attention compute when that is longer.
-  if (l.cp > 1) lw.cp_kv_bytes = 2 * e * d.tokens * d.kv_dim / d.t;
-  ops.push_back(gemm_op("proj", p, {M, H, static_cast<std::int64_t>(d.q_dim / d.t)}));
+  if (l.cp > 1)
+    lw.cp_kv_bytes = m.mla.enabled() ? e * d.tokens * d.heads * (d.qk_d + d.v_d) / d.t : 2 * e * d.tokens * d.kv_dim / d.t;
+  ops.push_back(gemm_op("proj", p, {M, H, static_cast<std::int64_t>(d.heads * d.v_d / d.t)}));
   if (sp) ops.push_back(collective_op("tp_reducescatter1", Collective::reduce_scatter, e * d.x, tp));
   else ops.push_back(collective_op("tp_allreduce1", Collective::all_reduce, e * d.x, tp));
   // Bias + dropout + residual add, fused: read two inputs, write one, a 1-byte mask.
@@ -479,7 +528,9 @@ StepSync step_sync(const Model& m, const Layout& l) {
     s.zero3_gather = {Collective::all_gather, flat, wb * layer_params};
     s.zero3_scatter = {Collective::reduce_scatter, flat, wb * layer_params};
   }
-  if (m.tied_embeddings && l.num_stages() > 1 && l.rank_of_stage(0) != l.rank_of_stage(l.num_stages() - 1)) {
+  // Tied embeddings, or the MTP modules' copy of the token embedding, on another rank than the first stage's.
+  if ((m.tied_embeddings || m.mtp_layers > 0) && l.num_stages() > 1 &&
+      l.rank_of_stage(0) != l.rank_of_stage(l.num_stages() - 1)) {
     const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
     s.tied = {bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp, 2};
   }
@@ -515,8 +566,52 @@ namespace {
 // included) and router (Megatron-Core marks the router's weight sequence-parallel: its gradient is summed
 // over tp); a dense layer's as the model counts them.
 double replicated_layer_params(const Model& m) {
-  return m.moe.enabled() ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() + m.router_params())
-                         : static_cast<double>(m.tp_replicated_params_per_layer());
+  return m.moe.enabled() || m.mla.enabled()
+             ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() + m.router_params()) +
+                   mla_duplicated_params(m)
+             : static_cast<double>(m.tp_replicated_params_per_layer());
+}
+}  // namespace
+
+namespace {
+// Multi-token prediction modules (DeepSeek-V3 Sec. 2.2; Megatron-Core's MultiTokenPredictionBlock, placed on
+// the last pipeline stage): each looks up the next tokens' embeddings, RMSNorms them and the previous hidden
+// state, projects their concatenation (2h -> h, column-parallel), runs one transformer layer of the model's
+// last layer's kind and the shared output head with its own loss. Priced as that: the layer's work (`kind`),
+// the projection GEMM, the norms and the lookup, and the head once more (its collectives not drawn).
+void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork& kind, StageWork& st) {
+  const Dims d = dims_of(m, l);
+  const double k = m.mtp_layers, e = d.elt;
+  st.f += k * (kind.t_f + kind.t_tp_f + kind.t_cp_f);
+  st.i += k * (kind.t_i + kind.t_tp_b + kind.t_cp_b);
+  st.w += k * kind.t_w;
+  st.tp_comm_f += k * kind.t_tp_f;
+  st.tp_comm_b += k * kind.t_tp_b;
+  st.flops_layers_f += k * kind.flops_model_f;
+  st.flops_model += 3 * k * kind.flops_model_f;
+  st.flops_hw += 3 * k * kind.flops_model_f;
+  if (m.is_moe_layer(m.layers - 1)) st.moe_layers += static_cast<int>(k);
+  WorkOp proj = gemm_op("mtp_proj", l.precision, {static_cast<std::int64_t>(d.tokens), static_cast<std::int64_t>(d.h / d.t),
+                                                 static_cast<std::int64_t>(2 * d.h)});
+  cost::price(proj, sys);
+  // Embedding lookup (read + write), two norms and the concatenation, on the sequence shard.
+  const double glue = (3.0 + 2 * 5.0 + 4.0) * e * d.xs;
+  st.f += k * (proj.t_f + cost::memory_time(sys.gpu, glue, 4));
+  st.i += k * (proj.t_i + cost::memory_time(sys.gpu, glue, 3));
+  st.w += k * proj.t_w;
+  st.flops_model += 3 * k * proj.flops_f;
+  st.flops_hw += 3 * k * proj.flops_f;
+  st.flops_layers_f += k * proj.flops_f;
+  for (int i = 0; i < m.mtp_layers; ++i) {
+    StageEdges scratch;
+    add_head(m, l, sys, st, scratch);
+  }
+  const Model km = m.is_moe_layer(m.layers - 1) ? m : dense_part(m);
+  st.params += k * (layer_params_per_gpu(km, l) + 2.0 * d.h * d.h / d.t + 3.0 * d.h);
+  st.expert_params += k * layer_expert_params_per_gpu(km, l);
+  st.act_bytes += k * cost::stage_activation_bytes(km, l, 1, 0);
+  st.act_extra_bytes += k * cost::stage_extra_activation_bytes(m, l, false, true);
+  if (l.sequence_parallel && l.tp > 1) st.sp_grad_params += k * (replicated_layer_params(km) + 3.0 * d.h);
 }
 }  // namespace
 
@@ -573,18 +668,21 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
     add_head(m, l, sys, st, first ? first_edges : last_edges);
     st.params += static_cast<double>(m.output_params()) / l.tp;
     // A tied head on another rank keeps its own copy of the embedding (Megatron); untied: the head itself.
-    if (m.tied_embeddings && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
+    // MTP modules read the token embedding too: the last stage keeps a copy of it (Megatron-Core).
+    if ((m.tied_embeddings || m.mtp_layers > 0) && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
   }
   st.act_extra_bytes = cost::stage_extra_activation_bytes(m, l, first, last);
+  if (last && m.mtp_layers > 0) add_mtp(m, l, sys, mixed && !m.is_moe_layer(m.layers - 1) ? dw : lw, st);
   return st;
 }
 
 // What the cost model does not price yet would be priced as something else: latent attention, MTP modules,
 // sliding windows and sinks, and MoE models that mix dense and MoE layers (one layer is lowered for all).
 std::string unpriced_features(const Model& m) {
-  if (!m.moe.enabled()) return m.beyond_dense();
-  Model rest = m;
+  Model rest = m;  // what beyond_dense names, less the experts and latent attention, which are priced
   rest.moe = MoeSpec{};
+  rest.mla = MlaSpec{};
+  rest.mtp_layers = 0;
   std::string out = rest.beyond_dense();
   if (m.moe.shared_gate) out += (out.empty() ? "" : ", ") + std::string("a gated shared expert");
   if (m.moe.expert_bias) out += (out.empty() ? "" : ", ") + std::string("routed experts with biases");

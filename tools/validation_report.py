@@ -194,8 +194,9 @@ MOE = """
 Megatron-Bridge performance summaries 25.09-26.04 on H100, B200 and GB200; NeMo's Mixtral tables). Each row's
 model is its preset (the row's layers, hidden size, experts, top-k and expert FFN checked against it); routing is
 priced balanced (NVIDIA's dropless benchmarks force it); rows are compared by tokens/s, since the sources count
-MoE FLOPs their own way (their README). Models with parts the cost model does not price yet (DeepSeek-V3's
-latent attention and MTP module; GPT-OSS's sliding windows, sinks and expert biases) are skipped by name.
+MoE FLOPs their own way (their README). DeepSeek-V3 is priced with its latent attention, three dense layers and MTP
+module (sim/workload.cpp); GPT-OSS's sliding windows, sinks and expert biases are not, and its rows are skipped by
+name.
 
 | row | measured tokens/s/GPU | predicted | error | assumed |
 |---|---|---|---|---|
@@ -204,7 +205,7 @@ latent attention and MTP module; GPT-OSS's sliding windows, sinks and expert bia
 MOE_LIMITS = """
 Mean |error| {mape:.1f}% over {n} rows (step error by class: {classes}). The cost model prices what the
 op-level lowering knows (router, permute, all-to-alls over the ep group, grouped expert GEMMs at the tokens each
-expert receives, unpermute) and is optimistic on every row: not modelled yet are the token dispatcher's
+expert receives, unpermute; MLA's projections; the MTP module) and is optimistic on every row: not modelled yet are the token dispatcher's
 host synchronisation per layer, routing imbalance, the grouped GEMM's per-expert overhead, and the
 release-to-release software changes the rows themselves show: the same Qwen3-30B-A3B layout (tp1 pp2 dp8
 ep8 vpp12 mbs1, gbs 1024, fp8) was published at 5,113 and 9,058 tokens/s/GPU by two releases a month apart.

@@ -23,7 +23,17 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   // two norms: 2sbh each.
   double bytes = 0;
   bytes += (2.0 * sbh + mask * sbh) / sp;                     // attention: QKV input, dropout mask
-  bytes += s * b * (2.0 * q + 4.0 * kv + 2.0 * q) / t;        // Q, K, V, projection input
+  if (m.mla.enabled()) {
+    // MLA (sim/workload.cpp add_mla_projections): the latents' down-projection outputs and norm outputs, whole
+    // on every tp rank (the up-projections' inputs), the rotary key; Q and K of qk_head_dim, V and the
+    // projection input of v_head_dim per head, split over tp.
+    const double qr = m.mla.q_lora_rank, kvr = m.mla.kv_lora_rank, dr = m.mla.qk_rope_head_dim;
+    const double H = m.heads, dqk = m.mla.qk_head_dim(), dv = m.mla.v_head_dim;
+    bytes += s * b * (4.0 * qr + 4.0 * kvr + 2.0 * dr);
+    bytes += s * b * (4.0 * H * dqk + 4.0 * H * dv) / t;
+  } else {
+    bytes += s * b * (2.0 * q + 4.0 * kv + 2.0 * q) / t;      // Q, K, V, projection input
+  }
   bytes += (2.0 * sbh + mask * sbh) / sp;                     // MLP input, dropout mask
   if (m.moe.enabled()) {
     // A MoE MLP (sim/workload.cpp add_moe_mlp) keeps, for its backward, what each op's gradient reads: the

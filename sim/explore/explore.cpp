@@ -193,6 +193,7 @@ Scored scored_of(const Estimate& e) {
 }
 
 bool better_by(const Scored& a, const Scored& b, Objective objective) {
+  if (a.over_memory != b.over_memory) return !a.over_memory;
   if (objective == Objective::time_to_train) {
     TESSEL_CHECK(a.plan && b.plan, "ranking by time to train without a plan");
     if (a.plan->wall_s != b.plan->wall_s) return a.plan->wall_s < b.plan->wall_s;
@@ -201,6 +202,7 @@ bool better_by(const Scored& a, const Scored& b, Objective objective) {
 }
 
 bool better(const Scored& a, const Scored& b) {
+  if (a.over_memory != b.over_memory) return !a.over_memory;
   if (a.step_s != b.step_s) return a.step_s < b.step_s;
   if (a.peak_memory_bytes != b.peak_memory_bytes) return a.peak_memory_bytes < b.peak_memory_bytes;
   const int ma = a.layout.tp * a.layout.pp * a.layout.cp, mb = b.layout.tp * b.layout.pp * b.layout.cp;
@@ -461,6 +463,7 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
             fitting[i].bubble = sc.bubble;
             fitting[i].exposed_comm_s = sc.exposed_comm_s;
             fitting[i].peak_memory_bytes = sc.peak_memory_bytes;
+            fitting[i].over_memory = sc.peak_memory_bytes + sys.min_headroom_bytes > fitting[i].capacity_bytes;
             fitting[i].tier = "des";
             if (fitting[i].plan) fitting[i].plan = goodput::with_step_time(*fitting[i].plan, sc.step_s, *opt.job);
           } catch (const TooLargeToSimulate&) {

@@ -63,6 +63,9 @@ struct Scored {
   int peak_rank = 0;
   double capacity_bytes = 0;
   std::string tier = "analytical";
+  // The event simulator's peak (each rank's own chunks, not the closed form's average chunk) exceeds the GPU
+  // less --min-headroom: ranked after every layout that fits, and said so.
+  bool over_memory = false;
   // The time to train at the tier's step time, when the search was given the job (Options::job).
   std::optional<goodput::Plan> plan;
 };

@@ -3,6 +3,8 @@
 // naming what it has, rather than price or run it as something else. (These checks change when support lands.)
 #include <doctest/doctest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "tests/tools/run_util.hpp"
 
 using tessel::test::run_tessel;
@@ -14,9 +16,10 @@ const std::string kTinyMoe = "model tiny-moe: mixture of experts (8 experts, top
 
 TEST_CASE("estimate, simulate and explore refuse what the cost model does not price yet, naming it") {
   // explore scores on worker threads; the refusal comes before them (an exception there would abort).
-  const auto e = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--gbs", "15360", "--json"});
+  const auto e = run_tessel({"explore", "--model", "gpt-oss-120b", "--gpus", "64", "--gbs", "512", "--json"});
   CHECK(e.code == 2);
-  CHECK(has(e.err, "model deepseek-v3: multi-head latent attention, 1 multi-token prediction module: not yet priced"));
+  CHECK(has(e.err, "model gpt-oss-120b: sliding-window attention (128 tokens) on 18 of 36 layers, attention sinks, routed "
+                   "experts with biases: not yet priced"));
   CHECK(e.out.empty());
   for (const char* verb : {"estimate", "simulate"}) {
     CAPTURE(verb);
@@ -25,8 +28,16 @@ TEST_CASE("estimate, simulate and explore refuse what the cost model does not pr
     CHECK(has(g.err, "model gpt-oss-120b: sliding-window attention (128 tokens) on 18 of 36 layers, attention sinks, routed "
                      "experts with biases: not yet priced"));
   }
-  // Priced: a model whose layers are all MoE layers (Mixtral 8x7B on 64 GPUs, ep 8), and one whose first layer is
-  // dense (tiny-moe on the CPU system, its dense layer's ops listed apart).
+  // Priced: a model whose layers are all MoE layers (Mixtral 8x7B on 64 GPUs, ep 8), one whose first layer is
+  // dense (tiny-moe on the CPU system, its dense layer's ops listed apart), and DeepSeek-V3 (latent attention,
+  // three dense layers, an MTP module) searched on DeepSeek's 2,048 H800 with ep among the degrees.
+  const auto d = run_tessel({"explore", "--model", "deepseek-v3", "--system", "h800", "--gpus", "2048", "--gbs", "15360",
+                             "--seq", "4096", "--json"});
+  REQUIRE(d.code == 0);
+  const auto top = nlohmann::json::parse(d.out)["top"];
+  REQUIRE(!top.empty());
+  CHECK(top[0]["layout"]["ep"].get<int>() > 1);
+  CHECK(top[0]["layout"]["pp"].get<int>() > 1);
   const auto m = run_tessel({"estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64",
                              "--ep", "8", "--gbs", "256", "--seq", "4096", "--json"});
   CHECK(m.code == 0);

@@ -278,3 +278,46 @@ TEST_CASE("MoE with dense layers: each stage prices each kind of layer it holds"
   CHECK(&w.layer_of(0) == &w.dense_layer);
   CHECK(&w.layer_of(1) == &w.layer);
 }
+
+// DeepSeek-V3's MoE layer under latent attention: its model FLOPs per token are 2 x (MLA's projection weights +
+// the router + top-8 routed experts + the shared expert) + the attention core 2 s heads (qk_head_dim + v_head_dim),
+// counted once although the down-projections run on every tp rank (tp 2 here).
+TEST_CASE("MLA lowering: model FLOPs from the parameter counts, duplicated down-projections counted once") {
+  Model m = load_model("deepseek-v3");
+  m.seq_len = 4096;
+  const System sys = load_system("h800");
+  Layout l = moe_layout(2, 4, 8, 1);
+  const LayerWork lw = lower_layer(m, l, sys);
+  auto by = ops_by_name(lw);
+  for (const char* name : {"q_down", "q_norm", "q_up", "kv_down", "kv_norm", "kv_up"}) CHECK_MESSAGE(by.count(name) == 1, name);
+  CHECK(by.count("qkv") == 0);
+  CHECK(by["q_down"].gemm.n == 1536);                 // duplicated: the whole latent on each tp rank
+  CHECK(by["q_up"].gemm.n == 128 * 192 / 2);          // column-parallel over tp 2
+  CHECK(by["kv_up"].gemm.n == 128 * (128 + 128) / 2);
+  CHECK(by["proj"].gemm.k == 128 * 128 / 2);
+  const double norms = m.mla.q_lora_rank + m.mla.kv_lora_rank;  // RMSNorm weights of the two latents
+  const double linear = static_cast<double>(m.attention_params()) - norms + static_cast<double>(m.router_params()) +
+                        m.moe.top_k * static_cast<double>(m.expert_params()) + static_cast<double>(m.shared_expert_params());
+  const double core = 2.0 * m.seq_len * m.heads * (m.mla.qk_head_dim() + m.mla.v_head_dim);
+  CHECK(lw.flops_model_f * l.tp * l.cp / m.seq_len == doctest::Approx(2.0 * linear + core).epsilon(1e-9));
+}
+
+// On one GPU per stage (tp 1, ep 1, pp 2) the stages' parameters are the model's, its MTP module's, and the copy
+// of the token embedding the last stage keeps for the MTP module: each layer kind, the latent attention and the
+// MTP module counted once, from the counts checked against HF transformers.
+TEST_CASE("DeepSeek-V3 stages hold every parameter once, the MTP module and its embedding copy on the last") {
+  Model m = load_model("deepseek-v3");
+  m.seq_len = 4096;
+  const System sys = load_system("h800");
+  Layout l = moe_layout(1, 1, 1);
+  l.pp = 2;
+  l.global_batch = 8;
+  l.stage_layers = {30, 31};
+  l.schedule = sched::Kind::one_f_one_b;
+  const Workload w = lower(m, l, sys);
+  const double held = w.stages[0].params + w.stages[1].params;
+  const double expected = static_cast<double>(m.total_params() + m.mtp_params()) + static_cast<double>(m.vocab) * m.hidden;
+  CHECK(held == doctest::Approx(expected).epsilon(1e-9));
+  CHECK(w.stages[0].moe_layers == 27);  // layers 0-29, of which 0-2 dense
+  CHECK(w.stages[1].moe_layers == 32);  // layers 30-60 and the MTP module's
+}
