@@ -11,6 +11,7 @@
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
+#include "sim/stage_split.hpp"
 #include "sim/layout_words.hpp"
 #include "traces/chrome.hpp"
 #include "traces/select.hpp"
@@ -24,6 +25,16 @@
 #include "tools/system_args.hpp"
 
 namespace tessel::cmd {
+
+namespace {
+// The layout's first broken rule with the even split in place of its missing one: whether the partitioner may
+// price it (a layout broken otherwise keeps its own rule for explain to report).
+bool layout_problem_without_split(const Layout& l, const Model& m, int gpus) {
+  Layout even = l;
+  even.stage_layers = even_split(m.layers, l.num_stages());
+  return layout_problem(even, m, gpus).has_value();
+}
+}  // namespace
 
 namespace {
 
@@ -344,7 +355,12 @@ int explore(const Args& args) {
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 
   if (auto e = cl.get("--explain")) {
-    const Layout l = parse_layout_words(*e, gbs);
+    Layout l = parse_layout_words(*e, gbs);
+    // Without layers=..., layers that do not divide over the stages take the time-balanced split, as explore
+    // scores such a layout and estimate splits it.
+    if (l.stage_layers.empty() && m.layers % l.num_stages() != 0 && m.layers >= l.num_stages() - 2 &&
+        !layout_problem_without_split(l, m, gpus) && sys.gpu.peak(l.precision) > 0)
+      l.stage_layers = balanced_split(m, l, sys, Balance::time);
     if (json) std::cout << explore::explain_json(m, sys, gpus, l, r).dump(2) << "\n";
     else std::cout << explore::explain(m, sys, gpus, l, r);
     return 0;
