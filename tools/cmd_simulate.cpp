@@ -19,6 +19,7 @@
 #include "traces/svg.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "tools/layer_ops.hpp"
 #include "tools/spec_args.hpp"
 
 namespace tessel::cmd {
@@ -254,6 +255,7 @@ cli::Specs specs_like(const cli::CommandLine& cl, const std::string& path) {
 int simulate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
+  opts.push_back({"--ops", false, "also show one transformer layer's ops (a MoE model's MoE and dense layers): kind, dtype, shape, time forward and backward, share"});
   opts.push_back({"--trace", true, "write a Chrome trace (Perfetto) of the simulated step to this path"});
   opts.push_back({"--svg", true, "write an SVG timeline to this path (identical ranks drawn once)"});
   opts.push_back({"--trace-ranks", true, "only these ranks in --trace and --svg: 0-7,64 [all]"});
@@ -322,11 +324,13 @@ int simulate(const Args& args) {
     Json j = engine::report_to_json(r);
     j["tool"] = std::string("tessel ") + TESSEL_VERSION;
     if (!name_note.empty()) j["schedule_note"] = name_note;
+    if (cl.flag("--ops")) add_layer_ops_json(s.model, s.layout, s.system, j);
     std::cout << j.dump(2) << "\n";
     return 0;
   }
   if (!name_note.empty()) std::cout << "note: " << name_note << "\n";
   print_table(r, s, 32, 24);
+  if (cl.flag("--ops")) print_layer_ops(s.model, s.layout, s.system);
   return 0;
 }
 

@@ -3,6 +3,10 @@
 // naming what it has, rather than price or run it as something else. (These checks change when support lands.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/tools/run_util.hpp"
@@ -46,6 +50,18 @@ TEST_CASE("estimate, simulate and explore refuse what the cost model does not pr
   CHECK(t.code == 0);
   CHECK(has(t.out, "one MoE layer, one micro-batch"));
   CHECK(has(t.out, "one dense layer (1 of them), one micro-batch"));
+  // simulate lists the same ops: the MoE layer's router, permute and expert GEMMs; the dense layer's MLP.
+  const auto sj = run_tessel({"simulate", "--model", "tiny-moe", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp",
+                              "2", "--dp", "1", "--gbs", "8", "--schedule", "1f1b", "--ops", "--json"});
+  REQUIRE(sj.code == 0);
+  const auto doc = nlohmann::json::parse(sj.out);
+  std::vector<std::string> moe_ops, dense_ops;
+  for (const auto& o : doc["layer_ops"]) moe_ops.push_back(o["name"]);
+  for (const auto& o : doc["dense_layer_ops"]) dense_ops.push_back(o["name"]);
+  for (const char* name : {"router", "permute", "expert_up", "expert_down", "unpermute", "shared_up"})
+    CHECK_MESSAGE(std::find(moe_ops.begin(), moe_ops.end(), name) != moe_ops.end(), name);
+  CHECK(std::find(dense_ops.begin(), dense_ops.end(), "mlp_up") != dense_ops.end());
+  CHECK(std::find(dense_ops.begin(), dense_ops.end(), "router") == dense_ops.end());
 }
 
 TEST_CASE("run refuses a MoE model before any rank starts: not yet executed") {
