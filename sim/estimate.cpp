@@ -77,9 +77,10 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
       // A MoE model's dense layers hide their own (their MLP's TP collectives); the recomputed ones counted as
       // the MoE kind's.
       const LayerWork& dw = mixed_layers(c.work.model) ? c.work.dense_layer : lw;
-      const int nm = mixed_layers(c.work.model) ? st.moe_layers : st.layers, nd = st.layers - nm;
+      const int nd = st.dense_layers, nm = st.layers - nd;
+      const int rd = st.recomputed_layers - (c.work.model.moe.enabled() ? st.recomputed_moe_layers : st.recomputed_layers);
       tp_hidden += mb * (nm * (lw.tp_hidden_f + lw.tp_hidden_b) + nd * (dw.tp_hidden_f + dw.tp_hidden_b) +
-                         (l.recompute == Recompute::full ? st.recomputed_layers * lw.tp_hidden_f : 0.0));
+                         (l.recompute == Recompute::full ? (st.recomputed_layers - rd) * lw.tp_hidden_f + rd * dw.tp_hidden_f : 0.0));
     }
   const double s = overlap_slowdown;
   e.tp_comm_s = e.tp_exposed_s - tp_hidden * s / (1.0 + s) + tp_hidden;
@@ -88,7 +89,7 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
   for (const auto& st : c.work.stages)
     if (l.rank_of_stage(st.stage) == busiest)
       e.ep_comm_s += mb * (st.moe_layers * (lw.t_ep_f + lw.t_ep_b) +
-                           (l.recompute == Recompute::full ? std::min(st.recomputed_layers, st.moe_layers) * lw.t_ep_f : 0.0));
+                           (l.recompute == Recompute::full ? st.recomputed_moe_layers * lw.t_ep_f : 0.0));
   e.tp_comm_s -= e.ep_comm_s;
   e.tp_exposed_s -= e.ep_comm_s;
   e.ep_exposed_s = e.ep_comm_s;
@@ -183,7 +184,7 @@ void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double pea
   e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
   e.mfu = model_flops / e.step_s / gpus / peak;
   // fwd + bwd = 3x the forward's attention core, over every layer of every micro-batch of the replicas.
-  const double attention_full = 3 * c.work.layer.flops_attention_f * m.layers * l.tp * l.cp * mb * l.dp;
+  const double attention_full = 3 * c.work.layer.flops_attention_f * (m.layers + m.mtp_layers) * l.tp * l.cp * mb * l.dp;
   const double causal_flops = model_flops - attention_full / 2;
   e.model_tflops_per_gpu_causal = causal_flops / e.step_s / gpus / 1e12;
   e.mfu_causal = causal_flops / e.step_s / gpus / peak;

@@ -84,7 +84,15 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
       c.act_bytes[static_cast<std::size_t>(i)] = cost::stage_activation_bytes(dm, l, 1, rec);
     }
   }
-  if (block_recompute(l)) c.block_act_bytes = kept - cost::stage_activation_bytes(m, l, 1, 1);
+  if (block_recompute(l)) {
+    c.block_act_bytes = kept - cost::stage_activation_bytes(m, l, 1, 1);
+    // The partitioner takes one block saving for every stage: with dense layers among MoE layers, the smaller
+    // (a dense layer's), so that no stage is thought to fit when it does not (stage_work counts each kind).
+    if (mixed_layers(m)) {
+      const Model dm = dense_part(m);
+      c.block_act_bytes = std::min(c.block_act_bytes, cost::stage_activation_bytes(dm, l, 1, 0) - cost::stage_activation_bytes(dm, l, 1, 1));
+    }
+  }
   const double fixed = cost::zero3_gather_bytes(m, l) + cost::recompute_transient_bytes(m, l) + sys.memory_reserved_bytes;
   const double budget = std::max(0.0, sys.gpu.memory_bytes - fixed) / l.vpp;
   for (int st = 0; st < S; ++st) {
@@ -97,7 +105,9 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
     // (all m under GPipe and looped BFS), as estimate.cpp's memory() counts them.
     const double extras = st == 0 ? e.act_extra_bytes * std::min(chunks, mb)
                           : st == S - 1 ? e.act_extra_bytes * (forwards_first ? mb : 1.0) : 0.0;
-    c.stage_bytes[k] = state * (e.params - e.expert_params) + cost::expert_state_bytes_per_param(l).total() * e.expert_params + extras;
+    // A stage's own activations besides its layers' (the last stage's MTP module), as the estimate counts them.
+    c.stage_bytes[k] = state * (e.params - e.expert_params) + cost::expert_state_bytes_per_param(l).total() * e.expert_params +
+                       extras + c.act_scale[k] * e.act_bytes;
   }
 }
 
@@ -170,7 +180,7 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
     for (int i : m.moe.dense_layers) c.layer_s[static_cast<std::size_t>(i)] = layer_s(dense);
   if (block_recompute(l)) {
     c.block_layers = l.recompute_layers;
-    c.block_s = lw.t_recompute;
+    c.block_s = mixed_layers(m) ? std::min(lw.t_recompute, dense.t_recompute) : lw.t_recompute;
   }
   c.layer_bytes.assign(static_cast<std::size_t>(L), 0.0);
   c.act_bytes.assign(static_cast<std::size_t>(L), 0.0);

@@ -177,28 +177,39 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
 
 // Multi-head latent attention's projections as Megatron-Core's MLASelfAttention runs them under tensor
 // parallelism (DeepSeek-V2 Sec. 2.1): the down-projections to the query and key-value latents (and the shared
-// rotary key) are duplicated on every tp rank (each computes them whole on the gathered sequence, model FLOPs
-// counted once), each latent RMSNorm-ed, then the column-parallel up-projections to the heads' queries
-// (nope + rope dims) and keys / values (nope + v dims). The rotary embedding itself is not priced (as for
-// every rotary model here). q_lora_rank 0: queries projected directly.
-void add_mla_projections(const Model& m, const Dims& d, Precision p, std::vector<WorkOp>& ops) {
+// rotary key) have their weights whole on every tp rank; under sequence parallelism each rank runs them on its
+// sequence shard and the small latents are all-gathered (instead of the hidden state), without it every rank
+// runs them on the whole sequence (the same work tp times: model FLOPs counted once). Each latent is
+// RMSNorm-ed, then the column-parallel up-projections give the heads' queries (nope + rope dims) and keys /
+// values (nope + v dims). The rotary embedding itself is not priced (as for every rotary model here).
+// q_lora_rank 0: queries projected directly from the gathered hidden state.
+void add_mla_projections(const Model& m, const Layout& l, const Dims& d, Precision p, std::vector<WorkOp>& ops) {
   const double e = d.elt, t = d.t;
+  const bool sp = l.sequence_parallel;
   const auto M = static_cast<std::int64_t>(d.tokens), H = static_cast<std::int64_t>(d.h);
+  const auto Mdown = static_cast<std::int64_t>(sp ? d.xs / d.h : d.tokens);
   const auto i64 = [](double x) { return static_cast<std::int64_t>(x); };
   const double qr = m.mla.q_lora_rank, kvr = m.mla.kv_lora_rank, dr = m.mla.qk_rope_head_dim, dn = m.mla.qk_nope_head_dim;
-  const auto duplicated = [&](WorkOp op) {
-    op.flops_f /= t;
-    op.flops_b /= t;
+  const auto down = [&](WorkOp op) {
+    if (!sp) {  // duplicated on every tp rank
+      op.flops_f /= t;
+      op.flops_b /= t;
+    }
     return op;
   };
+  if (qr > 0) ops.push_back(down(gemm_op("q_down", p, {Mdown, i64(qr), H})));
+  ops.push_back(down(gemm_op("kv_down", p, {Mdown, i64(kvr + dr), H})));
+  if (sp) {
+    // The latents gathered (and the hidden state too when queries are projected from it directly).
+    const double width = (qr > 0 ? qr : d.h) + kvr + dr;
+    ops.push_back(collective_op("tp_allgather1", Collective::all_gather, e * d.tokens * width, tp_group(l)));
+  }
   if (qr > 0) {
-    ops.push_back(duplicated(gemm_op("q_down", p, {M, i64(qr), H})));
     ops.push_back(elementwise_op("q_norm", 2 * e * d.tokens * qr, 3 * e * d.tokens * qr));
     ops.push_back(gemm_op("q_up", p, {M, i64(d.heads * d.qk_d / t), i64(qr)}));
   } else {
     ops.push_back(gemm_op("q_proj", p, {M, i64(d.heads * d.qk_d / t), H}));
   }
-  ops.push_back(duplicated(gemm_op("kv_down", p, {M, i64(kvr + dr), H})));
   ops.push_back(elementwise_op("kv_norm", 2 * e * d.tokens * kvr, 3 * e * d.tokens * kvr));
   ops.push_back(gemm_op("kv_up", p, {M, i64(d.heads * (dn + d.v_d) / t), i64(kvr)}));
 }
@@ -283,9 +294,10 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
 
   // Norm 1 (on the sequence shard under SP): read x, write y.
   ops.push_back(elementwise_op("norm1", 2 * e * d.xs, 3 * e * d.xs));
-  if (sp) ops.push_back(collective_op("tp_allgather1", Collective::all_gather, e * d.x, tp));
+  // MLA gathers its latents after the down-projections instead (add_mla_projections).
+  if (sp && !m.mla.enabled()) ops.push_back(collective_op("tp_allgather1", Collective::all_gather, e * d.x, tp));
   if (m.mla.enabled()) {
-    add_mla_projections(m, d, p, ops);
+    add_mla_projections(m, l, d, p, ops);
   } else {
     ops.push_back(gemm_op("qkv", p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
   }
@@ -607,11 +619,11 @@ void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork
     add_head(m, l, sys, st, scratch);
   }
   const Model km = m.is_moe_layer(m.layers - 1) ? m : dense_part(m);
-  st.params += k * (layer_params_per_gpu(km, l) + 2.0 * d.h * d.h / d.t + 3.0 * d.h);
+  st.params += k * (layer_params_per_gpu(km, l) + 2.0 * d.h * d.h / d.t + 3.0 * static_cast<double>(m.norm_params()));
   st.expert_params += k * layer_expert_params_per_gpu(km, l);
   st.act_bytes += k * cost::stage_activation_bytes(km, l, 1, 0);
   st.act_extra_bytes += k * cost::stage_extra_activation_bytes(m, l, false, true);
-  if (l.sequence_parallel && l.tp > 1) st.sp_grad_params += k * (replicated_layer_params(km) + 3.0 * d.h);
+  if (l.sequence_parallel && l.tp > 1) st.sp_grad_params += k * (replicated_layer_params(km) + 3.0 * static_cast<double>(m.norm_params()));
 }
 }  // namespace
 
@@ -638,6 +650,8 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
   const LayerWork& dw = mixed ? *dense : lw;
   const auto both = [&](auto per) { return nm * per(lw) + nd * per(dw); };
   st.moe_layers = m.moe.enabled() ? nm : 0;
+  st.dense_layers = nd;
+  st.recomputed_moe_layers = m.moe.enabled() ? rm : 0;
   st.recompute = rm * lw.t_recompute + rd * dw.t_recompute;
   st.f = both([](const LayerWork& x) { return x.t_f + x.t_tp_f + x.t_cp_f; });
   st.i = both([](const LayerWork& x) { return x.t_i + x.t_tp_b + x.t_cp_b; }) + st.recompute;

@@ -67,7 +67,9 @@ struct StageWork {
   double recompute = 0;       // seconds of i spent recomputing the forward, before the input gradient
   double flops_model = 0;     // model FLOPs per micro-batch (forward + backward, no recompute)
   double flops_layers_f = 0;  // of the forward, its transformer layers' (the embedding and head excluded)
-  int moe_layers = 0;         // of its layers, MoE layers (their expert all-to-alls)
+  int moe_layers = 0;         // of its layers, MoE layers (their expert all-to-alls); an MTP module's included
+  int dense_layers = 0;       // of its layers, a MoE model's dense ones
+  int recomputed_moe_layers = 0;  // of recomputed_layers, MoE layers
   double flops_hw = 0;        // hardware FLOPs per micro-batch (with recompute)
   double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
   double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)

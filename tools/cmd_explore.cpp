@@ -11,6 +11,7 @@
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/explore.hpp"
+#include "sim/partition.hpp"
 #include "sim/stage_split.hpp"
 #include "sim/layout_words.hpp"
 #include "traces/chrome.hpp"
@@ -356,11 +357,13 @@ int explore(const Args& args) {
 
   if (auto e = cl.get("--explain")) {
     Layout l = parse_layout_words(*e, gbs);
-    // Without layers=..., layers that do not divide over the stages take the time-balanced split, as explore
-    // scores such a layout and estimate splits it.
+    // Without layers=..., layers that do not divide over the stages take the split explore scores such a layout
+    // with: the partitioner's time-balanced one, memory left to the estimate (explore.cpp resolve_balanced).
     if (l.stage_layers.empty() && m.layers % l.num_stages() != 0 && m.layers >= l.num_stages() - 2 &&
-        !layout_problem_without_split(l, m, gpus) && sys.gpu.peak(l.precision) > 0)
-      l.stage_layers = balanced_split(m, l, sys, Balance::time);
+        !layout_problem_without_split(l, m, gpus) && sys.gpu.peak(l.precision) > 0) {
+      const std::optional<Partition> p = partition(partition_costs(m, l, sys, nullptr, false));
+      l.stage_layers = p ? p->layers : even_split(m.layers, l.num_stages());
+    }
     if (json) std::cout << explore::explain_json(m, sys, gpus, l, r).dump(2) << "\n";
     else std::cout << explore::explain(m, sys, gpus, l, r);
     return 0;

@@ -157,7 +157,7 @@ std::vector<Scored> pareto_front(std::vector<Scored> all) {
   std::vector<Scored> front;
   double best = std::numeric_limits<double>::infinity();
   for (const auto& s : all)
-    if (s.step_s < best) {
+    if (!s.over_memory && s.step_s < best) {
       front.push_back(s);
       best = s.step_s;
     }
@@ -493,8 +493,9 @@ Result run(const Model& m, const System& sys, int gpus, int global_batch, const 
     double min_ratio = std::numeric_limits<double>::infinity();
     for (int i = 0; i < k; ++i) min_ratio = std::min(min_ratio, fitting[i].step_s / fitting[i].analytical_step_s);
     const bool exhausted = k == limit;
-    const bool stable = exhausted || opt.simulate_k > 0 ||
-                        simulated_tier_stable(fitting, k, fitting[order[std::min(n, k) - 1]], min_ratio, opt);
+    // An N-th over memory can be displaced by any layout not yet simulated: not stable until all are.
+    const Scored& nth = fitting[order[std::min(n, k) - 1]];
+    const bool stable = exhausted || opt.simulate_k > 0 || (!nth.over_memory && simulated_tier_stable(fitting, k, nth, min_ratio, opt));
     if (stable) {
       for (int i = 0; i < std::min(n, k); ++i) res.top.push_back(fitting[order[i]]);
       // Past the simulated K, the analytical ranking continues (those rows' tier is "analytical").
@@ -536,6 +537,7 @@ Json scored_to_json(const Scored& s) {
   j["describe"] = s.layout.describe();
   j["step_s"] = s.step_s;
   j["analytical_step_s"] = s.analytical_step_s;
+  j["over_memory"] = s.over_memory;
   j["tokens_per_s"] = s.tokens_per_s * s.analytical_step_s / s.step_s;
   j["model_tflops_per_gpu"] = s.tflops_per_gpu * s.analytical_step_s / s.step_s;
   j["mfu"] = s.mfu * s.analytical_step_s / s.step_s;
