@@ -23,7 +23,7 @@ class CpuPipeline final : public PipelineBackend<std::vector<float>> {
  public:
   using Tensor = std::vector<float>;
   explicit CpuPipeline(const ExecutorContext& c) : c_(c) {}
-  double loss() const { return loss_; }
+  PipelineLosses losses() const { return {loss_, aux_}; }
 
   std::pair<int, int> stage_layers(int s) override {
     const StageConfig& cfg = stage(s).config();
@@ -51,6 +51,7 @@ class CpuPipeline final : public PipelineBackend<std::vector<float>> {
     const MicroBatch& d = c_.data(mb);
     Tensor out = st.forward(mb, std::move(in), d.tokens.data(), d.targets.data());
     if (st.config().last) loss_ += st.loss(mb);
+    aux_ += st.aux_loss(mb);
     return out;
   }
   Tensor backward(int s, int mb, Tensor dout, bool full) override {
@@ -88,15 +89,15 @@ class CpuPipeline final : public PipelineBackend<std::vector<float>> {
 
   const ExecutorContext& c_;
   double t0_ = 0;
-  double loss_ = 0;
+  double loss_ = 0, aux_ = 0;
 };
 
 }  // namespace
 
-double run_pipeline(const ExecutorContext& ctx) {
+PipelineLosses run_pipeline(const ExecutorContext& ctx) {
   CpuPipeline b(ctx);
   walk_pipeline(*ctx.schedule, ctx.at, b);
-  return b.loss();
+  return b.losses();
 }
 
 }  // namespace tessel::rt

@@ -121,9 +121,12 @@ struct ExecutorContext {
   std::function<void(int stage, bool grads_done)> after_compute;
 };
 
-// Runs the rank's actions; returns the sum of this rank's last-stage micro-batch mean losses (0 when the
-// last stage lives elsewhere).
-double run_pipeline(const ExecutorContext& ctx);
+// What a rank's actions of one step add up to: the sum of its last-stage micro-batch mean losses (0 when
+// the last stage lives elsewhere), and of its parts of the micro-batches' load-balancing losses (MoE layers).
+struct PipelineLosses {
+  double loss = 0, aux_loss = 0;
+};
+PipelineLosses run_pipeline(const ExecutorContext& ctx);
 
 // ---- the walker ----
 

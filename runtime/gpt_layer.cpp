@@ -7,6 +7,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/rope.hpp"
+#include "runtime/moe_layer.hpp"
 #include "util/error.hpp"
 
 namespace tessel::rt {
@@ -25,10 +26,16 @@ void check_position_embedding(const Model& m) {
     throw InputError("model " + m.name + ": rope_theta " + std::to_string(m.rope_theta) + " must be positive");
 }
 
+std::vector<const Buf*> LayerActs::bufs() const {
+  std::vector<const Buf*> out{&x, &mu1, &rs1, &y1, &q, &k, &v, &probs, &attn, &x2, &mu2, &rs2, &y2, &h1, &g1, &act};
+  if (moe)
+    for (const Buf* b : moe->bufs()) out.push_back(b);
+  return out;
+}
+
 std::int64_t LayerActs::bytes() const {
   std::int64_t s = 0;
-  for (const Buf* b : {&x, &mu1, &rs1, &y1, &q, &k, &v, &probs, &attn, &x2, &mu2, &rs2, &y2, &h1, &g1, &act})
-    s += buf_bytes(*b);
+  for (const Buf* b : bufs()) s += buf_bytes(*b);
   return s;
 }
 
@@ -101,7 +108,7 @@ void norm_backward(const LayerShape& s, const Weight& g, const Weight& b, const 
   else kc::rmsnorm_bwd(dy, x, g.w, rs, dx, g.g, rows, s.hidden);
 }
 
-LayerWeights layer_weights(ParamStore& st, int layer) {
+LayerWeights layer_weights(ParamStore& st, int layer, ParamStore* experts, int ep, int ep_rank) {
   const std::string p = "layers." + std::to_string(layer) + ".";
   LayerWeights w;
   w.ln1w = weight_of(st, p + "ln1.w");  w.ln1b = weight_of(st, p + "ln1.b");
@@ -112,7 +119,21 @@ LayerWeights layer_weights(ParamStore& st, int layer) {
   w.w1 = weight_of(st, p + "mlp.w1");   w.b1 = weight_of(st, p + "mlp.b1");
   w.wg = weight_of(st, p + "mlp.wg");   w.bg = weight_of(st, p + "mlp.bg");
   w.w2 = weight_of(st, p + "mlp.w2");   w.b2 = weight_of(st, p + "mlp.b2");
-  TESSEL_CHECK(w.wq.w && w.wo.w && w.w1.w && w.w2.w && w.ln1w.w, "layer " << layer << " not on this rank");
+  w.moe.router = weight_of(st, p + "moe.router");
+  w.is_moe = w.moe.router.w != nullptr;
+  TESSEL_CHECK(w.wq.w && w.wo.w && (w.is_moe || (w.w1.w && w.w2.w)) && w.ln1w.w, "layer " << layer << " not on this rank");
+  if (!w.is_moe) return w;
+  TESSEL_CHECK(experts, "layer " << layer << " is a MoE layer: its experts' store is missing");
+  w.moe.sw1 = weight_of(st, p + "moe.shared.w1");
+  w.moe.swg = weight_of(st, p + "moe.shared.wg");
+  w.moe.sw2 = weight_of(st, p + "moe.shared.w2");
+  const int E = static_cast<int>(st.at(p + "moe.router").spec.cols), El = E / ep;
+  w.moe.first = ep_rank * El;
+  for (int j = 0; j < El; ++j) {
+    const std::string q = p + "moe.expert." + std::to_string(w.moe.first + j) + ".";
+    w.moe.local.push_back({weight_of(*experts, q + "w1"), weight_of(*experts, q + "wg"), weight_of(*experts, q + "w2")});
+    TESSEL_CHECK(w.moe.local.back().w1.w && w.moe.local.back().w2.w, "expert " << q << " not on this rank");
+  }
   return w;
 }
 
@@ -132,18 +153,35 @@ LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp
   s.layernorm = m.norm == Norm::layernorm;
   if (m.position == PositionEmbedding::rotary)
     s.rope = std::make_shared<const kc::RopeTable>(kc::rope_table(m.seq_len, m.head_dim, m.rope_theta));
+  if (m.moe.enabled()) {
+    s.experts = m.moe.experts;
+    s.top_k = m.moe.top_k;
+    s.expert_ffn = m.moe.expert_ffn;
+    TESSEL_CHECK(m.moe.shared_ffn % tp.size == 0, "shared_ffn " << m.moe.shared_ffn << " not divisible by tp " << tp.size);
+    s.shared_ffn = m.moe.shared_ffn / tp.size;
+    s.normalize_top_k = m.moe.router.normalize_top_k;
+    s.route_scale = static_cast<float>(m.moe.router.scale);
+    s.aux_coef = static_cast<float>(m.moe.router.aux_loss_coef);
+  }
   return s;
 }
 
-double stage_forward_flops(const LayerShape& s, int layers, bool last, std::int64_t vocab, int tp) {
+double stage_forward_flops(const LayerShape& s, int layers, bool last, std::int64_t vocab, int tp, int moe_layers) {
   const double T = s.tokens, h = s.hidden, qd = double(s.heads) * s.head_dim, kd = double(s.kv_heads) * s.head_dim;
-  const double gemm = 2 * T * (h * (qd + 2 * kd) + qd * h + h * double(s.ffn) * (s.swiglu ? 3 : 2));
+  const double mats = s.swiglu ? 3 : 2;
+  const double attn_gemm = 2 * T * (h * (qd + 2 * kd) + qd * h);
+  const double dense_mlp = 2 * T * h * double(s.ffn) * mats;
+  // A MoE layer: the router over this rank's tokens, the shared expert's shard over all, and the routed
+  // experts at the balanced load (each rank's experts receive as many rows as it dispatches, Tl k).
+  const double moe_mlp = 2 * double(s.local_tokens) * h * (s.experts + double(s.top_k) * s.expert_ffn * mats) +
+                         2 * T * h * double(s.shared_ffn) * mats;
   const double attn = 4.0 * s.batch * s.heads * double(s.seq) * s.seq * s.head_dim;
-  return (gemm + attn) * layers + (last ? 2 * T * h * (double(vocab) / tp) : 0.0);
+  return (attn_gemm + attn) * layers + dense_mlp * (layers - moe_layers) + moe_mlp * moe_layers +
+         (last ? 2 * T * h * (double(vocab) / tp) : 0.0);
 }
 
-void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const float* x, float* out,
-                   LayerActs* save, bool keep_probs) {
+float layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                    const float* x, float* out, LayerActs* save, bool keep_probs) {
   const int T = s.tokens, Tl = s.local_tokens, h = s.hidden;
   const int qd = s.heads * s.head_dim, kd = s.kv_heads * s.head_dim, f = s.ffn;
   const std::size_t nl = static_cast<std::size_t>(Tl) * h;
@@ -180,6 +218,13 @@ void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParal
   norm_forward(s, w.ln2w, w.ln2b, a.x2->data(), yl.data(), a.mu2->data(), a.rs2->data(), Tl);
   a.y2 = make_buf(static_cast<std::size_t>(T) * h);
   gather_tokens(s, tp, yl.data(), a.y2->data());
+  if (w.is_moe) {
+    a.moe = std::make_shared<MoeActs>();
+    const float aux = moe_forward(s, w.moe, tp, ep, a.y2, out, *a.moe);
+    for (std::size_t i = 0; i < nl; ++i) out[i] += (*a.x2)[i];
+    if (save) *save = std::move(a);
+    return aux;
+  }
   const std::size_t nf = static_cast<std::size_t>(T) * f;
   a.h1 = make_buf(nf); a.act = make_buf(nf);
   linear(a.y2->data(), T, h, f, w.w1, w.b1, a.h1->data());
@@ -194,37 +239,41 @@ void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParal
   reduce_tokens(s, tp, partial, out);
   for (std::size_t i = 0; i < nl; ++i) out[i] += (*a.x2)[i] + (w.b2.w ? w.b2.w[i % h] : 0.0f);
   if (save) *save = std::move(a);
+  return 0.0f;
 }
 
-void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const LayerActs& a,
-                    const float* dout, float* dx, std::vector<WeightGradJob>& jobs) {
+void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                    const LayerActs& a, const float* dout, float* dx, std::vector<WeightGradJob>& jobs) {
   const int T = s.tokens, Tl = s.local_tokens, h = s.hidden;
   const int qd = s.heads * s.head_dim, kd = s.kv_heads * s.head_dim, f = s.ffn;
   const std::size_t nl = static_cast<std::size_t>(Tl) * h, nf = static_cast<std::size_t>(T) * f;
-  TESSEL_CHECK(a.x && a.act, "layer backward without saved activations");
-
-  // MLP: row-parallel w2 (its bias sees this rank's tokens: a partial sum under SP), activation, w1/wg.
-  add_colsum(dout, Tl, h, w.b2.g);
-  Buf dmf = make_buf(static_cast<std::size_t>(T) * h);
-  gather_tokens(s, tp, dout, dmf->data());
-  std::vector<float> dact(nf);
-  linear_dx(dmf->data(), T, f, h, w.w2, dact.data(), false);
-  jobs.push_back({a.act, dmf, T, f, h, w.w2.g, nullptr, false});
-  Buf dh1 = make_buf(nf);
-  std::vector<float> dy2(static_cast<std::size_t>(T) * h);
-  if (s.swiglu) {
-    Buf dg = make_buf(nf);
-    kc::swiglu_bwd(dact.data(), a.g1->data(), a.h1->data(), dg->data(), dh1->data(), nf);
-    linear_dx(dg->data(), T, h, f, w.wg, dy2.data(), false);
-    linear_dx(dh1->data(), T, h, f, w.w1, dy2.data(), true);
-    jobs.push_back({a.y2, dg, T, h, f, w.wg.g, w.bg.g, false});
-  } else {
-    kc::gelu_bwd(dact.data(), a.h1->data(), dh1->data(), nf);
-    linear_dx(dh1->data(), T, h, f, w.w1, dy2.data(), false);
-  }
-  jobs.push_back({a.y2, dh1, T, h, f, w.w1.g, w.b1.g, false});
+  TESSEL_CHECK(a.x && (a.act || a.moe), "layer backward without saved activations");
   std::vector<float> dy2l(nl), dx2(nl);
-  reduce_tokens(s, tp, dy2, dy2l.data());
+  if (w.is_moe) {
+    moe_backward(s, w.moe, tp, ep, *a.moe, a.y2, dout, dy2l.data(), jobs);
+  } else {
+    // MLP: row-parallel w2 (its bias sees this rank's tokens: a partial sum under SP), activation, w1/wg.
+    add_colsum(dout, Tl, h, w.b2.g);
+    Buf dmf = make_buf(static_cast<std::size_t>(T) * h);
+    gather_tokens(s, tp, dout, dmf->data());
+    std::vector<float> dact(nf);
+    linear_dx(dmf->data(), T, f, h, w.w2, dact.data(), false);
+    jobs.push_back({a.act, dmf, T, f, h, w.w2.g, nullptr, false});
+    Buf dh1 = make_buf(nf);
+    std::vector<float> dy2(static_cast<std::size_t>(T) * h);
+    if (s.swiglu) {
+      Buf dg = make_buf(nf);
+      kc::swiglu_bwd(dact.data(), a.g1->data(), a.h1->data(), dg->data(), dh1->data(), nf);
+      linear_dx(dg->data(), T, h, f, w.wg, dy2.data(), false);
+      linear_dx(dh1->data(), T, h, f, w.w1, dy2.data(), true);
+      jobs.push_back({a.y2, dg, T, h, f, w.wg.g, w.bg.g, false});
+    } else {
+      kc::gelu_bwd(dact.data(), a.h1->data(), dh1->data(), nf);
+      linear_dx(dh1->data(), T, h, f, w.w1, dy2.data(), false);
+    }
+    jobs.push_back({a.y2, dh1, T, h, f, w.w1.g, w.b1.g, false});
+    reduce_tokens(s, tp, dy2, dy2l.data());
+  }
   norm_backward(s, w.ln2w, w.ln2b, dy2l.data(), a.x2->data(), a.mu2->data(), a.rs2->data(), dx2.data(), Tl);
   for (std::size_t i = 0; i < nl; ++i) dx2[i] += dout[i];
 

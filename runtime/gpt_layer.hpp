@@ -16,7 +16,9 @@
 
 #include "kernels/cpu/rope.hpp"
 #include "models/model.hpp"
+#include "runtime/comm/comm.hpp"
 #include "runtime/params.hpp"
+#include "runtime/recorder.hpp"
 #include "runtime/tensor_parallel.hpp"
 
 namespace tessel::rt {
@@ -42,10 +44,34 @@ struct Weight {
   float* g = nullptr;
 };
 
+// A mixture-of-experts MLP (runtime/moe_layer.cpp): the router, the shared expert (tensor-parallel like the
+// dense MLP; w1.w null when the model has none) and this expert-parallel rank's routed experts, local
+// expert i being expert first + i.
+struct ExpertWeights {
+  Weight w1, wg, w2;
+};
+struct MoeWeights {
+  Weight router, sw1, swg, sw2;
+  std::vector<ExpertWeights> local;
+  int first = 0;
+};
+
 struct LayerWeights {
   Weight ln1w, ln1b, wq, wk, wv, bq, bk, bv, wo, bo, ln2w, ln2b, w1, b1, wg, bg, w2, b2;
+  bool is_moe = false;  // the MLP is `moe` instead of w1/wg/w2
+  MoeWeights moe;
 };
-LayerWeights layer_weights(ParamStore& store, int layer);
+// experts: the store of this rank's routed experts (nullptr for a dense model); ep, ep_rank: the split.
+LayerWeights layer_weights(ParamStore& store, int layer, ParamStore* experts = nullptr, int ep = 1, int ep_rank = 0);
+
+// The expert-parallel group as a MoE layer sees it: the ranks that exchange tokens (all-to-all over
+// send/recv, timed into the trace as ep_alltoall on the tp stream, where the simulator draws them).
+struct ExpertParallel {
+  Comm* comm = nullptr;  // nullptr when size == 1
+  int size = 1;
+  int rank = 0;
+  Recorder* rec = nullptr;
+};
 
 struct LayerShape {
   int batch = 1, seq = 1;   // micro-batch size and sequence length: T = batch * seq tokens
@@ -57,31 +83,43 @@ struct LayerShape {
   // Rotary models: cos/sin per position and frequency, shared by every layer of the stage; null for learned
   // positions. q and k are rotated right after their GEMMs (bias included, as GPT-NeoX and HF Llama do).
   std::shared_ptr<const kernels::cpu::RopeTable> rope;
+  // Mixture of experts (0 experts: none): routed experts, top-k, one expert's width, this rank's share of the
+  // shared expert's width; the router's top-k renormalisation, scale and load-balancing loss weight; and the
+  // stage's loss scale, which the load-balancing loss's gradient takes as the LM loss's does.
+  int experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
+  bool normalize_top_k = true;
+  float route_scale = 1.0f, aux_coef = 0.0f, loss_scale = 1.0f;
 };
 LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp);
 
 // Forward FLOPs of one micro-batch through `layers` such layers, plus the vocab-parallel head when `last`:
-// 2 T per GEMM weight and 4 B H S^2 d for the attention core (the full square, the simulator's convention).
+// 2 T per GEMM weight and 4 B H S^2 d for the attention core (the full square, the simulator's convention);
+// moe_layers of the layers have a MoE MLP (routed experts at the balanced load).
 // The CPU and CUDA stages both report it on their forward ops.
-double stage_forward_flops(const LayerShape& s, int layers, bool last, std::int64_t vocab, int tp);
+double stage_forward_flops(const LayerShape& s, int layers, bool last, std::int64_t vocab, int tp, int moe_layers = 0);
 
 // Throws InputError for a position embedding this layer cannot compute (rotary needs an even head_dim).
 void check_position_embedding(const Model& m);
 
 // What the backward reads. Empty buffers were not kept: probs under selective recomputation. q and k are
 // kept after the rotary rotation (what attention read), so selective recomputation needs no re-rotation.
+struct MoeActs;
 struct LayerActs {
   Buf x, mu1, rs1, y1, q, k, v, probs, attn, x2, mu2, rs2, y2, h1, g1, act;
+  std::shared_ptr<MoeActs> moe;  // a MoE layer's router, dispatch and expert activations
+  std::vector<const Buf*> bufs() const;
   std::int64_t bytes() const;
 };
 
 // x, out: [local_tokens, hidden]. save == nullptr keeps nothing (the inside of a fully recomputed block).
-void layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const float* x, float* out,
-                   LayerActs* save, bool keep_probs);
+// Returns this rank's part of the layer's load-balancing loss (0 for a dense layer; summed over the tp ranks
+// it is the micro-batch's, unscaled).
+float layer_forward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                    const float* x, float* out, LayerActs* save, bool keep_probs);
 
 // dout, dx: [local_tokens, hidden]. Recomputes the attention probabilities when they were not kept.
-void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const LayerActs& a,
-                    const float* dout, float* dx, std::vector<WeightGradJob>& jobs);
+void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                    const LayerActs& a, const float* dout, float* dx, std::vector<WeightGradJob>& jobs);
 
 // Norm dispatch shared with the stage's final norm.
 void norm_forward(const LayerShape& s, const Weight& g, const Weight& b, const float* x, float* y, float* mu, float* rs,

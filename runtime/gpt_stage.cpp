@@ -12,9 +12,11 @@ namespace tessel::rt {
 
 namespace kc = kernels::cpu;
 
-Stage::Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const TensorParallel& tp, Recorder& rec)
-    : model_(m), cfg_(cfg), store_(store), tp_(tp), rec_(rec), shape_(layer_shape(m, cfg.micro_batch, tp)) {
-  for (int l = cfg.l0; l < cfg.l1; ++l) layers_.push_back(layer_weights(store, l));
+Stage::Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const TensorParallel& tp, Recorder& rec,
+             ParamStore* experts, const ExpertParallel& ep)
+    : model_(m), cfg_(cfg), store_(store), tp_(tp), ep_(ep), rec_(rec), shape_(layer_shape(m, cfg.micro_batch, tp)) {
+  shape_.loss_scale = cfg.loss_scale;
+  for (int l = cfg.l0; l < cfg.l1; ++l) layers_.push_back(layer_weights(store, l, experts, ep.size, ep.rank));
   const int n = cfg.l1 - cfg.l0;
   if (cfg.recompute != Recompute::full) {
     for (int i = 0; i < n; ++i) blocks_.push_back({i, i + 1, false});
@@ -28,7 +30,9 @@ Stage::Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const Te
 }
 
 double Stage::forward_flops() const {
-  return stage_forward_flops(shape_, cfg_.l1 - cfg_.l0, cfg_.last, model_.vocab, tp_.size);
+  int moe = 0;
+  for (const auto& w : layers_) moe += w.is_moe;
+  return stage_forward_flops(shape_, cfg_.l1 - cfg_.l0, cfg_.last, model_.vocab, tp_.size, moe);
 }
 
 void Stage::hold(MbState& st, const Buf& b) {
@@ -37,14 +41,8 @@ void Stage::hold(MbState& st, const Buf& b) {
   rec_.hold(buf_bytes(b));
 }
 
-namespace {
-std::vector<const Buf*> bufs_of(const LayerActs& a) {
-  return {&a.x, &a.mu1, &a.rs1, &a.y1, &a.q, &a.k, &a.v, &a.probs, &a.attn, &a.x2, &a.mu2, &a.rs2, &a.y2, &a.h1, &a.g1, &a.act};
-}
-}  // namespace
-
 void Stage::hold_acts(MbState& st, const LayerActs& a) {
-  for (const Buf* b : bufs_of(a)) hold(st, *b);
+  for (const Buf* b : a.bufs()) hold(st, *b);
 }
 
 void Stage::release_all(MbState& st) {
@@ -162,7 +160,7 @@ void Stage::run_blocks_forward(MbState& st, std::vector<float>& x) {
     for (int i = b.begin; i < b.end; ++i) {
       LayerActs* save = b.checkpointed ? nullptr : &st.acts[i];
       const LayerScope label(rec_.context, cfg_.l0 + i);
-      layer_forward(shape_, layers_[i], tp_, x.data(), out.data(), save, cfg_.recompute == Recompute::none);
+      st.aux_loss += layer_forward(shape_, layers_[i], tp_, ep_, x.data(), out.data(), save, cfg_.recompute == Recompute::none);
       if (save) hold_acts(st, *save);
       x.swap(out);
     }
@@ -178,7 +176,7 @@ void Stage::block_backward(MbState& st, const Block& b, std::vector<float>& grad
     recomputed.resize(b.end - b.begin);
     for (int i = b.begin; i < b.end; ++i) {
       const LayerScope label(rec_.context, cfg_.l0 + i);
-      layer_forward(shape_, layers_[i], tp_, x.data(), out.data(), &recomputed[i - b.begin], true);
+      layer_forward(shape_, layers_[i], tp_, ep_, x.data(), out.data(), &recomputed[i - b.begin], true);
       hold_acts(st, recomputed[i - b.begin]);
       x.swap(out);
     }
@@ -188,7 +186,7 @@ void Stage::block_backward(MbState& st, const Block& b, std::vector<float>& grad
     const LayerActs& a = b.checkpointed ? recomputed[i - b.begin] : st.acts[i];
     const std::size_t jobs_before = st.jobs.size();
     const LayerScope label(rec_.context, cfg_.l0 + i);
-    layer_backward(shape_, layers_[i], tp_, a, grad.data(), dx.data(), st.jobs);
+    layer_backward(shape_, layers_[i], tp_, ep_, a, grad.data(), dx.data(), st.jobs);
     // Split I: the output gradients the W will read are new memory from now on (the inputs are saved
     // activations, already counted, or recomputed ones that the jobs now keep alive).
     if (st.defer_weight)
@@ -204,7 +202,7 @@ void Stage::block_backward(MbState& st, const Block& b, std::vector<float>& grad
   if (st.defer_weight)
     for (const auto& j : st.jobs) kept.insert(j.x.get());
   for (const auto& a : recomputed)
-    for (const Buf* buf : bufs_of(a)) {
+    for (const Buf* buf : a.bufs()) {
       auto it = *buf ? st.counted.find(buf->get()) : st.counted.end();
       if (it == st.counted.end() || kept.count(it->first)) continue;
       rec_.release(it->second);
@@ -234,6 +232,12 @@ float Stage::loss(int mb) const {
   auto it = mbs_.find(mb);
   TESSEL_CHECK(it != mbs_.end() && cfg_.last, "no loss for micro-batch " << mb << " on stage " << cfg_.stage);
   return it->second.loss;
+}
+
+float Stage::aux_loss(int mb) const {
+  auto it = mbs_.find(mb);
+  TESSEL_CHECK(it != mbs_.end(), "no load-balancing loss for micro-batch " << mb << " on stage " << cfg_.stage);
+  return it->second.aux_loss;
 }
 
 std::vector<float> Stage::backward_input(int mb, std::vector<float> dout, bool defer_weight) {

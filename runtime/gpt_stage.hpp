@@ -33,12 +33,17 @@ struct StageConfig {
 
 class Stage {
  public:
-  Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const TensorParallel& tp, Recorder& rec);
+  // experts: this rank's routed experts (a MoE model; nullptr otherwise), exchanged over ep.
+  Stage(const Model& m, const StageConfig& cfg, ParamStore& store, const TensorParallel& tp, Recorder& rec,
+        ParamStore* experts = nullptr, const ExpertParallel& ep = {});
 
   // First stage: tokens/targets of the micro-batch (T each); others: input [local_tokens, hidden].
   // Returns the output activation; the last stage returns nothing and keeps the micro-batch's mean loss.
   std::vector<float> forward(int mb, std::vector<float> input, const std::int32_t* tokens, const std::int32_t* targets);
   float loss(int mb) const;
+  // This rank's part of the micro-batch's load-balancing loss, summed over the stage's MoE layers (0 for a
+  // dense model); the tp ranks' parts sum to the micro-batch's.
+  float aux_loss(int mb) const;
   // Input-gradient pass (I, or the first half of B). dout is empty on the last stage. Returns dx (empty on
   // the first stage). Weight GEMMs are queued for backward_weight. defer_weight (a split I, zero bubble):
   // what the queued GEMMs read stays counted until W; otherwise (B: backward_weight follows at once) the
@@ -62,7 +67,7 @@ class Stage {
     std::vector<Buf> block_inputs;        // per block (only checkpointed ones)
     std::vector<std::int32_t> tokens, targets;
     Buf head_x, head_mu, head_rs, head_y, logits, row_max, row_sum;
-    float loss = 0;
+    float loss = 0, aux_loss = 0;
     // Buffers counted in the recorder for this micro-batch, each once however many jobs share it
     // (the wq/wk/wv jobs all read the norm output, which is also a saved activation).
     std::map<const void*, std::int64_t> counted;
@@ -84,6 +89,7 @@ class Stage {
   StageConfig cfg_;
   ParamStore& store_;
   TensorParallel tp_;
+  ExpertParallel ep_;
   Recorder& rec_;
   LayerShape shape_;
   std::vector<LayerWeights> layers_;

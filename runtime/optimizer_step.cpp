@@ -24,9 +24,10 @@ void timed(Recorder& rec, trace::Stream s, const char* op, std::size_t bytes, F&
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, RankGroups& groups,
-                                           Recorder& rec, const OptimizerConfig& cfg, int tied_peer, bool tied_is_first)
+                                           Recorder& rec, const OptimizerConfig& cfg, int tied_peer, bool tied_is_first,
+                                           ParamStore* experts)
     : model_(m), layout_(l), store_(store), g_(groups), rec_(rec), cfg_(cfg), tied_peer_(tied_peer),
-      tied_is_first_(tied_is_first), sharded_(l.zero_stage >= 1) {
+      tied_is_first_(tied_is_first), sharded_(l.zero_stage >= 1), experts_(experts) {
   const std::size_t n = store_.flat_data().size();
   const auto bytes = [](std::size_t elems) { return static_cast<std::int64_t>(elems * sizeof(float)); };
   if (!sharded_) {
@@ -44,6 +45,14 @@ DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, Para
     const int z = layout_.zero_stage;
     mem_ = {bytes(z >= 3 ? k : n), bytes(z >= 2 ? k : n), bytes(2 * k), 0};
     if (z >= 3) params_loaded();
+  }
+  if (experts_) {
+    const std::size_t e = experts_->flat_data().size();
+    em_.assign(e, 0.0f);
+    ev_.assign(e, 0.0f);
+    mem_.weights += bytes(e);
+    mem_.grads += bytes(e);
+    mem_.optimizer += bytes(2 * e);
   }
   mem_.peak = mem_.persistent();
 }
@@ -112,6 +121,13 @@ void DistributedOptimizer::sync_sequence_parallel() {
     std::copy(packed.begin() + static_cast<long>(at), packed.begin() + static_cast<long>(at + n), ptr);
     at += n;
   }
+}
+
+void DistributedOptimizer::sync_experts() {
+  if (!experts_ || !g_.edp || g_.edp->size() == 1) return;
+  auto& grad = experts_->flat_grad();
+  timed(rec_, trace::Stream::dp, "dp_allreduce", grad.size() * sizeof(float),
+        [&] { g_.edp->all_reduce(grad.data(), grad.size()); });
 }
 
 void DistributedOptimizer::flush_group(std::size_t gi) {
@@ -216,6 +232,11 @@ OptimizerReport DistributedOptimizer::norms() {
       if (observe) observe(step_, p, 0, p.size(), store_.grad(p));
     }
   }
+  if (experts_ && g_.at.edp == 0)  // edp replicas hold the same all-reduced gradient
+    for (const Param& p : experts_->params()) {
+      sq[index.at(p.spec.name)] = static_cast<float>(kc::sum_squares(experts_->grad(p), p.size()));
+      if (observe) observe(step_, p, 0, p.size(), experts_->grad(p));
+    }
   g_.world->all_reduce(sq.data(), sq.size());
   OptimizerReport r;
   double total = 0;
@@ -236,6 +257,9 @@ void DistributedOptimizer::update(float clip) {
     if (!p.spec.decay) hp.weight_decay = 0.0f;
     kc::adamw_step(param, g.data(), m, v, n, hp, step_ + 1);
   };
+  if (experts_)
+    for (const Param& p : experts_->params())
+      apply(p, experts_->data(p), experts_->grad(p), em_.data() + p.offset, ev_.data() + p.offset, p.size());
   if (!sharded_) {
     for (const Param& p : store_.params())
       apply(p, store_.flat_data().data() + p.offset, store_.flat_grad().data() + p.offset, m_.data() + p.offset,
@@ -279,6 +303,7 @@ OptimizerReport DistributedOptimizer::step() {
     sync_tied();
     sync_sequence_parallel();
   }
+  sync_experts();
   OptimizerReport r = norms();
   const double t0 = rec_.now_us();
   update(kc::clip_coefficient(r.grad_norm, cfg_.clip_norm));
@@ -287,6 +312,7 @@ OptimizerReport DistributedOptimizer::step() {
   rec_.record(trace::Stream::compute, id, "optimizer", t0, rec_.now_us(), 0.0, 0.0);
   gather_params();
   store_.zero_grad();
+  if (experts_) experts_->zero_grad();
   std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
   ++step_;
   return r;

@@ -65,8 +65,10 @@ class DistributedOptimizer {
  public:
   // tied_peer: pipeline rank holding the other copy of embed.tok, or -1 (none, or same rank).
   // tied_is_first: this rank holds the first stage's copy (the one counted in norms).
+  // experts: this rank's routed experts (a MoE model), whose gradients are all-reduced over the edp group
+  // (groups.edp) and whose Adam moments every edp replica keeps whole (ZeRO shards the other parameters only).
   DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, RankGroups& groups, Recorder& rec,
-                       const OptimizerConfig& cfg, int tied_peer, bool tied_is_first);
+                       const OptimizerConfig& cfg, int tied_peer, bool tied_is_first, ParamStore* experts = nullptr);
 
   OptimizerReport step();
   int steps_done() const { return step_; }
@@ -78,9 +80,12 @@ class DistributedOptimizer {
   void before_compute(int l0, int l1, bool first, bool last, bool reads_weights, bool makes_grads);
   void after_compute(int l0, int l1, bool first, bool last, bool grads_done);
 
-  // Checkpoints: Adam moments as full flat vectors (a dp collective under ZeRO), and back from them.
+  // Checkpoints: Adam moments as full flat vectors (a dp collective under ZeRO), and back from them; the
+  // experts' moments follow their store's flat order.
   void full_moments(std::vector<float>& m, std::vector<float>& v);
   void load_moments(const std::vector<float>& m, const std::vector<float>& v);
+  void expert_moments(std::vector<float>& m, std::vector<float>& v) const { m = em_; v = ev_; }
+  void load_expert_moments(const std::vector<float>& m, const std::vector<float>& v) { em_ = m; ev_ = v; }
   // ZeRO-3: the full parameters for a checkpoint save (a dp collective) and back to shards; no-ops below 3.
   void materialize_params();
   void release_params();
@@ -94,6 +99,7 @@ class DistributedOptimizer {
   void add_tied_peer(float* g, std::size_t n);  // g += the tied copy's gradient, in a fixed order
   void sync_tied();                  // on the flat gradient, or on the shards when sharded_
   void sync_sequence_parallel();     // likewise
+  void sync_experts();
   void flush_group(std::size_t g);
   void gather_group(std::size_t g);
   void release_group(std::size_t g);
@@ -121,6 +127,8 @@ class DistributedOptimizer {
   std::vector<float> shard_grad_;   // ZeRO >= 1: this rank's reduced gradient, in shard order
   std::vector<float> shard_param_;  // ZeRO-3: this rank's parameters, in shard order
   std::vector<float> m_, v_;        // Adam moments: flat (ZeRO 0) or shard order
+  ParamStore* experts_ = nullptr;
+  std::vector<float> em_, ev_;      // the experts' Adam moments, flat
   std::vector<char> gathered_, pending_;  // per group: ZeRO-3 gathered now; ZeRO-2/3 full gradient live
   std::map<std::array<int, 4>, std::vector<std::size_t>> stage_groups_;  // (l0, l1, first, last) -> groups
   StateMemory mem_;

@@ -39,6 +39,23 @@ void add_layer(std::vector<ParamSpec>& v, const Model& m, int i) {
   v.push_back(matrix(p + "attn.wo", qd, h, 0, out_std));
   if (m.has_out_bias()) v.push_back(vec(p + "attn.bo", h, -1, InitKind::zeros));
   add_norm(v, m, p + "ln2");
+  if (m.is_moe_layer(i)) {
+    const MoeSpec& e = m.moe;
+    v.push_back(matrix(p + "moe.router", h, e.experts, -1, kInitStd));
+    if (e.shared_ffn > 0) {
+      v.push_back(matrix(p + "moe.shared.w1", h, e.shared_ffn, 1, kInitStd));
+      if (m.activation == Activation::swiglu) v.push_back(matrix(p + "moe.shared.wg", h, e.shared_ffn, 1, kInitStd));
+      v.push_back(matrix(p + "moe.shared.w2", e.shared_ffn, h, 0, out_std));
+    }
+    for (int x = 0; x < e.experts; ++x) {
+      const std::string q = p + "moe.expert." + std::to_string(x) + ".";
+      v.push_back(matrix(q + "w1", h, e.expert_ffn, -1, kInitStd));
+      if (m.activation == Activation::swiglu) v.push_back(matrix(q + "wg", h, e.expert_ffn, -1, kInitStd));
+      v.push_back(matrix(q + "w2", e.expert_ffn, h, -1, out_std));
+      for (auto it = v.end() - (m.activation == Activation::swiglu ? 3 : 2); it != v.end(); ++it) it->expert = x;
+    }
+    return;
+  }
   v.push_back(matrix(p + "mlp.w1", h, m.ffn, 1, kInitStd));
   if (m.has_mlp_bias()) v.push_back(vec(p + "mlp.b1", m.ffn, 1, InitKind::zeros));
   if (m.activation == Activation::swiglu) {

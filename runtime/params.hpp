@@ -9,6 +9,11 @@
 //   (SwiGLU: + mlp.wg [h,f] bg [f])   layers.i.mlp.w2 [f,h] (row-sharded) b2 [h]   final_ln.w/.b [h]
 //   head.w [V,h] (vocab rows sharded; only when embeddings are untied; tied models reuse embed.tok)
 // RMSNorm has no .b; models without bias have no b* vectors.
+// A mixture-of-experts layer (Model::is_moe_layer) has, in place of mlp.*: layers.i.moe.router [h,E]
+// (replicated), the shared expert layers.i.moe.shared.w1/.wg [h,fs] (column-sharded) and .w2 [fs,h]
+// (row-sharded) when the model has one, and per routed expert e layers.i.moe.expert.e.w1/.wg [h,fe],
+// .w2 [fe,h], whole (this runtime runs experts with etp 1) and held only by the expert-parallel rank that
+// owns e (ParamSpec::expert; expert_owner()).
 // Init (GPT-2, Radford et al. 2019): weights std 0.02, residual output projections (wo, w2) std
 // 0.02/sqrt(2L); norms' weights 1; biases 0. Values from init_uniform(tensor_key(seed, name), flat index).
 #pragma once
@@ -31,7 +36,12 @@ struct ParamSpec {
   InitKind init = InitKind::zeros;
   double stddev = 0;
   bool decay = false;               // AdamW weight decay applies to matrices only
+  int expert = -1;                  // the routed expert this tensor belongs to; -1: not a routed expert's
 };
+
+// The expert-parallel rank that holds routed expert e when `experts` are split over ep ranks in
+// contiguous blocks (Megatron-Core: local experts [r E/ep, (r+1) E/ep) on ep rank r).
+inline int expert_owner(int e, int experts, int ep) { return e / (experts / ep); }
 
 struct Param {
   ParamSpec spec;

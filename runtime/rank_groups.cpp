@@ -14,9 +14,15 @@ RankCoords coords_of(int r, const Layout& l) {
   return c;
 }
 
+void expert_coords(RankCoords& c, const Layout& l) {
+  const int i = c.tp + l.tp * c.dp;
+  c.ep = i % l.ep;
+  c.edp = i / l.ep;
+}
+
 int world_rank_of(const RankCoords& c, const Layout& l) { return c.tp + l.tp * (c.dp + l.dp * c.pp); }
 
-RankGroups make_groups(Comm& world, const Layout& l) {
+RankGroups make_groups(Comm& world, const Layout& l, bool experts) {
   if (l.cp != 1) throw InputError("--cp " + std::to_string(l.cp) + ": context parallelism is not implemented by the CPU runtime (use cp 1)");
   if (world.size() != l.gpus())
     throw InputError("world size " + std::to_string(world.size()) + " differs from the layout's GPU count tp*pp*dp = " +
@@ -29,6 +35,13 @@ RankGroups make_groups(Comm& world, const Layout& l) {
   g.dp = world.split(c.tp + l.tp * c.pp, c.dp);
   g.pp = world.split(c.tp + l.tp * c.dp, c.pp);
   TESSEL_CHECK(g.tp->rank() == c.tp && g.dp->rank() == c.dp && g.pp->rank() == c.pp, "split gave unexpected ranks");
+  if (experts) {
+    expert_coords(g.at, l);
+    const int edp = l.tp * l.dp / l.ep;
+    g.ep = world.split(c.edp + edp * c.pp, c.ep);
+    g.edp = world.split(c.ep + l.ep * c.pp, c.edp);
+    TESSEL_CHECK(g.ep->rank() == c.ep && g.edp->rank() == c.edp, "expert split gave unexpected ranks");
+  }
   return g;
 }
 

@@ -12,7 +12,13 @@ namespace tessel::rt {
 
 struct RankCoords {
   int tp = 0, pp = 0, dp = 0;
+  int ep = 0, edp = 0;  // expert-parallel rank and expert data-parallel replica (experts_coords)
 };
+
+// Megatron-Core's parallel folding with etp 1 (the experts of this runtime are whole): a stage's tp x dp GPUs,
+// numbered i = tp_rank + tp * dp_rank, are also ep x edp for the experts, ep fastest: ep rank i % ep,
+// edp rank i / ep.
+void expert_coords(RankCoords& c, const Layout& l);
 
 RankCoords coords_of(int world_rank, const Layout& l);
 int world_rank_of(const RankCoords& c, const Layout& l);
@@ -20,11 +26,15 @@ int world_rank_of(const RankCoords& c, const Layout& l);
 struct RankGroups {
   Comm* world = nullptr;
   std::unique_ptr<Comm> tp, pp, dp;  // every member of the world calls split in the same order
+  // Mixture of experts only (null otherwise): the ep ranks that exchange tokens, and the edp replicas of this
+  // rank's experts, which reduce their gradients (tp x dp / ep GPUs: with tp > 1 they saw different tokens).
+  std::unique_ptr<Comm> ep, edp;
   RankCoords at;
 };
 
 // Collective over the world: every rank must call it. Throws InputError when the world size differs from
 // the layout's GPU count (tp * pp * dp; cp must be 1 on this runtime).
-RankGroups make_groups(Comm& world, const Layout& l);
+// experts: also split the ep and edp groups (a mixture-of-experts model).
+RankGroups make_groups(Comm& world, const Layout& l, bool experts = false);
 
 }  // namespace tessel::rt

@@ -18,6 +18,7 @@ struct StepRecord {
   double grad_norm = 0;     // global, before clipping
   double seconds = 0;       // wall time of the step (the CPU runtime: the slowest rank's)
   double tokens_per_s = 0;  // global batch x sequence length / seconds
+  std::optional<double> aux_loss;  // MoE: the load-balancing loss (coefficient included), not in `loss`
 };
 
 // One rank's memory in bytes, as its runtime counts it; a field the runtime does not count is absent.

@@ -30,6 +30,26 @@ void check_runnable(const Model& m, const Layout& l) {
   if (l.sequence_parallel && (l.micro_batch * m.seq_len) % l.tp != 0)
     throw InputError("--sp: micro-batch tokens " + std::to_string(l.micro_batch * m.seq_len) +
                      " must be divisible by tp " + std::to_string(l.tp));
+  if (const std::string extra = m.beyond_dense(); !extra.empty() && !m.moe.enabled())
+    unsupported(extra);
+  if (m.moe.enabled()) {
+    const MoeSpec& e = m.moe;
+    if (m.mla.enabled() || m.mtp_layers > 0 || m.sliding_window > 0 || m.attention_sinks)
+      unsupported(m.beyond_dense());
+    if (e.shared_gate) unsupported("moe.shared_gate");
+    if (e.expert_bias) unsupported("moe.expert_bias");
+    if (m.has_mlp_bias()) unsupported("MLP biases in a mixture of experts");
+    if (e.router.score != RouterScore::softmax) unsupported("moe.router.score sigmoid");
+    if (e.router.groups != 1) unsupported("group-limited routing (moe.router.groups " + std::to_string(e.router.groups) + ")");
+    if (e.router.selection_bias) unsupported("moe.router.selection_bias (auxiliary-loss-free balancing)");
+    if (e.router.logit_bias) unsupported("moe.router.logit_bias");
+    if (l.expert_tp() != 1)
+      throw InputError("--etp " + std::to_string(l.expert_tp()) + ": the CPU runtime runs every expert whole on one rank "
+                       "(expert tensor parallelism 1); pass --etp 1" + (l.etp == 0 ? " (etp defaults to tp " + std::to_string(l.tp) + ")" : std::string()));
+    if (l.moe_skew != 1.0 || l.moe_capacity > 0)
+      throw InputError("--moe-skew / --moe-capacity-factor: routing imbalance is a cost-model option; the runtime routes by "
+                       "the router's choices (leave them out to run)");
+  }
   for (int s = 0; s < l.num_stages(); ++s)
     if (l.layers_of_stage(s, m.layers) < 1)
       throw InfeasibleLayout("stage " + std::to_string(s) + " has no layer: " + std::to_string(m.layers) +
@@ -77,22 +97,35 @@ StageConfig stage_config(const Model& m, const Layout& l, const sched::Schedule&
 Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm& world, Recorder::Clock::time_point t0)
     : model_(m), layout_(l), opt_(opt) {
   check_runnable(m, l);
-  groups_ = make_groups(world, l);
+  groups_ = make_groups(world, l, m.moe.enabled());
   rec_ = Recorder(world.rank(), t0, opt.record_trace);
   schedule_ = runtime_schedule(l);
   data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
   const int S = l.num_stages(), pp_rank = groups_.at.pp;
-  store_ = ParamStore(m, rank_param_names(m, l, schedule_, pp_rank), l.tp, groups_.at.tp, opt.seed);
+  // Routed experts live in their own store: this rank holds its ep rank's, replicated over edp, not dp.
+  std::vector<std::string> dense, experts;
+  std::map<std::string, int> expert_of;
+  for (const ParamSpec& p : gpt_param_specs(m))
+    if (p.expert >= 0) expert_of[p.name] = p.expert;
+  for (const std::string& n : rank_param_names(m, l, schedule_, pp_rank)) {
+    auto e = expert_of.find(n);
+    if (e == expert_of.end()) dense.push_back(n);
+    else if (expert_owner(e->second, m.moe.experts, l.ep) == groups_.at.ep) experts.push_back(n);
+  }
+  store_ = ParamStore(m, dense, l.tp, groups_.at.tp, opt.seed);
+  experts_ = ParamStore(m, experts, 1, 0, opt.seed);
   tp_ = {l.tp > 1 ? groups_.tp.get() : nullptr, l.tp, groups_.at.tp, l.sequence_parallel && l.tp > 1, &rec_};
+  ep_ = {l.ep > 1 ? groups_.ep.get() : nullptr, l.ep, groups_.at.ep, &rec_};
+  ParamStore* ex = m.moe.enabled() ? &experts_ : nullptr;
   for (int s : schedule_.stages_of(pp_rank))
-    stages_[s] = std::make_unique<Stage>(m, stage_config(m, l, schedule_, s), store_, tp_, rec_);
+    stages_[s] = std::make_unique<Stage>(m, stage_config(m, l, schedule_, s), store_, tp_, rec_, ex, ep_);
   // Tied embeddings on two pipeline ranks: the first and last stages' ranks exchange embed.tok gradients.
   const int first_rank = schedule_.rank_of(0), last_rank = schedule_.rank_of(S - 1);
   int tied_peer = -1;
   if (m.tied_embeddings && first_rank != last_rank && (pp_rank == first_rank || pp_rank == last_rank))
     tied_peer = pp_rank == first_rank ? last_rank : first_rank;
   optimizer_ = std::make_unique<DistributedOptimizer>(m, l, store_, groups_, rec_, opt.optimizer, tied_peer,
-                                                      pp_rank == first_rank);
+                                                      pp_rank == first_rank, ex);
 }
 
 void Trainer::load_batch(std::int64_t first_sample) {
@@ -134,16 +167,20 @@ StepStats Trainer::step() {
       optimizer_->after_compute(c.l0, c.l1, c.first, c.last, done);
     };
   }
-  const double local = run_pipeline(ctx);
-  // Loss: the last stage's tp rank 0 of each dp replica contributes its scaled micro-batch means.
+  const PipelineLosses local = run_pipeline(ctx);
+  // Loss: the last stage's tp rank 0 of each dp replica contributes its scaled micro-batch means. The
+  // load-balancing loss: every rank its part (its tokens, its MoE layers), scaled alike.
   const bool counts = stages_.count(layout_.num_stages() - 1) && groups_.at.tp == 0;
-  float loss = counts ? static_cast<float>(local / (layout_.num_microbatches() * layout_.dp)) : 0.0f;
-  groups_.world->all_reduce(&loss, 1);
+  const double per_mb = layout_.num_microbatches() * layout_.dp;
+  float losses[2] = {counts ? static_cast<float>(local.loss / per_mb) : 0.0f, static_cast<float>(local.aux_loss / per_mb)};
+  groups_.world->all_reduce(losses, 2);
+  const float loss = losses[0];
   const OptimizerReport r = optimizer_->step();
   consumed_samples_ += layout_.global_batch;
   StepStats st;
   st.step = k;
   st.loss = loss;
+  st.aux_loss = losses[1];
   st.grad_norm = r.grad_norm;
   st.param_grad_norms = r.param_grad_norms;
   float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();

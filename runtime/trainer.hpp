@@ -35,13 +35,14 @@ struct TrainOptions {
 struct StepStats {
   int step = 0;                    // 0-based index of the step just done
   double loss = 0;
+  double aux_loss = 0;             // MoE: the load-balancing loss (weighted by its coefficient), not in `loss`
   double grad_norm = 0;
   std::vector<double> param_grad_norms;  // gpt_param_specs() order
   double seconds = 0;
 };
 
 // Rejects what this runtime cannot run (cp > 1, SP with tokens not divisible by tp, position embeddings the
-// layer cannot compute) and
+// layer cannot compute, the parts of a mixture of experts it does not build) and
 // every layout rule of check_layout, with InputError/InfeasibleLayout naming the rule.
 void check_runnable(const Model& m, const Layout& l);
 
@@ -66,6 +67,7 @@ class Trainer {
   const Layout& layout() const { return layout_; }
   Recorder& recorder() { return rec_; }
   ParamStore& params() { return store_; }
+  ParamStore* expert_params() { return model_.moe.enabled() ? &experts_ : nullptr; }
   DistributedOptimizer& optimizer() { return *optimizer_; }
   const RankGroups& groups() const { return groups_; }
   const sched::Schedule& schedule() const { return schedule_; }
@@ -82,7 +84,9 @@ class Trainer {
   sched::Schedule schedule_;
   TokenStream data_;
   ParamStore store_;
+  ParamStore experts_;             // this rank's routed experts (MoE models; empty otherwise)
   TensorParallel tp_;
+  ExpertParallel ep_;
   std::map<int, std::unique_ptr<Stage>> stages_;
   std::unique_ptr<DistributedOptimizer> optimizer_;
   std::vector<MicroBatch> batch_;

@@ -105,9 +105,10 @@ void print_checkpoint(const RunLog& log, const rt::CheckpointIo& c, const char* 
 }
 
 void print_step(const RunLog& log, const rt::StepRecord& s, std::optional<double> tflops) {
-  char tail[64] = "";
+  char tail[64] = "", aux[32] = "";
   if (tflops) std::snprintf(tail, sizeof tail, "  %7.1f TFLOP/s", *tflops);
-  log.line("step %4d  loss %.6f  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s%s", s.step, s.loss, s.grad_norm,
+  if (s.aux_loss) std::snprintf(aux, sizeof aux, "  aux %.6f", *s.aux_loss);
+  log.line("step %4d  loss %.6f%s  grad_norm %.4f  time %8.2f ms  %10.0f tokens/s%s", s.step, s.loss, aux, s.grad_norm,
            s.seconds * 1e3, s.tokens_per_s, tail);
 }
 
@@ -130,9 +131,11 @@ Json run_config_json(const RunFlags& f, const std::string& backend, const std::s
 
 Json steps_json(const std::vector<rt::StepRecord>& steps) {
   Json a = Json::array();
-  for (const rt::StepRecord& s : steps)
+  for (const rt::StepRecord& s : steps) {
     a.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"seconds", s.seconds},
                  {"tokens_per_s", s.tokens_per_s}});
+    if (s.aux_loss) a.back()["aux_loss"] = *s.aux_loss;
+  }
   return a;
 }
 

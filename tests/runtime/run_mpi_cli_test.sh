@@ -4,7 +4,8 @@
 #     one time origin;
 #  2. a world size that differs from the layout exits 2 on every rank with the rule, before training
 #     (no step line printed) and without MPI_Abort;
-#  3. --json: stdout holds one JSON document (rank 0's), with every rank's memory gathered over MPI.
+#  3. --json: stdout holds one JSON document (rank 0's), with every rank's memory gathered over MPI;
+#  4. a mixture of experts with ep over processes trains as on one rank.
 exe="$1"
 command -v mpirun >/dev/null 2>&1 || { echo "mpirun not found: skipping"; exit 77; }
 # Under AddressSanitizer, Open MPI's dlopen'ed plugins leak allocations LeakSanitizer cannot attribute (their
@@ -67,6 +68,23 @@ c = d["config"]
 ok = (c["comm"] == "mpi" and c["ranks"] == 4 and len(d["steps"]) == 1 and
       [m["rank"] for m in d["memory"]] == [0, 1, 2, 3] and all(m["peak_activation_bytes"] > 0 for m in d["memory"]))
 print("json:", c["comm"], len(d["memory"]), "ranks")
+sys.exit(0 if ok else 1)
+PY
+fi
+# 4. Expert parallelism over MPI processes: tiny-moe on tp 2 (sp, etp 1) x dp 2 with ep 4 (tokens exchanged
+#    between processes by all-to-all) gives the losses and load-balancing losses of the one-rank run.
+timeout 300 $mpi -np 4 "$exe" run --model tiny-moe --tp 2 --sp --etp 1 --dp 2 --ep 4 --gbs 8 --steps 2 --json \
+  >"$dir/moe4.json" 2>"$dir/moe4.txt" || { echo "FAIL: mpirun tiny-moe ep 4"; cat "$dir/moe4.txt"; exit 1; }
+timeout 300 "$exe" run --model tiny-moe --gbs 8 --steps 2 --json >"$dir/moe1.json" 2>"$dir/moe1.txt" ||
+  { echo "FAIL: tiny-moe on one rank"; cat "$dir/moe1.txt"; exit 1; }
+if command -v python3 >/dev/null 2>&1; then
+  python3 - "$dir/moe1.json" "$dir/moe4.json" <<'PY' || exit 1
+import json, sys
+a, b = (json.load(open(p))["steps"] for p in sys.argv[1:3])
+for x, y in zip(a, b):
+    print(f"step {x['step']}: loss {x['loss']:.6f} / {y['loss']:.6f}, aux {x['aux_loss']:.6f} / {y['aux_loss']:.6f}")
+ok = len(a) == len(b) == 2 and all(abs(x["loss"] - y["loss"]) <= 1e-5 * x["loss"] and
+                                   abs(x["aux_loss"] - y["aux_loss"]) <= 1e-4 * x["aux_loss"] for x, y in zip(a, b))
 sys.exit(0 if ok else 1)
 PY
 fi

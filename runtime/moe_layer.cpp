@@ -1,0 +1,365 @@
+#include "runtime/moe_layer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/activation.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "util/error.hpp"
+
+namespace tessel::rt {
+
+namespace kc = kernels::cpu;
+
+std::vector<const Buf*> MoeActs::bufs() const {
+  std::vector<const Buf*> v{&yl, &probs, &topi, &topw, &counts, &slot_out, &sh1, &sg1, &sact};
+  for (const auto* group : {&xin, &h1, &g1, &act})
+    for (const Buf& b : *group) v.push_back(&b);
+  return v;
+}
+
+namespace {
+
+constexpr int kTag = 17;  // the ep communicator carries nothing else
+
+std::size_t idx(int r, int c, int cols) { return static_cast<std::size_t>(r) * cols + c; }
+
+// y[R, out] = x[R, in] W[in, out]
+void mm(const float* x, int R, int in, int out, const float* w, float* y, bool accumulate = false) {
+  if (R > 0) kc::gemm(false, false, R, out, in, 1.0f, x, in, w, out, accumulate ? 1.0f : 0.0f, y, out);
+}
+// dx[R, in] (+)= dy[R, out] W^T
+void mm_t(const float* dy, int R, int in, int out, const float* w, float* dx, bool accumulate) {
+  if (R > 0) kc::gemm(false, true, R, in, out, 1.0f, dy, out, w, out, accumulate ? 1.0f : 0.0f, dx, in);
+}
+
+// Rows of `width` floats to every ep peer and back: `send` holds the rows for peer 0, then peer 1, ...
+// (send_rows[p] each); the result holds the rows from peer 0, then peer 1, ... (recv_rows[p] each). Buffered
+// sends first, then the receives in peer order: no pair can wait on the other.
+std::vector<float> exchange(const ExpertParallel& ep, const std::vector<float>& send, const std::vector<int>& send_rows,
+                            const std::vector<int>& recv_rows, int width) {
+  const auto rows_before = [](const std::vector<int>& rows, int p) {
+    return static_cast<std::size_t>(std::accumulate(rows.begin(), rows.begin() + p, 0));
+  };
+  const std::size_t w = static_cast<std::size_t>(width);
+  std::vector<float> out(rows_before(recv_rows, ep.size) * w);
+  for (int p = 0; p < ep.size; ++p) {
+    const std::size_t at = rows_before(send_rows, p) * w, n = static_cast<std::size_t>(send_rows[p]) * w;
+    if (p == ep.rank) {
+      TESSEL_CHECK(send_rows[p] == recv_rows[p], "ep exchange: " << send_rows[p] << " rows to self, " << recv_rows[p] << " expected");
+      std::copy(send.begin() + static_cast<long>(at), send.begin() + static_cast<long>(at + n),
+                out.begin() + static_cast<long>(rows_before(recv_rows, p) * w));
+    } else if (n > 0) {
+      ep.comm->send(send.data() + at, n, p, kTag);
+    }
+  }
+  for (int p = 0; p < ep.size; ++p) {
+    const std::size_t n = static_cast<std::size_t>(recv_rows[p]) * w;
+    if (p != ep.rank && n > 0) ep.comm->recv(out.data() + rows_before(recv_rows, p) * w, n, p, kTag);
+  }
+  return out;
+}
+
+// The all-to-all of the rows with its trace event (ep_alltoall on the tp stream, inside the layer's scope).
+std::vector<float> all_to_all(const ExpertParallel& ep, const std::vector<float>& send, const std::vector<int>& send_rows,
+                              const std::vector<int>& recv_rows, int width) {
+  if (ep.size == 1) return send;
+  const double t0 = ep.rec ? ep.rec->now_us() : 0.0;
+  std::vector<float> out = exchange(ep, send, send_rows, recv_rows, width);
+  if (ep.rec) ep.rec->record_comm(trace::Stream::tp, "ep_alltoall", t0, ep.rec->now_us(), double(send.size()) * sizeof(float));
+  return out;
+}
+
+// Rows per peer from a [peers * El] count table.
+std::vector<int> per_peer(const std::vector<int>& table, int peers, int El) {
+  std::vector<int> r(static_cast<std::size_t>(peers), 0);
+  for (int p = 0; p < peers; ++p)
+    for (int j = 0; j < El; ++j) r[p] += table[static_cast<std::size_t>(p) * El + j];
+  return r;
+}
+
+// Received rows (peer-major: peer p's rows for local expert 0, 1, ...) -> one buffer per local expert
+// (peer order inside), and back.
+std::vector<Buf> to_experts(const std::vector<float>& rows, const std::vector<int>& got, int peers, int El, int width) {
+  std::vector<Buf> out(static_cast<std::size_t>(El));
+  for (int j = 0; j < El; ++j) {
+    int n = 0;
+    for (int p = 0; p < peers; ++p) n += got[static_cast<std::size_t>(p) * El + j];
+    out[j] = make_buf(static_cast<std::size_t>(n) * width);
+  }
+  std::vector<std::size_t> fill(static_cast<std::size_t>(El), 0);
+  std::size_t at = 0;
+  for (int p = 0; p < peers; ++p)
+    for (int j = 0; j < El; ++j) {
+      const std::size_t n = static_cast<std::size_t>(got[static_cast<std::size_t>(p) * El + j]) * width;
+      std::copy(rows.begin() + static_cast<long>(at), rows.begin() + static_cast<long>(at + n), out[j]->begin() + static_cast<long>(fill[j]));
+      fill[j] += n;
+      at += n;
+    }
+  return out;
+}
+std::vector<float> from_experts(const std::vector<std::vector<float>>& per_expert, const std::vector<int>& got, int peers,
+                                int El, int width) {
+  std::size_t total = 0;
+  for (const auto& e : per_expert) total += e.size();
+  std::vector<float> rows(total);
+  std::vector<std::size_t> taken(static_cast<std::size_t>(El), 0);
+  std::size_t at = 0;
+  for (int p = 0; p < peers; ++p)
+    for (int j = 0; j < El; ++j) {
+      const std::size_t n = static_cast<std::size_t>(got[static_cast<std::size_t>(p) * El + j]) * width;
+      std::copy(per_expert[j].begin() + static_cast<long>(taken[j]), per_expert[j].begin() + static_cast<long>(taken[j] + n),
+                rows.begin() + static_cast<long>(at));
+      taken[j] += n;
+      at += n;
+    }
+  return rows;
+}
+
+// Column-parallel input / row-parallel output of the shared expert, as the dense MLP (gpt_layer.cpp).
+void gather_tokens(const LayerShape& s, const TensorParallel& tp, const float* local, float* full) {
+  if (tp.sp) tp.all_gather(local, full, static_cast<std::size_t>(s.local_tokens) * s.hidden);
+  else std::copy(local, local + static_cast<std::size_t>(s.tokens) * s.hidden, full);
+}
+void reduce_tokens(const LayerShape& s, const TensorParallel& tp, std::vector<float>& partial, float* local) {
+  if (tp.sp) {
+    tp.reduce_scatter(partial.data(), local, static_cast<std::size_t>(s.local_tokens) * s.hidden);
+  } else {
+    tp.all_reduce(partial.data(), partial.size());
+    std::copy(partial.begin(), partial.end(), local);
+  }
+}
+
+}  // namespace
+
+float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                  const Buf& y_full, float* out, MoeActs& a) {
+  const int T = s.tokens, Tl = s.local_tokens, h = s.hidden, E = s.experts, k = s.top_k, fe = s.expert_ffn;
+  const int El = E / ep.size, S = Tl * k;
+  const bool swiglu = s.swiglu;
+  const float* y = y_full->data() + (tp.sp ? static_cast<std::size_t>(tp.rank) * Tl * h : 0);
+  a.yl = std::make_shared<std::vector<float>>(y, y + static_cast<std::size_t>(Tl) * h);
+
+  // Router: logits, softmax (max-subtracted), top-k.
+  a.probs = make_buf(static_cast<std::size_t>(Tl) * E);
+  float* p = a.probs->data();
+  mm(y, Tl, h, E, w.router.w, p);
+  for (int t = 0; t < Tl; ++t) {
+    float* r = p + idx(t, 0, E);
+    const float mx = *std::max_element(r, r + E);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += (r[e] = std::exp(r[e] - mx));
+    for (int e = 0; e < E; ++e) r[e] = static_cast<float>(r[e] / sum);
+  }
+  a.topi = make_buf(static_cast<std::size_t>(S));
+  a.topw = make_buf(static_cast<std::size_t>(S));
+  a.counts = make_buf(static_cast<std::size_t>(E));
+  std::vector<int> ids(static_cast<std::size_t>(E));
+  for (int t = 0; t < Tl; ++t) {
+    const float* r = p + idx(t, 0, E);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int x, int z) { return r[x] > r[z] || (r[x] == r[z] && x < z); });
+    float chosen = 0;
+    for (int j = 0; j < k; ++j) chosen += r[ids[j]];
+    for (int j = 0; j < k; ++j) {
+      (*a.topi)[idx(t, j, k)] = static_cast<float>(ids[j]);
+      (*a.topw)[idx(t, j, k)] = s.route_scale * (s.normalize_top_k ? r[ids[j]] / chosen : r[ids[j]]);
+      (*a.counts)[ids[j]] += 1.0f;
+    }
+  }
+  if (tp.size > 1) tp.all_reduce(a.counts->data(), a.counts->size());  // the micro-batch's tokens (SP shards)
+  double aux = 0;
+  for (int e = 0; e < E; ++e) {
+    double col = 0;
+    for (int t = 0; t < Tl; ++t) col += p[idx(t, e, E)];
+    aux += (*a.counts)[e] * col;
+  }
+  aux *= double(s.aux_coef) * E / (double(k) * T * T);
+
+  // Dispatch: slots sorted by expert (then slot), rows to each expert's owner.
+  const auto expert_of = [&](int slot) { return static_cast<int>((*a.topi)[slot]); };
+  a.order.resize(static_cast<std::size_t>(S));
+  std::iota(a.order.begin(), a.order.end(), 0);
+  std::stable_sort(a.order.begin(), a.order.end(), [&](int x, int z) { return expert_of(x) < expert_of(z); });
+  a.sent.assign(static_cast<std::size_t>(ep.size) * El, 0);
+  std::vector<float> rows(static_cast<std::size_t>(S) * h);
+  for (int i = 0; i < S; ++i) {
+    const int slot = a.order[i], e = expert_of(slot);
+    ++a.sent[static_cast<std::size_t>(expert_owner(e, E, ep.size)) * El + e % El];
+    std::copy(y + idx(slot / k, 0, h), y + idx(slot / k + 1, 0, h), rows.begin() + static_cast<long>(idx(i, 0, h)));
+  }
+  // The per-expert counts first (small), then the rows: one dispatch in the trace, as the simulator draws it.
+  std::vector<int> ones(static_cast<std::size_t>(ep.size), 1);
+  std::vector<float> sent_f(a.sent.begin(), a.sent.end());
+  const double t0 = ep.rec ? ep.rec->now_us() : 0.0;
+  const std::vector<float> got_f = ep.size == 1 ? sent_f : exchange(ep, sent_f, ones, ones, El);
+  a.got.assign(got_f.begin(), got_f.end());
+  const std::vector<int> send_rows = per_peer(a.sent, ep.size, El), recv_rows = per_peer(a.got, ep.size, El);
+  a.xin = to_experts(ep.size == 1 ? rows : exchange(ep, rows, send_rows, recv_rows, h), a.got, ep.size, El, h);
+  if (ep.rec && ep.size > 1)
+    ep.rec->record_comm(trace::Stream::tp, "ep_alltoall", t0, ep.rec->now_us(), double(rows.size()) * sizeof(float));
+
+  // Experts.
+  a.h1.assign(El, nullptr);
+  a.g1.assign(El, nullptr);
+  a.act.assign(El, nullptr);
+  std::vector<std::vector<float>> eout(static_cast<std::size_t>(El));
+  for (int j = 0; j < El; ++j) {
+    const int R = static_cast<int>(a.xin[j]->size() / h);
+    const std::size_t n = static_cast<std::size_t>(R) * fe;
+    const ExpertWeights& x = w.local[j];
+    a.h1[j] = make_buf(n);
+    a.act[j] = make_buf(n);
+    mm(a.xin[j]->data(), R, h, fe, x.w1.w, a.h1[j]->data());
+    if (swiglu) {
+      a.g1[j] = make_buf(n);
+      mm(a.xin[j]->data(), R, h, fe, x.wg.w, a.g1[j]->data());
+      kc::swiglu_fwd(a.g1[j]->data(), a.h1[j]->data(), a.act[j]->data(), n);
+    } else {
+      kc::gelu_fwd(a.h1[j]->data(), a.act[j]->data(), n);
+    }
+    eout[j].resize(static_cast<std::size_t>(R) * h);
+    mm(a.act[j]->data(), R, fe, h, x.w2.w, eout[j].data());
+  }
+
+  // Combine: back to the senders, in their dispatch order; weighted sum per token.
+  const std::vector<float> back = all_to_all(ep, from_experts(eout, a.got, ep.size, El, h), recv_rows, send_rows, h);
+  a.slot_out = make_buf(static_cast<std::size_t>(S) * h);
+  for (int i = 0; i < S; ++i)
+    std::copy(back.begin() + static_cast<long>(idx(i, 0, h)), back.begin() + static_cast<long>(idx(i + 1, 0, h)),
+              a.slot_out->begin() + static_cast<long>(idx(a.order[i], 0, h)));
+  std::fill(out, out + static_cast<std::size_t>(Tl) * h, 0.0f);
+  for (int t = 0; t < Tl; ++t)
+    for (int j = 0; j < k; ++j) {
+      const float wt = (*a.topw)[idx(t, j, k)];
+      const float* o = a.slot_out->data() + idx(t * k + j, 0, h);
+      for (int c = 0; c < h; ++c) out[idx(t, c, h)] += wt * o[c];
+    }
+
+  // Shared expert over all tokens (tp-sharded columns), reduced back to this rank's tokens.
+  if (w.sw1.w) {
+    const int fs = s.shared_ffn;
+    const std::size_t n = static_cast<std::size_t>(T) * fs;
+    a.sh1 = make_buf(n);
+    a.sact = make_buf(n);
+    mm(y_full->data(), T, h, fs, w.sw1.w, a.sh1->data());
+    if (swiglu) {
+      a.sg1 = make_buf(n);
+      mm(y_full->data(), T, h, fs, w.swg.w, a.sg1->data());
+      kc::swiglu_fwd(a.sg1->data(), a.sh1->data(), a.sact->data(), n);
+    } else {
+      kc::gelu_fwd(a.sh1->data(), a.sact->data(), n);
+    }
+    std::vector<float> partial(static_cast<std::size_t>(T) * h), mine(static_cast<std::size_t>(Tl) * h);
+    mm(a.sact->data(), T, fs, h, w.sw2.w, partial.data());
+    reduce_tokens(s, tp, partial, mine.data());
+    for (std::size_t i = 0; i < mine.size(); ++i) out[i] += mine[i];
+  }
+  return static_cast<float>(aux);
+}
+
+void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                  const MoeActs& a, const Buf& y_full, const float* dout, float* dy, std::vector<WeightGradJob>& jobs) {
+  const int T = s.tokens, Tl = s.local_tokens, h = s.hidden, E = s.experts, k = s.top_k, fe = s.expert_ffn;
+  const int El = E / ep.size, S = Tl * k;
+  const bool swiglu = s.swiglu;
+  const std::size_t nl = static_cast<std::size_t>(Tl) * h;
+  std::fill(dy, dy + nl, 0.0f);
+
+  // Shared expert: as the dense MLP's backward.
+  if (w.sw1.w) {
+    const int fs = s.shared_ffn;
+    const std::size_t n = static_cast<std::size_t>(T) * fs;
+    Buf dfull = make_buf(static_cast<std::size_t>(T) * h);
+    gather_tokens(s, tp, dout, dfull->data());
+    std::vector<float> dact(n);
+    mm_t(dfull->data(), T, fs, h, w.sw2.w, dact.data(), false);
+    jobs.push_back({a.sact, dfull, T, fs, h, w.sw2.g, nullptr, false});
+    Buf dh = make_buf(n);
+    std::vector<float> dyf(static_cast<std::size_t>(T) * h);
+    if (swiglu) {
+      Buf dg = make_buf(n);
+      kc::swiglu_bwd(dact.data(), a.sg1->data(), a.sh1->data(), dg->data(), dh->data(), n);
+      mm_t(dg->data(), T, h, fs, w.swg.w, dyf.data(), false);
+      mm_t(dh->data(), T, h, fs, w.sw1.w, dyf.data(), true);
+      jobs.push_back({y_full, dg, T, h, fs, w.swg.g, nullptr, false});
+    } else {
+      kc::gelu_bwd(dact.data(), a.sh1->data(), dh->data(), n);
+      mm_t(dh->data(), T, h, fs, w.sw1.w, dyf.data(), false);
+    }
+    jobs.push_back({y_full, dh, T, h, fs, w.sw1.g, nullptr, false});
+    reduce_tokens(s, tp, dyf, dy);
+  }
+
+  // Routed experts: each slot's output gradient (its weight times dout) to the expert's owner.
+  std::vector<float> dw(static_cast<std::size_t>(S)), rows(static_cast<std::size_t>(S) * h);
+  for (int slot = 0; slot < S; ++slot) {
+    const float* g = dout + idx(slot / k, 0, h);
+    const float* o = a.slot_out->data() + idx(slot, 0, h);
+    double d = 0;
+    for (int c = 0; c < h; ++c) d += double(g[c]) * o[c];
+    dw[slot] = static_cast<float>(d);
+  }
+  for (int i = 0; i < S; ++i) {
+    const int slot = a.order[i];
+    const float wt = (*a.topw)[slot];
+    const float* g = dout + idx(slot / k, 0, h);
+    for (int c = 0; c < h; ++c) rows[idx(i, c, h)] = wt * g[c];
+  }
+  const std::vector<int> send_rows = per_peer(a.sent, ep.size, El), recv_rows = per_peer(a.got, ep.size, El);
+  const std::vector<Buf> dexp = to_experts(all_to_all(ep, rows, send_rows, recv_rows, h), a.got, ep.size, El, h);
+  std::vector<std::vector<float>> dxin(static_cast<std::size_t>(El));
+  for (int j = 0; j < El; ++j) {
+    const int R = static_cast<int>(a.xin[j]->size() / h);
+    const std::size_t n = static_cast<std::size_t>(R) * fe;
+    const ExpertWeights& x = w.local[j];
+    std::vector<float> dact(n);
+    mm_t(dexp[j]->data(), R, fe, h, x.w2.w, dact.data(), false);
+    dxin[j].assign(static_cast<std::size_t>(R) * h, 0.0f);
+    if (R > 0) jobs.push_back({a.act[j], dexp[j], R, fe, h, x.w2.g, nullptr, false});
+    Buf dh = make_buf(n);
+    if (swiglu) {
+      Buf dg = make_buf(n);
+      kc::swiglu_bwd(dact.data(), a.g1[j]->data(), a.h1[j]->data(), dg->data(), dh->data(), n);
+      mm_t(dg->data(), R, h, fe, x.wg.w, dxin[j].data(), false);
+      mm_t(dh->data(), R, h, fe, x.w1.w, dxin[j].data(), true);
+      if (R > 0) jobs.push_back({a.xin[j], dg, R, h, fe, x.wg.g, nullptr, false});
+    } else {
+      kc::gelu_bwd(dact.data(), a.h1[j]->data(), dh->data(), n);
+      mm_t(dh->data(), R, h, fe, x.w1.w, dxin[j].data(), false);
+    }
+    if (R > 0) jobs.push_back({a.xin[j], dh, R, h, fe, x.w1.g, nullptr, false});
+  }
+  const std::vector<float> back = all_to_all(ep, from_experts(dxin, a.got, ep.size, El, h), recv_rows, send_rows, h);
+  for (int i = 0; i < S; ++i) {
+    const int t = a.order[i] / k;
+    for (int c = 0; c < h; ++c) dy[idx(t, c, h)] += back[idx(i, c, h)];
+  }
+
+  // Router: the chosen weights' gradients through the renormalisation, the load-balancing loss's, then the
+  // softmax; the router's input gradient and its weight gradient (a queued job).
+  const float* p = a.probs->data();
+  Buf dz = make_buf(static_cast<std::size_t>(Tl) * E);
+  const double aux_scale = double(s.loss_scale) * s.aux_coef * E / (double(k) * T * T);
+  std::vector<double> dp(static_cast<std::size_t>(E));
+  for (int t = 0; t < Tl; ++t) {
+    const float* r = p + idx(t, 0, E);
+    for (int e = 0; e < E; ++e) dp[e] = aux_scale * (*a.counts)[e];
+    double chosen = 0, dot = 0;
+    for (int j = 0; j < k; ++j) chosen += r[static_cast<int>((*a.topi)[idx(t, j, k)])];
+    for (int j = 0; j < k; ++j) dot += double(dw[idx(t, j, k)]) * r[static_cast<int>((*a.topi)[idx(t, j, k)])];
+    for (int j = 0; j < k; ++j) {
+      const int e = static_cast<int>((*a.topi)[idx(t, j, k)]);
+      const double g = dw[idx(t, j, k)];
+      dp[e] += s.normalize_top_k ? s.route_scale * (g - dot / chosen) / chosen : s.route_scale * g;
+    }
+    double pd = 0;
+    for (int e = 0; e < E; ++e) pd += r[e] * dp[e];
+    for (int e = 0; e < E; ++e) (*dz)[idx(t, e, E)] = static_cast<float>(r[e] * (dp[e] - pd));
+  }
+  mm_t(dz->data(), Tl, h, E, w.router.w, dy, true);
+  jobs.push_back({a.yl, dz, Tl, h, E, w.router.g, nullptr, false});
+}
+
+}  // namespace tessel::rt

@@ -1,0 +1,54 @@
+// The MLP of a mixture-of-experts layer on one rank (Shazeer et al. 2017; Fedus et al. 2021; the shared
+// expert of DeepSeekMoE, arXiv:2401.06066), run as Megatron-Core's all-to-all token dispatcher does it:
+//
+//   router     logits = y W_r over this rank's tokens (the sequence shard under SP), a softmax over the E
+//              experts, the top-k per token (ties: the lower expert), their weights renormalised to sum 1
+//              when the model says so, times the router's scale;
+//   dispatch   each (token, choice) slot's row goes to the ep rank owning its expert (expert_owner), sorted
+//              by expert: an all-to-all of per-expert counts, then of the rows;
+//   experts    each local expert runs its MLP on the rows it received, from every peer, in peer order;
+//   combine    the outputs go back by the reverse all-to-all; a token's output is the weighted sum of its k;
+//   shared     the shared expert runs over all tokens as the dense MLP does (column/row-parallel under tp).
+//
+// Load balancing: Megatron-Core's switch_load_balancing_loss_func, aux = coef E / (k T^2) sum_e c_e sum_t p_te
+// over the micro-batch's T tokens, c_e the tokens routed to e (summed over the tp group), p the softmax.
+// Its gradient enters the router's softmax scaled like the LM loss's (LayerShape::loss_scale); its value is
+// reported beside the LM loss, not in it.
+//
+// Backward runs the same two all-to-alls in reverse: output gradients to the experts, input gradients back.
+// Every ep rank runs the same layers of the same micro-batches in the same order (they are one pipeline
+// stage), so their exchanges pair up.
+#pragma once
+
+#include <vector>
+
+#include "runtime/gpt_layer.hpp"
+
+namespace tessel::rt {
+
+struct MoeActs {
+  Buf yl;         // router input: this rank's tokens' norm output [Tl, h]
+  Buf probs;      // [Tl, E] softmax
+  Buf topi, topw; // [Tl * k] chosen experts (exact small integers) and their weights (scale included)
+  Buf counts;     // [E] tokens of the micro-batch routed to each expert
+  Buf slot_out;   // [Tl * k, h] the chosen experts' outputs, back from their owners
+  std::vector<Buf> xin, h1, g1, act;  // per local expert: the rows it received and its MLP's intermediates
+  Buf sh1, sg1, sact;                 // the shared expert's intermediates [T, shared_ffn]
+  // The routing plan, kept to run the backward's exchanges: slots in dispatch order (by expert, then slot),
+  // rows sent to [peer * El + local expert] and received from them.
+  std::vector<int> order, sent, got;
+  std::vector<const Buf*> bufs() const;
+};
+
+// y_full: the norm output of all T tokens ([T, h]; under SP this rank's are rows tp.rank * Tl ...).
+// out: [Tl, h], the MLP's output for this rank's tokens (the caller adds the residual). Returns this rank's
+// part of the load-balancing loss.
+float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                  const Buf& y_full, float* out, MoeActs& a);
+
+// dout: [Tl, h]. dy: [Tl, h], set to the gradient at this rank's norm output (before the SP reduction of
+// the caller's other terms: it is complete for this rank's tokens).
+void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                  const MoeActs& a, const Buf& y_full, const float* dout, float* dy, std::vector<WeightGradJob>& jobs);
+
+}  // namespace tessel::rt
