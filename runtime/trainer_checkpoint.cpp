@@ -10,6 +10,7 @@
 namespace tessel::rt {
 
 bool checkpoint_owns(const ParamSpec& p, const RankCoords& at, const sched::Schedule& s) {
+  if (p.expert >= 0) return at.edp == 0;
   if (at.dp != 0) return false;
   if (p.shard_dim == -1 && at.tp != 0) return false;
   if (p.name == "embed.tok" && s.rank_of(0) != at.pp) return false;
@@ -180,22 +181,27 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The CPU Trainer's tensors over its ParamStore and the full moment vectors m, v (flat, ParamStore order).
-std::vector<CheckpointTensor> trainer_tensors(Trainer& t, std::vector<float>& m, std::vector<float>& v) {
-  ParamStore& st = t.params();
+// The CPU Trainer's tensors over its ParamStore and the full moment vectors m, v (flat, ParamStore order),
+// then its routed experts' over their store and em, ev.
+std::vector<CheckpointTensor> trainer_tensors(Trainer& t, std::vector<float>& m, std::vector<float>& v,
+                                              std::vector<float>& em, std::vector<float>& ev) {
   std::vector<CheckpointTensor> out;
-  for (const Param& p : st.params()) {
-    CheckpointTensor c;
-    c.spec = p.spec;
-    c.rows = p.rows;
-    c.cols = p.cols;
-    c.row0 = p.row0;
-    c.col0 = p.col0;
-    c.owned = checkpoint_owns(p.spec, t.groups().at, t.schedule());
-    c.data = st.data(p);
-    c.exp_avg = m.data() + p.offset;
-    c.exp_avg_sq = v.data() + p.offset;
-    out.push_back(c);
+  for (ParamStore* st : {&t.params(), t.expert_params()}) {
+    if (!st) continue;
+    const bool experts = st != &t.params();
+    for (const Param& p : st->params()) {
+      CheckpointTensor c;
+      c.spec = p.spec;
+      c.rows = p.rows;
+      c.cols = p.cols;
+      c.row0 = p.row0;
+      c.col0 = p.col0;
+      c.owned = checkpoint_owns(p.spec, t.groups().at, t.schedule());
+      c.data = st->data(p);
+      c.exp_avg = (experts ? em : m).data() + p.offset;
+      c.exp_avg_sq = (experts ? ev : v).data() + p.offset;
+      out.push_back(c);
+    }
   }
   return out;
 }
@@ -204,13 +210,14 @@ std::vector<CheckpointTensor> trainer_tensors(Trainer& t, std::vector<float>& m,
 
 CheckpointIo save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> m, v;
+  std::vector<float> m, v, em, ev;
   t.optimizer().full_moments(m, v);
+  t.optimizer().expert_moments(em, ev);
   t.optimizer().materialize_params();  // ZeRO-3: every rank writes from full parameters
   CheckpointIo io;
   io.step = t.steps_done();
   io.folder = write_checkpoint(dir, {t.steps_done(), t.consumed_samples()}, seed, t.data_file(), t.model(), t.layout(),
-                               "cpu", *t.groups().world, trainer_tensors(t, m, v));
+                               "cpu", *t.groups().world, trainer_tensors(t, m, v, em, ev));
   t.optimizer().release_params();
   io.seconds = seconds_since(start);
   io.bytes = step_folder_bytes(io.folder);
@@ -220,10 +227,13 @@ CheckpointIo save_checkpoint(Trainer& t, const std::string& dir, std::uint64_t s
 CheckpointIo load_checkpoint(Trainer& t, const std::string& dir, std::uint64_t seed) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> m(t.params().flat_data().size(), 0.0f), v(m.size(), 0.0f);
+  const std::size_t ne = t.expert_params() ? t.expert_params()->flat_data().size() : 0;
+  std::vector<float> em(ne, 0.0f), ev(ne, 0.0f);
   const LoadedCheckpoint got =
-      read_checkpoint(dir, seed, t.data_file(), t.model(), *t.groups().world, trainer_tensors(t, m, v));
+      read_checkpoint(dir, seed, t.data_file(), t.model(), *t.groups().world, trainer_tensors(t, m, v, em, ev));
   DistributedOptimizer& o = t.optimizer();
   o.load_moments(m, v);  // each rank keeps its shard of them
+  o.load_expert_moments(em, ev);
   o.params_loaded();
   o.set_steps_done(got.at.step);
   t.set_consumed_samples(got.at.consumed_samples);

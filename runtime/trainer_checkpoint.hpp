@@ -5,7 +5,8 @@
 // The data position is the number of samples consumed (Megatron's consumed_train_samples): the next step
 // starts at that sample, whatever its global batch, and there is no other RNG state. `data` names the
 // source (synthetic tokens of `seed`, or a file by name and size), which a resumed run must share.
-// Loading reads each rank's slices by name, so a checkpoint saved under one layout resumes under another.
+// Loading reads each rank's slices by name, so a checkpoint saved under one layout resumes under another
+// (expert parallelism included: experts are reassigned to ep ranks by name).
 #pragma once
 
 #include <cstdint>
@@ -58,7 +59,9 @@ Json data_source_json(const std::string& data_file);
 DataPosition check_resume(const CheckpointReader& r, const Model& m, std::uint64_t seed, const std::string& data_file);
 
 // Whether world rank `at` writes parameter `p`: dp rank 0, tp rank 0 for tp-replicated tensors, and for the
-// tied embedding (also held by the last stage's rank) only the first stage's rank.
+// tied embedding (also held by the last stage's rank) only the first stage's rank. A routed expert's tensor
+// (held by one ep rank, replicated over edp): edp rank 0. Experts are stored whole under their logical
+// names, so a checkpoint saved at one ep resumes at another (each rank reads the experts it owns there).
 bool checkpoint_owns(const ParamSpec& p, const RankCoords& at, const sched::Schedule& s);
 // Collective over `world`: writes step folder `at.step` under dir and returns its path. `runtime` ("cpu",
 // "cuda") goes into the metadata for the reader's information; the format is the same.

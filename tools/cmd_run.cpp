@@ -437,10 +437,6 @@ RunFlags read_run_flags(const cli::CommandLine& cl, bool cuda) {
   }
   f.checkpoint_dir = cl.get_or("--checkpoint-dir", "");
   f.resume = cl.get_or("--resume", "");
-  if (f.model.moe.enabled() && (f.save_auto || f.save_every > 0 || !f.resume.empty()))
-    throw InputError(std::string(f.resume.empty() ? "--save-every" : "--resume") + " with --model " + f.model.name +
-                     ": recovery checkpoints of a mixture of experts (expert weights by ep rank) are not written or read "
-                     "by the runtime yet; leave the flag out to train");
   f.json = cl.flag("--json");
   if (!f.trace_path.empty()) check_writable(f.trace_path, "--trace");
   if (!f.data_file.empty()) (void)rt::TokenStream::from_file(f.data_file, f.model.vocab);  // fail early

@@ -17,6 +17,7 @@
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/gpt_layer.hpp"
 #include "runtime/trainer.hpp"
+#include "tests/runtime/checkpoint_util.hpp"
 #include "tests/runtime/runtime_test_util.hpp"
 
 using namespace tessel;
@@ -208,6 +209,24 @@ TEST_CASE("an ep rank holds its experts only, and the trace carries each MoE lay
   const int mbs = moe_layout(1, 1, 4, 4).num_microbatches();
   for (const auto& [rank, n] : a2a) CHECK(n == 3 * 4 * mbs);
   for (const auto& e : one.trace.events) CHECK(e.op != "ep_alltoall");
+}
+
+TEST_CASE("a recovery checkpoint of tiny-moe saved at ep 2 resumes at ep 4, at ep 1 and with ZeRO-1 as if uninterrupted") {
+  const Model m = tiny_moe();
+  const test::TempDir dir("moe");
+  const auto whole = test::run_losses(moe_layout(1, 1, 1, 1), 4, "", "", m);
+  const auto first = test::run_losses(moe_layout(2, 1, 1, 2), 2, "", dir.str(), m);
+  REQUIRE(first.size() == 2);
+  CHECK(rel_err(first[1], whole[1]) < 1e-5);
+  Layout zero1 = moe_layout(1, 2, 2, 2);
+  zero1.zero_stage = 1;
+  for (const Layout& l : {moe_layout(1, 1, 4, 4), moe_layout(1, 1, 1, 1), zero1}) {
+    CAPTURE(l.describe());
+    const auto rest = test::run_losses(l, 2, dir.str(), "", m);
+    REQUIRE(rest.size() == 2);
+    CHECK(rel_err(rest[0], whole[2]) < 1e-5);
+    CHECK(rel_err(rest[1], whole[3]) < 1e-5);
+  }
 }
 
 TEST_CASE("the runtime refuses the MoE parts it does not build, naming them") {
