@@ -137,7 +137,7 @@ void add_tp_slices(const SimReport& r, OpKind kind, const std::vector<std::size_
 trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions& opt) {
   const Cluster c(r.layout, sys, r.fidelity);
   trace::Trace out;
-  const bool tp = r.layout.tp > 1;
+  const bool tp = r.layout.tp > 1 || r.layout.ep > 1;  // TP collectives, or a MoE layer's all-to-alls
   std::size_t tp_count = 0, fb_ops = 0;
   if (tp) {
     // The slices an op draws depend only on its stage and kind: count each pair once, exactly.
