@@ -26,8 +26,32 @@ void timed(Recorder& rec, trace::Stream s, const char* op, std::size_t bytes, F&
 DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, RankGroups& groups,
                                            Recorder& rec, const OptimizerConfig& cfg, int tied_peer, bool tied_is_first,
                                            ParamStore* experts)
-    : model_(m), layout_(l), store_(store), g_(groups), rec_(rec), cfg_(cfg), tied_peer_(tied_peer),
-      tied_is_first_(tied_is_first), sharded_(l.zero_stage >= 1), experts_(experts) {
+    : model_(m), layout_(l), store_(store), g_{groups.world, groups.tp.get(), groups.pp.get(), groups.dp.get(), groups.at},
+      rec_(rec), cfg_(cfg), tied_peer_(tied_peer), tied_is_first_(tied_is_first), sharded_(l.zero_stage >= 1) {
+  init();
+  if (!experts) return;
+  // The experts' optimizer: edp plays dp; experts are whole (etp 1), so no tp sync; no tied copies.
+  TESSEL_CHECK(groups.edp, "a MoE model's optimizer needs the edp group");
+  Layout el = l;
+  el.dp = groups.edp->size();
+  el.tp = 1;
+  el.sequence_parallel = false;
+  Groups eg{groups.world, nullptr, nullptr, groups.edp.get(), groups.at};
+  eg.at.dp = groups.at.edp;
+  eg.at.tp = 0;
+  experts_.reset(new DistributedOptimizer(m, el, *experts, eg, rec, cfg));
+}
+
+DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, const Groups& groups,
+                                           Recorder& rec, const OptimizerConfig& cfg)
+    : model_(m), layout_(l), store_(store), g_(groups), rec_(rec), cfg_(cfg), tied_peer_(-1), tied_is_first_(false),
+      sharded_(l.zero_stage >= 1) {
+  init();
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+void DistributedOptimizer::init() {
   const std::size_t n = store_.flat_data().size();
   const auto bytes = [](std::size_t elems) { return static_cast<std::int64_t>(elems * sizeof(float)); };
   if (!sharded_) {
@@ -46,15 +70,19 @@ DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, Para
     mem_ = {bytes(z >= 3 ? k : n), bytes(z >= 2 ? k : n), bytes(2 * k), 0};
     if (z >= 3) params_loaded();
   }
-  if (experts_) {
-    const std::size_t e = experts_->flat_data().size();
-    em_.assign(e, 0.0f);
-    ev_.assign(e, 0.0f);
-    mem_.weights += bytes(e);
-    mem_.grads += bytes(e);
-    mem_.optimizer += bytes(2 * e);
-  }
   mem_.peak = mem_.persistent();
+}
+
+StateMemory DistributedOptimizer::state_memory() const {
+  StateMemory s = mem_;
+  if (experts_) {
+    const StateMemory e = experts_->state_memory();
+    s.weights += e.weights;
+    s.grads += e.grads;
+    s.optimizer += e.optimizer;
+    s.peak += e.peak;  // each one's peak over the step; their sum bounds the rank's
+  }
+  return s;
 }
 
 void DistributedOptimizer::track(std::int64_t delta) {
@@ -123,13 +151,6 @@ void DistributedOptimizer::sync_sequence_parallel() {
   }
 }
 
-void DistributedOptimizer::sync_experts() {
-  if (!experts_ || !g_.edp || g_.edp->size() == 1) return;
-  auto& grad = experts_->flat_grad();
-  timed(rec_, trace::Stream::dp, "dp_allreduce", grad.size() * sizeof(float),
-        [&] { g_.edp->all_reduce(grad.data(), grad.size()); });
-}
-
 void DistributedOptimizer::flush_group(std::size_t gi) {
   const ZeroGroup& g = part_.groups()[gi];
   auto& grad = store_.flat_grad();
@@ -189,6 +210,7 @@ const std::vector<std::size_t>& DistributedOptimizer::stage_groups(int l0, int l
 }
 
 void DistributedOptimizer::before_compute(int l0, int l1, bool first, bool last, bool reads_weights, bool makes_grads) {
+  if (experts_) experts_->before_compute(l0, l1, first, last, reads_weights, makes_grads);
   if (!sharded_) return;
   for (std::size_t gi : stage_groups(l0, l1, first, last)) {
     if (layout_.zero_stage >= 3 && reads_weights) gather_group(gi);
@@ -201,6 +223,7 @@ void DistributedOptimizer::before_compute(int l0, int l1, bool first, bool last,
 }
 
 void DistributedOptimizer::after_compute(int l0, int l1, bool first, bool last, bool grads_done) {
+  if (experts_) experts_->after_compute(l0, l1, first, last, grads_done);
   if (!sharded_) return;
   for (std::size_t gi : stage_groups(l0, l1, first, last)) {
     if (layout_.zero_stage >= 3) release_group(gi);
@@ -208,9 +231,8 @@ void DistributedOptimizer::after_compute(int l0, int l1, bool first, bool last, 
   }
 }
 
-OptimizerReport DistributedOptimizer::norms() {
+void DistributedOptimizer::add_squares(std::vector<float>& sq) {
   const auto specs = gpt_param_specs(model_);
-  std::vector<float> sq(specs.size(), 0.0f);
   std::map<std::string, std::size_t> index;
   for (std::size_t i = 0; i < specs.size(); ++i) index[specs[i].name] = i;
   const auto counted = [&](const Param& p) {
@@ -232,20 +254,6 @@ OptimizerReport DistributedOptimizer::norms() {
       if (observe) observe(step_, p, 0, p.size(), store_.grad(p));
     }
   }
-  if (experts_ && g_.at.edp == 0)  // edp replicas hold the same all-reduced gradient
-    for (const Param& p : experts_->params()) {
-      sq[index.at(p.spec.name)] = static_cast<float>(kc::sum_squares(experts_->grad(p), p.size()));
-      if (observe) observe(step_, p, 0, p.size(), experts_->grad(p));
-    }
-  g_.world->all_reduce(sq.data(), sq.size());
-  OptimizerReport r;
-  double total = 0;
-  for (float s : sq) {
-    total += s;
-    r.param_grad_norms.push_back(std::sqrt(static_cast<double>(s)));
-  }
-  r.grad_norm = std::sqrt(total);
-  return r;
 }
 
 void DistributedOptimizer::update(float clip) {
@@ -257,9 +265,6 @@ void DistributedOptimizer::update(float clip) {
     if (!p.spec.decay) hp.weight_decay = 0.0f;
     kc::adamw_step(param, g.data(), m, v, n, hp, step_ + 1);
   };
-  if (experts_)
-    for (const Param& p : experts_->params())
-      apply(p, experts_->data(p), experts_->grad(p), em_.data() + p.offset, ev_.data() + p.offset, p.size());
   if (!sharded_) {
     for (const Param& p : store_.params())
       apply(p, store_.flat_data().data() + p.offset, store_.flat_grad().data() + p.offset, m_.data() + p.offset,
@@ -286,7 +291,7 @@ void DistributedOptimizer::gather_params() {
   }
 }
 
-OptimizerReport DistributedOptimizer::step() {
+void DistributedOptimizer::reduce() {
   if (!sharded_) {
     sync_tied();
     sync_sequence_parallel();
@@ -303,19 +308,53 @@ OptimizerReport DistributedOptimizer::step() {
     sync_tied();
     sync_sequence_parallel();
   }
-  sync_experts();
-  OptimizerReport r = norms();
+}
+
+OptimizerReport DistributedOptimizer::step() {
+  reduce();
+  if (experts_) experts_->reduce();
+  std::vector<float> sq(gpt_param_specs(model_).size(), 0.0f);
+  add_squares(sq);
+  if (experts_) experts_->add_squares(sq);
+  g_.world->all_reduce(sq.data(), sq.size());
+  OptimizerReport r;
+  double total = 0;
+  for (float x : sq) {
+    total += x;
+    r.param_grad_norms.push_back(std::sqrt(static_cast<double>(x)));
+  }
+  r.grad_norm = std::sqrt(total);
+  const float clip = kc::clip_coefficient(r.grad_norm, cfg_.clip_norm);
   const double t0 = rec_.now_us();
-  update(kc::clip_coefficient(r.grad_norm, cfg_.clip_norm));
+  update(clip);
+  if (experts_) experts_->update(clip);
   OpIdentity id;
   id.op = "optimizer";
   rec_.record(trace::Stream::compute, id, "optimizer", t0, rec_.now_us(), 0.0, 0.0);
   gather_params();
   store_.zero_grad();
-  if (experts_) experts_->zero_grad();
   std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
   ++step_;
+  if (experts_) {
+    experts_->gather_params();
+    experts_->store_.zero_grad();
+    std::fill(experts_->shard_grad_.begin(), experts_->shard_grad_.end(), 0.0f);
+    ++experts_->step_;
+  }
   return r;
+}
+
+void DistributedOptimizer::set_steps_done(int s) {
+  step_ = s;
+  if (experts_) experts_->step_ = s;
+}
+
+void DistributedOptimizer::expert_moments(std::vector<float>& m, std::vector<float>& v) {
+  if (experts_) experts_->full_moments(m, v);
+}
+
+void DistributedOptimizer::load_expert_moments(const std::vector<float>& m, const std::vector<float>& v) {
+  if (experts_) experts_->load_moments(m, v);
 }
 
 void DistributedOptimizer::full_moments(std::vector<float>& m, std::vector<float>& v) {

@@ -16,6 +16,8 @@
 //     full parameter buffer with NaN, so a use without its gather cannot go unnoticed. The sums are the same
 //     as ZeRO 0's in another order (fp32 rounding only). With sharded gradients, the tied-embedding and
 //     sequence-parallel sums (1, 2) run on the shards after the reduction (they are linear);
+//     A MoE model's routed experts (their own store, replicated over edp, not dp) are reduced and sharded
+//     the same way over the edp group by a second optimizer this one drives;
 //  4. per-parameter squared norms, each element counted once in the world (a tp-replicated parameter on tp
 //     rank 0 only; the tied copy on the first stage only; dp replicas on dp rank 0 unless sharded), summed
 //     over the world: these give both the clip coefficient and the per-parameter gradient norms.
@@ -25,6 +27,7 @@
 #include <array>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,10 +68,13 @@ class DistributedOptimizer {
  public:
   // tied_peer: pipeline rank holding the other copy of embed.tok, or -1 (none, or same rank).
   // tied_is_first: this rank holds the first stage's copy (the one counted in norms).
-  // experts: this rank's routed experts (a MoE model), whose gradients are all-reduced over the edp group
-  // (groups.edp) and whose Adam moments every edp replica keeps whole (ZeRO shards the other parameters only).
+  // experts: this rank's routed experts (a MoE model). They get an optimizer of their own over the edp group
+  // (groups.edp) in place of dp, driven by this one: their gradients are reduced over edp, and under ZeRO their
+  // Adam moments are sharded over edp (Megatron-Core's distributed optimizer shards expert states over the
+  // expert data-parallel group); the global norm and clipping cover both.
   DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, RankGroups& groups, Recorder& rec,
                        const OptimizerConfig& cfg, int tied_peer, bool tied_is_first, ParamStore* experts = nullptr);
+  ~DistributedOptimizer();
 
   OptimizerReport step();
   int steps_done() const { return step_; }
@@ -84,28 +90,43 @@ class DistributedOptimizer {
   // experts' moments follow their store's flat order.
   void full_moments(std::vector<float>& m, std::vector<float>& v);
   void load_moments(const std::vector<float>& m, const std::vector<float>& v);
-  void expert_moments(std::vector<float>& m, std::vector<float>& v) const { m = em_; v = ev_; }
-  void load_expert_moments(const std::vector<float>& m, const std::vector<float>& v) { em_ = m; ev_ = v; }
+  // The experts' moments, full over their store (an edp collective under ZeRO); no-ops without experts.
+  void expert_moments(std::vector<float>& m, std::vector<float>& v);
+  void load_expert_moments(const std::vector<float>& m, const std::vector<float>& v);
   // ZeRO-3: the full parameters for a checkpoint save (a dp collective) and back to shards; no-ops below 3.
   void materialize_params();
   void release_params();
   // After the full parameter buffer was overwritten (checkpoint load): ZeRO-3 takes its shard from it.
   void params_loaded();
-  void set_steps_done(int s) { step_ = s; }
+  void set_steps_done(int s);
 
-  const StateMemory& state_memory() const { return mem_; }
+  // Parameters, gradients and Adam moments of this rank, experts included.
+  StateMemory state_memory() const;
 
  private:
+  // The communicators one optimizer reduces over: the layout's, or for the experts' optimizer world and edp
+  // (as its dp; no tp or pp peers).
+  struct Groups {
+    Comm* world = nullptr;
+    Comm* tp = nullptr;
+    Comm* pp = nullptr;
+    Comm* dp = nullptr;
+    RankCoords at;
+  };
+  DistributedOptimizer(const Model& m, const Layout& l, ParamStore& store, const Groups& groups, Recorder& rec,
+                       const OptimizerConfig& cfg);
+  void init();
+  void reduce();                                   // every gradient synchronisation of the step
+  void add_squares(std::vector<float>& sq);        // this rank's squared norms per gpt_param_specs() entry
   void add_tied_peer(float* g, std::size_t n);  // g += the tied copy's gradient, in a fixed order
   void sync_tied();                  // on the flat gradient, or on the shards when sharded_
   void sync_sequence_parallel();     // likewise
-  void sync_experts();
   void flush_group(std::size_t g);
   void gather_group(std::size_t g);
   void release_group(std::size_t g);
   std::int64_t gathered_bytes(const ZeroGroup& g) const;
   const std::vector<std::size_t>& stage_groups(int l0, int l1, bool first, bool last);
-  OptimizerReport norms();
+
   void update(float clip);
   void gather_params();
   void track(std::int64_t delta);
@@ -116,7 +137,7 @@ class DistributedOptimizer {
   Model model_;
   Layout layout_;
   ParamStore& store_;
-  RankGroups& g_;
+  Groups g_;
   Recorder& rec_;
   OptimizerConfig cfg_;
   int tied_peer_;
@@ -127,8 +148,7 @@ class DistributedOptimizer {
   std::vector<float> shard_grad_;   // ZeRO >= 1: this rank's reduced gradient, in shard order
   std::vector<float> shard_param_;  // ZeRO-3: this rank's parameters, in shard order
   std::vector<float> m_, v_;        // Adam moments: flat (ZeRO 0) or shard order
-  ParamStore* experts_ = nullptr;
-  std::vector<float> em_, ev_;      // the experts' Adam moments, flat
+  std::unique_ptr<DistributedOptimizer> experts_;  // over the experts' store and edp
   std::vector<char> gathered_, pending_;  // per group: ZeRO-3 gathered now; ZeRO-2/3 full gradient live
   std::map<std::array<int, 4>, std::vector<std::size_t>> stage_groups_;  // (l0, l1, first, last) -> groups
   StateMemory mem_;

@@ -198,7 +198,7 @@ TEST_CASE("tiny-moe on ep 1, 2, 4, 8 with tp, pp, dp, ZeRO and recomputation mat
   }
 }
 
-TEST_CASE("an ep rank holds its experts only, and the trace carries each MoE layer's all-to-alls") {
+TEST_CASE("an ep rank holds its experts only, ZeRO shards their moments over edp, and the trace carries the all-to-alls") {
   const Model m = tiny_moe();
   rt::TrainOptions opt;
   opt.record_trace = true;
@@ -207,6 +207,14 @@ TEST_CASE("an ep rank holds its experts only, and the trace carries each MoE lay
   // Every rank's parameters shrink by 3/4 of the routed experts: 3 MoE layers x 8 experts x 3 x 64 x 64.
   const std::int64_t experts = 3LL * 8 * 3 * 64 * 64 * 4;
   for (const auto& s : four.state_memory) CHECK(s.weights == one.state_memory[0].weights - experts * 3 / 4);
+  // ZeRO-1 on dp 4 x ep 2: the dense Adam moments over dp 4, the experts' over their edp 2 replicas
+  // (Megatron-Core's distributed optimizer), within the per-group padding.
+  Layout z1 = moe_layout(1, 1, 4, 2);
+  z1.zero_stage = 1;
+  const rt::ThreadRunResult zr = rt::train_threads(m, z1, {}, 1);
+  const double dense = static_cast<double>(one.state_memory[0].weights - experts);
+  for (const auto& s : zr.state_memory)
+    CHECK(static_cast<double>(s.optimizer) == doctest::Approx(2.0 * (dense / 4 + experts / 2.0 / 2)).epsilon(0.01));
   std::map<int, int> a2a;  // per rank
   for (const auto& e : four.trace.events)
     if (e.op == "ep_alltoall") ++a2a[e.rank];
