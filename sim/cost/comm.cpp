@@ -75,6 +75,21 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     out.busbw = bw;
     return out;
   }
+  if (c == Collective::all_to_all) {
+    // NCCL's all-to-all is a grouped send to every peer and a receive from every peer (nccl-tests'
+    // alltoall.cu), with no intra-node stage: of a rank's buffer, the share for its k - 1 node peers crosses
+    // NVLink while the share for the n - k members elsewhere leaves through its own NIC, at the same time.
+    // (A hierarchical model, as for all-gather, would send only 1/k of the buffer over the network: an
+    // expert-parallel group over two nodes sends half of it.)
+    const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));
+    const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
+    const double intra = static_cast<double>(k - 1) / n * bytes / intra_bw_Bps;
+    const double inter = static_cast<double>(n - k) / n * bytes / bw_net;
+    out.inter_node = true;
+    out.seconds = sys.node.intra_latency_s + sys.net.latency_s + std::max(intra, inter);
+    out.busbw = bus_factor(c, n) * bytes / out.seconds;
+    return out;
+  }
   // Hierarchical: k members per node, N nodes. Intra-node phase over NVLink on the full buffer, then the
   // inter-node phase over the k NICs of each node in parallel, each carrying 1/k of the buffer.
   const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));

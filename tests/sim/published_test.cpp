@@ -250,26 +250,51 @@ TEST_CASE("published rows: every A100 source within its bounds, also when left o
 }
 
 // ../shared/validation/published-moe.json (NVIDIA's MoE performance tables): the rows whose models the cost
-// model prices (Qwen3 MoE, Mixtral) are scored by tokens/s; the others are skipped naming what is missing.
-// The bounds (docs/validation.md, "Mixture of experts"): the mean |error| at most 70% -- a regression bound,
-// not an accuracy claim: the same Qwen3-30B-A3B layout was published at 5,113 and 9,058 tokens/s/GPU by two
-// releases a month apart, and the model leaves out the dispatcher's host synchronisation, routing imbalance and
-// the grouped GEMM's per-expert overhead, so it is optimistic: every row predicted faster than measured (a row
-// predicted slower would mean a cost counted twice). The coarse-expert Mixtral 8x7B on B200 within 15%.
+// model prices (Qwen3 MoE, Mixtral, DeepSeek-V3) are scored by tokens/s; the others are skipped naming what is
+// missing. The bounds (docs/validation.md, "Mixture of experts"):
+//  - the mean |error| at most 50%: a regression bound, not an accuracy claim (the same Qwen3-30B-A3B layout
+//    was published at 5,113 and 9,058 tokens/s/GPU by two releases a month apart);
+//  - a row whose expert-parallel group stays inside one NVLink domain is predicted faster than measured: the
+//    model leaves out the dispatcher's host synchronisation, routing imbalance and the grouped GEMM's
+//    per-expert overhead, and adds nothing those runs do not do (a row predicted slower would mean a cost
+//    counted twice);
+//  - a row whose group crosses nodes is within 30% either way: its all-to-all sends (n - k) / n of each
+//    buffer over the network (NCCL's send-to-every-peer), which those recipes shorten with DeepEP's
+//    node-limited dispatch and hide with the 1F1B all-to-all overlap, neither modelled, so they come out
+//    slower by up to 27% (an all-to-all priced as a hierarchical all-gather, 1/k of the buffer over the
+//    network, had them 30-56% optimistic);
+//  - the coarse-expert Mixtral 8x7B on B200 within 15%.
 TEST_CASE("published MoE rows: scored by tokens/s within the stated bounds, the unpriced skipped by name") {
   const std::string path = test::shared_dir() + "/validation/published-moe.json";
   REQUIRE_MESSAGE(std::filesystem::exists(path), (path + " is missing from ../shared"));
-  const ValidationResult res = validate_rows(parse_json_file(path), path);
+  const Json rows = parse_json_file(path);
+  const ValidationResult res = validate_rows(rows, path);
   REQUIRE(res.rows.size() >= 16);
+  std::map<std::string, bool> crosses_nodes;  // row id -> its ep group spans more than one NVLink domain
+  for (const Json& row : rows) {
+    const std::string id = row.at("id").get<std::string>();
+    const std::string preset = system_for_gpu(row.at("hardware").at("gpu").get<std::string>(), id);
+    if (preset.empty()) continue;
+    crosses_nodes[id] = row.at("layout").at("ep").get<int>() > load_system(preset).node.gpus_per_node;
+  }
   double sum = 0;
+  int across = 0;
   for (const auto& r : res.rows) {
     CAPTURE(r.id);
+    CAPTURE(r.error_pct);
     CHECK(r.metric == "tokens_per_s_per_gpu");
-    CHECK(r.error_pct > 0);
+    REQUIRE(crosses_nodes.count(r.id) == 1);
+    if (crosses_nodes.at(r.id)) {
+      ++across;
+      CHECK(std::fabs(r.error_pct) <= 30.0);
+    } else {
+      CHECK(r.error_pct > 0);
+    }
     sum += std::fabs(r.error_pct);
     if (r.id == "nemo2502_Mixtral-8x7B_fp8_b200_64gpu") CHECK(std::fabs(r.error_pct) <= 15.0);
   }
-  CHECK(sum / res.rows.size() <= 70.0);
+  CHECK(across == 5);
+  CHECK(sum / res.rows.size() <= 50.0);
   // DeepSeek-V3 (latent attention, dense layers, MTP) is scored; GPT-OSS (windows, sinks) skipped by name.
   int deepseek = 0, gpt_oss = 0;
   for (const auto& r : res.rows) deepseek += r.id.find("DeepSeekV3") != std::string::npos;
