@@ -216,15 +216,24 @@ float layer_forward(const LayerShape& s, const LayerWeights& w, const TensorPara
 
   a.mu2 = make_buf(Tl); a.rs2 = make_buf(Tl);
   norm_forward(s, w.ln2w, w.ln2b, a.x2->data(), yl.data(), a.mu2->data(), a.rs2->data(), Tl);
-  a.y2 = make_buf(static_cast<std::size_t>(T) * h);
-  gather_tokens(s, tp, yl.data(), a.y2->data());
   if (w.is_moe) {
+    // The router and the routed experts take this rank's tokens; only a shared expert (column-parallel) needs
+    // them all, so under SP the all-gather runs for it alone. Without SP the two are one buffer.
     a.moe = std::make_shared<MoeActs>();
-    const float aux = moe_forward(s, w.moe, tp, ep, a.y2, out, *a.moe);
+    Buf local = std::make_shared<std::vector<float>>(std::move(yl));
+    if (!tp.sp) {
+      a.y2 = local;
+    } else if (w.moe.sw1.w) {
+      a.y2 = make_buf(static_cast<std::size_t>(T) * h);
+      gather_tokens(s, tp, local->data(), a.y2->data());
+    }
+    const float aux = moe_forward(s, w.moe, tp, ep, local, a.y2, out, *a.moe);
     for (std::size_t i = 0; i < nl; ++i) out[i] += (*a.x2)[i];
     if (save) *save = std::move(a);
     return aux;
   }
+  a.y2 = make_buf(static_cast<std::size_t>(T) * h);
+  gather_tokens(s, tp, yl.data(), a.y2->data());
   const std::size_t nf = static_cast<std::size_t>(T) * f;
   a.h1 = make_buf(nf); a.act = make_buf(nf);
   linear(a.y2->data(), T, h, f, w.w1, w.b1, a.h1->data());

@@ -134,12 +134,14 @@ void reduce_tokens(const LayerShape& s, const TensorParallel& tp, std::vector<fl
 }  // namespace
 
 float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
-                  const Buf& y_full, float* out, MoeActs& a) {
+                  const Buf& y_local, const Buf& y_full, float* out, MoeActs& a) {
   const int T = s.tokens, Tl = s.local_tokens, h = s.hidden, E = s.experts, k = s.top_k, fe = s.expert_ffn;
   const int El = E / ep.size, S = Tl * k;
   const bool swiglu = s.swiglu;
-  const float* y = y_full->data() + (tp.sp ? static_cast<std::size_t>(tp.rank) * Tl * h : 0);
-  a.yl = std::make_shared<std::vector<float>>(y, y + static_cast<std::size_t>(Tl) * h);
+  TESSEL_CHECK(y_local->size() == static_cast<std::size_t>(Tl) * h, "MoE input has " << y_local->size() << " values");
+  TESSEL_CHECK(!w.sw1.w || (y_full && y_full->size() == static_cast<std::size_t>(T) * h), "shared expert without all tokens");
+  const float* y = y_local->data();
+  a.yl = y_local;
 
   // Router: logits, softmax (max-subtracted), top-k.
   a.probs = make_buf(static_cast<std::size_t>(Tl) * E);
@@ -168,7 +170,8 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
       (*a.counts)[ids[j]] += 1.0f;
     }
   }
-  if (tp.size > 1) tp.all_reduce(a.counts->data(), a.counts->size());  // the micro-batch's tokens (SP shards)
+  // The micro-batch's counts over the SP shards: E values, not drawn by the simulator, so not in the trace.
+  if (tp.size > 1) tp.comm->all_reduce(a.counts->data(), a.counts->size());
   double aux = 0;
   for (int e = 0; e < E; ++e) {
     double col = 0;

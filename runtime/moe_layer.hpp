@@ -27,7 +27,7 @@
 namespace tessel::rt {
 
 struct MoeActs {
-  Buf yl;         // router input: this rank's tokens' norm output [Tl, h]
+  Buf yl;         // router input: this rank's tokens' norm output [Tl, h] (the layer's y2 without SP)
   Buf probs;      // [Tl, E] softmax
   Buf topi, topw; // [Tl * k] chosen experts (exact small integers) and their weights (scale included)
   Buf counts;     // [E] tokens of the micro-batch routed to each expert
@@ -40,11 +40,12 @@ struct MoeActs {
   std::vector<const Buf*> bufs() const;
 };
 
-// y_full: the norm output of all T tokens ([T, h]; under SP this rank's are rows tp.rank * Tl ...).
-// out: [Tl, h], the MLP's output for this rank's tokens (the caller adds the residual). Returns this rank's
-// part of the load-balancing loss.
+// y_local: the norm output of this rank's tokens ([Tl, h]), kept as the router's input; y_full: of all T
+// tokens ([T, h]) for the shared expert (null without one; y_local itself without SP). out: [Tl, h], the MLP's
+// output for this rank's tokens (the caller adds the residual). Returns this rank's part of the
+// load-balancing loss.
 float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
-                  const Buf& y_full, float* out, MoeActs& a);
+                  const Buf& y_local, const Buf& y_full, float* out, MoeActs& a);
 
 // dout: [Tl, h]. dy: [Tl, h], set to the gradient at this rank's norm output (before the SP reduction of
 // the caller's other terms: it is complete for this rank's tokens).

@@ -250,7 +250,7 @@ void DistributedOptimizer::add_squares(std::vector<float>& sq) {
   } else if (g_.at.dp == 0) {  // dp replicas hold the same all-reduced gradient
     for (const Param& p : store_.params()) {
       if (!counted(p)) continue;
-      sq[index.at(p.spec.name)] = static_cast<float>(kc::sum_squares(store_.grad(p), p.size()));
+      sq[index.at(p.spec.name)] += static_cast<float>(kc::sum_squares(store_.grad(p), p.size()));
       if (observe) observe(step_, p, 0, p.size(), store_.grad(p));
     }
   }

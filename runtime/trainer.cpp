@@ -34,8 +34,17 @@ void check_runnable(const Model& m, const Layout& l) {
     unsupported(extra);
   if (m.moe.enabled()) {
     const MoeSpec& e = m.moe;
-    if (m.mla.enabled() || m.mtp_layers > 0 || m.sliding_window > 0 || m.attention_sinks)
-      unsupported(m.beyond_dense());
+    // Name only what this runtime lacks: the experts themselves it runs.
+    std::vector<std::string> lacks;
+    if (m.mla.enabled()) lacks.push_back("multi-head latent attention");
+    if (m.mtp_layers > 0) lacks.push_back("multi-token prediction (mtp_layers " + std::to_string(m.mtp_layers) + ")");
+    if (m.sliding_window > 0) lacks.push_back("sliding-window attention");
+    if (m.attention_sinks) lacks.push_back("attention sinks");
+    if (!lacks.empty()) {
+      std::string what;
+      for (const auto& x : lacks) what += (what.empty() ? "" : ", ") + x;
+      unsupported(what);
+    }
     if (e.shared_gate) unsupported("moe.shared_gate");
     if (e.expert_bias) unsupported("moe.expert_bias");
     if (m.has_mlp_bias()) unsupported("MLP biases in a mixture of experts");

@@ -81,9 +81,12 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     // NVLink while the share for the n - k members elsewhere leaves through its own NIC, at the same time.
     // (A hierarchical model, as for all-gather, would send only 1/k of the buffer over the network: an
     // expert-parallel group over two nodes sends half of it.)
+    // k: members per node, the group node-aligned (as above; a group straddling node boundaries is priced as
+    // if it did not, so its slowest member is underestimated).
     const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));
     const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
-    const double intra = static_cast<double>(k - 1) / n * bytes / intra_bw_Bps;
+    const LinkRate& own = sys.node.collective[static_cast<std::size_t>(c)];
+    const double intra = static_cast<double>(k - 1) / n * bytes / (own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps);
     const double inter = static_cast<double>(n - k) / n * bytes / bw_net;
     out.inter_node = true;
     out.seconds = sys.node.intra_latency_s + sys.net.latency_s + std::max(intra, inter);

@@ -33,6 +33,7 @@ std::vector<std::uint32_t> critical_path(const Job& job, const RunResult& run) {
   std::vector<double> weights;
   std::size_t m = 0;
   for (std::uint32_t t = 0; t < n; ++t) m += g.successors(t).size() + (g.num_preds[t] == 0);
+  TESSEL_CHECK(m < (std::size_t(1) << 32), "critical path: " << m << " edges exceed the graph's 32-bit edge index");
   edges.reserve(m);
   weights.reserve(m);
   for (std::uint32_t t = 0; t < n; ++t)

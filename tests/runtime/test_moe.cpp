@@ -132,7 +132,7 @@ std::vector<rt::StepStats> run_moe(const Layout& l, int steps) {
 }
 
 Layout moe_layout(int tp, int pp, int dp, int ep, const std::string& schedule = "1f1b") {
-  Layout l = test::layout(tp, pp, dp, schedule, sched::default_vpp(sched::parse_schedule(schedule, "case"), 1), 8);
+  Layout l = test::layout(tp, pp, dp, schedule, sched::default_vpp(sched::parse_schedule(schedule, "case"), 2), 8);
   l.ep = ep;
   l.etp = 1;
   l.sequence_parallel = tp > 1;  // Megatron-Core's rule for MoE with tp (moe-tp-needs-sp)
@@ -142,28 +142,35 @@ Layout moe_layout(int tp, int pp, int dp, int ep, const std::string& schedule = 
 }  // namespace
 
 TEST_CASE("a MoE layer's gradients match central finite differences of its forward") {
-  FdLayer f;
-  const std::vector<float> dx = f.backward();
-  for (std::size_t i : {0u, 5u, 13u, 22u, 40u, 47u}) check_fd("x", &f.x[i], dx[i], f);
-  // Every tensor of the layer's MLP, a few entries each (the router's included: top-k weights and aux loss).
-  int checked = 0;
-  for (auto* st : {&f.dense, &f.experts})
-    for (const rt::Param& p : st->params()) {
-      if (p.spec.name.find("attn.") != std::string::npos) continue;
-      for (std::size_t i = 0; i < p.size(); i += std::max<std::size_t>(1, p.size() / 3)) {
-        check_fd(p.spec.name.c_str(), st->data(p) + i, st->grad(p)[i], f);
-        ++checked;
+  // Renormalised top-k weights (tiny-moe's router), and un-renormalised ones under a routed scale of 2.5
+  // (DeepSeek's routed_scaling_factor): both branches of the router's gradient.
+  for (bool normalize : {true, false}) {
+    CAPTURE(normalize);
+    FdLayer f;
+    f.s.normalize_top_k = normalize;
+    f.s.route_scale = normalize ? 1.0f : 2.5f;
+    const std::vector<float> dx = f.backward();
+    for (std::size_t i : {0u, 5u, 13u, 22u, 40u, 47u}) check_fd("x", &f.x[i], dx[i], f);
+    // Every tensor of the layer's MLP, a few entries each (the router's included: top-k weights and aux loss).
+    int checked = 0;
+    for (auto* st : {&f.dense, &f.experts})
+      for (const rt::Param& p : st->params()) {
+        if (p.spec.name.find("attn.") != std::string::npos) continue;
+        for (std::size_t i = 0; i < p.size(); i += std::max<std::size_t>(1, p.size() / 3)) {
+          check_fd(p.spec.name.c_str(), st->data(p) + i, st->grad(p)[i], f);
+          ++checked;
+        }
       }
-    }
-  CHECK(checked >= 30);
-  // The load-balancing term is there: without it the router's gradient changes.
-  const rt::Param& router = f.dense.at("layers.0.moe.router");
-  const std::vector<float> with(f.dense.grad(router), f.dense.grad(router) + router.size());
-  f.s.aux_coef = 0.0f;
-  f.backward();
-  double diff = 0;
-  for (std::size_t i = 0; i < router.size(); ++i) diff += std::abs(with[i] - f.dense.grad(router)[i]);
-  CHECK(diff > 1e-3);
+    CHECK(checked >= 30);
+    // The load-balancing term is there: without it the router's gradient changes.
+    const rt::Param& router = f.dense.at("layers.0.moe.router");
+    const std::vector<float> with(f.dense.grad(router), f.dense.grad(router) + router.size());
+    f.s.aux_coef = 0.0f;
+    f.backward();
+    double diff = 0;
+    for (std::size_t i = 0; i < router.size(); ++i) diff += std::abs(with[i] - f.dense.grad(router)[i]);
+    CHECK(diff > 1e-3);
+  }
 }
 
 TEST_CASE("tiny-moe on ep 1, 2, 4, 8 with tp, pp, dp, ZeRO and recomputation matches the single-rank run") {
@@ -179,6 +186,9 @@ TEST_CASE("tiny-moe on ep 1, 2, 4, 8 with tp, pp, dp, ZeRO and recomputation mat
     cases.push_back(moe_layout(1, 1, 4, 2));
     cases.back().zero_stage = zero;
   }
+  cases.push_back(moe_layout(1, 2, 2, 2, "zb1p"));  // ZeRO-2's per-micro-batch flush under a split backward
+  cases.back().zero_stage = 2;
+  cases.push_back(moe_layout(2, 2, 2, 4, "interleaved"));  // two chunks per rank, experts over tp x dp
   for (Recompute rc : {Recompute::selective, Recompute::full}) {
     cases.push_back(moe_layout(2, 2, 1, 2));
     cases.back().recompute = rc;
@@ -225,17 +235,26 @@ TEST_CASE("an ep rank holds its experts only, ZeRO shards their moments over edp
   for (const auto& e : one.trace.events) CHECK(e.op != "ep_alltoall");
   // The simulator's trace of the same layout draws the same all-to-alls (also without tp), so every op of
   // the two traces aligns and compare / calibrate see the exchange.
-  const Layout l = moe_layout(1, 1, 4, 4);
   const System sys = load_system("cpu");
-  Layout sl = l;
-  sl.attention = AttentionImpl::unfused;
-  const trace::Trace st = engine::to_trace(engine::simulate(m, sl, sys), sys);
-  const trace::Comparison c = trace::compare_traces(st, four.trace);
-  CHECK(c.matched == c.events_a);
-  CHECK(c.unmatched_a.empty());
-  int matched_a2a = 0;
-  for (const auto& p : c.pairs) matched_a2a += st.events[p.a].op == "ep_alltoall";
-  CHECK(matched_a2a == 4 * 3 * 4 * mbs);  // every rank's
+  const auto align = [&](const Layout& l, const rt::ThreadRunResult& run) {
+    Layout sl = l;
+    sl.attention = AttentionImpl::unfused;
+    const trace::Trace st = engine::to_trace(engine::simulate(m, sl, sys), sys);
+    const trace::Comparison c = trace::compare_traces(st, run.trace);
+    std::string only_a;
+    for (const auto& o : c.only_in_a) only_a += o.op + " x" + std::to_string(o.count) + " ";
+    CAPTURE(only_a);
+    CHECK(c.matched == c.events_a);
+    CHECK(c.unmatched_a.empty());
+    int matched_a2a = 0;
+    for (const auto& p : c.pairs) matched_a2a += st.events[p.a].op == "ep_alltoall";
+    return matched_a2a;
+  };
+  CHECK(align(moe_layout(1, 1, 4, 4), four) == 4 * 3 * 4 * mbs);  // every rank's
+  // tp 2 with SP (the simulator folds each tp group into its rank 0): the shared expert's tp collectives too.
+  const Layout tp2 = moe_layout(2, 1, 1, 2);
+  const rt::ThreadRunResult t2 = rt::train_threads(m, tp2, opt, 1);
+  CHECK(align(tp2, t2) == 3 * 4 * tp2.num_microbatches());
 }
 
 TEST_CASE("a recovery checkpoint of tiny-moe saved at ep 2 resumes at ep 4, at ep 1 and with ZeRO-1 as if uninterrupted") {
@@ -265,8 +284,14 @@ TEST_CASE("the runtime refuses the MoE parts it does not build, naming them") {
   sig.moe.router.score = RouterScore::sigmoid;
   CHECK_THROWS_WITH_AS(rt::check_runnable(sig, moe_layout(1, 1, 1, 1)), doctest::Contains("moe.router.score sigmoid"), InputError);
   Model ds = load_model("deepseek-v3");
-  CHECK_THROWS_WITH_AS(rt::check_runnable(ds, moe_layout(1, 1, 1, 1)), doctest::Contains("multi-head latent attention"),
-                       std::exception);
+  std::string what;
+  try {
+    rt::check_runnable(ds, moe_layout(1, 1, 1, 1));
+  } catch (const InputError& e) {
+    what = e.what();
+  }
+  CHECK(what.find("multi-head latent attention, multi-token prediction (mtp_layers 1)") != std::string::npos);
+  CHECK(what.find("mixture of experts") == std::string::npos);  // the experts it runs
 }
 
 // As tests/runtime/test_memory_prediction.cpp for dense models, with the same 10% bound: the runtime model

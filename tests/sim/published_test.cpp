@@ -275,7 +275,10 @@ TEST_CASE("published MoE rows: scored by tokens/s within the stated bounds, the 
     const std::string id = row.at("id").get<std::string>();
     const std::string preset = system_for_gpu(row.at("hardware").at("gpu").get<std::string>(), id);
     if (preset.empty()) continue;
-    crosses_nodes[id] = row.at("layout").at("ep").get<int>() > load_system(preset).node.gpus_per_node;
+    // ep members are etp apart (etp fastest in the folding); the group spans (ep - 1) etp + 1 GPUs.
+    const Json& lay = row.at("layout");
+    const int etp = lay.contains("etp") && lay.at("etp").is_number() ? lay.at("etp").get<int>() : 1;
+    crosses_nodes[id] = (lay.at("ep").get<int>() - 1) * etp + 1 > load_system(preset).node.gpus_per_node;
   }
   double sum = 0;
   int across = 0;
