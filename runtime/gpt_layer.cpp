@@ -76,13 +76,15 @@ void add_colsum(const float* dy, int rows, int cols, float* db) {
     for (int c = 0; c < cols; ++c) db[c] += dy[static_cast<std::size_t>(r) * cols + c];
 }
 
-// Column-parallel input: all-gather the local tokens under SP, else the activations are already full.
+kc::AttentionShape attn_shape(const LayerShape& s) { return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim}; }
+
+}  // namespace
+
 void gather_tokens(const LayerShape& s, const TensorParallel& tp, const float* local, float* full) {
   if (tp.sp) tp.all_gather(local, full, static_cast<std::size_t>(s.local_tokens) * s.hidden);
   else std::copy(local, local + static_cast<std::size_t>(s.tokens) * s.hidden, full);
 }
 
-// Row-parallel output (partial sums over the tp group) -> this rank's tokens, summed.
 void reduce_tokens(const LayerShape& s, const TensorParallel& tp, std::vector<float>& partial, float* local) {
   if (tp.sp) {
     tp.reduce_scatter(partial.data(), local, static_cast<std::size_t>(s.local_tokens) * s.hidden);
@@ -91,10 +93,6 @@ void reduce_tokens(const LayerShape& s, const TensorParallel& tp, std::vector<fl
     std::copy(partial.begin(), partial.end(), local);
   }
 }
-
-kc::AttentionShape attn_shape(const LayerShape& s) { return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim}; }
-
-}  // namespace
 
 void norm_forward(const LayerShape& s, const Weight& g, const Weight& b, const float* x, float* y, float* mu, float* rs,
                   int rows) {

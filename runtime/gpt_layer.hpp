@@ -121,6 +121,12 @@ float layer_forward(const LayerShape& s, const LayerWeights& w, const TensorPara
 void layer_backward(const LayerShape& s, const LayerWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
                     const LayerActs& a, const float* dout, float* dx, std::vector<WeightGradJob>& jobs);
 
+// The tensor-parallel edges of a column-/row-parallel pair (the dense MLP, attention, a MoE layer's shared
+// expert): gather_tokens all-gathers this rank's tokens under SP (else copies the full activations);
+// reduce_tokens sums the row-parallel partials over tp into this rank's tokens (a reduce-scatter under SP).
+void gather_tokens(const LayerShape& s, const TensorParallel& tp, const float* local, float* full);
+void reduce_tokens(const LayerShape& s, const TensorParallel& tp, std::vector<float>& partial, float* local);
+
 // Norm dispatch shared with the stage's final norm.
 void norm_forward(const LayerShape& s, const Weight& g, const Weight& b, const float* x, float* y, float* mu, float* rs,
                   int rows);

@@ -117,20 +117,6 @@ std::vector<float> from_experts(const std::vector<std::vector<float>>& per_exper
   return rows;
 }
 
-// Column-parallel input / row-parallel output of the shared expert, as the dense MLP (gpt_layer.cpp).
-void gather_tokens(const LayerShape& s, const TensorParallel& tp, const float* local, float* full) {
-  if (tp.sp) tp.all_gather(local, full, static_cast<std::size_t>(s.local_tokens) * s.hidden);
-  else std::copy(local, local + static_cast<std::size_t>(s.tokens) * s.hidden, full);
-}
-void reduce_tokens(const LayerShape& s, const TensorParallel& tp, std::vector<float>& partial, float* local) {
-  if (tp.sp) {
-    tp.reduce_scatter(partial.data(), local, static_cast<std::size_t>(s.local_tokens) * s.hidden);
-  } else {
-    tp.all_reduce(partial.data(), partial.size());
-    std::copy(partial.begin(), partial.end(), local);
-  }
-}
-
 }  // namespace
 
 float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
