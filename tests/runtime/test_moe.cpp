@@ -2,8 +2,8 @@
 //  - the MoE layer's gradients (router through top-k renormalisation and the load-balancing loss, routed
 //    experts, shared expert, input) against central finite differences of its forward, which shares no code
 //    with the backward;
-//  - tiny-moe trained on ep 1, 2, 4 and 8 combined with tp (sp, etp 1), pp (1F1B, zero bubble), dp, ZeRO 1/2
-//    and recomputation: the same losses, load-balancing losses and per-parameter gradient norms as one rank;
+//  - tiny-moe trained on ep 1, 2, 4 and 8 combined with tp (sp, etp 1), pp (1F1B, interleaved, zero bubble,
+//    ZBV, DualPipeV), dp, ZeRO 1/2 and recomputation: the same losses, load-balancing losses and per-parameter gradient norms as one rank;
 //  - experts held by their ep rank only; the trace carries the layer's all-to-alls;
 //  - recovery checkpoints resharded between ep sizes; activation memory against the cost model's.
 #include <doctest/doctest.h>
@@ -189,6 +189,7 @@ TEST_CASE("tiny-moe on ep 1, 2, 4, 8 with tp, pp, dp, ZeRO and recomputation mat
   cases.push_back(moe_layout(1, 2, 2, 2, "zb1p"));  // ZeRO-2's per-micro-batch flush under a split backward
   cases.back().zero_stage = 2;
   cases.push_back(moe_layout(2, 2, 2, 4, "interleaved"));  // two chunks per rank, experts over tp x dp
+  for (const char* v : {"zbv", "dualpipev"}) cases.push_back(moe_layout(1, 2, 2, 2, v));  // V schedules, F&B overlapped
   for (Recompute rc : {Recompute::selective, Recompute::full}) {
     cases.push_back(moe_layout(2, 2, 1, 2));
     cases.back().recompute = rc;
