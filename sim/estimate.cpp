@@ -71,17 +71,17 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
   const LayerWork& lw = c.work.layer;
   double tp_hidden = 0;
   for (const auto& st : c.work.stages)
-    if (l.rank_of_stage(st.stage) == busiest) {
-      e.cp_comm_s += mb * st.layers * (lw.cp_comm_f + lw.cp_comm_b);
-      e.cp_exposed_s += mb * st.layers * (lw.t_cp_f + lw.t_cp_b);
-      // A MoE model's dense layers hide their own (their MLP's TP collectives); the recomputed ones counted as
-      // the MoE kind's.
-      const LayerWork& dw = mixed_layers(c.work.model) ? c.work.dense_layer : lw;
-      const int nd = st.dense_layers, nm = st.layers - nd;
-      const int rd = st.recomputed_layers - (c.work.model.moe.enabled() ? st.recomputed_moe_layers : st.recomputed_layers);
-      tp_hidden += mb * (nm * (lw.tp_hidden_f + lw.tp_hidden_b) + nd * (dw.tp_hidden_f + dw.tp_hidden_b) +
-                         (l.recompute == Recompute::full ? (st.recomputed_layers - rd) * lw.tp_hidden_f + rd * dw.tp_hidden_f : 0.0));
-    }
+    if (l.rank_of_stage(st.stage) == busiest)
+      for (int k = 0; k < kLayerKinds; ++k) {
+        // Each kind of layer hides its own TP collectives (a MoE model's dense layers their MLP's); a
+        // recomputed layer's forward hides them once more.
+        const int n = st.kind_layers[static_cast<std::size_t>(k)], r = st.kind_recomputed[static_cast<std::size_t>(k)];
+        if (n == 0) continue;
+        const LayerWork& kw = c.work.kind(k);
+        e.cp_comm_s += mb * n * (kw.cp_comm_f + kw.cp_comm_b);
+        e.cp_exposed_s += mb * n * (kw.t_cp_f + kw.t_cp_b);
+        tp_hidden += mb * (n * (kw.tp_hidden_f + kw.tp_hidden_b) + (l.recompute == Recompute::full ? r * kw.tp_hidden_f : 0.0));
+      }
   const double s = overlap_slowdown;
   e.tp_comm_s = e.tp_exposed_s - tp_hidden * s / (1.0 + s) + tp_hidden;
   // A MoE layer's all-to-alls (and etp gathers) block the compute stream as TP's do (Megatron-Core's default,
@@ -183,8 +183,14 @@ void rates(Estimate& e, const StepCosts& c, const Model& m, int gpus, double pea
   e.hw_tflops_per_gpu = hw_flops / e.step_s / gpus / 1e12;
   e.tflops_eq3_per_gpu = eq3_flops / e.step_s / gpus / 1e12;
   e.mfu = model_flops / e.step_s / gpus / peak;
-  // fwd + bwd = 3x the forward's attention core, over every layer of every micro-batch of the replicas.
-  const double attention_full = 3 * c.work.layer.flops_attention_f * (m.layers + m.mtp_layers) * l.tp * l.cp * mb * l.dp;
+  // fwd + bwd = 3x the forward's attention core counted non-causal (windowed layers count their band as
+  // computed: nothing to halve), over every layer of every micro-batch of the replicas.
+  double attention_layers = 0;
+  for (const auto& st : c.work.stages)
+    for (int k = 0; k < kLayerKinds; ++k)
+      attention_layers += st.kind_layers[static_cast<std::size_t>(k)] * c.work.kind(k).flops_attention_f;
+  attention_layers += m.mtp_layers * c.work.kind(layer_kind(m, m.layers - 1)).flops_attention_f;
+  const double attention_full = 3 * attention_layers * l.tp * l.cp * mb * l.dp;
   const double causal_flops = model_flops - attention_full / 2;
   e.model_tflops_per_gpu_causal = causal_flops / e.step_s / gpus / 1e12;
   e.mfu_causal = causal_flops / e.step_s / gpus / peak;

@@ -165,9 +165,14 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
   LayerWork own;
   if (!layer) own = lower_layer(m, l, sys);
   const LayerWork& lw = layer ? *layer : own;
-  // A MoE model's dense layers (DeepSeek's first ones) priced as theirs.
-  LayerWork dense;
-  if (mixed_layers(m)) dense = lower_layer(dense_part(m), l, sys);
+  // Each kind of layer (a MoE model's dense layers, windowed attention layers) priced as its own.
+  std::array<LayerWork, kLayerKinds - 1> others;
+  KindWork kinds{&lw};
+  for (int k = 1; k < kLayerKinds; ++k)
+    if (has_layer_kind(m, k)) {
+      others[static_cast<std::size_t>(k - 1)] = lower_layer(kind_model(m, k), l, sys);
+      kinds[static_cast<std::size_t>(k)] = &others[static_cast<std::size_t>(k - 1)];
+    }
   const int S = l.num_stages(), L = m.layers;
   constexpr double kNoLimit = std::numeric_limits<double>::infinity();
   PartitionCosts c;
@@ -176,11 +181,14 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
     return x.t_f + x.t_tp_f + x.t_cp_f + x.t_i + x.t_tp_b + x.t_cp_b + x.t_w + (reruns ? x.t_recompute : 0.0);
   };
   c.layer_s.assign(static_cast<std::size_t>(L), layer_s(lw));
-  if (mixed_layers(m))
-    for (int i : m.moe.dense_layers) c.layer_s[static_cast<std::size_t>(i)] = layer_s(dense);
+  if (kinds[1] || kinds[2] || kinds[3])
+    for (int i = 0; i < L; ++i) c.layer_s[static_cast<std::size_t>(i)] = layer_s(*kinds[static_cast<std::size_t>(layer_kind(m, i))]);
   if (block_recompute(l)) {
     c.block_layers = l.recompute_layers;
-    c.block_s = mixed_layers(m) ? std::min(lw.t_recompute, dense.t_recompute) : lw.t_recompute;
+    // One block saving for every stage: the smallest kind's, so that no stage is thought faster than it is.
+    c.block_s = lw.t_recompute;
+    for (const LayerWork* k : kinds)
+      if (k) c.block_s = std::min(c.block_s, k->t_recompute);
   }
   c.layer_bytes.assign(static_cast<std::size_t>(L), 0.0);
   c.act_bytes.assign(static_cast<std::size_t>(L), 0.0);
@@ -190,7 +198,7 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
   std::vector<StageWork> ends(static_cast<std::size_t>(S));
   StageEdges first_edges, last_edges;
   for (int st : {0, S - 1}) {
-    ends[static_cast<std::size_t>(st)] = stage_work(m, l, sys, lw, st, 0, first_edges, last_edges, &dense, st == 0 ? 0 : L);
+    ends[static_cast<std::size_t>(st)] = stage_work(m, l, sys, kinds, st, 0, first_edges, last_edges, st == 0 ? 0 : L);
     const StageWork& e = ends[static_cast<std::size_t>(st)];
     c.stage_s[static_cast<std::size_t>(st)] = e.f + e.i + e.w;
   }

@@ -45,8 +45,7 @@ std::string alnum_lower(const std::string& x) {
 }
 
 // A MoE row's model: the preset of its name, its shape and MoE keys checked against the row (published-moe.json's
-// keys: experts, experts_per_token, expert_ffn, layers, hidden), the row's sequence length. A model with parts
-// the cost model does not price yet (latent attention, MTP, sliding windows) is skipped with them named.
+// keys: experts, experts_per_token, expert_ffn, layers, hidden), the row's sequence length.
 Model moe_model_of(const Json& mj, const std::string& where, std::vector<std::string>& assumed) {
   const std::string name = str_field(mj, "name", where + ".model", "row model");
   std::optional<std::string> preset;
@@ -65,8 +64,6 @@ Model moe_model_of(const Json& mj, const std::string& where, std::vector<std::st
   agree("experts_per_token", m.moe.top_k);
   agree("expert_ffn", m.moe.expert_ffn);
   if (!is_null(mj, "seq_len")) m.seq_len = int_field(mj, "seq_len", where + ".model");
-  if (const std::string missing = unpriced_features(m); !missing.empty())
-    throw RowSkip{"model " + *preset + ": " + missing + " not yet priced by the cost model"};
   assumed.push_back("model from preset " + *preset);
   return m;
 }

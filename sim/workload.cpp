@@ -48,7 +48,38 @@ double layer_expert_params_per_gpu(const Model& m, const Layout& l) {
   return static_cast<double>(m.moe.experts / l.ep) * static_cast<double>(m.expert_params()) / l.expert_tp();
 }
 
-const LayerWork& Workload::layer_of(int i) const { return mixed_layers(model) && !model.is_moe_layer(i) ? dense_layer : layer; }
+int uniform_window(const Model& m) {
+  const bool all = m.sliding_window > 0 && static_cast<int>(m.window_layers.size()) == m.layers;
+  return all && m.sliding_window < m.seq_len ? m.sliding_window : 0;
+}
+
+int layer_kind(const Model& m, int i) {
+  const int w = m.window_of_layer(i);
+  return (mixed_layers(m) && !m.is_moe_layer(i) ? 1 : 0) + (w > 0 && w < m.seq_len ? 2 : 0);
+}
+
+std::array<int, kLayerKinds> layer_kinds_in(const Model& m, int first, int end) {
+  std::array<int, kLayerKinds> n{};
+  // Most models have one kind: count without a per-layer walk.
+  if (!mixed_layers(m) && (m.sliding_window == 0 || m.sliding_window >= m.seq_len)) {
+    n[0] = std::max(0, end - first);
+    return n;
+  }
+  for (int i = first; i < end; ++i) ++n[static_cast<std::size_t>(layer_kind(m, i))];
+  return n;
+}
+
+bool has_layer_kind(const Model& m, int k) { return layer_kinds_in(m, 0, m.layers)[static_cast<std::size_t>(k)] > 0; }
+
+Model kind_model(const Model& m, int k) {
+  Model x = k & 1 ? dense_part(m) : m;
+  x.window_layers.clear();
+  if (k & 2)
+    for (int i = 0; i < x.layers; ++i) x.window_layers.push_back(i);
+  else
+    x.sliding_window = 0;
+  return x;
+}
 
 const StageEdges* Workload::edges_of(int stage) const {
   if (stage == 0) return &first_edges;
@@ -129,8 +160,28 @@ WorkOp collective_op(const char* name, Collective c, double bytes, const cost::G
   return op;
 }
 
+// Query-key pairs of a windowed causal attention over n queries, each seeing the last w positions (itself
+// included): w(w+1)/2 + (n - w) w, or n(n+1)/2 when the window covers the sequence.
+double window_pairs(double n, double w) {
+  if (w >= n) return n * (n + 1) / 2;
+  return w * (w + 1) / 2 + (n - w) * w;
+}
+
+// The same band as a tiled kernel computes it: the pairs of every tile x tile block the band touches (query
+// block j reaches key blocks from the one holding position j*tile - w + 1 to its own diagonal block).
+double window_tile_pairs(double n, double w, int tile) {
+  const auto blocks = static_cast<long long>(std::ceil(n / tile));
+  double touched = 0;
+  for (long long j = 0; j < blocks; ++j) {
+    const long long lo = std::max(0LL, (j * tile - static_cast<long long>(w) + 1) / tile);
+    touched += static_cast<double>(j - lo + 1);
+  }
+  return touched * tile * tile;
+}
+
 // Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and sees
-// all keys over the ring), then A V.
+// all keys over the ring), then A V. The unfused path computes and masks the whole s_q x s_k matrix whatever
+// the mask, so a windowed layer costs it as much as a full one (and its model FLOPs are counted so too).
 void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vector<WorkOp>& ops) {
   const Precision p = l.precision;
   const double e = d.elt;
@@ -162,11 +213,23 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   // FP8 recipes keep the attention core in 16-bit (Transformer Engine's default; attention_time prices it so).
   fa.precision = p == Precision::fp8 ? Precision::bf16 : p;
   fa.attention_core = true;
-  const double full = 2.0 * batch * sq * sk * (d.qk_d + d.v_d);  // QK^T and AV, non-causal (4 b h s^2 d)
-  fa.flops_f = full;
-  fa.flops_b = 2 * full;
-  fa.exec_flops_f = full / 2;
-  fa.exec_flops_b = 2.5 * full / 2;
+  const double per_pair = 2.0 * batch * (d.qk_d + d.v_d);  // QK^T and AV of one query-key pair, this rank's heads
+  if (const int w = uniform_window(m); w > 0) {
+    // A windowed layer (sliding_window shorter than the sequence): each query sees the last w positions, itself
+    // included. Model FLOPs count those pairs, w(w+1)/2 + (s - w) w per head (Megatron-Bridge's GPT-OSS
+    // FLOPs formula counts the same; there is no non-causal count to offer). The kernel works in tiles of
+    // 128 queries x 128 keys (FlashAttention-2's block size) and computes every tile the band touches.
+    fa.flops_f = per_pair * window_pairs(d.s, w) / d.cp;  // a CP rank's share of the band
+    fa.flops_b = 2 * fa.flops_f;
+    fa.exec_flops_f = per_pair * window_tile_pairs(d.s, w, 128) / d.cp;
+    fa.exec_flops_b = 2.5 * fa.exec_flops_f;
+  } else {
+    const double full = per_pair * sq * sk;  // non-causal (4 b h s^2 d)
+    fa.flops_f = full;
+    fa.flops_b = 2 * full;
+    fa.exec_flops_f = full / 2;
+    fa.exec_flops_b = 2.5 * full / 2;
+  }
   // Q, K, V read and the output written (MLA: Q and K of qk_d per head, V and the output of v_d).
   const double io = m.mla.enabled() ? e * d.tokens * d.heads * 2 * (d.qk_d + d.v_d) / d.t
                                     : e * d.tokens * (d.q_dim + 2 * d.kv_dim + d.q_dim) / d.t;
@@ -275,6 +338,13 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
     ops.push_back(gemm_op("shared_down", p, {Mt, H, static_cast<std::int64_t>(fs)}));
     if (sp) ops.push_back(collective_op("tp_reducescatter_shared", Collective::reduce_scatter, e * d.x, tp));
     else if (d.t > 1) ops.push_back(collective_op("tp_allreduce_shared", Collective::all_reduce, e * d.x, tp));
+    if (m.moe.shared_gate) {
+      // Qwen2-MoE's gate (Megatron-Core's SharedExpertMLP with use_shared_expert_gate): sigmoid(x w), one
+      // logit per token from a [h, 1] weight every tp rank holds, scales the shared experts' output. A GEMV
+      // on the sequence shard, then read the output, write it scaled (backward: read it and its gradient too).
+      ops.push_back(gemm_op("shared_gate", router_p, {static_cast<std::int64_t>(T), 1, H}));
+      ops.push_back(elementwise_op("shared_gate_scale", 2 * e * d.xs, 3 * e * d.xs));
+    }
   }
 }
 
@@ -291,6 +361,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   const bool sp = l.sequence_parallel;
   const cost::GroupPlacement tp = tp_group(l);
   std::vector<WorkOp>& ops = lw.ops;
+  lw.window = l.attention == AttentionImpl::flash ? uniform_window(m) : 0;
 
   // Norm 1 (on the sequence shard under SP): read x, write y.
   ops.push_back(elementwise_op("norm1", 2 * e * d.xs, 3 * e * d.xs));
@@ -403,7 +474,8 @@ void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
     lw.t_i += op.t_i;
     lw.t_w += op.t_w;
     if (op.cls == OpClass::gemm || op.cls == OpClass::attention) lw.flops_model_f += op.flops_f;
-    if (op.attention_core && (op.cls == OpClass::gemm || op.cls == OpClass::attention)) lw.flops_attention_f += op.flops_f;
+    if (op.attention_core && (op.cls == OpClass::gemm || op.cls == OpClass::attention) && lw.window == 0)
+      lw.flops_attention_f += op.flops_f;
   }
   // Recompute work per recomputed layer: the whole forward with its TP collectives (full), or the attention
   // core only (selective; Korthikanti et al. Sec. 4.2). Under flash attention too: Megatron-core checkpoints
@@ -566,13 +638,6 @@ Model dense_part(const Model& m) {
 
 bool mixed_layers(const Model& m) { return m.moe.enabled() && !m.moe.dense_layers.empty(); }
 
-int dense_layers_in(const Model& m, int first, int end) {
-  if (!m.moe.enabled()) return end - first;
-  int n = 0;
-  for (int i : m.moe.dense_layers) n += i >= first && i < end;
-  return n;
-}
-
 namespace {
 // A layer's parameters that tensor parallelism keeps whole on every tp rank: a MoE layer's norms (q/k norms
 // included) and router (Megatron-Core marks the router's weight sequence-parallel: its gradient is summed
@@ -627,8 +692,8 @@ void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork
 }
 }  // namespace
 
-StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
-                     StageEdges& first_edges, StageEdges& last_edges, const LayerWork* dense, int first_layer) {
+StageWork stage_work(const Model& m, const Layout& l, const System& sys, const KindWork& kinds, int s, int layers,
+                     StageEdges& first_edges, StageEdges& last_edges, int first_layer) {
   const int stages = l.num_stages();
   StageWork st;
   st.stage = s;
@@ -640,35 +705,46 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
   } else if (l.recompute == Recompute::selective) {
     st.recomputed_layers = st.layers;
   }
-  // A MoE model with dense layers (DeepSeek's first ones): each kind counted with its own lowering. The
-  // recomputed layers are the stage's first ones (Megatron's block method), so their kinds come from there.
-  const bool mixed = mixed_layers(m);
-  TESSEL_CHECK(!mixed || dense, "stage " << s << " of " << m.name << " has dense and MoE layers: the dense layer's work is needed");
-  const int nd = mixed ? dense_layers_in(m, first_layer, first_layer + layers) : 0, nm = layers - nd;
-  const int rd = mixed ? dense_layers_in(m, first_layer, first_layer + st.recomputed_layers) : 0,
-            rm = st.recomputed_layers - rd;
-  const LayerWork& dw = mixed ? *dense : lw;
-  const auto both = [&](auto per) { return nm * per(lw) + nd * per(dw); };
-  st.moe_layers = m.moe.enabled() ? nm : 0;
-  st.dense_layers = nd;
-  st.recomputed_moe_layers = m.moe.enabled() ? rm : 0;
-  st.recompute = rm * lw.t_recompute + rd * dw.t_recompute;
-  st.f = both([](const LayerWork& x) { return x.t_f + x.t_tp_f + x.t_cp_f; });
-  st.i = both([](const LayerWork& x) { return x.t_i + x.t_tp_b + x.t_cp_b; }) + st.recompute;
-  st.w = both([](const LayerWork& x) { return x.t_w; });
-  st.tp_comm_f = both([](const LayerWork& x) { return x.t_tp_f; });
-  st.tp_comm_b = both([](const LayerWork& x) { return x.t_tp_b; }) +
-                 (l.recompute == Recompute::full ? rm * lw.t_tp_f + rd * dw.t_tp_f : 0);
-  st.flops_layers_f = both([](const LayerWork& x) { return x.flops_model_f; });
+  // Each kind of layer (a MoE model's dense layers, windowed attention layers) counted with its own lowering.
+  // The recomputed layers are the stage's first ones (Megatron's block method), so their kinds come from there.
+  st.kind_layers = layer_kinds_in(m, first_layer, first_layer + layers);
+  st.kind_recomputed = layer_kinds_in(m, first_layer, first_layer + st.recomputed_layers);
+  for (int k = 0; k < kLayerKinds; ++k)
+    TESSEL_CHECK(st.kind_layers[static_cast<std::size_t>(k)] == 0 || kinds[static_cast<std::size_t>(k)],
+                 "stage " << s << " of " << m.name << " has layers of kind " << k << ": that kind's work is needed");
+  // Sum over the kinds of per(kind's work) times a count per kind.
+  const auto sum = [&](const std::array<int, kLayerKinds>& n, auto per) {
+    double t = 0;
+    for (std::size_t k = 0; k < kinds.size(); ++k)
+      if (n[k] > 0) t += n[k] * per(*kinds[k]);
+    return t;
+  };
+  const auto& n = st.kind_layers;
+  const auto& r = st.kind_recomputed;
+  const int nm = m.moe.enabled() ? n[0] + n[2] : 0, rm = m.moe.enabled() ? r[0] + r[2] : 0;
+  st.moe_layers = nm;
+  st.recomputed_moe_layers = rm;
+  st.recompute = sum(r, [](const LayerWork& x) { return x.t_recompute; });
+  st.f = sum(n, [](const LayerWork& x) { return x.t_f + x.t_tp_f + x.t_cp_f; });
+  st.i = sum(n, [](const LayerWork& x) { return x.t_i + x.t_tp_b + x.t_cp_b; }) + st.recompute;
+  st.w = sum(n, [](const LayerWork& x) { return x.t_w; });
+  st.tp_comm_f = sum(n, [](const LayerWork& x) { return x.t_tp_f; });
+  st.tp_comm_b = sum(n, [](const LayerWork& x) { return x.t_tp_b; }) +
+                 (l.recompute == Recompute::full ? sum(r, [](const LayerWork& x) { return x.t_tp_f; }) : 0);
+  st.flops_layers_f = sum(n, [](const LayerWork& x) { return x.flops_model_f; });
   st.flops_model = 3 * st.flops_layers_f;
-  st.flops_hw = st.flops_model + rm * lw.flops_hw_extra + rd * dw.flops_hw_extra;
+  st.flops_hw = st.flops_model + sum(r, [](const LayerWork& x) { return x.flops_hw_extra; });
+  // Memory and parameters differ by the MLP only: a window changes no parameter, and no activation either
+  // (flash attention keeps its output and log-sum-exp; the unfused path its whole masked score matrix).
+  const int nd = n[1] + n[3], rd = r[1] + r[3], nf = layers - nd, rf = st.recomputed_layers - rd;
+  const bool mixed = nd > 0;
   const Model dm = mixed ? dense_part(m) : m;
-  st.act_bytes = cost::stage_activation_bytes(m, l, nm, rm) + (mixed ? cost::stage_activation_bytes(dm, l, nd, rd) : 0.0);
-  st.params = nm * layer_params_per_gpu(m, l) + (mixed ? nd * layer_params_per_gpu(dm, l) : 0.0);
-  st.expert_params = nm * layer_expert_params_per_gpu(m, l);
+  st.act_bytes = cost::stage_activation_bytes(m, l, nf, rf) + (mixed ? cost::stage_activation_bytes(dm, l, nd, rd) : 0.0);
+  st.params = nf * layer_params_per_gpu(m, l) + (mixed ? nd * layer_params_per_gpu(dm, l) : 0.0);
+  st.expert_params = nf * layer_expert_params_per_gpu(m, l);
   const bool first = s == 0, last = s == stages - 1;
   if (l.sequence_parallel && l.tp > 1) {
-    st.sp_grad_params = nm * replicated_layer_params(m) + (mixed ? nd * replicated_layer_params(dm) : 0.0) +
+    st.sp_grad_params = nf * replicated_layer_params(m) + (mixed ? nd * replicated_layer_params(dm) : 0.0) +
                         static_cast<double>(first ? m.tp_replicated_embedding_params() : 0) +
                         static_cast<double>(last ? m.tp_replicated_output_params() : 0);
   }
@@ -686,31 +762,15 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const L
     if ((m.tied_embeddings || m.mtp_layers > 0) && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
   }
   st.act_extra_bytes = cost::stage_extra_activation_bytes(m, l, first, last);
-  if (last && m.mtp_layers > 0) add_mtp(m, l, sys, mixed && !m.is_moe_layer(m.layers - 1) ? dw : lw, st);
+  if (last && m.mtp_layers > 0) {
+    const LayerWork* kind = kinds[static_cast<std::size_t>(layer_kind(m, m.layers - 1))];
+    TESSEL_CHECK(kind, "the MTP modules of " << m.name << " need the work of its last layer's kind");
+    add_mtp(m, l, sys, *kind, st);
+  }
   return st;
 }
 
-// What the cost model does not price yet would be priced as something else: latent attention, MTP modules,
-// sliding windows and sinks, and MoE models that mix dense and MoE layers (one layer is lowered for all).
-std::string unpriced_features(const Model& m) {
-  Model rest = m;  // what beyond_dense names, less the experts and latent attention, which are priced
-  rest.moe = MoeSpec{};
-  rest.mla = MlaSpec{};
-  rest.mtp_layers = 0;
-  std::string out = rest.beyond_dense();
-  if (m.moe.shared_gate) out += (out.empty() ? "" : ", ") + std::string("a gated shared expert");
-  if (m.moe.expert_bias) out += (out.empty() ? "" : ", ") + std::string("routed experts with biases");
-  return out;
-}
-
-void refuse_unpriced(const Model& m) {
-  if (const std::string extra = unpriced_features(m); !extra.empty())
-    throw InputError("model " + m.name + ": " + extra + ": not yet priced by the cost model, which prices dense "
-                     "transformers and mixture-of-experts models with standard attention");
-}
-
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {
-  refuse_unpriced(m);  // the door of estimate and simulate
   check_layout(l, m, 0);
   Workload w;
   w.model = m;
@@ -720,7 +780,13 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   } else {
     lower_layer_into(m, l, sys, w.layer);
   }
-  if (mixed_layers(m)) lower_layer_into(dense_part(m), l, sys, w.dense_layer);
+  KindWork kinds{&w.layer};
+  for (int k = 1; k < kLayerKinds; ++k)
+    if (has_layer_kind(m, k)) {
+      LayerWork& other = w.other_kinds[static_cast<std::size_t>(k - 1)];
+      lower_layer_into(kind_model(m, k), l, sys, other);
+      kinds[static_cast<std::size_t>(k)] = &other;
+    }
   const Dims d = dims_of(m, l);
   w.tokens_per_mb = d.b * d.s;
   // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather
@@ -730,8 +796,8 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.sync = step_sync(m, l);
 
   for (int s = 0; s < l.num_stages(); ++s)
-    w.stages.push_back(stage_work(m, l, sys, w.layer, s, l.layers_of_stage(s, m.layers), w.first_edges, w.last_edges,
-                                  &w.dense_layer, l.first_layer_of_stage(s, m.layers)));
+    w.stages.push_back(stage_work(m, l, sys, kinds, s, l.layers_of_stage(s, m.layers), w.first_edges, w.last_edges,
+                                  l.first_layer_of_stage(s, m.layers)));
   return w;
 }
 

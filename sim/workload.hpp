@@ -4,6 +4,7 @@
 // loss (last). The runtime builds the same ops for real.
 #pragma once
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -33,7 +34,10 @@ struct LayerWork {
   double cp_kv_bytes = 0;              // CP: one K and V chunk, passed cp-1 times forward and twice that backward
   double t_recompute = 0;              // added to backward by the layout's recompute policy (per recomputed layer)
   double flops_model_f = 0;            // model FLOPs of the forward (Narayanan eq. 3 counts GEMMs only)
-  double flops_attention_f = 0;        // of that, the attention core's QK^T and AV, counted full (non-causal)
+  double flops_attention_f = 0;        // of that, the attention core's QK^T and AV, counted full (non-causal):
+                                       // what the causal convention halves; 0 for a windowed layer, whose
+                                       // band is counted as computed (causal) in flops_model_f
+  int window = 0;                      // flash attention through a window shorter than the sequence (kind bit 2)
   double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)
   double act_bytes = 0;                // activations kept per micro-batch under the recompute policy
   double act_bytes_unfused_full = 0;   // Korthikanti Table 2 value without recompute, for reports
@@ -58,6 +62,23 @@ struct StageEdges {
   double layers_at_f = 0, layers_at_i = 0;
 };
 
+// Layer kinds: what makes two layers of one model cost differently. Bit 1: a dense layer of a MoE model
+// (DeepSeek's first ones, Model::moe.dense_layers); bit 2: a layer whose attention window is shorter than the
+// sequence (GPT-OSS's every other layer, Model::window_layers). Kind 0: every layer of a plain model, a MoE
+// model's MoE layers with full attention.
+constexpr int kLayerKinds = 4;
+int layer_kind(const Model& m, int i);
+bool has_layer_kind(const Model& m, int k);
+// How many of layers [first, end) are of each kind.
+std::array<int, kLayerKinds> layer_kinds_in(const Model& m, int first, int end);
+// The model whose every layer is of kind k (lower_layer(kind_model(m, k), ...) is that kind's work).
+Model kind_model(const Model& m, int k);
+// The attention window every layer of `m` has, when it is shorter than the sequence; 0 otherwise (some layer,
+// or every layer, sees all earlier positions). lower_layer prices windowed attention only then.
+int uniform_window(const Model& m);
+// The lowered work of each kind (null for a kind the model lacks).
+using KindWork = std::array<const LayerWork*, kLayerKinds>;
+
 // Per micro-batch costs of one pipeline stage (one model chunk on one rank).
 struct StageWork {
   int stage = 0;
@@ -68,8 +89,8 @@ struct StageWork {
   double flops_model = 0;     // model FLOPs per micro-batch (forward + backward, no recompute)
   double flops_layers_f = 0;  // of the forward, its transformer layers' (the embedding and head excluded)
   int moe_layers = 0;         // of its layers, MoE layers (their expert all-to-alls); an MTP module's included
-  int dense_layers = 0;       // of its layers, a MoE model's dense ones
   int recomputed_moe_layers = 0;  // of recomputed_layers, MoE layers
+  std::array<int, kLayerKinds> kind_layers{}, kind_recomputed{};  // of layers and recomputed_layers, each kind's
   double flops_hw = 0;        // hardware FLOPs per micro-batch (with recompute)
   double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
   double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)
@@ -110,8 +131,8 @@ struct StepSync {
 struct Workload {
   Model model;
   Layout layout;
-  LayerWork layer;                 // every layer's, or a MoE model's MoE layers'
-  LayerWork dense_layer;           // a MoE model's dense layers' (Model::moe.dense_layers), when it has any
+  LayerWork layer;                 // kind 0's: every layer's, or a MoE model's MoE layers' (full attention)
+  std::array<LayerWork, kLayerKinds - 1> other_kinds;  // kinds 1, 2, 3, lowered when the model has them
   std::vector<StageWork> stages;   // pp*vpp entries, in stage order
   double tokens_per_mb = 0;        // b * s
   // One micro-batch's activation (or its gradient) between adjacent stages on adjacent pipeline ranks;
@@ -121,7 +142,8 @@ struct Workload {
   StageEdges first_edges, last_edges;  // of stage 0 and of the last stage (the same, first_edges, when one)
   // The edges of `stage`: first_edges, last_edges or none (a stage holding neither embedding nor head).
   const StageEdges* edges_of(int stage) const;
-  const LayerWork& layer_of(int i) const;  // layer i's work (dense_layer or layer)
+  const LayerWork& kind(int k) const { return k == 0 ? layer : other_kinds[static_cast<std::size_t>(k - 1)]; }
+  const LayerWork& layer_of(int i) const { return kind(layer_kind(model, i)); }  // layer i's work
 };
 
 // The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).
@@ -132,21 +154,13 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
 // Stage s of the layout holding `layers` transformer layers (lower() builds each stage with its own count;
 // the partitioner prices a stage's embedding or head alone with 0): its work per micro-batch, and the edge
 // collectives of the first or last stage recorded into first_edges or last_edges.
-// A MoE model with dense layers (mixed_layers) also needs `dense`, its dense layers' work, and the stage's
-// first layer index, to count each kind among its layers.
-StageWork stage_work(const Model& m, const Layout& l, const System& sys, const LayerWork& lw, int s, int layers,
-                     StageEdges& first_edges, StageEdges& last_edges, const LayerWork* dense = nullptr, int first_layer = 0);
-// A MoE model with dense layers among its MoE layers; the model its dense layers are (no experts); how many of
-// layers [first, end) are dense (all of them in a dense model).
+// `kinds` holds the work of each kind of layer the model has (kind 0 always; the others may be null when the
+// model has none) and `first_layer` is the stage's first layer index: each kind is counted among its layers.
+StageWork stage_work(const Model& m, const Layout& l, const System& sys, const KindWork& kinds, int s, int layers,
+                     StageEdges& first_edges, StageEdges& last_edges, int first_layer = 0);
+// A MoE model with dense layers among its MoE layers; the model its dense layers are (no experts).
 bool mixed_layers(const Model& m);
 Model dense_part(const Model& m);
-int dense_layers_in(const Model& m, int first, int end);
-// InputError for a model with parts the cost model does not price yet (unpriced_features: latent attention,
-// MTP, windows, mixed dense / MoE layers, ...); lower() calls it, and explore::run before its worker threads
-// (where it would abort the process).
-void refuse_unpriced(const Model& m);
-// What of the model the cost model does not price yet, in words ("" when everything is priced).
-std::string unpriced_features(const Model& m);
 // One transformer layer under the layout (the expensive, cacheable part of lower()).
 LayerWork lower_layer(const Model& m, const Layout& l, const System& sys);
 

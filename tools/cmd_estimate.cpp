@@ -124,7 +124,7 @@ Json monte_carlo_json(const goodput::McResult& mc, const goodput::Plan& p) {
 int estimate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
-  opts.push_back({"--ops", false, "also show one transformer layer's ops (a MoE model's MoE and dense layers): kind, dtype, shape, time forward and backward, share"});
+  opts.push_back({"--ops", false, kOpsHelp});
   for (auto& o : cli::goodput_options()) opts.push_back(std::move(o));
   opts.push_back({"--mc-runs", true, "time to train: Monte-Carlo runs of the whole job, 0 for none [1000]"});
   opts.push_back({"--seed", true, "time to train: the Monte Carlo's seed [1]"});

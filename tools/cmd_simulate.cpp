@@ -255,7 +255,7 @@ cli::Specs specs_like(const cli::CommandLine& cl, const std::string& path) {
 int simulate(const Args& args) {
   auto opts = cli::spec_options();
   opts.push_back({"--json", false, "print one JSON document"});
-  opts.push_back({"--ops", false, "also show one transformer layer's ops (a MoE model's MoE and dense layers): kind, dtype, shape, time forward and backward, share"});
+  opts.push_back({"--ops", false, kOpsHelp});
   opts.push_back({"--trace", true, "write a Chrome trace (Perfetto) of the simulated step to this path"});
   opts.push_back({"--svg", true, "write an SVG timeline to this path (identical ranks drawn once)"});
   opts.push_back({"--trace-ranks", true, "only these ranks in --trace and --svg: 0-7,64 [all]"});

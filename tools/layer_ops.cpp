@@ -1,5 +1,6 @@
 #include "tools/layer_ops.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -89,16 +90,37 @@ Json layer_ops_json(const LayerWork& lw, Precision p) {
 
 }  // namespace
 
+namespace {
+// The kinds of layer the model has (sim/workload.hpp layer_kind), each with its title and JSON key.
+struct KindTitle {
+  int kind;
+  std::string title, key;
+};
+
+std::vector<KindTitle> kind_titles(const Model& m) {
+  const auto n = layer_kinds_in(m, 0, m.layers);
+  const bool several = std::count_if(n.begin(), n.end(), [](int x) { return x > 0; }) > 1;
+  const std::string window = "attention through a " + std::to_string(m.sliding_window) + "-token window";
+  std::vector<KindTitle> out;
+  for (int k = 0; k < kLayerKinds; ++k) {
+    const int count = n[static_cast<std::size_t>(k)];
+    if (count == 0) continue;
+    std::string t = (k & 1) || !m.moe.enabled() ? (k & 1 ? "one dense layer" : "one transformer layer") : "one MoE layer";
+    if (k & 2) t += " with " + window;
+    else if (n[2] + n[3] > 0) t += " with full attention";
+    if (several) t += " (" + std::to_string(count) + " of them)";
+    out.push_back({k, t, std::string(k & 1 ? "dense_" : "") + (k & 2 ? "window_" : "") + "layer_ops"});
+  }
+  return out;
+}
+}  // namespace
+
 void print_layer_ops(const Model& m, const Layout& l, const System& sys) {
-  print_ops_table(lower_layer(m, l, sys), l.precision, m.moe.enabled() ? "one MoE layer" : "one transformer layer");
-  if (mixed_layers(m))
-    print_ops_table(lower_layer(dense_part(m), l, sys), l.precision,
-                    "one dense layer (" + std::to_string(m.moe.dense_layers.size()) + " of them)");
+  for (const auto& k : kind_titles(m)) print_ops_table(lower_layer(kind_model(m, k.kind), l, sys), l.precision, k.title);
 }
 
 void add_layer_ops_json(const Model& m, const Layout& l, const System& sys, Json& j) {
-  j["layer_ops"] = layer_ops_json(lower_layer(m, l, sys), l.precision);
-  if (mixed_layers(m)) j["dense_layer_ops"] = layer_ops_json(lower_layer(dense_part(m), l, sys), l.precision);
+  for (const auto& k : kind_titles(m)) j[k.key] = layer_ops_json(lower_layer(kind_model(m, k.kind), l, sys), l.precision);
 }
 
 }  // namespace tessel::cmd

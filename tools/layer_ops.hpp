@@ -1,5 +1,5 @@
 // One transformer layer's ops as `--ops` prints them (estimate, simulate): kind, dtype, shape or bytes, time
-// forward and backward, share of the layer; a MoE model's MoE and dense layers apart.
+// forward and backward, share of the layer; each kind of layer apart (sim/workload.hpp layer_kind).
 #pragma once
 
 #include "models/model.hpp"
@@ -10,9 +10,15 @@
 
 namespace tessel::cmd {
 
+// The --ops flag's help, estimate's and simulate's.
+inline constexpr const char* kOpsHelp =
+    "also show one layer's ops, each kind of layer apart (a MoE model's dense layers, windowed attention layers): "
+    "kind, dtype, shape, time forward and backward, share";
+
 // The human tables, after what the verb printed.
 void print_layer_ops(const Model& m, const Layout& l, const System& sys);
-// {"layer_ops": [...], "dense_layer_ops": [...]} (the second for a MoE model with dense layers) into `j`.
+// {"layer_ops": [...]} into `j`, and for each other kind of layer the model has (sim/workload.hpp layer_kind)
+// its own: "dense_layer_ops" (a MoE model's dense layers), "window_layer_ops", "dense_window_layer_ops".
 void add_layer_ops_json(const Model& m, const Layout& l, const System& sys, Json& j);
 
 }  // namespace tessel::cmd

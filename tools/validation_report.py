@@ -195,8 +195,8 @@ Megatron-Bridge performance summaries 25.09-26.04 on H100, B200 and GB200; NeMo'
 model is its preset (the row's layers, hidden size, experts, top-k and expert FFN checked against it); routing is
 priced balanced (NVIDIA's dropless benchmarks force it); rows are compared by tokens/s, since the sources count
 MoE FLOPs their own way (their README). DeepSeek-V3 is priced with its latent attention, three dense layers and MTP
-module (sim/workload.cpp); GPT-OSS's sliding windows, sinks and expert biases are not, and its rows are skipped by
-name.
+module (sim/workload.cpp); GPT-OSS with its 18 windowed layers as their own kind (flash attention through the
+128-token band, at 128 x 128 tiles), its sinks and expert biases counted in the parameters and priced free.
 
 | row | measured tokens/s/GPU | predicted | error | assumed |
 |---|---|---|---|---|
@@ -210,9 +210,11 @@ peer at once (NCCL's grouped send/receive): the share for peers in its NVLink do
 through its own NIC, concurrently; on two or more nodes that network share dominates (half the buffer for an
 ep group over two nodes).
 
-Rows whose ep group stays inside one NVLink domain come out optimistic: not modelled yet are the token
-dispatcher's host synchronisation per layer, routing imbalance, the grouped GEMM's per-expert overhead, and the
-release-to-release software changes the rows themselves show: the same Qwen3-30B-A3B layout (tp1 pp2 dp8
+Rows whose ep group stays inside one NVLink domain come out optimistic, most the small-hidden fine-grained
+models (Qwen3-30B-A3B, GPT-OSS-120B with hidden 2880: predicted 31-191% fast): not modelled yet are the token
+dispatcher's host synchronisation per layer, routing imbalance, the grouped GEMM's per-expert overhead, the
+attention kernel GPT-OSS's learnable sinks run in, and the release-to-release software changes the rows
+themselves show: the same Qwen3-30B-A3B layout (tp1 pp2 dp8
 ep8 vpp12 mbs1, gbs 1024, fp8) was published at 5,113 and 9,058 tokens/s/GPU by two releases a month apart.
 Rows whose ep group crosses nodes (H100, ep 16-64) come out 8-27% pessimistic. The DeepSeek-V3 row's recipe
 (its notes) dispatches with DeepEP (node-limited: a token crosses the network once per target node, then

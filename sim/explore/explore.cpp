@@ -424,7 +424,6 @@ std::vector<Scored> analytical_tier(const Model& m, const System& sys, int gpus,
 }  // namespace
 
 Result run(const Model& m, const System& sys, int gpus, int global_batch, const Space& space, const Options& opt) {
-  refuse_unpriced(m);  // here, not in the workers' lower(): an exception there would abort the process
   TESSEL_CHECK(opt.objective == Objective::step || opt.job, "the time-to-train objective without a job");
   const auto ranks_before = [&opt](const Scored& a, const Scored& b) { return better_by(a, b, opt.objective); };
   const std::vector<Layout> layouts = enumerate(m, sys, gpus, global_batch, space);

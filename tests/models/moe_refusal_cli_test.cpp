@@ -1,6 +1,6 @@
-// What the cost model and the runtimes do not build yet (GPT-OSS's windows, sinks and expert biases; latent
-// attention and MTP in the runtime; experts on the CUDA runtime), their commands refuse with exit 2 and a
-// message naming it, rather than price or run it as something else. (These checks change when support lands.)
+// The MoE presets through estimate, simulate and explore (GPT-OSS's windowed layers, DeepSeek-V3's latent
+// attention, dense layers and MTP, tiny-moe's dense layer); what the runtimes do not build yet (latent
+// attention in the CPU runtime, experts on the CUDA runtime) refused with exit 2 and a message naming it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -18,20 +18,31 @@ bool has(const std::string& text, const std::string& part) { return text.find(pa
 const std::string kTinyMoe = "model tiny-moe: mixture of experts (8 experts, top-2, 1 shared expert, 1 dense layer): ";
 }  // namespace
 
-TEST_CASE("estimate, simulate and explore refuse what the cost model does not price yet, naming it") {
-  // explore scores on worker threads; the refusal comes before them (an exception there would abort).
+TEST_CASE("estimate, simulate and explore price every MoE preset, GPT-OSS's windowed layers as their own kind") {
+  // GPT-OSS: every other layer attends through a 128-token window; explore searches it, estimate and simulate
+  // list the two kinds of layer apart, the windowed one's attention a fraction of the full one's.
   const auto e = run_tessel({"explore", "--model", "gpt-oss-120b", "--gpus", "64", "--gbs", "512", "--json"});
-  CHECK(e.code == 2);
-  CHECK(has(e.err, "model gpt-oss-120b: sliding-window attention (128 tokens) on 18 of 36 layers, attention sinks, routed "
-                   "experts with biases: not yet priced"));
-  CHECK(e.out.empty());
+  REQUIRE(e.code == 0);
+  CHECK(!nlohmann::json::parse(e.out)["top"].empty());
   for (const char* verb : {"estimate", "simulate"}) {
     CAPTURE(verb);
-    const auto g = run_tessel({verb, "--model", "gpt-oss-120b", "--tp", "1", "--pp", "1", "--dp", "8", "--ep", "8", "--gbs", "64"});
-    CHECK(g.code == 2);
-    CHECK(has(g.err, "model gpt-oss-120b: sliding-window attention (128 tokens) on 18 of 36 layers, attention sinks, routed "
-                     "experts with biases: not yet priced"));
+    const auto g = run_tessel({verb, "--model", "gpt-oss-120b", "--tp", "1", "--pp", "1", "--dp", "8", "--ep", "8", "--gbs",
+                               "64", "--ops", "--json"});
+    REQUIRE(g.code == 0);
+    const auto doc = nlohmann::json::parse(g.out);
+    const auto flash = [&](const char* key) {
+      for (const auto& o : doc[key])
+        if (o["name"] == "flash_attn") return o["forward_s"].get<double>();
+      return -1.0;
+    };
+    const double full = flash("layer_ops"), windowed = flash("window_layer_ops");
+    CHECK(windowed > 0);
+    CHECK(windowed < full / 4);  // 4096 positions against a 128 window (two 128-tiles per query block)
   }
+  const auto o = run_tessel({"estimate", "--model", "gpt-oss-120b", "--tp", "1", "--pp", "1", "--dp", "8", "--ep", "8",
+                             "--gbs", "64", "--ops"});
+  CHECK(has(o.out, "one MoE layer with full attention (18 of them), one micro-batch"));
+  CHECK(has(o.out, "one MoE layer with attention through a 128-token window (18 of them), one micro-batch"));
   // Priced: a model whose layers are all MoE layers (Mixtral 8x7B on 64 GPUs, ep 8), one whose first layer is
   // dense (tiny-moe on the CPU system, its dense layer's ops listed apart), and DeepSeek-V3 (latent attention,
   // three dense layers, an MTP module) searched on DeepSeek's 2,048 H800 with ep among the degrees.
@@ -48,7 +59,7 @@ TEST_CASE("estimate, simulate and explore refuse what the cost model does not pr
   const auto t = run_tessel({"estimate", "--model", "tiny-moe", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp",
                              "2", "--dp", "1", "--gbs", "8", "--schedule", "1f1b", "--ops"});
   CHECK(t.code == 0);
-  CHECK(has(t.out, "one MoE layer, one micro-batch"));
+  CHECK(has(t.out, "one MoE layer (3 of them), one micro-batch"));
   CHECK(has(t.out, "one dense layer (1 of them), one micro-batch"));
   // simulate lists the same ops: the MoE layer's router, permute and expert GEMMs; the dense layer's MLP.
   const auto sj = run_tessel({"simulate", "--model", "tiny-moe", "--system", "cpu", "--precision", "fp32", "--tp", "1", "--pp",

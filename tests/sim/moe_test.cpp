@@ -3,6 +3,7 @@
 // parameter counts (models/, checked against HF transformers) or the rule, then asserted.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -275,7 +276,7 @@ TEST_CASE("MoE with dense layers: each stage prices each kind of layer it holds"
   CHECK(w.stages[0].expert_params == doctest::Approx(layer_expert_params_per_gpu(m, l)).epsilon(kExact));
   CHECK(w.stages[0].params - static_cast<double>(m.embedding_params()) ==
         doctest::Approx(dense_params + moe_params).epsilon(1e-9));
-  CHECK(&w.layer_of(0) == &w.dense_layer);
+  CHECK(&w.layer_of(0) == &w.kind(1));
   CHECK(&w.layer_of(1) == &w.layer);
 }
 
@@ -320,4 +321,63 @@ TEST_CASE("DeepSeek-V3 stages hold every parameter once, the MTP module and its 
   CHECK(held == doctest::Approx(expected).epsilon(1e-9));
   CHECK(w.stages[0].moe_layers == 27);  // layers 0-29, of which 0-2 dense
   CHECK(w.stages[1].moe_layers == 32);  // layers 30-60 and the MTP module's
+}
+
+// GPT-OSS's windowed layers (every other one, 128 tokens): their flash attention's model FLOPs count the band's
+// pairs and the kernel's work its 128 x 128 tiles, both counted here by enumerating the positions; each stage
+// adds each kind of layer it holds; MFU's causal convention halves only the full layers' attention.
+TEST_CASE("windowed attention: band pairs and tiles counted by enumeration, each layer kind priced as its own") {
+  Model m = load_model("gpt-oss-120b");
+  m.seq_len = 4096;
+  const System sys = load_system("dgx-h100");
+  Layout l = moe_layout(1, 8, 8);
+  l.pp = 4;
+  l.global_batch = 64;
+  l.schedule = sched::Kind::one_f_one_b;
+  REQUIRE(m.sliding_window == 128);
+  // Pairs (query i, key j) with i - 128 < j <= i, and the 128 x 128 tiles holding at least one of them.
+  const int s = m.seq_len, w = m.sliding_window, tile = 128;
+  double pairs = 0, tiles = 0;
+  for (int i = 0; i < s; ++i) pairs += std::min(i + 1, w);
+  for (int qb = 0; qb < s / tile; ++qb)
+    for (int kb = 0; kb <= qb; ++kb) {
+      // key block kb holds a key some query of block qb sees: its last key >= the block's first query's
+      // window start, and its first key <= the block's last query.
+      const int first_query = qb * tile, last_key = kb * tile + tile - 1;
+      tiles += last_key > first_query - w;
+    }
+  REQUIRE(tiles == 63);  // the diagonal tile of each of the 32 query blocks, the one before it for 31
+  const double per_pair = 2.0 * l.micro_batch * m.heads * 2 * m.head_dim;  // QK^T and AV, fwd, all heads (tp 1)
+  const auto flash = [](const LayerWork& lw) {
+    for (const auto& op : lw.ops)
+      if (op.name == std::string("flash_attn")) return op;
+    FAIL("no flash_attn op");
+    return WorkOp{};
+  };
+  const LayerWork full = lower_layer(m, l, sys), band = lower_layer(kind_model(m, 2), l, sys);
+  CHECK(band.window == 128);
+  CHECK(full.window == 0);
+  CHECK(flash(band).flops_f == doctest::Approx(per_pair * pairs).epsilon(kExact));
+  CHECK(flash(band).exec_flops_f == doctest::Approx(per_pair * tiles * tile * tile).epsilon(kExact));
+  CHECK(flash(full).flops_f == doctest::Approx(per_pair * double(s) * s).epsilon(kExact));  // non-causal count
+  CHECK(band.flops_attention_f == 0);  // nothing for the causal convention to halve
+  CHECK(full.flops_attention_f == doctest::Approx(flash(full).flops_f).epsilon(kExact));
+  // Everything but the attention core is the same work.
+  CHECK(full.flops_model_f - band.flops_model_f == doctest::Approx(flash(full).flops_f - flash(band).flops_f).epsilon(kExact));
+  // Stages: 36 layers over pp 4, 9 each; layers 0, 2, 4, ... windowed (GptOssConfig's layer_types).
+  const Workload wk = lower(m, l, sys);
+  REQUIRE(wk.stages.size() == 4);
+  CHECK(wk.stages[0].kind_layers[2] == 5);  // layers 0-8: 0, 2, 4, 6, 8
+  CHECK(wk.stages[0].kind_layers[0] == 4);
+  CHECK(wk.stages[1].kind_layers[2] == 4);  // layers 9-17: 10, 12, 14, 16
+  CHECK(wk.stages[1].flops_layers_f == doctest::Approx(5 * full.flops_model_f + 4 * band.flops_model_f).epsilon(kExact));
+  CHECK(&wk.layer_of(0) == &wk.kind(2));
+  CHECK(&wk.layer_of(1) == &wk.layer);
+  CHECK(wk.kind(2).t_f < wk.layer.t_f);
+  // MFU under the causal convention: the full layers' attention halved, the windowed ones' kept.
+  const Estimate e = estimate(m, l, sys);
+  const double gpus = 8 * 4, mb = l.num_microbatches();
+  const double halved = 3 * 18 * flash(full).flops_f / 2 * mb * l.dp;
+  CHECK((e.model_tflops_per_gpu - e.model_tflops_per_gpu_causal) * 1e12 * e.step_s * gpus ==
+        doctest::Approx(halved).epsilon(1e-9));
 }
