@@ -76,6 +76,7 @@ std::string Layout::describe() const {
   if (etp > 0 && etp != tp) os << " etp" << etp;
   if (moe_capacity > 0) os << " capacity=" << moe_capacity;
   else if (moe_skew != 1.0) os << " skew=" << moe_skew;
+  if (deepep) os << " deepep";
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << sched::name(schedule);
@@ -126,6 +127,11 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.etp = static_cast<int>(o.opt_integer("etp", 1, kMaxDegree).value_or(0));
   l.moe_skew = o.opt_number("moe_skew", 1.0, 1024.0).value_or(1.0);
   l.moe_capacity = o.opt_number("moe_capacity", 0.01, 1024.0).value_or(0.0);
+  if (auto d = o.opt_string("moe_dispatcher")) {
+    if (*d != "alltoall" && *d != "deepep")
+      o.fail("moe_dispatcher", "value \"" + *d + "\" is not one of: alltoall, deepep");
+    l.deepep = *d == "deepep";
+  }
   l.vpp = static_cast<int>(o.opt_integer("vpp", 1, 1024).value_or(1));
   l.micro_batch = static_cast<int>(o.integer("micro_batch", 1, 1 << 20));
   l.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
@@ -196,6 +202,7 @@ Json layout_to_json(const Layout& l) {
   if (l.etp > 0) j["etp"] = l.etp;
   if (l.moe_skew != 1.0) j["moe_skew"] = l.moe_skew;
   if (l.moe_capacity > 0) j["moe_capacity"] = l.moe_capacity;
+  if (l.deepep) j["moe_dispatcher"] = "deepep";
   j["vpp"] = l.vpp;
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
@@ -246,6 +253,10 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
     return;
   if (!m.moe.enabled() && (l.moe_skew != 1.0 || l.moe_capacity > 0) &&
       broke("routing-needs-experts", "routing skew / capacity factor: model " + m.name + " has no experts"))
+    return;
+  if (l.deepep && (!m.moe.enabled() || l.ep == 1) &&
+      broke("deepep-needs-ep", "the DeepEP dispatcher with ep " + s(l.ep) + (m.moe.enabled() ? "" : " and model " + m.name +
+                               " without experts") + ": it dispatches tokens among expert-parallel ranks (ep > 1)"))
     return;
   if (!m.moe.enabled() && (l.ep > 1 || (l.etp > 0 && l.etp != l.tp)) &&
       broke("ep-needs-experts", "ep " + s(l.ep) + (l.etp > 0 ? " etp " + s(l.etp) : std::string()) + ": model " + m.name +

@@ -59,6 +59,10 @@ struct Layout {
   // the mean (tokens beyond it dropped): its GEMMs and all-to-alls move that many tokens whatever the skew.
   double moe_skew = 1.0;
   double moe_capacity = 0.0;
+  // The token dispatcher (MoE): false, NCCL's all-to-all (Megatron-Core's alltoall dispatcher, its default);
+  // true, DeepEP (the flex dispatcher with --moe-enable-deepep): across nodes a token crosses the network
+  // once per node it needs, then NVLink (sim/cost/comm.hpp DeepEpRouting). Inside one node the two cost alike.
+  bool deepep = false;
   // The factor the busiest EP rank's expert work and all-to-alls take over balanced routing.
   double moe_load_factor() const { return moe_capacity > 0 ? moe_capacity : moe_skew; }
 
@@ -92,7 +96,7 @@ Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
-// Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
+// Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
 // recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

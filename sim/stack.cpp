@@ -63,6 +63,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
     s.zero.push_back(static_cast<int>(z));
   }
   if (s.zero.empty()) o.fail("zero", "must list at least one ZeRO stage");
+  s.deepep = o.opt_boolean("deepep").value_or(false);
   o.finish();
   return s;
 }
@@ -119,6 +120,7 @@ std::optional<std::string> stack_problem(const Stack& s, const Layout& l) {
   if (l.sequence_parallel && !s.sequence_parallel) return head + "it has no sequence parallelism (sp)";
   if (l.cp > 1 && !s.context_parallel) return head + "it has no context parallelism (cp " + std::to_string(l.cp) + ")";
   if (l.tp_comm_overlap && s.tp_comm_overlap == TpOverlap::none) return head + "it does not overlap TP communication (tp-overlap)";
+  if (l.deepep && !s.deepep) return head + "it has no DeepEP dispatcher (deepep)";
   if (l.attention != s.attention)
     return head + "it runs " + to_string(s.attention) + " attention, the layout asks for " + to_string(l.attention);
   return std::nullopt;

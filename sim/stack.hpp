@@ -28,6 +28,7 @@ struct Stack {
   std::vector<Recompute> recompute;
   Recompute recompute_default = Recompute::none;  // without a recompute flag (Megatron-LM: none; torchtitan: selective)
   std::vector<int> zero;
+  bool deepep = false;  // the DeepEP token dispatcher for MoE models (key "deepep", absent: false)
 };
 
 Stack parse_stack(const Json& j, const std::string& where);

@@ -310,7 +310,16 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
   ops.push_back(elementwise_op("permute", e * T * d.h * (1 + k), e * T * d.h * (1 + k)));
   // The buffer each GPU sends in one all-to-all; the collective ends with the busiest receiver's share.
   const double moved = load * e * T * k * d.h;
-  if (ep > 1) ops.push_back(collective_op("ep_dispatch", Collective::all_to_all, moved, ep_group(l)));
+  // DeepEP (Layout::deepep): the all-to-alls priced as its node-limited dispatch and combine.
+  const cost::DeepEpRouting deepep =
+      l.deepep ? cost::DeepEpRouting{m.moe.experts, m.moe.top_k, m.moe.router.groups, m.moe.router.group_top_k}
+               : cost::DeepEpRouting{};
+  const auto a2a = [&](const char* name) {
+    WorkOp op = collective_op(name, Collective::all_to_all, moved, ep_group(l));
+    op.deepep = deepep;
+    return op;
+  };
+  if (ep > 1) ops.push_back(a2a("ep_dispatch"));
   if (etp > 1) ops.push_back(collective_op("etp_allgather", Collective::all_gather, etp * moved, etp_group(l)));
   const auto M = static_cast<std::int64_t>(std::ceil(me));
   const auto batch = static_cast<std::int64_t>(local);
@@ -324,7 +333,7 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
   down.flops_b = 2 * down.flops_f;
   ops.push_back(down);
   if (etp > 1) ops.push_back(collective_op("etp_reducescatter", Collective::reduce_scatter, etp * moved, etp_group(l)));
-  if (ep > 1) ops.push_back(collective_op("ep_combine", Collective::all_to_all, moved, ep_group(l)));
+  if (ep > 1) ops.push_back(a2a("ep_combine"));
   // Unpermute: read the k expert outputs of each token and its k weights, write the weighted sum.
   ops.push_back(elementwise_op("unpermute", e * T * d.h * (k + 1) + 4 * T * k, e * T * d.h * (k + 1) + 4 * T * k));
   if (m.moe.shared_ffn > 0) {

@@ -161,6 +161,12 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
     else if (*sp == "off") space.sp = {0};
     else if (*sp != "both") throw InputError("--sp " + *sp + ": must be on, off or both");
   }
+  for (const auto& d : cl.get_list("--moe-dispatcher")) {
+    if (d != "alltoall" && d != "deepep")
+      throw InputError("--moe-dispatcher " + d + ": unknown dispatcher; list alltoall (NCCL's all-to-all) and/or deepep "
+                       "(DeepEP's node-limited dispatch)");
+    space.deepep.push_back(d == "deepep" ? 1 : 0);
+  }
   // tp stays within a node unless --allow-tp-across-nodes, or a --tp value above the node asks for more;
   // with --max-tp-inside-node given as well that request contradicts it and is refused.
   bool tp_beyond_node = false;
@@ -271,6 +277,7 @@ int explore(const Args& args) {
        {"--cp", true, "restrict context-parallel sizes"},
        {"--ep", true, "restrict expert-parallel sizes (MoE models) [powers of two dividing the experts]"},
        {"--etp", true, "restrict expert tensor-parallel sizes (MoE models) [1 and tp]"},
+       {"--moe-dispatcher", true, "restrict MoE token dispatchers (alltoall,deepep) [both; deepep where the ep group crosses nodes]"},
        {"--vpp", true, "restrict chunks per rank (interleaved)"},
        {"--mbs", true, "restrict micro-batch sizes"},
        {"--schedule", true, "restrict schedules (gpipe,1f1b,interleaved,looped-bfs,zb1p,zb2p,zbv,dualpipev)"},
@@ -310,7 +317,7 @@ int explore(const Args& args) {
 
   explore::Space space = space_of(cl, sys);
   if (!m.moe.enabled())
-    for (const char* f : {"--ep", "--etp"})
+    for (const char* f : {"--ep", "--etp", "--moe-dispatcher"})
       if (auto v = cl.get(f))
         throw InputError(std::string(f) + " " + *v + ": model " + m.name + " has no experts (expert parallelism needs a "
                          "mixture-of-experts model)");

@@ -26,6 +26,7 @@ std::vector<OptionSpec> spec_options() {
       {"--etp", true, "expert tensor-parallel size [tp, as Megatron-Core]"},
       {"--moe-skew", true, "MoE dropless routing: the busiest EP rank's tokens over the mean [1: balanced]"},
       {"--moe-capacity-factor", true, "MoE: experts padded to this capacity factor, tokens beyond dropped (Megatron's --moe-expert-capacity-factor with padding) [dropless]"},
+      {"--moe-dispatcher", true, "MoE token dispatcher: alltoall (NCCL's all-to-all) or deepep (a token over the network once per node it needs, then NVLink) [alltoall]"},
       {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
       {"--mbs", true, "micro-batch size [1]"},
       {"--gbs", true, "global batch size [1536]"},
@@ -209,6 +210,12 @@ Specs read_specs(const CommandLine& cl, bool played) {
   l.etp = cl.has("--etp") ? int_or(cl, "--etp", 1, 1 << 20, 1) : given ? given->etp : 0;
   if (auto v = cl.get_double("--moe-skew", 1.0, 1024.0)) l.moe_skew = *v;
   if (auto v = cl.get_double("--moe-capacity-factor", 0.01, 1024.0)) l.moe_capacity = *v;
+  if (auto v = cl.get("--moe-dispatcher")) {
+    if (*v != "alltoall" && *v != "deepep")
+      throw InputError("--moe-dispatcher " + *v + ": unknown dispatcher; choose alltoall (NCCL's all-to-all, "
+                       "Megatron-Core's default) or deepep (DeepEP's node-limited dispatch)");
+    l.deepep = *v == "deepep";
+  }
   read_schedule(cl, given, played, l);
   l.micro_batch = int_or(cl, "--mbs", 1, 1 << 20, given ? given->micro_batch : 1);
   l.global_batch = int_or(cl, "--gbs", 1, 1 << 30, given ? given->global_batch : 1536);

@@ -218,8 +218,13 @@ themselves show: the same Qwen3-30B-A3B layout (tp1 pp2 dp8
 ep8 vpp12 mbs1, gbs 1024, fp8) was published at 5,113 and 9,058 tokens/s/GPU by two releases a month apart.
 Rows whose ep group crosses nodes (H100, ep 16-64) come out 8-27% pessimistic. The DeepSeek-V3 row's recipe
 (its notes) dispatches with DeepEP (node-limited: a token crosses the network once per target node, then
-NVLink) and overlaps the all-to-alls with the other micro-batch's compute (1F1B all-to-all overlap); neither is
-modelled. The Qwen3 rows' dispatcher settings are not recorded in the rows.
+NVLink) and overlaps the all-to-alls with the other micro-batch's compute (1F1B all-to-all overlap). Tessel
+prices DeepEP (`--moe-dispatcher deepep`, docs/layout.md), but the rows carry no dispatcher key, so validate
+keeps Megatron-Core's default all-to-all for every row; priced with DeepEP the DeepSeek-V3 row's layout
+(`tessel estimate --model deepseek-v3 --system dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --precision fp8
+--layout "tp2 pp8 dp64 ep64 etp1 vpp4 mbs1 interleaved selective sp zero1 layers=3,2x8,1x2,2x20,0 deepep"`)
+comes to about 1,349 tokens/s/GPU against the measured 1,297 (+4%), still without the all-to-all overlap,
+which is not modelled. The Qwen3 rows' dispatcher settings are not recorded in the rows.
 Before the all-to-all was priced this way (as a hierarchical all-gather, 1/k of the buffer over the network)
 those rows were 30-56% optimistic and the mean 52%.
 `tests/sim/published_test.cpp` bounds the mean at 50% (a regression bound, not an accuracy claim), requires

@@ -50,8 +50,39 @@ double inter_bw(const System& sys, int span_gpus, double sharing) {
 
 }  // namespace
 
+namespace {
+// C(a, c) / C(b, c): the chance that c picks without replacement from b items all fall among a of them.
+double all_among(double a, double b, double c) {
+  if (a < c) return 0.0;
+  double r = 1.0;
+  for (int i = 0; i < static_cast<int>(c); ++i) r *= (a - i) / (b - i);
+  return r;
+}
+}  // namespace
+
+A2aShares deepep_shares(const DeepEpRouting& r, int per_node, int nodes) {
+  const double N = nodes, E = r.experts, k = r.top_k, G = r.groups, M = r.group_top_k;
+  // The nodes a token's experts are on, in expectation. Without group limits: k experts of E, E / N a node.
+  // Group-limited (DeepSeek: 8 groups, 4 per token): the token's experts lie in M of the G groups; with whole
+  // groups on each node (G a multiple of N) the nodes hit are those of its groups; with groups spanning
+  // several nodes (N a multiple of G) its k experts fall among the M N / G nodes of its groups.
+  double hit = N * (1.0 - all_among(E - E / N, E, k));
+  if (G > 1 && M > 0 && k >= M) {
+    if (static_cast<int>(G) % nodes == 0) {
+      hit = N * (1.0 - all_among(G - G / N, G, M));
+    } else if (nodes % static_cast<int>(G) == 0) {
+      const double pool = M * E / G, pool_nodes = M * N / G;
+      hit = pool_nodes * (1.0 - all_among(pool - E / N, pool, k));
+    }
+  }
+  A2aShares out;
+  out.network = hit * (1.0 - 1.0 / N) / k;  // the token's own node is among them with chance hit / N
+  out.nvlink = static_cast<double>(per_node - 1) / per_node;  // every copy fans out inside its node
+  return out;
+}
+
 CommTime collective_time(const System& sys, Collective c, double bytes, const GroupPlacement& g,
-                         double concurrent_groups_per_nic) {
+                         double concurrent_groups_per_nic, const DeepEpRouting& deepep) {
   CommTime out;
   const int n = g.size;
   if (n <= 1 || bytes <= 0) return out;
@@ -86,8 +117,12 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));
     const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
     const LinkRate& own = sys.node.collective[static_cast<std::size_t>(c)];
-    const double intra = static_cast<double>(k - 1) / n * bytes / (own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps);
-    const double inter = static_cast<double>(n - k) / n * bytes / bw_net;
+    // DeepEP: a token once over the network per remote node it needs, then fanned out over NVLink, the two
+    // stages pipelined (DeepEP's normal kernels).
+    const A2aShares shares = deepep.enabled() ? deepep_shares(deepep, k, (n + k - 1) / k)
+                                              : A2aShares{static_cast<double>(n - k) / n, static_cast<double>(k - 1) / n};
+    const double intra = shares.nvlink * bytes / (own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps);
+    const double inter = shares.network * bytes / bw_net;
     out.inter_node = true;
     out.seconds = sys.node.intra_latency_s + sys.net.latency_s + std::max(intra, inter);
     out.busbw = bus_factor(c, n) * bytes / out.seconds;

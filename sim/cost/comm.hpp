@@ -31,11 +31,28 @@ struct CommTime {
   bool inter_node = false;
 };
 
+// DeepEP's dispatch and combine (Megatron-Core's flex token dispatcher with --moe-enable-deepep; DeepSeek-V3
+// Sec. 3.2.2): a token crosses the network once per remote node holding one of its experts, to the GPU of its
+// own NVLink-domain index there, which forwards it over NVLink to the experts' GPUs (the combine the reverse).
+// What pricing it needs of the routing: the experts (laid out contiguously over the ep ranks), each token's
+// top-k, and group-limited routing (groups of contiguous experts, the groups a token may use; 0: none).
+struct DeepEpRouting {
+  int experts = 0, top_k = 0, groups = 0, group_top_k = 0;
+  bool enabled() const { return experts > 0; }
+};
+// Of the buffer of a GPU's token copies (top_k per token), the shares that cross the network and NVLink when
+// the ep group spans `nodes` nodes of `per_node` members, routing balanced (every expert equally likely, and
+// under group-limited routing each chosen group receiving at least one of the token's experts).
+struct A2aShares {
+  double network = 0, nvlink = 0;
+};
+A2aShares deepep_shares(const DeepEpRouting& r, int per_node, int nodes);
+
 // `bytes` is the buffer size S as nccl-tests counts it (all-gather: the gathered output; reduce-scatter: the
 // input; all-reduce: the buffer). `concurrent_groups_per_nic` > 1 when several groups' traffic leaves
-// through one NIC at the same time.
+// through one NIC at the same time. An all-to-all with `deepep` enabled is DeepEP's dispatch or combine.
 CommTime collective_time(const System& sys, Collective c, double bytes, const GroupPlacement& g,
-                         double concurrent_groups_per_nic = 1.0);
+                         double concurrent_groups_per_nic = 1.0, const DeepEpRouting& deepep = {});
 // Point-to-point between two ranks `distance` apart in global rank order.
 CommTime p2p_time(const System& sys, double bytes, int distance);
 

@@ -69,7 +69,7 @@ void price(WorkOp& op, const System& sys) {
       return;
     }
     case OpClass::collective:
-      op.t_f = op.t_i = collective_time(sys, op.coll, op.comm_bytes, op.group).seconds;
+      op.t_f = op.t_i = collective_time(sys, op.coll, op.comm_bytes, op.group, 1.0, op.deepep).seconds;
       return;
   }
 }

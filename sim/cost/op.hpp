@@ -33,6 +33,7 @@ struct WorkOp {
   Collective coll = Collective::all_reduce;
   GroupPlacement group;       // collective: its ranks
   double comm_bytes = 0;      // collective: buffer size as nccl-tests counts it, once forward and once backward
+  DeepEpRouting deepep;       // an all-to-all run as DeepEP's dispatch / combine (comm.hpp), when enabled
   bool attention_core = false;   // recomputed under selective recompute
   // Price (price() below).
   double t_f = 0;             // seconds forward

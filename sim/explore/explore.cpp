@@ -232,6 +232,7 @@ Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_
   s.recompute_layers = {0, -2};  // all layers, or half of each stage's layers (block method)
   s.ep = {1};
   s.etp = {0};
+  s.deepep = {0, 1};
   if (m.moe.enabled()) {
     // Powers of two that divide the experts (and the GPUs); experts unsplit (etp 1, the usual choice of the
     // published MoE recipes) or split as attention is (etp = tp, Megatron-Core's default).
@@ -252,12 +253,14 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
   auto zeros = pick(in.zero, d.zero), sps = pick(in.sp, d.sp), cps = pick(in.cp, d.cp);
   const auto eps = m.moe.enabled() ? pick(in.ep, d.ep) : std::vector<int>{1};
   const auto etps = m.moe.enabled() ? pick(in.etp, d.etp) : std::vector<int>{0};
+  auto deepeps = m.moe.enabled() ? pick(in.deepep, d.deepep) : std::vector<int>{0};
   if (in.stack) {
     const Stack& st = *in.stack;
     const auto keep = [](auto& v, const auto& allowed) {
       std::erase_if(v, [&](const auto& x) { return std::find(allowed.begin(), allowed.end(), x) == allowed.end(); });
     };
     keep(scheds, st.schedules);
+    if (!st.deepep) std::erase(deepeps, 1);
     keep(recs, st.recompute);
     keep(zeros, st.zero);
     if (!st.sequence_parallel) sps = {0};
@@ -308,9 +311,14 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                     for (int sp : (tp > 1 ? sps : std::vector<int>{0}))
                       for (int z : (dp * cp > 1 ? zeros : std::vector<int>{0}))
                         for (int ep : eps)
-                          for (int etp : etps) {
+                          for (int etp : etps)
+                            for (int dpx : deepeps) {
                         // etp 1 and "as tp" are one layout when tp is 1.
                         if (etp == 1 && tp == 1 && std::find(etps.begin(), etps.end(), 0) != etps.end()) continue;
+                        // With both dispatchers listed, DeepEP only where the ep group (members etp apart) leaves
+                        // the NVLink domain: inside it the two cost alike and would be one layout twice.
+                        const bool crosses = ep > 1 && (ep - 1) * (etp > 0 ? etp : tp) + 1 > sys.node.gpus_per_node;
+                        if (dpx == 1 && (ep == 1 || (!crosses && deepeps.size() > 1))) continue;
                         Layout l;
                         l.tp = tp;
                         l.pp = pp;
@@ -331,6 +339,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.zero_stage = z;
                         l.ep = ep;
                         l.etp = etp;
+                        l.deepep = dpx == 1;
                         l.stage_layers = split;
                         l.precision = in.precision;
                         l.attention = in.attention;

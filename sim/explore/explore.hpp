@@ -25,6 +25,9 @@ struct Space {
   // Expert parallelism (MoE models only): ep sizes, and etp sizes where 0 stands for "as tp" (Megatron-Core's
   // default). A dense model takes ep 1 whatever is given.
   std::vector<int> ep, etp;
+  // The MoE token dispatcher: 0 NCCL's all-to-all, 1 DeepEP (Layout::deepep), tried for layouts whose ep group
+  // crosses NVLink domains (inside one the two cost alike). Default: both, or what --stack offers.
+  std::vector<int> deepep;
   std::vector<sched::Kind> schedules;
   std::vector<Recompute> recompute;
   std::vector<int> sp;                 // 0, 1

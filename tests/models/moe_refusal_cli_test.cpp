@@ -53,6 +53,25 @@ TEST_CASE("estimate, simulate and explore price every MoE preset, GPT-OSS's wind
   REQUIRE(!top.empty());
   CHECK(top[0]["layout"]["ep"].get<int>() > 1);
   CHECK(top[0]["layout"]["pp"].get<int>() > 1);
+  // DeepEP is tried only where the ep group leaves the 8-GPU node (inside it the two dispatchers cost alike);
+  // restricted to NCCL's all-to-all, no row uses it.
+  int deepep = 0;
+  for (const auto& row : top) {
+    const auto& lay = row["layout"];
+    if (lay.value("moe_dispatcher", "alltoall") != "deepep") continue;
+    ++deepep;
+    CHECK((lay["ep"].get<int>() - 1) * lay.value("etp", lay["tp"].get<int>()) + 1 > 8);
+  }
+  CHECK(deepep > 0);
+  const auto a = run_tessel({"explore", "--model", "deepseek-v3", "--system", "h800", "--gpus", "2048", "--gbs", "15360",
+                             "--seq", "4096", "--moe-dispatcher", "alltoall", "--json"});
+  REQUIRE(a.code == 0);
+  const auto nccl = nlohmann::json::parse(a.out);
+  REQUIRE(!nccl["top"].empty());
+  for (const auto& row : nccl["top"]) CHECK(!row["layout"].contains("moe_dispatcher"));
+  const auto bad = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--moe-dispatcher", "nvshmem"});
+  CHECK(bad.code == 2);
+  CHECK(has(bad.err, "--moe-dispatcher nvshmem: unknown dispatcher"));
   const auto m = run_tessel({"estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64",
                              "--ep", "8", "--gbs", "256", "--seq", "4096", "--json"});
   CHECK(m.code == 0);

@@ -381,3 +381,58 @@ TEST_CASE("windowed attention: band pairs and tiles counted by enumeration, each
   CHECK((e.model_tflops_per_gpu - e.model_tflops_per_gpu_causal) * 1e12 * e.step_s * gpus ==
         doctest::Approx(halved).epsilon(1e-9));
 }
+
+// DeepEP's shares of the dispatch buffer (sim/cost/comm.cpp deepep_shares) against an enumeration of every
+// routing: a token's copies cross the network once per remote node holding one of its experts. Token on node 0.
+TEST_CASE("DeepEP dispatch: network share by enumerating every routing, NVLink fan-out, priced below NCCL's across nodes") {
+  // 8 experts on 4 nodes (2 a node), top-2 of all: every pair of experts equally likely.
+  {
+    double remote = 0, pairs = 0;
+    for (int a = 0; a < 8; ++a)
+      for (int b = a + 1; b < 8; ++b) {
+        const int na = a / 2, nb = b / 2;
+        remote += (na != 0) + (nb != 0 && nb != na);
+        ++pairs;
+      }
+    const cost::A2aShares s = cost::deepep_shares({8, 2, 0, 0}, 2, 4);
+    CHECK(s.network * 2 == doctest::Approx(remote / pairs).epsilon(kExact));
+    CHECK(s.nvlink == doctest::Approx(0.5).epsilon(kExact));
+  }
+  // Group-limited: 4 groups of 2 experts, 2 groups a node on 2 nodes, each token in 2 groups (one expert from
+  // each, top-2): every pair of groups equally likely.
+  {
+    double remote = 0, pairs = 0;
+    for (int g = 0; g < 4; ++g)
+      for (int h = g + 1; h < 4; ++h) {
+        const int ng = g / 2, nh = h / 2;
+        remote += (ng != 0) + (nh != 0 && nh != ng);
+        ++pairs;
+      }
+    CHECK(cost::deepep_shares({8, 2, 4, 2}, 4, 2).network * 2 == doctest::Approx(remote / pairs).epsilon(kExact));
+  }
+  // DeepSeek-V3 on ep 64 over 8 H800 nodes: 8 groups (one a node), 4 per token: 4 nodes hit, 3.5 remote of 8
+  // copies; NCCL's all-to-all sends 56 of every 64 to other nodes.
+  const cost::A2aShares ds = cost::deepep_shares({256, 8, 8, 4}, 8, 8);
+  CHECK(ds.network == doctest::Approx(3.5 / 8).epsilon(kExact));
+  Model m = load_model("deepseek-v3");
+  m.seq_len = 4096;
+  const System sys = load_system("h800");
+  const auto dispatch = [&](const std::string& words) {
+    return ops_by_name(lower_layer(m, parse_layout_words(words, 15360, "test"), sys))["ep_dispatch"];
+  };
+  const WorkOp nccl = dispatch("tp1 pp16 dp128 ep64 mbs1 1f1b zero1"), deep = dispatch("tp1 pp16 dp128 ep64 mbs1 1f1b zero1 deepep");
+  CHECK(deep.deepep.enabled());
+  CHECK(!nccl.deepep.enabled());
+  // Both network-bound here: the time's bandwidth term halves (3.5 / 8 against 7 / 8), the latencies stay.
+  const double lat = sys.node.intra_latency_s + sys.net.latency_s;
+  CHECK((deep.t_f - lat) / (nccl.t_f - lat) == doctest::Approx(0.5).epsilon(1e-6));
+  // Inside one node the two dispatchers cost alike.
+  CHECK(dispatch("tp1 pp16 dp128 ep8 mbs1 1f1b zero1 deepep").t_f == doctest::Approx(dispatch("tp1 pp16 dp128 ep8 mbs1 1f1b zero1").t_f).epsilon(kExact));
+  // The layout's word, its JSON and its rule.
+  const Layout l = parse_layout_words("tp1 pp16 dp128 ep64 mbs1 1f1b zero1 deepep", 15360, "test");
+  CHECK(l.describe().find(" deepep") != std::string::npos);
+  CHECK(layout_to_json(l)["moe_dispatcher"] == "deepep");
+  CHECK(parse_layout(layout_to_json(l), "test").deepep);
+  CHECK(rule_of(parse_layout_words("tp1 pp16 dp128 ep1 mbs1 1f1b zero1 deepep", 15360, "test"), m) == "deepep-needs-ep");
+  CHECK(rule_of(l, load_model("llama3-70b")) == "deepep-needs-ep");
+}
