@@ -58,6 +58,9 @@ void check_runnable(const Model& m, const Layout& l) {
     if (l.moe_skew != 1.0 || l.moe_capacity > 0)
       throw InputError("--moe-skew / --moe-capacity-factor: routing imbalance is a cost-model option; the runtime routes by "
                        "the router's choices (leave them out to run)");
+    if (l.a2a_overlap)
+      throw InputError("a2a-overlap (--moe-a2a-overlap): the CPU runtime runs a forward and a backward one after the other "
+                       "(the all-to-all overlap is a cost-model option here; leave it out to run)");
     if (l.deepep)
       throw InputError("deepep (--moe-dispatcher deepep): the CPU runtime dispatches with its own all-to-all over the ep group "
                        "(DeepEP is a cost-model option here; leave it out to run)");

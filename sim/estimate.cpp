@@ -32,11 +32,35 @@ namespace {
 // on. Fill and drain cross p-1 boundaries each way, once per model chunk. In the steady state each 1F1B
 // step exchanges one activation and one gradient with its neighbours; unless overlapped (--overlap-p2p-comm)
 // the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
-double pipeline_span(Estimate& e, const StepCosts& c) {
+// DualPipeV under the all-to-all overlap: the expert all-to-all seconds each rank hides in its F&B blocks
+// (workload.hpp fb_block). Rank r holds stages r (chunk 0) and 2p-1-r (chunk 1); sim/schedule/gen_v.cpp's
+// steady phase runs m - 2p + r + 1 rounds of F0&B1 and F1&B0 (the last rank's first round a plain F0, B1),
+// then p - r - 1 more F1&B0 blocks, every backward whole. tests/sim/moe_test.cpp counts them in the schedule.
+std::vector<double> dualpipev_hidden(const StepCosts& c, double m) {
+  const Layout& l = c.work.layout;
+  const int p = l.pp;
+  std::vector<double> out(static_cast<std::size_t>(p), 0.0);
+  if (!l.a2a_overlap || l.schedule != sched::Kind::dualpipev) return out;
+  for (int r = 0; r < p; ++r) {
+    const StageWork& c0 = c.work.stages[static_cast<std::size_t>(r)];
+    const StageWork& c1 = c.work.stages[static_cast<std::size_t>(2 * p - 1 - r)];
+    const double rounds = m - 2 * p + r + 1;
+    const double n01 = rounds - (r == p - 1 ? 1 : 0), n10 = rounds + (p - r - 1);
+    out[static_cast<std::size_t>(r)] = n01 * fb_block(c0, c1, true, true).hidden + n10 * fb_block(c1, c0, true, true).hidden;
+  }
+  return out;
+}
+
+double pipeline_span(Estimate& e, const StepCosts& c, const std::vector<double>& hidden) {
   const Layout& l = c.work.layout;
   const double mb = e.microbatches;
   const int p = l.pp;
-  double pipe = pipeline_time(l, c.ranks.f, c.ranks.i, c.ranks.w);
+  // The F&B blocks' hidden all-to-alls shorten each rank's work per micro-batch by its share, taken from its
+  // forwards (the closed forms' F&B term, F + B, shrinks with it); the slowdown of the compute they overlap
+  // is charged with the step's other overlaps (estimate() adds the busiest rank's).
+  std::vector<double> f = c.ranks.f;
+  for (std::size_t r = 0; r < f.size() && r < hidden.size(); ++r) f[r] -= hidden[r] / mb;
+  double pipe = pipeline_time(l, f, c.ranks.i, c.ranks.w);
   if (p > 1) {
     // Total: the transfers on the step's path, fill and drain included, so exposed <= total.
     e.pp_comm_s = 2.0 * (mb + p - 1) * l.vpp * c.p2p_s;
@@ -245,8 +269,13 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.layout = l;
   e.gpus = gpus;
   e.microbatches = l.num_microbatches();
-  const double pipe = pipeline_span(e, c);
+  const std::vector<double> hidden = dualpipev_hidden(c, e.microbatches);
+  const double pipe = pipeline_span(e, c, hidden);
   const int busiest = busiest_rank(e, c, sys.gpu.overlap_slowdown);
+  // What the busiest rank hides of its all-to-alls is neither its busy time nor exposed.
+  e.busy_s -= hidden[static_cast<std::size_t>(busiest)];
+  e.ep_exposed_s -= hidden[static_cast<std::size_t>(busiest)];
+  e.overlapped_comm_s += hidden[static_cast<std::size_t>(busiest)];
   data_parallel(e, c, busiest, sys.gpu.overlap_slowdown);
   zero3(e, c);
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.

@@ -77,6 +77,7 @@ std::string Layout::describe() const {
   if (moe_capacity > 0) os << " capacity=" << moe_capacity;
   else if (moe_skew != 1.0) os << " skew=" << moe_skew;
   if (deepep) os << " deepep";
+  if (a2a_overlap) os << " a2a-overlap";
   if (vpp > 1) os << " vpp" << vpp;
   os << " mbs" << micro_batch;
   if (pp > 1) os << " " << sched::name(schedule);
@@ -132,6 +133,7 @@ Layout parse_layout(const Json& j, const std::string& where) {
       o.fail("moe_dispatcher", "value \"" + *d + "\" is not one of: alltoall, deepep");
     l.deepep = *d == "deepep";
   }
+  l.a2a_overlap = o.opt_boolean("moe_a2a_overlap").value_or(false);
   l.vpp = static_cast<int>(o.opt_integer("vpp", 1, 1024).value_or(1));
   l.micro_batch = static_cast<int>(o.integer("micro_batch", 1, 1 << 20));
   l.global_batch = static_cast<int>(o.integer("global_batch", 1, 1 << 30));
@@ -203,6 +205,7 @@ Json layout_to_json(const Layout& l) {
   if (l.moe_skew != 1.0) j["moe_skew"] = l.moe_skew;
   if (l.moe_capacity > 0) j["moe_capacity"] = l.moe_capacity;
   if (l.deepep) j["moe_dispatcher"] = "deepep";
+  if (l.a2a_overlap) j["moe_a2a_overlap"] = true;
   j["vpp"] = l.vpp;
   j["micro_batch"] = l.micro_batch;
   j["global_batch"] = l.global_batch;
@@ -257,6 +260,13 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   if (l.deepep && (!m.moe.enabled() || l.ep == 1) &&
       broke("deepep-needs-ep", "the DeepEP dispatcher with ep " + s(l.ep) + (m.moe.enabled() ? "" : " and model " + m.name +
                                " without experts") + ": it dispatches tokens among expert-parallel ranks (ep > 1)"))
+    return;
+  if (l.a2a_overlap && (!m.moe.enabled() || l.ep == 1 || l.schedule != sched::Kind::dualpipev || l.pp == 1) &&
+      broke("a2a-overlap", "the all-to-all overlap (a2a-overlap) with " +
+                               (m.moe.enabled() ? "ep " + s(l.ep) + ", pp " + s(l.pp) + " and schedule " + sched::name(l.schedule)
+                                                : "model " + m.name + " without experts") +
+                               ": it hides the expert all-to-alls (ep > 1) under another micro-batch's compute, modelled in "
+                               "DualPipeV's F&B blocks (pp > 1, schedule dualpipev); Megatron's 1F1B pairing is not modelled"))
     return;
   if (!m.moe.enabled() && (l.ep > 1 || (l.etp > 0 && l.etp != l.tp)) &&
       broke("ep-needs-experts", "ep " + s(l.ep) + (l.etp > 0 ? " etp " + s(l.etp) : std::string()) + ": model " + m.name +

@@ -63,6 +63,11 @@ struct Layout {
   // true, DeepEP (the flex dispatcher with --moe-enable-deepep): across nodes a token crosses the network
   // once per node it needs, then NVLink (sim/cost/comm.hpp DeepEpRouting). Inside one node the two cost alike.
   bool deepep = false;
+  // The expert all-to-alls hidden under another micro-batch's compute (DeepSeek's DualPipe: each F&B block
+  // runs one micro-batch's forward beside another's backward, one's dispatch and combine under the other's
+  // attention and MLP). Modelled in DualPipeV's F&B blocks (sim/workload.hpp fb_block); Megatron-Core's 1F1B
+  // pairing (--overlap-moe-expert-parallel-comm) is not modelled yet.
+  bool a2a_overlap = false;
   // The factor the busiest EP rank's expert work and all-to-alls take over balanced routing.
   double moe_load_factor() const { return moe_capacity > 0 ? moe_capacity : moe_skew; }
 
@@ -96,7 +101,7 @@ Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
-// Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
+// Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
 // recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

@@ -84,6 +84,9 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else if (w.rfind("layers=", 0) == 0) {
       once("layers", w);
       l.stage_layers = parse_stage_layers(w.substr(7), what + " " + w);
+    } else if (w == "a2a-overlap") {
+      once("a2a-overlap", w);
+      l.a2a_overlap = true;
     } else if (w == "deepep") {
       once("dispatcher", w);
       l.deepep = true;
@@ -103,7 +106,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else {
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
-        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN skew=X capacity=X deepep vppN mbsN zeroN sp tp-overlap layers=... "
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN skew=X capacity=X deepep a2a-overlap vppN mbsN zeroN sp tp-overlap layers=... "
                          "mb-rule=megatron|torch, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);

@@ -64,6 +64,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   }
   if (s.zero.empty()) o.fail("zero", "must list at least one ZeRO stage");
   s.deepep = o.opt_boolean("deepep").value_or(false);
+  s.a2a_overlap = o.opt_boolean("a2a_overlap").value_or(false);
   o.finish();
   return s;
 }
@@ -121,6 +122,7 @@ std::optional<std::string> stack_problem(const Stack& s, const Layout& l) {
   if (l.cp > 1 && !s.context_parallel) return head + "it has no context parallelism (cp " + std::to_string(l.cp) + ")";
   if (l.tp_comm_overlap && s.tp_comm_overlap == TpOverlap::none) return head + "it does not overlap TP communication (tp-overlap)";
   if (l.deepep && !s.deepep) return head + "it has no DeepEP dispatcher (deepep)";
+  if (l.a2a_overlap && !s.a2a_overlap) return head + "it does not overlap the expert all-to-alls (a2a-overlap)";
   if (l.attention != s.attention)
     return head + "it runs " + to_string(s.attention) + " attention, the layout asks for " + to_string(l.attention);
   return std::nullopt;

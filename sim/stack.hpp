@@ -28,7 +28,8 @@ struct Stack {
   std::vector<Recompute> recompute;
   Recompute recompute_default = Recompute::none;  // without a recompute flag (Megatron-LM: none; torchtitan: selective)
   std::vector<int> zero;
-  bool deepep = false;  // the DeepEP token dispatcher for MoE models (key "deepep", absent: false)
+  bool deepep = false;       // the DeepEP token dispatcher for MoE models (key "deepep", absent: false)
+  bool a2a_overlap = false;  // DualPipe's all-to-all overlap in its F&B blocks (key "a2a_overlap", absent: false)
 };
 
 Stack parse_stack(const Json& j, const std::string& where);

@@ -673,6 +673,8 @@ void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork
   st.w += k * kind.t_w;
   st.tp_comm_f += k * kind.t_tp_f;
   st.tp_comm_b += k * kind.t_tp_b;
+  st.ep_f += k * kind.t_ep_f;
+  st.ep_b += k * kind.t_ep_b;
   st.flops_layers_f += k * kind.flops_model_f;
   st.flops_model += 3 * k * kind.flops_model_f;
   st.flops_hw += 3 * k * kind.flops_model_f;
@@ -740,6 +742,9 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const K
   st.tp_comm_f = sum(n, [](const LayerWork& x) { return x.t_tp_f; });
   st.tp_comm_b = sum(n, [](const LayerWork& x) { return x.t_tp_b; }) +
                  (l.recompute == Recompute::full ? sum(r, [](const LayerWork& x) { return x.t_tp_f; }) : 0);
+  st.ep_f = sum(n, [](const LayerWork& x) { return x.t_ep_f; });
+  st.ep_b = sum(n, [](const LayerWork& x) { return x.t_ep_b; }) +
+            (l.recompute == Recompute::full ? sum(r, [](const LayerWork& x) { return x.t_ep_f; }) : 0);
   st.flops_layers_f = sum(n, [](const LayerWork& x) { return x.flops_model_f; });
   st.flops_model = 3 * st.flops_layers_f;
   st.flops_hw = st.flops_model + sum(r, [](const LayerWork& x) { return x.flops_hw_extra; });
@@ -777,6 +782,16 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const K
     add_mtp(m, l, sys, *kind, st);
   }
   return st;
+}
+
+FbBlock fb_block(const StageWork& fwd, const StageWork& bwd, bool with_w, bool a2a_overlap) {
+  FbBlock b;
+  b.serial = fwd.f + bwd.i + (with_w ? bwd.w : 0.0);
+  if (a2a_overlap) {
+    const double comm = fwd.ep_f + bwd.ep_b;
+    b.hidden = std::min(comm, b.serial - comm);
+  }
+  return b;
 }
 
 Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWork* layer) {

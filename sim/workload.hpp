@@ -97,8 +97,19 @@ struct StageWork {
   double params = 0;          // parameters of this stage held by one GPU (after TP sharding)
   double expert_params = 0;   // of those, routed experts' (sharded over ep x etp, replicated over edp)
   double tp_comm_f = 0, tp_comm_b = 0;
+  double ep_f = 0, ep_b = 0;  // of f and i (and of tp_comm_*): the expert all-to-alls and etp gathers
   double sp_grad_params = 0;  // SP: tp-replicated parameters whose gradients the step all-reduces over tp
 };
+
+// One DualPipe F&B block on a rank: `fwd`'s forward beside `bwd`'s backward (its input gradient, and its weight
+// gradient when `with_w`). Without the all-to-all overlap the two run one after the other (`serial`); with it
+// (Layout::a2a_overlap) each part's expert all-to-alls run under the other part's compute, hiding the smaller
+// of the two (`hidden`), while that compute is slowed as any overlapped compute is (GpuSpec::overlap_slowdown):
+// the block takes serial - hidden / (1 + overlap_slowdown).
+struct FbBlock {
+  double serial = 0, hidden = 0;
+};
+FbBlock fb_block(const StageWork& fwd, const StageWork& bwd, bool with_w, bool a2a_overlap);
 
 // The step's communication besides the stages' ops, once a step on every GPU, as work (what moves, among
 // whom); sim/step_costs.hpp prices it. A member the layout does not run moves no bytes.

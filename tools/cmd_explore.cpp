@@ -161,6 +161,11 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
     else if (*sp == "off") space.sp = {0};
     else if (*sp != "both") throw InputError("--sp " + *sp + ": must be on, off or both");
   }
+  if (auto v = cl.get("--moe-a2a-overlap")) {
+    if (*v == "on") space.a2a_overlap = {1};
+    else if (*v == "off") space.a2a_overlap = {0};
+    else if (*v != "both") throw InputError("--moe-a2a-overlap " + *v + ": must be on, off or both");
+  }
   for (const auto& d : cl.get_list("--moe-dispatcher")) {
     if (d != "alltoall" && d != "deepep")
       throw InputError("--moe-dispatcher " + d + ": unknown dispatcher; list alltoall (NCCL's all-to-all) and/or deepep "
@@ -277,6 +282,7 @@ int explore(const Args& args) {
        {"--cp", true, "restrict context-parallel sizes"},
        {"--ep", true, "restrict expert-parallel sizes (MoE models) [powers of two dividing the experts]"},
        {"--etp", true, "restrict expert tensor-parallel sizes (MoE models) [1 and tp]"},
+       {"--moe-a2a-overlap", true, "MoE all-to-alls hidden in DualPipeV's F&B blocks: on, off or both [both, on dualpipev layouts with ep > 1]"},
        {"--moe-dispatcher", true, "restrict MoE token dispatchers (alltoall,deepep) [both; deepep where the ep group crosses nodes]"},
        {"--vpp", true, "restrict chunks per rank (interleaved)"},
        {"--mbs", true, "restrict micro-batch sizes"},
@@ -317,7 +323,7 @@ int explore(const Args& args) {
 
   explore::Space space = space_of(cl, sys);
   if (!m.moe.enabled())
-    for (const char* f : {"--ep", "--etp", "--moe-dispatcher"})
+    for (const char* f : {"--ep", "--etp", "--moe-dispatcher", "--moe-a2a-overlap"})
       if (auto v = cl.get(f))
         throw InputError(std::string(f) + " " + *v + ": model " + m.name + " has no experts (expert parallelism needs a "
                          "mixture-of-experts model)");

@@ -26,6 +26,7 @@ std::vector<OptionSpec> spec_options() {
       {"--etp", true, "expert tensor-parallel size [tp, as Megatron-Core]"},
       {"--moe-skew", true, "MoE dropless routing: the busiest EP rank's tokens over the mean [1: balanced]"},
       {"--moe-capacity-factor", true, "MoE: experts padded to this capacity factor, tokens beyond dropped (Megatron's --moe-expert-capacity-factor with padding) [dropless]"},
+      {"--moe-a2a-overlap", false, "MoE: hide the expert all-to-alls under another micro-batch's compute in DualPipeV's F&B blocks (DeepSeek's DualPipe; needs --schedule dualpipev)"},
       {"--moe-dispatcher", true, "MoE token dispatcher: alltoall (NCCL's all-to-all) or deepep (a token over the network once per node it needs, then NVLink) [alltoall]"},
       {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
       {"--mbs", true, "micro-batch size [1]"},
@@ -216,6 +217,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
                        "Megatron-Core's default) or deepep (DeepEP's node-limited dispatch)");
     l.deepep = *v == "deepep";
   }
+  if (cl.has("--moe-a2a-overlap")) l.a2a_overlap = true;
   read_schedule(cl, given, played, l);
   l.micro_batch = int_or(cl, "--mbs", 1, 1 << 20, given ? given->micro_batch : 1);
   l.global_batch = int_or(cl, "--gbs", 1, 1 << 30, given ? given->global_batch : 1536);

@@ -136,12 +136,13 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
       compute_task(pos, OpKind::recompute, stage(a.stage).recompute, a.stage, a.mb);
       return;
     case ActionType::OVERLAP_F_B: {
-      // DualPipe's F&B: one op running both parts; no overlap credit without expert all-to-all to hide.
-      double secs = 0;
-      for (const auto& p : a.sub) {
-        const StageWork& sc = stage(p.stage);
-        secs += p.type == ActionType::F ? sc.f : (p.type == ActionType::W ? 0.0 : sc.i) + (p.type == ActionType::I ? 0.0 : sc.w);
-      }
+      // DualPipe's F&B: one op running both parts; under the all-to-all overlap each part's expert all-to-alls
+      // hide under the other's compute (workload.hpp fb_block).
+      TESSEL_CHECK(a.sub.size() == 2 && a.sub[0].type == ActionType::F &&
+                       (a.sub[1].type == ActionType::B || a.sub[1].type == ActionType::I),
+                   "an F&B block is a forward and a backward, got " << a.token());
+      const FbBlock fb = fb_block(stage(a.sub[0].stage), stage(a.sub[1].stage), a.sub[1].type != ActionType::I, l_.a2a_overlap);
+      const double secs = fb.serial - fb.hidden / (1.0 + c_.flat_system().gpu.overlap_slowdown);
       const auto t = compute_task(pos, OpKind::overlap_f_b, secs, a.sub[0].stage, a.sub[0].mb);
       const StageWork& fc = stage(a.sub[0].stage);
       g_.memory(t, pos, fc.act_bytes + fc.act_extra_bytes, 0);

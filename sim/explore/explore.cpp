@@ -233,6 +233,7 @@ Space default_space(const Model& m, const System& sys, int gpus, bool tp_inside_
   s.ep = {1};
   s.etp = {0};
   s.deepep = {0, 1};
+  s.a2a_overlap = {0, 1};
   if (m.moe.enabled()) {
     // Powers of two that divide the experts (and the GPUs); experts unsplit (etp 1, the usual choice of the
     // published MoE recipes) or split as attention is (etp = tp, Megatron-Core's default).
@@ -254,6 +255,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
   const auto eps = m.moe.enabled() ? pick(in.ep, d.ep) : std::vector<int>{1};
   const auto etps = m.moe.enabled() ? pick(in.etp, d.etp) : std::vector<int>{0};
   auto deepeps = m.moe.enabled() ? pick(in.deepep, d.deepep) : std::vector<int>{0};
+  auto overlaps = m.moe.enabled() ? pick(in.a2a_overlap, d.a2a_overlap) : std::vector<int>{0};
   if (in.stack) {
     const Stack& st = *in.stack;
     const auto keep = [](auto& v, const auto& allowed) {
@@ -261,6 +263,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
     };
     keep(scheds, st.schedules);
     if (!st.deepep) std::erase(deepeps, 1);
+    if (!st.a2a_overlap) std::erase(overlaps, 1);
     keep(recs, st.recompute);
     keep(zeros, st.zero);
     if (!st.sequence_parallel) sps = {0};
@@ -312,7 +315,8 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                       for (int z : (dp * cp > 1 ? zeros : std::vector<int>{0}))
                         for (int ep : eps)
                           for (int etp : etps)
-                            for (int dpx : deepeps) {
+                            for (int dpx : deepeps)
+                              for (int ov : (sc == sched::Kind::dualpipev && ep > 1 ? overlaps : std::vector<int>{0})) {
                         // etp 1 and "as tp" are one layout when tp is 1.
                         if (etp == 1 && tp == 1 && std::find(etps.begin(), etps.end(), 0) != etps.end()) continue;
                         // With both dispatchers listed, DeepEP only where the ep group (members etp apart) leaves
@@ -340,6 +344,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.ep = ep;
                         l.etp = etp;
                         l.deepep = dpx == 1;
+                        l.a2a_overlap = ov == 1;
                         l.stage_layers = split;
                         l.precision = in.precision;
                         l.attention = in.attention;

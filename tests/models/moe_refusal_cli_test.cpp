@@ -63,12 +63,21 @@ TEST_CASE("estimate, simulate and explore price every MoE preset, GPT-OSS's wind
     CHECK((lay["ep"].get<int>() - 1) * lay.value("etp", lay["tp"].get<int>()) + 1 > 8);
   }
   CHECK(deepep > 0);
+  // The all-to-all overlap only on DualPipeV layouts with ep > 1 (its F&B blocks).
+  for (const auto& row : top)
+    if (row["layout"].value("moe_a2a_overlap", false)) {
+      CHECK(row["layout"]["schedule"] == "dualpipev");
+      CHECK(row["layout"]["ep"].get<int>() > 1);
+    }
   const auto a = run_tessel({"explore", "--model", "deepseek-v3", "--system", "h800", "--gpus", "2048", "--gbs", "15360",
-                             "--seq", "4096", "--moe-dispatcher", "alltoall", "--json"});
+                             "--seq", "4096", "--moe-dispatcher", "alltoall", "--moe-a2a-overlap", "off", "--json"});
   REQUIRE(a.code == 0);
   const auto nccl = nlohmann::json::parse(a.out);
   REQUIRE(!nccl["top"].empty());
-  for (const auto& row : nccl["top"]) CHECK(!row["layout"].contains("moe_dispatcher"));
+  for (const auto& row : nccl["top"]) {
+    CHECK(!row["layout"].contains("moe_dispatcher"));
+    CHECK(!row["layout"].contains("moe_a2a_overlap"));
+  }
   const auto bad = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--moe-dispatcher", "nvshmem"});
   CHECK(bad.code == 2);
   CHECK(has(bad.err, "--moe-dispatcher nvshmem: unknown dispatcher"));

@@ -436,3 +436,50 @@ TEST_CASE("DeepEP dispatch: network share by enumerating every routing, NVLink f
   CHECK(rule_of(parse_layout_words("tp1 pp16 dp128 ep1 mbs1 1f1b zero1 deepep", 15360, "test"), m) == "deepep-needs-ep");
   CHECK(rule_of(l, load_model("llama3-70b")) == "deepep-needs-ep");
 }
+
+// DualPipe's all-to-all overlap (Layout::a2a_overlap): in each F&B block the forward's and the backward's expert
+// all-to-alls run under the other part's compute (workload.hpp fb_block). The closed form counts the blocks
+// per rank by formula; here they are counted in the generated DualPipeV schedule and their hidden seconds
+// summed, which must be what the estimate no longer reports as exposed on the busiest rank (rank 0 here, with
+// the embedding and the head); the event engine, which plays every block, agrees with the closed form.
+TEST_CASE("all-to-all overlap: F&B blocks counted in the DualPipeV schedule, closed form and event engine agree") {
+  Model m = load_model("qwen3-30b-a3b");
+  m.seq_len = 4096;
+  const System sys = load_system("dgx-h100");
+  const Layout off = parse_layout_words("tp1 pp4 dp8 ep8 vpp2 mbs1 dualpipev zero1", 256, "test");
+  const Layout on = parse_layout_words("tp1 pp4 dp8 ep8 vpp2 mbs1 dualpipev zero1 a2a-overlap", 256, "test");
+  REQUIRE(on.a2a_overlap);
+  const Workload w = lower(m, on, sys);
+  const sched::Schedule s = sched::generate(sched::Kind::dualpipev, schedule_params(on));
+  std::vector<double> hidden(static_cast<std::size_t>(on.pp), 0.0);
+  int blocks = 0;
+  for (int r = 0; r < on.pp; ++r)
+    for (const auto& a : s.ranks[static_cast<std::size_t>(r)]) {
+      if (a.type != sched::ActionType::OVERLAP_F_B) continue;
+      ++blocks;
+      const FbBlock b = fb_block(w.stages[static_cast<std::size_t>(a.sub[0].stage)], w.stages[static_cast<std::size_t>(a.sub[1].stage)],
+                                 a.sub[1].type != sched::ActionType::I, true);
+      CHECK(b.hidden > 0);
+      hidden[static_cast<std::size_t>(r)] += b.hidden;
+    }
+  CHECK(blocks > 0);
+  const Estimate e0 = estimate(m, off, sys), e1 = estimate(m, on, sys);
+  CHECK(e0.ep_exposed_s - e1.ep_exposed_s == doctest::Approx(hidden[0]).epsilon(1e-9));
+  CHECK(e0.busy_s - e1.busy_s == doctest::Approx(hidden[0]).epsilon(1e-9));
+  CHECK(e1.step_s < e0.step_s);
+  // Without the overlap a block is its two parts one after the other (the event engine as before).
+  const FbBlock plain = fb_block(w.stages[0], w.stages[7], true, false);
+  CHECK(plain.hidden == 0);
+  CHECK(plain.serial == doctest::Approx(w.stages[0].f + w.stages[7].i + w.stages[7].w).epsilon(kExact));
+  for (const Layout& l : {off, on}) {
+    CAPTURE(l.describe());
+    const double des = engine::simulate(m, l, sys, {}).step_s, closed = estimate(m, l, sys).step_s;
+    CHECK(des == doctest::Approx(closed).epsilon(0.05));
+  }
+  // The rule: the overlap pairs a forward with another micro-batch's backward in DualPipeV's blocks.
+  CHECK(rule_of(parse_layout_words("tp1 pp4 dp8 ep8 mbs1 1f1b zero1 a2a-overlap", 256, "test"), m) == "a2a-overlap");
+  CHECK(rule_of(parse_layout_words("tp1 pp4 dp8 ep1 vpp2 mbs1 dualpipev zero1 a2a-overlap", 256, "test"), m) == "a2a-overlap");
+  CHECK(rule_of(on, m).empty());
+  CHECK(parse_layout(layout_to_json(on), "test").a2a_overlap);
+  CHECK(on.describe().find(" a2a-overlap") != std::string::npos);
+}
