@@ -197,8 +197,9 @@ RankResult run_rank(const CpuRun& c, rt::Comm& world, rt::Recorder::Clock::time_
   AutoInterval interval;
   while (t.steps_done() < f.steps) {
     const rt::StepStats s = t.step();
-    out.steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds});
-    if (f.model.moe.enabled()) out.steps.back().aux_loss = s.aux_loss;
+    // MoE: the load-balancing loss beside the loss.
+    out.steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds,
+                         f.model.moe.enabled() ? std::optional<double>(s.aux_loss) : std::nullopt});
     if (talk) print_step(log, out.steps.back());
     if (!save_due(f, t.steps_done(), interval)) continue;
     out.saved.push_back(rt::save_checkpoint(t, f.checkpoint_dir, f.seed));

@@ -12,8 +12,6 @@ namespace tessel::explore {
 
 namespace {
 
-bool starts(const std::string& id, const char* prefix) { return id.rfind(prefix, 0) == 0; }
-
 // describe() with an explicit stage split that is the even one left out: validate writes the split of a
 // "one fewer layer on the first and last stage" row even where it comes out even, explore leaves it empty.
 std::string layout_key(Layout l, int model_layers) {
