@@ -59,10 +59,10 @@ void check_runnable(const Model& m, const Layout& l) {
       throw InputError("--moe-skew / --moe-capacity-factor: routing imbalance is a cost-model option; the runtime routes by "
                        "the router's choices (leave them out to run)");
     if (l.a2a_overlap)
-      throw InputError("a2a-overlap (--moe-a2a-overlap): the CPU runtime runs a forward and a backward one after the other "
+      throw InputError("a2a-overlap (a layout word): the CPU runtime runs a forward and a backward one after the other "
                        "(the all-to-all overlap is a cost-model option here; leave it out to run)");
     if (l.deepep)
-      throw InputError("deepep (--moe-dispatcher deepep): the CPU runtime dispatches with its own all-to-all over the ep group "
+      throw InputError("deepep (a layout word): the CPU runtime dispatches with its own all-to-all over the ep group "
                        "(DeepEP is a cost-model option here; leave it out to run)");
   }
   for (int s = 0; s < l.num_stages(); ++s)

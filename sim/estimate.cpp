@@ -92,7 +92,6 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
   // overlap_tp_comm): exposed counts both, all TP time the hidden part too.
   e.tp_exposed_s = mb * (rs.tp_f[busiest] + rs.tp_b[busiest]);
   e.cp_comm_s = 0;
-  const LayerWork& lw = c.work.layer;
   double tp_hidden = 0;
   for (const auto& st : c.work.stages)
     if (l.rank_of_stage(st.stage) == busiest)
@@ -111,9 +110,7 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
   // A MoE layer's all-to-alls (and etp gathers) block the compute stream as TP's do (Megatron-Core's default,
   // without the 1F1B all-to-all overlap): they ride in the layers' collectives above and are reported apart.
   for (const auto& st : c.work.stages)
-    if (l.rank_of_stage(st.stage) == busiest)
-      e.ep_comm_s += mb * (st.moe_layers * (lw.t_ep_f + lw.t_ep_b) +
-                           (l.recompute == Recompute::full ? st.recomputed_moe_layers * lw.t_ep_f : 0.0));
+    if (l.rank_of_stage(st.stage) == busiest) e.ep_comm_s += mb * (st.ep_f + st.ep_b);
   e.tp_comm_s -= e.ep_comm_s;
   e.tp_exposed_s -= e.ep_comm_s;
   e.ep_exposed_s = e.ep_comm_s;
@@ -176,13 +173,22 @@ void zero3(Estimate& e, const StepCosts& c) {
   if (l.zero_stage != 3 || l.dp * l.cp == 1) return;
   const double mb = e.microbatches;
   const double ag = c.zero3_gather_s, rsg = c.zero3_scatter_s;
-  const LayerWork& lw = c.work.layer;
-  const double f_layer = lw.t_f + lw.t_tp_f;
   // Every layer a rank holds is gathered and reduced once per micro-batch: with vpp chunks that is the sum
-  // over the rank's chunks. The rank holding the most layers stalls longest and sets the pace.
-  const int layers = *std::max_element(c.ranks.layers.begin(), c.ranks.layers.end());
-  const double exposed = mb * layers * (std::max(0.0, ag - f_layer) + ag + rsg);
-  e.overlapped_comm_s += mb * layers * std::min(ag, f_layer);
+  // over the rank's chunks. The rank holding the most layers stalls longest and sets the pace; each kind of
+  // layer hides the next layer's gather behind its own forward.
+  const auto most = std::max_element(c.ranks.layers.begin(), c.ranks.layers.end());
+  const int rank = static_cast<int>(most - c.ranks.layers.begin()), layers = *most;
+  double exposed = 0, hidden = 0;
+  for (const auto& st : c.work.stages)
+    if (l.rank_of_stage(st.stage) == rank)
+      for (int k = 0; k < kLayerKinds; ++k) {
+        const int n = st.kind_layers[static_cast<std::size_t>(k)];
+        if (n == 0) continue;
+        const double f_layer = c.work.kind(k).t_f + c.work.kind(k).t_tp_f;
+        exposed += mb * n * (std::max(0.0, ag - f_layer) + ag + rsg);
+        hidden += mb * n * std::min(ag, f_layer);
+      }
+  e.overlapped_comm_s += hidden;
   e.dp_comm_s += mb * layers * (2 * ag + rsg);
   e.dp_exposed_s += exposed;
 }

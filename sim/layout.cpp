@@ -257,20 +257,21 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   if (!m.moe.enabled() && (l.moe_skew != 1.0 || l.moe_capacity > 0) &&
       broke("routing-needs-experts", "routing skew / capacity factor: model " + m.name + " has no experts"))
     return;
-  if (l.deepep && (!m.moe.enabled() || l.ep == 1) &&
-      broke("deepep-needs-ep", "the DeepEP dispatcher with ep " + s(l.ep) + (m.moe.enabled() ? "" : " and model " + m.name +
-                               " without experts") + ": it dispatches tokens among expert-parallel ranks (ep > 1)"))
-    return;
-  if (l.a2a_overlap && (!m.moe.enabled() || l.ep == 1 || l.schedule != sched::Kind::dualpipev || l.pp == 1) &&
-      broke("a2a-overlap", "the all-to-all overlap (a2a-overlap) with " +
-                               (m.moe.enabled() ? "ep " + s(l.ep) + ", pp " + s(l.pp) + " and schedule " + sched::name(l.schedule)
-                                                : "model " + m.name + " without experts") +
-                               ": it hides the expert all-to-alls (ep > 1) under another micro-batch's compute, modelled in "
-                               "DualPipeV's F&B blocks (pp > 1, schedule dualpipev); Megatron's 1F1B pairing is not modelled"))
-    return;
   if (!m.moe.enabled() && (l.ep > 1 || (l.etp > 0 && l.etp != l.tp)) &&
       broke("ep-needs-experts", "ep " + s(l.ep) + (l.etp > 0 ? " etp " + s(l.etp) : std::string()) + ": model " + m.name +
                                     " has no experts (expert parallelism needs a mixture-of-experts model)"))
+    return;
+  if (l.deepep && (!m.moe.enabled() || l.ep == 1) &&
+      broke("deepep-needs-ep", "deepep (--moe-dispatcher deepep, JSON moe_dispatcher) with " +
+                                   (m.moe.enabled() ? "ep 1" : "model " + m.name + ", which has no experts") +
+                                   ": DeepEP dispatches tokens among expert-parallel ranks and needs ep > 1"))
+    return;
+  if (l.a2a_overlap && (!m.moe.enabled() || l.ep == 1 || l.schedule != sched::Kind::dualpipev || l.pp == 1) &&
+      broke("a2a-overlap", "a2a-overlap (--moe-a2a-overlap, JSON moe_a2a_overlap) with " +
+                               (m.moe.enabled() ? "ep " + s(l.ep) + ", pp " + s(l.pp) + " and schedule " + sched::name(l.schedule)
+                                                : "model " + m.name + ", which has no experts") +
+                               ": it hides the expert all-to-alls (ep > 1) under another micro-batch's compute, modelled in "
+                               "DualPipeV's F&B blocks (pp > 1, schedule dualpipev); Megatron's 1F1B pairing is not modelled"))
     return;
   if (m.moe.enabled()) {
     const int etp = l.expert_tp();

@@ -38,9 +38,11 @@ double layer_params_per_gpu(const Model& m, const Layout& l) {
   // the router is replicated on every tp rank (Megatron-Core); the routed experts are counted by
   // layer_expert_params_per_gpu.
   const double dup = mla_duplicated_params(m);
-  const double mlp = m.moe.enabled() ? static_cast<double>(m.shared_expert_params()) : static_cast<double>(m.dense_mlp_params());
+  // Qwen2-MoE's shared-expert gate ([h, 1]) is whole on every tp rank, as the router is.
+  const double gate = m.moe.enabled() && m.moe.shared_ffn > 0 && m.moe.shared_gate ? static_cast<double>(m.hidden) : 0.0;
+  const double mlp = m.moe.enabled() ? static_cast<double>(m.shared_expert_params()) - gate : static_cast<double>(m.dense_mlp_params());
   return dup + (static_cast<double>(m.attention_params()) - dup + m.layer_norms * m.norm_params() + mlp) / l.tp +
-         static_cast<double>(m.router_params()) + layer_expert_params_per_gpu(m, l);
+         static_cast<double>(m.router_params()) + gate + layer_expert_params_per_gpu(m, l);
 }
 
 double layer_expert_params_per_gpu(const Model& m, const Layout& l) {
@@ -181,17 +183,31 @@ double window_tile_pairs(double n, double w, int tile) {
 
 // Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and sees
 // all keys over the ring), then A V. The unfused path computes and masks the whole s_q x s_k matrix whatever
-// the mask, so a windowed layer costs it as much as a full one (and its model FLOPs are counted so too).
+// the mask, so a windowed layer takes it as long as a full one.
 void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vector<WorkOp>& ops) {
   const Precision p = l.precision;
   const double e = d.elt;
   const double sq = d.s / d.cp, sk = d.s;
   const double batch = d.b * (d.heads / d.t);  // micro-batch x this rank's heads
+  const int w = uniform_window(m);
+  // A windowed layer's query-key pairs on this CP rank: the band the model computes, and the 128 x 128 tiles a
+  // flash kernel runs for it.
+  const double band = w > 0 ? window_pairs(d.s, w) / d.cp : 0.0, tiles = w > 0 ? window_tile_pairs(d.s, w, 128) / d.cp : 0.0;
+  // Model FLOPs of a windowed layer count the band whatever the kernel; the unfused GEMMs keep their shapes
+  // (the time of the whole matrix) and carry what a flash kernel would execute (price_measured_core).
+  const auto banded = [&](WorkOp& op, double head_dim) {
+    if (w == 0) return;
+    op.flops_f = 2.0 * batch * band * head_dim;
+    op.flops_b = 2 * op.flops_f;
+    op.exec_flops_f = 2.0 * batch * tiles * head_dim;
+    op.exec_flops_b = 2.5 * op.exec_flops_f;
+  };
   if (l.attention == AttentionImpl::unfused) {
     GemmShape sc{static_cast<std::int64_t>(sq), static_cast<std::int64_t>(sk), static_cast<std::int64_t>(d.qk_d),
                  static_cast<std::int64_t>(batch)};
     WorkOp scores = gemm_op("attn_scores", p, sc, false);
     scores.attention_core = true;
+    banded(scores, d.qk_d);
     ops.push_back(scores);
     // Megatron's fused scale-mask-softmax (read + write the s^2 scores) then dropout (read, write, 1-byte mask).
     const double s2 = batch * sq * sk;
@@ -202,6 +218,7 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
     WorkOp av = gemm_op("attn_v", p, {static_cast<std::int64_t>(sq), static_cast<std::int64_t>(d.v_d),
                                       static_cast<std::int64_t>(sk), static_cast<std::int64_t>(batch)}, false);
     av.attention_core = true;
+    banded(av, d.v_d);
     ops.push_back(av);
     return;
   }
@@ -214,14 +231,14 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   fa.precision = p == Precision::fp8 ? Precision::bf16 : p;
   fa.attention_core = true;
   const double per_pair = 2.0 * batch * (d.qk_d + d.v_d);  // QK^T and AV of one query-key pair, this rank's heads
-  if (const int w = uniform_window(m); w > 0) {
+  if (w > 0) {
     // A windowed layer (sliding_window shorter than the sequence): each query sees the last w positions, itself
     // included. Model FLOPs count those pairs, w(w+1)/2 + (s - w) w per head (Megatron-Bridge's GPT-OSS
     // FLOPs formula counts the same; there is no non-causal count to offer). The kernel works in tiles of
     // 128 queries x 128 keys (FlashAttention-2's block size) and computes every tile the band touches.
-    fa.flops_f = per_pair * window_pairs(d.s, w) / d.cp;  // a CP rank's share of the band
+    fa.flops_f = per_pair * band;
     fa.flops_b = 2 * fa.flops_f;
-    fa.exec_flops_f = per_pair * window_tile_pairs(d.s, w, 128) / d.cp;
+    fa.exec_flops_f = per_pair * tiles;
     fa.exec_flops_b = 2.5 * fa.exec_flops_f;
   } else {
     const double full = per_pair * sq * sk;  // non-causal (4 b h s^2 d)
@@ -370,7 +387,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   const bool sp = l.sequence_parallel;
   const cost::GroupPlacement tp = tp_group(l);
   std::vector<WorkOp>& ops = lw.ops;
-  lw.window = l.attention == AttentionImpl::flash ? uniform_window(m) : 0;
+  lw.window = uniform_window(m);
 
   // Norm 1 (on the sequence shard under SP): read x, write y.
   ops.push_back(elementwise_op("norm1", 2 * e * d.xs, 3 * e * d.xs));
@@ -649,12 +666,13 @@ bool mixed_layers(const Model& m) { return m.moe.enabled() && !m.moe.dense_layer
 
 namespace {
 // A layer's parameters that tensor parallelism keeps whole on every tp rank: a MoE layer's norms (q/k norms
-// included) and router (Megatron-Core marks the router's weight sequence-parallel: its gradient is summed
-// over tp); a dense layer's as the model counts them.
+// included), router and shared-expert gate (Megatron-Core marks both weights sequence-parallel: their
+// gradients are summed over tp); a dense layer's as the model counts them.
 double replicated_layer_params(const Model& m) {
+  const double gate = m.moe.enabled() && m.moe.shared_ffn > 0 && m.moe.shared_gate ? static_cast<double>(m.hidden) : 0.0;
   return m.moe.enabled() || m.mla.enabled()
              ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() + m.router_params()) +
-                   mla_duplicated_params(m)
+                   mla_duplicated_params(m) + gate
              : static_cast<double>(m.tp_replicated_params_per_layer());
 }
 }  // namespace

@@ -37,7 +37,7 @@ struct LayerWork {
   double flops_attention_f = 0;        // of that, the attention core's QK^T and AV, counted full (non-causal):
                                        // what the causal convention halves; 0 for a windowed layer, whose
                                        // band is counted as computed (causal) in flops_model_f
-  int window = 0;                      // flash attention through a window shorter than the sequence (kind bit 2)
+  int window = 0;                      // attention through a window shorter than the sequence (kind bit 2)
   double flops_hw_extra = 0;           // recompute FLOPs per recomputed layer (hardware FLOPs)
   double act_bytes = 0;                // activations kept per micro-batch under the recompute policy
   double act_bytes_unfused_full = 0;   // Korthikanti Table 2 value without recompute, for reports

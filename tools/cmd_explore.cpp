@@ -170,7 +170,8 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
     if (d != "alltoall" && d != "deepep")
       throw InputError("--moe-dispatcher " + d + ": unknown dispatcher; list alltoall (NCCL's all-to-all) and/or deepep "
                        "(DeepEP's node-limited dispatch)");
-    space.deepep.push_back(d == "deepep" ? 1 : 0);
+    const int v = d == "deepep" ? 1 : 0;
+    if (std::find(space.deepep.begin(), space.deepep.end(), v) == space.deepep.end()) space.deepep.push_back(v);
   }
   // tp stays within a node unless --allow-tp-across-nodes, or a --tp value above the node asks for more;
   // with --max-tp-inside-node given as well that request contradicts it and is refused.
@@ -364,6 +365,12 @@ int explore(const Args& args) {
     for (int z : space.zero)
       if (std::find(st.zero.begin(), st.zero.end(), z) == st.zero.end())
         throw InputError("--zero " + std::to_string(z) + ": not one of stack " + st.name + "'s ZeRO stages");
+    if (!st.deepep && std::find(space.deepep.begin(), space.deepep.end(), 1) != space.deepep.end())
+      throw InputError("--moe-dispatcher deepep: stack " + st.name + " has no DeepEP dispatcher (its \"deepep\" is not true)");
+    if (!st.a2a_overlap && std::find(space.a2a_overlap.begin(), space.a2a_overlap.end(), 1) != space.a2a_overlap.end() &&
+        cl.has("--moe-a2a-overlap"))
+      throw InputError("--moe-a2a-overlap " + *cl.get("--moe-a2a-overlap") + ": stack " + st.name +
+                       " does not overlap the expert all-to-alls (its \"a2a_overlap\" is not true)");
     space.stack = st;
   }
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);

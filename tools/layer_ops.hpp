@@ -17,8 +17,9 @@ inline constexpr const char* kOpsHelp =
 
 // The human tables, after what the verb printed.
 void print_layer_ops(const Model& m, const Layout& l, const System& sys);
-// {"layer_ops": [...]} into `j`, and for each other kind of layer the model has (sim/workload.hpp layer_kind)
-// its own: "dense_layer_ops" (a MoE model's dense layers), "window_layer_ops", "dense_window_layer_ops".
+// Each kind of layer the model has (sim/workload.hpp layer_kind) into `j` under its key: "layer_ops" (kind 0:
+// every layer of a plain model, a MoE model's MoE layers with full attention), "dense_layer_ops" (a MoE model's
+// dense layers), "window_layer_ops", "dense_window_layer_ops"; a kind the model lacks has no key.
 void add_layer_ops_json(const Model& m, const Layout& l, const System& sys, Json& j);
 
 }  // namespace tessel::cmd

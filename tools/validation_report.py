@@ -241,9 +241,12 @@ def moe_section(tessel, rows_path, engine):
         text += f"| {r['id']} | {r['measured']:.4g} | {r['predicted']:.4g} | {r['error_pct']:+.1f}% | {assumed} |\n"
     classes = ", ".join(f"{c} {b['step_pct']:.1f}% over {b['rows']}" for c, b in sorted(d["error_bands"].items()))
     text += MOE_LIMITS.format(mape=d["mape_pct"].get("tokens_per_s_per_gpu", 0.0), n=len(d["rows"]), classes=classes or "-")
-    text += "\nSkipped:\n\n| row | reason |\n|---|---|\n"
-    for s in d["skipped"]:
-        text += f"| {s['id']} | {s['reason']} |\n"
+    if d["skipped"]:
+        text += "\nSkipped:\n\n| row | reason |\n|---|---|\n"
+        for s in d["skipped"]:
+            text += f"| {s['id']} | {s['reason']} |\n"
+    else:
+        text += "\nEvery row of the file is scored.\n"
     return text
 
 

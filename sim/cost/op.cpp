@@ -17,14 +17,17 @@ CostKind elementwise_kind(const char* name) {
   return CostKind::memory;
 }
 
-// The attention core when the profile measured it as one kernel: the flash path's executed count (F/2
-// forward, 2.5 F/2 backward; F = 4 b h s_q s_k d, the flops_f of the flash op and the sum of the unfused
-// path's two batched GEMMs), at the measured rates; the unfused path's softmax runs inside that kernel.
+// The attention core when the profile measured it as one kernel: the flash path's executed count at the
+// measured rates; the unfused path's softmax runs inside that kernel. The flash op carries its executed FLOPs
+// (exec_flops_*: F/2 forward and 2.5 F/2 backward for full causal attention, F = 4 b h s_q s_k d; a window's
+// tiles); so do a windowed layer's unfused GEMMs (their shares of what the flash kernel would run); a full
+// layer's unfused GEMMs are F/2 and 2.5 F/2 of their flops_f.
 void price_measured_core(WorkOp& op, const GpuSpec& gpu) {
   const double f = op.cls == OpClass::attention || op.cls == OpClass::gemm ? op.flops_f : 0.0;
+  const bool executed = op.exec_flops_f > 0;
   const int launches = std::string_view(op.name) == "attn_v" ? 0 : 1;  // one kernel for both unfused GEMMs
-  op.t_f = attention_core_time(gpu, f / 2, false, launches);
-  op.t_i = attention_core_time(gpu, 2.5 * f / 2, true, launches);
+  op.t_f = attention_core_time(gpu, executed ? op.exec_flops_f : f / 2, false, launches);
+  op.t_i = attention_core_time(gpu, executed ? op.exec_flops_b : 2.5 * f / 2, true, launches);
   op.t_w = 0;
 }
 

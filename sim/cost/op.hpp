@@ -25,7 +25,8 @@ struct WorkOp {
   bool has_weights = true;    // gemm: a linear layer (its weight gradient is W); false for attention's batched GEMMs
   double flops_f = 0;         // model FLOPs forward
   double flops_b = 0;         // model FLOPs backward (input grad + weight grad)
-  double exec_flops_f = 0;    // attention: FLOPs the kernel executes forward (causal: half the model count)
+  double exec_flops_f = 0;    // attention: FLOPs the kernel executes forward (causal: half the model count); a
+                              // windowed layer's unfused GEMMs: their share of what a flash kernel would run
   double exec_flops_b = 0;    // attention: FLOPs the kernel executes backward (it recomputes the scores)
   double bytes_f = 0;         // memory traffic, forward
   double bytes_b = 0;         // memory traffic, backward

@@ -33,10 +33,10 @@ std::string gib(double b) {
 }
 
 // LayerWork depends only on these layout fields: explore lowers each combination once per thread.
-using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool, int, int, double>;
+using LayerKey = std::tuple<int, int, int, bool, int, int, int, bool, int, int, double, bool>;
 LayerKey layer_key(const Layout& l) {
   return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
-          static_cast<int>(l.precision), l.tp_comm_overlap, l.ep, l.expert_tp(), l.moe_load_factor()};
+          static_cast<int>(l.precision), l.tp_comm_overlap, l.ep, l.expert_tp(), l.moe_load_factor(), l.deepep};
 }
 
 struct ThreadOut {
@@ -269,6 +269,8 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
     if (!st.sequence_parallel) sps = {0};
     if (!st.context_parallel) cps = {1};
   }
+  const bool both_dispatchers = std::find(deepeps.begin(), deepeps.end(), 0) != deepeps.end() &&
+                                std::find(deepeps.begin(), deepeps.end(), 1) != deepeps.end();
   std::vector<Layout> out;
   for (int tp : tps) {
     if (in.max_tp_inside_node && tp > sys.node.gpus_per_node) continue;
@@ -322,7 +324,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         // With both dispatchers listed, DeepEP only where the ep group (members etp apart) leaves
                         // the NVLink domain: inside it the two cost alike and would be one layout twice.
                         const bool crosses = ep > 1 && (ep - 1) * (etp > 0 ? etp : tp) + 1 > sys.node.gpus_per_node;
-                        if (dpx == 1 && (ep == 1 || (!crosses && deepeps.size() > 1))) continue;
+                        if (dpx == 1 && (ep == 1 || (!crosses && both_dispatchers))) continue;
                         Layout l;
                         l.tp = tp;
                         l.pp = pp;

@@ -63,6 +63,17 @@ TEST_CASE("estimate, simulate and explore price every MoE preset, GPT-OSS's wind
     CHECK((lay["ep"].get<int>() - 1) * lay.value("etp", lay["tp"].get<int>()) + 1 > 8);
   }
   CHECK(deepep > 0);
+  // A DeepEP row is priced as DeepEP (its layer lowered apart from its NCCL twin's): explore's analytical step is
+  // estimate's for the same layout.
+  for (const auto& row : top)
+    if (row["layout"].value("moe_dispatcher", "alltoall") == "deepep") {
+      const auto est = run_tessel({"estimate", "--model", "deepseek-v3", "--system", "h800", "--gpus", "2048", "--gbs", "15360",
+                                   "--seq", "4096", "--layout", row["describe"].get<std::string>(), "--json"});
+      REQUIRE(est.code == 0);
+      CHECK(nlohmann::json::parse(est.out)["step_s"].get<double>() ==
+            doctest::Approx(row["analytical_step_s"].get<double>()).epsilon(1e-9));
+      break;
+    }
   // The all-to-all overlap only on DualPipeV layouts with ep > 1 (its F&B blocks).
   for (const auto& row : top)
     if (row["layout"].value("moe_a2a_overlap", false)) {
@@ -81,6 +92,15 @@ TEST_CASE("estimate, simulate and explore price every MoE preset, GPT-OSS's wind
   const auto bad = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--moe-dispatcher", "nvshmem"});
   CHECK(bad.code == 2);
   CHECK(has(bad.err, "--moe-dispatcher nvshmem: unknown dispatcher"));
+  // A stack without DeepEP or the overlap refuses the flag that asks for them, rather than search nothing.
+  const auto st = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--stack", "megatron-core-2024",
+                              "--moe-dispatcher", "deepep"});
+  CHECK(st.code == 2);
+  CHECK(has(st.err, "--moe-dispatcher deepep: stack megatron-core-2024 has no DeepEP dispatcher"));
+  const auto so = run_tessel({"explore", "--model", "deepseek-v3", "--gpus", "2048", "--stack", "megatron-core-2024",
+                              "--moe-a2a-overlap", "on"});
+  CHECK(so.code == 2);
+  CHECK(has(so.err, "--moe-a2a-overlap on: stack megatron-core-2024 does not overlap the expert all-to-alls"));
   const auto m = run_tessel({"estimate", "--model", "mixtral-8x7b", "--gpus", "64", "--tp", "1", "--pp", "1", "--dp", "64",
                              "--ep", "8", "--gbs", "256", "--seq", "4096", "--json"});
   CHECK(m.code == 0);

@@ -374,6 +374,26 @@ TEST_CASE("windowed attention: band pairs and tiles counted by enumeration, each
   CHECK(&wk.layer_of(0) == &wk.kind(2));
   CHECK(&wk.layer_of(1) == &wk.layer);
   CHECK(wk.kind(2).t_f < wk.layer.t_f);
+  // The unfused path computes the whole masked matrix (its GEMMs keep their shapes) but the model FLOPs are
+  // the band's whatever the kernel, so MFU compares across --attention.
+  Layout unf = l;
+  unf.attention = AttentionImpl::unfused;
+  const LayerWork band_unfused = lower_layer(kind_model(m, 2), unf, sys);
+  auto ub = ops_by_name(band_unfused);
+  CHECK(ub["attn_scores"].flops_f + ub["attn_v"].flops_f == doctest::Approx(flash(band).flops_f).epsilon(kExact));
+  CHECK(ub["attn_scores"].gemm.n == s);  // every key, masked
+  CHECK(band_unfused.flops_attention_f == 0);
+  // A profile that measured the attention core as one kernel prices a windowed layer's flash op, and its unfused
+  // GEMMs, at the tiles the kernel runs.
+  System measured = sys;
+  measured.gpu.attention_flops.fwd = 400e12;
+  measured.gpu.attention_flops.bwd = 300e12;
+  const auto fm = flash(lower_layer(kind_model(m, 2), l, measured));
+  CHECK(fm.t_f == doctest::Approx(cost::attention_core_time(measured.gpu, per_pair * tiles * tile * tile, false, 1)).epsilon(kExact));
+  CHECK(fm.t_i == doctest::Approx(cost::attention_core_time(measured.gpu, 2.5 * per_pair * tiles * tile * tile, true, 1)).epsilon(kExact));
+  auto um = ops_by_name(lower_layer(kind_model(m, 2), unf, measured));
+  CHECK(um["attn_scores"].t_f + um["attn_v"].t_f ==
+        doctest::Approx(cost::attention_core_time(measured.gpu, per_pair * tiles * tile * tile, false, 1)).epsilon(1e-9));
   // MFU under the causal convention: the full layers' attention halved, the windowed ones' kept.
   const Estimate e = estimate(m, l, sys);
   const double gpus = 8 * 4, mb = l.num_microbatches();
@@ -434,7 +454,9 @@ TEST_CASE("DeepEP dispatch: network share by enumerating every routing, NVLink f
   CHECK(layout_to_json(l)["moe_dispatcher"] == "deepep");
   CHECK(parse_layout(layout_to_json(l), "test").deepep);
   CHECK(rule_of(parse_layout_words("tp1 pp16 dp128 ep1 mbs1 1f1b zero1 deepep", 15360, "test"), m) == "deepep-needs-ep");
-  CHECK(rule_of(l, load_model("llama3-70b")) == "deepep-needs-ep");
+  CHECK(rule_of(l, load_model("llama3-70b")) == "ep-needs-experts");  // the dense model's first broken rule
+  CHECK(rule_of(parse_layout_words("tp1 pp16 dp128 mbs1 1f1b zero1 deepep", 15360, "test"), load_model("llama3-70b")) ==
+        "deepep-needs-ep");
 }
 
 // DualPipe's all-to-all overlap (Layout::a2a_overlap): in each F&B block the forward's and the backward's expert
