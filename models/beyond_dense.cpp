@@ -95,7 +95,7 @@ std::string Model::beyond_dense() const {
   }
   if (mla.enabled()) parts.push_back("multi-head latent attention");
   if (mtp_layers > 0) parts.push_back(plural(mtp_layers, "multi-token prediction module", "multi-token prediction modules"));
-  if (sliding_window > 0)
+  if (sliding_window > 0 && sliding_window < seq_len)  // a window as long as the sequence changes nothing
     parts.push_back("sliding-window attention (" + std::to_string(sliding_window) + " tokens) on " +
                     std::to_string(window_layers.size()) + " of " + std::to_string(layers) + " layers");
   if (attention_sinks) parts.push_back("attention sinks");

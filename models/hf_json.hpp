@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "models/model.hpp"
 
@@ -57,6 +58,31 @@ inline std::optional<double> opt_double(const Json& j, const std::string& where,
     throw InputError(os.str());
   }
   return v.get<double>();
+}
+
+// The layers a config's sliding window applies to: its layer_types ("sliding_attention" / "full_attention",
+// one per layer) when given, else the family's default, `sliding(i)` for layer i. InputError naming
+// layer_types and the value otherwise.
+template <class Default>
+std::vector<int> hf_window_layers(const Json& j, const std::string& where, int layers, Default sliding) {
+  std::vector<int> out;
+  if (!given(j, "layer_types")) {
+    for (int i = 0; i < layers; ++i)
+      if (sliding(i)) out.push_back(i);
+    return out;
+  }
+  const Json& t = j.at("layer_types");
+  if (!t.is_array() || static_cast<std::int64_t>(t.size()) != layers)
+    throw InputError(where + ": layer_types: value " + json_brief(t) + " must be an array of " + std::to_string(layers) +
+                     " strings, one per layer (num_hidden_layers)");
+  for (int i = 0; i < layers; ++i) {
+    const Json& e = t[static_cast<std::size_t>(i)];
+    if (e == "sliding_attention") out.push_back(i);
+    else if (e != "full_attention")
+      throw InputError(where + ": layer_types[" + std::to_string(i) + "]: value " + json_brief(e) +
+                       " is not one of: sliding_attention, full_attention");
+  }
+  return out;
 }
 
 // The mixture-of-experts families import_hf_config reads (model_type), and what they add to the dense

@@ -263,21 +263,32 @@ double rope_theta_of(const Json& j, const std::string& where) {
   return 10000.0;
 }
 
-// The attention window of sliding-window attention (Mistral, Gemma 2 on alternating layers, Phi-3,
-// StarCoder2; Qwen2/Qwen3 only with use_sliding_window). Tessel counts full causal attention: at a sequence
-// longer than the window that is more attention work than the model does (at Mistral-7B's 32768 positions
-// with a 4096 window, nearly twice the FLOPs), so such a sequence is refused; at or under the window the two
-// are the same computation.
-// GPT-OSS's windows, on alternating layers, are part of the model it imports (import_hf_moe.cpp).
-void check_window(const Json& j, const std::string& where, const Family& f, int seq, const std::string& seq_from) {
+// Sliding-window attention, kept per layer (Model::window_layers; the cost model prices a windowed layer as its
+// own kind): Mistral, Mixtral, Phi-3 and StarCoder2 window every layer; Gemma 2 every other, from the first
+// (Gemma2Config's layer_types); Qwen2 / Qwen3 and their MoE variants only with use_sliding_window, on the
+// layers from max_window_layers on (Qwen2Config: default 28). A config's layer_types, where given, says which
+// layers. GPT-OSS's windows: import_hf_moe.cpp.
+void import_window(const Json& j, const std::string& where, const Family& f, Model& m) {
   if (!given(j, "sliding_window") || is(f, "gpt_oss")) return;
   const bool qwen = is(f, "qwen2") || is(f, "qwen3") || is(f, "qwen2_moe") || is(f, "qwen3_moe");
   if (qwen && !opt_bool(j, where, "use_sliding_window").value_or(false)) return;
-  const std::int64_t window = need_int(j, where, {"sliding_window"}, 1, std::int64_t(1) << 40);
-  if (seq <= window) return;
-  throw InputError(where + ": sliding_window: value " + std::to_string(window) + " is shorter than the sequence length " +
-                   std::to_string(seq) + " (" + seq_from + "); Tessel models full causal attention, which past the "
-                   "window is more work than this model's windowed attention: pass --seq <= " + std::to_string(window));
+  const auto window = static_cast<int>(need_int(j, where, {"sliding_window"}, 1, std::int64_t(1) << 30));
+  std::vector<int> layers;
+  if (is(f, "gemma2")) {
+    layers = hf_window_layers(j, where, m.layers, [](int i) { return i % 2 == 0; });
+  } else if (qwen) {
+    const std::int64_t from = given(j, "max_window_layers") ? need_int(j, where, {"max_window_layers"}, 0, 1 << 20) : 28;
+    layers = hf_window_layers(j, where, m.layers, [from](int i) { return i >= from; });
+  } else if (is(f, "mistral") || is(f, "mixtral") || is(f, "phi3") || is(f, "starcoder2") || given(j, "layer_types")) {
+    layers = hf_window_layers(j, where, m.layers, [](int) { return true; });
+  } else {
+    throw InputError(where + ": sliding_window: value " + std::to_string(window) + ": which layers of a " + f.model_type +
+                     " model it applies to is not known here; give layer_types (sliding_attention or full_attention, "
+                     "one per layer)");
+  }
+  if (layers.empty()) return;
+  m.sliding_window = window;
+  m.window_layers = std::move(layers);
 }
 }  // namespace
 
@@ -336,7 +347,7 @@ Model import_hf_config(const Json& j, const std::string& where, std::optional<st
     if (is(family, "opt")) m.max_positions += 2;
   }
   if (m.position == PositionEmbedding::rotary) m.rope_theta = rope_theta_of(j, where);
-  check_window(j, where, family, m.seq_len, seq_from);
+  import_window(j, where, family, m);
 
   // hidden_act (Llama, GPT-NeoX...), activation_function (GPT-2, GPT-J); Gemma's MLP reads hidden_activation.
   std::optional<std::string> act_key = opt_string(j, where, "hidden_act");

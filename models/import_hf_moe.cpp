@@ -112,21 +112,8 @@ void gpt_oss_attention(const Json& j, const std::string& where, Model& m) {
   m.attention_sinks = true;
   if (!given(j, "sliding_window")) return;
   m.sliding_window = int_of(j, where, "sliding_window", 1, kMaxDim);
-  if (!given(j, "layer_types")) {
-    for (int i = 0; i < m.layers; i += 2) m.window_layers.push_back(i);
-    return;
-  }
-  const Json& t = j.at("layer_types");
-  if (!t.is_array() || static_cast<std::int64_t>(t.size()) != m.layers)
-    throw InputError(where + ": layer_types: value " + json_brief(t) + " must be an array of " + std::to_string(m.layers) +
-                     " strings, one per layer (num_hidden_layers)");
-  for (int i = 0; i < m.layers; ++i) {
-    const Json& e = t[static_cast<std::size_t>(i)];
-    if (e == "sliding_attention") m.window_layers.push_back(i);
-    else if (e != "full_attention")
-      throw InputError(where + ": layer_types[" + std::to_string(i) + "]: value " + json_brief(e) +
-                       " is not one of: sliding_attention, full_attention");
-  }
+  m.window_layers = hf_window_layers(j, where, m.layers, [](int i) { return i % 2 == 0; });
+  if (m.window_layers.empty()) m.sliding_window = 0;
 }
 
 BeyondDenseKeys keys_of(std::string_view t, const ExpertKeys& ek) {

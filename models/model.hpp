@@ -147,7 +147,8 @@ struct Model {
   int moe_layer_count() const;
   int window_of_layer(int i) const;        // tokens a layer's query sees: sliding_window or 0 (all earlier)
   // "" for a dense transformer; otherwise what the model has beyond it, in words ("mixture of experts (8
-  // experts, top-2), ..."), for the messages of the parts that do not model it yet.
+  // experts, top-2), ..."), for the messages of the parts that do not model it yet. A sliding window at least
+  // as long as the sequence is not beyond: every query sees all earlier positions.
   std::string beyond_dense() const;
 
   // Parameter counts, exact for the architecture described here (tests/models/hf_moe_test.cpp checks them

@@ -38,7 +38,7 @@ void check_runnable(const Model& m, const Layout& l) {
     std::vector<std::string> lacks;
     if (m.mla.enabled()) lacks.push_back("multi-head latent attention");
     if (m.mtp_layers > 0) lacks.push_back("multi-token prediction (mtp_layers " + std::to_string(m.mtp_layers) + ")");
-    if (m.sliding_window > 0) lacks.push_back("sliding-window attention");
+    if (m.sliding_window > 0 && m.sliding_window < m.seq_len) lacks.push_back("sliding-window attention");
     if (m.attention_sinks) lacks.push_back("attention sinks");
     if (!lacks.empty()) {
       std::string what;

@@ -155,28 +155,49 @@ TEST_CASE("Falcon: multi-query, no biases, rotary, the norms parallel_attn impli
   CHECK(hf(with(without(kFalcon7b, "\"alibi\":false,"), "\"alibi\":true")).position == PositionEmbedding::alibi);
 }
 
-TEST_CASE("sliding_window: a sequence past the window is refused; at or under it, and null, import") {
-  const std::string err = hf_error(kMistral);
-  CHECK(err == "config.json: sliding_window: value 4096 is shorter than the sequence length 32768 "
-               "(max_position_embeddings); Tessel models full causal attention, which past the window is more work "
-               "than this model's windowed attention: pass --seq <= 4096");
-  CHECK(has(hf_error(kMistral, 8192), "sequence length 8192 (--seq)"));
-  // At the window full causal attention is the windowed computation. Mistral-7B: 32 x (2 x 4096^2 +
-  // 2 x 4096 x 1024 + 3 x 4096 x 14336 + 2 x 4096) + 2 x 32000 x 4096 + 4096 = 7,241,732,096.
-  CHECK(hf(kMistral, 4096).total_params() == 7241732096);
+TEST_CASE("sliding_window: kept per layer as each family's class applies it; a window past the sequence changes nothing") {
+  // Mistral: every layer attends through its window, whatever the sequence.
+  const Model mistral = hf(kMistral);
+  CHECK(mistral.seq_len == 32768);
+  CHECK(mistral.sliding_window == 4096);
+  CHECK(mistral.window_layers.size() == 32);
+  CHECK(has(mistral.beyond_dense(), "sliding-window attention (4096 tokens) on 32 of 32 layers"));
+  // At or under the window a windowed layer is a full one: nothing beyond a dense transformer. Mistral-7B:
+  // 32 x (2 x 4096^2 + 2 x 4096 x 1024 + 3 x 4096 x 14336 + 2 x 4096) + 2 x 32000 x 4096 + 4096 = 7,241,732,096.
+  const Model short_seq = hf(kMistral, 4096);
+  CHECK(short_seq.total_params() == 7241732096);
+  CHECK(short_seq.beyond_dense().empty());
   std::string null_window = kMistral;
   null_window.replace(null_window.find("\"sliding_window\":4096"), 21, "\"sliding_window\":null");
-  CHECK(hf(null_window).seq_len == 32768);
-  // Qwen2 ships sliding_window with use_sliding_window false: full attention, imported.
-  CHECK(hf_error(kQwen2).empty());
-  CHECK(hf_error(without(kQwen2, "\"use_sliding_window\":false,")).empty());  // its default is false too
+  CHECK(hf(null_window).sliding_window == 0);
+  // Qwen2 ships sliding_window with use_sliding_window false: full attention.
+  CHECK(hf(kQwen2).sliding_window == 0);
+  CHECK(hf(without(kQwen2, "\"use_sliding_window\":false,")).sliding_window == 0);  // its default is false too
+  // With it, the layers from max_window_layers on (Qwen2Config's layer_types); Qwen2-7B's 28 of 28 are full.
   std::string qwen_windowed = kQwen2;
   qwen_windowed.replace(qwen_windowed.find("\"use_sliding_window\":false"), 26, "\"use_sliding_window\":true");
   qwen_windowed.replace(qwen_windowed.find("\"sliding_window\":131072"), 23, "\"sliding_window\":4096");
-  CHECK(has(hf_error(qwen_windowed), "sliding_window: value 4096"));
-  // Through load_model, --seq is applied before the check.
-  CHECK(has(load_error("mistral.json", kMistral), "pass --seq <= 4096"));
-  CHECK(load_text("mistral.json", kMistral, 4096).seq_len == 4096);
+  CHECK(hf(qwen_windowed).sliding_window == 0);
+  qwen_windowed.replace(qwen_windowed.find("\"max_window_layers\":28"), 22, "\"max_window_layers\":20");
+  const Model qw = hf(qwen_windowed);
+  CHECK(qw.sliding_window == 4096);
+  CHECK(qw.window_layers == std::vector<int>{20, 21, 22, 23, 24, 25, 26, 27});
+  // Gemma 2: every other layer from the first; a layer_types key overrides the family's default.
+  const std::string gemma2 = R"({"architectures":["Gemma2ForCausalLM"],"head_dim":256,"hidden_activation":"gelu_pytorch_tanh",
+    "hidden_size":2304,"intermediate_size":9216,"max_position_embeddings":8192,"model_type":"gemma2",
+    "num_attention_heads":8,"num_hidden_layers":4,"num_key_value_heads":4,"rms_norm_eps":1e-06,
+    "rope_theta":10000.0,"sliding_window":4096,"vocab_size":256000})";
+  CHECK(hf(gemma2).window_layers == std::vector<int>{0, 2});
+  const Model typed = hf(with(gemma2, R"("layer_types":["full_attention","sliding_attention","sliding_attention","full_attention"])"));
+  CHECK(typed.window_layers == std::vector<int>{1, 2});
+  CHECK(has(hf_error(with(gemma2, R"("layer_types":["full_attention","sliding"])")),
+            "layer_types: value [\"full_attention\",\"sliding\"] must be an array of 4 strings"));
+  CHECK(has(hf_error(with(gemma2, R"("layer_types":["full_attention","sliding","full_attention","full_attention"])")),
+            "layer_types[1]: value \"sliding\" is not one of: sliding_attention, full_attention"));
+  // A family whose windowed layers are not known here, without layer_types: refused, naming the key.
+  CHECK(has(hf_error(with(kLlama2, "\"sliding_window\":4096")), "sliding_window: value 4096: which layers of a llama model"));
+  // Through load_model, --seq is applied: at the window the model is dense again.
+  CHECK(load_text("mistral.json", kMistral, 4096).beyond_dense().empty());
 }
 
 TEST_CASE("positions follow the family, not the presence of rope_theta") {
