@@ -265,26 +265,26 @@ double rope_theta_of(const Json& j, const std::string& where) {
 
 // Sliding-window attention, kept per layer (Model::window_layers; the cost model prices a windowed layer as its
 // own kind): Mistral, Mixtral, Phi-3 and StarCoder2 window every layer; Gemma 2 every other, from the first
-// (Gemma2Config's layer_types); Qwen2 / Qwen3 and their MoE variants only with use_sliding_window, on the
-// layers from max_window_layers on (Qwen2Config: default 28). A config's layer_types, where given, says which
-// layers. GPT-OSS's windows: import_hf_moe.cpp.
+// (Gemma2Config's layer_types); Qwen2, Qwen3 and Qwen2-MoE only with use_sliding_window, on the layers from
+// max_window_layers on (Qwen2Config: default 28); Qwen3-MoE with use_sliding_window every layer (its attention
+// reads sliding_window alone). A config's layer_types, where given, says which layers. The other families'
+// classes have no window and ignore the key. GPT-OSS's windows: import_hf_moe.cpp.
 void import_window(const Json& j, const std::string& where, const Family& f, Model& m) {
   if (!given(j, "sliding_window") || is(f, "gpt_oss")) return;
-  const bool qwen = is(f, "qwen2") || is(f, "qwen3") || is(f, "qwen2_moe") || is(f, "qwen3_moe");
-  if (qwen && !opt_bool(j, where, "use_sliding_window").value_or(false)) return;
-  const auto window = static_cast<int>(need_int(j, where, {"sliding_window"}, 1, std::int64_t(1) << 30));
+  const bool qwen = is(f, "qwen2") || is(f, "qwen3") || is(f, "qwen2_moe");
+  const bool every = is(f, "mistral") || is(f, "mixtral") || is(f, "phi3") || is(f, "starcoder2") || is(f, "qwen3_moe");
+  // The other families' classes have no window: the key, if a config carries it, changes nothing.
+  if (!qwen && !every && !is(f, "gemma2")) return;
+  if ((qwen || is(f, "qwen3_moe")) && !opt_bool(j, where, "use_sliding_window").value_or(false)) return;
+  const auto window = static_cast<int>(need_int(j, where, {"sliding_window"}, 1, std::int64_t(1) << 24));
   std::vector<int> layers;
   if (is(f, "gemma2")) {
     layers = hf_window_layers(j, where, m.layers, [](int i) { return i % 2 == 0; });
   } else if (qwen) {
     const std::int64_t from = given(j, "max_window_layers") ? need_int(j, where, {"max_window_layers"}, 0, 1 << 20) : 28;
     layers = hf_window_layers(j, where, m.layers, [from](int i) { return i >= from; });
-  } else if (is(f, "mistral") || is(f, "mixtral") || is(f, "phi3") || is(f, "starcoder2") || given(j, "layer_types")) {
-    layers = hf_window_layers(j, where, m.layers, [](int) { return true; });
   } else {
-    throw InputError(where + ": sliding_window: value " + std::to_string(window) + ": which layers of a " + f.model_type +
-                     " model it applies to is not known here; give layer_types (sliding_attention or full_attention, "
-                     "one per layer)");
+    layers = hf_window_layers(j, where, m.layers, [](int) { return true; });
   }
   if (layers.empty()) return;
   m.sliding_window = window;

@@ -26,12 +26,6 @@ double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::
   return sched::makespan(l.schedule, l.microbatch_rule, sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
 }
 
-namespace {
-
-// The pipeline's span: the schedule's closed form over the ranks' costs, plus the transfers the step waits
-// on. Fill and drain cross p-1 boundaries each way, once per model chunk. In the steady state each 1F1B
-// step exchanges one activation and one gradient with its neighbours; unless overlapped (--overlap-p2p-comm)
-// the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
 // DualPipeV under the all-to-all overlap: the expert all-to-all seconds each rank hides in its F&B blocks
 // (workload.hpp fb_block). Rank r holds stages r (chunk 0) and 2p-1-r (chunk 1); sim/schedule/gen_v.cpp's
 // steady phase runs m - 2p + r + 1 rounds of F0&B1 and F1&B0 (the last rank's first round a plain F0, B1),
@@ -51,6 +45,12 @@ std::vector<double> dualpipev_hidden(const StepCosts& c, double m) {
   return out;
 }
 
+namespace {
+
+// The pipeline's span: the schedule's closed form over the ranks' costs, plus the transfers the step waits
+// on. Fill and drain cross p-1 boundaries each way, once per model chunk. In the steady state each 1F1B
+// step exchanges one activation and one gradient with its neighbours; unless overlapped (--overlap-p2p-comm)
+// the step waits for them (Megatron-LM's batched isend/irecv is followed by a wait).
 double pipeline_span(Estimate& e, const StepCosts& c, const std::vector<double>& hidden) {
   const Layout& l = c.work.layout;
   const double mb = e.microbatches;
@@ -73,14 +73,15 @@ double pipeline_span(Estimate& e, const StepCosts& c, const std::vector<double>&
 }
 
 // The busiest pipeline rank (the most work per step) sets the TP and CP rows and the compute row.
-int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
+int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown, const std::vector<double>& hidden) {
   const Layout& l = c.work.layout;
   const RankSums& rs = c.ranks;
   const double mb = e.microbatches;
   int busiest = 0;
   double most = 0;
   for (int r = 0; r < l.pp; ++r) {
-    const double busy = mb * (rs.f[r] + rs.i[r] + rs.w[r]);
+    // Less what it hides of its all-to-alls in DualPipeV's F&B blocks (dualpipev_hidden).
+    const double busy = mb * (rs.f[r] + rs.i[r] + rs.w[r]) - hidden[static_cast<std::size_t>(r)];
     if (r == 0 || busy > most) {
       busiest = r;
       most = busy;
@@ -113,7 +114,7 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown) {
     if (l.rank_of_stage(st.stage) == busiest) e.ep_comm_s += mb * (st.ep_f + st.ep_b);
   e.tp_comm_s -= e.ep_comm_s;
   e.tp_exposed_s -= e.ep_comm_s;
-  e.ep_exposed_s = e.ep_comm_s;
+  e.ep_exposed_s = e.ep_comm_s - hidden[static_cast<std::size_t>(busiest)];  // DualPipeV's F&B blocks hide some
   e.compute_s = e.busy_s - e.tp_exposed_s - e.ep_exposed_s - e.cp_exposed_s;  // the layers' TP, EP and CP time is inside busy
   return busiest;
 }
@@ -277,10 +278,8 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.microbatches = l.num_microbatches();
   const std::vector<double> hidden = dualpipev_hidden(c, e.microbatches);
   const double pipe = pipeline_span(e, c, hidden);
-  const int busiest = busiest_rank(e, c, sys.gpu.overlap_slowdown);
-  // What the busiest rank hides of its all-to-alls is neither its busy time nor exposed.
-  e.busy_s -= hidden[static_cast<std::size_t>(busiest)];
-  e.ep_exposed_s -= hidden[static_cast<std::size_t>(busiest)];
+  // What the busiest rank hides of its all-to-alls is neither its busy time nor exposed (busiest_rank).
+  const int busiest = busiest_rank(e, c, sys.gpu.overlap_slowdown, hidden);
   e.overlapped_comm_s += hidden[static_cast<std::size_t>(busiest)];
   data_parallel(e, c, busiest, sys.gpu.overlap_slowdown);
   zero3(e, c);

@@ -806,8 +806,10 @@ FbBlock fb_block(const StageWork& fwd, const StageWork& bwd, bool with_w, bool a
   FbBlock b;
   b.serial = fwd.f + bwd.i + (with_w ? bwd.w : 0.0);
   if (a2a_overlap) {
-    const double comm = fwd.ep_f + bwd.ep_b;
-    b.hidden = std::min(comm, b.serial - comm);
+    // Crossed: the forward's all-to-alls under the backward's compute, the backward's under the forward's
+    // (compute: a part less its TP and EP collectives, which tp_comm_* hold).
+    const double fwd_compute = fwd.f - fwd.tp_comm_f, bwd_compute = bwd.i + (with_w ? bwd.w : 0.0) - bwd.tp_comm_b;
+    b.hidden = std::min(fwd.ep_f, std::max(0.0, bwd_compute)) + std::min(bwd.ep_b, std::max(0.0, fwd_compute));
   }
   return b;
 }

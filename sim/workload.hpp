@@ -103,9 +103,10 @@ struct StageWork {
 
 // One DualPipe F&B block on a rank: `fwd`'s forward beside `bwd`'s backward (its input gradient, and its weight
 // gradient when `with_w`). Without the all-to-all overlap the two run one after the other (`serial`); with it
-// (Layout::a2a_overlap) each part's expert all-to-alls run under the other part's compute, hiding the smaller
-// of the two (`hidden`), while that compute is slowed as any overlapped compute is (GpuSpec::overlap_slowdown):
-// the block takes serial - hidden / (1 + overlap_slowdown).
+// (Layout::a2a_overlap) the forward's expert all-to-alls run under the backward's compute and the backward's
+// under the forward's, each hiding at most that compute (TP collectives are not compute): `hidden`, while the
+// compute is slowed as any overlapped compute is (GpuSpec::overlap_slowdown): the block takes
+// serial - hidden / (1 + overlap_slowdown).
 struct FbBlock {
   double serial = 0, hidden = 0;
 };

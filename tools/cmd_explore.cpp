@@ -165,6 +165,10 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
     if (*v == "on") space.a2a_overlap = {1};
     else if (*v == "off") space.a2a_overlap = {0};
     else if (*v != "both") throw InputError("--moe-a2a-overlap " + *v + ": must be on, off or both");
+    if (*v == "on" && !space.schedules.empty() &&
+        std::find(space.schedules.begin(), space.schedules.end(), sched::Kind::dualpipev) == space.schedules.end())
+      throw InputError("--moe-a2a-overlap on: the overlap is modelled in DualPipeV's F&B blocks, and --schedule does "
+                       "not list dualpipev");
   }
   for (const auto& d : cl.get_list("--moe-dispatcher")) {
     if (d != "alltoall" && d != "deepep")

@@ -118,7 +118,7 @@ double zbv_makespan(const RankCosts& c, int p, int, double m, int) {
 }
 
 // DualPipeV: (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages and F, B, W chunk times (half a rank's);
-// F&B taken as F + B (no overlap credit without a communication model).
+// F&B taken as F + B here; the all-to-all overlap's credit is estimate.cpp's (dualpipev_hidden), taken off F.
 double dualpipev_makespan(const RankCosts& c, int p, int, double m, int) {
   const Sums x = sums(c, p);
   const double fc = x.F / 2, bc = (x.I + x.W) / 2, wc = x.W / 2;
@@ -152,7 +152,7 @@ std::optional<double> zb1p_bubble(int p, int m, int v, const Costs& c, int) {
   return rate((p - 1) * (F + full - 2 * W), m * (F + full));
 }
 
-// (PP/2-1)(F&B+B-3W), PP = 2p stages, B full; F&B = F + B (no overlap gain).
+// (PP/2-1)(F&B+B-3W), PP = 2p stages, B full; F&B = F + B (the unit-cost rate: no overlap gain).
 std::optional<double> dualpipev_bubble(int p, int m, int v, const Costs& c, int) {
   if (v != 2) return std::nullopt;
   const double F = c.f(0), W = c.w(0), full = c.b(0) + W;

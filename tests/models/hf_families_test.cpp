@@ -194,8 +194,8 @@ TEST_CASE("sliding_window: kept per layer as each family's class applies it; a w
             "layer_types: value [\"full_attention\",\"sliding\"] must be an array of 4 strings"));
   CHECK(has(hf_error(with(gemma2, R"("layer_types":["full_attention","sliding","full_attention","full_attention"])")),
             "layer_types[1]: value \"sliding\" is not one of: sliding_attention, full_attention"));
-  // A family whose windowed layers are not known here, without layer_types: refused, naming the key.
-  CHECK(has(hf_error(with(kLlama2, "\"sliding_window\":4096")), "sliding_window: value 4096: which layers of a llama model"));
+  // A family whose class has no window ignores the key (LlamaAttention attends to every earlier position).
+  CHECK(hf(with(kLlama2, "\"sliding_window\":1024")).sliding_window == 0);
   // Through load_model, --seq is applied: at the window the model is dense again.
   CHECK(load_text("mistral.json", kMistral, 4096).beyond_dense().empty());
 }

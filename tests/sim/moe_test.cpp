@@ -485,10 +485,27 @@ TEST_CASE("all-to-all overlap: F&B blocks counted in the DualPipeV schedule, clo
       hidden[static_cast<std::size_t>(r)] += b.hidden;
     }
   CHECK(blocks > 0);
+  // The closed form's per-rank hidden seconds, every rank (the last one's first round is a plain F0, B1).
+  const std::vector<double> closed = dualpipev_hidden(step_costs(m, on, sys), on.num_microbatches());
+  REQUIRE(closed.size() == hidden.size());
+  for (std::size_t r = 0; r < hidden.size(); ++r) {
+    CAPTURE(r);
+    CHECK(closed[r] == doctest::Approx(hidden[r]).epsilon(1e-9));
+  }
   const Estimate e0 = estimate(m, off, sys), e1 = estimate(m, on, sys);
   CHECK(e0.ep_exposed_s - e1.ep_exposed_s == doctest::Approx(hidden[0]).epsilon(1e-9));
   CHECK(e0.busy_s - e1.busy_s == doctest::Approx(hidden[0]).epsilon(1e-9));
+  CHECK(e0.compute_s == doctest::Approx(e1.compute_s).epsilon(1e-9));  // hidden all-to-alls are not compute
   CHECK(e1.step_s < e0.step_s);
+  // Crossed: each part's all-to-alls hide under the other part's compute only (TP collectives are not compute).
+  {
+    StageWork f = w.stages[1], b = w.stages[6];
+    f.f = 10, f.tp_comm_f = 4, f.ep_f = 3;  // 6 of compute, 3 of all-to-all
+    b.i = 5, b.w = 0, b.tp_comm_b = 1, b.ep_b = 1;  // 4 of compute, 1 of all-to-all
+    CHECK(fb_block(f, b, true, true).hidden == doctest::Approx(3 + 1).epsilon(kExact));
+    b.ep_b = 0.5, b.i = 1.5, b.tp_comm_b = 0.5;  // 1 of compute: the forward's 3 of all-to-all hide only 1
+    CHECK(fb_block(f, b, true, true).hidden == doctest::Approx(1 + 0.5).epsilon(kExact));
+  }
   // Without the overlap a block is its two parts one after the other (the event engine as before).
   const FbBlock plain = fb_block(w.stages[0], w.stages[7], true, false);
   CHECK(plain.hidden == 0);
