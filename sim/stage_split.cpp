@@ -167,12 +167,7 @@ PartitionCosts partition_costs(const Model& m, const Layout& l, const System& sy
   const LayerWork& lw = layer ? *layer : own;
   // Each kind of layer (a MoE model's dense layers, windowed attention layers) priced as its own.
   std::array<LayerWork, kLayerKinds - 1> others;
-  KindWork kinds{&lw};
-  for (int k = 1; k < kLayerKinds; ++k)
-    if (has_layer_kind(m, k)) {
-      others[static_cast<std::size_t>(k - 1)] = lower_layer(kind_model(m, k), l, sys);
-      kinds[static_cast<std::size_t>(k)] = &others[static_cast<std::size_t>(k - 1)];
-    }
+  const KindWork kinds = lower_other_kinds(m, l, sys, lw, others);
   const int S = l.num_stages(), L = m.layers;
   constexpr double kNoLimit = std::numeric_limits<double>::infinity();
   PartitionCosts c;

@@ -32,14 +32,18 @@ double mla_duplicated_params(const Model& m) {
   return (qr > 0 ? h * qr + norm * qr : 0.0) + h * (kvr + dr) + norm * kvr;
 }
 
+// Qwen2-MoE's shared-expert gate ([h, 1]), whole on every tp rank as the router is; 0 for other models.
+double shared_gate_params(const Model& m) {
+  return m.moe.enabled() && m.moe.shared_ffn > 0 && m.moe.shared_gate ? static_cast<double>(m.hidden) : 0.0;
+}
+
 double layer_params_per_gpu(const Model& m, const Layout& l) {
   if (!m.moe.enabled() && !m.mla.enabled()) return static_cast<double>(m.params_per_layer()) / l.tp;
   // Attention (but MLA's duplicated down-projections), norms, a dense MLP or the shared experts split over tp;
   // the router is replicated on every tp rank (Megatron-Core); the routed experts are counted by
   // layer_expert_params_per_gpu.
   const double dup = mla_duplicated_params(m);
-  // Qwen2-MoE's shared-expert gate ([h, 1]) is whole on every tp rank, as the router is.
-  const double gate = m.moe.enabled() && m.moe.shared_ffn > 0 && m.moe.shared_gate ? static_cast<double>(m.hidden) : 0.0;
+  const double gate = shared_gate_params(m);
   const double mlp = m.moe.enabled() ? static_cast<double>(m.shared_expert_params()) - gate : static_cast<double>(m.dense_mlp_params());
   return dup + (static_cast<double>(m.attention_params()) - dup + m.layer_norms * m.norm_params() + mlp) / l.tp +
          static_cast<double>(m.router_params()) + gate + layer_expert_params_per_gpu(m, l);
@@ -656,6 +660,18 @@ LayerWork lower_layer(const Model& m, const Layout& l, const System& sys) {
   return lw;
 }
 
+KindWork lower_other_kinds(const Model& m, const Layout& l, const System& sys, const LayerWork& kind0,
+                           std::array<LayerWork, kLayerKinds - 1>& others) {
+  KindWork kinds{&kind0};
+  for (int k = 1; k < kLayerKinds; ++k)
+    if (has_layer_kind(m, k)) {
+      LayerWork& other = others[static_cast<std::size_t>(k - 1)];
+      lower_layer_into(kind_model(m, k), l, sys, other);
+      kinds[static_cast<std::size_t>(k)] = &other;
+    }
+  return kinds;
+}
+
 Model dense_part(const Model& m) {
   Model d = m;
   d.moe = MoeSpec{};
@@ -669,7 +685,7 @@ namespace {
 // included), router and shared-expert gate (Megatron-Core marks both weights sequence-parallel: their
 // gradients are summed over tp); a dense layer's as the model counts them.
 double replicated_layer_params(const Model& m) {
-  const double gate = m.moe.enabled() && m.moe.shared_ffn > 0 && m.moe.shared_gate ? static_cast<double>(m.hidden) : 0.0;
+  const double gate = shared_gate_params(m);
   return m.moe.enabled() || m.mla.enabled()
              ? static_cast<double>(m.layer_norms * m.norm_params() + m.qk_norm_params() + m.router_params()) +
                    mla_duplicated_params(m) + gate
@@ -750,9 +766,7 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const K
   };
   const auto& n = st.kind_layers;
   const auto& r = st.kind_recomputed;
-  const int nm = m.moe.enabled() ? n[0] + n[2] : 0, rm = m.moe.enabled() ? r[0] + r[2] : 0;
-  st.moe_layers = nm;
-  st.recomputed_moe_layers = rm;
+  st.moe_layers = m.moe.enabled() ? n[0] + n[2] : 0;
   st.recompute = sum(r, [](const LayerWork& x) { return x.t_recompute; });
   st.f = sum(n, [](const LayerWork& x) { return x.t_f + x.t_tp_f + x.t_cp_f; });
   st.i = sum(n, [](const LayerWork& x) { return x.t_i + x.t_tp_b + x.t_cp_b; }) + st.recompute;
@@ -824,13 +838,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   } else {
     lower_layer_into(m, l, sys, w.layer);
   }
-  KindWork kinds{&w.layer};
-  for (int k = 1; k < kLayerKinds; ++k)
-    if (has_layer_kind(m, k)) {
-      LayerWork& other = w.other_kinds[static_cast<std::size_t>(k - 1)];
-      lower_layer_into(kind_model(m, k), l, sys, other);
-      kinds[static_cast<std::size_t>(k)] = &other;
-    }
+  const KindWork kinds = lower_other_kinds(m, l, sys, w.layer, w.other_kinds);
   const Dims d = dims_of(m, l);
   w.tokens_per_mb = d.b * d.s;
   // Adjacent pipeline stages exchange one activation [b, s/cp, h]; with SP (or Megatron's scatter/gather

@@ -78,6 +78,9 @@ Model kind_model(const Model& m, int k);
 int uniform_window(const Model& m);
 // The lowered work of each kind (null for a kind the model lacks).
 using KindWork = std::array<const LayerWork*, kLayerKinds>;
+// Kind 0's work as given (`kind0`), the model's other kinds lowered into `others` (lower() and the partitioner).
+KindWork lower_other_kinds(const Model& m, const Layout& l, const System& sys, const LayerWork& kind0,
+                           std::array<LayerWork, kLayerKinds - 1>& others);
 
 // Per micro-batch costs of one pipeline stage (one model chunk on one rank).
 struct StageWork {
@@ -89,7 +92,6 @@ struct StageWork {
   double flops_model = 0;     // model FLOPs per micro-batch (forward + backward, no recompute)
   double flops_layers_f = 0;  // of the forward, its transformer layers' (the embedding and head excluded)
   int moe_layers = 0;         // of its layers, MoE layers (their expert all-to-alls); an MTP module's included
-  int recomputed_moe_layers = 0;  // of recomputed_layers, MoE layers
   std::array<int, kLayerKinds> kind_layers{}, kind_recomputed{};  // of layers and recomputed_layers, each kind's
   double flops_hw = 0;        // hardware FLOPs per micro-batch (with recompute)
   double act_bytes = 0;       // activation bytes one micro-batch keeps on this stage until its backward
