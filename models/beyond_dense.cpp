@@ -48,6 +48,7 @@ RouterSpec parse_router(JsonObject r, int experts) {
   s.groups = static_cast<int>(r.opt_integer("groups", 1, experts).value_or(1));
   s.group_top_k = static_cast<int>(r.opt_integer("group_top_k", 1, experts).value_or(1));
   s.selection_bias = r.opt_boolean("selection_bias").value_or(false);
+  s.bias_update_rate = r.opt_number("bias_update_rate", 1e-9, 1.0).value_or(1e-3);
   s.logit_bias = r.opt_boolean("logit_bias").value_or(false);
   s.aux_loss_coef = r.opt_number("aux_loss_coef", 0, 1e6).value_or(0);
   r.finish();
@@ -181,6 +182,7 @@ void beyond_dense_to_json(const Model& m, Json& j) {
                   {"groups", r.groups},
                   {"group_top_k", r.group_top_k},
                   {"selection_bias", r.selection_bias},
+                  {"bias_update_rate", r.bias_update_rate},
                   {"logit_bias", r.logit_bias},
                   {"aux_loss_coef", r.aux_loss_coef}}}};
   }

@@ -175,6 +175,8 @@ void read_moe(const Flags& f, const std::string& where, Model& m) {
   if (f.values.count("--moe-router-topk-scaling-factor"))
     r.scale = double_flag(f, where, "--moe-router-topk-scaling-factor", 1e-6, 1e6);
   r.selection_bias = f.switches.count("--moe-router-enable-expert-bias") > 0;
+  if (f.values.count("--moe-router-bias-update-rate"))
+    r.bias_update_rate = double_flag(f, where, "--moe-router-bias-update-rate", 1e-9, 1.0);
   if (f.values.count("--moe-aux-loss-coeff")) r.aux_loss_coef = double_flag(f, where, "--moe-aux-loss-coeff", 0, 1e6);
   if (static_cast<int>(e.dense_layers.size()) == m.layers) e = MoeSpec{};  // a pattern of zeros: no MoE layer
 }

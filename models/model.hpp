@@ -40,6 +40,9 @@ struct RouterSpec {
   // choose experts, moved by a fixed step after each batch. It has no gradient and no optimizer state, so it is
   // not a parameter (HF keeps it as a buffer, e_score_correction_bias).
   bool selection_bias = false;
+  // The selection bias's step after each batch: b_e += rate * sign(mean load - load_e) (Megatron-Core's
+  // --moe-router-bias-update-rate, default 1e-3, DeepSeek-V3's gamma 0.001 for most of its run).
+  double bias_update_rate = 1e-3;
   bool logit_bias = false;       // a learned bias on the router's logits (GPT-OSS): `experts` more parameters
   double aux_loss_coef = 0;      // weight of the load-balancing loss in training (HF router_aux_loss_coef)
 };

@@ -122,6 +122,8 @@ LayerWeights layer_weights(ParamStore& st, int layer, ParamStore* experts, int e
   TESSEL_CHECK(w.wq.w && w.wo.w && (w.is_moe || (w.w1.w && w.w2.w)) && w.ln1w.w, "layer " << layer << " not on this rank");
   if (!w.is_moe) return w;
   TESSEL_CHECK(experts, "layer " << layer << " is a MoE layer: its experts' store is missing");
+  w.moe.bias = weight_of(st, p + "moe.bias");
+  if (w.moe.bias.w) w.moe.load = std::make_shared<std::vector<float>>(st.at(p + "moe.bias").size(), 0.0f);
   w.moe.sw1 = weight_of(st, p + "moe.shared.w1");
   w.moe.swg = weight_of(st, p + "moe.shared.wg");
   w.moe.sw2 = weight_of(st, p + "moe.shared.w2");
@@ -157,6 +159,9 @@ LayerShape layer_shape(const Model& m, int micro_batch, const TensorParallel& tp
     s.expert_ffn = m.moe.expert_ffn;
     TESSEL_CHECK(m.moe.shared_ffn % tp.size == 0, "shared_ffn " << m.moe.shared_ffn << " not divisible by tp " << tp.size);
     s.shared_ffn = m.moe.shared_ffn / tp.size;
+    s.sigmoid = m.moe.router.score == RouterScore::sigmoid;
+    s.groups = m.moe.router.groups;
+    s.group_top_k = m.moe.router.group_top_k;
     s.normalize_top_k = m.moe.router.normalize_top_k;
     s.route_scale = static_cast<float>(m.moe.router.scale);
     s.aux_coef = static_cast<float>(m.moe.router.aux_loss_coef);

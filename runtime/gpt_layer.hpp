@@ -54,6 +54,11 @@ struct MoeWeights {
   Weight router, sw1, swg, sw2;
   std::vector<ExpertWeights> local;
   int first = 0;
+  // Auxiliary-loss-free balancing (DeepSeek-V3 Sec. 2.1.2): bias.w (E values, null without it) is added to the
+  // scores to choose experts only; `load` sums the tokens routed to each expert over the step's micro-batches
+  // (each backward adds its micro-batch's), for update_selection_bias.
+  Weight bias;
+  std::shared_ptr<std::vector<float>> load;
 };
 
 struct LayerWeights {
@@ -84,9 +89,12 @@ struct LayerShape {
   // positions. q and k are rotated right after their GEMMs (bias included, as GPT-NeoX and HF Llama do).
   std::shared_ptr<const kernels::cpu::RopeTable> rope;
   // Mixture of experts (0 experts: none): routed experts, top-k, one expert's width, this rank's share of the
-  // shared expert's width; the router's top-k renormalisation, scale and load-balancing loss weight; and the
-  // stage's loss scale, which the load-balancing loss's gradient takes as the LM loss's does.
+  // shared expert's width; the router's score (softmax or sigmoid), group limit (groups, group_top_k; 1/1 off),
+  // top-k renormalisation, scale and load-balancing loss weight; and the stage's loss scale, which the
+  // load-balancing loss's gradient takes as the LM loss's does.
   int experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;
+  bool sigmoid = false;
+  int groups = 1, group_top_k = 1;
   bool normalize_top_k = true;
   float route_scale = 1.0f, aux_coef = 0.0f, loss_scale = 1.0f;
 };

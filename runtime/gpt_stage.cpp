@@ -6,6 +6,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "runtime/moe_layer.hpp"
 #include "util/error.hpp"
 
 namespace tessel::rt {
@@ -232,6 +233,11 @@ float Stage::loss(int mb) const {
   auto it = mbs_.find(mb);
   TESSEL_CHECK(it != mbs_.end() && cfg_.last, "no loss for micro-batch " << mb << " on stage " << cfg_.stage);
   return it->second.loss;
+}
+
+void Stage::update_selection_bias(Comm* dp, float rate) {
+  for (const LayerWeights& w : layers_)
+    if (w.is_moe) rt::update_selection_bias(w.moe, dp, rate);
 }
 
 float Stage::aux_loss(int mb) const {

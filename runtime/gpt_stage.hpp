@@ -52,6 +52,9 @@ class Stage {
   std::vector<float> backward_input(int mb, std::vector<float> dout, bool defer_weight = true);
   void backward_weight(int mb);
 
+  // After the optimizer's update: each MoE layer's selection bias moved by the step's load (summed over dp).
+  void update_selection_bias(Comm* dp, float rate);
+
   const StageConfig& config() const { return cfg_; }
   std::size_t activation_elems() const { return static_cast<std::size_t>(shape_.local_tokens) * shape_.hidden; }
   // Forward FLOPs of one micro-batch on this rank (GEMMs and attention core; trace metadata).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "kernels/cpu/activation.hpp"
@@ -129,25 +130,61 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   const float* y = y_local->data();
   a.yl = y_local;
 
-  // Router: logits, softmax (max-subtracted), top-k.
+  // Router: logits, then scores: a softmax over the E experts (max-subtracted), or each expert's sigmoid
+  // (DeepSeek-V3 Sec. 2.1.2, Megatron-Core's --moe-router-score-function sigmoid).
+  TESSEL_CHECK(!s.sigmoid || s.aux_coef == 0.0f, "the load-balancing loss is defined here for a softmax router only");
   a.probs = make_buf(static_cast<std::size_t>(Tl) * E);
   float* p = a.probs->data();
   mm(y, Tl, h, E, w.router.w, p);
   for (int t = 0; t < Tl; ++t) {
     float* r = p + idx(t, 0, E);
+    if (s.sigmoid) {
+      for (int e = 0; e < E; ++e) r[e] = 1.0f / (1.0f + std::exp(-r[e]));
+      continue;
+    }
     const float mx = *std::max_element(r, r + E);
     double sum = 0;
     for (int e = 0; e < E; ++e) sum += (r[e] = std::exp(r[e] - mx));
     for (int e = 0; e < E; ++e) r[e] = static_cast<float>(r[e] / sum);
   }
+  // Top-k by score (ties: the lower expert). Group-limited routing (DeepSeek-V2 Sec. 2.1.3, V3 Sec. 2.1.2)
+  // first keeps each token's group_top_k best groups, a group scored as Megatron-Core does: the sum of its
+  // top_k / group_top_k best scores (V3: the best 2 of each group of 32); experts outside them are not chosen.
+  // A selection bias (auxiliary-loss-free balancing) is added to the scores for both choices, not to the
+  // chosen experts' weights.
   a.topi = make_buf(static_cast<std::size_t>(S));
   a.topw = make_buf(static_cast<std::size_t>(S));
   a.counts = make_buf(static_cast<std::size_t>(E));
-  std::vector<int> ids(static_cast<std::size_t>(E));
+  const int G = s.groups, per_group = E / G, best_of_group = std::max(1, k / s.group_top_k);
+  TESSEL_CHECK(G >= 1 && E % G == 0 && s.group_top_k >= 1 && s.group_top_k <= G, "router groups " << G << " / " << s.group_top_k);
+  std::vector<int> ids(static_cast<std::size_t>(E)), gids(static_cast<std::size_t>(G));
+  std::vector<float> gscore(static_cast<std::size_t>(G)), member(static_cast<std::size_t>(per_group));
+  std::vector<char> allowed(static_cast<std::size_t>(E), 1);
+  std::vector<float> biased(w.bias.w ? static_cast<std::size_t>(E) : 0);
   for (int t = 0; t < Tl; ++t) {
-    const float* r = p + idx(t, 0, E);
+    const float* r = p + idx(t, 0, E);  // the scores, which weight the chosen experts
+    const float* c = r;                 // the keys that choose them
+    if (w.bias.w) {
+      for (int e = 0; e < E; ++e) biased[e] = r[e] + w.bias.w[e];
+      c = biased.data();
+    }
+    if (G > 1) {
+      for (int g = 0; g < G; ++g) {
+        std::copy(c + g * per_group, c + (g + 1) * per_group, member.begin());
+        std::partial_sort(member.begin(), member.begin() + best_of_group, member.end(), std::greater<>());
+        gscore[g] = std::accumulate(member.begin(), member.begin() + best_of_group, 0.0f);
+      }
+      std::iota(gids.begin(), gids.end(), 0);
+      std::partial_sort(gids.begin(), gids.begin() + s.group_top_k, gids.end(),
+                        [&](int x, int z) { return gscore[x] > gscore[z] || (gscore[x] == gscore[z] && x < z); });
+      std::fill(allowed.begin(), allowed.end(), 0);
+      for (int j = 0; j < s.group_top_k; ++j) std::fill_n(allowed.begin() + gids[j] * per_group, per_group, 1);
+    }
     std::iota(ids.begin(), ids.end(), 0);
-    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int x, int z) { return r[x] > r[z] || (r[x] == r[z] && x < z); });
+    std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int x, int z) {
+      if (allowed[x] != allowed[z]) return allowed[x] > allowed[z];
+      return c[x] > c[z] || (c[x] == c[z] && x < z);
+    });
     float chosen = 0;
     for (int j = 0; j < k; ++j) chosen += r[ids[j]];
     for (int j = 0; j < k; ++j) {
@@ -327,7 +364,8 @@ void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   }
 
   // Router: the chosen weights' gradients through the renormalisation, the load-balancing loss's, then the
-  // softmax; the router's input gradient and its weight gradient (a queued job).
+  // softmax or the sigmoid; the router's input gradient and its weight gradient (a queued job). The choice
+  // itself (top-k, groups) is piecewise constant: no gradient.
   const float* p = a.probs->data();
   Buf dz = make_buf(static_cast<std::size_t>(Tl) * E);
   const double aux_scale = double(s.loss_scale) * s.aux_coef * E / (double(k) * T * T);
@@ -343,12 +381,31 @@ void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel
       const double g = dw[idx(t, j, k)];
       dp[e] += s.normalize_top_k ? s.route_scale * (g - dot / chosen) / chosen : s.route_scale * g;
     }
+    if (s.sigmoid) {
+      for (int e = 0; e < E; ++e) (*dz)[idx(t, e, E)] = static_cast<float>(double(r[e]) * (1.0 - r[e]) * dp[e]);
+      continue;
+    }
     double pd = 0;
     for (int e = 0; e < E; ++e) pd += r[e] * dp[e];
     for (int e = 0; e < E; ++e) (*dz)[idx(t, e, E)] = static_cast<float>(r[e] * (dp[e] - pd));
   }
   mm_t(dz->data(), Tl, h, E, w.router.w, dy, true);
   jobs.push_back({a.yl, dz, Tl, h, E, w.router.g, nullptr, false});
+  // The micro-batch's load, counted here because the backward runs once per micro-batch whatever is recomputed.
+  if (w.load)
+    for (int e = 0; e < E; ++e) (*w.load)[e] += (*a.counts)[e];
+}
+
+void update_selection_bias(const MoeWeights& w, Comm* dp, float rate) {
+  if (!w.bias.w) return;
+  std::vector<float>& load = *w.load;
+  if (dp) dp->all_reduce(load.data(), load.size());
+  const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
+  for (std::size_t e = 0; e < load.size(); ++e) {
+    const double offset = mean - load[e];
+    w.bias.w[e] += offset > 0 ? rate : offset < 0 ? -rate : 0.0f;
+  }
+  std::fill(load.begin(), load.end(), 0.0f);
 }
 
 }  // namespace tessel::rt

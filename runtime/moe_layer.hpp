@@ -1,9 +1,10 @@
 // The MLP of a mixture-of-experts layer on one rank (Shazeer et al. 2017; Fedus et al. 2021; the shared
 // expert of DeepSeekMoE, arXiv:2401.06066), run as Megatron-Core's all-to-all token dispatcher does it:
 //
-//   router     logits = y W_r over this rank's tokens (the sequence shard under SP), a softmax over the E
-//              experts, the top-k per token (ties: the lower expert), their weights renormalised to sum 1
-//              when the model says so, times the router's scale;
+//   router     logits = y W_r over this rank's tokens (the sequence shard under SP), scores by a softmax over
+//              the E experts or each one's sigmoid (DeepSeek-V3), the top-k per token (ties: the lower expert),
+//              inside its best groups under group-limited routing, their weights renormalised to sum 1 when
+//              the model says so, times the router's scale;
 //   dispatch   each (token, choice) slot's row goes to the ep rank owning its expert (expert_owner), sorted
 //              by expert: an all-to-all of per-expert counts, then of the rows;
 //   experts    each local expert runs its MLP on the rows it received, from every peer, in peer order;
@@ -28,7 +29,7 @@ namespace tessel::rt {
 
 struct MoeActs {
   Buf yl;         // router input: this rank's tokens' norm output [Tl, h] (the layer's y2 without SP)
-  Buf probs;      // [Tl, E] softmax
+  Buf probs;      // [Tl, E] scores (softmax or sigmoid)
   Buf topi, topw; // [Tl * k] chosen experts (exact small integers) and their weights (scale included)
   Buf counts;     // [E] tokens of the micro-batch routed to each expert
   Buf slot_out;   // [Tl * k, h] the chosen experts' outputs, back from their owners
@@ -51,5 +52,11 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
 // the caller's other terms: it is complete for this rank's tokens).
 void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
                   const MoeActs& a, const Buf& y_full, const float* dout, float* dy, std::vector<WeightGradJob>& jobs);
+
+// Auxiliary-loss-free balancing, after a step's optimizer update (Megatron-Core's get_updated_expert_bias):
+// the tokens routed to each expert over the step (this rank's, summed over `dp`, the data-parallel group of
+// this tp rank; null with dp 1) move the selection bias by rate * sign(mean - load_e). The load restarts
+// from zero. Every rank holding the layer computes the same bias (its tp peers see the same counts).
+void update_selection_bias(const MoeWeights& w, Comm* dp, float rate);
 
 }  // namespace tessel::rt

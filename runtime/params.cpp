@@ -42,6 +42,10 @@ void add_layer(std::vector<ParamSpec>& v, const Model& m, int i) {
   if (m.is_moe_layer(i)) {
     const MoeSpec& e = m.moe;
     v.push_back(matrix(p + "moe.router", h, e.experts, -1, kInitStd));
+    if (e.router.selection_bias) {
+      v.push_back(vec(p + "moe.bias", e.experts, -1, InitKind::zeros));
+      v.back().trainable = false;
+    }
     if (e.shared_ffn > 0) {
       v.push_back(matrix(p + "moe.shared.w1", h, e.shared_ffn, 1, kInitStd));
       if (m.activation == Activation::swiglu) v.push_back(matrix(p + "moe.shared.wg", h, e.shared_ffn, 1, kInitStd));

@@ -37,6 +37,10 @@ struct ParamSpec {
   double stddev = 0;
   bool decay = false;               // AdamW weight decay applies to matrices only
   int expert = -1;                  // the routed expert this tensor belongs to; -1: not a routed expert's
+  // false: state kept with the parameters (checkpointed, resharded by name) that no gradient trains: a MoE
+  // router's selection bias, moved by its own rule after each step (Megatron keeps it as a buffer). Its
+  // gradient stays zero, so AdamW leaves it as it is (no decay).
+  bool trainable = true;
 };
 
 // The expert-parallel rank that holds routed expert e when `experts` are split over ep ranks in

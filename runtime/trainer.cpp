@@ -48,9 +48,8 @@ void check_runnable(const Model& m, const Layout& l) {
     if (e.shared_gate) unsupported("moe.shared_gate");
     if (e.expert_bias) unsupported("moe.expert_bias");
     if (m.has_mlp_bias()) unsupported("MLP biases in a mixture of experts");
-    if (e.router.score != RouterScore::softmax) unsupported("moe.router.score sigmoid");
-    if (e.router.groups != 1) unsupported("group-limited routing (moe.router.groups " + std::to_string(e.router.groups) + ")");
-    if (e.router.selection_bias) unsupported("moe.router.selection_bias (auxiliary-loss-free balancing)");
+    if (e.router.score == RouterScore::sigmoid && e.router.aux_loss_coef != 0)
+      unsupported("a load-balancing loss (moe.router.aux_loss_coef) with a sigmoid router");
     if (e.router.logit_bias) unsupported("moe.router.logit_bias");
     if (l.expert_tp() != 1)
       throw InputError("--etp " + std::to_string(l.expert_tp()) + ": the CPU runtime runs every expert whole on one rank "
@@ -191,6 +190,9 @@ StepStats Trainer::step() {
   groups_.world->all_reduce(losses, 2);
   const float loss = losses[0];
   const OptimizerReport r = optimizer_->step();
+  if (model_.moe.router.selection_bias)
+    for (auto& [_, stage] : stages_)
+      stage->update_selection_bias(layout_.dp > 1 ? groups_.dp.get() : nullptr, static_cast<float>(model_.moe.router.bias_update_rate));
   consumed_samples_ += layout_.global_batch;
   StepStats st;
   st.step = k;

@@ -58,6 +58,11 @@ TEST_CASE("Megatron-LM flags: DeepSeek-V3's recipe imports as the preset") {
   CHECK(m.moe.dense_layers == std::vector<int>{0, 1, 2});
   CHECK(m.moe.router.score == RouterScore::sigmoid);
   CHECK(m.moe.router.selection_bias);
+  CHECK(m.moe.router.bias_update_rate == 1e-3);  // Megatron's default
+  CHECK(import_megatron_args(megatron(kDeepSeekV3Args + " --moe-router-bias-update-rate 0.002"), "args.txt")
+            .moe.router.bias_update_rate == 0.002);
+  CHECK_THROWS_WITH_AS(import_megatron_args(megatron(kDeepSeekV3Args + " --moe-router-bias-update-rate 0"), "args.txt"),
+                       doctest::Contains("--moe-router-bias-update-rate"), InputError);
   CHECK(m.moe.router.normalize_top_k);  // sigmoid with top-k > 1
   CHECK(m.moe.router.scale == 2.5);
   CHECK(m.moe.router.aux_loss_coef == 1e-4);

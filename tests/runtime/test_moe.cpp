@@ -10,14 +10,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
 #include "models/model.hpp"
 #include "runtime/comm/thread_comm.hpp"
 #include "runtime/gpt_layer.hpp"
+#include "runtime/moe_layer.hpp"
 #include "runtime/trainer.hpp"
+#include "runtime/trainer_checkpoint.hpp"
 #include "sim/cost/memory.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/engine/sim_trace.hpp"
@@ -25,6 +30,7 @@
 #include "sim/estimate.hpp"
 #include "tests/runtime/checkpoint_util.hpp"
 #include "tests/runtime/runtime_test_util.hpp"
+#include "tests/test_paths.hpp"
 
 using namespace tessel;
 using tessel::test::rel_err;
@@ -173,6 +179,40 @@ TEST_CASE("a MoE layer's gradients match central finite differences of its forwa
   }
 }
 
+TEST_CASE("a sigmoid, group-limited router's gradients match central finite differences") {
+  // DeepSeek-V3's router on the finite-difference layer: sigmoid scores, 4 experts in 2 groups of which each
+  // token keeps 1 (so its top-2 are one whole group), renormalised, scale 2.5; no load-balancing loss.
+  FdLayer f;
+  f.s.sigmoid = true;
+  f.s.groups = 2;
+  f.s.group_top_k = 1;
+  f.s.route_scale = 2.5f;
+  f.s.aux_coef = 0.0f;
+  const std::vector<float> dx = f.backward();
+  for (std::size_t i : {0u, 5u, 13u, 22u, 40u, 47u}) check_fd("x", &f.x[i], dx[i], f);
+  const rt::Param& router = f.dense.at("layers.0.moe.router");
+  for (std::size_t i = 0; i < router.size(); i += 3) check_fd("router", f.dense.data(router) + i, f.dense.grad(router)[i], f);
+  // Every token's two experts are one group: experts {0, 1} or {2, 3}, never one of each; and the limit binds:
+  // some token's second expert is not its second-best score overall (expert 0 leads on every token of this
+  // layer, so without groups those tokens would have taken the other group's best).
+  std::vector<float> out(f.x.size());
+  rt::LayerActs a;
+  rt::layer_forward(f.s, f.w, f.tp, f.ep, f.x.data(), out.data(), &a, true);
+  REQUIRE(a.moe);
+  int bound = 0;
+  for (int t = 0; t < f.s.tokens; ++t) {
+    const int e0 = static_cast<int>((*a.moe->topi)[2 * t]), e1 = static_cast<int>((*a.moe->topi)[2 * t + 1]);
+    CHECK(e0 / 2 == e1 / 2);
+    const float* p = a.moe->probs->data() + 4 * t;
+    for (int e = 0; e < 4; ++e)
+      if (e != e0 && e != e1 && p[e] > p[e1]) {
+        ++bound;
+        break;
+      }
+  }
+  CHECK(bound > 0);
+}
+
 TEST_CASE("tiny-moe on ep 1, 2, 4, 8 with tp, pp, dp, ZeRO and recomputation matches the single-rank run") {
   const auto ref = run_moe(moe_layout(1, 1, 1, 1), 3);
   REQUIRE(ref.size() == 3);
@@ -276,14 +316,90 @@ TEST_CASE("a recovery checkpoint of tiny-moe saved at ep 2 resumes at ep 4, at e
   }
 }
 
+namespace {
+
+// Losses and every MoE layer's selection bias (per world rank) after `steps` steps of layout l.
+struct BiasRun {
+  std::vector<double> losses;
+  std::vector<std::map<std::string, std::vector<float>>> bias;  // per world rank: layer's bias by name
+};
+BiasRun run_bias(const Model& m, const Layout& l, int steps, const std::string& resume = "", const std::string& save = "") {
+  BiasRun out;
+  out.bias.resize(static_cast<std::size_t>(l.gpus()));
+  std::mutex mu;
+  rt::run_threads(l.gpus(), [&](rt::Comm& world) {
+    rt::Trainer t(m, l, {}, world, rt::Recorder::Clock::now());
+    if (!resume.empty()) rt::load_checkpoint(t, resume, 1234);
+    std::vector<double> mine;
+    for (int i = 0; i < steps; ++i) mine.push_back(t.step().loss);
+    if (!save.empty()) rt::save_checkpoint(t, save, 1234);
+    std::map<std::string, std::vector<float>> b;
+    for (const rt::Param& p : t.params().params())
+      if (!p.spec.trainable) b[p.spec.name].assign(t.params().data(p), t.params().data(p) + p.size());
+    std::lock_guard<std::mutex> lk(mu);
+    out.bias[static_cast<std::size_t>(world.rank())] = b;
+    if (world.rank() == 0) out.losses = mine;
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("auxiliary-loss-free balancing: the selection bias follows the global load on every rank and resumes") {
+  // tiny_moe_bias.json: DeepSeek-V3's sigmoid, group-limited router with a selection bias moved by 0.01 x
+  // sign(mean load - load) after each step. PyTorch's run (golden_moe_bias.json) writes every layer's bias
+  // after 5 steps: the single-rank run must hold the same values (exact: sums of +-0.01 in float, the same
+  // signs because both count the same routed tokens), and every rank of tp 2 x dp 2 x ep 4 as well, which
+  // needs the load summed over dp (each dp replica routes other tokens).
+  const std::string dir = test::source_root() + "/tests/golden/tiny_gpt/";
+  const Model m = load_model(dir + "tiny_moe_bias.json");
+  REQUIRE(m.moe.router.selection_bias);
+  std::ifstream in(dir + "golden_moe_bias.json");
+  REQUIRE(in.good());
+  const auto g = nlohmann::json::parse(in);
+  const auto& want = g.at("selection_bias_final");
+  REQUIRE(want.size() == 3);  // layers 1-3 (layer 0 is dense)
+  const auto layout = [&](int tp, int dp, int ep) {
+    Layout l = moe_layout(tp, 1, dp, ep);
+    l.global_batch = g.at("global_batch").get<int>();  // the golden's batch: the load is the step's tokens
+    return l;
+  };
+  const BiasRun one = run_bias(m, layout(1, 1, 1), 5);
+  int moved = 0;
+  for (const auto& [name, values] : want.items()) {
+    CAPTURE(name);
+    REQUIRE(one.bias[0].count(name));
+    const std::vector<float>& got = one.bias[0].at(name);
+    REQUIRE(got.size() == values.size());
+    for (std::size_t e = 0; e < got.size(); ++e) {
+      CHECK(got[e] == doctest::Approx(values[e].get<double>()).epsilon(1e-6));
+      moved += values[e].get<double>() != 0.0;
+    }
+  }
+  CHECK(moved > 20);  // most of the 48 biases moved: the rule is exercised, not a no-op
+  const BiasRun wide = run_bias(m, layout(2, 2, 4), 5);
+  for (std::size_t r = 0; r < wide.bias.size(); ++r) {
+    CAPTURE(r);
+    CHECK(wide.bias[r] == one.bias[0]);
+  }
+  // A checkpoint carries the bias: 2 steps on tp 2 x dp 2 x ep 4, resumed on one rank for 3 more.
+  const test::TempDir tmp("moe-bias");
+  run_bias(m, layout(2, 2, 4), 2, "", tmp.str());
+  const BiasRun rest = run_bias(m, layout(1, 1, 1), 3, tmp.str());
+  CHECK(rest.bias[0] == one.bias[0]);
+  for (int k = 0; k < 3; ++k) CHECK(rel_err(rest.losses[k], one.losses[k + 2]) < 1e-5);
+}
+
 TEST_CASE("the runtime refuses the MoE parts it does not build, naming them") {
   Model m = tiny_moe();
   Layout l = moe_layout(2, 1, 2, 2);
   l.etp = 0;  // as tp: experts split over tp, which this runtime does not do
   CHECK_THROWS_WITH_AS(rt::check_runnable(m, l), doctest::Contains("--etp 2"), InputError);
-  Model sig = m;
+  Model sig = m;  // tiny-moe has a load-balancing loss, which the runtime runs for softmax routers only
   sig.moe.router.score = RouterScore::sigmoid;
-  CHECK_THROWS_WITH_AS(rt::check_runnable(sig, moe_layout(1, 1, 1, 1)), doctest::Contains("moe.router.score sigmoid"), InputError);
+  CHECK_THROWS_WITH_AS(rt::check_runnable(sig, moe_layout(1, 1, 1, 1)), doctest::Contains("moe.router.aux_loss_coef"), InputError);
+  sig.moe.router.aux_loss_coef = 0;
+  CHECK_NOTHROW(rt::check_runnable(sig, moe_layout(1, 1, 1, 1)));
   Model ds = load_model("deepseek-v3");
   std::string what;
   try {
