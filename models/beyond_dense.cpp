@@ -48,7 +48,7 @@ RouterSpec parse_router(JsonObject r, int experts) {
   s.groups = static_cast<int>(r.opt_integer("groups", 1, experts).value_or(1));
   s.group_top_k = static_cast<int>(r.opt_integer("group_top_k", 1, experts).value_or(1));
   s.selection_bias = r.opt_boolean("selection_bias").value_or(false);
-  s.bias_update_rate = r.opt_number("bias_update_rate", 1e-9, 1.0).value_or(1e-3);
+  s.bias_update_rate = r.opt_number("bias_update_rate", 0.0, 1.0).value_or(1e-3);
   s.logit_bias = r.opt_boolean("logit_bias").value_or(false);
   s.aux_loss_coef = r.opt_number("aux_loss_coef", 0, 1e6).value_or(0);
   r.finish();
@@ -123,6 +123,15 @@ void check_beyond_dense(const Model& m, const std::string& where, const BeyondDe
     const RouterSpec& r = e.router;
     if (e.experts % r.groups != 0) fail(k.groups, s(r.groups), "does not divide the " + s(e.experts) + " experts");
     if (r.group_top_k > r.groups) fail(k.group_top_k, s(r.group_top_k), "exceeds the " + s(r.groups) + " groups");
+    // Megatron-Core scores a group by the sum of its top_k / group_top_k best experts: none when top_k is smaller.
+    if (r.groups > 1 && e.top_k < r.group_top_k)
+      fail(k.top_k, s(e.top_k), "is below the " + s(r.group_top_k) + " groups a token keeps (" + k.group_top_k +
+                                    "): a group is scored by its best top_k / group_top_k experts");
+    // Megatron-Core's TransformerConfig: the expert bias of auxiliary-loss-free routing supports sigmoid scores
+    // only (a bias on softmax probabilities is no published router).
+    if (r.selection_bias && r.score != RouterScore::sigmoid)
+      fail(k.selection_bias, "true", "needs sigmoid scores (" + k.score + " is " + to_string(r.score) +
+                                         "): auxiliary-loss-free balancing is defined for sigmoid routers");
     const long reachable = static_cast<long>(r.group_top_k) * (e.experts / r.groups);
     if (e.top_k > reachable)
       fail(k.top_k, s(e.top_k), "exceeds the " + s(reachable) + " experts of the " + s(r.group_top_k) +

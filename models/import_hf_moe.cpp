@@ -127,6 +127,8 @@ BeyondDenseKeys keys_of(std::string_view t, const ExpertKeys& ek) {
   k.dense_layers = is_deepseek(t) ? "first_k_dense_replace" : "mlp_only_layers and decoder_sparse_step";
   k.groups = "n_group";
   k.group_top_k = "topk_group";
+  k.score = "scoring_func";
+  k.selection_bias = "topk_method noaux_tc";
   k.mla = "kv_lora_rank";
   k.mtp_layers = "num_nextn_predict_layers";
   k.sliding_window = "sliding_window";

@@ -176,7 +176,7 @@ void read_moe(const Flags& f, const std::string& where, Model& m) {
     r.scale = double_flag(f, where, "--moe-router-topk-scaling-factor", 1e-6, 1e6);
   r.selection_bias = f.switches.count("--moe-router-enable-expert-bias") > 0;
   if (f.values.count("--moe-router-bias-update-rate"))
-    r.bias_update_rate = double_flag(f, where, "--moe-router-bias-update-rate", 1e-9, 1.0);
+    r.bias_update_rate = double_flag(f, where, "--moe-router-bias-update-rate", 0.0, 1.0);
   if (f.values.count("--moe-aux-loss-coeff")) r.aux_loss_coef = double_flag(f, where, "--moe-aux-loss-coeff", 0, 1e6);
   if (static_cast<int>(e.dense_layers.size()) == m.layers) e = MoeSpec{};  // a pattern of zeros: no MoE layer
 }
@@ -218,6 +218,8 @@ BeyondDenseKeys megatron_keys() {
   k.dense_layers = "--moe-layer-freq";
   k.groups = "--moe-router-num-groups";
   k.group_top_k = "--moe-router-group-topk";
+  k.score = "--moe-router-score-function";
+  k.selection_bias = "--moe-router-enable-expert-bias";
   k.mla = "--multi-latent-attention";
   k.mtp_layers = "--mtp-num-layers";
   return k;

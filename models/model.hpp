@@ -37,8 +37,9 @@ struct RouterSpec {
   int groups = 1;
   int group_top_k = 1;
   // Auxiliary-loss-free balancing (DeepSeek-V3 Sec. 2.1.2): a per-expert bias added to the scores only to
-  // choose experts, moved by a fixed step after each batch. It has no gradient and no optimizer state, so it is
-  // not a parameter (HF keeps it as a buffer, e_score_correction_bias).
+  // choose experts, moved by a fixed step after each batch. No gradient trains it, so it is not counted as a
+  // parameter (HF keeps it as a buffer, e_score_correction_bias; the CPU runtime keeps it beside its
+  // parameters as a non-trainable tensor so that checkpoints carry it). Needs sigmoid scores.
   bool selection_bias = false;
   // The selection bias's step after each batch: b_e += rate * sign(mean load - load_e) (Megatron-Core's
   // --moe-router-bias-update-rate, default 1e-3, DeepSeek-V3's gamma 0.001 for most of its run).
@@ -206,6 +207,7 @@ struct BeyondDenseKeys {
   std::string experts = "moe.experts", top_k = "moe.top_k", expert_ffn = "moe.expert_ffn";
   std::string shared_experts = "moe.shared_experts", shared_ffn = "moe.shared_ffn", shared_gate = "moe.shared_gate";
   std::string dense_layers = "moe.dense_layers", groups = "moe.router.groups", group_top_k = "moe.router.group_top_k";
+  std::string score = "moe.router.score", selection_bias = "moe.router.selection_bias";
   std::string mla = "mla", mtp_layers = "mtp_layers", sliding_window = "sliding_window";
   std::string window_layers = "window_layers";
 };

@@ -38,8 +38,9 @@ struct ParamSpec {
   bool decay = false;               // AdamW weight decay applies to matrices only
   int expert = -1;                  // the routed expert this tensor belongs to; -1: not a routed expert's
   // false: state kept with the parameters (checkpointed, resharded by name) that no gradient trains: a MoE
-  // router's selection bias, moved by its own rule after each step (Megatron keeps it as a buffer). Its
-  // gradient stays zero, so AdamW leaves it as it is (no decay).
+  // router's selection bias, moved by its own rule after each step (Megatron keeps it as a buffer). The
+  // optimizer still steps it with the rest, but its gradient stays zero, so AdamW leaves it bit for bit (no
+  // decay); its zero gradient and Adam moments take 3 x 4 bytes per expert per MoE layer of state memory.
   bool trainable = true;
 };
 

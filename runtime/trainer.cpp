@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <sstream>
 
 #include "kernels/cpu/gemm.hpp"
 #include "util/error.hpp"
@@ -48,8 +49,14 @@ void check_runnable(const Model& m, const Layout& l) {
     if (e.shared_gate) unsupported("moe.shared_gate");
     if (e.expert_bias) unsupported("moe.expert_bias");
     if (m.has_mlp_bias()) unsupported("MLP biases in a mixture of experts");
-    if (e.router.score == RouterScore::sigmoid && e.router.aux_loss_coef != 0)
-      unsupported("a load-balancing loss (moe.router.aux_loss_coef) with a sigmoid router");
+    if (e.router.score == RouterScore::sigmoid && e.router.aux_loss_coef != 0) {
+      std::ostringstream coef;
+      coef << e.router.aux_loss_coef;
+      throw InputError("model " + m.name + ": moe.router.aux_loss_coef " + coef.str() +
+                       " (Megatron --moe-aux-loss-coeff; HF aux_loss_alpha or router_aux_loss_coef) with a sigmoid router: the CPU runtime's "
+                       "load-balancing loss is for softmax routers; set it to 0 to run (the selection bias, if the "
+                       "model has one, balances the load)");
+    }
     if (e.router.logit_bias) unsupported("moe.router.logit_bias");
     if (l.expert_tp() != 1)
       throw InputError("--etp " + std::to_string(l.expert_tp()) + ": the CPU runtime runs every expert whole on one rank "

@@ -61,8 +61,16 @@ TEST_CASE("Megatron-LM flags: DeepSeek-V3's recipe imports as the preset") {
   CHECK(m.moe.router.bias_update_rate == 1e-3);  // Megatron's default
   CHECK(import_megatron_args(megatron(kDeepSeekV3Args + " --moe-router-bias-update-rate 0.002"), "args.txt")
             .moe.router.bias_update_rate == 0.002);
-  CHECK_THROWS_WITH_AS(import_megatron_args(megatron(kDeepSeekV3Args + " --moe-router-bias-update-rate 0"), "args.txt"),
+  // 0 freezes the bias (DeepSeek-V3's last 500B tokens); negative is refused, naming the flag.
+  CHECK(import_megatron_args(megatron(kDeepSeekV3Args + " --moe-router-bias-update-rate 0"), "args.txt").moe.router.bias_update_rate == 0);
+  CHECK_THROWS_WITH_AS(import_megatron_args(megatron(kDeepSeekV3Args + " --moe-router-bias-update-rate -0.1"), "args.txt"),
                        doctest::Contains("--moe-router-bias-update-rate"), InputError);
+  // The expert bias needs sigmoid scores (Megatron-Core's rule), named with the flags the user wrote.
+  std::string softmax_bias = kDeepSeekV3Args;
+  softmax_bias.replace(softmax_bias.find("--moe-router-score-function sigmoid"), 35, "--moe-router-score-function softmax");
+  CHECK_THROWS_WITH_AS(import_megatron_args(megatron(softmax_bias), "args.txt"),
+                       doctest::Contains("--moe-router-enable-expert-bias: value true needs sigmoid scores (--moe-router-score-function is softmax)"),
+                       InputError);
   CHECK(m.moe.router.normalize_top_k);  // sigmoid with top-k > 1
   CHECK(m.moe.router.scale == 2.5);
   CHECK(m.moe.router.aux_loss_coef == 1e-4);
