@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/schedule/generators.hpp"
 #include "sim/step_costs.hpp"
 #include "util/error.hpp"
 #include "util/units.hpp"
@@ -26,15 +27,30 @@ double pipeline_time(const Layout& l, const std::vector<double>& rf, const std::
   return sched::makespan(l.schedule, l.microbatch_rule, sched::RankCosts{rf, ri, rw}, l.pp, l.vpp, m);
 }
 
-// DualPipeV under the all-to-all overlap: the expert all-to-all seconds each rank hides in its F&B blocks
-// (workload.hpp fb_block). Rank r holds stages r (chunk 0) and 2p-1-r (chunk 1); sim/schedule/gen_v.cpp's
+// The all-to-all overlap: the expert all-to-all seconds each rank hides in its F&B blocks (workload.hpp
+// fb_block). DualPipeV: rank r holds stages r (chunk 0) and 2p-1-r (chunk 1); sim/schedule/gen_v.cpp's
 // steady phase runs m - 2p + r + 1 rounds of F0&B1 and F1&B0 (the last rank's first round a plain F0, B1),
-// then p - r - 1 more F1&B0 blocks, every backward whole. tests/sim/moe_test.cpp counts them in the schedule.
-std::vector<double> dualpipev_hidden(const StepCosts& c, double m) {
+// then p - r - 1 more F1&B0 blocks, every backward whole. Megatron-Core's combined 1F1B (interleaved, or 1f1b
+// with pp 1): each steady-state F and the B after it, counted by their chunks without building the schedule
+// (gen::combined_block_counts, the generator's own table and warm-up). tests/sim/moe_test.cpp counts both in
+// the generated schedules.
+std::vector<double> a2a_hidden(const StepCosts& c, double m) {
   const Layout& l = c.work.layout;
   const int p = l.pp;
   std::vector<double> out(static_cast<std::size_t>(p), 0.0);
-  if (!l.a2a_overlap || l.schedule != sched::Kind::dualpipev) return out;
+  if (!l.a2a_overlap) return out;
+  if (l.schedule != sched::Kind::dualpipev) {
+    const int v = l.vpp;
+    const auto counts = sched::gen::combined_block_counts(l.schedule, schedule_params(l));
+    for (int r = 0; r < p; ++r)
+      for (int a = 0; a < v; ++a)
+        for (int b = 0; b < v; ++b)
+          if (const int n = counts[static_cast<std::size_t>(r)][static_cast<std::size_t>(a * v + b)]; n > 0)
+            out[static_cast<std::size_t>(r)] +=
+                n * fb_block(c.work.stages[static_cast<std::size_t>(a * p + r)], c.work.stages[static_cast<std::size_t>(b * p + r)],
+                             true, true).hidden;
+    return out;
+  }
   for (int r = 0; r < p; ++r) {
     const StageWork& c0 = c.work.stages[static_cast<std::size_t>(r)];
     const StageWork& c1 = c.work.stages[static_cast<std::size_t>(2 * p - 1 - r)];
@@ -80,7 +96,7 @@ int busiest_rank(Estimate& e, const StepCosts& c, double overlap_slowdown, const
   int busiest = 0;
   double most = 0;
   for (int r = 0; r < l.pp; ++r) {
-    // Less what it hides of its all-to-alls in DualPipeV's F&B blocks (dualpipev_hidden).
+    // Less what it hides of its all-to-alls in F&B blocks (a2a_hidden).
     const double busy = mb * (rs.f[r] + rs.i[r] + rs.w[r]) - hidden[static_cast<std::size_t>(r)];
     if (r == 0 || busy > most) {
       busiest = r;
@@ -276,7 +292,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.layout = l;
   e.gpus = gpus;
   e.microbatches = l.num_microbatches();
-  const std::vector<double> hidden = dualpipev_hidden(c, e.microbatches);
+  const std::vector<double> hidden = a2a_hidden(c, e.microbatches);
   const double pipe = pipeline_span(e, c, hidden);
   // What the busiest rank hides of its all-to-alls is neither its busy time nor exposed (busiest_rank).
   const int busiest = busiest_rank(e, c, sys.gpu.overlap_slowdown, hidden);

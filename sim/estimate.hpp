@@ -65,9 +65,10 @@ double stage_imbalance(const Estimate& e);
 // Model FLOPs per global batch (eq. 7 generalised: 3x the forward of layers and head).
 double model_flops_per_step(const Workload& w);
 struct StepCosts;
-// DualPipeV under the all-to-all overlap (Layout::a2a_overlap): the seconds each pipeline rank hides of its
-// expert all-to-alls in its F&B blocks over a step of m micro-batches (zeros for any other layout).
-std::vector<double> dualpipev_hidden(const StepCosts& c, double m);
+// The all-to-all overlap (Layout::a2a_overlap; DualPipeV, or Megatron-Core's combined 1F1B): the seconds each
+// pipeline rank hides of its expert all-to-alls in its F&B blocks over a step of m micro-batches (zeros
+// without the overlap).
+std::vector<double> a2a_hidden(const StepCosts& c, double m);
 
 // Pipeline makespan of the schedule's closed form, given per-rank per-micro-batch costs (seconds).
 // See estimate.cpp for each schedule's formula and its source.

@@ -113,7 +113,14 @@ sched::GenParams schedule_params(const Layout& l) {
   p.microbatches = l.num_microbatches();
   p.vpp = l.vpp;
   p.rule = l.microbatch_rule;
+  p.combined = l.a2a_overlap && l.schedule != sched::Kind::dualpipev;
   return p;
+}
+
+bool Layout::a2a_overlap_fits(sched::Kind k, int pp, int vpp) {
+  if (k == sched::Kind::dualpipev) return pp > 1;
+  if (k == sched::Kind::interleaved) return pp > 1 && vpp > 1;
+  return k == sched::Kind::one_f_one_b && pp == 1;
 }
 
 Layout parse_layout(const Json& j, const std::string& where) {
@@ -266,12 +273,19 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
                                    (m.moe.enabled() ? "ep 1" : "model " + m.name + ", which has no experts") +
                                    ": DeepEP dispatches tokens among expert-parallel ranks and needs ep > 1"))
     return;
-  if (l.a2a_overlap && (!m.moe.enabled() || l.ep == 1 || l.schedule != sched::Kind::dualpipev || l.pp == 1) &&
+  if (l.a2a_overlap && (!m.moe.enabled() || l.ep == 1 || !Layout::a2a_overlap_fits(l.schedule, l.pp, l.vpp)) &&
       broke("a2a-overlap", "a2a-overlap (--moe-a2a-overlap, JSON moe_a2a_overlap) with " +
-                               (m.moe.enabled() ? "ep " + s(l.ep) + ", pp " + s(l.pp) + " and schedule " + sched::name(l.schedule)
+                               (m.moe.enabled() ? "ep " + s(l.ep) + ", pp " + s(l.pp) + ", vpp " + s(l.vpp) + " and schedule " +
+                                                      sched::name(l.schedule)
                                                 : "model " + m.name + ", which has no experts") +
-                               ": it hides the expert all-to-alls (ep > 1) under another micro-batch's compute, modelled in "
-                               "DualPipeV's F&B blocks (pp > 1, schedule dualpipev); Megatron's 1F1B pairing is not modelled"))
+                               ": it hides the expert all-to-alls (ep > 1) under another micro-batch's compute in F&B "
+                               "blocks: DualPipeV's (pp > 1), or Megatron-Core's combined 1F1B, which needs schedule "
+                               "interleaved with vpp > 1 when pp > 1, or 1f1b with pp 1"))
+    return;
+  if (l.a2a_overlap && l.schedule != sched::Kind::dualpipev && l.recompute == Recompute::full &&
+      broke("a2a-overlap", std::string("a2a-overlap with recompute full on schedule ") + sched::name(l.schedule) +
+                               ": Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) asserts "
+                               "recompute_granularity != full; use selective or none"))
     return;
   if (m.moe.enabled()) {
     const int etp = l.expert_tp();

@@ -65,9 +65,12 @@ struct Layout {
   bool deepep = false;
   // The expert all-to-alls hidden under another micro-batch's compute (DeepSeek's DualPipe: each F&B block
   // runs one micro-batch's forward beside another's backward, one's dispatch and combine under the other's
-  // attention and MLP). Modelled in DualPipeV's F&B blocks (sim/workload.hpp fb_block); Megatron-Core's 1F1B
-  // pairing (--overlap-moe-expert-parallel-comm) is not modelled yet.
+  // attention and MLP). Modelled in F&B blocks (sim/workload.hpp fb_block): DualPipeV's, and Megatron-Core's
+  // combined 1F1B (--overlap-moe-expert-parallel-comm), interleaved (vpp > 1) or without pipelining (pp 1,
+  // schedule 1f1b), whose steady-state F and B become one block (sched::GenParams::combined).
   bool a2a_overlap = false;
+  // The schedules that overlap it: the rule a2a-overlap checks and explore enumerates by.
+  static bool a2a_overlap_fits(sched::Kind k, int pp, int vpp);
   // The factor the busiest EP rank's expert work and all-to-alls take over balanced routing.
   double moe_load_factor() const { return moe_capacity > 0 ? moe_capacity : moe_skew; }
 

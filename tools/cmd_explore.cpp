@@ -165,10 +165,13 @@ explore::Space space_of(const cli::CommandLine& cl, const System& sys) {
     if (*v == "on") space.a2a_overlap = {1};
     else if (*v == "off") space.a2a_overlap = {0};
     else if (*v != "both") throw InputError("--moe-a2a-overlap " + *v + ": must be on, off or both");
-    if (*v == "on" && !space.schedules.empty() &&
-        std::find(space.schedules.begin(), space.schedules.end(), sched::Kind::dualpipev) == space.schedules.end())
-      throw InputError("--moe-a2a-overlap on: the overlap is modelled in DualPipeV's F&B blocks, and --schedule does "
-                       "not list dualpipev");
+    const auto listed = [&](sched::Kind k) {
+      return space.schedules.empty() || std::find(space.schedules.begin(), space.schedules.end(), k) != space.schedules.end();
+    };
+    const bool pp1 = space.pp.empty() || std::find(space.pp.begin(), space.pp.end(), 1) != space.pp.end();
+    if (*v == "on" && !listed(sched::Kind::dualpipev) && !listed(sched::Kind::interleaved) && !pp1)
+      throw InputError("--moe-a2a-overlap on: the overlap is modelled in F&B blocks, DualPipeV's or Megatron-Core's "
+                       "combined 1F1B (interleaved, or pp 1), and neither --schedule nor --pp leaves one");
   }
   for (const auto& d : cl.get_list("--moe-dispatcher")) {
     if (d != "alltoall" && d != "deepep")
@@ -287,7 +290,7 @@ int explore(const Args& args) {
        {"--cp", true, "restrict context-parallel sizes"},
        {"--ep", true, "restrict expert-parallel sizes (MoE models) [powers of two dividing the experts]"},
        {"--etp", true, "restrict expert tensor-parallel sizes (MoE models) [1 and tp]"},
-       {"--moe-a2a-overlap", true, "MoE all-to-alls hidden in DualPipeV's F&B blocks: on, off or both [both, on dualpipev layouts with ep > 1]"},
+       {"--moe-a2a-overlap", true, "MoE all-to-alls hidden in F&B blocks (DualPipeV; Megatron-Core's combined 1F1B: interleaved, or pp 1): on, off or both [both, where ep > 1]"},
        {"--moe-dispatcher", true, "restrict MoE token dispatchers (alltoall,deepep) [both; deepep where the ep group crosses nodes]"},
        {"--vpp", true, "restrict chunks per rank (interleaved)"},
        {"--mbs", true, "restrict micro-batch sizes"},

@@ -26,7 +26,7 @@ std::vector<OptionSpec> spec_options() {
       {"--etp", true, "expert tensor-parallel size [tp, as Megatron-Core]"},
       {"--moe-skew", true, "MoE dropless routing: the busiest EP rank's tokens over the mean [1: balanced]"},
       {"--moe-capacity-factor", true, "MoE: experts padded to this capacity factor, tokens beyond dropped (Megatron's --moe-expert-capacity-factor with padding) [dropless]"},
-      {"--moe-a2a-overlap", false, "MoE: hide the expert all-to-alls under another micro-batch's compute in DualPipeV's F&B blocks (DeepSeek's DualPipe; needs --schedule dualpipev)"},
+      {"--moe-a2a-overlap", false, "MoE: hide the expert all-to-alls under another micro-batch's compute in F&B blocks: DualPipeV's (DeepSeek's DualPipe), or Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm: --schedule interleaved with --vpp > 1, or --pp 1)"},
       {"--moe-dispatcher", true, "MoE token dispatcher: alltoall (NCCL's all-to-all) or deepep (a token over the network once per node it needs, then NVLink) [alltoall]"},
       {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
       {"--mbs", true, "micro-batch size [1]"},

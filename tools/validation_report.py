@@ -223,8 +223,11 @@ prices DeepEP (`--moe-dispatcher deepep`, docs/layout.md), but the rows carry no
 keeps Megatron-Core's default all-to-all for every row; priced with DeepEP the DeepSeek-V3 row's layout
 (`tessel estimate --model deepseek-v3 --system dgx-h100 --gpus 1024 --gbs 8192 --seq 4096 --precision fp8
 --layout "tp2 pp8 dp64 ep64 etp1 vpp4 mbs1 interleaved selective sp zero1 layers=3,2x8,1x2,2x20,0 deepep"`)
-comes to about 1,349 tokens/s/GPU against the measured 1,297 (+4%), still without the all-to-all overlap,
-which is not modelled. The Qwen3 rows' dispatcher settings are not recorded in the rows.
+comes to about 1,349 tokens/s/GPU against the measured 1,297 (+4%) without the all-to-all overlap; with it
+as well (`deepep a2a-overlap`: Megatron-Core's combined 1F1B on the interleaved schedule, docs/layout.md)
+1,842 (+42%): the overlap as modelled (each block hides min(all-to-all, the other part's compute), slowed by
+the GPU's overlap slowdown) hides far more than this run gained, so it is an upper bound (Megatron-Core warns
+that its overlap and TP, here tp 2, compete for the GPU's connections on Hopper). The Qwen3 rows' dispatcher settings are not recorded in the rows.
 Before the all-to-all was priced this way (as a hierarchical all-gather, 1/k of the buffer over the network)
 those rows were 30-56% optimistic and the mean 52%.
 `tests/sim/published_test.cpp` bounds the mean at 50% (a regression bound, not an accuracy claim), requires

@@ -197,8 +197,12 @@ double runtime_activation_peak(const Model& m, const Layout& l, const sched::Sch
 }
 
 double inflight_chunks(const Layout& l, int rank) {
-  if (l.pp == 1) return 1.0;
-  return sched::inflight_chunks(l.schedule, l.microbatch_rule, l.pp, l.vpp, l.num_microbatches(), rank);
+  // Megatron-Core's combined 1F1B (the all-to-all overlap off DualPipeV) warms up with one forward more: one
+  // more chunk alive (without pipelining two micro-batches, F(i+1)&B(i)).
+  const double m = l.num_microbatches();
+  const double extra = l.a2a_overlap && l.schedule != sched::Kind::dualpipev ? 1.0 : 0.0;
+  if (l.pp == 1) return std::min(m, 1.0 + extra);
+  return std::min(m * l.vpp, sched::inflight_chunks(l.schedule, l.microbatch_rule, l.pp, l.vpp, l.num_microbatches(), rank) + extra);
 }
 
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }

@@ -28,8 +28,9 @@ struct Space {
   // The MoE token dispatcher: 0 NCCL's all-to-all, 1 DeepEP (Layout::deepep), tried for layouts whose ep group
   // crosses NVLink domains (inside one the two cost alike). Default: both, or what --stack offers.
   std::vector<int> deepep;
-  // The all-to-all overlap (Layout::a2a_overlap: 0 off, 1 on), tried on DualPipeV layouts with ep > 1 (the only
-  // ones it applies to). Default: both, or off under a --stack without it.
+  // The all-to-all overlap (Layout::a2a_overlap: 0 off, 1 on), tried where ep > 1 on the schedules it applies
+  // to (Layout::a2a_overlap_fits: DualPipeV, interleaved, 1F1B at pp 1). Default: both, or off under a --stack
+  // without it.
   std::vector<int> a2a_overlap;
   std::vector<sched::Kind> schedules;
   std::vector<Recompute> recompute;

@@ -118,7 +118,7 @@ double zbv_makespan(const RankCosts& c, int p, int, double m, int) {
 }
 
 // DualPipeV: (PP/2 - 1)(F&B + B - 3W) with PP = 2p chunk-stages and F, B, W chunk times (half a rank's);
-// F&B taken as F + B here; the all-to-all overlap's credit is estimate.cpp's (dualpipev_hidden), taken off F.
+// F&B taken as F + B here; the all-to-all overlap's credit is estimate.cpp's (a2a_hidden), taken off F.
 double dualpipev_makespan(const RankCosts& c, int p, int, double m, int) {
   const Sums x = sums(c, p);
   const double fc = x.F / 2, bc = (x.I + x.W) / 2, wc = x.W / 2;

@@ -118,6 +118,11 @@ struct GenParams {
   std::optional<int> mem_limit;      // max in-flight activations per rank (in stage-microbatch units)
   std::optional<int> group_size;     // interleaved, Megatron's rule: microbatch_group_size_per_vp_stage (default p)
   MicrobatchRule rule = MicrobatchRule::megatron;  // interleaved only
+  // 1F1B (pp 1) and interleaved (vpp > 1) only: Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-
+  // comm): each steady-state forward and the backward after it run as one F&B block (OVERLAP_F_B), so that
+  // one's expert all-to-alls can hide under the other's compute; the warm-up takes one forward more (as
+  // Megatron-Core's), so a block never pairs a micro-batch's forward with its own backward.
+  bool combined = false;
 };
 
 enum class Kind : std::uint8_t;  // a schedule family (sim/schedule/registry.hpp)

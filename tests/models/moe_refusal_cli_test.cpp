@@ -74,13 +74,17 @@ TEST_CASE("estimate, simulate and explore price every MoE preset, GPT-OSS's wind
             doctest::Approx(row["analytical_step_s"].get<double>()).epsilon(1e-9));
       break;
     }
-  // The all-to-all overlap only on DualPipeV layouts with ep > 1 (its F&B blocks).
+  // The all-to-all overlap only with ep > 1 on the schedules with F&B blocks: DualPipeV, or Megatron-Core's
+  // combined 1F1B (interleaved with vpp > 1, 1f1b with pp 1).
   int overlapped = 0;
   for (const auto& row : top)
     if (row["layout"].value("moe_a2a_overlap", false)) {
       ++overlapped;
-      CHECK(row["layout"]["schedule"] == "dualpipev");
-      CHECK(row["layout"]["ep"].get<int>() > 1);
+      const auto& lay = row["layout"];
+      const std::string sc = lay["schedule"];
+      const int pp = lay.value("pp", 1), vpp = lay.value("vpp", 1);
+      CHECK((sc == "dualpipev" || (sc == "interleaved" && vpp > 1) || (sc == "1f1b" && pp == 1)));
+      CHECK(lay["ep"].get<int>() > 1);
     }
   CHECK(overlapped > 0);
   const auto a = run_tessel({"explore", "--model", "deepseek-v3", "--system", "h800", "--gpus", "2048", "--gbs", "15360",

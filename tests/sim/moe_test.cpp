@@ -12,6 +12,7 @@
 #include "sim/estimate.hpp"
 #include "sim/goodput.hpp"
 #include "sim/layout_words.hpp"
+#include "sim/schedule/generators.hpp"
 #include "sim/step_costs.hpp"
 #include "sim/workload.hpp"
 #include "util/error.hpp"
@@ -486,7 +487,7 @@ TEST_CASE("all-to-all overlap: F&B blocks counted in the DualPipeV schedule, clo
     }
   CHECK(blocks > 0);
   // The closed form's per-rank hidden seconds, every rank (the last one's first round is a plain F0, B1).
-  const std::vector<double> closed = dualpipev_hidden(step_costs(m, on, sys), on.num_microbatches());
+  const std::vector<double> closed = a2a_hidden(step_costs(m, on, sys), on.num_microbatches());
   REQUIRE(closed.size() == hidden.size());
   for (std::size_t r = 0; r < hidden.size(); ++r) {
     CAPTURE(r);
@@ -521,4 +522,124 @@ TEST_CASE("all-to-all overlap: F&B blocks counted in the DualPipeV schedule, clo
   CHECK(rule_of(on, m).empty());
   CHECK(parse_layout(layout_to_json(on), "test").a2a_overlap);
   CHECK(on.describe().find(" a2a-overlap") != std::string::npos);
+}
+
+// Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm; combined_1f1b.py): interleaved with
+// vpp > 1, or without pipelining, each steady-state forward runs with the backward after it as one F&B block.
+// Read through its blocks, the generated order is the plain one warmed up by one forward more (Megatron-Core's
+// rule, so that no block pairs a micro-batch's forward with its own backward); the validator proves it
+// deadlock-free, and its activation peak, one chunk above the plain one's, is the memory model's. The closed form's block counts (gen::combined_block_counts, no schedule built) are the
+// generated schedule's, the estimate drops the busiest rank's hidden seconds, and the event engine agrees.
+TEST_CASE("all-to-all overlap: Megatron-Core's combined 1F1B, interleaved and without pipelining") {
+  struct Case {
+    sched::Kind kind;
+    int pp, v, m;
+    sched::MicrobatchRule rule;
+  };
+  for (const Case c : {Case{sched::Kind::interleaved, 4, 2, 8, sched::MicrobatchRule::megatron},
+                       Case{sched::Kind::interleaved, 4, 2, 12, sched::MicrobatchRule::megatron},
+                       Case{sched::Kind::interleaved, 2, 3, 6, sched::MicrobatchRule::megatron},
+                       Case{sched::Kind::interleaved, 4, 4, 16, sched::MicrobatchRule::megatron},
+                       Case{sched::Kind::interleaved, 4, 2, 8, sched::MicrobatchRule::torch},
+                       Case{sched::Kind::one_f_one_b, 1, 1, 8, sched::MicrobatchRule::megatron}}) {
+    CAPTURE(c.pp);
+    CAPTURE(c.v);
+    CAPTURE(c.m);
+    sched::GenParams p;
+    p.pp = c.pp;
+    p.vpp = c.v;
+    p.microbatches = c.m;
+    p.rule = c.rule;
+    const sched::Schedule plain = sched::generate(c.kind, p);
+    p.combined = true;
+    const sched::Schedule comb = sched::generate(c.kind, p);
+    const sched::ValidationReport vp = sched::validate(plain), vc = sched::validate(comb);
+    REQUIRE(vc.ok());
+    const auto counts = sched::gen::combined_block_counts(c.kind, p);
+    int blocks = 0;
+    for (int r = 0; r < c.pp; ++r) {
+      std::vector<int> seen(static_cast<std::size_t>(c.v * c.v), 0);
+      // Read through its blocks: the same forwards in the same order, the same backwards in the same order,
+      // one forward more before the first backward.
+      std::vector<std::string> fs, bs, want_f, want_b;
+      int lead = -1, want_lead = -1;
+      const auto read = [](const sched::Action& a, std::vector<std::string>& f, std::vector<std::string>& b, int& lead) {
+        if (a.type == sched::ActionType::F) f.push_back(a.token());
+        if (a.type == sched::ActionType::B) {
+          if (lead < 0) lead = static_cast<int>(f.size());
+          b.push_back(a.token());
+        }
+      };
+      for (const auto& a : comb.ranks[static_cast<std::size_t>(r)]) {
+        if (a.type != sched::ActionType::OVERLAP_F_B) {
+          read(a, fs, bs, lead);
+          continue;
+        }
+        REQUIRE(a.sub.size() == 2);
+        CHECK(a.sub[0].mb != a.sub[1].mb);  // never a micro-batch's forward with its own backward
+        ++seen[static_cast<std::size_t>((a.sub[0].stage / c.pp) * c.v + a.sub[1].stage / c.pp)];
+        ++blocks;
+        for (const auto& x : a.sub) read(x, fs, bs, lead);
+      }
+      for (const auto& a : plain.ranks[static_cast<std::size_t>(r)]) read(a, want_f, want_b, want_lead);
+      CHECK(seen == counts[static_cast<std::size_t>(r)]);
+      CHECK(fs == want_f);
+      CHECK(bs == want_b);
+      CHECK(lead == std::min(want_lead + 1, c.m * c.v));
+      CHECK(vc.peak_inflight[static_cast<std::size_t>(r)] == std::min(vp.peak_inflight[static_cast<std::size_t>(r)] + 1, c.m * c.v));
+      // The memory model's in-flight chunks follow the generated schedule's.
+      Layout l = parse_layout_words("tp1 pp" + std::to_string(c.pp) + " dp1 mbs1 " +
+                                        (c.kind == sched::Kind::one_f_one_b ? std::string("1f1b")
+                                                                            : "vpp" + std::to_string(c.v) + " interleaved"),
+                                    c.m, "test");
+      l.microbatch_rule = c.rule;
+      l.a2a_overlap = true;
+      CHECK(cost::inflight_chunks(l, r) == vc.peak_inflight[static_cast<std::size_t>(r)]);
+    }
+    CHECK(blocks > 0);
+    if (c.pp == 1) CHECK(blocks == c.m - 1);
+  }
+  // Plain 1F1B over pp > 1 is not combined (Megatron asks for a virtual pipeline): refused by the generator
+  // and by the layout's rule.
+  sched::GenParams bad;
+  bad.pp = 4;
+  bad.microbatches = 8;
+  bad.combined = true;
+  CHECK_THROWS_WITH_AS(sched::generate(sched::Kind::one_f_one_b, bad), doctest::Contains("vpp > 1"), InputError);
+
+  Model m = load_model("qwen3-30b-a3b");
+  m.seq_len = 4096;
+  const System sys = load_system("dgx-h100");
+  for (const std::string words : {"tp1 pp4 dp8 ep8 vpp2 mbs1 interleaved zero1", "tp1 pp1 dp32 ep8 mbs1 1f1b zero1"}) {
+    CAPTURE(words);
+    const Layout off = parse_layout_words(words, 256, "test"), on = parse_layout_words(words + " a2a-overlap", 256, "test");
+    REQUIRE(rule_of(on, m).empty());
+    const std::vector<double> hidden = a2a_hidden(step_costs(m, on, sys), on.num_microbatches());
+    const Estimate e0 = estimate(m, off, sys), e1 = estimate(m, on, sys);
+    // The busiest rank after what each hides (it may change: the ranks hide different seconds).
+    const StepCosts sc = step_costs(m, on, sys);
+    const double mb = on.num_microbatches();
+    double busiest = -1;
+    for (std::size_t r = 0; r < hidden.size(); ++r) {
+      CHECK(hidden[r] > 0);
+      busiest = std::max(busiest, mb * (sc.ranks.f[r] + sc.ranks.i[r] + sc.ranks.w[r]) - hidden[r]);
+    }
+    CHECK(e1.busy_s == doctest::Approx(busiest).epsilon(1e-9));
+    CHECK(e1.ep_exposed_s < e0.ep_exposed_s);
+    CHECK(e0.compute_s == doctest::Approx(e1.compute_s).epsilon(1e-9));
+    CHECK(e1.step_s < e0.step_s);
+    for (const Layout& l : {off, on}) {
+      CAPTURE(l.describe());
+      const auto des = engine::simulate(m, l, sys, {});
+      const Estimate closed = estimate(m, l, sys);
+      CHECK(des.step_s == doctest::Approx(closed.step_s).epsilon(0.05));
+      CHECK(des.peak_bytes == doctest::Approx(closed.peak_memory_bytes).epsilon(0.02));
+    }
+    CHECK(e1.peak_memory_bytes > e0.peak_memory_bytes);  // one more chunk alive: the memory the overlap costs
+    if (on.pp == 1) CHECK(e1.memory[0].activations_bytes == doctest::Approx(2 * e0.memory[0].activations_bytes).epsilon(1e-12));
+  }
+  CHECK(rule_of(parse_layout_words("tp1 pp4 dp8 ep8 mbs1 1f1b zero1 a2a-overlap", 256, "test"), m) == "a2a-overlap");
+  CHECK(rule_of(parse_layout_words("tp1 pp1 dp32 ep8 mbs1 1f1b zero1 a2a-overlap", 256, "test"), m).empty());
+  CHECK(rule_of(parse_layout_words("tp1 pp4 dp8 ep8 vpp2 mbs1 interleaved zero1 full a2a-overlap", 256, "test"), m) ==
+        "a2a-overlap");  // Megatron-Core asserts no full recompute with it
 }
