@@ -264,11 +264,9 @@ void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroo
     const double chunks = cost::inflight_chunks(l, r);
     mbk.activations_bytes = chunks * rs.act[r];
     // Embedding output stays alive per in-flight micro-batch. The logits live from the last stage's forward
-    // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release): under
-    // GPipe and looped BFS every micro-batch's forward of the last stage runs before the first backward, so
-    // all m are alive at once; the other schedules run the last stage's backward right after its forward.
-    const bool all_forwards_first = sched::family(l.schedule).forwards_first;
-    mbk.extras_bytes = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * (all_forwards_first ? mb : 1.0);
+    // to its input-grad backward (the simulator frees them there: engine/job_pipeline.cpp, release):
+    // cost::last_stage_extras_alive counts the micro-batches at once.
+    mbk.extras_bytes = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * cost::last_stage_extras_alive(l);
     mbk.zero3_gather_bytes = c.zero3_gather_bytes;
     mbk.recompute_transient_bytes = c.recompute_transient_bytes;
     mbk.reserved_bytes = c.reserved_bytes;

@@ -283,7 +283,8 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
                                "interleaved with vpp > 1 when pp > 1, or 1f1b with pp 1"))
     return;
   if (l.a2a_overlap && l.schedule != sched::Kind::dualpipev && l.recompute == Recompute::full &&
-      broke("a2a-overlap", std::string("a2a-overlap with recompute full on schedule ") + sched::name(l.schedule) +
+      broke("a2a-overlap", std::string("a2a-overlap with recompute full (--recompute, JSON recompute) on schedule ") +
+                               sched::name(l.schedule) +
                                ": Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) asserts "
                                "recompute_granularity != full; use selective or none"))
     return;

@@ -68,7 +68,6 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
   const double experts = layer_expert_params_per_gpu(m, l);
   const double layer_state = state * (layer_params_per_gpu(m, l) - experts) + cost::expert_state_bytes_per_param(l).total() * experts;
   const double mb = l.num_microbatches();
-  const bool forwards_first = sched::family(l.schedule).forwards_first;
   c.layer_bytes.assign(static_cast<std::size_t>(L), layer_state);
   // Per layer as the workload's stages count them (cost::stage_activation_bytes): under block recompute the
   // layers beyond the block keep everything, the block's keep their input only.
@@ -102,9 +101,9 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
     c.budget_bytes[k] = budget;
     const StageWork& e = ends[k];
     // The first stage's extras live per micro-batch in flight, the last stage's logits until its backward
-    // (all m under GPipe and looped BFS), as estimate.cpp's memory() counts them.
+    // (cost::last_stage_extras_alive), as estimate.cpp's memory() counts them.
     const double extras = st == 0 ? e.act_extra_bytes * std::min(chunks, mb)
-                          : st == S - 1 ? e.act_extra_bytes * (forwards_first ? mb : 1.0) : 0.0;
+                          : st == S - 1 ? e.act_extra_bytes * cost::last_stage_extras_alive(l) : 0.0;
     // A stage's own activations besides its layers' (the last stage's MTP module), as the estimate counts them.
     c.stage_bytes[k] = state * (e.params - e.expert_params) + cost::expert_state_bytes_per_param(l).total() * e.expert_params +
                        extras + c.act_scale[k] * e.act_bytes;

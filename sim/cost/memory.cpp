@@ -205,6 +205,12 @@ double inflight_chunks(const Layout& l, int rank) {
   return std::min(m * l.vpp, sched::inflight_chunks(l.schedule, l.microbatch_rule, l.pp, l.vpp, l.num_microbatches(), rank) + extra);
 }
 
+double last_stage_extras_alive(const Layout& l) {
+  const double m = l.num_microbatches();
+  if (sched::family(l.schedule).forwards_first) return m;
+  return l.a2a_overlap && l.schedule != sched::Kind::dualpipev ? std::min(m, 2.0) : 1.0;
+}
+
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }
 
 double weight_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }

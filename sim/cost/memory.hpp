@@ -61,6 +61,10 @@ double runtime_activation_peak(const Model& m, const Layout& l, const sched::Sch
 // chunk-activations; ZB-1P p and ZB-2P 2p on every rank (activations live until W); ZB-V and DualPipeV per
 // reference/schedules.md. Counts chunks: multiply by one chunk's bytes.
 double inflight_chunks(const Layout& l, int rank);
+// Micro-batches whose last-stage extras (the logits, the MTP module's) are alive at once on the last rank: they
+// live from the last stage's forward to its backward, so all m under a forwards-first schedule (GPipe, looped
+// BFS), two under the combined 1F1B (a block runs the last stage's F(j+1) beside its B(j)), else one.
+double last_stage_extras_alive(const Layout& l);
 
 // Bytes per parameter held by one GPU for weights, gradients and optimizer state (mixed-precision AdamW as
 // Megatron-LM runs it: bf16/fp16 weights, fp32 gradient buffer, fp32 master weights and two moments), divided

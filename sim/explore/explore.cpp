@@ -318,8 +318,10 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         for (int ep : eps)
                           for (int etp : etps)
                             for (int dpx : deepeps)
-                              for (int ov : (ep > 1 && Layout::a2a_overlap_fits(sc, pp, pp == 1 ? 1 : v) ? overlaps
-                                                                                                       : std::vector<int>{0})) {
+                              for (int ov : (ep > 1 && Layout::a2a_overlap_fits(sc, pp, pp == 1 ? 1 : v) &&
+                                                     (rc != Recompute::full || sc == sched::Kind::dualpipev)
+                                                 ? overlaps
+                                                 : std::vector<int>{0})) {
                         // etp 1 and "as tp" are one layout when tp is 1.
                         if (etp == 1 && tp == 1 && std::find(etps.begin(), etps.end(), 0) != etps.end()) continue;
                         // With both dispatchers listed, DeepEP only where the ep group (members etp apart) leaves

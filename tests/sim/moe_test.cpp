@@ -634,6 +634,10 @@ TEST_CASE("all-to-all overlap: Megatron-Core's combined 1F1B, interleaved and wi
       const Estimate closed = estimate(m, l, sys);
       CHECK(des.step_s == doctest::Approx(closed.step_s).epsilon(0.05));
       CHECK(des.peak_bytes == doctest::Approx(closed.peak_memory_bytes).epsilon(0.02));
+      for (const auto& rk : des.ranks) {  // every pipeline rank's, the last one's logits included
+        CAPTURE(rk.pp);
+        CHECK(rk.peak_bytes == doctest::Approx(closed.memory[static_cast<std::size_t>(rk.pp)].total()).epsilon(0.02));
+      }
     }
     CHECK(e1.peak_memory_bytes > e0.peak_memory_bytes);  // one more chunk alive: the memory the overlap costs
     if (on.pp == 1) CHECK(e1.memory[0].activations_bytes == doctest::Approx(2 * e0.memory[0].activations_bytes).epsilon(1e-12));
