@@ -366,7 +366,9 @@ TEST_CASE("auxiliary-loss-free balancing: the selection bias follows the global 
   };
   const BiasRun one = run_bias(m, layout(1, 1, 1), 5);
   int moved = 0;
-  for (const auto& [name, values] : want.items()) {
+  for (const auto& item : want.items()) {
+    const std::string name = item.key();  // a named copy: clang's CAPTURE cannot take a structured binding
+    const auto& values = item.value();
     CAPTURE(name);
     REQUIRE(one.bias[0].count(name));
     const std::vector<float>& got = one.bias[0].at(name);
@@ -408,7 +410,9 @@ TEST_CASE("auxiliary-loss-free balancing: the selection bias follows the global 
     const BiasRun got = run_bias(m, l, 5);
     int compared = 0;
     for (const auto& per_rank : got.bias)
-      for (const auto& [name, values] : per_rank) {
+      for (const auto& entry : per_rank) {
+        const std::string& name = entry.first;
+        const std::vector<float>& values = entry.second;
         CAPTURE(name);
         CHECK(values == want_run.bias[0].at(name));
         ++compared;
