@@ -113,7 +113,7 @@ sched::GenParams schedule_params(const Layout& l) {
   p.microbatches = l.num_microbatches();
   p.vpp = l.vpp;
   p.rule = l.microbatch_rule;
-  p.combined = l.a2a_overlap && l.schedule != sched::Kind::dualpipev;
+  p.combined = l.combined_1f1b();
   return p;
 }
 
@@ -282,7 +282,7 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
                                "blocks: DualPipeV's (pp > 1), or Megatron-Core's combined 1F1B, which needs schedule "
                                "interleaved with vpp > 1 when pp > 1, or 1f1b with pp 1"))
     return;
-  if (l.a2a_overlap && l.schedule != sched::Kind::dualpipev && l.recompute == Recompute::full &&
+  if (l.combined_1f1b() && l.recompute == Recompute::full &&
       broke("a2a-overlap", std::string("a2a-overlap with recompute full (--recompute, JSON recompute) on schedule ") +
                                sched::name(l.schedule) +
                                ": Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm) asserts "

@@ -71,6 +71,8 @@ struct Layout {
   bool a2a_overlap = false;
   // The schedules that overlap it: the rule a2a-overlap checks and explore enumerates by.
   static bool a2a_overlap_fits(sched::Kind k, int pp, int vpp);
+  // Megatron-Core's combined 1F1B: the overlap on a schedule other than DualPipeV (whose blocks are its own).
+  bool combined_1f1b() const { return a2a_overlap && schedule != sched::Kind::dualpipev; }
   // The factor the busiest EP rank's expert work and all-to-alls take over balanced routing.
   double moe_load_factor() const { return moe_capacity > 0 ? moe_capacity : moe_skew; }
 

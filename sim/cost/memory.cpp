@@ -200,7 +200,7 @@ double inflight_chunks(const Layout& l, int rank) {
   // Megatron-Core's combined 1F1B (the all-to-all overlap off DualPipeV) warms up with one forward more: one
   // more chunk alive (without pipelining two micro-batches, F(i+1)&B(i)).
   const double m = l.num_microbatches();
-  const double extra = l.a2a_overlap && l.schedule != sched::Kind::dualpipev ? 1.0 : 0.0;
+  const double extra = l.combined_1f1b() ? 1.0 : 0.0;
   if (l.pp == 1) return std::min(m, 1.0 + extra);
   return std::min(m * l.vpp, sched::inflight_chunks(l.schedule, l.microbatch_rule, l.pp, l.vpp, l.num_microbatches(), rank) + extra);
 }
@@ -208,7 +208,7 @@ double inflight_chunks(const Layout& l, int rank) {
 double last_stage_extras_alive(const Layout& l) {
   const double m = l.num_microbatches();
   if (sched::family(l.schedule).forwards_first) return m;
-  return l.a2a_overlap && l.schedule != sched::Kind::dualpipev ? std::min(m, 2.0) : 1.0;
+  return l.combined_1f1b() ? std::min(m, 2.0) : 1.0;
 }
 
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }
