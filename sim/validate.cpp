@@ -466,6 +466,15 @@ std::variant<MappedRow, SkippedRow> map_row(const Json& row, const std::string& 
     out.gpus = int_field(hw, "gpu_count", rw + ".hardware");
     out.model = model_of(row, rw, out.notes);
     out.candidates = candidates_of(row, out.model, out.gpus, rw, out.notes);
+    // Rows state no placement. On GB200 NVL72 NVIDIA's scheduling guidance for jobs of 128 GPUs and more is
+    // Slurm's --segment 16 (16 trays, 64 of a rack's 72 GPUs; NVIDIA technical blog, "Unlock Exascale Performance
+    // on NVIDIA GB200 NVL72 with Slurm Topology-Aware Job Scheduling": segment 16 for jobs of 128+ GPUs such as
+    // MoE training): ranks filling racks 72 at a time would put ep groups of 32 or 64 across racks. Smaller jobs
+    // are left in one rack, as the cost model had them.
+    if (!system_override && out.system.name == "gb200" && out.gpus >= 128 && out.system.node.gpus_per_node > 64) {
+      out.system.node.gpus_per_node = 64;
+      out.notes.push_back("64 GPUs per NVL72 rack (Slurm --segment 16, NVIDIA's guidance for 128+ GPUs)");
+    }
     return out;
   } catch (const RowSkip& s) {
     return SkippedRow{id, s.reason};

@@ -16,13 +16,15 @@ namespace tessel {
 using cost::Collective;
 using cost::GemmShape;
 
-cost::GroupPlacement tp_group(const Layout& l) { return {l.tp, 1}; }
-cost::GroupPlacement cp_group(const Layout& l) { return {l.cp, l.tp}; }
-cost::GroupPlacement dp_group(const Layout& l) { return {l.dp * l.cp, l.tp}; }
+// Every group spans the job's GPUs in blocks (GroupPlacement::total), so one straddling an NVLink domain's
+// boundary is priced as such.
+cost::GroupPlacement tp_group(const Layout& l) { return {l.tp, 1, false, l.gpus()}; }
+cost::GroupPlacement cp_group(const Layout& l) { return {l.cp, l.tp, false, l.gpus()}; }
+cost::GroupPlacement dp_group(const Layout& l) { return {l.dp * l.cp, l.tp, false, l.gpus()}; }
 // Megatron-Core's expert folding of a stage's tp x cp x dp GPUs: etp fastest, then ep, then edp.
-cost::GroupPlacement etp_group(const Layout& l) { return {l.expert_tp(), 1}; }
-cost::GroupPlacement ep_group(const Layout& l) { return {l.ep, l.expert_tp()}; }
-cost::GroupPlacement edp_group(const Layout& l) { return {l.expert_dp(), l.expert_tp() * l.ep}; }
+cost::GroupPlacement etp_group(const Layout& l) { return {l.expert_tp(), 1, false, l.gpus()}; }
+cost::GroupPlacement ep_group(const Layout& l) { return {l.ep, l.expert_tp(), false, l.gpus()}; }
+cost::GroupPlacement edp_group(const Layout& l) { return {l.expert_dp(), l.expert_tp() * l.ep, false, l.gpus()}; }
 
 // MLA's down-projections and latent norms, whole on every tp rank (add_mla_projections).
 double mla_duplicated_params(const Model& m) {

@@ -4,6 +4,7 @@
 
 #include "sim/estimate.hpp"
 #include "sim/goodput_mc.hpp"
+#include "sim/workload.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
 #include "tools/layer_ops.hpp"
@@ -190,6 +191,19 @@ int estimate(const Args& args) {
                       ? "dropless, the busiest EP rank " + fmt::fixed(s.layout.moe_skew, 2) + "x the mean tokens"
                       : std::string("balanced (every expert the same tokens; --moe-skew, --moe-capacity-factor for others)"))
               << "\n";
+  if (s.model.moe.enabled() && s.layout.ep > 1) {
+    // Where the all-to-all runs: a group across domains is paced by its member with the fewest domain peers.
+    const int domain = s.system.node.gpus_per_node;
+    const cost::NodeSplit split = cost::node_split(ep_group(s.layout), domain);
+    std::cout << "ep groups: ";
+    if (split.inside_one_node(s.layout.ep))
+      std::cout << "each inside one NVLink domain of " << domain << " GPUs\n";
+    else
+      std::cout << "across NVLink domains of " << domain << " GPUs (up to " << split.nodes << " a group; a member with "
+                << split.fewest << " of its " << s.layout.ep << " in its domain sends " << s.layout.ep - split.fewest << "/"
+                << s.layout.ep << " of its all-to-all buffer over the network"
+                << (split.most > split.fewest ? "; --gpus-per-domain places fewer ranks per domain" : "") << ")\n";
+  }
   std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},

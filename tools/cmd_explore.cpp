@@ -282,6 +282,7 @@ int explore(const Args& args) {
        {"--model", true, "model preset or JSON file [gpt3-175b]"},
        {"--system", true, "system preset or JSON file [dgx-a100]"},
        {"--min-headroom", true, cli::kMinHeadroomHelp},
+       {"--gpus-per-domain", true, cli::kGpusPerDomainHelp},
        {"--gpus", true, "number of GPUs [1024]"},
        {"--gbs", true, "global batch size in sequences [1536]"},
        {"--seq", true, "sequence length (overrides the model's)"},

@@ -15,6 +15,7 @@ std::vector<OptionSpec> spec_options() {
       {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
       {"--system", true, "system preset or JSON file [dgx-a100]"},
       {"--min-headroom", true, kMinHeadroomHelp},
+      {"--gpus-per-domain", true, kGpusPerDomainHelp},
       {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024 capped at the system's max_gpus]"},
       {"--layout", true, "a layout as explore prints it (\"tp8 pp16 dp8 vpp2 mbs1 interleaved layers=...\") or a layout "
                          "JSON file (docs/layout.md); the flags below override its fields"},

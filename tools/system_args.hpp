@@ -1,4 +1,5 @@
-// --system and --min-headroom: the system a planning command prices with, and the memory margin it must keep.
+// --system, --min-headroom and --gpus-per-domain: the system a planning command prices with, the memory margin it
+// must keep, and how the job's ranks fill its NVLink domains.
 #pragma once
 
 #include <string>
@@ -9,10 +10,13 @@
 namespace tessel::cli {
 
 // The --system preset or file (fallback when absent), with --min-headroom GiB as its planning margin (it
-// replaces the file's min_headroom_GiB).
+// replaces the file's min_headroom_GiB) and --gpus-per-domain as its node size (the job's share of each).
 System read_system(const CommandLine& cl, const std::string& fallback);
 
 inline constexpr const char* kMinHeadroomHelp =
     "GiB to keep free beyond the predicted peak: a layout fits when peak + this <= the GPU's memory [0]";
+inline constexpr const char* kGpusPerDomainHelp =
+    "GPUs of the job in each NVLink domain (node), ranks filling them in order; fewer than the system has leaves "
+    "the rest to other jobs, as Slurm's --segment does on GB200 NVL72 (16 trays: 64 of 72) [all of them]";
 
 }  // namespace tessel::cli

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace tessel::cost {
 
@@ -50,6 +51,51 @@ double inter_bw(const System& sys, int span_gpus, double sharing) {
 
 }  // namespace
 
+NodeSplit node_split(const GroupPlacement& g, int per_node) {
+  const long long n = std::max(1, g.size), s = std::max(1, g.stride), D = std::max(1, per_node);
+  NodeSplit out;
+  if (g.total <= 0) {
+    // One group from a node boundary: members 0, s, 2s, ...
+    const long long k = std::max(1LL, std::min(n, D / s));
+    const bool one = s * (n - 1) < D;
+    out.fewest = out.most = static_cast<int>(one ? n : k);
+    out.nodes = static_cast<int>(one ? 1 : (n + k - 1) / k);
+    return out;
+  }
+  const long long B = n * s;
+  out.fewest = static_cast<int>(n);
+  out.most = 0;
+  out.nodes = 0;
+  // A piece of L consecutive ranks inside one block holds floor(L / s) or ceil(L / s) of each group's members
+  // (each group owns one residue mod s of the block); groups with none there do not touch that node.
+  auto piece = [&](long long L) {
+    const long long lo = L % s == 0 ? L / s : std::max(1LL, L / s), hi = (L + s - 1) / s;
+    out.fewest = static_cast<int>(std::min<long long>(out.fewest, lo));
+    out.most = static_cast<int>(std::max<long long>(out.most, hi));
+  };
+  // Block j starts at j B; its offset within a node repeats every D / gcd(B, D) blocks.
+  const long long blocks = std::max(1LL, std::min(g.total / B, D / std::gcd(B, D)));
+  for (long long j = 0; j < blocks; ++j) {
+    const long long a = j * B, first = a / D, last = (a + B - 1) / D;
+    if (first == last) {
+      piece(B);
+      out.nodes = std::max(out.nodes, 1);
+      continue;
+    }
+    const long long head = (first + 1) * D - a, tail = a + B - last * D;
+    piece(head);
+    piece(tail);
+    if (last - first > 1) piece(D);  // whole nodes between
+    // Nodes one group touches: each member its own when s >= D; otherwise every piece of s ranks or more,
+    // and of a short head and a short tail both only when some residue reaches into each (head + tail > s).
+    long long nodes = last - first + 1;
+    if (s >= D) nodes = n;
+    else if (head < s && tail < s && head + tail <= s) nodes -= 1;
+    out.nodes = static_cast<int>(std::max<long long>(out.nodes, nodes));
+  }
+  return out;
+}
+
 namespace {
 // C(a, c) / C(b, c): the chance that c picks without replacement from b items all fall among a of them.
 double all_among(double a, double b, double c) {
@@ -89,8 +135,9 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
   const int gpn = sys.node.gpus_per_node;
   const long long span = static_cast<long long>(g.stride) * (n - 1) + 1;  // global ranks covered
   const double intra_bw_Bps = sys.node.intra_bw_Bps * sys.node.intra_efficiency;
-  if (span <= gpn && (g.stride * (n - 1)) / gpn == 0) {
-    // Whole group inside one NVLink domain (assumes the group starts node-aligned, as Megatron's order gives).
+  const NodeSplit split = node_split(g, gpn);
+  if (split.inside_one_node(n)) {
+    // Every group of this kind inside one NVLink domain.
     // A profile that measured this collective apart (node.collectives) prices it on that link.
     const LinkRate& own = sys.node.collective[static_cast<std::size_t>(c)];
     const double bw = own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps;
@@ -112,15 +159,15 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     // NVLink while the share for the n - k members elsewhere leaves through its own NIC, at the same time.
     // (A hierarchical model, as for all-gather, would send only 1/k of the buffer over the network: an
     // expert-parallel group over two nodes sends half of it.)
-    // k: members per node, the group node-aligned (as above; a group straddling node boundaries is priced as
-    // if it did not, so its slowest member is underestimated).
-    const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));
+    // The slowest member is the one with the fewest node peers (most over the network); NVLink carries
+    // most for the one with the most (a group straddling a node boundary has both).
     const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
     const LinkRate& own = sys.node.collective[static_cast<std::size_t>(c)];
     // DeepEP: a token once over the network per remote node it needs, then fanned out over NVLink, the two
     // stages pipelined (DeepEP's normal kernels).
-    const A2aShares shares = deepep.enabled() ? deepep_shares(deepep, k, (n + k - 1) / k)
-                                              : A2aShares{static_cast<double>(n - k) / n, static_cast<double>(k - 1) / n};
+    const A2aShares shares =
+        deepep.enabled() ? deepep_shares(deepep, split.most, split.nodes)
+                         : A2aShares{static_cast<double>(n - split.fewest) / n, static_cast<double>(split.most - 1) / n};
     const double intra = shares.nvlink * bytes / (own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps);
     const double inter = shares.network * bytes / bw_net;
     out.inter_node = true;
@@ -129,14 +176,14 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     return out;
   }
   // Hierarchical: k members per node, N nodes. Intra-node phase over NVLink on the full buffer, then the
-  // inter-node phase over the k NICs of each node in parallel, each carrying 1/k of the buffer.
-  const int k = std::max(1, std::min(n, gpn / std::max(1, g.stride)));
-  const int nodes = (n + k - 1) / k;
+  // inter-node phase over the k NICs of each node in parallel, each carrying 1/k of the buffer. A group
+  // straddling node boundaries has nodes with fewer members: their NICs carry more each, and set the pace.
+  const int k = split.most, nodes = split.nodes;
   out.inter_node = true;
   const double bw_net = inter_bw(sys, static_cast<int>(std::min<long long>(span, 1LL << 30)), concurrent_groups_per_nic);
   double t = 0;
   if (k > 1) t += alpha_steps(c, k) * sys.node.intra_latency_s + bus_factor(c, k) * bytes / intra_bw_Bps;
-  t += alpha_steps(c, nodes) * sys.net.latency_s + bus_factor(c, nodes) * (bytes / k) / bw_net;
+  t += alpha_steps(c, nodes) * sys.net.latency_s + bus_factor(c, nodes) * (bytes / split.fewest) / bw_net;
   out.seconds = t;
   out.busbw = bus_factor(c, n) * bytes / std::max(t, 1e-30);
   return out;

@@ -23,7 +23,21 @@ struct GroupPlacement {
   // A flat ring through every member's own NIC, without the intra-node stage (how the collectives of
   // DeepSpeed ZeRO-3 behave in Narayanan et al. Table 2; see estimate.cpp).
   bool flat = false;
+  // The job's GPUs. Groups of one kind tile them in blocks of size x stride consecutive ranks (stride groups
+  // interleaved in each block; Megatron's order puts every kind so), and nodes take ranks in order: where
+  // neither a block nor a node divides the other, some groups straddle a node boundary (ep 64 on NVLink
+  // domains of 72). 0: one group starting on a node boundary.
+  long long total = 0;
 };
+
+// How a placement's groups fall on nodes of `per_node` GPUs: over every group, the fewest and the most members
+// one group has on one node it touches, and the most nodes one group touches. A collective waits for its
+// slowest member: the one with the fewest peers on its node sends the most over the network.
+struct NodeSplit {
+  int fewest = 1, most = 1, nodes = 1;
+  bool inside_one_node(int size) const { return fewest >= size; }
+};
+NodeSplit node_split(const GroupPlacement& g, int per_node);
 
 struct CommTime {
   double seconds = 0;

@@ -324,9 +324,11 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                                                  : std::vector<int>{0})) {
                         // etp 1 and "as tp" are one layout when tp is 1.
                         if (etp == 1 && tp == 1 && std::find(etps.begin(), etps.end(), 0) != etps.end()) continue;
-                        // With both dispatchers listed, DeepEP only where the ep group (members etp apart) leaves
-                        // the NVLink domain: inside it the two cost alike and would be one layout twice.
-                        const bool crosses = ep > 1 && (ep - 1) * (etp > 0 ? etp : tp) + 1 > sys.node.gpus_per_node;
+                        // With both dispatchers listed, DeepEP only where an ep group (members etp apart) leaves
+                        // its NVLink domain: inside it the two cost alike and would be one layout twice.
+                        const bool crosses =
+                            ep > 1 && !cost::node_split({ep, etp > 0 ? etp : tp, false, gpus}, sys.node.gpus_per_node)
+                                           .inside_one_node(ep);
                         if (dpx == 1 && (ep == 1 || (!crosses && both_dispatchers))) continue;
                         Layout l;
                         l.tp = tp;

@@ -460,6 +460,77 @@ TEST_CASE("DeepEP dispatch: network share by enumerating every routing, NVLink f
         "deepep-needs-ep");
 }
 
+// Groups straddling NVLink domains (cost::node_split): Megatron's order puts each group kind in blocks of
+// size x stride consecutive ranks tiling the job; nodes take ranks in order. Checked against every group of
+// the job enumerated member by member, on nodes that divide the blocks, that the blocks divide, and neither.
+TEST_CASE("groups straddling NVLink domains: node split by enumerating every group, all-to-all priced by its slowest member") {
+  int cases = 0, straddling = 0;
+  for (int n : {2, 3, 4, 6, 8, 16, 32, 64})
+    for (int s : {1, 2, 3, 4, 8})
+      for (int D : {1, 4, 8, 18, 72})
+        for (int copies : {1, 2, 3, 4, 9}) {
+          const long long total = static_cast<long long>(n) * s * copies;
+          int fewest = n, most = 0, nodes = 0;
+          for (long long a = 0; a < total; a += static_cast<long long>(n) * s)
+            for (int t = 0; t < s; ++t) {
+              std::map<long long, int> per_node;
+              for (int i = 0; i < n; ++i) ++per_node[(a + t + static_cast<long long>(i) * s) / D];
+              for (const auto& [node, k] : per_node) {
+                fewest = std::min(fewest, k);
+                most = std::max(most, k);
+              }
+              nodes = std::max(nodes, static_cast<int>(per_node.size()));
+            }
+          CAPTURE(n);
+          CAPTURE(s);
+          CAPTURE(D);
+          CAPTURE(copies);
+          const cost::NodeSplit got = cost::node_split({n, s, false, total}, D);
+          CHECK(got.fewest == fewest);
+          CHECK(got.most == most);
+          CHECK(got.nodes == nodes);
+          ++cases;
+          straddling += fewest < most;
+        }
+  CHECK(straddling > 100);  // the enumeration covers uneven splits, not only aligned ones
+  CHECK(cases == 1000);
+
+  // DeepSeek-V3 on 256 GB200 as Megatron-Bridge ran it (tp1 pp4 ep64): each stage's 64 ranks are one ep group.
+  // Ranks filling racks of 72 in order, stage 0 is inside rack 0 (64 members) and stage 1 has 8 on rack 0 and 56
+  // on rack 1: those 8 send 56/64 of their buffer over the network. With 64 GPUs a rack (Slurm's --segment 16)
+  // every group is inside one.
+  const System gb = load_system("gb200");
+  const cost::GroupPlacement ep64{64, 1, false, 256};
+  const cost::NodeSplit split = cost::node_split(ep64, gb.node.gpus_per_node);
+  CHECK(split.fewest == 8);
+  CHECK(split.most == 64);
+  CHECK(split.nodes == 2);
+  const double bytes = 1 << 28;
+  const double net = gb.net.nic_bw_Bps * gb.net.efficiency, nvl = gb.node.intra_bw_Bps * gb.node.intra_efficiency;
+  const cost::CommTime dense = cost::collective_time(gb, cost::Collective::all_to_all, bytes, ep64);
+  CHECK(dense.inter_node);
+  CHECK(dense.seconds == doctest::Approx(gb.node.intra_latency_s + gb.net.latency_s +
+                                         std::max(63.0 / 64 * bytes / nvl, 56.0 / 64 * bytes / net))
+                             .epsilon(kExact));
+  System segment = gb;
+  segment.node.gpus_per_node = 64;
+  const cost::CommTime inside = cost::collective_time(segment, cost::Collective::all_to_all, bytes, ep64);
+  CHECK_FALSE(inside.inter_node);
+  CHECK(dense.seconds > 10 * inside.seconds);
+  // A lone group (total 0) from a node boundary keeps the aligned pricing.
+  CHECK_FALSE(cost::collective_time(gb, cost::Collective::all_to_all, bytes, {64, 1}).inter_node);
+  // On 8-GPU nodes power-of-two groups never straddle: an 8-wide ep group over 64 GPUs stays inside a node.
+  CHECK(cost::node_split({8, 1, false, 64}, 8).inside_one_node(8));
+  // Hierarchical collectives: a data-parallel all-reduce over a straddling group is paced by its node with the
+  // fewest members (each of its NICs carries buffer / fewest).
+  const cost::CommTime ar = cost::collective_time(gb, cost::Collective::all_reduce, bytes, ep64);
+  // (the NVLink phase over the 64 of stage 0's rack). Latency: NCCL's tree steps, 2 ceil(log2 n) for an
+  // all-reduce (12 over 64 members, 2 over 2 racks).
+  const double bw_part = cost::bus_factor(cost::Collective::all_reduce, 64) * bytes / nvl +
+                         cost::bus_factor(cost::Collective::all_reduce, 2) * (bytes / 8) / net;
+  CHECK(ar.seconds == doctest::Approx(12 * gb.node.intra_latency_s + 2 * gb.net.latency_s + bw_part).epsilon(kExact));
+}
+
 // DualPipe's all-to-all overlap (Layout::a2a_overlap): in each F&B block the forward's and the backward's expert
 // all-to-alls run under the other part's compute (workload.hpp fb_block). The closed form counts the blocks
 // per rank by formula; here they are counted in the generated DualPipeV schedule and their hidden seconds
