@@ -18,7 +18,8 @@ namespace tessel::engine {
 
 enum class OpKind : std::uint8_t {
   forward, backward, input_grad, weight_grad, recompute, overlap_f_b, transfer,
-  dp_allreduce, dp_reducescatter, dp_allgather, tied_allreduce, tp_allreduce, zero3_allgather, zero3_reducescatter, optimizer
+  dp_allreduce, dp_reducescatter, dp_allgather, tied_allreduce, tp_allreduce, zero3_allgather, zero3_reducescatter, optimizer,
+  ep_alltoall  // a MoE layer's dispatch or combine, a flow shared by the ep group's positions
 };
 const char* op_name(OpKind k);  // as traces/trace.hpp names op kinds ("forward", "dp_allreduce", ...)
 
@@ -31,8 +32,21 @@ struct TaskInfo {
   std::int32_t peer_stage = -1;  // transfers: the consuming stage (the recv's, as the runtime labels it)
   OpKind op = OpKind::forward;
   trace::Stream stream = trace::Stream::compute;
-  std::int32_t piece = 0, pieces = 1;  // a backward split into gradient-bucket pieces
+  std::int32_t piece = 0, pieces = 1;  // an op cut into pieces: gradient buckets, ZeRO-3 layers, the gaps of its
+                                       // expert all-to-alls
+  std::int32_t layer = -1;             // ep_alltoall: the model layer (-1: an op's all-to-alls coalesced)
+  const char* what = nullptr;          // ep_alltoall: the lowered op's name (ep_dispatch, ep_combine)
   double bytes = 0;
+};
+
+// A MoE layer's all-to-all inside a stage's forward or input-gradient op: `at` seconds of the op's compute
+// (its other work, the all-to-alls before it left out) before it starts, `seconds` long uncontended.
+struct A2aCut {
+  double at = 0, seconds = 0, bytes = 0;
+  int layer = 0;
+  const char* what = "";
+  const cost::WorkOp* op = nullptr;  // the lowered all-to-all; nullptr for several coalesced into one
+  double flat_seconds = 0;           // as a flow: its price on the cluster's flat system (the engine's)
 };
 
 struct Job {
@@ -42,7 +56,17 @@ struct Job {
   std::vector<std::uint32_t> step_end;       // per position: the task after which it can start the next step
   std::vector<double> static_bytes;          // per position: weights, grads, optimizer, reserved
   std::vector<std::uint64_t> flow_ids;       // unused placeholder for stable ids (trace uses task ids)
+  // The expert all-to-alls of forward and input-gradient ops are flows of their own (ep_alltoall tasks), so
+  // those ops' compute tasks leave them out (a2a_cuts); otherwise they are inside the compute, as TP's.
+  bool ep_flows = false;
+  bool ep_coalesced = false;  // one flow per op, at its end, instead of one per all-to-all (kPerLayerTasks)
+  std::vector<double> forward_compute;  // ep_flows: per stage, the forward op's compute seconds (all-to-alls out)
 };
+
+// The expert all-to-alls a stage's forward (or input-gradient) op runs, in order, with where they fall in its
+// compute: each layer's lowered ops in sequence after the stage's leading edge work (StageEdges::layers_at_*),
+// as the trace draws a TP collective. An MTP module's are left in the compute (it is not a model layer here).
+std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward);
 
 struct JobSpec {
   const Layout* layout = nullptr;
@@ -53,6 +77,7 @@ struct JobSpec {
   // the cluster's flat system.
   const StepCosts* costs = nullptr;
   Fidelity fidelity = Fidelity::cluster;
+  double ep_piece_budget = 1e6;  // SimOptions::ep_piece_budget
 };
 
 // InputError if the schedule does not match the layout (ranks, stages, micro-batches).

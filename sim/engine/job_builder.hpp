@@ -3,6 +3,7 @@
 #pragma once
 
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "sim/cost/comm.hpp"
@@ -18,11 +19,20 @@ struct GradReady {
   double params;
 };
 
+// A point along an op's compute where emit_pieces cuts it: an all-to-all (cuts[i]) or a gradient bucket's end.
+struct PieceMark {
+  double at;
+  bool bucket;
+  std::size_t i;
+};
+
 struct PositionState {
   std::uint32_t prev_compute = kNone;
   std::vector<std::uint32_t> wait;   // transfers the next compute waits for
   std::vector<GradReady> grads;      // in the order they become ready
   std::uint32_t slot = 0;            // next group-collective slot of this position
+  std::uint32_t ep_slot = 0;         // next expert all-to-all of this position
+  std::uint32_t tail_flow = kNone;   // the all-to-all the last op ended on, until the next compute
 };
 
 class JobBuilder {
@@ -39,6 +49,14 @@ class JobBuilder {
   void emit_backward(int pos, const sched::Action& a, bool last_for_stage);
   std::uint32_t emit_zero3_layers(int pos, OpKind op, double seconds, const sched::Action& a);  // first piece
   void release(std::uint32_t task, int pos, const sched::Action& a);
+  // One forward or backward op as compute pieces: cut at its expert all-to-alls (each a flow of the ep group
+  // between two pieces) and, when `buckets` > 1, at its gradient buckets' ends (`ready`: each bucket of
+  // params / buckets joins the position's gradient queue there). Returns the first and last compute task.
+  std::pair<std::uint32_t, std::uint32_t> emit_pieces(int pos, OpKind op, double seconds, int stage, int mb,
+                                                      const std::vector<A2aCut>& cuts, int buckets, bool ready,
+                                                      double params);
+  std::uint32_t a2a_flow(int pos, const A2aCut& cut, int stage, int mb);
+  int ep_group_of(int pos);
   // job_dp.cpp
   void data_parallel(int pos);
   std::uint32_t group_task(int pos, OpKind op, double seconds, double bytes, int group, std::uint32_t chain_after);
@@ -59,6 +77,12 @@ class JobBuilder {
   std::vector<std::vector<std::uint32_t>> slots_;  // per pp rank: group task of each slot
   std::vector<std::vector<std::size_t>> last_bwd_;  // per pp rank, per stage: action index of its last W-carrying op
   std::vector<int> dp_group_;                       // per pp rank: index into job_.groups
+  std::vector<int> ep_group_;                       // per position: its ep group's index into job_.groups
+  std::vector<std::vector<std::uint32_t>> ep_slots_;  // per group index: its all-to-all flows in order
+  std::vector<std::vector<A2aCut>> cuts_f_, cuts_i_;  // per stage (ep_flows)
+  std::vector<double> a2a_f_, a2a_i_;                 // per stage: the cuts' seconds, summed
+  std::vector<PieceMark> scratch_marks_;
+  std::vector<std::size_t> scratch_infos_;
   std::vector<std::uint32_t> tied_;                 // per (dp, cp): tied-embedding all-reduce task
   std::vector<std::uint32_t> scratch_links_;
   bool explicit_recompute_ = false;

@@ -5,8 +5,14 @@
 // next op waits for it too (Megatron waits on the batch_isend_irecv requests before the next step), which
 // is the steady-state exposure estimate.cpp counts; a rendezvous (the sender held until the receiver posts)
 // is not modelled, because Megatron posts matching pairs together in the 1F1B steady state.
+// A MoE stage's forward and input-gradient ops are cut at their expert all-to-alls: each dispatch and combine
+// is a flow shared by the positions of its ep group, on their NVLink (the group inside one NVLink domain) or
+// NIC links, so it contends with the pipeline transfers and gradient reductions on those links and waits for
+// its slowest member, as NCCL's all-to-all does. F&B blocks, recompute ops and ZeRO-3's per-layer ops keep
+// theirs inside the compute (fixed-length, as priced).
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "util/error.hpp"
 #include "sim/engine/job_builder.hpp"
@@ -50,6 +56,52 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
       for (const auto& sub : a.sub) note(sub);
     }
   }
+  if (l_.ep > 1 && l_.zero_stage < 3 && costs_.work.model.moe.enabled()) {
+    cuts_f_.resize(static_cast<std::size_t>(S));
+    cuts_i_.resize(static_cast<std::size_t>(S));
+    a2a_f_.assign(static_cast<std::size_t>(S), 0.0);
+    a2a_i_.assign(static_cast<std::size_t>(S), 0.0);
+    job_.forward_compute.resize(static_cast<std::size_t>(S));
+    for (int st = 0; st < S; ++st) {
+      const auto k = static_cast<std::size_t>(st);
+      cuts_f_[k] = a2a_cuts(costs_, l_, st, true);
+      cuts_i_[k] = a2a_cuts(costs_, l_, st, false);
+      // Each flow's uncontended time: the cost model's on the flat system, as every flow's.
+      for (auto* v : {&cuts_f_[k], &cuts_i_[k]})
+        for (auto& x : *v)
+          x.flat_seconds = cost::collective_time(c.flat_system(), x.op->coll, x.op->comm_bytes, x.op->group, 1.0, x.op->deepep).seconds;
+      for (const auto& c : cuts_f_[k]) a2a_f_[k] += c.seconds;
+      for (const auto& c : cuts_i_[k]) a2a_i_[k] += c.seconds;
+      job_.forward_compute[k] = stage(st).f - a2a_f_[k];
+      job_.ep_flows = job_.ep_flows || !cuts_f_[k].empty() || !cuts_i_[k].empty();
+    }
+    // A flow per all-to-all cuts each MoE op into as many pieces. Past spec.ep_piece_budget pieces in all
+    // (DeepSeek-V3 on 2,048 GPUs in cluster fidelity would have 3.6 M), each op's all-to-alls become one flow
+    // at its end: the same seconds on the same links, contending with the same traffic, without the
+    // per-layer timeline.
+    double extra = 0;
+    for (int r = 0; r < l_.pp; ++r)
+      for (const auto& a : s_.ranks[static_cast<std::size_t>(r)]) {
+        if (a.type == ActionType::F) extra += 2.0 * static_cast<double>(cuts_f_[static_cast<std::size_t>(a.stage)].size());
+        if (a.type == ActionType::B || a.type == ActionType::I)
+          extra += 2.0 * static_cast<double>(cuts_i_[static_cast<std::size_t>(a.stage)].size());
+      }
+    extra *= static_cast<double>(c.replicas() * l_.cp);
+    if (extra > spec.ep_piece_budget) {
+      job_.ep_coalesced = true;
+      for (auto* cuts : {&cuts_f_, &cuts_i_})
+        for (auto& v : *cuts) {
+          if (v.empty()) continue;
+          A2aCut all{std::numeric_limits<double>::infinity(), 0, 0, -1, "ep_alltoall", nullptr};
+          for (const auto& x : v) {
+            all.seconds += x.seconds;
+            all.bytes += x.bytes;
+            all.flat_seconds += x.flat_seconds;
+          }
+          v.assign(1, all);
+        }
+    }
+  }
   std::size_t actions = s_.num_actions();
   g_.reserve(actions * static_cast<std::size_t>(c.replicas() * l_.cp) * 2, actions * static_cast<std::size_t>(c.replicas() * l_.cp) * 4);
 }
@@ -68,6 +120,7 @@ std::uint32_t JobBuilder::compute_task(int pos, OpKind op, double seconds, int s
   for (auto w : ps.wait) g_.edge(w, t);
   ps.wait.clear();
   ps.prev_compute = t;
+  ps.tail_flow = kNone;
   return t;
 }
 
@@ -103,6 +156,12 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
   const bool ready = (last_for_stage || l_.zero_stage == 2) && weight && l_.overlap_grad_reduce &&
                      l_.dp * l_.cp > 1 && l_.zero_stage < 3;
   const int pieces = ready ? grad_buckets(sc.params) : 1;
+  if (input && job_.ep_flows && !cuts_i_[static_cast<std::size_t>(a.stage)].empty()) {
+    const auto k = static_cast<std::size_t>(a.stage);
+    const auto ends = emit_pieces(pos, op, secs - a2a_i_[k], a.stage, a.mb, cuts_i_[k], pieces, ready, sc.params);
+    release(ends.second, pos, a);
+    return;
+  }
   std::uint32_t t = kNone;
   for (int k = 0; k < pieces; ++k) {
     t = compute_task(pos, op, secs / pieces, a.stage, a.mb);
@@ -111,6 +170,113 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
     if (ready) st_[static_cast<std::size_t>(pos)].grads.push_back({t, sc.params / pieces});
   }
   release(t, pos, a);
+}
+
+std::pair<std::uint32_t, std::uint32_t> JobBuilder::emit_pieces(int pos, OpKind op, double seconds, int stage, int mb,
+                                                                 const std::vector<A2aCut>& cuts, int buckets,
+                                                                 bool ready, double params) {
+  // Marks along the op's compute: all-to-alls where they start, bucket ends; at a tie the bucket ends first
+  // (its gradients are final before the all-to-all that follows).
+  std::vector<PieceMark>& marks = scratch_marks_;
+  marks.clear();
+  for (std::size_t i = 0; i < cuts.size(); ++i) marks.push_back({std::clamp(cuts[i].at, 0.0, seconds), false, i});
+  for (int k = 0; k < buckets; ++k) marks.push_back({seconds * (k + 1) / buckets, true, static_cast<std::size_t>(k)});
+  std::stable_sort(marks.begin(), marks.end(),
+                   [](const PieceMark& a, const PieceMark& b) { return a.at != b.at ? a.at < b.at : a.bucket && !b.bucket; });
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  std::vector<std::size_t>& infos = scratch_infos_;
+  infos.clear();
+  std::int32_t bucket = 0;
+  std::uint32_t first = kNone, last = kNone;
+  bool after_flow = true;  // the last task emitted for this op is not one of its compute pieces
+  std::uint32_t flow = kNone;
+  double cursor = 0;
+  auto piece = [&](double secs) {
+    last = compute_task(pos, op, std::max(0.0, secs), stage, mb);
+    job_.info.back().piece = bucket;
+    infos.push_back(job_.info.size() - 1);
+    if (first == kNone) first = last;
+    after_flow = false;
+  };
+  for (const PieceMark& m : marks) {
+    if (m.at > cursor || (m.bucket && after_flow)) piece(m.at - cursor);
+    cursor = std::max(cursor, m.at);
+    if (m.bucket) {
+      if (ready) ps.grads.push_back({last, params / buckets});
+      ++bucket;
+    } else {
+      flow = a2a_flow(pos, cuts[m.i], stage, mb);
+      after_flow = true;
+    }
+  }
+  // An op whose last part is an all-to-all ends on it: what waits for the op (its send, the next compute)
+  // waits for the flow.
+  if (after_flow) ps.tail_flow = flow;
+  // Numbered by gradient bucket, as an op without all-to-alls: the trace draws one event per number.
+  for (std::size_t k : infos) job_.info[k].pieces = buckets;
+  return {first, last};
+}
+
+// The ep group of a position: the positions of its pipeline rank whose first GPU falls in the same block of
+// ep x etp consecutive ranks (Megatron's expert order: etp fastest, then ep). A group narrower than tp lies
+// inside the position (its tp GPUs hold tp / (ep x etp) groups, folded like its TP collectives).
+int JobBuilder::ep_group_of(int pos) {
+  if (ep_group_.empty()) ep_group_.assign(static_cast<std::size_t>(c_.num_positions()), -1);
+  if (ep_group_[static_cast<std::size_t>(pos)] >= 0) return ep_group_[static_cast<std::size_t>(pos)];
+  const int r = c_.pp_of(pos);
+  const int base = l_.tp * l_.cp * l_.dp * r, block = l_.ep * l_.expert_tp();
+  std::map<int, int> of_block;
+  for (int d = 0; d < c_.replicas(); ++d)
+    for (int cp = 0; cp < l_.cp; ++cp) {
+      const int p = c_.position(r, d, cp);
+      const int b = (c_.global_rank(p) - base) / block;
+      auto [it, fresh] = of_block.try_emplace(b, static_cast<int>(job_.groups.size()));
+      if (fresh) {
+        job_.groups.emplace_back();
+        ep_slots_.resize(job_.groups.size());
+      }
+      job_.groups[static_cast<std::size_t>(it->second)].push_back(p);
+      ep_group_[static_cast<std::size_t>(p)] = it->second;
+    }
+  return ep_group_[static_cast<std::size_t>(pos)];
+}
+
+// The position's next all-to-all: created by the group's first member, shared by the others (every member
+// plays the same pipeline rank's schedule, so their all-to-alls line up). It starts when every member has
+// finished the compute before it and received what that compute waited for, and the member's next piece
+// waits for it.
+std::uint32_t JobBuilder::a2a_flow(int pos, const A2aCut& cut, int stage, int mb) {
+  PositionState& ps = st_[static_cast<std::size_t>(pos)];
+  const int group = ep_group_of(pos);
+  auto& slots = ep_slots_[static_cast<std::size_t>(group)];
+  const std::uint32_t k = ps.ep_slot++;
+  std::uint32_t t;
+  if (k < slots.size()) {
+    t = slots[k];
+  } else {
+    const int block = l_.ep * l_.expert_tp();
+    const int base = l_.tp * l_.cp * l_.dp * c_.pp_of(pos);
+    const int first = base + (c_.global_rank(pos) - base) / block * block;
+    scratch_links_.clear();
+    c_.group_links(job_.groups[static_cast<std::size_t>(group)], first, first + block - 1, scratch_links_);
+    t = g_.add_flow(cut.flat_seconds, scratch_links_);
+    TaskInfo ti;
+    ti.pos = pos;
+    ti.group = group;
+    ti.op = OpKind::ep_alltoall;
+    ti.stream = trace::Stream::tp;  // where the runtime records it
+    ti.stage = stage;
+    ti.mb = mb;
+    ti.layer = cut.layer;
+    ti.what = cut.what;
+    ti.bytes = cut.bytes;
+    job_.info.push_back(ti);
+    slots.push_back(t);
+  }
+  if (ps.prev_compute != kNone) g_.edge(ps.prev_compute, t);
+  for (auto w : ps.wait) g_.edge(w, t);
+  ps.wait.assign(1, t);
+  return t;
 }
 
 void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index) {
@@ -123,7 +289,10 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
         g_.memory(first, pos, sc.act_bytes + sc.act_extra_bytes, 0);
         return;
       }
-      const auto t = compute_task(pos, OpKind::forward, sc.f, a.stage, a.mb);
+      const auto k = static_cast<std::size_t>(a.stage);
+      const auto t = job_.ep_flows && !cuts_f_[k].empty()
+                         ? emit_pieces(pos, OpKind::forward, sc.f - a2a_f_[k], a.stage, a.mb, cuts_f_[k], 1, false, 0).first
+                         : compute_task(pos, OpKind::forward, sc.f, a.stage, a.mb);
       g_.memory(t, pos, sc.act_bytes + sc.act_extra_bytes, 0);
       return;
     }
@@ -189,6 +358,7 @@ void JobBuilder::walk_comm(int pos, const sched::Action& a) {
   // The transfer starts when the producer's output exists; the consumer waits for it, and so does the
   // sender's next compute unless p2p overlaps.
   if (send && ps.prev_compute != kNone) g_.edge(ps.prev_compute, t);
+  if (send && ps.tail_flow != kNone) g_.edge(ps.tail_flow, t);
   if (!send || !l_.overlap_p2p) ps.wait.push_back(t);
 }
 
@@ -218,6 +388,26 @@ Job JobBuilder::build() {
 }  // namespace tessel::engine::detail
 
 namespace tessel::engine {
+
+std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward) {
+  std::vector<A2aCut> out;
+  const Workload& w = costs.work;
+  const StageWork& st = w.stages[static_cast<std::size_t>(stage)];
+  if (l.ep <= 1 || st.moe_layers == 0) return out;
+  double t = 0, a2a = 0;
+  if (const StageEdges* e = w.edges_of(stage)) t = forward ? e->layers_at_f : e->layers_at_i;
+  const int lb = l.first_layer_of_stage(stage, w.model.layers);
+  for (int k = lb; k < lb + st.layers; ++k)
+    for (const auto& op : w.layer_of(k).ops) {
+      const double d = forward ? op.t_f : op.t_i;
+      if (op.cls == cost::OpClass::collective && op.coll == cost::Collective::all_to_all && d > 0) {
+        out.push_back({t - a2a, d, op.comm_bytes, k, op.name, &op});
+        a2a += d;
+      }
+      t += d;
+    }
+  return out;
+}
 
 Job build_job(const JobSpec& spec, const Cluster& cluster) {
   detail::JobBuilder b(spec, cluster);

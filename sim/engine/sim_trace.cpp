@@ -32,7 +32,16 @@ trace::OpEvent base_event(const SimReport& r, const Cluster& c, std::uint32_t t,
   e.mb = ti.mb;
   if (ti.stage >= 0) {
     set_stage(e, r, ti.stage);
-    if (ti.op == OpKind::forward) e.flops = r.costs.work.stages[static_cast<std::size_t>(ti.stage)].flops_model / 3 / ti.pieces;
+    if (ti.op == OpKind::forward) {
+      const double flops = r.costs.work.stages[static_cast<std::size_t>(ti.stage)].flops_model / 3;
+      const double whole = r.job.ep_flows ? r.job.forward_compute[static_cast<std::size_t>(ti.stage)] : 0.0;
+      e.flops = whole > 0 ? flops * r.job.graph.work[t] / whole : flops / ti.pieces;  // pieces of unequal work
+    }
+  }
+  if (ti.op == OpKind::ep_alltoall && ti.layer >= 0) {  // named and placed as the runtime's event of the layer
+    e.name = std::string(ti.what) + " L" + std::to_string(ti.layer);
+    e.layer_begin = ti.layer;
+    e.layer_end = ti.layer + 1;
   }
   e.start_us = r.run.start[t] * kUs;
   e.dur_us = (r.run.end[t] - r.run.start[t]) * kUs;
@@ -72,6 +81,9 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   const int lb = r.layout.first_layer_of_stage(stage, r.model.layers);
   int le = lb + st.layers;
   const bool forward = kind == OpKind::forward || kind == OpKind::recompute;
+  // The all-to-alls the simulator played as flows of their own (Job::ep_flows) are events already, and the
+  // op's compute pieces leave them out.
+  const bool flows = r.job.ep_flows && kind != OpKind::recompute;
   double t = 0;
   if (kind == OpKind::recompute) {
     if (r.layout.recompute != Recompute::full) return out;
@@ -89,6 +101,7 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
     for (const auto& w : r.costs.work.layer_of(l).ops) {
       // Under tp_comm_overlap a collective lasts its hidden part longer than the compute stream waits for it:
       // a reduce-scatter runs beside the GEMM before it, an all-gather beside the GEMM after it.
+      if (flows && w.cls == OpClass::collective && w.coll == cost::Collective::all_to_all) continue;
       const double d = (forward ? w.t_f : w.t_i) * kUs, hid = (forward ? w.hidden_f : w.hidden_i) * kUs;
       const double at = w.coll == cost::Collective::reduce_scatter ? std::max(0.0, t - hid) : t;
       if (w.cls == OpClass::collective && d + hid > 0)
@@ -98,24 +111,30 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   return out;
 }
 
-// Draws the TP collectives of one op whose pieces (one, or the equal parts the simulator cut it into:
-// gradient buckets, ZeRO-3's layers) are `pieces`, events of `out` in order: a collective at offset `at`
-// of the whole falls in the piece that covers that share of the op's work; one that would cross the end
-// of its piece (a gap may follow: ZeRO-3 waits for the next layer's gather) starts the next piece, and
-// none starts before the previous one ends.
-void add_tp_slices(const SimReport& r, OpKind kind, const std::vector<std::size_t>& pieces, trace::Trace& out) {
-  const trace::OpEvent first = out.events[pieces[0]];  // a copy: out grows
-  double total = 0;
-  for (std::size_t i : pieces) total += out.events[i].dur_us;
-  const double part = total / static_cast<double>(pieces.size());
+// Draws the TP collectives of one op whose pieces (one task, or the parts the simulator cut it into: gradient
+// buckets, ZeRO-3's layers, the gaps between its expert all-to-alls) are the tasks `pieces`, in order, each
+// with the event it is drawn in: a collective at offset `at` of the op's compute falls in the task whose work
+// covers it, at its share of that task's played length (a task slowed by overlapping communication
+// stretches); one that would cross the end of its task (a gap may follow: ZeRO-3 waits for the next layer's
+// gather) starts the next task, and none starts before the previous one ends.
+void add_tp_slices(const SimReport& r, OpKind kind, const std::vector<std::pair<std::size_t, std::uint32_t>>& pieces,
+                   trace::Trace& out) {
+  const trace::OpEvent first = out.events[pieces[0].first];  // a copy: out grows
+  std::vector<double> begin(pieces.size() + 1, 0.0);          // each task's work starts here, µs
+  for (std::size_t j = 0; j < pieces.size(); ++j) begin[j + 1] = begin[j] + r.job.graph.work[pieces[j].second] * kUs;
+  const auto played = [&](std::size_t j) {
+    const std::uint32_t t = pieces[j].second;
+    return std::pair{r.run.start[t] * kUs, (r.run.end[t] - r.run.start[t]) * kUs};
+  };
   auto slices = tp_slices_of(r, first.stage, kind);
   std::stable_sort(slices.begin(), slices.end(), [](const TpSlice& a, const TpSlice& b) { return a.at < b.at; });
-  double cursor = first.start_us;
+  double cursor = played(0).first;
   for (auto& s : slices) {
-    std::size_t j = part > 0 ? std::min(pieces.size() - 1, static_cast<std::size_t>(s.at / part)) : 0;
-    double start = out.events[pieces[j]].start_us + (s.at - static_cast<double>(j) * part);
-    const trace::OpEvent& piece = out.events[pieces[j]];
-    if (start + s.dur > piece.start_us + piece.dur_us && j + 1 < pieces.size()) start = out.events[pieces[++j]].start_us;
+    std::size_t j = static_cast<std::size_t>(std::upper_bound(begin.begin() + 1, begin.end() - 1, s.at) - (begin.begin() + 1));
+    const auto [at, dur] = played(j);
+    const double work = begin[j + 1] - begin[j];
+    double start = at + (work > 0 ? (s.at - begin[j]) * dur / work : 0.0);
+    if (start + s.dur > at + dur && j + 1 < pieces.size()) start = played(++j).first;
     start = std::max(start, cursor);
     cursor = start + s.dur;
     trace::OpEvent e = first;
@@ -142,16 +161,21 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
   if (tp) {
     // The slices an op draws depend only on its stage and kind: count each pair once, exactly.
     std::map<std::pair<int, OpKind>, std::size_t> per_op;
+    const TaskInfo* prev = nullptr;  // the last piece counted: an op's pieces between all-to-alls share one number
     for (const auto& ti : r.job.info) {
       fb_ops += ti.op == OpKind::overlap_f_b;
       if (!draws_tp(ti.op) || ti.piece != 0) continue;
+      const bool same = prev && prev->pos == ti.pos && prev->stage == ti.stage && prev->mb == ti.mb && prev->op == ti.op;
+      prev = &ti;
+      if (same) continue;
       auto [it, fresh] = per_op.try_emplace({ti.stage, ti.op}, 0);
       if (fresh) it->second = tp_slices_of(r, ti.stage, ti.op).size();
       tp_count += it->second;
     }
   }
   const bool with_tp = tp && tp_count <= opt.max_tp_slices;
-  std::map<std::tuple<int, int, int, int>, std::vector<std::size_t>> open_pieces;
+  std::map<std::tuple<int, int, int, int>, std::vector<std::pair<std::size_t, std::uint32_t>>> open_pieces;
+  std::map<std::tuple<int, int, int, int, int>, std::size_t> joined;  // (pos, stage, mb, op, piece) -> event
   for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) {
     const TaskInfo& ti = r.job.info[t];
     if (ti.group >= 0) {
@@ -172,17 +196,23 @@ trace::Trace to_trace(const SimReport& r, const System& sys, const TraceOptions&
       out.events.push_back(recv);
       continue;
     }
-    out.events.push_back(e);
-    if (with_tp && draws_tp(ti.op)) {
-      // The pieces of one op are consecutive tasks of its position (other positions' tasks between them).
-      auto& pieces = open_pieces[{ti.pos, ti.stage, ti.mb, static_cast<int>(ti.op)}];
-      pieces.push_back(out.events.size() - 1);
-      if (ti.piece + 1 == ti.pieces) {
-        add_tp_slices(r, ti.op, pieces, out);
-        pieces.clear();
+    // An op cut at its expert all-to-alls is one event, as the runtime records it (the all-to-alls inside
+    // its span on the tp stream): its pieces of one gradient bucket join the first one's event.
+    std::size_t at = out.events.size();
+    if (r.job.ep_flows && draws_tp(ti.op)) {
+      auto [it, fresh] = joined.try_emplace({ti.pos, ti.stage, ti.mb, static_cast<int>(ti.op), ti.piece}, at);
+      if (!fresh) {
+        at = it->second;
+        trace::OpEvent& j = out.events[at];
+        j.dur_us = e.start_us + e.dur_us - j.start_us;
+        j.flops += e.flops;
       }
     }
+    if (at == out.events.size()) out.events.push_back(e);
+    // The pieces of one op are tasks of its position in order (other positions' tasks between them).
+    if (with_tp && draws_tp(ti.op)) open_pieces[{ti.pos, ti.stage, ti.mb, static_cast<int>(ti.op)}].emplace_back(at, t);
   }
+  for (const auto& [key, pieces] : open_pieces) add_tp_slices(r, static_cast<OpKind>(std::get<3>(key)), pieces, out);
   for (int p = 0; p < c.num_positions(); ++p) {
     // Each stage of the rank with the model layers it holds ("-" for the embedding or head alone), so an
     // uneven split is visible where the timeline shows its effect.

@@ -105,6 +105,7 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   spec.system = &sys;
   spec.costs = &r.costs;
   spec.fidelity = opt.fidelity;
+  spec.ep_piece_budget = opt.ep_piece_budget;
   r.schedule = schedule_for(l, r.costs, opt.schedule);
   r.schedule_s = seconds_since(t0);
   spec.schedule = &r.schedule;

@@ -20,6 +20,9 @@ struct SimOptions {
   std::optional<sched::Schedule> schedule;  // from a file (compute-only or lowered); else generated
   bool memory_timeline = false;             // keep every memory change (traces, SVG)
   bool critical_path = true;
+  // Pieces a MoE job's forward and input-gradient ops may be cut into at their expert all-to-alls (one flow
+  // each) before each op's all-to-alls are coalesced into one flow at its end (job.hpp, Job::ep_coalesced).
+  double ep_piece_budget = 1e6;
 };
 
 struct RankSummary {

@@ -23,6 +23,7 @@ const char* op_name(OpKind k) {
     case OpKind::zero3_allgather: return "dp_allgather";
     case OpKind::zero3_reducescatter: return "dp_reducescatter";
     case OpKind::optimizer: return "optimizer";
+    case OpKind::ep_alltoall: return "ep_alltoall";
   }
   return "?";
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sim/cost/memory.hpp"
+#include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
 #include "sim/goodput.hpp"
@@ -717,4 +718,102 @@ TEST_CASE("all-to-all overlap: Megatron-Core's combined 1F1B, interleaved and wi
   CHECK(rule_of(parse_layout_words("tp1 pp1 dp32 ep8 mbs1 1f1b zero1 a2a-overlap", 256, "test"), m).empty());
   CHECK(rule_of(parse_layout_words("tp1 pp4 dp8 ep8 vpp2 mbs1 interleaved zero1 full a2a-overlap", 256, "test"), m) ==
         "a2a-overlap");  // Megatron-Core asserts no full recompute with it
+}
+
+// The event engine's expert all-to-alls (sim/engine/job_pipeline.cpp): each dispatch and combine of a MoE
+// forward or input-gradient op is a flow shared by its ep group's positions, on their NVLink links when the
+// group sits in one node and their NICs otherwise, between the op's compute pieces. Expected counts from the
+// model (8 MoE layers, a dispatch and a combine each) and the layout; durations from the flows' own work.
+TEST_CASE("expert all-to-alls are flows of the ep group: per layer or coalesced, contended by gradient reductions") {
+  Model m = load_model("mixtral-8x7b");
+  m.layers = 8;
+  m.seq_len = 1024;
+  const System sys = load_system("dgx-h100");
+  const auto a2a_tasks = [](const engine::SimReport& r) {
+    std::vector<std::uint32_t> out;
+    for (std::uint32_t t = 0; t < r.job.graph.size(); ++t)
+      if (r.job.info[t].op == engine::OpKind::ep_alltoall) out.push_back(t);
+    return out;
+  };
+  // pp 1, gradients reduced after the backward: no other flow runs beside an all-to-all.
+  Layout solo = parse_layout_words("tp1 pp1 dp4 ep4 mbs1 1f1b", 16, "test");
+  solo.overlap_grad_reduce = false;
+  const int M = solo.num_microbatches();
+  REQUIRE(M == 4);
+  const engine::SimReport per_layer = engine::simulate(m, solo, sys, {});
+  REQUIRE(per_layer.job.ep_flows);
+  CHECK_FALSE(per_layer.job.ep_coalesced);
+  const auto cuts_f = engine::a2a_cuts(per_layer.costs, solo, 0, true), cuts_i = engine::a2a_cuts(per_layer.costs, solo, 0, false);
+  CHECK(cuts_f.size() == 2 * 8);
+  CHECK(cuts_i.size() == 2 * 8);
+  for (std::size_t k = 1; k < cuts_f.size(); ++k) CHECK(cuts_f[k].at > cuts_f[k - 1].at);  // compute between them
+  const auto flows = a2a_tasks(per_layer);
+  CHECK(flows.size() == static_cast<std::size_t>(M) * (16 + 16));  // one ep group (4 positions): shared flows
+  const engine::Cluster cl(solo, sys, engine::Fidelity::cluster);
+  for (auto t : flows) {
+    const auto& members = per_layer.job.groups[static_cast<std::size_t>(per_layer.job.info[t].group)];
+    CHECK(members.size() == 4);
+    for (auto link : per_layer.job.graph.links_of(t)) CHECK(link < 4u);  // NVLink: the group is in one node
+    CHECK(per_layer.run.end[t] - per_layer.run.start[t] == doctest::Approx(per_layer.job.graph.work[t]).epsilon(1e-12));
+  }
+  // Coalesced (a budget of no pieces): one flow per op at its end, the same seconds; with nothing to contend
+  // with, the same step and the same peak memory.
+  engine::SimOptions few;
+  few.ep_piece_budget = 0;
+  const engine::SimReport coalesced = engine::simulate(m, solo, sys, few);
+  CHECK(coalesced.job.ep_coalesced);
+  CHECK(a2a_tasks(coalesced).size() == static_cast<std::size_t>(M) * 2);
+  CHECK(coalesced.step_s == doctest::Approx(per_layer.step_s).epsilon(1e-9));
+  CHECK(coalesced.peak_bytes == doctest::Approx(per_layer.peak_bytes).epsilon(1e-12));
+  // The all-to-alls are communication the compute stream waits for: exposed, not busy (with the gradient
+  // reductions after the backward, the rest of what rank 0 waits for).
+  double a2a_s = 0, dp_s = 0;
+  for (auto t : flows) a2a_s += per_layer.run.end[t] - per_layer.run.start[t];
+  for (std::uint32_t t = 0; t < per_layer.job.graph.size(); ++t)
+    if (per_layer.job.info[t].stream == trace::Stream::dp) dp_s += per_layer.run.end[t] - per_layer.run.start[t];
+  CHECK(a2a_s > 0);
+  CHECK(per_layer.ranks[0].exposed_comm_s == doctest::Approx(a2a_s + dp_s).epsilon(1e-9));
+  // The trace: one forward and one backward event per micro-batch (an op is one event, as the runtime
+  // records it), each all-to-all inside its op's span, named and placed by layer.
+  const trace::Trace tr = engine::to_trace(per_layer, sys);
+  std::map<std::string, int> ops;
+  std::vector<const trace::OpEvent*> spans;
+  for (const auto& e : tr.events)
+    if (e.rank == 0) {
+      ++ops[e.op];
+      if (e.op == "forward" || e.op == "backward") spans.push_back(&e);
+    }
+  CHECK(ops["forward"] == M);
+  CHECK(ops["backward"] == M);
+  CHECK(ops["ep_alltoall"] == M * 32);
+  for (const auto& e : tr.events) {
+    if (e.rank != 0 || e.op != "ep_alltoall") continue;
+    CHECK(e.layer_end == e.layer_begin + 1);
+    CHECK((e.name.rfind("ep_dispatch L", 0) == 0 || e.name.rfind("ep_combine L", 0) == 0));
+    const bool inside = std::any_of(spans.begin(), spans.end(), [&](const trace::OpEvent* s) {
+      return s->mb == e.mb && e.start_us >= s->start_us - 1e-6 && e.start_us + e.dur_us <= s->start_us + s->dur_us + 1e-6;
+    });
+    CHECK(inside);
+  }
+  // Gradient buckets reduced during the backward (Megatron's overlap_grad_reduce) share the NVLink links with
+  // the backward's all-to-alls: some take longer than alone, none shorter.
+  Layout busy = solo;
+  busy.overlap_grad_reduce = true;
+  const engine::SimReport pr = engine::simulate(m, busy, sys, {});
+  int slowed = 0;
+  for (auto t : a2a_tasks(pr)) {
+    const double d = pr.run.end[t] - pr.run.start[t], w = pr.job.graph.work[t];
+    CHECK(d >= w * (1 - 1e-12));
+    slowed += d > w * (1 + 1e-6);
+  }
+  CHECK(slowed > 0);
+  // ep 16 on nodes of 8: the group's flows use its positions' NICs.
+  Model m16 = m;
+  m16.moe.experts = 16;
+  const Layout wide = parse_layout_words("tp1 pp1 dp16 ep16 mbs1 1f1b", 16, "test");
+  const engine::SimReport wr = engine::simulate(m16, wide, sys, {});
+  const auto wflows = a2a_tasks(wr);
+  REQUIRE_FALSE(wflows.empty());
+  for (auto t : wflows)
+    for (auto link : wr.job.graph.links_of(t)) CHECK((link >= 16u && link < 32u));
 }
