@@ -648,7 +648,7 @@ StepSync step_sync(const Model& m, const Layout& l) {
   if ((m.tied_embeddings || m.mtp_layers > 0) && l.num_stages() > 1 &&
       l.rank_of_stage(0) != l.rank_of_stage(l.num_stages() - 1)) {
     const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
-    s.tied = {bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp, 2};
+    s.tied = {bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp, 2, l.gpus()};
   }
   if (l.sequence_parallel && l.tp > 1) s.sp_grad = {Collective::all_reduce, tp_group(l), cost::grad_bytes(l.precision)};
   return s;
@@ -847,6 +847,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   // optimisation) each TP rank sends its 1/t slice (Narayanan et al. Sec. 4.1).
   w.p2p.bytes = l.pp > 1 ? d.elt * d.x / d.t : 0.0;
   w.p2p.distance = l.tp * l.cp * l.dp;
+  w.p2p.total = l.gpus();
   w.sync = step_sync(m, l);
 
   for (int s = 0; s < l.num_stages(); ++s)

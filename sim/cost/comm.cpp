@@ -194,6 +194,21 @@ double ParamCollective::seconds(const System& sys, double params) const {
   return collective_time(sys, kind, bytes(params), group).seconds;
 }
 
+bool p2p_crosses_nodes(const System& sys, int distance, long long total) {
+  const int n = std::max(1, sys.node.gpus_per_node);
+  return distance >= n || total > n;
+}
+
+double TransferWork::seconds(const System& sys) const {
+  return p2p_crosses_nodes(sys, distance, total) ? seconds_across_nodes(sys) : seconds_within_node(sys);
+}
+
+double TransferWork::seconds_within_node(const System& sys) const { return times * p2p_time(sys, bytes, 0).seconds; }
+
+double TransferWork::seconds_across_nodes(const System& sys) const {
+  return times * p2p_time(sys, bytes, std::max(1, sys.node.gpus_per_node)).seconds;
+}
+
 CommTime p2p_time(const System& sys, double bytes, int distance) {
   CommTime out;
   if (bytes <= 0) return out;

@@ -70,6 +70,13 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
 // Point-to-point between two ranks `distance` apart in global rank order.
 CommTime p2p_time(const System& sys, double bytes, int distance);
 
+// Whether some pair of a pipeline's transfers crosses a node: each of a job's `total` ranks (0: the pair
+// alone) sends to the rank `distance` after it, every pair at once. Ranks r and r + distance sit on two nodes
+// when a node boundary falls between them; over the job's pairs the intervals (r, r + distance] cover
+// (0, total - 1], so a pair crosses when distance >= the node's GPUs or the job spans more than one node.
+// The step waits for the slowest pair: the stage that receives across the boundary.
+bool p2p_crosses_nodes(const System& sys, int distance, long long total);
+
 // A collective as work: what it is, among whom, and its buffer (bytes as collective_time counts them).
 struct CollectiveWork {
   Collective kind = Collective::all_reduce;
@@ -90,12 +97,17 @@ struct ParamCollective {
   double seconds(const System& sys, double params) const;
 };
 
-// Point-to-point work: `times` transfers of `bytes` one after the other between two ranks `distance` apart.
+// Point-to-point work: `times` transfers of `bytes` one after the other between two ranks `distance` apart,
+// as every rank of a job of `total` GPUs does at once (0: one pair). Priced as its slowest pair: over the
+// network when one crosses a node (p2p_crosses_nodes).
 struct TransferWork {
   double bytes = 0;
   int distance = 0;
   int times = 1;
-  double seconds(const System& sys) const { return times * p2p_time(sys, bytes, distance).seconds; }
+  long long total = 0;
+  double seconds(const System& sys) const;
+  double seconds_within_node(const System& sys) const;  // one pair inside a node (NVLink)
+  double seconds_across_nodes(const System& sys) const;  // one pair on two nodes (NICs)
 };
 
 }  // namespace tessel::cost

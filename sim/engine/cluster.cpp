@@ -50,9 +50,11 @@ void Cluster::add_core(int first_rank, int last_rank, std::vector<std::uint32_t>
     out.push_back(base + static_cast<std::uint32_t>(pod));
 }
 
+bool Cluster::same_node(int a, int b) const { return node_of(a) == node_of(b) && l_.tp <= gpn_; }
+
 void Cluster::p2p_links(int a, int b, std::vector<std::uint32_t>& out) const {
   const auto n = static_cast<std::uint32_t>(num_positions());
-  const bool intra = node_of(a) == node_of(b) && l_.tp <= gpn_;
+  const bool intra = same_node(a, b);
   const std::uint32_t off = intra ? 0 : n;
   out.push_back(off + static_cast<std::uint32_t>(a));
   out.push_back(off + static_cast<std::uint32_t>(b));

@@ -31,6 +31,7 @@ class Cluster {
   int position(int pp, int dp, int cp) const;  // dp must be 0 in replica fidelity
   int global_rank(int pos) const;              // Megatron rank of the position's tp rank 0
   int node_of(int pos) const;
+  bool same_node(int a, int b) const;          // a transfer between them stays on NVLink
   int replicas() const { return replicas_; }   // dp replicas simulated
   Fidelity fidelity() const { return fidelity_; }
 

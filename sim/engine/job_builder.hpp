@@ -88,7 +88,10 @@ class JobBuilder {
   bool explicit_recompute_ = false;
   // The step costs' transfers and collectives as flows over the cluster's links: priced on its flat system,
   // because the core link above each pod carries the oversubscription the system's static factor stands for.
-  double p2p_s_ = 0, tied_s_ = 0, zero3_gather_s_ = 0, zero3_scatter_s_ = 0;
+  // A transfer is priced by its own pair: on NVLink when both positions share a node, over the NICs otherwise
+  // (the closed form prices every transfer as the slowest pair).
+  double p2p_near_s_ = 0, p2p_far_s_ = 0, tied_near_s_ = 0, tied_far_s_ = 0;
+  double zero3_gather_s_ = 0, zero3_scatter_s_ = 0;
 };
 
 }  // namespace tessel::engine::detail

@@ -164,14 +164,14 @@ void JobBuilder::data_parallel(int pos) {
     before_opt = {t};
   }
   const int last_rank = s_.rank_of(s_.num_stages - 1);
-  if (tied_s_ > 0 && last_rank != s_.rank_of(0) && (r == 0 || r == last_rank)) {
+  if (tied_far_s_ > 0 && last_rank != s_.rank_of(0) && (r == 0 || r == last_rank)) {
     const std::size_t key = static_cast<std::size_t>(c_.dp_of(pos) * l_.cp + c_.cp_of(pos));
     if (tied_.empty()) tied_.assign(static_cast<std::size_t>(c_.replicas() * l_.cp), kNone);
     if (tied_[key] == kNone) {
       const int a = c_.position(0, c_.dp_of(pos), c_.cp_of(pos)), b = c_.position(last_rank, c_.dp_of(pos), c_.cp_of(pos));
       scratch_links_.clear();
       c_.p2p_links(a, b, scratch_links_);
-      tied_[key] = g_.add_flow(tied_s_, scratch_links_);
+      tied_[key] = g_.add_flow(c_.same_node(a, b) ? tied_near_s_ : tied_far_s_, scratch_links_);
       TaskInfo ti;
       ti.pos = a;
       ti.peer = b;

@@ -36,8 +36,10 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
     throw InputError("schedule '" + s_.generator + "' has " + std::to_string(M) +
                      " micro-batches; the layout has global_batch/(micro_batch*dp) " + std::to_string(l_.num_microbatches()));
   TESSEL_CHECK(costs_.work.stages.size() == static_cast<std::size_t>(S), "costs for " << costs_.work.stages.size() << " stages");
-  p2p_s_ = costs_.work.p2p.seconds(c.flat_system());
-  tied_s_ = costs_.work.sync.tied.seconds(c.flat_system());
+  p2p_near_s_ = costs_.work.p2p.seconds_within_node(c.flat_system());
+  p2p_far_s_ = costs_.work.p2p.seconds_across_nodes(c.flat_system());
+  tied_near_s_ = costs_.work.sync.tied.seconds_within_node(c.flat_system());
+  tied_far_s_ = costs_.work.sync.tied.seconds_across_nodes(c.flat_system());
   zero3_gather_s_ = costs_.work.sync.zero3_gather.seconds(c.flat_system());
   zero3_scatter_s_ = costs_.work.sync.zero3_scatter.seconds(c.flat_system());
   st_.resize(static_cast<std::size_t>(c.num_positions()));
@@ -343,7 +345,7 @@ void JobBuilder::walk_comm(int pos, const sched::Action& a) {
     const int from = c_.position(s_.rank_of(producer), d, cp), to = c_.position(s_.rank_of(consumer), d, cp);
     scratch_links_.clear();
     c_.p2p_links(from, to, scratch_links_);
-    t = g_.add_flow(p2p_s_, scratch_links_);
+    t = g_.add_flow(c_.same_node(from, to) ? p2p_near_s_ : p2p_far_s_, scratch_links_);
     TaskInfo ti;
     ti.pos = from;
     ti.peer = to;

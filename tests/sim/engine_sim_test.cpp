@@ -572,3 +572,47 @@ TEST_CASE("the critical path ends at step_s for ZeRO 0/1/2/3") {
     CHECK((trace_end > r.step_s * (1 + 1e-9)) == (zero == 1 || zero == 2));
   }
 }
+
+// A pipeline's transfers are priced by their pair: stages nearer than a node still cross one somewhere when the
+// job spans nodes. The closed form prices every transfer as the slowest pair (checked here against an
+// enumeration of every pair of adjacent-stage ranks); the event engine prices each flow by its own pair.
+TEST_CASE("pipeline transfers: a pair crosses a node wherever the job spans nodes; the engine prices each pair") {
+  System sys = load_system("dgx-h100");
+  for (int g : {4, 8, 72}) {
+    sys.node.gpus_per_node = g;
+    for (int d = 1; d <= 80; ++d)
+      for (int pp = 2; pp <= 6; ++pp) {
+        const long long total = static_cast<long long>(d) * pp;
+        bool crosses = false;
+        for (long long r = 0; r + d < total && !crosses; ++r) crosses = r / g != (r + d) / g;
+        CAPTURE(g);
+        CAPTURE(d);
+        CAPTURE(pp);
+        CHECK(cost::p2p_crosses_nodes(sys, d, total) == crosses);
+      }
+  }
+  sys = load_system("dgx-h100");
+  const Model m = load_model("megatron-1.7b");
+  Layout l;
+  l.tp = 2;
+  l.pp = 4;
+  l.dp = 2;
+  l.global_batch = 16;
+  l.schedule = sched::Kind::one_f_one_b;
+  const StepCosts c = step_costs(m, l, sys);
+  const double near = c.work.p2p.seconds_within_node(sys), far = c.work.p2p.seconds_across_nodes(sys);
+  REQUIRE(far > 2 * near);
+  CHECK(c.p2p_s == doctest::Approx(far).epsilon(kExact));  // stages 1 and 2 sit on two nodes
+  // Stages of 4 GPUs on nodes of 8: stage 0 -> 1 and 2 -> 3 stay on NVLink, 1 -> 2 crosses.
+  const SimReport r = simulate(m, l, sys);
+  int n_near = 0, n_far = 0;
+  for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) {
+    const TaskInfo& ti = r.job.info[t];
+    if (ti.op != OpKind::transfer) continue;
+    const bool crosses = std::min(ti.stage, ti.peer_stage) == 1;
+    CHECK(r.job.graph.work[t] == doctest::Approx(crosses ? far : near).epsilon(kExact));
+    (crosses ? n_far : n_near) += 1;
+  }
+  CHECK(n_far > 0);
+  CHECK(n_near == 2 * n_far);
+}

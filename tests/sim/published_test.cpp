@@ -217,9 +217,9 @@ TEST_CASE("presets' error bands are validate's step errors on their hardware cla
 
 // Leave one source out (docs/validation.md, "Per source"): each A100 source's rows predicted by a profile
 // fitted with calibrate --published's grid on the other A100 sources only. Bounds: every source within 15%
-// mean |step error| under the committed preset (the issue's per-source bound; the Hopper sources, 22-23%,
-// do not meet it and are not asserted), and within 10% when left out of the fit: today 9.3% (Korthikanti),
-// 7.1% (Narayanan), 7.0% (Zero Bubble), so a profile that only fits what it was tuned on fails here.
+// mean |step error| under the committed preset (the issue's per-source bound; of the Hopper sources, nemo at
+// 17.4% does not meet it, nemo2407 at 13.6% does; neither is asserted here), and within 10% when left out of the fit: today 6.5% (Korthikanti),
+// 7.2% (Narayanan), 5.9% (Zero Bubble), so a profile that only fits what it was tuned on fails here.
 TEST_CASE("published rows: every A100 source within its bounds, also when left out of the fit") {
   const std::string path = published_rows();
   const Json all = parse_json_file(path);
