@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "sim/stage_split.hpp"
+#include "sim/workload.hpp"
 #include "util/error.hpp"
 #include "util/units.hpp"
 
@@ -324,12 +325,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                                                  : std::vector<int>{0})) {
                         // etp 1 and "as tp" are one layout when tp is 1.
                         if (etp == 1 && tp == 1 && std::find(etps.begin(), etps.end(), 0) != etps.end()) continue;
-                        // With both dispatchers listed, DeepEP only where an ep group (members etp apart) leaves
-                        // its NVLink domain: inside it the two cost alike and would be one layout twice.
-                        const bool crosses =
-                            ep > 1 && !cost::node_split({ep, etp > 0 ? etp : tp, false, gpus}, sys.node.gpus_per_node)
-                                           .inside_one_node(ep);
-                        if (dpx == 1 && (ep == 1 || (!crosses && both_dispatchers))) continue;
+                        if (dpx == 1 && ep == 1) continue;
                         Layout l;
                         l.tp = tp;
                         l.pp = pp;
@@ -350,6 +346,12 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.zero_stage = z;
                         l.ep = ep;
                         l.etp = etp;
+                        // With both dispatchers listed, DeepEP only where an ep group leaves its NVLink domain
+                        // (the groups the cost model prices, ep_group): inside it the two cost alike and would
+                        // be one layout twice.
+                        if (dpx == 1 && both_dispatchers &&
+                            cost::node_split(ep_group(l), sys.node.gpus_per_node).inside_one_node(ep))
+                          continue;
                         l.deepep = dpx == 1;
                         l.a2a_overlap = ov == 1;
                         l.stage_layers = split;
