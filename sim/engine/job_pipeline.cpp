@@ -72,8 +72,8 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
       for (auto* v : {&cuts_f_[k], &cuts_i_[k]})
         for (auto& x : *v)
           x.flat_seconds = cost::collective_time(c.flat_system(), x.op->coll, x.op->comm_bytes, x.op->group, 1.0, x.op->deepep).seconds;
-      for (const auto& c : cuts_f_[k]) a2a_f_[k] += c.seconds;
-      for (const auto& c : cuts_i_[k]) a2a_i_[k] += c.seconds;
+      for (const auto& x : cuts_f_[k]) a2a_f_[k] += x.seconds;
+      for (const auto& x : cuts_i_[k]) a2a_i_[k] += x.seconds;
       job_.forward_compute[k] = stage(st).f - a2a_f_[k];
       job_.ep_flows = job_.ep_flows || !cuts_f_[k].empty() || !cuts_i_[k].empty();
     }
