@@ -79,6 +79,7 @@ class JobBuilder {
   std::vector<int> dp_group_;                       // per pp rank: index into job_.groups
   std::vector<int> ep_group_;                       // per position: its ep group's index into job_.groups
   std::vector<std::vector<std::uint32_t>> ep_slots_;  // per group index: its all-to-all flows in order
+  std::vector<int> ep_first_rank_;                     // per group index (ep groups): the global rank its block starts at
   std::vector<std::vector<A2aCut>> cuts_f_, cuts_i_;  // per stage (ep_flows)
   std::vector<double> a2a_f_, a2a_i_;                 // per stage: the cuts' seconds, summed
   std::vector<PieceMark> scratch_marks_;

@@ -236,6 +236,8 @@ int JobBuilder::ep_group_of(int pos) {
       if (fresh) {
         job_.groups.emplace_back();
         ep_slots_.resize(job_.groups.size());
+        ep_first_rank_.resize(job_.groups.size());
+        ep_first_rank_[static_cast<std::size_t>(it->second)] = base + b * block;
       }
       job_.groups[static_cast<std::size_t>(it->second)].push_back(p);
       ep_group_[static_cast<std::size_t>(p)] = it->second;
@@ -256,11 +258,9 @@ std::uint32_t JobBuilder::a2a_flow(int pos, const A2aCut& cut, int stage, int mb
   if (k < slots.size()) {
     t = slots[k];
   } else {
-    const int block = l_.ep * l_.expert_tp();
-    const int base = l_.tp * l_.cp * l_.dp * c_.pp_of(pos);
-    const int first = base + (c_.global_rank(pos) - base) / block * block;
+    const int first = ep_first_rank_[static_cast<std::size_t>(group)];
     scratch_links_.clear();
-    c_.group_links(job_.groups[static_cast<std::size_t>(group)], first, first + block - 1, scratch_links_);
+    c_.group_links(job_.groups[static_cast<std::size_t>(group)], first, first + l_.ep * l_.expert_tp() - 1, scratch_links_);
     t = g_.add_flow(cut.flat_seconds, scratch_links_);
     TaskInfo ti;
     ti.pos = pos;
