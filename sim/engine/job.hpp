@@ -59,7 +59,7 @@ struct Job {
   // The expert all-to-alls of forward and input-gradient ops are flows of their own (ep_alltoall tasks), so
   // those ops' compute tasks leave them out (a2a_cuts); otherwise they are inside the compute, as TP's.
   bool ep_flows = false;
-  bool ep_coalesced = false;  // one flow per op, at its end, instead of one per all-to-all (kPerLayerTasks)
+  bool ep_coalesced = false;  // one flow per op, at its end, instead of one per all-to-all (SimOptions::ep_piece_budget)
   std::vector<double> forward_compute;  // ep_flows: per stage, the forward op's compute seconds (all-to-alls out)
 };
 
