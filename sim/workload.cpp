@@ -187,6 +187,18 @@ double window_tile_pairs(double n, double w, int tile) {
   return touched * tile * tile;
 }
 
+// Rotary position embedding on the queries and keys, after their projections and before the attention core
+// (Megatron-Core's apply_rotary_pos_emb; with --apply-rope-fusion, Transformer Engine's fused kernel, one per
+// tensor): each element read and written once forward, its gradient likewise backward (the cos / sin table,
+// s x head_dim, is left out). This rank's heads (kv replicated as the attention core counts them); under MLA
+// only the rope dims rotate: qk_rope_head_dim of every query head, and the one rotary key the heads share.
+void add_rope(const Model& m, const Dims& d, std::vector<WorkOp>& ops) {
+  if (m.position != PositionEmbedding::rotary) return;
+  const double width = m.mla.enabled() ? (d.heads / d.t + 1.0) * m.mla.qk_rope_head_dim : (d.q_dim + d.kv_dim) / d.t;
+  const double bytes = 2 * d.elt * d.tokens * width;
+  ops.push_back(elementwise_op("rope", bytes, bytes, 2));
+}
+
 // Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and sees
 // all keys over the ring), then A V. The unfused path computes and masks the whole s_q x s_k matrix whatever
 // the mask, so a windowed layer takes it as long as a full one.
@@ -267,7 +279,7 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
 // sequence shard and the small latents are all-gathered (instead of the hidden state), without it every rank
 // runs them on the whole sequence (the same work tp times: model FLOPs counted once). Each latent is
 // RMSNorm-ed, then the column-parallel up-projections give the heads' queries (nope + rope dims) and keys /
-// values (nope + v dims). The rotary embedding itself is not priced (as for every rotary model here).
+// values (nope + v dims). The rotary embedding is add_rope's.
 // q_lora_rank 0: queries projected directly from the gathered hidden state.
 void add_mla_projections(const Model& m, const Layout& l, const Dims& d, Precision p, std::vector<WorkOp>& ops) {
   const double e = d.elt, t = d.t;
@@ -404,6 +416,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   } else {
     ops.push_back(gemm_op("qkv", p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
   }
+  add_rope(m, d, ops);
   add_attention_core(m, l, d, ops);
   // Ring attention: each of cp-1 steps passes a K and V chunk to the next CP rank while attending to the
   // current one, so the exchange hides behind the attention compute when that is longer.

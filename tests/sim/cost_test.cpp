@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <optional>
+#include <string_view>
 
 #include "sim/cost/comm.hpp"
 #include "sim/cost/compute.hpp"
@@ -608,4 +610,50 @@ TEST_CASE("fp8 layouts keep 16-bit activations between ops: element-wise and tra
   }
   CHECK(wf.p2p.bytes == wb.p2p.bytes);
   CHECK(wb.p2p.bytes == doctest::Approx(2.0 * 4096 * 4096 / 2));  // [b s, h] bf16 over tp 2
+}
+
+// Rotary models rotate this rank's queries and keys after their projection: one fused kernel per tensor, each
+// element read and written forward, its gradient likewise backward. GQA's keys are kv_heads wide (replicated up
+// to one head per rank when tp exceeds them); MLA rotates only the rope dims of each query head and the one
+// shared rotary key; learned positions have no such op.
+TEST_CASE("RoPE: queries and keys rotated forward and backward, rotary models only") {
+  const System sys = load_system("dgx-h100");
+  Layout l;
+  l.tp = 2;
+  l.dp = 1;
+  l.global_batch = 1;
+  l.precision = Precision::bf16;
+  // The layer's rope op (nullopt without one), checked to be the only one and to sit between the
+  // projections and the attention core.
+  const auto rope_of = [&](const Model& m) -> std::optional<cost::WorkOp> {
+    const LayerWork lw = lower_layer(m, l, sys);
+    std::optional<cost::WorkOp> found;
+    for (std::size_t k = 0; k < lw.ops.size(); ++k) {
+      if (std::string_view(lw.ops[k].name) != "rope") continue;
+      CHECK(!found.has_value());
+      found = lw.ops[k];
+      REQUIRE(k >= 1);
+      REQUIRE(k + 1 < lw.ops.size());
+      CHECK(lw.ops[k - 1].cls == cost::OpClass::gemm);
+      CHECK(lw.ops[k + 1].attention_core);
+    }
+    return found;
+  };
+  const auto r = rope_of(load_model("llama3-8b"));  // 32 query heads, 8 kv heads of 128, seq 8192
+  REQUIRE(r.has_value());
+  const double width = (32.0 * 128 + 8.0 * 128) / 2;  // this tp rank's query and key columns
+  CHECK(r->cls == cost::OpClass::elementwise);
+  CHECK(r->bytes_f == doctest::Approx(2 * 2 * 8192.0 * width).epsilon(kExact));
+  CHECK(r->bytes_b == r->bytes_f);
+  CHECK(r->kernels == 2);
+  CHECK(r->t_f == doctest::Approx(cost::memory_time(sys.gpu, r->bytes_f, 2)).epsilon(kTight));
+  CHECK(r->t_i == doctest::Approx(cost::memory_time(sys.gpu, r->bytes_b, 2, CostKind::memory, true)).epsilon(kTight));
+
+  Model ds = load_model("deepseek-v3");  // MLA: 128 heads, 64 rope dims each, one shared rotary key
+  ds.seq_len = 4096;
+  const auto q = rope_of(ds);
+  REQUIRE(q.has_value());
+  CHECK(q->bytes_f == doctest::Approx(2 * 2 * 4096.0 * (128.0 / 2 + 1) * 64).epsilon(kExact));
+
+  CHECK(!rope_of(load_model("gpt3-175b")).has_value());  // learned positions
 }
