@@ -5,6 +5,37 @@
 
 namespace tessel::cost {
 
+namespace {
+
+// What an fp8 recipe changes in the kept bytes above: Transformer Engine's fp8 linear layers save for their
+// backward the fp8 cast of their input (1 byte an element; _Linear, _LayerNormLinear and _LayerNormMLP keep
+// `inputmat` / `ln_out` / the activation output in fp8), not the 16-bit tensor. So the QKV (MLA: the
+// down-projections') input, the MLP input, the activation output (the second GEMM's input), MoE's permuted
+// expert inputs and expert activation outputs, and MLA's latent norm outputs (the up-projections' inputs) keep
+// one byte fewer an element. A MoE MLP's input is also the router's, a 16-bit GEMM that keeps it whole; its
+// shared experts' first GEMM adds an fp8 copy. The projection's input is the attention output: flash attention
+// keeps it in 16-bit for its own backward, so the projection's fp8 copy comes on top; the unfused core keeps
+// its probabilities instead, and the projection's input is the fp8 copy alone. Negative: bytes saved.
+double fp8_saved_input_delta(const Model& m, const Layout& l) {
+  const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
+  const double sp = l.sequence_parallel ? t : 1.0;
+  const double sbh = s * b * h;
+  double d = -sbh / sp;  // the attention's first GEMM input
+  const double proj_in = m.mla.enabled() ? s * b * m.heads * m.mla.v_head_dim / t : s * b * static_cast<double>(m.heads) * m.head_dim / t;
+  d += l.attention == AttentionImpl::flash ? proj_in : -proj_in;
+  if (m.mla.enabled()) d -= s * b * (m.mla.q_lora_rank + m.mla.kv_lora_rank);
+  if (m.moe.enabled()) {
+    const double T = s * b / sp, k = m.moe.top_k * l.moe_load_factor(), etp = l.expert_tp();
+    d -= etp * T * k * h + T * k * m.moe.expert_ffn;
+    if (m.moe.shared_ffn > 0) d += sbh / sp - s * b * m.moe.shared_ffn / t;
+  } else {
+    d -= sbh / sp + s * b * static_cast<double>(m.ffn) / t;
+  }
+  return d;
+}
+
+}  // namespace
+
 double layer_activation_bytes(const Model& m, const Layout& l) {
   const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
   const double sbh = s * b * h;
@@ -59,6 +90,7 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   } else if (l.attention == AttentionImpl::flash) {
     bytes += 4.0 * heads_local * s * b;  // fp32 log-sum-exp per query row
   }
+  if (l.precision == Precision::fp8) bytes += fp8_saved_input_delta(m, l);
   // bf16, fp16 and fp8 (whose recipes keep 16-bit activations, line above) as counted; fp32 doubles them.
   return wide * bytes;
 }
@@ -227,7 +259,11 @@ StateBytes state_bytes_per_param(const Layout& l, double replicas) {
     sb.grads = 4;
     sb.optimizer = 8;  // two fp32 moments
   } else {
-    sb.weights = weight_bytes(l.precision);  // bf16/fp16 (fp8 training keeps bf16 weights too)
+    // bf16/fp16: 2 bytes. fp8: 2 bytes too, as NVIDIA's fp8 recipes hold them: fp8 primary weights (NeMo's
+    // fp8_params, Megatron's --fp8-param-gather) and the fp8 transpose Transformer Engine keeps for the
+    // backward. (With 16-bit weights instead, Transformer Engine caches the fp8 cast and its transpose over
+    // a step's micro-batches, 2 bytes more; not counted.)
+    sb.weights = weight_bytes(l.precision);
     sb.grads = grad_bytes(l.precision);  // main_grad buffer
     sb.optimizer = 12;  // fp32 master weights + two fp32 moments
   }

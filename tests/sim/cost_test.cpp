@@ -657,3 +657,31 @@ TEST_CASE("RoPE: queries and keys rotated forward and backward, rotary models on
 
   CHECK(!rope_of(load_model("gpt3-175b")).has_value());  // learned positions
 }
+
+// Under an fp8 recipe Transformer Engine's linear layers keep the fp8 cast of their input for the backward (1
+// byte an element, not 2): the QKV input, the MLP input and the activation output. The projection's input
+// is flash attention's output, which the attention keeps in 16-bit besides the projection's fp8 copy. Full
+// recompute keeps the layer's 16-bit input only, as in bf16.
+TEST_CASE("fp8 activation memory: the linear layers keep their inputs in fp8") {
+  const Model m = load_model("llama2-7b");  // h 4096, 32 heads of 128, ffn 11008, seq 4096
+  Layout l;
+  l.tp = 2;
+  l.dp = 1;
+  l.global_batch = 1;
+  l.sequence_parallel = true;
+  l.precision = Precision::bf16;
+  const double bf16 = cost::layer_activation_bytes(m, l);
+  l.precision = Precision::fp8;
+  const double fp8 = cost::layer_activation_bytes(m, l);
+  const double s = 4096, h = 4096, f = 11008, t = 2;
+  const double saved = s * h / t + s * h / t + s * f / t - s * h / t;  // QKV in, MLP in, act out; + proj copy
+  CHECK(bf16 - fp8 == doctest::Approx(saved).epsilon(kExact));
+  l.attention = AttentionImpl::unfused;  // the projection's input kept as its fp8 copy alone
+  const double fp8_unfused = cost::layer_activation_bytes(m, l);
+  l.precision = Precision::bf16;
+  CHECK(cost::layer_activation_bytes(m, l) - fp8_unfused == doctest::Approx(saved + 2 * s * h / t).epsilon(kExact));
+  l.recompute = Recompute::full;
+  const double ckpt_bf16 = cost::layer_activation_bytes(m, l);
+  l.precision = Precision::fp8;
+  CHECK(cost::layer_activation_bytes(m, l) == ckpt_bf16);
+}
