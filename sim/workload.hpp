@@ -158,7 +158,30 @@ struct Workload {
   const StageEdges* edges_of(int stage) const;
   const LayerWork& kind(int k) const { return k == 0 ? layer : other_kinds[static_cast<std::size_t>(k - 1)]; }
   const LayerWork& layer_of(int i) const { return kind(layer_kind(model, i)); }  // layer i's work
+  // The timeline of one compute op of `stage` (its forward, or its input gradient): calls
+  // f(layer, op, at) for each lowered op of its layers in order, `at` being the seconds from the op's start
+  // at which that op begins: the stage's edge work comes first (StageEdges::layers_at_f / _i), then each
+  // layer's ops, each lasting its t_f or t_i. `layers` < 0: all the stage's layers; otherwise the first
+  // `layers` of them replayed from 0 without the edge work (a full recompute's forward).
+  template <class F>
+  void walk_stage_ops(int stage, bool forward, F&& f, int layers = -1) const;
 };
+
+template <class F>
+void Workload::walk_stage_ops(int stage, bool forward, F&& f, int layers) const {
+  const StageWork& st = stages[static_cast<std::size_t>(stage)];
+  const int lb = layout.first_layer_of_stage(stage, model.layers);
+  double t = 0;
+  if (layers < 0) {
+    layers = st.layers;
+    if (const StageEdges* e = edges_of(stage)) t = forward ? e->layers_at_f : e->layers_at_i;
+  }
+  for (int k = lb; k < lb + layers; ++k)
+    for (const auto& op : layer_of(k).ops) {
+      f(k, op, t);
+      t += forward ? op.t_f : op.t_i;
+    }
+}
 
 // The lowering. InfeasibleLayout if the layout breaks a rule (check_layout is applied first).
 // `layer`, when given, is a LayerWork already lowered for the same model, system and the layout fields it

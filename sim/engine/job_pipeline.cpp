@@ -394,20 +394,15 @@ namespace tessel::engine {
 std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward) {
   std::vector<A2aCut> out;
   const Workload& w = costs.work;
-  const StageWork& st = w.stages[static_cast<std::size_t>(stage)];
-  if (l.ep <= 1 || st.moe_layers == 0) return out;
-  double t = 0, a2a = 0;
-  if (const StageEdges* e = w.edges_of(stage)) t = forward ? e->layers_at_f : e->layers_at_i;
-  const int lb = l.first_layer_of_stage(stage, w.model.layers);
-  for (int k = lb; k < lb + st.layers; ++k)
-    for (const auto& op : w.layer_of(k).ops) {
-      const double d = forward ? op.t_f : op.t_i;
-      if (op.cls == cost::OpClass::collective && op.coll == cost::Collective::all_to_all && d > 0) {
-        out.push_back({t - a2a, d, op.comm_bytes, k, op.name, &op});
-        a2a += d;
-      }
-      t += d;
+  if (l.ep <= 1 || w.stages[static_cast<std::size_t>(stage)].moe_layers == 0) return out;
+  double a2a = 0;  // the all-to-alls before: their time is not the compute's
+  w.walk_stage_ops(stage, forward, [&](int k, const cost::WorkOp& op, double t) {
+    const double d = forward ? op.t_f : op.t_i;
+    if (op.cls == cost::OpClass::collective && op.coll == cost::Collective::all_to_all && d > 0) {
+      out.push_back({t - a2a, d, op.comm_bytes, k, op.name, &op});
+      a2a += d;
     }
+  });
   return out;
 }
 

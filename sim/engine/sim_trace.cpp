@@ -79,35 +79,34 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   std::vector<TpSlice> out;
   const StageWork& st = r.costs.work.stages[static_cast<std::size_t>(stage)];
   const int lb = r.layout.first_layer_of_stage(stage, r.model.layers);
-  int le = lb + st.layers;
   const bool forward = kind == OpKind::forward || kind == OpKind::recompute;
   // The all-to-alls the simulator played as flows of their own (Job::ep_flows) are events already, and the
   // op's compute pieces leave them out.
   const bool flows = r.job.ep_flows && kind != OpKind::recompute;
-  double t = 0;
+  int replayed = -1;  // all the stage's layers, after its edge work
   if (kind == OpKind::recompute) {
     if (r.layout.recompute != Recompute::full) return out;
-    le = lb + st.recomputed_layers;
-  } else {
-    if (const StageEdges* edges = r.costs.work.edges_of(stage)) {
-      for (int k = 0; k < edges->count; ++k) {
-        const EdgeCollective& c = edges->edges[k];
-        if (c.backward != forward) out.push_back({c.name, c.coll, c.at * kUs, c.seconds * kUs, c.bytes, lb, lb + st.layers});
-      }
-      t = (forward ? edges->layers_at_f : edges->layers_at_i) * kUs;
+    replayed = st.recomputed_layers;
+  } else if (const StageEdges* edges = r.costs.work.edges_of(stage)) {
+    for (int k = 0; k < edges->count; ++k) {
+      const EdgeCollective& c = edges->edges[k];
+      if (c.backward != forward) out.push_back({c.name, c.coll, c.at * kUs, c.seconds * kUs, c.bytes, lb, lb + st.layers});
     }
   }
-  for (int l = lb; l < le; ++l)
-    for (const auto& w : r.costs.work.layer_of(l).ops) {
-      // Under tp_comm_overlap a collective lasts its hidden part longer than the compute stream waits for it:
-      // a reduce-scatter runs beside the GEMM before it, an all-gather beside the GEMM after it.
-      if (flows && w.cls == OpClass::collective && w.coll == cost::Collective::all_to_all) continue;
-      const double d = (forward ? w.t_f : w.t_i) * kUs, hid = (forward ? w.hidden_f : w.hidden_i) * kUs;
-      const double at = w.coll == cost::Collective::reduce_scatter ? std::max(0.0, t - hid) : t;
-      if (w.cls == OpClass::collective && d + hid > 0)
-        out.push_back({std::string(w.name) + " L" + std::to_string(l), w.coll, at, d + hid, w.comm_bytes, l, l + 1});
-      t += d;
+  double flown = 0;  // the all-to-alls played as flows so far: not in the compute's offsets
+  r.costs.work.walk_stage_ops(stage, forward, [&](int l, const cost::WorkOp& w, double at_s) {
+    // Under tp_comm_overlap a collective lasts its hidden part longer than the compute stream waits for it:
+    // a reduce-scatter runs beside the GEMM before it, an all-gather beside the GEMM after it.
+    if (w.cls != OpClass::collective) return;
+    const double d = (forward ? w.t_f : w.t_i) * kUs, hid = (forward ? w.hidden_f : w.hidden_i) * kUs;
+    if (flows && w.coll == cost::Collective::all_to_all) {
+      flown += d;
+      return;
     }
+    const double t = at_s * kUs - flown;  // the offset in the compute pieces, which leave the flows out
+    const double at = w.coll == cost::Collective::reduce_scatter ? std::max(0.0, t - hid) : t;
+    if (d + hid > 0) out.push_back({std::string(w.name) + " L" + std::to_string(l), w.coll, at, d + hid, w.comm_bytes, l, l + 1});
+  }, replayed);
   return out;
 }
 
@@ -134,7 +133,9 @@ void add_tp_slices(const SimReport& r, OpKind kind, const std::vector<std::pair<
     const auto [at, dur] = played(j);
     const double work = begin[j + 1] - begin[j];
     double start = at + (work > 0 ? (s.at - begin[j]) * dur / work : 0.0);
-    if (start + s.dur > at + dur && j + 1 < pieces.size()) start = played(++j).first;
+    // A collective ending where its task ends (one just before an all-to-all cut) stays in it: the sums of
+    // µs on either side round differently, so the end is compared with a margin of a few ulps.
+    if (start + s.dur > (at + dur) * (1 + 1e-12) && j + 1 < pieces.size()) start = played(++j).first;
     start = std::max(start, cursor);
     cursor = start + s.dur;
     trace::OpEvent e = first;
