@@ -29,16 +29,6 @@ std::string params_text(std::int64_t n) {
   return grouped + " params (" + short_form + ")";
 }
 
-// Decimal bytes, as storage bandwidths are quoted: "4.87 TB", "38.0 GB".
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (b >= 1000 && u < 5) {
-    b /= 1000;
-    ++u;
-  }
-  return fmt::fixed(b, b < 10 ? 2 : b < 100 ? 1 : 0) + " " + units[u];
-}
 
 std::string hours(double s) { return fmt::fixed(s / 3600, s < 36000 ? 2 : 1) + " h"; }
 
@@ -79,13 +69,13 @@ void print_time_to_train(const cli::CommandLine& cl, const goodput::Job& job, co
   const double wall = p.wall_s;
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},
-      {"checkpoint", bytes_text(p.bytes.total_write) + " (fp32 values and Adam moments); busiest GPU " +
-                         bytes_text(p.bytes.max_rank_write) + ", busiest node " + bytes_text(p.bytes.max_node_write)},
+      {"checkpoint", fmt::bytes(p.bytes.total_write) + " (fp32 values and Adam moments); busiest GPU " +
+                         fmt::bytes(p.bytes.max_rank_write) + ", busiest node " + fmt::bytes(p.bytes.max_node_write)},
       {"save (stops training)", fmt::seconds(p.ckpt.blocking_s) +
                                     (p.async ? ": asynchronous, the copy to host memory; durable " +
                                                    fmt::seconds(p.ckpt.lag_s) + " later"
                                              : ": synchronous, the write to storage")},
-      {"load on restart", fmt::seconds(p.ckpt.load_s) + " (" + bytes_text(p.bytes.total_read) + " read)"},
+      {"load on restart", fmt::seconds(p.ckpt.load_s) + " (" + fmt::bytes(p.bytes.total_read) + " read)"},
       {"job MTBF", mtbf_text(p, job)},
       {"restart", fmt::seconds(job.reliability.restart_overhead_s) + " overhead + " + fmt::seconds(p.ckpt.load_s) + " load"},
       {"checkpoint interval", "every " + std::to_string(p.interval_steps) + (p.interval_steps == 1 ? " step = " : " steps = ") + fmt::seconds(p.interval_s) +

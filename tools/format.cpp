@@ -21,6 +21,16 @@ std::string seconds(double s) {
   return fixed(s, 2) + " s";
 }
 
+std::string bytes(double b) {
+  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  int u = 0;
+  while (b >= 1000 && u < 5) {
+    b /= 1000;
+    ++u;
+  }
+  return fixed(b, b < 10 ? 2 : b < 100 ? 1 : 0) + " " + units[u];
+}
+
 std::string gib(double bytes) {
   // Small sizes (the tiny model, a CPU run) in MiB or KiB rather than "0.0 GiB".
   const double a = std::fabs(bytes);

@@ -10,6 +10,7 @@
 namespace tessel::fmt {
 
 std::string seconds(double s);           // "812 us", "14.2 ms", "18.13 s"
+std::string bytes(double b);             // decimal, as storage bandwidths are quoted: "4.87 TB", "38.0 GB"
 std::string gib(double bytes);           // "61.3 GiB"; below 0.05 GiB in MiB ("12.4 MiB") or KiB
 std::string rate(double v);              // one decimal ("152.5"), two significant digits below 0.1 ("0.0021")
 std::string fixed(double v, int digits);

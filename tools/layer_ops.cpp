@@ -10,16 +10,6 @@
 namespace tessel::cmd {
 
 namespace {
-// Decimal bytes, as storage bandwidths are quoted: "4.87 TB", "38.0 GB".
-std::string bytes_text(double b) {
-  const char* units[] = {"B", "kB", "MB", "GB", "TB", "PB"};
-  int u = 0;
-  while (b >= 1000 && u < 5) {
-    b /= 1000;
-    ++u;
-  }
-  return fmt::fixed(b, b < 10 ? 2 : b < 100 ? 1 : 0) + " " + units[u];
-}
 
 const char* class_name(OpClass c) {
   switch (c) {
@@ -36,9 +26,9 @@ std::string op_work(const WorkOp& op) {
   if (op.cls == OpClass::gemm)
     return std::to_string(op.gemm.m) + "x" + std::to_string(op.gemm.n) + "x" + std::to_string(op.gemm.k) +
            (op.gemm.batch > 1 ? " x" + std::to_string(op.gemm.batch) : std::string());
-  if (op.cls == OpClass::collective) return bytes_text(op.comm_bytes);
+  if (op.cls == OpClass::collective) return fmt::bytes(op.comm_bytes);
   if (op.cls == OpClass::attention) return fmt::fixed(op.exec_flops_f / 1e9, 1) + " GFLOP executed";
-  return bytes_text(op.bytes_f) + " / " + bytes_text(op.bytes_b);
+  return fmt::bytes(op.bytes_f) + " / " + fmt::bytes(op.bytes_b);
 }
 
 // One transformer layer's ops per micro-batch on one GPU, in execution order, with their price: where a
