@@ -52,6 +52,8 @@ DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, Para
 DistributedOptimizer::~DistributedOptimizer() = default;
 
 void DistributedOptimizer::init() {
+  const auto specs = gpt_param_specs(model_);
+  for (std::size_t i = 0; i < specs.size(); ++i) spec_index_[specs[i].name] = i;
   const std::size_t n = store_.flat_data().size();
   const auto bytes = [](std::size_t elems) { return static_cast<std::int64_t>(elems * sizeof(float)); };
   if (!sharded_) {
@@ -232,9 +234,7 @@ void DistributedOptimizer::after_compute(int l0, int l1, bool first, bool last, 
 }
 
 void DistributedOptimizer::add_squares(std::vector<float>& sq) {
-  const auto specs = gpt_param_specs(model_);
-  std::map<std::string, std::size_t> index;
-  for (std::size_t i = 0; i < specs.size(); ++i) index[specs[i].name] = i;
+  const auto& index = spec_index_;
   const auto counted = [&](const Param& p) {
     if (p.spec.shard_dim == -1 && g_.at.tp != 0) return false;                      // tp replicas
     if (p.spec.name == "embed.tok" && tied_peer_ >= 0 && !tied_is_first_) return false;  // tied copy
@@ -313,7 +313,7 @@ void DistributedOptimizer::reduce() {
 OptimizerReport DistributedOptimizer::step() {
   reduce();
   if (experts_) experts_->reduce();
-  std::vector<float> sq(gpt_param_specs(model_).size(), 0.0f);
+  std::vector<float> sq(spec_index_.size(), 0.0f);
   add_squares(sq);
   if (experts_) experts_->add_squares(sq);
   g_.world->all_reduce(sq.data(), sq.size());
@@ -331,17 +331,16 @@ OptimizerReport DistributedOptimizer::step() {
   OpIdentity id;
   id.op = "optimizer";
   rec_.record(trace::Stream::compute, id, "optimizer", t0, rec_.now_us(), 0.0, 0.0);
+  finish_step();
+  if (experts_) experts_->finish_step();
+  return r;
+}
+
+void DistributedOptimizer::finish_step() {
   gather_params();
   store_.zero_grad();
   std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
   ++step_;
-  if (experts_) {
-    experts_->gather_params();
-    experts_->store_.zero_grad();
-    std::fill(experts_->shard_grad_.begin(), experts_->shard_grad_.end(), 0.0f);
-    ++experts_->step_;
-  }
-  return r;
 }
 
 void DistributedOptimizer::set_steps_done(int s) {

@@ -129,6 +129,7 @@ class DistributedOptimizer {
 
   void update(float clip);
   void gather_params();
+  void finish_step();  // after the update: parameters gathered, gradients cleared, one step more
   void track(std::int64_t delta);
   // Calls f(param, flat_begin, flat_end, local_begin) for each owned run of each parameter (ZeRO >= 1).
   template <class F>
@@ -148,6 +149,7 @@ class DistributedOptimizer {
   std::vector<float> shard_grad_;   // ZeRO >= 1: this rank's reduced gradient, in shard order
   std::vector<float> shard_param_;  // ZeRO-3: this rank's parameters, in shard order
   std::vector<float> m_, v_;        // Adam moments: flat (ZeRO 0) or shard order
+  std::map<std::string, std::size_t> spec_index_;  // gpt_param_specs() entry of each parameter name
   std::unique_ptr<DistributedOptimizer> experts_;  // over the experts' store and edp
   std::vector<char> gathered_, pending_;  // per group: ZeRO-3 gathered now; ZeRO-2/3 full gradient live
   std::map<std::array<int, 4>, std::vector<std::size_t>> stage_groups_;  // (l0, l1, first, last) -> groups
