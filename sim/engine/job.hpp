@@ -56,8 +56,9 @@ struct Job {
   std::vector<std::uint32_t> step_end;       // per position: the task after which it can start the next step
   std::vector<double> static_bytes;          // per position: weights, grads, optimizer, reserved
   std::vector<std::uint64_t> flow_ids;       // unused placeholder for stable ids (trace uses task ids)
-  // The expert all-to-alls of forward and input-gradient ops are flows of their own (ep_alltoall tasks), so
-  // those ops' compute tasks leave them out (a2a_cuts); otherwise they are inside the compute, as TP's.
+  // The expert all-to-alls of forward, input-gradient and (full) recompute ops are flows of their own
+  // (ep_alltoall tasks), so those ops' compute tasks leave them out (a2a_cuts); otherwise they are inside the
+  // compute, as TP's.
   bool ep_flows = false;
   bool ep_coalesced = false;  // one flow per op, at its end, instead of one per all-to-all (SimOptions::ep_piece_budget)
   std::vector<double> forward_compute;  // ep_flows: per stage, the forward op's compute seconds (all-to-alls out)
@@ -66,7 +67,8 @@ struct Job {
 // The expert all-to-alls a stage's forward (or input-gradient) op runs, in order, with where they fall in its
 // compute: each layer's lowered ops in sequence after the stage's leading edge work (StageEdges::layers_at_*),
 // as the trace draws a TP collective. An MTP module's are left in the compute (it is not a model layer here).
-std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward);
+// `recomputed` >= 0: a full recompute's forward instead, over the stage's first `recomputed` layers from 0.
+std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward, int recomputed = -1);
 
 struct JobSpec {
   const Layout* layout = nullptr;

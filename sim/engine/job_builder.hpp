@@ -80,13 +80,15 @@ class JobBuilder {
   std::vector<int> ep_group_;                       // per position: its ep group's index into job_.groups
   std::vector<std::vector<std::uint32_t>> ep_slots_;  // per group index: its all-to-all flows in order
   std::vector<int> ep_first_rank_;                     // per group index (ep groups): the global rank its block starts at
-  std::vector<std::vector<A2aCut>> cuts_f_, cuts_i_;  // per stage (ep_flows)
-  std::vector<double> a2a_f_, a2a_i_;                 // per stage: the cuts' seconds, summed
+  std::vector<std::vector<A2aCut>> cuts_f_, cuts_i_, cuts_r_;  // per stage (ep_flows); _r: full recompute's
+  std::vector<double> a2a_f_, a2a_i_, a2a_r_;                   // per stage: the cuts' seconds, summed
   std::vector<PieceMark> scratch_marks_;
   std::vector<std::size_t> scratch_infos_;
   std::vector<std::uint32_t> tied_;                 // per (dp, cp): tied-embedding all-reduce task
   std::vector<std::uint32_t> scratch_links_;
   bool explicit_recompute_ = false;
+  // A stage's recompute op: its compute cut at its all-to-alls when they are flows, one task otherwise.
+  void recompute_task(int pos, int stage, int mb);
   // The step costs' transfers and collectives as flows over the cluster's links: priced on its flat system,
   // because the core link above each pod carries the oversubscription the system's static factor stands for.
   // A transfer is priced by its own pair: on NVLink when both positions share a node, over the NICs otherwise

@@ -61,19 +61,26 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
   if (l_.ep > 1 && l_.zero_stage < 3 && costs_.work.model.moe.enabled()) {
     cuts_f_.resize(static_cast<std::size_t>(S));
     cuts_i_.resize(static_cast<std::size_t>(S));
+    cuts_r_.resize(static_cast<std::size_t>(S));
     a2a_f_.assign(static_cast<std::size_t>(S), 0.0);
     a2a_i_.assign(static_cast<std::size_t>(S), 0.0);
+    a2a_r_.assign(static_cast<std::size_t>(S), 0.0);
     job_.forward_compute.resize(static_cast<std::size_t>(S));
     for (int st = 0; st < S; ++st) {
       const auto k = static_cast<std::size_t>(st);
       cuts_f_[k] = a2a_cuts(costs_, l_, st, true);
       cuts_i_[k] = a2a_cuts(costs_, l_, st, false);
+      // Full recompute replays the first recomputed_layers' forward, all-to-alls included (selective replays
+      // the attention core only: none).
+      if (l_.recompute == Recompute::full && stage(st).recompute > 0)
+        cuts_r_[k] = a2a_cuts(costs_, l_, st, true, stage(st).recomputed_layers);
       // Each flow's uncontended time: the cost model's on the flat system, as every flow's.
-      for (auto* v : {&cuts_f_[k], &cuts_i_[k]})
+      for (auto* v : {&cuts_f_[k], &cuts_i_[k], &cuts_r_[k]})
         for (auto& x : *v)
           x.flat_seconds = cost::collective_time(c.flat_system(), x.op->coll, x.op->comm_bytes, x.op->group, 1.0, x.op->deepep).seconds;
       for (const auto& x : cuts_f_[k]) a2a_f_[k] += x.seconds;
       for (const auto& x : cuts_i_[k]) a2a_i_[k] += x.seconds;
+      for (const auto& x : cuts_r_[k]) a2a_r_[k] += x.seconds;
       job_.forward_compute[k] = stage(st).f - a2a_f_[k];
       job_.ep_flows = job_.ep_flows || !cuts_f_[k].empty() || !cuts_i_[k].empty();
     }
@@ -84,14 +91,17 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
     double extra = 0;
     for (int r = 0; r < l_.pp; ++r)
       for (const auto& a : s_.ranks[static_cast<std::size_t>(r)]) {
-        if (a.type == ActionType::F) extra += 2.0 * static_cast<double>(cuts_f_[static_cast<std::size_t>(a.stage)].size());
-        if (a.type == ActionType::B || a.type == ActionType::I)
-          extra += 2.0 * static_cast<double>(cuts_i_[static_cast<std::size_t>(a.stage)].size());
+        const auto k = static_cast<std::size_t>(a.stage);
+        if (a.type == ActionType::F) extra += 2.0 * static_cast<double>(cuts_f_[k].size());
+        if (a.type == ActionType::B || a.type == ActionType::I) extra += 2.0 * static_cast<double>(cuts_i_[k].size());
+        // The recompute before an input gradient, or a schedule's own RECOMPUTE action.
+        if ((!explicit_recompute_ && (a.type == ActionType::B || a.type == ActionType::I)) || a.type == ActionType::RECOMPUTE)
+          extra += 2.0 * static_cast<double>(cuts_r_[k].size());
       }
     extra *= static_cast<double>(c.replicas() * l_.cp);
     if (extra > spec.ep_piece_budget) {
       job_.ep_coalesced = true;
-      for (auto* cuts : {&cuts_f_, &cuts_i_})
+      for (auto* cuts : {&cuts_f_, &cuts_i_, &cuts_r_})
         for (auto& v : *cuts) {
           if (v.empty()) continue;
           A2aCut all{std::numeric_limits<double>::infinity(), 0, 0, -1, "ep_alltoall", nullptr};
@@ -141,8 +151,7 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
   const StageWork& sc = stage(a.stage);
   const bool input = a.type == ActionType::B || a.type == ActionType::I;
   const bool weight = a.type == ActionType::B || a.type == ActionType::W;
-  if (input && sc.recompute > 0 && !explicit_recompute_)
-    compute_task(pos, OpKind::recompute, sc.recompute, a.stage, a.mb);
+  if (input && sc.recompute > 0 && !explicit_recompute_) recompute_task(pos, a.stage, a.mb);
   const double secs = (input ? sc.i - sc.recompute : 0.0) + (weight ? sc.w : 0.0);
   const OpKind op = a.type == ActionType::B ? OpKind::backward : a.type == ActionType::I ? OpKind::input_grad : OpKind::weight_grad;
   if (l_.zero_stage == 3 && input) {
@@ -172,6 +181,15 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
     if (ready) st_[static_cast<std::size_t>(pos)].grads.push_back({t, sc.params / pieces});
   }
   release(t, pos, a);
+}
+
+void JobBuilder::recompute_task(int pos, int stage_index, int mb) {
+  const auto k = static_cast<std::size_t>(stage_index);
+  const double secs = stage(stage_index).recompute;
+  if (job_.ep_flows && k < cuts_r_.size() && !cuts_r_[k].empty())
+    emit_pieces(pos, OpKind::recompute, secs - a2a_r_[k], stage_index, mb, cuts_r_[k], 1, false, 0);
+  else
+    compute_task(pos, OpKind::recompute, secs, stage_index, mb);
 }
 
 std::pair<std::uint32_t, std::uint32_t> JobBuilder::emit_pieces(int pos, OpKind op, double seconds, int stage, int mb,
@@ -304,7 +322,7 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
       emit_backward(pos, a, last_bwd_[r][static_cast<std::size_t>(a.stage)] == index);
       return;
     case ActionType::RECOMPUTE:
-      compute_task(pos, OpKind::recompute, stage(a.stage).recompute, a.stage, a.mb);
+      recompute_task(pos, a.stage, a.mb);
       return;
     case ActionType::OVERLAP_F_B: {
       // DualPipe's F&B: one op running both parts; under the all-to-all overlap each part's expert all-to-alls
@@ -391,7 +409,7 @@ Job JobBuilder::build() {
 
 namespace tessel::engine {
 
-std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward) {
+std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage, bool forward, int recomputed) {
   std::vector<A2aCut> out;
   const Workload& w = costs.work;
   if (l.ep <= 1 || w.stages[static_cast<std::size_t>(stage)].moe_layers == 0) return out;
@@ -402,7 +420,7 @@ std::vector<A2aCut> a2a_cuts(const StepCosts& costs, const Layout& l, int stage,
       out.push_back({t - a2a, d, op.comm_bytes, k, op.name, &op});
       a2a += d;
     }
-  });
+  }, recomputed);
   return out;
 }
 

@@ -81,8 +81,8 @@ std::vector<TpSlice> tp_slices_of(const SimReport& r, int stage, OpKind kind) {
   const int lb = r.layout.first_layer_of_stage(stage, r.model.layers);
   const bool forward = kind == OpKind::forward || kind == OpKind::recompute;
   // The all-to-alls the simulator played as flows of their own (Job::ep_flows) are events already, and the
-  // op's compute pieces leave them out.
-  const bool flows = r.job.ep_flows && kind != OpKind::recompute;
+  // op's compute pieces leave them out (a full recompute's too).
+  const bool flows = r.job.ep_flows;
   int replayed = -1;  // all the stage's layers, after its edge work
   if (kind == OpKind::recompute) {
     if (r.layout.recompute != Recompute::full) return out;

@@ -817,3 +817,69 @@ TEST_CASE("expert all-to-alls are flows of the ep group: per layer or coalesced,
   for (auto t : wflows)
     for (auto link : wr.job.graph.links_of(t)) CHECK((link >= 16u && link < 32u));
 }
+
+// Full recompute replays the forward of the recomputed layers, their all-to-alls included: those are flows too
+// (cut out of the recompute op's compute), drawn inside the recompute's event; Megatron's block method with
+// recompute_layers 3 replays the first 3 layers only. Selective recompute replays the attention core, no
+// all-to-all.
+TEST_CASE("a full recompute's expert all-to-alls are flows of the ep group, as the forward's") {
+  Model m = load_model("mixtral-8x7b");
+  m.layers = 8;
+  m.seq_len = 1024;
+  const System sys = load_system("dgx-h100");
+  const auto count_a2a = [](const engine::SimReport& r) {
+    std::size_t n = 0;
+    for (std::uint32_t t = 0; t < r.job.graph.size(); ++t) n += r.job.info[t].op == engine::OpKind::ep_alltoall;
+    return n;
+  };
+  Layout l = parse_layout_words("tp1 pp1 dp4 ep4 mbs1 1f1b", 16, "test");
+  l.overlap_grad_reduce = false;
+  l.recompute = Recompute::full;
+  const int M = l.num_microbatches();
+  const engine::SimReport r = engine::simulate(m, l, sys, {});
+  REQUIRE(r.job.ep_flows);
+  const auto cuts_r = engine::a2a_cuts(r.costs, l, 0, true, r.costs.work.stages[0].recomputed_layers);
+  CHECK(cuts_r.size() == 2 * 8);
+  // The recompute's cuts are the forward's, less the edge work before the first layer (the embedding).
+  const auto cuts_f = engine::a2a_cuts(r.costs, l, 0, true);
+  const double lead = r.costs.work.edges_of(0)->layers_at_f;
+  REQUIRE(cuts_f.size() == cuts_r.size());
+  for (std::size_t k = 0; k < cuts_r.size(); ++k) {
+    CHECK(cuts_r[k].at == doctest::Approx(cuts_f[k].at - lead).epsilon(1e-9));
+    CHECK(cuts_r[k].seconds == cuts_f[k].seconds);
+  }
+  CHECK(count_a2a(r) == static_cast<std::size_t>(M) * (16 + 16 + 16));  // forward, input gradient, recompute
+  // Each recompute's compute pieces add up to the recompute less its all-to-alls.
+  double a2a_r = 0;
+  for (const auto& c : cuts_r) a2a_r += c.seconds;
+  std::map<int, double> recompute_work;  // per micro-batch, position 0
+  for (std::uint32_t t = 0; t < r.job.graph.size(); ++t)
+    if (r.job.info[t].pos == 0 && r.job.info[t].op == engine::OpKind::recompute) recompute_work[r.job.info[t].mb] += r.job.graph.work[t];
+  REQUIRE(recompute_work.size() == static_cast<std::size_t>(M));
+  for (const auto& [mb, w] : recompute_work)
+    CHECK(w == doctest::Approx(r.costs.work.stages[0].recompute - a2a_r).epsilon(1e-9));
+  // The trace: one recompute event per micro-batch, its all-to-alls inside it.
+  const trace::Trace tr = engine::to_trace(r, sys);
+  std::vector<const trace::OpEvent*> rec;
+  for (const auto& e : tr.events)
+    if (e.rank == 0 && e.op == "recompute") rec.push_back(&e);
+  CHECK(rec.size() == static_cast<std::size_t>(M));
+  int inside = 0;
+  for (const auto& e : tr.events) {
+    if (e.rank != 0 || e.op != "ep_alltoall") continue;
+    inside += std::any_of(rec.begin(), rec.end(), [&](const trace::OpEvent* s) {
+      return s->mb == e.mb && e.start_us >= s->start_us - 1e-6 && e.start_us + e.dur_us <= s->start_us + s->dur_us + 1e-6;
+    });
+  }
+  CHECK(inside == M * 16);
+  // Block method, 3 layers recomputed: 3 layers' all-to-alls per recompute.
+  Layout block = l;
+  block.recompute_method = RecomputeMethod::block;
+  block.recompute_layers = 3;
+  const engine::SimReport rb = engine::simulate(m, block, sys, {});
+  CHECK(count_a2a(rb) == static_cast<std::size_t>(M) * (16 + 16 + 6));
+  // Selective: none.
+  Layout sel = l;
+  sel.recompute = Recompute::selective;
+  CHECK(count_a2a(engine::simulate(m, sel, sys, {})) == static_cast<std::size_t>(M) * (16 + 16));
+}
