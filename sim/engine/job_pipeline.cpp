@@ -5,11 +5,11 @@
 // next op waits for it too (Megatron waits on the batch_isend_irecv requests before the next step), which
 // is the steady-state exposure estimate.cpp counts; a rendezvous (the sender held until the receiver posts)
 // is not modelled, because Megatron posts matching pairs together in the 1F1B steady state.
-// A MoE stage's forward and input-gradient ops are cut at their expert all-to-alls: each dispatch and combine
-// is a flow shared by the positions of its ep group, on their NVLink (the group inside one NVLink domain) or
-// NIC links, so it contends with the pipeline transfers and gradient reductions on those links and waits for
-// its slowest member, as NCCL's all-to-all does. F&B blocks, recompute ops and ZeRO-3's per-layer ops keep
-// theirs inside the compute (fixed-length, as priced).
+// A MoE stage's forward, input-gradient and full-recompute ops are cut at their expert all-to-alls: each
+// dispatch and combine is a flow shared by the positions of its ep group, on their NVLink (the group inside
+// one NVLink domain) or NIC links, so it contends with the pipeline transfers and gradient reductions on
+// those links and waits for its slowest member, as NCCL's all-to-all does. F&B blocks and ZeRO-3's
+// per-layer ops keep theirs inside the compute (fixed-length, as priced).
 #include <algorithm>
 #include <cmath>
 #include <map>
