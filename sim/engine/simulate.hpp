@@ -70,7 +70,7 @@ struct SimReport {
 // that does not match the layout or fails validation (the validator's message).
 SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOptions opt = {});
 
-// Boost.Graph longest path over the executed DAG (durations as played), as the ops on it in time order.
+// The longest path over the executed DAG (durations as played), as the ops on it in time order.
 std::vector<std::uint32_t> critical_path(const Job& job, const RunResult& run);
 std::string describe_task(const Job& job, std::uint32_t task, const Cluster& c);
 // Busy / exposed communication / bubble and peak memory per position.
