@@ -63,6 +63,12 @@ Stack parse_stack(const Json& j, const std::string& where) {
     s.zero.push_back(static_cast<int>(z));
   }
   if (s.zero.empty()) o.fail("zero", "must list at least one ZeRO stage");
+  s.zero_default = static_cast<int>(o.opt_integer("zero_default", 0, 3).value_or(s.zero.front()));
+  if (std::find(s.zero.begin(), s.zero.end(), s.zero_default) == s.zero.end())
+    o.fail("zero_default", "must be one of the stack's ZeRO stages");
+  s.sequence_parallel_default = o.opt_boolean("sequence_parallel_default").value_or(false);
+  if (s.sequence_parallel_default && !s.sequence_parallel)
+    o.fail("sequence_parallel_default", "cannot be true for a stack without sequence parallelism");
   s.deepep = o.opt_boolean("deepep").value_or(false);
   s.a2a_overlap = o.opt_boolean("a2a_overlap").value_or(false);
   o.finish();

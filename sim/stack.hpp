@@ -28,6 +28,11 @@ struct Stack {
   std::vector<Recompute> recompute;
   Recompute recompute_default = Recompute::none;  // without a recompute flag (Megatron-LM: none; torchtitan: selective)
   std::vector<int> zero;
+  // What the stack runs when a run does not say (validate fills a published row's unstated fields with them):
+  // sequence parallelism under tp > 1 (Megatron-LM: --sequence-parallel is opt-in; NeMo's recipes set it),
+  // and the ZeRO stage (Megatron-LM: no distributed optimizer unless asked; NeMo: distributed_fused_adam).
+  bool sequence_parallel_default = false;  // key "sequence_parallel_default", absent: false
+  int zero_default = 0;                    // key "zero_default", absent: the first of "zero"
   bool deepep = false;       // the DeepEP token dispatcher for MoE models (key "deepep", absent: false)
   bool a2a_overlap = false;  // DualPipe's all-to-all overlap in its F&B blocks (key "a2a_overlap", absent: false)
 };

@@ -145,6 +145,15 @@ void apply_source_conventions(const std::string& id, Layout& l, std::vector<std:
 
 using Candidate = RowCandidate;
 
+// "recompute=none, sequence_parallel=true, zero_stage=1 under stack megatron-core-2024" for the row's source.
+std::string stack_defaults_text(const std::string& id) {
+  const auto name = source_stack(id);
+  if (!name) return "no stack";
+  const Stack& s = stack_preset(*name);
+  return "recompute=" + to_string(s.recompute_default) + ", sequence_parallel=" + (s.sequence_parallel_default ? "true" : "false") +
+         ", zero_stage=" + std::to_string(s.zero_default) + " under stack " + s.name;
+}
+
 // Builds every layout the row allows: fixed fields from the row, the null ones enumerated.
 std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, const std::string& where,
                                      std::vector<std::string>& notes) {
@@ -210,13 +219,22 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   } else {
     vpp_opts = {int_field(lj, "vpp", where + ".layout")};
   }
-  if (is_null(lj, "recompute")) rec_opts = {Recompute::none, Recompute::selective, Recompute::full};
+  // The source's stack bounds what an unstated field may be (a Megatron-LM 2022 row has no distributed optimizer)
+  // and says what it is by default (Stack::recompute_default, sequence_parallel_default, zero_default).
+  const std::optional<std::string> stack_name = source_stack(id);
+  const Stack* stack = stack_name ? &stack_preset(*stack_name) : nullptr;
+  if (!stack) notes.push_back("no software stack for this source: unstated fields at their fastest");
+  if (stack && stated.empty() && sched_opts.size() > 1) {
+    std::erase_if(sched_opts, [&](Kind k) { return std::find(stack->schedules.begin(), stack->schedules.end(), k) == stack->schedules.end(); });
+    if (sched_opts.empty()) sched_opts = {Kind::one_f_one_b};
+  }
+  if (is_null(lj, "recompute")) rec_opts = stack ? stack->recompute : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full};
   else rec_opts = {parse_recompute(str_field(lj, "recompute", where + ".layout"), where + ".layout.recompute")};
-  if (is_null(lj, "sequence_parallel")) sp_opts = base.tp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0};
+  if (is_null(lj, "sequence_parallel")) sp_opts = base.tp > 1 && (!stack || stack->sequence_parallel) ? std::vector<int>{0, 1} : std::vector<int>{0};
   else if (!lj.at("sequence_parallel").is_boolean())
     throw InputError(where + ".layout.sequence_parallel: value " + json_brief(lj.at("sequence_parallel")) + " must be true, false or null");
   else sp_opts = {lj.at("sequence_parallel").get<bool>() ? 1 : 0};
-  if (is_null(lj, "zero_stage")) zero_opts = {0, 1};
+  if (is_null(lj, "zero_stage")) zero_opts = stack ? stack->zero : std::vector<int>{0, 1};
   else {
     const Json& z = lj.at("zero_stage");
     if (!z.is_number_integer() || z.get<int>() < 0 || z.get<int>() > 3)
@@ -264,6 +282,11 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
               if (is_null(lj, "recompute")) c.assumed.push_back("recompute=" + to_string(rc));
               if (is_null(lj, "sequence_parallel") && l.tp > 1) c.assumed.push_back(std::string("sequence_parallel=") + (sp ? "true" : "false"));
               if (is_null(lj, "zero_stage")) c.assumed.push_back("zero_stage=" + std::to_string(z));
+              if (stack) {
+                c.departures += is_null(lj, "recompute") && rc != stack->recompute_default;
+                c.departures += is_null(lj, "sequence_parallel") && l.tp > 1 && (sp == 1) != stack->sequence_parallel_default;
+                c.departures += is_null(lj, "zero_stage") && z != stack->zero_default;
+              }
               out.push_back(std::move(c));
             }
   return out;
@@ -519,17 +542,25 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       const std::vector<std::string>& notes = mr.notes;
       const Model& m = mr.model;
       const std::vector<Candidate>& cands = mr.candidates;
-      // The best predicted candidate that fits in memory (or the best of all when none fits).
-      std::optional<Prediction> best;
-      std::vector<std::string> best_assumed;
-      bool best_fits = false;
+      // Two picks among the candidates, each preferring those that fit in memory: the stack's (fewest
+      // departures from the source stack's defaults, then the fastest: what the source ran when it did not say
+      // otherwise) and the best case (the fastest). validate scores the first and reports the second where it
+      // is another layout.
+      struct Scored {
+        Prediction p;
+        std::size_t index = 0;
+        bool fits = false;
+      };
+      std::optional<Scored> chosen, best;
       std::string last_reason;
       // A row whose layers divide under some of its candidates (an unstated vpp among them) keeps those:
       // the balanced split is assumed only for a layout that cannot be split evenly.
       const bool divides = std::any_of(cands.begin(), cands.end(), [&](const Candidate& c) {
         return !c.layout.stage_layers.empty() || m.layers % c.layout.num_stages() == 0;
       });
-      for (Candidate c : cands) {
+      std::vector<Candidate> tried(cands.begin(), cands.end());
+      for (std::size_t i = 0; i < tried.size(); ++i) {
+        Candidate& c = tried[i];
         Estimate e;
         try {
           if (!divides) assume_balanced_split(m, sys, c);
@@ -538,18 +569,22 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
           last_reason = err.what();
           continue;
         }
-        const bool better = !best || (e.fits && !best_fits) || (e.fits == best_fits && e.step_s < best->est.step_s);
-        if (better) {
-          best = Prediction{e, e.step_s};
-          best_assumed = c.assumed;
-          best_fits = e.fits;
-        }
+        const Scored sc{Prediction{e, e.step_s}, i, e.fits};
+        const auto faster = [&](const Scored& o) { return e.step_s < o.p.est.step_s; };
+        if (!best || (e.fits && !best->fits) || (e.fits == best->fits && faster(*best))) best = sc;
+        const int d = c.departures, od = chosen ? tried[chosen->index].departures : 0;
+        if (!chosen || (e.fits && !chosen->fits) || (e.fits == chosen->fits && (d < od || (d == od && faster(*chosen)))))
+          chosen = sc;
       }
-      if (!best) throw RowSkip{"no feasible layout: " + last_reason};
-      if (step_time) best->step_s = step_time(m, best->est.layout, sys);
+      if (!chosen) throw RowSkip{"no feasible layout: " + last_reason};
+      if (step_time) chosen->p.step_s = step_time(m, chosen->p.est.layout, sys);
+      const bool differ = best->index != chosen->index;
+      if (differ && step_time) best->p.step_s = step_time(m, best->p.est.layout, sys);
+      const Candidate& cc = tried[chosen->index];
       std::vector<std::string> assumed = notes;
-      assumed.insert(assumed.end(), best_assumed.begin(), best_assumed.end());
-      if (!best_fits) assumed.push_back("predicted peak memory exceeds the GPU");
+      assumed.insert(assumed.end(), cc.assumed.begin(), cc.assumed.end());
+      if (cc.departures > 0) assumed.push_back("no layout with the stack's defaults fits (" + stack_defaults_text(id) + ")");
+      if (!chosen->fits) assumed.push_back("predicted peak memory exceeds the GPU");
       if (!x.note.empty()) assumed.push_back(x.note);
       const Json& meas = row.at("measured");
       const std::size_t scored_before = out.rows.size();
@@ -557,8 +592,8 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
         if (!it.value().is_number()) continue;
         const double measured = it.value().get<double>();
         if (!(measured > 0) || !std::isfinite(measured)) continue;
-        auto pred = predict_metric(it.key(), m, *best, sys);
-        if (!pred) pred = predict_layer_metric(it.key(), m, best->est.layout, sys);
+        auto pred = predict_metric(it.key(), m, chosen->p, sys);
+        if (!pred) pred = predict_layer_metric(it.key(), m, chosen->p.est.layout, sys);
         if (!pred) continue;
         MetricResult r;
         r.id = id;
@@ -570,6 +605,18 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
         r.points = r.metric == "bubble_rate";
         r.error_pct = r.points ? 100.0 * (*pred - measured) : 100.0 * (*pred - measured) / measured;
         r.assumed = assumed;
+        if (differ) {
+          auto other = predict_metric(it.key(), m, best->p, sys);
+          if (!other) other = predict_layer_metric(it.key(), m, best->p.est.layout, sys);
+          if (other && *other != *pred) {
+            MetricResult::BestCase b;
+            b.predicted = *other;
+            b.error_pct = r.points ? 100.0 * (*other - measured) : 100.0 * (*other - measured) / measured;
+            b.assumed = tried[best->index].assumed;
+            if (!best->fits) b.assumed.push_back("predicted peak memory exceeds the GPU");
+            r.best_case = std::move(b);
+          }
+        }
         out.rows.push_back(std::move(r));
       }
       if (out.rows.size() == scored_before)
@@ -636,10 +683,14 @@ Json select_rows(const Json& rows, const std::string& where, const std::vector<s
 Json validation_to_json(const ValidationResult& r) {
   Json j;
   j["rows"] = Json::array();
-  for (const auto& m : r.rows)
-    j["rows"].push_back({{"id", m.id}, {"metric", m.metric}, {"measured", m.measured}, {"predicted", m.predicted},
-                         {"error_pct", m.error_pct}, {"error_unit", m.points ? "points" : "percent"},
-                         {"assumed", m.assumed}});
+  for (const auto& m : r.rows) {
+    Json row = {{"id", m.id}, {"metric", m.metric}, {"measured", m.measured}, {"predicted", m.predicted},
+                {"error_pct", m.error_pct}, {"error_unit", m.points ? "points" : "percent"}, {"assumed", m.assumed}};
+    if (m.best_case)
+      row["best_case"] = {{"predicted", m.best_case->predicted}, {"error_pct", m.best_case->error_pct},
+                          {"assumed", m.best_case->assumed}};
+    j["rows"].push_back(std::move(row));
+  }
   j["mape_pct"] = r.mape_pct;
   j["max_abs_error_pct"] = r.max_abs_pct;
   j["skipped"] = Json::array();

@@ -24,6 +24,14 @@ struct MetricResult {
   double error_pct = 0;                 // (predicted - measured) / measured * 100; with `points`, (predicted - measured) * 100
   bool points = false;                  // a rate near zero (bubble_rate): the error in percentage points
   std::vector<std::string> assumed;     // "micro_batch=1 (best predicted)", "attention=unfused (Megatron-LM 2021)"
+  // Unstated fields are filled with the source stack's defaults (the fastest of what stays open: micro-batch,
+  // schedule, vpp); where the fastest fitting choice of every unstated field is another layout, its prediction
+  // too, with the values it chose.
+  struct BestCase {
+    double predicted = 0, error_pct = 0;
+    std::vector<std::string> assumed;
+  };
+  std::optional<BestCase> best_case;
 };
 
 struct SkippedRow {
@@ -42,6 +50,9 @@ struct ValidationResult {
 struct RowCandidate {
   Layout layout;
   std::vector<std::string> assumed;
+  // How many of the row's unstated fields this candidate sets otherwise than the source's stack runs them by
+  // default (recompute, sequence parallelism, ZeRO stage; Stack::*_default); 0 for a source without a stack.
+  int departures = 0;
 };
 
 // A row as validate maps it: the system (its GPU's preset, or the override), the GPU count, the model, what

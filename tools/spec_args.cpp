@@ -234,7 +234,12 @@ Specs read_specs(const CommandLine& cl, bool played) {
   }
   read_options(cl, given, cpu, l);
   if (stack && !stack->sequence_parallel && !cl.has("--sp")) l.sequence_parallel = false;
-  if (stack && !given && !cl.has("--recompute")) l.recompute = stack->recompute_default;
+  // A layout given whole (--layout, a file) says what it runs; otherwise what a flag leaves open is the stack's.
+  if (stack && !given) {
+    if (!cl.has("--recompute")) l.recompute = stack->recompute_default;
+    if (!cl.has("--zero")) l.zero_stage = stack->zero_default;
+    if (!cl.has("--sp") && !cl.has("--no-sp") && !cpu) l.sequence_parallel = stack->sequence_parallel_default && l.tp > 1;
+  }
   s.gpus = read_gpus(cl, given, s.system, l);
   resolve_specs_split(cl, s);
   if (stack)

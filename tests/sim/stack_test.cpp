@@ -81,6 +81,19 @@ TEST_CASE("stacks: defaults applied, and what a stack lacks refused by name") {
   CHECK(tt.microbatch_rule == sched::MicrobatchRule::torch);
 }
 
+// What each stack runs when a run does not say: validate fills a published row's unstated fields with it.
+TEST_CASE("stacks: defaults for what a run does not state") {
+  const Stack& lm22 = stack_preset("megatron-lm-2022");
+  CHECK(lm22.recompute_default == Recompute::none);
+  CHECK_FALSE(lm22.sequence_parallel_default);  // --sequence-parallel is opt-in
+  CHECK(lm22.zero_default == 0);                // no distributed optimizer unless asked
+  const Stack& mc = stack_preset("megatron-core-2024");
+  CHECK(mc.sequence_parallel_default);  // NeMo's recipes: sequence_parallel true
+  CHECK(mc.zero_default == 1);          // distributed_fused_adam
+  CHECK(stack_preset("torchtitan-2025").zero_default == 3);  // FSDP2
+  CHECK(stack_preset("torchtitan-2025").recompute_default == Recompute::selective);
+}
+
 TEST_CASE("stacks: validate's sources map to their stacks") {
   CHECK(source_stack("narayanan21_t2_PTD-P_174.6B") == "megatron-lm-2021");
   CHECK(source_stack("korthikanti22_t5_175B_selective_sp") == "megatron-lm-2022");
@@ -102,6 +115,14 @@ TEST_CASE("stacks: a bad stack file names the field, the value and the rule") {
   bad = ok;
   bad.replace(bad.find("\"recompute_default\":\"none\""), 26, "\"recompute_default\":\"full\"");
   CHECK(error_of(bad).find("recompute_default") != std::string::npos);
+  bad = ok;
+  bad.insert(bad.size() - 1, ",\"zero_default\":1");
+  CHECK(error_of(bad).find("zero_default") != std::string::npos);
+  CHECK(error_of(bad).find("must be one of the stack's ZeRO stages") != std::string::npos);
+  bad = ok;
+  bad.replace(bad.find("\"sequence_parallel\":true"), 24, "\"sequence_parallel\":false,\"sequence_parallel_default\":true");
+  CHECK(error_of(bad).find("sequence_parallel_default") != std::string::npos);
+  CHECK(error_of(bad).find("cannot be true for a stack without sequence parallelism") != std::string::npos);
   bad = ok;
   bad.insert(bad.size() - 1, ",\"fp8\":true");
   CHECK(error_of(bad).find("fp8") != std::string::npos);

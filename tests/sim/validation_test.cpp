@@ -222,3 +222,43 @@ TEST_CASE("validate: a bubble rate per schedule is a row per schedule, in points
   CHECK(r.skipped[1].id == "t9");
   CHECK(r.skipped[1].reason == "measured holds no number validate predicts (T_comm, units)");
 }
+
+// Unstated fields are what the source's stack runs by default (sim/stacks/): Megatron-LM 2022 has sequence
+// parallelism opt-in and no distributed optimizer, so a korthikanti22 row with neither stated is predicted
+// without them, and the faster choice is reported beside it as the best case. A default that does not fit in
+// memory gives way to the fewest changes that fit, and says so; a source without a stack keeps the fastest.
+TEST_CASE("validate: unstated fields take the source stack's defaults; the best case is reported beside them") {
+  const auto row = [](const std::string& id, int seq) {
+    return R"({"id":")" + id + R"(","model":{"layers":48,"hidden":6144,"heads":64,"ffn":null,"vocab":51200,
+      "seq_len":)" + std::to_string(seq) + R"(},"hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":64},
+      "layout":{"tp":8,"pp":1,"dp":8,"cp":1,"ep":1,"vpp":1,"micro_batch":1,"global_batch":512,
+      "num_microbatches":null,"schedule":"none","recompute":null,"sequence_parallel":null,"zero_stage":null,
+      "precision":"fp16_or_bf16"},"measured":{"iteration_time_s":1.0}})";
+  };
+  const auto has = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
+  const auto one = [](const std::string& text) {
+    const ValidationResult r = validate_rows(parse_json_text(text, "rows.json"), "rows.json");
+    REQUIRE(r.rows.size() == 1);
+    return r.rows[0];
+  };
+  const MetricResult stack = one("[" + row("korthikanti22_x", 2048) + "]");
+  CHECK(has(stack.assumed, "recompute=none"));
+  CHECK(has(stack.assumed, "sequence_parallel=false"));
+  CHECK(has(stack.assumed, "zero_stage=0"));
+  REQUIRE(stack.best_case.has_value());
+  CHECK(has(stack.best_case->assumed, "sequence_parallel=true"));
+  CHECK(stack.best_case->predicted < stack.predicted);  // faster, so fewer seconds
+  CHECK(stack.best_case->error_pct == doctest::Approx(100.0 * (stack.best_case->predicted - 1.0)));
+  // The same row from a source without a stack: the fastest, and it says why.
+  const MetricResult free = one("[" + row("elsewhere_x", 2048) + "]");
+  CHECK_FALSE(free.best_case.has_value());
+  CHECK(has(free.assumed, "sequence_parallel=true"));
+  CHECK(has(free.assumed, "zero_stage=1"));
+  CHECK(has(free.assumed, "no software stack for this source: unstated fields at their fastest"));
+  // 8k tokens: without recompute the unfused attention's scores do not fit; one change does (recompute).
+  const MetricResult longer = one("[" + row("korthikanti22_y", 8192) + "]");
+  CHECK_FALSE(has(longer.assumed, "recompute=none"));
+  CHECK(has(longer.assumed, "sequence_parallel=false"));
+  CHECK(has(longer.assumed, "no layout with the stack's defaults fits (recompute=none, sequence_parallel=false, "
+                            "zero_stage=0 under stack megatron-lm-2022)"));
+}
