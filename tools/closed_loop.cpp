@@ -308,6 +308,8 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   double first_step_s = 0;
   const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, first_step_s);
   r.calibration_noise = cal.noise;
+  r.contention_noise = cal.contention_noise;
+  r.contention_unsteady = calib::contention_unsteady_text(cal.fit);
   r.calibration = calibration_json(cal);
   std::vector<double> pred, meas, abs_err, op_err, spreads;
   for (std::size_t i = 0; i < held.size(); ++i) {
@@ -333,8 +335,8 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   LoopRow again;
   measure(c, calib.front(), dir + "/drift.trace.json", again);
   r.drift = std::abs(again.measured_s / first_step_s - 1);
-  r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.measurement_noise <= calib::kNoiseFlag &&
-              r.drift <= calib::kNoiseFlag;
+  r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.contention_noise <= calib::kNoiseFlag &&
+              r.measurement_noise <= calib::kNoiseFlag && r.drift <= calib::kNoiseFlag;
   r.load_after = load_now();
   return r;
 }

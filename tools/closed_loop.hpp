@@ -42,6 +42,8 @@ struct LoopRepeat {
   int repeat = 0;
   double load_before = -1, load_after = -1;  // load average over the last minute
   double calibration_noise = -1;             // the fit's (bench and calibration traces)
+  double contention_noise = -1;              // the contention fit's unsteadiness (calib::Calibration)
+  std::string contention_unsteady;           // why, when above the flag level (calib::contention_unsteady_text)
   double measurement_noise = 0;              // median spread of the held-out runs' steps
   // The machine's drift over the repeat: the first calibration run measured again after the held-out runs,
   // |end / start - 1| of its median step. A load that comes and goes between runs leaves each run's steps

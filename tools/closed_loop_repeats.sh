@@ -58,6 +58,12 @@ ranks = sorted({l["ranks"] for l in held})
 layouts_ok = len(held) >= 8 and ranks[0] == 1 and ranks[-1] == 4
 print(f"held-out layouts: {len(held)}, ranks {ranks}: {'meets' if layouts_ok else 'misses'} >= 8 layouts of 1 to 4 ranks")
 every = layouts_ok
+
+
+def fmt_pct(v):
+    return "-" if v is None else f"{v:.1f}%"
+
+
 for r in d["repeats"]:
     s = r["summary"]
     ok = (s["median_abs_error_pct"] <= t["median_abs_error_pct"] and
@@ -67,7 +73,8 @@ for r in d["repeats"]:
     print(f"repeat {r['repeat']}: median |step error| {s['median_abs_error_pct']:.1f}% (<= {t['median_abs_error_pct']:g}), "
           f"median |op error| {s['op_median_abs_error_pct']:.1f}% (<= {t['op_median_abs_error_pct']:g}), "
           f"Kendall tau {s['kendall_tau']:.3f} (>= {t['kendall_tau']:g}); noise: calibration "
-          f"{'-' if noise is None else f'{noise:.1f}%'}, held-out {s['measurement_noise_pct']:.1f}%; "
+          f"{'-' if noise is None else f'{noise:.1f}%'}, contention {fmt_pct(s.get('contention_noise_pct'))}, "
+          f"held-out {s['measurement_noise_pct']:.1f}%; "
           f"load {r['load_before']:.2f} -> {r['load_after']:.2f}; {'meets' if ok else 'misses'} the targets"
           + ("" if s["trusted"] else f"; NOT TRUSTED: {s['untrusted_because']}"))
 print("all three repeats meet the targets with trusted noise" if every else "not every repeat meets the targets")

@@ -144,13 +144,19 @@ double load_average() {
 std::string noise_warning(const calib::Calibration& c) {
   std::ostringstream os;
   os.precision(3);
-  os << "the measurements vary by " << calib::noise_text(c.noise) << " between repeats (load average " << load_average()
-     << "), above the " << 100 * calib::kNoiseFlag << "% a profile can be trusted at: its predictions may be off by as much";
+  if (c.noise > calib::kNoiseFlag)
+    os << "the measurements vary by " << calib::noise_text(c.noise) << " between repeats (load average " << load_average()
+       << "), above the " << 100 * calib::kNoiseFlag << "% a profile can be trusted at: its predictions may be off by as much";
+  if (c.contention_noise > calib::kNoiseFlag)
+    os << (os.str().empty() ? "" : "; ") << calib::contention_unsteady_text(c.fit) << ", above the "
+       << 100 * calib::kNoiseFlag << "% a profile can be trusted at: the host's cores were not equally shared while the "
+       << "bench ran, so the fitted contention holds part of the time";
   return os.str();
 }
 
 void add_noise_json(Json& r, const calib::Calibration& c) {
   r["noise_pct"] = c.noise >= 0 ? Json(100 * c.noise) : Json(nullptr);
+  r["contention_noise_pct"] = c.contention_noise >= 0 ? Json(100 * c.contention_noise) : Json(nullptr);
   r["trusted"] = !c.flagged;
   r["load_average"] = load_average();
 }
@@ -159,6 +165,9 @@ void print_noise(const calib::Calibration& c) {
   if (c.noise < 0) return;
   std::cout << "noise (repeat variation): " << fmt::fixed(100 * c.noise, 1) << "%, load average "
             << fmt::fixed(load_average(), 2) << (c.flagged ? ": NOT TRUSTED (above 10%)" : "") << "\n";
+  if (c.contention_noise >= 0)
+    std::cout << "contention steadiness (interquartile range of the rows' busy/alone over its median): "
+              << fmt::fixed(100 * c.contention_noise, 1) << "%\n";
 }
 
 // --published ROWS: the efficiency grid searched against validate's predictions of the (selected) rows, from

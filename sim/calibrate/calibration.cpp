@@ -25,6 +25,20 @@ std::string bench_origins(const std::vector<BenchData>& b) {
 
 }  // namespace
 
+std::string contention_unsteady_text(const FitResult& f) {
+  std::string out;
+  for (const ContentionFit& c : f.contention) {
+    if (!(c.spread > kNoiseFlag)) continue;
+    std::ostringstream os;
+    os.precision(3);
+    os << (out.empty() ? "" : "; ") << "the " << to_string(c.kind) << " rows' slowdown with every core busy was " << c.q1
+       << "x to " << c.q3 << "x between their quartiles (an interquartile range of " << noise_text(c.spread)
+       << " of the median; fitted factor " << c.factor << "x)";
+    out += os.str();
+  }
+  return out;
+}
+
 std::string noise_text(double fraction) {
   std::ostringstream os;
   if (100 * fraction >= 1000) os << std::fixed << std::setprecision(0);
@@ -85,7 +99,8 @@ Calibration calibrate(const CalibrationInputs& in) {
   // The base's validated error band does not hold for a refit profile: unknown until the profile is measured.
   c.fit.profile.error_band.reset();
   c.noise = std::max(c.fit.noise, c.traced ? c.trace.noise : -1.0);
-  c.flagged = c.noise > kNoiseFlag;
+  c.contention_noise = c.fit.contention_noise;
+  c.flagged = c.noise > kNoiseFlag || c.contention_noise > kNoiseFlag;
   check_noise(c, in);
   std::string inputs;
   if (!in.benches.empty()) inputs += " --bench " + bench_origins(in.benches);

@@ -60,7 +60,14 @@ struct ContentionFit {
   CostKind kind = CostKind::memory;
   int rows = 0;
   double factor = 1;  // time with every core busy over time alone
+  // The rows' own ratios (busy over alone, one per row): their quartiles, and the interquartile range over the
+  // median (the steadiness: a host whose cores are shared unevenly while the bench runs slows some rows and not
+  // others of one kind). spread -1: fewer than kContentionSteadyRows rows.
+  double q1 = 1, q3 = 1, spread = -1;
 };
+
+// A kind needs this many rows before its ratios' spread says anything (the GEMM grid has 80-odd).
+inline constexpr int kContentionSteadyRows = 16;
 
 struct FitResult {
   System profile;
@@ -79,6 +86,8 @@ struct FitResult {
   std::vector<KindFit> kinds;             // per-kind rates of the runtime kernel rows
   std::vector<ContentionFit> contention;  // per kind, from a bench of several threads at once
   double noise = -1;                      // the bench rows' median spread (repeat variation); -1: none measured
+  // The largest spread of a contention fit's row ratios (ContentionFit::spread); -1: none measured.
+  double contention_noise = -1;
   std::vector<Residuals> residuals;
   std::vector<std::string> notes;  // what was kept from the base, what was raised to fit the bounds
 };

@@ -156,12 +156,23 @@ namespace {
 struct Ratio {
   double busy = 0, alone = 0;
   int rows = 0;
+  std::vector<double> each;  // every row's busy / alone
   void add(double b, double a, double w) {
     busy += w * b;
     alone += w * a;
     ++rows;
+    if (a > 0 && b > 0) each.push_back(b / a);
   }
 };
+
+// Quartile q (0.25, 0.5, 0.75) of `v` by linear interpolation between order statistics.
+double quartile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const double at = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(at);
+  const std::size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (at - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
 
 [[noreturn]] void mismatch(const BenchData& a, const BenchData& b, const std::string& what) {
   throw InputError("--bench " + a.origin + " and " + b.origin + ": " + what + "; the contention fit compares the same rows "
@@ -201,7 +212,13 @@ std::vector<ContentionFit> fit_contention(const BenchData& alone, const BenchDat
     // Within the parser's [0.1, 20]: a ratio outside it is no contention but a disturbed measurement.
     const double f = std::clamp(r[k].busy / r[k].alone, 0.1, 20.0);
     profile.host.contention[static_cast<std::size_t>(k)] = f;
-    out.push_back({static_cast<CostKind>(k), r[k].rows, f});
+    ContentionFit c{static_cast<CostKind>(k), r[k].rows, f};
+    if (static_cast<int>(r[k].each.size()) >= kContentionSteadyRows) {
+      c.q1 = quartile(r[k].each, 0.25);
+      c.q3 = quartile(r[k].each, 0.75);
+      c.spread = (c.q3 - c.q1) / quartile(r[k].each, 0.5);
+    }
+    out.push_back(c);
   }
   profile.host.contention[idx(CostKind::glue)] = profile.host.contention[idx(CostKind::memory)];
   return out;

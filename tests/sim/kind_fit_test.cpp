@@ -7,6 +7,7 @@
 #include <string>
 
 #include "util/error.hpp"
+#include "sim/calibrate/calibration.hpp"
 #include "sim/calibrate/fit.hpp"
 #include "sim/calibrate/kind_fit.hpp"
 #include "sim/cost/comm.hpp"
@@ -193,4 +194,46 @@ TEST_CASE("kind fit: AdamW's rate at each size the bench stepped, as cost::adamw
   fit_kind_rates(b, t.gpu.kernel_overhead_s, q);
   CHECK(q.gpu.optimizer_params.empty());
   CHECK(q.gpu.kernel_Bps[idx(CostKind::optimizer)].fwd > 0);
+}
+
+// A host whose two cores are sometimes shared (a VM's vCPUs put on one physical core for part of the bench) slows
+// some GEMM rows ~1.85x with both busy and leaves the others at ~1.0x: one factor cannot hold for both, and the
+// fit says so (the spread of the rows' ratios); a steady host's rows agree and it stays quiet.
+TEST_CASE("kind fit: a contention measured on unsteady cores is flagged with its quartiles") {
+  BenchData alone, busy;
+  alone.origin = "alone.json";
+  busy.origin = "busy.json";
+  busy.concurrent = 2;
+  for (int i = 0; i < 40; ++i) {
+    GemmRow r;
+    r.m = 64 + 8 * i;
+    r.n = r.k = 256;
+    r.time_s = 1e-4 * (1 + i);
+    alone.gemm.push_back(r);
+    busy.gemm.push_back(r);
+  }
+  // Steady: every row 1.00x-1.06x.
+  for (std::size_t i = 0; i < busy.gemm.size(); ++i) busy.gemm[i].time_s *= 1.0 + 0.0015 * static_cast<double>(i);
+  System p = load_system("cpu");
+  std::vector<ContentionFit> c = fit_contention(alone, busy, p);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].kind == CostKind::gemm);
+  CHECK(c[0].spread >= 0);
+  CHECK(c[0].spread < 0.05);
+  FitResult f;
+  f.contention = c;
+  CHECK(contention_unsteady_text(f).empty());
+  // Unsteady: the first 16 rows 1.0x, the other 24 1.85x (the closed loop's bench on a 2-vCPU VM, 2026-12-03).
+  for (std::size_t i = 0; i < busy.gemm.size(); ++i) busy.gemm[i].time_s = alone.gemm[i].time_s * (i < 16 ? 1.0 : 1.85);
+  c = fit_contention(alone, busy, p);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].q1 == doctest::Approx(1.0));
+  CHECK(c[0].q3 == doctest::Approx(1.85));
+  CHECK(c[0].spread == doctest::Approx(0.85 / 1.85));
+  f.contention = c;
+  CHECK(contention_unsteady_text(f).find("the gemm rows' slowdown with every core busy was 1x to 1.85x") == 0);
+  // Fewer rows than kContentionSteadyRows: no spread claimed.
+  alone.gemm.resize(kContentionSteadyRows - 1);
+  busy.gemm.resize(kContentionSteadyRows - 1);
+  CHECK(fit_contention(alone, busy, p)[0].spread == -1);
 }
