@@ -28,12 +28,15 @@ std::string bench_origins(const std::vector<BenchData>& b) {
 std::string contention_unsteady_text(const FitResult& f) {
   std::string out;
   for (const ContentionFit& c : f.contention) {
-    if (!(c.spread > kNoiseFlag)) continue;
+    if (!(c.unsteadiness() > kNoiseFlag)) continue;
     std::ostringstream os;
     os.precision(3);
     os << (out.empty() ? "" : "; ") << "the " << to_string(c.kind) << " rows' slowdown with every core busy was " << c.q1
-       << "x to " << c.q3 << "x between their quartiles (an interquartile range of " << noise_text(c.spread)
-       << " of the median; fitted factor " << c.factor << "x)";
+       << "x to " << c.q3 << "x between their quartiles (";
+    if (c.spread >= 0) os << "an interquartile range of " << noise_text(c.spread) << " of the median; ";
+    os << "fitted factor " << c.factor << "x";
+    if (c.faster > kNoiseFlag) os << ": faster with every core busy than alone, so the host changed between the benches";
+    os << ")";
     out += os.str();
   }
   return out;

@@ -520,7 +520,7 @@ FitResult fit_profile(const std::vector<BenchData>& benches, const System& base,
       throw InputError("--bench " + order[0]->origin + ": ran " + std::to_string(order[0]->concurrent) + " threads at once; "
                        "the rates are fitted from a document of one thread alone (tessel bench without --concurrent)");
     out.contention = fit_contention(*order[0], *order[1], out.profile);
-    for (const ContentionFit& c : out.contention) out.contention_noise = std::max(out.contention_noise, c.spread);
+    for (const ContentionFit& c : out.contention) out.contention_noise = std::max(out.contention_noise, c.unsteadiness());
     const double n2 = bench_noise(*order[1]);
     out.noise = std::max(out.noise, n2);
   }

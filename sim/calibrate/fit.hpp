@@ -14,6 +14,7 @@
 // iterating fit -> classify until it is stable; the tile shape by trying each candidate.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -59,15 +60,21 @@ struct KindFit {
 struct ContentionFit {
   CostKind kind = CostKind::memory;
   int rows = 0;
-  double factor = 1;  // time with every core busy over time alone
-  // The rows' own ratios (busy over alone, one per row): their quartiles, and the interquartile range over the
-  // median (the steadiness: a host whose cores are shared unevenly while the bench runs slows some rows and not
-  // others of one kind). spread -1: fewer than kContentionSteadyRows rows.
-  double q1 = 1, q3 = 1, spread = -1;
+  double factor = 1;  // time with every core busy over time alone (GEMM and STREAM rows: the median row's)
+  // The steadiness of a grid kind's rows (GEMM shapes, STREAM sizes; one ratio busy / alone per row), when it
+  // has kContentionSteadyRows rows or more; -1 otherwise and for kernel kinds (forward and backward ops that
+  // differ by nature). The GEMM rows' quartiles and their interquartile range over the median (`spread`): a host
+  // whose cores are shared unevenly while the bench runs slows some rows and not others (the STREAM rows differ
+  // by nature, cache against DRAM, so they have none). `faster`: how much faster the rows ran with every core
+  // busy than alone, max(0, 1 - factor): load cannot speed a kernel up, so a grid kind below 1 means the host
+  // changed between the two benches.
+  double q1 = 1, q3 = 1, spread = -1, faster = -1;
+  double unsteadiness() const { return std::max(spread, faster); }
 };
 
-// A kind needs this many rows before its ratios' spread says anything (the GEMM grid has 80-odd).
-inline constexpr int kContentionSteadyRows = 16;
+// A grid kind needs this many rows before its ratios say anything (the GEMM grid has 80-odd rows, the STREAM
+// rows 10).
+inline constexpr int kContentionSteadyRows = 8;
 
 struct FitResult {
   System profile;

@@ -230,8 +230,49 @@ TEST_CASE("kind fit: a contention measured on unsteady cores is flagged with its
   CHECK(c[0].q1 == doctest::Approx(1.0));
   CHECK(c[0].q3 == doctest::Approx(1.85));
   CHECK(c[0].spread == doctest::Approx(0.85 / 1.85));
+  CHECK(c[0].factor == doctest::Approx(1.85));  // the grid's median row, not its time-weighted total
   f.contention = c;
   CHECK(contention_unsteady_text(f).find("the gemm rows' slowdown with every core busy was 1x to 1.85x") == 0);
+  // STREAM rows from cache-sized to DRAM-sized: the largest (2.4x, memory bandwidth shared) would carry a
+  // time-weighted total; the element-wise glue the factor stands for is the median row's 1.02x.
+  alone.gemm.clear();
+  busy.gemm.clear();
+  const double bytes[] = {32768, 131072, 524288, 2097152, 12582912}, slow[] = {1.0, 0.95, 1.02, 1.1, 2.4};
+  for (int i = 0; i < 5; ++i) {
+    alone.membw.push_back({"triad", bytes[i], bytes[i] / 20e9, 0.01});
+    busy.membw.push_back({"triad", bytes[i], slow[i] * bytes[i] / 20e9, 0.01});
+  }
+  c = fit_contention(alone, busy, p);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].kind == CostKind::memory);
+  CHECK(c[0].factor == doctest::Approx(1.02));
+  CHECK(p.host.contention[idx(CostKind::glue)] == doctest::Approx(1.02));
+  CHECK(c[0].unsteadiness() == -1);  // 5 rows: too few to judge the steadiness
+  // Ten STREAM rows all 0.81x as long with both cores busy: no load makes a kernel faster, so the machine
+  // changed between the two benches (a 2-vCPU VM, 2026-12-03); flagged though the rows agree.
+  alone.membw.clear();
+  busy.membw.clear();
+  for (int i = 0; i < 10; ++i) {
+    alone.membw.push_back({"copy", 32768.0 * (i + 1), 1e-5 * (i + 1), 0.01});
+    busy.membw.push_back({"copy", 32768.0 * (i + 1), 0.81e-5 * (i + 1), 0.01});
+  }
+  c = fit_contention(alone, busy, p);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].spread == -1);  // STREAM sizes differ by nature (cache against DRAM): no spread judged
+  CHECK(c[0].faster == doctest::Approx(0.19));
+  CHECK(c[0].unsteadiness() == doctest::Approx(0.19));
+  f.contention = c;
+  CHECK(contention_unsteady_text(f).find("faster with every core busy than alone") != std::string::npos);
+  alone.membw.clear();
+  busy.membw.clear();
+  for (int i = 0; i < 40; ++i) {
+    GemmRow r;
+    r.m = 64 + 8 * i;
+    r.n = r.k = 256;
+    r.time_s = 1e-4 * (1 + i);
+    alone.gemm.push_back(r);
+    busy.gemm.push_back(r);
+  }
   // Fewer rows than kContentionSteadyRows: no spread claimed.
   alone.gemm.resize(kContentionSteadyRows - 1);
   busy.gemm.resize(kContentionSteadyRows - 1);
