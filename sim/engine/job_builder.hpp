@@ -4,6 +4,7 @@
 
 #include <limits>
 #include <utility>
+#include <array>
 #include <vector>
 
 #include "sim/cost/comm.hpp"
@@ -80,8 +81,20 @@ class JobBuilder {
   std::vector<int> ep_group_;                       // per position: its ep group's index into job_.groups
   std::vector<std::vector<std::uint32_t>> ep_slots_;  // per group index: its all-to-all flows in order
   std::vector<int> ep_first_rank_;                     // per group index (ep groups): the global rank its block starts at
-  std::vector<std::vector<A2aCut>> cuts_f_, cuts_i_, cuts_r_;  // per stage (ep_flows); _r: full recompute's
-  std::vector<double> a2a_f_, a2a_i_, a2a_r_;                   // per stage: the cuts' seconds, summed
+  // One MoE op's all-to-alls on a stage, as flows: where they cut its compute, and their seconds in all (the
+  // op's compute is its time less these).
+  struct StageA2a {
+    std::vector<A2aCut> cuts;
+    double seconds = 0;
+  };
+  enum A2aOp { a2a_forward, a2a_input, a2a_recompute, a2a_ops };  // _recompute: a full recompute's
+  std::array<std::vector<StageA2a>, a2a_ops> a2a_;  // per op, per stage; empty when the all-to-alls are not flows
+  // The stage's all-to-alls of `op` when they are flows; nullptr when it has none (or they are not flows).
+  const StageA2a* a2a_of(A2aOp op, int stage) const {
+    const auto& v = a2a_[op];
+    const auto k = static_cast<std::size_t>(stage);
+    return k < v.size() && !v[k].cuts.empty() ? &v[k] : nullptr;
+  }
   std::vector<PieceMark> scratch_marks_;
   std::vector<std::size_t> scratch_infos_;
   std::vector<std::uint32_t> tied_;                 // per (dp, cp): tied-embedding all-reduce task

@@ -59,58 +59,54 @@ JobBuilder::JobBuilder(const JobSpec& spec, const Cluster& c)
     }
   }
   if (l_.ep > 1 && l_.zero_stage < 3 && costs_.work.model.moe.enabled()) {
-    cuts_f_.resize(static_cast<std::size_t>(S));
-    cuts_i_.resize(static_cast<std::size_t>(S));
-    cuts_r_.resize(static_cast<std::size_t>(S));
-    a2a_f_.assign(static_cast<std::size_t>(S), 0.0);
-    a2a_i_.assign(static_cast<std::size_t>(S), 0.0);
-    a2a_r_.assign(static_cast<std::size_t>(S), 0.0);
+    for (auto& v : a2a_) v.resize(static_cast<std::size_t>(S));
     job_.forward_compute.resize(static_cast<std::size_t>(S));
     for (int st = 0; st < S; ++st) {
       const auto k = static_cast<std::size_t>(st);
-      cuts_f_[k] = a2a_cuts(costs_, l_, st, true);
-      cuts_i_[k] = a2a_cuts(costs_, l_, st, false);
+      a2a_[a2a_forward][k].cuts = a2a_cuts(costs_, l_, st, true);
+      a2a_[a2a_input][k].cuts = a2a_cuts(costs_, l_, st, false);
       // Full recompute replays the first recomputed_layers' forward, all-to-alls included (selective replays
       // the attention core only: none).
       if (l_.recompute == Recompute::full && stage(st).recompute > 0)
-        cuts_r_[k] = a2a_cuts(costs_, l_, st, true, stage(st).recomputed_layers);
-      // Each flow's uncontended time: the cost model's on the flat system, as every flow's.
-      for (auto* v : {&cuts_f_[k], &cuts_i_[k], &cuts_r_[k]})
-        for (auto& x : *v)
+        a2a_[a2a_recompute][k].cuts = a2a_cuts(costs_, l_, st, true, stage(st).recomputed_layers);
+      for (auto& v : a2a_) {
+        // Each flow's uncontended time: the cost model's on the flat system, as every flow's.
+        for (auto& x : v[k].cuts) {
           x.flat_seconds = cost::collective_time(c.flat_system(), x.op->coll, x.op->comm_bytes, x.op->group, 1.0, x.op->deepep).seconds;
-      for (const auto& x : cuts_f_[k]) a2a_f_[k] += x.seconds;
-      for (const auto& x : cuts_i_[k]) a2a_i_[k] += x.seconds;
-      for (const auto& x : cuts_r_[k]) a2a_r_[k] += x.seconds;
-      job_.forward_compute[k] = stage(st).f - a2a_f_[k];
-      job_.ep_flows = job_.ep_flows || !cuts_f_[k].empty() || !cuts_i_[k].empty();
+          v[k].seconds += x.seconds;
+        }
+      }
+      job_.forward_compute[k] = stage(st).f - a2a_[a2a_forward][k].seconds;
+      job_.ep_flows = job_.ep_flows || a2a_of(a2a_forward, st) || a2a_of(a2a_input, st);
     }
     // A flow per all-to-all cuts each MoE op into as many pieces. Past spec.ep_piece_budget pieces in all
     // (DeepSeek-V3 on 2,048 GPUs in cluster fidelity would have 3.6 M), each op's all-to-alls become one flow
     // at its end: the same seconds on the same links, contending with the same traffic, without the
     // per-layer timeline.
     double extra = 0;
+    const auto pieces = [&](A2aOp op, std::size_t k) { return 2.0 * static_cast<double>(a2a_[op][k].cuts.size()); };
     for (int r = 0; r < l_.pp; ++r)
       for (const auto& a : s_.ranks[static_cast<std::size_t>(r)]) {
         const auto k = static_cast<std::size_t>(a.stage);
-        if (a.type == ActionType::F) extra += 2.0 * static_cast<double>(cuts_f_[k].size());
-        if (a.type == ActionType::B || a.type == ActionType::I) extra += 2.0 * static_cast<double>(cuts_i_[k].size());
+        if (a.type == ActionType::F) extra += pieces(a2a_forward, k);
+        if (a.type == ActionType::B || a.type == ActionType::I) extra += pieces(a2a_input, k);
         // The recompute before an input gradient, or a schedule's own RECOMPUTE action.
         if ((!explicit_recompute_ && (a.type == ActionType::B || a.type == ActionType::I)) || a.type == ActionType::RECOMPUTE)
-          extra += 2.0 * static_cast<double>(cuts_r_[k].size());
+          extra += pieces(a2a_recompute, k);
       }
     extra *= static_cast<double>(c.replicas() * l_.cp);
     if (extra > spec.ep_piece_budget) {
       job_.ep_coalesced = true;
-      for (auto* cuts : {&cuts_f_, &cuts_i_, &cuts_r_})
-        for (auto& v : *cuts) {
-          if (v.empty()) continue;
+      for (auto& v : a2a_)
+        for (auto& sa : v) {
+          if (sa.cuts.empty()) continue;
           A2aCut all{std::numeric_limits<double>::infinity(), 0, 0, -1, "ep_alltoall", nullptr};
-          for (const auto& x : v) {
+          for (const auto& x : sa.cuts) {
             all.seconds += x.seconds;
             all.bytes += x.bytes;
             all.flat_seconds += x.flat_seconds;
           }
-          v.assign(1, all);
+          sa.cuts.assign(1, all);
         }
     }
   }
@@ -167,9 +163,8 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
   const bool ready = (last_for_stage || l_.zero_stage == 2) && weight && l_.overlap_grad_reduce &&
                      l_.dp * l_.cp > 1 && l_.zero_stage < 3;
   const int pieces = ready ? grad_buckets(sc.params) : 1;
-  if (input && job_.ep_flows && !cuts_i_[static_cast<std::size_t>(a.stage)].empty()) {
-    const auto k = static_cast<std::size_t>(a.stage);
-    const auto ends = emit_pieces(pos, op, secs - a2a_i_[k], a.stage, a.mb, cuts_i_[k], pieces, ready, sc.params);
+  if (const StageA2a* x = input ? a2a_of(a2a_input, a.stage) : nullptr) {
+    const auto ends = emit_pieces(pos, op, secs - x->seconds, a.stage, a.mb, x->cuts, pieces, ready, sc.params);
     release(ends.second, pos, a);
     return;
   }
@@ -184,10 +179,9 @@ void JobBuilder::emit_backward(int pos, const sched::Action& a, bool last_for_st
 }
 
 void JobBuilder::recompute_task(int pos, int stage_index, int mb) {
-  const auto k = static_cast<std::size_t>(stage_index);
   const double secs = stage(stage_index).recompute;
-  if (job_.ep_flows && k < cuts_r_.size() && !cuts_r_[k].empty())
-    emit_pieces(pos, OpKind::recompute, secs - a2a_r_[k], stage_index, mb, cuts_r_[k], 1, false, 0);
+  if (const StageA2a* x = a2a_of(a2a_recompute, stage_index))
+    emit_pieces(pos, OpKind::recompute, secs - x->seconds, stage_index, mb, x->cuts, 1, false, 0);
   else
     compute_task(pos, OpKind::recompute, secs, stage_index, mb);
 }
@@ -309,10 +303,9 @@ void JobBuilder::walk_compute(int pos, const sched::Action& a, std::size_t index
         g_.memory(first, pos, sc.act_bytes + sc.act_extra_bytes, 0);
         return;
       }
-      const auto k = static_cast<std::size_t>(a.stage);
-      const auto t = job_.ep_flows && !cuts_f_[k].empty()
-                         ? emit_pieces(pos, OpKind::forward, sc.f - a2a_f_[k], a.stage, a.mb, cuts_f_[k], 1, false, 0).first
-                         : compute_task(pos, OpKind::forward, sc.f, a.stage, a.mb);
+      const StageA2a* x = a2a_of(a2a_forward, a.stage);
+      const auto t = x ? emit_pieces(pos, OpKind::forward, sc.f - x->seconds, a.stage, a.mb, x->cuts, 1, false, 0).first
+                       : compute_task(pos, OpKind::forward, sc.f, a.stage, a.mb);
       g_.memory(t, pos, sc.act_bytes + sc.act_extra_bytes, 0);
       return;
     }
