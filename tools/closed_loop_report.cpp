@@ -40,7 +40,7 @@ std::string distrust(const LoopRepeat& r) {
     os << "the calibration's measurements vary by " << calib::noise_text(r.calibration_noise) << " between repeats";
   if (r.contention_noise > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << r.contention_unsteady
-       << ": the host's cores were not equally shared while the bench ran, so the fitted contention holds part of the time";
+       << ": the host's cores were not steady while the benches ran, so the fitted contention holds part of the time";
   if (r.measurement_noise > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "the held-out runs' steps vary by " << calib::noise_text(r.measurement_noise);
   if (r.drift > calib::kNoiseFlag)

@@ -149,8 +149,8 @@ std::string noise_warning(const calib::Calibration& c) {
        << "), above the " << 100 * calib::kNoiseFlag << "% a profile can be trusted at: its predictions may be off by as much";
   if (c.contention_noise > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << calib::contention_unsteady_text(c.fit) << ", above the "
-       << 100 * calib::kNoiseFlag << "% a profile can be trusted at: the host's cores were not equally shared while the "
-       << "bench ran, so the fitted contention holds part of the time";
+       << 100 * calib::kNoiseFlag << "% a profile can be trusted at: the host's cores were not steady while the "
+       << "benches ran, so the fitted contention holds part of the time";
   return os.str();
 }
 

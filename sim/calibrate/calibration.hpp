@@ -33,9 +33,10 @@ struct Calibration {
   TraceFit trace;
   TraceProvenance provenance;
   double noise = -1;          // max(bench, trace) noise; -1: nothing measured it
-  // The contention fit's unsteadiness (FitResult::contention_noise): its rows' ratios' interquartile range over
-  // their median; -1: no contention measured. A host whose cores were shared unevenly during the bench gives
-  // one kind's rows two slowdowns; the fitted factor then holds for part of the time only.
+  // The contention fit's unsteadiness (FitResult::contention_noise, ContentionFit::unsteadiness); -1: no
+  // contention measured. A host whose cores were shared unevenly during the bench gives one kind's rows two
+  // slowdowns, and one that changed between the two benches makes a kind faster under load than alone; the
+  // fitted factor then holds for part of the time only.
   double contention_noise = -1;
   bool flagged = false;       // noise or contention_noise above the flag level
   std::optional<CheckpointFit> checkpoint;  // the storage bandwidths from run documents, when given
@@ -54,8 +55,9 @@ struct CalibrationInputs {
   std::string output;                      // where the profile goes (named when it is not written)
 };
 
-// "the GEMMs' slowdown with every core busy was 0.98x-1.87x across the bench's rows (interquartile range 72%
-// of the median)": why a contention fit is not steady; empty when it is (or none was measured).
+// "the gemm rows' slowdown with every core busy was 1.01x to 1.87x between their quartiles (an interquartile
+// range of 50.1% of the median; fitted factor 1.72x)": why a contention fit is not steady; empty when it is (or
+// none was measured).
 std::string contention_unsteady_text(const FitResult& f);
 
 // A noise (a fraction) as messages write it, in percent: 3 significant digits, whole numbers from 1000% on

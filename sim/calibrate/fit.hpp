@@ -93,7 +93,7 @@ struct FitResult {
   std::vector<KindFit> kinds;             // per-kind rates of the runtime kernel rows
   std::vector<ContentionFit> contention;  // per kind, from a bench of several threads at once
   double noise = -1;                      // the bench rows' median spread (repeat variation); -1: none measured
-  // The largest spread of a contention fit's row ratios (ContentionFit::spread); -1: none measured.
+  // The largest unsteadiness of the contention fits (ContentionFit::unsteadiness); -1: none measured.
   double contention_noise = -1;
   std::vector<Residuals> residuals;
   std::vector<std::string> notes;  // what was kept from the base, what was raised to fit the bounds

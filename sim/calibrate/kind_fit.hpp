@@ -37,7 +37,8 @@ std::vector<Residuals> fit_gemm_classes(const std::vector<GemmRow>& rows, Precis
 // `busy`: the rows of `alone` measured on busy.concurrent threads at once. Sets profile.host (cores =
 // busy.concurrent, contention per kind: the kernel rows' busy total over their alone total, weighted by their
 // per-step counts; the GEMM grid's and the STREAM rows' median row ratio; glue takes the STREAM rows'
-// (`memory`) factor, being copies and adds of the same kind), and each grid kind's steadiness (ContentionFit). InputError naming both files when the documents' rows do not match one to one.
+// (`memory`) factor, being copies and adds of the same kind), and each grid kind's steadiness (ContentionFit).
+// InputError naming both files when the documents' rows do not match one to one.
 std::vector<ContentionFit> fit_contention(const BenchData& alone, const BenchData& busy, System& profile);
 
 // node.collectives from the per-collective alpha/beta (each with a positive bandwidth).
