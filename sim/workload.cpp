@@ -579,11 +579,14 @@ void add_embedding(const Model& m, const Layout& l, const System& sys, StageWork
   edges.layers_at_f = lookup + t;
 }
 
-// LM head (last stage): final norm, logits GEMM over the vocab shard, fp32 cross-entropy.
+// LM head (last stage): final norm, logits GEMM over the vocab shard, fp32 cross-entropy. Under fp8 the
+// logits GEMM stays 16-bit: Megatron-Core's output layer is tensor_parallel.ColumnParallelLinear, not a
+// Transformer Engine module, so fp8_autocast does not reach it (megatron/core/models/gpt/gpt_model.py), and
+// DeepSeek-V3 keeps its output head in BF16 (arXiv:2412.19437 sec. 3.3.1), as its MTP heads.
 void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st, StageEdges& edges) {
   const Dims d = dims_of(m, l);
   const auto M = static_cast<std::int64_t>(d.tokens);
-  WorkOp lg = gemm_op("logits", l.precision,
+  WorkOp lg = gemm_op("logits", l.precision == Precision::fp8 ? Precision::bf16 : l.precision,
                       {M, static_cast<std::int64_t>(std::ceil(static_cast<double>(m.vocab) / l.tp)),
                        static_cast<std::int64_t>(d.h)});
   cost::price(lg, sys);

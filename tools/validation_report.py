@@ -72,12 +72,12 @@ LIMITS = """
   its input gradient {tb_lo:+.0f}% to {tb_hi:+.0f}%, its weight gradient {tw_lo:+.0f}% to {tw_hi:+.0f}%. The profiled forward is as
   long as the input gradient; Tessel's is 10-20% shorter, so the throughput rows' step sums hide a forward
   priced too low and a weight gradient priced a little high.
-- **H100 / FP8 rows (NeMo 24.07)** are 2-26% optimistic in tokens/s: the models of 70B and more 2-7%, those of
-  7-13B 16-26%. The 512-GPU GPT-3 row (micro-batch 2) was 21% pessimistic while the memory model kept every
+- **H100 / FP8 rows (NeMo 24.07)** are 2-23% optimistic in tokens/s: the models of 70B and more 2-6%, those of
+  7-13B 15-23%. The 512-GPU GPT-3 row (micro-batch 2) was 21% pessimistic while the memory model kept every
   linear layer's 16-bit input for the backward: at 82.8 of 80 GiB its no-recompute layout did not fit and
   validate fell back to full recompute. Transformer Engine keeps the fp8 cast instead (1 byte an element:
   the QKV and MLP inputs and the activation output; the projection's fp8 copy beside flash attention's
-  16-bit output), which puts it at 76.4 GiB, without recompute, +5.5%. The Hopper presets'
+  16-bit output), which puts it at 76.4 GiB, without recompute (+4.3% today). The Hopper presets'
   bf16 GEMMs are measured (an H200 with the H100's SMs and clocks, bench/h200/NOTES.md) and agree with the
   H100's published 790-797 TFLOP/s; their fp8 GEMMs take the H100's published 1,305 TFLOP/s at 8192^3
   (torch._scaled_mm on cuBLASLt, pytorch/pytorch#143465; the H200 reached 1,457); every fp8 linear layer pays
@@ -86,7 +86,9 @@ LIMITS = """
   halving every norm, residual, activation and TP / pipeline transfer of an fp8 run). Those cited changes took
   the two NeMo sources from 22.8% / 21.8% to 17.4% / 14.1% mean |step error|, and pricing the rotary
   embedding (Megatron-Core's fused kernel on the queries and keys, read and written once forward and once
-  backward) to 16.8% / 12.7%, and the fp8 activations (above) nemo2407 to 9.6%. What remains is not
+  backward) to 16.8% / 12.7%, the fp8 activations (above) nemo2407 to 9.6%, and the LM head in bf16 (Megatron-Core's output layer is
+  its own ColumnParallelLinear, not a Transformer Engine module, so fp8 never reaches it; DeepSeek-V3 keeps
+  its head in BF16 too) to 16.5% / 8.4%. What remains is not
   fp8-specific: NVIDIA's published step times of the next NeMo releases (24.09-24.11; dgxc-benchmarking
   v24.11.1: Llama 3.1 8B on 8 H100, GPT-3 175B on 128) are predicted 13% and 16% too fast in bf16 and 12% and
   11% in fp8. Not modelled yet: the attention kernel per stack and sequence length (NeMo runs cuDNN's fused

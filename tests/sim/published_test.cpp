@@ -218,8 +218,8 @@ TEST_CASE("presets' error bands are validate's step errors on their hardware cla
 
 // Leave one source out (docs/validation.md, "Per source"): each A100 source's rows predicted by a profile
 // fitted with calibrate --published's grid on the other A100 sources only. Bounds: every source within 15%
-// mean |step error| under the committed preset (the issue's per-source bound; of the Hopper sources, nemo at
-// 16.8% does not meet it, nemo2407 at 9.6% does; neither is asserted here), and within 10% when left out of the fit: today 6.5% (Korthikanti),
+// mean |step error| under the committed preset (the issue's per-source bound; the Hopper sources are the next
+// test case), and within 10% when left out of the fit: today 6.5% (Korthikanti),
 // 7.2% (Narayanan), 5.9% (Zero Bubble), so a profile that only fits what it was tuned on fails here.
 TEST_CASE("published rows: every A100 source within its bounds, also when left out of the fit") {
   const std::string path = published_rows();
@@ -248,6 +248,25 @@ TEST_CASE("published rows: every A100 source within its bounds, also when left o
     CHECK(with_preset <= 15.0);
     CHECK(left_out <= 10.0);
   }
+}
+
+// The Hopper sources under the committed presets (GEMMs measured on an H200, nothing fitted to these rows):
+// NeMo 24.07's pretraining table (nemo2407, 8.4% today) is within the issue's 15% per-source bound and held
+// there; NeMo's long-sequence table (nemo, 16.5%) is not yet, so it is reported, not asserted (its 7B rows are
+// 16-23% optimistic at every sequence length, docs/validation.md).
+TEST_CASE("published rows: NeMo 24.07's pretraining table within the per-source bound") {
+  const std::string path = published_rows();
+  const Json all = parse_json_file(path);
+  const auto mean_abs_step_pct = [&](const std::string& src) {
+    const auto steps = step_errors(validate_rows(select_rows(all, path, {src}), path));
+    REQUIRE(!steps.empty());
+    double sum = 0;
+    for (const auto& kv : steps) sum += std::fabs(kv.second);
+    return 100 * sum / static_cast<double>(steps.size());
+  };
+  const double nemo2407 = mean_abs_step_pct("nemo2407_"), longseq = mean_abs_step_pct("nemo_longseq_");
+  MESSAGE("nemo2407 " << nemo2407 << "%, nemo long-sequence " << longseq << "% mean |step error|");
+  CHECK(nemo2407 <= 15.0);
 }
 
 // ../shared/validation/published-moe.json (NVIDIA's MoE performance tables): every row is scored by tokens/s
