@@ -591,16 +591,24 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
                        static_cast<std::int64_t>(d.h)});
   cost::price(lg, sys);
   const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
-  // Cross-entropy in fp32 over [tokens, V/t]: upcast, max, exp-sum, gradient (several passes).
-  const double ce = 4.0 * d.tokens * v_local;
-  // A profile with measured kind rates prices the final norm and the loss apart; otherwise one rate (the same sum).
+  const double logits = d.tokens * v_local;  // this rank's logits
+  // A profile with measured kind rates (tessel calibrate on Tessel's runtime) prices the final norm and the
+  // loss apart, at the bytes its bench charges the runtime's loss kernels (three fp32 passes forward, two
+  // backward). Otherwise the loss is Megatron-Core's unfused vocab-parallel cross-entropy
+  // (megatron/core/tensor_parallel/cross_entropy.py), one kernel a pass over the fp32 logits: forward the
+  // upcast of the 16-bit logits (read 2, write 4 bytes; none in fp32), the max (read 4), the in-place
+  // subtraction and exp (read and write 4 each), the sum (read 4) and the normalisation kept as the softmax for
+  // the backward (read and write 4); backward the scaling by the loss gradient (read and write 4) and the
+  // cast of the fp32 gradient back to the GEMM's 16 bits (read 4, write 2), its in-place target update a
+  // gather of one value per token.
   const bool apart = sys.gpu.kind_rates();
-  const double ce_f = apart ? cost::memory_time(sys.gpu, 3 * ce, 2, CostKind::cross_entropy, false) +
+  const double cast = d.elt < 4 ? d.elt + 4 : 0;
+  const double ce_f = apart ? cost::memory_time(sys.gpu, 12 * logits, 2, CostKind::cross_entropy, false) +
                                   cost::memory_time(sys.gpu, 2 * d.elt * d.xs, 1, CostKind::norm, false)
-                            : cost::memory_time(sys.gpu, 3 * ce + 2 * d.elt * d.xs, 3);
-  const double ce_i = apart ? cost::memory_time(sys.gpu, 2 * ce, 1, CostKind::cross_entropy, true) +
+                            : cost::memory_time(sys.gpu, (cast + 32) * logits + 2 * d.elt * d.xs, cast > 0 ? 7 : 6);
+  const double ce_i = apart ? cost::memory_time(sys.gpu, 8 * logits, 1, CostKind::cross_entropy, true) +
                                   cost::memory_time(sys.gpu, 3 * d.elt * d.xs, 1, CostKind::norm, true)
-                            : cost::memory_time(sys.gpu, 2 * ce + 3 * d.elt * d.xs, 2);
+                            : cost::memory_time(sys.gpu, (cast + 8) * logits + 3 * d.elt * d.xs, cast > 0 ? 3 : 2);
   st.w += lg.t_w;
   st.flops_model += 3 * lg.flops_f;
   st.flops_hw += 3 * lg.flops_f;
@@ -621,7 +629,7 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
     comm_f += t;
   };
   if (sp) edge_f("head gather", Collective::all_gather, d.elt * d.x);
-  at += lg.t_f + ce_f / 3;  // the logits and the max pass
+  at += lg.t_f + (apart ? ce_f / 3 : ce_f * (cast + 4) / (cast + 32));  // the logits, the upcast and the max
   for (const char* name : {"cross-entropy max", "cross-entropy target", "cross-entropy sum-exp"})
     edge_f(name, Collective::all_reduce, 4 * d.tokens);
   st.f += lg.t_f + ce_f + comm_f;
