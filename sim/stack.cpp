@@ -105,6 +105,12 @@ const Stack& stack_preset(const std::string& name) {
   return it->second;
 }
 
+std::string defaults_text(const Stack& s) {
+  return "recompute=" + to_string(s.recompute_default) + ", sequence_parallel=" +
+         (s.sequence_parallel_default ? "true" : "false") + ", zero_stage=" + std::to_string(s.zero_default) +
+         " under stack " + s.name;
+}
+
 void apply_stack(const Stack& s, Layout& l) {
   l.attention = s.attention;
   l.overlap_grad_reduce = s.overlap_grad_reduce;

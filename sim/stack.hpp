@@ -48,6 +48,10 @@ void apply_stack(const Stack& s, Layout& l);
 // values it offers; nullopt when the stack runs the layout.
 std::optional<std::string> stack_problem(const Stack& s, const Layout& l);
 
+// What the stack runs when a layout does not say: "recompute=none, sequence_parallel=true, zero_stage=1 under
+// stack megatron-core-2024".
+std::string defaults_text(const Stack& s);
+
 // A preset, parsed once (validate looks one up per row, thousands of times in a fit).
 const Stack& stack_preset(const std::string& name);
 

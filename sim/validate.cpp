@@ -145,15 +145,6 @@ void apply_source_conventions(const std::string& id, Layout& l, std::vector<std:
 
 using Candidate = RowCandidate;
 
-// "recompute=none, sequence_parallel=true, zero_stage=1 under stack megatron-core-2024" for the row's source.
-std::string stack_defaults_text(const std::string& id) {
-  const auto name = source_stack(id);
-  if (!name) return "no stack";
-  const Stack& s = stack_preset(*name);
-  return "recompute=" + to_string(s.recompute_default) + ", sequence_parallel=" + (s.sequence_parallel_default ? "true" : "false") +
-         ", zero_stage=" + std::to_string(s.zero_default) + " under stack " + s.name;
-}
-
 // Builds every layout the row allows: fixed fields from the row, the null ones enumerated.
 std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, const std::string& where,
                                      std::vector<std::string>& notes) {
@@ -583,7 +574,11 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       const Candidate& cc = tried[chosen->index];
       std::vector<std::string> assumed = notes;
       assumed.insert(assumed.end(), cc.assumed.begin(), cc.assumed.end());
-      if (cc.departures > 0) assumed.push_back("no layout with the stack's defaults fits (" + stack_defaults_text(id) + ")");
+      if (cc.departures > 0) {  // departures are counted from a stack's defaults: the row's source has one
+        const auto st = source_stack(id);
+        assumed.push_back("no layout with the stack's defaults fits (" +
+                          (st ? defaults_text(stack_preset(*st)) : std::string("no stack")) + ")");
+      }
       if (!chosen->fits) assumed.push_back("predicted peak memory exceeds the GPU");
       if (!x.note.empty()) assumed.push_back(x.note);
       const Json& meas = row.at("measured");
@@ -592,26 +587,31 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
         if (!it.value().is_number()) continue;
         const double measured = it.value().get<double>();
         if (!(measured > 0) || !std::isfinite(measured)) continue;
-        auto pred = predict_metric(it.key(), m, chosen->p, sys);
-        if (!pred) pred = predict_layer_metric(it.key(), m, chosen->p.est.layout, sys);
+        // A step metric from the prediction, else a per-layer one from its layout.
+        const auto predict = [&](const Prediction& p) {
+          auto v = predict_metric(it.key(), m, p, sys);
+          return v ? v : predict_layer_metric(it.key(), m, p.est.layout, sys);
+        };
+        // A bubble rate near zero (ZB-2p's 0.1-0.4%) has no meaningful relative error: its error is the
+        // difference in percentage points of the pipeline's time.
+        const bool points = it.key() == "bubble_rate";
+        const auto error = [&](double v) { return points ? 100.0 * (v - measured) : 100.0 * (v - measured) / measured; };
+        const auto pred = predict(chosen->p);
         if (!pred) continue;
         MetricResult r;
         r.id = id;
         r.metric = it.key();
         r.measured = measured;
         r.predicted = *pred;
-        // A bubble rate near zero (ZB-2p's 0.1-0.4%) has no meaningful relative error: its error is the
-        // difference in percentage points of the pipeline's time.
-        r.points = r.metric == "bubble_rate";
-        r.error_pct = r.points ? 100.0 * (*pred - measured) : 100.0 * (*pred - measured) / measured;
+        r.points = points;
+        r.error_pct = error(*pred);
         r.assumed = assumed;
         if (differ) {
-          auto other = predict_metric(it.key(), m, best->p, sys);
-          if (!other) other = predict_layer_metric(it.key(), m, best->p.est.layout, sys);
+          const auto other = predict(best->p);
           if (other && *other != *pred) {
             MetricResult::BestCase b;
             b.predicted = *other;
-            b.error_pct = r.points ? 100.0 * (*other - measured) : 100.0 * (*other - measured) / measured;
+            b.error_pct = error(*other);
             b.assumed = tried[best->index].assumed;
             if (!best->fits) b.assumed.push_back("predicted peak memory exceeds the GPU");
             r.best_case = std::move(b);

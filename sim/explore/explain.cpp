@@ -137,8 +137,13 @@ Json stages_json(const Model& m, const Layout& l, const Estimate& e) {
 
 std::string stage_text(const Json& s, int stages) {
   const int st = s.at("stage").get<int>(), first = s.at("first_layer").get<int>(), n = s.at("layers").get<int>();
-  std::string text = "stage " + std::to_string(st) + " (rank " + std::to_string(s.at("rank").get<int>()) + ") layers " +
-                     (n == 0 ? std::string("none") : std::to_string(first) + (n > 1 ? "-" + std::to_string(first + n - 1) : ""));
+  std::string text = "stage " + std::to_string(st) + " (rank " + std::to_string(s.at("rank").get<int>()) + ") layers ";
+  if (n == 0) {
+    text += "none";
+  } else {
+    text += std::to_string(first);
+    if (n > 1) text += "-" + std::to_string(first + n - 1);
+  }
   if (st == 0) text += " + embedding";
   if (st == stages - 1) text += " + head, loss";
   return text + " " + secs(s.at("time_s").get<double>()) + ", rank memory " + num(s.at("rank_memory_GiB").get<double>(), 1) + " GiB";
