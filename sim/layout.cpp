@@ -29,6 +29,21 @@ std::string to_string(Precision p) {
 
 std::string to_string(AttentionImpl a) { return a == AttentionImpl::flash ? "flash" : "unfused"; }
 
+std::string to_string(CrossEntropyImpl c) {
+  switch (c) {
+    case CrossEntropyImpl::megatron: return "megatron";
+    case CrossEntropyImpl::megatron_fused: return "megatron-fused";
+    case CrossEntropyImpl::te: return "te";
+  }
+  return "megatron";
+}
+
+CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& what) {
+  for (CrossEntropyImpl c : {CrossEntropyImpl::megatron, CrossEntropyImpl::megatron_fused, CrossEntropyImpl::te})
+    if (s == to_string(c)) return c;
+  throw InputError(what + ": value \"" + s + "\" is not one of megatron, megatron-fused, te");
+}
+
 Precision parse_precision(const std::string& s, const std::string& what) {
   if (s == "bf16") return Precision::bf16;
   if (s == "fp16") return Precision::fp16;
@@ -174,6 +189,7 @@ Layout parse_layout(const Json& j, const std::string& where) {
     if (*a != "flash" && *a != "unfused") o.fail("attention", "value \"" + *a + "\" is not one of flash, unfused");
     l.attention = *a == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   }
+  if (auto c = o.opt_string("cross_entropy")) l.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
   l.overlap_grad_reduce = o.opt_boolean("overlap_grad_reduce").value_or(true);
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
   l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
@@ -225,6 +241,7 @@ Json layout_to_json(const Layout& l) {
   j["zero_stage"] = l.zero_stage;
   j["precision"] = to_string(l.precision);
   j["attention"] = to_string(l.attention);
+  if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["overlap_p2p"] = l.overlap_p2p;

@@ -18,6 +18,12 @@ enum class Precision { bf16, fp16, fp8, fp32 };
 // How attention is computed: fused flash-style kernels (no s*s matrix kept) or the unfused
 // QK^T / softmax / dropout / AV chain of Megatron-LM before FlashAttention (Korthikanti et al. 2022).
 enum class AttentionImpl { flash, unfused };
+// How the LM loss is computed over the vocabulary (sim/workload.cpp add_head prices each): Megatron's
+// vocab-parallel cross-entropy unfused (its default: one kernel a pass over fp32 logits), Megatron's fused
+// one (--cross-entropy-loss-fusion, the native implementation: upcast with the max, exp, sum and
+// normalisation fused), or Transformer Engine's Triton kernels (--cross-entropy-fusion-impl te: an online
+// softmax over the 16-bit logits, the gradient written in place in the backward).
+enum class CrossEntropyImpl { megatron, megatron_fused, te };
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1, cp = 1;
@@ -35,6 +41,7 @@ struct Layout {
   int zero_stage = 0;          // 0: none, 1: distributed optimizer (ZeRO-1), 2, 3
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
   // Pipeline sends/receives overlapped with compute in the steady state (Megatron --overlap-p2p-comm,
@@ -102,12 +109,15 @@ sched::GenParams schedule_params(const Layout& l);
 std::string to_string(Recompute r);
 std::string to_string(Precision p);
 std::string to_string(AttentionImpl a);
+std::string to_string(CrossEntropyImpl c);  // megatron, megatron-fused, te
+// "megatron", "megatron-fused" or "te"; InputError naming `what`, the value and the choices otherwise.
+CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& what);
 Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, overlap_grad_reduce,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);

@@ -30,6 +30,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   s.name = o.string("name");
   s.source = o.string("source");
   s.attention = o.choice("attention", {"flash", "unfused"}) == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
+  if (auto c = o.opt_string("cross_entropy")) s.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
   {
     JsonObject ov = o.object("overlap");
     s.overlap_grad_reduce = ov.boolean("grad_reduce");
@@ -113,6 +114,7 @@ std::string defaults_text(const Stack& s) {
 
 void apply_stack(const Stack& s, Layout& l) {
   l.attention = s.attention;
+  l.cross_entropy = s.cross_entropy;
   l.overlap_grad_reduce = s.overlap_grad_reduce;
   l.overlap_param_gather = s.overlap_param_gather;
   l.overlap_p2p = s.overlap_p2p;

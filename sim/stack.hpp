@@ -20,6 +20,9 @@ enum class TpOverlap { none, optional };  // --tp-comm-overlap: absent from the 
 struct Stack {
   std::string name, source;
   AttentionImpl attention = AttentionImpl::flash;
+  // The LM loss it computes unless asked otherwise (key "cross_entropy", absent: Megatron's unfused one); a
+  // layout may choose another (the implementations are flags of the same software, not other software).
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   TpOverlap tp_comm_overlap = TpOverlap::none;
   bool sequence_parallel = true, context_parallel = true;

@@ -594,21 +594,47 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   const double logits = d.tokens * v_local;  // this rank's logits
   // A profile with measured kind rates (tessel calibrate on Tessel's runtime) prices the final norm and the
   // loss apart, at the bytes its bench charges the runtime's loss kernels (three fp32 passes forward, two
-  // backward). Otherwise the loss is Megatron-Core's unfused vocab-parallel cross-entropy
-  // (megatron/core/tensor_parallel/cross_entropy.py), one kernel a pass over the fp32 logits: forward the
-  // upcast of the 16-bit logits (read 2, write 4 bytes; none in fp32), the max (read 4), the in-place
-  // subtraction and exp (read and write 4 each), the sum (read 4) and the normalisation kept as the softmax for
-  // the backward (read and write 4); backward the scaling by the loss gradient (read and write 4) and the
-  // cast of the fp32 gradient back to the GEMM's 16 bits (read 4, write 2), its in-place target update a
-  // gather of one value per token.
+  // backward). Otherwise the loss the layout computes (Layout::cross_entropy), per logit and kernel:
+  //  - megatron: Megatron-Core's vocab-parallel cross-entropy (tensor_parallel/cross_entropy.py), one kernel a
+  //    pass over fp32 logits: forward the upcast of the 16-bit logits (read 2, write 4 bytes; none in fp32),
+  //    the max (read 4), the in-place subtraction and exp (read and write 4 each), the sum (read 4) and the
+  //    normalisation kept as the softmax for the backward (read and write 4); backward the scaling by the
+  //    loss gradient (read and write 4) and the cast back to the GEMM's 16 bits (read 4, write 2);
+  //  - megatron-fused (fusions/fused_cross_entropy.py): the upcast fused with the max, the subtraction with
+  //    the exp; the sum and the normalisation as before; the same backward;
+  //  - te (Transformer Engine's Triton kernels, pytorch/triton/cross_entropy.py): forward an online softmax
+  //    reading the 16-bit logits once (per-token statistics only); backward one kernel reading them and
+  //    writing the gradient in their place.
+  // The per-token target updates and statistics are left out (one value per token, not per logit).
   const bool apart = sys.gpu.kind_rates();
   const double cast = d.elt < 4 ? d.elt + 4 : 0;
+  double fwd_bytes = 0, bwd_bytes = 0;
+  int fwd_kernels = 0, bwd_kernels = 0;
+  switch (l.cross_entropy) {
+    case CrossEntropyImpl::megatron:
+      fwd_bytes = cast + 32, fwd_kernels = cast > 0 ? 6 : 5;
+      bwd_bytes = cast + 8, bwd_kernels = cast > 0 ? 2 : 1;
+      break;
+    case CrossEntropyImpl::megatron_fused:
+      fwd_bytes = (cast > 0 ? cast : 4) + 20, fwd_kernels = 4;
+      bwd_bytes = cast + 8, bwd_kernels = cast > 0 ? 2 : 1;
+      break;
+    case CrossEntropyImpl::te:
+      fwd_bytes = d.elt, fwd_kernels = 2;
+      bwd_bytes = 2 * d.elt, bwd_kernels = 1;
+      break;
+  }
   const double ce_f = apart ? cost::memory_time(sys.gpu, 12 * logits, 2, CostKind::cross_entropy, false) +
                                   cost::memory_time(sys.gpu, 2 * d.elt * d.xs, 1, CostKind::norm, false)
-                            : cost::memory_time(sys.gpu, (cast + 32) * logits + 2 * d.elt * d.xs, cast > 0 ? 7 : 6);
+                            : cost::memory_time(sys.gpu, fwd_bytes * logits + 2 * d.elt * d.xs, fwd_kernels + 1);
   const double ce_i = apart ? cost::memory_time(sys.gpu, 8 * logits, 1, CostKind::cross_entropy, true) +
                                   cost::memory_time(sys.gpu, 3 * d.elt * d.xs, 1, CostKind::norm, true)
-                            : cost::memory_time(sys.gpu, (cast + 8) * logits + 3 * d.elt * d.xs, cast > 0 ? 3 : 2);
+                            : cost::memory_time(sys.gpu, bwd_bytes * logits + 3 * d.elt * d.xs, bwd_kernels + 1);
+  // Under tp the max (megatron: its pass and the upcast's; megatron-fused: their one kernel; te: the online
+  // softmax) is all-reduced before the rest of the loss.
+  const double before_max = apart ? 1.0 / 3 : l.cross_entropy == CrossEntropyImpl::te ? 1.0
+                            : l.cross_entropy == CrossEntropyImpl::megatron_fused ? (cast > 0 ? cast : 4) / fwd_bytes
+                                                                                 : (cast + 4) / fwd_bytes;
   st.w += lg.t_w;
   st.flops_model += 3 * lg.flops_f;
   st.flops_hw += 3 * lg.flops_f;
@@ -629,7 +655,7 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
     comm_f += t;
   };
   if (sp) edge_f("head gather", Collective::all_gather, d.elt * d.x);
-  at += lg.t_f + (apart ? ce_f / 3 : ce_f * (cast + 4) / (cast + 32));  // the logits, the upcast and the max
+  at += lg.t_f + ce_f * before_max;  // the logits, then the loss up to its max
   for (const char* name : {"cross-entropy max", "cross-entropy target", "cross-entropy sum-exp"})
     edge_f(name, Collective::all_reduce, 4 * d.tokens);
   st.f += lg.t_f + ce_f + comm_f;

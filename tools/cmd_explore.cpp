@@ -301,6 +301,7 @@ int explore(const Args& args) {
        {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
        {"--attention", true, "flash|unfused [flash]"},
+       {"--cross-entropy", true, "the LM loss: megatron, megatron-fused or te (docs/stacks.md) [megatron, or the stack's]"},
        {"--stack", true, "software stack (preset or JSON): search only what it runs, with its attention and overlaps (docs/stacks.md)"},
        {"--tp-comm-overlap", false, "sequence-parallel layouts overlap TP communication with the GEMMs (Megatron --tp-comm-overlap) [off]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
@@ -356,6 +357,7 @@ int explore(const Args& args) {
   if (attn != "flash" && attn != "unfused") throw InputError("--attention " + attn + ": must be flash or unfused");
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
+  if (auto c = cl.get("--cross-entropy")) space.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
   if (auto v = cl.get("--stack")) {
     // What the stack runs bounds the enumeration, and each layout takes its attention and overlaps (sim/explore
     // enumerate, apply_stack); a restriction flag asking for something it lacks is an error, not an empty search.
@@ -379,6 +381,7 @@ int explore(const Args& args) {
         cl.has("--moe-a2a-overlap"))
       throw InputError("--moe-a2a-overlap " + *cl.get("--moe-a2a-overlap") + ": stack " + st.name +
                        " does not overlap the expert all-to-alls (its \"a2a_overlap\" is not true)");
+    if (!cl.has("--cross-entropy")) space.cross_entropy = st.cross_entropy;
     space.stack = st;
   }
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);

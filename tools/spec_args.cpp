@@ -44,6 +44,7 @@ std::vector<OptionSpec> spec_options() {
       {"--zero", true, "optimizer sharding: 0 none, 1 distributed optimizer, 2, 3 [0]"},
       {"--precision", true, "bf16|fp16|fp8|fp32 [bf16; fp32 on a CPU system]"},
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
+      {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
       {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute [on a CPU system: never]"},
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
       {"--tp-comm-overlap", false, "overlap SP's all-gathers / reduce-scatters with the adjacent GEMMs (Megatron --tp-comm-overlap; needs --sp)"},
@@ -161,6 +162,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
   } else if (!given && cpu) {
     l.attention = AttentionImpl::unfused;
   }
+  if (auto c = cl.get("--cross-entropy")) l.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
   if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;

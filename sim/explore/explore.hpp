@@ -40,6 +40,7 @@ struct Space {
   bool uneven = true;                  // also try the time-balanced split for every pp and vpp
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;  // --cross-entropy (a stack's replaces it unless given)
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn
   // them off for the 2021-22 Megatron-LM rows and overlap the pipeline sends for later sources).
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;

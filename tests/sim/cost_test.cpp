@@ -685,3 +685,43 @@ TEST_CASE("fp8 activation memory: the linear layers keep their inputs in fp8") {
   l.precision = Precision::fp8;
   CHECK(cost::layer_activation_bytes(m, l) == ckpt_bf16);
 }
+
+// The LM loss per implementation (Layout::cross_entropy, sim/workload.cpp add_head), bytes per logit and
+// kernels: Megatron's unfused vocab-parallel cross-entropy 38 forward (upcast 6, max 4, subtract 8, exp 8, sum
+// 4, normalise 8) in 6 kernels and 14 backward (scale 8, cast 6) in 2; Megatron's fused one 26 forward (upcast
+// with the max 6, subtract with exp 8, sum 4, normalise 8) in 4, the same backward; Transformer Engine's
+// 2 forward (an online softmax over the bf16 logits) in 2 and 4 backward in 1. With one GPU and one
+// micro-batch the step differs between two of them by exactly those bytes and launches over the logits
+// (Llama 3 8B's 128,256-token vocabulary: 1.05e9 logits at seq 8192).
+TEST_CASE("the LM loss: Megatron unfused, Megatron fused and Transformer Engine priced by their passes") {
+  const Model m = load_model("llama3-8b");
+  const System sys = load_system("dgx-h100");
+  Layout l;
+  l.micro_batch = 1, l.global_batch = 1, l.recompute = Recompute::none;
+  const double logits = 8192.0 * m.vocab, norm_f = 2.0 * 2 * 8192 * m.hidden, norm_b = 3.0 * 2 * 8192 * m.hidden;
+  const auto step = [&](CrossEntropyImpl c) {
+    Layout x = l;
+    x.cross_entropy = c;
+    return estimate(m, x, sys).step_s;
+  };
+  const auto loss = [&](double fwd, int kf, double bwd, int kb) {
+    return cost::memory_time(sys.gpu, fwd * logits + norm_f, kf + 1) + cost::memory_time(sys.gpu, bwd * logits + norm_b, kb + 1);
+  };
+  const double megatron = step(CrossEntropyImpl::megatron), fused = step(CrossEntropyImpl::megatron_fused),
+               te = step(CrossEntropyImpl::te);
+  CHECK(te < fused);
+  CHECK(fused < megatron);
+  CHECK(megatron - fused == doctest::Approx(loss(38, 6, 14, 2) - loss(26, 4, 14, 2)).epsilon(1e-9));
+  CHECK(megatron - te == doctest::Approx(loss(38, 6, 14, 2) - loss(2, 2, 4, 1)).epsilon(1e-9));
+  // In fp32 nothing is cast: 32 and 8 bytes unfused.
+  Layout f32 = l;
+  f32.precision = Precision::fp32;
+  f32.cross_entropy = CrossEntropyImpl::te;
+  const double te32 = estimate(m, f32, sys).step_s;
+  f32.cross_entropy = CrossEntropyImpl::megatron;
+  const double mg32 = estimate(m, f32, sys).step_s;
+  const double nf32 = 2.0 * norm_f, nb32 = 2.0 * norm_b;
+  const double want = cost::memory_time(sys.gpu, 32 * logits + nf32, 6) + cost::memory_time(sys.gpu, 8 * logits + nb32, 2) -
+                      cost::memory_time(sys.gpu, 4 * logits + nf32, 3) - cost::memory_time(sys.gpu, 8 * logits + nb32, 2);
+  CHECK(mg32 - te32 == doctest::Approx(want).epsilon(1e-9));
+}

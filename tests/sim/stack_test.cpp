@@ -124,6 +124,17 @@ TEST_CASE("stacks: a bad stack file names the field, the value and the rule") {
   CHECK(error_of(bad).find("sequence_parallel_default") != std::string::npos);
   CHECK(error_of(bad).find("cannot be true for a stack without sequence parallelism") != std::string::npos);
   bad = ok;
+  bad.insert(bad.size() - 1, ",\"cross_entropy\":\"fused\"");
+  CHECK(error_of(bad).find("cross_entropy: value \"fused\" is not one of megatron, megatron-fused, te") != std::string::npos);
+  std::string te = ok;
+  te.insert(te.size() - 1, ",\"cross_entropy\":\"te\"");
+  const Stack st = parse_stack(parse_json_text(te, "s.json"), "s.json");
+  CHECK(st.cross_entropy == CrossEntropyImpl::te);
+  Layout l;
+  apply_stack(st, l);
+  CHECK(l.cross_entropy == CrossEntropyImpl::te);
+  CHECK(stack_preset("megatron-core-2024").cross_entropy == CrossEntropyImpl::megatron);  // absent: Megatron's default
+  bad = ok;
   bad.insert(bad.size() - 1, ",\"fp8\":true");
   CHECK(error_of(bad).find("fp8") != std::string::npos);
 }

@@ -385,6 +385,19 @@ TEST_CASE("estimate and explore --stack: defaults, refusals, and a search within
     CHECK(l["overlap_grad_reduce"] == false);
     CHECK((l["schedule"] == "1f1b" || l["schedule"] == "interleaved"));
   }
+  // The loss implementation: a flag on estimate and explore, in the layout's JSON when not Megatron's default.
+  auto ce = run_tessel({"estimate", "--stack", "megatron-core-2024", "--cross-entropy", "te", "--json"});
+  REQUIRE(ce.code == 0);
+  CHECK(nlohmann::json::parse(ce.out)["layout"]["cross_entropy"] == "te");
+  CHECK_FALSE(doc["layout"].contains("cross_entropy"));
+  auto cebad = run_tessel({"estimate", "--cross-entropy", "liger"});
+  CHECK(cebad.code == 2);
+  CHECK(cebad.err.find("--cross-entropy: value \"liger\" is not one of megatron, megatron-fused, te") != std::string::npos);
+  auto xce = run_tessel({"explore", "--cross-entropy", "megatron-fused", "--json", "--top", "3", "--no-simulate"});
+  REQUIRE(xce.code == 0);
+  const auto xcd = nlohmann::json::parse(xce.out);
+  REQUIRE(xcd["top"].size() == 3);
+  for (const auto& row : xcd["top"]) CHECK(row["layout"]["cross_entropy"] == "megatron-fused");
   auto xbad = run_tessel({"explore", "--stack", "deepspeed", "--tp-comm-overlap"});
   CHECK(xbad.code == 2);
   CHECK(xbad.err.find("--tp-comm-overlap: stack deepspeed does not overlap TP communication") != std::string::npos);
