@@ -55,8 +55,9 @@ LIMITS = """
   m = 2-16), where the closed-form ZB bubble is only a bound; pessimistic by 3-12% for the 1.5B model, whose
   last stage carries the LM head and the loss at a vocabulary (51,200, assumed) 22 times its hidden size: since
   the loss is priced as Megatron's six unfused fp32 passes (it had been three, and those rows were within
-  -2% to +7%), that stage is the pipeline's slowest, so the paper's run had a lighter loss than Megatron's
-  default (a fused or 16-bit cross-entropy, or a smaller vocabulary). `--engine des` replays the actual schedules. The 1F1B-I rows
+  -2% to +7%), that stage is the pipeline's slowest. Either the paper's run had a lighter loss than Megatron's
+  default (a fused or 16-bit cross-entropy, or a smaller vocabulary), or Tessel prices the middle stages low
+  (their Table 9 forward is predicted 10-22% fast, below). `--engine des` replays the actual schedules. The 1F1B-I rows
   ("max" chunks: every transformer layer its own chunk) are predicted with vpp = (layers + 2) / pp, the first
   and the last virtual stage holding the embedding and the head alone (the paper's one-fewer-layer rule);
   they are {zbi_min:+.0f}% to {zbi_max:+.0f}% optimistic, more than the other schedules of the same models: the
@@ -81,7 +82,7 @@ LIMITS = """
   linear layer's 16-bit input for the backward: at 82.8 of 80 GiB its no-recompute layout did not fit and
   validate fell back to full recompute. Transformer Engine keeps the fp8 cast instead (1 byte an element:
   the QKV and MLP inputs and the activation output; the projection's fp8 copy beside flash attention's
-  16-bit output), which puts it at 76.4 GiB, without recompute (+4.3% today). The Hopper presets'
+  16-bit output), which puts it at 76.4 GiB, without recompute. The Hopper presets'
   bf16 GEMMs are measured (an H200 with the H100's SMs and clocks, bench/h200/NOTES.md) and agree with the
   H100's published 790-797 TFLOP/s; their fp8 GEMMs take the H100's published 1,305 TFLOP/s at 8192^3
   (torch._scaled_mm on cuBLASLt, pytorch/pytorch#143465; the H200 reached 1,457); every fp8 linear layer pays

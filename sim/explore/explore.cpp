@@ -357,14 +357,11 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.stage_layers = split;
                         l.precision = in.precision;
                         l.attention = in.attention;
-                        l.cross_entropy = in.cross_entropy;
                         l.overlap_grad_reduce = in.overlap_grad_reduce;
                         l.overlap_param_gather = in.overlap_param_gather;
                         l.overlap_p2p = in.overlap_p2p;
-                        if (in.stack) {
-                          apply_stack(*in.stack, l);
-                          l.cross_entropy = in.cross_entropy;  // the space's: cmd_explore puts the stack's there
-                        }
+                        if (in.stack) apply_stack(*in.stack, l);
+                        l.cross_entropy = in.cross_entropy;  // the stack's unless --cross-entropy (cmd_explore)
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));
                       }
