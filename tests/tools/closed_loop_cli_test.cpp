@@ -71,15 +71,18 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   // Untrusted repeats say why; trusted ones say nothing.
   CHECK(s["trusted"].get<bool>() == s["untrusted_because"].get<std::string>().empty());
   // The drift: the first calibration run measured again after the held-out runs (its trace is there), the
-  // change of its median step. Trusted exactly when the two noises and the drift are all within 10%.
+  // change of its median step. Trusted exactly when the calibration, contention and measurement noises and
+  // the drift are all within 10% (the contention's: null where the bench fitted none).
   REQUIRE(finite_number(s["drift_pct"]));
   CHECK(s["drift_pct"].get<double>() >= 0);
   CHECK(std::filesystem::exists(out + "/rep0/drift.trace.json"));
+  const bool contention_steady = s["contention_noise_pct"].is_null() || s["contention_noise_pct"].get<double>() <= 10;
   const bool within = s["calibration_noise_pct"].get<double>() <= 10 && s["measurement_noise_pct"].get<double>() <= 10 &&
-                      s["drift_pct"].get<double>() <= 10;
+                      s["drift_pct"].get<double>() <= 10 && contention_steady;
   CHECK(s["trusted"].get<bool>() == within);
   CHECK(has(s["untrusted_because"].get<std::string>(), "measured again at the end") ==
         (s["drift_pct"].get<double>() > 10));
+  CHECK(has(s["untrusted_because"].get<std::string>(), "the host's cores were not steady") == !contention_steady);
   CHECK(finite_number(rep["load_before"]));
   // The calibration: per-kind rates, the host's contention, the per-op trace fit of the glue.
   CHECK(rep["calibration"]["trace_method"] == "per-op");
