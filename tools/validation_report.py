@@ -97,8 +97,8 @@ LIMITS = """
   over the fp32 logits forward, two backward, where three and two had been priced; with its 128k vocabulary
   the Llama 3 8B row moved most, +23.2% to +20.4%) to 16.2% / 7.5%. What remains is not
   fp8-specific: NVIDIA's published step times of the next NeMo releases (24.09-24.11; dgxc-benchmarking
-  v24.11.1: Llama 3.1 8B on 8 H100, GPT-3 175B on 128) are predicted 13% and 16% too fast in bf16 and 12% and
-  11% in fp8. Not modelled yet: the attention kernel per stack and sequence length (NeMo runs cuDNN's fused
+  v24.11.1: Llama 3.1 8B on 8 H100, GPT-3 175B on 128) were predicted 13% and 16% too fast in bf16 and 12% and
+  11% in fp8 before the head and loss changes above (not rechecked since). Not modelled yet: the attention kernel per stack and sequence length (NeMo runs cuDNN's fused
   attention, published at 480-540 TFLOP/s forward on H100; Tessel prices 0.4 of the bf16 peak, 396, forward
   and backward alike) and the memory-bound kernels measured on HBM3.
 - Rows that cannot be modelled are listed as skipped with the reason (unstated GPU counts or layers, a
