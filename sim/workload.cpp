@@ -608,19 +608,20 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   // The per-token target updates and statistics are left out (one value per token, not per logit).
   const bool apart = sys.gpu.kind_rates();
   const double cast = d.elt < 4 ? d.elt + 4 : 0;
-  double fwd_bytes = 0, bwd_bytes = 0;
+  // max_bytes: the forward's bytes up to its max, which tp all-reduces before the rest of the loss.
+  double fwd_bytes = 0, bwd_bytes = 0, max_bytes = 0;
   int fwd_kernels = 0, bwd_kernels = 0;
   switch (l.cross_entropy) {
     case CrossEntropyImpl::megatron:
-      fwd_bytes = cast + 32, fwd_kernels = cast > 0 ? 6 : 5;
+      max_bytes = cast + 4, fwd_bytes = cast + 32, fwd_kernels = cast > 0 ? 6 : 5;
       bwd_bytes = cast + 8, bwd_kernels = cast > 0 ? 2 : 1;
       break;
     case CrossEntropyImpl::megatron_fused:
-      fwd_bytes = (cast > 0 ? cast : 4) + 20, fwd_kernels = 4;
+      max_bytes = cast > 0 ? cast : 4, fwd_bytes = max_bytes + 20, fwd_kernels = 4;
       bwd_bytes = cast + 8, bwd_kernels = cast > 0 ? 2 : 1;
       break;
     case CrossEntropyImpl::te:
-      fwd_bytes = d.elt, fwd_kernels = 2;
+      max_bytes = fwd_bytes = d.elt, fwd_kernels = 2;
       bwd_bytes = 2 * d.elt, bwd_kernels = 1;
       break;
   }
@@ -630,11 +631,7 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   const double ce_i = apart ? cost::memory_time(sys.gpu, 8 * logits, 1, CostKind::cross_entropy, true) +
                                   cost::memory_time(sys.gpu, 3 * d.elt * d.xs, 1, CostKind::norm, true)
                             : cost::memory_time(sys.gpu, bwd_bytes * logits + 3 * d.elt * d.xs, bwd_kernels + 1);
-  // Under tp the max (megatron: its pass and the upcast's; megatron-fused: their one kernel; te: the online
-  // softmax) is all-reduced before the rest of the loss.
-  const double before_max = apart ? 1.0 / 3 : l.cross_entropy == CrossEntropyImpl::te ? 1.0
-                            : l.cross_entropy == CrossEntropyImpl::megatron_fused ? (cast > 0 ? cast : 4) / fwd_bytes
-                                                                                 : (cast + 4) / fwd_bytes;
+  const double before_max = apart ? 1.0 / 3 : max_bytes / fwd_bytes;  // the forward's share up to the max
   st.w += lg.t_w;
   st.flops_model += 3 * lg.flops_f;
   st.flops_hw += 3 * lg.flops_f;

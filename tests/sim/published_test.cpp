@@ -49,6 +49,15 @@ std::string published_rows() {
   return path;
 }
 
+// Mean |step error| of a validation's rows in percent (one step metric per row, as the error bands).
+double mean_abs_step_pct(const ValidationResult& v) {
+  const auto steps = step_errors(v);
+  REQUIRE(!steps.empty());
+  double sum = 0;
+  for (const auto& kv : steps) sum += std::fabs(kv.second);
+  return 100 * sum / static_cast<double>(steps.size());
+}
+
 }  // namespace
 
 TEST_CASE("published rows: Korthikanti and Narayanan Table 2 within bounds") {
@@ -225,13 +234,6 @@ TEST_CASE("published rows: every A100 source within its bounds, also when left o
   const std::string path = published_rows();
   const Json all = parse_json_file(path);
   const std::vector<std::string> sources = {"korthikanti22_", "narayanan21_", "zb24_"};
-  const auto mean_abs_step_pct = [](const ValidationResult& v) {
-    const auto steps = step_errors(v);
-    double sum = 0;
-    for (const auto& kv : steps) sum += std::fabs(kv.second);
-    REQUIRE(!steps.empty());
-    return 100 * sum / static_cast<double>(steps.size());
-  };
   for (const std::string& src : sources) {
     CAPTURE(src);
     const Json mine = select_rows(all, path, {src});
@@ -257,14 +259,10 @@ TEST_CASE("published rows: every A100 source within its bounds, also when left o
 TEST_CASE("published rows: NeMo 24.07's pretraining table within the per-source bound") {
   const std::string path = published_rows();
   const Json all = parse_json_file(path);
-  const auto mean_abs_step_pct = [&](const std::string& src) {
-    const auto steps = step_errors(validate_rows(select_rows(all, path, {src}), path));
-    REQUIRE(!steps.empty());
-    double sum = 0;
-    for (const auto& kv : steps) sum += std::fabs(kv.second);
-    return 100 * sum / static_cast<double>(steps.size());
+  const auto source_pct = [&](const std::string& src) {
+    return mean_abs_step_pct(validate_rows(select_rows(all, path, {src}), path));
   };
-  const double nemo2407 = mean_abs_step_pct("nemo2407_"), longseq = mean_abs_step_pct("nemo_longseq_");
+  const double nemo2407 = source_pct("nemo2407_"), longseq = source_pct("nemo_longseq_");
   MESSAGE("nemo2407 " << nemo2407 << "%, nemo long-sequence " << longseq << "% mean |step error|");
   CHECK(nemo2407 <= 15.0);
 }
