@@ -120,9 +120,9 @@ void check_layout_actions(const sched::Schedule& sch, const std::string& path) {
           a.type != ActionType::OPTIMIZER_STEP && a.type != ActionType::UNSHARD &&
           a.type != ActionType::RESHARD)
         continue;
-      const std::string at = r < sch.cells.size() && p < sch.cells[r].size()
-                                 ? ":" + std::to_string(r + 1) + ":" + std::to_string(sch.cells[r][p])
-                                 : "";
+      std::string at;  // built by append: GCC 12 warns (-Wrestrict, falsely) on ":" + std::string here
+      if (r < sch.cells.size() && p < sch.cells[r].size())
+        at.append(":").append(std::to_string(r + 1)).append(":").append(std::to_string(sch.cells[r][p]));
       throw InputError("--schedule-file " + path + at + ": '" + a.token() + "' is not simulated (REDUCE_GRAD, "
                        "X_OPTIMIZER_STEP, UNSHARD and RESHARD come from the layout: --zero and the optimizer); "
                        "drop them from the file to simulate its order");

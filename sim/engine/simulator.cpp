@@ -50,7 +50,10 @@ void Simulator::finish(std::uint32_t t, double now, RunResult& r, bool timeline)
   memory_change(g_.mem_pos[t], g_.mem_at_end[t], now, r, timeline);
   if (g_.kind[t] == TaskKind::flow && !stamp_.empty()) comm_on_positions(t, -1, now);
   for (auto s : g_.successors(t))
-    if (--waiting_[s] == 0) begin(s, now, r, timeline);
+    if (--waiting_[s] == 0) {
+      r.released_by[s] = t;
+      begin(s, now, r, timeline);
+    }
 }
 
 RunResult Simulator::run(const RunOptions& opt) {
@@ -58,6 +61,7 @@ RunResult Simulator::run(const RunOptions& opt) {
   RunResult r;
   r.start.assign(n, -1.0);
   r.end.assign(n, -1.0);
+  r.released_by.assign(n, RunResult::kNoTask);
   r.peak_bytes.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
   r.peak_time.assign(static_cast<std::size_t>(g_.num_positions), 0.0);
   held_.assign(static_cast<std::size_t>(g_.num_positions), 0.0);

@@ -25,6 +25,11 @@ struct RunOptions {
 
 struct RunResult {
   std::vector<double> start, end;     // per task
+  // Per task: the predecessor whose end started it (the last of them to end; kNoTask for a task with none).
+  // A task starts the moment its last predecessor ends, so following these back from a task gives the
+  // longest path to it with every task weighted by its played time: the critical path, at no extra pass.
+  std::vector<std::uint32_t> released_by;
+  static constexpr std::uint32_t kNoTask = 0xffffffffu;
   double makespan = 0;
   std::uint64_t events = 0;           // task starts + task ends + flow re-rates processed
   std::vector<double> peak_bytes;     // per position: highest activation bytes held

@@ -1,5 +1,6 @@
 // Per-rank accounting after the run (outside the hot loop) and the JSON summary.
 #include <algorithm>
+#include <span>
 
 #include "sim/engine/simulate.hpp"
 #include "util/units.hpp"
@@ -44,9 +45,8 @@ const char* short_name(OpKind k) {
 
 using Interval = std::pair<double, double>;
 
-// Total length of a union of intervals (sorted in place).
-double union_length(std::vector<Interval>& v) {
-  std::sort(v.begin(), v.end());
+// Total length of a union of intervals sorted by start.
+double union_length(std::span<const Interval> v) {
   double total = 0, cur_b = 0, cur_e = -1;
   for (const auto& [b, e] : v) {
     if (b > cur_e) {
@@ -61,8 +61,9 @@ double union_length(std::vector<Interval>& v) {
   return total;
 }
 
-// Length of (union of a) that lies outside (union of b); b's intervals are disjoint and sorted.
-double outside(std::vector<Interval>& a, const std::vector<Interval>& b) {
+// Length of (union of a) that lies outside (union of b): a sorted by start, of union length a_len; b's
+// intervals disjoint and sorted.
+double outside(std::span<const Interval> a, double a_len, std::span<const Interval> b) {
   std::vector<Interval> inter;
   for (const auto& [x, y] : a) {
     auto it = std::lower_bound(b.begin(), b.end(), Interval{x, x},
@@ -70,7 +71,8 @@ double outside(std::vector<Interval>& a, const std::vector<Interval>& b) {
     for (; it != b.end() && it->first < y; ++it)
       if (std::min(y, it->second) > std::max(x, it->first)) inter.push_back({std::max(x, it->first), std::min(y, it->second)});
   }
-  return union_length(a) - union_length(inter);
+  std::sort(inter.begin(), inter.end());
+  return a_len - union_length(inter);
 }
 
 }  // namespace
@@ -88,18 +90,34 @@ std::string describe_task(const Job& job, std::uint32_t t, const Cluster& c) {
 
 std::vector<RankSummary> summarize_ranks(const Job& job, const RunResult& run, const Cluster& c, double step_s) {
   const auto P = static_cast<std::size_t>(c.num_positions());
-  std::vector<std::vector<Interval>> compute(P), comm(P);
-  for (std::uint32_t t = 0; t < job.graph.size(); ++t) {
-    const TaskInfo& ti = job.info[t];
-    const Interval iv{run.start[t], run.end[t]};
-    if (ti.stream == trace::Stream::compute) {
-      compute[static_cast<std::size_t>(ti.pos)].push_back(iv);
-    } else if (ti.group >= 0) {
-      for (int m : job.groups[static_cast<std::size_t>(ti.group)]) comm[static_cast<std::size_t>(m)].push_back(iv);
-    } else {
-      comm[static_cast<std::size_t>(ti.pos)].push_back(iv);
-      if (ti.peer >= 0) comm[static_cast<std::size_t>(ti.peer)].push_back(iv);
+  const std::uint32_t n = job.graph.size();
+  // Each position's compute and communication intervals, flat (two passes: count, then place), as a step of a
+  // 2,048-GPU mixture of experts has millions of them.
+  std::vector<std::size_t> compute_at(P + 1, 0), comm_at(P + 1, 0);
+  const auto each_interval = [&](auto&& on_compute, auto&& on_comm) {
+    for (std::uint32_t t = 0; t < n; ++t) {
+      const TaskInfo& ti = job.info[t];
+      const auto pos = static_cast<std::size_t>(ti.pos);
+      if (ti.stream == trace::Stream::compute) {
+        on_compute(pos, t);
+      } else if (ti.group >= 0) {
+        for (int m : job.groups[static_cast<std::size_t>(ti.group)]) on_comm(static_cast<std::size_t>(m), t);
+      } else {
+        on_comm(pos, t);
+        if (ti.peer >= 0) on_comm(static_cast<std::size_t>(ti.peer), t);
+      }
     }
+  };
+  each_interval([&](std::size_t p, std::uint32_t) { ++compute_at[p + 1]; }, [&](std::size_t p, std::uint32_t) { ++comm_at[p + 1]; });
+  for (std::size_t p = 0; p < P; ++p) {
+    compute_at[p + 1] += compute_at[p];
+    comm_at[p + 1] += comm_at[p];
+  }
+  std::vector<Interval> compute(compute_at[P]), comm(comm_at[P]);
+  {
+    std::vector<std::size_t> ci(compute_at.begin(), compute_at.end() - 1), mi(comm_at.begin(), comm_at.end() - 1);
+    each_interval([&](std::size_t p, std::uint32_t t) { compute[ci[p]++] = {run.start[t], run.end[t]}; },
+                  [&](std::size_t p, std::uint32_t t) { comm[mi[p]++] = {run.start[t], run.end[t]}; });
   }
   std::vector<RankSummary> out(P);
   for (std::size_t p = 0; p < P; ++p) {
@@ -109,11 +127,15 @@ std::vector<RankSummary> summarize_ranks(const Job& job, const RunResult& run, c
     k.pp = c.pp_of(k.pos);
     k.dp = c.dp_of(k.pos);
     k.cp = c.cp_of(k.pos);
-    std::sort(compute[p].begin(), compute[p].end());
-    for (const auto& [b, e] : compute[p]) k.busy_s += e - b;
-    std::vector<Interval> cm = comm[p];
-    k.comm_s = union_length(cm);
-    k.exposed_comm_s = outside(comm[p], compute[p]);
+    // A position's compute ops run one after another on its stream, in task order as the job builds them:
+    // sorted already but checked (a linear pass), not assumed.
+    const std::span<Interval> cs(compute.data() + compute_at[p], compute.data() + compute_at[p + 1]);
+    if (!std::is_sorted(cs.begin(), cs.end())) std::sort(cs.begin(), cs.end());
+    for (const auto& [b, e] : cs) k.busy_s += e - b;
+    const std::span<Interval> ms(comm.data() + comm_at[p], comm.data() + comm_at[p + 1]);
+    std::sort(ms.begin(), ms.end());
+    k.comm_s = union_length(ms);
+    k.exposed_comm_s = outside(ms, k.comm_s, cs);
     k.bubble_s = std::max(0.0, step_s - k.busy_s - k.exposed_comm_s);
     k.peak_activation_bytes = run.peak_bytes[p];
     k.peak_bytes = job.static_bytes[p] + run.peak_bytes[p];

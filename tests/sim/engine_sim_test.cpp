@@ -573,6 +573,49 @@ TEST_CASE("the critical path ends at step_s for ZeRO 0/1/2/3") {
   }
 }
 
+// The critical path comes from the engine's own record of which predecessor released each task. Checked here
+// against the longest path computed apart, by one pass over the whole graph in topological order with each
+// task weighted by its played time: the same length, and that length is step_s. Mixtral with ep 4 spans nodes,
+// so the path crosses contended all-to-all flows and pipeline transfers, and ZeRO-1's parameter all-gathers
+// run past the step.
+TEST_CASE("the critical path is a longest path of the played graph") {
+  const System sys = load_system("dgx-h100");
+  const Model m = load_model("mixtral-8x7b");
+  Layout l;
+  l.tp = 2, l.pp = 4, l.dp = 4, l.ep = 4, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 32;
+  l.sequence_parallel = true;
+  l.zero_stage = 1;
+  const SimReport r = simulate(m, l, sys);
+  const TaskGraph& g = r.job.graph;
+  const std::uint32_t n = g.size();
+  std::vector<double> len(n, 0.0);
+  std::vector<std::uint32_t> waiting(g.num_preds.begin(), g.num_preds.end()), order;
+  for (std::uint32_t t = 0; t < n; ++t)
+    if (waiting[t] == 0) order.push_back(t);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const std::uint32_t t = order[i];
+    len[t] += r.run.end[t] - r.run.start[t];
+    for (std::uint32_t s : g.successors(t)) {
+      len[s] = std::max(len[s], len[t]);
+      if (--waiting[s] == 0) order.push_back(s);
+    }
+  }
+  REQUIRE(order.size() == n);
+  double longest_to_step = 0;
+  for (std::uint32_t t : r.job.step_end) longest_to_step = std::max(longest_to_step, len[t]);
+  REQUIRE(!r.critical_path.empty());
+  double on_path = 0;
+  for (const auto& op : r.critical_path) on_path += op.end_s - op.start_s;
+  CHECK(r.critical_path.front().start_s == 0.0);
+  CHECK(on_path == doctest::Approx(longest_to_step).epsilon(kExact));
+  CHECK(longest_to_step == doctest::Approx(r.step_s).epsilon(kExact));
+  // Consecutive: each op on the path starts the instant the one before it ends (it released it).
+  for (std::size_t i = 1; i < r.critical_path.size(); ++i) CHECK(r.critical_path[i].start_s == r.critical_path[i - 1].end_s);
+  bool a2a = false;
+  for (const auto& op : r.critical_path) a2a = a2a || op.what.find("ep_alltoall") != std::string::npos;
+  CHECK(a2a);
+}
+
 // A pipeline's transfers are priced by their pair: stages nearer than a node still cross one somewhere when the
 // job spans nodes. The closed form prices every transfer as the slowest pair (checked here against an
 // enumeration of every pair of adjacent-stage ranks); the event engine prices each flow by its own pair.
