@@ -897,9 +897,12 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.p2p.total = l.gpus();
   w.sync = step_sync(m, l);
 
-  for (int s = 0; s < l.num_stages(); ++s)
-    w.stages.push_back(stage_work(m, l, sys, kinds, s, l.layers_of_stage(s, m.layers), w.first_edges, w.last_edges,
-                                  l.first_layer_of_stage(s, m.layers)));
+  w.stages.reserve(static_cast<std::size_t>(l.num_stages()));
+  for (int s = 0, first = 0; s < l.num_stages(); ++s) {
+    const int n = l.layers_of_stage(s, m.layers);  // first: the running sum, not first_layer_of_stage's O(s) walk
+    w.stages.push_back(stage_work(m, l, sys, kinds, s, n, w.first_edges, w.last_edges, first));
+    first += n;
+  }
   return w;
 }
 
