@@ -575,9 +575,9 @@ TEST_CASE("the critical path ends at step_s for ZeRO 0/1/2/3") {
 
 // The critical path comes from the engine's own record of which predecessor released each task. Checked here
 // against the longest path computed apart, by one pass over the whole graph in topological order with each
-// task weighted by its played time: the same length, and that length is step_s. Mixtral with ep 4 spans nodes,
-// so the path crosses contended all-to-all flows and pipeline transfers, and ZeRO-1's parameter all-gathers
-// run past the step.
+// task weighted by its played time: the same length, and that length is step_s. Mixtral with ep 4 over 4
+// pipeline stages: the path runs through expert all-to-all flows (checked below) and pipeline transfers, and
+// ZeRO-1's parameter all-gathers run past the step, off the path.
 TEST_CASE("the critical path is a longest path of the played graph") {
   const System sys = load_system("dgx-h100");
   const Model m = load_model("mixtral-8x7b");
