@@ -148,6 +148,7 @@ std::optional<std::string> source_stack(const std::string& id) {
   if (starts("korthikanti22")) return "megatron-lm-2022";
   if (starts("zb24")) return "megatron-zb-2023";
   if (starts("nemo")) return "megatron-core-2024";
+  if (starts("mbridge")) return "megatron-bridge-2025";
   return std::nullopt;
 }
 

@@ -236,13 +236,19 @@ peer at once (NCCL's grouped send/receive): the share for peers in its NVLink do
 through its own NIC, concurrently; on two or more nodes that network share dominates (half the buffer for an
 ep group over two nodes).
 
+The Megatron-Bridge rows are predicted under the `megatron-bridge-2025` stack (docs/stacks.md: Transformer
+Engine's fused cross-entropy, the distributed optimizer with its overlaps, no p2p overlap, recompute none
+unless a row says), taken from the resolved configs Megatron-Bridge commits for its performance runs; before
+it they had no stack, their unstated fields at the fastest fitting choice and Megatron's unfused loss (mean
+38.4% then). The loss is most of the change: GPT-OSS-120B's 201k vocabulary made its rows 12-23 points faster.
+
 Rows whose ep group stays inside one NVLink domain come out optimistic, most the small-hidden fine-grained
-models (Qwen3-30B-A3B, GPT-OSS-120B with hidden 2880: predicted 31-191% fast): not modelled yet are the token
+models (Qwen3-30B-A3B, GPT-OSS-120B with hidden 2880: predicted 30-171% fast): not modelled yet are the token
 dispatcher's host synchronisation per layer, routing imbalance, the grouped GEMM's per-expert overhead, the
 attention kernel GPT-OSS's learnable sinks run in, and the release-to-release software changes the rows
 themselves show: the same Qwen3-30B-A3B layout (tp1 pp2 dp8
 ep8 vpp12 mbs1, gbs 1024, fp8) was published at 5,113 and 9,058 tokens/s/GPU by two releases a month apart.
-Rows whose ep group crosses nodes (H100, ep 16-64) come out 8-27% pessimistic. The DeepSeek-V3 row's recipe
+Rows whose ep group crosses nodes (H100, ep 16-64) come out 9-26% pessimistic. The DeepSeek-V3 row's recipe
 (its notes) dispatches with DeepEP (node-limited: a token crosses the network once per target node, then
 NVLink) and overlaps the all-to-alls with the other micro-batch's compute (1F1B all-to-all overlap). Tessel
 prices DeepEP (`--moe-dispatcher deepep`, docs/layout.md), but the rows carry no dispatcher key, so validate

@@ -23,7 +23,7 @@ std::string error_of(const std::string& json) {
 
 TEST_CASE("stacks: every preset reads, and each names its sources") {
   const auto names = stack_names();
-  CHECK(names.size() == 6);
+  CHECK(names.size() == 7);
   for (const auto& n : names) {
     CAPTURE(n);
     const Stack s = load_stack(n);
@@ -40,7 +40,7 @@ TEST_CASE("stacks: every preset reads, and each names its sources") {
   } catch (const InputError& e) {
     err = e.what();
   }
-  CHECK(err.rfind("--stack megatron-lm-2020: no such stack (known: deepspeed, megatron-core-2024, ", 0) == 0);
+  CHECK(err.rfind("--stack megatron-lm-2020: no such stack (known: deepspeed, megatron-bridge-2025, megatron-core-2024, ", 0) == 0);
 }
 
 TEST_CASE("stacks: defaults applied, and what a stack lacks refused by name") {
@@ -92,6 +92,23 @@ TEST_CASE("stacks: defaults for what a run does not state") {
   CHECK(mc.zero_default == 1);          // distributed_fused_adam
   CHECK(stack_preset("torchtitan-2025").zero_default == 3);  // FSDP2
   CHECK(stack_preset("torchtitan-2025").recompute_default == Recompute::selective);
+  // Megatron-Bridge's resolved performance configs: Transformer Engine's fused loss, the distributed optimizer
+  // with its overlaps, no p2p overlap even when interleaved; DeepEP and the combined-1F1B all-to-all overlap
+  // are there to ask for, not on.
+  const Stack& mb = stack_preset("megatron-bridge-2025");
+  CHECK(mb.cross_entropy == CrossEntropyImpl::te);
+  CHECK(mb.zero_default == 1);
+  CHECK(mb.sequence_parallel_default);
+  CHECK(mb.recompute_default == Recompute::none);
+  CHECK_FALSE(mb.overlap_p2p);
+  CHECK(mb.overlap_grad_reduce);
+  Layout moe = parse_layout_words("tp2 pp8 dp64 ep64 vpp4 mbs1 interleaved sp zero1", 8192);
+  apply_stack(mb, moe);
+  CHECK_FALSE(moe.overlap_p2p);
+  CHECK_FALSE(moe.deepep);
+  moe.deepep = true;
+  CHECK_FALSE(stack_problem(mb, moe).has_value());
+  CHECK(stack_problem(stack_preset("megatron-core-2024"), moe) == "stack megatron-core-2024: it has no DeepEP dispatcher (deepep)");
 }
 
 TEST_CASE("stacks: validate's sources map to their stacks") {
@@ -99,6 +116,7 @@ TEST_CASE("stacks: validate's sources map to their stacks") {
   CHECK(source_stack("korthikanti22_t5_175B_selective_sp") == "megatron-lm-2022");
   CHECK(source_stack("zb24_t4_1.5B_ZB-2p_m24") == "megatron-zb-2023");
   CHECK(source_stack("nemo2407_GPT3-175B_512gpu") == "megatron-core-2024");
+  CHECK(source_stack("mbridge2602_Qwen3-235B-A22B_h100_256gpu") == "megatron-bridge-2025");
   CHECK_FALSE(source_stack("deepseekv3_pretrain_throughput").has_value());
 }
 
