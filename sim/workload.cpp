@@ -897,10 +897,22 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   w.p2p.total = l.gpus();
   w.sync = step_sync(m, l);
 
-  w.stages.reserve(static_cast<std::size_t>(l.num_stages()));
-  for (int s = 0, first = 0; s < l.num_stages(); ++s) {
+  // A middle stage's work depends on its layers' count and kinds only; with one kind of layer (most models)
+  // a middle stage of as many layers as the last one built is that one again (explore lowers pp x vpp stages,
+  // up to 128, for every layout).
+  const bool one_kind = !mixed_layers(m) && (m.sliding_window == 0 || m.sliding_window >= m.seq_len);  // as layer_kinds_in
+  const int S = l.num_stages();
+  w.stages.reserve(static_cast<std::size_t>(S));
+  for (int s = 0, first = 0, middle = -1; s < S; ++s) {
     const int n = l.layers_of_stage(s, m.layers);  // first: the running sum, not first_layer_of_stage's O(s) walk
-    w.stages.push_back(stage_work(m, l, sys, kinds, s, n, w.first_edges, w.last_edges, first));
+    const bool edge = s == 0 || s == S - 1;
+    if (one_kind && !edge && middle >= 0 && w.stages[static_cast<std::size_t>(middle)].layers == n) {
+      w.stages.push_back(w.stages[static_cast<std::size_t>(middle)]);
+      w.stages.back().stage = s;
+    } else {
+      w.stages.push_back(stage_work(m, l, sys, kinds, s, n, w.first_edges, w.last_edges, first));
+      if (!edge) middle = s;
+    }
     first += n;
   }
   return w;

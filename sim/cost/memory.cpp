@@ -34,15 +34,15 @@ double fp8_saved_input_delta(const Model& m, const Layout& l) {
   return d;
 }
 
-}  // namespace
-
-double layer_activation_bytes(const Model& m, const Layout& l) {
+// One layer's kept bytes under recompute policy `rc` (the layout's own, or another one asked about without
+// copying the layout: explore calls this for every stage of every layout).
+double layer_activation_bytes_as(const Model& m, const Layout& l, Recompute rc) {
   const double b = l.micro_batch, s = static_cast<double>(m.seq_len) / l.cp, h = m.hidden, t = l.tp;
   const double sbh = s * b * h;
   const double sp = l.sequence_parallel ? t : 1.0;  // divisor for tensors that SP shards along the sequence
   // 16-bit elements take 2 bytes (fp8 recipes keep 16-bit activations between layers), fp32 4.
   const double wide = l.precision == Precision::fp32 ? 2.0 : 1.0;
-  if (l.recompute == Recompute::full) return wide * 2.0 * sbh / sp;  // the layer's input only
+  if (rc == Recompute::full) return wide * 2.0 * sbh / sp;  // the layer's input only
   const double q = static_cast<double>(m.heads) * m.head_dim;
   const double kv = std::max(static_cast<double>(m.kv_heads) * m.head_dim / t, static_cast<double>(m.head_dim)) * t;
   const double f = m.ffn;
@@ -81,7 +81,7 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
     bytes += s * b * (2.0 * gate * f + 2.0 * f) / t;          // activation input(s) and output
   }
   bytes += 4.0 * sbh / sp;                                    // norms
-  const bool keep_scores = l.recompute == Recompute::none && l.attention == AttentionImpl::unfused;
+  const bool keep_scores = rc == Recompute::none && l.attention == AttentionImpl::unfused;
   const double heads_local = static_cast<double>(m.heads) / t;
   const double sk = m.seq_len;
   if (keep_scores) {
@@ -95,18 +95,17 @@ double layer_activation_bytes(const Model& m, const Layout& l) {
   return wide * bytes;
 }
 
+}  // namespace
+
+double layer_activation_bytes(const Model& m, const Layout& l) { return layer_activation_bytes_as(m, l, l.recompute); }
+
 double stage_activation_bytes(const Model& m, const Layout& l, int layers, int recomputed) {
-  Layout full = l;
-  full.recompute = Recompute::full;
-  const double kept = layer_activation_bytes(m, l);
-  const double ckpt = layer_activation_bytes(m, full);
   if (l.recompute == Recompute::full) {
     // Block method: `recomputed` layers keep their input, the others everything; uniform: all keep inputs.
-    Layout none = l;
-    none.recompute = Recompute::none;
-    return recomputed * ckpt + (layers - recomputed) * layer_activation_bytes(m, none);
+    return recomputed * layer_activation_bytes_as(m, l, Recompute::full) +
+           (layers - recomputed) * layer_activation_bytes_as(m, l, Recompute::none);
   }
-  return layers * kept;
+  return layers * layer_activation_bytes(m, l);
 }
 
 double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last) {
@@ -134,9 +133,7 @@ double zero3_gather_bytes(const Model& m, const Layout& l) {
 
 double recompute_transient_bytes(const Model& m, const Layout& l) {
   if (l.recompute != Recompute::full) return 0.0;
-  Layout none = l;
-  none.recompute = Recompute::none;
-  return layer_activation_bytes(m, none);
+  return layer_activation_bytes_as(m, l, Recompute::none);
 }
 
 namespace {

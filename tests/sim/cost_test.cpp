@@ -725,3 +725,37 @@ TEST_CASE("the LM loss: Megatron unfused, Megatron fused and Transformer Engine 
                       cost::memory_time(sys.gpu, 4 * logits + nf32, 3) - cost::memory_time(sys.gpu, 8 * logits + nb32, 2);
   CHECK(mg32 - te32 == doctest::Approx(want).epsilon(1e-9));
 }
+
+// lower() builds a middle stage once per layer count and copies it to the next middle stage of as many layers
+// (a one-kind model). Every stage must still be its own: an uneven split, where middle stages differ, has each
+// stage's forward, parameters and activations in proportion to its layers, its index its own, and a full
+// recompute of the first 2 layers (block method) recomputing 2 of each stage's layers, whatever its count.
+TEST_CASE("lowering: middle stages of equal layers share their work, of other counts do not") {
+  const System sys = load_system("dgx-h100");
+  const Model m = load_model("llama2-7b");  // 32 layers, one kind
+  Layout l;
+  l.tp = 2, l.pp = 6, l.dp = 1, l.vpp = 1, l.schedule = sched::Kind::one_f_one_b, l.global_batch = 12;
+  l.stage_layers = {3, 4, 4, 6, 4, 11};
+  l.recompute = Recompute::full, l.recompute_method = RecomputeMethod::block, l.recompute_layers = 2;
+  const Workload w = lower(m, l, sys);
+  REQUIRE(w.stages.size() == 6);
+  const StageWork& four = w.stages[1];
+  for (std::size_t s = 1; s + 1 < w.stages.size(); ++s) {
+    CAPTURE(s);
+    const StageWork& st = w.stages[s];
+    const double k = st.layers / 4.0;
+    CHECK(st.stage == static_cast<int>(s));
+    CHECK(st.layers == l.stage_layers[s]);
+    CHECK(st.recomputed_layers == 2);
+    CHECK(st.f == doctest::Approx(k * four.f).epsilon(1e-12));
+    CHECK(st.params == doctest::Approx(k * four.params).epsilon(1e-12));
+    CHECK(st.w == doctest::Approx(k * four.w).epsilon(1e-12));
+    // Two layers recomputed and the rest kept whole: activations are not proportional to the layers.
+    CHECK(st.act_bytes == doctest::Approx(four.act_bytes + (st.layers - 4) * cost::layer_activation_bytes(m, [&] {
+                                            Layout none = l;
+                                            none.recompute = Recompute::none;
+                                            return none;
+                                          }())).epsilon(1e-12));
+  }
+  CHECK(w.stages[3].f > w.stages[2].f);
+}
