@@ -76,6 +76,11 @@ struct ExpertParallel {
   int size = 1;
   int rank = 0;
   Recorder* rec = nullptr;
+  // Expert tensor parallelism: each local expert's FFN split etp ways (w1/wg columns, w2 rows); the etp ranks
+  // gather their received tokens before the experts and reduce-scatter the outputs after (moe_layer.hpp).
+  Comm* etp_comm = nullptr;  // nullptr when etp_size == 1
+  int etp_size = 1;
+  int etp_rank = 0;
 };
 
 struct LayerShape {

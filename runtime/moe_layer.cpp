@@ -72,6 +72,31 @@ std::vector<float> all_to_all(const ExpertParallel& ep, const std::vector<float>
   return out;
 }
 
+// Expert tensor parallelism: this rank's R rows of one expert into a block of etp x rmax rows, each etp rank's
+// rows followed by zero rows up to rmax (an all-gather of equal parts); zero rows stay zero through the MLP
+// and add nothing to its weight gradients.
+Buf etp_gather(const ExpertParallel& ep, const float* rows, int R, int rmax, int h) {
+  const std::size_t part = static_cast<std::size_t>(rmax) * h;
+  std::vector<float> send(part, 0.0f);
+  std::copy(rows, rows + static_cast<std::size_t>(R) * h, send.begin());
+  Buf out = make_buf(part * static_cast<std::size_t>(ep.etp_size));
+  const double t0 = ep.rec ? ep.rec->now_us() : 0.0;
+  if (part > 0) ep.etp_comm->all_gather(send.data(), out->data(), part);
+  if (ep.rec) ep.rec->record_comm(trace::Stream::tp, "tp_allgather", t0, ep.rec->now_us(), double(out->size()) * sizeof(float));
+  return out;
+}
+// The block's partial sums (this rank's slice of the FFN) summed over the etp ranks, each keeping its own R rows.
+std::vector<float> etp_reduce_scatter(const ExpertParallel& ep, const float* block, int R, int rmax, int h) {
+  const std::size_t part = static_cast<std::size_t>(rmax) * h;
+  std::vector<float> mine(part);
+  const double t0 = ep.rec ? ep.rec->now_us() : 0.0;
+  if (part > 0) ep.etp_comm->reduce_scatter(block, mine.data(), part);
+  if (ep.rec)
+    ep.rec->record_comm(trace::Stream::tp, "tp_reducescatter", t0, ep.rec->now_us(), double(part * ep.etp_size) * sizeof(float));
+  mine.resize(static_cast<std::size_t>(R) * h);
+  return mine;
+}
+
 // Rows per peer from a [peers * El] count table.
 std::vector<int> per_peer(const std::vector<int>& table, int peers, int El) {
   std::vector<int> r(static_cast<std::size_t>(peers), 0);
@@ -226,27 +251,41 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   if (ep.rec && ep.size > 1)
     ep.rec->record_comm(trace::Stream::tp, "ep_alltoall", t0, ep.rec->now_us(), double(rows.size()) * sizeof(float));
 
-  // Experts.
+  // Experts: each on its rows, or (etp > 1) on the etp ranks' rows gathered, with this rank's slice of its FFN.
+  const int et = ep.etp_size, fl = fe / et;
+  TESSEL_CHECK(fe % et == 0, "etp " << et << " does not divide the expert FFN " << fe);
   a.h1.assign(El, nullptr);
   a.g1.assign(El, nullptr);
   a.act.assign(El, nullptr);
+  a.rows.assign(static_cast<std::size_t>(El), 0);
+  for (int j = 0; j < El; ++j) a.rows[j] = static_cast<int>(a.xin[j]->size() / h);
+  a.rmax = a.rows;
+  if (et > 1) {
+    const std::vector<float> mine(a.rows.begin(), a.rows.end());
+    std::vector<float> all(mine.size() * static_cast<std::size_t>(et));
+    ep.etp_comm->all_gather(mine.data(), all.data(), mine.size());
+    for (int r = 0; r < et; ++r)
+      for (int j = 0; j < El; ++j) a.rmax[j] = std::max(a.rmax[j], static_cast<int>(all[static_cast<std::size_t>(r) * El + j]));
+  }
   std::vector<std::vector<float>> eout(static_cast<std::size_t>(El));
   for (int j = 0; j < El; ++j) {
-    const int R = static_cast<int>(a.xin[j]->size() / h);
-    const std::size_t n = static_cast<std::size_t>(R) * fe;
+    const int R = a.rows[j], Ra = et > 1 ? et * a.rmax[j] : R;  // Ra: the rows this rank's slice runs on
+    if (et > 1) a.xin[j] = etp_gather(ep, a.xin[j]->data(), R, a.rmax[j], h);
+    const std::size_t n = static_cast<std::size_t>(Ra) * fl;
     const ExpertWeights& x = w.local[j];
     a.h1[j] = make_buf(n);
     a.act[j] = make_buf(n);
-    mm(a.xin[j]->data(), R, h, fe, x.w1.w, a.h1[j]->data());
+    mm(a.xin[j]->data(), Ra, h, fl, x.w1.w, a.h1[j]->data());
     if (swiglu) {
       a.g1[j] = make_buf(n);
-      mm(a.xin[j]->data(), R, h, fe, x.wg.w, a.g1[j]->data());
+      mm(a.xin[j]->data(), Ra, h, fl, x.wg.w, a.g1[j]->data());
       kc::swiglu_fwd(a.g1[j]->data(), a.h1[j]->data(), a.act[j]->data(), n);
     } else {
       kc::gelu_fwd(a.h1[j]->data(), a.act[j]->data(), n);
     }
-    eout[j].resize(static_cast<std::size_t>(R) * h);
-    mm(a.act[j]->data(), R, fe, h, x.w2.w, eout[j].data());
+    eout[j].resize(static_cast<std::size_t>(Ra) * h);
+    mm(a.act[j]->data(), Ra, fl, h, x.w2.w, eout[j].data());
+    if (et > 1) eout[j] = etp_reduce_scatter(ep, eout[j].data(), R, a.rmax[j], h);
   }
 
   // Combine: back to the senders, in their dispatch order; weighted sum per token.
@@ -335,27 +374,33 @@ void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   }
   const std::vector<int> send_rows = per_peer(a.sent, ep.size, El), recv_rows = per_peer(a.got, ep.size, El);
   const std::vector<Buf> dexp = to_experts(all_to_all(ep, rows, send_rows, recv_rows, h), a.got, ep.size, El, h);
+  // Each expert's backward on the rows its forward ran on: under etp > 1 the output gradients gathered from
+  // the etp ranks as the inputs were, the input gradients (partial sums over this rank's FFN slice)
+  // reduce-scattered back.
+  const int et = ep.etp_size, fl = fe / et;
   std::vector<std::vector<float>> dxin(static_cast<std::size_t>(El));
   for (int j = 0; j < El; ++j) {
-    const int R = static_cast<int>(a.xin[j]->size() / h);
-    const std::size_t n = static_cast<std::size_t>(R) * fe;
+    const int R = a.rows[j], Ra = et > 1 ? et * a.rmax[j] : R;
+    const std::size_t n = static_cast<std::size_t>(Ra) * fl;
     const ExpertWeights& x = w.local[j];
+    const Buf dout_j = et > 1 ? etp_gather(ep, dexp[j]->data(), R, a.rmax[j], h) : dexp[j];
     std::vector<float> dact(n);
-    mm_t(dexp[j]->data(), R, fe, h, x.w2.w, dact.data(), false);
-    dxin[j].assign(static_cast<std::size_t>(R) * h, 0.0f);
-    if (R > 0) jobs.push_back({a.act[j], dexp[j], R, fe, h, x.w2.g, nullptr, false});
+    mm_t(dout_j->data(), Ra, fl, h, x.w2.w, dact.data(), false);
+    dxin[j].assign(static_cast<std::size_t>(Ra) * h, 0.0f);
+    if (Ra > 0) jobs.push_back({a.act[j], dout_j, Ra, fl, h, x.w2.g, nullptr, false});
     Buf dh = make_buf(n);
     if (swiglu) {
       Buf dg = make_buf(n);
       kc::swiglu_bwd(dact.data(), a.g1[j]->data(), a.h1[j]->data(), dg->data(), dh->data(), n);
-      mm_t(dg->data(), R, h, fe, x.wg.w, dxin[j].data(), false);
-      mm_t(dh->data(), R, h, fe, x.w1.w, dxin[j].data(), true);
-      if (R > 0) jobs.push_back({a.xin[j], dg, R, h, fe, x.wg.g, nullptr, false});
+      mm_t(dg->data(), Ra, h, fl, x.wg.w, dxin[j].data(), false);
+      mm_t(dh->data(), Ra, h, fl, x.w1.w, dxin[j].data(), true);
+      if (Ra > 0) jobs.push_back({a.xin[j], dg, Ra, h, fl, x.wg.g, nullptr, false});
     } else {
       kc::gelu_bwd(dact.data(), a.h1[j]->data(), dh->data(), n);
-      mm_t(dh->data(), R, h, fe, x.w1.w, dxin[j].data(), false);
+      mm_t(dh->data(), Ra, h, fl, x.w1.w, dxin[j].data(), false);
     }
-    if (R > 0) jobs.push_back({a.xin[j], dh, R, h, fe, x.w1.g, nullptr, false});
+    if (Ra > 0) jobs.push_back({a.xin[j], dh, Ra, h, fl, x.w1.g, nullptr, false});
+    if (et > 1) dxin[j] = etp_reduce_scatter(ep, dxin[j].data(), R, a.rmax[j], h);
   }
   const std::vector<float> back = all_to_all(ep, from_experts(dxin, a.got, ep.size, El, h), recv_rows, send_rows, h);
   for (int i = 0; i < S; ++i) {

@@ -7,7 +7,9 @@
 //              the model says so, times the router's scale;
 //   dispatch   each (token, choice) slot's row goes to the ep rank owning its expert (expert_owner), sorted
 //              by expert: an all-to-all of per-expert counts, then of the rows;
-//   experts    each local expert runs its MLP on the rows it received, from every peer, in peer order;
+//   experts    each local expert runs its MLP on the rows it received, from every peer, in peer order; under
+//              expert tensor parallelism (etp > 1) the etp ranks holding an expert's FFN slices gather their
+//              rows first (all-gather) and reduce-scatter the outputs back (Megatron-Core's order);
 //   combine    the outputs go back by the reverse all-to-all; a token's output is the weighted sum of its k;
 //   shared     the shared expert runs over all tokens as the dense MLP does (column/row-parallel under tp).
 //
@@ -33,7 +35,11 @@ struct MoeActs {
   Buf topi, topw; // [Tl * k] chosen experts (exact small integers) and their weights (scale included)
   Buf counts;     // [E] tokens of the micro-batch routed to each expert
   Buf slot_out;   // [Tl * k, h] the chosen experts' outputs, back from their owners
-  std::vector<Buf> xin, h1, g1, act;  // per local expert: the rows it received and its MLP's intermediates
+  // Per local expert: the rows it runs on (received from the ep peers; under etp > 1 gathered from the etp
+  // ranks, each rank's block padded with zero rows to the largest: etp x rmax rows) and its MLP's intermediates
+  // (this rank's 1/etp of the FFN width).
+  std::vector<Buf> xin, h1, g1, act;
+  std::vector<int> rows, rmax;        // per local expert: rows this rank received, the most any etp rank did
   Buf sh1, sg1, sact;                 // the shared expert's intermediates [T, shared_ffn]
   // The routing plan, kept to run the backward's exchanges: slots in dispatch order (by expert, then slot),
   // rows sent to [peer * El + local expert] and received from them.

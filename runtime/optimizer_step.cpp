@@ -30,7 +30,8 @@ DistributedOptimizer::DistributedOptimizer(const Model& m, const Layout& l, Para
       rec_(rec), cfg_(cfg), tied_peer_(tied_peer), tied_is_first_(tied_is_first), sharded_(l.zero_stage >= 1) {
   init();
   if (!experts) return;
-  // The experts' optimizer: edp plays dp; experts are whole (etp 1), so no tp sync; no tied copies.
+  // The experts' optimizer: edp plays dp; each etp rank holds its own slice of every expert tensor (none is
+  // replicated over tp or etp), so no tp sync and every slice counts in the norm; no tied copies.
   TESSEL_CHECK(groups.edp, "a MoE model's optimizer needs the edp group");
   Layout el = l;
   el.dp = groups.edp->size();

@@ -53,9 +53,10 @@ void add_layer(std::vector<ParamSpec>& v, const Model& m, int i) {
     }
     for (int x = 0; x < e.experts; ++x) {
       const std::string q = p + "moe.expert." + std::to_string(x) + ".";
-      v.push_back(matrix(q + "w1", h, e.expert_ffn, -1, kInitStd));
-      if (m.activation == Activation::swiglu) v.push_back(matrix(q + "wg", h, e.expert_ffn, -1, kInitStd));
-      v.push_back(matrix(q + "w2", e.expert_ffn, h, -1, out_std));
+      // Split over etp as the dense MLP is over tp (the experts' store is built with etp in place of tp).
+      v.push_back(matrix(q + "w1", h, e.expert_ffn, 1, kInitStd));
+      if (m.activation == Activation::swiglu) v.push_back(matrix(q + "wg", h, e.expert_ffn, 1, kInitStd));
+      v.push_back(matrix(q + "w2", e.expert_ffn, h, 0, out_std));
       for (auto it = v.end() - (m.activation == Activation::swiglu ? 3 : 2); it != v.end(); ++it) it->expert = x;
     }
     return;

@@ -11,9 +11,10 @@
 // RMSNorm has no .b; models without bias have no b* vectors.
 // A mixture-of-experts layer (Model::is_moe_layer) has, in place of mlp.*: layers.i.moe.router [h,E]
 // (replicated), the shared expert layers.i.moe.shared.w1/.wg [h,fs] (column-sharded) and .w2 [fs,h]
-// (row-sharded) when the model has one, and per routed expert e layers.i.moe.expert.e.w1/.wg [h,fe],
-// .w2 [fe,h], whole (this runtime runs experts with etp 1) and held only by the expert-parallel rank that
-// owns e (ParamSpec::expert; expert_owner()).
+// (row-sharded) when the model has one, and per routed expert e layers.i.moe.expert.e.w1/.wg [h,fe]
+// (column-sharded) and .w2 [fe,h] (row-sharded) over the expert tensor-parallel ranks (etp, in the experts'
+// own store; whole with etp 1), held only by the expert-parallel rank that owns e (ParamSpec::expert;
+// expert_owner()).
 // Init (GPT-2, Radford et al. 2019): weights std 0.02, residual output projections (wo, w2) std
 // 0.02/sqrt(2L); norms' weights 1; biases 0. Values from init_uniform(tensor_key(seed, name), flat index).
 #pragma once

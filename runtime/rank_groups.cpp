@@ -15,9 +15,10 @@ RankCoords coords_of(int r, const Layout& l) {
 }
 
 void expert_coords(RankCoords& c, const Layout& l) {
-  const int i = c.tp + l.tp * c.dp;
-  c.ep = i % l.ep;
-  c.edp = i / l.ep;
+  const int i = c.tp + l.tp * c.dp, etp = l.expert_tp();
+  c.etp = i % etp;
+  c.ep = (i / etp) % l.ep;
+  c.edp = i / (etp * l.ep);
 }
 
 int world_rank_of(const RankCoords& c, const Layout& l) { return c.tp + l.tp * (c.dp + l.dp * c.pp); }
@@ -37,10 +38,14 @@ RankGroups make_groups(Comm& world, const Layout& l, bool experts) {
   TESSEL_CHECK(g.tp->rank() == c.tp && g.dp->rank() == c.dp && g.pp->rank() == c.pp, "split gave unexpected ranks");
   if (experts) {
     expert_coords(g.at, l);
-    const int edp = l.tp * l.dp / l.ep;
-    g.ep = world.split(c.edp + edp * c.pp, c.ep);
-    g.edp = world.split(c.ep + l.ep * c.pp, c.edp);
-    TESSEL_CHECK(g.ep->rank() == c.ep && g.edp->rank() == c.edp, "expert split gave unexpected ranks");
+    const int etp = l.expert_tp(), edp = l.tp * l.dp / (etp * l.ep);
+    TESSEL_CHECK(edp * etp * l.ep == l.tp * l.dp, "etp " << etp << " x ep " << l.ep << " does not divide tp x dp");
+    // Each split's colour: the rank's other two expert coordinates and its pipeline rank.
+    g.ep = world.split(c.etp + etp * (c.edp + edp * c.pp), c.ep);
+    g.etp = world.split(c.ep + l.ep * (c.edp + edp * c.pp), c.etp);
+    g.edp = world.split(c.etp + etp * (c.ep + l.ep * c.pp), c.edp);
+    TESSEL_CHECK(g.ep->rank() == c.ep && g.etp->rank() == c.etp && g.edp->rank() == c.edp,
+                 "expert split gave unexpected ranks");
   }
   return g;
 }

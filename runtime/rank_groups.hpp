@@ -12,12 +12,12 @@ namespace tessel::rt {
 
 struct RankCoords {
   int tp = 0, pp = 0, dp = 0;
-  int ep = 0, edp = 0;  // expert-parallel rank and expert data-parallel replica (experts_coords)
+  int etp = 0, ep = 0, edp = 0;  // expert tensor-parallel rank, expert-parallel rank, expert data-parallel replica
 };
 
-// Megatron-Core's parallel folding with etp 1 (the experts of this runtime are whole): a stage's tp x dp GPUs,
-// numbered i = tp_rank + tp * dp_rank, are also ep x edp for the experts, ep fastest: ep rank i % ep,
-// edp rank i / ep.
+// Megatron-Core's parallel folding: a stage's tp x dp GPUs, numbered i = tp_rank + tp * dp_rank, are also
+// etp x ep x edp for the experts, etp fastest: etp rank i % etp, ep rank (i / etp) % ep, edp rank
+// i / (etp ep). With etp 1 (Layout::expert_tp) the experts are whole on their ep rank.
 void expert_coords(RankCoords& c, const Layout& l);
 
 RankCoords coords_of(int world_rank, const Layout& l);
@@ -26,9 +26,11 @@ int world_rank_of(const RankCoords& c, const Layout& l);
 struct RankGroups {
   Comm* world = nullptr;
   std::unique_ptr<Comm> tp, pp, dp;  // every member of the world calls split in the same order
-  // Mixture of experts only (null otherwise): the ep ranks that exchange tokens, and the edp replicas of this
-  // rank's experts, which reduce their gradients (tp x dp / ep GPUs: with tp > 1 they saw different tokens).
-  std::unique_ptr<Comm> ep, edp;
+  // Mixture of experts only (null otherwise): the ep ranks that exchange tokens, the etp ranks that split
+  // each of their experts' FFN (gathering their tokens before it and reduce-scattering after), and the edp
+  // replicas of this rank's expert shards, which reduce their gradients (tp x dp / (etp ep) GPUs: they saw
+  // different tokens).
+  std::unique_ptr<Comm> ep, etp, edp;
   RankCoords at;
 };
 

@@ -58,9 +58,6 @@ void check_runnable(const Model& m, const Layout& l) {
                        "model has one, balances the load)");
     }
     if (e.router.logit_bias) unsupported("moe.router.logit_bias");
-    if (l.expert_tp() != 1)
-      throw InputError("--etp " + std::to_string(l.expert_tp()) + ": the CPU runtime runs every expert whole on one rank "
-                       "(expert tensor parallelism 1); pass --etp 1" + (l.etp == 0 ? " (etp defaults to tp " + std::to_string(l.tp) + ")" : std::string()));
     if (l.moe_skew != 1.0 || l.moe_capacity > 0)
       throw InputError("--moe-skew / --moe-capacity-factor: routing imbalance is a cost-model option; the runtime routes by "
                        "the router's choices (leave them out to run)");
@@ -123,7 +120,8 @@ Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm&
   schedule_ = runtime_schedule(l);
   data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
   const int S = l.num_stages(), pp_rank = groups_.at.pp;
-  // Routed experts live in their own store: this rank holds its ep rank's, replicated over edp, not dp.
+  // Routed experts live in their own store: this rank holds its ep rank's, its etp slice of each, replicated
+  // over edp, not dp.
   std::vector<std::string> dense, experts;
   std::map<std::string, int> expert_of;
   for (const ParamSpec& p : gpt_param_specs(m))
@@ -134,9 +132,10 @@ Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm&
     else if (expert_owner(e->second, m.moe.experts, l.ep) == groups_.at.ep) experts.push_back(n);
   }
   store_ = ParamStore(m, dense, l.tp, groups_.at.tp, opt.seed);
-  experts_ = ParamStore(m, experts, 1, 0, opt.seed);
+  experts_ = ParamStore(m, experts, l.expert_tp(), groups_.at.etp, opt.seed);
   tp_ = {l.tp > 1 ? groups_.tp.get() : nullptr, l.tp, groups_.at.tp, l.sequence_parallel && l.tp > 1, &rec_};
-  ep_ = {l.ep > 1 ? groups_.ep.get() : nullptr, l.ep, groups_.at.ep, &rec_};
+  ep_ = {l.ep > 1 ? groups_.ep.get() : nullptr, l.ep, groups_.at.ep, &rec_,
+         l.expert_tp() > 1 ? groups_.etp.get() : nullptr, l.expert_tp(), groups_.at.etp};
   ParamStore* ex = m.moe.enabled() ? &experts_ : nullptr;
   for (int s : schedule_.stages_of(pp_rank))
     stages_[s] = std::make_unique<Stage>(m, stage_config(m, l, schedule_, s), store_, tp_, rec_, ex, ep_);

@@ -75,16 +75,23 @@ fi
 #    between processes by all-to-all) gives the losses and load-balancing losses of the one-rank run.
 timeout 300 $mpi -np 4 "$exe" run --model tiny-moe --tp 2 --sp --etp 1 --dp 2 --ep 4 --gbs 8 --steps 2 --json \
   >"$dir/moe4.json" 2>"$dir/moe4.txt" || { echo "FAIL: mpirun tiny-moe ep 4"; cat "$dir/moe4.txt"; exit 1; }
+#    And with each expert split over etp 2 (--etp left at tp 2, Megatron-Core's default) on ep 2: the etp
+#    ranks' gathers and reduce-scatters between processes.
+timeout 300 $mpi -np 4 "$exe" run --model tiny-moe --tp 2 --sp --dp 2 --ep 2 --gbs 8 --steps 2 --json \
+  >"$dir/moe_etp.json" 2>"$dir/moe_etp.txt" || { echo "FAIL: mpirun tiny-moe ep 2 etp 2"; cat "$dir/moe_etp.txt"; exit 1; }
 timeout 300 "$exe" run --model tiny-moe --gbs 8 --steps 2 --json >"$dir/moe1.json" 2>"$dir/moe1.txt" ||
   { echo "FAIL: tiny-moe on one rank"; cat "$dir/moe1.txt"; exit 1; }
 if command -v python3 >/dev/null 2>&1; then
-  python3 - "$dir/moe1.json" "$dir/moe4.json" <<'PY' || exit 1
+  python3 - "$dir/moe1.json" "$dir/moe4.json" "$dir/moe_etp.json" <<'PY' || exit 1
 import json, sys
-a, b = (json.load(open(p))["steps"] for p in sys.argv[1:3])
-for x, y in zip(a, b):
-    print(f"step {x['step']}: loss {x['loss']:.6f} / {y['loss']:.6f}, aux {x['aux_loss']:.6f} / {y['aux_loss']:.6f}")
-ok = len(a) == len(b) == 2 and all(abs(x["loss"] - y["loss"]) <= 1e-5 * x["loss"] and
-                                   abs(x["aux_loss"] - y["aux_loss"]) <= 1e-4 * x["aux_loss"] for x, y in zip(a, b))
+a = json.load(open(sys.argv[1]))["steps"]
+ok = True
+for path in sys.argv[2:4]:
+    b = json.load(open(path))["steps"]
+    for x, y in zip(a, b):
+        print(f"{path.rsplit('/', 1)[-1]} step {x['step']}: loss {x['loss']:.6f} / {y['loss']:.6f}, aux {x['aux_loss']:.6f} / {y['aux_loss']:.6f}")
+    ok = ok and len(a) == len(b) == 2 and all(abs(x["loss"] - y["loss"]) <= 1e-5 * x["loss"] and
+                                              abs(x["aux_loss"] - y["aux_loss"]) <= 1e-4 * x["aux_loss"] for x, y in zip(a, b))
 sys.exit(0 if ok else 1)
 PY
 fi

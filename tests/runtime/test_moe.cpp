@@ -2,10 +2,10 @@
 //  - the MoE layer's gradients (router through top-k renormalisation and the load-balancing loss, routed
 //    experts, shared expert, input) against central finite differences of its forward, which shares no code
 //    with the backward;
-//  - tiny-moe trained on ep 1, 2, 4 and 8 combined with tp (sp, etp 1), pp (1F1B, interleaved, zero bubble,
+//  - tiny-moe trained on ep 1, 2, 4 and 8 combined with tp (sp; etp 1 and 2), pp (1F1B, interleaved, zero bubble,
 //    ZBV, DualPipeV), dp, ZeRO 1/2 and recomputation: the same losses, load-balancing losses and per-parameter gradient norms as one rank;
 //  - experts held by their ep rank only; the trace carries the layer's all-to-alls;
-//  - recovery checkpoints resharded between ep sizes; activation memory against the cost model's.
+//  - recovery checkpoints resharded between ep and etp sizes; activation memory against the cost model's.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -137,10 +137,10 @@ std::vector<rt::StepStats> run_moe(const Layout& l, int steps) {
   return r.steps;
 }
 
-Layout moe_layout(int tp, int pp, int dp, int ep, const std::string& schedule = "1f1b") {
+Layout moe_layout(int tp, int pp, int dp, int ep, const std::string& schedule = "1f1b", int etp = 1) {
   Layout l = test::layout(tp, pp, dp, schedule, sched::default_vpp(sched::parse_schedule(schedule, "case"), 2), 8);
   l.ep = ep;
-  l.etp = 1;
+  l.etp = etp;
   l.sequence_parallel = tp > 1;  // Megatron-Core's rule for MoE with tp (moe-tp-needs-sp)
   return l;
 }
@@ -234,6 +234,17 @@ TEST_CASE("tiny-moe on ep 1, 2, 4, 8 with tp, pp, dp, ZeRO and recomputation mat
     cases.push_back(moe_layout(2, 2, 1, 2));
     cases.back().recompute = rc;
   }
+  // Expert tensor parallelism: each expert's FFN split over etp ranks, folded etp fastest over tp x dp (etp 2
+  // on tp 2 is Megatron-Core's default, etp = tp; on tp 1 it folds over dp), with ep, pp, ZeRO over edp and a
+  // full recompute that gathers and scatters again.
+  cases.push_back(moe_layout(2, 1, 1, 1, "1f1b", 2));
+  cases.push_back(moe_layout(2, 1, 2, 2, "1f1b", 2));
+  cases.push_back(moe_layout(1, 1, 4, 2, "1f1b", 2));
+  cases.push_back(moe_layout(2, 2, 2, 2, "interleaved", 2));
+  cases.push_back(moe_layout(2, 1, 4, 2, "1f1b", 2));
+  cases.back().zero_stage = 1;
+  cases.push_back(moe_layout(2, 2, 1, 1, "1f1b", 2));
+  cases.back().recompute = Recompute::full;
   for (const Layout& l : cases) {
     CAPTURE(l.describe());
     const auto got = run_moe(l, 3);
@@ -296,18 +307,31 @@ TEST_CASE("an ep rank holds its experts only, ZeRO shards their moments over edp
   const Layout tp2 = moe_layout(2, 1, 1, 2);
   const rt::ThreadRunResult t2 = rt::train_threads(m, tp2, opt, 1);
   CHECK(align(tp2, t2) == 3 * 4 * tp2.num_microbatches());
+  // etp 2: each expert's gather before it and reduce-scatter after, forward and backward, in both traces.
+  const Layout etp2 = moe_layout(2, 1, 2, 2, "1f1b", 2);
+  const rt::ThreadRunResult e2 = rt::train_threads(m, etp2, opt, 1);
+  int gathers = 0, scatters = 0;
+  for (const auto& e : e2.trace.events)
+    if (e.rank == 0) {
+      gathers += e.op == "tp_allgather";
+      scatters += e.op == "tp_reducescatter";
+    }
+  CHECK(align(etp2, e2) == 2 * 3 * 4 * etp2.num_microbatches());  // each dp replica's tp rank 0
+  CHECK(gathers > 0);
+  CHECK(scatters > 0);
 }
 
-TEST_CASE("a recovery checkpoint of tiny-moe saved at ep 2 resumes at ep 4, at ep 1 and with ZeRO-1 as if uninterrupted") {
+TEST_CASE("a recovery checkpoint of tiny-moe saved at ep 2 etp 2 resumes at ep 4, at ep 1, with ZeRO-1 and at etp 2 as if uninterrupted") {
   const Model m = tiny_moe();
   const test::TempDir dir("moe");
   const auto whole = test::run_losses(moe_layout(1, 1, 1, 1), 4, "", "", m);
-  const auto first = test::run_losses(moe_layout(2, 1, 1, 2), 2, "", dir.str(), m);
+  // Saved with every expert split over 2 etp ranks (tp 2 dp 2 ep 2: etp x ep = 4 GPUs, one edp replica).
+  const auto first = test::run_losses(moe_layout(2, 1, 2, 2, "1f1b", 2), 2, "", dir.str(), m);
   REQUIRE(first.size() == 2);
   CHECK(rel_err(first[1], whole[1]) < 1e-5);
   Layout zero1 = moe_layout(1, 2, 2, 2);
   zero1.zero_stage = 1;
-  for (const Layout& l : {moe_layout(1, 1, 4, 4), moe_layout(1, 1, 1, 1), zero1}) {
+  for (const Layout& l : {moe_layout(1, 1, 4, 4), moe_layout(1, 1, 1, 1), zero1, moe_layout(1, 1, 4, 1, "1f1b", 2)}) {
     CAPTURE(l.describe());
     const auto rest = test::run_losses(l, 2, dir.str(), "", m);
     REQUIRE(rest.size() == 2);
@@ -430,8 +454,8 @@ TEST_CASE("auxiliary-loss-free balancing: the selection bias follows the global 
 TEST_CASE("the runtime refuses the MoE parts it does not build, naming them") {
   Model m = tiny_moe();
   Layout l = moe_layout(2, 1, 2, 2);
-  l.etp = 0;  // as tp: experts split over tp, which this runtime does not do
-  CHECK_THROWS_WITH_AS(rt::check_runnable(m, l), doctest::Contains("--etp 2"), InputError);
+  l.etp = 0;  // as tp (Megatron-Core's default): experts split over tp, which the runtime does
+  CHECK_NOTHROW(rt::check_runnable(m, l));
   Model sig = m;  // tiny-moe has a load-balancing loss, which the runtime runs for softmax routers only
   sig.moe.router.score = RouterScore::sigmoid;
   CHECK_THROWS_WITH_AS(rt::check_runnable(sig, moe_layout(1, 1, 1, 1)), doctest::Contains("moe.router.aux_loss_coef"), InputError);
