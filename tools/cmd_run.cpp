@@ -50,7 +50,7 @@ std::vector<cli::OptionSpec> run_options() {
       {"--pp", true, "pipeline-parallel size [1]"},
       {"--dp", true, "data-parallel size [1]"},
       {"--ep", true, "expert-parallel size (MoE models; folded over tp x dp, as Megatron-Core) [1]"},
-      {"--etp", true, "expert tensor-parallel size; the CPU runtime runs experts whole: 1 [tp, as Megatron-Core]"},
+      {"--etp", true, "expert tensor-parallel size: each expert's FFN split over etp ranks, folded etp-fastest over tp x dp [tp, as Megatron-Core]"},
       {"--vpp", true, "stages per pipeline rank [2 for interleaved/looped-bfs/zbv/dualpipev, else 1]"},
       {"--mbs", true, "micro-batch size [1]"},
       {"--gbs", true, "global batch size [mbs * dp * 2 * pp]"},

@@ -34,7 +34,7 @@ inline RunResult run_exe(const std::string& exe, const std::vector<std::string>&
   const std::string out = (dir / ("tessel_test_out_" + std::to_string(::getpid()) + "_" + std::to_string(counter))).string();
   const std::string err = (dir / ("tessel_test_err_" + std::to_string(::getpid()) + "_" + std::to_string(counter++))).string();
   std::string cmd = shell_quote(exe);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
+  for (const auto& a : args) cmd.append(" ").append(shell_quote(a));  // append: GCC 12's -Wrestrict misfires on " " + string
   cmd += " >" + out + " 2>" + err;
   RunResult r;
   const int status = std::system(cmd.c_str());
