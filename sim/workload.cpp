@@ -66,10 +66,14 @@ int layer_kind(const Model& m, int i) {
   return (mixed_layers(m) && !m.is_moe_layer(i) ? 1 : 0) + (w > 0 && w < m.seq_len ? 2 : 0);
 }
 
+// Every layer of the same kind (most models): no dense layers among MoE ones and no window shorter than the
+// sequence.
+static bool one_layer_kind(const Model& m) { return !mixed_layers(m) && (m.sliding_window == 0 || m.sliding_window >= m.seq_len); }
+
 std::array<int, kLayerKinds> layer_kinds_in(const Model& m, int first, int end) {
   std::array<int, kLayerKinds> n{};
   // Most models have one kind: count without a per-layer walk.
-  if (!mixed_layers(m) && (m.sliding_window == 0 || m.sliding_window >= m.seq_len)) {
+  if (one_layer_kind(m)) {
     n[0] = std::max(0, end - first);
     return n;
   }
@@ -900,7 +904,7 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
   // A middle stage's work depends on its layers' count and kinds only; with one kind of layer (most models)
   // a middle stage of as many layers as the last one built is that one again (explore lowers pp x vpp stages,
   // up to 128, for every layout).
-  const bool one_kind = !mixed_layers(m) && (m.sliding_window == 0 || m.sliding_window >= m.seq_len);  // as layer_kinds_in
+  const bool one_kind = one_layer_kind(m);
   const int S = l.num_stages();
   w.stages.reserve(static_cast<std::size_t>(S));
   for (int s = 0, first = 0, middle = -1; s < S; ++s) {
