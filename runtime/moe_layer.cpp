@@ -97,14 +97,6 @@ std::vector<float> etp_reduce_scatter(const ExpertParallel& ep, const float* blo
   return mine;
 }
 
-// Rows per peer from a [peers * El] count table.
-std::vector<int> per_peer(const std::vector<int>& table, int peers, int El) {
-  std::vector<int> r(static_cast<std::size_t>(peers), 0);
-  for (int p = 0; p < peers; ++p)
-    for (int j = 0; j < El; ++j) r[p] += table[static_cast<std::size_t>(p) * El + j];
-  return r;
-}
-
 // Received rows (peer-major: peer p's rows for local expert 0, 1, ...) -> one buffer per local expert
 // (peer order inside), and back.
 std::vector<Buf> to_experts(const std::vector<float>& rows, const std::vector<int>& got, int peers, int El, int width) {
@@ -145,22 +137,10 @@ std::vector<float> from_experts(const std::vector<std::vector<float>>& per_exper
 
 }  // namespace
 
-float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
-                  const Buf& y_local, const Buf& y_full, float* out, MoeActs& a) {
-  const int T = s.tokens, Tl = s.local_tokens, h = s.hidden, E = s.experts, k = s.top_k, fe = s.expert_ffn;
-  const int El = E / ep.size, S = Tl * k;
-  const bool swiglu = s.swiglu;
-  TESSEL_CHECK(y_local->size() == static_cast<std::size_t>(Tl) * h, "MoE input has " << y_local->size() << " values");
-  TESSEL_CHECK(!w.sw1.w || (y_full && y_full->size() == static_cast<std::size_t>(T) * h), "shared expert without all tokens");
-  const float* y = y_local->data();
-  a.yl = y_local;
-
-  // Router: logits, then scores: a softmax over the E experts (max-subtracted), or each expert's sigmoid
-  // (DeepSeek-V3 Sec. 2.1.2, Megatron-Core's --moe-router-score-function sigmoid).
-  TESSEL_CHECK(!s.sigmoid || s.aux_coef == 0.0f, "the load-balancing loss is defined here for a softmax router only");
-  a.probs = make_buf(static_cast<std::size_t>(Tl) * E);
-  float* p = a.probs->data();
-  mm(y, Tl, h, E, w.router.w, p);
+void moe_route(const LayerShape& s, const float* selection_bias, int Tl, float* p, float* topi, float* topw, float* counts) {
+  const int E = s.experts, k = s.top_k;
+  // Scores: a softmax over the E experts (max-subtracted), or each expert's sigmoid (DeepSeek-V3 Sec. 2.1.2,
+  // Megatron-Core's --moe-router-score-function sigmoid).
   for (int t = 0; t < Tl; ++t) {
     float* r = p + idx(t, 0, E);
     if (s.sigmoid) {
@@ -177,20 +157,18 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   // top_k / group_top_k best scores (V3: the best 2 of each group of 32); experts outside them are not chosen.
   // A selection bias (auxiliary-loss-free balancing) is added to the scores for both choices, not to the
   // chosen experts' weights.
-  a.topi = make_buf(static_cast<std::size_t>(S));
-  a.topw = make_buf(static_cast<std::size_t>(S));
-  a.counts = make_buf(static_cast<std::size_t>(E));
+  std::fill(counts, counts + E, 0.0f);
   const int G = s.groups, per_group = E / G, best_of_group = std::max(1, k / s.group_top_k);
   TESSEL_CHECK(G >= 1 && E % G == 0 && s.group_top_k >= 1 && s.group_top_k <= G, "router groups " << G << " / " << s.group_top_k);
   std::vector<int> ids(static_cast<std::size_t>(E)), gids(static_cast<std::size_t>(G));
   std::vector<float> gscore(static_cast<std::size_t>(G)), member(static_cast<std::size_t>(per_group));
   std::vector<char> allowed(static_cast<std::size_t>(E), 1);
-  std::vector<float> biased(w.bias.w ? static_cast<std::size_t>(E) : 0);
+  std::vector<float> biased(selection_bias ? static_cast<std::size_t>(E) : 0);
   for (int t = 0; t < Tl; ++t) {
     const float* r = p + idx(t, 0, E);  // the scores, which weight the chosen experts
     const float* c = r;                 // the keys that choose them
-    if (w.bias.w) {
-      for (int e = 0; e < E; ++e) biased[e] = r[e] + w.bias.w[e];
+    if (selection_bias) {
+      for (int e = 0; e < E; ++e) biased[e] = r[e] + selection_bias[e];
       c = biased.data();
     }
     if (G > 1) {
@@ -213,31 +191,99 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
     float chosen = 0;
     for (int j = 0; j < k; ++j) chosen += r[ids[j]];
     for (int j = 0; j < k; ++j) {
-      (*a.topi)[idx(t, j, k)] = static_cast<float>(ids[j]);
-      (*a.topw)[idx(t, j, k)] = s.route_scale * (s.normalize_top_k ? r[ids[j]] / chosen : r[ids[j]]);
-      (*a.counts)[ids[j]] += 1.0f;
+      topi[idx(t, j, k)] = static_cast<float>(ids[j]);
+      topw[idx(t, j, k)] = s.route_scale * (s.normalize_top_k ? r[ids[j]] / chosen : r[ids[j]]);
+      counts[ids[j]] += 1.0f;
     }
   }
-  // The micro-batch's counts over the SP shards: E values, not drawn by the simulator, so not in the trace.
-  if (tp.size > 1) tp.comm->all_reduce(a.counts->data(), a.counts->size());
+}
+
+double moe_aux_loss(const LayerShape& s, const float* p, const float* counts, int Tl) {
+  const int E = s.experts;
   double aux = 0;
   for (int e = 0; e < E; ++e) {
     double col = 0;
     for (int t = 0; t < Tl; ++t) col += p[idx(t, e, E)];
-    aux += (*a.counts)[e] * col;
+    aux += counts[e] * col;
   }
-  aux *= double(s.aux_coef) * E / (double(k) * T * T);
+  return aux * double(s.aux_coef) * E / (double(s.top_k) * s.tokens * s.tokens);
+}
+
+void moe_dispatch_plan(const float* topi, int S, int experts, int ep, std::vector<int>& order, std::vector<int>& sent) {
+  const int El = experts / ep;
+  const auto expert_of = [&](int slot) { return static_cast<int>(topi[slot]); };
+  order.resize(static_cast<std::size_t>(S));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int x, int z) { return expert_of(x) < expert_of(z); });
+  sent.assign(static_cast<std::size_t>(ep) * El, 0);
+  for (int i = 0; i < S; ++i) {
+    const int e = expert_of(order[i]);
+    ++sent[static_cast<std::size_t>(expert_owner(e, experts, ep)) * El + e % El];
+  }
+}
+
+void moe_router_grad(const LayerShape& s, const float* p, const float* topi, const float* counts, const float* dw, int Tl,
+                     float* dz) {
+  const int E = s.experts, k = s.top_k, T = s.tokens;
+  const double aux_scale = double(s.loss_scale) * s.aux_coef * E / (double(k) * T * T);
+  std::vector<double> dp(static_cast<std::size_t>(E));
+  for (int t = 0; t < Tl; ++t) {
+    const float* r = p + idx(t, 0, E);
+    for (int e = 0; e < E; ++e) dp[e] = aux_scale * counts[e];
+    double chosen = 0, dot = 0;
+    for (int j = 0; j < k; ++j) chosen += r[static_cast<int>(topi[idx(t, j, k)])];
+    for (int j = 0; j < k; ++j) dot += double(dw[idx(t, j, k)]) * r[static_cast<int>(topi[idx(t, j, k)])];
+    for (int j = 0; j < k; ++j) {
+      const int e = static_cast<int>(topi[idx(t, j, k)]);
+      const double g = dw[idx(t, j, k)];
+      dp[e] += s.normalize_top_k ? s.route_scale * (g - dot / chosen) / chosen : s.route_scale * g;
+    }
+    if (s.sigmoid) {
+      for (int e = 0; e < E; ++e) dz[idx(t, e, E)] = static_cast<float>(double(r[e]) * (1.0 - r[e]) * dp[e]);
+      continue;
+    }
+    double pd = 0;
+    for (int e = 0; e < E; ++e) pd += r[e] * dp[e];
+    for (int e = 0; e < E; ++e) dz[idx(t, e, E)] = static_cast<float>(r[e] * (dp[e] - pd));
+  }
+}
+
+std::vector<int> moe_rows_per_peer(const std::vector<int>& table, int peers, int El) {
+  std::vector<int> r(static_cast<std::size_t>(peers), 0);
+  for (int p = 0; p < peers; ++p)
+    for (int j = 0; j < El; ++j) r[p] += table[static_cast<std::size_t>(p) * El + j];
+  return r;
+}
+
+float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel& tp, const ExpertParallel& ep,
+                  const Buf& y_local, const Buf& y_full, float* out, MoeActs& a) {
+  const int T = s.tokens, Tl = s.local_tokens, h = s.hidden, E = s.experts, k = s.top_k, fe = s.expert_ffn;
+  const int El = E / ep.size, S = Tl * k;
+  const bool swiglu = s.swiglu;
+  TESSEL_CHECK(y_local->size() == static_cast<std::size_t>(Tl) * h, "MoE input has " << y_local->size() << " values");
+  TESSEL_CHECK(!w.sw1.w || (y_full && y_full->size() == static_cast<std::size_t>(T) * h), "shared expert without all tokens");
+  const float* y = y_local->data();
+  a.yl = y_local;
+
+  // Router: logits, then scores: a softmax over the E experts (max-subtracted), or each expert's sigmoid
+  // (DeepSeek-V3 Sec. 2.1.2, Megatron-Core's --moe-router-score-function sigmoid).
+  TESSEL_CHECK(!s.sigmoid || s.aux_coef == 0.0f, "the load-balancing loss is defined here for a softmax router only");
+  a.probs = make_buf(static_cast<std::size_t>(Tl) * E);
+  float* p = a.probs->data();
+  mm(y, Tl, h, E, w.router.w, p);
+  a.topi = make_buf(static_cast<std::size_t>(S));
+  a.topw = make_buf(static_cast<std::size_t>(S));
+  a.counts = make_buf(static_cast<std::size_t>(E));
+  moe_route(s, w.bias.w, Tl, p, a.topi->data(), a.topw->data(), a.counts->data());
+  // The micro-batch's counts over the SP shards: E values, not drawn by the simulator, so not in the trace.
+  if (tp.size > 1) tp.comm->all_reduce(a.counts->data(), a.counts->size());
+  const double aux = moe_aux_loss(s, p, a.counts->data(), Tl);
 
   // Dispatch: slots sorted by expert (then slot), rows to each expert's owner.
-  const auto expert_of = [&](int slot) { return static_cast<int>((*a.topi)[slot]); };
-  a.order.resize(static_cast<std::size_t>(S));
-  std::iota(a.order.begin(), a.order.end(), 0);
-  std::stable_sort(a.order.begin(), a.order.end(), [&](int x, int z) { return expert_of(x) < expert_of(z); });
-  a.sent.assign(static_cast<std::size_t>(ep.size) * El, 0);
+  moe_dispatch_plan(a.topi->data(), S, E, ep.size, a.order, a.sent);
   std::vector<float> rows(static_cast<std::size_t>(S) * h);
   for (int i = 0; i < S; ++i) {
-    const int slot = a.order[i], e = expert_of(slot);
-    ++a.sent[static_cast<std::size_t>(expert_owner(e, E, ep.size)) * El + e % El];
+    const int slot = a.order[i];
     std::copy(y + idx(slot / k, 0, h), y + idx(slot / k + 1, 0, h), rows.begin() + static_cast<long>(idx(i, 0, h)));
   }
   // The per-expert counts first (small), then the rows: one dispatch in the trace, as the simulator draws it.
@@ -246,7 +292,7 @@ float moe_forward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   const double t0 = ep.rec ? ep.rec->now_us() : 0.0;
   const std::vector<float> got_f = ep.size == 1 ? sent_f : exchange(ep, sent_f, ones, ones, El);
   a.got.assign(got_f.begin(), got_f.end());
-  const std::vector<int> send_rows = per_peer(a.sent, ep.size, El), recv_rows = per_peer(a.got, ep.size, El);
+  const std::vector<int> send_rows = moe_rows_per_peer(a.sent, ep.size, El), recv_rows = moe_rows_per_peer(a.got, ep.size, El);
   a.xin = to_experts(ep.size == 1 ? rows : exchange(ep, rows, send_rows, recv_rows, h), a.got, ep.size, El, h);
   if (ep.rec && ep.size > 1)
     ep.rec->record_comm(trace::Stream::tp, "ep_alltoall", t0, ep.rec->now_us(), double(rows.size()) * sizeof(float));
@@ -372,7 +418,7 @@ void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel
     const float* g = dout + idx(slot / k, 0, h);
     for (int c = 0; c < h; ++c) rows[idx(i, c, h)] = wt * g[c];
   }
-  const std::vector<int> send_rows = per_peer(a.sent, ep.size, El), recv_rows = per_peer(a.got, ep.size, El);
+  const std::vector<int> send_rows = moe_rows_per_peer(a.sent, ep.size, El), recv_rows = moe_rows_per_peer(a.got, ep.size, El);
   const std::vector<Buf> dexp = to_experts(all_to_all(ep, rows, send_rows, recv_rows, h), a.got, ep.size, El, h);
   // Each expert's backward on the rows its forward ran on: under etp > 1 the output gradients gathered from
   // the etp ranks as the inputs were, the input gradients (partial sums over this rank's FFN slice)
@@ -411,29 +457,8 @@ void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel
   // Router: the chosen weights' gradients through the renormalisation, the load-balancing loss's, then the
   // softmax or the sigmoid; the router's input gradient and its weight gradient (a queued job). The choice
   // itself (top-k, groups) is piecewise constant: no gradient.
-  const float* p = a.probs->data();
   Buf dz = make_buf(static_cast<std::size_t>(Tl) * E);
-  const double aux_scale = double(s.loss_scale) * s.aux_coef * E / (double(k) * T * T);
-  std::vector<double> dp(static_cast<std::size_t>(E));
-  for (int t = 0; t < Tl; ++t) {
-    const float* r = p + idx(t, 0, E);
-    for (int e = 0; e < E; ++e) dp[e] = aux_scale * (*a.counts)[e];
-    double chosen = 0, dot = 0;
-    for (int j = 0; j < k; ++j) chosen += r[static_cast<int>((*a.topi)[idx(t, j, k)])];
-    for (int j = 0; j < k; ++j) dot += double(dw[idx(t, j, k)]) * r[static_cast<int>((*a.topi)[idx(t, j, k)])];
-    for (int j = 0; j < k; ++j) {
-      const int e = static_cast<int>((*a.topi)[idx(t, j, k)]);
-      const double g = dw[idx(t, j, k)];
-      dp[e] += s.normalize_top_k ? s.route_scale * (g - dot / chosen) / chosen : s.route_scale * g;
-    }
-    if (s.sigmoid) {
-      for (int e = 0; e < E; ++e) (*dz)[idx(t, e, E)] = static_cast<float>(double(r[e]) * (1.0 - r[e]) * dp[e]);
-      continue;
-    }
-    double pd = 0;
-    for (int e = 0; e < E; ++e) pd += r[e] * dp[e];
-    for (int e = 0; e < E; ++e) (*dz)[idx(t, e, E)] = static_cast<float>(r[e] * (dp[e] - pd));
-  }
+  moe_router_grad(s, a.probs->data(), a.topi->data(), a.counts->data(), dw.data(), Tl, dz->data());
   mm_t(dz->data(), Tl, h, E, w.router.w, dy, true);
   jobs.push_back({a.yl, dz, Tl, h, E, w.router.g, nullptr, false});
   // The micro-batch's load, counted here because the backward runs once per micro-batch whatever is recomputed.

@@ -47,6 +47,24 @@ struct MoeActs {
   std::vector<const Buf*> bufs() const;
 };
 
+// The steps of moe_forward/moe_backward that run on the host whatever the backend (the CUDA runtime routes
+// on the host too, as Megatron-Core's all-to-all dispatcher syncs for its token counts), so both runtimes
+// route alike:
+//  - moe_route: Tl tokens' router logits p [Tl, E] become their scores in place; the chosen experts topi
+//    and weights topw [Tl * k] (scale included), and counts [E] of this rank's tokens per expert.
+//  - moe_aux_loss: the load-balancing loss's part of these Tl tokens, given the counts over the micro-batch.
+//  - moe_dispatch_plan: the slots in dispatch order (by expert, then slot) and the rows sent to each
+//    [ep peer * El + local expert].
+//  - moe_router_grad: the router logits' gradient dz [Tl, E] from the chosen weights' gradients dw [Tl * k]
+//    (and the load-balancing loss's, scaled by s.loss_scale).
+//  - moe_rows_per_peer: the rows per peer of such a [peers * El] table.
+void moe_route(const LayerShape& s, const float* selection_bias, int Tl, float* p, float* topi, float* topw, float* counts);
+double moe_aux_loss(const LayerShape& s, const float* p, const float* counts, int Tl);
+void moe_dispatch_plan(const float* topi, int S, int experts, int ep, std::vector<int>& order, std::vector<int>& sent);
+void moe_router_grad(const LayerShape& s, const float* p, const float* topi, const float* counts, const float* dw, int Tl,
+                     float* dz);
+std::vector<int> moe_rows_per_peer(const std::vector<int>& table, int peers, int El);
+
 // y_local: the norm output of this rank's tokens ([Tl, h]), kept as the router's input; y_full: of all T
 // tokens ([T, h]) for the shared expert (null without one; y_local itself without SP). out: [Tl, h], the MLP's
 // output for this rank's tokens (the caller adds the residual). Returns this rank's part of the
