@@ -99,6 +99,14 @@ Status add_positions_bwd(cudaStream_t s, const float* dx, float* dpos, int rows,
 Status adamw_step(cudaStream_t s, float* param, const float* grad, float* m, float* v, std::size_t n, const AdamW& hp,
                   int step, float grad_scale = 1.0f, __nv_bfloat16* param16 = nullptr);
 
+// ---- token permutation of a mixture-of-experts layer (kernels/cpu/permute.hpp): a block per row; row_dots
+// sums in a block reduction, not the reference's order ----
+Status gather_rows(cudaStream_t s, const float* src, const std::int32_t* index, const float* scale, int n, int width,
+                   float* dst);
+Status combine_rows(cudaStream_t s, const float* src, const float* w, int tokens, int k, int width, float* dst,
+                    bool accumulate);
+Status row_dots(cudaStream_t s, const float* a, const float* b, int n, int k, int width, float* out);
+
 // ---- reductions and element-wise helpers ----
 // *out (device, double) += sum of x^2: the global-norm input, reduced in double like the CPU reference.
 Status sum_squares(cudaStream_t s, const float* x, std::size_t n, double* out);

@@ -103,6 +103,42 @@ __global__ void embedding_bwd_kernel(const float* __restrict__ dout, int vocab, 
   for (int c = threadIdx.x; c < dim; c += blockDim.x) atomicAdd(&dtable[std::size_t(t) * dim + c], dout[std::size_t(i) * dim + c]);
 }
 
+// Token permutation (kernels/cpu/permute.hpp): a block per output row.
+__global__ void gather_rows_kernel(const float* __restrict__ src, const std::int32_t* __restrict__ index,
+                                   const float* __restrict__ scale, int width, float* __restrict__ dst) {
+  const int i = blockIdx.x;
+  const float* r = src + std::size_t(index[i]) * width;
+  float* d = dst + std::size_t(i) * width;
+  const float f = scale ? scale[i] : 1.0f;
+  for (int c = threadIdx.x; c < width; c += blockDim.x) d[c] = scale ? f * r[c] : r[c];
+}
+
+__global__ void combine_rows_kernel(const float* __restrict__ src, const float* __restrict__ w, int k, int width,
+                                    float* __restrict__ dst, bool accumulate) {
+  const int t = blockIdx.x;
+  float* d = dst + std::size_t(t) * width;
+  for (int c = threadIdx.x; c < width; c += blockDim.x) {
+    float acc = accumulate ? d[c] : 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const std::size_t slot = std::size_t(t) * k + j;
+      acc += (w ? w[slot] : 1.0f) * src[slot * width + c];
+    }
+    d[c] = acc;
+  }
+}
+
+__global__ void row_dots_kernel(const float* __restrict__ a, const float* __restrict__ b, int k, int width,
+                                float* __restrict__ out) {
+  __shared__ float scratch[kWarp];
+  const int i = blockIdx.x;
+  const float* x = a + std::size_t(i / k) * width;
+  const float* y = b + std::size_t(i) * width;
+  float d = 0;
+  for (int c = threadIdx.x; c < width; c += blockDim.x) d += x[c] * y[c];
+  d = block_sum(d, scratch);
+  if (threadIdx.x == 0) out[i] = d;
+}
+
 __global__ void positions_kernel(float* __restrict__ x, const float* __restrict__ pos, int row0, int seq, int dim) {
   const int r = blockIdx.x;
   const float* p = pos + std::size_t((row0 + r) % seq) * dim;
@@ -205,6 +241,32 @@ Status add_positions_bwd(cudaStream_t s, const float* dx, float* dpos, int rows,
   TESSEL_NVTX_FN();
   if (rows == 0) return {};
   positions_bwd_kernel<<<rows, kThreads, 0, s>>>(dx, dpos, row0, seq, dim);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status gather_rows(cudaStream_t s, const float* src, const std::int32_t* index, const float* scale, int n, int width,
+                   float* dst) {
+  TESSEL_NVTX_FN();
+  if (n == 0 || width == 0) return {};
+  gather_rows_kernel<<<n, kThreads, 0, s>>>(src, index, scale, width, dst);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status combine_rows(cudaStream_t s, const float* src, const float* w, int tokens, int k, int width, float* dst,
+                    bool accumulate) {
+  TESSEL_NVTX_FN();
+  if (tokens == 0 || width == 0) return {};
+  combine_rows_kernel<<<tokens, kThreads, 0, s>>>(src, w, k, width, dst, accumulate);
+  TESSEL_LAUNCH_CHECK();
+  return {};
+}
+
+Status row_dots(cudaStream_t s, const float* a, const float* b, int n, int k, int width, float* out) {
+  TESSEL_NVTX_FN();
+  if (n == 0) return {};
+  row_dots_kernel<<<n, kThreads, 0, s>>>(a, b, k, width, out);
   TESSEL_LAUNCH_CHECK();
   return {};
 }

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/permute.hpp"
 #include "kernels/cuda/status.hpp"
 #include "tests/cuda_emu/emu_check.hpp"
 
@@ -35,6 +36,11 @@ Status embedding_fwd_bf16(void* s, const __nv_bfloat16* table, int vocab_local, 
                           const std::int32_t* tokens, int n, float* out);
 Status embedding_bwd(void* s, const float* dout, int vocab_local, int vocab_start, int dim,
                      const std::int32_t* tokens, int n, float* dtable);
+Status gather_rows(void* s, const float* src, const std::int32_t* index, const float* scale, int n, int width,
+                   float* dst);
+Status combine_rows(void* s, const float* src, const float* w, int tokens, int k, int width, float* dst,
+                    bool accumulate);
+Status row_dots(void* s, const float* a, const float* b, int n, int k, int width, float* out);
 }  // namespace tessel::kernels::cuda
 
 namespace {
@@ -158,11 +164,41 @@ void embedding() {
   expect("lookup from the bf16 copy (off)", double(off), 0.0);
 }
 
+// A MoE layer's dispatch and combine: 29 tokens, top-3, rows of 300 (more than a block's threads), the slots
+// gathered in a shuffled order with and without weights, summed back per token, and the slot-token dots.
+void permute() {
+  const int tokens = 29, k = 3, width = 300, n = tokens * k;
+  std::printf("token permutation, %d tokens, top-%d, width %d:\n", tokens, k, width);
+  const auto src = random_vec(rng, std::size_t(tokens) * width), slots = random_vec(rng, std::size_t(n) * width);
+  const auto w = random_vec(rng, n), acc0 = random_vec(rng, std::size_t(tokens) * width);
+  std::vector<std::int32_t> index(n);
+  for (int i = 0; i < n; ++i) index[i] = std::int32_t((i * 17 + 5) % n) / k;  // each token k times, shuffled
+  std::vector<float> g(std::size_t(n) * width), gw(g.size()), g2(g.size(), NAN), gw2(g.size(), NAN);
+  kc::gather_rows(src.data(), index.data(), nullptr, n, width, g.data());
+  kc::gather_rows(src.data(), index.data(), w.data(), n, width, gw.data());
+  bad += !kg::gather_rows(nullptr, src.data(), index.data(), nullptr, n, width, g2.data()).ok();
+  bad += !kg::gather_rows(nullptr, src.data(), index.data(), w.data(), n, width, gw2.data()).ok();
+  expect("gather (exact)", rel_error(g2, g), 0.0);
+  expect("gather, weighted (exact)", rel_error(gw2, gw), 0.0);
+  std::vector<float> c(acc0.size()), ca = acc0, c2(acc0.size(), NAN), ca2 = acc0;
+  kc::combine_rows(slots.data(), w.data(), tokens, k, width, c.data(), false);
+  kc::combine_rows(slots.data(), nullptr, tokens, k, width, ca.data(), true);
+  bad += !kg::combine_rows(nullptr, slots.data(), w.data(), tokens, k, width, c2.data(), false).ok();
+  bad += !kg::combine_rows(nullptr, slots.data(), nullptr, tokens, k, width, ca2.data(), true).ok();
+  expect("combine, weighted", rel_error(c2, c), 1e-6);
+  expect("combine, accumulated", rel_error(ca2, ca), 1e-6);
+  std::vector<float> d(n), d2(n, NAN);
+  kc::row_dots(src.data(), slots.data(), n, k, width, d.data());
+  bad += !kg::row_dots(nullptr, src.data(), slots.data(), n, k, width, d2.data()).ok();
+  expect("slot-token dots", rel_error(d2, d), 1e-5);
+}
+
 }  // namespace
 
 int main() {
   cross_entropy();
   vocab_parallel();
   embedding();
+  permute();
   return bad == 0 ? 0 : 1;
 }

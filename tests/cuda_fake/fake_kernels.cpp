@@ -16,6 +16,7 @@
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/norm.hpp"
 #include "kernels/cpu/optimizer.hpp"
+#include "kernels/cpu/permute.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/gemm.hpp"
@@ -370,6 +371,23 @@ Status cross_entropy_partial(cudaStream_t stream_, const float* logits, int rows
 Status cross_entropy_loss(cudaStream_t stream_, int rows, const float* row_max, const float* sums, float* loss) {
   fake_stream_op(stream_, "cross_entropy_loss");
   for (int r = 0; r < rows; ++r) loss[r] = row_max[r] + std::log(sums[r]) - sums[rows + r];
+  return {};
+}
+Status gather_rows(cudaStream_t stream_, const float* src, const std::int32_t* index, const float* scale, int n, int width,
+                   float* dst) {
+  fake_stream_op(stream_, "gather_rows");
+  kc::gather_rows(src, index, scale, n, width, dst);
+  return {};
+}
+Status combine_rows(cudaStream_t stream_, const float* src, const float* w, int tokens, int k, int width, float* dst,
+                    bool accumulate) {
+  fake_stream_op(stream_, "combine_rows");
+  kc::combine_rows(src, w, tokens, k, width, dst, accumulate);
+  return {};
+}
+Status row_dots(cudaStream_t stream_, const float* a, const float* b, int n, int k, int width, float* out) {
+  fake_stream_op(stream_, "row_dots");
+  kc::row_dots(a, b, n, k, width, out);
   return {};
 }
 Status embedding_fwd(cudaStream_t stream_, const float* table, int vocab_local, int vocab_start, int dim,
