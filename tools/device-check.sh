@@ -225,6 +225,12 @@ RUN_CAP=40 run $multi --precision fp32 --gpu-threads --trace "$work/tiny_t2p2d2.
 echo "== cpu backend: $multi" >>"$OUT/runs.log"
 timeout "$(( $(cap 40) + 1 ))" "$tessel" run --backend cpu $multi >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"
 note "tiny tp2 pp2 dp2 sp zero1, step 4 loss: gpu-threads $(grep -A6 -- '--gpu-threads --trace' "$OUT/runs.log" | awk '/^step +4 /{print $4}') cpu $(grep -A6 -- '== cpu backend' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
+# 3c. A mixture of experts (tiny-moe: router, all-to-all, a loop of expert GEMMs) on the GPU against the CPU.
+moe="--model tiny-moe --tp 2 --sp --dp 2 --ep 4 --etp 1 --mbs 2 --gbs 16 --steps 4"
+RUN_CAP=40 run $moe --precision fp32 --gpu-threads --trace "$work/tiny_moe.json"
+echo "== cpu backend (moe): $moe" >>"$OUT/runs.log"
+timeout "$(( $(cap 40) + 1 ))" "$tessel" run --backend cpu $moe >>"$OUT/runs.log" 2>&1; echo "rc $?" >>"$OUT/runs.log"
+note "tiny-moe tp2 sp dp2 ep4, step 4 loss: gpu-threads $(grep -A6 -- '--gpu-threads --trace '"$work"'/tiny_moe' "$OUT/runs.log" | awk '/^step +4 /{print $4}') cpu $(grep -A6 -- '== cpu backend (moe)' "$OUT/runs.log" | awk '/^step +4 /{print $4}')"
 RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-threads --steps 2 --save-every 2 --checkpoint-dir "$work/ckpt"
 RUN_CAP=30 run --model tiny --tp 2 --mbs 2 --gbs 8 --precision fp32 --steps 4 --gpu-threads --resume "$work/ckpt"
 RUN_CAP=30 run --model tiny --pp 2 --mbs 2 --gbs 8 --precision fp32 --gpu-threads --steps 4

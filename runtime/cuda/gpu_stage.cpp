@@ -3,12 +3,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
+#include <numeric>
+#include <utility>
 
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cuda/kernels.hpp"
 #include "kernels/cuda/nvtx.hpp"
+#include "runtime/cuda/nccl_comm.hpp"
 #include "runtime/gpt_layer.hpp"
+#include "runtime/moe_layer.hpp"
 #include "util/error.hpp"
 
 namespace tessel::rt::cuda {
@@ -31,9 +36,45 @@ namespace {
 // What a layer's backward reads. The GEMM operands (g1, g2, ga, gact) are bf16 when GEMMs take bf16, else
 // the fp32 activations themselves; norm and activation outputs that only feed GEMMs are kept in that form
 // alone. Under bf16 GEMMs the MLP's inner activations (h1, gate) are bf16 too: their GEMMs write them so.
+// A MoE layer's MLP (Impl::moe_forward): the routing on the host (runtime/moe_layer.hpp's moe_route, as the
+// CPU runtime), the dispatch plan, and on the device the router input, the slots' outputs, and the local
+// experts' rows (expert-major: expert j's rows at off[j]) with their MLP intermediates; the shared
+// expert's in the dense MLP's form.
+struct MoeActs {
+  std::vector<float> probs, topi, topw, counts;  // [Tl, E] scores; [Tl k] choices and weights; [E] counts
+  std::vector<int> order, sent, got;             // slots in dispatch order; rows per [peer * El + local expert]
+  std::vector<int> rows, off;                    // per local expert: rows received, first row
+  int received = 0;                              // rows of all local experts
+  DBuf yl;                                       // [Tl, h] fp32 norm output of this rank's tokens
+  DBuf disp_index, disp_scale, inv;              // int32 [S] token of each dispatched slot; fp32 [S] its weight; slot -> position
+  DBuf to_experts, from_experts;                 // int32 permutations between peer-major and expert-major rows
+  DBuf topw_d, slot_out;                         // [S] weights; [S, h] outputs in slot order
+  DBuf xin, h1, gate, act;                       // [received, h] operand; [received, fe] in the GEMMs' operand type
+  DBuf sg, sh1, sgate, sact;                     // shared expert: its input (all tokens, operand) and intermediates
+};
+
 struct Acts {
   DBuf x, mu1, rs1, g1, q, k, v, attn, ga, lse, x2, mu2, rs2, g2, h1, gate, gact;
+  std::shared_ptr<MoeActs> moe;
 };
+
+// Every ep peer's rows (send: peer order, send_counts[p] floats each; recv likewise) on the communicator's
+// stream: NCCL's grouped sends and receives, or over a host-staged communicator its buffered sends, then
+// the receives in peer order; this rank's own part is a copy on `stream`.
+void all_to_all(Comm& c, const float* send, const std::vector<std::size_t>& sc, float* recv,
+                const std::vector<std::size_t>& rc, cudaStream_t stream) {
+  if (auto* n = dynamic_cast<NcclComm*>(&c)) return n->all_to_all_v(send, sc, recv, rc);
+  const int P = c.size(), me = c.rank();
+  std::vector<std::size_t> so(std::size_t(P) + 1, 0), ro(std::size_t(P) + 1, 0);
+  for (int p = 0; p < P; ++p) so[p + 1] = so[p] + sc[p], ro[p + 1] = ro[p] + rc[p];
+  for (int p = 0; p < P; ++p)
+    if (p != me && sc[p] > 0) c.send(send + so[p], sc[p], p, 17);
+  if (sc[me] > 0)
+    cuda_ok(cudaMemcpyAsync(recv + ro[me], send + so[me], sc[me] * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+            "all-to-all self copy");
+  for (int p = 0; p < P; ++p)
+    if (p != me && rc[p] > 0) c.recv(recv + ro[p], rc[p], p, 17);
+}
 
 }  // namespace
 
@@ -43,8 +84,11 @@ struct GpuStage::Impl {
   GpuStageConfig cfg;
   GpuParams& P;
   GpuTp tp;
+  GpuEp ep;
   GemmType type;
-  LayerShape sh;  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
+  LayerShape sh;
+  double aux_loss = 0;      // this rank's load-balancing losses since take_aux_loss
+  bool recomputing = false; // a full recomputation's forward: its load-balancing loss is not counted again  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
   float* loss_sum = nullptr;
   kg::Attention attention;  // the variant --attention-kernel names (kernels/cuda/attention_variant.hpp)
   // Rotary models: the stage's cos/sin table on the device (null buffers for learned positions).
@@ -111,9 +155,12 @@ struct GpuStage::Impl {
   }
 
   Impl(CudaDevice& d, const Model& m, const GpuStageConfig& c, GpuParams& p, const GpuTp& t, GemmType g,
-       const std::string& attention_kernel)
-      : dev(d), model(m), cfg(c), P(p), tp(t), type(g) {
+       const std::string& attention_kernel, const GpuEp& e)
+      : dev(d), model(m), cfg(c), P(p), tp(t), ep(e), type(g) {
     sh = layer_shape(m, c.micro_batch, TensorParallel{nullptr, t.size, t.rank, t.sp, nullptr});
+    sh.loss_scale = c.loss_scale;
+    for (int l = c.l0; l < c.l1; ++l)
+      TESSEL_CHECK(!m.is_moe_layer(l) || ep.experts, "stage " << c.stage << ": MoE layer " << l << " without an experts store");
     // Before any device work: an unknown name, or one this shard's shape or precision cannot run, is bad input.
     const bool bf16_gemms = type == GemmType::bf16 || type == GemmType::bf16_fp32;
     attention = kg::Attention(kg::resolve_attention_kernel(attention_kernel, bf16_gemms, attn_shape()));
@@ -212,9 +259,16 @@ struct GpuStage::Impl {
   }
 
   // ---- tensor-parallel collectives, timed on the trace's tp lane (comm stream) ----
+  // The event is the collective's own op kind inside the enclosing op's stage, micro-batch and layers, named
+  // as the CPU runtime's Recorder::record_comm names it, so compare matches it to the simulator's by kind.
   void collective(const char* op, double bytes, const std::function<void()>& run) {
     dev.comm_waits_compute();
-    const std::size_t id = dev.begin_op(trace::Stream::tp, current, std::string(op), 0.0, bytes);
+    OpIdentity oid = current;
+    oid.op = op;
+    std::string name = op;
+    if (oid.stage >= 0) name += " s" + std::to_string(oid.stage);
+    if (oid.mb >= 0) name += " mb" + std::to_string(oid.mb);
+    const std::size_t id = dev.begin_op(trace::Stream::tp, oid, name, 0.0, bytes);
     if (!tp.record_only) run();
     dev.end_op(id);
     if (!tp.record_only) dev.compute_waits_comm();
@@ -251,11 +305,12 @@ struct GpuStage::Impl {
   // The normalised rows of x as the GEMMs read them, all T tokens: under bf16 GEMMs without sequence
   // parallelism the norm writes the bf16 operand alone; otherwise fp32 rows, all-gathered over tp under SP,
   // then operand().
-  DBuf norm_operand(const std::string& g, const std::string& b, const DBuf& x, DBuf& mu, DBuf& rs) {
+  // local_fp32: the fp32 rows of this rank's tokens instead (a MoE layer's router and dispatch read them).
+  DBuf norm_operand(const std::string& g, const std::string& b, const DBuf& x, DBuf& mu, DBuf& rs, bool local_fp32 = false) {
     const std::size_t n = std::size_t(sh.local_tokens) * sh.hidden;
     mu = buf(sh.local_tokens);
     rs = buf(sh.local_tokens);
-    const bool direct = half() && !tp.sp;
+    const bool direct = half() && !tp.sp && !local_fp32;
     DBuf y = direct ? buf16(n) : buf(n);
     float* y32 = direct ? nullptr : f32(y);
     __nv_bfloat16* y16 = direct ? bf16(y) : nullptr;
@@ -265,6 +320,7 @@ struct GpuStage::Impl {
       TIMED_W("norm_fwd", 0.0, bytes, kg::layernorm_fwd(s(), f32(x), P.data(g), P.data(b), y32, f32(mu), f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
     else
       TIMED_W("norm_fwd", 0.0, bytes, kg::rmsnorm_fwd(s(), f32(x), P.data(g), y32, f32(rs), sh.local_tokens, sh.hidden, sh.eps, y16));
+    if (local_fp32) return y;
     return direct ? y : operand(gather_tokens(y), std::size_t(sh.tokens) * sh.hidden);
   }
   // dx = the norm's input gradient, plus dres (a residual branch's gradient) when given.
@@ -294,6 +350,45 @@ struct GpuStage::Impl {
     g.out = f32(a.attn), g.ldo = qd, g.lse = f32(a.lse);
     return g;
   }
+
+  // ---- a mixture-of-experts MLP (moe_forward / moe_backward below) ----
+  const void* WE(const std::string& n) const {
+    return half() ? static_cast<const void*>(ep.experts->half(n)) : ep.experts->data(n);
+  }
+  // Element `at` of a buffer in the GEMMs' operand type.
+  void* op_at(const DBuf& b, std::size_t at) const { return static_cast<char*>(b->get()) + at * (half() ? 2 : 4); }
+  static std::int32_t* i32(const DBuf& b) { return static_cast<std::int32_t*>(b->get()); }
+  template <class T>
+  DBuf upload(const std::vector<T>& v, const char* what) {
+    DBuf b = dev.alloc(std::max<std::size_t>(1, v.size()) * sizeof(T));
+    if (!v.empty()) cuda_ok(cudaMemcpyAsync(b->get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s()), what);
+    cuda_ok(cudaStreamSynchronize(s()), what);
+    return b;
+  }
+  std::vector<float> download(const DBuf& b, std::size_t n, const char* what) {
+    std::vector<float> v(n);
+    if (n > 0) cuda_ok(cudaMemcpyAsync(v.data(), b->get(), n * sizeof(float), cudaMemcpyDeviceToHost, s()), what);
+    cuda_ok(cudaStreamSynchronize(s()), what);
+    return v;
+  }
+  // An fp32 GEMM whatever the run's GEMM type: the router (Megatron-Core's --moe-router-dtype fp32), so
+  // tokens are routed as the CPU runtime routes them.
+  void mm_fp32(const char* what, bool ta, bool tb, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+               float beta, float* C, int ldc) {
+    kg::GemmArgs g{ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc, GemmType::fp32, kg::Epilogue::none, nullptr};
+    const double m = M, n = N, k = K;
+    TIMED_W(what, 2.0 * m * n * k, 4.0 * (m * k + k * n + m * n * (beta != 0.0f ? 2.0 : 1.0)), dev.gemm().run(s(), g));
+  }
+  // The dense MLP over all T tokens (g2: their norm output as the GEMMs read it) into [T, h] partial sums:
+  // the layer's own MLP (prefix "mlp.", f = ffn / tp) or a MoE layer's shared expert ("moe.shared.").
+  DBuf mlp_forward(int l, const std::string& prefix, int f, const DBuf& g2, DBuf& h1, DBuf& gate, DBuf& gact);
+  // Its backward from the output gradient over all T tokens (gdmf, operand form) into [T, h] partial sums.
+  DBuf mlp_backward(int l, const std::string& prefix, int f, const DBuf& g2, const DBuf& h1, const DBuf& gate,
+                    const DBuf& gact, const DBuf& gdmf);
+  // The ep all-to-all of rows of `width` (rows per peer), timed on the tp lane as the CPU runtime's.
+  DBuf ep_exchange(const DBuf& send, const std::vector<int>& send_rows, const std::vector<int>& recv_rows, int width);
+  DBuf moe_forward(int l, Acts& a);                           // [Tl, h]: the MLP's output (no residual)
+  DBuf moe_backward(int l, const Acts& a, const DBuf& dout);  // [Tl, h]: the gradient at the ln2 output
 
   DBuf layer_forward(int l, const DBuf& x, Acts& a);
   DBuf layer_backward(int l, const Acts& a, const DBuf& dout);
@@ -336,27 +431,14 @@ DBuf GpuStage::Impl::layer_forward(int l, const DBuf& x, Acts& a) {
   TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + (P.has(L(l, "attn.bo")) ? 4.0 * h : 0.0),
           kg::residual_add(s(), f32(a.x2), f32(x), bias(L(l, "attn.bo")), f32(a.x2), sh.local_tokens, h));
 
-  a.g2 = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2);
-  // The MLP's activations in the GEMMs' operand type throughout: h1 (and gate) as the first GEMMs write
-  // them, gact as the second GEMM reads it (bf16 under bf16 GEMMs, fp32 otherwise).
-  a.h1 = linear_act(a.g2, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
-  const std::size_t nf = std::size_t(T) * f;
-  const double eb = operand_bytes();
-  a.gact = operand_buf(nf);
-  if (sh.swiglu) {
-    a.gate = linear_act(a.g2, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
-    if (half())
-      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(nf), kg::swiglu_fwd_bf16(s(), bf16(a.gate), bf16(a.h1), bf16(a.gact), nf));
-    else
-      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(nf), kg::swiglu_fwd(s(), f32(a.gate), f32(a.h1), f32(a.gact), nf));
-  } else {
-    if (half())
-      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(nf), kg::gelu_fwd_bf16(s(), bf16(a.h1), bf16(a.gact), nf));
-    else
-      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(nf), kg::gelu_fwd(s(), f32(a.h1), f32(a.gact), nf));
+  if (model.is_moe_layer(l)) {
+    DBuf out = moe_forward(l, a);
+    TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h,
+            kg::residual_add(s(), f32(out), f32(a.x2), nullptr, f32(out), sh.local_tokens, h));
+    return out;
   }
-  partial = buf(std::size_t(T) * h);
-  mm("gemm_fwd", false, false, T, h, f, a.gact->get(), f, W(L(l, "mlp.w2")), h, 0.0f, f32(partial), h);
+  a.g2 = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2);
+  partial = mlp_forward(l, "mlp.", f, a.g2, a.h1, a.gate, a.gact);
   DBuf out = reduce_tokens(partial);
   TIMED_W("residual_add", 0.0, 12.0 * sh.local_tokens * h + (P.has(L(l, "mlp.b2")) ? 4.0 * h : 0.0),
           kg::residual_add(s(), f32(out), f32(a.x2), bias(L(l, "mlp.b2")), f32(out), sh.local_tokens, h));
@@ -367,36 +449,17 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   kg::NvtxRange r("layer_backward");
   const LayerScope label(current, l);
   const int T = sh.tokens, Tl = sh.local_tokens, h = sh.hidden, qd = sh.heads * sh.head_dim, kd = sh.kv_heads * sh.head_dim, f = sh.ffn;
-  const std::size_t nl = std::size_t(Tl) * h, nf = std::size_t(T) * f;
-  if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dout), Tl, h, b2));
-  DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
-  // The MLP's activation gradients in the GEMMs' operand type, as its activations: the second GEMM's input
-  // gradient, the activation's backward, and the bias gradients summed from them (weight_grad).
-  const double eb = operand_bytes();
-  DBuf dact = operand_buf(nf);
-  mm_to("gemm_dgrad", half(), false, true, T, f, h, gdmf->get(), h, W(L(l, "mlp.w2")), h, 0.0f, dact->get(), f);
-  weight_grad(a.gact, gdmf, nullptr, f, h, L(l, "mlp.w2"), "");  // b2's gradient is above (a residual bias)
-  DBuf gdh1 = operand_buf(nf), dy2 = buf(std::size_t(T) * h);
-  if (sh.swiglu) {
-    DBuf gdg = operand_buf(nf);
-    if (half())
-      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(nf),
-              kg::swiglu_bwd_bf16(s(), bf16(dact), bf16(a.gate), bf16(a.h1), bf16(gdg), bf16(gdh1), nf));
-    else
-      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(nf),
-              kg::swiglu_bwd(s(), f32(dact), f32(a.gate), f32(a.h1), f32(gdg), f32(gdh1), nf));
-    linear_dx(gdg, h, f, L(l, "mlp.wg"), f32(dy2), false);
-    weight_grad(a.g2, gdg, nullptr, h, f, L(l, "mlp.wg"), L(l, "mlp.bg"));
+  const std::size_t nl = std::size_t(Tl) * h;
+  DBuf dx2 = buf(nl);
+  if (model.is_moe_layer(l)) {
+    const DBuf dyl = moe_backward(l, a, dout);
+    norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dyl, a.x2, a.mu2, a.rs2, f32(dx2), f32(dout));  // + the residual's dout
   } else {
-    if (half())
-      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(nf), kg::gelu_bwd_bf16(s(), bf16(dact), bf16(a.h1), bf16(gdh1), nf));
-    else
-      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(nf), kg::gelu_bwd(s(), f32(dact), f32(a.h1), f32(gdh1), nf));
+    if (float* b2 = bgrad(L(l, "mlp.b2"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dout), Tl, h, b2));
+    DBuf dmf = gather_tokens(dout), gdmf = operand(dmf, std::size_t(T) * h);
+    DBuf dy2l = reduce_tokens(mlp_backward(l, "mlp.", f, a.g2, a.h1, a.gate, a.gact, gdmf));
+    norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2), f32(dout));  // + the residual's dout
   }
-  linear_dx(gdh1, h, f, L(l, "mlp.w1"), f32(dy2), sh.swiglu);
-  weight_grad(a.g2, gdh1, nullptr, h, f, L(l, "mlp.w1"), L(l, "mlp.b1"));
-  DBuf dy2l = reduce_tokens(dy2), dx2 = buf(nl);
-  norm_bwd(L(l, "ln2.w"), L(l, "ln2.b"), dy2l, a.x2, a.mu2, a.rs2, f32(dx2), f32(dout));  // + the residual's dout
 
   if (float* bo = bgrad(L(l, "attn.bo"))) TIMED_W("bias_grad", 0.0, col_sum_bytes(Tl, h), kg::col_sum(s(), f32(dx2), Tl, h, bo));
   DBuf dpf = gather_tokens(dx2), gdpf = operand(dpf, std::size_t(T) * h);
@@ -433,6 +496,332 @@ DBuf GpuStage::Impl::layer_backward(int l, const Acts& a, const DBuf& dout) {
   DBuf dy1l = reduce_tokens(dy1), dx = buf(nl);
   norm_bwd(L(l, "ln1.w"), L(l, "ln1.b"), dy1l, a.x, a.mu1, a.rs1, f32(dx), f32(dx2));  // + the residual's dx2
   return dx;
+}
+
+DBuf GpuStage::Impl::mlp_forward(int l, const std::string& prefix, int f, const DBuf& g2, DBuf& h1, DBuf& gate, DBuf& gact) {
+  const int T = sh.tokens, h = sh.hidden;
+  const auto N = [&](const char* n) { return L(l, (prefix + n).c_str()); };
+  // The MLP's activations in the GEMMs' operand type throughout: h1 (and gate) as the first GEMMs write
+  // them, gact as the second GEMM reads it (bf16 under bf16 GEMMs, fp32 otherwise).
+  h1 = linear_act(g2, h, f, N("w1"), N("b1"));
+  const std::size_t nf = std::size_t(T) * f;
+  const double eb = operand_bytes();
+  gact = operand_buf(nf);
+  if (sh.swiglu) {
+    gate = linear_act(g2, h, f, N("wg"), N("bg"));
+    if (half())
+      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(nf), kg::swiglu_fwd_bf16(s(), bf16(gate), bf16(h1), bf16(gact), nf));
+    else
+      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(nf), kg::swiglu_fwd(s(), f32(gate), f32(h1), f32(gact), nf));
+  } else {
+    if (half())
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(nf), kg::gelu_fwd_bf16(s(), bf16(h1), bf16(gact), nf));
+    else
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(nf), kg::gelu_fwd(s(), f32(h1), f32(gact), nf));
+  }
+  DBuf partial = buf(std::size_t(T) * h);
+  mm("gemm_fwd", false, false, T, h, f, gact->get(), f, W(N("w2")), h, 0.0f, f32(partial), h);
+  return partial;
+}
+
+DBuf GpuStage::Impl::mlp_backward(int l, const std::string& prefix, int f, const DBuf& g2, const DBuf& h1, const DBuf& gate,
+                                  const DBuf& gact, const DBuf& gdmf) {
+  const int T = sh.tokens, h = sh.hidden;
+  const auto N = [&](const char* n) { return L(l, (prefix + n).c_str()); };
+  const std::size_t nf = std::size_t(T) * f;
+  // The MLP's activation gradients in the GEMMs' operand type, as its activations: the second GEMM's input
+  // gradient, the activation's backward, and the bias gradients summed from them (weight_grad).
+  const double eb = operand_bytes();
+  DBuf dact = operand_buf(nf);
+  mm_to("gemm_dgrad", half(), false, true, T, f, h, gdmf->get(), h, W(N("w2")), h, 0.0f, dact->get(), f);
+  weight_grad(gact, gdmf, nullptr, f, h, N("w2"), "");  // b2's gradient is the caller's (a residual bias)
+  DBuf gdh1 = operand_buf(nf), dy2 = buf(std::size_t(T) * h);
+  if (sh.swiglu) {
+    DBuf gdg = operand_buf(nf);
+    if (half())
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(nf),
+              kg::swiglu_bwd_bf16(s(), bf16(dact), bf16(gate), bf16(h1), bf16(gdg), bf16(gdh1), nf));
+    else
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(nf),
+              kg::swiglu_bwd(s(), f32(dact), f32(gate), f32(h1), f32(gdg), f32(gdh1), nf));
+    linear_dx(gdg, h, f, N("wg"), f32(dy2), false);
+    weight_grad(g2, gdg, nullptr, h, f, N("wg"), N("bg"));
+  } else {
+    if (half())
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(nf), kg::gelu_bwd_bf16(s(), bf16(dact), bf16(h1), bf16(gdh1), nf));
+    else
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(nf), kg::gelu_bwd(s(), f32(dact), f32(h1), f32(gdh1), nf));
+  }
+  linear_dx(gdh1, h, f, N("w1"), f32(dy2), sh.swiglu);
+  weight_grad(g2, gdh1, nullptr, h, f, N("w1"), N("b1"));
+  return dy2;
+}
+
+namespace {
+std::vector<std::size_t> floats_per_peer(const std::vector<int>& rows, int width) {
+  std::vector<std::size_t> n(rows.size());
+  for (std::size_t p = 0; p < rows.size(); ++p) n[p] = std::size_t(rows[p]) * std::size_t(width);
+  return n;
+}
+}  // namespace
+
+DBuf GpuStage::Impl::ep_exchange(const DBuf& send, const std::vector<int>& send_rows, const std::vector<int>& recv_rows,
+                                 int width) {
+  if (ep.size == 1) return send;
+  const std::size_t rows = std::size_t(std::accumulate(recv_rows.begin(), recv_rows.end(), 0));
+  const double bytes = double(std::accumulate(send_rows.begin(), send_rows.end(), 0)) * width * sizeof(float);
+  DBuf recv;
+  collective("ep_alltoall", bytes, [&] {
+    recv = buf(std::max<std::size_t>(1, rows) * width);  // after comm waited for compute: memory it may have read
+    all_to_all(*ep.comm, f32(send), floats_per_peer(send_rows, width), f32(recv), floats_per_peer(recv_rows, width),
+               dev.comm());
+  });
+  return recv;
+}
+
+// runtime/moe_layer.cpp's forward on the device, for this rank's Tl tokens: the router GEMM in fp32, the
+// routing on the host (moe_route, the CPU runtime's; the logits come down, as Megatron-Core's all-to-all
+// dispatcher syncs for its counts), the slots gathered in dispatch order, the all-to-all of the counts and
+// rows (one ep_alltoall), the local experts' MLPs as a loop of GEMMs over their rows (expert-major), the
+// outputs back by the reverse all-to-all, and the weighted sum per token; the shared expert as the dense MLP.
+DBuf GpuStage::Impl::moe_forward(int l, Acts& a) {
+  const int Tl = sh.local_tokens, h = sh.hidden, E = sh.experts, k = sh.top_k, fe = sh.expert_ffn;
+  const int S = Tl * k, El = E / ep.size, first = ep.rank * El;
+  const std::size_t nl = std::size_t(Tl) * h;
+  auto mp = std::make_shared<MoeActs>();
+  MoeActs& m = *mp;
+  a.moe = mp;
+  m.yl = norm_operand(L(l, "ln2.w"), L(l, "ln2.b"), a.x2, a.mu2, a.rs2, true);
+
+  // Router and routing.
+  DBuf logits = buf(std::size_t(Tl) * E);
+  mm_fp32("gemm_fwd", false, false, Tl, E, h, f32(m.yl), h, P.data(L(l, "moe.router")), E, 0.0f, f32(logits), E);
+  m.probs = download(logits, std::size_t(Tl) * E, "router logits");
+  m.topi.assign(std::size_t(S), 0.0f);
+  m.topw.assign(std::size_t(S), 0.0f);
+  m.counts.assign(std::size_t(E), 0.0f);
+  moe_route(sh, nullptr, Tl, m.probs.data(), m.topi.data(), m.topw.data(), m.counts.data());
+  if (tp.size > 1) {  // the micro-batch's counts over the SP shards: E values, not in the trace (as the CPU runtime's)
+    DBuf c = upload(m.counts, "expert counts");
+    dev.comm_waits_compute();
+    tp.comm->all_reduce(f32(c), std::size_t(E));
+    dev.compute_waits_comm();
+    m.counts = download(c, std::size_t(E), "expert counts");
+  }
+  if (!recomputing) aux_loss += moe_aux_loss(sh, m.probs.data(), m.counts.data(), Tl);
+
+  // Dispatch: the slots' rows in dispatch order, then the counts and rows to the experts' owners.
+  moe_dispatch_plan(m.topi.data(), S, E, ep.size, m.order, m.sent);
+  std::vector<std::int32_t> token(static_cast<std::size_t>(S)), inv(static_cast<std::size_t>(S));
+  std::vector<float> weight(static_cast<std::size_t>(S));
+  for (int i = 0; i < S; ++i) {
+    const int slot = m.order[std::size_t(i)];
+    token[std::size_t(i)] = slot / k;
+    weight[std::size_t(i)] = m.topw[std::size_t(slot)];
+    inv[std::size_t(slot)] = i;
+  }
+  m.disp_index = upload(token, "dispatch index");
+  m.disp_scale = upload(weight, "dispatch weights");
+  m.inv = upload(inv, "combine index");
+  m.topw_d = upload(m.topw, "router weights");
+  DBuf rows = buf(std::max<std::size_t>(1, std::size_t(S)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * S * h + 4.0 * S,
+          kg::gather_rows(s(), f32(m.yl), i32(m.disp_index), nullptr, S, h, f32(rows)));
+  m.got = m.sent;
+  DBuf recv = rows;
+  const std::vector<int> send_rows = moe_rows_per_peer(m.sent, ep.size, El);
+  if (ep.size > 1) {
+    collective("ep_alltoall", double(S) * h * sizeof(float), [&] {
+      const std::vector<float> sent(m.sent.begin(), m.sent.end());
+      DBuf sd = upload(sent, "expert counts"), gd = buf(sent.size());
+      const std::vector<std::size_t> per(std::size_t(ep.size), std::size_t(El));
+      all_to_all(*ep.comm, f32(sd), per, f32(gd), per, dev.comm());
+      std::vector<float> got(sent.size());
+      cuda_ok(cudaMemcpyAsync(got.data(), gd->get(), got.size() * sizeof(float), cudaMemcpyDeviceToHost, dev.comm()),
+              "expert counts");
+      cuda_ok(cudaStreamSynchronize(dev.comm()), "expert counts");
+      m.got.assign(got.begin(), got.end());
+      const std::vector<int> recv_rows = moe_rows_per_peer(m.got, ep.size, El);
+      recv = buf(std::max<std::size_t>(1, std::size_t(std::accumulate(recv_rows.begin(), recv_rows.end(), 0))) * h);
+      all_to_all(*ep.comm, f32(rows), floats_per_peer(send_rows, h), f32(recv), floats_per_peer(recv_rows, h), dev.comm());
+    });
+  }
+  // Received rows (peer-major: peer p's for local expert 0, 1, ...) to expert-major, and the way back.
+  m.rows.assign(std::size_t(El), 0);
+  for (int p = 0; p < ep.size; ++p)
+    for (int j = 0; j < El; ++j) m.rows[std::size_t(j)] += m.got[std::size_t(p) * El + j];
+  m.off.assign(std::size_t(El), 0);
+  for (int j = 1; j < El; ++j) m.off[std::size_t(j)] = m.off[std::size_t(j - 1)] + m.rows[std::size_t(j - 1)];
+  const int R = std::accumulate(m.rows.begin(), m.rows.end(), 0);
+  m.received = R;
+  std::vector<std::int32_t> to(static_cast<std::size_t>(R)), from(static_cast<std::size_t>(R));
+  std::vector<int> fill = m.off;
+  int q = 0;
+  for (int p = 0; p < ep.size; ++p)
+    for (int j = 0; j < El; ++j)
+      for (int r = 0; r < m.got[std::size_t(p) * El + j]; ++r, ++q) {
+        const int e = fill[std::size_t(j)]++;
+        to[std::size_t(e)] = q;
+        from[std::size_t(q)] = e;
+      }
+  m.to_experts = upload(to, "expert rows");
+  m.from_experts = upload(from, "expert rows");
+  DBuf xin = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(recv), i32(m.to_experts), nullptr, R, h, f32(xin)));
+  m.xin = operand(xin, std::size_t(R) * h);
+
+  // The local experts: a loop of GEMMs, each over its own rows.
+  const std::size_t nr = std::max<std::size_t>(1, std::size_t(R) * fe);
+  m.h1 = operand_buf(nr);
+  m.act = operand_buf(nr);
+  if (sh.swiglu) m.gate = operand_buf(nr);
+  DBuf eout = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
+  const auto expert = [&](int j, const char* w) { return L(l, ("moe.expert." + std::to_string(first + j) + "." + w).c_str()); };
+  for (int j = 0; j < El; ++j) {
+    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
+    if (Rj == 0) continue;
+    mm_to("gemm_fwd", half(), false, false, Rj, fe, h, op_at(m.xin, std::size_t(o) * h), h, WE(expert(j, "w1")), fe, 0.0f,
+          op_at(m.h1, std::size_t(o) * fe), fe);
+    if (sh.swiglu)
+      mm_to("gemm_fwd", half(), false, false, Rj, fe, h, op_at(m.xin, std::size_t(o) * h), h, WE(expert(j, "wg")), fe, 0.0f,
+            op_at(m.gate, std::size_t(o) * fe), fe);
+  }
+  const std::size_t n = std::size_t(R) * fe;
+  const double eb = operand_bytes();
+  if (n > 0) {
+    if (sh.swiglu && half())
+      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(n), kg::swiglu_fwd_bf16(s(), bf16(m.gate), bf16(m.h1), bf16(m.act), n));
+    else if (sh.swiglu)
+      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(n), kg::swiglu_fwd(s(), f32(m.gate), f32(m.h1), f32(m.act), n));
+    else if (half())
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(n), kg::gelu_fwd_bf16(s(), bf16(m.h1), bf16(m.act), n));
+    else
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(n), kg::gelu_fwd(s(), f32(m.h1), f32(m.act), n));
+  }
+  for (int j = 0; j < El; ++j) {
+    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
+    if (Rj > 0)
+      mm("gemm_fwd", false, false, Rj, h, fe, op_at(m.act, std::size_t(o) * fe), fe, WE(expert(j, "w2")), h, 0.0f,
+         f32(eout) + std::size_t(o) * h, h);
+  }
+
+  // Combine: back to the senders in their dispatch order, then each token's weighted sum in slot order.
+  DBuf back_send = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(eout), i32(m.from_experts), nullptr, R, h, f32(back_send)));
+  DBuf back = ep_exchange(back_send, moe_rows_per_peer(m.got, ep.size, El), send_rows, h);
+  m.slot_out = buf(std::max<std::size_t>(1, std::size_t(S)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * S * h + 4.0 * S, kg::gather_rows(s(), f32(back), i32(m.inv), nullptr, S, h, f32(m.slot_out)));
+  DBuf out = buf(nl);
+  TIMED_W("moe_unpermute", 0.0, 4.0 * S * h + 4.0 * S + 4.0 * double(nl),
+          kg::combine_rows(s(), f32(m.slot_out), f32(m.topw_d), Tl, k, h, f32(out), false));
+
+  // The shared expert over all tokens (column/row-parallel under tp), reduced back to this rank's tokens.
+  if (P.has(L(l, "moe.shared.w1"))) {
+    m.sg = operand(gather_tokens(m.yl), std::size_t(sh.tokens) * h);
+    DBuf mine = reduce_tokens(mlp_forward(l, "moe.shared.", sh.shared_ffn, m.sg, m.sh1, m.sgate, m.sact));
+    TIMED_W("residual_add", 0.0, 12.0 * double(nl), kg::add(s(), f32(out), f32(mine), f32(out), nl));
+  }
+  return out;
+}
+
+DBuf GpuStage::Impl::moe_backward(int l, const Acts& a, const DBuf& dout) {
+  TESSEL_CHECK(a.moe, "MoE layer " << l << ": backward without its forward's routing");
+  const MoeActs& m = *a.moe;
+  const int T = sh.tokens, Tl = sh.local_tokens, h = sh.hidden, E = sh.experts, k = sh.top_k, fe = sh.expert_ffn;
+  const int S = Tl * k, El = E / ep.size, first = ep.rank * El, R = m.received;
+  const std::size_t nl = std::size_t(Tl) * h;
+
+  // The shared expert, as the dense MLP's backward; else the gradient starts from zero.
+  DBuf dyl;
+  if (P.has(L(l, "moe.shared.w1"))) {
+    DBuf gdmf = operand(gather_tokens(dout), std::size_t(T) * h);
+    dyl = reduce_tokens(mlp_backward(l, "moe.shared.", sh.shared_ffn, m.sg, m.sh1, m.sgate, m.sact, gdmf));
+  } else {
+    dyl = buf(nl);
+    TIMED_W("moe_unpermute", 0.0, 4.0 * double(nl), kg::fill(s(), f32(dyl), nl, 0.0f));
+  }
+
+  // The chosen weights' gradients (each slot's output against its token's gradient), and each slot's output
+  // gradient (its weight times dout) to its expert's owner.
+  DBuf dwd = buf(std::max<std::size_t>(1, std::size_t(S)));
+  TIMED_W("moe_unpermute", 0.0, 4.0 * S * h + 4.0 * double(nl) + 4.0 * S,
+          kg::row_dots(s(), f32(dout), f32(m.slot_out), S, k, h, f32(dwd)));
+  const std::vector<float> dw = download(dwd, std::size_t(S), "router weight gradients");
+  DBuf rows = buf(std::max<std::size_t>(1, std::size_t(S)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * S * h + 8.0 * S,
+          kg::gather_rows(s(), f32(dout), i32(m.disp_index), f32(m.disp_scale), S, h, f32(rows)));
+  const std::vector<int> send_rows = moe_rows_per_peer(m.sent, ep.size, El), recv_rows = moe_rows_per_peer(m.got, ep.size, El);
+  DBuf recv = ep_exchange(rows, send_rows, recv_rows, h);
+  DBuf dexp = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(recv), i32(m.to_experts), nullptr, R, h, f32(dexp)));
+  const DBuf gdexp = operand(dexp, std::size_t(R) * h);
+
+  // Each local expert's backward over its rows; the weight GEMMs queued as the dense ones (a split I defers them).
+  const auto expert = [&](int j, const char* w) { return L(l, ("moe.expert." + std::to_string(first + j) + "." + w).c_str()); };
+  const std::size_t nr = std::max<std::size_t>(1, std::size_t(R) * fe), n = std::size_t(R) * fe;
+  DBuf dact = operand_buf(nr), dh = operand_buf(nr), dg = sh.swiglu ? operand_buf(nr) : nullptr;
+  GpuParams& PE = *ep.experts;
+  for (int j = 0; j < El; ++j) {
+    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
+    if (Rj == 0) continue;
+    const std::string w2 = expert(j, "w2");
+    mm_to("gemm_dgrad", half(), false, true, Rj, fe, h, op_at(gdexp, std::size_t(o) * h), h, WE(w2), h, 0.0f,
+          op_at(dact, std::size_t(o) * fe), fe);
+    weight_job([this, &PE, act = m.act, gdexp, Rj, o, fe, h, w2] {
+      mm("gemm_wgrad", true, false, fe, h, Rj, op_at(act, std::size_t(o) * fe), fe, op_at(gdexp, std::size_t(o) * h), h,
+         1.0f, PE.grad(w2), h);
+    });
+  }
+  const double eb = operand_bytes();
+  if (n > 0) {
+    if (sh.swiglu && half())
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(n),
+              kg::swiglu_bwd_bf16(s(), bf16(dact), bf16(m.gate), bf16(m.h1), bf16(dg), bf16(dh), n));
+    else if (sh.swiglu)
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(n), kg::swiglu_bwd(s(), f32(dact), f32(m.gate), f32(m.h1), f32(dg), f32(dh), n));
+    else if (half())
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(n), kg::gelu_bwd_bf16(s(), bf16(dact), bf16(m.h1), bf16(dh), n));
+    else
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(n), kg::gelu_bwd(s(), f32(dact), f32(m.h1), f32(dh), n));
+  }
+  DBuf dxin = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
+  for (int j = 0; j < El; ++j) {
+    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
+    if (Rj == 0) continue;
+    float* dx = f32(dxin) + std::size_t(o) * h;
+    const std::string w1 = expert(j, "w1"), wg = expert(j, "wg");
+    if (sh.swiglu) {
+      mm("gemm_dgrad", false, true, Rj, h, fe, op_at(dg, std::size_t(o) * fe), fe, WE(wg), fe, 0.0f, dx, h);
+      weight_job([this, &PE, xin = m.xin, dg, Rj, o, fe, h, wg] {
+        mm("gemm_wgrad", true, false, h, fe, Rj, op_at(xin, std::size_t(o) * h), h, op_at(dg, std::size_t(o) * fe), fe, 1.0f,
+           PE.grad(wg), fe);
+      });
+    }
+    mm("gemm_dgrad", false, true, Rj, h, fe, op_at(dh, std::size_t(o) * fe), fe, WE(w1), fe, sh.swiglu ? 1.0f : 0.0f, dx, h);
+    weight_job([this, &PE, xin = m.xin, dh, Rj, o, fe, h, w1] {
+      mm("gemm_wgrad", true, false, h, fe, Rj, op_at(xin, std::size_t(o) * h), h, op_at(dh, std::size_t(o) * fe), fe, 1.0f,
+         PE.grad(w1), fe);
+    });
+  }
+
+  // The input gradients back to the tokens' ranks, summed per token.
+  DBuf back_send = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(dxin), i32(m.from_experts), nullptr, R, h, f32(back_send)));
+  DBuf back = ep_exchange(back_send, recv_rows, send_rows, h);
+  DBuf slots = buf(std::max<std::size_t>(1, std::size_t(S)) * h);
+  TIMED_W("moe_permute", 0.0, 8.0 * S * h + 4.0 * S, kg::gather_rows(s(), f32(back), i32(m.inv), nullptr, S, h, f32(slots)));
+  TIMED_W("moe_unpermute", 0.0, 4.0 * S * h + 8.0 * double(nl), kg::combine_rows(s(), f32(slots), nullptr, Tl, k, h, f32(dyl), true));
+
+  // Router: the logits' gradient on the host (moe_router_grad), then its input and weight gradients in fp32.
+  std::vector<float> dz(std::size_t(Tl) * E);
+  moe_router_grad(sh, m.probs.data(), m.topi.data(), m.counts.data(), dw.data(), Tl, dz.data());
+  DBuf dzd = upload(dz, "router logit gradients");
+  const std::string router = L(l, "moe.router");
+  mm_fp32("gemm_dgrad", false, true, Tl, h, E, f32(dzd), E, P.data(router), E, 1.0f, f32(dyl), h);
+  weight_job([this, yl = m.yl, dzd, Tl, h, E, router] {
+    mm_fp32("gemm_wgrad", true, false, h, E, Tl, f32(yl), h, f32(dzd), E, 1.0f, P.grad(router), E);
+  });
+  return dyl;
 }
 
 // Vocab-parallel lookup (partial per shard, summed over tp or reduce-scattered by token) plus positions.
@@ -524,12 +913,13 @@ DBuf GpuStage::Impl::head_backward(Mb& st) {
 }
 
 GpuStage::GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
-                   GemmType gemm, const std::string& attention_kernel)
-    : impl_(std::make_unique<Impl>(dev, m, cfg, params, tp, gemm, attention_kernel)) {
+                   GemmType gemm, const std::string& attention_kernel, const GpuEp& ep)
+    : impl_(std::make_unique<Impl>(dev, m, cfg, params, tp, gemm, attention_kernel, ep)) {
 }
 GpuStage::~GpuStage() = default;
 
 void GpuStage::set_loss_sink(float* loss_sum) { impl_->loss_sum = loss_sum; }
+double GpuStage::take_aux_loss() { return std::exchange(impl_->aux_loss, 0.0); }
 void GpuStage::set_param_hooks(ParamHooks h) { impl_->hooks = std::move(h); }
 const GpuStageConfig& GpuStage::config() const { return impl_->cfg; }
 std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.local_tokens) * impl_->sh.hidden; }
@@ -538,7 +928,9 @@ int GpuStage::tokens() const { return impl_->sh.tokens; }
 // The CPU Stage's count (stage_forward_flops, runtime/gpt_layer.hpp).
 double GpuStage::forward_flops() const {
   const Impl& I = *impl_;
-  return stage_forward_flops(I.sh, I.cfg.l1 - I.cfg.l0, I.cfg.last, I.model.vocab, I.tp.size);
+  int moe = 0;
+  for (int l = I.cfg.l0; l < I.cfg.l1; ++l) moe += I.model.is_moe_layer(l);
+  return stage_forward_flops(I.sh, I.cfg.l1 - I.cfg.l0, I.cfg.last, I.model.vocab, I.tp.size, moe);
 }
 
 DBuf GpuStage::forward(int mb, DBuf in, const std::int32_t* tokens, const std::int32_t* targets) {
@@ -611,7 +1003,9 @@ DBuf GpuStage::backward(int mb, DBuf dout, bool defer_weight) {
     I.grads_begin({group}, true);
     if (I.cfg.recompute == Recompute::full) {  // re-run the forward from the kept input
       const DBuf x = a.x;
+      I.recomputing = true;
       (void)I.layer_forward(l, x, a);
+      I.recomputing = false;
     }
     g = I.layer_backward(l, a, g);
     I.grads_end({group}, true);

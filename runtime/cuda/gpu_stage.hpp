@@ -31,6 +31,15 @@ struct GpuTp {
   bool sp = false, record_only = false;
 };
 
+// Expert parallelism on the GPU (a mixture-of-experts model): the ep group, this rank's place in it, and
+// the store of the routed experts it holds (whole: expert tensor parallelism 1), apart from the dense
+// parameters as the CPU trainer keeps them (runtime/trainer.cpp).
+struct GpuEp {
+  Comm* comm = nullptr;  // null with ep 1
+  int size = 1, rank = 0;
+  GpuParams* experts = nullptr;
+};
+
 // The CPU stage's StageConfig (runtime/gpt_stage.hpp); full recomputation is per layer here, whatever its
 // method and recompute_layers say (docs/cuda.md).
 using GpuStageConfig = StageConfig;
@@ -39,8 +48,9 @@ class GpuStage {
  public:
   // attention_kernel: --attention-kernel's name ("" = the default for the GEMM type; the names and their
   // rules: kernels/cuda/attention_variant.hpp). InputError when this stage's shard cannot run it.
+  // ep: a MoE model's expert parallelism (its `experts` store is required when the stage has MoE layers).
   GpuStage(CudaDevice& dev, const Model& m, const GpuStageConfig& cfg, GpuParams& params, const GpuTp& tp,
-           kernels::cuda::GemmType gemm, const std::string& attention_kernel);
+           kernels::cuda::GemmType gemm, const std::string& attention_kernel, const GpuEp& ep = {});
   ~GpuStage();
   GpuStage(const GpuStage&) = delete;
   GpuStage& operator=(const GpuStage&) = delete;
@@ -52,6 +62,9 @@ class GpuStage {
   DBuf backward(int mb, DBuf dout, bool defer_weight = false);
   void backward_weight(int mb);  // W: the queued weight GEMMs of micro-batch mb
   void set_loss_sink(float* loss_sum);
+  // The load-balancing losses of the forwards run since the last call (recomputed ones not counted), this
+  // rank's part: its tokens, its MoE layers (runtime/moe_layer.hpp). Host-side: routing runs on the host.
+  double take_aux_loss();
   // ZeRO (gpu_trainer.cpp), with a parameter group's name (runtime/zero_partition.hpp's: "embed.tok",
   // "embed.pos", "layers.<i>", "final"):
   //  - values (ZeRO-3, and ZeRO-1/2's exchange after the step): called before the kernels reading the

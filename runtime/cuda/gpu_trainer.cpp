@@ -98,7 +98,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     world_rank_ = opt.only_rank;
     at_ = coords_of(opt.only_rank, l);
   } else if (world) {
-    groups_ = make_groups(*world, l);
+    groups_ = make_groups(*world, l, m.moe.enabled());
     at_ = groups_.at;
     world_rank_ = world->rank();
     // The data-parallel group enqueues on the device's dp stream (CudaDevice::Lane::dp).
@@ -116,18 +116,37 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     const bool pair = at_.pp == first_pp_ || at_.pp == last_pp_;
     embed_ = groups_.pp->split(pair ? 0 : -1, at_.pp == first_pp_ ? 0 : 1);
   }
-  const std::vector<std::string> names = rank_param_names(m, l, schedule_, at_.pp);
+  // Routed experts in a store of their own (this rank's ep rank's), as the CPU trainer's.
+  std::vector<std::string> names, expert_names;
+  {
+    std::map<std::string, int> expert_of;
+    for (const ParamSpec& p : gpt_param_specs(m))
+      if (p.expert >= 0) expert_of[p.name] = p.expert;
+    for (const std::string& n : rank_param_names(m, l, schedule_, at_.pp)) {
+      const auto e = expert_of.find(n);
+      if (e == expert_of.end()) names.push_back(n);
+      else if (expert_owner(e->second, m.moe.experts, l.ep) == at_.ep) expert_names.push_back(n);
+    }
+  }
+  const bool bf16_gemms = opt.gemm == kernels::cuda::GemmType::bf16_fp32;
   params_ = std::make_unique<GpuParams>(dev, m, names, l.tp, at_.tp, l.zero_stage >= 1 ? l.dp : 1,
-                                        l.zero_stage >= 1 ? at_.dp : 0, l.zero_stage,
-                                        opt.gemm == kernels::cuda::GemmType::bf16_fp32, first_pp_ == at_.pp);
+                                        l.zero_stage >= 1 ? at_.dp : 0, l.zero_stage, bf16_gemms, first_pp_ == at_.pp);
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
+  if (m.moe.enabled()) {
+    TESSEL_CHECK(l.expert_tp() == 1 && l.zero_stage == 0 && !record_only_,
+                 "the CUDA runtime's experts run whole (etp 1), without ZeRO and not under --only-rank (run_cuda checks)");
+    experts_ = std::make_unique<GpuParams>(dev, m, expert_names, 1, 0, 1, 0, 0, bf16_gemms, false);
+    experts_->upload(ParamStore(m, expert_names, 1, 0, opt.seed));
+  }
   loss_sum_ = dev.alloc_f32(1);
   const GpuTp tp{l.tp > 1 && !record_only_ ? groups_.tp.get() : nullptr, l.tp, at_.tp,
                  l.sequence_parallel && l.tp > 1, record_only_};
   dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped() && l.overlap_grad_reduce;
   for (int st : schedule_.stages_of(at_.pp)) {
-    stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm, opt.attention_kernel);
+    const GpuEp ep{l.ep > 1 ? groups_.ep.get() : nullptr, l.ep, at_.ep, experts_.get()};
+    stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm,
+                                             opt.attention_kernel, ep);
     stages_[st]->set_loss_sink(f32(loss_sum_));
     GpuStage::ParamHooks hooks;
     if (params_->zero_stage() == 3) {
@@ -198,6 +217,7 @@ void GpuTrainer::reduce_gradients() {
   for (const auto& [g, x] : stale_values_)
     TESSEL_CHECK(!x.issued, "ZeRO-" << layout_.zero_stage << ": group " << params_->groups()[g].name
                                     << "'s values were gathered ahead for a window that never opened");
+  reduce_expert_gradients();
   if (dp_overlap_) {  // every bucket was reduced beside the last micro-batch's backward
     for (std::size_t b = 0; b < bucket_closed_.size(); ++b) {
       TESSEL_CHECK(bucket_closed_[b] == bucket_expected_[b],
@@ -233,6 +253,18 @@ void GpuTrainer::reduce_gradients() {
   if (!record_only_) groups_.dp->all_reduce(params_->flat_grad(), params_->count());
   dev_.end_op(id);
   if (!record_only_) dev_.compute_waits_comm(CudaDevice::Lane::dp);
+}
+
+// The routed experts' gradients summed over their replicas, the expert data-parallel group (Megatron-Core's
+// expert grads reduce over edp, not dp); one all-reduce of the experts' flat gradient on the comm stream.
+void GpuTrainer::reduce_expert_gradients() {
+  if (!experts_ || layout_.expert_dp() == 1 || experts_->count() == 0) return;
+  dev_.comm_waits_compute();
+  const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allreduce", -1, -1, -1, -1, -1}, "dp_allreduce", 0.0,
+                                       double(experts_->count()) * sizeof(float));
+  groups_.edp->all_reduce(experts_->flat_grad(), experts_->count());
+  dev_.end_op(id);
+  dev_.compute_waits_comm();
 }
 
 // Both copies of the tied embedding end with the sum of the two stages' gradients.
@@ -577,6 +609,8 @@ double GpuTrainer::global_grad_norm() {
     for (const auto& run : params_->grad_runs(params_->sharded(), counted)) n += run.second;
     KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(n));
     sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
+    // Each routed expert once in the world: on its replica of edp rank 0 (whole on its ep rank).
+    if (experts_ && at_.edp == 0) sq += experts_->local_grad_sq(dev_.compute(), [](const GpuParam&) { return true; });
   }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
 }
@@ -640,6 +674,7 @@ StepStats GpuTrainer::step() {
   {
     KernelScope k(dev_, "zero_grad", 0.0, double(params_->zero_grad_bytes()));
     params_->zero_grad(dev_.compute());
+    if (experts_) experts_->zero_grad(dev_.compute());
   }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
   load_batch(consumed_samples_);
@@ -656,6 +691,7 @@ StepStats GpuTrainer::step() {
     // Values, gradients and moments read, values and moments written (and the bf16 copy, unsharded).
     KernelScope k(dev_, "optimizer", 0.0, double(params_->stepped_elements()) * (params_->sharded() ? 28.0 : 30.0));
     params_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
+    if (experts_) experts_->adamw(dev_.compute(), opt_.optimizer.adamw, steps_ + 1, coef);
   }
   dev_.end_op(id);
   if (params_->sharded()) gather_params();
@@ -666,6 +702,11 @@ StepStats GpuTrainer::step() {
   dev_.collect(rec_);  // waits for the device
   const double T = double(layout_.micro_batch) * model_.seq_len;
   st.loss = world_sum(counts ? static_cast<float>(sum / T / (layout_.num_microbatches() * layout_.dp)) : 0.0f);
+  if (model_.moe.enabled()) {  // every rank its part (its tokens, its MoE layers), scaled as the CPU trainer's
+    double aux = 0;
+    for (auto& [_, stage] : stages_) aux += stage->take_aux_loss();
+    st.aux_loss = world_sum(static_cast<float>(aux / (layout_.num_microbatches() * layout_.dp)));
+  }
   ++steps_;
   consumed_samples_ += layout_.global_batch;
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

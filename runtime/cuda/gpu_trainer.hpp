@@ -43,6 +43,7 @@ class GpuTrainer {
 
   Recorder& recorder() { return rec_; }
   GpuParams& params() { return *params_; }
+  GpuParams* experts() { return experts_.get(); }  // a MoE model's routed experts on this rank; else null
   std::string process_name() const;
   int world_rank() const { return world_rank_; }
   const sched::Schedule& schedule() const { return schedule_; }  // lowered, as walked
@@ -114,6 +115,11 @@ class GpuTrainer {
   sched::Schedule schedule_;
   TokenStream data_;
   std::unique_ptr<GpuParams> params_;
+  // A mixture of experts: this rank's routed experts (whole, their ep rank's), apart from the dense
+  // parameters as the CPU trainer keeps them: reduced over the expert data-parallel group (edp), stepped
+  // by the same AdamW with the same clip.
+  std::unique_ptr<GpuParams> experts_;
+  void reduce_expert_gradients();
   std::map<int, std::unique_ptr<GpuStage>> stages_;
   std::map<int, std::vector<std::size_t>> stage_groups_;
   // Communication in flight (CudaDevice::comm_in_flight): the latest ZeRO-2/3 gradient reduce-scatter,

@@ -386,6 +386,34 @@ void NcclComm::recv(float* data, std::size_t count, int peer, int /*tag*/) {
   NCCL_CHECK(ncclRecv(data, count, ncclFloat, peer, comm_, stream_));
 }
 
+void NcclComm::all_to_all_v(const float* send, const std::vector<std::size_t>& send_counts, float* recv,
+                            const std::vector<std::size_t>& recv_counts) {
+  TESSEL_CHECK(send_counts.size() == std::size_t(size_) && recv_counts.size() == std::size_t(size_),
+               "all_to_all_v: " << send_counts.size() << " send and " << recv_counts.size() << " receive counts for "
+                                << size_ << " ranks");
+  std::size_t so = 0, ro = 0;
+  NCCL_CHECK(ncclGroupStart());
+  for (int p = 0; p < size_; ++p) {
+    const std::size_t sn = send_counts[std::size_t(p)], rn = recv_counts[std::size_t(p)];
+    if (p == rank_) {
+      TESSEL_CHECK(sn == rn, "all_to_all_v: " << sn << " floats to self, " << rn << " expected");
+      if (sn > 0) {
+        const cudaError_t e = cudaMemcpyAsync(recv + ro, send + so, sn * sizeof(float), cudaMemcpyDeviceToDevice, stream_);
+        if (e != cudaSuccess) {
+          (void)ncclGroupEnd();
+          throw CommError("rank " + std::to_string(rank_) + ": all-to-all self copy: " + cudaGetErrorString(e));
+        }
+      }
+    } else {
+      if (sn > 0) NCCL_CHECK(ncclSend(send + so, sn, ncclFloat, p, comm_, stream_));
+      if (rn > 0) NCCL_CHECK(ncclRecv(recv + ro, rn, ncclFloat, p, comm_, stream_));
+    }
+    so += sn;
+    ro += rn;
+  }
+  NCCL_CHECK(ncclGroupEnd());
+}
+
 void NcclComm::barrier() {
   const cudaError_t e = cudaStreamSynchronize(stream_);
   if (e != cudaSuccess)

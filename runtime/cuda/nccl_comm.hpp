@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/comm/comm.hpp"
 
@@ -57,6 +58,11 @@ class NcclComm final : public Comm {
   void recv(float* data, std::size_t count, int peer, int tag) override;
   void barrier() override;
   std::unique_ptr<Comm> split(int color, int key) override;
+  // Every peer's part in one NCCL group (nccl-tests' all-to-all): send_counts[p] floats to peer p from
+  // `send` (peer order, contiguous), recv_counts[p] from it into `recv`; this rank's own part copied on the
+  // stream. A group's sends and receives cannot wait on each other, as blocking pairs would.
+  void all_to_all_v(const float* send, const std::vector<std::size_t>& send_counts, float* recv,
+                    const std::vector<std::size_t>& recv_counts);
   // The stream later calls enqueue on (a communicator of its own stream: GpuTrainer's dp group).
   void set_stream(cudaStream_t s) { stream_ = s; }
 

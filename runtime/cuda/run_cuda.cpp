@@ -50,9 +50,26 @@ kg::GemmType gemm_type(const std::string& p) {
   throw InputError("--precision " + p + ": must be bf16, tf32 or fp32");
 }
 
+// A mixture of experts runs with its experts whole on their ep rank (etp 1) over any tp, pp and dp, without
+// ZeRO; what else it lacks on this runtime is named (the CPU runtime runs each of these).
+void check_moe_supported(const CudaRunOptions& o) {
+  const Layout& l = o.layout;
+  const auto lacks = [&](const std::string& what) {
+    throw InputError(what + ": not yet with a mixture of experts on the CUDA runtime (--backend cpu runs it)");
+  };
+  if (l.expert_tp() > 1)
+    lacks("--etp " + std::to_string(l.expert_tp()) + " (experts split over " + std::to_string(l.expert_tp()) +
+          " ranks; etp defaults to tp, and --etp 1 keeps each expert whole on its ep rank)");
+  if (l.zero_stage > 0) lacks("--zero " + std::to_string(l.zero_stage));
+  if (o.model.moe.router.selection_bias) lacks("model " + o.model.name + "'s moe.router.selection_bias (auxiliary-loss-free balancing)");
+  if (o.only_rank >= 0) lacks("--only-rank");
+  if (o.save_every > 0 || !o.resume.empty()) lacks("recovery checkpoints (--save-every, --resume)");
+}
+
 // What the GPU runtime does not do yet, rejected up front with the rule (docs/cuda.md lists them).
 void check_supported(const CudaRunOptions& o, int world) {
   const Layout& l = o.layout;
+  if (o.model.moe.enabled()) check_moe_supported(o);
   if (o.only_rank >= 0) {
     if (o.gpu_threads) throw InputError("--gpu-threads: cannot be combined with --only-rank (one rank alone)");
     if (o.save_every > 0 || !o.resume.empty())
@@ -132,7 +149,8 @@ void run_rank(const CudaRunOptions& o, const CudaRunCallbacks& cb, CudaDevice& d
     const StepStats s = t.step();
     if (run++ == 0) dev.reset_kernel_totals();
     else profiled_s += s.seconds;
-    steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds});
+    steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds,
+                     o.model.moe.enabled() ? std::optional<double>(s.aux_loss) : std::nullopt});
     if (reports && cb.step) cb.step(steps.back());
     if (o.save_every > 0 && t.steps_done() % o.save_every == 0) {
       saved.push_back(t.save_checkpoint(o.checkpoint_dir, o.seed));
@@ -219,6 +237,7 @@ CudaRunResult run_launched(const CudaRunOptions& o, const CudaRunCallbacks& cb) 
 }  // namespace
 
 CudaRunResult run_cuda(const CudaRunOptions& o, const CudaRunCallbacks& cb) {
+  if (o.model.moe.enabled()) check_moe_supported(o);  // bad input whatever the machine
   if (kg::device_count() == 0)
     throw InputError("--backend cuda: no CUDA device is visible to this process (no GPU or no driver); "
                      "use --backend cpu");

@@ -61,6 +61,16 @@ Layout zero(int stage, Layout l) {
   return l;
 }
 Layout zero1(Layout l) { return zero(1, l); }
+// Expert parallelism over the layout's tp x dp ranks, each expert whole (etp 1: the CUDA runtime's experts).
+Layout experts(int ep, Layout l) {
+  l.ep = ep;
+  l.etp = 1;
+  return l;
+}
+Layout full_recompute(Layout l) {
+  l.recompute = Recompute::full;
+  return l;
+}
 // The layout's overlap switches: pipeline sends that compute does not wait for (overlap_p2p), and none of
 // the data-parallel overlap (--no-overlap: every reduction and gather fenced where it is issued).
 Layout p2p_overlap(Layout l) {
@@ -82,7 +92,9 @@ struct GpuRun {
 // for tp-replicated tensors, and the first stage's copy of an embedding tied across pipeline ranks (every
 // schedule here puts stage 0 on pp rank 0).
 bool counted(const rt::ParamSpec& p, const Model& m, const Layout& l, int r) {
-  const rt::RankCoords c = rt::coords_of(r, l);
+  rt::RankCoords c = rt::coords_of(r, l);
+  rt::expert_coords(c, l);
+  if (p.expert >= 0) return c.edp == 0;  // a routed expert: whole on its ep rank, replicated over edp
   if (c.dp != 0 && l.zero_stage == 0) return false;
   if (p.shard_dim == -1 && c.tp != 0) return false;
   if (p.name == "embed.tok" && m.tied_embeddings && l.pp > 1 && c.pp != 0) return false;
@@ -114,10 +126,10 @@ GpuRun gpu_threads(const Model& m, const Layout& l, int steps, const std::string
       mine.push_back(t.step());
       sq.emplace_back(specs.size(), 0.0);
       for (std::size_t k = 0; k < specs.size(); ++k) {
-        if (!t.params().has(specs[k].name) || !counted(specs[k], m, l, host.rank())) continue;
         const std::string& n = specs[k].name;
-        for (float v : t.params().sharded() ? t.params().download_shard_grad(n) : t.params().download_grad(n))
-          sq.back()[k] += double(v) * v;
+        rc::GpuParams* store = t.params().has(n) ? &t.params() : t.experts() && t.experts()->has(n) ? t.experts() : nullptr;
+        if (!store || !counted(specs[k], m, l, host.rank())) continue;
+        for (float v : store->sharded() ? store->download_shard_grad(n) : store->download_grad(n)) sq.back()[k] += double(v) * v;
       }
     }
     if (!save.empty()) t.save_checkpoint(save, opt.seed);
@@ -152,6 +164,10 @@ void compare(const Model& m, const Layout& l, kernels::cuda::GemmType gemm = ker
     CAPTURE(i);
     CHECK(std::abs(gpu.steps[i].loss - cpu.steps[i].loss) <= loss_tol * std::abs(cpu.steps[i].loss));
     CHECK(std::abs(gpu.steps[i].grad_norm - cpu.steps[i].grad_norm) <= norm_tol * cpu.steps[i].grad_norm);
+    if (m.moe.enabled()) {  // the load-balancing loss, routed on the host by the same code (moe_route)
+      CHECK(cpu.steps[i].aux_loss > 0);
+      CHECK(std::abs(gpu.steps[i].aux_loss - cpu.steps[i].aux_loss) <= loss_tol * cpu.steps[i].aux_loss);
+    }
     // Per parameter: a missing sequence-parallel sum of a norm weight or bias barely moves the global norm.
     REQUIRE(cpu.steps[i].param_grad_norms.size() == specs.size());
     for (std::size_t k = 0; k < specs.size(); ++k) {
@@ -193,6 +209,22 @@ TEST_CASE("pipeline and data parallelism on the GPU match the CPU runtime, tied 
   compare(load_model("tiny"), layout(1, 2, 1, "zb1p"));
   compare(tiny_llama(), layout(1, 2, 1, "zbv", false, 2));
   compare(load_model("tiny"), layout(2, 2, 1, "dualpipev", true, 2));
+}
+
+// A mixture of experts (tiny-moe: 8 experts, top-2, a shared expert, layer 0 dense): the router GEMM in fp32,
+// the routing on the host by the CPU runtime's code, the slots gathered and sent to their experts' ranks,
+// each local expert a loop of GEMMs over its rows, the outputs back and summed per token; expert gradients
+// reduced over edp. Every routed expert's, the router's and the shared expert's gradient norm is compared.
+TEST_CASE("a mixture of experts on the GPU matches the CPU runtime: ep 1, 2, 4 with tp, pp, dp, recomputation and split backward") {
+  const Model moe = load_model("tiny-moe");
+  compare(moe, layout(1, 1, 1));
+  compare(moe, experts(2, layout(1, 1, 2)));                             // two experts' ranks, edp 1
+  compare(moe, experts(4, layout(2, 1, 2, "1f1b", true)));               // tp 2 + SP folded into ep 4
+  compare(moe, experts(2, layout(2, 1, 2, "1f1b", true)));               // ep 2, edp 2: expert gradients reduced
+  compare(moe, experts(2, layout(1, 2, 2, "interleaved", false, 2)));    // the all-to-alls inside pipeline chunks
+  compare(moe, full_recompute(experts(2, layout(1, 2, 2))));             // routed and exchanged again in backward
+  compare(moe, experts(2, layout(1, 2, 2, "zb1p")));                     // expert weight GEMMs deferred to W
+  compare(moe, experts(2, layout(1, 1, 2)), kernels::cuda::GemmType::bf16_fp32);
 }
 
 // ZeRO-1 on the GPU: gradients reduce-scattered over dp, AdamW on each rank's shard of the flat buffer
@@ -367,6 +399,10 @@ TEST_CASE("the multi-rank layouts run over NCCL's blocking semantics without dea
   compare(tiny, zero(2, layout(2, 2, 2, "1f1b", true)), fp32, true);
   compare(tiny, zero(3, layout(1, 2, 2, "zb1p")), fp32, true);
   compare(tiny, no_overlap(zero(3, layout(1, 2, 2, "1f1b"))), fp32, true);
+  // A mixture of experts: the all-to-alls as NCCL groups of sends and receives, which blocking pairs are not.
+  const Model moe = load_model("tiny-moe");
+  compare(moe, experts(4, layout(2, 1, 2, "1f1b", true)), fp32, true);
+  compare(moe, experts(2, layout(1, 2, 2, "interleaved", false, 2)), fp32, true);
 }
 
 // A sharded checkpoint written through NcclComm (its barrier only waits for its own stream) resumes on the

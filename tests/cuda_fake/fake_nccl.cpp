@@ -6,7 +6,9 @@
 // so in-place forms (all-gather from this rank's slot of the output, all-reduce in place) are safe. Sums run
 // in rank order, so every rank gets the same bits. Point-to-point: a send waits until its receive has been
 // issued and has copied the data (NCCL matches a pair's messages in issue order), a receive until a send
-// from its peer is there, so two ranks that both send first wait for each other, as on GPUs.
+// from its peer is there, so two ranks that both send first wait for each other, as on GPUs. Inside
+// ncclGroupStart/ncclGroupEnd (an all-to-all) sends are posted without waiting and receives deferred to
+// ncclGroupEnd, which completes them and then waits for the sends to be taken, as NCCL's group semantics.
 //
 // The calls are deferred stream operations of the fake CUDA (fake_stream_op, fake_deferred) on the stream
 // given: a result lands once something waits for it, and inputs must stay unchanged until then.
@@ -244,6 +246,64 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
   });
 }
 
+namespace {
+
+struct PendingSend {
+  ncclComm* comm = nullptr;
+  std::shared_ptr<Message> m;
+  int peer = 0;
+  cudaStream_t stream = nullptr;
+};
+struct PendingRecv {
+  void* recv = nullptr;
+  std::size_t count = 0;
+  int peer = 0;
+  ncclComm* comm = nullptr;
+  cudaStream_t stream = nullptr;
+};
+// This thread's open group (ncclGroupStart .. ncclGroupEnd): depth, and the calls it holds.
+thread_local int group_depth = 0;
+thread_local std::vector<PendingSend> group_sends;
+thread_local std::vector<PendingRecv> group_recvs;
+
+// A posted send waits until its receive took the data.
+ncclResult_t finish_send(const PendingSend& p) {
+  Group& g = *p.comm->group;
+  std::unique_lock<std::mutex> lk(g.mu);
+  if (!g.cv.wait_for(lk, timeout(), [&] { return p.m->taken; }))
+    return fail("ncclSend: " + who(p.comm) + " sent " + std::to_string(p.m->count) + " floats to rank " +
+                std::to_string(p.peer) + ", which issued no matching receive for " + std::to_string(timeout().count()) +
+                " s (on GPUs the stream blocks: a deadlock)");
+  lk.unlock();
+  fake_deferred(p.stream, "ncclSend", nullptr, nullptr, 0, {{p.m->data, p.m->count * sizeof(float)}});  // its buffer stays put
+  return ncclSuccess;
+}
+
+ncclResult_t run_recv(const PendingRecv& p) {
+  Group& g = *p.comm->group;
+  std::unique_lock<std::mutex> lk(g.mu);
+  auto& q = g.channels[{p.peer, p.comm->rank}];
+  if (!g.cv.wait_for(lk, timeout(), [&] { return !q.empty(); }))
+    return fail("ncclRecv: " + who(p.comm) + " waited " + std::to_string(timeout().count()) + " s for a send from rank " +
+                std::to_string(p.peer) + " (on GPUs the stream blocks: a deadlock)");
+  std::shared_ptr<Message> m = q.front();
+  q.pop_front();
+  if (m->count != p.count) {
+    m->taken = true;  // let the sender go; the run fails here
+    g.cv.notify_all();
+    return fail("ncclRecv: " + who(p.comm) + " expected " + std::to_string(p.count) + " floats from rank " +
+                std::to_string(p.peer) + ", which sent " + std::to_string(m->count));
+  }
+  std::vector<float> got(m->data, m->data + p.count);
+  m->taken = true;
+  g.cv.notify_all();
+  lk.unlock();
+  fake_deferred(p.stream, "ncclRecv", p.recv, got.data(), p.count * sizeof(float), {});
+  return ncclSuccess;
+}
+
+}  // namespace
+
 ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (!comm || peer < 0 || peer >= comm->group->size || peer == comm->rank) return ncclInvalidUsage;
   fake_stream_op(stream, "ncclSend", {{send, count * sizeof(float)}});
@@ -251,39 +311,46 @@ ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t, int p
   auto m = std::make_shared<Message>();
   m->data = static_cast<const float*>(send);
   m->count = count;
-  std::unique_lock<std::mutex> lk(g.mu);
-  g.channels[{comm->rank, peer}].push_back(m);
-  g.cv.notify_all();
-  if (!g.cv.wait_for(lk, timeout(), [&] { return m->taken; }))
-    return fail("ncclSend: " + who(comm) + " sent " + std::to_string(count) + " floats to rank " + std::to_string(peer) +
-                ", which issued no matching receive for " + std::to_string(timeout().count()) +
-                " s (on GPUs the stream blocks: a deadlock)");
-  lk.unlock();
-  fake_deferred(stream, "ncclSend", nullptr, nullptr, 0, {{send, count * sizeof(float)}});  // its buffer stays put
-  return ncclSuccess;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    g.channels[{comm->rank, peer}].push_back(m);
+    g.cv.notify_all();
+  }
+  const PendingSend p{comm, m, peer, stream};
+  if (group_depth > 0) {
+    group_sends.push_back(p);
+    return ncclSuccess;
+  }
+  return finish_send(p);
 }
 
 ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t, int peer, ncclComm_t comm, cudaStream_t stream) {
   if (!comm || peer < 0 || peer >= comm->group->size || peer == comm->rank) return ncclInvalidUsage;
   fake_stream_op(stream, "ncclRecv", {{recv, count * sizeof(float)}});
-  Group& g = *comm->group;
-  std::unique_lock<std::mutex> lk(g.mu);
-  auto& q = g.channels[{peer, comm->rank}];
-  if (!g.cv.wait_for(lk, timeout(), [&] { return !q.empty(); }))
-    return fail("ncclRecv: " + who(comm) + " waited " + std::to_string(timeout().count()) + " s for a send from rank " +
-                std::to_string(peer) + " (on GPUs the stream blocks: a deadlock)");
-  std::shared_ptr<Message> m = q.front();
-  q.pop_front();
-  if (m->count != count) {
-    m->taken = true;  // let the sender go; the run fails here
-    g.cv.notify_all();
-    return fail("ncclRecv: " + who(comm) + " expected " + std::to_string(count) + " floats from rank " + std::to_string(peer) +
-                ", which sent " + std::to_string(m->count));
+  const PendingRecv p{recv, count, peer, comm, stream};
+  if (group_depth > 0) {
+    group_recvs.push_back(p);
+    return ncclSuccess;
   }
-  std::vector<float> got(m->data, m->data + count);
-  m->taken = true;
-  g.cv.notify_all();
-  lk.unlock();
-  fake_deferred(stream, "ncclRecv", recv, got.data(), count * sizeof(float), {});
+  return run_recv(p);
+}
+
+ncclResult_t ncclGroupStart() {
+  ++group_depth;
   return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd() {
+  if (group_depth == 0) return fail("ncclGroupEnd without ncclGroupStart");
+  if (--group_depth > 0) return ncclSuccess;
+  std::vector<PendingRecv> recvs;
+  std::vector<PendingSend> sends;
+  recvs.swap(group_recvs);
+  sends.swap(group_sends);
+  ncclResult_t r = ncclSuccess;
+  for (const PendingRecv& p : recvs)
+    if (const ncclResult_t e = run_recv(p); e != ncclSuccess && r == ncclSuccess) r = e;
+  for (const PendingSend& p : sends)
+    if (const ncclResult_t e = finish_send(p); e != ncclSuccess && r == ncclSuccess) r = e;
+  return r;
 }

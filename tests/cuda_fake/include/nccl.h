@@ -57,3 +57,8 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, std::size_t count, nccl
                            cudaStream_t stream);
 ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream);
 ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream);
+// Grouped point-to-point (an all-to-all's sends and receives): between ncclGroupStart and ncclGroupEnd on a
+// thread, sends are posted without waiting and receives are deferred; ncclGroupEnd completes the receives,
+// then waits for every send to be taken, so a group's sends and receives cannot wait on each other.
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
