@@ -620,11 +620,15 @@ std::vector<CheckpointTensor> GpuTrainer::checkpoint_views(std::vector<GpuParams
                                                            bool for_writing) const {
   std::vector<CheckpointTensor> ts;
   std::size_t i = 0;
-  for (const GpuParam& p : params_->params()) {
-    GpuParams::HostParamState& h = host[i++];
-    const bool owned = for_writing && checkpoint_owns(p.spec, at_, schedule_);
-    ts.push_back({p.spec, p.rows, p.cols, p.row0, p.col0, owned, h.data.data(), h.exp_avg.data(), h.exp_avg_sq.data()});
-  }
+  const auto add = [&](const GpuParams& store) {
+    for (const GpuParam& p : store.params()) {
+      GpuParams::HostParamState& h = host[i++];
+      const bool owned = for_writing && checkpoint_owns(p.spec, at_, schedule_);
+      ts.push_back({p.spec, p.rows, p.cols, p.row0, p.col0, owned, h.data.data(), h.exp_avg.data(), h.exp_avg_sq.data()});
+    }
+  };
+  add(*params_);
+  if (experts_) add(*experts_);  // each written by its edp rank 0 (checkpoint_owns)
   return ts;
 }
 
@@ -632,6 +636,11 @@ std::vector<GpuParams::HostParamState> GpuTrainer::host_states() {
   while (!stale_values_.empty()) finish_values(stale_values_.begin()->first);  // the last step's values exchanged
   std::vector<GpuParams::HostParamState> host;
   params_->save_states(groups_.dp.get(), host);  // ZeRO: the whole values and moments from the dp shards
+  if (experts_) {  // after the dense ones, in checkpoint_views' order
+    std::vector<GpuParams::HostParamState> ex;
+    experts_->save_states(nullptr, ex);
+    for (auto& e : ex) host.push_back(std::move(e));
+  }
   return host;
 }
 
@@ -651,14 +660,19 @@ CheckpointIo GpuTrainer::save_checkpoint(const std::string& dir, std::uint64_t s
 CheckpointIo GpuTrainer::load_checkpoint(const std::string& dir, std::uint64_t seed) {
   TESSEL_CHECK(!record_only_, "--only-rank runs do not resume");
   const auto start = std::chrono::steady_clock::now();
-  std::vector<GpuParams::HostParamState> host(params_->params().size());
-  for (std::size_t i = 0; i < host.size(); ++i) {
-    const std::size_t n = params_->params()[i].size();
-    host[i] = {std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
-  }
+  std::vector<GpuParams::HostParamState> host;
+  for (const GpuParams* store : {params_.get(), experts_.get()})
+    if (store)
+      for (const GpuParam& p : store->params())
+        host.push_back({std::vector<float>(p.size(), 0.0f), std::vector<float>(p.size(), 0.0f), std::vector<float>(p.size(), 0.0f)});
   const LoadedCheckpoint got = read_checkpoint(dir, seed, opt_.data_file, model_, host_world(), checkpoint_views(host, false));
   for (const auto& [g, x] : stale_values_) TESSEL_CHECK(!x.issued, "resuming with a values exchange in flight");
   stale_values_.clear();  // every value comes from the checkpoint
+  const std::size_t dense = params_->params().size();
+  if (experts_) {
+    experts_->load_states(std::vector<GpuParams::HostParamState>(host.begin() + static_cast<long>(dense), host.end()));
+    host.resize(dense);
+  }
   params_->load_states(host);  // ZeRO: this rank keeps its chunks
   steps_ = got.at.step;
   consumed_samples_ = got.at.consumed_samples;

@@ -63,7 +63,6 @@ void check_moe_supported(const CudaRunOptions& o) {
   if (l.zero_stage > 0) lacks("--zero " + std::to_string(l.zero_stage));
   if (o.model.moe.router.selection_bias) lacks("model " + o.model.name + "'s moe.router.selection_bias (auxiliary-loss-free balancing)");
   if (o.only_rank >= 0) lacks("--only-rank");
-  if (o.save_every > 0 || !o.resume.empty()) lacks("recovery checkpoints (--save-every, --resume)");
 }
 
 // What the GPU runtime does not do yet, rejected up front with the rule (docs/cuda.md lists them).

@@ -354,6 +354,53 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
 // Under bf16 GEMMs ZeRO-1/2 keep the fp32 values sharded, and a checkpoint gathers them group by group; a
 // load rebuilds the bf16 copy and the fp32 vectors from them. Saved at step 2 and resumed, the run
 // continues the uninterrupted one (the same GPU arithmetic both ways), also when resumed under ZeRO-2.
+// A MoE run's checkpoint: the routed experts written from their own store by each edp rank 0, read back by
+// name, so a GPU run at ep 2 resumes on the CPU runtime at ep 4 (experts regrouped), and a CPU run at ep 4
+// with ZeRO-1 resumes on the GPU at ep 2 across pipeline stages, each as the uninterrupted CPU run goes on.
+TEST_CASE("a mixture of experts' recovery checkpoint crosses between the GPU and CPU runtimes and ep sizes") {
+  const Model m = load_model("tiny-moe");
+  const Layout g = experts(2, layout(1, 1, 2)), c = experts(4, layout(2, 1, 2, "1f1b", true));
+  const auto whole = rt::train_threads(m, g, {}, 4);
+  const auto near = [&](double got, double want, double tol) { return std::abs(got - want) <= tol * std::abs(want); };
+  {
+    TempDir dir("tessel-gpu-moe-ckpt-a");
+    (void)gpu_threads(m, g, 2, "", dir.p.string());
+    std::vector<rt::StepStats> tail;
+    std::mutex mu;
+    rt::run_threads(c.gpus(), [&](rt::Comm& world) {
+      rt::Trainer t(m, c, {}, world, rt::Recorder::Clock::now());
+      rt::load_checkpoint(t, dir.p.string(), 1234);
+      std::vector<rt::StepStats> mine;
+      while (t.steps_done() < 4) mine.push_back(t.step());
+      std::lock_guard<std::mutex> lk(mu);
+      if (world.rank() == 0) tail = mine;
+    });
+    REQUIRE(tail.size() == 2);
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i + 2);
+      CHECK(near(tail[std::size_t(i)].loss, whole.steps[std::size_t(i) + 2].loss, kLossTolFp32));
+      CHECK(near(tail[std::size_t(i)].aux_loss, whole.steps[std::size_t(i) + 2].aux_loss, kLossTolFp32));
+      CHECK(near(tail[std::size_t(i)].grad_norm, whole.steps[std::size_t(i) + 2].grad_norm, kNormTolFp32));
+    }
+  }
+  {
+    TempDir dir("tessel-gpu-moe-ckpt-b");
+    Layout cz = zero1(c);
+    rt::run_threads(cz.gpus(), [&](rt::Comm& world) {
+      rt::Trainer t(m, cz, {}, world, rt::Recorder::Clock::now());
+      while (t.steps_done() < 2) (void)t.step();
+      rt::save_checkpoint(t, dir.p.string(), 1234);
+    });
+    const GpuRun r = gpu_threads(m, experts(2, layout(1, 2, 2)), 4, dir.p.string());
+    REQUIRE(r.steps.size() == 2);
+    for (int i = 0; i < 2; ++i) {
+      CAPTURE(i + 2);
+      CHECK(near(r.steps[std::size_t(i)].loss, whole.steps[std::size_t(i) + 2].loss, kLossTolFp32));
+      CHECK(near(r.steps[std::size_t(i)].grad_norm, whole.steps[std::size_t(i) + 2].grad_norm, kNormTolFp32));
+    }
+  }
+}
+
 TEST_CASE("bf16 ZeRO-1/2 checkpoints round-trip the sharded fp32 values") {
   const Model m = load_model("tiny");
   const auto bf16 = kernels::cuda::GemmType::bf16_fp32;
