@@ -43,13 +43,17 @@ namespace {
 struct MoeActs {
   std::vector<float> probs, topi, topw, counts;  // [Tl, E] scores; [Tl k] choices and weights; [E] counts
   std::vector<int> order, sent, got;             // slots in dispatch order; rows per [peer * El + local expert]
-  std::vector<int> rows, off;                    // per local expert: rows received, first row
+  std::vector<int> rows, off;                    // per local expert: rows received, first row (expert-major)
+  std::vector<int> rmax;                         // per local expert: the most rows any etp rank received
   int received = 0;                              // rows of all local experts
   DBuf yl;                                       // [Tl, h] fp32 norm output of this rank's tokens
   DBuf disp_index, disp_scale, inv;              // int32 [S] token of each dispatched slot; fp32 [S] its weight; slot -> position
   DBuf to_experts, from_experts;                 // int32 permutations between peer-major and expert-major rows
   DBuf topw_d, slot_out;                         // [S] weights; [S, h] outputs in slot order
-  DBuf xin, h1, gate, act;                       // [received, h] operand; [received, fe] in the GEMMs' operand type
+  // Per local expert: the rows its MLP runs on (this rank's; under etp > 1 every etp rank's block padded to
+  // rmax, gathered: etp x rmax rows) as the GEMMs read them, and its intermediates over this rank's 1/etp
+  // of the expert's FFN width, in the GEMMs' operand type.
+  std::vector<DBuf> xe, h1e, gatee, acte;
   DBuf sg, sh1, sgate, sact;                     // shared expert: its input (all tokens, operand) and intermediates
 };
 
@@ -387,6 +391,13 @@ struct GpuStage::Impl {
                     const DBuf& gact, const DBuf& gdmf);
   // The ep all-to-all of rows of `width` (rows per peer), timed on the tp lane as the CPU runtime's.
   DBuf ep_exchange(const DBuf& send, const std::vector<int>& send_rows, const std::vector<int>& recv_rows, int width);
+  // One local expert's rows: the R rows of `src` that `index` names; under expert tensor parallelism
+  // (etp > 1) in a block of rmax rows padded with zero rows (which stay zero through the MLP and add
+  // nothing to its weight gradients), all-gathered over the etp ranks into etp x rmax rows, as the CPU
+  // runtime's etp_gather. expert_rows_back: such a block's partial sums (this rank's FFN slice)
+  // reduce-scattered over the etp ranks, this rank's R rows written to dst.
+  DBuf expert_rows(const DBuf& src, const std::int32_t* index, int R, int rmax);
+  void expert_rows_back(const DBuf& block, int R, int rmax, float* dst);
   DBuf moe_forward(int l, Acts& a);                           // [Tl, h]: the MLP's output (no residual)
   DBuf moe_backward(int l, const Acts& a, const DBuf& dout);  // [Tl, h]: the gradient at the ln2 output
 
@@ -579,6 +590,35 @@ DBuf GpuStage::Impl::ep_exchange(const DBuf& send, const std::vector<int>& send_
   return recv;
 }
 
+DBuf GpuStage::Impl::expert_rows(const DBuf& src, const std::int32_t* index, int R, int rmax) {
+  const int h = sh.hidden, et = ep.etp_size;
+  const int rows = et > 1 ? rmax : R;
+  DBuf mine = buf(std::max<std::size_t>(1, std::size_t(rows)) * h);
+  if (rows > R)
+    TIMED_W("moe_permute", 0.0, 4.0 * double(rows - R) * h, kg::fill(s(), f32(mine) + std::size_t(R) * h, std::size_t(rows - R) * h, 0.0f));
+  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(src), index, nullptr, R, h, f32(mine)));
+  if (et == 1) return mine;
+  const std::size_t part = std::size_t(rmax) * h;
+  DBuf all;
+  collective("tp_allgather", double(part) * et * sizeof(float), [&] {
+    all = buf(part * et);  // after comm waited for compute: memory it may have read
+    ep.etp_comm->all_gather(f32(mine), f32(all), part);
+  });
+  return all;
+}
+
+void GpuStage::Impl::expert_rows_back(const DBuf& block, int R, int rmax, float* dst) {
+  const std::size_t part = std::size_t(rmax) * sh.hidden;
+  DBuf mine;
+  collective("tp_reducescatter", double(part) * ep.etp_size * sizeof(float), [&] {
+    mine = buf(std::max<std::size_t>(1, part));
+    ep.etp_comm->reduce_scatter(f32(block), f32(mine), part);
+  });
+  if (R > 0)
+    cuda_ok(cudaMemcpyAsync(dst, f32(mine), std::size_t(R) * sh.hidden * sizeof(float), cudaMemcpyDeviceToDevice, s()),
+            "expert rows");
+}
+
 // runtime/moe_layer.cpp's forward on the device, for this rank's Tl tokens: the router GEMM in fp32, the
 // routing on the host (moe_route, the CPU runtime's; the logits come down, as Megatron-Core's all-to-all
 // dispatcher syncs for its counts), the slots gathered in dispatch order, the all-to-all of the counts and
@@ -666,43 +706,58 @@ DBuf GpuStage::Impl::moe_forward(int l, Acts& a) {
       }
   m.to_experts = upload(to, "expert rows");
   m.from_experts = upload(from, "expert rows");
-  DBuf xin = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
-  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(recv), i32(m.to_experts), nullptr, R, h, f32(xin)));
-  m.xin = operand(xin, std::size_t(R) * h);
+  // Expert tensor parallelism: every etp rank's rows per expert, for the padded blocks (not in the trace,
+  // as the CPU runtime's).
+  const int et = ep.etp_size, fl = fe / et;
+  m.rmax = m.rows;
+  if (et > 1) {
+    DBuf mine = upload(std::vector<float>(m.rows.begin(), m.rows.end()), "expert rows"), all = buf(std::size_t(El) * et);
+    dev.comm_waits_compute();
+    ep.etp_comm->all_gather(f32(mine), f32(all), std::size_t(El));
+    dev.compute_waits_comm();
+    const std::vector<float> counts = download(all, std::size_t(El) * et, "expert rows");
+    for (int r = 0; r < et; ++r)
+      for (int j = 0; j < El; ++j)
+        m.rmax[std::size_t(j)] = std::max(m.rmax[std::size_t(j)], int(counts[std::size_t(r) * El + j]));
+  }
 
   // The local experts: a loop of GEMMs, each over its own rows.
-  const std::size_t nr = std::max<std::size_t>(1, std::size_t(R) * fe);
-  m.h1 = operand_buf(nr);
-  m.act = operand_buf(nr);
-  if (sh.swiglu) m.gate = operand_buf(nr);
+  m.xe.assign(std::size_t(El), nullptr);
+  m.h1e.assign(std::size_t(El), nullptr);
+  m.gatee.assign(std::size_t(El), nullptr);
+  m.acte.assign(std::size_t(El), nullptr);
   DBuf eout = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
   const auto expert = [&](int j, const char* w) { return L(l, ("moe.expert." + std::to_string(first + j) + "." + w).c_str()); };
-  for (int j = 0; j < El; ++j) {
-    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
-    if (Rj == 0) continue;
-    mm_to("gemm_fwd", half(), false, false, Rj, fe, h, op_at(m.xin, std::size_t(o) * h), h, WE(expert(j, "w1")), fe, 0.0f,
-          op_at(m.h1, std::size_t(o) * fe), fe);
-    if (sh.swiglu)
-      mm_to("gemm_fwd", half(), false, false, Rj, fe, h, op_at(m.xin, std::size_t(o) * h), h, WE(expert(j, "wg")), fe, 0.0f,
-            op_at(m.gate, std::size_t(o) * fe), fe);
-  }
-  const std::size_t n = std::size_t(R) * fe;
   const double eb = operand_bytes();
-  if (n > 0) {
-    if (sh.swiglu && half())
-      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(n), kg::swiglu_fwd_bf16(s(), bf16(m.gate), bf16(m.h1), bf16(m.act), n));
-    else if (sh.swiglu)
-      TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(n), kg::swiglu_fwd(s(), f32(m.gate), f32(m.h1), f32(m.act), n));
-    else if (half())
-      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(n), kg::gelu_fwd_bf16(s(), bf16(m.h1), bf16(m.act), n));
-    else
-      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(n), kg::gelu_fwd(s(), f32(m.h1), f32(m.act), n));
-  }
   for (int j = 0; j < El; ++j) {
-    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
-    if (Rj > 0)
-      mm("gemm_fwd", false, false, Rj, h, fe, op_at(m.act, std::size_t(o) * fe), fe, WE(expert(j, "w2")), h, 0.0f,
-         f32(eout) + std::size_t(o) * h, h);
+    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)], rm = m.rmax[std::size_t(j)];
+    const int Ra = et > 1 ? et * rm : Rj;  // the rows this rank's slice runs on
+    if (Ra == 0) continue;
+    const DBuf x = expert_rows(recv, i32(m.to_experts) + o, Rj, rm);
+    const DBuf& xe = m.xe[std::size_t(j)] = operand(x, std::size_t(Ra) * h);
+    const std::size_t n = std::size_t(Ra) * fl;
+    DBuf& h1 = m.h1e[std::size_t(j)] = operand_buf(n);
+    DBuf& act = m.acte[std::size_t(j)] = operand_buf(n);
+    mm_to("gemm_fwd", half(), false, false, Ra, fl, h, xe->get(), h, WE(expert(j, "w1")), fl, 0.0f, h1->get(), fl);
+    if (sh.swiglu) {
+      DBuf& gate = m.gatee[std::size_t(j)] = operand_buf(n);
+      mm_to("gemm_fwd", half(), false, false, Ra, fl, h, xe->get(), h, WE(expert(j, "wg")), fl, 0.0f, gate->get(), fl);
+      if (half())
+        TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(n), kg::swiglu_fwd_bf16(s(), bf16(gate), bf16(h1), bf16(act), n));
+      else
+        TIMED_W("activation_fwd", 0.0, 3.0 * eb * double(n), kg::swiglu_fwd(s(), f32(gate), f32(h1), f32(act), n));
+    } else if (half()) {
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(n), kg::gelu_fwd_bf16(s(), bf16(h1), bf16(act), n));
+    } else {
+      TIMED_W("activation_fwd", 0.0, 2.0 * eb * double(n), kg::gelu_fwd(s(), f32(h1), f32(act), n));
+    }
+    if (et == 1) {
+      mm("gemm_fwd", false, false, Ra, h, fl, act->get(), fl, WE(expert(j, "w2")), h, 0.0f, f32(eout) + std::size_t(o) * h, h);
+    } else {
+      DBuf partial = buf(std::size_t(Ra) * h);
+      mm("gemm_fwd", false, false, Ra, h, fl, act->get(), fl, WE(expert(j, "w2")), h, 0.0f, f32(partial), h);
+      expert_rows_back(partial, Rj, rm, f32(eout) + std::size_t(o) * h);
+    }
   }
 
   // Combine: back to the senders in their dispatch order, then each token's weighted sum in slot order.
@@ -752,56 +807,48 @@ DBuf GpuStage::Impl::moe_backward(int l, const Acts& a, const DBuf& dout) {
           kg::gather_rows(s(), f32(dout), i32(m.disp_index), f32(m.disp_scale), S, h, f32(rows)));
   const std::vector<int> send_rows = moe_rows_per_peer(m.sent, ep.size, El), recv_rows = moe_rows_per_peer(m.got, ep.size, El);
   DBuf recv = ep_exchange(rows, send_rows, recv_rows, h);
-  DBuf dexp = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
-  TIMED_W("moe_permute", 0.0, 8.0 * R * h + 4.0 * R, kg::gather_rows(s(), f32(recv), i32(m.to_experts), nullptr, R, h, f32(dexp)));
-  const DBuf gdexp = operand(dexp, std::size_t(R) * h);
-
-  // Each local expert's backward over its rows; the weight GEMMs queued as the dense ones (a split I defers them).
+  // Each local expert's backward over the rows its forward ran on (under etp > 1 the output gradients
+  // gathered as the inputs were, the input gradients reduce-scattered back); the weight GEMMs queued as the
+  // dense ones (a split I defers them).
   const auto expert = [&](int j, const char* w) { return L(l, ("moe.expert." + std::to_string(first + j) + "." + w).c_str()); };
-  const std::size_t nr = std::max<std::size_t>(1, std::size_t(R) * fe), n = std::size_t(R) * fe;
-  DBuf dact = operand_buf(nr), dh = operand_buf(nr), dg = sh.swiglu ? operand_buf(nr) : nullptr;
-  GpuParams& PE = *ep.experts;
-  for (int j = 0; j < El; ++j) {
-    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
-    if (Rj == 0) continue;
-    const std::string w2 = expert(j, "w2");
-    mm_to("gemm_dgrad", half(), false, true, Rj, fe, h, op_at(gdexp, std::size_t(o) * h), h, WE(w2), h, 0.0f,
-          op_at(dact, std::size_t(o) * fe), fe);
-    weight_job([this, &PE, act = m.act, gdexp, Rj, o, fe, h, w2] {
-      mm("gemm_wgrad", true, false, fe, h, Rj, op_at(act, std::size_t(o) * fe), fe, op_at(gdexp, std::size_t(o) * h), h,
-         1.0f, PE.grad(w2), h);
-    });
-  }
+  const int et = ep.etp_size, fl = fe / et;
   const double eb = operand_bytes();
-  if (n > 0) {
-    if (sh.swiglu && half())
-      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(n),
-              kg::swiglu_bwd_bf16(s(), bf16(dact), bf16(m.gate), bf16(m.h1), bf16(dg), bf16(dh), n));
-    else if (sh.swiglu)
-      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(n), kg::swiglu_bwd(s(), f32(dact), f32(m.gate), f32(m.h1), f32(dg), f32(dh), n));
-    else if (half())
-      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(n), kg::gelu_bwd_bf16(s(), bf16(dact), bf16(m.h1), bf16(dh), n));
-    else
-      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(n), kg::gelu_bwd(s(), f32(dact), f32(m.h1), f32(dh), n));
-  }
+  GpuParams& PE = *ep.experts;
   DBuf dxin = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
   for (int j = 0; j < El; ++j) {
-    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)];
-    if (Rj == 0) continue;
-    float* dx = f32(dxin) + std::size_t(o) * h;
-    const std::string w1 = expert(j, "w1"), wg = expert(j, "wg");
+    const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)], rm = m.rmax[std::size_t(j)];
+    const int Ra = et > 1 ? et * rm : Rj;
+    if (Ra == 0) continue;
+    const DBuf gd = operand(expert_rows(recv, i32(m.to_experts) + o, Rj, rm), std::size_t(Ra) * h);
+    const DBuf &xe = m.xe[std::size_t(j)], &h1 = m.h1e[std::size_t(j)], &gate = m.gatee[std::size_t(j)], &act = m.acte[std::size_t(j)];
+    const std::size_t n = std::size_t(Ra) * fl;
+    const std::string w1 = expert(j, "w1"), wg = expert(j, "wg"), w2 = expert(j, "w2");
+    DBuf dact = operand_buf(n), dh = operand_buf(n), dg = sh.swiglu ? operand_buf(n) : nullptr;
+    mm_to("gemm_dgrad", half(), false, true, Ra, fl, h, gd->get(), h, WE(w2), h, 0.0f, dact->get(), fl);
+    weight_job([this, &PE, act, gd, Ra, fl, h, w2] {
+      mm("gemm_wgrad", true, false, fl, h, Ra, act->get(), fl, gd->get(), h, 1.0f, PE.grad(w2), h);
+    });
+    if (sh.swiglu && half())
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(n), kg::swiglu_bwd_bf16(s(), bf16(dact), bf16(gate), bf16(h1), bf16(dg), bf16(dh), n));
+    else if (sh.swiglu)
+      TIMED_W("activation_bwd", 0.0, 5.0 * eb * double(n), kg::swiglu_bwd(s(), f32(dact), f32(gate), f32(h1), f32(dg), f32(dh), n));
+    else if (half())
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(n), kg::gelu_bwd_bf16(s(), bf16(dact), bf16(h1), bf16(dh), n));
+    else
+      TIMED_W("activation_bwd", 0.0, 3.0 * eb * double(n), kg::gelu_bwd(s(), f32(dact), f32(h1), f32(dh), n));
+    const DBuf block = et > 1 ? buf(std::size_t(Ra) * h) : nullptr;
+    float* dx = et > 1 ? f32(block) : f32(dxin) + std::size_t(o) * h;
     if (sh.swiglu) {
-      mm("gemm_dgrad", false, true, Rj, h, fe, op_at(dg, std::size_t(o) * fe), fe, WE(wg), fe, 0.0f, dx, h);
-      weight_job([this, &PE, xin = m.xin, dg, Rj, o, fe, h, wg] {
-        mm("gemm_wgrad", true, false, h, fe, Rj, op_at(xin, std::size_t(o) * h), h, op_at(dg, std::size_t(o) * fe), fe, 1.0f,
-           PE.grad(wg), fe);
+      mm("gemm_dgrad", false, true, Ra, h, fl, dg->get(), fl, WE(wg), fl, 0.0f, dx, h);
+      weight_job([this, &PE, xe, dg, Ra, fl, h, wg] {
+        mm("gemm_wgrad", true, false, h, fl, Ra, xe->get(), h, dg->get(), fl, 1.0f, PE.grad(wg), fl);
       });
     }
-    mm("gemm_dgrad", false, true, Rj, h, fe, op_at(dh, std::size_t(o) * fe), fe, WE(w1), fe, sh.swiglu ? 1.0f : 0.0f, dx, h);
-    weight_job([this, &PE, xin = m.xin, dh, Rj, o, fe, h, w1] {
-      mm("gemm_wgrad", true, false, h, fe, Rj, op_at(xin, std::size_t(o) * h), h, op_at(dh, std::size_t(o) * fe), fe, 1.0f,
-         PE.grad(w1), fe);
+    mm("gemm_dgrad", false, true, Ra, h, fl, dh->get(), fl, WE(w1), fl, sh.swiglu ? 1.0f : 0.0f, dx, h);
+    weight_job([this, &PE, xe, dh, Ra, fl, h, w1] {
+      mm("gemm_wgrad", true, false, h, fl, Ra, xe->get(), h, dh->get(), fl, 1.0f, PE.grad(w1), fl);
     });
+    if (et > 1) expert_rows_back(block, Rj, rm, f32(dxin) + std::size_t(o) * h);
   }
 
   // The input gradients back to the tokens' ranks, summed per token.

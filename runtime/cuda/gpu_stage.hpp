@@ -31,13 +31,15 @@ struct GpuTp {
   bool sp = false, record_only = false;
 };
 
-// Expert parallelism on the GPU (a mixture-of-experts model): the ep group, this rank's place in it, and
-// the store of the routed experts it holds (whole: expert tensor parallelism 1), apart from the dense
-// parameters as the CPU trainer keeps them (runtime/trainer.cpp).
+// Expert parallelism on the GPU (a mixture-of-experts model): the ep and etp groups, this rank's place in
+// them, and the store of the routed experts it holds, apart from the dense parameters as the CPU trainer
+// keeps them (runtime/trainer.cpp).
 struct GpuEp {
   Comm* comm = nullptr;  // null with ep 1
   int size = 1, rank = 0;
-  GpuParams* experts = nullptr;
+  GpuParams* experts = nullptr;  // this rank's slices (1/etp of each FFN) of its ep rank's experts
+  Comm* etp_comm = nullptr;      // expert tensor parallelism: the etp group (null with etp 1)
+  int etp_size = 1, etp_rank = 0;
 };
 
 // The CPU stage's StageConfig (runtime/gpt_stage.hpp); full recomputation is per layer here, whatever its

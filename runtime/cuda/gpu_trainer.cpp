@@ -134,17 +134,19 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
   if (m.moe.enabled()) {
-    TESSEL_CHECK(l.expert_tp() == 1 && l.zero_stage == 0 && !record_only_,
-                 "the CUDA runtime's experts run whole (etp 1), without ZeRO and not under --only-rank (run_cuda checks)");
-    experts_ = std::make_unique<GpuParams>(dev, m, expert_names, 1, 0, 1, 0, 0, bf16_gemms, false);
-    experts_->upload(ParamStore(m, expert_names, 1, 0, opt.seed));
+    TESSEL_CHECK(l.zero_stage == 0 && !record_only_,
+                 "the CUDA runtime's experts run without ZeRO and not under --only-rank (run_cuda checks)");
+    // Each expert's FFN split over the etp ranks as the CPU runtime's store splits it (w1/wg columns, w2 rows).
+    experts_ = std::make_unique<GpuParams>(dev, m, expert_names, l.expert_tp(), at_.etp, 1, 0, 0, bf16_gemms, false);
+    experts_->upload(ParamStore(m, expert_names, l.expert_tp(), at_.etp, opt.seed));
   }
   loss_sum_ = dev.alloc_f32(1);
   const GpuTp tp{l.tp > 1 && !record_only_ ? groups_.tp.get() : nullptr, l.tp, at_.tp,
                  l.sequence_parallel && l.tp > 1, record_only_};
   dp_overlap_ = l.dp > 1 && !record_only_ && !params_->grouped() && l.overlap_grad_reduce;
   for (int st : schedule_.stages_of(at_.pp)) {
-    const GpuEp ep{l.ep > 1 ? groups_.ep.get() : nullptr, l.ep, at_.ep, experts_.get()};
+    const GpuEp ep{l.ep > 1 ? groups_.ep.get() : nullptr, l.ep, at_.ep, experts_.get(),
+                   l.expert_tp() > 1 ? groups_.etp.get() : nullptr, l.expert_tp(), at_.etp};
     stages_[st] = std::make_unique<GpuStage>(dev, m, stage_config(m, l, schedule_, st), *params_, tp, opt.gemm,
                                              opt.attention_kernel, ep);
     stages_[st]->set_loss_sink(f32(loss_sum_));
@@ -609,7 +611,7 @@ double GpuTrainer::global_grad_norm() {
     for (const auto& run : params_->grad_runs(params_->sharded(), counted)) n += run.second;
     KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(n));
     sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
-    // Each routed expert once in the world: on its replica of edp rank 0 (whole on its ep rank).
+    // Each routed expert's slice once in the world: on its replica of edp rank 0.
     if (experts_ && at_.edp == 0) sq += experts_->local_grad_sq(dev_.compute(), [](const GpuParam&) { return true; });
   }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));

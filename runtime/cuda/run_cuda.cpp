@@ -50,16 +50,13 @@ kg::GemmType gemm_type(const std::string& p) {
   throw InputError("--precision " + p + ": must be bf16, tf32 or fp32");
 }
 
-// A mixture of experts runs with its experts whole on their ep rank (etp 1) over any tp, pp and dp, without
-// ZeRO; what else it lacks on this runtime is named (the CPU runtime runs each of these).
+// A mixture of experts runs over any tp, pp, dp, ep and etp, without ZeRO; what else it lacks on this
+// runtime is named (the CPU runtime runs each of these).
 void check_moe_supported(const CudaRunOptions& o) {
   const Layout& l = o.layout;
   const auto lacks = [&](const std::string& what) {
     throw InputError(what + ": not yet with a mixture of experts on the CUDA runtime (--backend cpu runs it)");
   };
-  if (l.expert_tp() > 1)
-    lacks("--etp " + std::to_string(l.expert_tp()) + " (experts split over " + std::to_string(l.expert_tp()) +
-          " ranks; etp defaults to tp, and --etp 1 keeps each expert whole on its ep rank)");
   if (l.zero_stage > 0) lacks("--zero " + std::to_string(l.zero_stage));
   if (o.model.moe.router.selection_bias) lacks("model " + o.model.name + "'s moe.router.selection_bias (auxiliary-loss-free balancing)");
   if (o.only_rank >= 0) lacks("--only-rank");

@@ -61,10 +61,10 @@ Layout zero(int stage, Layout l) {
   return l;
 }
 Layout zero1(Layout l) { return zero(1, l); }
-// Expert parallelism over the layout's tp x dp ranks, each expert whole (etp 1: the CUDA runtime's experts).
-Layout experts(int ep, Layout l) {
+// Expert parallelism over the layout's tp x dp ranks, each expert whole (etp 1) or split over etp ranks.
+Layout experts(int ep, Layout l, int etp = 1) {
   l.ep = ep;
-  l.etp = 1;
+  l.etp = etp;
   return l;
 }
 Layout full_recompute(Layout l) {
@@ -215,7 +215,7 @@ TEST_CASE("pipeline and data parallelism on the GPU match the CPU runtime, tied 
 // the routing on the host by the CPU runtime's code, the slots gathered and sent to their experts' ranks,
 // each local expert a loop of GEMMs over its rows, the outputs back and summed per token; expert gradients
 // reduced over edp. Every routed expert's, the router's and the shared expert's gradient norm is compared.
-TEST_CASE("a mixture of experts on the GPU matches the CPU runtime: ep 1, 2, 4 with tp, pp, dp, recomputation and split backward") {
+TEST_CASE("a mixture of experts on the GPU matches the CPU runtime: ep 1, 2, 4, etp 2 with tp, pp, dp, recomputation and split backward") {
   const Model moe = load_model("tiny-moe");
   compare(moe, layout(1, 1, 1));
   compare(moe, experts(2, layout(1, 1, 2)));                             // two experts' ranks, edp 1
@@ -225,6 +225,10 @@ TEST_CASE("a mixture of experts on the GPU matches the CPU runtime: ep 1, 2, 4 w
   compare(moe, full_recompute(experts(2, layout(1, 2, 2))));             // routed and exchanged again in backward
   compare(moe, experts(2, layout(1, 2, 2, "zb1p")));                     // expert weight GEMMs deferred to W
   compare(moe, experts(2, layout(1, 1, 2)), kernels::cuda::GemmType::bf16_fp32);
+  // Expert tensor parallelism: each expert's FFN over 2 ranks, its rows gathered before and reduce-scattered after.
+  compare(moe, experts(2, layout(2, 1, 2, "1f1b", true), 2));            // etp 2 = tp (Megatron-Core's default)
+  compare(moe, experts(1, layout(2, 1, 1, "1f1b", true), 2));
+  compare(moe, full_recompute(experts(2, layout(2, 2, 2, "1f1b", true), 2)));
 }
 
 // ZeRO-1 on the GPU: gradients reduce-scattered over dp, AdamW on each rank's shard of the flat buffer
@@ -450,6 +454,7 @@ TEST_CASE("the multi-rank layouts run over NCCL's blocking semantics without dea
   const Model moe = load_model("tiny-moe");
   compare(moe, experts(4, layout(2, 1, 2, "1f1b", true)), fp32, true);
   compare(moe, experts(2, layout(1, 2, 2, "interleaved", false, 2)), fp32, true);
+  compare(moe, experts(2, layout(2, 1, 2, "1f1b", true), 2), fp32, true);
 }
 
 // A sharded checkpoint written through NcclComm (its barrier only waits for its own stream) resumes on the
