@@ -90,11 +90,16 @@ class GpuParams {
   // The fp32 master values live in this rank's chunks only (shard_data()): ZeRO-3, and ZeRO-1/2 under
   // bf16 GEMMs. Their whole bf16 copy (and the reads_fp32 values) then come from each step's exchange.
   bool sharded_values() const { return zero_stage() == 3 || (sharded() && bf16_gemms_); }
-  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases), and on the rank of the
-  // first stage the learned positions, and the token embedding under fp32 GEMMs (under bf16 GEMMs the
-  // lookup reads its bf16 copy, as the tied head does).
+  // Parameters kernels read in fp32 whatever the GEMM type: vectors (norms, biases), MoE routers, and on
+  // the rank of the first stage the learned positions, and the token embedding under fp32 GEMMs (under
+  // bf16 GEMMs the lookup reads its bf16 copy, as the tied head does).
+  static bool is_router(const std::string& n) {
+    static const std::string suffix = ".moe.router";
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
   bool reads_fp32(const ParamSpec& s) const {
     if (s.rows == 1 || s.cols == 1) return true;
+    if (is_router(s.name)) return true;  // a MoE router's GEMM runs in fp32 (GpuStage's mm_fp32)
     return first_stage_ && (s.name == "embed.pos" || (s.name == "embed.tok" && !bf16_gemms_));
   }
   std::size_t shard_size() const { return shard_; }

@@ -134,10 +134,14 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
   if (record_only_) params_->synthesise(opt.seed);
   else params_->upload(ParamStore(m, names, l.tp, at_.tp, opt.seed));  // the CPU runtime's exact init
   if (m.moe.enabled()) {
-    TESSEL_CHECK(l.zero_stage == 0 && !record_only_,
-                 "the CUDA runtime's experts run without ZeRO and not under --only-rank (run_cuda checks)");
-    // Each expert's FFN split over the etp ranks as the CPU runtime's store splits it (w1/wg columns, w2 rows).
-    experts_ = std::make_unique<GpuParams>(dev, m, expert_names, l.expert_tp(), at_.etp, 1, 0, 0, bf16_gemms, false);
+    TESSEL_CHECK(l.zero_stage <= 1 && !record_only_,
+                 "the CUDA runtime's experts run without ZeRO-2/3 and not under --only-rank (run_cuda checks)");
+    // Each expert's FFN split over the etp ranks as the CPU runtime's store splits it (w1/wg columns, w2 rows);
+    // under ZeRO-1 its moments (and, under bf16 GEMMs, its fp32 master values) sharded over the edp replicas,
+    // as Megatron-Core's distributed optimizer shards expert states over the expert data-parallel group.
+    const int zero_dp = l.zero_stage >= 1 ? l.expert_dp() : 1;
+    experts_ = std::make_unique<GpuParams>(dev, m, expert_names, l.expert_tp(), at_.etp, zero_dp, zero_dp > 1 ? at_.edp : 0,
+                                           l.zero_stage, bf16_gemms, false);
     experts_->upload(ParamStore(m, expert_names, l.expert_tp(), at_.etp, opt.seed));
   }
   loss_sum_ = dev.alloc_f32(1);
@@ -261,12 +265,55 @@ void GpuTrainer::reduce_gradients() {
 // expert grads reduce over edp, not dp); one all-reduce of the experts' flat gradient on the comm stream.
 void GpuTrainer::reduce_expert_gradients() {
   if (!experts_ || layout_.expert_dp() == 1 || experts_->count() == 0) return;
+  if (experts_->sharded()) {  // ZeRO-1: each edp rank receives the sum of its chunks, group by group
+    dev_.comm_waits_compute();
+    for (const GpuZeroGroup& g : experts_->groups()) {
+      const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_reducescatter", -1, -1, -1, -1, -1}, "dp_reducescatter",
+                                           0.0, double(g.chunk) * layout_.expert_dp() * sizeof(float));
+      groups_.edp->reduce_scatter(experts_->flat_grad() + g.begin, experts_->shard_grad() + g.local, g.chunk);
+      dev_.end_op(id);
+    }
+    dev_.compute_waits_comm();
+    return;
+  }
   dev_.comm_waits_compute();
   const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allreduce", -1, -1, -1, -1, -1}, "dp_allreduce", 0.0,
                                        double(experts_->count()) * sizeof(float));
   groups_.edp->all_reduce(experts_->flat_grad(), experts_->count());
   dev_.end_op(id);
   dev_.compute_waits_comm();
+}
+
+// ZeRO-1 over edp, after the step: each edp rank updated its chunks of the experts' values; every group's
+// whole values come back from the others in the forms gather_params uses for the dense ones (fp32
+// all-gather in place and the bf16 copy; Megatron's bf16 exchange; or a group-sized fp32 gather), on the
+// comm stream and completed before the next forward (not overlapped with it).
+void GpuTrainer::gather_expert_values() {
+  if (!experts_ || !experts_->sharded()) return;
+  const int edp = layout_.expert_dp();
+  std::vector<std::pair<std::size_t, DBuf>> whole;
+  dev_.comm_waits_compute();
+  for (std::size_t gi = 0; gi < experts_->groups().size(); ++gi) {
+    const GpuZeroGroup& g = experts_->groups()[gi];
+    const std::size_t id = dev_.begin_op(trace::Stream::dp, {"dp_allgather", -1, -1, -1, -1, -1}, "dp_allgather", 0.0,
+                                         experts_->exchange_bytes(gi));
+    if (experts_->values_in_bf16(gi)) {
+      experts_->exchange_values_bf16(gi, *groups_.edp, dev_.comm());
+    } else if (!experts_->sharded_values()) {
+      float* flat = experts_->flat_data() + g.begin;
+      groups_.edp->all_gather(flat + g.chunk * std::size_t(at_.edp), flat, g.chunk);
+    } else {
+      DBuf w = dev_.alloc_f32(g.chunk * std::size_t(edp));
+      groups_.edp->all_gather(experts_->shard_data() + g.local, f32(w), g.chunk);
+      whole.emplace_back(gi, w);
+    }
+    dev_.end_op(id);
+  }
+  dev_.compute_waits_comm();
+  KernelScope k(dev_, "optimizer", 0.0, 6.0 * double(experts_->padded()));
+  for (const auto& [gi, w] : whole) experts_->gather_values(gi, f32(w), dev_.compute());
+  if (!experts_->sharded_values())
+    for (std::size_t gi = 0; gi < experts_->groups().size(); ++gi) experts_->refresh_half(dev_.compute(), gi);
 }
 
 // Both copies of the tied embedding end with the sum of the two stages' gradients.
@@ -611,8 +658,10 @@ double GpuTrainer::global_grad_norm() {
     for (const auto& run : params_->grad_runs(params_->sharded(), counted)) n += run.second;
     KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(n));
     sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
-    // Each routed expert's slice once in the world: on its replica of edp rank 0.
-    if (experts_ && at_.edp == 0) sq += experts_->local_grad_sq(dev_.compute(), [](const GpuParam&) { return true; });
+    // Each routed expert's slice once in the world: on its replica of edp rank 0, or under ZeRO-1 each edp
+    // rank's own chunks.
+    if (experts_ && (experts_->sharded() || at_.edp == 0))
+      sq += experts_->local_grad_sq(dev_.compute(), [](const GpuParam&) { return true; });
   }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
 }
@@ -640,7 +689,7 @@ std::vector<GpuParams::HostParamState> GpuTrainer::host_states() {
   params_->save_states(groups_.dp.get(), host);  // ZeRO: the whole values and moments from the dp shards
   if (experts_) {  // after the dense ones, in checkpoint_views' order
     std::vector<GpuParams::HostParamState> ex;
-    experts_->save_states(nullptr, ex);
+    experts_->save_states(groups_.edp.get(), ex);  // ZeRO-1: the whole moments from the edp shards
     for (auto& e : ex) host.push_back(std::move(e));
   }
   return host;
@@ -711,6 +760,7 @@ StepStats GpuTrainer::step() {
   }
   dev_.end_op(id);
   if (params_->sharded()) gather_params();
+  gather_expert_values();
   // Loss: summed token losses of this rank's last-stage micro-batches, over T per micro-batch and m * dp.
   const bool counts = stages_.count(layout_.num_stages() - 1) && at_.tp == 0;
   float sum = 0;

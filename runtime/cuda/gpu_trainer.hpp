@@ -120,6 +120,7 @@ class GpuTrainer {
   // by the same AdamW with the same clip.
   std::unique_ptr<GpuParams> experts_;
   void reduce_expert_gradients();
+  void gather_expert_values();
   std::map<int, std::unique_ptr<GpuStage>> stages_;
   std::map<int, std::vector<std::size_t>> stage_groups_;
   // Communication in flight (CudaDevice::comm_in_flight): the latest ZeRO-2/3 gradient reduce-scatter,

@@ -50,14 +50,14 @@ kg::GemmType gemm_type(const std::string& p) {
   throw InputError("--precision " + p + ": must be bf16, tf32 or fp32");
 }
 
-// A mixture of experts runs over any tp, pp, dp, ep and etp, without ZeRO; what else it lacks on this
+// A mixture of experts runs over any tp, pp, dp, ep and etp, with ZeRO-1; what else it lacks on this
 // runtime is named (the CPU runtime runs each of these).
 void check_moe_supported(const CudaRunOptions& o) {
   const Layout& l = o.layout;
   const auto lacks = [&](const std::string& what) {
     throw InputError(what + ": not yet with a mixture of experts on the CUDA runtime (--backend cpu runs it)");
   };
-  if (l.zero_stage > 0) lacks("--zero " + std::to_string(l.zero_stage));
+  if (l.zero_stage > 1) lacks("--zero " + std::to_string(l.zero_stage) + " (ZeRO-1 shards the experts' states over edp)");
   if (o.model.moe.router.selection_bias) lacks("model " + o.model.name + "'s moe.router.selection_bias (auxiliary-loss-free balancing)");
   if (o.only_rank >= 0) lacks("--only-rank");
 }
@@ -83,7 +83,13 @@ void check_supported(const CudaRunOptions& o, int world) {
 
 // This rank's state between steps and its device allocator's peaks; every rank's where there is a world.
 std::vector<RankMemory> rank_memory(GpuTrainer& t, CudaDevice& dev, bool gather) {
-  const GpuParams::StateBytes sb = t.params().state_bytes();
+  GpuParams::StateBytes sb = t.params().state_bytes();
+  if (const GpuParams* e = t.experts()) {  // a MoE model's routed experts, in their own store
+    const GpuParams::StateBytes x = e->state_bytes();
+    sb.values += x.values;
+    sb.grads += x.grads;
+    sb.moments += x.moments;
+  }
   RankMemory m;
   m.rank = t.world_rank();
   m.parameter_bytes = static_cast<std::int64_t>(sb.values);

@@ -94,7 +94,8 @@ struct GpuRun {
 bool counted(const rt::ParamSpec& p, const Model& m, const Layout& l, int r) {
   rt::RankCoords c = rt::coords_of(r, l);
   rt::expert_coords(c, l);
-  if (p.expert >= 0) return c.edp == 0;  // a routed expert: whole on its ep rank, replicated over edp
+  // A routed expert's slice: replicated over edp (counted on edp rank 0), or under ZeRO each edp rank's own chunks.
+  if (p.expert >= 0) return (l.zero_stage > 0 && l.expert_dp() > 1) || c.edp == 0;
   if (c.dp != 0 && l.zero_stage == 0) return false;
   if (p.shard_dim == -1 && c.tp != 0) return false;
   if (p.name == "embed.tok" && m.tied_embeddings && l.pp > 1 && c.pp != 0) return false;
@@ -229,6 +230,9 @@ TEST_CASE("a mixture of experts on the GPU matches the CPU runtime: ep 1, 2, 4, 
   compare(moe, experts(2, layout(2, 1, 2, "1f1b", true), 2));            // etp 2 = tp (Megatron-Core's default)
   compare(moe, experts(1, layout(2, 1, 1, "1f1b", true), 2));
   compare(moe, full_recompute(experts(2, layout(2, 2, 2, "1f1b", true), 2)));
+  // ZeRO-1: the dense states sharded over dp, the experts' over edp (2 here), values gathered after the step.
+  compare(moe, zero1(experts(2, layout(2, 1, 2, "1f1b", true))));
+  compare(moe, zero1(experts(2, layout(1, 2, 4))), kernels::cuda::GemmType::bf16_fp32);
 }
 
 // ZeRO-1 on the GPU: gradients reduce-scattered over dp, AdamW on each rank's shard of the flat buffer
@@ -358,12 +362,13 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
 // Under bf16 GEMMs ZeRO-1/2 keep the fp32 values sharded, and a checkpoint gathers them group by group; a
 // load rebuilds the bf16 copy and the fp32 vectors from them. Saved at step 2 and resumed, the run
 // continues the uninterrupted one (the same GPU arithmetic both ways), also when resumed under ZeRO-2.
-// A MoE run's checkpoint: the routed experts written from their own store by each edp rank 0, read back by
-// name, so a GPU run at ep 2 resumes on the CPU runtime at ep 4 (experts regrouped), and a CPU run at ep 4
-// with ZeRO-1 resumes on the GPU at ep 2 across pipeline stages, each as the uninterrupted CPU run goes on.
+// A MoE run's checkpoint: the routed experts written from their own store by each edp rank 0 (under ZeRO-1
+// their moments gathered over edp first), read back by name, so a GPU run at ep 2 with ZeRO-1 resumes on the
+// CPU runtime at ep 4 (experts regrouped), and a CPU run at ep 4 with ZeRO-1 resumes on the GPU at ep 2
+// across pipeline stages, each as the uninterrupted CPU run goes on.
 TEST_CASE("a mixture of experts' recovery checkpoint crosses between the GPU and CPU runtimes and ep sizes") {
   const Model m = load_model("tiny-moe");
-  const Layout g = experts(2, layout(1, 1, 2)), c = experts(4, layout(2, 1, 2, "1f1b", true));
+  const Layout g = zero1(experts(2, layout(1, 1, 4))), c = experts(4, layout(2, 1, 2, "1f1b", true));
   const auto whole = rt::train_threads(m, g, {}, 4);
   const auto near = [&](double got, double want, double tol) { return std::abs(got - want) <= tol * std::abs(want); };
   {
@@ -455,6 +460,7 @@ TEST_CASE("the multi-rank layouts run over NCCL's blocking semantics without dea
   compare(moe, experts(4, layout(2, 1, 2, "1f1b", true)), fp32, true);
   compare(moe, experts(2, layout(1, 2, 2, "interleaved", false, 2)), fp32, true);
   compare(moe, experts(2, layout(2, 1, 2, "1f1b", true), 2), fp32, true);
+  compare(moe, zero1(experts(2, layout(1, 1, 4))), fp32, true);
 }
 
 // A sharded checkpoint written through NcclComm (its barrier only waits for its own stream) resumes on the

@@ -111,8 +111,8 @@ TEST_CASE("run_cuda rejects what it cannot run, naming the flag and the rule") {
   };
   const std::string lacks = "not yet with a mixture of experts on the CUDA runtime";
   o = moe(1, 2, 1);
-  o.layout.zero_stage = 1;
-  CHECK(error_of(o).find("--zero 1: " + lacks) != std::string::npos);
+  o.layout.zero_stage = 2;
+  CHECK(error_of(o).find("--zero 2 (ZeRO-1 shards the experts' states over edp): " + lacks) != std::string::npos);
   o = moe(2, 2, 0);
   o.only_rank = 1;
   o.gpu_threads = false;
@@ -168,6 +168,23 @@ TEST_CASE("--gpu-threads trains a mixture of experts as the CPU runtime does, an
     CHECK(matched == simulated);
   }
   fs::remove_all(dir);
+  // ZeRO-1: the dense Adam moments shard over dp 2 and the experts' (most of this model's) over edp 2, so every
+  // rank's moments halve (unsharded experts would leave 82% of them).
+  std::vector<std::int64_t> moments;
+  for (const int z : {0, 1}) {
+    auto o = options(2, 1, 2);
+    o.model = load_model("tiny-moe");
+    o.layout.sequence_parallel = true;
+    o.layout.ep = 2;
+    o.layout.etp = 1;
+    o.layout.zero_stage = z;
+    o.gpu_threads = true;
+    o.steps = 1;
+    const rt::cuda::CudaRunResult r = run_ok(o);
+    REQUIRE(r.memory.size() == 4);
+    moments.push_back(r.memory[0].optimizer_bytes);
+  }
+  CHECK(double(moments[1]) / double(moments[0]) == doctest::Approx(0.5).epsilon(0.01));
 }
 
 // --only-rank: one rank of a larger layout alone, weights and inputs synthesised, every communication

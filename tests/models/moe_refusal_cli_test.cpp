@@ -1,6 +1,6 @@
 // The MoE presets through estimate, simulate and explore (GPT-OSS's windowed layers, DeepSeek-V3's latent
 // attention, dense layers and MTP, tiny-moe's dense layer); what the runtimes do not build yet (latent
-// attention in the runtimes, ZeRO with experts on the CUDA runtime) refused with exit 2 and a message naming it.
+// attention in the runtimes, ZeRO-2 with experts on the CUDA runtime) refused with exit 2 and a message naming it.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -146,11 +146,12 @@ TEST_CASE("run trains tiny-moe on the CPU runtime and refuses what it does not b
   const auto mla = run_tessel({"run", "--model", "deepseek-v3", "--steps", "1"});
   CHECK(mla.code == 2);
   CHECK(has(mla.err, "multi-head latent attention"));
-  // The CUDA runtime runs experts without ZeRO so far; --zero with a MoE model is refused, naming the flag,
+  // The CUDA runtime shards experts with ZeRO-1 only so far; --zero 2 with a MoE model is refused, naming the flag,
   // before any device is looked for (this machine may have none), in a build with the CUDA runtime.
   const auto cuda = run_tessel({"run", "--backend", "cuda", "--model", "tiny-moe", "--tp", "2", "--sp", "--dp", "2", "--ep",
-                                "2", "--zero", "1", "--gbs", "4", "--steps", "1"});
+                                "2", "--zero", "2", "--gbs", "4", "--steps", "1"});
   CHECK(cuda.code == 2);
   if (!has(cuda.err, "this build has no CUDA runtime"))
-    CHECK(has(cuda.err, "--zero 1: not yet with a mixture of experts on the CUDA runtime (--backend cpu runs it)"));
+    CHECK(has(cuda.err, "--zero 2 (ZeRO-1 shards the experts' states over edp): not yet with a mixture of experts on the "
+                        "CUDA runtime (--backend cpu runs it)"));
 }
