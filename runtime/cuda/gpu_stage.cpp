@@ -92,6 +92,7 @@ struct GpuStage::Impl {
   GemmType type;
   LayerShape sh;
   double aux_loss = 0;      // this rank's load-balancing losses since take_aux_loss
+  std::map<int, std::vector<float>> load;  // selection bias: per MoE layer, tokens per expert this step
   bool recomputing = false; // a full recomputation's forward: its load-balancing loss is not counted again  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
   float* loss_sum = nullptr;
   kg::Attention attention;  // the variant --attention-kernel names (kernels/cuda/attention_variant.hpp)
@@ -640,7 +641,10 @@ DBuf GpuStage::Impl::moe_forward(int l, Acts& a) {
   m.topi.assign(std::size_t(S), 0.0f);
   m.topw.assign(std::size_t(S), 0.0f);
   m.counts.assign(std::size_t(E), 0.0f);
-  moe_route(sh, nullptr, Tl, m.probs.data(), m.topi.data(), m.topw.data(), m.counts.data());
+  // The selection bias as it stands (E values; update_selection_bias moves it between steps, a checkpoint sets it).
+  const std::string bias_name = L(l, "moe.bias");
+  const std::vector<float> bias = P.has(bias_name) ? P.download_values(bias_name) : std::vector<float>{};
+  moe_route(sh, bias.empty() ? nullptr : bias.data(), Tl, m.probs.data(), m.topi.data(), m.topw.data(), m.counts.data());
   if (tp.size > 1) {  // the micro-batch's counts over the SP shards: E values, not in the trace (as the CPU runtime's)
     DBuf c = upload(m.counts, "expert counts");
     dev.comm_waits_compute();
@@ -868,6 +872,12 @@ DBuf GpuStage::Impl::moe_backward(int l, const Acts& a, const DBuf& dout) {
   weight_job([this, yl = m.yl, dzd, Tl, h, E, router] {
     mm_fp32("gemm_wgrad", true, false, h, E, Tl, f32(yl), h, f32(dzd), E, 1.0f, P.grad(router), E);
   });
+  // The micro-batch's load, counted here because the backward runs once per micro-batch whatever is recomputed.
+  if (P.has(L(l, "moe.bias"))) {
+    std::vector<float>& lo = load[l];
+    lo.resize(std::size_t(E), 0.0f);
+    for (int e = 0; e < E; ++e) lo[std::size_t(e)] += m.counts[std::size_t(e)];
+  }
   return dyl;
 }
 
@@ -967,6 +977,25 @@ GpuStage::~GpuStage() = default;
 
 void GpuStage::set_loss_sink(float* loss_sum) { impl_->loss_sum = loss_sum; }
 double GpuStage::take_aux_loss() { return std::exchange(impl_->aux_loss, 0.0); }
+
+void GpuStage::update_selection_bias(const std::function<void(std::vector<float>&)>& dp_sum, float rate) {
+  Impl& I = *impl_;
+  for (auto& [l, lo] : I.load) {
+    dp_sum(lo);
+    const std::string name = I.L(l, "moe.bias");
+    std::vector<float> bias = I.P.download_values(name);
+    TESSEL_CHECK(bias.size() == lo.size(), name << ": " << bias.size() << " values, load of " << lo.size() << " experts");
+    const double mean = std::accumulate(lo.begin(), lo.end(), 0.0) / static_cast<double>(lo.size());
+    for (std::size_t e = 0; e < lo.size(); ++e) {
+      const double offset = mean - lo[e];
+      bias[e] += offset > 0 ? rate : offset < 0 ? -rate : 0.0f;
+    }
+    cuda_ok(cudaMemcpyAsync(I.P.data(name), bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice, I.s()),
+            "selection bias");
+    cuda_ok(cudaStreamSynchronize(I.s()), "selection bias");
+    std::fill(lo.begin(), lo.end(), 0.0f);
+  }
+}
 void GpuStage::set_param_hooks(ParamHooks h) { impl_->hooks = std::move(h); }
 const GpuStageConfig& GpuStage::config() const { return impl_->cfg; }
 std::size_t GpuStage::activation_elems() const { return std::size_t(impl_->sh.local_tokens) * impl_->sh.hidden; }

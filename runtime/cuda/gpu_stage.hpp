@@ -67,6 +67,11 @@ class GpuStage {
   // The load-balancing losses of the forwards run since the last call (recomputed ones not counted), this
   // rank's part: its tokens, its MoE layers (runtime/moe_layer.hpp). Host-side: routing runs on the host.
   double take_aux_loss();
+  // Auxiliary-loss-free balancing (a router with a selection bias), after the step's optimizer update: each
+  // MoE layer's tokens per expert over the step (counted in each micro-batch's backward, summed over the
+  // data-parallel group by dp_sum) move its bias by rate * sign(mean - load), as runtime/moe_layer.hpp's
+  // update_selection_bias; the load restarts from zero.
+  void update_selection_bias(const std::function<void(std::vector<float>&)>& dp_sum, float rate);
   // ZeRO (gpu_trainer.cpp), with a parameter group's name (runtime/zero_partition.hpp's: "embed.tok",
   // "embed.pos", "layers.<i>", "final"):
   //  - values (ZeRO-3, and ZeRO-1/2's exchange after the step): called before the kernels reading the

@@ -761,6 +761,19 @@ StepStats GpuTrainer::step() {
   dev_.end_op(id);
   if (params_->sharded()) gather_params();
   gather_expert_values();
+  if (model_.moe.router.selection_bias) {  // after the step, as the CPU trainer: the load summed over dp
+    const auto dp_sum = [this](std::vector<float>& v) {
+      if (layout_.dp == 1 || v.empty()) return;
+      DBuf d = dev_.alloc_f32(v.size());
+      cuda_ok(cudaMemcpyAsync(d->get(), v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice, dev_.compute()), "expert load");
+      dev_.comm_waits_compute(CudaDevice::Lane::dp);
+      groups_.dp->all_reduce(f32(d), v.size());
+      dev_.compute_waits_comm(CudaDevice::Lane::dp);
+      cuda_ok(cudaMemcpyAsync(v.data(), d->get(), v.size() * sizeof(float), cudaMemcpyDeviceToHost, dev_.compute()), "expert load");
+      cuda_ok(cudaStreamSynchronize(dev_.compute()), "expert load");
+    };
+    for (auto& [_, stage] : stages_) stage->update_selection_bias(dp_sum, static_cast<float>(model_.moe.router.bias_update_rate));
+  }
   // Loss: summed token losses of this rank's last-stage micro-batches, over T per micro-batch and m * dp.
   const bool counts = stages_.count(layout_.num_stages() - 1) && at_.tp == 0;
   float sum = 0;

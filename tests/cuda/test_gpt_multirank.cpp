@@ -14,12 +14,15 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include <cuda_bf16.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include "kernels/cpu/optimizer.hpp"
@@ -31,6 +34,7 @@
 #include "runtime/cuda/staged_comm.hpp"
 #include "runtime/trainer.hpp"
 #include "tests/cuda/tiny_llama.hpp"
+#include "tests/test_paths.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 
 using namespace tessel;
@@ -362,6 +366,63 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
 // Under bf16 GEMMs ZeRO-1/2 keep the fp32 values sharded, and a checkpoint gathers them group by group; a
 // load rebuilds the bf16 copy and the fp32 vectors from them. Saved at step 2 and resumed, the run
 // continues the uninterrupted one (the same GPU arithmetic both ways), also when resumed under ZeRO-2.
+// Auxiliary-loss-free balancing on the GPU (tiny_moe_bias.json: DeepSeek-V3's sigmoid, group-limited router,
+// 16 experts, top-4, a selection bias moved by 0.01 x sign(mean load - load) after each step): after 5 steps
+// every rank holds PyTorch's biases (golden_moe_bias.json, tools/torch_golden.py; exact, as the CPU runtime's
+// test: sums of +-0.01 whose signs follow the same routed tokens), one rank and tp 2 x dp 2 x ep 4 (the load
+// summed over dp), and the losses are the CPU runtime's.
+TEST_CASE("the selection bias on the GPU follows PyTorch's after 5 steps, on one rank and on tp 2 x dp 2 x ep 4") {
+  const std::string dir = test::source_root() + "/tests/golden/tiny_gpt/";
+  const Model m = load_model(dir + "tiny_moe_bias.json");
+  REQUIRE(m.moe.router.selection_bias);
+  std::ifstream in(dir + "golden_moe_bias.json");
+  REQUIRE(in.good());
+  const auto g = nlohmann::json::parse(in);
+  const auto& want = g.at("selection_bias_final");
+  for (const Layout& l0 : {experts(1, layout(1, 1, 1)), experts(4, layout(2, 1, 2, "1f1b", true))}) {
+    Layout l = l0;
+    l.micro_batch = 1;
+    l.global_batch = g.at("global_batch").get<int>();  // the golden's batch: the load is the step's tokens
+    CAPTURE(l.describe());
+    std::vector<std::map<std::string, std::vector<float>>> bias(std::size_t(l.gpus()));
+    std::vector<double> losses;
+    std::mutex mu;
+    rt::run_threads(l.gpus(), [&](rt::Comm& host) {
+      rc::CudaDevice dev(0);
+      rc::DeviceStagedComm world(host, dev.comm());
+      rc::GpuTrainOptions opt;
+      opt.gemm = kernels::cuda::GemmType::fp32;
+      rc::GpuTrainer t(dev, m, l, opt, &world, rt::Recorder::Clock::now());
+      std::vector<double> mine;
+      for (int i = 0; i < 5; ++i) mine.push_back(t.step().loss);
+      std::map<std::string, std::vector<float>> b;
+      for (const rc::GpuParam& p : t.params().params())
+        if (!p.spec.trainable) b[p.spec.name] = t.params().download_values(p.spec.name);
+      std::lock_guard<std::mutex> lk(mu);
+      bias[std::size_t(host.rank())] = b;
+      if (host.rank() == 0) losses = mine;
+    });
+    int moved = 0;
+    for (const auto& per_rank : bias) {
+      REQUIRE(per_rank.size() == want.size());  // layers 1-3 (layer 0 is dense)
+      for (const auto& item : want.items()) {
+        const std::string name = item.key();
+        CAPTURE(name);
+        REQUIRE(per_rank.count(name));
+        const std::vector<float>& got = per_rank.at(name);
+        REQUIRE(got.size() == item.value().size());
+        for (std::size_t e = 0; e < got.size(); ++e) {
+          CHECK(got[e] == doctest::Approx(item.value()[e].get<double>()).epsilon(1e-6));
+          moved += item.value()[e].get<double>() != 0.0;
+        }
+      }
+    }
+    CHECK(moved > 20);
+    const auto cpu = rt::train_threads(m, l, {}, 5);
+    for (int i = 0; i < 5; ++i) CHECK(std::abs(losses[std::size_t(i)] - cpu.steps[std::size_t(i)].loss) <= kLossTolFp32 * cpu.steps[std::size_t(i)].loss);
+  }
+}
+
 // A MoE run's checkpoint: the routed experts written from their own store by each edp rank 0 (under ZeRO-1
 // their moments gathered over edp first), read back by name, so a GPU run at ep 2 with ZeRO-1 resumes on the
 // CPU runtime at ep 4 (experts regrouped), and a CPU run at ep 4 with ZeRO-1 resumes on the GPU at ep 2
