@@ -24,7 +24,8 @@
 #                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, one-GPU
 #                                      training of tiny (also tp2 pp2 dp2 zero1 under --gpu-threads against
 #                                      the CPU backend, pp2 dp2 zero3 with its state memory, and a
-#                                      checkpoint resumed under another layout) and of
+#                                      checkpoint resumed under another layout), of tiny-moe (tp2 sp dp2
+#                                      ep4 under --gpu-threads against the CPU backend) and of
 #                                      a ~1.3B GPT with traces and the kernel profile (the default attention
 #                                      tc, then cudnn and the experimental variants), --only-rank runs of
 #                                      GPT-3 175B tp8 pp8 (first and last stage), `tessel bench --backend
