@@ -185,6 +185,21 @@ void compare(const Model& m, const Layout& l, kernels::cuda::GemmType gemm = ker
   }
 }
 
+// The CPU runtime resumed from `dir` under layout l and run to `steps`: rank 0's steps after the checkpoint.
+std::vector<rt::StepStats> cpu_resumed(const Model& m, const Layout& l, const std::string& dir, int steps) {
+  std::vector<rt::StepStats> tail;
+  std::mutex mu;
+  rt::run_threads(l.gpus(), [&](rt::Comm& world) {
+    rt::Trainer t(m, l, {}, world, rt::Recorder::Clock::now());
+    rt::load_checkpoint(t, dir, 1234);
+    std::vector<rt::StepStats> mine;
+    while (t.steps_done() < steps) mine.push_back(t.step());
+    std::lock_guard<std::mutex> lk(mu);
+    if (world.rank() == 0) tail = mine;
+  });
+  return tail;
+}
+
 struct TempDir {
   fs::path p;
   explicit TempDir(const char* name) : p(fs::temp_directory_path() / (std::string(name) + "-" + std::to_string(::getpid()))) {
@@ -317,24 +332,14 @@ TEST_CASE("recovery checkpoints cross between the GPU and CPU runtimes and betwe
   {
     TempDir dir("tessel-gpu-ckpt-a");
     (void)gpu_threads(m, a, 2, "", dir.p.string());  // GPU, tp2 pp2 sp -> CPU, pp2 dp2
+    const std::vector<rt::StepStats> tail = cpu_resumed(m, b, dir.p.string(), 4);
+    REQUIRE(!tail.empty());
+    CHECK(tail.front().step == 2);  // resumed after step 2
     std::vector<double> loss, norm;
-    int at = -1;
-    std::mutex mu;
-    rt::run_threads(b.gpus(), [&](rt::Comm& world) {
-      rt::Trainer t(m, b, {}, world, rt::Recorder::Clock::now());
-      rt::load_checkpoint(t, dir.p.string(), 1234);
-      const int done = t.steps_done();
-      std::vector<rt::StepStats> mine;
-      while (t.steps_done() < 4) mine.push_back(t.step());
-      std::lock_guard<std::mutex> lk(mu);
-      if (world.rank() != 0) return;
-      at = done;
-      for (const auto& st : mine) {
-        loss.push_back(st.loss);
-        norm.push_back(st.grad_norm);
-      }
-    });
-    CHECK(at == 2);
+    for (const auto& st : tail) {
+      loss.push_back(st.loss);
+      norm.push_back(st.grad_norm);
+    }
     check_tail(loss, norm);
   }
   {
@@ -435,16 +440,7 @@ TEST_CASE("a mixture of experts' recovery checkpoint crosses between the GPU and
   {
     TempDir dir("tessel-gpu-moe-ckpt-a");
     (void)gpu_threads(m, g, 2, "", dir.p.string());
-    std::vector<rt::StepStats> tail;
-    std::mutex mu;
-    rt::run_threads(c.gpus(), [&](rt::Comm& world) {
-      rt::Trainer t(m, c, {}, world, rt::Recorder::Clock::now());
-      rt::load_checkpoint(t, dir.p.string(), 1234);
-      std::vector<rt::StepStats> mine;
-      while (t.steps_done() < 4) mine.push_back(t.step());
-      std::lock_guard<std::mutex> lk(mu);
-      if (world.rank() == 0) tail = mine;
-    });
+    const std::vector<rt::StepStats> tail = cpu_resumed(m, c, dir.p.string(), 4);
     REQUIRE(tail.size() == 2);
     for (int i = 0; i < 2; ++i) {
       CAPTURE(i + 2);
@@ -532,16 +528,7 @@ TEST_CASE("a ZeRO-3 checkpoint saved over NCCL resumes on the CPU runtime") {
   const auto whole = rt::train_threads(m, b, {}, 4);
   TempDir dir("tessel-gpu-ckpt-nccl");
   (void)gpu_threads(m, z3, 2, "", dir.p.string(), kernels::cuda::GemmType::fp32, true);
-  std::vector<rt::StepStats> tail;
-  std::mutex mu;
-  rt::run_threads(b.gpus(), [&](rt::Comm& world) {
-    rt::Trainer t(m, b, {}, world, rt::Recorder::Clock::now());
-    rt::load_checkpoint(t, dir.p.string(), 1234);
-    std::vector<rt::StepStats> mine;
-    while (t.steps_done() < 4) mine.push_back(t.step());
-    std::lock_guard<std::mutex> lk(mu);
-    if (world.rank() == 0) tail = mine;
-  });
+  const std::vector<rt::StepStats> tail = cpu_resumed(m, b, dir.p.string(), 4);
   REQUIRE(tail.size() == 2);
   for (int i = 0; i < 2; ++i) {
     CAPTURE(i + 2);
