@@ -502,6 +502,22 @@ std::vector<float> GpuParams::download_values(const std::string& n) {
   return h;
 }
 
+void GpuParams::set_values(const std::string& n, const std::vector<float>& values, cudaStream_t s) {
+  const GpuParam& p = at(n);
+  TESSEL_CHECK(values.size() == p.size(), n << ": " << values.size() << " values for " << p.size() << " elements");
+  TESSEL_CHECK(zero_stage() < 3, n << ": ZeRO-3 keeps values only inside their group's gather");
+  const std::size_t bytes = p.size() * sizeof(float);
+  if (sharded_values()) {
+    DBuf tmp = dev_.alloc_f32(p.size());
+    copy_sync(f32(tmp), values.data(), bytes, cudaMemcpyHostToDevice, s, "parameter values");
+    keep_owned(p, f32(tmp), s);
+    return;
+  }
+  copy_sync(f32(data_) + p.offset, values.data(), bytes, cudaMemcpyHostToDevice, s, "parameter values");
+  throw_if_failed(kg::to_bf16(s, f32(data_) + p.offset, static_cast<__nv_bfloat16*>(half_->get()) + p.offset, p.size()));
+  cuda_ok(cudaStreamSynchronize(s), "parameter values");
+}
+
 std::vector<std::uint16_t> GpuParams::download_half(const std::string& n) const {
   std::vector<std::uint16_t> h(at(n).size());
   copy_sync(h.data(), half(n), h.size() * sizeof(std::uint16_t), cudaMemcpyDeviceToHost, dev_.compute(), "download");

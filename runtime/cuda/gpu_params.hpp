@@ -163,6 +163,11 @@ class GpuParams {
   // Host copy of one parameter's fp32 values as the kernels read them (the whole buffer, the fp32 store
   // of sharded values for reads_fp32 parameters, or ZeRO-3's gathered group).
   std::vector<float> download_values(const std::string& n);
+  // One parameter's fp32 values set from the host in every copy this rank keeps of them: the whole fp32
+  // values and their bf16 copy, or with sharded values this rank's runs of the master values, the bf16 copy
+  // and the fp32 store (so ZeRO-1/2's exchange after a step carries them). Not under ZeRO-3. Synchronous.
+  // A MoE router's selection bias, which no gradient trains, is moved this way after each step.
+  void set_values(const std::string& n, const std::vector<float>& values, cudaStream_t s);
   // Gradient runs of the parameters `pick` accepts: each whole gradient (shard false, not under ZeRO-2/3), or
   // this rank's runs of them in shard_grad() (shard true, sharded only). Equal on tp peers and on the two
   // ranks of a tied embedding, whose groups have the same sizes.

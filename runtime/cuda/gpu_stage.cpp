@@ -990,9 +990,7 @@ void GpuStage::update_selection_bias(const std::function<void(std::vector<float>
       const double offset = mean - lo[e];
       bias[e] += offset > 0 ? rate : offset < 0 ? -rate : 0.0f;
     }
-    cuda_ok(cudaMemcpyAsync(I.P.data(name), bias.data(), bias.size() * sizeof(float), cudaMemcpyHostToDevice, I.s()),
-            "selection bias");
-    cuda_ok(cudaStreamSynchronize(I.s()), "selection bias");
+    I.P.set_values(name, bias, I.s());  // every copy, ZeRO-1's master shard included
     std::fill(lo.begin(), lo.end(), 0.0f);
   }
 }

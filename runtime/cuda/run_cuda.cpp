@@ -58,9 +58,6 @@ void check_moe_supported(const CudaRunOptions& o) {
     throw InputError(what + ": not yet with a mixture of experts on the CUDA runtime (--backend cpu runs it)");
   };
   if (l.zero_stage > 1) lacks("--zero " + std::to_string(l.zero_stage) + " (ZeRO-1 shards the experts' states over edp)");
-  if (o.model.moe.router.selection_bias && l.zero_stage > 0)
-    lacks("--zero " + std::to_string(l.zero_stage) + " with model " + o.model.name +
-          "'s moe.router.selection_bias (auxiliary-loss-free balancing)");
   if (o.only_rank >= 0) lacks("--only-rank");
 }
 
