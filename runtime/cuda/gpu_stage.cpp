@@ -90,10 +90,10 @@ struct GpuStage::Impl {
   GpuTp tp;
   GpuEp ep;
   GemmType type;
-  LayerShape sh;
-  double aux_loss = 0;      // this rank's load-balancing losses since take_aux_loss
+  LayerShape sh;  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
+  double aux_loss = 0;                     // this rank's load-balancing losses since take_aux_loss
   std::map<int, std::vector<float>> load;  // selection bias: per MoE layer, tokens per expert this step
-  bool recomputing = false; // a full recomputation's forward: its load-balancing loss is not counted again  // the CPU layer's shape of this tp shard (runtime/gpt_layer.hpp), rotary table included
+  bool recomputing = false;                // a full recomputation's forward: its load-balancing loss is not counted again
   float* loss_sum = nullptr;
   kg::Attention attention;  // the variant --attention-kernel names (kernels/cuda/attention_variant.hpp)
   // Rotary models: the stage's cos/sin table on the device (null buffers for learned positions).
