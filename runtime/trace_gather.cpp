@@ -1,5 +1,8 @@
 #include "runtime/trace_gather.hpp"
 
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -155,6 +158,30 @@ trace::Trace gather_trace(Comm& world, const trace::Trace& local) {
     all.process_names.insert(part.process_names.begin(), part.process_names.end());
   }
   return all;
+}
+
+Recorder::Clock::time_point shared_origin(Comm& world) {
+  const Recorder::Clock::time_point mine = Recorder::Clock::now();
+  if (world.size() == 1) return mine;
+  char host[256] = {};
+  (void)gethostname(host, sizeof host - 1);
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the host name
+  for (const char* c = host; *c; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 1099511628211ull;
+  // Two 24-bit parts (exact in a float) and their negations: after a max-reduction, max == -max(-x) means
+  // every rank has the same parts.
+  const float a = static_cast<float>(h & 0xffffff), b = static_cast<float>((h >> 24) & 0xffffff);
+  float v[4] = {a, b, -a, -b};
+  world.all_reduce(v, 4, ReduceOp::max);
+  if (v[0] != -v[2] || v[1] != -v[3]) return mine;
+  // Rank 0's clock in nanoseconds, as four 16-bit parts (each exact in a float).
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(mine.time_since_epoch()).count();
+  float parts[4] = {};
+  for (int k = 0; k < 4; ++k) parts[k] = static_cast<float>((static_cast<std::uint64_t>(ns) >> (16 * k)) & 0xffff);
+  world.broadcast(parts, 4, 0);
+  std::uint64_t t = 0;
+  for (int k = 0; k < 4; ++k) t |= static_cast<std::uint64_t>(parts[k]) << (16 * k);
+  return Recorder::Clock::time_point(
+      std::chrono::duration_cast<Recorder::Clock::duration>(std::chrono::nanoseconds(static_cast<std::int64_t>(t))));
 }
 
 }  // namespace tessel::rt

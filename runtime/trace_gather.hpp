@@ -7,6 +7,7 @@
 #include <string>
 
 #include "runtime/comm/comm.hpp"
+#include "runtime/recorder.hpp"
 #include "traces/trace.hpp"
 
 namespace tessel::rt {
@@ -19,5 +20,12 @@ trace::Trace decode_trace(const std::string& bytes);
 // and counters in rank order, then in recorded order; other_data from rank 0's part); other ranks return
 // an empty Trace.
 trace::Trace gather_trace(Comm& world, const trace::Trace& local);
+
+// One time origin for every process's trace, collective over `world`, called as every rank leaves a
+// barrier. Processes on one host read one monotonic clock (steady_clock is CLOCK_MONOTONIC on Linux), so
+// there rank 0's reading becomes every rank's origin exactly; when the ranks span hosts (told apart by a
+// hash of the host name) each keeps its own reading at the barrier's exit, off by that exit's skew, which
+// under load (ranks outnumbering cores, a sanitizer) reaches milliseconds.
+Recorder::Clock::time_point shared_origin(Comm& world);
 
 }  // namespace tessel::rt

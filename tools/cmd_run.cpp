@@ -295,9 +295,9 @@ struct CpuOutcome {
 // exists. Every rank prints the rule and waits at a barrier (mpirun kills the remaining processes as soon
 // as one exits non-zero, so nobody exits before all have printed), returns normally (no MPI_Abort), and
 // throws an InputError after MPI_Finalize: exit 2. The trace is gathered to rank 0, which alone writes it.
-// Its times share one origin: every process reads its clock as it leaves one barrier (each process's own
-// start differed by tens of milliseconds, and flows ended before they began); the origins then differ by
-// the barrier's exit skew, microseconds on one host.
+// Its times share one origin (rt::shared_origin): on one host rank 0's clock read as it leaves a barrier,
+// exactly (each process's own start differed by tens of milliseconds, and flows ended before they began;
+// each one's own reading at the barrier's exit was off by milliseconds under load).
 void run_under_mpi(const CpuRun& c, CpuOutcome& out) {
   bool mismatch = false;
   const Layout& l = c.f.layout;
@@ -312,7 +312,7 @@ void run_under_mpi(const CpuRun& c, CpuOutcome& out) {
       return;
     }
     world.barrier();
-    RankResult r = run_rank(c, world, rt::Recorder::Clock::now());
+    RankResult r = run_rank(c, world, rt::shared_origin(world));
     if (c.opt.record_trace) out.trace = rt::gather_trace(world, r.part);
     out.reports = world.rank() == 0;
     if (out.reports) out.rank0 = std::move(r);
