@@ -470,12 +470,16 @@ void update_selection_bias(const MoeWeights& w, Comm* dp, float rate) {
   if (!w.bias.w) return;
   std::vector<float>& load = *w.load;
   if (dp) dp->all_reduce(load.data(), load.size());
+  move_selection_bias(w.bias.w, load, rate);
+  std::fill(load.begin(), load.end(), 0.0f);
+}
+
+void move_selection_bias(float* bias, const std::vector<float>& load, float rate) {
   const double mean = std::accumulate(load.begin(), load.end(), 0.0) / static_cast<double>(load.size());
   for (std::size_t e = 0; e < load.size(); ++e) {
     const double offset = mean - load[e];
-    w.bias.w[e] += offset > 0 ? rate : offset < 0 ? -rate : 0.0f;
+    bias[e] += offset > 0 ? rate : offset < 0 ? -rate : 0.0f;
   }
-  std::fill(load.begin(), load.end(), 0.0f);
 }
 
 }  // namespace tessel::rt

@@ -82,5 +82,7 @@ void moe_backward(const LayerShape& s, const MoeWeights& w, const TensorParallel
 // this tp rank; null with dp 1) move the selection bias by rate * sign(mean - load_e). The load restarts
 // from zero. Every rank holding the layer computes the same bias (its tp peers see the same counts).
 void update_selection_bias(const MoeWeights& w, Comm* dp, float rate);
+// The rule itself, for a load already summed over the step and dp: bias[e] += rate * sign(mean - load[e]).
+void move_selection_bias(float* bias, const std::vector<float>& load, float rate);
 
 }  // namespace tessel::rt

@@ -357,6 +357,10 @@ struct GpuStage::Impl {
   }
 
   // ---- a mixture-of-experts MLP (moe_forward / moe_backward below) ----
+  // Routed expert e's weight w ("w1", "wg", "w2") of layer l, by its logical name.
+  std::string expert_param(int l, int e, const char* w) const {
+    return L(l, ("moe.expert." + std::to_string(e) + "." + w).c_str());
+  }
   const void* WE(const std::string& n) const {
     return half() ? static_cast<const void*>(ep.experts->half(n)) : ep.experts->data(n);
   }
@@ -731,7 +735,7 @@ DBuf GpuStage::Impl::moe_forward(int l, Acts& a) {
   m.gatee.assign(std::size_t(El), nullptr);
   m.acte.assign(std::size_t(El), nullptr);
   DBuf eout = buf(std::max<std::size_t>(1, std::size_t(R)) * h);
-  const auto expert = [&](int j, const char* w) { return L(l, ("moe.expert." + std::to_string(first + j) + "." + w).c_str()); };
+  const auto expert = [&](int j, const char* w) { return expert_param(l, first + j, w); };
   const double eb = operand_bytes();
   for (int j = 0; j < El; ++j) {
     const int Rj = m.rows[std::size_t(j)], o = m.off[std::size_t(j)], rm = m.rmax[std::size_t(j)];
@@ -814,7 +818,7 @@ DBuf GpuStage::Impl::moe_backward(int l, const Acts& a, const DBuf& dout) {
   // Each local expert's backward over the rows its forward ran on (under etp > 1 the output gradients
   // gathered as the inputs were, the input gradients reduce-scattered back); the weight GEMMs queued as the
   // dense ones (a split I defers them).
-  const auto expert = [&](int j, const char* w) { return L(l, ("moe.expert." + std::to_string(first + j) + "." + w).c_str()); };
+  const auto expert = [&](int j, const char* w) { return expert_param(l, first + j, w); };
   const int et = ep.etp_size, fl = fe / et;
   const double eb = operand_bytes();
   GpuParams& PE = *ep.experts;
@@ -985,11 +989,7 @@ void GpuStage::update_selection_bias(const std::function<void(std::vector<float>
     const std::string name = I.L(l, "moe.bias");
     std::vector<float> bias = I.P.download_values(name);
     TESSEL_CHECK(bias.size() == lo.size(), name << ": " << bias.size() << " values, load of " << lo.size() << " experts");
-    const double mean = std::accumulate(lo.begin(), lo.end(), 0.0) / static_cast<double>(lo.size());
-    for (std::size_t e = 0; e < lo.size(); ++e) {
-      const double offset = mean - lo[e];
-      bias[e] += offset > 0 ? rate : offset < 0 ? -rate : 0.0f;
-    }
+    move_selection_bias(bias.data(), lo, rate);  // the CPU runtime's rule
     I.P.set_values(name, bias, I.s());  // every copy, ZeRO-1's master shard included
     std::fill(lo.begin(), lo.end(), 0.0f);
   }
