@@ -28,6 +28,7 @@ std::string op_work(const WorkOp& op) {
            (op.gemm.batch > 1 ? " x" + std::to_string(op.gemm.batch) : std::string());
   if (op.cls == OpClass::collective) return fmt::bytes(op.comm_bytes);
   if (op.cls == OpClass::attention) return fmt::fixed(op.exec_flops_f / 1e9, 1) + " GFLOP executed";
+  if (op.runtime_priced) return fmt::bytes(op.runtime_bytes_f) + " / " + fmt::bytes(op.runtime_bytes_b) + " (runtime)";
   return fmt::bytes(op.bytes_f) + " / " + fmt::bytes(op.bytes_b);
 }
 
@@ -69,8 +70,8 @@ Json layer_ops_json(const LayerWork& lw, Precision p) {
               {"flops_forward", op->flops_f}, {"flops_backward", op->flops_b}};
     if (op->cls == OpClass::gemm) o["gemm_mnk_batch"] = {op->gemm.m, op->gemm.n, op->gemm.k, op->gemm.batch};
     if (op->cls == OpClass::elementwise || op->cls == OpClass::attention) {
-      o["bytes_forward"] = op->bytes_f;
-      o["bytes_backward"] = op->bytes_b;
+      o["bytes_forward"] = op->runtime_priced ? op->runtime_bytes_f : op->bytes_f;
+      o["bytes_backward"] = op->runtime_priced ? op->runtime_bytes_b : op->bytes_b;
     }
     if (op->cls == OpClass::collective) o["comm_bytes"] = op->comm_bytes;
     a.push_back(std::move(o));

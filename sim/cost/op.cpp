@@ -53,6 +53,7 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu) {
 
 void price(WorkOp& op, const System& sys) {
   op.t_f = op.t_i = op.t_w = 0;
+  op.runtime_priced = false;
   if (op.attention_core && measured_attention_core(sys.gpu)) {
     price_measured_core(op, sys.gpu);
     return;
@@ -67,8 +68,11 @@ void price(WorkOp& op, const System& sys) {
       return;
     case OpClass::elementwise: {
       const CostKind k = elementwise_kind(op.name);
-      op.t_f = memory_time(sys.gpu, op.bytes_f, op.kernels, k, false);
-      op.t_i = memory_time(sys.gpu, op.bytes_b, op.kernels, k, true);
+      // A profile calibrated on Tessel's runtime (measured kind rates) prices that runtime's glue passes.
+      const bool runtime = k == CostKind::glue && sys.gpu.kind_rates() && op.runtime_bytes_f + op.runtime_bytes_b > 0;
+      op.runtime_priced = runtime;
+      op.t_f = memory_time(sys.gpu, runtime ? op.runtime_bytes_f : op.bytes_f, op.kernels, k, false);
+      op.t_i = memory_time(sys.gpu, runtime ? op.runtime_bytes_b : op.bytes_b, op.kernels, k, true);
       return;
     }
     case OpClass::collective:

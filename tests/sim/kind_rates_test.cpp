@@ -143,7 +143,7 @@ TEST_CASE("each element-wise kind runs at its own rate, forward and backward, an
   const double x = double(m.seq_len) * m.hidden, tf = double(m.seq_len) * m.ffn;
   CHECK(op_named(lw, "norm1").t_f == doctest::Approx(2 * 4 * x / 4e9).epsilon(kRel));
   CHECK(op_named(lw, "act").t_i == doctest::Approx(3 * 4 * tf / 0.5e9).epsilon(kRel));
-  CHECK(op_named(lw, "residual1").t_f == doctest::Approx(op_named(lw, "residual1").bytes_f / 2.5e9).epsilon(kRel));
+  CHECK(op_named(lw, "residual1").t_f == doctest::Approx(op_named(lw, "residual1").runtime_bytes_f / 2.5e9).epsilon(kRel));
   // The GEMM classes: the input gradient 1.1x and the weight gradient 1.3x the tile model's time of their shapes.
   const WorkOp& up = op_named(lw, "mlp_up");
   const cost::GemmShape g = up.gemm;
@@ -172,7 +172,10 @@ TEST_CASE("a measured attention core costs the same on both attention paths") {
   CHECK(op_named(flash, "flash_attn").t_f == doctest::Approx(F / 2 / 8e9).epsilon(kRel));
   CHECK(op_named(flash, "flash_attn").t_i == doctest::Approx(2.5 * F / 2 / 16e9).epsilon(kRel));
   CHECK(op_named(unfused, "softmax_dropout").t_f == 0);
-  CHECK(unfused.t_f == doctest::Approx(flash.t_f).epsilon(1e-12));
+  // The unfused path's one difference in time: the runtime zero-fills its scores buffer (4 bytes x heads x
+  // s^2), a glue pass forward at 2.5 GB/s (the test below counts every glue pass).
+  const double scores = 4.0 * m.heads * double(m.seq_len) * m.seq_len;
+  CHECK(unfused.t_f - scores / 2.5e9 == doctest::Approx(flash.t_f).epsilon(1e-12));
   CHECK(unfused.t_i == doctest::Approx(flash.t_i).epsilon(1e-12));
   CHECK(unfused.act_bytes > flash.act_bytes);
 }
@@ -209,4 +212,54 @@ TEST_CASE("AdamW by size: the measured rate at each size, log-log between them, 
   const System one = parse_system(measured_cpu(), "p.json");
   CHECK(cost::adamw_rate(one.gpu, 2e6) == 0);
   CHECK(cost::adamw_time(one.gpu, 2e6) == doctest::Approx(60e6 / 10e9).epsilon(kRel));
+}
+
+TEST_CASE("a profile of Tessel's runtime prices the runtime's glue passes, which shrink with tensor-parallel shards") {
+  // tiny: hidden 64, 4 heads of 16, ffn 256, GELU, biases everywhere; fp32, one sequence of 32 tokens, no SP.
+  // The passes runtime/gpt_layer.cpp makes beside its kernels, counted there by hand, in elements:
+  // x = xs = 32 x 64 (no SP), q/k/v = 32 x 192 / t, attention output 32 x 64 / t, scores 4/t x 32 x 32, MLP
+  // 32 x 256 / t. Forward, attention half: copy of the input (2 xs), norm output and the x2 buffer zeroed
+  // (2 xs), residual add with bias (3 xs), the copy out of reduce_tokens (2 xs); y1 and partial zeroed (2 x),
+  // gather_tokens' copy (2 x); q/k/v zeroed and their bias added (3 q); scores and attention output zeroed.
+  // MLP half: residual (3 xs), reduce copy (2 xs); y2 zeroed (x), gather copy (2 x); h1 and act zeroed, bias
+  // added to h1 (4 f). Backward, attention half: bias column sum (xs), dy1l zeroed (xs), reduce copy (2 xs),
+  // residual (3 xs); dpf and dy1 zeroed (2 x), gather copy (2 x); dq/dk/dv zeroed and their bias sums (2 q),
+  // da zeroed (a). MLP half: dy2l and dx2 zeroed (2 xs), bias sum (xs), reduce copy (2 xs), residual (3 xs);
+  // dmf and dy2 zeroed (2 x), gather copy (2 x); dact and dh1 zeroed, b1's sum (3 f).
+  const System s = parse_system(measured_cpu(), "p.json");
+  const Model m = load_model("tiny");
+  Layout l;
+  l.pp = l.dp = 1;
+  l.global_batch = 2;
+  l.precision = Precision::fp32;
+  l.recompute = Recompute::none;
+  l.attention = AttentionImpl::unfused;
+  l.sequence_parallel = false;
+  const double x = 32.0 * 64;
+  for (int t : {1, 2, 4}) {
+    CAPTURE(t);
+    l.tp = t;
+    const LayerWork lw = lower_layer(m, l, s);
+    const double q = 32.0 * 192 / t, a = 32.0 * 64 / t, sc = 4.0 / t * 32 * 32, f = 32.0 * 256 / t;
+    const WorkOp &r1 = op_named(lw, "residual1"), &r2 = op_named(lw, "residual2");
+    CHECK(r1.runtime_priced);
+    CHECK(r1.runtime_bytes_f == doctest::Approx(4 * (9 * x + 4 * x + 3 * q + sc + a)).epsilon(kRel));
+    CHECK(r2.runtime_bytes_f == doctest::Approx(4 * (5 * x + 3 * x + 4 * f)).epsilon(kRel));
+    CHECK(r1.runtime_bytes_b == doctest::Approx(4 * (7 * x + 4 * x + 2 * q + a)).epsilon(kRel));
+    CHECK(r2.runtime_bytes_b == doctest::Approx(4 * (8 * x + 4 * x + 3 * f)).epsilon(kRel));
+    CHECK(r1.t_f == doctest::Approx(r1.runtime_bytes_f / 2.5e9).epsilon(kRel));
+    CHECK(r2.t_i == doctest::Approx(r2.runtime_bytes_b / 1.25e9).epsilon(kRel));
+  }
+  // Under SP the token tensors are shards and the copies are collectives: only the shard passes remain.
+  l.tp = 2;
+  l.sequence_parallel = true;
+  const LayerWork sp = lower_layer(m, l, s);
+  CHECK(op_named(sp, "residual2").runtime_bytes_f ==
+        doctest::Approx(4 * (3 * x / 2 + x + 4 * 32.0 * 256 / 2)).epsilon(kRel));
+  // A preset (no measured kind) keeps Megatron's fused bias-dropout-add: read two, write one, a 1-byte mask.
+  const System h100 = load_system("dgx-h100");
+  l.sequence_parallel = false;
+  const LayerWork g = lower_layer(m, l, h100);
+  CHECK_FALSE(op_named(g, "residual1").runtime_priced);
+  CHECK(op_named(g, "residual1").t_f == doctest::Approx(cost::memory_time(h100.gpu, (3 * 4 + 1) * x, 1)).epsilon(kRel));
 }
