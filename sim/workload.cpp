@@ -403,7 +403,8 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
 // tensors), bias adds read and write their output and bias gradients read it once, gather_tokens /
 // reduce_tokens copy the token tensor without SP, and the residual adds read two and write one. Megatron
 // fuses all this (bias into the GEMMs or the bias-dropout-add); the runtime's is mostly on tensor-parallel
-// shards, so a TP layout's glue shrinks with its shards as the runtime's does.
+// shards, so a TP layout's glue shrinks with its shards as the runtime's does. A MoE layer's MLP half keeps
+// only its residual passes (the routed experts' buffers are their own ops').
 void set_runtime_glue(const Model& m, const Layout& l, const Dims& d, bool moe, std::vector<WorkOp>& ops) {
   const double e = d.elt, xs = d.xs, x = d.x, copy = l.sequence_parallel ? 0 : 2;
   const double q = d.tokens * (d.q_dim + 2 * d.kv_dim) / d.t, a = d.tokens * d.heads * d.v_d / d.t;
@@ -417,7 +418,7 @@ void set_runtime_glue(const Model& m, const Layout& l, const Dims& d, bool moe, 
       op.runtime_bytes_b = e * ((4 + ob + copy) * xs + (2 + copy) * x + (1 + qb) * q + a);
     } else if (n == "residual2") {
       op.runtime_bytes_f = e * ((3 + (moe ? 0 : copy)) * xs + (moe ? 0 : (1 + copy) * x + (gate + 1 + 2 * mb * gate) * f));
-      op.runtime_bytes_b = e * ((5 + mb + (moe ? 0 : copy)) * xs + (moe ? 0 : (2 + copy) * x + (gate + 1 + mb * gate) * f));
+      op.runtime_bytes_b = e * ((5 + (moe ? 0 : mb + copy)) * xs + (moe ? 0 : (2 + copy) * x + (gate + 1 + mb * gate) * f));
     }
   }
 }
