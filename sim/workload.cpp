@@ -397,30 +397,43 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
 }
 
 // The passes Tessel's own runtime makes over one layer's buffers beside its kernels (runtime/gpt_layer.cpp's
-// layer_forward / layer_backward), set on residual1 (the attention half) and residual2 (the MLP half) as the
-// glue a profile calibrated on that runtime prices (op.cpp): each buffer it allocates is zero-filled once
+// layer_forward / layer_backward), carried by residual1 (the attention half) and residual2 (the MLP half) as
+// the glue a profile calibrated on that runtime prices (op.cpp): each buffer it allocates is zero-filled once
 // (q/k/v, the scores, the attention output, the MLP's hidden and activation, their gradients, the token
 // tensors), bias adds read and write their output and bias gradients read it once, gather_tokens /
 // reduce_tokens copy the token tensor without SP, and the residual adds read two and write one. Megatron
 // fuses all this (bias into the GEMMs or the bias-dropout-add); the runtime's is mostly on tensor-parallel
 // shards, so a TP layout's glue shrinks with its shards as the runtime's does. A MoE layer's MLP half keeps
 // only its residual passes (the routed experts' buffers are their own ops').
-void set_runtime_glue(const Model& m, const Layout& l, const Dims& d, bool moe, std::vector<WorkOp>& ops) {
+struct RuntimeGlue {
+  double attn_f, attn_b, mlp_f, mlp_b;  // bytes
+};
+
+RuntimeGlue runtime_glue(const Model& m, const Layout& l, const Dims& d, bool moe) {
   const double e = d.elt, xs = d.xs, x = d.x, copy = l.sequence_parallel ? 0 : 2;
   const double q = d.tokens * (d.q_dim + 2 * d.kv_dim) / d.t, a = d.tokens * d.heads * d.v_d / d.t;
   const double f = d.tokens * d.f / d.t, gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
   const double scores = l.attention == AttentionImpl::unfused ? d.tokens * d.s * d.heads / d.t : 0;
   const double qb = m.has_qkv_bias() ? 1 : 0, ob = m.has_out_bias() ? 1 : 0, mb = m.has_mlp_bias() ? 1 : 0;
-  for (WorkOp& op : ops) {
-    const std::string_view n(op.name);
-    if (n == "residual1") {
-      op.runtime_bytes_f = e * ((7 + copy) * xs + (2 + copy) * x + (1 + 2 * qb) * q + scores + a);
-      op.runtime_bytes_b = e * ((4 + ob + copy) * xs + (2 + copy) * x + (1 + qb) * q + a);
-    } else if (n == "residual2") {
-      op.runtime_bytes_f = e * ((3 + (moe ? 0 : copy)) * xs + (moe ? 0 : (1 + copy) * x + (gate + 1 + 2 * mb * gate) * f));
-      op.runtime_bytes_b = e * ((5 + (moe ? 0 : mb + copy)) * xs + (moe ? 0 : (2 + copy) * x + (gate + 1 + mb * gate) * f));
-    }
+  RuntimeGlue g;
+  g.attn_f = e * ((7 + copy) * xs + (2 + copy) * x + (1 + 2 * qb) * q + scores + a);
+  g.attn_b = e * ((4 + ob + copy) * xs + (2 + copy) * x + (1 + qb) * q + a);
+  if (moe) {
+    g.mlp_f = e * 3 * xs;
+    g.mlp_b = e * 5 * xs;
+  } else {
+    g.mlp_f = e * ((3 + copy) * xs + (1 + copy) * x + (gate + 1 + 2 * mb * gate) * f);
+    g.mlp_b = e * ((5 + mb + copy) * xs + (2 + copy) * x + (gate + 1 + mb * gate) * f);
   }
+  return g;
+}
+
+// A residual op carrying its share of the runtime's glue (above).
+WorkOp residual_op(const char* name, double bytes_f, double bytes_b, double runtime_f, double runtime_b) {
+  WorkOp op = elementwise_op(name, bytes_f, bytes_b);
+  op.runtime_bytes_f = runtime_f;
+  op.runtime_bytes_b = runtime_b;
+  return op;
 }
 
 // The work of one transformer layer, in Megatron-LM's op order: its ops with shapes, FLOPs and bytes, and
@@ -458,12 +471,12 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   else ops.push_back(collective_op("tp_allreduce1", Collective::all_reduce, e * d.x, tp));
   // Bias + dropout + residual add, fused: read two inputs, write one, a 1-byte mask.
   const double res_f = (3 * e + (m.dropout ? 1 : 0)) * d.xs, res_b = (2 * e + (m.dropout ? 1 : 0)) * d.xs;
-  ops.push_back(elementwise_op("residual1", res_f, res_b));
+  const RuntimeGlue glue = runtime_glue(m, l, d, m.moe.enabled());
+  ops.push_back(residual_op("residual1", res_f, res_b, glue.attn_f, glue.attn_b));
   ops.push_back(elementwise_op("norm2", 2 * e * d.xs, 3 * e * d.xs));
   if (m.moe.enabled()) {
     add_moe_mlp(m, l, d, ops);
-    ops.push_back(elementwise_op("residual2", res_f, res_b));
-    set_runtime_glue(m, l, d, true, ops);
+    ops.push_back(residual_op("residual2", res_f, res_b, glue.mlp_f, glue.mlp_b));
     lw.act_bytes = cost::layer_activation_bytes(m, l);
     Layout nore = l;
     nore.recompute = Recompute::none;
@@ -478,8 +491,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   ops.push_back(gemm_op("mlp_down", p, {M, H, static_cast<std::int64_t>(f_local)}));
   if (sp) ops.push_back(collective_op("tp_reducescatter2", Collective::reduce_scatter, e * d.x, tp));
   else ops.push_back(collective_op("tp_allreduce2", Collective::all_reduce, e * d.x, tp));
-  ops.push_back(elementwise_op("residual2", res_f, res_b));
-  set_runtime_glue(m, l, d, false, ops);
+  ops.push_back(residual_op("residual2", res_f, res_b, glue.mlp_f, glue.mlp_b));
   lw.act_bytes = cost::layer_activation_bytes(m, l);
   Layout nore = l;
   nore.recompute = Recompute::none;

@@ -31,7 +31,7 @@ struct WorkOp {
   double bytes_f = 0;         // memory traffic, forward
   double bytes_b = 0;         // memory traffic, backward
   // residual1 / residual2: the passes Tessel's CPU runtime makes over the layer's buffers beside its kernels
-  // (workload.cpp's set_runtime_glue), priced instead of bytes_f / bytes_b by a profile with measured kind rates
+  // (workload.cpp's runtime_glue), priced instead of bytes_f / bytes_b by a profile with measured kind rates
   double runtime_bytes_f = 0, runtime_bytes_b = 0;
   bool runtime_priced = false;  // set by price(): these were the bytes priced
   int kernels = 1;            // element-wise: launches per pass
