@@ -547,8 +547,13 @@ void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
       }
     lw.cp_comm_f = comm_f;
     lw.cp_comm_b = comm_b;
-    lw.t_cp_f = std::max(0.0, comm_f - attn_f);
-    lw.t_cp_b = std::max(0.0, comm_b - attn_b);
+    // What hides slows the attention it runs beside (the send / receive kernels take SMs and memory
+    // bandwidth), charged as every other overlap here (GpuSpec::overlap_slowdown; overlap_tp_comm): the
+    // exposed part keeps the rest of the exchange plus hidden x s / (1 + s).
+    const double s = sys.gpu.overlap_slowdown, slow = s / (1.0 + s);
+    const double hid_f = std::min(comm_f, attn_f), hid_b = std::min(comm_b, attn_b);
+    lw.t_cp_f = comm_f - hid_f + hid_f * slow;
+    lw.t_cp_b = comm_b - hid_b + hid_b * slow;
   }
   for (const auto& op : lw.ops) {
     if (op.cls == OpClass::collective) {

@@ -559,6 +559,45 @@ TEST_CASE("TP communication overlap: hidden behind the adjacent GEMM, slowdown c
   CHECK(des_over == doctest::Approx(eo.step_s).epsilon(kEstimateTol));
 }
 
+// Context parallelism's ring: each of the cp - 1 steps sends a KV block forward (twice that backward: the KV
+// blocks and their gradients) while the attention computes on the block it holds. What hides slows the
+// attention as every other overlap does: the exposed CP time is the part not hidden plus hidden x s / (1 + s).
+// Llama 2 7B at 128k on tp4 cp4 (NeMo's long-sequence layout): the exchange crosses InfiniBand and hides whole.
+TEST_CASE("CP ring exchange: hidden behind the attention, the attention's slowdown charged") {
+  const Model m = load_model("llama2-7b", 131072);
+  Layout l;
+  l.tp = 4, l.cp = 4, l.dp = 8, l.micro_batch = 1, l.global_batch = 32;
+  l.sequence_parallel = true;
+  l.recompute = Recompute::none;
+  l.precision = Precision::fp8;
+  System sys = load_system("dgx-h100");
+  const double s = sys.gpu.overlap_slowdown, slow = s / (1 + s);
+  REQUIRE(s == doctest::Approx(0.189));
+  const Workload w = lower(m, l, sys);
+  double attn_f = 0, attn_b = 0;
+  for (const WorkOp& op : w.layer.ops)
+    if (op.attention_core) attn_f += op.t_f, attn_b += op.t_i;
+  const LayerWork& lw = w.layer;
+  REQUIRE(lw.cp_comm_f > 0);
+  CHECK(lw.cp_comm_b == doctest::Approx(2 * lw.cp_comm_f).epsilon(kExact));
+  REQUIRE(lw.cp_comm_f < attn_f);  // hides whole: only the slowdown is exposed
+  CHECK(lw.t_cp_f == doctest::Approx(lw.cp_comm_f * slow).epsilon(kExact));
+  CHECK(lw.t_cp_b == doctest::Approx(lw.cp_comm_b * slow).epsilon(kExact));
+  sys.gpu.overlap_slowdown = 0;
+  const Workload free = lower(m, l, sys);
+  CHECK(free.layer.t_cp_f == 0);
+  CHECK(free.layer.t_cp_b == 0);
+  CHECK(free.layer.t_f == doctest::Approx(lw.t_f).epsilon(kExact));  // the ops are priced alike
+  // The CP row: one layer's (t_cp_f + t_cp_b) per layer and micro-batch, and the pipeline's span longer by as
+  // much (the step's other overlap, the data-parallel reduction's, takes the slowdown apart).
+  const Estimate e = estimate(m, l, load_system("dgx-h100")), e0 = estimate(m, l, sys);
+  const double cp = m.layers * e.microbatches * (lw.t_cp_f + lw.t_cp_b);
+  CHECK(e.cp_exposed_s == doctest::Approx(cp).epsilon(1e-9));
+  CHECK(e0.cp_exposed_s == 0);
+  CHECK(e.cp_comm_s == doctest::Approx(e0.cp_comm_s).epsilon(kExact));
+  CHECK(e.pipeline_s - e0.pipeline_s == doctest::Approx(cp).epsilon(1e-9));
+}
+
 // fp8 GEMMs pay Transformer Engine's quantization of their 16-bit inputs: read 2 bytes, write the fp8 copy and
 // its transpose, 4 bytes per element (kFp8CastTransposeBytes) of the activation [m, k] forward and of the output
 // gradient [m, n] in the input-gradient pass; the weight gradient reuses both.

@@ -252,19 +252,24 @@ TEST_CASE("published rows: every A100 source within its bounds, also when left o
   }
 }
 
-// The Hopper sources under the committed presets (GEMMs measured on an H200, nothing fitted to these rows):
-// NeMo 24.07's pretraining table (nemo2407, 7.5% today) is within the issue's 15% per-source bound and held
-// there; NeMo's long-sequence table (nemo, 16.2%) is not yet, so it is reported, not asserted (its 7B rows are
-// 16-25% optimistic at every sequence length, docs/validation.md).
-TEST_CASE("published rows: NeMo 24.07's pretraining table within the per-source bound") {
+// The Hopper sources under the committed presets (GEMMs measured on an H200, nothing fitted to these rows), held
+// to the issue's bounds: each NeMo source within 15% mean |step error| (nemo2407 7.5%, the long-sequence table
+// 14.2% today) and all 16 NeMo / H100 rows together within 12% (11.3%). The long-sequence table was 16.2% while
+// the context-parallel KV exchange hid behind the attention without slowing it (every other overlap charges
+// overlap_slowdown); its 7B rows are still 12-20% optimistic in tokens/s (docs/validation.md).
+TEST_CASE("published rows: NeMo's sources within the per-source bound, the NeMo / H100 rows within 12%") {
   const std::string path = published_rows();
   const Json all = parse_json_file(path);
-  const auto source_pct = [&](const std::string& src) {
-    return mean_abs_step_pct(validate_rows(select_rows(all, path, {src}), path));
+  const auto source_pct = [&](const std::vector<std::string>& src) {
+    return mean_abs_step_pct(validate_rows(select_rows(all, path, src), path));
   };
-  const double nemo2407 = source_pct("nemo2407_"), longseq = source_pct("nemo_longseq_");
-  MESSAGE("nemo2407 " << nemo2407 << "%, nemo long-sequence " << longseq << "% mean |step error|");
+  const double nemo2407 = source_pct({"nemo2407_"}), longseq = source_pct({"nemo_longseq_"});
+  const double both = source_pct({"nemo2407_", "nemo_longseq_"});
+  MESSAGE("nemo2407 " << nemo2407 << "%, nemo long-sequence " << longseq << "%, both " << both
+                      << "% mean |step error|");
   CHECK(nemo2407 <= 15.0);
+  CHECK(longseq <= 15.0);
+  CHECK(both <= 12.0);
 }
 
 // ../shared/validation/published-moe.json (NVIDIA's MoE performance tables): every row is scored by tokens/s
