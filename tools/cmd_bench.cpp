@@ -27,6 +27,7 @@
 #include "util/error.hpp"
 #include "runtime/comm/comm_bench.hpp"
 #include "runtime/comm/thread_comm.hpp"
+#include "runtime/host_allocator.hpp"
 #include "sim/calibrate/bench_data.hpp"
 #include "sim/cost/compute.hpp"
 #include "tools/cli.hpp"
@@ -417,6 +418,7 @@ int bench(const Args& args) {
     bench_gpu(cl, what);
     return 0;
   }
+  rt::keep_freed_memory();  // the heap the CPU runtime runs on (runtime/host_allocator.hpp)
   for (const char* f : {"--precision", "--attention-kernel", "--quick"})
     if (cl.has(f)) throw InputError(std::string(f) + ": a --backend cuda flag");
   const auto has = [&](const char* w) { return std::find(what.begin(), what.end(), w) != what.end(); };

@@ -13,6 +13,7 @@
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
 #include "runtime/comm/thread_comm.hpp"
+#include "runtime/host_allocator.hpp"
 #include "runtime/trace_gather.hpp"
 #include "runtime/trainer_checkpoint.hpp"
 #include "sim/estimate.hpp"
@@ -381,6 +382,7 @@ void reject_cuda_flags(const cli::CommandLine& cl) {
 }
 
 int run_cpu(RunFlags f) {
+  rt::keep_freed_memory();  // before any rank allocates (runtime/host_allocator.hpp)
   // The CPU runtime keeps the softmax probabilities (Megatron's unfused core attention): say so in the
   // layout, so a simulation of it predicts its activation memory (docs/runtime.md).
   f.layout.attention = AttentionImpl::unfused;
