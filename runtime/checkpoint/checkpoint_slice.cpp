@@ -55,6 +55,23 @@ std::vector<float> CheckpointReader::read_slice(const std::string& name, const S
       throw InputError("read_slice '" + name + "': region at " + dims_text(offset) + " of " + dims_text(extent) +
                        " leaves the tensor's shape " + dims_text(t.full));
   const std::uint64_t total = checked_elements(extent, "read_slice '" + name + "'");
+  // The region's elements the saved pieces hold, counted before anything is allocated: a shard's header may
+  // declare a full shape far beyond what its files carry (up to the 2^36-element limit), and a region no piece
+  // can fill is refused here, so what is allocated is bounded by the bytes on disk.
+  std::uint64_t held = 0;
+  for (const Piece& p : t.pieces) {
+    std::uint64_t v = 1;
+    for (std::size_t d = 0; d < nd && v > 0; ++d) {
+      const std::uint64_t lo = std::max(offset[d], p.entry->offset[d]);
+      const std::uint64_t hi = std::min(offset[d] + extent[d], p.entry->offset[d] + p.entry->extent[d]);
+      v = hi > lo ? v * (hi - lo) : 0;
+    }
+    held += v;
+  }
+  if (held < total)
+    throw InputError(folder_ + ": tensor '" + name + "': its shards hold " + std::to_string(held) + " of the " +
+                     std::to_string(total) + " elements of the region at " + dims_text(offset) + " of " +
+                     dims_text(extent) + " (the checkpoint covers only part of it)");
   std::vector<float> out(total);
   std::vector<unsigned char> covered(total, 0);
   if (total == 0) return out;
