@@ -506,6 +506,11 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
 // they overlap the GEMM runs slower (GpuSpec::overlap_slowdown s: it progresses at 1 / (1 + s) of its rate,
 // the same charge as every other overlap in the model): hidden x s / (1 + s) is added back. The collective's
 // t_f / t_i keep the rest, so stage times, the closed form and the event engine all see the same cost.
+// The time communication of `comm` seconds adds when `hidden` of it runs beside compute slowed by s
+// (GpuSpec::overlap_slowdown): the part not hidden, plus the compute's slowdown hidden x s / (1 + s). The one
+// charge for every overlap a layer's ops carry (TP overlap here, the CP ring in price_layer).
+double exposed_after_overlap(double comm, double hidden, double s) { return comm - hidden + hidden * s / (1.0 + s); }
+
 // The MoE layer's expert collectives (dispatch / combine all-to-alls, etp gather / scatter): not TP's.
 bool is_expert_collective(const WorkOp& op) {
   const std::string_view n(op.name);
@@ -513,7 +518,7 @@ bool is_expert_collective(const WorkOp& op) {
 }
 
 void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
-  const double keep = (l.tp - 1.0) / l.tp, s = sys.gpu.overlap_slowdown, slow = s / (1.0 + s);
+  const double keep = (l.tp - 1.0) / l.tp, s = sys.gpu.overlap_slowdown;
   for (std::size_t k = 0; k < lw.ops.size(); ++k) {
     WorkOp& c = lw.ops[k];
     // Megatron's userbuffers overlap the linear layers' TP collectives, not the token dispatcher's.
@@ -524,8 +529,8 @@ void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
     const WorkOp& gemm = lw.ops[g];
     c.hidden_f = std::min(c.t_f, gemm.t_f) * keep;
     c.hidden_i = std::min(c.t_i, gemm.t_i + gemm.t_w) * keep;
-    c.t_f += c.hidden_f * slow - c.hidden_f;
-    c.t_i += c.hidden_i * slow - c.hidden_i;
+    c.t_f = exposed_after_overlap(c.t_f, c.hidden_f, s);
+    c.t_i = exposed_after_overlap(c.t_i, c.hidden_i, s);
     lw.tp_hidden_f += c.hidden_f;
     lw.tp_hidden_b += c.hidden_i;
   }
@@ -548,12 +553,10 @@ void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
     lw.cp_comm_f = comm_f;
     lw.cp_comm_b = comm_b;
     // What hides slows the attention it runs beside (the send / receive kernels take SMs and memory
-    // bandwidth), charged as every other overlap here (GpuSpec::overlap_slowdown; overlap_tp_comm): the
-    // exposed part keeps the rest of the exchange plus hidden x s / (1 + s).
-    const double s = sys.gpu.overlap_slowdown, slow = s / (1.0 + s);
-    const double hid_f = std::min(comm_f, attn_f), hid_b = std::min(comm_b, attn_b);
-    lw.t_cp_f = comm_f - hid_f + hid_f * slow;
-    lw.t_cp_b = comm_b - hid_b + hid_b * slow;
+    // bandwidth), charged as every other overlap here.
+    const double s = sys.gpu.overlap_slowdown;
+    lw.t_cp_f = exposed_after_overlap(comm_f, std::min(comm_f, attn_f), s);
+    lw.t_cp_b = exposed_after_overlap(comm_b, std::min(comm_b, attn_b), s);
   }
   for (const auto& op : lw.ops) {
     if (op.cls == OpClass::collective) {

@@ -55,17 +55,25 @@ std::vector<float> CheckpointReader::read_slice(const std::string& name, const S
       throw InputError("read_slice '" + name + "': region at " + dims_text(offset) + " of " + dims_text(extent) +
                        " leaves the tensor's shape " + dims_text(t.full));
   const std::uint64_t total = checked_elements(extent, "read_slice '" + name + "'");
+  // Intersection [lo, hi) of the request with a saved piece, in global coordinates; false when empty.
+  Shape lo(nd), hi(nd);
+  const auto intersect = [&](const ShardEntry& e) {
+    bool empty = false;
+    for (std::size_t d = 0; d < nd; ++d) {
+      lo[d] = std::max(offset[d], e.offset[d]);
+      hi[d] = std::min(offset[d] + extent[d], e.offset[d] + e.extent[d]);
+      empty = empty || lo[d] >= hi[d];
+    }
+    return !empty;
+  };
   // The region's elements the saved pieces hold, counted before anything is allocated: a shard's header may
   // declare a full shape far beyond what its files carry (up to the 2^36-element limit), and a region no piece
   // can fill is refused here, so what is allocated is bounded by the bytes on disk.
   std::uint64_t held = 0;
   for (const Piece& p : t.pieces) {
+    if (!intersect(*p.entry)) continue;
     std::uint64_t v = 1;
-    for (std::size_t d = 0; d < nd && v > 0; ++d) {
-      const std::uint64_t lo = std::max(offset[d], p.entry->offset[d]);
-      const std::uint64_t hi = std::min(offset[d] + extent[d], p.entry->offset[d] + p.entry->extent[d]);
-      v = hi > lo ? v * (hi - lo) : 0;
-    }
+    for (std::size_t d = 0; d < nd; ++d) v *= hi[d] - lo[d];
     held += v;
   }
   if (held < total)
@@ -78,15 +86,7 @@ std::vector<float> CheckpointReader::read_slice(const std::string& name, const S
 
   for (const Piece& p : t.pieces) {
     const ShardEntry& e = *p.entry;
-    // Intersection [lo, hi) of the request with this piece, in global coordinates.
-    Shape lo(nd), hi(nd);
-    bool empty = false;
-    for (std::size_t d = 0; d < nd; ++d) {
-      lo[d] = std::max(offset[d], e.offset[d]);
-      hi[d] = std::min(offset[d] + extent[d], e.offset[d] + e.extent[d]);
-      empty = empty || lo[d] >= hi[d];
-    }
-    if (empty) continue;
+    if (!intersect(e)) continue;
     // Walk the intersection row by row (the last dim is contiguous in both the file and the output).
     const std::uint64_t run = nd ? hi[nd - 1] - lo[nd - 1] : 1;
     Shape g = lo;  // current global index; its last dim stays at lo
