@@ -6,6 +6,7 @@
 #include <deque>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <sstream>
@@ -70,12 +71,16 @@ struct SplitSlot {
   int taken = 0;
 };
 
-// State shared by every rank of one run_threads call. One mutex and condition variable guard all of it:
-// data moves outside the lock, only pointers and counters inside, so contention stays small.
+// State shared by every rank of one run_threads call. One mutex guards all of it: data moves outside the
+// lock, only pointers and counters inside, so contention stays small. Each rank sleeps on its own condition
+// variable and is woken only by what it waits for (its group's rendezvous completing, a message to it, a
+// failure or an exit): with one variable for the world, every completion woke every sleeping rank, and with
+// more ranks than cores those wake-ups took the cores from ranks that were computing.
 struct World {
   std::chrono::milliseconds timeout{};
   std::mutex mu;
-  std::condition_variable cv;
+  std::unique_ptr<std::condition_variable[]> cv;  // one per world rank
+  int world = 0;
   int failed_rank = -1;
   std::string failure;
   std::vector<char> exited;
@@ -83,6 +88,11 @@ struct World {
   std::map<std::tuple<int, int, int, int>, std::deque<std::vector<float>>> mail;
   std::map<std::tuple<int, int, int>, SplitSlot> splits;  // (parent group id, split number, color)
   int next_group_id = 1;
+
+  std::condition_variable& cv_of(int world_rank) { return cv[world_rank]; }
+  void wake_all() {
+    for (int r = 0; r < world; ++r) cv[r].notify_all();
+  }
 };
 
 class ThreadComm final : public Comm {
@@ -144,7 +154,7 @@ class ThreadComm final : public Comm {
     std::unique_lock lk(w_->mu);
     check_failed("send");
     w_->mail[{g_->id, rank_, peer, tag}].push_back(std::move(msg));
-    w_->cv.notify_all();
+    w_->cv_of(g_->world_ranks[peer]).notify_all();
   }
 
   void recv(float* data, std::size_t count, int peer, int tag) override {
@@ -156,7 +166,7 @@ class ThreadComm final : public Comm {
       check_failed("recv");
       if (w_->exited[g_->world_ranks[peer]])
         fail("recv from " + who(peer) + " tag " + std::to_string(tag) + ": the peer exited without sending");
-      if (w_->cv.wait_until(lk, deadline) == std::cv_status::timeout && q.empty())
+      if (my_cv().wait_until(lk, deadline) == std::cv_status::timeout && q.empty())
         fail("recv from " + who(peer) + " tag " + std::to_string(tag) + ": nothing arrived within " + timeout_text());
     }
     std::vector<float> msg = std::move(q.front());
@@ -238,7 +248,8 @@ class ThreadComm final : public Comm {
       g.arrived = 0;
       std::fill(g.here.begin(), g.here.end(), 0);
       ++g.generation;
-      w_->cv.notify_all();
+      for (int k = 0; k < g.size(); ++k)
+        if (k != rank_) w_->cv_of(g.world_ranks[k]).notify_all();
       return;
     }
     auto deadline = Clock::now() + w_->timeout;
@@ -252,7 +263,7 @@ class ThreadComm final : public Comm {
       if (w_->failed_rank >= 0) leave(failed_text(what));
       for (int k = 0; k < g.size(); ++k)
         if (!g.here[k] && w_->exited[g.world_ranks[k]]) leave(std::string(what) + ": " + who(k) + " exited before joining it");
-      if (w_->cv.wait_until(lk, deadline) == std::cv_status::timeout && g.generation == gen) {
+      if (my_cv().wait_until(lk, deadline) == std::cv_status::timeout && g.generation == gen) {
         std::string missing;
         for (int k = 0; k < g.size(); ++k)
           if (!g.here[k]) missing += (missing.empty() ? "" : ", ") + who(k);
@@ -274,6 +285,7 @@ class ThreadComm final : public Comm {
                       std::to_string(size()));
   }
   [[noreturn]] void fail(const std::string& msg) const { throw CommError(msg); }
+  std::condition_variable& my_cv() const { return w_->cv_of(g_->world_ranks[rank_]); }
   std::string who(int group_rank) const {
     int wr = g_->world_ranks[group_rank];
     return "rank " + std::to_string(wr) + (g_->id == 0 ? "" : " (group rank " + std::to_string(group_rank) + ")");
@@ -302,6 +314,8 @@ void run_threads(int world, const std::function<void(Comm&)>& fn, const ThreadCo
   if (world < 1) throw CommError("run_threads: world size must be >= 1, got " + std::to_string(world));
   auto w = std::make_shared<World>();
   w->timeout = opts.timeout;
+  w->world = world;
+  w->cv = std::make_unique<std::condition_variable[]>(static_cast<std::size_t>(world));
   w->exited.assign(world, 0);
   auto g = std::make_shared<Group>();
   g->world_ranks.resize(world);
@@ -329,7 +343,7 @@ void run_threads(int world, const std::function<void(Comm&)>& fn, const ThreadCo
           w->failure = what_of(err);
         }
       }
-      w->cv.notify_all();
+      w->wake_all();  // its peers' waits check who exited and who failed
     });
   }
   for (auto& t : threads) t.join();
