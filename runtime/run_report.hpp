@@ -19,6 +19,9 @@ struct StepRecord {
   double seconds = 0;       // wall time of the step (the CPU runtime: the slowest rank's)
   double tokens_per_s = 0;  // global batch x sequence length / seconds
   std::optional<double> aux_loss;  // MoE: the load-balancing loss (coefficient included), not in `loss`
+  // The CPU runtime, summed over its ranks (runtime/host_sched.hpp): CPU seconds, and seconds runnable but
+  // waiting for a core.
+  std::optional<double> cpu_s, run_delay_s;
 };
 
 // One rank's memory in bytes, as its runtime counts it; a field the runtime does not count is absent.

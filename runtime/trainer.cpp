@@ -5,8 +5,9 @@
 #include <sstream>
 
 #include "kernels/cpu/gemm.hpp"
-#include "util/error.hpp"
 #include "runtime/comm/thread_comm.hpp"
+#include "runtime/host_sched.hpp"
+#include "util/error.hpp"
 
 namespace tessel::rt {
 
@@ -167,6 +168,7 @@ StepStats Trainer::step() {
   // starts with barrier=True) and reports the slowest rank's elapsed time (below).
   groups_.world->barrier();
   const auto start = std::chrono::steady_clock::now();
+  const std::optional<ThreadSched> sched0 = thread_sched();
   const int k = optimizer_->steps_done();
   load_batch(consumed_samples_);
   ExecutorContext ctx;
@@ -207,6 +209,13 @@ StepStats Trainer::step() {
   st.grad_norm = r.grad_norm;
   st.param_grad_norms = r.param_grad_norms;
   float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
+  const std::optional<ThreadSched> sched1 = thread_sched();
+  // [CPU seconds, run-queue seconds, ranks that counted], summed over the world.
+  float sched[3] = {0, 0, 0};
+  if (sched0 && sched1)
+    sched[0] = static_cast<float>(sched1->cpu_s - sched0->cpu_s), sched[1] = static_cast<float>(sched1->run_delay_s - sched0->run_delay_s), sched[2] = 1;
+  groups_.world->all_reduce(sched, 3);
+  if (static_cast<int>(sched[2]) == groups_.world->size()) st.cpu_s = sched[0], st.run_delay_s = sched[1];
   groups_.world->all_reduce(&seconds, 1, ReduceOp::max);
   st.seconds = seconds;
   return st;

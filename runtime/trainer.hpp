@@ -10,6 +10,8 @@
 // of its step, micro-batch i the next b of those.
 #pragma once
 
+#include <optional>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,6 +41,9 @@ struct StepStats {
   double grad_norm = 0;
   std::vector<double> param_grad_norms;  // gpt_param_specs() order
   double seconds = 0;
+  // Summed over the ranks, this step (runtime/host_sched.hpp): CPU time, and time runnable but waiting for a
+  // core; absent where a rank's kernel does not count them.
+  std::optional<double> cpu_s, run_delay_s;
 };
 
 // Rejects what this runtime cannot run (cp > 1, SP with tokens not divisible by tp, position embeddings the

@@ -200,7 +200,7 @@ RankResult run_rank(const CpuRun& c, rt::Comm& world, rt::Recorder::Clock::time_
     const rt::StepStats s = t.step();
     // MoE: the load-balancing loss beside the loss.
     out.steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds,
-                         f.model.moe.enabled() ? std::optional<double>(s.aux_loss) : std::nullopt});
+                         f.model.moe.enabled() ? std::optional<double>(s.aux_loss) : std::nullopt, s.cpu_s, s.run_delay_s});
     if (talk) print_step(log, out.steps.back());
     if (!save_due(f, t.steps_done(), interval)) continue;
     out.saved.push_back(rt::save_checkpoint(t, f.checkpoint_dir, f.seed));

@@ -135,6 +135,8 @@ Json steps_json(const std::vector<rt::StepRecord>& steps) {
     a.push_back({{"step", s.step}, {"loss", s.loss}, {"grad_norm", s.grad_norm}, {"seconds", s.seconds},
                  {"tokens_per_s", s.tokens_per_s}});
     if (s.aux_loss) a.back()["aux_loss"] = *s.aux_loss;
+    if (s.cpu_s) a.back()["cpu_s"] = *s.cpu_s;
+    if (s.run_delay_s) a.back()["run_delay_s"] = *s.run_delay_s;
   }
   return a;
 }

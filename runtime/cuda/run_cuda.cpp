@@ -151,7 +151,7 @@ void run_rank(const CudaRunOptions& o, const CudaRunCallbacks& cb, CudaDevice& d
     if (run++ == 0) dev.reset_kernel_totals();
     else profiled_s += s.seconds;
     steps.push_back({s.step + 1, s.loss, s.grad_norm, s.seconds, tokens / s.seconds,
-                     o.model.moe.enabled() ? std::optional<double>(s.aux_loss) : std::nullopt});
+                     o.model.moe.enabled() ? std::optional<double>(s.aux_loss) : std::nullopt, std::nullopt, std::nullopt});
     if (reports && cb.step) cb.step(steps.back());
     if (o.save_every > 0 && t.steps_done() % o.save_every == 0) {
       saved.push_back(t.save_checkpoint(o.checkpoint_dir, o.seed));

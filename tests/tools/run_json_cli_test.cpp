@@ -6,13 +6,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "runtime/host_sched.hpp"
 #include "runtime/trainer.hpp"
 #include "tests/tools/run_util.hpp"
 #include "traces/chrome.hpp"
@@ -112,6 +115,17 @@ TEST_CASE("run --json (cpu): configuration, steps, every rank's memory, the chec
     CHECK(st.at("grad_norm").get<double>() == cpu.steps[std::size_t(i)].grad_norm);
     CHECK(st.at("seconds").get<double>() > 0);
     CHECK(st.at("tokens_per_s").get<double>() == doctest::Approx(4.0 * 32 / st.at("seconds").get<double>()).epsilon(1e-12));
+    // The ranks' CPU time and run-queue waits, summed over the 4 ranks, where the kernel counts them: no more
+    // CPU than the host's cores give in the step (each rank counts from its own exit of the step's barrier, up
+    // to 10 ms apart on a loaded host), so a step's counters, not the run's so far.
+    if (rt::thread_sched()) {
+      const double cores = std::max(1u, std::thread::hardware_concurrency());
+      CHECK(st.at("cpu_s").get<double>() > 0);
+      CHECK(st.at("cpu_s").get<double>() <= cores * (st.at("seconds").get<double>() + 0.01));
+      CHECK(st.at("run_delay_s").get<double>() >= 0);
+    } else {
+      CHECK_FALSE(st.contains("cpu_s"));
+    }
   }
   // Every rank's memory in rank order: rank 0's as its human line says it (MiB to 3 decimals), and the
   // activation peaks the CPU runtime counted for the same run.
