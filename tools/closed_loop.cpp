@@ -200,12 +200,25 @@ void measure(const LoopContext& c, const LoopLayout& x, const std::string& trace
     launcher = {c.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(x.ranks())};
   spawn_tessel(run_args(c, x, trace), json, trace + ".stderr", launcher);
   const Json doc = parse_json_file(json, "closed loop run ");
-  std::vector<double> t;
-  for (const Json& s : doc.at("steps")) t.push_back(s.at("seconds").get<double>());
+  std::vector<double> t, cpu, delay, idle;
+  for (const Json& s : doc.at("steps")) {
+    t.push_back(s.at("seconds").get<double>());
+    if (s.contains("cpu_s") && s.contains("run_delay_s")) {
+      cpu.push_back(s.at("cpu_s").get<double>());
+      delay.push_back(s.at("run_delay_s").get<double>());
+      idle.push_back(c.cores * t.back() - cpu.back());
+    }
+  }
   if (t.size() < 2) throw std::runtime_error("closed loop: " + json + " holds " + std::to_string(t.size()) + " steps");
   t.erase(t.begin());
   row.measured_s = calib::median_of(t);
   row.spread = calib::spread_of(t);
+  if (cpu.size() == t.size() + 1) {
+    for (auto* v : {&cpu, &delay, &idle}) v->erase(v->begin());
+    row.measured_cpu_s = calib::median_of(cpu);
+    row.measured_run_delay_s = calib::median_of(delay);
+    row.measured_idle_s = calib::median_of(idle);
+  }
 }
 
 std::vector<calib::BenchData> run_benches(const LoopContext& c, const std::string& dir) {
@@ -294,6 +307,14 @@ void predict(const LoopContext& c, const LoopLayout& x, const System& profile, c
   const engine::SimReport r = engine::simulate(c.model, to_layout(x, c.backend), profile, o);
   row.predicted_s = r.step_s;
   row.error = row.predicted_s / row.measured_s - 1;
+  const engine::TaskGraph& g = r.job.graph;
+  if (g.host_cores > 0) {
+    double cpu = 0;
+    for (std::uint32_t k = 0; k < g.size(); ++k)
+      if (g.compute_pos[k] >= 0) cpu += g.work[k] * g.host_threads;
+    row.predicted_cpu_s = cpu;
+    row.predicted_idle_s = g.host_cores * r.step_s - cpu;
+  }
   const trace::Trace sim = engine::to_trace(r, profile);
   row.ops = calib::op_errors(trace::read_chrome_trace(measured_trace), sim, measured_trace);
 }

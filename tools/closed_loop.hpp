@@ -36,6 +36,12 @@ struct LoopRow {
   double predicted_s = 0;
   double error = 0;             // predicted / measured - 1
   std::vector<calib::OpError> ops;
+  // The host's cores in a step (CPU backend, where the kernel counts them: runtime/host_sched.hpp), medians
+  // of the steady-state steps: the ranks' CPU seconds, their seconds runnable but waiting for a core, and the
+  // cores' idle seconds (cores x step - CPU); predicted: the engine's compute ops' CPU seconds (each op's time
+  // alone, times its position's threads) and the idle seconds that leaves. Negative: not measured.
+  double measured_cpu_s = -1, measured_run_delay_s = -1, measured_idle_s = -1;
+  double predicted_cpu_s = -1, predicted_idle_s = -1;
 };
 
 struct LoopRepeat {

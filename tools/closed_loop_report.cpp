@@ -28,8 +28,13 @@ Json row_json(const LoopRow& r) {
   for (const calib::OpError& e : r.ops)
     ops.push_back({{"op", e.op}, {"matched", e.matched}, {"measured_s", e.measured_s}, {"predicted_s", e.predicted_s},
                    {"error_pct", 100 * e.error}});
-  return {{"layout", r.layout}, {"ranks", r.ranks}, {"measured_s", r.measured_s}, {"measured_spread_pct", 100 * r.spread},
-          {"predicted_s", r.predicted_s}, {"error_pct", 100 * r.error}, {"ops", ops}};
+  Json j = {{"layout", r.layout}, {"ranks", r.ranks}, {"measured_s", r.measured_s}, {"measured_spread_pct", 100 * r.spread},
+            {"predicted_s", r.predicted_s}, {"error_pct", 100 * r.error}, {"ops", ops}};
+  if (r.measured_cpu_s >= 0)
+    j["host"] = {{"measured_cpu_s", r.measured_cpu_s}, {"measured_run_delay_s", r.measured_run_delay_s},
+                 {"measured_idle_s", r.measured_idle_s}, {"predicted_cpu_s", r.predicted_cpu_s},
+                 {"predicted_idle_s", r.predicted_idle_s}};
+  return j;
 }
 
 // Why a repeat's numbers cannot be trusted, or "" when they can.

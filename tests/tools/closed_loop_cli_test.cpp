@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/host_sched.hpp"
 #include "tests/tools/run_util.hpp"
 
 using tessel::test::run_tessel;
@@ -58,6 +59,21 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
     // Forward, backward and the optimizer at least are compared on every layout.
     CHECK(row["ops"].size() >= 3);
     for (const auto& o : row["ops"]) CHECK(o["measured_s"].get<double>() > 0);
+    // The host's cores over a step, where the kernel counts them (runtime/host_sched.hpp): the ranks' CPU
+    // seconds, the idle seconds they leave, and the engine's counterparts (idle = cores x step - CPU). One
+    // rank's CPU time cannot exceed its step (10 ms for the counters' windows).
+    if (tessel::rt::thread_sched()) {
+      REQUIRE(row.contains("host"));
+      const auto& h = row["host"];
+      CHECK(h["measured_cpu_s"].get<double>() > 0);
+      CHECK(h["measured_run_delay_s"].get<double>() >= 0);
+      CHECK(h["predicted_cpu_s"].get<double>() > 0);
+      CHECK(h["predicted_idle_s"].get<double>() ==
+            doctest::Approx(j["host_cores"].get<double>() * row["predicted_s"].get<double>() - h["predicted_cpu_s"].get<double>()));
+      if (row["ranks"] == 1) CHECK(h["measured_cpu_s"].get<double>() <= row["measured_s"].get<double>() + 0.01);
+    } else {
+      CHECK_FALSE(row.contains("host"));
+    }
   }
   CHECK(ranks == std::vector<int>{1, 2, 4});
   const auto& s = rep["summary"];
