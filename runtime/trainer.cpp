@@ -212,10 +212,16 @@ StepStats Trainer::step() {
   const std::optional<ThreadSched> sched1 = thread_sched();
   // [CPU seconds, run-queue seconds, ranks that counted], summed over the world.
   float sched[3] = {0, 0, 0};
-  if (sched0 && sched1)
-    sched[0] = static_cast<float>(sched1->cpu_s - sched0->cpu_s), sched[1] = static_cast<float>(sched1->run_delay_s - sched0->run_delay_s), sched[2] = 1;
+  if (sched0 && sched1) {
+    sched[0] = static_cast<float>(sched1->cpu_s - sched0->cpu_s);
+    sched[1] = static_cast<float>(sched1->run_delay_s - sched0->run_delay_s);
+    sched[2] = 1;
+  }
   groups_.world->all_reduce(sched, 3);
-  if (static_cast<int>(sched[2]) == groups_.world->size()) st.cpu_s = sched[0], st.run_delay_s = sched[1];
+  if (static_cast<int>(sched[2]) == groups_.world->size()) {
+    st.cpu_s = sched[0];
+    st.run_delay_s = sched[1];
+  }
   groups_.world->all_reduce(&seconds, 1, ReduceOp::max);
   st.seconds = seconds;
   return st;

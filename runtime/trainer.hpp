@@ -10,11 +10,10 @@
 // of its step, micro-batch i the next b of those.
 #pragma once
 
-#include <optional>
-
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 

@@ -37,7 +37,7 @@ TEST_CASE("thread_sched: spinning counts as CPU time, sleeping does not") {
   CHECK(cpu > 0);
   CHECK(cpu <= wall + 1e-3);
   CHECK(waited >= 0);
-  CHECK(cpu + waited >= 0.9 * wall);
+  CHECK(cpu + waited >= 0.95 * wall);
   // Sleeping: the thread neither runs nor waits on a run queue.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const auto c = tessel::rt::thread_sched();
