@@ -39,7 +39,8 @@ struct LoopRow {
   // The host's cores in a step (CPU backend, where the kernel counts them: runtime/host_sched.hpp), medians
   // of the steady-state steps: the ranks' CPU seconds, their seconds runnable but waiting for a core, and the
   // cores' idle seconds (cores x step - CPU); predicted: the engine's compute ops' CPU seconds (each op's time
-  // alone, times its position's threads) and the idle seconds that leaves. Negative: not measured.
+  // alone, times its position's threads) and the idle seconds that leaves (below zero where the engine counts
+  // a rank's all-reduce waits as CPU: docs/calibration.md). measured_cpu_s < 0: not measured, no `host` block.
   double measured_cpu_s = -1, measured_run_delay_s = -1, measured_idle_s = -1;
   double predicted_cpu_s = -1, predicted_idle_s = -1;
 };
