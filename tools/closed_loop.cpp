@@ -6,11 +6,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <stdexcept>
 #include <thread>
@@ -123,6 +126,19 @@ double load_now() {
   return getloadavg(l, 1) == 1 ? l[0] : -1;
 }
 
+// Seconds of steal time the host's vCPUs have counted (/proc/stat's cpu line, eighth value, in USER_HZ
+// ticks), or -1 where the kernel does not say.
+double steal_s() {
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  unsigned long long v[8] = {};
+  if (!(in >> cpu) || cpu != "cpu") return -1;
+  for (auto& x : v)
+    if (!(in >> x)) return -1;
+  const long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? static_cast<double>(v[7]) / static_cast<double>(hz) : -1;
+}
+
 std::string self_exe() { return fs::read_symlink("/proc/self/exe").string(); }
 
 // mpirun on the PATH, or "" (the loop then leaves its MPI layouts out).
@@ -198,7 +214,12 @@ void measure(const LoopContext& c, const LoopLayout& x, const std::string& trace
   std::vector<std::string> launcher;
   if (x.mpi)
     launcher = {c.mpirun, "--allow-run-as-root", "--oversubscribe", "-np", std::to_string(x.ranks())};
+  const double steal0 = steal_s();
+  const auto wall0 = std::chrono::steady_clock::now();
   spawn_tessel(run_args(c, x, trace), json, trace + ".stderr", launcher);
+  const double steal1 = steal_s();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  if (steal0 >= 0 && steal1 >= 0 && wall > 0) row.steal = std::max(0.0, steal1 - steal0) / (c.cores * wall);
   const Json doc = parse_json_file(json, "closed loop run ");
   std::vector<double> t, cpu, delay, idle;
   for (const Json& s : doc.at("steps")) {
@@ -244,14 +265,16 @@ std::vector<calib::BenchData> run_benches(const LoopContext& c, const std::strin
 }
 
 // `first_step_s`: the first calibration run's median step, which the drift check measures again.
+// `steal`: raised to the largest steal share of its runs.
 calib::Calibration calibrate_repeat(const LoopContext& c, const std::string& dir, const std::vector<LoopLayout>& calib,
-                                    std::string& profile_path, double& first_step_s) {
+                                    std::string& profile_path, double& first_step_s, double& steal) {
   calib::CalibrationInputs in;
   in.benches = run_benches(c, dir);
   for (std::size_t i = 0; i < calib.size(); ++i) {
     const std::string t = dir + "/calib_" + std::to_string(i) + ".trace.json";
     LoopRow run;
     measure(c, calib[i], t, run);
+    steal = std::max(steal, run.steal);
     if (i == 0) first_step_s = run.measured_s;
     in.traces.push_back(trace::read_chrome_trace(t));
     in.trace_origins.push_back(t);
@@ -327,7 +350,7 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   const std::string dir = c.out + "/rep" + std::to_string(rep);
   fs::create_directories(dir);
   double first_step_s = 0;
-  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, first_step_s);
+  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, first_step_s, r.steal);
   r.calibration_noise = cal.noise;
   r.contention_noise = cal.contention_noise;
   r.contention_unsteady = calib::contention_unsteady_text(cal.fit);
@@ -339,6 +362,7 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
     row.ranks = held[i].ranks();
     const std::string t = dir + "/heldout_" + std::to_string(i) + ".trace.json";
     measure(c, held[i], t, row);
+    r.steal = std::max(r.steal, row.steal);
     predict(c, held[i], cal.fit.profile, t, row);
     pred.push_back(row.predicted_s);
     meas.push_back(row.measured_s);
@@ -356,8 +380,9 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   LoopRow again;
   measure(c, calib.front(), dir + "/drift.trace.json", again);
   r.drift = std::abs(again.measured_s / first_step_s - 1);
+  r.steal = std::max(r.steal, again.steal);
   r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.contention_noise <= calib::kNoiseFlag &&
-              r.measurement_noise <= calib::kNoiseFlag && r.drift <= calib::kNoiseFlag;
+              r.measurement_noise <= calib::kNoiseFlag && r.drift <= calib::kNoiseFlag && r.steal <= calib::kNoiseFlag;
   r.load_after = load_now();
   return r;
 }

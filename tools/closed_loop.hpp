@@ -43,6 +43,9 @@ struct LoopRow {
   // a rank's all-reduce waits as CPU: docs/calibration.md). measured_cpu_s < 0: not measured, no `host` block.
   double measured_cpu_s = -1, measured_run_delay_s = -1, measured_idle_s = -1;
   double predicted_cpu_s = -1, predicted_idle_s = -1;
+  // Steal time over the run (Linux /proc/stat: the hypervisor running something else on this guest's vCPUs),
+  // as a share of the cores' time; negative: not known.
+  double steal = -1;
 };
 
 struct LoopRepeat {
@@ -56,7 +59,11 @@ struct LoopRepeat {
   // |end / start - 1| of its median step. A load that comes and goes between runs leaves each run's steps
   // steady (small spreads) while it moves the runs apart, which only a repeated run shows.
   double drift = 0;
-  bool trusted = true;                       // both noises and the drift within 10%
+  // The largest steal share of one run of the repeat (calibration, held-out or drift): a run whose host lost
+  // its vCPUs to another guest is slower with steady steps, which neither the noises nor the drift see when
+  // it falls on one run. Negative: not known.
+  double steal = -1;
+  bool trusted = true;                       // the noises, the drift and the steal within 10%
   std::string profile;                       // its file
   Json calibration;                          // the fit report (as calibrate --json writes it)
   std::vector<LoopRow> rows;

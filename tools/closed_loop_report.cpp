@@ -34,6 +34,7 @@ Json row_json(const LoopRow& r) {
     j["host"] = {{"measured_cpu_s", r.measured_cpu_s}, {"measured_run_delay_s", r.measured_run_delay_s},
                  {"measured_idle_s", r.measured_idle_s}, {"predicted_cpu_s", r.predicted_cpu_s},
                  {"predicted_idle_s", r.predicted_idle_s}};
+  if (r.steal >= 0) j["steal_pct"] = 100 * r.steal;
   return j;
 }
 
@@ -51,6 +52,9 @@ std::string distrust(const LoopRepeat& r) {
   if (r.drift > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "the first calibration run, measured again at the end, moved by "
        << calib::noise_text(r.drift);
+  if (r.steal > calib::kNoiseFlag)
+    os << (os.str().empty() ? "" : "; ") << "a run lost " << calib::noise_text(r.steal)
+       << " of the cores' time to the hypervisor (steal time)";
   if (!os.str().empty())
     os << " (load average " << r.load_before << " before, " << r.load_after << " after): above the "
        << 100 * calib::kNoiseFlag << "% the targets are stated in, so these errors say more about the machine's load than "
@@ -88,6 +92,7 @@ Json loop_to_json(const LoopResult& r) {
                       {"contention_noise_pct", p.contention_noise >= 0 ? Json(100 * p.contention_noise) : Json(nullptr)},
                       {"measurement_noise_pct", 100 * p.measurement_noise},
                       {"drift_pct", 100 * p.drift},
+                      {"steal_pct", p.steal >= 0 ? Json(100 * p.steal) : Json(nullptr)},
                       {"trusted", p.trusted},
                       {"untrusted_because", distrust(p)}}}});
     med.push_back(100 * p.median_abs_error);

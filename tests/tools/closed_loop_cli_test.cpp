@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -74,6 +75,11 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
     } else {
       CHECK_FALSE(row.contains("host"));
     }
+    // The hypervisor's steal time over the run, as a share of the cores' time, where /proc/stat gives it.
+    if (row.contains("steal_pct")) {
+      CHECK(row["steal_pct"].get<double>() >= 0);
+      CHECK(row["steal_pct"].get<double>() <= 100);
+    }
   }
   CHECK(ranks == std::vector<int>{1, 2, 4});
   const auto& s = rep["summary"];
@@ -93,8 +99,17 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   CHECK(s["drift_pct"].get<double>() >= 0);
   CHECK(std::filesystem::exists(out + "/rep0/drift.trace.json"));
   const bool contention_steady = s["contention_noise_pct"].is_null() || s["contention_noise_pct"].get<double>() <= 10;
+  // Steal time: the largest share of one run's, known where every row's is.
+  const bool steal_known = std::all_of(rep["rows"].begin(), rep["rows"].end(), [](const auto& row) { return row.contains("steal_pct"); });
+  CHECK(s["steal_pct"].is_null() == !steal_known);
+  double row_steal = 0;
+  for (const auto& row : rep["rows"])
+    if (row.contains("steal_pct")) row_steal = std::max(row_steal, row["steal_pct"].get<double>());
+  if (steal_known) CHECK(s["steal_pct"].get<double>() >= row_steal);
+  const bool no_steal = s["steal_pct"].is_null() || s["steal_pct"].get<double>() <= 10;
+  CHECK(has(s["untrusted_because"].get<std::string>(), "steal time") == !no_steal);
   const bool within = s["calibration_noise_pct"].get<double>() <= 10 && s["measurement_noise_pct"].get<double>() <= 10 &&
-                      s["drift_pct"].get<double>() <= 10 && contention_steady;
+                      s["drift_pct"].get<double>() <= 10 && contention_steady && no_steal;
   CHECK(s["trusted"].get<bool>() == within);
   CHECK(has(s["untrusted_because"].get<std::string>(), "measured again at the end") ==
         (s["drift_pct"].get<double>() > 10));
