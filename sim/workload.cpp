@@ -498,17 +498,9 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   lw.act_bytes_unfused_full = cost::layer_activation_bytes(m, nore);
 }
 
-// TP communication overlap (Megatron --tp-comm-overlap; Transformer Engine's userbuffers, Wang et al.,
-// "Overlap communication with dependent computation via decomposition", ASPLOS 2023): an all-gather feeds
-// the GEMM after it and a reduce-scatter drains the GEMM before it; each is cut into tp chunks, one moving
-// while the GEMM computes on another, so all but one chunk's transfer can hide: hidden = min(comm, gemm) x
-// (tp - 1) / tp, forward against the GEMM's forward, backward against its input and weight gradients. While
-// they overlap the GEMM runs slower (GpuSpec::overlap_slowdown s: it progresses at 1 / (1 + s) of its rate,
-// the same charge as every other overlap in the model): hidden x s / (1 + s) is added back. The collective's
-// t_f / t_i keep the rest, so stage times, the closed form and the event engine all see the same cost.
 // The time communication of `comm` seconds adds when `hidden` of it runs beside compute slowed by s
 // (GpuSpec::overlap_slowdown): the part not hidden, plus the compute's slowdown hidden x s / (1 + s). The one
-// charge for every overlap a layer's ops carry (TP overlap here, the CP ring in price_layer).
+// charge for every overlap a layer's ops carry (TP overlap below, the CP ring in price_layer).
 double exposed_after_overlap(double comm, double hidden, double s) { return comm - hidden + hidden * s / (1.0 + s); }
 
 // The MoE layer's expert collectives (dispatch / combine all-to-alls, etp gather / scatter): not TP's.
@@ -517,6 +509,14 @@ bool is_expert_collective(const WorkOp& op) {
   return n.rfind("ep_", 0) == 0 || n.rfind("etp_", 0) == 0;
 }
 
+// TP communication overlap (Megatron --tp-comm-overlap; Transformer Engine's userbuffers, Wang et al.,
+// "Overlap communication with dependent computation via decomposition", ASPLOS 2023): an all-gather feeds
+// the GEMM after it and a reduce-scatter drains the GEMM before it; each is cut into tp chunks, one moving
+// while the GEMM computes on another, so all but one chunk's transfer can hide: hidden = min(comm, gemm) x
+// (tp - 1) / tp, forward against the GEMM's forward, backward against its input and weight gradients. While
+// they overlap the GEMM runs slower (GpuSpec::overlap_slowdown s: it progresses at 1 / (1 + s) of its rate,
+// the same charge as every other overlap in the model): hidden x s / (1 + s) is added back. The collective's
+// t_f / t_i keep the rest, so stage times, the closed form and the event engine all see the same cost.
 void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
   const double keep = (l.tp - 1.0) / l.tp, s = sys.gpu.overlap_slowdown;
   for (std::size_t k = 0; k < lw.ops.size(); ++k) {

@@ -221,13 +221,12 @@ void measure(const LoopContext& c, const LoopLayout& x, const std::string& trace
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   if (steal0 >= 0 && steal1 >= 0 && wall > 0) row.steal = std::max(0.0, steal1 - steal0) / (c.cores * wall);
   const Json doc = parse_json_file(json, "closed loop run ");
-  std::vector<double> t, cpu, delay, idle;
+  std::vector<double> t, cpu, delay;
   for (const Json& s : doc.at("steps")) {
     t.push_back(s.at("seconds").get<double>());
     if (s.contains("cpu_s") && s.contains("run_delay_s")) {
       cpu.push_back(s.at("cpu_s").get<double>());
       delay.push_back(s.at("run_delay_s").get<double>());
-      idle.push_back(c.cores * t.back() - cpu.back());
     }
   }
   if (t.size() < 2) throw std::runtime_error("closed loop: " + json + " holds " + std::to_string(t.size()) + " steps");
@@ -235,7 +234,10 @@ void measure(const LoopContext& c, const LoopLayout& x, const std::string& trace
   row.measured_s = calib::median_of(t);
   row.spread = calib::spread_of(t);
   if (cpu.size() == t.size() + 1) {
-    for (auto* v : {&cpu, &delay, &idle}) v->erase(v->begin());
+    cpu.erase(cpu.begin());
+    delay.erase(delay.begin());
+    std::vector<double> idle(t.size());  // the cores' time a step that no rank computed
+    for (std::size_t i = 0; i < t.size(); ++i) idle[i] = c.cores * t[i] - cpu[i];
     row.measured_cpu_s = calib::median_of(cpu);
     row.measured_run_delay_s = calib::median_of(delay);
     row.measured_idle_s = calib::median_of(idle);
