@@ -35,6 +35,14 @@ float init_uniform(std::uint64_t key, std::int64_t index, double stddev) {
   return static_cast<float>((2.0 * u - 1.0) * (stddev * std::sqrt(3.0)));
 }
 
+float init_normal(std::uint64_t key, std::int64_t index, double stddev) {
+  constexpr double kTwoPi = 6.283185307179586, k2to53 = 9007199254740992.0;
+  const auto i = static_cast<std::uint64_t>(index);
+  const std::uint64_t a = mix64(key + (2 * i + 1) * kGolden), b = mix64(key + (2 * i + 2) * kGolden);
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) / k2to53, u2 = static_cast<double>(b >> 11) / k2to53;
+  return static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) * std::cos(kTwoPi * u2));
+}
+
 TokenStream TokenStream::synthetic(std::uint64_t seed, int vocab) {
   TESSEL_CHECK(vocab > 0);
   TokenStream t;

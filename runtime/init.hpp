@@ -17,6 +17,11 @@ std::uint64_t tensor_key(std::uint64_t seed, const std::string& name);
 // Uniform in [-sqrt(3) std, sqrt(3) std) (variance std^2): u = top 24 bits of mix64(key + (i+1) * golden)
 // / 2^24, value = (2u - 1) * (std * sqrt(3)) in double, rounded to float once.
 float init_uniform(std::uint64_t key, std::int64_t index, double stddev);
+// Gaussian of mean 0 and standard deviation std (Box-Muller): u1, u2 = the top 53 bits of
+// mix64(key + (2i+1) golden) and mix64(key + (2i+2) golden) / 2^53, u1 taken in (0, 1];
+// value = std sqrt(-2 ln u1) cos(2 pi u2) in double, rounded to float once. For data that must look like a
+// layer's (tessel bench's kernel inputs), not for initialisation (init_uniform is what torch_golden.py mirrors).
+float init_normal(std::uint64_t key, std::int64_t index, double stddev);
 
 // Token source: a synthetic stream, or a file's bytes (vocab 256) read cyclically.
 // Synthetic token i = (mix64(key + (i >> 4)) mod V + 3 i) mod V with key = tensor_key(seed, "data"):
