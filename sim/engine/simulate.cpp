@@ -118,7 +118,9 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
     JobSpec bs = spec;
     bs.system = &busy;
     bs.costs = &busy_costs;
-    attach_host(r.job, build_job(bs, cluster), sys, l.tp);
+    std::vector<int> first_rank;
+    for (int p = 0; p < cluster.num_positions(); ++p) first_rank.push_back(cluster.global_rank(p));
+    attach_host(r.job, build_job(bs, cluster), sys, l.tp, first_rank);
   }
   r.positions = cluster.num_positions();
   r.tasks = r.job.graph.size();

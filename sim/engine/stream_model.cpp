@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "sim/engine/host_model.hpp"
+#include "util/error.hpp"
 
 namespace tessel::engine {
 
@@ -19,6 +20,12 @@ StreamModel::StreamModel(const TaskGraph& g) : g_(g) {
     comm_.assign(static_cast<std::size_t>(g_.num_positions), 0);
     version_.assign(g_.size(), 0);
   }
+  if (host_) {
+    TESSEL_CHECK(g_.thread_core.size() == static_cast<std::size_t>(g_.num_positions) * g_.host_threads,
+                 "host model: " << g_.thread_core.size() << " thread cores for " << g_.num_positions << " positions of "
+                                << g_.host_threads << " threads");
+    core_load_.assign(static_cast<std::size_t>(g_.host_cores), 0);
+  }
 }
 
 void StreamModel::schedule(Running& r, double now) {
@@ -28,13 +35,25 @@ void StreamModel::schedule(Running& r, double now) {
 }
 
 // Progress per second of the op running on `position`: seconds of work per second (slowed by overlapping
-// communication), or under a host model the fraction of the op per second its share of the cores gives.
+// communication), or under a host model the fraction of the op per second its share of the cores gives: the
+// share of its most crowded thread's core.
 double StreamModel::rate_of(int position) const {
   const auto p = static_cast<std::size_t>(position);
   const double slow = comm_[p] > 0 ? slow_rate_ : 1.0;
   if (!host_) return slow;
   const std::uint32_t t = running_[p].task;
-  return slow * host_rate(g_.work[t], g_.work_busy[t], threads_, g_.host_cores);
+  int crowd = 1;
+  for (int i = 0; i < g_.host_threads; ++i)
+    crowd = std::max(crowd, core_load_[static_cast<std::size_t>(g_.thread_core[p * g_.host_threads + i])]);
+  return slow * host_rate(g_.work[t], g_.work_busy[t], crowd, std::max(busy_cores_, 1), g_.host_cores);
+}
+
+void StreamModel::load_cores(int position, int delta) {
+  for (int i = 0; i < g_.host_threads; ++i) {
+    int& n = core_load_[static_cast<std::size_t>(g_.thread_core[static_cast<std::size_t>(position) * g_.host_threads + i])];
+    if (delta > 0 && n++ == 0) ++busy_cores_;
+    if (delta < 0 && --n == 0) --busy_cores_;
+  }
 }
 
 void StreamModel::rerate(Running& r, double rate, double now) {
@@ -58,7 +77,7 @@ void StreamModel::start(std::uint32_t task, double now) {
   Running& r = running_[static_cast<std::size_t>(pos)];
   r = {task, host_ ? 1.0 : g_.work[task], 1.0, now};
   if (host_) {
-    threads_ += g_.host_threads;
+    load_cores(pos, +1);
     rerate_all(now);  // the new op's rate too
     return;
   }
@@ -93,7 +112,7 @@ void StreamModel::advance(double now, std::vector<std::uint32_t>& done) {
     if (pos < 0 || running_[static_cast<std::size_t>(pos)].task != e.task) continue;
     running_[static_cast<std::size_t>(pos)].task = UINT32_MAX;
     if (host_) {
-      threads_ -= g_.host_threads;
+      load_cores(pos, -1);
       rerate_all(now);
     }
   }

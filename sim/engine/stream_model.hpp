@@ -37,10 +37,12 @@ class StreamModel final : public ResourceModel {
   double rate_of(int position) const;
   void rerate(Running& r, double rate, double now);
   void rerate_all(double now);  // host model: the busy threads changed
+  void load_cores(int position, int delta);  // host model: position's threads start (+1) or stop (-1) computing
   const TaskGraph& g_;
   double slow_rate_ = 1;
   bool host_ = false;
-  int threads_ = 0;                // host model: threads of the compute ops running now
+  std::vector<int> core_load_;     // host model: threads computing on each core now
+  int busy_cores_ = 0;             // host model: cores with at least one
   std::vector<Running> running_;   // per position: its compute op now
   std::vector<std::uint32_t> comm_;  // per position: flows on its links now
   std::vector<std::uint32_t> version_;

@@ -35,11 +35,13 @@ struct TaskGraph {
   int link_positions = 0;                 // P above; 0: no flow touches a position's compute
   double overlap_slowdown = 0;
   // Ranks sharing a host's cores (sim/engine/host_model.hpp): host_cores 0 is no host model. A compute op
-  // occupies host_threads cores' worth of threads (its position's tp ranks); work[t] is its time alone on a
-  // core, work_busy[t] with every core busy (compute tasks; empty without a host model).
+  // occupies host_threads threads (its position's tp ranks), thread i of position p on core
+  // thread_core[p * host_threads + i]; work[t] is its time alone on a core, work_busy[t] with every core busy
+  // (compute tasks; empty without a host model).
   int host_cores = 0;
   int host_threads = 1;
   std::vector<double> work_busy;
+  std::vector<int> thread_core;
 
   std::uint32_t size() const { return static_cast<std::uint32_t>(work.size()); }
   std::span<const std::uint32_t> successors(std::uint32_t t) const {

@@ -1,5 +1,6 @@
-// The host model (sim/engine/host_model.hpp): ranks sharing a host's cores. The rate formula, the engine's
-// re-rating as ops start and end, and whole simulations on a host with fewer cores than ranks.
+// The host model (sim/engine/host_model.hpp): ranks sharing a host's cores, each rank on its home core. The
+// rate formula, the engine's re-rating as ops start and end, and whole simulations on a host with fewer cores
+// than ranks.
 #include <doctest/doctest.h>
 
 #include "sim/engine/host_model.hpp"
@@ -13,7 +14,8 @@ namespace {
 constexpr double kRel = 1e-9;
 
 // `n` compute tasks, one per position, task i of work alone[i] / busy[i], started after `delay[i]` seconds of
-// a task that is no compute (it takes no share of the cores).
+// a task that is no compute (it takes no share of the cores). Position p's threads are ranks p * threads + i,
+// each on its home core.
 TaskGraph host_graph(const std::vector<double>& alone, const std::vector<double>& busy, const std::vector<double>& delay,
                      int cores, int threads) {
   const int n = static_cast<int>(alone.size());
@@ -30,23 +32,36 @@ TaskGraph host_graph(const std::vector<double>& alone, const std::vector<double>
   g.host_threads = threads;
   g.work_busy.assign(g.size(), 0.0);
   for (int i = 0; i < n; ++i) g.work_busy[ops[i]] = busy[i];
+  for (int r = 0; r < n * threads; ++r) g.thread_core.push_back(home_core(r, cores));
   return g;
 }
 }  // namespace
 
-TEST_CASE("host rate: a share of the cores over the time at the cores' busy level") {
-  // rate = min(1, C/n) / (alone + (busy - alone)(min(n, C) - 1)/(C - 1)).
-  // C = 2, alone 1 s, busy 1.5 s: n = 1 -> 1/1; n = 2 -> 1/1.5; n = 3 -> (2/3)/1.5 = 4/9; n = 4 -> 0.5/1.5.
-  CHECK(host_rate(1, 1.5, 1, 2) == doctest::Approx(1.0).epsilon(kRel));
-  CHECK(host_rate(1, 1.5, 2, 2) == doctest::Approx(1 / 1.5).epsilon(kRel));
-  CHECK(host_rate(1, 1.5, 3, 2) == doctest::Approx(4.0 / 9).epsilon(kRel));
-  CHECK(host_rate(1, 1.5, 4, 2) == doctest::Approx(0.5 / 1.5).epsilon(kRel));
-  // C = 4, n = 2: half way from alone to busy in busy cores ((2 - 1)/(4 - 1) = 1/3): 1 / (1 + 0.5/3).
-  CHECK(host_rate(1, 1.5, 2, 4) == doctest::Approx(1 / (1 + 0.5 / 3)).epsilon(kRel));
+TEST_CASE("host rate: a share of its core over the time at the cores' busy level") {
+  // rate = (1 / crowd) / (alone + (busy - alone)(busy_cores - 1)/(C - 1)).
+  // C = 2, alone 1 s, busy 1.5 s: alone on a core, the other idle -> 1/1; the other busy too -> 1/1.5;
+  // two on this core, the other busy -> 0.5/1.5.
+  CHECK(host_rate(1, 1.5, 1, 1, 2) == doctest::Approx(1.0).epsilon(kRel));
+  CHECK(host_rate(1, 1.5, 1, 2, 2) == doctest::Approx(1 / 1.5).epsilon(kRel));
+  CHECK(host_rate(1, 1.5, 2, 2, 2) == doctest::Approx(0.5 / 1.5).epsilon(kRel));
+  // C = 4, 2 busy: a third of the way from alone to busy ((2 - 1)/(4 - 1) = 1/3): 1 / (1 + 0.5/3).
+  CHECK(host_rate(1, 1.5, 1, 2, 4) == doctest::Approx(1 / (1 + 0.5 / 3)).epsilon(kRel));
   // One core: no busy level to interpolate; two threads halve it.
-  CHECK(host_rate(2, 9, 2, 1) == doctest::Approx(0.25).epsilon(kRel));
+  CHECK(host_rate(2, 9, 2, 1, 1) == doctest::Approx(0.25).epsilon(kRel));
   // An op of no work ends at once.
-  CHECK(host_rate(0, 0, 3, 2) > 1e200);
+  CHECK(host_rate(0, 0, 3, 2, 2) > 1e200);
+  // No thread on its core, or more busy cores than cores: a caller's error, not a rate.
+  CHECK_THROWS(host_rate(1, 1, 0, 1, 2));
+  CHECK_THROWS(host_rate(1, 1, 1, 3, 2));
+}
+
+TEST_CASE("home core: ranks round-robin over the cores, as Linux places threads created in rank order") {
+  CHECK(home_core(0, 2) == 0);
+  CHECK(home_core(1, 2) == 1);
+  CHECK(home_core(2, 2) == 0);
+  CHECK(home_core(3, 2) == 1);
+  CHECK(home_core(5, 4) == 1);
+  CHECK(home_core(7, 1) == 0);
 }
 
 TEST_CASE("engine with a host: ops share the cores and are re-rated as others start and end") {
@@ -68,10 +83,30 @@ TEST_CASE("engine with a host: ops share the cores and are re-rated as others st
     CHECK(r.makespan == doctest::Approx(3).epsilon(kRel));
   }
   SUBCASE("a position of two threads counts twice") {
-    // Two positions of tp 2 (4 threads) on 2 cores, no contention (busy = alone = 1): share 2/4 -> both end at 2.
+    // Two positions of tp 2 (ranks 0-3) on 2 cores, no contention (busy = alone = 1): each core holds a
+    // thread of both, so each runs at 1/2 -> both end at 2.
     const TaskGraph g = host_graph({1, 1}, {1, 1}, {0, 0}, 2, 2);
     Simulator sim(g);
     CHECK(sim.run().makespan == doctest::Approx(2).epsilon(kRel));
+  }
+  SUBCASE("three ranks on two cores: the two that share a core run at half, the third alone") {
+    // Ranks 0 and 2 on core 0, rank 1 on core 1, 1 s each, no contention. Rank 1 ends at 1; ranks 0 and 2
+    // progress at 1/2 and end at 2. One pool of both cores would give each 2/3 and end all three at 1.5.
+    const TaskGraph g = host_graph({1, 1, 1}, {1, 1, 1}, {0, 0, 0}, 2, 1);
+    Simulator sim(g);
+    const RunResult r = sim.run();
+    CHECK(r.end[1] == doctest::Approx(1).epsilon(kRel));
+    CHECK(r.end[0] == doctest::Approx(2).epsilon(kRel));
+    CHECK(r.end[2] == doctest::Approx(2).epsilon(kRel));
+  }
+  SUBCASE("a core freed by its other rank speeds the one left") {
+    // Ranks 0 and 2 on core 0: rank 0's op of 1 s, rank 2's of 3 s. Both at 1/2 until rank 0 ends at 2
+    // (rank 2 has 2 s left), then rank 2 alone at 1: ends at 4. Rank 1 (core 1) idle all along.
+    const TaskGraph g = host_graph({1, 0, 3}, {1, 0, 3}, {0, 0, 0}, 2, 1);
+    Simulator sim(g);
+    const RunResult r = sim.run();
+    CHECK(r.end[0] == doctest::Approx(2).epsilon(kRel));
+    CHECK(r.end[2] == doctest::Approx(4).epsilon(kRel));
   }
 }
 
@@ -126,4 +161,30 @@ TEST_CASE("simulate with a host: a pipeline's stages wait for neighbours slowed 
   CHECK(one.step_s > 1.2 * two.step_s);
   CHECK(one.step_s <= work + two.step_s - std::max(two.ranks[0].busy_s, two.ranks[1].busy_s) + 1e-9);
   CHECK(one.step_s >= work - 1e-9);  // one core does all compute work
+}
+
+TEST_CASE("simulate with a host: each position's threads sit on their ranks' home cores") {
+  const Model m = load_model("tiny");
+  Layout l;
+  l.tp = l.dp = 1;
+  l.pp = 4;
+  l.global_batch = 8;
+  l.schedule = sched::Kind::one_f_one_b;
+  l.precision = Precision::fp32;
+  l.recompute = Recompute::none;
+  l.attention = AttentionImpl::unfused;
+  l.sequence_parallel = false;
+  System sys = load_system("cpu");
+  sys.host = {};
+  sys.host.cores = 2;
+  // pp 4: stages 0 and 2 on core 0, 1 and 3 on core 1.
+  CHECK(simulate(m, l, sys).job.graph.thread_core == std::vector<int>{0, 1, 0, 1});
+  // tp 2 dp 2: position (dp 0) holds ranks 0 and 1, position (dp 1) ranks 2 and 3: a thread of each per core.
+  l.pp = 1;
+  l.tp = l.dp = 2;
+  CHECK(simulate(m, l, sys).job.graph.thread_core == std::vector<int>{0, 1, 0, 1});
+  // tp 2 on 1 core: both threads there.
+  l.dp = 1;
+  sys.host.cores = 1;
+  CHECK(simulate(m, l, sys).job.graph.thread_core == std::vector<int>{0, 0});
 }
