@@ -4,7 +4,10 @@
 #include <map>
 #include <sstream>
 #include <tuple>
+#include <utility>
+#include <vector>
 
+#include "sim/engine/host_model.hpp"
 #include "traces/steps.hpp"
 #include "util/error.hpp"
 
@@ -132,13 +135,47 @@ double busy_ranks(const trace::Trace& t, const std::vector<std::size_t>& compute
   return 1 + overlap / e.dur_us;
 }
 
+// The host model's view of event i on `cores` cores, each rank on its home core: the mean ranks computing on
+// its core (itself included) and the mean cores with a rank computing (its own always), over its duration.
+void core_load(const trace::Trace& t, const std::vector<std::size_t>& compute, std::size_t i, int cores, double& crowd,
+               double& busy_cores) {
+  const trace::OpEvent& e = t.events[i];
+  crowd = busy_cores = 1;
+  if (!(e.dur_us > 0)) return;
+  const int mine = engine::home_core(e.rank, cores);
+  const double b = e.start_us, f = e.start_us + e.dur_us;
+  double same = 0;
+  std::vector<std::vector<std::pair<double, double>>> on(static_cast<std::size_t>(cores));
+  for (std::size_t j : compute) {
+    const trace::OpEvent& o = t.events[j];
+    if (o.rank == e.rank) continue;
+    const double lo = std::max(b, o.start_us), hi = std::min(f, o.start_us + o.dur_us);
+    if (hi <= lo) continue;
+    const int k = engine::home_core(o.rank, cores);
+    if (k == mine) same += hi - lo;
+    else on[static_cast<std::size_t>(k)].emplace_back(lo, hi);
+  }
+  crowd = 1 + same / e.dur_us;
+  double covered = 0;  // other cores' busy time: the union of their ranks' intervals, core by core
+  for (auto& v : on) {
+    std::sort(v.begin(), v.end());
+    double end = -1e300;
+    for (const auto& [lo, hi] : v) {
+      if (hi <= end) continue;
+      covered += hi - std::max(lo, end);
+      end = hi;
+    }
+  }
+  busy_cores = 1 + covered / e.dur_us;
+}
+
 }  // namespace
 
-MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins) {
+MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, int cores) {
   MeasuredOps out;
   using Key = std::tuple<std::size_t, int, std::string, int, int, int>;
   std::map<Key, std::size_t> at;
-  std::vector<std::vector<double>> durations, busy;
+  std::vector<std::vector<double>> durations, busy, crowd, busy_cores;
   for (std::size_t ti = 0; ti < traces.size(); ++ti) {
     const trace::Trace& t = traces[ti];
     const trace::StepSplit split = trace::split_steps(t, origins.at(ti));
@@ -167,9 +204,17 @@ MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vect
         out.ops.push_back(m);
         durations.emplace_back();
         busy.emplace_back();
+        crowd.emplace_back();
+        busy_cores.emplace_back();
       }
       durations[it->second].push_back(e.dur_us * 1e-6);
       busy[it->second].push_back(busy_ranks(t, compute, i));
+      if (cores > 0) {
+        double c = 1, k = 1;
+        core_load(t, compute, i, cores, c, k);
+        crowd[it->second].push_back(c);
+        busy_cores[it->second].push_back(k);
+      }
     }
   }
   std::vector<double> spreads;
@@ -181,6 +226,13 @@ MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vect
     double s = 0;
     for (double b : busy[k]) s += b / busy[k].size();
     m.busy_ranks = s;
+    if (!crowd[k].empty()) {
+      m.crowd = m.busy_cores = 0;
+      for (std::size_t j = 0; j < crowd[k].size(); ++j) {
+        m.crowd += crowd[k][j] / crowd[k].size();
+        m.busy_cores += busy_cores[k][j] / crowd[k].size();
+      }
+    }
     if (m.instances > 1) spreads.push_back(m.spread);
   }
   out.noise = median_of(spreads);

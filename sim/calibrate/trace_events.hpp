@@ -47,6 +47,9 @@ struct MeasuredOp {
   double median_s = 0;    // their median duration
   double spread = 0;      // (p75 - p25) / median of their durations; 0 with fewer than 2
   double busy_ranks = 1;  // mean number of ranks computing during its instances, itself included
+  // With the host's cores known (measure_ops' `cores` > 0), the host model's view (sim/engine/host_model.hpp):
+  // the mean ranks computing on its rank's home core, itself included, and the mean cores computing.
+  double crowd = 1, busy_cores = 1;
   double flops = 0;
 };
 
@@ -58,7 +61,7 @@ struct MeasuredOps {
 
 // Compute-stream events of the op kinds above with a positive duration; `origins` name the traces in
 // messages (InputError from the step split: traces not of whole steps).
-MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins);
+MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vector<std::string>& origins, int cores = 0);
 
 // Median and (p75 - p25) / median by nearest rank on the sorted values (the bench's spread).
 double median_of(std::vector<double> v);

@@ -64,11 +64,10 @@ struct Row {
 };
 
 Row row_of(const MeasuredOp& m, const Parts& alone, const Parts& busy, int cores) {
-  // The host model's rate (sim/engine/host_model.hpp) for the mean ranks computing around the op: a time
-  // interpolated between alone and busy by phi, over the share of a core.
-  const double n = std::max(1.0, m.busy_ranks);
-  const double share = n > cores ? cores / n : 1.0;
-  const double phi = cores > 1 ? (std::min(n, static_cast<double>(cores)) - 1) / (cores - 1) : 0.0;
+  // The host model's rate (sim/engine/host_model.hpp) for the mean load the trace shows around the op: a time
+  // interpolated between alone and busy by phi (the cores computing), over its share of its home core.
+  const double share = 1.0 / std::max(1.0, m.crowd);
+  const double phi = cores > 1 ? (std::clamp(m.busy_cores, 1.0, static_cast<double>(cores)) - 1) / (cores - 1) : 0.0;
   const auto at = [&](double a, double b) { return (a + (b - a) * phi) / share; };
   return {&m, at(alone.f, busy.f), at(alone.gf, busy.gf), at(alone.gb, busy.gb), at(alone.w, busy.w)};
 }
@@ -145,12 +144,12 @@ TraceFit fit_trace_glue(const std::vector<trace::Trace>& traces, const std::vect
   TESSEL_CHECK(profile.gpu.kind_rates(), "the per-op trace fit needs measured kind rates");
   const std::vector<TraceSpec> specs = trace_specs(traces, origins);
   check_events(traces, specs, origins);
-  const MeasuredOps ops = measure_ops(traces, origins);
+  const int cores = host_cores(profile, traces);
+  const MeasuredOps ops = measure_ops(traces, origins, cores);
   TraceFit out;
   out.method = "per-op";
   out.skipped = ops.skipped;
   out.noise = ops.noise;
-  const int cores = host_cores(profile, traces);
   if (profile.host.cores == 0 && cores > 1) {
     profile.host.cores = cores;
     notes.push_back("host.cores " + std::to_string(cores) + " from the traces (otherData.host.cores); no bench of several "

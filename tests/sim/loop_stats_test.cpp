@@ -99,3 +99,29 @@ TEST_CASE("measured ops: the median of the steady-state instances, their spread 
   CHECK(f0.spread == doctest::Approx(40.0 / 110));
   CHECK(f0.busy_ranks == doctest::Approx(1.5));
 }
+
+TEST_CASE("measured ops on a host: the ranks on the op's home core and the cores computing around it") {
+  // 2 cores, 4 ranks: 0 and 2 on core 0, 1 and 3 on core 1. Two steps (the first warm-up), the second as
+  // below from t = 1000. Rank 0's forward [0, 100); rank 2's [50, 100) on the same core: crowd 1.5. Core 1:
+  // rank 1 over [0, 100) and rank 3 over [0, 40): busy the whole time once, however many of its ranks
+  // compute (the union, not the sum): busy cores 2. The pool's count would be 1 + 0.5 + 1 + 0.4 = 2.9.
+  trace::Trace t;
+  for (int s = 0; s < 2; ++s) {
+    const double at = 1000.0 * s;
+    t.events.push_back(op(0, "forward", 0, 0, at, 100));
+    t.events.push_back(op(2, "forward", 2, 0, at + 50, 50));
+    t.events.push_back(op(1, "forward", 1, 0, at, 100));
+    t.events.push_back(op(3, "forward", 3, 0, at, 40));
+    for (int r = 0; r < 4; ++r) t.events.push_back(op(r, "optimizer", -1, -1, at + 200, 10));
+  }
+  const MeasuredOps ops = measure_ops({t}, {"t.json"}, 2);
+  const MeasuredOp& f0 = ops.ops.front();
+  REQUIRE(f0.rank == 0);
+  CHECK(f0.busy_ranks == doctest::Approx(2.9));
+  CHECK(f0.crowd == doctest::Approx(1.5));
+  CHECK(f0.busy_cores == doctest::Approx(2.0));
+  // Without the cores the host view is left at one rank on an otherwise idle host.
+  const MeasuredOps pool = measure_ops({t}, {"t.json"});
+  CHECK(pool.ops.front().crowd == 1);
+  CHECK(pool.ops.front().busy_cores == 1);
+}
