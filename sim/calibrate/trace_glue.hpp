@@ -11,7 +11,8 @@
 // F the rest of its prediction (every benched kind), Gf and Gb its glue bytes / 1 GB/s, W its weight-gradient
 // GEMM seconds; x_f = 1 GB/s / glue_fwd rate, x_b likewise, x_w the class factor. [.](phi) is the host
 // model's interpolation between the op alone and with every core busy at the busy level the trace shows
-// around it, share = min(1, cores / ranks computing) (sim/engine/host_model.hpp). The parts come from the
+// around it (the cores computing), share = 1 / the ranks computing on its home core (MeasuredOp::crowd,
+// busy_cores; sim/engine/host_model.hpp). The parts come from the
 // step costs (sim/step_costs.hpp) on probe profiles (one part switched on at a time), so they are the cost
 // model's; x >= 0 by NNLS on absolute errors (a step is a sum of ops: long ones weigh more). x_w is fitted only
 // where input- and weight-gradient events are apart (a zero-bubble trace); else it keeps the bench's value.
