@@ -35,6 +35,29 @@ TaskGraph host_graph(const std::vector<double>& alone, const std::vector<double>
   for (int r = 0; r < n * threads; ++r) g.thread_core.push_back(home_core(r, cores));
   return g;
 }
+
+// What the CPU runtime executes (fp32, no recompute, the unfused attention, no SP), 1F1B.
+Layout cpu_layout(int tp, int pp, int dp, int global_batch) {
+  Layout l;
+  l.tp = tp;
+  l.pp = pp;
+  l.dp = dp;
+  l.global_batch = global_batch;
+  l.schedule = sched::Kind::one_f_one_b;
+  l.precision = Precision::fp32;
+  l.recompute = Recompute::none;
+  l.attention = AttentionImpl::unfused;
+  l.sequence_parallel = false;
+  return l;
+}
+
+// The cpu preset with a host of `cores` cores and no contention.
+System host_system(int cores) {
+  System sys = load_system("cpu");
+  sys.host = {};
+  sys.host.cores = cores;
+  return sys;
+}
 }  // namespace
 
 TEST_CASE("host rate: a share of its core over the time at the cores' busy level") {
@@ -113,16 +136,8 @@ TEST_CASE("engine with a host: ops share the cores and are re-rated as others st
 TEST_CASE("simulate with a host: ranks beyond the cores time-share them; contention slows all-busy moments") {
   // tiny, tp 2, one position (2 threads), dp 1 pp 1: no flows, so the step is the sum of its compute ops.
   const Model m = load_model("tiny");
-  Layout l;
-  l.tp = 2;
-  l.pp = l.dp = 1;
-  l.global_batch = 4;
-  l.precision = Precision::fp32;
-  l.recompute = Recompute::none;
-  l.attention = AttentionImpl::unfused;
-  l.sequence_parallel = false;
-  System sys = load_system("cpu");
-  sys.host = {};
+  const Layout l = cpu_layout(2, 1, 1, 4);
+  System sys = host_system(0);
   const double free_step = simulate(m, l, sys).step_s;
   // One core, no contention: the 2 threads share it, every op takes twice as long: the step doubles.
   sys.host.cores = 1;
@@ -141,18 +156,8 @@ TEST_CASE("simulate with a host: a pipeline's stages wait for neighbours slowed 
   // ranks' overlapping compute shares it, so the step is longer, but never more than the whole work done
   // serially (work conserving: the sum of every rank's busy time alone).
   const Model m = load_model("tiny");
-  Layout l;
-  l.tp = l.dp = 1;
-  l.pp = 2;
-  l.global_batch = 4;
-  l.schedule = sched::Kind::one_f_one_b;
-  l.precision = Precision::fp32;
-  l.recompute = Recompute::none;
-  l.attention = AttentionImpl::unfused;
-  l.sequence_parallel = false;
-  System sys = load_system("cpu");
-  sys.host = {};
-  sys.host.cores = 2;
+  const Layout l = cpu_layout(1, 2, 1, 4);
+  System sys = host_system(2);
   const SimReport two = simulate(m, l, sys);
   sys.host.cores = 1;
   const SimReport one = simulate(m, l, sys);
@@ -165,26 +170,10 @@ TEST_CASE("simulate with a host: a pipeline's stages wait for neighbours slowed 
 
 TEST_CASE("simulate with a host: each position's threads sit on their ranks' home cores") {
   const Model m = load_model("tiny");
-  Layout l;
-  l.tp = l.dp = 1;
-  l.pp = 4;
-  l.global_batch = 8;
-  l.schedule = sched::Kind::one_f_one_b;
-  l.precision = Precision::fp32;
-  l.recompute = Recompute::none;
-  l.attention = AttentionImpl::unfused;
-  l.sequence_parallel = false;
-  System sys = load_system("cpu");
-  sys.host = {};
-  sys.host.cores = 2;
   // pp 4: stages 0 and 2 on core 0, 1 and 3 on core 1.
-  CHECK(simulate(m, l, sys).job.graph.thread_core == std::vector<int>{0, 1, 0, 1});
+  CHECK(simulate(m, cpu_layout(1, 4, 1, 8), host_system(2)).job.graph.thread_core == std::vector<int>{0, 1, 0, 1});
   // tp 2 dp 2: position (dp 0) holds ranks 0 and 1, position (dp 1) ranks 2 and 3: a thread of each per core.
-  l.pp = 1;
-  l.tp = l.dp = 2;
-  CHECK(simulate(m, l, sys).job.graph.thread_core == std::vector<int>{0, 1, 0, 1});
+  CHECK(simulate(m, cpu_layout(2, 1, 2, 8), host_system(2)).job.graph.thread_core == std::vector<int>{0, 1, 0, 1});
   // tp 2 on 1 core: both threads there.
-  l.dp = 1;
-  sys.host.cores = 1;
-  CHECK(simulate(m, l, sys).job.graph.thread_core == std::vector<int>{0, 0});
+  CHECK(simulate(m, cpu_layout(2, 1, 1, 4), host_system(1)).job.graph.thread_core == std::vector<int>{0, 0});
 }
