@@ -77,5 +77,9 @@ for r in d["repeats"]:
           f"held-out {s['measurement_noise_pct']:.1f}%, steal {fmt_pct(s.get('steal_pct'))}; "
           f"load {r['load_before']:.2f} -> {r['load_after']:.2f}; {'meets' if ok else 'misses'} the targets"
           + ("" if s["trusted"] else f"; NOT TRUSTED: {s['untrusted_because']}"))
+between = d["overall"].get("measured_tau_between_repeats", [])
+if between:
+    print("measured order between repeats (how far the measurement itself repeats): Kendall tau "
+          + " / ".join(f"{x:.3f}" for x in between))
 print("all three repeats meet the targets with trusted noise" if every else "not every repeat meets the targets")
 EOF

@@ -79,7 +79,10 @@ Json loop_to_json(const LoopResult& r) {
   j["held_out_layouts"] = held;
   Json reps = Json::array();
   std::vector<double> med, opm, tau;
+  std::vector<std::vector<double>> measured;
   for (const LoopRepeat& p : r.repeats) {
+    measured.emplace_back();
+    for (const LoopRow& row : p.rows) measured.back().push_back(row.measured_s);
     Json rows = Json::array();
     for (const LoopRow& row : p.rows) rows.push_back(row_json(row));
     reps.push_back({{"repeat", p.repeat}, {"load_before", p.load_before}, {"load_after", p.load_after},
@@ -100,7 +103,8 @@ Json loop_to_json(const LoopResult& r) {
     tau.push_back(p.kendall_tau);
   }
   j["repeats"] = reps;
-  j["overall"] = {{"median_abs_error_pct", med}, {"op_median_abs_error_pct", opm}, {"kendall_tau", tau}};
+  j["overall"] = {{"median_abs_error_pct", med}, {"op_median_abs_error_pct", opm}, {"kendall_tau", tau},
+                  {"measured_tau_between_repeats", calib::tau_between_repeats(measured)}};
   j["targets"] = {{"median_abs_error_pct", 100 * kTargetStep}, {"op_median_abs_error_pct", 100 * kTargetOp},
                   {"kendall_tau", kTargetTau}, {"noise_pct", 100 * calib::kNoiseFlag}};
   return j;

@@ -27,6 +27,13 @@ double kendall_tau(const std::vector<double>& a, const std::vector<double>& b) {
   return den > 0 ? s / den : 0.0;
 }
 
+std::vector<double> tau_between_repeats(const std::vector<std::vector<double>>& measured) {
+  std::vector<double> out;
+  for (std::size_t i = 0; i < measured.size(); ++i)
+    for (std::size_t j = i + 1; j < measured.size(); ++j) out.push_back(kendall_tau(measured[i], measured[j]));
+  return out;
+}
+
 trace::Trace fold_recompute(const trace::Trace& simulated) {
   trace::Trace out = simulated;
   out.events.clear();

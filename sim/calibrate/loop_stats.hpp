@@ -14,6 +14,11 @@ namespace tessel::calib {
 // side. InputError-free: the sides must have one length (TESSEL_CHECK).
 double kendall_tau(const std::vector<double>& a, const std::vector<double>& b);
 
+// Kendall tau between the measurements of every two repeats, in the order (0, 1), (0, 2), ..., (1, 2), ...:
+// how far the measured order itself repeats, which bounds the tau a prediction can be expected to reach
+// against any one repeat. Every repeat must measure the same layouts in the same order (TESSEL_CHECK).
+std::vector<double> tau_between_repeats(const std::vector<std::vector<double>>& measured);
+
 // Per compute op kind, the compared step's totals over ops matched one to one (compare.hpp).
 struct OpError {
   std::string op;         // forward, backward, input_grad, weight_grad, optimizer

@@ -125,3 +125,17 @@ TEST_CASE("measured ops on a host: the ranks on the op's home core and the cores
   CHECK(pool.ops.front().crowd == 1);
   CHECK(pool.ops.front().busy_cores == 1);
 }
+
+TEST_CASE("tau between repeats: every pair of repeats' measured orders, in order (0,1), (0,2), (1,2)") {
+  // Four layouts. Repeat 1 swaps the two middle ones (5 of 6 pairs agree: tau 4/6); repeat 2 reverses repeat 0
+  // (tau -1 with it; with repeat 1, 1 of 6 pairs agrees: -4/6).
+  const std::vector<std::vector<double>> m = {{1, 2, 3, 4}, {1, 3, 2, 4}, {4, 3, 2, 1}};
+  const std::vector<double> t = tau_between_repeats(m);
+  REQUIRE(t.size() == 3);
+  CHECK(t[0] == doctest::Approx(4.0 / 6));
+  CHECK(t[1] == doctest::Approx(-1.0));
+  CHECK(t[2] == doctest::Approx(-4.0 / 6));
+  // One repeat has no pair; repeats of different layouts are a caller's error.
+  CHECK(tau_between_repeats({{1, 2, 3}}).empty());
+  CHECK_THROWS(tau_between_repeats({{1, 2, 3}, {1, 2}}));
+}

@@ -47,6 +47,9 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   CHECK(j["calibration_layouts"].size() == 2);
   REQUIRE(j["held_out_layouts"].size() == 3);
   REQUIRE(j["repeats"].size() == 1);
+  // The measured order's repeatability: one tau per pair of repeats, none with one repeat.
+  CHECK(j["overall"]["measured_tau_between_repeats"].is_array());
+  CHECK(j["overall"]["measured_tau_between_repeats"].empty());
   const auto& rep = j["repeats"][0];
   REQUIRE(rep["rows"].size() == 3);
   std::vector<int> ranks;
