@@ -120,42 +120,35 @@ bool fitted_kind(const std::string& op) {
   return op == "forward" || op == "backward" || op == "input_grad" || op == "weight_grad" || op == "optimizer";
 }
 
-// Mean ranks computing during event i (itself included): the overlap of every other rank's compute events
-// with it, over its duration. Quadratic in the compute events, which a CPU run has a few thousand of.
-double busy_ranks(const trace::Trace& t, const std::vector<std::size_t>& compute, std::size_t i) {
-  const trace::OpEvent& e = t.events[i];
-  if (!(e.dur_us > 0)) return 1;
-  const double b = e.start_us, f = e.start_us + e.dur_us;
-  double overlap = 0;
-  for (std::size_t j : compute) {
-    const trace::OpEvent& o = t.events[j];
-    if (o.rank == e.rank) continue;
-    overlap += std::max(0.0, std::min(f, o.start_us + o.dur_us) - std::max(b, o.start_us));
-  }
-  return 1 + overlap / e.dur_us;
-}
+// The load around compute event i, in one pass over the other ranks' compute events (quadratic in them; a CPU
+// run has a few thousand): `busy` = the mean ranks computing during it, itself included (the pool view). With
+// `cores` > 0, the host model's view, each rank on its home core: `crowd` = the mean ranks computing on its
+// core, itself included, and `busy_cores` = the mean cores with a rank computing, its own always.
+struct Load {
+  double busy = 1, crowd = 1, busy_cores = 1;
+};
 
-// The host model's view of event i on `cores` cores, each rank on its home core: the mean ranks computing on
-// its core (itself included) and the mean cores with a rank computing (its own always), over its duration.
-void core_load(const trace::Trace& t, const std::vector<std::size_t>& compute, std::size_t i, int cores, double& crowd,
-               double& busy_cores) {
+Load load_around(const trace::Trace& t, const std::vector<std::size_t>& compute, std::size_t i, int cores) {
   const trace::OpEvent& e = t.events[i];
-  crowd = busy_cores = 1;
-  if (!(e.dur_us > 0)) return;
-  const int mine = engine::home_core(e.rank, cores);
+  Load out;
+  if (!(e.dur_us > 0)) return out;
+  const int mine = cores > 0 ? engine::home_core(e.rank, cores) : 0;
   const double b = e.start_us, f = e.start_us + e.dur_us;
-  double same = 0;
-  std::vector<std::vector<std::pair<double, double>>> on(static_cast<std::size_t>(cores));
+  double all = 0, same = 0;
+  std::vector<std::vector<std::pair<double, double>>> on(static_cast<std::size_t>(std::max(cores, 0)));
   for (std::size_t j : compute) {
     const trace::OpEvent& o = t.events[j];
     if (o.rank == e.rank) continue;
     const double lo = std::max(b, o.start_us), hi = std::min(f, o.start_us + o.dur_us);
     if (hi <= lo) continue;
+    all += hi - lo;
+    if (cores <= 0) continue;
     const int k = engine::home_core(o.rank, cores);
     if (k == mine) same += hi - lo;
     else on[static_cast<std::size_t>(k)].emplace_back(lo, hi);
   }
-  crowd = 1 + same / e.dur_us;
+  out.busy = 1 + all / e.dur_us;
+  out.crowd = 1 + same / e.dur_us;
   double covered = 0;  // other cores' busy time: the union of their ranks' intervals, core by core
   for (auto& v : on) {
     std::sort(v.begin(), v.end());
@@ -166,7 +159,8 @@ void core_load(const trace::Trace& t, const std::vector<std::size_t>& compute, s
       end = hi;
     }
   }
-  busy_cores = 1 + covered / e.dur_us;
+  out.busy_cores = 1 + covered / e.dur_us;
+  return out;
 }
 
 }  // namespace
@@ -208,12 +202,11 @@ MeasuredOps measure_ops(const std::vector<trace::Trace>& traces, const std::vect
         busy_cores.emplace_back();
       }
       durations[it->second].push_back(e.dur_us * 1e-6);
-      busy[it->second].push_back(busy_ranks(t, compute, i));
+      const Load load = load_around(t, compute, i, cores);
+      busy[it->second].push_back(load.busy);
       if (cores > 0) {
-        double c = 1, k = 1;
-        core_load(t, compute, i, cores, c, k);
-        crowd[it->second].push_back(c);
-        busy_cores[it->second].push_back(k);
+        crowd[it->second].push_back(load.crowd);
+        busy_cores[it->second].push_back(load.busy_cores);
       }
     }
   }
