@@ -97,12 +97,22 @@ Json kernels_to_json(const GpuSpec& g) {
   return k;
 }
 
-// node.collectives: {"all_reduce": {"latency_us", "GBps"}, ...}.
+// node.collectives: {"all_reduce": {"latency_us", "GBps", optional "large_from_MB" with "large_GBps"}, ...}.
 void parse_collectives(JsonObject c, NodeSpec& n) {
   for (int i = 0; i < 6; ++i) {
     if (!c.has(kCollectiveNames[i])) continue;
     JsonObject l = c.object(kCollectiveNames[i]);
-    n.collective[static_cast<std::size_t>(i)] = {l.number("latency_us", 0, 1e6) * kUs, l.number("GBps", kMinRate, kMaxRate) * kGB};
+    LinkRate& r = n.collective[static_cast<std::size_t>(i)];
+    r = {l.number("latency_us", 0, 1e6) * kUs, l.number("GBps", kMinRate, kMaxRate) * kGB};
+    const auto from = l.opt_number("large_from_MB", 1e-6, 1e9);
+    const auto large = l.opt_number("large_GBps", kMinRate, kMaxRate);
+    if (from.has_value() != large.has_value())
+      l.fail(from ? "large_from_MB" : "large_GBps", "large_from_MB and large_GBps come together (the bytes past one "
+             "message size move at the second rate)");
+    if (from) {
+      r.large_bytes = *from * 1e6;
+      r.large_bw_Bps = *large * kGB;
+    }
     l.finish();
   }
   c.finish();
@@ -282,7 +292,12 @@ Json system_to_json(const System& s) {
   Json colls = Json::object();
   for (int i = 0; i < 6; ++i) {
     const LinkRate& l = s.node.collective[static_cast<std::size_t>(i)];
-    if (l.bw_Bps > 0) colls[kCollectiveNames[i]] = {{"latency_us", l.latency_s / kUs}, {"GBps", l.bw_Bps / kGB}};
+    if (!(l.bw_Bps > 0)) continue;
+    colls[kCollectiveNames[i]] = {{"latency_us", l.latency_s / kUs}, {"GBps", l.bw_Bps / kGB}};
+    if (l.large_bytes > 0 && l.large_bw_Bps > 0) {
+      colls[kCollectiveNames[i]]["large_from_MB"] = l.large_bytes / 1e6;
+      colls[kCollectiveNames[i]]["large_GBps"] = l.large_bw_Bps / kGB;
+    }
   }
   if (!colls.empty()) j["node"]["collectives"] = colls;
   if (s.host.cores > 0) {

@@ -88,9 +88,12 @@ struct GpuSpec {
   bool kind_rates() const;
 };
 
-// A link measured for one collective (node.collectives; 0 bandwidth: the node's link).
+// A link measured for one collective (node.collectives; 0 bandwidth: the node's link). A host's collectives
+// have a second regime: past large_bytes (the message size the rates are charged on: 0 for none) the buffers
+// leave the caches, and the bytes beyond it move at large_bw_Bps (sim/cost/comm.cpp, link_seconds).
 struct LinkRate {
   double latency_s = 0, bw_Bps = 0;
+  double large_bytes = 0, large_bw_Bps = 0;
 };
 
 struct NodeSpec {

@@ -350,10 +350,11 @@ void bench_kernels(calib::BenchData& out, int threads) {
   }
 }
 
-// 1 KiB to 4 MiB per rank block: the sizes of TP activations and pipeline messages of the models the CPU
-// runtime trains. Larger buffers leave the caches and follow a different (DRAM) line, which a single
-// alpha-beta link cannot also fit; calibrating for GPT-sized CPU runs is the point here.
-std::vector<std::size_t> coll_counts() { return {256, 1024, 4096, 16384, 65536, 262144, 1048576}; }
+// 1 KiB to 16 MiB per rank block: the sizes of TP activations and pipeline messages of the models the CPU
+// runtime trains (up to 4 MiB), and of a data-parallel gradient all-reduce (the closed-loop GPT's 3.3 M
+// parameters: 13 MB). Buffers past a few MiB leave the caches and follow a slower line, which calibrate fits
+// as the link's second regime (calib::fit_link_regimes).
+std::vector<std::size_t> coll_counts() { return {256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152, 4194304}; }
 
 void add_coll_rows(calib::BenchData& out, const std::string& comm, rt::Collective c, int n,
                    const std::vector<rt::BenchRow>& rows) {

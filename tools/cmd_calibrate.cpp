@@ -38,9 +38,14 @@ Json fit_to_json(const calib::FitResult& f, const calib::TraceFit* tf) {
   j["link_latency_us"] = f.link_latency_s * 1e6;
   j["link_GBps"] = f.link_bw / 1e9;
   Json links = Json::array();
-  for (const auto& l : f.links)
+  for (const auto& l : f.links) {
     links.push_back({{"comm", l.comm}, {"collective", l.collective}, {"rows", l.rows}, {"alpha_us", l.alpha_s * 1e6},
-                     {"bw_GBps", l.bw / 1e9}, {"rms_rel", l.rms}});
+                     {"bw_GBps", l.bw / 1e9}, {"rms_rel", l.rms}, {"rms_rel_one_line", l.rms_one_line}});
+    if (l.large_bytes > 0) {
+      links.back()["large_from_MB"] = l.large_bytes / 1e6;
+      links.back()["large_GBps"] = l.large_bw / 1e9;
+    }
+  }
   j["links"] = links;
   Json res = Json::array();
   for (const auto& r : f.residuals)
@@ -107,10 +112,12 @@ void print_report(const calib::FitResult& f, const calib::TraceFit* tf, const st
     rows.push_back({r.category, std::to_string(r.rows), fmt::pct(r.median_abs), fmt::pct(r.max_abs), fmt::pct(r.rms)});
   std::cout << fmt::table(rows);
   if (!f.links.empty()) {
-    std::vector<std::vector<std::string>> l = {{"per-collective alpha/beta", "rows", "alpha (us)", "bw (GB/s)", "rms"}};
+    std::vector<std::vector<std::string>> l = {
+        {"per-collective alpha/beta", "rows", "alpha (us)", "bw (GB/s)", "past (MB)", "then (GB/s)", "rms", "one line"}};
     for (const auto& k : f.links)
       l.push_back({k.collective + " (" + k.comm + ")", std::to_string(k.rows), fmt::fixed(k.alpha_s * 1e6, 2),
-                   fmt::fixed(k.bw / 1e9, 3), fmt::pct(k.rms)});
+                   fmt::fixed(k.bw / 1e9, 3), k.large_bytes > 0 ? fmt::fixed(k.large_bytes / 1e6, 3) : "-",
+                   k.large_bytes > 0 ? fmt::fixed(k.large_bw / 1e9, 3) : "-", fmt::pct(k.rms), fmt::pct(k.rms_one_line)});
     std::cout << "\n" << fmt::table(l);
   }
   if (tf) {

@@ -198,6 +198,7 @@ LinkFit fit_link(const std::vector<CollRow>& rows, const System& base) {
   return f;
 }
 
+
 // The rate at which the reference step's total time on a path is right: with n_i the rows' per_step counts,
 // x = sum n_i (t_i - c) / sum n_i a_i, for t_i = a_i x + c. Not a relative least squares: the kernels of one
 // path run at 0.5..200 GB/s of the bytes the cost model charges (tanh GELU vs an embedding gather), so no
@@ -268,6 +269,60 @@ void fit_attention_rows(const BenchData& bench, Precision p, double c, FitResult
 }
 
 }  // namespace
+
+LinkFit fit_link_regimes(const std::vector<CollRow>& rows, const System& base) {
+  LinkFit best = fit_link(rows, base);
+  best.rms_one_line = best.rms;
+  // A line within 1% of every row (relative rms) leaves nothing for a second regime to explain.
+  if (best.rms < 0.01) return best;
+  std::vector<double> sizes;
+  for (const CollRow& r : rows) sizes.push_back(r.bytes);
+  std::sort(sizes.begin(), sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
+  const System pa = link_probe(base, 1.0, kHuge), pb = link_probe(base, 0.0, 1.0);
+  // Every breakpoint with at least two sizes on each side: the line on the sizes up to it, then the one rate of
+  // the bytes past it that fits the larger rows best (relative least squares, one unknown).
+  for (std::size_t j = 1; j + 2 < sizes.size(); ++j) {
+    const double L = sizes[j];
+    std::vector<CollRow> small;
+    for (const CollRow& r : rows)
+      if (r.bytes <= L) small.push_back(r);
+    const LinkFit line = fit_link(small, base);
+    if (!(line.bw > 0)) continue;
+    double num = 0, den = 0;
+    std::vector<std::pair<double, double>> cd;  // per large row: the known part and the coefficient of 1/large_bw
+    for (const CollRow& r : rows) {
+      if (r.bytes <= L) continue;
+      const double steps = link_time(pa, r), moved = link_time(pb, r);  // alpha steps; bus factor x bytes
+      const double per_byte = moved / r.bytes;
+      const double c = (steps * line.alpha_s + per_byte * L / line.bw) / r.time_s;
+      const double d = per_byte * (r.bytes - L) / r.time_s;
+      cd.push_back({c, d});
+      num += d * (1 - c);
+      den += d * d;
+    }
+    if (!(den > 0) || !(num > 0)) continue;
+    const double x = num / den;  // 1 / large_bw
+    const double large_bw = 1.0 / x;
+    if (!(large_bw < line.bw)) continue;  // leaving the caches is slower; a faster tail is not this regime
+    double ss = 0;
+    for (const CollRow& r : rows) {
+      if (r.bytes > L) continue;
+      const double e = (link_time(pa, r) * line.alpha_s + link_time(pb, r) / line.bw) / r.time_s - 1;
+      ss += e * e;
+    }
+    for (const auto& [c, d] : cd) ss += (c + d * x - 1) * (c + d * x - 1);
+    const double rms = std::sqrt(ss / rows.size());
+    if (rms < best.rms) {
+      best.alpha_s = line.alpha_s;
+      best.bw = line.bw;
+      best.large_bytes = L;
+      best.large_bw = large_bw;
+      best.rms = rms;
+    }
+  }
+  return best;
+}
 
 Residuals kernel_residuals(const std::vector<KernelRow>& rows, const std::string& path, const System& sys, Precision p) {
   std::vector<double> rel;
@@ -449,7 +504,7 @@ std::vector<CollRow> fit_link_side(const BenchData& bench, const System& base, c
       for (const CollRow& r : rows)
         if (r.collective == c) mine.push_back(r);
       if (mine.size() < 2) continue;
-      LinkFit f = fit_link(mine, base);
+      LinkFit f = fit_link_regimes(mine, base);
       f.comm = opts.comm;
       f.collective = cost::to_string(c);
       out.links.push_back(f);

@@ -44,8 +44,18 @@ struct LinkFit {
   int rows = 0;
   double alpha_s = 0;   // latency per step
   double bw = 0;        // achieved bytes/s in the bandwidth term (1/beta)
+  // A second regime (fit_link_regimes): the bytes of a message past large_bytes at large_bw (0: one line).
+  double large_bytes = 0, large_bw = 0;
   double rms = 0;       // relative
+  double rms_one_line = 0;  // fit_link_regimes: the single line's, for comparison
 };
+
+// One collective's link from its bench rows (relative least squares, as the intra link): the alpha-beta line,
+// or, where it fits the rows better, the line on the sizes up to a breakpoint (one of the rows' sizes, with
+// at least two sizes on each side) and a slower rate for the bytes past it (a host's buffers leaving its
+// caches: the thread all-reduce of 13 MB ran at 2.5 GB/s bus bandwidth where 1 MB ran at 3.6-4.0). The split
+// is kept only where the line misses the rows by 1% or more (relative rms) and the split's rms is lower.
+LinkFit fit_link_regimes(const std::vector<CollRow>& rows, const System& base);
 
 // What the bench's kernel rows set, per kind and direction (sim/calibrate/kind_fit.hpp).
 struct KindFit {

@@ -236,7 +236,7 @@ void set_collective_links(const std::vector<LinkFit>& links, System& profile) {
     if (!(l.bw > 0)) continue;
     for (cost::Collective c : {cost::Collective::all_reduce, cost::Collective::all_gather, cost::Collective::reduce_scatter,
                                cost::Collective::broadcast, cost::Collective::send_recv})
-      if (l.collective == cost::to_string(c)) profile.node.collective[static_cast<std::size_t>(c)] = {l.alpha_s, l.bw};
+      if (l.collective == cost::to_string(c)) profile.node.collective[static_cast<std::size_t>(c)] = {l.alpha_s, l.bw, l.large_bytes, l.large_bw};
   }
 }
 

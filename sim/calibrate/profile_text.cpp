@@ -41,6 +41,7 @@ void describe_measured(std::ostringstream& os, const System& s) {
     if (!(l.bw_Bps > 0)) continue;
     os << (links ? ", " : " Per collective (us per step, GB/s): ") << names[c] << " " << l.latency_s * 1e6 << " + "
        << l.bw_Bps / 1e9;
+    if (l.large_bytes > 0 && l.large_bw_Bps > 0) os << " (past " << l.large_bytes / 1e6 << " MB: " << l.large_bw_Bps / 1e9 << ")";
     links = true;
   }
   if (links) os << ".";

@@ -127,6 +127,11 @@ A2aShares deepep_shares(const DeepEpRouting& r, int per_node, int nodes) {
   return out;
 }
 
+double link_seconds(const LinkRate& l, double bytes) {
+  if (!(l.large_bytes > 0 && l.large_bw_Bps > 0) || bytes <= l.large_bytes) return bytes / l.bw_Bps;
+  return l.large_bytes / l.bw_Bps + (bytes - l.large_bytes) / l.large_bw_Bps;
+}
+
 CommTime collective_time(const System& sys, Collective c, double bytes, const GroupPlacement& g,
                          double concurrent_groups_per_nic, const DeepEpRouting& deepep) {
   CommTime out;
@@ -140,10 +145,10 @@ CommTime collective_time(const System& sys, Collective c, double bytes, const Gr
     // Every group of this kind inside one NVLink domain.
     // A profile that measured this collective apart (node.collectives) prices it on that link.
     const LinkRate& own = sys.node.collective[static_cast<std::size_t>(c)];
-    const double bw = own.bw_Bps > 0 ? own.bw_Bps : intra_bw_Bps;
     const double lat = own.bw_Bps > 0 ? own.latency_s : sys.node.intra_latency_s;
-    out.busbw = bw;
-    out.seconds = (alpha_steps(c, n) * lat + bus_factor(c, n) * bytes / bw) * sys.gpu.time_factor[idx(CostKind::comm)];
+    const double move = own.bw_Bps > 0 ? link_seconds(own, bytes) : bytes / intra_bw_Bps;
+    out.busbw = bytes / move;
+    out.seconds = (alpha_steps(c, n) * lat + bus_factor(c, n) * move) * sys.gpu.time_factor[idx(CostKind::comm)];
     return out;
   }
   if (g.flat) {
@@ -219,9 +224,9 @@ CommTime p2p_time(const System& sys, double bytes, int distance) {
     out.seconds = sys.net.latency_s + bytes / out.busbw;
   } else {
     const LinkRate& own = sys.node.collective[static_cast<std::size_t>(Collective::send_recv)];
-    out.busbw = own.bw_Bps > 0 ? own.bw_Bps : sys.node.intra_bw_Bps * sys.node.intra_efficiency;
-    out.seconds = ((own.bw_Bps > 0 ? own.latency_s : sys.node.intra_latency_s) + bytes / out.busbw) *
-                  sys.gpu.time_factor[idx(CostKind::comm)];
+    const double move = own.bw_Bps > 0 ? link_seconds(own, bytes) : bytes / (sys.node.intra_bw_Bps * sys.node.intra_efficiency);
+    out.busbw = bytes / move;
+    out.seconds = ((own.bw_Bps > 0 ? own.latency_s : sys.node.intra_latency_s) + move) * sys.gpu.time_factor[idx(CostKind::comm)];
   }
   return out;
 }

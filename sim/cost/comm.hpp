@@ -15,6 +15,11 @@ const char* to_string(Collective c);
 // nccl-tests bus-bandwidth factor for n ranks.
 double bus_factor(Collective c, int n);
 
+// Seconds a measured link (node.collectives) takes to move `bytes` of a message in its bandwidth term, before
+// the bus factor: bytes / bw, or in two regimes when the link has one past large_bytes (a host's buffers leave
+// its caches): the bytes up to large_bytes at bw, the rest at large_bw_Bps.
+double link_seconds(const LinkRate& l, double bytes);
+
 // Where a group of ranks sits: `size` ranks, `stride` apart in the global rank order (Megatron's order
 // tp-cp-dp-pp, tp fastest). From it: how many nodes it spans and how many members share a node.
 struct GroupPlacement {

@@ -147,7 +147,47 @@ TEST_CASE("kind fit: the noise is the rows' median spread; collectives get their
   none.collective = "send_recv";  // no bandwidth: not set
   set_collective_links({ar, none}, p);
   CHECK(p.node.collective[static_cast<int>(cost::Collective::all_reduce)].bw_Bps == 2e9);
+  CHECK(p.node.collective[static_cast<int>(cost::Collective::all_reduce)].large_bytes == 0);
   CHECK(p.node.collective[static_cast<int>(cost::Collective::send_recv)].bw_Bps == 0);
+  ar.large_bytes = 4e6;
+  ar.large_bw = 0.5e9;
+  set_collective_links({ar}, p);
+  CHECK(p.node.collective[static_cast<int>(cost::Collective::all_reduce)].large_bytes == 4e6);
+  CHECK(p.node.collective[static_cast<int>(cost::Collective::all_reduce)].large_bw_Bps == 0.5e9);
+}
+
+namespace {
+// Bench rows of one collective at the bench's sizes (4 B elements), timed by the cost model on `link`.
+std::vector<CollRow> rows_on(const LinkRate& link, cost::Collective c, int ranks) {
+  System s = load_system("cpu");
+  s.node.collective[static_cast<std::size_t>(c)] = link;
+  std::vector<CollRow> rows;
+  for (std::int64_t n : {256, 1024, 4096, 16384, 65536, 262144, 1048576, 2097152, 4194304}) {
+    const double bytes = 4.0 * n;
+    rows.push_back({"thread", c, ranks, bytes, n, cost::collective_time(s, c, bytes, {ranks, 1}).seconds});
+  }
+  return rows;
+}
+}  // namespace
+
+TEST_CASE("link regimes: a planted breakpoint and second rate are recovered; rows on one line stay one line") {
+  const System base = load_system("cpu");
+  // All-reduce on four ranks, 20 us a step and 6 GB/s up to 4 MiB (the bench's 1 M elements), 2 GB/s past it.
+  const LinkRate planted{20e-6, 6e9, 4.0 * 1048576, 2e9};
+  const LinkFit f = fit_link_regimes(rows_on(planted, cost::Collective::all_reduce, 4), base);
+  CHECK(f.large_bytes == doctest::Approx(planted.large_bytes).epsilon(1e-9));
+  CHECK(f.alpha_s == doctest::Approx(20e-6).epsilon(1e-6));
+  CHECK(f.bw == doctest::Approx(6e9).epsilon(1e-6));
+  CHECK(f.large_bw == doctest::Approx(2e9).epsilon(1e-6));
+  CHECK(f.rms < 1e-9);
+  CHECK(f.rms_one_line > 0.05);  // one line cannot fit them: the regime is what the rows say
+  // On one line there is nothing to split: the plain alpha-beta fit.
+  const LinkFit g = fit_link_regimes(rows_on({20e-6, 6e9}, cost::Collective::all_gather, 2), base);
+  CHECK(g.large_bytes == 0);
+  CHECK(g.bw == doctest::Approx(6e9).epsilon(1e-6));
+  // A tail faster than the line is not a cache regime: kept as one line.
+  const LinkFit h = fit_link_regimes(rows_on({20e-6, 6e9, 4.0 * 262144, 12e9}, cost::Collective::reduce_scatter, 2), base);
+  CHECK(h.large_bytes == 0);
 }
 
 TEST_CASE("fit_profile over two documents: rates from the one alone, contention from the one of several threads") {

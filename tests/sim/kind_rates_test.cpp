@@ -105,6 +105,14 @@ TEST_CASE("measured sections: bad values name the key, the value and the rule") 
        }, "strictly ascending"},
       {"cores", [](Json& j) { j["host"]["cores"] = 0; }, "host.cores"},
       {"contention", [](Json& j) { j["host"]["contention"]["norm"] = 0.01; }, "host.contention.norm"},
+      {"large regime without its rate", [](Json& j) { j["node"]["collectives"]["all_reduce"]["large_from_MB"] = 4; },
+       "node.collectives.all_reduce.large_from_MB"},
+      {"large rate without its size", [](Json& j) { j["node"]["collectives"]["all_reduce"]["large_GBps"] = 1; },
+       "node.collectives.all_reduce.large_GBps"},
+      {"large regime at zero bytes", [](Json& j) {
+         j["node"]["collectives"]["all_reduce"]["large_from_MB"] = 0;
+         j["node"]["collectives"]["all_reduce"]["large_GBps"] = 1;
+       }, "node.collectives.all_reduce.large_from_MB"},
   };
   for (const Case& c : cases) {
     CAPTURE(c.what);
@@ -190,6 +198,32 @@ TEST_CASE("a collective with its own measured link uses it; the others keep the 
         doctest::Approx(8.4e-6 + 0.5 * 1e6 / 6e9).epsilon(kRel));
   // send/recv: 1 us + 1e6 / 8e9.
   CHECK(cost::p2p_time(s, 1e6, 1).seconds == doctest::Approx(1e-6 + 1e6 / 8e9).epsilon(kRel));
+}
+
+TEST_CASE("a link with a second regime: the bytes past its size at its second rate; it round-trips") {
+  Json j = measured_cpu();
+  j["node"]["collectives"]["all_reduce"]["large_from_MB"] = 4.0;
+  j["node"]["collectives"]["all_reduce"]["large_GBps"] = 0.5;
+  j["node"]["collectives"]["send_recv"]["large_from_MB"] = 1.0;
+  j["node"]["collectives"]["send_recv"]["large_GBps"] = 2.0;
+  const System s = parse_system(j, "p.json");
+  const cost::GroupPlacement two{2, 1};
+  // Up to 4 MB the line alone: 2 x 5 us + 1 x 1e6 / 2e9 (bus factor 1 on two ranks).
+  CHECK(cost::collective_time(s, cost::Collective::all_reduce, 1e6, two).seconds == doctest::Approx(10e-6 + 500e-6).epsilon(kRel));
+  CHECK(cost::collective_time(s, cost::Collective::all_reduce, 4e6, two).seconds == doctest::Approx(10e-6 + 2e-3).epsilon(kRel));
+  // 13 MB: 4 MB at 2 GB/s, 9 MB at 0.5 GB/s.
+  CHECK(cost::collective_time(s, cost::Collective::all_reduce, 13e6, two).seconds ==
+        doctest::Approx(10e-6 + 2e-3 + 18e-3).epsilon(kRel));
+  // Four ranks: the bus factor 2(n-1)/n = 1.5 on both parts; 4 latency steps (the tree's 2 log2 4, fewer
+  // than the ring's 6).
+  CHECK(cost::collective_time(s, cost::Collective::all_reduce, 13e6, {4, 1}).seconds ==
+        doctest::Approx(4 * 5e-6 + 1.5 * (2e-3 + 18e-3)).epsilon(kRel));
+  // send/recv of 3 MB: 1 MB at 8 GB/s, 2 MB at 2 GB/s.
+  CHECK(cost::p2p_time(s, 3e6, 1).seconds == doctest::Approx(1e-6 + 1e6 / 8e9 + 1e-3).epsilon(kRel));
+  const System t = parse_system(system_to_json(s), "again");
+  CHECK(t.node.collective[static_cast<int>(cost::Collective::all_reduce)].large_bytes == doctest::Approx(4e6).epsilon(kRel));
+  CHECK(t.node.collective[static_cast<int>(cost::Collective::all_reduce)].large_bw_Bps == doctest::Approx(0.5e9).epsilon(kRel));
+  CHECK(system_to_json(t) == system_to_json(s));
 }
 
 TEST_CASE("AdamW by size: the measured rate at each size, log-log between them, the nearest outside") {

@@ -45,8 +45,8 @@ TEST_CASE("bench: nccl-tests columns, --json rows, cuda without a device refused
   CHECK(doc["format"] == "tessel-bench");
   CHECK(doc["gemm"].size() > 3);
   CHECK(doc["membw"].size() > 1);
-  // 4 collectives x 7 sizes on a group of 2.
-  CHECK(doc["collectives"].size() == 28);
+  // 4 collectives x 9 sizes (1 KiB to 16 MiB a rank) on a group of 2.
+  CHECK(doc["collectives"].size() == 36);
   for (const auto& row : doc["collectives"]) {
     // busbw = algbw * factor (nccl-tests PERFORMANCE.md): all_reduce 2(n-1)/n = 1 for n = 2.
     if (row["collective"] == "all_reduce")
