@@ -7,7 +7,8 @@
 // under one address-space lock: on a 2-core machine, dp2 ZeRO-1 at micro-batch 2 (a 4-layer, 256-wide GPT)
 // lost 8% of its step there (docs/runtime.md). keep_freed_memory() raises both limits once, before any rank
 // starts: blocks up to glibc's largest threshold (32 MiB on 64-bit) come from the heap and go back to it, and
-// every thread allocates from the one main heap (a thread's own arena unmaps its heaps when they empty).
+// sets the top pad to a thread arena's heap (64 MiB), without which glibc unmaps a thread's heap when it
+// empties.
 // PyTorch's CPU tuning guide gives the same reason for running training under a caching allocator (jemalloc,
 // tcmalloc).
 #pragma once
