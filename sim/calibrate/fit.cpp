@@ -198,7 +198,6 @@ LinkFit fit_link(const std::vector<CollRow>& rows, const System& base) {
   return f;
 }
 
-
 // The rate at which the reference step's total time on a path is right: with n_i the rows' per_step counts,
 // x = sum n_i (t_i - c) / sum n_i a_i, for t_i = a_i x + c. Not a relative least squares: the kernels of one
 // path run at 0.5..200 GB/s of the bytes the cost model charges (tanh GELU vs an embedding gather), so no
