@@ -304,12 +304,7 @@ LinkFit fit_link_regimes(const std::vector<CollRow>& rows, const System& base) {
     const double x = num / den;  // 1 / large_bw
     const double large_bw = 1.0 / x;
     if (!(large_bw < line.bw)) continue;  // leaving the caches is slower; a faster tail is not this regime
-    double ss = 0;
-    for (const CollRow& r : rows) {
-      if (r.bytes > L) continue;
-      const double e = (link_time(pa, r) * line.alpha_s + link_time(pb, r) / line.bw) / r.time_s - 1;
-      ss += e * e;
-    }
+    double ss = line.rms * line.rms * small.size();  // the small rows' residuals under their own line
     for (const auto& [c, d] : cd) ss += (c + d * x - 1) * (c + d * x - 1);
     const double rms = std::sqrt(ss / rows.size());
     if (rms < best.rms) {
