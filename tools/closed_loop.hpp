@@ -31,8 +31,12 @@ struct LoopLayout {
 struct LoopRow {
   std::string layout;
   int ranks = 1;
-  double measured_s = 0;        // median of the steady-state steps (all after the first)
+  double measured_s = 0;        // median of the steady-state steps (all after the first), the faster of two runs
   double spread = 0;            // their interquartile range over the median
+  // Every held-out layout runs twice, a pass over all of them apart (so a disturbance of a few seconds does
+  // not fall on both): the other run's median step, and slower / faster - 1. measured_s, spread, the host
+  // block and the per-op errors are the faster run's. 0 where the layout ran once (calibration, drift).
+  double other_run_s = 0, run_to_run = 0;
   double predicted_s = 0;
   double error = 0;             // predicted / measured - 1
   std::vector<calib::OpError> ops;
@@ -55,6 +59,9 @@ struct LoopRepeat {
   double contention_noise = -1;              // the contention fit's unsteadiness (calib::Calibration)
   std::string contention_unsteady;           // why, when above the flag level (calib::contention_unsteady_text)
   double measurement_noise = 0;              // median spread of the held-out runs' steps
+  // Median over the held-out layouts of LoopRow::run_to_run: how far one layout's two runs disagree, which
+  // a disturbance lasting a whole run (its steps steady, no steal counted) shows and the spread does not.
+  double run_to_run = 0;
   // The machine's drift over the repeat: the first calibration run measured again after the held-out runs,
   // |end / start - 1| of its median step. A load that comes and goes between runs leaves each run's steps
   // steady (small spreads) while it moves the runs apart, which only a repeated run shows.

@@ -74,7 +74,8 @@ for r in d["repeats"]:
           f"median |op error| {s['op_median_abs_error_pct']:.1f}% (<= {t['op_median_abs_error_pct']:g}), "
           f"Kendall tau {s['kendall_tau']:.3f} (>= {t['kendall_tau']:g}); noise: calibration "
           f"{'-' if noise is None else f'{noise:.1f}%'}, contention {fmt_pct(s.get('contention_noise_pct'))}, "
-          f"held-out {s['measurement_noise_pct']:.1f}%, steal {fmt_pct(s.get('steal_pct'))}; "
+          f"held-out {s['measurement_noise_pct']:.1f}%, run to run {fmt_pct(s.get('run_to_run_pct'))}, "
+          f"steal {fmt_pct(s.get('steal_pct'))}; "
           f"load {r['load_before']:.2f} -> {r['load_after']:.2f}; {'meets' if ok else 'misses'} the targets"
           + ("" if s["trusted"] else f"; NOT TRUSTED: {s['untrusted_because']}"))
 between = d["overall"].get("measured_tau_between_repeats", [])

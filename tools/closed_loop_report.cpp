@@ -29,6 +29,7 @@ Json row_json(const LoopRow& r) {
     ops.push_back({{"op", e.op}, {"matched", e.matched}, {"measured_s", e.measured_s}, {"predicted_s", e.predicted_s},
                    {"error_pct", 100 * e.error}});
   Json j = {{"layout", r.layout}, {"ranks", r.ranks}, {"measured_s", r.measured_s}, {"measured_spread_pct", 100 * r.spread},
+            {"other_run_s", r.other_run_s}, {"run_to_run_pct", 100 * r.run_to_run},
             {"predicted_s", r.predicted_s}, {"error_pct", 100 * r.error}, {"ops", ops}};
   if (r.measured_cpu_s >= 0)
     j["host"] = {{"measured_cpu_s", r.measured_cpu_s}, {"measured_run_delay_s", r.measured_run_delay_s},
@@ -49,6 +50,9 @@ std::string distrust(const LoopRepeat& r) {
        << ": the host's cores were not steady while the benches ran, so the fitted contention holds part of the time";
   if (r.measurement_noise > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "the held-out runs' steps vary by " << calib::noise_text(r.measurement_noise);
+  if (r.run_to_run > calib::kNoiseFlag)
+    os << (os.str().empty() ? "" : "; ") << "a held-out layout's two runs differ by " << calib::noise_text(r.run_to_run)
+       << " (median over the layouts)";
   if (r.drift > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "the first calibration run, measured again at the end, moved by "
        << calib::noise_text(r.drift);
@@ -94,6 +98,7 @@ Json loop_to_json(const LoopResult& r) {
                       {"calibration_noise_pct", p.calibration_noise >= 0 ? Json(100 * p.calibration_noise) : Json(nullptr)},
                       {"contention_noise_pct", p.contention_noise >= 0 ? Json(100 * p.contention_noise) : Json(nullptr)},
                       {"measurement_noise_pct", 100 * p.measurement_noise},
+                      {"run_to_run_pct", 100 * p.run_to_run},
                       {"drift_pct", 100 * p.drift},
                       {"steal_pct", p.steal >= 0 ? Json(100 * p.steal) : Json(nullptr)},
                       {"trusted", p.trusted},
@@ -118,7 +123,8 @@ void print_loop(const LoopResult& r) {
               << "; load average "
               << fmt::fixed(p.load_before, 2) << " before, " << fmt::fixed(p.load_after, 2) << " after; profile "
               << p.profile << ")\n";
-    std::vector<std::vector<std::string>> t = {{"held-out layout", "ranks", "measured", "spread", "predicted", "error", "worst op"}};
+    std::vector<std::vector<std::string>> t = {
+        {"held-out layout", "ranks", "measured", "spread", "other run", "predicted", "error", "worst op"}};
     for (const LoopRow& row : p.rows) {
       std::string worst = "-";
       double w = -1;
@@ -128,14 +134,15 @@ void print_loop(const LoopResult& r) {
           worst = e.op + " " + fmt::pct(e.error);
         }
       t.push_back({row.layout, std::to_string(row.ranks), fmt::seconds(row.measured_s), fmt::pct(row.spread),
-                   fmt::seconds(row.predicted_s), fmt::pct(row.error), worst});
+                   fmt::seconds(row.other_run_s), fmt::seconds(row.predicted_s), fmt::pct(row.error), worst});
     }
     std::cout << fmt::table(t) << "  median |step error| " << fmt::pct(p.median_abs_error) << " (target 10%), median |op "
               << "error| " << fmt::pct(p.op_median_abs_error) << " (target 15%), Kendall tau " << fmt::fixed(p.kendall_tau, 3)
               << " (target 0.8); noise: calibration "
               << (p.calibration_noise >= 0 ? fmt::pct(p.calibration_noise) : std::string("-")) << ", contention "
               << (p.contention_noise >= 0 ? fmt::pct(p.contention_noise) : std::string("-")) << ", held-out runs "
-              << fmt::pct(p.measurement_noise) << ", drift " << fmt::pct(p.drift) << "\n";
+              << fmt::pct(p.measurement_noise) << ", run to run " << fmt::pct(p.run_to_run) << ", drift "
+              << fmt::pct(p.drift) << "\n";
     const std::string why = distrust(p);
     std::cout << (why.empty() ? "  trusted: the noises and the drift within 10%\n" : "  NOT TRUSTED: " + why + "\n") << "\n";
   }

@@ -60,6 +60,10 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
     CHECK(row["predicted_s"].get<double>() > 0);
     CHECK(finite_number(row["error_pct"]));
     CHECK(row["measured_spread_pct"].get<double>() >= 0);
+    // Each layout ran twice (two passes), the faster run kept: the other's median step and how far apart.
+    CHECK(row["other_run_s"].get<double>() >= row["measured_s"].get<double>());
+    CHECK(row["run_to_run_pct"].get<double>() ==
+          doctest::Approx(100 * (row["other_run_s"].get<double>() / row["measured_s"].get<double>() - 1)));
     // Forward, backward and the optimizer at least are compared on every layout.
     CHECK(row["ops"].size() >= 3);
     for (const auto& o : row["ops"]) CHECK(o["measured_s"].get<double>() > 0);
@@ -92,6 +96,12 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   CHECK(s["kendall_tau"].get<double>() <= 1);
   CHECK(finite_number(s["calibration_noise_pct"]));
   CHECK(finite_number(s["measurement_noise_pct"]));
+  // The median of the layouts' run-to-run differences (3 layouts: the middle one).
+  std::vector<double> r2r;
+  for (const auto& row : rep["rows"]) r2r.push_back(row["run_to_run_pct"].get<double>());
+  std::sort(r2r.begin(), r2r.end());
+  CHECK(s["run_to_run_pct"].get<double>() == doctest::Approx(r2r[1]));
+  CHECK(std::filesystem::exists(out + "/rep0/heldout_0.b.trace.json"));
   CHECK(s["trusted"].is_boolean());
   // Untrusted repeats say why; trusted ones say nothing.
   CHECK(s["trusted"].get<bool>() == s["untrusted_because"].get<std::string>().empty());
@@ -112,7 +122,9 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   const bool no_steal = s["steal_pct"].is_null() || s["steal_pct"].get<double>() <= 10;
   CHECK(has(s["untrusted_because"].get<std::string>(), "steal time") == !no_steal);
   const bool within = s["calibration_noise_pct"].get<double>() <= 10 && s["measurement_noise_pct"].get<double>() <= 10 &&
-                      s["drift_pct"].get<double>() <= 10 && contention_steady && no_steal;
+                      s["run_to_run_pct"].get<double>() <= 10 && s["drift_pct"].get<double>() <= 10 &&
+                      contention_steady && no_steal;
+  CHECK(has(s["untrusted_because"].get<std::string>(), "two runs differ") == (s["run_to_run_pct"].get<double>() > 10));
   CHECK(s["trusted"].get<bool>() == within);
   CHECK(has(s["untrusted_because"].get<std::string>(), "measured again at the end") ==
         (s["drift_pct"].get<double>() > 10));
