@@ -379,9 +379,8 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
     row.layout = held[i].name;
     row.ranks = held[i].ranks();
     row.other_run_s = runs[i][static_cast<std::size_t>(1 - fast)].measured_s;
-    row.run_to_run = row.other_run_s / row.measured_s - 1;
     row.steal = std::max(runs[i][0].steal, runs[i][1].steal);
-    run_to_run.push_back(row.run_to_run);
+    run_to_run.push_back(row.run_to_run());
     const std::string t = held_trace(dir, i, fast);
     predict(c, held[i], cal.fit.profile, t, row);
     pred.push_back(row.predicted_s);

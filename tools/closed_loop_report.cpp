@@ -29,7 +29,7 @@ Json row_json(const LoopRow& r) {
     ops.push_back({{"op", e.op}, {"matched", e.matched}, {"measured_s", e.measured_s}, {"predicted_s", e.predicted_s},
                    {"error_pct", 100 * e.error}});
   Json j = {{"layout", r.layout}, {"ranks", r.ranks}, {"measured_s", r.measured_s}, {"measured_spread_pct", 100 * r.spread},
-            {"other_run_s", r.other_run_s}, {"run_to_run_pct", 100 * r.run_to_run},
+            {"other_run_s", r.other_run_s}, {"run_to_run_pct", 100 * r.run_to_run()},
             {"predicted_s", r.predicted_s}, {"error_pct", 100 * r.error}, {"ops", ops}};
   if (r.measured_cpu_s >= 0)
     j["host"] = {{"measured_cpu_s", r.measured_cpu_s}, {"measured_run_delay_s", r.measured_run_delay_s},
