@@ -21,7 +21,8 @@
 #                                      build folder (default build); output in device-dry/.
 #   tools/device-check.sh             ON THE DEVICE (device tool: carry [".devdeps"] or [".devbin"]): builds
 #                                      with CUDA in build-device, runs the GPU tests (the multi-rank ones as
-#                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, one-GPU
+#                                      threads on the one GPU), the GEMM/attention/bandwidth sweeps, an
+#                                      8192^3 GEMM held for 15 s in bf16 and fp8 with the SM clock, one-GPU
 #                                      training of tiny (also tp2 pp2 dp2 zero1 under --gpu-threads against
 #                                      the CPU backend, pp2 dp2 zero3 with its state memory, and a
 #                                      checkpoint resumed under another layout), of tiny-moe (tp2 sp dp2
@@ -310,6 +311,38 @@ awk -F, '$1=="attention" && $3=="b16_s1024_h16_d128" && $2 ~ /^(fwd|bwd)_(tc|cud
   END {printf "attention default (b16 s1024 h16 d128): tc fwd %s bwd %s, cudnn fwd %s bwd %s TFLOP/s\n",
        v["fwd_tc_bf16"], v["bwd_tc_bf16"], v["fwd_cudnn_bf16"], v["bwd_cudnn_bf16"]}' "$OUT/bench.csv" | tee -a "$summary"
 
+# 5a. Sustained GEMMs: one 8192^3 GEMM back to back, 15 s in bf16 then 15 s in fp8 (cuda_bench sustained), the
+#     SM clock, power and temperature sampled every 500 ms meanwhile (sustained_clocks.csv, in traces.tar.gz):
+#     whether a long run holds the sweep's short-burst rates, which the Hopper presets take
+#     (docs/validation.md, "H100 / FP8 rows": every Hopper row 12-20% optimistic).
+c=$(cap 40)
+if [ "$c" -ge 35 ] && [ -z "${DRY_RUN:-}" ]; then
+  smi=""
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader,nounits -lms 500 \
+      >"$work/sustained_clocks.csv" 2>&1 &
+    smi=$!
+  fi
+  timeout "$c" "$tdir/cuda_bench" sustained 15 >"$work/sustained.csv" 2>>"$OUT/build.log"
+  [ -n "$smi" ] && kill "$smi" 2>/dev/null
+  grep '^sustained' "$work/sustained.csv" >>"$OUT/bench.csv"
+  for k in bf16 fp8_e4m3; do
+    awk -F, -v k="$k" '$1=="sustained" && $2==k {n++; v[n]=$5}
+      END {if (!n) {print "sustained " k ": no rows"; exit}
+           l = 0; m = 0; for (i = n - 4; i <= n; i++) if (i >= 1) {l += v[i]; m++}
+           printf "sustained %s 8192^3: first second %.1f TFLOP/s, last five seconds %.1f TFLOP/s (%d s)\n", k, v[1], l / m, n}' \
+      "$work/sustained.csv" | tee -a "$summary"
+  done
+  if [ -s "$work/sustained_clocks.csv" ]; then
+    awk -F, '$2+0 > 0 {n++; c[n]=$2+0; p[n]=$3+0; t[n]=$4+0}
+      END {if (!n) exit; lo = c[1]; for (i = 1; i <= n; i++) if (c[i] < lo) lo = c[i]
+           printf "sustained: SM clock %d MHz at the start, %d at the end, lowest %d; power %.0f W at the end; %d C\n", c[1], c[n], lo, p[n], t[n]}' \
+      "$work/sustained_clocks.csv" | tee -a "$summary"
+  fi
+else
+  note "sustained GEMMs skipped (time, or a dry run)"
+fi
+
 # 5b. `tessel bench --backend cuda` (the document `tessel calibrate --bench` reads) and the fit of the h200
 #     preset from it.
 quick=""; [ -n "${DRY_RUN:-}" ] && quick="--quick"  # the fake CUDA's CPU kernels finish only small shapes
@@ -429,5 +462,5 @@ else
   note "compute-sanitizer: not on this image"
 fi
 
-(cd "$work" && tar czf "$OUT/traces.tar.gz" ./*.json 2>/dev/null)
+(cd "$work" && tar czf "$OUT/traces.tar.gz" ./*.json $(ls sustained_clocks.csv 2>/dev/null) 2>/dev/null)
 echo; echo "==== summary"; cat "$summary"

@@ -7,6 +7,10 @@
 //              variants that read bf16 ones, on bf16 operands too (rows *_bf16in); TFLOP/s with the causal
 //              half counted (fwd 2 * 2 B H S^2 d / 2; bwd 2.5x the forward: FlashAttention-2's convention)
 //   bandwidth  a device-to-device copy (the ceiling, bytes read + written) and our memory-bound kernels
+//   sustained  (not in `all`; `cuda_bench sustained SECONDS`) one 8192^3 GEMM back to back for SECONDS, bf16
+//              through kernels/cuda/gemm.hpp, then fp8 e4m3 through cuBLASLt: a row per second of GPU time,
+//              the rate a training run holds once the clocks settle under the power limit, against the sweep's
+//              median of 20 calls after 3 of warm-up
 // One CSV row per measurement on stdout: kind,name,shape,ms,value,unit. Median of `reps` timed with events
 // after warm-up, inputs random (never zeros: METHOD.md).
 #include <cublasLt.h>
@@ -16,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <random>
 #include <string>
@@ -148,7 +153,6 @@ void gemm_sweep() {
   fp8_sweep(sizes, sizeof sizes / sizeof sizes[0]);
 }
 
-
 // fp8 e4m3 values in [-1, 1) from a seeded generator (host conversion; never zeros, never NaN encodings).
 __nv_fp8_e4m3* random_fp8(std::size_t n, std::uint64_t seed) {
   std::mt19937_64 gen(seed);
@@ -162,56 +166,123 @@ __nv_fp8_e4m3* random_fp8(std::size_t n, std::uint64_t seed) {
 }
 
 // D[M,N] (bf16) = A[M,K] B[K,N] with fp8 operands. Column-major cuBLASLt view: A stored K x M and
-// transposed, B stored K x N, D stored M x N ("TN", the only fp8 layout on Hopper).
-void fp8_sweep(const int (*sizes)[3], std::size_t count) {
-  cublasLtHandle_t lt;
-  ok(cublasLtCreate(&lt));
-  const std::size_t ws_bytes = std::size_t(32) << 20;
+// transposed, B stored K x N, D stored M x N ("TN", the only fp8 layout on Hopper). Random operands, the
+// heuristic's first algorithm, a 32 MiB workspace.
+struct Fp8Gemm {
+  int M, N, K;
+  cublasLtHandle_t lt = nullptr;
   void* ws = nullptr;
-  ok(cudaMalloc(&ws, ws_bytes));
-  for (std::size_t i = 0; i < count; ++i) {
-    const int M = sizes[i][0], N = sizes[i][1], K = sizes[i][2];
-    __nv_fp8_e4m3 *A = random_fp8(std::size_t(M) * K, 31 + i), *B = random_fp8(std::size_t(K) * N, 57 + i);
-    __nv_bfloat16* D = nullptr;
+  static constexpr std::size_t kWs = std::size_t(32) << 20;
+  __nv_fp8_e4m3 *A = nullptr, *B = nullptr;
+  __nv_bfloat16* D = nullptr;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t heur{};
+
+  Fp8Gemm(int m, int n, int k, std::uint64_t seed) : M(m), N(n), K(k) {
+    ok(cublasLtCreate(&lt));
+    ok(cudaMalloc(&ws, kWs));
+    A = random_fp8(std::size_t(M) * K, 31 + seed);
+    B = random_fp8(std::size_t(K) * N, 57 + seed);
     ok(cudaMalloc(&D, std::size_t(M) * N * 2));
-    cublasLtMatmulDesc_t op;
     ok(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
     ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    cublasLtMatrixLayout_t la, lb, lc;
     ok(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, K, M, K));
     ok(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, K, N, K));
     ok(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, M, N, M));
-    cublasLtMatmulPreference_t pref;
     ok(cublasLtMatmulPreferenceCreate(&pref));
-    ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes));
-    const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
-    // cuBLASLt's default accumulation (split: partial sums promoted to fp32, what Transformer Engine asks for
-    // its gradient GEMMs), then fast accumulation (its forward GEMMs): rows fp8_e4m3 and fp8_e4m3_fast.
-    for (const std::int8_t fast : {std::int8_t{0}, std::int8_t{1}}) {
-      ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
-      cublasLtMatmulHeuristicResult_t heur{};
-      int found = 0;
-      ok(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
-      const char* name = fast ? "fp8_e4m3_fast" : "fp8_e4m3";
-      if (found == 0) {
-        std::fprintf(stderr, "cuda_bench: no %s algorithm for %s\n", name, shape.c_str());
-        continue;
-      }
-      const float alpha = 1.0f, beta = 0.0f;
-      const double ms = median_ms([&] {
-        ok(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, lc, D, lc, &heur.algo, ws, ws_bytes, nullptr));
-      });
-      row("gemm", name, shape, ms, 2.0 * M * N * K / (ms * 1e-3) / 1e12, "TFLOP/s");
-    }
+    ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &kWs, sizeof kWs));
+  }
+  Fp8Gemm(const Fp8Gemm&) = delete;
+  Fp8Gemm& operator=(const Fp8Gemm&) = delete;
+  ~Fp8Gemm() {
     cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(op);
-    cudaFree(A), cudaFree(B), cudaFree(D);
+    cudaFree(A), cudaFree(B), cudaFree(D), cudaFree(ws);
+    cublasLtDestroy(lt);
   }
-  cudaFree(ws);
-  cublasLtDestroy(lt);
+  // cuBLASLt's default accumulation (split: partial sums promoted to fp32, what Transformer Engine asks for
+  // its gradient GEMMs) or fast accumulation (its forward GEMMs). False when cuBLASLt offers no algorithm.
+  bool select(bool fast) {
+    const std::int8_t f = fast ? 1 : 0;
+    ok(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &f, sizeof f));
+    int found = 0;
+    ok(cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found));
+    return found > 0;
+  }
+  void run() {
+    const float alpha = 1.0f, beta = 0.0f;
+    ok(cublasLtMatmul(lt, op, &alpha, A, la, B, lb, &beta, D, lc, D, lc, &heur.algo, ws, kWs, nullptr));
+  }
+};
+
+void fp8_sweep(const int (*sizes)[3], std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) {
+    Fp8Gemm g(sizes[i][0], sizes[i][1], sizes[i][2], i);
+    const std::string shape = std::to_string(g.M) + "x" + std::to_string(g.N) + "x" + std::to_string(g.K);
+    // Rows fp8_e4m3 (cuBLASLt's default, split accumulation) and fp8_e4m3_fast (fast accumulation).
+    for (const bool fast : {false, true}) {
+      const char* name = fast ? "fp8_e4m3_fast" : "fp8_e4m3";
+      if (!g.select(fast)) {
+        std::fprintf(stderr, "cuda_bench: no %s algorithm for %s\n", name, shape.c_str());
+        continue;
+      }
+      const double ms = median_ms([&] { g.run(); });
+      row("gemm", name, shape, ms, 2.0 * g.M * g.N * g.K / (ms * 1e-3) / 1e12, "TFLOP/s");
+    }
+  }
+}
+
+// `f` back to back for `seconds` of GPU time, in batches of 10 calls timed with events (the host waits for
+// each batch: a few microseconds idle per batch); a row per second of GPU time, shape tagged with the window
+// (8192x8192x8192@3: the fourth second).
+void sustained_rows(const char* name, int M, int N, int K, const std::function<void()>& f, double seconds) {
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a));
+  ok(cudaEventCreate(&b));
+  const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + "@";
+  for (int w = 0; w < static_cast<int>(seconds); ++w) {
+    double ms = 0;
+    long calls = 0;
+    while (ms < 1000) {
+      ok(cudaEventRecord(a));
+      for (int i = 0; i < 10; ++i) f();
+      ok(cudaEventRecord(b));
+      ok(cudaEventSynchronize(b));
+      float t = 0;
+      ok(cudaEventElapsedTime(&t, a, b));
+      ms += t;
+      calls += 10;
+    }
+    row("sustained", name, shape + std::to_string(w), ms / calls, 2.0 * M * N * K * calls / (ms * 1e-3) / 1e12, "TFLOP/s");
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+}
+
+void sustained(double seconds) {
+  const int M = 8192, N = 8192, K = 8192;
+  {
+    kg::Gemm g;
+    ok(g.init());
+    float *A = random_buf(std::size_t(M) * K, 1), *B = random_buf(std::size_t(K) * N, 2);
+    __nv_bfloat16 *hA, *hB, *hC;
+    ok(cudaMalloc(&hA, std::size_t(M) * K * 2));
+    ok(cudaMalloc(&hB, std::size_t(K) * N * 2));
+    ok(cudaMalloc(&hC, std::size_t(M) * N * 2));
+    ok(kg::to_bf16(nullptr, A, hA, std::size_t(M) * K));
+    ok(kg::to_bf16(nullptr, B, hB, std::size_t(K) * N));
+    kg::GemmArgs args{false, false, M, N, K, 1.0f, hA, K, hB, N, 0.0f, hC, N, kg::GemmType::bf16};
+    sustained_rows("bf16", M, N, K, [&] { ok(g.run(nullptr, args)); }, seconds);
+    cudaFree(A), cudaFree(B), cudaFree(hA), cudaFree(hB), cudaFree(hC);
+  }
+  Fp8Gemm g(M, N, K, 0);
+  if (!g.select(false)) throw kg::DeviceError("no fp8 e4m3 algorithm for 8192^3");
+  sustained_rows("fp8_e4m3", M, N, K, [&] { g.run(); }, seconds);
 }
 
 // Row tag of a variant: the names of the first H200 run's rows for fp32 and tc (fwd_fp32, fwd_tc_bf16), the
@@ -359,6 +430,7 @@ int main(int argc, char** argv) {
     if (what == "all" || what == "bandwidth") bandwidth();
     if (what == "all" || what == "gemm") gemm_sweep();
     if (what == "all" || what == "attention") attention_sweep();
+    if (what == "sustained") sustained(argc > 2 ? std::atof(argv[2]) : 15.0);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());
     return 1;
