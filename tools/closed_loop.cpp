@@ -267,10 +267,10 @@ std::vector<calib::BenchData> run_benches(const LoopContext& c, const std::strin
   return benches;
 }
 
-// `first_step_s`: the first calibration run's median step, which the drift check measures again.
+// `calib_steps`: each calibration run's median step, which the drift check measures again.
 // `steal`: raised to the largest steal share of its runs.
 calib::Calibration calibrate_repeat(const LoopContext& c, const std::string& dir, const std::vector<LoopLayout>& calib,
-                                    std::string& profile_path, double& first_step_s, double& steal) {
+                                    std::string& profile_path, std::vector<double>& calib_steps, double& steal) {
   calib::CalibrationInputs in;
   in.benches = run_benches(c, dir);
   for (std::size_t i = 0; i < calib.size(); ++i) {
@@ -278,7 +278,7 @@ calib::Calibration calibrate_repeat(const LoopContext& c, const std::string& dir
     LoopRow run;
     measure(c, calib[i], t, run);
     steal = std::max(steal, run.steal);
-    if (i == 0) first_step_s = run.measured_s;
+    calib_steps.push_back(run.measured_s);
     in.traces.push_back(trace::read_chrome_trace(t));
     in.trace_origins.push_back(t);
   }
@@ -357,8 +357,8 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   r.load_before = load_now();
   const std::string dir = c.out + "/rep" + std::to_string(rep);
   fs::create_directories(dir);
-  double first_step_s = 0;
-  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, first_step_s, r.steal);
+  std::vector<double> calib_steps;
+  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, calib_steps, r.steal);
   r.calibration_noise = cal.noise;
   r.contention_noise = cal.contention_noise;
   r.contention_unsteady = calib::contention_unsteady_text(cal.fit);
@@ -398,10 +398,12 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   r.kendall_tau = calib::kendall_tau(pred, meas);
   r.measurement_noise = calib::median_of(spreads);
   r.run_to_run = calib::median_of(run_to_run);
-  LoopRow again;
-  measure(c, calib.front(), dir + "/drift.trace.json", again);
-  r.drift = std::abs(again.measured_s / first_step_s - 1);
-  r.steal = std::max(r.steal, again.steal);
+  for (std::size_t i = 0; i < calib.size(); ++i) {
+    LoopRow again;
+    measure(c, calib[i], dir + (i == 0 ? std::string("/drift") : "/drift_" + std::to_string(i)) + ".trace.json", again);
+    r.drift = std::max(r.drift, std::abs(again.measured_s / calib_steps[i] - 1));
+    r.steal = std::max(r.steal, again.steal);
+  }
   r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.contention_noise <= calib::kNoiseFlag &&
               r.measurement_noise <= calib::kNoiseFlag && r.run_to_run <= calib::kNoiseFlag && r.drift <= calib::kNoiseFlag &&
               r.steal <= calib::kNoiseFlag;

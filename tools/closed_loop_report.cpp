@@ -54,7 +54,7 @@ std::string distrust(const LoopRepeat& r) {
     os << (os.str().empty() ? "" : "; ") << "a held-out layout's two runs differ by " << calib::noise_text(r.run_to_run)
        << " (median over the layouts)";
   if (r.drift > calib::kNoiseFlag)
-    os << (os.str().empty() ? "" : "; ") << "the first calibration run, measured again at the end, moved by "
+    os << (os.str().empty() ? "" : "; ") << "a calibration run, measured again at the end, moved by "
        << calib::noise_text(r.drift);
   if (r.steal > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "a run lost " << calib::noise_text(r.steal)
