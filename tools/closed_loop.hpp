@@ -34,8 +34,8 @@ struct LoopRow {
   double measured_s = 0;        // median of the steady-state steps (all after the first), the faster of two runs
   double spread = 0;            // their interquartile range over the median
   // Every held-out layout runs twice, a pass over all of them apart (so a disturbance of a few seconds does
-  // not fall on both): the other run's median step. measured_s, spread, the host
-  // block and the per-op errors are the faster run's. 0 where the layout ran once (calibration, drift).
+  // not fall on both): the other run's median step. measured_s, spread, the host block and the per-op errors
+  // are the faster run's. 0 where the layout ran once (calibration, drift).
   double other_run_s = 0;
   // slower / faster - 1 of the two runs; 0 where the layout ran once.
   double run_to_run() const { return other_run_s > 0 && measured_s > 0 ? other_run_s / measured_s - 1 : 0; }

@@ -106,8 +106,8 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   // Untrusted repeats say why; trusted ones say nothing.
   CHECK(s["trusted"].get<bool>() == s["untrusted_because"].get<std::string>().empty());
   // The drift: every calibration run measured again after the held-out runs (their traces are there), the
-  // largest change of their median steps. Trusted exactly when the calibration, contention and measurement noises and
-  // the drift are all within 10% (the contention's: null where the bench fitted none).
+  // largest change of their median steps. Trusted exactly when the calibration, contention and measurement
+  // noises and the drift are all within 10% (the contention's: null where the bench fitted none).
   REQUIRE(finite_number(s["drift_pct"]));
   CHECK(s["drift_pct"].get<double>() >= 0);
   CHECK(std::filesystem::exists(out + "/rep0/drift.trace.json"));
