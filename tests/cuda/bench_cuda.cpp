@@ -70,6 +70,23 @@ float* random_buf(std::size_t n, std::uint64_t seed) {
   return p;
 }
 
+// A GEMM's operands: random fp32 A[M, K], B[K, N], C[M, N] and their bf16 copies (hC uninitialised).
+struct GemmOperands {
+  float *A = nullptr, *B = nullptr, *C = nullptr;
+  __nv_bfloat16 *hA = nullptr, *hB = nullptr, *hC = nullptr;
+  GemmOperands(int M, int N, int K) {
+    A = random_buf(std::size_t(M) * K, 1), B = random_buf(std::size_t(K) * N, 2), C = random_buf(std::size_t(M) * N, 3);
+    ok(cudaMalloc(&hA, std::size_t(M) * K * 2));
+    ok(cudaMalloc(&hB, std::size_t(K) * N * 2));
+    ok(cudaMalloc(&hC, std::size_t(M) * N * 2));
+    ok(kg::to_bf16(nullptr, A, hA, std::size_t(M) * K));
+    ok(kg::to_bf16(nullptr, B, hB, std::size_t(K) * N));
+  }
+  GemmOperands(const GemmOperands&) = delete;
+  GemmOperands& operator=(const GemmOperands&) = delete;
+  ~GemmOperands() { cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(hA), cudaFree(hB), cudaFree(hC); }
+};
+
 void row(const char* kind, const std::string& name, const std::string& shape, double ms, double value, const char* unit) {
   std::printf("%s,%s,%s,%.4f,%.3f,%s\n", kind, name.c_str(), shape.c_str(), ms, value, unit);
   std::fflush(stdout);
@@ -123,13 +140,9 @@ void gemm_sweep() {
                           {2048, 50304, 2048}, {4096, 12288, 1536}};
   for (const auto& s : sizes) {
     const int M = s[0], N = s[1], K = s[2];
-    float *A = random_buf(std::size_t(M) * K, 1), *B = random_buf(std::size_t(K) * N, 2), *C = random_buf(std::size_t(M) * N, 3);
-    __nv_bfloat16 *hA, *hB, *hC;
-    ok(cudaMalloc(&hA, std::size_t(M) * K * 2));
-    ok(cudaMalloc(&hB, std::size_t(K) * N * 2));
-    ok(cudaMalloc(&hC, std::size_t(M) * N * 2));
-    ok(kg::to_bf16(nullptr, A, hA, std::size_t(M) * K));
-    ok(kg::to_bf16(nullptr, B, hB, std::size_t(K) * N));
+    const GemmOperands o(M, N, K);
+    float *A = o.A, *B = o.B, *C = o.C;
+    __nv_bfloat16 *hA = o.hA, *hB = o.hB, *hC = o.hC;
     const std::string shape = std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K);
     double tessel_bf16_ms = 0;
     for (const auto& [name, t] : {std::pair{"bf16", kg::GemmType::bf16}, std::pair{"bf16_fp32", kg::GemmType::bf16_fp32},
@@ -148,7 +161,6 @@ void gemm_sweep() {
       row("gemm", "cublaslt_bf16", shape, raw, 2.0 * M * N * K / (raw * 1e-3) / 1e12, "TFLOP/s");
       row("gemm", "tessel_over_cublaslt_bf16", shape, tessel_bf16_ms, tessel_bf16_ms / raw, "x");
     }
-    cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(hA), cudaFree(hB), cudaFree(hC);
   }
   fp8_sweep(sizes, sizeof sizes / sizeof sizes[0]);
 }
@@ -269,16 +281,9 @@ void sustained(double seconds) {
   {
     kg::Gemm g;
     ok(g.init());
-    float *A = random_buf(std::size_t(M) * K, 1), *B = random_buf(std::size_t(K) * N, 2);
-    __nv_bfloat16 *hA, *hB, *hC;
-    ok(cudaMalloc(&hA, std::size_t(M) * K * 2));
-    ok(cudaMalloc(&hB, std::size_t(K) * N * 2));
-    ok(cudaMalloc(&hC, std::size_t(M) * N * 2));
-    ok(kg::to_bf16(nullptr, A, hA, std::size_t(M) * K));
-    ok(kg::to_bf16(nullptr, B, hB, std::size_t(K) * N));
-    kg::GemmArgs args{false, false, M, N, K, 1.0f, hA, K, hB, N, 0.0f, hC, N, kg::GemmType::bf16};
+    const GemmOperands o(M, N, K);
+    kg::GemmArgs args{false, false, M, N, K, 1.0f, o.hA, K, o.hB, N, 0.0f, o.hC, N, kg::GemmType::bf16};
     sustained_rows("bf16", M, N, K, [&] { ok(g.run(nullptr, args)); }, seconds);
-    cudaFree(A), cudaFree(B), cudaFree(hA), cudaFree(hB), cudaFree(hC);
   }
   Fp8Gemm g(M, N, K, 0);
   if (!g.select(false)) throw kg::DeviceError("no fp8 e4m3 algorithm for 8192^3");
