@@ -68,7 +68,8 @@ struct LoopRepeat {
   // largest |end / start - 1| of their median steps. A load that comes and goes between runs leaves each run's
   // steps steady (small spreads) while it moves the runs apart, which only a repeated run shows; and a slowdown
   // of one core, which the one-rank run does not feel, moves the two-rank one (on a 2-vCPU VM the multi-rank
-  // held-out runs of a repeat were 10-29% slow in both passes while the one-rank rerun moved 3.8%).
+  // held-out runs of a repeat were 13-36% slower than in the other repeats, in both passes, while the
+  // one-rank rerun moved 3.8%).
   double drift = 0;
   // The largest steal share of one run of the repeat (calibration, held-out or drift): a run whose host lost
   // its vCPUs to another guest is slower with steady steps, which neither the noises nor the drift see when
