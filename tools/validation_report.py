@@ -77,7 +77,8 @@ LIMITS = """
   its input gradient {tb_lo:+.0f}% to {tb_hi:+.0f}%, its weight gradient {tw_lo:+.0f}% to {tw_hi:+.0f}%. The profiled forward is as
   long as the input gradient; Tessel's is 10-20% shorter, so the throughput rows' step sums hide a forward
   priced too low and a weight gradient priced a little high.
-- **H100 / FP8 rows (NeMo 24.07 and its long-sequence table)** are 1-20% optimistic in tokens/s: the models of
+- **H100 / FP8 rows (NeMo 24.07 and its long-sequence table)**: the 16 Llama and GPT-3 175B rows are 1-20%
+  optimistic in tokens/s: the models of
   70B and more 1-6%, those of 7-13B 12-20%. The 512-GPU GPT-3 row (micro-batch 2) was 21% pessimistic while the memory model kept every
   linear layer's 16-bit input for the backward: at 82.8 of 80 GiB its no-recompute layout did not fit and
   validate fell back to full recompute. Transformer Engine keeps the fp8 cast instead (1 byte an element:
@@ -114,11 +115,26 @@ LIMITS = """
   llama3_70b.yaml, whose fp8 example also passes an fp8 userbuffers config; gpt3/175b.yaml sets it false, and
   the 7-13B recipes run tp 1. validate knows a source's stack, not each recipe's flags, so it predicts them
   without the overlap (the Llama 3 70B row exposes 1.59 s of TP communication in a 10.54 s step); with
-  `--tp-comm-overlap` they come out +13.5% and +12.1% in tokens/s, and the NeMo / H100 rows' mean |step
-  error| 12.5% instead of 11.3%. Seen that way the Hopper rows are 12-20% optimistic whatever the model size
+  `--tp-comm-overlap` they come out +13.5% and +12.1% in tokens/s, and those 16 rows' mean |step error|
+  12.5% instead of 11.3%. Seen that way the Hopper rows are 12-20% optimistic whatever the model size
   and sequence length (attention 19% of the 4k row's compute and most of the 1M row's, both about +16%),
   GPT-3 175B (+4-6%, no TP overlap) the exception: a cost missing from every Hopper step, not one that grows
   as models shrink.
+- **Five more NeMo 24.07 rows (GPT-3 5B and 20B, Nemotron 8B, 22B and 340B)** name their model without its
+  shape; they are scored since the model presets take the shapes of the same recipes (NeMo-Framework-Launcher
+  commit 1a7171d7, conf/training/gpt3/ and nemotron/; each row's model TFLOP/s over its tokens/s is the FLOPs a
+  token of that shape, to 0.1%). They take the NeMo / H100 rows' mean |step error| from 11.3% over 16 rows to
+  12.5% over 21, above the 12% the tests hold it to (that check is marked as failing, not loosened). Nemotron
+  8B and 22B (+12%) and GPT-3 20B (+8%) are like the others; GPT-3 5B is 27% optimistic, the most of any Hopper
+  row, though it differs from Llama 2 7B (+14%) mostly in running tp 1 over 64 GPUs (its data-parallel traffic
+  hidden behind compute) and a non-gated MLP: why is not known. Nemotron-340B (tp 8, pp 8, vpp 12, dp 2) is
+  predicted not to fit without recompute (88.6 of 80 GiB: 64.4 GiB of weights, fp32 gradients and optimizer
+  state, 21.1 GiB of activations), so validate fills in full recompute and it comes out 25% slow; without
+  recompute it would be 3.6% slow. NVIDIA ran it on 80 GiB with a recompute the table does not state, so
+  either some recompute lighter than full (NeMo can checkpoint some micro-batches only) or the memory model
+  is high for this stack: NeMo's distributed Adam keeps a 16-bit remainder instead of an fp32 master copy
+  (10 bytes a parameter of optimizer state, not 12: megatron_base_model.py's setup_optimization), which Tessel
+  does not model yet and which alone would not make it fit (83 GiB).
 - Rows that cannot be modelled are listed as skipped with the reason (unstated GPU counts or layers, a
   measurement validate does not predict such as the ZB paper's Table 10 throughputs under other settings).
 - The goal beyond the tested bounds (<= 3% mean, <= 8% max) is not met; the items above are why.

@@ -29,10 +29,21 @@ const char* kTinyJson = R"({"name":"t","layers":2,"hidden":8,"heads":2,"ffn":32,
   "activation":"gelu","norm":"layernorm","position":"learned","tied_embeddings":true,"bias":true})";
 }  // namespace
 
+// Presets whose sources state no parameter count (a recipe's label such as "8b" is not one: Nemotron-8B's
+// shape holds 8.5B); the closed forms below count them instead.
+bool count_unstated(const std::string& name) {
+  return name == "gpt3-5b" || name == "gpt3-20b" || name == "nemotron-8b" || name == "nemotron-22b" ||
+         name == "nemotron-340b";
+}
+
 TEST_CASE("presets: parameter counts match the stated ones") {
   for (const auto& name : model_preset_names()) {
     CAPTURE(name);
     const Model m = load_model(name);
+    if (count_unstated(name)) {
+      CHECK(m.stated_params_b == 0);
+      continue;
+    }
     REQUIRE(m.stated_params_b > 0);
     const double ours = static_cast<double>(m.total_params()) / 1e9;
     // Narayanan et al. eq. 2: P = 12 l h^2 (1 + 13/(12h) + (V+s)/(12 l h)) gives Table 1's column.
@@ -48,6 +59,27 @@ TEST_CASE("presets: parameter counts match the stated ones") {
       const double eq2 = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)) / 1e9;
       CHECK(ours == doctest::Approx(eq2).epsilon(1e-4));  // differs only by the final norm, 2h
     }
+  }
+}
+
+TEST_CASE("presets without a stated count: closed forms of their shapes") {
+  // NeMo's GPT-3 recipes are Megatron GPTs: Narayanan et al. eq. 2 plus the final norm (2h).
+  for (const char* name : {"gpt3-5b", "gpt3-20b"}) {
+    CAPTURE(name);
+    const Model m = load_model(name);
+    const double l = m.layers, h = m.hidden, V = m.vocab, s = m.seq_len;
+    CHECK(static_cast<double>(m.total_params()) ==
+          doctest::Approx(12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h)) + 2 * h).epsilon(1e-9));
+  }
+  // Nemotron: no linear biases; per layer Q and O (h x h each), K and V (h x groups x head_dim each), the
+  // squared-ReLU MLP (2 h ffn), two LayerNorms with weight and bias (4h); untied input and output embeddings
+  // and the final LayerNorm.
+  for (const char* name : {"nemotron-8b", "nemotron-22b", "nemotron-340b"}) {
+    CAPTURE(name);
+    const Model m = load_model(name);
+    const double l = m.layers, h = m.hidden, V = m.vocab, f = m.ffn, kv = m.kv_heads * (m.hidden / m.heads);
+    CHECK(static_cast<double>(m.total_params()) ==
+          doctest::Approx(l * (2 * h * h + 2 * h * kv + 2 * h * f + 4 * h) + 2 * V * h + 2 * h).epsilon(1e-9));
   }
 }
 
