@@ -132,9 +132,10 @@ LIMITS = """
   state, 21.1 GiB of activations), so validate fills in full recompute and it comes out 25% slow; without
   recompute it would be 3.6% slow. NVIDIA ran it on 80 GiB with a recompute the table does not state, so
   either some recompute lighter than full (NeMo can checkpoint some micro-batches only) or the memory model
-  is high for this stack: NeMo's distributed Adam keeps a 16-bit remainder instead of an fp32 master copy
-  (10 bytes a parameter of optimizer state, not 12: megatron_base_model.py's setup_optimization), which Tessel
-  does not model yet and which alone would not make it fit (83 GiB).
+  is high for this stack. One candidate: with bf16 weights, NeMo's distributed Adam keeps a 16-bit remainder
+  instead of an fp32 master copy (10 bytes a parameter of optimizer state, not 12; megatron_base_model.py's
+  setup_optimization; with fp8_params it keeps the fp32 copy, and the table does not say which these runs
+  used). Tessel does not model it, and it alone would not make the layout fit (83 GiB).
 - Rows that cannot be modelled are listed as skipped with the reason (unstated GPU counts or layers, a
   measurement validate does not predict such as the ZB paper's Table 10 throughputs under other settings).
 - The goal beyond the tested bounds (<= 3% mean, <= 8% max) is not met; the items above are why.
