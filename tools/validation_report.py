@@ -102,8 +102,11 @@ LIMITS = """
   moved most (+20.7..+24.3% to +12.3..+18.1% in tokens/s), their ring's exchange crossing InfiniBand for a
   large share of each step's attention. What remains is not
   fp8-specific: NVIDIA's published step times of the next NeMo releases (24.09-24.11; dgxc-benchmarking
-  v24.11.1: Llama 3.1 8B on 8 H100, GPT-3 175B on 128) were predicted 13% and 16% too fast in bf16 and 12% and
-  11% in fp8 before the head and loss changes above (not rechecked since). Not modelled yet: the attention kernel per stack and sequence length (NeMo runs cuDNN's fused
+  v24.11.1: Llama 3.1 8B on 8 H100 with tp 1, cp 2, gbs 128, sequence 8192, 12.91 s a step in bf16 and 9.67 s
+  in fp8; GPT-3 175B on 128 with tp 4, pp 8, vpp 12, gbs 256, sequence 2048, 8.91 s and 5.92 s) are predicted
+  10.4% and 16.2% too fast in bf16 and 6.2% and 9.3% in fp8 (step time, 2026-12-06: `tessel estimate --stack
+  megatron-core-2024` on dgx-h100 with those layouts, no recompute, ZeRO-1; 13%, 16%, 12% and 11% before the
+  head and loss changes above). Not modelled yet: the attention kernel per stack and sequence length (NeMo runs cuDNN's fused
   attention; the FlashAttention-3 paper's H100 figures put cuDNN at 518-539 TFLOP/s forward causal and
   499-516 backward at head dim 128 and 4k-16k tokens, where Tessel prices 0.4 of the bf16 peak, 396, forward
   and backward alike: pricing those rates would make these rows more optimistic still, so what they lack is
