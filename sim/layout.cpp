@@ -44,6 +44,29 @@ CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& wh
   throw InputError(what + ": value \"" + s + "\" is not one of megatron, megatron-fused, te");
 }
 
+std::string to_string(StateDtype d) { return d == StateDtype::fp32 ? "fp32" : "bf16"; }
+
+std::string to_string(MasterWeights w) {
+  switch (w) {
+    case MasterWeights::fp32: return "fp32";
+    case MasterWeights::remainder: return "remainder";
+    case MasterWeights::none: return "none";
+  }
+  return "fp32";
+}
+
+StateDtype parse_state_dtype(const std::string& s, const std::string& what) {
+  for (StateDtype d : {StateDtype::fp32, StateDtype::bf16})
+    if (s == to_string(d)) return d;
+  throw InputError(what + ": value \"" + s + "\" is not one of fp32, bf16");
+}
+
+MasterWeights parse_master_weights(const std::string& s, const std::string& what) {
+  for (MasterWeights w : {MasterWeights::fp32, MasterWeights::remainder, MasterWeights::none})
+    if (s == to_string(w)) return w;
+  throw InputError(what + ": value \"" + s + "\" is not one of fp32, remainder, none");
+}
+
 Precision parse_precision(const std::string& s, const std::string& what) {
   if (s == "bf16") return Precision::bf16;
   if (s == "fp16") return Precision::fp16;
@@ -106,6 +129,9 @@ std::string Layout::describe() const {
   if (sequence_parallel) os << " sp";
   if (tp_comm_overlap) os << " tp-overlap";
   if (zero_stage > 0) os << " zero" << zero_stage;
+  if (main_grads != StateDtype::fp32) os << " grads=" << to_string(main_grads);
+  if (moments != StateDtype::fp32) os << " moments=" << to_string(moments);
+  if (master_weights != MasterWeights::fp32) os << " master=" << to_string(master_weights);
   if (!stage_layers.empty()) os << " layers=" << describe_stage_layers(stage_layers);
   return os.str();
 }
@@ -190,6 +216,9 @@ Layout parse_layout(const Json& j, const std::string& where) {
     l.attention = *a == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   }
   if (auto c = o.opt_string("cross_entropy")) l.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
+  if (auto g = o.opt_string("main_grads")) l.main_grads = parse_state_dtype(*g, where + ": main_grads");
+  if (auto m = o.opt_string("moments")) l.moments = parse_state_dtype(*m, where + ": moments");
+  if (auto w = o.opt_string("master_weights")) l.master_weights = parse_master_weights(*w, where + ": master_weights");
   l.overlap_grad_reduce = o.opt_boolean("overlap_grad_reduce").value_or(true);
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
   l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
@@ -242,6 +271,9 @@ Json layout_to_json(const Layout& l) {
   j["precision"] = to_string(l.precision);
   j["attention"] = to_string(l.attention);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
+  if (l.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.main_grads);
+  if (l.moments != StateDtype::fp32) j["moments"] = to_string(l.moments);
+  if (l.master_weights != MasterWeights::fp32) j["master_weights"] = to_string(l.master_weights);
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["overlap_p2p"] = l.overlap_p2p;
@@ -267,6 +299,17 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
   if (gpus > 0 && product != gpus &&
       broke("gpu-count", "tp*pp*dp*cp = " + s(l.tp) + "*" + s(l.pp) + "*" + s(l.dp) + "*" + s(l.cp) + " = " + s(product) +
                              " is not the GPU count " + s(gpus)))
+    return;
+  if (l.precision == Precision::fp32 &&
+      (l.main_grads != StateDtype::fp32 || l.moments != StateDtype::fp32 || l.master_weights != MasterWeights::fp32) &&
+      broke("state-dtypes", "main_grads " + to_string(l.main_grads) + ", moments " + to_string(l.moments) +
+                                ", master_weights " + to_string(l.master_weights) +
+                                " with precision fp32: fp32 training keeps its gradients and moments fp32 and its "
+                                "weights are their own master copy; these apply to bf16, fp16 and fp8 training"))
+    return;
+  if (l.master_weights == MasterWeights::remainder && l.precision == Precision::fp16 &&
+      broke("master-remainder", "master_weights remainder with precision fp16: a 16-bit remainder completes a bf16 "
+                                "weight (the upper half of its fp32 value), not an fp16 one; use fp32 or none"))
     return;
   if (m.heads % l.tp != 0 && broke("tp-divides-heads", "tp " + s(l.tp) + " does not divide heads " + s(m.heads))) return;
   // Megatron replicates KV heads when tp > kv_heads (GQA); it needs tp to be a multiple of kv_heads then.

@@ -24,6 +24,15 @@ enum class AttentionImpl { flash, unfused };
 // normalisation fused), or Transformer Engine's Triton kernels (--cross-entropy-fusion-impl te: an online
 // softmax over the 16-bit logits, the gradient written in place in the backward).
 enum class CrossEntropyImpl { megatron, megatron_fused, te };
+// The training state's dtypes beside the weights under 16-bit (and fp8) training: the gradient buffer the
+// backward accumulates into and the data-parallel reduction sends (Megatron-Core --main-grads-dtype, NeMo's
+// grad_sync_dtype), the two Adam moments (--exp-avg-dtype / --exp-avg-sq-dtype, NeMo's optimizer dtype), and
+// the master copy of the weights: fp32, a 16-bit remainder beside each bf16 weight that makes it fp32 again
+// (Transformer Engine's FusedAdam and NeMo's distributed Adam, store_param_remainders), or none (the optimizer
+// updates the 16-bit weights: NeMo's distributed Adam when its dtype is the model's). fp32 training keeps
+// every one fp32.
+enum class StateDtype { fp32, bf16 };
+enum class MasterWeights { fp32, remainder, none };
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1, cp = 1;
@@ -42,6 +51,9 @@ struct Layout {
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
+  StateDtype main_grads = StateDtype::fp32;          // gradient buffer and its DP reduction (see StateDtype)
+  StateDtype moments = StateDtype::fp32;             // the Adam moments
+  MasterWeights master_weights = MasterWeights::fp32;  // the master copy of the weights
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
   // Pipeline sends/receives overlapped with compute in the steady state (Megatron --overlap-p2p-comm,
@@ -112,12 +124,18 @@ std::string to_string(AttentionImpl a);
 std::string to_string(CrossEntropyImpl c);  // megatron, megatron-fused, te
 // "megatron", "megatron-fused" or "te"; InputError naming `what`, the value and the choices otherwise.
 CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& what);
+std::string to_string(StateDtype d);     // fp32, bf16
+std::string to_string(MasterWeights w);  // fp32, remainder, none
+// Their parsers; InputError naming `what`, the value and the choices otherwise.
+StateDtype parse_state_dtype(const std::string& s, const std::string& what);
+MasterWeights parse_master_weights(const std::string& s, const std::string& what);
 Precision parse_precision(const std::string& s, const std::string& what);
 Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, overlap_grad_reduce,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, main_grads, moments,
+// master_weights, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);

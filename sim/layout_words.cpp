@@ -81,6 +81,15 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
                          "multiple of pp) or mb-rule=torch (PyTorch's ScheduleInterleaved1F1B: m a multiple of "
                          "max(1, m // pp))");
       l.microbatch_rule = sched::parse_microbatch_rule(v, what);
+    } else if (w.rfind("grads=", 0) == 0) {
+      once("gradient dtype", w);
+      l.main_grads = parse_state_dtype(w.substr(6), what + " " + w);
+    } else if (w.rfind("moments=", 0) == 0) {
+      once("moment dtype", w);
+      l.moments = parse_state_dtype(w.substr(8), what + " " + w);
+    } else if (w.rfind("master=", 0) == 0) {
+      once("master weights", w);
+      l.master_weights = parse_master_weights(w.substr(7), what + " " + w);
     } else if (w.rfind("layers=", 0) == 0) {
       once("layers", w);
       l.stage_layers = parse_stage_layers(w.substr(7), what + " " + w);
@@ -107,7 +116,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
         throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN skew=X capacity=X deepep a2a-overlap vppN mbsN zeroN sp tp-overlap layers=... "
-                         "mb-rule=megatron|torch, "
+                         "mb-rule=megatron|torch grads=fp32|bf16 moments=fp32|bf16 master=fp32|remainder|none, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);
       l.schedule = f->kind;

@@ -725,7 +725,7 @@ StepSync step_sync(const Model& m, const Layout& l) {
   StepSync s;
   const cost::GroupPlacement dp = dp_group(l);
   if (dp.size > 1 && l.zero_stage < 3) {
-    s.grad = {l.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter, dp, cost::grad_bytes(l.precision)};
+    s.grad = {l.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter, dp, cost::grad_bytes(l)};
     s.grad_reductions = l.zero_stage == 2 ? l.num_microbatches() : 1;
     if (l.zero_stage >= 1) s.param_gather = {Collective::all_gather, dp, cost::weight_bytes(l.precision)};
   }
@@ -733,7 +733,7 @@ StepSync step_sync(const Model& m, const Layout& l) {
   // parallel group), and the distributed optimizer shards their states over those.
   if (m.moe.enabled() && l.expert_dp() > 1 && l.zero_stage < 3) {
     s.expert_grad = {l.zero_stage == 0 ? Collective::all_reduce : Collective::reduce_scatter, edp_group(l),
-                     cost::grad_bytes(l.precision)};
+                     cost::grad_bytes(l)};
     if (l.zero_stage >= 1) s.expert_param_gather = {Collective::all_gather, edp_group(l), cost::weight_bytes(l.precision)};
   }
   if (l.zero_stage == 3) {
@@ -747,10 +747,10 @@ StepSync step_sync(const Model& m, const Layout& l) {
   // Tied embeddings, or the MTP modules' copy of the token embedding, on another rank than the first stage's.
   if ((m.tied_embeddings || m.mtp_layers > 0) && l.num_stages() > 1 &&
       l.rank_of_stage(0) != l.rank_of_stage(l.num_stages() - 1)) {
-    const double bytes = cost::grad_bytes(l.precision) * m.vocab * m.hidden / l.tp;
+    const double bytes = cost::grad_bytes(l) * m.vocab * m.hidden / l.tp;
     s.tied = {bytes / 2, (l.pp - 1) * l.tp * l.cp * l.dp, 2, l.gpus()};
   }
-  if (l.sequence_parallel && l.tp > 1) s.sp_grad = {Collective::all_reduce, tp_group(l), cost::grad_bytes(l.precision)};
+  if (l.sequence_parallel && l.tp > 1) s.sp_grad = {Collective::all_reduce, tp_group(l), cost::grad_bytes(l)};
   return s;
 }
 

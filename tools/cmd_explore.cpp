@@ -302,6 +302,9 @@ int explore(const Args& args) {
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
        {"--attention", true, "flash|unfused [flash]"},
        {"--cross-entropy", true, "the LM loss: megatron, megatron-fused or te (docs/stacks.md) [megatron, or the stack's]"},
+       {"--main-grads", true, "every layout's gradient buffer and DP reduction: fp32 or bf16 [fp32]"},
+       {"--moments", true, "every layout's Adam moments: fp32 or bf16 [fp32]"},
+       {"--master-weights", true, "every layout's master weights: fp32, remainder or none [fp32]"},
        {"--stack", true, "software stack (preset or JSON): search only what it runs, with its attention and overlaps (docs/stacks.md)"},
        {"--tp-comm-overlap", false, "sequence-parallel layouts overlap TP communication with the GEMMs (Megatron --tp-comm-overlap) [off]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
@@ -358,6 +361,9 @@ int explore(const Args& args) {
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
   if (auto c = cl.get("--cross-entropy")) space.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
+  if (auto g = cl.get("--main-grads")) space.main_grads = parse_state_dtype(*g, "--main-grads");
+  if (auto mo = cl.get("--moments")) space.moments = parse_state_dtype(*mo, "--moments");
+  if (auto w = cl.get("--master-weights")) space.master_weights = parse_master_weights(*w, "--master-weights");
   if (auto v = cl.get("--stack")) {
     // What the stack runs bounds the enumeration, and each layout takes its attention and overlaps (sim/explore
     // enumerate, apply_stack); a restriction flag asking for something it lacks is an error, not an empty search.

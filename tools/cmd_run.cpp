@@ -86,6 +86,9 @@ Layout read_layout(const cli::CommandLine& cl, const Model& m) {
   const bool given = text.has_value();
   Layout l;
   if (given) l = parse_layout_words(*text, 1, "--layout");
+  if (l.main_grads != StateDtype::fp32 || l.moments != StateDtype::fp32 || l.master_weights != MasterWeights::fp32)
+    throw InputError("--layout \"" + *text + "\": grads=, moments= and master= describe a simulated run's state "
+                     "dtypes; the runtime keeps fp32 gradients, moments and master weights (drop them to run it)");
   const auto int_or = [&](const char* flag, std::int64_t hi, int fallback) {
     return static_cast<int>(cl.get_int(flag, 1, hi).value_or(fallback));
   };

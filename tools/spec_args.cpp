@@ -45,6 +45,9 @@ std::vector<OptionSpec> spec_options() {
       {"--precision", true, "bf16|fp16|fp8|fp32 [bf16; fp32 on a CPU system]"},
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
       {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
+      {"--main-grads", true, "gradient buffer and its DP reduction: fp32 or bf16 (Megatron-Core --main-grads-dtype, NeMo's grad_sync_dtype) [fp32]"},
+      {"--moments", true, "the Adam moments: fp32 or bf16 (Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype) [fp32]"},
+      {"--master-weights", true, "the weights' master copy: fp32, remainder (a 16-bit remainder beside each bf16 weight: store_param_remainders) or none (the optimizer updates the 16-bit weights) [fp32]"},
       {"--no-overlap", false, "do not overlap DP gradient reduction / parameter gather with compute [on a CPU system: never]"},
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
       {"--tp-comm-overlap", false, "overlap SP's all-gathers / reduce-scatters with the adjacent GEMMs (Megatron --tp-comm-overlap; needs --sp)"},
@@ -163,6 +166,9 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
     l.attention = AttentionImpl::unfused;
   }
   if (auto c = cl.get("--cross-entropy")) l.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
+  if (auto g = cl.get("--main-grads")) l.main_grads = parse_state_dtype(*g, "--main-grads");
+  if (auto mo = cl.get("--moments")) l.moments = parse_state_dtype(*mo, "--moments");
+  if (auto w = cl.get("--master-weights")) l.master_weights = parse_master_weights(*w, "--master-weights");
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
   if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;

@@ -138,11 +138,10 @@ LIMITS = """
   says how it fits: selective recompute, and distributed_fused_adam with `dtype: bf16` and `grad_sync_dtype:
   bf16`, i.e. bf16 gradients and bf16 moments with no fp32 master copy (NeMo stores none when the optimizer's
   dtype is the model's: megatron_base_model.py's setup_optimization), 6 bytes a parameter of gradients and
-  optimizer state where Tessel charges 16 (4 + 12): about 56 GiB. Tessel's layouts cannot state optimizer and
-  gradient dtypes yet (Megatron-Core's --main-grads-dtype and --exp-avg-dtype, NeMo's optimizer dtype), and
-  validate fills in a row's stack defaults, not its recipe's flags. With selective recompute (and fp32
-  gradient traffic, hidden behind the backward either way) the step is predicted 3.34 s in fp8 (+5.7%) and
-  4.31 s in bf16 (-6.5% against 24.11's 4.61 s).
+  optimizer state where Tessel charges 16 by default (4 + 12). A layout states that (`grads=bf16 moments=bf16
+  master=none`, docs/layout.md): 56.4 GiB, and the step is predicted 3.20 s in fp8 (+1.3% against the
+  recipe's 3.16 s) and 4.20 s in bf16 (-8.9% against 24.11's 4.61 s). validate fills in a row's stack
+  defaults, not its recipe's flags, so the row itself stays at full recompute.
 - Rows that cannot be modelled are listed as skipped with the reason (unstated GPU counts or layers, a
   measurement validate does not predict such as the ZB paper's Table 10 throughputs under other settings).
 - The goal beyond the tested bounds (<= 3% mean, <= 8% max) is not met; the items above are why.

@@ -67,8 +67,9 @@ double inflight_chunks(const Layout& l, int rank);
 double last_stage_extras_alive(const Layout& l);
 
 // Bytes per parameter held by one GPU for weights, gradients and optimizer state (mixed-precision AdamW as
-// Megatron-LM runs it: bf16/fp16 weights, fp32 gradient buffer, fp32 master weights and two moments), divided
-// over the data-parallel group by the ZeRO stage. fp32 training keeps fp32 weights and no master copy.
+// Megatron-LM runs it by default: bf16/fp16 weights, fp32 gradient buffer, fp32 master weights and two moments;
+// the layout's main_grads, moments and master_weights change the last three), divided over the data-parallel
+// group by the ZeRO stage. fp32 training keeps fp32 weights and no master copy.
 struct StateBytes {
   double weights = 0, grads = 0, optimizer = 0;
   double total() const { return weights + grads + optimizer; }
@@ -82,6 +83,8 @@ StateBytes expert_state_bytes_per_param(const Layout& l);
 // --accumulate-allreduce-grads-in-fp32; fp8 training runs under bf16) and fp32; fp16 gradients under fp16
 // (that flag's default, off).
 double grad_bytes(Precision p);
+// The same for a layout: 2 where it keeps bf16 gradients (Layout::main_grads) under 16-bit or fp8 training.
+double grad_bytes(const Layout& l);
 // Bytes of one model weight as training holds and communicates it: 2 (bf16/fp16; fp8 training keeps bf16
 // weights), 4 under fp32. ZeRO's parameter all-gathers and ZeRO-3's gradient reduce-scatters move this
 // many bytes per parameter (DeepSpeed communicates in the model's dtype).

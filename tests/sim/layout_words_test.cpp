@@ -109,3 +109,40 @@ TEST_CASE("layout words: TP communication overlap is a word, in describe(), JSON
   REQUIRE_FALSE(problems.empty());
   CHECK(problems.front().rule == "tp-overlap-needs-sp");
 }
+
+TEST_CASE("layout words: state dtypes are words, in describe(), JSON and back; fp32 training refuses them") {
+  Layout l = parse_layout_words("tp8 pp8 dp2 vpp12 mbs1 interleaved zero1 grads=bf16 moments=bf16 master=none", 32);
+  CHECK(l.main_grads == StateDtype::bf16);
+  CHECK(l.moments == StateDtype::bf16);
+  CHECK(l.master_weights == MasterWeights::none);
+  CHECK(l.describe() == "tp8 pp8 dp2 vpp12 mbs1 interleaved zero1 grads=bf16 moments=bf16 master=none");
+  const Json j = layout_to_json(l);
+  CHECK(j.at("main_grads") == "bf16");
+  CHECK(j.at("moments") == "bf16");
+  CHECK(j.at("master_weights") == "none");
+  CHECK(layout_to_json(parse_layout(j, "json")) == j);
+  // The defaults leave the words and keys out, so layouts written before them read and print as they did.
+  const Layout plain = parse_layout_words("tp8 pp8 dp2 mbs1", 32);
+  CHECK(plain.describe() == "tp8 pp8 dp2 mbs1 1f1b");
+  CHECK_FALSE(layout_to_json(plain).contains("moments"));
+  CHECK(parse_layout_words("tp1 master=remainder", 1).master_weights == MasterWeights::remainder);
+  CHECK(error_of("tp1 moments=fp16", "--layout") == "--layout moments=fp16: value \"fp16\" is not one of fp32, bf16");
+  CHECK(error_of("tp1 master=fp16", "--layout") ==
+        "--layout master=fp16: value \"fp16\" is not one of fp32, remainder, none");
+  Json bad = j;
+  bad["moments"] = "fp8";
+  CHECK_THROWS_WITH_AS(parse_layout(bad, "l.json"), "l.json: moments: value \"fp8\" is not one of fp32, bf16", InputError);
+  const Model m = load_model("gpt3-175b");
+  Layout fp32 = parse_layout_words("tp8 pp8 dp1 mbs1 moments=bf16", 64);
+  fp32.precision = Precision::fp32;
+  const auto p = layout_problems(fp32, m, 64);
+  REQUIRE_FALSE(p.empty());
+  CHECK(p.front().rule == "state-dtypes");
+  Layout fp16 = parse_layout_words("tp8 pp8 dp1 mbs1 master=remainder", 64);
+  fp16.precision = Precision::fp16;
+  const auto q = layout_problems(fp16, m, 64);
+  REQUIRE_FALSE(q.empty());
+  CHECK(q.front().rule == "master-remainder");
+  fp16.master_weights = MasterWeights::none;
+  CHECK(layout_problems(fp16, m, 64).empty());
+}
