@@ -86,9 +86,6 @@ Layout read_layout(const cli::CommandLine& cl, const Model& m) {
   const bool given = text.has_value();
   Layout l;
   if (given) l = parse_layout_words(*text, 1, "--layout");
-  if (l.main_grads != StateDtype::fp32 || l.moments != StateDtype::fp32 || l.master_weights != MasterWeights::fp32)
-    throw InputError("--layout \"" + *text + "\": grads=, moments= and master= describe a simulated run's state "
-                     "dtypes; the runtime keeps fp32 gradients, moments and master weights (drop them to run it)");
   const auto int_or = [&](const char* flag, std::int64_t hi, int fallback) {
     return static_cast<int>(cl.get_int(flag, 1, hi).value_or(fallback));
   };
@@ -425,6 +422,10 @@ RunFlags read_run_flags(const cli::CommandLine& cl, bool cuda) {
   if (f.layout.tp_comm_overlap)
     throw InputError("tp-overlap (--tp-comm-overlap): the runtimes run TP collectives after their GEMMs, not overlapped; "
                      "leave it out to run this layout (estimate and simulate price it)");
+  if (f.layout.main_grads != StateDtype::fp32 || f.layout.moments != StateDtype::fp32 ||
+      f.layout.master_weights != MasterWeights::fp32)
+    throw InputError("--layout: grads=, moments= and master= describe a simulated run's state dtypes; the runtime "
+                     "keeps fp32 gradients, moments and master weights (drop them to run it)");
   f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));
   f.seed = static_cast<std::uint64_t>(cl.get_int("--seed", 0, INT64_MAX).value_or(1234));
   if (auto lr = cl.get_double("--lr", 0.0, 10.0)) f.lr = static_cast<float>(*lr);

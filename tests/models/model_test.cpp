@@ -27,7 +27,6 @@ std::string error_of(const std::string& text) {
 
 const char* kTinyJson = R"({"name":"t","layers":2,"hidden":8,"heads":2,"ffn":32,"vocab":16,"seq_len":4,
   "activation":"gelu","norm":"layernorm","position":"learned","tied_embeddings":true,"bias":true})";
-}  // namespace
 
 // Presets whose sources state no parameter count (a recipe's label such as "8b" is not one: Nemotron-8B's
 // shape holds 8.5B); the closed forms below count them instead.
@@ -35,6 +34,7 @@ bool count_unstated(const std::string& name) {
   return name == "gpt3-5b" || name == "gpt3-20b" || name == "nemotron-8b" || name == "nemotron-22b" ||
          name == "nemotron-340b";
 }
+}  // namespace
 
 TEST_CASE("presets: parameter counts match the stated ones") {
   for (const auto& name : model_preset_names()) {
