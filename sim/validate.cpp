@@ -1,14 +1,14 @@
 #include "sim/validate.hpp"
 
-#include "sim/stack.hpp"
-
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <limits>
 
 #include "sim/estimate.hpp"
+#include "sim/recipe.hpp"
+#include "sim/stack.hpp"
 #include "sim/stage_split.hpp"
+#include "util/suggest.hpp"
 #include "util/units.hpp"
 
 namespace tessel {
@@ -37,20 +37,13 @@ std::string str_field(const Json& obj, const char* key, const std::string& where
   return v.get<std::string>();
 }
 
-std::string alnum_lower(const std::string& x) {
-  std::string o;
-  for (char c : x)
-    if (std::isalnum(static_cast<unsigned char>(c))) o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return o;
-}
-
 // A MoE row's model: the preset of its name, its shape and MoE keys checked against the row (published-moe.json's
 // keys: experts, experts_per_token, expert_ffn, layers, hidden), the row's sequence length.
 Model moe_model_of(const Json& mj, const std::string& where, std::vector<std::string>& assumed) {
   const std::string name = str_field(mj, "name", where + ".model", "row model");
   std::optional<std::string> preset;
   for (const auto& n : model_preset_names())
-    if (alnum_lower(n) == alnum_lower(name)) preset = n;
+    if (folded_name(n) == folded_name(name)) preset = n;
   if (!preset) throw RowSkip{"model: mixture of experts " + name + " has no model preset to take its architecture from"};
   Model m = load_model(*preset);
   const auto agree = [&](const char* key, long long have) {
@@ -80,14 +73,8 @@ Model model_of(const Json& row, const std::string& where, std::vector<std::strin
     return moe_model_of(mj, where, assumed);
   if (is_null(mj, "layers") || is_null(mj, "hidden") || is_null(mj, "heads")) {
     // A row that names a known model without its shape ("LLAMA2-7B") takes the preset's shape.
-    auto norm = [](std::string x) {
-      std::string o;
-      for (char c : x)
-        if (std::isalnum(static_cast<unsigned char>(c))) o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return o;
-    };
     for (const auto& name : model_preset_names())
-      if (norm(name) == norm(m.name)) {
+      if (folded_name(name) == folded_name(m.name)) {
         Model p = load_model(name);
         if (!is_null(mj, "seq_len")) p.seq_len = int_field(mj, "seq_len", where + ".model");
         assumed.push_back("model shape from preset " + name);
@@ -172,6 +159,17 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   const std::string prec = str_field(lj, "precision", where + ".layout", "fp16_or_bf16");
   base.precision = prec == "fp8" ? Precision::fp8 : Precision::bf16;
   apply_source_conventions(id, base, notes);
+  // What the row's release documents for its model (sim/recipes/): it fills the unstated fields before the
+  // stack's generic defaults do.
+  const std::string model_name = str_field(row.at("model"), "name", where + ".model");
+  const std::optional<Recipe> recipe = row_recipe(id, model_name);
+  RecipeTerms terms = recipe ? recipe->terms : RecipeTerms{};
+  if (!is_null(lj, "recompute")) terms.recompute.reset();  // the row's own word wins
+  if (!is_null(lj, "sequence_parallel")) terms.sequence_parallel.reset();
+  if (recipe) {
+    apply_recipe_terms(terms, base);
+    notes.push_back("recipe " + recipe->release + " " + recipe->model + " (" + recipe->config + "): " + describe(terms));
+  }
   // First and last pipeline stages one layer short (ZB paper Table 3; Llama 3).
   const std::string arch = str_field(row.at("model"), "arch", where + ".model");
   const bool fewer = arch.find("one fewer") != std::string::npos;
@@ -219,9 +217,12 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
     std::erase_if(sched_opts, [&](Kind k) { return std::find(stack->schedules.begin(), stack->schedules.end(), k) == stack->schedules.end(); });
     if (sched_opts.empty()) sched_opts = {Kind::one_f_one_b};
   }
-  if (is_null(lj, "recompute")) rec_opts = stack ? stack->recompute : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full};
+  const bool recipe_recompute = terms.recompute.has_value(), recipe_sp = terms.sequence_parallel.has_value();
+  if (recipe_recompute) rec_opts = {*terms.recompute};
+  else if (is_null(lj, "recompute")) rec_opts = stack ? stack->recompute : std::vector<Recompute>{Recompute::none, Recompute::selective, Recompute::full};
   else rec_opts = {parse_recompute(str_field(lj, "recompute", where + ".layout"), where + ".layout.recompute")};
-  if (is_null(lj, "sequence_parallel")) sp_opts = base.tp > 1 && (!stack || stack->sequence_parallel) ? std::vector<int>{0, 1} : std::vector<int>{0};
+  if (recipe_sp) sp_opts = {base.tp > 1 && *terms.sequence_parallel ? 1 : 0};
+  else if (is_null(lj, "sequence_parallel")) sp_opts = base.tp > 1 && (!stack || stack->sequence_parallel) ? std::vector<int>{0, 1} : std::vector<int>{0};
   else if (!lj.at("sequence_parallel").is_boolean())
     throw InputError(where + ".layout.sequence_parallel: value " + json_brief(lj.at("sequence_parallel")) + " must be true, false or null");
   else sp_opts = {lj.at("sequence_parallel").get<bool>() ? 1 : 0};
@@ -250,6 +251,8 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
               if (vj.is_null() && l.vpp != v && v != 1) continue;
               l.recompute = rc;
               l.sequence_parallel = sp == 1;
+              // The TP overlap needs sequence parallelism; the recipe's holds where the candidate runs it.
+              if (terms.tp_comm_overlap) l.tp_comm_overlap = *terms.tp_comm_overlap && l.sequence_parallel && l.tp > 1;
               l.zero_stage = z;
               if (is_null(lj, "global_batch")) {
                 if (is_null(lj, "num_microbatches")) throw RowSkip{"global batch not given"};
@@ -270,12 +273,14 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
               if (is_null(lj, "micro_batch")) c.assumed.push_back("micro_batch=" + std::to_string(mb));
               if (stated.empty() && l.pp > 1) c.assumed.push_back(std::string("schedule=") + sched::name(sc));
               if (vj.is_null() && l.pp > 1 && sc == Kind::interleaved) c.assumed.push_back("vpp=" + std::to_string(l.vpp));
-              if (is_null(lj, "recompute")) c.assumed.push_back("recompute=" + to_string(rc));
-              if (is_null(lj, "sequence_parallel") && l.tp > 1) c.assumed.push_back(std::string("sequence_parallel=") + (sp ? "true" : "false"));
+              if (is_null(lj, "recompute") && !recipe_recompute) c.assumed.push_back("recompute=" + to_string(rc));
+              if (is_null(lj, "sequence_parallel") && !recipe_sp && l.tp > 1)
+                c.assumed.push_back(std::string("sequence_parallel=") + (sp ? "true" : "false"));
               if (is_null(lj, "zero_stage")) c.assumed.push_back("zero_stage=" + std::to_string(z));
               if (stack) {
-                c.departures += is_null(lj, "recompute") && rc != stack->recompute_default;
-                c.departures += is_null(lj, "sequence_parallel") && l.tp > 1 && (sp == 1) != stack->sequence_parallel_default;
+                // A recipe's term is what the release ran, not a departure from it.
+                c.departures += is_null(lj, "recompute") && !recipe_recompute && rc != stack->recompute_default;
+                c.departures += is_null(lj, "sequence_parallel") && !recipe_sp && l.tp > 1 && (sp == 1) != stack->sequence_parallel_default;
                 c.departures += is_null(lj, "zero_stage") && z != stack->zero_default;
               }
               out.push_back(std::move(c));

@@ -1,9 +1,18 @@
 #include "util/suggest.hpp"
 
+#include <cctype>
+
 #include <algorithm>
 #include <numeric>
 
 namespace tessel {
+
+std::string folded_name(const std::string& name) {
+  std::string o;
+  for (char c : name)
+    if (std::isalnum(static_cast<unsigned char>(c))) o += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return o;
+}
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   // The optimal-string-alignment distance: Wagner and Fischer's dynamic programme (1974) with Damerau's

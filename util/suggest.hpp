@@ -15,4 +15,8 @@ std::size_t edit_distance(const std::string& a, const std::string& b);
 // "" otherwise. Ties go to the first in `known`.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& known);
 
+// A name as compared without case and punctuation: "LLAMA2-70B" and "llama2 70b" are both "llama270b" (a
+// published row's model name against the presets and recipes).
+std::string folded_name(const std::string& name);
+
 }  // namespace tessel

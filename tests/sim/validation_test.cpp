@@ -6,6 +6,7 @@
 #include <map>
 
 #include "sim/layout_words.hpp"
+#include "sim/recipe.hpp"
 #include "sim/validate.hpp"
 
 using namespace tessel;
@@ -261,4 +262,83 @@ TEST_CASE("validate: unstated fields take the source stack's defaults; the best 
   CHECK(has(longer.assumed, "sequence_parallel=false"));
   CHECK(has(longer.assumed, "no layout with the stack's defaults fits (recompute=none, sequence_parallel=false, "
                             "zero_stage=0 under stack megatron-lm-2022)"));
+}
+
+// A row of a release with a recipe for its model (sim/recipes/) takes the recipe's terms for what it leaves
+// unstated: NeMo 24.07's Nemotron-340B config runs selective recompute with bf16 gradients and optimizer state
+// and no master copy, which is how the layout fits; with the stack's generic defaults (another NeMo source, no
+// recipe) it does not fit without recompute, so full recompute is filled in and the step is slower.
+TEST_CASE("validate: a release's recipe fills a row's unstated fields before the stack's defaults") {
+  const auto row = [](const std::string& id, const std::string& recompute) {
+    return R"J({"id":")J" + id + R"J(","model":{"name":"Nemotron-340B","seq_len":4096},
+      "hardware":{"gpu":"NVIDIA H100 80GB (DGX-H100)","gpus_per_node":8,"gpu_count":128},
+      "layout":{"tp":8,"pp":8,"dp":2,"cp":1,"ep":1,"vpp":12,"micro_batch":1,"global_batch":32,
+      "num_microbatches":null,"schedule":null,"recompute":)J" + recompute + R"J(,"sequence_parallel":null,
+      "zero_stage":null,"precision":"fp8"},"measured":{"iteration_time_s":3.0}})J";
+  };
+  const auto one = [](const std::string& text) {
+    const ValidationResult r = validate_rows(parse_json_text("[" + text + "]", "rows.json"), "rows.json");
+    REQUIRE(r.rows.size() == 1);
+    return r.rows[0];
+  };
+  const auto with_prefix = [](const std::vector<std::string>& v, const std::string& p) {
+    return std::count_if(v.begin(), v.end(), [&](const std::string& s) { return s.rfind(p, 0) == 0; });
+  };
+  const auto has = [](const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); };
+
+  const MetricResult recipe = one(row("nemo2407_x", "null"));
+  CHECK(has(recipe.assumed, "recipe nemo-24.07 Nemotron-340B (nemotron/nemotron_340b.yaml): recompute=selective "
+                            "sequence_parallel=true tp_comm_overlap=false overlap_p2p=false main_grads=bf16 "
+                            "moments=bf16 master_weights=none"));
+  CHECK(with_prefix(recipe.assumed, "recompute=") == 0);  // the recipe's, not a candidate's
+  CHECK(with_prefix(recipe.assumed, "no layout with the stack's defaults fits") == 0);
+  CHECK_FALSE(has(recipe.assumed, "predicted peak memory exceeds the GPU"));
+
+  const MetricResult generic = one(row("nemo_elsewhere_x", "null"));
+  CHECK(with_prefix(generic.assumed, "recipe ") == 0);
+  CHECK(has(generic.assumed, "recompute=full"));
+  CHECK(with_prefix(generic.assumed, "no layout with the stack's defaults fits") == 1);
+  CHECK(recipe.predicted < 0.9 * generic.predicted);  // selective against full recompute: far less recomputed
+
+  // The row's own word wins over the recipe's, and the note lists only what the recipe filled.
+  const MetricResult stated = one(row("nemo2407_y", R"("full")"));
+  CHECK(has(stated.assumed, "recipe nemo-24.07 Nemotron-340B (nemotron/nemotron_340b.yaml): sequence_parallel=true "
+                            "tp_comm_overlap=false overlap_p2p=false main_grads=bf16 moments=bf16 master_weights=none"));
+  CHECK(stated.predicted > recipe.predicted);
+}
+
+TEST_CASE("recipes: a row maps by its release's id prefix and its model's name; bad terms are named") {
+  const auto r = row_recipe("nemo2407_LLAMA3-70B_64gpu", "llama3 70b");  // case and punctuation aside
+  REQUIRE(r.has_value());
+  CHECK(r->release == "nemo-24.07");
+  CHECK(r->stack == "megatron-core-2024");
+  CHECK(r->config == "llama/llama3_70b.yaml");
+  CHECK(describe(r->terms) == "recompute=none sequence_parallel=true tp_comm_overlap=true overlap_p2p=true "
+                              "cross_entropy=megatron-fused master_weights=remainder");  // the release's default below
+  CHECK_FALSE(row_recipe("nemo_longseq_llama2_7b_4k", "LLAMA2-7B").has_value());  // another release's table
+  CHECK_FALSE(row_recipe("nemo2407_x", "GPT3-1T").has_value());                   // no recipe for that model
+  // Applied: the TP overlap only where sequence parallelism runs under tp > 1.
+  Layout l;
+  l.tp = 4;
+  apply_recipe_terms(r->terms, l);
+  CHECK_FALSE(l.tp_comm_overlap);
+  CHECK(l.cross_entropy == CrossEntropyImpl::megatron_fused);
+  CHECK(l.master_weights == MasterWeights::remainder);
+  l.sequence_parallel = true;
+  apply_recipe_terms(r->terms, l);
+  CHECK(l.tp_comm_overlap);
+  const auto error_of = [](const std::string& json) {
+    try {
+      parse_recipe_terms(JsonObject(parse_json_text(json, "r.json"), "r.json"));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(error_of(R"({"recompute":"some"})").find("recompute") != std::string::npos);
+  CHECK(error_of(R"({"recompute":"some"})").find("some") != std::string::npos);
+  CHECK(error_of(R"({"zero_stage":1})").find("zero_stage") != std::string::npos);
+  CHECK(error_of(R"({"master_weights":"fp16"})").find("master_weights") != std::string::npos);
+  CHECK(error_of(R"({"sequence_parallel":"yes"})").find("sequence_parallel") != std::string::npos);
+  CHECK(error_of(R"({"moments":"bf16"})").empty());
 }
