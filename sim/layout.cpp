@@ -129,9 +129,9 @@ std::string Layout::describe() const {
   if (sequence_parallel) os << " sp";
   if (tp_comm_overlap) os << " tp-overlap";
   if (zero_stage > 0) os << " zero" << zero_stage;
-  if (main_grads != StateDtype::fp32) os << " grads=" << to_string(main_grads);
-  if (moments != StateDtype::fp32) os << " moments=" << to_string(moments);
-  if (master_weights != MasterWeights::fp32) os << " master=" << to_string(master_weights);
+  if (state.main_grads != StateDtype::fp32) os << " grads=" << to_string(state.main_grads);
+  if (state.moments != StateDtype::fp32) os << " moments=" << to_string(state.moments);
+  if (state.master_weights != MasterWeights::fp32) os << " master=" << to_string(state.master_weights);
   if (!stage_layers.empty()) os << " layers=" << describe_stage_layers(stage_layers);
   return os.str();
 }
@@ -216,9 +216,9 @@ Layout parse_layout(const Json& j, const std::string& where) {
     l.attention = *a == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   }
   if (auto c = o.opt_string("cross_entropy")) l.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
-  if (auto g = o.opt_string("main_grads")) l.main_grads = parse_state_dtype(*g, where + ": main_grads");
-  if (auto m = o.opt_string("moments")) l.moments = parse_state_dtype(*m, where + ": moments");
-  if (auto w = o.opt_string("master_weights")) l.master_weights = parse_master_weights(*w, where + ": master_weights");
+  if (auto g = o.opt_string("main_grads")) l.state.main_grads = parse_state_dtype(*g, where + ": main_grads");
+  if (auto m = o.opt_string("moments")) l.state.moments = parse_state_dtype(*m, where + ": moments");
+  if (auto w = o.opt_string("master_weights")) l.state.master_weights = parse_master_weights(*w, where + ": master_weights");
   l.overlap_grad_reduce = o.opt_boolean("overlap_grad_reduce").value_or(true);
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
   l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
@@ -271,9 +271,9 @@ Json layout_to_json(const Layout& l) {
   j["precision"] = to_string(l.precision);
   j["attention"] = to_string(l.attention);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
-  if (l.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.main_grads);
-  if (l.moments != StateDtype::fp32) j["moments"] = to_string(l.moments);
-  if (l.master_weights != MasterWeights::fp32) j["master_weights"] = to_string(l.master_weights);
+  if (l.state.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.state.main_grads);
+  if (l.state.moments != StateDtype::fp32) j["moments"] = to_string(l.state.moments);
+  if (l.state.master_weights != MasterWeights::fp32) j["master_weights"] = to_string(l.state.master_weights);
   j["overlap_grad_reduce"] = l.overlap_grad_reduce;
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["overlap_p2p"] = l.overlap_p2p;
@@ -301,13 +301,13 @@ void collect_problems(const Layout& l, const Model& m, int gpus, bool all, std::
                              " is not the GPU count " + s(gpus)))
     return;
   if (l.precision == Precision::fp32 &&
-      (l.main_grads != StateDtype::fp32 || l.moments != StateDtype::fp32 || l.master_weights != MasterWeights::fp32) &&
-      broke("state-dtypes", "main_grads " + to_string(l.main_grads) + ", moments " + to_string(l.moments) +
-                                ", master_weights " + to_string(l.master_weights) +
+      !l.state.all_fp32() &&
+      broke("state-dtypes", "main_grads " + to_string(l.state.main_grads) + ", moments " + to_string(l.state.moments) +
+                                ", master_weights " + to_string(l.state.master_weights) +
                                 " with precision fp32: fp32 training keeps its gradients and moments fp32 and its "
                                 "weights are their own master copy; these apply to bf16, fp16 and fp8 training"))
     return;
-  if (l.master_weights == MasterWeights::remainder && l.precision == Precision::fp16 &&
+  if (l.state.master_weights == MasterWeights::remainder && l.precision == Precision::fp16 &&
       broke("master-remainder", "master_weights remainder with precision fp16: a 16-bit remainder completes a bf16 "
                                 "weight (the upper half of its fp32 value), not an fp16 one; use fp32 or none"))
     return;

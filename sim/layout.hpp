@@ -33,6 +33,15 @@ enum class CrossEntropyImpl { megatron, megatron_fused, te };
 // every one fp32.
 enum class StateDtype { fp32, bf16 };
 enum class MasterWeights { fp32, remainder, none };
+// The three together, as a run states them (words grads= moments= master=, the JSON keys main_grads, moments,
+// master_weights, the flags --main-grads, --moments, --master-weights); never searched.
+struct StateDtypes {
+  StateDtype main_grads = StateDtype::fp32;            // gradient buffer and its DP reduction
+  StateDtype moments = StateDtype::fp32;               // the Adam moments
+  MasterWeights master_weights = MasterWeights::fp32;  // the master copy of the weights
+  bool all_fp32() const { return *this == StateDtypes{}; }
+  bool operator==(const StateDtypes&) const = default;
+};
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1, cp = 1;
@@ -51,9 +60,7 @@ struct Layout {
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
-  StateDtype main_grads = StateDtype::fp32;          // gradient buffer and its DP reduction (see StateDtype)
-  StateDtype moments = StateDtype::fp32;             // the Adam moments
-  MasterWeights master_weights = MasterWeights::fp32;  // the master copy of the weights
+  StateDtypes state;                 // the training state's dtypes (see StateDtype)
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
   // Pipeline sends/receives overlapped with compute in the steady state (Megatron --overlap-p2p-comm,

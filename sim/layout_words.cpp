@@ -83,13 +83,13 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
       l.microbatch_rule = sched::parse_microbatch_rule(v, what);
     } else if (w.rfind("grads=", 0) == 0) {
       once("gradient dtype", w);
-      l.main_grads = parse_state_dtype(w.substr(6), what + " " + w);
+      l.state.main_grads = parse_state_dtype(w.substr(6), what + " " + w);
     } else if (w.rfind("moments=", 0) == 0) {
       once("moment dtype", w);
-      l.moments = parse_state_dtype(w.substr(8), what + " " + w);
+      l.state.moments = parse_state_dtype(w.substr(8), what + " " + w);
     } else if (w.rfind("master=", 0) == 0) {
       once("master weights", w);
-      l.master_weights = parse_master_weights(w.substr(7), what + " " + w);
+      l.state.master_weights = parse_master_weights(w.substr(7), what + " " + w);
     } else if (w.rfind("layers=", 0) == 0) {
       once("layers", w);
       l.stage_layers = parse_stage_layers(w.substr(7), what + " " + w);

@@ -94,9 +94,9 @@ void apply_recipe_terms(const RecipeTerms& t, Layout& l) {
   if (t.tp_comm_overlap) l.tp_comm_overlap = *t.tp_comm_overlap && l.sequence_parallel && l.tp > 1;
   if (t.overlap_p2p) l.overlap_p2p = *t.overlap_p2p;
   if (t.cross_entropy) l.cross_entropy = *t.cross_entropy;
-  if (t.main_grads) l.main_grads = *t.main_grads;
-  if (t.moments) l.moments = *t.moments;
-  if (t.master_weights) l.master_weights = *t.master_weights;
+  if (t.main_grads) l.state.main_grads = *t.main_grads;
+  if (t.moments) l.state.moments = *t.moments;
+  if (t.master_weights) l.state.master_weights = *t.master_weights;
 }
 
 std::string describe(const RecipeTerms& t) {

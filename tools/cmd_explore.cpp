@@ -20,6 +20,7 @@
 #include "tools/cli.hpp"
 #include "tools/commands.hpp"
 #include "tools/format.hpp"
+#include "tools/spec_args.hpp"
 #include "util/csv.hpp"
 #include "util/units.hpp"
 #include "tools/goodput_args.hpp"
@@ -361,9 +362,7 @@ int explore(const Args& args) {
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
   if (auto c = cl.get("--cross-entropy")) space.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
-  if (auto g = cl.get("--main-grads")) space.main_grads = parse_state_dtype(*g, "--main-grads");
-  if (auto mo = cl.get("--moments")) space.moments = parse_state_dtype(*mo, "--moments");
-  if (auto w = cl.get("--master-weights")) space.master_weights = parse_master_weights(*w, "--master-weights");
+  read_state_dtype_flags(cl, space.state);
   if (auto v = cl.get("--stack")) {
     // What the stack runs bounds the enumeration, and each layout takes its attention and overlaps (sim/explore
     // enumerate, apply_stack); a restriction flag asking for something it lacks is an error, not an empty search.

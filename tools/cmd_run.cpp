@@ -422,8 +422,7 @@ RunFlags read_run_flags(const cli::CommandLine& cl, bool cuda) {
   if (f.layout.tp_comm_overlap)
     throw InputError("tp-overlap (--tp-comm-overlap): the runtimes run TP collectives after their GEMMs, not overlapped; "
                      "leave it out to run this layout (estimate and simulate price it)");
-  if (f.layout.main_grads != StateDtype::fp32 || f.layout.moments != StateDtype::fp32 ||
-      f.layout.master_weights != MasterWeights::fp32)
+  if (!f.layout.state.all_fp32())
     throw InputError("--layout: grads=, moments= and master= describe a simulated run's state dtypes; the runtime "
                      "keeps fp32 gradients, moments and master weights (drop them to run it)");
   f.steps = static_cast<int>(cl.get_int("--steps", 1, 1 << 30).value_or(10));

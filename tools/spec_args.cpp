@@ -71,6 +71,12 @@ std::vector<OptionSpec> split_options() {
   };
 }
 
+void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s) {
+  if (auto g = cl.get("--main-grads")) s.main_grads = parse_state_dtype(*g, "--main-grads");
+  if (auto mo = cl.get("--moments")) s.moments = parse_state_dtype(*mo, "--moments");
+  if (auto w = cl.get("--master-weights")) s.master_weights = parse_master_weights(*w, "--master-weights");
+}
+
 // Megatron's rules for the full-recompute details: --recompute-method and --recompute-num-layers only
 // with --recompute-granularity full, and a layer count of at least 1 (omit the flag for all layers).
 void check_recompute_flags(const CommandLine& cl, const Layout& l) {
@@ -166,9 +172,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
     l.attention = AttentionImpl::unfused;
   }
   if (auto c = cl.get("--cross-entropy")) l.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
-  if (auto g = cl.get("--main-grads")) l.main_grads = parse_state_dtype(*g, "--main-grads");
-  if (auto mo = cl.get("--moments")) l.moments = parse_state_dtype(*mo, "--moments");
-  if (auto w = cl.get("--master-weights")) l.master_weights = parse_master_weights(*w, "--master-weights");
+  read_state_dtype_flags(cl, l.state);
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
   if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;

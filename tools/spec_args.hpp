@@ -37,6 +37,8 @@ Specs read_specs(const CommandLine& cl, bool played = false);
 // current pp and vpp: read_specs calls it, and a verb that changes them afterwards (simulate's
 // --schedule-file) calls it again.
 void resolve_specs_split(const CommandLine& cl, Specs& s);
+// --main-grads, --moments and --master-weights onto `s` (estimate, simulate and explore alike).
+void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s);
 // --recompute-method / --recompute-layers given without --recompute full: InputError.
 void check_recompute_flags(const CommandLine& cl, const Layout& l);
 // --layout's layout (words or a JSON file), its global batch --gbs (or `default_gbs`) when words; none

@@ -243,7 +243,7 @@ double last_stage_extras_alive(const Layout& l) {
 double grad_bytes(Precision p) { return p == Precision::fp16 ? 2.0 : 4.0; }
 
 double grad_bytes(const Layout& l) {
-  if (l.precision != Precision::fp32 && l.main_grads == StateDtype::bf16) return 2.0;
+  if (l.precision != Precision::fp32 && l.state.main_grads == StateDtype::bf16) return 2.0;
   return grad_bytes(l.precision);
 }
 
@@ -268,8 +268,8 @@ StateBytes state_bytes_per_param(const Layout& l, double replicas) {
     sb.weights = weight_bytes(l.precision);
     sb.grads = grad_bytes(l);  // main_grad buffer
     // Two moments (fp32 or bf16) and the master copy: fp32, a 16-bit remainder, or none.
-    const double master = l.master_weights == MasterWeights::fp32 ? 4 : l.master_weights == MasterWeights::remainder ? 2 : 0;
-    sb.optimizer = (l.moments == StateDtype::fp32 ? 8 : 4) + master;
+    const double master = l.state.master_weights == MasterWeights::fp32 ? 4 : l.state.master_weights == MasterWeights::remainder ? 2 : 0;
+    sb.optimizer = (l.state.moments == StateDtype::fp32 ? 8 : 4) + master;
   }
   if (l.zero_stage >= 1) sb.optimizer /= d;
   if (l.zero_stage >= 2) sb.grads /= d;

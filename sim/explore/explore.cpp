@@ -362,9 +362,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.overlap_p2p = in.overlap_p2p;
                         if (in.stack) apply_stack(*in.stack, l);
                         l.cross_entropy = in.cross_entropy;  // the stack's unless --cross-entropy (cmd_explore)
-                        l.main_grads = in.main_grads;
-                        l.moments = in.moments;
-                        l.master_weights = in.master_weights;
+                        l.state = in.state;
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));
                       }

@@ -42,8 +42,7 @@ struct Space {
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;  // --cross-entropy (a stack's replaces it unless given)
   // The state dtypes every layout keeps (--main-grads, --moments, --master-weights): given, not searched.
-  StateDtype main_grads = StateDtype::fp32, moments = StateDtype::fp32;
-  MasterWeights master_weights = MasterWeights::fp32;
+  StateDtypes state;
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn
   // them off for the 2021-22 Megatron-LM rows and overlap the pipeline sends for later sources).
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;

@@ -437,12 +437,12 @@ TEST_CASE("state dtypes: gradient, moment and master bytes a parameter, and the 
   Layout l;
   l.precision = Precision::bf16;
   CHECK(cost::state_bytes_per_param(l).optimizer == 12);  // fp32 master + two fp32 moments
-  l.master_weights = MasterWeights::remainder;
+  l.state.master_weights = MasterWeights::remainder;
   CHECK(cost::state_bytes_per_param(l).optimizer == 10);  // 16-bit remainder + two fp32 moments
-  l.master_weights = MasterWeights::none;
-  l.moments = StateDtype::bf16;
+  l.state.master_weights = MasterWeights::none;
+  l.state.moments = StateDtype::bf16;
   CHECK(cost::state_bytes_per_param(l).optimizer == 4);  // two bf16 moments
-  l.main_grads = StateDtype::bf16;
+  l.state.main_grads = StateDtype::bf16;
   CHECK(cost::state_bytes_per_param(l).grads == 2);
   CHECK(cost::state_bytes_per_param(l).total() == 2 + 2 + 4);
   l.dp = 4;
@@ -454,13 +454,13 @@ TEST_CASE("state dtypes: gradient, moment and master bytes a parameter, and the 
   // fp8 training keeps its gradient buffer like bf16 training.
   Layout f8;
   f8.precision = Precision::fp8;
-  f8.main_grads = StateDtype::bf16;
+  f8.state.main_grads = StateDtype::bf16;
   CHECK(cost::grad_bytes(f8) == 2);
-  f8.main_grads = StateDtype::fp32;
+  f8.state.main_grads = StateDtype::fp32;
   CHECK(cost::grad_bytes(f8) == 4);
   Layout d;
   const double fp32_grads = dp_comm_s(d);
-  d.main_grads = StateDtype::bf16;
+  d.state.main_grads = StateDtype::bf16;
   const double bf16_grads = dp_comm_s(d);
   CHECK(bf16_grads < 0.6 * fp32_grads);  // half the bytes, the same latency terms
   CHECK(bf16_grads > 0.4 * fp32_grads);
@@ -478,9 +478,9 @@ TEST_CASE("state dtypes: NVIDIA's Nemotron-4 340B recipe fits on 80 GiB with its
   apply_stack(stack_preset("megatron-core-2024"), l);
   const Estimate fp32_state = estimate(m, l, sys);
   CHECK_FALSE(fp32_state.fits);
-  l.main_grads = StateDtype::bf16;
-  l.moments = StateDtype::bf16;
-  l.master_weights = MasterWeights::none;
+  l.state.main_grads = StateDtype::bf16;
+  l.state.moments = StateDtype::bf16;
+  l.state.master_weights = MasterWeights::none;
   const Estimate recipe = estimate(m, l, sys);
   CHECK(recipe.fits);
   // Gradients 4 -> 2 bytes a parameter, optimizer state 12 -> 4 sharded over dp 2 (ZeRO-1): 2 + 4 = 6 bytes less

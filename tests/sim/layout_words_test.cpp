@@ -112,9 +112,9 @@ TEST_CASE("layout words: TP communication overlap is a word, in describe(), JSON
 
 TEST_CASE("layout words: state dtypes are words, in describe(), JSON and back; fp32 training refuses them") {
   Layout l = parse_layout_words("tp8 pp8 dp2 vpp12 mbs1 interleaved zero1 grads=bf16 moments=bf16 master=none", 32);
-  CHECK(l.main_grads == StateDtype::bf16);
-  CHECK(l.moments == StateDtype::bf16);
-  CHECK(l.master_weights == MasterWeights::none);
+  CHECK(l.state.main_grads == StateDtype::bf16);
+  CHECK(l.state.moments == StateDtype::bf16);
+  CHECK(l.state.master_weights == MasterWeights::none);
   CHECK(l.describe() == "tp8 pp8 dp2 vpp12 mbs1 interleaved zero1 grads=bf16 moments=bf16 master=none");
   const Json j = layout_to_json(l);
   CHECK(j.at("main_grads") == "bf16");
@@ -125,7 +125,7 @@ TEST_CASE("layout words: state dtypes are words, in describe(), JSON and back; f
   const Layout plain = parse_layout_words("tp8 pp8 dp2 mbs1", 32);
   CHECK(plain.describe() == "tp8 pp8 dp2 mbs1 1f1b");
   CHECK_FALSE(layout_to_json(plain).contains("moments"));
-  CHECK(parse_layout_words("tp1 master=remainder", 1).master_weights == MasterWeights::remainder);
+  CHECK(parse_layout_words("tp1 master=remainder", 1).state.master_weights == MasterWeights::remainder);
   CHECK(error_of("tp1 moments=fp16", "--layout") == "--layout moments=fp16: value \"fp16\" is not one of fp32, bf16");
   CHECK(error_of("tp1 master=fp16", "--layout") ==
         "--layout master=fp16: value \"fp16\" is not one of fp32, remainder, none");
@@ -143,6 +143,6 @@ TEST_CASE("layout words: state dtypes are words, in describe(), JSON and back; f
   const auto q = layout_problems(fp16, m, 64);
   REQUIRE_FALSE(q.empty());
   CHECK(q.front().rule == "master-remainder");
-  fp16.master_weights = MasterWeights::none;
+  fp16.state.master_weights = MasterWeights::none;
   CHECK(layout_problems(fp16, m, 64).empty());
 }

@@ -323,7 +323,7 @@ TEST_CASE("recipes: a row maps by its release's id prefix and its model's name; 
   apply_recipe_terms(r->terms, l);
   CHECK_FALSE(l.tp_comm_overlap);
   CHECK(l.cross_entropy == CrossEntropyImpl::megatron_fused);
-  CHECK(l.master_weights == MasterWeights::remainder);
+  CHECK(l.state.master_weights == MasterWeights::remainder);
   l.sequence_parallel = true;
   apply_recipe_terms(r->terms, l);
   CHECK(l.tp_comm_overlap);
