@@ -114,6 +114,28 @@ std::string describe(const RecipeTerms& t) {
   return out;
 }
 
+std::vector<std::string> recipe_releases() {
+  std::vector<std::string> names;
+  for (const Release& r : releases()) names.push_back(r.name);
+  return names;
+}
+
+Recipe load_recipe(const std::string& release, const std::string& model_name) {
+  for (const Release& r : releases()) {
+    if (r.name != release) continue;
+    const auto it = r.by_model.find(folded_name(model_name));
+    if (it != r.by_model.end()) return it->second;
+    std::string models;
+    for (const auto& [key, rec] : r.by_model) models += (models.empty() ? "" : ", ") + rec.model;
+    throw InputError("--recipe " + release + ": no recipe for model " + model_name + " in that release (it has: " +
+                     models + ")");
+  }
+  std::string known;
+  for (const auto& n : recipe_releases()) known += (known.empty() ? "" : ", ") + n;
+  throw InputError("--recipe " + release + ": no such release (known: " + known + ")" +
+                   did_you_mean(release, recipe_releases()));
+}
+
 std::optional<Recipe> row_recipe(const std::string& row_id, const std::string& model_name) {
   for (const Release& r : releases()) {
     if (row_id.rfind(r.rows, 0) != 0) continue;

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/layout.hpp"
 #include "util/json_reader.hpp"
@@ -40,6 +41,14 @@ void apply_recipe_terms(const RecipeTerms& t, Layout& l);
 
 // "recompute=selective sequence_parallel=true main_grads=bf16 ...": the terms `t` sets, in key order.
 std::string describe(const RecipeTerms& t);
+
+// The release names of the recipe presets ("nemo-24.07").
+std::vector<std::string> recipe_releases();
+
+// `release`'s recipe for the model named `model_name` (compared as row_recipe does): --recipe's meaning. An
+// unknown release, or a model the release has no recipe for, is an InputError naming the flag, the value and
+// what is known.
+Recipe load_recipe(const std::string& release, const std::string& model_name);
 
 // The recipe of the published row `row_id` (by the release's row id prefix) for the row's model name
 // (compared without case and punctuation), or nullopt when its release has none for that model.

@@ -14,6 +14,8 @@
 #include "sim/partition.hpp"
 #include "sim/stage_split.hpp"
 #include "sim/layout_words.hpp"
+#include "sim/recipe.hpp"
+#include "sim/stack.hpp"
 #include "traces/chrome.hpp"
 #include "traces/select.hpp"
 #include "traces/svg.hpp"
@@ -226,7 +228,8 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
                 const cli::CommandLine& cl, const explore::Options& opt) {
   std::cout << m.name << " (" << fmt::fixed(m.total_params() / 1e9, 1) << "B) on " << gpus << " x " << sys.gpu.name
             << ", global batch " << gbs << ", sequence " << m.seq_len;
-  if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
+  if (auto rc = cl.get("--recipe")) std::cout << ", recipe " << *rc << " (stack " << load_recipe(*rc, m.name).stack << ")";
+  else if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
   std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n\n";
   print_rows(r.top);
   print_legend();
@@ -307,6 +310,7 @@ int explore(const Args& args) {
        {"--moments", true, "every layout's Adam moments: fp32 or bf16 [fp32]"},
        {"--master-weights", true, "every layout's master weights: fp32, remainder or none [fp32]"},
        {"--stack", true, "software stack (preset or JSON): search only what it runs, with its attention and overlaps (docs/stacks.md)"},
+       {"--recipe", true, "what a release ran for this model (sim/recipes/: nemo-24.07): its stack, and its recompute, SP, TP overlap, loss and state dtypes on every layout unless a flag says otherwise (docs/stacks.md)"},
        {"--tp-comm-overlap", false, "sequence-parallel layouts overlap TP communication with the GEMMs (Megatron --tp-comm-overlap) [off]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
        {"--max-tp-inside-node", false, "keep tp within one node (the default; a --tp value above the node is then refused)"},
@@ -363,7 +367,15 @@ int explore(const Args& args) {
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
   if (auto c = cl.get("--cross-entropy")) space.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
   read_state_dtype_flags(cl, space.state);
-  if (auto v = cl.get("--stack")) {
+  // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
+  std::optional<Recipe> recipe;
+  if (auto rc = cl.get("--recipe")) recipe = load_recipe(*rc, m.name);
+  std::optional<std::string> stack_name = cl.get("--stack");
+  if (recipe && stack_name && load_stack(*stack_name).name != recipe->stack)
+    throw InputError("--stack " + *stack_name + " with --recipe " + recipe->release + ": that release runs stack " +
+                     recipe->stack);
+  if (recipe && !stack_name) stack_name = recipe->stack;
+  if (const auto& v = stack_name) {
     // What the stack runs bounds the enumeration, and each layout takes its attention and overlaps (sim/explore
     // enumerate, apply_stack); a restriction flag asking for something it lacks is an error, not an empty search.
     const Stack st = load_stack(*v);
@@ -388,6 +400,18 @@ int explore(const Args& args) {
                        " does not overlap the expert all-to-alls (its \"a2a_overlap\" is not true)");
     if (!cl.has("--cross-entropy")) space.cross_entropy = st.cross_entropy;
     space.stack = st;
+  }
+  if (recipe) {
+    const RecipeTerms& t = recipe->terms;
+    if (t.recompute && !cl.has("--recompute")) space.recompute = {*t.recompute};
+    if (t.sequence_parallel && !cl.has("--sp")) space.sp = {*t.sequence_parallel ? 1 : 0};
+    if (t.tp_comm_overlap && !cl.has("--tp-comm-overlap")) space.tp_comm_overlap = *t.tp_comm_overlap;
+    // The stack's p2p overlap is what enumerate sets on each layout; the release's config says which it ran.
+    if (t.overlap_p2p) space.stack->overlap_p2p = *t.overlap_p2p;
+    if (t.cross_entropy && !cl.has("--cross-entropy")) space.cross_entropy = *t.cross_entropy;
+    if (t.main_grads && !cl.has("--main-grads")) space.state.main_grads = *t.main_grads;
+    if (t.moments && !cl.has("--moments")) space.state.moments = *t.moments;
+    if (t.master_weights && !cl.has("--master-weights")) space.state.master_weights = *t.master_weights;
   }
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 
@@ -414,7 +438,12 @@ int explore(const Args& args) {
     j["system"] = sys.name;
     j["gpus"] = gpus;
     j["global_batch"] = gbs;
-    if (auto st = cl.get("--stack")) j["stack"] = load_stack(*st).name;
+    if (auto rc = cl.get("--recipe")) {
+      j["recipe"] = *rc;
+      j["stack"] = load_recipe(*rc, m.name).stack;
+    } else if (auto st = cl.get("--stack")) {
+      j["stack"] = load_stack(*st).name;
+    }
     // The band of the system's hardware class, the same for every row (rows carry it as step_error_band_pct).
     j["error_band"] = error_band_to_json(sys.error_band);
     if (const auto& b = sys.error_band)

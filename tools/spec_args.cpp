@@ -1,5 +1,6 @@
 #include "tools/spec_args.hpp"
 
+#include "sim/recipe.hpp"
 #include "sim/stack.hpp"
 
 #include <algorithm>
@@ -52,6 +53,7 @@ std::vector<OptionSpec> spec_options() {
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
       {"--tp-comm-overlap", false, "overlap SP's all-gathers / reduce-scatters with the adjacent GEMMs (Megatron --tp-comm-overlap; needs --sp)"},
       {"--stack", true, "software stack, a preset (megatron-lm-2021, megatron-lm-2022, megatron-zb-2023, megatron-core-2024, megatron-bridge-2025, torchtitan-2025, deepspeed) or JSON: its attention, overlaps and micro-batch rule; a layout it cannot run is refused (docs/stacks.md)"},
+      {"--recipe", true, "what a release ran for this model (sim/recipes/: nemo-24.07): its stack, and its recompute, SP, TP overlap, p2p overlap, loss and state dtypes as defaults the flags override (docs/stacks.md)"},
   };
   for (auto& f : split_options()) o.push_back(std::move(f));
   return o;
@@ -237,8 +239,22 @@ Specs read_specs(const CommandLine& cl, bool played) {
   const bool cpu = s.system.host.cores > 0 || !(s.system.gpu.peak(Precision::bf16) > 0);
   // A stack sets the software defaults (attention, overlaps, interleaved's micro-batch rule); the flags below
   // still override them, and a layout the stack cannot run is refused once it is whole.
+  // A recipe (sim/recipes/) is what a release ran for this model: its stack, and its terms as the defaults the
+  // flags below override. A layout given whole says what it runs, so the two are not combined.
+  std::optional<Recipe> recipe;
+  if (auto r = cl.get("--recipe")) {
+    if (given)
+      throw InputError("--recipe " + *r + " with --layout: a layout given whole says what it runs; give the recipe's "
+                       "terms as words or keys of the layout instead (docs/stacks.md, \"Recipes\")");
+    recipe = load_recipe(*r, s.model.name);
+  }
   std::optional<Stack> stack;
-  if (auto v = cl.get("--stack")) {
+  std::optional<std::string> stack_name = cl.get("--stack");
+  if (recipe && stack_name && load_stack(*stack_name).name != recipe->stack)
+    throw InputError("--stack " + *stack_name + " with --recipe " + recipe->release + ": that release runs stack " +
+                     recipe->stack);
+  if (recipe && !stack_name) stack_name = recipe->stack;
+  if (const auto& v = stack_name) {
     stack = load_stack(*v);
     const sched::MicrobatchRule rule = l.microbatch_rule;
     apply_stack(*stack, l);
@@ -251,6 +267,20 @@ Specs read_specs(const CommandLine& cl, bool played) {
     if (!cl.has("--recompute")) l.recompute = stack->recompute_default;
     if (!cl.has("--zero")) l.zero_stage = stack->zero_default;
     if (!cl.has("--sp") && !cl.has("--no-sp") && !cpu) l.sequence_parallel = stack->sequence_parallel_default && l.tp > 1;
+  }
+  if (recipe) {
+    RecipeTerms t = recipe->terms;  // what a flag gives is the flag's
+    if (cl.has("--recompute")) t.recompute.reset();
+    if (cl.has("--sp") || cl.has("--no-sp")) t.sequence_parallel.reset();
+    if (cl.has("--tp-comm-overlap")) t.tp_comm_overlap.reset();
+    if (cl.has("--overlap-p2p")) t.overlap_p2p.reset();
+    if (cl.has("--cross-entropy")) t.cross_entropy.reset();
+    if (cl.has("--main-grads")) t.main_grads.reset();
+    if (cl.has("--moments")) t.moments.reset();
+    if (cl.has("--master-weights")) t.master_weights.reset();
+    if (t.recompute) l.recompute = *t.recompute;
+    if (t.sequence_parallel) l.sequence_parallel = *t.sequence_parallel && l.tp > 1;
+    apply_recipe_terms(t, l);
   }
   s.gpus = read_gpus(cl, given, s.system, l);
   resolve_specs_split(cl, s);

@@ -408,6 +408,68 @@ TEST_CASE("estimate and explore --stack: defaults, refusals, and a search within
   CHECK(xbad.err.find("--tp-comm-overlap: stack deepspeed does not overlap TP communication") != std::string::npos);
 }
 
+// --recipe: what a release ran for the model (sim/recipes/): its stack and its terms as defaults, a flag over
+// them; estimate's prediction is validate's for the published row of the same layout (NeMo 24.07's Llama 3 70B
+// row: tp 4, pp 4, cp 2, vpp 5 on 64 H100, the recipe's TP overlap and fused loss); explore fixes the terms on
+// every row; an unknown release or model, a contradicting --stack and a whole --layout are refused.
+TEST_CASE("estimate and explore --recipe: a release's terms as defaults, flags over them, refusals") {
+  const std::vector<std::string> row = {"estimate", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "64",
+                                        "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--mbs", "1", "--gbs", "128",
+                                        "--precision", "fp8", "--recipe", "nemo-24.07", "--json"};
+  auto e = run_tessel(row);
+  REQUIRE(e.code == 0);
+  const auto j = nlohmann::json::parse(e.out);
+  const auto& l = j["layout"];
+  CHECK(l["recompute"] == "none");
+  CHECK(l["sequence_parallel"] == true);
+  CHECK(l["tp_comm_overlap"] == true);
+  CHECK(l["cross_entropy"] == "megatron-fused");
+  CHECK(l["master_weights"] == "remainder");
+  CHECK(l["zero_stage"] == 1);  // the release's stack, megatron-core-2024
+  // validate's prediction of nemo2407_LLAMA3-70B_64gpu (docs/validation.md): 1,721.6 tokens/s a GPU; the row
+  // states vocab 128,000 where the preset has Llama 3's 128,256.
+  CHECK(j["tokens_per_s"].get<double>() / 64 == doctest::Approx(1721.6).epsilon(0.002));
+  std::vector<std::string> flagged = row;
+  flagged.insert(flagged.end(), {"--recompute", "selective", "--cross-entropy", "megatron"});
+  auto f = run_tessel(flagged);
+  REQUIRE(f.code == 0);
+  const auto fj = nlohmann::json::parse(f.out);
+  CHECK(fj["layout"]["recompute"] == "selective");
+  CHECK_FALSE(fj["layout"].contains("cross_entropy"));  // Megatron's default again
+  CHECK(fj["layout"]["tp_comm_overlap"] == true);
+  CHECK(fj["step_s"].get<double>() > j["step_s"].get<double>());
+
+  auto x = run_tessel({"explore", "--model", "nemotron-340b", "--system", "dgx-h100", "--gpus", "128", "--gbs", "32",
+                       "--precision", "fp8", "--recipe", "nemo-24.07", "--json", "--top", "5", "--no-simulate"});
+  REQUIRE(x.code == 0);
+  const auto xd = nlohmann::json::parse(x.out);
+  CHECK(xd["recipe"] == "nemo-24.07");
+  CHECK(xd["stack"] == "megatron-core-2024");
+  REQUIRE(xd["top"].size() == 5);
+  for (const auto& r : xd["top"]) {
+    const auto& rl = r["layout"];
+    CAPTURE(rl.dump());
+    CHECK(rl["recompute"] == "selective");
+    CHECK(rl["main_grads"] == "bf16");
+    CHECK(rl["moments"] == "bf16");
+    CHECK(rl["master_weights"] == "none");
+    CHECK(rl["overlap_p2p"] == false);
+  }
+
+  auto unknown = run_tessel({"estimate", "--model", "llama3-70b", "--recipe", "nemo-2407"});
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("--recipe nemo-2407: no such release (known: nemo-24.07); did you mean 'nemo-24.07'?") != std::string::npos);
+  auto model = run_tessel({"estimate", "--model", "tiny", "--recipe", "nemo-24.07"});
+  CHECK(model.code == 2);
+  CHECK(model.err.find("--recipe nemo-24.07: no recipe for model tiny in that release (it has: GPT3-175B,") != std::string::npos);
+  auto stack = run_tessel({"explore", "--model", "llama3-70b", "--recipe", "nemo-24.07", "--stack", "deepspeed"});
+  CHECK(stack.code == 2);
+  CHECK(stack.err.find("--stack deepspeed with --recipe nemo-24.07: that release runs stack megatron-core-2024") != std::string::npos);
+  auto whole = run_tessel({"estimate", "--model", "llama3-70b", "--recipe", "nemo-24.07", "--layout", "tp8 pp8"});
+  CHECK(whole.code == 2);
+  CHECK(whole.err.find("--recipe nemo-24.07 with --layout: a layout given whole says what it runs") != std::string::npos);
+}
+
 // --ops: one layer's ops with their work and price. Llama 2 7B (h 4096, 32 heads, SwiGLU ffn 11008), seq 4096,
 // mbs 1, tp 2: qkv is M = b s = 4096 tokens by N = 3 x 4096 / 2 = 6144 by K = 4096; mlp_up N = 2 x 11008 / 2
 // = 11008; mlp_down K = 11008 / 2 = 5504. Each op's forward + backward is its share of the layer's total.
