@@ -1,6 +1,7 @@
 #include "sim/recipe.hpp"
 
 #include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -39,8 +40,11 @@ Release parse_release(const Json& j, const std::string& where) {
   r.name = o.string("name");
   r.stack = o.string("stack");
   stack_preset(r.stack);  // an unknown stack is an error naming it
-  r.rows = o.string("rows");
-  if (r.rows.empty()) o.fail("rows", "must be a non-empty row id prefix");
+  // The published rows the release's tables are (validate), when some are: their id prefix.
+  if (auto rows = o.opt_string("rows")) {
+    if (rows->empty()) o.fail("rows", "must be a non-empty row id prefix");
+    r.rows = *rows;
+  }
   o.ignore("source");
   const RecipeTerms defaults = o.has("defaults") ? parse_recipe_terms(o.object("defaults")) : RecipeTerms{};
   const Json& mj = o.raw("models");
@@ -52,11 +56,16 @@ Release parse_release(const Json& j, const std::string& where) {
     rec.stack = r.stack;
     rec.model = model;
     rec.config = e.string("config");
+    // The model preset the release's model is, where their names differ ("Llama3.1-8B": llama3-8b).
+    const std::optional<std::string> preset = e.opt_string("preset");
     e.ignore("why");  // the config's words behind a term, for the reader
     rec.terms = over(defaults, parse_recipe_terms(e.object("layout")));
     e.finish();
-    if (!r.by_model.emplace(folded_name(model), std::move(rec)).second)
-      o.fail("models", "model \"" + model + "\" is listed twice (names compare without case and punctuation)");
+    std::vector<std::string> names = {model};
+    if (preset && folded_name(*preset) != folded_name(model)) names.push_back(*preset);
+    for (const std::string& name : names)
+      if (!r.by_model.emplace(folded_name(name), rec).second)
+        o.fail("models", "model \"" + name + "\" is listed twice (names compare without case and punctuation)");
   }
   o.finish();
   return r;
@@ -125,8 +134,10 @@ Recipe load_recipe(const std::string& release, const std::string& model_name) {
     if (r.name != release) continue;
     const auto it = r.by_model.find(folded_name(model_name));
     if (it != r.by_model.end()) return it->second;
-    std::string models;
-    for (const auto& [key, rec] : r.by_model) models += (models.empty() ? "" : ", ") + rec.model;
+    std::string models;  // each recipe once, though found under its preset's name too
+    std::set<std::string> listed;
+    for (const auto& [key, rec] : r.by_model)
+      if (listed.insert(rec.model).second) models += (models.empty() ? "" : ", ") + rec.model;
     throw InputError("--recipe " + release + ": no recipe for model " + model_name + " in that release (it has: " +
                      models + ")");
   }
@@ -138,7 +149,7 @@ Recipe load_recipe(const std::string& release, const std::string& model_name) {
 
 std::optional<Recipe> row_recipe(const std::string& row_id, const std::string& model_name) {
   for (const Release& r : releases()) {
-    if (row_id.rfind(r.rows, 0) != 0) continue;
+    if (r.rows.empty() || row_id.rfind(r.rows, 0) != 0) continue;
     const auto it = r.by_model.find(folded_name(model_name));
     if (it != r.by_model.end()) return it->second;
   }

@@ -310,7 +310,7 @@ int explore(const Args& args) {
        {"--moments", true, "every layout's Adam moments: fp32 or bf16 [fp32]"},
        {"--master-weights", true, "every layout's master weights: fp32, remainder or none [fp32]"},
        {"--stack", true, "software stack (preset or JSON): search only what it runs, with its attention and overlaps (docs/stacks.md)"},
-       {"--recipe", true, "what a release ran for this model (sim/recipes/: nemo-24.07): its stack, and its recompute, SP, TP overlap, loss and state dtypes on every layout unless a flag says otherwise (docs/stacks.md)"},
+       {"--recipe", true, "what a release ran for this model (sim/recipes/: nemo-24.07, dgxc-24.11): its stack, and its recompute, SP, TP overlap, loss and state dtypes on every layout unless a flag says otherwise (docs/stacks.md)"},
        {"--tp-comm-overlap", false, "sequence-parallel layouts overlap TP communication with the GEMMs (Megatron --tp-comm-overlap) [off]"},
        {"--allow-tp-across-nodes", false, "let tp exceed the GPUs of one node (default tp values up to 64)"},
        {"--max-tp-inside-node", false, "keep tp within one node (the default; a --tp value above the node is then refused)"},

@@ -53,7 +53,7 @@ std::vector<OptionSpec> spec_options() {
       {"--overlap-p2p", false, "overlap pipeline send/recv with compute in the steady state"},
       {"--tp-comm-overlap", false, "overlap SP's all-gathers / reduce-scatters with the adjacent GEMMs (Megatron --tp-comm-overlap; needs --sp)"},
       {"--stack", true, "software stack, a preset (megatron-lm-2021, megatron-lm-2022, megatron-zb-2023, megatron-core-2024, megatron-bridge-2025, torchtitan-2025, deepspeed) or JSON: its attention, overlaps and micro-batch rule; a layout it cannot run is refused (docs/stacks.md)"},
-      {"--recipe", true, "what a release ran for this model (sim/recipes/: nemo-24.07): its stack, and its recompute, SP, TP overlap, p2p overlap, loss and state dtypes as defaults the flags override (docs/stacks.md)"},
+      {"--recipe", true, "what a release ran for this model (sim/recipes/: nemo-24.07, dgxc-24.11): its stack, and its recompute, SP, TP overlap, p2p overlap, loss and state dtypes as defaults the flags override (docs/stacks.md)"},
   };
   for (auto& f : split_options()) o.push_back(std::move(f));
   return o;

@@ -316,6 +316,12 @@ TEST_CASE("recipes: a row maps by its release's id prefix and its model's name; 
   CHECK(describe(r->terms) == "recompute=none sequence_parallel=true tp_comm_overlap=true overlap_p2p=true "
                               "cross_entropy=megatron-fused master_weights=remainder");  // the release's default below
   CHECK_FALSE(row_recipe("nemo_longseq_llama2_7b_4k", "LLAMA2-7B").has_value());  // another release's table
+  CHECK(recipe_releases() == std::vector<std::string>{"dgxc-24.11", "nemo-24.07"});
+  // A release's model found by its own name or by the preset it names ("preset"); a release with no published
+  // rows ("rows" absent) maps no row.
+  CHECK(load_recipe("dgxc-24.11", "llama3-8b").model == "Llama3.1-8B");
+  CHECK(load_recipe("dgxc-24.11", "Llama 3.1 8B").config == "llama3.1/llama3.1_8b.yaml");
+  CHECK_FALSE(row_recipe("dgxc-24.11_x", "Llama3.1-8B").has_value());
   CHECK_FALSE(row_recipe("nemo2407_x", "GPT3-1T").has_value());                   // no recipe for that model
   // Applied: the TP overlap only where sequence parallelism runs under tp > 1.
   Layout l;

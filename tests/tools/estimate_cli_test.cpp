@@ -2,6 +2,7 @@
 // one-line message naming the flag or file, the value and the rule; never a crash or a NaN).
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -458,7 +459,7 @@ TEST_CASE("estimate and explore --recipe: a release's terms as defaults, flags o
 
   auto unknown = run_tessel({"estimate", "--model", "llama3-70b", "--recipe", "nemo-2407"});
   CHECK(unknown.code == 2);
-  CHECK(unknown.err.find("--recipe nemo-2407: no such release (known: nemo-24.07); did you mean 'nemo-24.07'?") != std::string::npos);
+  CHECK(unknown.err.find("--recipe nemo-2407: no such release (known: dgxc-24.11, nemo-24.07); did you mean 'nemo-24.07'?") != std::string::npos);
   auto model = run_tessel({"estimate", "--model", "tiny", "--recipe", "nemo-24.07"});
   CHECK(model.code == 2);
   CHECK(model.err.find("--recipe nemo-24.07: no recipe for model tiny in that release (it has: GPT3-175B,") != std::string::npos);
@@ -468,6 +469,46 @@ TEST_CASE("estimate and explore --recipe: a release's terms as defaults, flags o
   auto whole = run_tessel({"estimate", "--model", "llama3-70b", "--recipe", "nemo-24.07", "--layout", "tp8 pp8"});
   CHECK(whole.code == 2);
   CHECK(whole.err.find("--recipe nemo-24.07 with --layout: a layout given whole says what it runs") != std::string::npos);
+}
+
+// NVIDIA's reference recipes for H100 (github.com/NVIDIA/dgxc-benchmarking, tag v24.11.1; each README's step
+// time at its smallest GPU count, NeMo 24.09 / 24.11) predicted under the same tag's configs (--recipe
+// dgxc-24.11), held to the issue's per-source bound: a mean |step error| of at most 15% (12.3% today, all but
+// one optimistic), none beyond 25% (GPT-3 175B bf16, -22.3%, the largest). docs/validation.md shows the table.
+TEST_CASE("--recipe dgxc-24.11: NVIDIA's published H100 step times within the per-source bound") {
+  struct Ref {
+    std::string model;
+    int gpus;
+    std::vector<std::string> layout;
+    double bf16_s, fp8_s;
+  };
+  const std::vector<Ref> refs = {
+      {"llama3-8b", 8, {"--tp", "1", "--pp", "1", "--cp", "2", "--gbs", "128", "--schedule", "1f1b"}, 12.91, 9.67},
+      {"llama3-70b", 64, {"--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--gbs", "128", "--schedule", "interleaved"}, 14.72, 11.01},
+      {"gpt3-175b", 128, {"--tp", "4", "--pp", "8", "--vpp", "12", "--gbs", "256", "--schedule", "interleaved"}, 8.91, 5.92},
+      {"nemotron-340b", 128, {"--tp", "8", "--pp", "8", "--vpp", "12", "--gbs", "32", "--schedule", "interleaved"}, 4.61, 3.16},
+  };
+  double sum = 0;
+  int n = 0;
+  for (const Ref& r : refs)
+    for (const auto& [prec, measured] : {std::pair<std::string, double>{"bf16", r.bf16_s}, {"fp8", r.fp8_s}}) {
+      std::vector<std::string> args = {"estimate", "--json", "--model", r.model, "--system", "dgx-h100", "--gpus",
+                                       std::to_string(r.gpus), "--mbs", "1", "--zero", "1", "--precision", prec,
+                                       "--recipe", "dgxc-24.11"};
+      args.insert(args.end(), r.layout.begin(), r.layout.end());
+      auto e = run_tessel(args);
+      CAPTURE(r.model);
+      CAPTURE(prec);
+      REQUIRE(e.code == 0);
+      const double err = 100.0 * (nlohmann::json::parse(e.out)["step_s"].get<double>() / measured - 1.0);
+      MESSAGE(r.model << " " << prec << ": " << err << "%");
+      CHECK(std::fabs(err) <= 25.0);
+      sum += std::fabs(err);
+      ++n;
+    }
+  MESSAGE("mean |step error| " << sum / n << "% over " << n);
+  CHECK(n == 8);
+  CHECK(sum / n <= 15.0);
 }
 
 // --ops: one layer's ops with their work and price. Llama 2 7B (h 4096, 32 heads, SwiGLU ffn 11008), seq 4096,
