@@ -368,14 +368,9 @@ int explore(const Args& args) {
   if (auto c = cl.get("--cross-entropy")) space.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
   read_state_dtype_flags(cl, space.state);
   // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
-  std::optional<Recipe> recipe;
-  if (auto rc = cl.get("--recipe")) recipe = load_recipe(*rc, m.name);
-  std::optional<std::string> stack_name = cl.get("--stack");
-  if (recipe && stack_name && load_stack(*stack_name).name != recipe->stack)
-    throw InputError("--stack " + *stack_name + " with --recipe " + recipe->release + ": that release runs stack " +
-                     recipe->stack);
-  if (recipe && !stack_name) stack_name = recipe->stack;
-  if (const auto& v = stack_name) {
+  const cli::RecipeChoice choice = cli::read_recipe(cl, m.name);
+  const std::optional<Recipe>& recipe = choice.recipe;
+  if (const auto& v = choice.stack) {
     // What the stack runs bounds the enumeration, and each layout takes its attention and overlaps (sim/explore
     // enumerate, apply_stack); a restriction flag asking for something it lacks is an error, not an empty search.
     const Stack st = load_stack(*v);

@@ -73,6 +73,19 @@ std::vector<OptionSpec> split_options() {
   };
 }
 
+RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name) {
+  RecipeChoice c;
+  c.stack = cl.get("--stack");
+  if (auto r = cl.get("--recipe")) {
+    c.recipe = load_recipe(*r, model_name);
+    if (c.stack && load_stack(*c.stack).name != c.recipe->stack)
+      throw InputError("--stack " + *c.stack + " with --recipe " + c.recipe->release + ": that release runs stack " +
+                       c.recipe->stack);
+    if (!c.stack) c.stack = c.recipe->stack;
+  }
+  return c;
+}
+
 void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s) {
   if (auto g = cl.get("--main-grads")) s.main_grads = parse_state_dtype(*g, "--main-grads");
   if (auto mo = cl.get("--moments")) s.moments = parse_state_dtype(*mo, "--moments");
@@ -241,20 +254,13 @@ Specs read_specs(const CommandLine& cl, bool played) {
   // still override them, and a layout the stack cannot run is refused once it is whole.
   // A recipe (sim/recipes/) is what a release ran for this model: its stack, and its terms as the defaults the
   // flags below override. A layout given whole says what it runs, so the two are not combined.
-  std::optional<Recipe> recipe;
-  if (auto r = cl.get("--recipe")) {
-    if (given)
-      throw InputError("--recipe " + *r + " with --layout: a layout given whole says what it runs; give the recipe's "
-                       "terms as words or keys of the layout instead (docs/stacks.md, \"Recipes\")");
-    recipe = load_recipe(*r, s.model.name);
-  }
+  if (given && cl.has("--recipe"))
+    throw InputError("--recipe " + *cl.get("--recipe") + " with --layout: a layout given whole says what it runs; give "
+                     "the recipe's terms as words or keys of the layout instead (docs/stacks.md, \"Recipes\")");
+  const RecipeChoice choice = read_recipe(cl, s.model.name);
+  const std::optional<Recipe>& recipe = choice.recipe;
   std::optional<Stack> stack;
-  std::optional<std::string> stack_name = cl.get("--stack");
-  if (recipe && stack_name && load_stack(*stack_name).name != recipe->stack)
-    throw InputError("--stack " + *stack_name + " with --recipe " + recipe->release + ": that release runs stack " +
-                     recipe->stack);
-  if (recipe && !stack_name) stack_name = recipe->stack;
-  if (const auto& v = stack_name) {
+  if (const auto& v = choice.stack) {
     stack = load_stack(*v);
     const sched::MicrobatchRule rule = l.microbatch_rule;
     apply_stack(*stack, l);

@@ -8,6 +8,7 @@
 
 #include "models/model.hpp"
 #include "sim/layout.hpp"
+#include "sim/recipe.hpp"
 #include "sim/stage_split.hpp"
 #include "sim/system.hpp"
 #include "tools/cli.hpp"
@@ -37,6 +38,13 @@ Specs read_specs(const CommandLine& cl, bool played = false);
 // current pp and vpp: read_specs calls it, and a verb that changes them afterwards (simulate's
 // --schedule-file) calls it again.
 void resolve_specs_split(const CommandLine& cl, Specs& s);
+// --recipe for the model named `model_name` (sim/recipes/), and the stack to run: --stack when given (refused
+// where it is not the recipe's release's stack), else the recipe's; neither when neither flag is given.
+struct RecipeChoice {
+  std::optional<Recipe> recipe;
+  std::optional<std::string> stack;
+};
+RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name);
 // --main-grads, --moments and --master-weights onto `s` (estimate, simulate and explore alike).
 void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s);
 // --recompute-method / --recompute-layers given without --recompute full: InputError.
