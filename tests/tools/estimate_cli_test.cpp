@@ -491,7 +491,9 @@ TEST_CASE("--recipe dgxc-24.11: NVIDIA's published H100 step times within the pe
   double sum = 0;
   int n = 0;
   for (const Ref& r : refs)
-    for (const auto& [prec, measured] : {std::pair<std::string, double>{"bf16", r.bf16_s}, {"fp8", r.fp8_s}}) {
+    for (const auto& run : {std::pair<std::string, double>{"bf16", r.bf16_s}, {"fp8", r.fp8_s}}) {
+      const std::string prec = run.first;  // not a structured binding: CAPTURE's lambda takes it (clang 14)
+      const double measured = run.second;
       std::vector<std::string> args = {"estimate", "--json", "--model", r.model, "--system", "dgx-h100", "--gpus",
                                        std::to_string(r.gpus), "--mbs", "1", "--zero", "1", "--precision", prec,
                                        "--recipe", "dgxc-24.11"};
