@@ -79,6 +79,10 @@ struct GpuSpec {
   std::vector<double> optimizer_params, optimizer_Bps;
   DirRate attention_flops{};
   double gemm_dgrad_factor = 1, gemm_wgrad_factor = 1;
+  // A 16-bit (or fp8) GEMM writing an fp32 output over the same GEMM writing 16-bit: the weight gradient
+  // accumulated into fp32 main grads (Megatron's gradient-accumulation fusion, --gradient-accumulation-fusion,
+  // on by default: the wgrad GEMM adds into main_grad in fp32). 1: not measured (efficiency.gemm_fp32_out).
+  double gemm_fp32_out = 1;
   // Time multiplier per kind (1: none). Not a file key: the host model (sim/engine/host_model.hpp) prices a
   // step a second time with its contention here, for the moments every core is busy.
   std::array<double, kCostKinds> time_factor{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};

@@ -539,7 +539,7 @@ void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
 // The layer's times on `sys`: each op priced by the cost model, the CP exchange against the attention it
 // hides behind, the sums by kind, and the recompute the layout adds.
 void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
-  for (auto& op : lw.ops) cost::price(op, sys);
+  for (auto& op : lw.ops) cost::price(op, sys, l.state.main_grads);
   if (l.tp_comm_overlap) overlap_tp_comm(l, sys, lw);
   if (l.cp > 1) {
     const double step = cost::collective_time(sys, Collective::send_recv, lw.cp_kv_bytes, cp_group(l)).seconds;
@@ -642,7 +642,7 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   WorkOp lg = gemm_op("logits", l.precision == Precision::fp8 ? Precision::bf16 : l.precision,
                       {M, static_cast<std::int64_t>(std::ceil(static_cast<double>(m.vocab) / l.tp)),
                        static_cast<std::int64_t>(d.h)});
-  cost::price(lg, sys);
+  cost::price(lg, sys, l.state.main_grads);
   const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
   const double logits = d.tokens * v_local;  // this rank's logits
   // A profile with measured kind rates (tessel calibrate on Tessel's runtime) prices the final norm and the
@@ -817,7 +817,7 @@ void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork
   if (m.is_moe_layer(m.layers - 1)) st.moe_layers += static_cast<int>(k);
   WorkOp proj = gemm_op("mtp_proj", l.precision, {static_cast<std::int64_t>(d.tokens), static_cast<std::int64_t>(d.h / d.t),
                                                  static_cast<std::int64_t>(2 * d.h)});
-  cost::price(proj, sys);
+  cost::price(proj, sys, l.state.main_grads);
   // Embedding lookup (read + write), two norms and the concatenation, on the sequence shard.
   const double glue = (3.0 + 2 * 5.0 + 4.0) * e * d.xs;
   st.f += k * (proj.t_f + cost::memory_time(sys.gpu, glue, 4));

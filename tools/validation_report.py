@@ -133,12 +133,25 @@ LIMITS = """
   most, and the exceptions are the two largest models, with the most exposed TP and pipeline time: GPT-3 175B
   (+4-6%) and Nemotron-340B (-5%). A cost is missing from every Hopper step's compute, not one that grows as
   models shrink.
+  **The weight gradients written into fp32 main grads.** Megatron-Core accumulates each linear layer's weight
+  gradient into its fp32 gradient buffer inside the GEMM (`--gradient-accumulation-fusion`, on by default, as
+  in NeMo's configs: the GEMM writes fp32 and adds into what is there), where every other GEMM writes 16-bit;
+  nothing had priced that. The H200 sweep timed the same ten shapes both ways (bench/h200/bench.csv: bf16
+  operands with a bf16 output, and with an fp32 one): the fp32 output took a median 1.05x as long (0.99-1.10).
+  The Hopper presets carry that figure (`efficiency.gemm_fp32_out` 1.05) and charge it to the weight gradient
+  of every 16-bit or fp8 linear layer whose main grads are fp32 (bf16 main grads, as Nemotron-340B's recipe
+  runs, pay nothing); it is a lower bound, since the sweep did not read the buffer back (beta 0) and fp8 GEMMs
+  were not timed with an fp32 output. The A100 preset has no such figure: its efficiencies were fitted to
+  per-layer times that include it. Every NeMo / H100 row but Nemotron-340B moved 1-1.5 points toward the
+  measurement (GPT-3 5B +26.9% to +25.5%, Llama 3 8B +21.1% to +20.0%, GPT-3 175B +3-4%): 12.6% to 11.9%
+  mean |step error| over the 21 rows (nemo2407 11.3% to 10.5%, the long-sequence table 14.2% to 13.9%), under
+  the 12% bound by a thin margin. The rest of the optimism is still not found.
 - **Five more NeMo 24.07 rows (GPT-3 5B and 20B, Nemotron 8B, 22B and 340B)** name their model without its
   shape; they are scored since the model presets take the shapes of the same recipes (NeMo-Framework-Launcher
   commit 1a7171d7, conf/training/gpt3/ and nemotron/; each row's model TFLOP/s over its tokens/s is the FLOPs a
   token of that shape, to 0.1%). They took the NeMo / H100 rows' mean |step error| from 11.3% over 16 rows to
-  12.5% over 21 (12.6% under the recipes), above the 12% the tests hold it to (that check is marked as failing,
-  not loosened). Nemotron
+  12.5% over 21 (12.6% under the recipes), above the 12% the tests hold it to (that check was marked as
+  failing, not loosened, until the fp32 weight gradients above brought the rows to 11.9%). Nemotron
   8B and 22B and GPT-3 20B are like the others; GPT-3 5B is 27% optimistic, the most of any Hopper row, though
   it differs from Llama 2 7B (+14%) mostly in running tp 1 over 64 GPUs (its data-parallel traffic hidden
   behind compute), a non-gated MLP and dropout (0.1 on the hidden states and in the attention; GPT-3 20B and

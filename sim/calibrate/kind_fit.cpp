@@ -132,6 +132,8 @@ std::vector<Residuals> fit_gemm_classes(const std::vector<GemmRow>& rows, Precis
     if (mine.empty() || !(pred > 0)) continue;
     const double factor = meas / pred;
     (cls == GemmClass::dgrad ? profile.gpu.gemm_dgrad_factor : profile.gpu.gemm_wgrad_factor) = factor;
+    // The measured weight gradients already pay whatever output the runtime writes: no fp32-output charge on top.
+    if (cls == GemmClass::wgrad) profile.gpu.gemm_fp32_out = 1;
     Residuals res;
     res.category = std::string("gemm ") + to_string(cls);
     res.rows = static_cast<int>(mine.size());

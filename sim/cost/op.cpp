@@ -31,7 +31,7 @@ void price_measured_core(WorkOp& op, const GpuSpec& gpu) {
   op.t_w = 0;
 }
 
-void price_gemm(WorkOp& op, const GpuSpec& gpu) {
+void price_gemm(WorkOp& op, const GpuSpec& gpu, StateDtype main_grads) {
   const Precision p = op.precision;
   const GemmShape& g = op.gemm;
   op.t_f = gemm_time(gpu, p, g);
@@ -39,6 +39,9 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu) {
   op.t_i = gemm_time(gpu, p, {g.m, g.k, g.n, g.batch}) * gpu.gemm_dgrad_factor;
   if (op.has_weights) {
     op.t_w = gemm_time(gpu, p, {g.k, g.n, g.m, g.batch}) * gpu.gemm_wgrad_factor;
+    // The weight gradient lands in the fp32 gradient buffer: an fp32 output, where the other GEMMs write
+    // 16-bit (an fp32 GEMM writes fp32 anyway).
+    if (main_grads == StateDtype::fp32 && p != Precision::fp32) op.t_w *= gpu.gemm_fp32_out;
   } else {
     op.t_i += gemm_time(gpu, p, {g.k, g.n, g.m, g.batch}) * gpu.gemm_dgrad_factor;
   }
@@ -51,7 +54,7 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu) {
 
 }  // namespace
 
-void price(WorkOp& op, const System& sys) {
+void price(WorkOp& op, const System& sys, StateDtype main_grads) {
   op.t_f = op.t_i = op.t_w = 0;
   op.runtime_priced = false;
   if (op.attention_core && measured_attention_core(sys.gpu)) {
@@ -60,7 +63,7 @@ void price(WorkOp& op, const System& sys) {
   }
   switch (op.cls) {
     case OpClass::gemm:
-      price_gemm(op, sys.gpu);
+      price_gemm(op, sys.gpu, main_grads);
       return;
     case OpClass::attention:
       op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f);

@@ -53,11 +53,12 @@ struct WorkOp {
 // - gemm: forward m x n x k; input gradient dX = dY W^T (m x k output, inner n); weight gradient dW = X^T dY
 //   (k x n output, inner m, the token count), which is an input gradient for a GEMM without weights. fp8
 //   GEMMs also quantize their 16-bit inputs, kFp8CastTransposeBytes per element: the activation [m, k]
-//   forward and the output gradient [m, n] backward.
+//   forward and the output gradient [m, n] backward. A linear layer's weight gradient written into fp32
+//   main grads (main_grads fp32, a 16-bit or fp8 GEMM) takes GpuSpec::gemm_fp32_out times its time.
 // - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward.
 // - elementwise: memory_time of the bytes moved, `kernels` launches a pass.
 // - collective: comm.hpp's collective_time, once forward and once backward.
-void price(WorkOp& op, const System& sys);
+void price(WorkOp& op, const System& sys, StateDtype main_grads);
 
 // Memory traffic per element of an fp8 GEMM's 16-bit input as Transformer Engine quantizes it (delayed
 // scaling, the amax taken in the same pass): read 2 bytes, write the fp8 copy (1) and its fp8 transpose (1),

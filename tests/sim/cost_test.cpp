@@ -680,7 +680,7 @@ TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward an
   op.precision = Precision::fp8;
   op.gemm = {4096, 12288, 4096, 1};
   op.has_weights = true;
-  cost::price(op, sys);
+  cost::price(op, sys, StateDtype::fp32);
   const double mk = 4096.0 * 4096, mn = 4096.0 * 12288;
   const double fwd = cost::gemm_time(sys.gpu, Precision::fp8, op.gemm) + cost::memory_time(sys.gpu, 4.0 * mk, 1);
   const double ig = cost::gemm_time(sys.gpu, Precision::fp8, {4096, 4096, 12288, 1}) * sys.gpu.gemm_dgrad_factor +
@@ -690,8 +690,49 @@ TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward an
   // A bf16 GEMM of the same shape pays no cast.
   cost::WorkOp b = op;
   b.precision = Precision::bf16;
-  cost::price(b, sys);
+  cost::price(b, sys, StateDtype::fp32);
   CHECK(b.t_f == doctest::Approx(cost::gemm_time(sys.gpu, Precision::bf16, op.gemm)).epsilon(1e-12));
+}
+
+// The weight gradient written into fp32 main grads costs gemm_fp32_out times the 16-bit-output GEMM (the
+// Hopper presets' 1.05, measured on the H200); bf16 main grads, an fp32 GEMM, the forward and the input
+// gradient pay nothing extra, and a preset without the figure (the A100's fit absorbed it) none either.
+TEST_CASE("GEMM: the weight gradient into fp32 main grads pays the fp32 output, nothing else does") {
+  const System h100 = load_system("dgx-h100");
+  REQUIRE(h100.gpu.gemm_fp32_out == doctest::Approx(1.05));
+  cost::WorkOp op;
+  op.cls = cost::OpClass::gemm;
+  op.precision = Precision::bf16;
+  op.gemm = {8192, 12288, 4096, 1};
+  op.has_weights = true;
+  cost::WorkOp fp32_grads = op, bf16_grads = op;
+  cost::price(fp32_grads, h100, StateDtype::fp32);
+  cost::price(bf16_grads, h100, StateDtype::bf16);
+  const double wgrad = cost::gemm_time(h100.gpu, Precision::bf16, {4096, 12288, 8192, 1});
+  CHECK(bf16_grads.t_w == doctest::Approx(wgrad).epsilon(1e-12));
+  CHECK(fp32_grads.t_w == doctest::Approx(1.05 * wgrad).epsilon(1e-12));
+  CHECK(fp32_grads.t_f == bf16_grads.t_f);
+  CHECK(fp32_grads.t_i == bf16_grads.t_i);
+  // fp8 linear layers accumulate their weight gradient into the same buffer.
+  cost::WorkOp f8 = op, f8b = op;
+  f8.precision = f8b.precision = Precision::fp8;
+  cost::price(f8, h100, StateDtype::fp32);
+  cost::price(f8b, h100, StateDtype::bf16);
+  CHECK(f8.t_w == doctest::Approx(1.05 * f8b.t_w).epsilon(1e-12));
+  // A GEMM without weights (attention's batched GEMMs) has no weight gradient.
+  cost::WorkOp batched = op;
+  batched.has_weights = false;
+  cost::price(batched, h100, StateDtype::fp32);
+  CHECK(batched.t_w == 0);
+  // fp32 GEMMs write fp32 anyway.
+  cost::WorkOp f32 = op, f32b = op;
+  f32.precision = f32b.precision = Precision::fp32;
+  cost::price(f32, h100, StateDtype::fp32);
+  cost::price(f32b, h100, StateDtype::bf16);
+  CHECK(f32.t_w == f32b.t_w);
+  // The A100 preset's efficiencies were fitted to per-layer times that include it: no separate charge.
+  const System a100 = load_system("dgx-a100");
+  CHECK(a100.gpu.gemm_fp32_out == 1.0);
 }
 
 // Under an fp8 recipe only the GEMMs' inputs are quantized (Transformer Engine): the norms, residuals and

@@ -115,6 +115,7 @@ TEST_CASE("system presets load and bad system files are rejected") {
     const System back = parse_system(system_to_json(s), "roundtrip");
     CHECK(back.gpu.memory_bw_Bps == doctest::Approx(s.gpu.memory_bw_Bps));
     CHECK(back.net.nic_bw_Bps == doctest::Approx(s.net.nic_bw_Bps));
+    CHECK(back.gpu.gemm_fp32_out == doctest::Approx(s.gpu.gemm_fp32_out));
   }
   const System a100 = load_system("dgx-a100");
   CHECK(a100.gpu.peak(Precision::bf16) == doctest::Approx(312e12));
@@ -136,6 +137,16 @@ TEST_CASE("system presets load and bad system files are rejected") {
     err = e.what();
   }
   CHECK(err == "s.json: gpu.efficiency.gemm: missing required key");
+  // An fp32 output is never faster than a 16-bit one.
+  j = system_to_json(a100);
+  j["gpu"]["efficiency"]["gemm_fp32_out"] = 0.9;
+  err.clear();
+  try {
+    parse_system(j, "s.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("s.json: gpu.efficiency.gemm_fp32_out: value 0.9 is out of range") != std::string::npos);
 }
 
 // Blackwell: the published rows name "NVIDIA B200 (DGX-B200)" and "NVIDIA GB200 (DGX-GB200)"; GB200's name holds
