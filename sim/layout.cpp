@@ -44,6 +44,21 @@ CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& wh
   throw InputError(what + ": value \"" + s + "\" is not one of megatron, megatron-fused, te");
 }
 
+std::string to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::delayed: return "delayed";
+    case Fp8Recipe::current: return "current";
+    case Fp8Recipe::mxfp8: return "mxfp8";
+  }
+  return "delayed";
+}
+
+Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what) {
+  for (Fp8Recipe r : {Fp8Recipe::delayed, Fp8Recipe::current, Fp8Recipe::mxfp8})
+    if (s == to_string(r)) return r;
+  throw InputError(what + ": value \"" + s + "\" is not one of delayed, current, mxfp8");
+}
+
 std::string to_string(StateDtype d) { return d == StateDtype::fp32 ? "fp32" : "bf16"; }
 
 std::string to_string(MasterWeights w) {
@@ -216,6 +231,11 @@ Layout parse_layout(const Json& j, const std::string& where) {
     l.attention = *a == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   }
   if (auto c = o.opt_string("cross_entropy")) l.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
+  if (auto r = o.opt_string("fp8_recipe")) {
+    l.fp8_recipe = parse_fp8_recipe(*r, where + ": fp8_recipe");
+    if (l.precision != Precision::fp8)
+      o.fail("fp8_recipe", "\"" + *r + "\" is an fp8 recipe; precision is " + to_string(l.precision) + ", not fp8");
+  }
   if (auto g = o.opt_string("main_grads")) l.state.main_grads = parse_state_dtype(*g, where + ": main_grads");
   if (auto m = o.opt_string("moments")) l.state.moments = parse_state_dtype(*m, where + ": moments");
   if (auto w = o.opt_string("master_weights")) l.state.master_weights = parse_master_weights(*w, where + ": master_weights");
@@ -271,6 +291,7 @@ Json layout_to_json(const Layout& l) {
   j["precision"] = to_string(l.precision);
   j["attention"] = to_string(l.attention);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
+  if (l.precision == Precision::fp8 && l.fp8_recipe != Fp8Recipe::delayed) j["fp8_recipe"] = to_string(l.fp8_recipe);
   if (l.state.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.state.main_grads);
   if (l.state.moments != StateDtype::fp32) j["moments"] = to_string(l.state.moments);
   if (l.state.master_weights != MasterWeights::fp32) j["master_weights"] = to_string(l.state.master_weights);

@@ -24,6 +24,15 @@ enum class AttentionImpl { flash, unfused };
 // normalisation fused), or Transformer Engine's Triton kernels (--cross-entropy-fusion-impl te: an online
 // softmax over the 16-bit logits, the gradient written in place in the backward).
 enum class CrossEntropyImpl { megatron, megatron_fused, te };
+// How an fp8 run scales its tensors (Transformer Engine's recipes; docs/features/low_precision_training/):
+//  - delayed: one scale a tensor from the amax history (DelayedScaling; NeMo 24.07's fp8 configs): the cast
+//    reads the 16-bit tensor once, and the amaxes are all-reduced once a micro-batch and direction;
+//  - current: one scale a tensor from its own amax (Float8CurrentScaling; Megatron-Bridge's fp8_cs): a first
+//    read for the amax, a second for the cast, and a tensor gathered over tp (sequence parallel) reduces its
+//    amax over tp before it is quantized;
+//  - mxfp8: one power-of-two scale per 32 elements (MXFP8BlockScaling, Blackwell only): one read, the
+//    row-wise and column-wise copies quantized apart, no amax shared between GPUs.
+enum class Fp8Recipe { delayed, current, mxfp8 };
 // The training state's dtypes beside the weights under 16-bit (and fp8) training: the gradient buffer the
 // backward accumulates into and the data-parallel reduction sends (Megatron-Core --main-grads-dtype, NeMo's
 // grad_sync_dtype), the two Adam moments (--exp-avg-dtype / --exp-avg-sq-dtype, NeMo's optimizer dtype), and
@@ -60,6 +69,7 @@ struct Layout {
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
+  Fp8Recipe fp8_recipe = Fp8Recipe::delayed;  // precision fp8 only
   StateDtypes state;                 // the training state's dtypes (see StateDtype)
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
@@ -131,6 +141,9 @@ std::string to_string(AttentionImpl a);
 std::string to_string(CrossEntropyImpl c);  // megatron, megatron-fused, te
 // "megatron", "megatron-fused" or "te"; InputError naming `what`, the value and the choices otherwise.
 CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& what);
+std::string to_string(Fp8Recipe r);  // delayed, current, mxfp8
+// Throws InputError naming `what` for a word other than those.
+Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what);
 std::string to_string(StateDtype d);     // fp32, bf16
 std::string to_string(MasterWeights w);  // fp32, remainder, none
 // Their parsers; InputError naming `what`, the value and the choices otherwise.
@@ -141,7 +154,7 @@ Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, main_grads, moments,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, fp8_recipe, main_grads, moments,
 // master_weights, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

@@ -31,6 +31,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   s.source = o.string("source");
   s.attention = o.choice("attention", {"flash", "unfused"}) == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   if (auto c = o.opt_string("cross_entropy")) s.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
+  if (auto r = o.opt_string("fp8_recipe")) s.fp8_recipe = parse_fp8_recipe(*r, where + ": fp8_recipe");
   {
     JsonObject ov = o.object("overlap");
     s.overlap_grad_reduce = ov.boolean("grad_reduce");
@@ -115,6 +116,7 @@ std::string defaults_text(const Stack& s) {
 void apply_stack(const Stack& s, Layout& l) {
   l.attention = s.attention;
   l.cross_entropy = s.cross_entropy;
+  l.fp8_recipe = s.fp8_recipe;
   l.overlap_grad_reduce = s.overlap_grad_reduce;
   l.overlap_param_gather = s.overlap_param_gather;
   l.overlap_p2p = s.overlap_p2p;

@@ -23,6 +23,9 @@ struct Stack {
   // The LM loss it computes unless asked otherwise (key "cross_entropy", absent: Megatron's unfused one); a
   // layout may choose another (the implementations are flags of the same software, not other software).
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
+  // How an fp8 run scales its tensors unless asked otherwise (key "fp8_recipe", absent: delayed, Transformer
+  // Engine's DelayedScaling default that Megatron-LM and NeMo run; torchtitan's torchao float8: current).
+  Fp8Recipe fp8_recipe = Fp8Recipe::delayed;
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   TpOverlap tp_comm_overlap = TpOverlap::none;
   bool sequence_parallel = true, context_parallel = true;

@@ -18,6 +18,9 @@ void check_runnable(const Model& m, const Layout& l, const System& sys, int gpus
     throw InfeasibleLayout(std::to_string(gpus) + " GPUs exceed the system's max_gpus " + std::to_string(sys.max_gpus));
   if (sys.gpu.peak(l.precision) <= 0)
     throw InfeasibleLayout("precision " + to_string(l.precision) + " is not supported by " + sys.gpu.name);
+  if (l.precision == Precision::fp8 && l.fp8_recipe == Fp8Recipe::mxfp8 && sys.gpu.arch != GpuArch::blackwell)
+    throw InfeasibleLayout("fp8 recipe mxfp8 runs on Blackwell's block-scaled tensor cores only; " + sys.gpu.name +
+                           " is not one (gpu.arch blackwell in a system file says it is)");
 }
 
 namespace {

@@ -179,6 +179,10 @@ System parse_system(const Json& j, const std::string& where) {
   {
     JsonObject g = o.object("gpu");
     s.gpu.name = g.string("name");
+    if (g.has("arch")) {
+      const std::string a = g.choice("arch", {"ampere", "hopper", "blackwell", "other"});
+      s.gpu.arch = a == "ampere" ? GpuArch::ampere : a == "hopper" ? GpuArch::hopper : a == "blackwell" ? GpuArch::blackwell : GpuArch::other;
+    }
     JsonObject pk = g.object("peak_tflops");
     s.gpu.peak_flops[static_cast<int>(Precision::bf16)] = pk.number("bf16", 0, 1e5) * kTera;
     s.gpu.peak_flops[static_cast<int>(Precision::fp16)] = pk.number("fp16", 0, 1e5) * kTera;
@@ -264,6 +268,10 @@ Json error_band_to_json(const std::optional<ErrorBand>& b) {
 Json system_to_json(const System& s) {
   Json g;
   g["name"] = s.gpu.name;
+  if (s.gpu.arch != GpuArch::other) {
+    const GpuArch a = s.gpu.arch;
+    g["arch"] = a == GpuArch::ampere ? "ampere" : a == GpuArch::hopper ? "hopper" : "blackwell";
+  }
   g["peak_tflops"] = {{"bf16", s.gpu.peak(Precision::bf16) / kTera}, {"fp16", s.gpu.peak(Precision::fp16) / kTera},
                       {"fp8", s.gpu.peak(Precision::fp8) / kTera}, {"fp32", s.gpu.peak(Precision::fp32) / kTera},
                       {"tf32", s.gpu.tf32_flops / kTera}};

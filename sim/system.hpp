@@ -39,8 +39,15 @@ struct DirRate {
   double get(bool backward) const { return backward ? bwd : fwd; }
 };
 
+// The tensor-core generation, where it changes what a cost is made of (gpu.arch; absent: other). Hopper's fp8
+// GEMMs take only the TN layout, so an fp8 operand the backward reads transposed is quantized twice (a
+// transposed copy); Blackwell reads either layout and alone runs MXFP8 (block-scaled) GEMMs (Transformer
+// Engine's docs, low_precision_training: fp8_current_scaling and mxfp8).
+enum class GpuArch { ampere, hopper, blackwell, other };
+
 struct GpuSpec {
   std::string name;
+  GpuArch arch = GpuArch::other;
   // Dense peak FLOP/s per precision; 0 = not supported. Index by Precision (bf16, fp16, fp8, fp32).
   std::array<double, 4> peak_flops{};
   double tf32_flops = 0;       // for fp32 GEMMs with TF32 allowed (informational)
@@ -88,6 +95,7 @@ struct GpuSpec {
   std::array<double, kCostKinds> time_factor{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
 
   double peak(Precision p) const { return peak_flops[static_cast<int>(p)]; }
+  bool fp8_transposed_copy() const { return arch != GpuArch::blackwell; }
   // Whether any element-wise kind has a measured rate (the lowering then prices the head's norm and loss apart).
   bool kind_rates() const;
 };

@@ -159,6 +159,22 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
   const std::string prec = str_field(lj, "precision", where + ".layout", "fp16_or_bf16");
   base.precision = prec == "fp8" ? Precision::fp8 : Precision::bf16;
   apply_source_conventions(id, base, notes);
+  // The fp8 recipe a row's table names in its precision column (Megatron-Bridge's "FP8-CS", "MXFP8"; NeMo's
+  // "FP8 current scaling"); unnamed, the stack's.
+  if (base.precision == Precision::fp8 && row.contains("parallel") && row.at("parallel").is_object() &&
+      row.at("parallel").contains("precision") && row.at("parallel").at("precision").is_string()) {
+    const std::string label = row.at("parallel").at("precision").get<std::string>();
+    std::string low = label;
+    std::transform(low.begin(), low.end(), low.begin(), ::tolower);
+    const std::optional<Fp8Recipe> named = low.find("mxfp8") != std::string::npos ? std::optional(Fp8Recipe::mxfp8)
+                                           : low.find("fp8-cs") != std::string::npos || low.find("current") != std::string::npos
+                                               ? std::optional(Fp8Recipe::current)
+                                               : std::nullopt;
+    if (named) {
+      base.fp8_recipe = *named;
+      notes.push_back("fp8_recipe=" + to_string(*named) + " (the row's precision: " + label + ")");
+    }
+  }
   // What the row's release documents for its model (sim/recipes/): it fills the unstated fields before the
   // stack's generic defaults do.
   const std::string model_name = str_field(row.at("model"), "name", where + ".model");

@@ -539,7 +539,7 @@ void overlap_tp_comm(const Layout& l, const System& sys, LayerWork& lw) {
 // The layer's times on `sys`: each op priced by the cost model, the CP exchange against the attention it
 // hides behind, the sums by kind, and the recompute the layout adds.
 void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
-  for (auto& op : lw.ops) cost::price(op, sys, l.state.main_grads);
+  for (auto& op : lw.ops) cost::price(op, sys, l);
   if (l.tp_comm_overlap) overlap_tp_comm(l, sys, lw);
   if (l.cp > 1) {
     const double step = cost::collective_time(sys, Collective::send_recv, lw.cp_kv_bytes, cp_group(l)).seconds;
@@ -592,8 +592,25 @@ void price_layer(const Layout& l, const System& sys, LayerWork& lw) {
   }
 }
 
+// Current fp8 scaling quantizes a tensor with one scale from its own amax; one that sequence parallelism
+// gathers over tp is quantized before the gather, so the tp ranks first all-reduce its amax (Transformer
+// Engine's fp8_current_scaling docs, "Amax reduction": the input and the gradient in sequence parallelism). One
+// small all-reduce (a 4-byte amax) before each of the layer's SP all-gathers forward, and as many backward for
+// the output gradients gathered there. Delayed scaling reduces its amaxes once a micro-batch (stage_work);
+// MXFP8's block scales are local.
+void add_fp8_amax_reductions(const Layout& l, LayerWork& lw) {
+  if (l.precision != Precision::fp8 || l.fp8_recipe != Fp8Recipe::current || !l.sequence_parallel || l.tp == 1) return;
+  std::vector<WorkOp>& ops = lw.ops;
+  for (std::size_t k = 0; k < ops.size(); ++k)
+    if (ops[k].cls == OpClass::collective && ops[k].coll == Collective::all_gather && !is_expert_collective(ops[k])) {
+      ops.insert(ops.begin() + static_cast<std::ptrdiff_t>(k), collective_op("fp8_amax", Collective::all_reduce, 4.0, tp_group(l)));
+      ++k;
+    }
+}
+
 void lower_layer_into(const Model& m, const Layout& l, const System& sys, LayerWork& lw) {
   layer_work(m, l, lw);
+  add_fp8_amax_reductions(l, lw);
   price_layer(l, sys, lw);
 }
 
@@ -642,7 +659,7 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
   WorkOp lg = gemm_op("logits", l.precision == Precision::fp8 ? Precision::bf16 : l.precision,
                       {M, static_cast<std::int64_t>(std::ceil(static_cast<double>(m.vocab) / l.tp)),
                        static_cast<std::int64_t>(d.h)});
-  cost::price(lg, sys, l.state.main_grads);
+  cost::price(lg, sys, l);
   const double v_local = std::ceil(static_cast<double>(m.vocab) / l.tp);
   const double logits = d.tokens * v_local;  // this rank's logits
   // A profile with measured kind rates (tessel calibrate on Tessel's runtime) prices the final norm and the
@@ -817,7 +834,7 @@ void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork
   if (m.is_moe_layer(m.layers - 1)) st.moe_layers += static_cast<int>(k);
   WorkOp proj = gemm_op("mtp_proj", l.precision, {static_cast<std::int64_t>(d.tokens), static_cast<std::int64_t>(d.h / d.t),
                                                  static_cast<std::int64_t>(2 * d.h)});
-  cost::price(proj, sys, l.state.main_grads);
+  cost::price(proj, sys, l);
   // Embedding lookup (read + write), two norms and the concatenation, on the sequence shard.
   const double glue = (3.0 + 2 * 5.0 + 4.0) * e * d.xs;
   st.f += k * (proj.t_f + cost::memory_time(sys.gpu, glue, 4));
@@ -914,6 +931,23 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const K
     const LayerWork* kind = kinds[static_cast<std::size_t>(layer_kind(m, m.layers - 1))];
     TESSEL_CHECK(kind, "the MTP modules of " << m.name << " need the work of its last layer's kind");
     add_mtp(m, l, sys, *kind, st);
+  }
+  if (l.precision == Precision::fp8 && l.fp8_recipe == Fp8Recipe::delayed) {
+    // Delayed scaling: when a micro-batch's forward leaves the stage's fp8 region (Megatron-Core wraps each
+    // model chunk in one fp8_autocast) and when its backward finishes there, the amaxes of every fp8 GEMM of
+    // the chunk are all-reduced in one buffer over the tensor-, context- and data-parallel ranks (Megatron's
+    // amax reduction group; TE's fp8_delayed_scaling docs): 3 per GEMM forward (input, weight, output), 2
+    // backward (the gradients), 4 bytes each. Small, so its latency is what it costs.
+    const double gemms = sum(n, [](const LayerWork& x) {
+      double c = 0;
+      for (const WorkOp& op : x.ops) c += op.cls == OpClass::gemm && op.precision == Precision::fp8 ? 1.0 : 0.0;
+      return c;
+    });
+    const cost::GroupPlacement amax_group{l.tp * l.cp * l.dp, 1, false, l.gpus()};
+    if (gemms > 0 && amax_group.size > 1) {
+      st.f += cost::collective_time(sys, Collective::all_reduce, 12.0 * gemms, amax_group).seconds;
+      st.i += cost::collective_time(sys, Collective::all_reduce, 8.0 * gemms, amax_group).seconds;
+    }
   }
   return st;
 }

@@ -305,6 +305,7 @@ int explore(const Args& args) {
        {"--zero", true, "restrict optimizer sharding stages (0,1,2,3)"},
        {"--precision", true, "bf16|fp16|fp8|fp32 [bf16]"},
        {"--attention", true, "flash|unfused [flash]"},
+       {"--fp8-recipe", true, "fp8 scaling: delayed, current or mxfp8 (Blackwell); needs --precision fp8 (docs/stacks.md) [delayed, or the stack's]"},
        {"--cross-entropy", true, "the LM loss: megatron, megatron-fused or te (docs/stacks.md) [megatron, or the stack's]"},
        {"--main-grads", true, "every layout's gradient buffer and DP reduction: fp32 or bf16 [fp32]"},
        {"--moments", true, "every layout's Adam moments: fp32 or bf16 [fp32]"},
@@ -366,6 +367,14 @@ int explore(const Args& args) {
   space.attention = attn == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   space.tp_comm_overlap = cl.flag("--tp-comm-overlap");
   if (auto c = cl.get("--cross-entropy")) space.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
+  if (auto r = cl.get("--fp8-recipe")) {
+    space.fp8_recipe = parse_fp8_recipe(*r, "--fp8-recipe");
+    if (space.precision != Precision::fp8)
+      throw InputError("--fp8-recipe " + *r + ": an fp8 recipe, but the precision is " + to_string(space.precision) +
+                       "; add --precision fp8");
+    if (*space.fp8_recipe == Fp8Recipe::mxfp8 && sys.gpu.arch != GpuArch::blackwell)
+      throw InputError("--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only; " + sys.gpu.name + " is not one");
+  }
   read_state_dtype_flags(cl, space.state);
   // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
   const cli::RecipeChoice choice = cli::read_recipe(cl, m.name);

@@ -45,6 +45,7 @@ std::vector<OptionSpec> spec_options() {
       {"--zero", true, "optimizer sharding: 0 none, 1 distributed optimizer, 2, 3 [0]"},
       {"--precision", true, "bf16|fp16|fp8|fp32 [bf16; fp32 on a CPU system]"},
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
+      {"--fp8-recipe", true, "fp8 scaling (Transformer Engine's recipes): delayed (DelayedScaling), current (Float8CurrentScaling, per-tensor from its own amax) or mxfp8 (Blackwell's 32-element blocks); needs --precision fp8 [delayed, or the stack's]"},
       {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
       {"--main-grads", true, "gradient buffer and its DP reduction: fp32 or bf16 (Megatron-Core --main-grads-dtype, NeMo's grad_sync_dtype) [fp32]"},
       {"--moments", true, "the Adam moments: fp32 or bf16 (Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype) [fp32]"},
@@ -187,6 +188,12 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
     l.attention = AttentionImpl::unfused;
   }
   if (auto c = cl.get("--cross-entropy")) l.cross_entropy = parse_cross_entropy(*c, "--cross-entropy");
+  if (auto r = cl.get("--fp8-recipe")) {
+    l.fp8_recipe = parse_fp8_recipe(*r, "--fp8-recipe");
+    if (l.precision != Precision::fp8)
+      throw InputError("--fp8-recipe " + *r + ": an fp8 recipe, but the precision is " + to_string(l.precision) +
+                       "; add --precision fp8");
+  }
   read_state_dtype_flags(cl, l.state);
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;

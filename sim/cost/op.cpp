@@ -31,7 +31,7 @@ void price_measured_core(WorkOp& op, const GpuSpec& gpu) {
   op.t_w = 0;
 }
 
-void price_gemm(WorkOp& op, const GpuSpec& gpu, StateDtype main_grads) {
+void price_gemm(WorkOp& op, const GpuSpec& gpu, const Layout& l) {
   const Precision p = op.precision;
   const GemmShape& g = op.gemm;
   op.t_f = gemm_time(gpu, p, g);
@@ -41,20 +41,31 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu, StateDtype main_grads) {
     op.t_w = gemm_time(gpu, p, {g.k, g.n, g.m, g.batch}) * gpu.gemm_wgrad_factor;
     // The weight gradient lands in the fp32 gradient buffer: an fp32 output, where the other GEMMs write
     // 16-bit (an fp32 GEMM writes fp32 anyway).
-    if (main_grads == StateDtype::fp32 && p != Precision::fp32) op.t_w *= gpu.gemm_fp32_out;
+    if (l.state.main_grads == StateDtype::fp32 && p != Precision::fp32) op.t_w *= gpu.gemm_fp32_out;
   } else {
     op.t_i += gemm_time(gpu, p, {g.k, g.n, g.m, g.batch}) * gpu.gemm_dgrad_factor;
   }
   if (p == Precision::fp8) {
     const double mk = static_cast<double>(g.m) * g.k * g.batch, mn = static_cast<double>(g.m) * g.n * g.batch;
-    op.t_f += memory_time(gpu, kFp8CastTransposeBytes * mk, 1);
-    op.t_i += memory_time(gpu, kFp8CastTransposeBytes * mn, 1);
+    const Fp8Cast c = fp8_cast(l.fp8_recipe, gpu);
+    op.t_f += memory_time(gpu, c.bytes * mk, c.kernels);
+    op.t_i += memory_time(gpu, c.bytes * mn, c.kernels);
   }
 }
 
 }  // namespace
 
-void price(WorkOp& op, const System& sys, StateDtype main_grads) {
+Fp8Cast fp8_cast(Fp8Recipe r, const GpuSpec& gpu) {
+  const double copies = gpu.fp8_transposed_copy() ? 2.0 : 1.0;
+  switch (r) {
+    case Fp8Recipe::delayed: return {2.0 + copies, 1};
+    case Fp8Recipe::current: return {2.0 + 2.0 + copies, 2};
+    case Fp8Recipe::mxfp8: return {2.0 + 2.0 * (1.0 + 1.0 / 32), 1};
+  }
+  return {2.0 + copies, 1};
+}
+
+void price(WorkOp& op, const System& sys, const Layout& l) {
   op.t_f = op.t_i = op.t_w = 0;
   op.runtime_priced = false;
   if (op.attention_core && measured_attention_core(sys.gpu)) {
@@ -63,7 +74,7 @@ void price(WorkOp& op, const System& sys, StateDtype main_grads) {
   }
   switch (op.cls) {
     case OpClass::gemm:
-      price_gemm(op, sys.gpu, main_grads);
+      price_gemm(op, sys.gpu, l);
       return;
     case OpClass::attention:
       op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f);

@@ -52,20 +52,27 @@ struct WorkOp {
 // Fills op.t_f, t_i, t_w from its work on `sys`:
 // - gemm: forward m x n x k; input gradient dX = dY W^T (m x k output, inner n); weight gradient dW = X^T dY
 //   (k x n output, inner m, the token count), which is an input gradient for a GEMM without weights. fp8
-//   GEMMs also quantize their 16-bit inputs, kFp8CastTransposeBytes per element: the activation [m, k]
+//   GEMMs also quantize their 16-bit inputs as fp8_cast says for the layout's recipe: the activation [m, k]
 //   forward and the output gradient [m, n] backward. A linear layer's weight gradient written into fp32
 //   main grads (main_grads fp32, a 16-bit or fp8 GEMM) takes GpuSpec::gemm_fp32_out times its time.
 // - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward.
 // - elementwise: memory_time of the bytes moved, `kernels` launches a pass.
 // - collective: comm.hpp's collective_time, once forward and once backward.
-void price(WorkOp& op, const System& sys, StateDtype main_grads);
+void price(WorkOp& op, const System& sys, const Layout& l);
 
-// Memory traffic per element of an fp8 GEMM's 16-bit input as Transformer Engine quantizes it (delayed
-// scaling, the amax taken in the same pass): read 2 bytes, write the fp8 copy (1) and its fp8 transpose (1),
-// because Hopper's fp8 tensor-core GEMMs take only the TN layout and the weight gradient reads the activation
-// and the output gradient transposed (TE's cast_transpose kernels; FlashAttention-3 and TE docs on fp8 layouts).
-// The weights are cast once per step: Megatron-Core's TE layers cache their fp8 copy across the step's
-// micro-batches (`is_first_microbatch`), which this per-micro-batch price leaves out.
-inline constexpr double kFp8CastTransposeBytes = 4.0;
+// An fp8 GEMM's 16-bit input as Transformer Engine quantizes it under `r` (Layout::fp8_recipe): memory
+// traffic per element and kernels a pass. Delayed scaling reads 2 bytes (the amax taken in the same pass) and
+// writes the fp8 copy (1) and, on a GPU whose fp8 GEMMs take only the TN layout (Hopper, Ada), its transpose
+// (1), which the weight gradient reads (TE's cast_transpose kernels): 4 bytes, 3 on Blackwell. Current scaling
+// reads the tensor once more first, for its amax (TE's fp8_current_scaling docs: two reads), in a kernel of
+// its own: 6 and 5. MXFP8 (Blackwell) quantizes the row-wise and column-wise copies apart from one read, each
+// with one 1-byte scale per 32 elements: 2 + 2 x 33/32. The weights are cast once per step: Megatron-Core's
+// TE layers cache their fp8 copy across the step's micro-batches (`is_first_microbatch`), which this
+// per-micro-batch price leaves out.
+struct Fp8Cast {
+  double bytes = 0;
+  int kernels = 1;
+};
+Fp8Cast fp8_cast(Fp8Recipe r, const GpuSpec& gpu);
 
 }  // namespace tessel::cost

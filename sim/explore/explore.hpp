@@ -41,6 +41,7 @@ struct Space {
   Precision precision = Precision::bf16;
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;  // --cross-entropy (a stack's replaces it unless given)
+  std::optional<Fp8Recipe> fp8_recipe;  // --fp8-recipe; absent: the stack's (delayed without one)
   // The state dtypes every layout keeps (--main-grads, --moments, --master-weights): given, not searched.
   StateDtypes state;
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn

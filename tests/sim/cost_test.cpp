@@ -670,9 +670,9 @@ TEST_CASE("CP ring exchange: hidden behind the attention, the attention's slowdo
   CHECK(e.pipeline_s - e0.pipeline_s == doctest::Approx(cp).epsilon(1e-9));
 }
 
-// fp8 GEMMs pay Transformer Engine's quantization of their 16-bit inputs: read 2 bytes, write the fp8 copy and
-// its transpose, 4 bytes per element (kFp8CastTransposeBytes) of the activation [m, k] forward and of the output
-// gradient [m, n] in the input-gradient pass; the weight gradient reuses both.
+// fp8 GEMMs pay Transformer Engine's quantization of their 16-bit inputs: under delayed scaling on Hopper, read
+// 2 bytes, write the fp8 copy and its transpose, 4 bytes per element of the activation [m, k] forward and of the
+// output gradient [m, n] in the input-gradient pass; the weight gradient reuses both.
 TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward and backward") {
   System sys = load_system("dgx-h100");
   cost::WorkOp op;
@@ -680,7 +680,8 @@ TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward an
   op.precision = Precision::fp8;
   op.gemm = {4096, 12288, 4096, 1};
   op.has_weights = true;
-  cost::price(op, sys, StateDtype::fp32);
+  const Layout delayed;  // fp8_recipe delayed, the default
+  cost::price(op, sys, delayed);
   const double mk = 4096.0 * 4096, mn = 4096.0 * 12288;
   const double fwd = cost::gemm_time(sys.gpu, Precision::fp8, op.gemm) + cost::memory_time(sys.gpu, 4.0 * mk, 1);
   const double ig = cost::gemm_time(sys.gpu, Precision::fp8, {4096, 4096, 12288, 1}) * sys.gpu.gemm_dgrad_factor +
@@ -690,8 +691,82 @@ TEST_CASE("GEMM: an fp8 linear layer pays its cast-transpose traffic, forward an
   // A bf16 GEMM of the same shape pays no cast.
   cost::WorkOp b = op;
   b.precision = Precision::bf16;
-  cost::price(b, sys, StateDtype::fp32);
+  cost::price(b, sys, delayed);
   CHECK(b.t_f == doctest::Approx(cost::gemm_time(sys.gpu, Precision::bf16, op.gemm)).epsilon(1e-12));
+}
+
+// The fp8 recipes (Layout::fp8_recipe) differ in how a GEMM's 16-bit input is quantized and in the amaxes the
+// GPUs share: per element, delayed reads 2 bytes and writes the fp8 copy and, on Hopper, its transpose;
+// current reads the tensor once more for its amax, in a kernel of its own; MXFP8 (Blackwell) writes row- and
+// column-wise copies with a 1-byte scale per 32 elements each. Current scaling all-reduces a 4-byte amax over tp
+// before each sequence-parallel gather; delayed scaling all-reduces every fp8 GEMM's amaxes over tp x cp x dp
+// once a micro-batch, forward and backward.
+TEST_CASE("fp8 recipes: cast traffic by recipe and GPU, and the amax reductions each one makes") {
+  const System h100 = load_system("dgx-h100"), b200 = load_system("dgx-b200");
+  REQUIRE(h100.gpu.arch == GpuArch::hopper);
+  REQUIRE(b200.gpu.arch == GpuArch::blackwell);
+  CHECK(cost::fp8_cast(Fp8Recipe::delayed, h100.gpu).bytes == 4.0);
+  CHECK(cost::fp8_cast(Fp8Recipe::delayed, h100.gpu).kernels == 1);
+  CHECK(cost::fp8_cast(Fp8Recipe::current, h100.gpu).bytes == 6.0);
+  CHECK(cost::fp8_cast(Fp8Recipe::current, h100.gpu).kernels == 2);
+  CHECK(cost::fp8_cast(Fp8Recipe::delayed, b200.gpu).bytes == 3.0);
+  CHECK(cost::fp8_cast(Fp8Recipe::current, b200.gpu).bytes == 5.0);
+  CHECK(cost::fp8_cast(Fp8Recipe::mxfp8, b200.gpu).bytes == doctest::Approx(2.0 + 2.0 * 33.0 / 32.0));
+
+  const Model m = load_model("llama2-7b");
+  Layout l;
+  l.tp = 2;
+  l.sequence_parallel = true;
+  l.precision = Precision::fp8;
+  l.micro_batch = 1;
+  l.global_batch = 8;
+  const auto amax_ops = [&](const Layout& x) {
+    const LayerWork lw = lower_layer(m, x, h100);
+    int n = 0;
+    for (std::size_t k = 0; k < lw.ops.size(); ++k)
+      if (std::string_view(lw.ops[k].name) == "fp8_amax") {
+        ++n;
+        CHECK(lw.ops[k].coll == cost::Collective::all_reduce);
+        CHECK(lw.ops[k].comm_bytes == 4.0);
+        REQUIRE(k + 1 < lw.ops.size());
+        CHECK(lw.ops[k + 1].coll == cost::Collective::all_gather);  // right before the gather it scales
+        CHECK(lw.ops[k].t_f > 0);
+      }
+    return n;
+  };
+  CHECK(amax_ops(l) == 0);  // delayed: none in the layer
+  Layout cur = l;
+  cur.fp8_recipe = Fp8Recipe::current;
+  CHECK(amax_ops(cur) == 2);  // the gathers before qkv and mlp_up
+  Layout nosp = cur;
+  nosp.sequence_parallel = false;
+  CHECK(amax_ops(nosp) == 0);  // nothing gathered, nothing to agree on
+  // Current scaling's layer costs more than delayed's (the second read, the amax all-reduces).
+  const LayerWork dl = lower_layer(m, l, h100), cl = lower_layer(m, cur, h100);
+  CHECK(cl.t_f > dl.t_f);
+  CHECK(cl.t_tp_f > dl.t_tp_f);
+
+  // Delayed scaling's per-micro-batch reduction: the same stage on 1 and on 8 data-parallel ranks differs by
+  // it alone (tp 1: the amax group is the dp ranks).
+  Layout one;
+  one.precision = Precision::fp8;
+  one.micro_batch = 1;
+  one.global_batch = 8;
+  Layout eight = one;
+  eight.dp = 8;
+  const Workload w1 = lower(m, one, h100), w8 = lower(m, eight, h100);
+  const double gemms = 4.0 * m.layers;  // qkv, proj, mlp_up, mlp_down a layer; the head stays bf16
+  const cost::GroupPlacement group{8, 1, false, 8};
+  CHECK(w8.stages[0].f - w1.stages[0].f ==
+        doctest::Approx(cost::collective_time(h100, cost::Collective::all_reduce, 12.0 * gemms, group).seconds).epsilon(1e-9));
+  CHECK(w8.stages[0].i - w1.stages[0].i ==
+        doctest::Approx(cost::collective_time(h100, cost::Collective::all_reduce, 8.0 * gemms, group).seconds).epsilon(1e-9));
+  Layout eight_cur = eight;
+  eight_cur.fp8_recipe = Fp8Recipe::current;
+  Layout one_cur = one;
+  one_cur.fp8_recipe = Fp8Recipe::current;
+  // Current scaling shares no amax history: the dp ranks add nothing.
+  CHECK(lower(m, eight_cur, h100).stages[0].f == doctest::Approx(lower(m, one_cur, h100).stages[0].f).epsilon(1e-12));
 }
 
 // The weight gradient written into fp32 main grads costs gemm_fp32_out times the 16-bit-output GEMM (the
@@ -705,9 +780,11 @@ TEST_CASE("GEMM: the weight gradient into fp32 main grads pays the fp32 output, 
   op.precision = Precision::bf16;
   op.gemm = {8192, 12288, 4096, 1};
   op.has_weights = true;
+  Layout grads32, grads16;
+  grads16.state.main_grads = StateDtype::bf16;
   cost::WorkOp fp32_grads = op, bf16_grads = op;
-  cost::price(fp32_grads, h100, StateDtype::fp32);
-  cost::price(bf16_grads, h100, StateDtype::bf16);
+  cost::price(fp32_grads, h100, grads32);
+  cost::price(bf16_grads, h100, grads16);
   const double wgrad = cost::gemm_time(h100.gpu, Precision::bf16, {4096, 12288, 8192, 1});
   CHECK(bf16_grads.t_w == doctest::Approx(wgrad).epsilon(1e-12));
   CHECK(fp32_grads.t_w == doctest::Approx(1.05 * wgrad).epsilon(1e-12));
@@ -716,19 +793,19 @@ TEST_CASE("GEMM: the weight gradient into fp32 main grads pays the fp32 output, 
   // fp8 linear layers accumulate their weight gradient into the same buffer.
   cost::WorkOp f8 = op, f8b = op;
   f8.precision = f8b.precision = Precision::fp8;
-  cost::price(f8, h100, StateDtype::fp32);
-  cost::price(f8b, h100, StateDtype::bf16);
+  cost::price(f8, h100, grads32);
+  cost::price(f8b, h100, grads16);
   CHECK(f8.t_w == doctest::Approx(1.05 * f8b.t_w).epsilon(1e-12));
   // A GEMM without weights (attention's batched GEMMs) has no weight gradient.
   cost::WorkOp batched = op;
   batched.has_weights = false;
-  cost::price(batched, h100, StateDtype::fp32);
+  cost::price(batched, h100, grads32);
   CHECK(batched.t_w == 0);
   // fp32 GEMMs write fp32 anyway.
   cost::WorkOp f32 = op, f32b = op;
   f32.precision = f32b.precision = Precision::fp32;
-  cost::price(f32, h100, StateDtype::fp32);
-  cost::price(f32b, h100, StateDtype::bf16);
+  cost::price(f32, h100, grads32);
+  cost::price(f32b, h100, grads16);
   CHECK(f32.t_w == f32b.t_w);
   // The A100 preset's efficiencies were fitted to per-layer times that include it: no separate charge.
   const System a100 = load_system("dgx-a100");

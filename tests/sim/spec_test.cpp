@@ -96,6 +96,17 @@ TEST_CASE("layout JSON is strict") {
                        doctest::Contains("recompute_layers"), InputError);
   CHECK_NOTHROW(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"recompute":"full",
       "recompute_method":"block","recompute_layers":2})", "l.json"), "l.json"));
+  // An fp8 recipe reads back, and belongs to fp8 runs only.
+  const Layout cs = parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"precision":"fp8","fp8_recipe":"current"})",
+                                                 "l.json"), "l.json");
+  CHECK(cs.fp8_recipe == Fp8Recipe::current);
+  CHECK(layout_to_json(cs).at("fp8_recipe") == "current");
+  CHECK(parse_layout(layout_to_json(cs), "roundtrip").fp8_recipe == Fp8Recipe::current);
+  CHECK_FALSE(layout_to_json(Layout{}).contains("fp8_recipe"));
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"fp8_recipe":"mxfp8"})", "l.json"), "l.json"),
+                       "l.json: fp8_recipe: \"mxfp8\" is an fp8 recipe; precision is bf16, not fp8", InputError);
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"precision":"fp8","fp8_recipe":"mx"})", "l.json"), "l.json"),
+                       "l.json: fp8_recipe: value \"mx\" is not one of delayed, current, mxfp8", InputError);
   const Layout l = parse_layout(
       parse_json_text(R"({"tp":2,"pp":4,"micro_batch":1,"global_batch":8,"schedule":"zbv","vpp":2})", "l.json"), "l.json");
   CHECK(l.rank_of_stage(0) == 0);

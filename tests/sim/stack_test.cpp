@@ -43,6 +43,15 @@ TEST_CASE("stacks: every preset reads, and each names its sources") {
   CHECK(err.rfind("--stack megatron-lm-2020: no such stack (known: deepspeed, megatron-bridge-2025, megatron-core-2024, ", 0) == 0);
 }
 
+TEST_CASE("stacks: the fp8 recipe a stack runs unless asked") {
+  Layout l;
+  l.precision = Precision::fp8;
+  apply_stack(stack_preset("torchtitan-2025"), l);  // torchao's tensor-wise dynamic scales
+  CHECK(l.fp8_recipe == Fp8Recipe::current);
+  apply_stack(stack_preset("megatron-core-2024"), l);  // Transformer Engine's DelayedScaling default
+  CHECK(l.fp8_recipe == Fp8Recipe::delayed);
+}
+
 TEST_CASE("stacks: defaults applied, and what a stack lacks refused by name") {
   const Stack& old = stack_preset("megatron-lm-2021");
   Layout l = parse_layout_words("tp8 pp8 dp16 vpp3 mbs1 interleaved full", 1536);

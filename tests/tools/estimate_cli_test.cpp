@@ -81,6 +81,13 @@ TEST_CASE("estimate: bad input exits 2 with the rule") {
       {{"estimate", "--gpus", "1000"}, "--gpus 1000 is not divisible by tp*pp*cp = 64"},
       {{"estimate", "--schedule", "zbv", "--vpp", "3"}, "zbv needs exactly 2 stages per rank"},
       {{"estimate", "--precision", "fp8"}, "precision fp8 is not supported by A100"},
+      {{"estimate", "--system", "dgx-h100", "--precision", "fp8", "--fp8-recipe", "tensorwise"},
+       "--fp8-recipe: value \"tensorwise\" is not one of delayed, current, mxfp8"},
+      {{"estimate", "--system", "dgx-h100", "--fp8-recipe", "current"}, "but the precision is bf16; add --precision fp8"},
+      {{"estimate", "--system", "dgx-h100", "--precision", "fp8", "--fp8-recipe", "mxfp8"},
+       "fp8 recipe mxfp8 runs on Blackwell's block-scaled tensor cores only; H100-SXM5-80GB is not one"},
+      {{"explore", "--system", "dgx-h100", "--precision", "fp8", "--fp8-recipe", "mxfp8"},
+       "--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only"},
       // Megatron's rules for the full-recompute details; uniform blocks of several layers are not priced.
       {{"estimate", "--recompute", "selective", "--recompute-method", "block"}, "--recompute-method: applies to --recompute full only"},
       {{"estimate", "--recompute", "full", "--recompute-method", "block", "--recompute-layers", "0"}, "--recompute-layers: 0 is out of range [1,"},
@@ -427,9 +434,9 @@ TEST_CASE("estimate and explore --recipe: a release's terms as defaults, flags o
   CHECK(l["cross_entropy"] == "megatron-fused");
   CHECK(l["master_weights"] == "remainder");
   CHECK(l["zero_stage"] == 1);  // the release's stack, megatron-core-2024
-  // validate's prediction of nemo2407_LLAMA3-70B_64gpu (docs/validation.md): 1,704.0 tokens/s a GPU; the row
+  // validate's prediction of nemo2407_LLAMA3-70B_64gpu (docs/validation.md): 1,698.8 tokens/s a GPU; the row
   // states vocab 128,000 where the preset has Llama 3's 128,256.
-  CHECK(j["tokens_per_s"].get<double>() / 64 == doctest::Approx(1704.0).epsilon(0.002));
+  CHECK(j["tokens_per_s"].get<double>() / 64 == doctest::Approx(1698.8).epsilon(0.002));
   std::vector<std::string> flagged = row;
   flagged.insert(flagged.end(), {"--recompute", "selective", "--cross-entropy", "megatron"});
   auto f = run_tessel(flagged);
