@@ -406,16 +406,16 @@ int explore(const Args& args) {
     space.stack = st;
   }
   if (recipe) {
-    const RecipeTerms& t = recipe->terms;
-    if (t.recompute && !cl.has("--recompute")) space.recompute = {*t.recompute};
-    if (t.sequence_parallel && !cl.has("--sp")) space.sp = {*t.sequence_parallel ? 1 : 0};
-    if (t.tp_comm_overlap && !cl.has("--tp-comm-overlap")) space.tp_comm_overlap = *t.tp_comm_overlap;
+    const RecipeTerms& t = recipe->terms;  // without what a flag gives (read_recipe)
+    if (t.recompute) space.recompute = {*t.recompute};
+    if (t.sequence_parallel) space.sp = {*t.sequence_parallel ? 1 : 0};
+    if (t.tp_comm_overlap) space.tp_comm_overlap = *t.tp_comm_overlap;
     // The stack's p2p overlap is what enumerate sets on each layout; the release's config says which it ran.
     if (t.overlap_p2p) space.stack->overlap_p2p = *t.overlap_p2p;
-    if (t.cross_entropy && !cl.has("--cross-entropy")) space.cross_entropy = *t.cross_entropy;
-    if (t.main_grads && !cl.has("--main-grads")) space.state.main_grads = *t.main_grads;
-    if (t.moments && !cl.has("--moments")) space.state.moments = *t.moments;
-    if (t.master_weights && !cl.has("--master-weights")) space.state.master_weights = *t.master_weights;
+    if (t.cross_entropy) space.cross_entropy = *t.cross_entropy;
+    if (t.main_grads) space.state.main_grads = *t.main_grads;
+    if (t.moments) space.state.moments = *t.moments;
+    if (t.master_weights) space.state.master_weights = *t.master_weights;
   }
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 

@@ -83,6 +83,15 @@ RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name) {
       throw InputError("--stack " + *c.stack + " with --recipe " + c.recipe->release + ": that release runs stack " +
                        c.recipe->stack);
     if (!c.stack) c.stack = c.recipe->stack;
+    RecipeTerms& t = c.recipe->terms;
+    if (cl.has("--recompute")) t.recompute.reset();
+    if (cl.has("--sp") || cl.has("--no-sp")) t.sequence_parallel.reset();
+    if (cl.has("--tp-comm-overlap")) t.tp_comm_overlap.reset();
+    if (cl.has("--overlap-p2p")) t.overlap_p2p.reset();
+    if (cl.has("--cross-entropy")) t.cross_entropy.reset();
+    if (cl.has("--main-grads")) t.main_grads.reset();
+    if (cl.has("--moments")) t.moments.reset();
+    if (cl.has("--master-weights")) t.master_weights.reset();
   }
   return c;
 }
@@ -282,15 +291,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
     if (!cl.has("--sp") && !cl.has("--no-sp") && !cpu) l.sequence_parallel = stack->sequence_parallel_default && l.tp > 1;
   }
   if (recipe) {
-    RecipeTerms t = recipe->terms;  // what a flag gives is the flag's
-    if (cl.has("--recompute")) t.recompute.reset();
-    if (cl.has("--sp") || cl.has("--no-sp")) t.sequence_parallel.reset();
-    if (cl.has("--tp-comm-overlap")) t.tp_comm_overlap.reset();
-    if (cl.has("--overlap-p2p")) t.overlap_p2p.reset();
-    if (cl.has("--cross-entropy")) t.cross_entropy.reset();
-    if (cl.has("--main-grads")) t.main_grads.reset();
-    if (cl.has("--moments")) t.moments.reset();
-    if (cl.has("--master-weights")) t.master_weights.reset();
+    const RecipeTerms& t = recipe->terms;  // without what a flag gives (read_recipe)
     if (t.recompute) l.recompute = *t.recompute;
     if (t.sequence_parallel) l.sequence_parallel = *t.sequence_parallel && l.tp > 1;
     apply_recipe_terms(t, l);

@@ -39,7 +39,10 @@ Specs read_specs(const CommandLine& cl, bool played = false);
 // --schedule-file) calls it again.
 void resolve_specs_split(const CommandLine& cl, Specs& s);
 // --recipe for the model named `model_name` (sim/recipes/), and the stack to run: --stack when given (refused
-// where it is not the recipe's release's stack), else the recipe's; neither when neither flag is given.
+// where it is not the recipe's release's stack), else the recipe's; neither when neither flag is given. A term
+// the command line gives by its own flag (--recompute, --sp / --no-sp, --tp-comm-overlap, --overlap-p2p,
+// --cross-entropy, --main-grads, --moments, --master-weights) is the flag's: the recipe's terms come back
+// without it.
 struct RecipeChoice {
   std::optional<Recipe> recipe;
   std::optional<std::string> stack;
