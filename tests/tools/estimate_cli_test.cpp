@@ -238,6 +238,11 @@ TEST_CASE("estimate --layout: the flags override the layout's fields") {
   CAPTURE(w.err);
   REQUIRE(w.code == 0);
   CHECK(w.out.find("layout: tp8 pp4 dp2 vpp2 mbs1 interleaved, global batch 16, 8 micro-batches per pipeline") != std::string::npos);
+  CHECK(w.out.find("precision: fp8") == std::string::npos);  // bf16: no fp8 recipe to state
+  auto f8 = run_tessel({"estimate", "--system", "dgx-h100", "--model", "llama2-7b", "--tp", "2", "--pp", "1", "--gpus", "16",
+                        "--gbs", "64", "--precision", "fp8", "--fp8-recipe", "current"});
+  REQUIRE(f8.code == 0);
+  CHECK(f8.out.find("precision: fp8, current scaling") != std::string::npos);
 }
 
 // A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise (a --vpp
