@@ -230,6 +230,8 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
             << ", global batch " << gbs << ", sequence " << m.seq_len;
   if (auto rc = cl.get("--recipe")) std::cout << ", recipe " << *rc << " (stack " << load_recipe(*rc, m.name).stack << ")";
   else if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
+  if (!r.top.empty() && r.top.front().layout.precision == Precision::fp8)
+    std::cout << ", fp8 with " << to_string(r.top.front().layout.fp8_recipe) << " scaling";
   std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n\n";
   print_rows(r.top);
   print_legend();

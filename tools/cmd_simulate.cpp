@@ -182,7 +182,9 @@ std::string shape_from_file(cli::Specs& s, const sched::Schedule& f, const std::
 void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t max_ranks, std::size_t max_path) {
   std::cout << s.model.name << " on " << r.gpus << " x " << s.system.gpu.name << " (" << s.system.name << "), "
             << s.layout.describe() << ", " << r.microbatches << " micro-batches, schedule " << r.schedule.generator
-            << ", fidelity " << engine::to_string(r.fidelity) << "\n\n";
+            << ", fidelity " << engine::to_string(r.fidelity)
+            << (s.layout.precision == Precision::fp8 ? ", fp8 with " + to_string(s.layout.fp8_recipe) + " scaling" : std::string())
+            << "\n\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},
       {"step time", fmt::seconds(r.step_s)},

@@ -243,6 +243,10 @@ TEST_CASE("estimate --layout: the flags override the layout's fields") {
                         "--gbs", "64", "--precision", "fp8", "--fp8-recipe", "current"});
   REQUIRE(f8.code == 0);
   CHECK(f8.out.find("precision: fp8, current scaling") != std::string::npos);
+  auto s8 = run_tessel({"simulate", "--system", "dgx-h100", "--model", "llama2-7b", "--tp", "2", "--pp", "1", "--gpus", "16",
+                        "--gbs", "64", "--precision", "fp8", "--fp8-recipe", "current"});
+  REQUIRE(s8.code == 0);
+  CHECK(s8.out.find("fp8 with current scaling") != std::string::npos);
 }
 
 // A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise (a --vpp
