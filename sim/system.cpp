@@ -253,6 +253,7 @@ System parse_system(const Json& j, const std::string& where) {
     e.step_pct = b.number("step_pct", 0, 1e4);
     e.rows = static_cast<int>(b.integer("rows", 1, 1 << 20));
     e.basis = b.string("basis");
+    e.rows_of = b.opt_string("rows_of").value_or("");
     b.finish();
     s.error_band = e;
   }
@@ -262,7 +263,9 @@ System parse_system(const Json& j, const std::string& where) {
 
 Json error_band_to_json(const std::optional<ErrorBand>& b) {
   if (!b) return nullptr;
-  return {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
+  Json j = {{"class", b->hardware_class}, {"step_pct", b->step_pct}, {"rows", b->rows}, {"basis", b->basis}};
+  if (!b->rows_of.empty()) j["rows_of"] = b->rows_of;
+  return j;
 }
 
 Json system_to_json(const System& s) {

@@ -162,6 +162,9 @@ struct ErrorBand {
   double step_pct = 0;         // mean |predicted step / measured step - 1| x 100
   int rows = 0;                // rows behind it
   std::string basis;           // where the figure comes from, in words
+  // What the rows are, as the printed band names them (key "rows_of"; empty: "rows of published.json"). A
+  // profile from `calibrate --closed-loop`: the held-out layouts it was checked on, on its own host.
+  std::string rows_of;
 };
 
 struct System {

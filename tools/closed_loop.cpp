@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
@@ -26,6 +27,7 @@
 #include "traces/chrome.hpp"
 #include "util/atomic_file.hpp"
 #include "util/error.hpp"
+#include "util/json_reader.hpp"
 
 extern char** environ;
 
@@ -350,6 +352,8 @@ std::string held_trace(const std::string& dir, std::size_t i, int pass) {
   return dir + "/heldout_" + std::to_string(i) + (pass == 0 ? "" : ".b") + ".trace.json";
 }
 
+std::string utc_now();
+
 LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayout>& calib,
                       const std::vector<LoopLayout>& held) {
   LoopRepeat r;
@@ -407,6 +411,22 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.contention_noise <= calib::kNoiseFlag &&
               r.measurement_noise <= calib::kNoiseFlag && r.run_to_run <= calib::kNoiseFlag && r.drift <= calib::kNoiseFlag &&
               r.steal <= calib::kNoiseFlag;
+  // The profile's own band (estimate and explore print it beside every step time): the mean |step error| of
+  // the held-out layouts it was checked on, which replaces the base's band the fit dropped (calibrate.cpp).
+  // An untrusted repeat's errors say more about the machine than about the profile: it gets none.
+  if (r.trusted && !abs_err.empty()) {
+    double sum = 0;
+    for (double e : abs_err) sum += e;
+    Json p = parse_json_file(r.profile);
+    int lo = 1 << 30, hi = 0;
+    for (const LoopRow& row : r.rows) lo = std::min(lo, row.ranks), hi = std::max(hi, row.ranks);
+    std::ostringstream basis;
+    basis << "tessel calibrate --closed-loop, repeat " << rep << " (" << utc_now() << "): mean |predicted / measured step - 1| of "
+          << abs_err.size() << " held-out layouts (" << lo << " to " << hi << " ranks) run on this host, the profile fitted without them";
+    p["error_band"] = error_band_to_json(ErrorBand{"held-out", 100 * sum / static_cast<double>(abs_err.size()),
+                                                   static_cast<int>(abs_err.size()), basis.str(), "layouts run on this host"});
+    write_file_atomic(r.profile, p.dump(2) + "\n");
+  }
   r.load_after = load_now();
   return r;
 }

@@ -89,8 +89,8 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
 
 std::string band(const std::optional<ErrorBand>& b) {
   if (!b) return "accuracy unknown (no validated rows on this hardware)";
-  return "+-" + fixed(b->step_pct, 1) + "% (mean step error of " + std::to_string(b->rows) + " " + b->hardware_class +
-         " rows of published.json)";
+  return "+-" + fixed(b->step_pct, 1) + "% (mean step error of " + std::to_string(b->rows) + " " + b->hardware_class + " " +
+         (b->rows_of.empty() ? std::string("rows of published.json") : b->rows_of) + ")";
 }
 
 }  // namespace tessel::fmt

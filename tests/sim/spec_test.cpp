@@ -127,6 +127,17 @@ TEST_CASE("system presets load and bad system files are rejected") {
     CHECK(back.gpu.memory_bw_Bps == doctest::Approx(s.gpu.memory_bw_Bps));
     CHECK(back.net.nic_bw_Bps == doctest::Approx(s.net.nic_bw_Bps));
     CHECK(back.gpu.gemm_fp32_out == doctest::Approx(s.gpu.gemm_fp32_out));
+    CHECK(back.gpu.arch == s.gpu.arch);
+  }
+  // A band's rows_of (a closed loop's held-out layouts) reads back; absent, the published rows.
+  {
+    System cal = load_system("cpu");
+    cal.error_band = ErrorBand{"held-out", 3.5, 16, "a closed loop", "layouts run on this host"};
+    const System back = parse_system(system_to_json(cal), "roundtrip");
+    REQUIRE(back.error_band.has_value());
+    CHECK(back.error_band->rows_of == "layouts run on this host");
+    CHECK(back.error_band->rows == 16);
+    CHECK(load_system("dgx-h100").error_band->rows_of.empty());
   }
   const System a100 = load_system("dgx-a100");
   CHECK(a100.gpu.peak(Precision::bf16) == doctest::Approx(312e12));

@@ -141,6 +141,22 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   auto sim = run_tessel({"simulate", "--like", out + "/rep0/heldout_2.trace.json", "--system", profile, "--json"});
   CAPTURE(sim.err);
   CHECK(sim.code == 0);
+  // A trusted repeat's profile carries its own error band: the mean |step error| of its held-out layouts, which
+  // estimate prints beside the step time; an untrusted one carries none ("accuracy unknown").
+  const auto pj = nlohmann::json::parse(slurp(profile));
+  CHECK(pj.contains("error_band") == s["trusted"].get<bool>());
+  auto est = run_tessel({"estimate", "--system", profile, "--model", "tiny", "--tp", "1", "--pp", "1", "--gpus", "1", "--gbs", "4"});
+  CAPTURE(est.err);
+  REQUIRE(est.code == 0);
+  if (pj.contains("error_band")) {
+    double sum = 0;
+    for (const auto& row : rep["rows"]) sum += std::fabs(row["error_pct"].get<double>());
+    CHECK(pj["error_band"]["rows"] == rep["rows"].size());
+    CHECK(pj["error_band"]["step_pct"].get<double>() == doctest::Approx(sum / static_cast<double>(rep["rows"].size())));
+    CHECK(has(est.out, "held-out layouts run on this host"));
+  } else {
+    CHECK(has(est.out, "accuracy unknown"));
+  }
   CHECK(has(slurp(svg), "<svg"));
   // The figure's caption marks an untrusted repeat as the document does.
   CHECK(has(slurp(svg), "(NOT TRUSTED)") == !s["trusted"].get<bool>());
