@@ -59,6 +59,52 @@ Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what) {
   throw InputError(what + ": value \"" + s + "\" is not one of delayed, current, mxfp8");
 }
 
+std::string to_string(const Unfused& u) {
+  std::string out;
+  for (auto [on, name] : {std::pair{u.norm, "norm"}, std::pair{u.act, "act"}, std::pair{u.rope, "rope"}}) {
+    if (!on) continue;
+    if (!out.empty()) out += ',';
+    out += name;
+  }
+  return out.empty() ? "none" : out;
+}
+
+namespace {
+
+void add_unfused(Unfused& u, const std::string& word, const std::string& what, const std::string& value) {
+  if (word == "norm") u.norm = true;
+  else if (word == "act") u.act = true;
+  else if (word == "rope") u.rope = true;
+  else
+    throw InputError(what + ": value \"" + value + "\": \"" + word +
+                     "\" is not one of norm, act, rope (a comma-separated list of them, or none)");
+}
+
+}  // namespace
+
+Unfused parse_unfused(const std::string& s, const std::string& what) {
+  Unfused u;
+  if (s == "none") return u;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = s.find(',', start);
+    add_unfused(u, s.substr(start, comma == std::string::npos ? std::string::npos : comma - start), what, s);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return u;
+}
+
+Unfused parse_unfused_json(const Json& j, const std::string& what) {
+  if (!j.is_array()) throw InputError(what + ": must be an array of norm, act, rope (empty: every kernel fused)");
+  Unfused u;
+  for (const Json& w : j) {
+    if (!w.is_string()) throw InputError(what + ": value " + json_brief(w) + " is not one of norm, act, rope");
+    add_unfused(u, w.get<std::string>(), what, w.get<std::string>());
+  }
+  return u;
+}
+
 std::string to_string(StateDtype d) { return d == StateDtype::fp32 ? "fp32" : "bf16"; }
 
 std::string to_string(MasterWeights w) {
@@ -236,6 +282,8 @@ Layout parse_layout(const Json& j, const std::string& where) {
     if (l.precision != Precision::fp8)
       o.fail("fp8_recipe", "\"" + *r + "\" is an fp8 recipe; precision is " + to_string(l.precision) + ", not fp8");
   }
+  if (o.has("unfused")) l.unfused = parse_unfused_json(o.raw("unfused"), where + ": unfused");
+  else o.ignore("unfused");
   if (auto g = o.opt_string("main_grads")) l.state.main_grads = parse_state_dtype(*g, where + ": main_grads");
   if (auto m = o.opt_string("moments")) l.state.moments = parse_state_dtype(*m, where + ": moments");
   if (auto w = o.opt_string("master_weights")) l.state.master_weights = parse_master_weights(*w, where + ": master_weights");
@@ -292,6 +340,13 @@ Json layout_to_json(const Layout& l) {
   j["attention"] = to_string(l.attention);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
   if (l.precision == Precision::fp8 && l.fp8_recipe != Fp8Recipe::delayed) j["fp8_recipe"] = to_string(l.fp8_recipe);
+  if (l.unfused.any()) {
+    Json u = Json::array();
+    if (l.unfused.norm) u.push_back("norm");
+    if (l.unfused.act) u.push_back("act");
+    if (l.unfused.rope) u.push_back("rope");
+    j["unfused"] = u;
+  }
   if (l.state.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.state.main_grads);
   if (l.state.moments != StateDtype::fp32) j["moments"] = to_string(l.state.moments);
   if (l.state.master_weights != MasterWeights::fp32) j["master_weights"] = to_string(l.state.master_weights);

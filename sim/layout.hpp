@@ -33,6 +33,18 @@ enum class CrossEntropyImpl { megatron, megatron_fused, te };
 //  - mxfp8: one power-of-two scale per 32 elements (MXFP8BlockScaling, Blackwell only): one read, the
 //    row-wise and column-wise copies quantized apart, no amax shared between GPUs.
 enum class Fp8Recipe { delayed, current, mxfp8 };
+// Element-wise kernels a run leaves to PyTorch eager, one kernel an op, where Megatron-Core fuses them
+// (sim/workload.cpp prices each; docs/stacks.md "Fused kernels"): `norm`, an RMSNorm as PyTorch's composite
+// runs it (upcast, square, mean, rsqrt, scale, downcast, weight: HF's LlamaRMSNorm, nn.RMSNorm before its
+// fused kernel); `act`, the MLP activation apart from its bias add, SwiGLU's silu apart from its product;
+// `rope`, rotary embedding through rotate_half (chunk, negate, concatenate, two products and a sum). A
+// LayerNorm is one kernel in PyTorch too, and a model without biases or rotary embedding loses nothing to
+// `act` on GELU or to `rope`. Layout key "unfused" (a list), flag --unfused, stack key "unfused".
+struct Unfused {
+  bool norm = false, act = false, rope = false;
+  bool any() const { return norm || act || rope; }
+  bool operator==(const Unfused&) const = default;
+};
 // The training state's dtypes beside the weights under 16-bit (and fp8) training: the gradient buffer the
 // backward accumulates into and the data-parallel reduction sends (Megatron-Core --main-grads-dtype, NeMo's
 // grad_sync_dtype), the two Adam moments (--exp-avg-dtype / --exp-avg-sq-dtype, NeMo's optimizer dtype), and
@@ -70,6 +82,7 @@ struct Layout {
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;  // precision fp8 only
+  Unfused unfused;                   // element-wise kernels run unfused (see Unfused; default: all fused)
   StateDtypes state;                 // the training state's dtypes (see StateDtype)
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
@@ -144,6 +157,12 @@ CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& wh
 std::string to_string(Fp8Recipe r);  // delayed, current, mxfp8
 // Throws InputError naming `what` for a word other than those.
 Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what);
+// "none" or the kinds unfused, comma-separated in the order norm, act, rope.
+std::string to_string(const Unfused& u);
+// A comma-separated list of norm, act, rope, or "none"; InputError naming `what`, the value and the choices.
+Unfused parse_unfused(const std::string& s, const std::string& what);
+// The same from a JSON value: an array of those words (empty: none); InputError naming `what` otherwise.
+Unfused parse_unfused_json(const Json& j, const std::string& what);
 std::string to_string(StateDtype d);     // fp32, bf16
 std::string to_string(MasterWeights w);  // fp32, remainder, none
 // Their parsers; InputError naming `what`, the value and the choices otherwise.
@@ -154,7 +173,7 @@ Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, fp8_recipe, main_grads, moments,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, fp8_recipe, unfused, main_grads, moments,
 // master_weights, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

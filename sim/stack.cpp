@@ -32,6 +32,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   s.attention = o.choice("attention", {"flash", "unfused"}) == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   if (auto c = o.opt_string("cross_entropy")) s.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
   if (auto r = o.opt_string("fp8_recipe")) s.fp8_recipe = parse_fp8_recipe(*r, where + ": fp8_recipe");
+  if (o.has("unfused")) s.unfused = parse_unfused_json(o.raw("unfused"), where + ": unfused");
   {
     JsonObject ov = o.object("overlap");
     s.overlap_grad_reduce = ov.boolean("grad_reduce");
@@ -117,6 +118,7 @@ void apply_stack(const Stack& s, Layout& l) {
   l.attention = s.attention;
   l.cross_entropy = s.cross_entropy;
   l.fp8_recipe = s.fp8_recipe;
+  l.unfused = s.unfused;
   l.overlap_grad_reduce = s.overlap_grad_reduce;
   l.overlap_param_gather = s.overlap_param_gather;
   l.overlap_p2p = s.overlap_p2p;

@@ -26,6 +26,9 @@ struct Stack {
   // How an fp8 run scales its tensors unless asked otherwise (key "fp8_recipe", absent: delayed, Transformer
   // Engine's DelayedScaling default that Megatron-LM and NeMo run; torchtitan's torchao float8: current).
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;
+  // The element-wise kernels its model code runs unfused unless asked otherwise (key "unfused", a list of
+  // norm, act, rope; absent: all fused, as Megatron-LM and NeMo's configs run them).
+  Unfused unfused;
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   TpOverlap tp_comm_overlap = TpOverlap::none;
   bool sequence_parallel = true, context_parallel = true;
@@ -48,7 +51,8 @@ std::vector<std::string> stack_names();
 // A preset name (sim/stacks/) or a stack JSON file; InputError naming the known presets otherwise.
 Stack load_stack(const std::string& name_or_path);
 
-// The stack's software defaults on `l`: attention, the DP / p2p overlaps, the interleaved micro-batch rule.
+// The stack's software defaults on `l`: attention, the loss, the fp8 recipe, the unfused kernels, the DP / p2p
+// overlaps, the interleaved micro-batch rule.
 void apply_stack(const Stack& s, Layout& l);
 // The first thing `l` asks for that the stack does not have, as a message naming the stack, the field and the
 // values it offers; nullopt when the stack runs the layout.

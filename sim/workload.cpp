@@ -191,16 +191,73 @@ double window_tile_pairs(double n, double w, int tile) {
   return touched * tile * tile;
 }
 
+// The element-wise kernels of a layer, per element of the tensor they pass over, fused or as PyTorch eager
+// runs them op by op (Layout::unfused; docs/stacks.md "Fused kernels"): bytes read and written and launches,
+// forward and backward. e: the activation dtype's bytes; the fp32 upcasts are 4.
+struct EwWork {
+  double bytes_f, bytes_b;
+  int kernels_f, kernels_b;
+};
+
+// A norm. Fused (Apex's or Transformer Engine's kernels, PyTorch's native LayerNorm): read x, write y; backward
+// read x and dy, write dx (the weight gradient's partial sums per block are left out). Unfused (an RMSNorm as
+// PyTorch's composite and HF's LlamaRMSNorm write it: upcast to fp32, square, mean, add eps, rsqrt, scale,
+// downcast, times the weight): forward e+4, 8, 4, 8, 4+e, 2e bytes (the [tokens, 1] eps and rsqrt ops launch,
+// moving nothing per element); backward as autograd runs it: the weight product's two gradients and the
+// weight's sum over tokens (6e), the downcast's (e+4), the scaling's two products and the rsqrt gradient's
+// sum over the hidden dim (24), the [tokens, 1] ops' two launches, the mean's expanded division (4), the
+// square's (self.pow(1), times 2, times the gradient: 28), the two gradients of the upcast summed (12) and
+// the upcast's (4+e). An fp32 model's upcasts are no-ops. A LayerNorm is one kernel either way.
+EwWork norm_work(const Model& m, const Layout& l, double e) {
+  if (!l.unfused.norm || m.norm != Norm::rmsnorm) return {2 * e, 3 * e, 1, 1};
+  const double up = e < 4 ? 1 : 0;
+  return {up * (2 * e + 8) + 20 + 2 * e, 6 * e + up * (2 * e + 8) + 68, 6 + 2 * static_cast<int>(up),
+          13 + 2 * static_cast<int>(up)};
+}
+
+// The MLP activation, per element of its output (tokens x ffn). Fused (Megatron's bias_gelu / bias_swiglu):
+// GELU reads its input (the bias added in the same pass) and writes the output; backward reads dy and x,
+// writes dx. SwiGLU reads gate and up, writes one; backward reads dy, gate and up, writes both gradients.
+// Unfused: GELU with a bias adds it in a kernel of its own first (read, write); a GELU without one is a
+// single kernel anyway; SwiGLU as silu(gate) * up from two projections (torchtitan's FeedForward, HF's
+// LlamaMLP): silu (read, write), the product (read two, write one); backward the product's two gradients
+// (read two, write one each) and silu's (read dy and gate, write). Megatron's unfused glu splits one
+// [gate | up] projection, whose backward also concatenates the two gradients (not priced).
+EwWork act_work(const Model& m, const Layout& l, double e, bool bias) {
+  const bool swiglu = m.activation == Activation::swiglu;
+  if (!l.unfused.act) return swiglu ? EwWork{3 * e, 5 * e, 1, 1} : EwWork{2 * e, 3 * e, 1, 1};
+  if (swiglu) return {5 * e, 9 * e, 2, 3};
+  return bias ? EwWork{4 * e, 3 * e, 2, 1} : EwWork{2 * e, 3 * e, 1, 1};
+}
+
+// Rotary embedding, per element rotated (q and k). Fused (Megatron-Core's --apply-rope-fusion, Transformer
+// Engine's kernel, one per tensor): read, write, likewise backward. Unfused, through rotate_half (HF's
+// apply_rotary_pos_emb, Megatron-Core's unfused path without its final concatenation): negate one half (read
+// and write half), concatenate (read, write), times cos, rotated times sin (read, write each), the sum (read
+// two, write one): 10e in 5 kernels a tensor; backward the two products' gradients (2e each), the negation's
+// (e), each half's slice gradient as a zero-filled full tensor and a copy into it (2e each) and the three
+// gradients summed (two adds, 3e each): 15e in 9 kernels. torchtitan's complex-number form (upcast, one
+// complex product, downcast: 2e + 16 bytes in 3 kernels) moves the same 20 bytes at bf16.
+EwWork rope_work(const Layout& l, double e) {
+  if (!l.unfused.rope) return {2 * e, 2 * e, 1, 1};
+  return {10 * e, 15 * e, 5, 9};
+}
+
+WorkOp ew_op(const char* name, const EwWork& w, double elements, int tensors = 1) {
+  WorkOp op = elementwise_op(name, w.bytes_f * elements, w.bytes_b * elements, w.kernels_f * tensors);
+  op.kernels_b = w.kernels_b * tensors;
+  return op;
+}
+
 // Rotary position embedding on the queries and keys, after their projections and before the attention core
-// (Megatron-Core's apply_rotary_pos_emb; with --apply-rope-fusion, Transformer Engine's fused kernel, one per
-// tensor): each element read and written once forward, its gradient likewise backward (the cos / sin table,
-// s x head_dim, is left out). This rank's heads (kv replicated as the attention core counts them); under MLA
-// only the rope dims rotate: qk_rope_head_dim of every query head, and the one rotary key the heads share.
-void add_rope(const Model& m, const Dims& d, std::vector<WorkOp>& ops) {
+// (Megatron-Core's apply_rotary_pos_emb; rope_work above): each element read and written once forward, its
+// gradient likewise backward when fused (the cos / sin table, s x head_dim, is left out). This rank's heads
+// (kv replicated as the attention core counts them); under MLA only the rope dims rotate: qk_rope_head_dim of
+// every query head, and the one rotary key the heads share.
+void add_rope(const Model& m, const Layout& l, const Dims& d, std::vector<WorkOp>& ops) {
   if (m.position != PositionEmbedding::rotary) return;
   const double width = m.mla.enabled() ? (d.heads / d.t + 1.0) * m.mla.qk_rope_head_dim : (d.q_dim + d.kv_dim) / d.t;
-  const double bytes = 2 * d.elt * d.tokens * width;
-  ops.push_back(elementwise_op("rope", bytes, bytes, 2));
+  ops.push_back(ew_op("rope", rope_work(l, d.elt), d.tokens * width, 2));
 }
 
 // Attention core. Per head: scores s_q x s_k with s_q = s/cp (each CP rank holds its query chunk and sees
@@ -366,7 +423,7 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
   up.flops_f = 2.0 * rows * gate * fe * d.h;  // the balanced token count, not the rounded-up per-expert M
   up.flops_b = 2 * up.flops_f;
   ops.push_back(up);
-  ops.push_back(elementwise_op("expert_act", (gate + 1) * e * load * rows * fe, (gate + 2) * e * load * rows * fe));
+  ops.push_back(ew_op("expert_act", act_work(m, l, e, m.has_mlp_bias()), load * rows * fe));
   WorkOp down = gemm_op("expert_down", p, {M, H, static_cast<std::int64_t>(fe), batch});
   down.flops_f = 2.0 * rows * fe * d.h;
   down.flops_b = 2 * down.flops_f;
@@ -382,7 +439,7 @@ void add_moe_mlp(const Model& m, const Layout& l, const Dims& d, std::vector<Wor
     const auto Mt = static_cast<std::int64_t>(d.tokens);
     if (sp) ops.push_back(collective_op("tp_allgather_shared", Collective::all_gather, e * d.x, tp));
     ops.push_back(gemm_op("shared_up", p, {Mt, static_cast<std::int64_t>(gate * fs), H}));
-    ops.push_back(elementwise_op("shared_act", (gate + 1) * e * d.tokens * fs, (gate + 2) * e * d.tokens * fs));
+    ops.push_back(ew_op("shared_act", act_work(m, l, e, m.has_mlp_bias()), d.tokens * fs));
     ops.push_back(gemm_op("shared_down", p, {Mt, H, static_cast<std::int64_t>(fs)}));
     if (sp) ops.push_back(collective_op("tp_reducescatter_shared", Collective::reduce_scatter, e * d.x, tp));
     else if (d.t > 1) ops.push_back(collective_op("tp_allreduce_shared", Collective::all_reduce, e * d.x, tp));
@@ -452,7 +509,8 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   lw.window = uniform_window(m);
 
   // Norm 1 (on the sequence shard under SP): read x, write y.
-  ops.push_back(elementwise_op("norm1", 2 * e * d.xs, 3 * e * d.xs));
+  const EwWork norm = norm_work(m, l, e);
+  ops.push_back(ew_op("norm1", norm, d.xs));
   // MLA gathers its latents after the down-projections instead (add_mla_projections).
   if (sp && !m.mla.enabled()) ops.push_back(collective_op("tp_allgather1", Collective::all_gather, e * d.x, tp));
   if (m.mla.enabled()) {
@@ -460,7 +518,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   } else {
     ops.push_back(gemm_op("qkv", p, {M, static_cast<std::int64_t>((d.q_dim + 2 * d.kv_dim) / d.t), H}));
   }
-  add_rope(m, d, ops);
+  add_rope(m, l, d, ops);
   add_attention_core(m, l, d, ops);
   // Ring attention: each of cp-1 steps passes a K and V chunk to the next CP rank while attending to the
   // current one, so the exchange hides behind the attention compute when that is longer.
@@ -473,7 +531,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   const double res_f = (3 * e + (m.dropout ? 1 : 0)) * d.xs, res_b = (2 * e + (m.dropout ? 1 : 0)) * d.xs;
   const RuntimeGlue glue = runtime_glue(m, l, d, m.moe.enabled());
   ops.push_back(residual_op("residual1", res_f, res_b, glue.attn_f, glue.attn_b));
-  ops.push_back(elementwise_op("norm2", 2 * e * d.xs, 3 * e * d.xs));
+  ops.push_back(ew_op("norm2", norm, d.xs));
   if (m.moe.enabled()) {
     add_moe_mlp(m, l, d, ops);
     ops.push_back(residual_op("residual2", res_f, res_b, glue.mlp_f, glue.mlp_b));
@@ -485,9 +543,7 @@ void layer_work(const Model& m, const Layout& l, LayerWork& lw) {
   }
   if (sp) ops.push_back(collective_op("tp_allgather2", Collective::all_gather, e * d.x, tp));
   ops.push_back(gemm_op("mlp_up", p, {M, static_cast<std::int64_t>(gate * f_local), H}));
-  // Bias-GELU fused (read, write) or SwiGLU (read gate and up, write one).
-  const double act_el = d.tokens * f_local;
-  ops.push_back(elementwise_op("act", (gate + 1) * e * act_el, (gate + 2) * e * act_el));
+  ops.push_back(ew_op("act", act_work(m, l, e, m.has_mlp_bias()), d.tokens * f_local));
   ops.push_back(gemm_op("mlp_down", p, {M, H, static_cast<std::int64_t>(f_local)}));
   if (sp) ops.push_back(collective_op("tp_reducescatter2", Collective::reduce_scatter, e * d.x, tp));
   else ops.push_back(collective_op("tp_allreduce2", Collective::all_reduce, e * d.x, tp));
@@ -695,12 +751,13 @@ void add_head(const Model& m, const Layout& l, const System& sys, StageWork& st,
       bwd_bytes = 2 * d.elt, bwd_kernels = 1;
       break;
   }
+  const EwWork norm = norm_work(m, l, d.elt);  // the final norm
   const double ce_f = apart ? cost::memory_time(sys.gpu, 12 * logits, 2, CostKind::cross_entropy, false) +
-                                  cost::memory_time(sys.gpu, 2 * d.elt * d.xs, 1, CostKind::norm, false)
-                            : cost::memory_time(sys.gpu, fwd_bytes * logits + 2 * d.elt * d.xs, fwd_kernels + 1);
+                                  cost::memory_time(sys.gpu, norm.bytes_f * d.xs, norm.kernels_f, CostKind::norm, false)
+                            : cost::memory_time(sys.gpu, fwd_bytes * logits + norm.bytes_f * d.xs, fwd_kernels + norm.kernels_f);
   const double ce_i = apart ? cost::memory_time(sys.gpu, 8 * logits, 1, CostKind::cross_entropy, true) +
-                                  cost::memory_time(sys.gpu, 3 * d.elt * d.xs, 1, CostKind::norm, true)
-                            : cost::memory_time(sys.gpu, bwd_bytes * logits + 3 * d.elt * d.xs, bwd_kernels + 1);
+                                  cost::memory_time(sys.gpu, norm.bytes_b * d.xs, norm.kernels_b, CostKind::norm, true)
+                            : cost::memory_time(sys.gpu, bwd_bytes * logits + norm.bytes_b * d.xs, bwd_kernels + norm.kernels_b);
   const double before_max = apart ? 1.0 / 3 : max_bytes / fwd_bytes;  // the forward's share up to the max
   st.w += lg.t_w;
   st.flops_model += 3 * lg.flops_f;

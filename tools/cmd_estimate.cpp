@@ -173,6 +173,8 @@ int estimate(const Args& args) {
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n";
   if (s.layout.precision == Precision::fp8)
     std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md)\n";
+  if (s.layout.unfused.any())
+    std::cout << "unfused kernels: " << to_string(s.layout.unfused) << ", one op a kernel as PyTorch eager runs them (--unfused; docs/stacks.md)\n";
   if (s.model.moe.enabled())
     std::cout << "experts: " << s.model.moe.experts << " routed, top-" << s.model.moe.top_k << ", ep" << s.layout.ep
               << " etp" << s.layout.expert_tp() << " edp" << s.layout.expert_dp()

@@ -232,6 +232,8 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
   else if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
   if (!r.top.empty() && r.top.front().layout.precision == Precision::fp8)
     std::cout << ", fp8 with " << to_string(r.top.front().layout.fp8_recipe) << " scaling";
+  if (!r.top.empty() && r.top.front().layout.unfused.any())
+    std::cout << ", unfused " << to_string(r.top.front().layout.unfused);
   std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n\n";
   print_rows(r.top);
   print_legend();
@@ -309,6 +311,7 @@ int explore(const Args& args) {
        {"--attention", true, "flash|unfused [flash]"},
        {"--fp8-recipe", true, "fp8 scaling: delayed, current or mxfp8 (Blackwell); needs --precision fp8 (docs/stacks.md) [delayed, or the stack's]"},
        {"--cross-entropy", true, "the LM loss: megatron, megatron-fused or te (docs/stacks.md) [megatron, or the stack's]"},
+       {"--unfused", true, "element-wise kernels run one op a kernel, as PyTorch eager runs them: norm, act, rope (comma-separated) or none (docs/stacks.md) [none, or the stack's]"},
        {"--main-grads", true, "every layout's gradient buffer and DP reduction: fp32 or bf16 [fp32]"},
        {"--moments", true, "every layout's Adam moments: fp32 or bf16 [fp32]"},
        {"--master-weights", true, "every layout's master weights: fp32, remainder or none [fp32]"},
@@ -377,6 +380,7 @@ int explore(const Args& args) {
     if (*space.fp8_recipe == Fp8Recipe::mxfp8 && sys.gpu.arch != GpuArch::blackwell)
       throw InputError("--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only; " + sys.gpu.name + " is not one");
   }
+  if (auto u = cl.get("--unfused")) space.unfused = parse_unfused(*u, "--unfused");
   read_state_dtype_flags(cl, space.state);
   // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
   const cli::RecipeChoice choice = cli::read_recipe(cl, m.name);

@@ -47,6 +47,7 @@ std::vector<OptionSpec> spec_options() {
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
       {"--fp8-recipe", true, "fp8 scaling (Transformer Engine's recipes): delayed (DelayedScaling), current (Float8CurrentScaling, per-tensor from its own amax) or mxfp8 (Blackwell's 32-element blocks); needs --precision fp8 [delayed, or the stack's]"},
       {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
+      {"--unfused", true, "element-wise kernels run as PyTorch eager runs them, one op a kernel: a comma-separated list of norm (RMSNorm), act (bias + activation, SwiGLU), rope, or none (docs/stacks.md) [none, or the stack's]"},
       {"--main-grads", true, "gradient buffer and its DP reduction: fp32 or bf16 (Megatron-Core --main-grads-dtype, NeMo's grad_sync_dtype) [fp32]"},
       {"--moments", true, "the Adam moments: fp32 or bf16 (Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype) [fp32]"},
       {"--master-weights", true, "the weights' master copy: fp32, remainder (a 16-bit remainder beside each bf16 weight: store_param_remainders) or none (the optimizer updates the 16-bit weights) [fp32]"},
@@ -203,6 +204,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
       throw InputError("--fp8-recipe " + *r + ": an fp8 recipe, but the precision is " + to_string(l.precision) +
                        "; add --precision fp8");
   }
+  if (auto u = cl.get("--unfused")) l.unfused = parse_unfused(*u, "--unfused");
   read_state_dtype_flags(cl, l.state);
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;

@@ -86,7 +86,8 @@ void price(WorkOp& op, const System& sys, const Layout& l) {
       const bool runtime = k == CostKind::glue && sys.gpu.kind_rates() && op.runtime_bytes_f + op.runtime_bytes_b > 0;
       op.runtime_priced = runtime;
       op.t_f = memory_time(sys.gpu, runtime ? op.runtime_bytes_f : op.bytes_f, op.kernels, k, false);
-      op.t_i = memory_time(sys.gpu, runtime ? op.runtime_bytes_b : op.bytes_b, op.kernels, k, true);
+      op.t_i = memory_time(sys.gpu, runtime ? op.runtime_bytes_b : op.bytes_b, op.kernels_b > 0 ? op.kernels_b : op.kernels,
+                           k, true);
       return;
     }
     case OpClass::collective:

@@ -35,6 +35,7 @@ struct WorkOp {
   double runtime_bytes_f = 0, runtime_bytes_b = 0;
   bool runtime_priced = false;  // set by price(): these were the bytes priced
   int kernels = 1;            // element-wise: launches per pass
+  int kernels_b = 0;          // element-wise: launches of the backward pass where they differ (0: kernels)
   Collective coll = Collective::all_reduce;
   GroupPlacement group;       // collective: its ranks
   double comm_bytes = 0;      // collective: buffer size as nccl-tests counts it, once forward and once backward
@@ -56,7 +57,7 @@ struct WorkOp {
 //   forward and the output gradient [m, n] backward. A linear layer's weight gradient written into fp32
 //   main grads (main_grads fp32, a 16-bit or fp8 GEMM) takes GpuSpec::gemm_fp32_out times its time.
 // - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward.
-// - elementwise: memory_time of the bytes moved, `kernels` launches a pass.
+// - elementwise: memory_time of the bytes moved, `kernels` launches a pass (`kernels_b` backward, when set).
 // - collective: comm.hpp's collective_time, once forward and once backward.
 void price(WorkOp& op, const System& sys, const Layout& l);
 

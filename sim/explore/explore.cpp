@@ -34,11 +34,11 @@ std::string gib(double b) {
 }
 
 // LayerWork depends only on these layout fields: explore lowers each combination once per thread.
-using LayerKey = std::tuple<int, int, int, bool, int, int, int, int, bool, int, int, double, bool>;
+using LayerKey = std::tuple<int, int, int, bool, int, int, int, int, bool, int, int, double, bool, int>;
 LayerKey layer_key(const Layout& l) {
   return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
           static_cast<int>(l.precision), static_cast<int>(l.fp8_recipe), l.tp_comm_overlap, l.ep, l.expert_tp(),
-          l.moe_load_factor(), l.deepep};
+          l.moe_load_factor(), l.deepep, l.unfused.norm + 2 * l.unfused.act + 4 * l.unfused.rope};
 }
 
 struct ThreadOut {
@@ -364,6 +364,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         if (in.stack) apply_stack(*in.stack, l);
                         l.cross_entropy = in.cross_entropy;  // the stack's unless --cross-entropy (cmd_explore)
                         if (in.fp8_recipe) l.fp8_recipe = *in.fp8_recipe;
+                        if (in.unfused) l.unfused = *in.unfused;
                         l.state = in.state;
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));

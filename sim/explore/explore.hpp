@@ -42,6 +42,7 @@ struct Space {
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;  // --cross-entropy (a stack's replaces it unless given)
   std::optional<Fp8Recipe> fp8_recipe;  // --fp8-recipe; absent: the stack's (delayed without one)
+  std::optional<Unfused> unfused;       // --unfused; absent: the stack's (all fused without one)
   // The state dtypes every layout keeps (--main-grads, --moments, --master-weights): given, not searched.
   StateDtypes state;
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn

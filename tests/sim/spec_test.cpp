@@ -107,6 +107,26 @@ TEST_CASE("layout JSON is strict") {
                        "l.json: fp8_recipe: \"mxfp8\" is an fp8 recipe; precision is bf16, not fp8", InputError);
   CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"precision":"fp8","fp8_recipe":"mx"})", "l.json"), "l.json"),
                        "l.json: fp8_recipe: value \"mx\" is not one of delayed, current, mxfp8", InputError);
+  // The unfused kernels read back as a list, absent when every kernel is fused; a word that is not a kernel
+  // family, or a value that is not a list, is refused naming the key.
+  const Layout uf = parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"unfused":["rope","norm"]})", "l.json"),
+                                 "l.json");
+  CHECK(uf.unfused == Unfused{true, false, true});
+  CHECK(to_string(uf.unfused) == "norm,rope");
+  CHECK(layout_to_json(uf).at("unfused") == Json::array({"norm", "rope"}));
+  CHECK(parse_layout(layout_to_json(uf), "roundtrip").unfused == uf.unfused);
+  CHECK_FALSE(layout_to_json(Layout{}).contains("unfused"));
+  CHECK(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"unfused":[]})", "l.json"), "l.json").unfused == Unfused{});
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"unfused":["gelu"]})", "l.json"), "l.json"),
+                       "l.json: unfused: value \"gelu\": \"gelu\" is not one of norm, act, rope (a comma-separated list of them, or none)",
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"unfused":"rope"})", "l.json"), "l.json"),
+                       "l.json: unfused: must be an array of norm, act, rope (empty: every kernel fused)", InputError);
+  CHECK(parse_unfused("act", "--unfused") == Unfused{false, true, false});
+  CHECK(parse_unfused("none", "--unfused") == Unfused{});
+  CHECK_THROWS_WITH_AS(parse_unfused("norm,,rope", "--unfused"),
+                       "--unfused: value \"norm,,rope\": \"\" is not one of norm, act, rope (a comma-separated list of them, or none)",
+                       InputError);
   const Layout l = parse_layout(
       parse_json_text(R"({"tp":2,"pp":4,"micro_batch":1,"global_batch":8,"schedule":"zbv","vpp":2})", "l.json"), "l.json");
   CHECK(l.rank_of_stage(0) == 0);

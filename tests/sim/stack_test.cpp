@@ -52,6 +52,29 @@ TEST_CASE("stacks: the fp8 recipe a stack runs unless asked") {
   CHECK(l.fp8_recipe == Fp8Recipe::delayed);
 }
 
+// The kernels a stack's model code leaves unfused: torchtitan's eager model (compile off in its configs) and
+// the HF Transformers model code taken under DeepSpeed run the norm, activation and RoPE op by op; Megatron-LM
+// and NeMo fuse them. A stack file naming another kernel is refused, naming it.
+TEST_CASE("stacks: the kernels a stack runs unfused unless asked") {
+  Layout l;
+  apply_stack(stack_preset("torchtitan-2025"), l);
+  CHECK(l.unfused == Unfused{true, true, true});
+  apply_stack(stack_preset("megatron-core-2024"), l);
+  CHECK(l.unfused == Unfused{});
+  apply_stack(stack_preset("deepspeed"), l);
+  CHECK(l.unfused == Unfused{true, true, true});
+  for (const char* n : {"megatron-lm-2021", "megatron-lm-2022", "megatron-zb-2023", "megatron-bridge-2025"}) {
+    CAPTURE(n);
+    CHECK_FALSE(stack_preset(n).unfused.any());
+  }
+  Json j = parse_json_text(R"({"name":"x","source":"a stack file of a test","attention":"flash","unfused":["softmax"],
+      "overlap":{"grad_reduce":true,"param_gather":true,"p2p":false},"tp_comm_overlap":"none","sequence_parallel":true,
+      "context_parallel":false,"schedules":["1f1b"],"recompute":["none"],"recompute_default":"none","zero":[0]})", "x.json");
+  CHECK_THROWS_WITH_AS(parse_stack(j, "x.json"), doctest::Contains("x.json: unfused: value \"softmax\""), InputError);
+  j["unfused"] = Json::array({"act"});
+  CHECK(parse_stack(j, "x.json").unfused == Unfused{false, true, false});
+}
+
 TEST_CASE("stacks: defaults applied, and what a stack lacks refused by name") {
   const Stack& old = stack_preset("megatron-lm-2021");
   Layout l = parse_layout_words("tp8 pp8 dp16 vpp3 mbs1 interleaved full", 1536);
