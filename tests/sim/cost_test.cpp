@@ -28,6 +28,16 @@ constexpr double kQuantTol = 0.08;  // the 4 us launch overhead on a ~60 us kern
 // tests/sim/engine_sim_test.cpp ("agrees with the analytical estimate"), docs/simulator.md.
 constexpr double kEstimateTol = 0.05;
 constexpr double kMemoryTol = 0.01;
+
+// One micro-batch of one sequence on two tensor-parallel GPUs in bf16: the layout the per-op tests lower.
+Layout tp2_one_micro_batch() {
+  Layout l;
+  l.tp = 2;
+  l.dp = 1;
+  l.global_batch = 1;
+  l.precision = Precision::bf16;
+  return l;
+}
 }  // namespace
 
 TEST_CASE("GEMM: wave and tile quantization, roofline") {
@@ -847,11 +857,7 @@ TEST_CASE("fp8 layouts keep 16-bit activations between ops: element-wise and tra
 // shared rotary key; learned positions have no such op.
 TEST_CASE("RoPE: queries and keys rotated forward and backward, rotary models only") {
   const System sys = load_system("dgx-h100");
-  Layout l;
-  l.tp = 2;
-  l.dp = 1;
-  l.global_batch = 1;
-  l.precision = Precision::bf16;
+  const Layout l = tp2_one_micro_batch();
   // The layer's rope op (nullopt without one), checked to be the only one and to sit between the
   // projections and the attention core.
   const auto rope_of = [&](const Model& m) -> std::optional<cost::WorkOp> {
@@ -898,11 +904,7 @@ TEST_CASE("RoPE: queries and keys rotated forward and backward, rotary models on
 //  - RoPE fused 2e / 2e, a kernel per tensor; unfused (rotate_half) 10e in 5 and 15e in 9 per tensor.
 TEST_CASE("fused-kernel sets: norm, activation and RoPE fused or op by op, priced by their passes") {
   const System sys = load_system("dgx-h100");
-  Layout l;
-  l.tp = 2;
-  l.dp = 1;
-  l.global_batch = 1;
-  l.precision = Precision::bf16;
+  const Layout l = tp2_one_micro_batch();
   const auto op_of = [&](const Model& m, const Layout& x, std::string_view name) {
     const LayerWork lw = lower_layer(m, x, sys);
     for (const cost::WorkOp& op : lw.ops)
