@@ -59,6 +59,14 @@ Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what) {
   throw InputError(what + ": value \"" + s + "\" is not one of delayed, current, mxfp8");
 }
 
+std::string to_string(FlashKernel k) { return k == FlashKernel::fa2 ? "fa2" : "cudnn"; }
+
+FlashKernel parse_flash_kernel(const std::string& s, const std::string& what) {
+  for (FlashKernel k : {FlashKernel::cudnn, FlashKernel::fa2})
+    if (s == to_string(k)) return k;
+  throw InputError(what + ": value \"" + s + "\" is not one of cudnn, fa2");
+}
+
 std::string to_string(const Unfused& u) {
   std::string out;
   for (auto [on, name] : {std::pair{u.norm, "norm"}, std::pair{u.act, "act"}, std::pair{u.rope, "rope"}}) {
@@ -276,6 +284,11 @@ Layout parse_layout(const Json& j, const std::string& where) {
     if (*a != "flash" && *a != "unfused") o.fail("attention", "value \"" + *a + "\" is not one of flash, unfused");
     l.attention = *a == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   }
+  if (auto k = o.opt_string("flash_kernel")) {
+    l.flash_kernel = parse_flash_kernel(*k, where + ": flash_kernel");
+    if (l.attention != AttentionImpl::flash)
+      o.fail("flash_kernel", "\"" + *k + "\" is a flash attention kernel; attention is " + to_string(l.attention));
+  }
   if (auto c = o.opt_string("cross_entropy")) l.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
   if (auto r = o.opt_string("fp8_recipe")) {
     l.fp8_recipe = parse_fp8_recipe(*r, where + ": fp8_recipe");
@@ -338,6 +351,7 @@ Json layout_to_json(const Layout& l) {
   j["zero_stage"] = l.zero_stage;
   j["precision"] = to_string(l.precision);
   j["attention"] = to_string(l.attention);
+  if (l.attention == AttentionImpl::flash && l.flash_kernel != FlashKernel::cudnn) j["flash_kernel"] = to_string(l.flash_kernel);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
   if (l.precision == Precision::fp8 && l.fp8_recipe != Fp8Recipe::delayed) j["fp8_recipe"] = to_string(l.fp8_recipe);
   if (l.unfused.any()) {

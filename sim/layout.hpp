@@ -33,6 +33,11 @@ enum class CrossEntropyImpl { megatron, megatron_fused, te };
 //  - mxfp8: one power-of-two scale per 32 elements (MXFP8BlockScaling, Blackwell only): one read, the
 //    row-wise and column-wise copies quantized apart, no amax shared between GPUs.
 enum class Fp8Recipe { delayed, current, mxfp8 };
+// The kernel that runs flash attention: the fused one Transformer Engine selects (cuDNN's on Hopper; NeMo and
+// Megatron-Core), or FlashAttention-2 (PyTorch's SDPA, whose backend priority puts it first, and the model
+// code that calls flash_attn). Priced at GpuSpec::attention_fa2 of the fused kernel's rate. Layout key
+// "flash_kernel", flag --flash-kernel, stack key "flash_kernel".
+enum class FlashKernel { cudnn, fa2 };
 // Element-wise kernels a run leaves to PyTorch eager, one kernel an op, where Megatron-Core fuses them
 // (sim/workload.cpp prices each; docs/stacks.md "Fused kernels"): `norm`, an RMSNorm as PyTorch's composite
 // runs it (upcast, square, mean, rsqrt, scale, downcast, weight: HF's LlamaRMSNorm, nn.RMSNorm before its
@@ -83,6 +88,7 @@ struct Layout {
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;  // precision fp8 only
   Unfused unfused;                   // element-wise kernels run unfused (see Unfused; default: all fused)
+  FlashKernel flash_kernel = FlashKernel::cudnn;  // attention flash only
   StateDtypes state;                 // the training state's dtypes (see StateDtype)
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward
@@ -157,6 +163,9 @@ CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& wh
 std::string to_string(Fp8Recipe r);  // delayed, current, mxfp8
 // Throws InputError naming `what` for a word other than those.
 Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what);
+std::string to_string(FlashKernel k);  // cudnn, fa2
+// "cudnn" or "fa2"; InputError naming `what`, the value and the choices otherwise.
+FlashKernel parse_flash_kernel(const std::string& s, const std::string& what);
 // "none" or the kinds unfused, comma-separated in the order norm, act, rope.
 std::string to_string(const Unfused& u);
 // A comma-separated list of norm, act, rope, or "none"; InputError naming `what`, the value and the choices.
@@ -173,7 +182,7 @@ Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, cross_entropy, fp8_recipe, unfused, main_grads, moments,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, flash_kernel, cross_entropy, fp8_recipe, unfused, main_grads, moments,
 // master_weights, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

@@ -29,6 +29,9 @@ struct Stack {
   // The element-wise kernels its model code runs unfused unless asked otherwise (key "unfused", a list of
   // norm, act, rope; absent: all fused, as Megatron-LM and NeMo's configs run them).
   Unfused unfused;
+  // The flash attention kernel it runs (key "flash_kernel", absent: cudnn, Transformer Engine's choice on
+  // Hopper; torchtitan's SDPA: fa2).
+  FlashKernel flash_kernel = FlashKernel::cudnn;
   bool overlap_grad_reduce = true, overlap_param_gather = true, overlap_p2p = false;
   TpOverlap tp_comm_overlap = TpOverlap::none;
   bool sequence_parallel = true, context_parallel = true;

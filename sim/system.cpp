@@ -207,6 +207,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.gpu.kernel_overhead_s = e.number("kernel_overhead_us", 0, 1e5) * kUs;
     s.gpu.overlap_slowdown = e.opt_number("overlap_slowdown", 0.0, 4.0).value_or(0.0);
     s.gpu.gemm_fp32_out = e.opt_number("gemm_fp32_out", 1.0, 4.0).value_or(1.0);
+    s.gpu.attention_fa2 = e.opt_number("attention_fa2", 0.05, 2.0).value_or(1.0);
     if (e.has("gemm_tiles")) {
       const Json& t = e.raw("gemm_tiles");
       if (!t.is_array() || t.empty()) e.fail("gemm_tiles", "must be a non-empty array of [m, n] pairs");
@@ -290,6 +291,7 @@ Json system_to_json(const System& s) {
   if (s.gpu.gemm_efficiency_fp8 > 0) g["efficiency"]["gemm_fp8"] = s.gpu.gemm_efficiency_fp8;
   if (s.gpu.gemm_memory_efficiency > 0) g["efficiency"]["gemm_memory"] = s.gpu.gemm_memory_efficiency;
   if (s.gpu.gemm_fp32_out != 1) g["efficiency"]["gemm_fp32_out"] = s.gpu.gemm_fp32_out;
+  if (s.gpu.attention_fa2 != 1) g["efficiency"]["attention_fa2"] = s.gpu.attention_fa2;
   if (Json k = kernels_to_json(s.gpu); !k.empty()) g["kernels"] = k;
   Json j;
   j["name"] = s.name;

@@ -90,6 +90,10 @@ struct GpuSpec {
   // accumulated into fp32 main grads (Megatron's gradient-accumulation fusion, --gradient-accumulation-fusion,
   // on by default: the wgrad GEMM adds into main_grad in fp32). 1: not measured (efficiency.gemm_fp32_out).
   double gemm_fp32_out = 1;
+  // FlashAttention-2's rate over the fused attention kernel's (attention_efficiency: cuDNN's through Transformer
+  // Engine, what NeMo runs), for a layout whose stack runs FA2 (Layout::flash_kernel: PyTorch's SDPA). Hopper:
+  // 0.62, the FlashAttention-3 paper's H100 figures (efficiency.attention_fa2). 1: not told apart.
+  double attention_fa2 = 1;
   // Time multiplier per kind (1: none). Not a file key: the host model (sim/engine/host_model.hpp) prices a
   // step a second time with its contention here, for the moments every core is busy.
   std::array<double, kCostKinds> time_factor{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};

@@ -173,6 +173,8 @@ int estimate(const Args& args) {
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n";
   if (s.layout.precision == Precision::fp8)
     std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md)\n";
+  if (s.layout.attention == AttentionImpl::flash && s.layout.flash_kernel == FlashKernel::fa2)
+    std::cout << "flash attention: FlashAttention-2, " << s.system.gpu.attention_fa2 << " of the fused kernel's rate on this GPU (--flash-kernel; docs/stacks.md)\n";
   if (s.layout.unfused.any())
     std::cout << "unfused kernels: " << to_string(s.layout.unfused) << ", one op a kernel as PyTorch eager runs them (--unfused; docs/stacks.md)\n";
   if (s.model.moe.enabled())

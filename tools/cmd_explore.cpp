@@ -232,6 +232,8 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
   else if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
   if (!r.top.empty() && r.top.front().layout.precision == Precision::fp8)
     std::cout << ", fp8 with " << to_string(r.top.front().layout.fp8_recipe) << " scaling";
+  if (!r.top.empty() && r.top.front().layout.attention == AttentionImpl::flash && r.top.front().layout.flash_kernel == FlashKernel::fa2)
+    std::cout << ", FlashAttention-2";
   if (!r.top.empty() && r.top.front().layout.unfused.any())
     std::cout << ", unfused " << to_string(r.top.front().layout.unfused);
   std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n\n";
@@ -311,6 +313,7 @@ int explore(const Args& args) {
        {"--attention", true, "flash|unfused [flash]"},
        {"--fp8-recipe", true, "fp8 scaling: delayed, current or mxfp8 (Blackwell); needs --precision fp8 (docs/stacks.md) [delayed, or the stack's]"},
        {"--cross-entropy", true, "the LM loss: megatron, megatron-fused or te (docs/stacks.md) [megatron, or the stack's]"},
+       {"--flash-kernel", true, "the flash attention kernel: cudnn or fa2 (docs/stacks.md) [cudnn, or the stack's]"},
        {"--unfused", true, "element-wise kernels run one op a kernel, as PyTorch eager runs them: norm, act, rope (comma-separated) or none (docs/stacks.md) [none, or the stack's]"},
        {"--main-grads", true, "every layout's gradient buffer and DP reduction: fp32 or bf16 [fp32]"},
        {"--moments", true, "every layout's Adam moments: fp32 or bf16 [fp32]"},
@@ -381,6 +384,11 @@ int explore(const Args& args) {
       throw InputError("--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only; " + sys.gpu.name + " is not one");
   }
   if (auto u = cl.get("--unfused")) space.unfused = parse_unfused(*u, "--unfused");
+  if (auto k = cl.get("--flash-kernel")) {
+    space.flash_kernel = parse_flash_kernel(*k, "--flash-kernel");
+    if (space.attention != AttentionImpl::flash)
+      throw InputError("--flash-kernel " + *k + ": a flash attention kernel, but the attention is " + to_string(space.attention));
+  }
   read_state_dtype_flags(cl, space.state);
   // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
   const cli::RecipeChoice choice = cli::read_recipe(cl, m.name);

@@ -47,6 +47,7 @@ std::vector<OptionSpec> spec_options() {
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
       {"--fp8-recipe", true, "fp8 scaling (Transformer Engine's recipes): delayed (DelayedScaling), current (Float8CurrentScaling, per-tensor from its own amax) or mxfp8 (Blackwell's 32-element blocks); needs --precision fp8 [delayed, or the stack's]"},
       {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
+      {"--flash-kernel", true, "the flash attention kernel: cudnn (Transformer Engine's fused attention, NeMo's) or fa2 (FlashAttention-2, PyTorch SDPA's first choice), priced at the system's attention_fa2 of cudnn's rate (docs/stacks.md) [cudnn, or the stack's]"},
       {"--unfused", true, "element-wise kernels run as PyTorch eager runs them, one op a kernel: a comma-separated list of norm (RMSNorm), act (bias + activation, SwiGLU), rope, or none (docs/stacks.md) [none, or the stack's]"},
       {"--main-grads", true, "gradient buffer and its DP reduction: fp32 or bf16 (Megatron-Core --main-grads-dtype, NeMo's grad_sync_dtype) [fp32]"},
       {"--moments", true, "the Adam moments: fp32 or bf16 (Megatron-Core --exp-avg-dtype / --exp-avg-sq-dtype) [fp32]"},
@@ -205,6 +206,11 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
                        "; add --precision fp8");
   }
   if (auto u = cl.get("--unfused")) l.unfused = parse_unfused(*u, "--unfused");
+  if (auto k = cl.get("--flash-kernel")) {
+    l.flash_kernel = parse_flash_kernel(*k, "--flash-kernel");
+    if (l.attention != AttentionImpl::flash)
+      throw InputError("--flash-kernel " + *k + ": a flash attention kernel, but the attention is " + to_string(l.attention));
+  }
   read_state_dtype_flags(cl, l.state);
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;

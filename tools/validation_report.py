@@ -108,12 +108,15 @@ LIMITS = """
   dgxc-24.11`), are 6-22% optimistic in bf16 and 7-17% in fp8 but for Nemotron4 340B in fp8 (+6.2%), GPT-3
   175B with its TP overlap the most (a mean |step error| of 12.2% over the eight; with the stack's defaults,
   without the configs' TP overlap and fused loss, Llama 3.1 8B had been -10.4 / -6.2% and GPT-3 175B -16.2 /
-  -9.3%). Not modelled yet: the attention kernel per stack and sequence length (NeMo runs cuDNN's fused
-  attention; the FlashAttention-3 paper's H100 figures put cuDNN at 518-539 TFLOP/s forward causal and
-  499-516 backward at head dim 128 and 4k-16k tokens, where Tessel prices 0.4 of the bf16 peak, 396, forward
-  and backward alike: pricing those rates would make these rows more optimistic still, so what they lack is
-  elsewhere, or the kernels run slower inside a training step than alone) and the memory-bound kernels
-  measured on HBM3.
+  -9.3%). Not modelled yet: the attention rate by sequence length, and the memory-bound kernels measured on
+  HBM3. NeMo runs cuDNN's fused attention; the FlashAttention-3 paper's H100 figures put cuDNN at 518-539
+  TFLOP/s forward causal and 499-516 backward at head dim 128 and 4k-16k tokens, where Tessel prices 0.4 of the
+  bf16 peak, 396, forward and backward alike. Pricing those rates makes these rows more optimistic still: at
+  0.52 of the peak the NeMo / H100 rows go from 11.6% to 18.2% mean |step error| (the long-sequence table, whose
+  steps are mostly attention run in context-parallel ring chunks, from 13.7% to 26.3%). So what they lack is
+  elsewhere, or the kernels run slower inside a training step (and in ring chunks) than alone. The kernel per
+  stack is modelled as a ratio: FlashAttention-2, which torchtitan's SDPA runs, at 0.62 of the fused kernel's
+  rate on Hopper (the same paper's figures; docs/stacks.md), which leaves the NeMo rows as they are.
   **Each NeMo 24.07 row under its own recipe.** What such a row leaves unstated is filled from NeMo 24.07's
   config for its model (sim/recipes/nemo-24.07.json: NeMo-Framework-Launcher commit 1a7171d7, 2024-07-17,
   conf/training/), before the stack's generic defaults: the 70B, GPT-3 20B and Nemotron 8B / 22B configs run

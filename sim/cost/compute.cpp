@@ -81,11 +81,11 @@ double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward,
          gpu.time_factor[idx(CostKind::attention)];
 }
 
-double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes) {
+double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, bool fa2) {
   if (flops <= 0) return 0.0;
   // FP8 recipes (Transformer Engine) keep the attention core in 16-bit: only linear layers run in fp8.
   if (p == Precision::fp8) p = Precision::bf16;
-  const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency);
+  const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency * (fa2 ? gpu.attention_fa2 : 1.0));
   const double mem = bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency);
   return (std::max(compute, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::attention)];
 }

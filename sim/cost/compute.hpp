@@ -28,8 +28,9 @@ double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g);
 // memory_efficiency; times the kind's time factor.
 double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1, CostKind kind = CostKind::memory,
                    bool backward = false);
-// Fused (flash) attention forward of `flops` (QK^T + AV): matrix peak times attention efficiency.
-double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes);
+// Fused (flash) attention of `flops` (QK^T + AV): matrix peak times attention efficiency, times
+// GpuSpec::attention_fa2 when the kernel is FlashAttention-2 (`fa2`).
+double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, bool fa2 = false);
 // The attention core measured as one kernel (GpuSpec::attention_flops): `exec_flops` (the flash path's
 // executed count) at the measured rate of its direction, whatever the layout's attention path.
 // `launches` kernel overheads are added (the unfused path's second GEMM is part of the one measured kernel: 0).

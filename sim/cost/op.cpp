@@ -77,8 +77,8 @@ void price(WorkOp& op, const System& sys, const Layout& l) {
       price_gemm(op, sys.gpu, l);
       return;
     case OpClass::attention:
-      op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f);
-      op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b);
+      op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f, l.flash_kernel == FlashKernel::fa2);
+      op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b, l.flash_kernel == FlashKernel::fa2);
       return;
     case OpClass::elementwise: {
       const CostKind k = elementwise_kind(op.name);

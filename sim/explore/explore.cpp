@@ -34,11 +34,11 @@ std::string gib(double b) {
 }
 
 // LayerWork depends only on these layout fields: explore lowers each combination once per thread.
-using LayerKey = std::tuple<int, int, int, bool, int, int, int, int, bool, int, int, double, bool, int>;
+using LayerKey = std::tuple<int, int, int, bool, int, int, int, int, bool, int, int, double, bool, int, int>;
 LayerKey layer_key(const Layout& l) {
   return {l.tp, l.cp, l.micro_batch, l.sequence_parallel, static_cast<int>(l.recompute), static_cast<int>(l.attention),
           static_cast<int>(l.precision), static_cast<int>(l.fp8_recipe), l.tp_comm_overlap, l.ep, l.expert_tp(),
-          l.moe_load_factor(), l.deepep, l.unfused.norm + 2 * l.unfused.act + 4 * l.unfused.rope};
+          l.moe_load_factor(), l.deepep, l.unfused.norm + 2 * l.unfused.act + 4 * l.unfused.rope, static_cast<int>(l.flash_kernel)};
 }
 
 struct ThreadOut {
@@ -365,6 +365,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         l.cross_entropy = in.cross_entropy;  // the stack's unless --cross-entropy (cmd_explore)
                         if (in.fp8_recipe) l.fp8_recipe = *in.fp8_recipe;
                         if (in.unfused) l.unfused = *in.unfused;
+                        if (in.flash_kernel) l.flash_kernel = *in.flash_kernel;
                         l.state = in.state;
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));

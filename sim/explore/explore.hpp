@@ -43,6 +43,7 @@ struct Space {
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;  // --cross-entropy (a stack's replaces it unless given)
   std::optional<Fp8Recipe> fp8_recipe;  // --fp8-recipe; absent: the stack's (delayed without one)
   std::optional<Unfused> unfused;       // --unfused; absent: the stack's (all fused without one)
+  std::optional<FlashKernel> flash_kernel;  // --flash-kernel; absent: the stack's (cudnn without one)
   // The state dtypes every layout keeps (--main-grads, --moments, --master-weights): given, not searched.
   StateDtypes state;
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn

@@ -39,6 +39,7 @@ void apply_conventions(Space& s, const Layout& l) {
   s.cross_entropy = l.cross_entropy;
   s.fp8_recipe = l.fp8_recipe;
   s.unfused = l.unfused;
+  s.flash_kernel = l.flash_kernel;
   s.state = l.state;
   s.overlap_grad_reduce = l.overlap_grad_reduce;
   s.overlap_param_gather = l.overlap_param_gather;
@@ -60,7 +61,7 @@ std::string search_key(const MappedRow& mr, int gbs, const Space& s) {
   for (Recompute x : s.recompute) k += "r" + std::to_string(static_cast<int>(x));
   k += "/" + std::to_string(static_cast<int>(s.precision)) + std::to_string(static_cast<int>(s.attention)) +
        std::to_string(static_cast<int>(s.cross_entropy)) + std::to_string(static_cast<int>(s.fp8_recipe.value_or(Fp8Recipe::delayed))) +
-       to_string(s.unfused.value_or(Unfused{})) + std::to_string(static_cast<int>(s.state.main_grads)) +
+       to_string(s.unfused.value_or(Unfused{})) + to_string(s.flash_kernel.value_or(FlashKernel::cudnn)) + std::to_string(static_cast<int>(s.state.main_grads)) +
        std::to_string(static_cast<int>(s.state.moments)) + std::to_string(static_cast<int>(s.state.master_weights)) +
        std::to_string(s.overlap_grad_reduce) + std::to_string(s.overlap_param_gather) + std::to_string(s.overlap_p2p) +
        std::to_string(s.tp_comm_overlap);

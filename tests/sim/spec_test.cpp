@@ -122,6 +122,17 @@ TEST_CASE("layout JSON is strict") {
                        InputError);
   CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"unfused":"rope"})", "l.json"), "l.json"),
                        "l.json: unfused: must be an array of norm, act, rope (empty: every kernel fused)", InputError);
+  // The flash kernel reads back, absent when it is the fused one, and belongs to flash attention only.
+  const Layout fa2 = parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"flash_kernel":"fa2"})", "l.json"), "l.json");
+  CHECK(fa2.flash_kernel == FlashKernel::fa2);
+  CHECK(layout_to_json(fa2).at("flash_kernel") == "fa2");
+  CHECK(parse_layout(layout_to_json(fa2), "roundtrip").flash_kernel == FlashKernel::fa2);
+  CHECK_FALSE(layout_to_json(Layout{}).contains("flash_kernel"));
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"flash_kernel":"fa3"})", "l.json"), "l.json"),
+                       "l.json: flash_kernel: value \"fa3\" is not one of cudnn, fa2", InputError);
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"attention":"unfused","flash_kernel":"fa2"})",
+                                                    "l.json"), "l.json"),
+                       "l.json: flash_kernel: \"fa2\" is a flash attention kernel; attention is unfused", InputError);
   CHECK(parse_unfused("act", "--unfused") == Unfused{false, true, false});
   CHECK(parse_unfused("none", "--unfused") == Unfused{});
   CHECK_THROWS_WITH_AS(parse_unfused("norm,,rope", "--unfused"),

@@ -55,14 +55,17 @@ TEST_CASE("stacks: the fp8 recipe a stack runs unless asked") {
 // The kernels a stack's model code leaves unfused: torchtitan's eager model (compile off in its configs) and
 // the HF Transformers model code taken under DeepSpeed run the norm, activation and RoPE op by op; Megatron-LM
 // and NeMo fuse them. A stack file naming another kernel is refused, naming it.
-TEST_CASE("stacks: the kernels a stack runs unfused unless asked") {
+TEST_CASE("stacks: the kernels a stack runs unfused, and its flash attention kernel, unless asked") {
   Layout l;
   apply_stack(stack_preset("torchtitan-2025"), l);
   CHECK(l.unfused == Unfused{true, true, true});
+  CHECK(l.flash_kernel == FlashKernel::fa2);  // SDPA's first choice
   apply_stack(stack_preset("megatron-core-2024"), l);
   CHECK(l.unfused == Unfused{});
+  CHECK(l.flash_kernel == FlashKernel::cudnn);  // Transformer Engine's fused attention
   apply_stack(stack_preset("deepspeed"), l);
   CHECK(l.unfused == Unfused{true, true, true});
+  CHECK(l.flash_kernel == FlashKernel::fa2);
   for (const char* n : {"megatron-lm-2021", "megatron-lm-2022", "megatron-zb-2023", "megatron-bridge-2025"}) {
     CAPTURE(n);
     CHECK_FALSE(stack_preset(n).unfused.any());

@@ -90,6 +90,11 @@ TEST_CASE("estimate: bad input exits 2 with the rule") {
        "--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only"},
       {{"estimate", "--unfused", "norm,softmax"},
        "--unfused: value \"norm,softmax\": \"softmax\" is not one of norm, act, rope (a comma-separated list of them, or none)"},
+      {{"estimate", "--flash-kernel", "fa3"}, "--flash-kernel: value \"fa3\" is not one of cudnn, fa2"},
+      {{"estimate", "--attention", "unfused", "--flash-kernel", "fa2"},
+       "--flash-kernel fa2: a flash attention kernel, but the attention is unfused"},
+      {{"explore", "--attention", "unfused", "--flash-kernel", "fa2"},
+       "--flash-kernel fa2: a flash attention kernel, but the attention is unfused"},
       {{"explore", "--unfused", "gelu"}, "--unfused: value \"gelu\": \"gelu\" is not one of norm, act, rope"},
       // Megatron's rules for the full-recompute details; uniform blocks of several layers are not priced.
       {{"estimate", "--recompute", "selective", "--recompute-method", "block"}, "--recompute-method: applies to --recompute full only"},
