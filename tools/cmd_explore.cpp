@@ -384,11 +384,7 @@ int explore(const Args& args) {
       throw InputError("--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only; " + sys.gpu.name + " is not one");
   }
   if (auto u = cl.get("--unfused")) space.unfused = parse_unfused(*u, "--unfused");
-  if (auto k = cl.get("--flash-kernel")) {
-    space.flash_kernel = parse_flash_kernel(*k, "--flash-kernel");
-    if (space.attention != AttentionImpl::flash)
-      throw InputError("--flash-kernel " + *k + ": a flash attention kernel, but the attention is " + to_string(space.attention));
-  }
+  space.flash_kernel = cli::read_flash_kernel(cl, space.attention);
   read_state_dtype_flags(cl, space.state);
   // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
   const cli::RecipeChoice choice = cli::read_recipe(cl, m.name);

@@ -98,6 +98,15 @@ RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name) {
   return c;
 }
 
+std::optional<FlashKernel> read_flash_kernel(const CommandLine& cl, AttentionImpl attention) {
+  const auto k = cl.get("--flash-kernel");
+  if (!k) return std::nullopt;
+  const FlashKernel kernel = parse_flash_kernel(*k, "--flash-kernel");
+  if (attention != AttentionImpl::flash)
+    throw InputError("--flash-kernel " + *k + ": a flash attention kernel, but the attention is " + to_string(attention));
+  return kernel;
+}
+
 void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s) {
   if (auto g = cl.get("--main-grads")) s.main_grads = parse_state_dtype(*g, "--main-grads");
   if (auto mo = cl.get("--moments")) s.moments = parse_state_dtype(*mo, "--moments");
@@ -206,11 +215,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
                        "; add --precision fp8");
   }
   if (auto u = cl.get("--unfused")) l.unfused = parse_unfused(*u, "--unfused");
-  if (auto k = cl.get("--flash-kernel")) {
-    l.flash_kernel = parse_flash_kernel(*k, "--flash-kernel");
-    if (l.attention != AttentionImpl::flash)
-      throw InputError("--flash-kernel " + *k + ": a flash attention kernel, but the attention is " + to_string(l.attention));
-  }
+  if (auto k = read_flash_kernel(cl, l.attention)) l.flash_kernel = *k;
   read_state_dtype_flags(cl, l.state);
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;

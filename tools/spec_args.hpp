@@ -50,6 +50,8 @@ struct RecipeChoice {
 RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name);
 // --main-grads, --moments and --master-weights onto `s` (estimate, simulate and explore alike).
 void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s);
+// --flash-kernel, checked against the attention it would run on (InputError unless flash); nullopt when absent.
+std::optional<FlashKernel> read_flash_kernel(const CommandLine& cl, AttentionImpl attention);
 // --recompute-method / --recompute-layers given without --recompute full: InputError.
 void check_recompute_flags(const CommandLine& cl, const Layout& l);
 // --layout's layout (words or a JSON file), its global batch --gbs (or `default_gbs`) when words; none
