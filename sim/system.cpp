@@ -1,5 +1,7 @@
 #include "sim/system.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <string_view>
 #include <utility>
 
@@ -40,6 +42,69 @@ void parse_optimizer_sizes(JsonObject& r, GpuSpec& g) {
   for (std::size_t i = 1; i < g.optimizer_params.size(); ++i)
     if (!(g.optimizer_params[i] > g.optimizer_params[i - 1])) r.fail("params", "must be strictly ascending");
   for (double& b : g.optimizer_Bps) b *= kGB;
+}
+
+// gpu.efficiency.attention_curve: {"source", "seq": [ascending lengths], "reference_head_dim",
+// "fwd_TFLOPs": {"<head dim>": [a rate per length], ...}, "bwd_TFLOPs": {...}}; the reference head dim must be
+// listed in both directions.
+AttentionCurve parse_attention_curve(JsonObject c) {
+  AttentionCurve a;
+  a.source = c.opt_string("source").value_or("");
+  a.seq = c.number_array("seq", 1, 1e8);
+  if (a.seq.empty()) c.fail("seq", "must list at least one sequence length");
+  for (std::size_t i = 1; i < a.seq.size(); ++i)
+    if (!(a.seq[i] > a.seq[i - 1])) c.fail("seq", "must be strictly ascending");
+  a.reference_head_dim = static_cast<double>(c.integer("reference_head_dim", 1, 4096));
+  const char* keys[2] = {"fwd_TFLOPs", "bwd_TFLOPs"};
+  for (int d = 0; d < 2; ++d) {
+    const Json& raw = c.raw(keys[d]);
+    if (!raw.is_object() || raw.empty())
+      c.fail(keys[d], "must be an object of head dim -> one rate (TFLOP/s) per entry of \"seq\"");
+    JsonObject r(raw, c.where(), c.key_path(keys[d]));
+    std::vector<std::pair<double, std::vector<double>>> rows;
+    for (const auto& [k, v] : raw.items()) {
+      int hd = 0;
+      const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), hd);
+      if (ec != std::errc() || end != k.data() + k.size() || hd < 1 || hd > 4096)
+        r.fail(k, "the key must be a head dim, an integer from 1 to 4096");
+      std::vector<double> rates = r.number_array(k, 1e-3, 1e5);
+      if (rates.size() != a.seq.size())
+        r.fail(k, "must hold one rate per entry of \"seq\" (" + std::to_string(a.seq.size()) + "), not " +
+                      std::to_string(rates.size()));
+      for (double& x : rates) x *= kTera;
+      rows.emplace_back(hd, std::move(rates));
+    }
+    r.finish();
+    std::sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    bool has_ref = false;
+    for (auto& [hd, rates] : rows) {
+      has_ref = has_ref || hd == a.reference_head_dim;
+      a.head_dim[d].push_back(hd);
+      a.rate[d].push_back(std::move(rates));
+    }
+    if (!has_ref)
+      c.fail(keys[d], "must list the reference head dim (" + std::to_string(static_cast<int>(a.reference_head_dim)) + ")");
+  }
+  c.finish();
+  return a;
+}
+
+Json attention_curve_to_json(const AttentionCurve& a) {
+  Json j;
+  if (!a.source.empty()) j["source"] = a.source;
+  j["seq"] = a.seq;
+  j["reference_head_dim"] = static_cast<int>(a.reference_head_dim);
+  const char* keys[2] = {"fwd_TFLOPs", "bwd_TFLOPs"};
+  for (int d = 0; d < 2; ++d) {
+    Json rows = Json::object();
+    for (std::size_t h = 0; h < a.head_dim[d].size(); ++h) {
+      Json r = Json::array();
+      for (double x : a.rate[d][h]) r.push_back(x / kTera);
+      rows[std::to_string(static_cast<int>(a.head_dim[d][h]))] = r;
+    }
+    j[keys[d]] = rows;
+  }
+  return j;
 }
 
 // gpu.kernels: {"norm": {"fwd_GBps", "bwd_GBps"}, ..., "optimizer": {"GBps"}, "attention": {"fwd_GFLOPs",
@@ -208,6 +273,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.gpu.overlap_slowdown = e.opt_number("overlap_slowdown", 0.0, 4.0).value_or(0.0);
     s.gpu.gemm_fp32_out = e.opt_number("gemm_fp32_out", 1.0, 4.0).value_or(1.0);
     s.gpu.attention_fa2 = e.opt_number("attention_fa2", 0.05, 2.0).value_or(1.0);
+    if (e.has("attention_curve")) s.gpu.attention_curve = parse_attention_curve(e.object("attention_curve"));
     if (e.has("gemm_tiles")) {
       const Json& t = e.raw("gemm_tiles");
       if (!t.is_array() || t.empty()) e.fail("gemm_tiles", "must be a non-empty array of [m, n] pairs");
@@ -292,6 +358,7 @@ Json system_to_json(const System& s) {
   if (s.gpu.gemm_memory_efficiency > 0) g["efficiency"]["gemm_memory"] = s.gpu.gemm_memory_efficiency;
   if (s.gpu.gemm_fp32_out != 1) g["efficiency"]["gemm_fp32_out"] = s.gpu.gemm_fp32_out;
   if (s.gpu.attention_fa2 != 1) g["efficiency"]["attention_fa2"] = s.gpu.attention_fa2;
+  if (!s.gpu.attention_curve.empty()) g["efficiency"]["attention_curve"] = attention_curve_to_json(s.gpu.attention_curve);
   if (Json k = kernels_to_json(s.gpu); !k.empty()) g["kernels"] = k;
   Json j;
   j["name"] = s.name;

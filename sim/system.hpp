@@ -45,6 +45,20 @@ struct DirRate {
 // Engine's docs, low_precision_training: fp8_current_scaling and mxfp8).
 enum class GpuArch { ampere, hopper, blackwell, other };
 
+// The fused attention kernel's rate by key length and head dim, as a shape around `attention_efficiency`
+// (gpu.efficiency.attention_curve): measured TFLOP/s at each sequence length (ascending) per head dim, forward
+// and backward. attention_time multiplies the efficiency by rate(head dim, length) / rate(reference_head_dim,
+// the longest length), log-linear between the points and the nearest point outside them; so `attention` is
+// the long-sequence rate at the reference head dim and a calibrated profile keeps the shape. Empty: 1.
+struct AttentionCurve {
+  std::vector<double> seq;
+  double reference_head_dim = 0;
+  std::array<std::vector<double>, 2> head_dim;              // [0] forward, [1] backward, ascending
+  std::array<std::vector<std::vector<double>>, 2> rate;     // [dir][head dim][seq], FLOP/s
+  std::string source;
+  bool empty() const { return seq.empty(); }
+};
+
 struct GpuSpec {
   std::string name;
   GpuArch arch = GpuArch::other;
@@ -94,6 +108,7 @@ struct GpuSpec {
   // Engine, what NeMo runs), for a layout whose stack runs FA2 (Layout::flash_kernel: PyTorch's SDPA). Hopper:
   // 0.62, the FlashAttention-3 paper's H100 figures (efficiency.attention_fa2). 1: not told apart.
   double attention_fa2 = 1;
+  AttentionCurve attention_curve;
   // Time multiplier per kind (1: none). Not a file key: the host model (sim/engine/host_model.hpp) prices a
   // step a second time with its contention here, for the moments every core is busy.
   std::array<double, kCostKinds> time_factor{1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};

@@ -309,6 +309,11 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   // FP8 recipes keep the attention core in 16-bit (Transformer Engine's default; attention_time prices it so).
   fa.precision = p == Precision::fp8 ? Precision::bf16 : p;
   fa.attention_core = true;
+  // The key length one kernel call sees, for the kernel's rate (GpuSpec::attention_curve): a context-parallel
+  // rank runs its query chunk against one key chunk of s/cp per ring step (Megatron-Core's p2p context
+  // parallelism); a window shortens every query's keys to w.
+  fa.attn_seq = w > 0 ? std::min(static_cast<double>(w), d.s / d.cp) : d.s / d.cp;
+  fa.attn_head_dim = d.qk_d;
   const double per_pair = 2.0 * batch * (d.qk_d + d.v_d);  // QK^T and AV of one query-key pair, this rank's heads
   if (w > 0) {
     // A windowed layer (sliding_window shorter than the sequence): each query sees the last w positions, itself

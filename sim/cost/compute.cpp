@@ -81,11 +81,46 @@ double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward,
          gpu.time_factor[idx(CostKind::attention)];
 }
 
-double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, bool fa2) {
+namespace {
+// Log-linear interpolation of ys over ascending xs at x, clamped to the end points.
+double interp_log(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+  if (xs.size() == 1 || x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  std::size_t i = 1;
+  while (xs[i] < x) ++i;
+  const double t = std::log(x / xs[i - 1]) / std::log(xs[i] / xs[i - 1]);
+  return ys[i - 1] + t * (ys[i] - ys[i - 1]);
+}
+
+// The rate at (seq, head_dim): along the length in the two head-dim rows around head_dim, then between them
+// (no allocation: explore prices every layout's attention through here).
+double curve_rate(const AttentionCurve& c, int dir, double seq, double head_dim) {
+  const std::vector<double>& hds = c.head_dim[static_cast<std::size_t>(dir)];
+  const auto& rows = c.rate[static_cast<std::size_t>(dir)];
+  if (hds.size() == 1 || head_dim <= hds.front()) return interp_log(c.seq, rows.front(), seq);
+  if (head_dim >= hds.back()) return interp_log(c.seq, rows.back(), seq);
+  std::size_t i = 1;
+  while (hds[i] < head_dim) ++i;
+  const double lo = interp_log(c.seq, rows[i - 1], seq), hi = interp_log(c.seq, rows[i], seq);
+  const double t = std::log(head_dim / hds[i - 1]) / std::log(hds[i] / hds[i - 1]);
+  return lo + t * (hi - lo);
+}
+}  // namespace
+
+double attention_curve_factor(const GpuSpec& gpu, bool backward, double seq, double head_dim) {
+  const AttentionCurve& c = gpu.attention_curve;
+  if (c.empty() || !(seq > 0) || !(head_dim > 0)) return 1.0;
+  const int dir = backward ? 1 : 0;
+  return curve_rate(c, dir, seq, head_dim) / curve_rate(c, dir, c.seq.back(), c.reference_head_dim);
+}
+
+double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, const AttentionKernel& k) {
   if (flops <= 0) return 0.0;
   // FP8 recipes (Transformer Engine) keep the attention core in 16-bit: only linear layers run in fp8.
   if (p == Precision::fp8) p = Precision::bf16;
-  const double compute = flops / (peak_for(gpu, p) * gpu.attention_efficiency * (fa2 ? gpu.attention_fa2 : 1.0));
+  const double eff = gpu.attention_efficiency * (k.fa2 ? gpu.attention_fa2 : 1.0) *
+                     attention_curve_factor(gpu, k.backward, k.seq, k.head_dim);
+  const double compute = flops / (peak_for(gpu, p) * eff);
   const double mem = bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency);
   return (std::max(compute, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::attention)];
 }

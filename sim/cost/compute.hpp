@@ -28,9 +28,21 @@ double gemm_time(const GpuSpec& gpu, Precision p, const GemmShape& g);
 // memory_efficiency; times the kind's time factor.
 double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1, CostKind kind = CostKind::memory,
                    bool backward = false);
+// What a fused attention kernel's rate depends on beside its FLOPs: the kernel (FlashAttention-2 or the
+// fused one), the direction, the key length one call sees (the sequence, or a context-parallel chunk of it, or
+// a window) and the head dim (0: not given, no shape applied).
+struct AttentionKernel {
+  bool fa2 = false;
+  bool backward = false;
+  double seq = 0, head_dim = 0;
+};
+// GpuSpec::attention_curve's factor at `seq` and `head_dim` in that direction: rate(head_dim, seq) over
+// rate(reference head dim, longest length), log-linear in both between the table's points, the nearest point
+// outside them. 1 without a curve or without a shape.
+double attention_curve_factor(const GpuSpec& gpu, bool backward, double seq, double head_dim);
 // Fused (flash) attention of `flops` (QK^T + AV): matrix peak times attention efficiency, times
-// GpuSpec::attention_fa2 when the kernel is FlashAttention-2 (`fa2`).
-double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, bool fa2 = false);
+// GpuSpec::attention_fa2 when the kernel is FlashAttention-2, times the curve's factor for its shape.
+double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, const AttentionKernel& k = {});
 // The attention core measured as one kernel (GpuSpec::attention_flops): `exec_flops` (the flash path's
 // executed count) at the measured rate of its direction, whatever the layout's attention path.
 // `launches` kernel overheads are added (the unfused path's second GEMM is part of the one measured kernel: 0).

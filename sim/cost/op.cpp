@@ -76,10 +76,12 @@ void price(WorkOp& op, const System& sys, const Layout& l) {
     case OpClass::gemm:
       price_gemm(op, sys.gpu, l);
       return;
-    case OpClass::attention:
-      op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f, l.flash_kernel == FlashKernel::fa2);
-      op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b, l.flash_kernel == FlashKernel::fa2);
+    case OpClass::attention: {
+      const bool fa2 = l.flash_kernel == FlashKernel::fa2;
+      op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f, {fa2, false, op.attn_seq, op.attn_head_dim});
+      op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b, {fa2, true, op.attn_seq, op.attn_head_dim});
       return;
+    }
     case OpClass::elementwise: {
       const CostKind k = elementwise_kind(op.name);
       // A profile calibrated on Tessel's runtime (measured kind rates) prices that runtime's glue passes.

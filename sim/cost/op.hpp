@@ -28,6 +28,8 @@ struct WorkOp {
   double exec_flops_f = 0;    // attention: FLOPs the kernel executes forward (causal: half the model count); a
                               // windowed layer's unfused GEMMs: their share of what a flash kernel would run
   double exec_flops_b = 0;    // attention: FLOPs the kernel executes backward (it recomputes the scores)
+  double attn_seq = 0;        // attention: the key length one kernel call sees (AttentionKernel::seq)
+  double attn_head_dim = 0;   // attention: the query-key head dim
   double bytes_f = 0;         // memory traffic, forward
   double bytes_b = 0;         // memory traffic, backward
   // residual1 / residual2: the passes Tessel's CPU runtime makes over the layer's buffers beside its kernels
@@ -56,7 +58,8 @@ struct WorkOp {
 //   GEMMs also quantize their 16-bit inputs as fp8_cast says for the layout's recipe: the activation [m, k]
 //   forward and the output gradient [m, n] backward. A linear layer's weight gradient written into fp32
 //   main grads (main_grads fp32, a 16-bit or fp8 GEMM) takes GpuSpec::gemm_fp32_out times its time.
-// - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward.
+// - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward, at the
+//   op's key length and head dim (attn_seq, attn_head_dim).
 // - elementwise: memory_time of the bytes moved, `kernels` launches a pass (`kernels_b` backward, when set).
 // - collective: comm.hpp's collective_time, once forward and once backward.
 void price(WorkOp& op, const System& sys, const Layout& l);

@@ -993,6 +993,63 @@ TEST_CASE("flash kernels: FlashAttention-2 at its measured share of the fused ke
   CHECK(parse_system(system_to_json(h100), "roundtrip").gpu.attention_fa2 == 0.62);
 }
 
+// The fused attention kernel's rate by key length and head dim (GpuSpec::attention_curve): the Hopper presets
+// carry cuDNN's H100 curve from the FlashAttention-3 paper (forward, causal: 315 / 410 / 484 / 518 / 529 / 539
+// TFLOP/s at 512 .. 16k with head dim 128; 388 at 16k with 64, 509 with 256) as a shape around `attention`, the
+// rate at head dim 128 and 16k. So a 2k-token kernel runs at 484 / 539 of it, a 16k one at the full rate, and
+// a length past the table at the last point's. The A100 preset has no curve: every shape at its one rate.
+TEST_CASE("attention curve: the fused kernel's rate by key length and head dim, as a shape around `attention`") {
+  const System h100 = load_system("dgx-h100");
+  REQUIRE_FALSE(h100.gpu.attention_curve.empty());
+  const auto fwd = [&](double s, double hd) { return cost::attention_curve_factor(h100.gpu, false, s, hd); };
+  const auto bwd = [&](double s, double hd) { return cost::attention_curve_factor(h100.gpu, true, s, hd); };
+  CHECK(fwd(16384, 128) == doctest::Approx(1.0).epsilon(kExact));
+  CHECK(fwd(65536, 128) == doctest::Approx(1.0).epsilon(kExact));
+  CHECK(fwd(2048, 128) == doctest::Approx(484.0 / 539).epsilon(kExact));
+  CHECK(fwd(256, 128) == doctest::Approx(315.0 / 539).epsilon(kExact));  // shorter than the table: its first point
+  CHECK(bwd(2048, 128) == doctest::Approx(465.0 / 516).epsilon(kExact));  // the reference is the longest length's
+  CHECK(bwd(16384, 128) == doctest::Approx(1.0).epsilon(kExact));  // 516, below 8k's 518: still the reference
+  // Log-linear between the points, in length and in head dim.
+  const double t = std::log(3000.0 / 2048) / std::log(2.0);
+  CHECK(fwd(3000, 128) == doctest::Approx((484 + t * (518 - 484)) / 539).epsilon(kExact));
+  const double u = std::log(192.0 / 128) / std::log(2.0);
+  CHECK(fwd(16384, 192) == doctest::Approx((539 + u * (509 - 539)) / 539).epsilon(kExact));
+  CHECK(fwd(8192, 64) == doctest::Approx(379.0 / 539).epsilon(kExact));
+  CHECK(bwd(16384, 256) == doctest::Approx(bwd(16384, 128)).epsilon(kExact));  // past the backward's head dims
+  CHECK(fwd(0, 128) == 1.0);  // no shape given
+
+  // The flash op carries its key length: the sequence, or a context-parallel rank's chunk of it.
+  const Model m = load_model("llama3-8b", 2048);  // head dim 128
+  const Layout l = tp2_one_micro_batch();
+  const auto flash_of = [&](const System& sys, const Layout& x, const Model& mm) {
+    for (const cost::WorkOp& op : lower_layer(mm, x, sys).ops)
+      if (op.cls == cost::OpClass::attention) return op;
+    FAIL("no flash attention op");
+    return cost::WorkOp{};
+  };
+  const cost::WorkOp a = flash_of(h100, l, m);
+  CHECK(a.attn_seq == 2048);
+  CHECK(a.attn_head_dim == 128);
+  const double rate = h100.gpu.peak(Precision::bf16) * h100.gpu.attention_efficiency;
+  REQUIRE(a.exec_flops_f / (rate * 484.0 / 539) > a.bytes_f / (h100.gpu.memory_bw_Bps * h100.gpu.memory_efficiency));
+  CHECK(a.t_f == doctest::Approx(a.exec_flops_f / (rate * 484.0 / 539) + h100.gpu.kernel_overhead_s).epsilon(kTight));
+  CHECK(a.t_i == doctest::Approx(a.exec_flops_b / (rate * 465.0 / 516) + h100.gpu.kernel_overhead_s).epsilon(kTight));
+  Layout cp = l;
+  cp.cp = 2;
+  CHECK(flash_of(h100, cp, load_model("llama3-8b", 8192)).attn_seq == 4096);
+  // Without a curve the shape changes nothing.
+  const System a100 = load_system("dgx-a100");
+  REQUIRE(a100.gpu.attention_curve.empty());
+  const cost::WorkOp b = flash_of(a100, l, m);
+  const double a100_rate = a100.gpu.peak(Precision::bf16) * a100.gpu.attention_efficiency;
+  CHECK(b.t_f == doctest::Approx(std::max(b.exec_flops_f / a100_rate, b.bytes_f / (a100.gpu.memory_bw_Bps * a100.gpu.memory_efficiency)) +
+                                 a100.gpu.kernel_overhead_s).epsilon(kTight));
+  // A system file's curve reads back.
+  const System back = parse_system(system_to_json(h100), "roundtrip");
+  CHECK(cost::attention_curve_factor(back.gpu, false, 3000, 192) == doctest::Approx(fwd(3000, 192)).epsilon(kExact));
+  CHECK(cost::attention_curve_factor(back.gpu, true, 1000, 64) == doctest::Approx(bwd(1000, 64)).epsilon(kExact));
+}
+
 // An independent measurement of what the fused-kernel sets price: torchtitan's docs/performance.md, Table 1
 // (Llama 3.1 8B, 8 H100s of 96 GB HBM2e at 2.4 TB/s, FSDP, local batch 2, global 16, sequence 8192 by its
 // llama3_8b.toml, selective activation checkpointing): 5,762 tokens/s a GPU eager, 6,667 under torch.compile,

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 
 #include "sim/layout.hpp"
@@ -199,7 +200,29 @@ TEST_CASE("system presets load and bad system files are rejected") {
   } catch (const InputError& e) {
     err = e.what();
   }
-  CHECK(err.find("s.json: gpu.efficiency.gemm_fp32_out: value 0.9 is out of range") != std::string::npos);
+  // An attention curve: ascending lengths, a rate for each, the reference head dim in both directions.
+  const Json h100 = system_to_json(load_system("dgx-h100"));
+  const auto curve_error = [&](const std::function<void(Json&)>& edit) {
+    Json c = h100;
+    edit(c["gpu"]["efficiency"]["attention_curve"]);
+    try {
+      parse_system(c, "s.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(curve_error([](Json& c) { c["seq"][1] = 256; }) ==
+        "s.json: gpu.efficiency.attention_curve.seq: must be strictly ascending");
+  CHECK(curve_error([](Json& c) { c["fwd_TFLOPs"]["64"].erase(0); }) ==
+        "s.json: gpu.efficiency.attention_curve.fwd_TFLOPs.64: must hold one rate per entry of \"seq\" (6), not 5");
+  CHECK(curve_error([](Json& c) { c["bwd_TFLOPs"].erase("128"); }) ==
+        "s.json: gpu.efficiency.attention_curve.bwd_TFLOPs: must list the reference head dim (128)");
+  CHECK(curve_error([](Json& c) { c["fwd_TFLOPs"]["wide"] = c["fwd_TFLOPs"]["64"]; }) ==
+        "s.json: gpu.efficiency.attention_curve.fwd_TFLOPs.wide: the key must be a head dim, an integer from 1 to 4096");
+  CHECK(curve_error([](Json& c) { c["fwd_TFLOPs"]["64"][2] = 0; }).find(
+            "s.json: gpu.efficiency.attention_curve.fwd_TFLOPs.64") == 0);
+  CHECK(curve_error([](Json& c) { c["seq"][0] = 256; }) == "accepted");
 }
 
 // Blackwell: the published rows name "NVIDIA B200 (DGX-B200)" and "NVIDIA GB200 (DGX-GB200)"; GB200's name holds

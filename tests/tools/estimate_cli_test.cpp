@@ -477,9 +477,9 @@ TEST_CASE("estimate and explore --recipe: a release's terms as defaults, flags o
   CHECK(l["cross_entropy"] == "megatron-fused");
   CHECK(l["master_weights"] == "remainder");
   CHECK(l["zero_stage"] == 1);  // the release's stack, megatron-core-2024
-  // validate's prediction of nemo2407_LLAMA3-70B_64gpu (docs/validation.md): 1,693.8 tokens/s a GPU; the row
+  // validate's prediction of nemo2407_LLAMA3-70B_64gpu (docs/validation.md): 1,684.1 tokens/s a GPU; the row
   // states vocab 128,000 where the preset has Llama 3's 128,256.
-  CHECK(j["tokens_per_s"].get<double>() / 64 == doctest::Approx(1693.8).epsilon(0.002));
+  CHECK(j["tokens_per_s"].get<double>() / 64 == doctest::Approx(1684.1).epsilon(0.002));
   std::vector<std::string> flagged = row;
   flagged.insert(flagged.end(), {"--recompute", "selective", "--cross-entropy", "megatron"});
   auto f = run_tessel(flagged);
