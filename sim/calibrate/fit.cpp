@@ -265,6 +265,13 @@ void fit_attention_rows(const BenchData& bench, Precision p, double c, FitResult
     out.notes.push_back(os.str());
   }
   s.gpu.attention_efficiency = std::clamp(e, 0.01, 1.0);
+  // The base's curve is a published kernel's shape around a long-sequence level; this rate is the runtime's
+  // kernel at the bench's shapes, which the rows do not record: the profile prices every shape at it.
+  if (!s.gpu.attention_curve.empty()) {
+    s.gpu.attention_curve = {};
+    out.notes.push_back("attention: the rate is the runtime's kernel at the bench's shapes; the base's attention_curve is "
+                        "not kept (every shape at this rate)");
+  }
 }
 
 }  // namespace

@@ -2,6 +2,8 @@
 // itself; NNLS on hand-solved cases; strict reading of bench documents.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "sim/calibrate/bench_data.hpp"
@@ -226,6 +228,16 @@ TEST_CASE("calibrate: kernel rows set the memory and attention rates the runtime
       CHECK(r.rows > 0);
       CHECK(r.max_abs < kRecoverTol);
     }
+  // A base whose attention has a published kernel's curve (the Hopper presets'): the fitted rate is the
+  // runtime's kernel at the bench's shapes, so the profile does not scale it by that curve, and says so.
+  System curved = load_system("cpu");
+  curved.gpu.attention_curve = load_system("dgx-h100").gpu.attention_curve;
+  REQUIRE_FALSE(curved.gpu.attention_curve.empty());
+  const FitResult fc = fit_profile(with_kernel_rows(t, k), curved);
+  CHECK(fc.profile.gpu.attention_curve.empty());
+  CHECK(rel(fc.attention_rate, 10e9) < kRecoverTol);
+  CHECK(std::any_of(fc.notes.begin(), fc.notes.end(),
+                    [](const std::string& n) { return n.find("attention_curve is not kept") != std::string::npos; }));
 }
 
 TEST_CASE("calibrate: with kernel rows the GEMMs keep the memory roofline they were fitted with") {
