@@ -110,6 +110,19 @@ Json monte_carlo_json(const goodput::McResult& mc, const goodput::Plan& p) {
           {"restart_s", mc.mean_restart_s},
           {"lost_work_s", mc.mean_lost_s}};
 }
+// The attention kernel's shape and the share of the GPU's long-sequence rate it is priced at, where the GPU's
+// rate depends on the shape (efficiency.attention_curve): a layer's flash op as the lowering priced it. Null
+// for unfused attention or a GPU without a curve.
+Json attention_kernel_json(const cli::Specs& s) {
+  if (s.layout.attention != AttentionImpl::flash || s.system.gpu.attention_curve.empty()) return nullptr;
+  for (const cost::WorkOp& op : lower_layer(s.model, s.layout, s.system).ops)
+    if (op.cls == cost::OpClass::attention)
+      return {{"keys", op.attn_seq},
+              {"head_dim", op.attn_head_dim},
+              {"rate_share_fwd", cost::attention_curve_factor(s.system.gpu, false, op.attn_seq, op.attn_head_dim)},
+              {"rate_share_bwd", cost::attention_curve_factor(s.system.gpu, true, op.attn_seq, op.attn_head_dim)}};
+  return nullptr;
+}
 }  // namespace
 
 int estimate(const Args& args) {
@@ -157,6 +170,7 @@ int estimate(const Args& args) {
     j["model"] = model_to_json(s.model);
     j["params"] = s.model.total_params();
     j["system"] = s.system.name;
+    j["attention_kernel"] = attention_kernel_json(s);
     // Only when asked (--tokens / --steps): the document is otherwise unchanged.
     if (plan) {
       j["time_to_train"] = goodput::plan_to_json(*plan);
@@ -175,6 +189,11 @@ int estimate(const Args& args) {
     std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md)\n";
   if (s.layout.attention == AttentionImpl::flash && s.layout.flash_kernel == FlashKernel::fa2)
     std::cout << "flash attention: FlashAttention-2, " << s.system.gpu.attention_fa2 << " of the fused kernel's rate on this GPU (--flash-kernel; docs/stacks.md)\n";
+  if (const Json a = attention_kernel_json(s); !a.is_null())
+    std::cout << "attention kernel: " << fmt::fixed(a["keys"].get<double>(), 0) << " keys a call, head dim "
+              << fmt::fixed(a["head_dim"].get<double>(), 0) << ": " << fmt::fixed(a["rate_share_fwd"].get<double>(), 2)
+              << " / " << fmt::fixed(a["rate_share_bwd"].get<double>(), 2)
+              << " (forward / backward) of the GPU's long-sequence attention rate (efficiency.attention_curve)\n";
   if (s.layout.unfused.any())
     std::cout << "unfused kernels: " << to_string(s.layout.unfused) << ", one op a kernel as PyTorch eager runs them (--unfused; docs/stacks.md)\n";
   if (s.model.moe.enabled())

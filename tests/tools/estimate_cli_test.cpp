@@ -281,6 +281,30 @@ TEST_CASE("estimate --layout: the flags override the layout's fields") {
                           "--gbs", "64", "--unfused", "rope"});
   REQUIRE(said.code == 0);
   CHECK(said.out.find("unfused kernels: rope, one op a kernel as PyTorch eager runs them") != std::string::npos);
+  // The attention kernel's shape where the GPU's rate depends on it: llama2-7b's 4096 keys a call, head dim 128,
+  // on the H100's curve (529 / 539 forward at 8k, 518 / 539 at 4k; backward 499 / 516); a CP rank's chunk of
+  // it under --cp 2; nothing on the A100, which has no curve.
+  CHECK(said.out.find("attention kernel: 4096 keys a call, head dim 128: 0.96 / 0.97 (forward / backward)") != std::string::npos);
+  said = run_tessel({"estimate", "--system", "dgx-h100", "--model", "llama2-7b", "--tp", "2", "--pp", "1", "--cp", "2",
+                     "--gpus", "16", "--gbs", "64"});
+  REQUIRE(said.code == 0);
+  CHECK(said.out.find("attention kernel: 2048 keys a call, head dim 128: 0.90 / 0.90 (forward / backward)") != std::string::npos);
+  said = run_tessel({"estimate", "--system", "dgx-h100", "--model", "llama2-7b", "--tp", "2", "--pp", "1", "--cp", "2",
+                     "--gpus", "16", "--gbs", "64", "--json"});
+  REQUIRE(said.code == 0);
+  const auto ak = nlohmann::json::parse(said.out)["attention_kernel"];
+  CHECK(ak["keys"] == 2048);
+  CHECK(ak["head_dim"] == 128);
+  CHECK(ak["rate_share_fwd"].get<double>() == doctest::Approx(484.0 / 539));
+  CHECK(ak["rate_share_bwd"].get<double>() == doctest::Approx(465.0 / 516));
+  said = run_tessel({"estimate", "--system", "dgx-a100", "--model", "llama2-7b", "--tp", "2", "--pp", "1", "--gpus", "16",
+                     "--gbs", "64"});
+  REQUIRE(said.code == 0);
+  CHECK(said.out.find("attention kernel:") == std::string::npos);
+  said = run_tessel({"estimate", "--system", "dgx-a100", "--model", "llama2-7b", "--tp", "2", "--pp", "1", "--gpus", "16",
+                     "--gbs", "64", "--json"});
+  REQUIRE(said.code == 0);
+  CHECK(nlohmann::json::parse(said.out)["attention_kernel"].is_null());
 }
 
 // A schedule file decides the schedule's stages per rank unless --schedule / --vpp say otherwise (a --vpp
