@@ -1,6 +1,7 @@
 #include "sim/layout.hpp"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 #include <sstream>
 
@@ -67,28 +68,38 @@ FlashKernel parse_flash_kernel(const std::string& s, const std::string& what) {
   throw InputError(what + ": value \"" + s + "\" is not one of cudnn, fa2");
 }
 
-std::string to_string(const Unfused& u) {
-  std::string out;
-  for (auto [on, name] : {std::pair{u.norm, "norm"}, std::pair{u.act, "act"}, std::pair{u.rope, "rope"}}) {
-    if (!on) continue;
-    if (!out.empty()) out += ',';
-    out += name;
-  }
-  return out.empty() ? "none" : out;
-}
-
 namespace {
 
+// The kernels Unfused names, each with its word in flags, layout files and output, in the order they are written.
+constexpr std::array<std::pair<bool Unfused::*, const char*>, 3> kUnfusedKernels{
+    {{&Unfused::norm, "norm"}, {&Unfused::act, "act"}, {&Unfused::rope, "rope"}}};
+
+std::vector<std::string> unfused_words(const Unfused& u) {
+  std::vector<std::string> out;
+  for (const auto& [member, word] : kUnfusedKernels)
+    if (u.*member) out.emplace_back(word);
+  return out;
+}
+
 void add_unfused(Unfused& u, const std::string& word, const std::string& what, const std::string& value) {
-  if (word == "norm") u.norm = true;
-  else if (word == "act") u.act = true;
-  else if (word == "rope") u.rope = true;
-  else
-    throw InputError(what + ": value \"" + value + "\": \"" + word +
-                     "\" is not one of norm, act, rope (a comma-separated list of them, or none)");
+  for (const auto& [member, name] : kUnfusedKernels)
+    if (word == name) {
+      u.*member = true;
+      return;
+    }
+  std::string names;
+  for (const auto& k : kUnfusedKernels) names += (names.empty() ? "" : ", ") + std::string(k.second);
+  throw InputError(what + ": value \"" + value + "\": \"" + word + "\" is not one of " + names +
+                   " (a comma-separated list of them, or none)");
 }
 
 }  // namespace
+
+std::string to_string(const Unfused& u) {
+  std::string out;
+  for (const std::string& w : unfused_words(u)) out += (out.empty() ? "" : ",") + w;
+  return out.empty() ? "none" : out;
+}
 
 Unfused parse_unfused(const std::string& s, const std::string& what) {
   Unfused u;
@@ -351,16 +362,10 @@ Json layout_to_json(const Layout& l) {
   j["zero_stage"] = l.zero_stage;
   j["precision"] = to_string(l.precision);
   j["attention"] = to_string(l.attention);
-  if (l.attention == AttentionImpl::flash && l.flash_kernel != FlashKernel::cudnn) j["flash_kernel"] = to_string(l.flash_kernel);
+  if (l.runs_fa2()) j["flash_kernel"] = to_string(l.flash_kernel);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
   if (l.precision == Precision::fp8 && l.fp8_recipe != Fp8Recipe::delayed) j["fp8_recipe"] = to_string(l.fp8_recipe);
-  if (l.unfused.any()) {
-    Json u = Json::array();
-    if (l.unfused.norm) u.push_back("norm");
-    if (l.unfused.act) u.push_back("act");
-    if (l.unfused.rope) u.push_back("rope");
-    j["unfused"] = u;
-  }
+  if (l.unfused.any()) j["unfused"] = unfused_words(l.unfused);
   if (l.state.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.state.main_grads);
   if (l.state.moments != StateDtype::fp32) j["moments"] = to_string(l.state.moments);
   if (l.state.master_weights != MasterWeights::fp32) j["master_weights"] = to_string(l.state.master_weights);

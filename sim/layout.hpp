@@ -89,6 +89,9 @@ struct Layout {
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;  // precision fp8 only
   Unfused unfused;                   // element-wise kernels run unfused (see Unfused; default: all fused)
   FlashKernel flash_kernel = FlashKernel::cudnn;  // attention flash only
+  // Whether the attention runs FlashAttention-2 (flash attention with that kernel): what prices it at
+  // GpuSpec::attention_fa2 and what the verbs say beside a layout.
+  bool runs_fa2() const { return attention == AttentionImpl::flash && flash_kernel == FlashKernel::fa2; }
   StateDtypes state;                 // the training state's dtypes (see StateDtype)
   bool overlap_grad_reduce = true;   // DP reduction in buckets overlapped with backward (Megatron --overlap-grad-reduce)
   bool overlap_param_gather = true;  // ZeRO/distributed-optimizer all-gather overlapped with the next forward

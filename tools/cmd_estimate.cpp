@@ -187,7 +187,7 @@ int estimate(const Args& args) {
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n";
   if (s.layout.precision == Precision::fp8)
     std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md)\n";
-  if (s.layout.attention == AttentionImpl::flash && s.layout.flash_kernel == FlashKernel::fa2)
+  if (s.layout.runs_fa2())
     std::cout << "flash attention: FlashAttention-2, " << s.system.gpu.attention_fa2 << " of the fused kernel's rate on this GPU (--flash-kernel; docs/stacks.md)\n";
   if (const Json a = attention_kernel_json(s); !a.is_null())
     std::cout << "attention kernel: " << fmt::fixed(a["keys"].get<double>(), 0) << " keys a call, head dim "

@@ -232,7 +232,7 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
   else if (auto st = cl.get("--stack")) std::cout << ", stack " << load_stack(*st).name;
   if (!r.top.empty() && r.top.front().layout.precision == Precision::fp8)
     std::cout << ", fp8 with " << to_string(r.top.front().layout.fp8_recipe) << " scaling";
-  if (!r.top.empty() && r.top.front().layout.attention == AttentionImpl::flash && r.top.front().layout.flash_kernel == FlashKernel::fa2)
+  if (!r.top.empty() && r.top.front().layout.runs_fa2())
     std::cout << ", FlashAttention-2";
   if (!r.top.empty() && r.top.front().layout.unfused.any())
     std::cout << ", unfused " << to_string(r.top.front().layout.unfused);

@@ -184,7 +184,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
             << s.layout.describe() << ", " << r.microbatches << " micro-batches, schedule " << r.schedule.generator
             << ", fidelity " << engine::to_string(r.fidelity)
             << (s.layout.precision == Precision::fp8 ? ", fp8 with " + to_string(s.layout.fp8_recipe) + " scaling" : std::string())
-            << (s.layout.attention == AttentionImpl::flash && s.layout.flash_kernel == FlashKernel::fa2 ? ", FlashAttention-2" : "")
+            << (s.layout.runs_fa2() ? ", FlashAttention-2" : "")
             << (s.layout.unfused.any() ? ", unfused " + to_string(s.layout.unfused) : std::string()) << "\n\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},

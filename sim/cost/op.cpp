@@ -77,7 +77,7 @@ void price(WorkOp& op, const System& sys, const Layout& l) {
       price_gemm(op, sys.gpu, l);
       return;
     case OpClass::attention: {
-      const bool fa2 = l.flash_kernel == FlashKernel::fa2;
+      const bool fa2 = l.runs_fa2();
       op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f, {fa2, false, op.attn_seq, op.attn_head_dim});
       op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b, {fa2, true, op.attn_seq, op.attn_head_dim});
       return;
