@@ -12,6 +12,7 @@
 namespace tessel {
 
 const std::vector<std::pair<std::string_view, std::string_view>>& tessel_system_presets();
+const std::vector<std::pair<std::string_view, std::string_view>>& tessel_attention_curves();
 
 namespace {
 constexpr double kGB = 1e9;
@@ -87,6 +88,26 @@ AttentionCurve parse_attention_curve(JsonObject c) {
   }
   c.finish();
   return a;
+}
+
+// gpu.efficiency.attention_curve written out, or the name of a built-in one (sim/curves/<name>.json): one
+// published curve serves every preset of that GPU family from one file.
+AttentionCurve attention_curve_entry(JsonObject& e) {
+  const Json& raw = e.raw("attention_curve");
+  if (!raw.is_string()) return parse_attention_curve(e.object("attention_curve"));
+  const std::string name = raw.get<std::string>();
+  std::vector<std::string> known;
+  for (const auto& [n, text] : tessel_attention_curves()) {
+    if (n == name) {
+      const std::string where = "attention curve " + name;
+      const Json curve = parse_json_text(std::string(text), where);
+      return parse_attention_curve(JsonObject(curve, where));
+    }
+    known.emplace_back(n);
+  }
+  std::string list;
+  for (const auto& n : known) list += (list.empty() ? "" : ", ") + n;
+  e.fail("attention_curve", "\"" + name + "\" names no built-in curve (known: " + list + ")" + did_you_mean(name, known));
 }
 
 Json attention_curve_to_json(const AttentionCurve& a) {
@@ -273,7 +294,7 @@ System parse_system(const Json& j, const std::string& where) {
     s.gpu.overlap_slowdown = e.opt_number("overlap_slowdown", 0.0, 4.0).value_or(0.0);
     s.gpu.gemm_fp32_out = e.opt_number("gemm_fp32_out", 1.0, 4.0).value_or(1.0);
     s.gpu.attention_fa2 = e.opt_number("attention_fa2", 0.05, 2.0).value_or(1.0);
-    if (e.has("attention_curve")) s.gpu.attention_curve = parse_attention_curve(e.object("attention_curve"));
+    if (e.has("attention_curve")) s.gpu.attention_curve = attention_curve_entry(e);
     if (e.has("gemm_tiles")) {
       const Json& t = e.raw("gemm_tiles");
       if (!t.is_array() || t.empty()) e.fail("gemm_tiles", "must be a non-empty array of [m, n] pairs");

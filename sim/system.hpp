@@ -49,7 +49,8 @@ enum class GpuArch { ampere, hopper, blackwell, other };
 // (gpu.efficiency.attention_curve): measured TFLOP/s at each sequence length (ascending) per head dim, forward
 // and backward. attention_time multiplies the efficiency by rate(head dim, length) / rate(reference_head_dim,
 // the longest length), log-linear between the points and the nearest point outside them; so `attention` is
-// the long-sequence rate at the reference head dim and a calibrated profile keeps the shape. Empty: 1.
+// the long-sequence rate at the reference head dim and a calibrated profile keeps the shape. Empty: 1. A system
+// file may name a built-in curve instead ("cudnn-h100", sim/curves/); system_to_json writes the curve out.
 struct AttentionCurve {
   std::vector<double> seq;
   double reference_head_dim = 0;

@@ -223,6 +223,21 @@ TEST_CASE("system presets load and bad system files are rejected") {
   CHECK(curve_error([](Json& c) { c["fwd_TFLOPs"]["64"][2] = 0; }).find(
             "s.json: gpu.efficiency.attention_curve.fwd_TFLOPs.64") == 0);
   CHECK(curve_error([](Json& c) { c["seq"][0] = 256; }) == "accepted");
+  // The presets name the one built-in curve; written out (system_to_json) it parses to the same numbers.
+  CHECK(curve_error([](Json& c) { c = "cudnn-h100"; }) == "accepted");
+  CHECK(curve_error([](Json& c) { c = "cudnn-h10"; }) ==
+        "s.json: gpu.efficiency.attention_curve: \"cudnn-h10\" names no built-in curve (known: cudnn-h100); did you "
+        "mean 'cudnn-h100'?");
+  CHECK(curve_error([](Json& c) { c = 7; }).find("s.json: gpu.efficiency.attention_curve") == 0);
+  const AttentionCurve& named = load_system("dgx-h100").gpu.attention_curve;
+  const AttentionCurve inlined = parse_system(h100, "s.json").gpu.attention_curve;
+  CHECK(h100["gpu"]["efficiency"]["attention_curve"].is_object());
+  CHECK(named.seq == inlined.seq);
+  CHECK(named.head_dim == inlined.head_dim);
+  CHECK(named.rate == inlined.rate);
+  CHECK(named.rate[0][1][2] == doctest::Approx(484e12));  // forward, head dim 128, 2k keys
+  for (const std::string p : {"dgx-h200", "h200", "h800", "meta-h100"})
+    CHECK(load_system(p).gpu.attention_curve.rate == named.rate);
 }
 
 // Blackwell: the published rows name "NVIDIA B200 (DGX-B200)" and "NVIDIA GB200 (DGX-GB200)"; GB200's name holds
