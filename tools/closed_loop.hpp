@@ -31,13 +31,16 @@ struct LoopLayout {
 struct LoopRow {
   std::string layout;
   int ranks = 1;
-  double measured_s = 0;        // median of the steady-state steps (all after the first), the faster of two runs
+  double measured_s = 0;        // median of the steady-state steps (all after the first), the fastest run's
   double spread = 0;            // their interquartile range over the median
-  // Every held-out layout runs twice, a pass over all of them apart (so a disturbance of a few seconds does
-  // not fall on both): the other run's median step. measured_s, spread, the host block and the per-op errors
-  // are the faster run's. 0 where the layout ran once (calibration, drift).
+  // Every held-out layout runs --runs times (3; --quick 2), a pass over all of them apart, so a disturbance of
+  // a few seconds falls on one run of a layout, not on all: each run's median step, in pass order (runs_s),
+  // and the next-fastest of them (other_run_s). measured_s, spread, the host block and the per-op errors are
+  // the fastest run's. Empty and 0 where the layout ran once (calibration, drift).
+  std::vector<double> runs_s;
   double other_run_s = 0;
-  // slower / faster - 1 of the two runs; 0 where the layout ran once.
+  // next-fastest / fastest - 1: how far the kept run stands from the one that confirms it; 0 where the
+  // layout ran once.
   double run_to_run() const { return other_run_s > 0 && measured_s > 0 ? other_run_s / measured_s - 1 : 0; }
   double predicted_s = 0;
   double error = 0;             // predicted / measured - 1
@@ -61,7 +64,7 @@ struct LoopRepeat {
   double contention_noise = -1;              // the contention fit's unsteadiness (calib::Calibration)
   std::string contention_unsteady;           // why, when above the flag level (calib::contention_unsteady_text)
   double measurement_noise = 0;              // median spread of the held-out runs' steps
-  // Median over the held-out layouts of LoopRow::run_to_run(): how far one layout's two runs disagree, which
+  // Median over the held-out layouts of LoopRow::run_to_run(): how far one layout's two fastest runs disagree, which
   // a disturbance lasting a whole run (its steps steady, no steal counted) shows and the spread does not.
   double run_to_run = 0;
   // The machine's drift over the repeat: every calibration run measured again after the held-out runs, the
@@ -86,6 +89,7 @@ struct LoopResult {
   std::string backend = "cpu";
   bool quick = false;
   int cores = 0;
+  int runs = 3;  // runs of each held-out layout (--runs)
   Model model;
   std::vector<LoopLayout> calibration, held_out;
   std::vector<LoopRepeat> repeats;

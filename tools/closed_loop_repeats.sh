@@ -37,6 +37,7 @@ mkdir -p "$dir"
   echo "kernel: $(uname -sr)"
   echo "tessel: $("$tessel" --version 2>/dev/null || echo unknown)"
   echo "load_before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "loop_flags: ${*:-(none)}"
 } >"$dir/machine.txt"
 
 start=$(date +%s)

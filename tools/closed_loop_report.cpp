@@ -29,7 +29,7 @@ Json row_json(const LoopRow& r) {
     ops.push_back({{"op", e.op}, {"matched", e.matched}, {"measured_s", e.measured_s}, {"predicted_s", e.predicted_s},
                    {"error_pct", 100 * e.error}});
   Json j = {{"layout", r.layout}, {"ranks", r.ranks}, {"measured_s", r.measured_s}, {"measured_spread_pct", 100 * r.spread},
-            {"other_run_s", r.other_run_s}, {"run_to_run_pct", 100 * r.run_to_run()},
+            {"runs_s", r.runs_s}, {"other_run_s", r.other_run_s}, {"run_to_run_pct", 100 * r.run_to_run()},
             {"predicted_s", r.predicted_s}, {"error_pct", 100 * r.error}, {"ops", ops}};
   if (r.measured_cpu_s >= 0)
     j["host"] = {{"measured_cpu_s", r.measured_cpu_s}, {"measured_run_delay_s", r.measured_run_delay_s},
@@ -51,7 +51,7 @@ std::string distrust(const LoopRepeat& r) {
   if (r.measurement_noise > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "the held-out runs' steps vary by " << calib::noise_text(r.measurement_noise);
   if (r.run_to_run > calib::kNoiseFlag)
-    os << (os.str().empty() ? "" : "; ") << "a held-out layout's two runs differ by " << calib::noise_text(r.run_to_run)
+    os << (os.str().empty() ? "" : "; ") << "a held-out layout's two fastest runs differ by " << calib::noise_text(r.run_to_run)
        << " (median over the layouts)";
   if (r.drift > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "a calibration run, measured again at the end, moved by "
@@ -74,6 +74,7 @@ Json loop_to_json(const LoopResult& r) {
   j["date"] = r.date;
   j["backend"] = r.backend;
   j["quick"] = r.quick;
+  j["runs_per_layout"] = r.runs;
   j["host_cores"] = r.cores;
   j["model"] = model_to_json(r.model);
   Json cal = Json::array(), held = Json::array();
@@ -124,7 +125,7 @@ void print_loop(const LoopResult& r) {
               << fmt::fixed(p.load_before, 2) << " before, " << fmt::fixed(p.load_after, 2) << " after; profile "
               << p.profile << ")\n";
     std::vector<std::vector<std::string>> t = {
-        {"held-out layout", "ranks", "measured", "spread", "other run", "predicted", "error", "worst op"}};
+        {"held-out layout", "ranks", "measured", "spread", "next run", "predicted", "error", "worst op"}};
     for (const LoopRow& row : p.rows) {
       std::string worst = "-";
       double w = -1;

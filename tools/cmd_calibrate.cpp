@@ -256,6 +256,7 @@ int calibrate(const Args& args) {
                        {"--quick", false, "closed loop: a tiny model and 3 held-out layouts (checks the mechanics)"},
                        {"--repeats", true, "closed loop: repeats of the whole loop [1; --quick 1]"},
                        {"--steps", true, "closed loop: optimizer steps per run, the first is warm-up [6; --quick 3]"},
+                       {"--runs", true, "closed loop: runs of each held-out layout, a pass over all apart; the fastest is kept [3; --quick 2]"},
                        {"--out", true, "closed loop: folder for its bench, traces, profiles and results [closed_loop]"},
                        {"--backend", true, "closed loop: cpu or cuda (CUDA builds) [cpu]"},
                        {"--gpu-threads", false, "closed loop, cuda: every rank a thread on the one GPU"},
@@ -264,7 +265,7 @@ int calibrate(const Args& args) {
                       0);
   if (cl.print_help()) return 0;
   if (cl.flag("--closed-loop")) return closed_loop(cl);
-  for (const char* f : {"--quick", "--repeats", "--steps", "--out", "--backend", "--gpu-threads", "--svg", "--no-mpi"})
+  for (const char* f : {"--quick", "--repeats", "--steps", "--runs", "--out", "--backend", "--gpu-threads", "--svg", "--no-mpi"})
     if (cl.has(f)) throw InputError(std::string(f) + ": a flag of --closed-loop, which is not given");
   const auto out = cl.get("-o");
   if (!out) throw InputError("-o PROFILE.json is required (where the fitted system goes)");

@@ -60,8 +60,12 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
     CHECK(row["predicted_s"].get<double>() > 0);
     CHECK(finite_number(row["error_pct"]));
     CHECK(row["measured_spread_pct"].get<double>() >= 0);
-    // Each layout ran twice (two passes), the faster run kept: the other's median step and how far apart.
-    CHECK(row["other_run_s"].get<double>() >= row["measured_s"].get<double>());
+    // Each layout ran twice (--quick: two passes), the faster run kept: every run's median step, the other's,
+    // and how far apart.
+    REQUIRE(row["runs_s"].size() == 2);
+    const double a = row["runs_s"][0].get<double>(), b = row["runs_s"][1].get<double>();
+    CHECK(row["measured_s"].get<double>() == doctest::Approx(std::min(a, b)));
+    CHECK(row["other_run_s"].get<double>() == doctest::Approx(std::max(a, b)));
     CHECK(row["run_to_run_pct"].get<double>() ==
           doctest::Approx(100 * (row["other_run_s"].get<double>() / row["measured_s"].get<double>() - 1)));
     // Forward, backward and the optimizer at least are compared on every layout.
@@ -102,6 +106,8 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   std::sort(r2r.begin(), r2r.end());
   CHECK(s["run_to_run_pct"].get<double>() == doctest::Approx(r2r[1]));
   CHECK(std::filesystem::exists(out + "/rep0/heldout_0.b.trace.json"));
+  CHECK_FALSE(std::filesystem::exists(out + "/rep0/heldout_0.c.trace.json"));
+  CHECK(j["runs_per_layout"].get<int>() == 2);
   CHECK(s["trusted"].is_boolean());
   // Untrusted repeats say why; trusted ones say nothing.
   CHECK(s["trusted"].get<bool>() == s["untrusted_because"].get<std::string>().empty());
@@ -125,7 +131,7 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   const bool within = s["calibration_noise_pct"].get<double>() <= 10 && s["measurement_noise_pct"].get<double>() <= 10 &&
                       s["run_to_run_pct"].get<double>() <= 10 && s["drift_pct"].get<double>() <= 10 &&
                       contention_steady && no_steal;
-  CHECK(has(s["untrusted_because"].get<std::string>(), "two runs differ") == (s["run_to_run_pct"].get<double>() > 10));
+  CHECK(has(s["untrusted_because"].get<std::string>(), "two fastest runs differ") == (s["run_to_run_pct"].get<double>() > 10));
   CHECK(s["trusted"].get<bool>() == within);
   CHECK(has(s["untrusted_because"].get<std::string>(), "measured again at the end") ==
         (s["drift_pct"].get<double>() > 10));
@@ -174,6 +180,7 @@ TEST_CASE("closed loop: bad input names the flag") {
       {{"--closed-loop", "--gpu-threads"}, "--gpu-threads: only with --backend cuda"},
       {{"--closed-loop", "--backend", "tpu"}, "--backend tpu: expected cpu or cuda"},
       {{"--closed-loop", "--repeats", "0"}, "--repeats"},
+      {{"--closed-loop", "--runs", "1"}, "--runs"},
       {{"--quick", "-o", "p.json", "--bench", "b.json"}, "--quick: a flag of --closed-loop"},
   };
   for (const Case& c : cases) {
