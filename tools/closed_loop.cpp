@@ -416,7 +416,13 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   for (std::size_t i = 0; i < calib.size(); ++i) {
     LoopRow again;
     measure(c, calib[i], dir + (i == 0 ? std::string("/drift") : "/drift_" + std::to_string(i)) + ".trace.json", again);
-    r.drift = std::max(r.drift, std::abs(again.measured_s / calib_steps[i] - 1));
+    const double moved = std::abs(again.measured_s / calib_steps[i] - 1);
+    if (moved >= r.drift) {
+      r.drift = moved;
+      r.drift_layout = calib[i].name;
+      r.drift_from_s = calib_steps[i];
+      r.drift_to_s = again.measured_s;
+    }
     r.steal = std::max(r.steal, again.steal);
   }
   r.trusted = r.calibration_noise <= calib::kNoiseFlag && r.contention_noise <= calib::kNoiseFlag &&

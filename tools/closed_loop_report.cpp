@@ -54,8 +54,8 @@ std::string distrust(const LoopRepeat& r) {
     os << (os.str().empty() ? "" : "; ") << "a held-out layout's two fastest runs differ by " << calib::noise_text(r.run_to_run)
        << " (median over the layouts)";
   if (r.drift > calib::kNoiseFlag)
-    os << (os.str().empty() ? "" : "; ") << "a calibration run, measured again at the end, moved by "
-       << calib::noise_text(r.drift);
+    os << (os.str().empty() ? "" : "; ") << "a calibration run (" << r.drift_layout << ": " << fmt::seconds(r.drift_from_s)
+       << " a step, then " << fmt::seconds(r.drift_to_s) << "), measured again at the end, moved by " << calib::noise_text(r.drift);
   if (r.steal > calib::kNoiseFlag)
     os << (os.str().empty() ? "" : "; ") << "a run lost " << calib::noise_text(r.steal)
        << " of the cores' time to the hypervisor (steal time)";
@@ -101,6 +101,7 @@ Json loop_to_json(const LoopResult& r) {
                       {"measurement_noise_pct", 100 * p.measurement_noise},
                       {"run_to_run_pct", 100 * p.run_to_run},
                       {"drift_pct", 100 * p.drift},
+                      {"drift_layout", p.drift_layout},
                       {"steal_pct", p.steal >= 0 ? Json(100 * p.steal) : Json(nullptr)},
                       {"trusted", p.trusted},
                       {"untrusted_because", distrust(p)}}}});

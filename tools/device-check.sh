@@ -360,7 +360,8 @@ fi
 #     GPU. Its document (closed_loop.json) goes into traces.tar.gz; the summary takes its figures.
 c=$(cap 150)
 if [ "$c" -gt 0 ]; then
-  timeout "$c" "$tessel" calibrate --closed-loop --backend cuda --gpu-threads $quick --out "$work/loop" --json \
+  # --runs 2: the loop's time as this step's cap was sized for (three runs of each layout is the CPU default).
+  timeout "$c" "$tessel" calibrate --closed-loop --backend cuda --gpu-threads --runs 2 $quick --out "$work/loop" --json \
     >"$work/closed_loop.json" 2>>"$OUT/build.log"
   note "tessel calibrate --closed-loop --backend cuda --gpu-threads: rc $?"
   python3 - "$work/closed_loop.json" <<'EOF' 2>&1 | tee -a "$summary"

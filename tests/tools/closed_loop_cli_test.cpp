@@ -118,6 +118,8 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   CHECK(s["drift_pct"].get<double>() >= 0);
   CHECK(std::filesystem::exists(out + "/rep0/drift.trace.json"));
   CHECK(std::filesystem::exists(out + "/rep0/drift_1.trace.json"));  // the second calibration layout's (pp2 ZB-1P)
+  // Which calibration layout moved most: one of the two.
+  CHECK((s["drift_layout"] == "calib 1 rank" || s["drift_layout"] == "calib pp2 zb1p"));
   const bool contention_steady = s["contention_noise_pct"].is_null() || s["contention_noise_pct"].get<double>() <= 10;
   // Steal time: the largest share of one run's, known where every row's is.
   const bool steal_known = std::all_of(rep["rows"].begin(), rep["rows"].end(), [](const auto& row) { return row.contains("steal_pct"); });
