@@ -74,6 +74,8 @@ struct LoopRepeat {
   // held-out runs of a repeat were 13-36% slower than in the other repeats, in both passes, while the
   // one-rank rerun moved 3.8%).
   double drift = 0;
+  // Each calibration layout's runs (median steps, in pass order); the fit took the fastest one's trace.
+  std::vector<std::vector<double>> calibration_runs_s;
   std::string drift_layout;                  // the calibration layout that moved most, and its median steps
   double drift_from_s = 0, drift_to_s = 0;   // at the start and at the end
   // The largest steal share of one run of the repeat (calibration, held-out or drift): a run whose host lost

@@ -102,6 +102,7 @@ Json loop_to_json(const LoopResult& r) {
                       {"run_to_run_pct", 100 * p.run_to_run},
                       {"drift_pct", 100 * p.drift},
                       {"drift_layout", p.drift_layout},
+                      {"calibration_runs_s", p.calibration_runs_s},
                       {"steal_pct", p.steal >= 0 ? Json(100 * p.steal) : Json(nullptr)},
                       {"trusted", p.trusted},
                       {"untrusted_because", distrust(p)}}}});

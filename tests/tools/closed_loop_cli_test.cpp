@@ -118,6 +118,10 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   CHECK(s["drift_pct"].get<double>() >= 0);
   CHECK(std::filesystem::exists(out + "/rep0/drift.trace.json"));
   CHECK(std::filesystem::exists(out + "/rep0/drift_1.trace.json"));  // the second calibration layout's (pp2 ZB-1P)
+  // The calibration layouts ran twice as well (--quick), the fit on the faster run's trace.
+  REQUIRE(s["calibration_runs_s"].size() == 2);
+  for (const auto& runs : s["calibration_runs_s"]) CHECK(runs.size() == 2);
+  CHECK(std::filesystem::exists(out + "/rep0/calib_1.b.trace.json"));
   // Which calibration layout moved most: one of the two.
   CHECK((s["drift_layout"] == "calib 1 rank" || s["drift_layout"] == "calib pp2 zb1p"));
   const bool contention_steady = s["contention_noise_pct"].is_null() || s["contention_noise_pct"].get<double>() <= 10;
