@@ -274,29 +274,35 @@ std::string pass_trace(const std::string& stem, int pass) {
   return stem + (pass == 0 ? "" : "." + std::string(1, static_cast<char>('a' + pass))) + ".trace.json";
 }
 
-// `calib_steps`: each calibration layout's kept median step, which the drift check measures again;
-// `calib_runs`: every run's. `steal`: raised to the largest steal share of its runs.
+// The runs of one layout by their median step, fastest first (ties in pass order): the first is the one kept.
+std::vector<std::size_t> fastest_first(const std::vector<double>& steps) {
+  std::vector<std::size_t> order(steps.size());
+  for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return steps[a] < steps[b]; });
+  return order;
+}
+
+// `calib_runs`: every calibration run's median step, by layout and pass (the kept one, the fastest, is what the
+// drift check measures again). `steal`: raised to the largest steal share of its runs.
 calib::Calibration calibrate_repeat(const LoopContext& c, const std::string& dir, const std::vector<LoopLayout>& calib,
-                                    std::string& profile_path, std::vector<double>& calib_steps,
-                                    std::vector<std::vector<double>>& calib_runs, double& steal) {
+                                    std::string& profile_path, std::vector<std::vector<double>>& calib_runs,
+                                    double& steal) {
   calib::CalibrationInputs in;
   in.benches = run_benches(c, dir);
   // The calibration layouts run --runs times too, a pass over them apart, and the fit takes the fastest run's
   // trace: a run slowed as a whole (a one-rank run measured at 299 ms a step against its usual 265-273 ms, 2026-12-06p)
   // would otherwise slow the whole profile, every held-out prediction with it.
   calib_runs.assign(calib.size(), {});
-  std::vector<int> fastest(calib.size(), 0);
   for (int pass = 0; pass < c.runs; ++pass)
     for (std::size_t i = 0; i < calib.size(); ++i) {
       LoopRow run;
       measure(c, calib[i], pass_trace(dir + "/calib_" + std::to_string(i), pass), run);
       steal = std::max(steal, run.steal);
       calib_runs[i].push_back(run.measured_s);
-      if (run.measured_s < calib_runs[i][static_cast<std::size_t>(fastest[i])]) fastest[i] = pass;
     }
   for (std::size_t i = 0; i < calib.size(); ++i) {
-    const std::string t = pass_trace(dir + "/calib_" + std::to_string(i), fastest[i]);
-    calib_steps.push_back(calib_runs[i][static_cast<std::size_t>(fastest[i])]);
+    const int fast = static_cast<int>(fastest_first(calib_runs[i]).front());
+    const std::string t = pass_trace(dir + "/calib_" + std::to_string(i), fast);
     in.traces.push_back(trace::read_chrome_trace(t));
     in.trace_origins.push_back(t);
   }
@@ -377,8 +383,7 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   r.load_before = load_now();
   const std::string dir = c.out + "/rep" + std::to_string(rep);
   fs::create_directories(dir);
-  std::vector<double> calib_steps;
-  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, calib_steps, r.calibration_runs_s, r.steal);
+  const calib::Calibration cal = calibrate_repeat(c, dir, calib, r.profile, r.calibration_runs_s, r.steal);
   r.calibration_noise = cal.noise;
   r.contention_noise = cal.contention_noise;
   r.contention_unsteady = calib::contention_unsteady_text(cal.fit);
@@ -397,19 +402,16 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
     }
   std::vector<double> pred, meas, abs_err, op_err, spreads, run_to_run;
   for (std::size_t i = 0; i < held.size(); ++i) {
-    std::vector<std::size_t> order(runs[i].size());
-    for (std::size_t k = 0; k < order.size(); ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return runs[i][a].measured_s < runs[i][b].measured_s; });
+    std::vector<double> steps;
+    for (const LoopRow& run : runs[i]) steps.push_back(run.measured_s);
+    const std::vector<std::size_t> order = fastest_first(steps);
     const int fast = static_cast<int>(order[0]);
     LoopRow row = runs[i][order[0]];
     row.layout = held[i].name;
     row.ranks = held[i].ranks();
-    for (const LoopRow& run : runs[i]) {
-      row.runs_s.push_back(run.measured_s);
-      row.steal = std::max(row.steal, run.steal);
-    }
-    row.other_run_s = order.size() > 1 ? runs[i][order[1]].measured_s : 0;
+    row.runs_s = steps;
+    for (const LoopRow& run : runs[i]) row.steal = std::max(row.steal, run.steal);
+    row.other_run_s = order.size() > 1 ? steps[order[1]] : 0;
     run_to_run.push_back(row.run_to_run());
     const std::string t = held_trace(dir, i, fast);
     predict(c, held[i], cal.fit.profile, t, row);
@@ -431,11 +433,13 @@ LoopRepeat one_repeat(const LoopContext& c, int rep, const std::vector<LoopLayou
   for (std::size_t i = 0; i < calib.size(); ++i) {
     LoopRow again;
     measure(c, calib[i], dir + (i == 0 ? std::string("/drift") : "/drift_" + std::to_string(i)) + ".trace.json", again);
-    const double moved = std::abs(again.measured_s / calib_steps[i] - 1);
+    const std::vector<double>& kept = r.calibration_runs_s[i];
+    const double from = kept[fastest_first(kept).front()];
+    const double moved = std::abs(again.measured_s / from - 1);
     if (moved >= r.drift) {
       r.drift = moved;
       r.drift_layout = calib[i].name;
-      r.drift_from_s = calib_steps[i];
+      r.drift_from_s = from;
       r.drift_to_s = again.measured_s;
     }
     r.steal = std::max(r.steal, again.steal);
