@@ -1,5 +1,6 @@
-// Walks one pipeline rank's action list of a lowered schedule (sim/schedule/schedule.hpp) on real stages:
-// exactly the list the simulator simulates, in its order. One walker for every runtime: it decides where
+// Walks one pipeline rank's action list of a lowered schedule (sim/schedule/schedule.hpp) on real stages,
+// in its order, blocking at each recv where the list has it (runtime_schedule: on the CPU runtime, exactly
+// the list the simulator simulates). One walker for every runtime: it decides where
 // each tensor comes from and goes, the message tags and the trace's flow ids; a PipelineBackend runs the
 // stages and moves the tensors (the CPU runtime below over host vectors, threads or MPI; the CUDA runtime,
 // runtime/cuda/gpu_trainer.cpp, over device buffers and NCCL).

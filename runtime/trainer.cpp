@@ -75,7 +75,7 @@ void check_runnable(const Model& m, const Layout& l) {
                              " layers over " + std::to_string(l.num_stages()) + " stages");
 }
 
-sched::Schedule runtime_schedule(const Layout& l) {
+sched::Schedule runtime_schedule(const Layout& l, SendMode sends) {
   const sched::GenParams p = schedule_params(l);
   // One stage: F then B per micro-batch (1F1B with p = 1), as Megatron's forward_backward_no_pipelining,
   // so one micro-batch's activations are alive at a time, whatever --schedule names.
@@ -83,7 +83,7 @@ sched::Schedule runtime_schedule(const Layout& l) {
   for (int st = 0; st < s.num_stages; ++st)
     TESSEL_CHECK(s.rank_of(st) == l.rank_of_stage(st), "schedule " << sched::name(l.schedule) << " places stage " << st << " on rank "
                  << s.rank_of(st) << ", the layout on " << l.rank_of_stage(st));
-  return sched::lower(s);
+  return sched::lower(s, sends == SendMode::eager ? sched::GapOrder::SendsFirst : sched::GapOrder::Auto);
 }
 
 std::vector<std::string> rank_param_names(const Model& m, const Layout& l, const sched::Schedule& s, int pp_rank) {
@@ -118,7 +118,7 @@ Trainer::Trainer(const Model& m, const Layout& l, const TrainOptions& opt, Comm&
   check_runnable(m, l);
   groups_ = make_groups(world, l, m.moe.enabled());
   rec_ = Recorder(world.rank(), t0, opt.record_trace);
-  schedule_ = runtime_schedule(l);
+  schedule_ = runtime_schedule(l, SendMode::eager);
   data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
   const int S = l.num_stages(), pp_rank = groups_.at.pp;
   // Routed experts live in their own store: this rank holds its ep rank's, its etp slice of each, replicated

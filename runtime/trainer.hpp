@@ -51,7 +51,15 @@ struct StepStats {
 void check_runnable(const Model& m, const Layout& l);
 
 // The pipeline schedule of the layout, lowered with sends/recvs. pp 1 runs F then B per micro-batch.
-sched::Schedule runtime_schedule(const Layout& l);
+// Where the recvs go depends on whether a send can wait for its receiver, because a rank blocks at each
+// recv where its list has it:
+//   Eager (the CPU runtime: its thread and MPI communicators buffer every send): each recv right before the
+//     op that consumes it (GapOrder::SendsFirst), which is the list the simulator plays and where PyTorch's
+//     pipelining runtime waits on an irecv. A valid compute order cannot deadlock under eager sends.
+//   Rendezvous (the CUDA runtime: an NCCL send completes only with its recv): ZB's deadlock-free order
+//     (GapOrder::Auto), whose recvs may sit a gap earlier and hold the rank there.
+enum class SendMode { eager, rendezvous };
+sched::Schedule runtime_schedule(const Layout& l, SendMode sends);
 
 // What the CPU and CUDA trainers build a rank from: the parameters its stages need (gpt_param_specs order,
 // each once: a tied embedding shared by two stages of the rank is one tensor), and one stage's config.

@@ -107,7 +107,7 @@ GpuTrainer::GpuTrainer(CudaDevice& dev, const Model& m, const Layout& l, const G
     else TESSEL_CHECK(l.dp == 1, "the data-parallel communicator is neither NCCL nor device-staged: " << groups_.dp->backend());
   }
   rec_ = Recorder(world_rank_, t0, opt.record_trace);
-  schedule_ = runtime_schedule(l);
+  schedule_ = runtime_schedule(l, SendMode::rendezvous);
   data_ = opt.data_file.empty() ? TokenStream::synthetic(opt.seed, m.vocab) : TokenStream::from_file(opt.data_file, m.vocab);
   first_pp_ = schedule_.rank_of(0);
   last_pp_ = schedule_.rank_of(l.num_stages() - 1);

@@ -66,7 +66,7 @@ TEST_CASE("activation memory: measured peak vs the cost model's, within 10%") {
     l.recompute_layers = c.rc == Recompute::full ? 1 : 0;  // Megatron's default --recompute-num-layers 1
     INFO(l.describe());
     const auto res = rt::train_threads(m, l, {}, 1);
-    const sched::Schedule s = rt::runtime_schedule(l);
+    const sched::Schedule s = rt::runtime_schedule(l, rt::SendMode::eager);
     const Estimate e = estimate(m, l, cpu);
     for (int r = 0; r < l.pp; ++r) {
       // world rank of (tp 0, dp 0, pp r): tp-dp-pp order (rank_groups.hpp)

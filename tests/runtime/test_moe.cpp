@@ -492,7 +492,7 @@ TEST_CASE("MoE activation memory: the runtime's measured peak against the cost m
       const double measured = static_cast<double>(res.peak_activation_bytes.at(static_cast<std::size_t>(r * l.tp * l.dp)));
       const cost::MemoryBreakdown& mb = e.memory.at(static_cast<std::size_t>(r));
       const double model = mb.activations_bytes + mb.extras_bytes + mb.recompute_transient_bytes;
-      const double runtime = cost::runtime_activation_peak(m, l, rt::runtime_schedule(l), r);
+      const double runtime = cost::runtime_activation_peak(m, l, rt::runtime_schedule(l, rt::SendMode::eager), r);
       CAPTURE(l.describe());
       CAPTURE(r);
       CAPTURE(measured);
