@@ -70,6 +70,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   s.zero_default = static_cast<int>(o.opt_integer("zero_default", 0, 3).value_or(s.zero.front()));
   if (std::find(s.zero.begin(), s.zero.end(), s.zero_default) == s.zero.end())
     o.fail("zero_default", "must be one of the stack's ZeRO stages");
+  if (const auto mb = o.opt_integer("micro_batch_default", 1, 1 << 20)) s.micro_batch_default = static_cast<int>(*mb);
   s.sequence_parallel_default = o.opt_boolean("sequence_parallel_default").value_or(false);
   if (s.sequence_parallel_default && !s.sequence_parallel)
     o.fail("sequence_parallel_default", "cannot be true for a stack without sequence parallelism");
@@ -112,6 +113,7 @@ const Stack& stack_preset(const std::string& name) {
 std::string defaults_text(const Stack& s) {
   return "recompute=" + to_string(s.recompute_default) + ", sequence_parallel=" +
          (s.sequence_parallel_default ? "true" : "false") + ", zero_stage=" + std::to_string(s.zero_default) +
+         (s.micro_batch_default ? ", micro_batch=" + std::to_string(*s.micro_batch_default) : std::string()) +
          " under stack " + s.name;
 }
 

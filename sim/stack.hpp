@@ -45,6 +45,9 @@ struct Stack {
   // and the ZeRO stage (Megatron-LM: no distributed optimizer unless asked; NeMo: distributed_fused_adam).
   bool sequence_parallel_default = false;  // key "sequence_parallel_default", absent: false
   int zero_default = 0;                    // key "zero_default", absent: the first of "zero"
+  // The micro-batch size its configs run where a run does not say (key "micro_batch_default", absent: none,
+  // as Megatron-LM's --micro-batch-size, which has no default and must be given; NeMo's configs: 1).
+  std::optional<int> micro_batch_default;
   bool deepep = false;       // the DeepEP token dispatcher for MoE models (key "deepep", absent: false)
   bool a2a_overlap = false;  // DualPipe's all-to-all overlap in its F&B blocks (key "a2a_overlap", absent: false)
 };
@@ -61,8 +64,8 @@ void apply_stack(const Stack& s, Layout& l);
 // values it offers; nullopt when the stack runs the layout.
 std::optional<std::string> stack_problem(const Stack& s, const Layout& l);
 
-// What the stack runs when a layout does not say: "recompute=none, sequence_parallel=true, zero_stage=1 under
-// stack megatron-core-2024".
+// What the stack runs when a layout does not say: "recompute=none, sequence_parallel=true, zero_stage=1,
+// micro_batch=1 under stack megatron-core-2024" (no micro_batch term for a stack without that default).
 std::string defaults_text(const Stack& s);
 
 // A preset, parsed once (validate looks one up per row, thousands of times in a fit).

@@ -225,7 +225,8 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
     vpp_opts = {int_field(lj, "vpp", where + ".layout")};
   }
   // The source's stack bounds what an unstated field may be (a Megatron-LM 2022 row has no distributed optimizer)
-  // and says what it is by default (Stack::recompute_default, sequence_parallel_default, zero_default).
+  // and says what it is by default (Stack::recompute_default, sequence_parallel_default, zero_default,
+  // micro_batch_default).
   const std::optional<std::string> stack_name = source_stack(id);
   const Stack* stack = stack_name ? &stack_preset(*stack_name) : nullptr;
   if (!stack) notes.push_back("no software stack for this source: unstated fields at their fastest");
@@ -298,6 +299,7 @@ std::vector<Candidate> candidates_of(const Json& row, const Model& m, int gpus, 
                 c.departures += is_null(lj, "recompute") && !recipe_recompute && rc != stack->recompute_default;
                 c.departures += is_null(lj, "sequence_parallel") && !recipe_sp && l.tp > 1 && (sp == 1) != stack->sequence_parallel_default;
                 c.departures += is_null(lj, "zero_stage") && z != stack->zero_default;
+                c.departures += is_null(lj, "micro_batch") && stack->micro_batch_default && mb != *stack->micro_batch_default;
               }
               out.push_back(std::move(c));
             }

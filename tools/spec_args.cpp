@@ -31,7 +31,7 @@ std::vector<OptionSpec> spec_options() {
       {"--moe-a2a-overlap", false, "MoE: hide the expert all-to-alls under another micro-batch's compute in F&B blocks: DualPipeV's (DeepSeek's DualPipe), or Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm: --schedule interleaved with --vpp > 1, or --pp 1)"},
       {"--moe-dispatcher", true, "MoE token dispatcher: alltoall (NCCL's all-to-all) or deepep (a token over the network once per node it needs, then NVLink) [alltoall]"},
       {"--vpp", true, "model chunks per pipeline rank [3 for interleaved, 2 for zbv/dualpipev, else 1]"},
-      {"--mbs", true, "micro-batch size [1]"},
+      {"--mbs", true, "micro-batch size [1, or the stack's default where it has one]"},
       {"--gbs", true, "global batch size [1536]"},
       {"--seq", true, "sequence length (overrides the model's)"},
       {"--schedule", true, "gpipe|1f1b|interleaved|looped-bfs|zb1p|zb2p|zbv|dualpipev [interleaved]"},
@@ -301,6 +301,7 @@ Specs read_specs(const CommandLine& cl, bool played) {
   if (stack && !given) {
     if (!cl.has("--recompute")) l.recompute = stack->recompute_default;
     if (!cl.has("--zero")) l.zero_stage = stack->zero_default;
+    if (!cl.has("--mbs") && stack->micro_batch_default) l.micro_batch = *stack->micro_batch_default;
     if (!cl.has("--sp") && !cl.has("--no-sp") && !cpu) l.sequence_parallel = stack->sequence_parallel_default && l.tp > 1;
   }
   if (recipe) {

@@ -127,6 +127,16 @@ TEST_CASE("stacks: defaults for what a run does not state") {
   CHECK(mc.zero_default == 1);          // distributed_fused_adam
   CHECK(stack_preset("torchtitan-2025").zero_default == 3);  // FSDP2
   CHECK(stack_preset("torchtitan-2025").recompute_default == Recompute::selective);
+  // The micro-batch: 1 in NeMo's and Megatron-Bridge's configs; none for Megatron-LM (--micro-batch-size must be
+  // given), DeepSpeed (derived from the batch) and torchtitan (1 pipelined, the whole local batch otherwise).
+  CHECK(mc.micro_batch_default == 1);
+  CHECK(stack_preset("megatron-bridge-2025").micro_batch_default == 1);
+  for (const char* n : {"megatron-lm-2021", "megatron-lm-2022", "megatron-zb-2023", "deepspeed", "torchtitan-2025"}) {
+    CAPTURE(n);
+    CHECK_FALSE(stack_preset(n).micro_batch_default.has_value());
+  }
+  CHECK(defaults_text(mc) == "recompute=none, sequence_parallel=true, zero_stage=1, micro_batch=1 under stack megatron-core-2024");
+  CHECK(defaults_text(lm22) == "recompute=none, sequence_parallel=false, zero_stage=0 under stack megatron-lm-2022");
   // Megatron-Bridge's resolved performance configs: Transformer Engine's fused loss, the distributed optimizer
   // with its overlaps, no p2p overlap even when interleaved; DeepEP and the combined-1F1B all-to-all overlap
   // are there to ask for, not on.
@@ -172,6 +182,10 @@ TEST_CASE("stacks: a bad stack file names the field, the value and the rule") {
   bad.insert(bad.size() - 1, ",\"zero_default\":1");
   CHECK(error_of(bad).find("zero_default") != std::string::npos);
   CHECK(error_of(bad).find("must be one of the stack's ZeRO stages") != std::string::npos);
+  bad = ok;
+  bad.insert(bad.size() - 1, ",\"micro_batch_default\":0");
+  CHECK(error_of(bad).find("micro_batch_default") != std::string::npos);
+  CHECK(error_of(bad).find("0") != std::string::npos);
   bad = ok;
   bad.replace(bad.find("\"sequence_parallel\":true"), 24, "\"sequence_parallel\":false,\"sequence_parallel_default\":true");
   CHECK(error_of(bad).find("sequence_parallel_default") != std::string::npos);

@@ -262,6 +262,26 @@ TEST_CASE("validate: unstated fields take the source stack's defaults; the best 
   CHECK(has(longer.assumed, "sequence_parallel=false"));
   CHECK(has(longer.assumed, "no layout with the stack's defaults fits (recompute=none, sequence_parallel=false, "
                             "zero_stage=0 under stack megatron-lm-2022)"));
+  // An unstated micro-batch: NeMo's configs run 1, so a nemo row is predicted at 1 and the faster size is the
+  // best case beside it; Megatron-LM has no default (--micro-batch-size must be given), so a korthikanti22 row
+  // takes its fastest size and has no best case from it.
+  const auto unstated_mbs = [&](const std::string& id) {
+    std::string r = row(id, 2048);
+    r.replace(r.find("\"micro_batch\":1"), 15, "\"micro_batch\":null");
+    return one("[" + r + "]");
+  };
+  const MetricResult nemo = unstated_mbs("nemo_x");
+  CHECK(has(nemo.assumed, "micro_batch=1"));
+  REQUIRE(nemo.best_case.has_value());
+  CHECK_FALSE(has(nemo.best_case->assumed, "micro_batch=1"));
+  CHECK(nemo.best_case->predicted < nemo.predicted);
+  const MetricResult lm = unstated_mbs("korthikanti22_z");
+  CHECK_FALSE(has(lm.assumed, "micro_batch=1"));
+  const auto mbs_of = [](const std::vector<std::string>& v) {
+    return std::count_if(v.begin(), v.end(), [](const std::string& s) { return s.rfind("micro_batch=", 0) == 0; });
+  };
+  CHECK(mbs_of(lm.assumed) == 1);
+  if (lm.best_case) CHECK(mbs_of(lm.best_case->assumed) == 1);
 }
 
 // A row of a release with a recipe for its model (sim/recipes/) takes the recipe's terms for what it leaves
