@@ -264,12 +264,13 @@ TEST_CASE("validate: unstated fields take the source stack's defaults; the best 
                             "zero_stage=0 under stack megatron-lm-2022)"));
   // An unstated micro-batch: NeMo's configs run 1, so a nemo row is predicted at 1 and the faster size is the
   // best case beside it; Megatron-LM has no default (--micro-batch-size must be given), so a korthikanti22 row
-  // takes its fastest size and has no best case from it.
-  const auto unstated_mbs = [&](const std::string& id) {
+  // takes its fastest size.
+  const auto with_mbs = [&](const std::string& id, const std::string& mbs) {
     std::string r = row(id, 2048);
-    r.replace(r.find("\"micro_batch\":1"), 15, "\"micro_batch\":null");
+    r.replace(r.find("\"micro_batch\":1"), 15, "\"micro_batch\":" + mbs);
     return one("[" + r + "]");
   };
+  const auto unstated_mbs = [&](const std::string& id) { return with_mbs(id, "null"); };
   const MetricResult nemo = unstated_mbs("nemo_x");
   CHECK(has(nemo.assumed, "micro_batch=1"));
   REQUIRE(nemo.best_case.has_value());
@@ -281,7 +282,10 @@ TEST_CASE("validate: unstated fields take the source stack's defaults; the best 
     return std::count_if(v.begin(), v.end(), [](const std::string& s) { return s.rfind("micro_batch=", 0) == 0; });
   };
   CHECK(mbs_of(lm.assumed) == 1);
-  if (lm.best_case) CHECK(mbs_of(lm.best_case->assumed) == 1);
+  double fastest = 1e300;
+  for (const char* k : {"1", "2", "4", "8"}) fastest = std::min(fastest, with_mbs("korthikanti22_z", k).predicted);
+  CHECK(lm.predicted == doctest::Approx(fastest));
+  CHECK(nemo.predicted == doctest::Approx(with_mbs("nemo_x", "1").predicted));
 }
 
 // A row of a release with a recipe for its model (sim/recipes/) takes the recipe's terms for what it leaves
