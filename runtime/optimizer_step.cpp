@@ -315,8 +315,16 @@ OptimizerReport DistributedOptimizer::step() {
   reduce();
   if (experts_) experts_->reduce();
   std::vector<float> sq(spec_index_.size(), 0.0f);
+  // The norm's pass over the gradients, recorded where it counts them (every rank its shard under ZeRO, dp
+  // rank 0 of unsharded replicas) as the simulator's grad_norm; the world reduction after it is a wait.
+  const double n0 = rec_.now_us();
   add_squares(sq);
   if (experts_) experts_->add_squares(sq);
+  if (sharded_ || g_.at.dp == 0) {
+    OpIdentity norm;
+    norm.op = "grad_norm";
+    rec_.record(trace::Stream::compute, norm, "grad_norm", n0, rec_.now_us(), 0.0, 0.0);
+  }
   g_.world->all_reduce(sq.data(), sq.size());
   OptimizerReport r;
   double total = 0;
@@ -332,16 +340,24 @@ OptimizerReport DistributedOptimizer::step() {
   OpIdentity id;
   id.op = "optimizer";
   rec_.record(trace::Stream::compute, id, "optimizer", t0, rec_.now_us(), 0.0, 0.0);
-  finish_step();
-  if (experts_) experts_->finish_step();
+  // The updated parameters gathered (ZeRO), then the gradients cleared for the next step: one zero_grad op,
+  // the experts' included, as the simulator has it.
+  gather_params();
+  if (experts_) experts_->gather_params();
+  const double z0 = rec_.now_us();
+  clear_grads();
+  if (experts_) experts_->clear_grads();
+  OpIdentity zero;
+  zero.op = "zero_grad";
+  rec_.record(trace::Stream::compute, zero, "zero_grad", z0, rec_.now_us(), 0.0, 0.0);
+  ++step_;
+  if (experts_) ++experts_->step_;
   return r;
 }
 
-void DistributedOptimizer::finish_step() {
-  gather_params();
+void DistributedOptimizer::clear_grads() {
   store_.zero_grad();
   std::fill(shard_grad_.begin(), shard_grad_.end(), 0.0f);
-  ++step_;
 }
 
 void DistributedOptimizer::set_steps_done(int s) {

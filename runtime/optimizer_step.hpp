@@ -129,7 +129,7 @@ class DistributedOptimizer {
 
   void update(float clip);
   void gather_params();
-  void finish_step();  // after the update: parameters gathered, gradients cleared, one step more
+  void clear_grads();  // after the update and the gathers: the gradients zeroed for the next step
   void track(std::int64_t delta);
   // Calls f(param, flat_begin, flat_end, local_begin) for each owned run of each parameter (ZeRO >= 1).
   template <class F>

@@ -300,7 +300,11 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   // Tied embeddings across the first and last stage: their gradients are all-reduced between the two.
   e.dp_comm_s += c.tied_s;
   e.dp_exposed_s += c.tied_s;
-  for (const RankTail& t : c.tail) e.optimizer_s = std::max(e.optimizer_s, t.optimizer_s);  // the largest rank's
+  // The largest rank's optimizer step, the gradient norm before it and the gradients' zeroing after it (one rank
+  // has the most parameters of all three: they scale alike).
+  for (const RankTail& t : c.tail)
+    if (t.grad_norm_s + t.optimizer_s + t.zero_grad_s > e.grad_norm_s + e.optimizer_s + e.zero_grad_s)
+      e.grad_norm_s = t.grad_norm_s, e.optimizer_s = t.optimizer_s, e.zero_grad_s = t.zero_grad_s;
   // SP: the replicated parameters' gradient all-reduce over tp, once a step, exposed (the slowest rank's).
   // (One call: a collective's time grows with its size.)
   const double sp_grad = c.work.sync.sp_grad.seconds(sys, *std::max_element(c.ranks.sp_grad_params.begin(), c.ranks.sp_grad_params.end()));
@@ -308,7 +312,7 @@ Estimate estimate(const Model& m, const Layout& l, const System& sys, int gpus, 
   e.tp_exposed_s += sp_grad;
   const double s_ov = sys.gpu.overlap_slowdown;
   e.overlap_slowdown_s = e.overlapped_comm_s * s_ov / (1.0 + s_ov);
-  e.step_s = pipe + e.dp_exposed_s + sp_grad + e.optimizer_s + e.overlap_slowdown_s;
+  e.step_s = pipe + e.dp_exposed_s + sp_grad + e.grad_norm_s + e.optimizer_s + e.zero_grad_s + e.overlap_slowdown_s;
   // Idle time only, as `tessel simulate` reports it: the pipeline's span less the busiest rank's work and the
   // transfers it waits on (those are the PP row).
   e.pipeline_s = pipe;
@@ -352,6 +356,8 @@ Json estimate_to_json(const Estimate& e) {
                {"dp_exposed_s", e.dp_exposed_s}, {"overlapped_s", e.overlapped_comm_s},
                {"overlap_slowdown_s", e.overlap_slowdown_s}};
   j["optimizer_s"] = e.optimizer_s;
+  j["grad_norm_s"] = e.grad_norm_s;
+  j["zero_grad_s"] = e.zero_grad_s;
   Json mem = Json::array();
   for (const auto& m : e.memory)
     mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights_bytes / kGiB}, {"grads_GiB", m.grads_bytes / kGiB},

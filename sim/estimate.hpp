@@ -40,6 +40,9 @@ struct Estimate {
   double pp_comm_s = 0, pp_exposed_s = 0;
   double dp_comm_s = 0, dp_exposed_s = 0;
   double optimizer_s = 0;
+  // The optimizer's neighbours (RankTail): the gradient norm's pass before it and the gradients' zeroing after
+  // it, the largest rank's.
+  double grad_norm_s = 0, zero_grad_s = 0;
   // Compute lost to communication that overlaps it (GpuSpec::overlap_slowdown): a compute op slowed to
   // 1 / (1 + s) of its rate for the overlapped time t_o loses t_o s / (1 + s). Counted for the busiest rank's
   // overlapped DP reductions and parameter gathers, overlapped p2p and ZeRO-3's prefetched gathers.

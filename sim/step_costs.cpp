@@ -62,16 +62,19 @@ StepCosts step_costs(const Model& m, const Layout& l, const System& sys, const L
   c.tied_s = sync.tied.seconds(sys);
   c.optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
   c.expert_optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.expert_dp()) : 1.0;
+  c.state = cost::state_bytes_per_param(l);
+  c.expert_state = cost::expert_state_bytes_per_param(l);
   c.tail.resize(static_cast<std::size_t>(l.pp));
   for (std::size_t r = 0; r < c.tail.size(); ++r) {
     const double experts = c.ranks.expert_params[r], others = c.ranks.params[r] - experts;
+    const double stepped = others / c.optimizer_shard + experts / c.expert_optimizer_shard;
     // The experts' reduction follows the others' on the same GPUs' links (one after the other).
     c.tail[r] = {sync.grad.seconds(sys, others) + sync.expert_grad.seconds(sys, experts),
                  sync.param_gather.seconds(sys, others) + sync.expert_param_gather.seconds(sys, experts),
-                 cost::adamw_time(sys.gpu, others / c.optimizer_shard + experts / c.expert_optimizer_shard)};
+                 cost::adamw_time(sys.gpu, stepped),
+                 cost::grad_pass_time(sys.gpu, cost::grad_bytes(l) * stepped),
+                 cost::grad_pass_time(sys.gpu, c.state.grads * others + c.expert_state.grads * experts)};
   }
-  c.state = cost::state_bytes_per_param(l);
-  c.expert_state = cost::expert_state_bytes_per_param(l);
   c.zero3_gather_bytes = cost::zero3_gather_bytes(m, l);
   c.recompute_transient_bytes = cost::recompute_transient_bytes(m, l);
   c.reserved_bytes = sys.memory_reserved_bytes;

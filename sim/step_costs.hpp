@@ -45,6 +45,10 @@ struct RankTail {
   // The optimizer step (cost::adamw_time) over the parameters the rank's GPUs step: their share of the
   // dp x cp replicas' under ZeRO (StepCosts::optimizer_shard), all of them otherwise.
   double optimizer_s = 0;
+  // Its two neighbours (cost::grad_pass_time): the gradient norm for clipping reads the gradients the
+  // optimizer steps once, before it (Megatron's clip_grad_norm; the runtime's sum of squares); zeroing the
+  // gradient buffer the GPU holds writes it once, after it (Megatron's zero_grad_buffer; the runtime's zero_grad).
+  double grad_norm_s = 0, zero_grad_s = 0;
 };
 
 struct StepCosts {

@@ -240,6 +240,7 @@ int estimate(const Args& args) {
       {"DP comm (exposed)", fmt::seconds(e.dp_comm_s) + " (" + fmt::seconds(e.dp_exposed_s) + ")"},
       {"compute lost to overlapped comm", fmt::seconds(e.overlap_slowdown_s)},
       {"optimizer step", fmt::seconds(e.optimizer_s)},
+      {"gradient norm, zeroing", fmt::seconds(e.grad_norm_s) + ", " + fmt::seconds(e.zero_grad_s)},
   };
   std::cout << fmt::table(rows) << "\n";
   if (s.layout.zero_stage == 3 && !s.layout.overlap_param_gather)

@@ -656,12 +656,20 @@ double GpuTrainer::global_grad_norm() {
     const auto counted = [this](const GpuParam& p) { return counts_in_norm(p); };
     std::size_t n = 0;
     for (const auto& run : params_->grad_runs(params_->sharded(), counted)) n += run.second;
-    KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(n));
-    sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
-    // Each routed expert's slice once in the world: on its replica of edp rank 0, or under ZeRO-1 each edp
-    // rank's own chunks.
-    if (experts_ && (experts_->sharded() || at_.edp == 0))
-      sq += experts_->local_grad_sq(dev_.compute(), [](const GpuParam&) { return true; });
+    // An op where the simulator has one (every rank its shard under ZeRO, dp rank 0 of unsharded replicas).
+    const bool op = params_->sharded() || at_.dp == 0;
+    const std::size_t id = op ? dev_.begin_op(trace::Stream::compute, {"grad_norm", -1, -1, -1, -1, -1}, "grad_norm", 0.0,
+                                              4.0 * double(n))
+                              : 0;
+    {
+      KernelScope k(dev_, "grad_norm", 0.0, 4.0 * double(n));
+      sq = params_->local_grad_sq(dev_.compute(), [this](const GpuParam& p) { return counts_in_norm(p); });
+      // Each routed expert's slice once in the world: on its replica of edp rank 0, or under ZeRO-1 each edp
+      // rank's own chunks.
+      if (experts_ && (experts_->sharded() || at_.edp == 0))
+        sq += experts_->local_grad_sq(dev_.compute(), [](const GpuParam&) { return true; });
+    }
+    if (op) dev_.end_op(id);
   }
   return std::sqrt(double(world_sum(static_cast<float>(sq))));
 }
@@ -737,9 +745,15 @@ StepStats GpuTrainer::step() {
   const auto start = std::chrono::steady_clock::now();
   dev_.start_step(rec_);
   {
-    KernelScope k(dev_, "zero_grad", 0.0, double(params_->zero_grad_bytes()));
-    params_->zero_grad(dev_.compute());
-    if (experts_) experts_->zero_grad(dev_.compute());
+    // The simulator's zero_grad (it places it after the previous step's optimizer: the same place in the cycle).
+    const std::size_t id = dev_.begin_op(trace::Stream::compute, {"zero_grad", -1, -1, -1, -1, -1}, "zero_grad", 0.0,
+                                         double(params_->zero_grad_bytes()));
+    {
+      KernelScope k(dev_, "zero_grad", 0.0, double(params_->zero_grad_bytes()));
+      params_->zero_grad(dev_.compute());
+      if (experts_) experts_->zero_grad(dev_.compute());
+    }
+    dev_.end_op(id);
   }
   cuda_ok(cudaMemsetAsync(loss_sum_->get(), 0, sizeof(float), dev_.compute()), "loss");
   load_batch(consumed_samples_);

@@ -72,6 +72,10 @@ double adamw_time(const GpuSpec& gpu, double params) {
          gpu.time_factor[idx(CostKind::optimizer)];
 }
 
+double grad_pass_time(const GpuSpec& gpu, double bytes) {
+  return bytes > 0 ? memory_time(gpu, bytes, 1, CostKind::optimizer) : 0.0;
+}
+
 bool measured_attention_core(const GpuSpec& gpu) { return gpu.attention_flops.fwd > 0 && gpu.attention_flops.bwd > 0; }
 
 double attention_core_time(const GpuSpec& gpu, double exec_flops, bool backward, int launches) {

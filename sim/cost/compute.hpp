@@ -58,6 +58,9 @@ inline constexpr int kAdamWKernels = 4;
 // Seconds of the optimizer step over `params` parameters held by one GPU: at the measured rate for that size
 // when the GPU has one by size (adamw_rate), else the optimizer kind's (memory_time).
 double adamw_time(const GpuSpec& gpu, double params);
+// One pass over `bytes` of gradients beside the optimizer step (the norm's read, the zeroing's write): one
+// memory-bound kernel at the optimizer kind's rate (memory_time), 0 for no bytes.
+double grad_pass_time(const GpuSpec& gpu, double bytes);
 // AdamW's rate (bytes/s) at `params` from gpu.optimizer_params/_Bps: log-log between the measured sizes, the
 // nearest one's outside them; 0 without sizes.
 double adamw_rate(const GpuSpec& gpu, double params);

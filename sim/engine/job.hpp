@@ -19,7 +19,9 @@ namespace tessel::engine {
 enum class OpKind : std::uint8_t {
   forward, backward, input_grad, weight_grad, recompute, overlap_f_b, transfer,
   dp_allreduce, dp_reducescatter, dp_allgather, tied_allreduce, tp_allreduce, zero3_allgather, zero3_reducescatter, optimizer,
-  ep_alltoall  // a MoE layer's dispatch or combine, a flow shared by the ep group's positions
+  ep_alltoall,  // a MoE layer's dispatch or combine, a flow shared by the ep group's positions
+  grad_norm,    // the gradient norm's pass over the gradients, before the optimizer (clipping)
+  zero_grad     // zeroing the gradient buffer for the next step
 };
 const char* op_name(OpKind k);  // as traces/trace.hpp names op kinds ("forward", "dp_allreduce", ...)
 

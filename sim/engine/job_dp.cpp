@@ -183,7 +183,18 @@ void JobBuilder::data_parallel(int pos) {
     for (auto t : before_opt) g_.edge(t, tied_[key]);
     before_opt.push_back(tied_[key]);
   }
-  const auto opt = compute_task(pos, OpKind::optimizer, costs_.tail[static_cast<std::size_t>(r)].optimizer_s, -1, -1);
+  const RankTail& tail = costs_.tail[static_cast<std::size_t>(r)];
+  // The gradient norm before the step: each GPU's pass over the gradients it steps (its shard under ZeRO).
+  // Unsharded, dp replicas hold the same gradients and one of them (dp index 0) counts them, as the runtime
+  // does (Megatron counts on every replica, each on its own GPU, in the same time); the others go on. The
+  // norm's all-reduce, a few floats, is not priced.
+  if (tail.grad_norm_s > 0 && (l_.zero_stage >= 1 || c_.dp_of(pos) == 0)) {
+    const auto t = compute_task(pos, OpKind::grad_norm, tail.grad_norm_s, -1, -1);
+    for (auto b : before_opt)
+      if (b != kNone && b != t) g_.edge(b, t);
+    before_opt = {t};
+  }
+  const auto opt = compute_task(pos, OpKind::optimizer, tail.optimizer_s, -1, -1);
   for (auto t : before_opt)
     if (t != kNone && t != opt) g_.edge(t, opt);
   job_.step_end[static_cast<std::size_t>(pos)] = opt;
@@ -214,6 +225,14 @@ void JobBuilder::data_parallel(int pos) {
         prev = t;
       }
     }
+  }
+  // Zeroing the gradient buffer for the next step, on the compute stream after the optimizer and what holds
+  // the next step's first forward (Megatron zeroes it as the next step begins: the same place in the cycle).
+  if (tail.zero_grad_s > 0) {
+    std::uint32_t& end = job_.step_end[static_cast<std::size_t>(pos)];
+    const auto t = compute_task(pos, OpKind::zero_grad, tail.zero_grad_s, -1, -1);
+    if (end != t) g_.edge(end, t);
+    end = t;
   }
 }
 

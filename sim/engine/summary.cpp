@@ -25,6 +25,8 @@ const char* op_name(OpKind k) {
     case OpKind::zero3_reducescatter: return "dp_reducescatter";
     case OpKind::optimizer: return "optimizer";
     case OpKind::ep_alltoall: return "ep_alltoall";
+    case OpKind::grad_norm: return "grad_norm";
+    case OpKind::zero_grad: return "zero_grad";
   }
   return "?";
 }

@@ -91,6 +91,8 @@ Json step_json(const Estimate& e) {
           {"dp_exposed_s", e.dp_exposed_s},
           {"exposed_comm_s", e.pp_exposed_s + e.dp_exposed_s},
           {"optimizer_s", e.optimizer_s},
+          {"grad_norm_s", e.grad_norm_s},
+          {"zero_grad_s", e.zero_grad_s},
           {"peak_memory_GiB", gib(e.peak_memory_bytes)}};
 }
 

@@ -218,3 +218,39 @@ TEST_CASE("the CPU runtime plays the simulator's list: each recv right before th
     }
   }
 }
+
+// The step's end as both sides have it: the gradient norm's pass before the optimizer (every rank its shard
+// under ZeRO, dp rank 0 of unsharded replicas, which hold the same gradients) and zeroing the gradients after
+// it, on every rank, once a step. The simulator places the same ops on the same ranks.
+TEST_CASE("the gradient norm and the gradients' zeroing are ops of the measured and the simulated step") {
+  for (int zero : {0, 1}) {
+    CAPTURE(zero);
+    Layout l = layout(1, 1, 2, "1f1b", 1, 4);
+    l.recompute = Recompute::none;
+    l.attention = AttentionImpl::unfused;
+    l.zero_stage = zero;
+    const Model m = micro_gpt();
+    rt::TrainOptions opt;
+    opt.record_trace = true;
+    const int steps = 2;
+    const auto run = rt::train_threads(m, l, opt, steps);
+    std::map<std::pair<int, std::string>, int> n;
+    for (const auto& e : run.trace.events) ++n[{e.rank, e.op}];
+    for (int rank = 0; rank < 2; ++rank) {
+      CAPTURE(rank);
+      CHECK(n[{rank, "zero_grad"}] == steps);
+      CHECK(n[{rank, "grad_norm"}] == (zero >= 1 || rank == 0 ? steps : 0));
+    }
+    const System sys = load_system("cpu");
+    const trace::Trace st = engine::to_trace(engine::simulate(m, l, sys), sys);
+    std::map<std::pair<int, std::string>, int> s;
+    for (const auto& e : st.events) ++s[{e.rank, e.op}];
+    for (int rank = 0; rank < 2; ++rank) {
+      CAPTURE(rank);
+      CHECK(s[{rank, "zero_grad"}] == 1);
+      CHECK(s[{rank, "grad_norm"}] == (zero >= 1 || rank == 0 ? 1 : 0));
+    }
+    const trace::Comparison c = trace::compare_traces(st, run.trace);
+    CHECK(c.unmatched_a.empty());
+  }
+}

@@ -401,7 +401,9 @@ TEST_CASE("estimate: the rows add up to the step, and exposed never exceeds tota
     const System sys = load_system(k.system);
     const Estimate e = estimate(m, l, sys);
     const double rows = e.compute_s + e.tp_exposed_s + e.cp_exposed_s + e.pp_exposed_s + e.dp_exposed_s +
-                        e.optimizer_s + e.overlap_slowdown_s + e.bubble_fraction * e.step_s;
+                        e.grad_norm_s + e.optimizer_s + e.zero_grad_s + e.overlap_slowdown_s + e.bubble_fraction * e.step_s;
+    CHECK(e.grad_norm_s > 0);
+    CHECK(e.zero_grad_s > 0);
     CHECK(rows == doctest::Approx(e.step_s).epsilon(1e-9));
     CHECK(e.tp_exposed_s <= e.tp_comm_s * (1 + 1e-12));
     CHECK(e.pp_exposed_s <= e.pp_comm_s * (1 + 1e-12));
@@ -633,7 +635,7 @@ TEST_CASE("TP communication overlap: hidden behind the adjacent GEMM, slowdown c
   CHECK(eo.tp_exposed_s < 0.5 * ep.tp_exposed_s);
   CHECK(eo.step_s < ep.step_s);
   const double rows = eo.compute_s + eo.tp_exposed_s + eo.cp_exposed_s + eo.pp_exposed_s + eo.dp_exposed_s +
-                      eo.optimizer_s + eo.overlap_slowdown_s + eo.bubble_fraction * eo.step_s;
+                      eo.grad_norm_s + eo.optimizer_s + eo.zero_grad_s + eo.overlap_slowdown_s + eo.bubble_fraction * eo.step_s;
   CHECK(rows == doctest::Approx(eo.step_s).epsilon(1e-9));
   engine::SimOptions so;
   so.critical_path = false;
