@@ -269,6 +269,7 @@ void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroo
     mbk.extras_bytes = rs.extra_first[r] * std::min<double>(chunks, mb) + rs.extra_last[r] * cost::last_stage_extras_alive(l);
     mbk.zero3_gather_bytes = c.zero3_gather_bytes;
     mbk.recompute_transient_bytes = c.recompute_transient_bytes;
+    mbk.fragmentation_bytes = l.fragmentation * mbk.dynamic_bytes();
     mbk.reserved_bytes = c.reserved_bytes;
     e.memory.push_back(mbk);
     if (mbk.total() > e.peak_memory_bytes) {
@@ -363,8 +364,8 @@ Json estimate_to_json(const Estimate& e) {
     mem.push_back({{"rank", m.rank}, {"weights_GiB", m.weights_bytes / kGiB}, {"grads_GiB", m.grads_bytes / kGiB},
                    {"optimizer_GiB", m.optimizer_bytes / kGiB}, {"activations_GiB", m.activations_bytes / kGiB},
                    {"extras_GiB", m.extras_bytes / kGiB}, {"zero3_gather_GiB", m.zero3_gather_bytes / kGiB},
-                   {"recompute_transient_GiB", m.recompute_transient_bytes / kGiB}, {"reserved_GiB", m.reserved_bytes / kGiB},
-                   {"total_GiB", m.total() / kGiB}});
+                   {"recompute_transient_GiB", m.recompute_transient_bytes / kGiB}, {"fragmentation_GiB", m.fragmentation_bytes / kGiB},
+                   {"reserved_GiB", m.reserved_bytes / kGiB}, {"total_GiB", m.total() / kGiB}});
   j["memory_per_pipeline_rank"] = mem;
   j["peak_memory_GiB"] = e.peak_memory_bytes / kGiB;
   j["peak_rank"] = e.peak_rank;

@@ -315,6 +315,7 @@ Layout parse_layout(const Json& j, const std::string& where) {
   l.overlap_param_gather = o.opt_boolean("overlap_param_gather").value_or(true);
   l.overlap_p2p = o.opt_boolean("overlap_p2p").value_or(false);
   l.tp_comm_overlap = o.opt_boolean("tp_comm_overlap").value_or(false);
+  l.fragmentation = o.opt_number("fragmentation", 0, 1).value_or(0.0);
   if (o.has("stage_layers")) {
     for (double x : o.number_array("stage_layers", 0, 100000)) {
       if (x != static_cast<int>(x)) o.fail("stage_layers", "entries must be whole layer counts, got " + std::to_string(x));
@@ -373,6 +374,7 @@ Json layout_to_json(const Layout& l) {
   j["overlap_param_gather"] = l.overlap_param_gather;
   j["overlap_p2p"] = l.overlap_p2p;
   j["tp_comm_overlap"] = l.tp_comm_overlap;
+  if (l.fragmentation > 0) j["fragmentation"] = l.fragmentation;
   if (!l.stage_layers.empty()) j["stage_layers"] = l.stage_layers;
   return j;
 }

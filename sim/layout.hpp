@@ -102,6 +102,14 @@ struct Layout {
   // userbuffers): each sequence-parallel all-gather / reduce-scatter of a layer is cut into tp chunks that
   // move while the GEMM beside it computes on the others (sim/workload.cpp overlap_tp_comm). Needs sp.
   bool tp_comm_overlap = false;
+  // Device memory the allocator holds but cannot hand out, as a fraction of the bytes allocated and freed
+  // within a step at the peak (activations kept for the backward, the embedding / logits extras, ZeRO-3's
+  // gathered weights, the recompute transient: cost::MemoryBreakdown::dynamic_bytes): PyTorch's caching
+  // allocator keeps freed blocks cached and splits them, so tensors of varying size and lifetime leave holes.
+  // The state (weights, gradient buffers, optimizer states) is allocated once and not counted. 0: none (the
+  // tensors alone); a stack sets its allocator's (Stack::fragmentation, docs/stacks.md); --fragmentation
+  // replaces it.
+  double fragmentation = 0.0;
   std::vector<int> stage_layers;     // explicit layers per stage (pp*vpp entries); empty = even split
   // Expert parallelism (mixture-of-experts models), folded over the same GPUs as attention, as Megatron-Core's
   // parallel folding does (Liu et al. 2025, arXiv:2504.14960; --expert-model-parallel-size,
@@ -187,7 +195,7 @@ int bytes_per_element(Precision p);  // activations/weights in compute precision
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
 // recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, flash_kernel, cross_entropy, fp8_recipe, unfused, main_grads, moments,
 // master_weights, overlap_grad_reduce,
-// overlap_param_gather, overlap_p2p, tp_comm_overlap, stage_layers; docs/layout.md). Missing optional keys take the defaults
+// overlap_param_gather, overlap_p2p, tp_comm_overlap, fragmentation, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.
 Layout parse_layout(const Json& j, const std::string& where);
 Json layout_to_json(const Layout& l);

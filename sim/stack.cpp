@@ -74,6 +74,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   s.sequence_parallel_default = o.opt_boolean("sequence_parallel_default").value_or(false);
   if (s.sequence_parallel_default && !s.sequence_parallel)
     o.fail("sequence_parallel_default", "cannot be true for a stack without sequence parallelism");
+  s.fragmentation = o.opt_number("fragmentation", 0, 1).value_or(0.0);
   s.deepep = o.opt_boolean("deepep").value_or(false);
   s.a2a_overlap = o.opt_boolean("a2a_overlap").value_or(false);
   o.finish();
@@ -126,6 +127,7 @@ void apply_stack(const Stack& s, Layout& l) {
   l.overlap_grad_reduce = s.overlap_grad_reduce;
   l.overlap_param_gather = s.overlap_param_gather;
   l.overlap_p2p = s.overlap_p2p;
+  l.fragmentation = s.fragmentation;
   if (sched::family(l.schedule).takes_microbatch_rule) l.microbatch_rule = s.microbatch_rule;
 }
 

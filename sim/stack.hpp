@@ -48,6 +48,10 @@ struct Stack {
   // The micro-batch size its configs run where a run does not say (key "micro_batch_default", absent: none,
   // as Megatron-LM's --micro-batch-size, which has no default and must be given; NeMo's configs: 1).
   std::optional<int> micro_batch_default;
+  // Memory its allocator holds beyond the tensors, as a fraction of what a step allocates and frees (key
+  // "fragmentation", absent: 0; Layout::fragmentation): PyTorch's caching allocator as Megatron-LM, NeMo and
+  // DeepSpeed run it, or with expandable segments as torchtitan's launcher sets them (docs/stacks.md).
+  double fragmentation = 0.0;
   bool deepep = false;       // the DeepEP token dispatcher for MoE models (key "deepep", absent: false)
   bool a2a_overlap = false;  // DualPipe's all-to-all overlap in its F&B blocks (key "a2a_overlap", absent: false)
 };
@@ -58,7 +62,7 @@ std::vector<std::string> stack_names();
 Stack load_stack(const std::string& name_or_path);
 
 // The stack's software defaults on `l`: attention, the loss, the fp8 recipe, the unfused kernels, the DP / p2p
-// overlaps, the interleaved micro-batch rule.
+// overlaps, the interleaved micro-batch rule, the allocator's fragmentation.
 void apply_stack(const Stack& s, Layout& l);
 // The first thing `l` asks for that the stack does not have, as a message naming the stack, the field and the
 // values it offers; nullopt when the stack runs the layout.

@@ -92,18 +92,21 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
       c.block_act_bytes = std::min(c.block_act_bytes, cost::stage_activation_bytes(dm, l, 1, 0) - cost::stage_activation_bytes(dm, l, 1, 1));
     }
   }
-  const double fixed = cost::zero3_gather_bytes(m, l) + cost::recompute_transient_bytes(m, l) + sys.memory_reserved_bytes;
+  const double fixed = (1.0 + l.fragmentation) * (cost::zero3_gather_bytes(m, l) + cost::recompute_transient_bytes(m, l)) +
+                       sys.memory_reserved_bytes;
   const double budget = std::max(0.0, sys.gpu.memory_bytes - fixed) / l.vpp;
   for (int st = 0; st < S; ++st) {
     const auto k = static_cast<std::size_t>(st);
     const double chunks = cost::inflight_chunks(l, l.rank_of_stage(st));
-    c.act_scale[k] = chunks / l.vpp;  // estimate.cpp: a rank's chunks in flight times its average chunk
+    // estimate.cpp: a rank's chunks in flight times its average chunk, and the allocator's fragmentation on them.
+    const double frag = 1.0 + l.fragmentation;
+    c.act_scale[k] = frag * chunks / l.vpp;
     c.budget_bytes[k] = budget;
     const StageWork& e = ends[k];
     // The first stage's extras live per micro-batch in flight, the last stage's logits until its backward
     // (cost::last_stage_extras_alive), as estimate.cpp's memory() counts them.
-    const double extras = st == 0 ? e.act_extra_bytes * std::min(chunks, mb)
-                          : st == S - 1 ? e.act_extra_bytes * cost::last_stage_extras_alive(l) : 0.0;
+    const double extras = frag * (st == 0 ? e.act_extra_bytes * std::min(chunks, mb)
+                                  : st == S - 1 ? e.act_extra_bytes * cost::last_stage_extras_alive(l) : 0.0);
     // A stage's own activations besides its layers' (the last stage's MTP module), as the estimate counts them.
     c.stage_bytes[k] = state * (e.params - e.expert_params) + cost::expert_state_bytes_per_param(l).total() * e.expert_params +
                        extras + c.act_scale[k] * e.act_bytes;

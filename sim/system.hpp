@@ -193,7 +193,7 @@ struct System {
   NodeSpec node;
   NetworkSpec net;
   HostSpec host;
-  double memory_reserved_bytes = 0;  // CUDA context, NCCL buffers, allocator fragmentation allowance
+  double memory_reserved_bytes = 0;  // CUDA context, NCCL buffers, library workspaces (fragmentation: Layout's)
   // A planning margin kept free beyond the predicted peak (--min-headroom, "min_headroom_GiB"): a layout fits
   // when peak + this <= capacity. Unlike the reserve it is not part of the peak; it is what the user asks to
   // keep spare against the model's error and allocator behaviour it does not see.

@@ -369,7 +369,7 @@ std::optional<double> predict_metric(const std::string& metric, const Model& m, 
   if (metric == "memory_GB") {
     // Papers report the allocator's peak (torch.cuda.max_memory_allocated), without the context allowance.
     double peak = 0;
-    for (const auto& mb : e.memory) peak = std::max(peak, mb.total() - mb.reserved_bytes);
+    for (const auto& mb : e.memory) peak = std::max(peak, mb.allocated());
     return peak / kGiB;
   }
   // Qi et al. (Zero Bubble) define the rate on the pipeline alone, transfers counted in it:

@@ -247,12 +247,15 @@ int estimate(const Args& args) {
     std::cout << "note: ZeRO-3 prefetches each layer's forward all-gather behind the previous layer's compute "
                  "(DeepSpeed's prefetch, modelled whatever --no-overlap says: it sets Megatron's bucket overlap)\n\n";
   std::vector<std::vector<std::string>> mem = {
-      {"pp rank", "weights", "grads", "optimizer", "activations", "extras", "reserved", "total", "of capacity"}};
+      {"pp rank", "weights", "grads", "optimizer", "activations", "extras", "fragmentation", "reserved", "total", "of capacity"}};
   for (const auto& m : e.memory)
     mem.push_back({std::to_string(m.rank), fmt::gib(m.weights_bytes), fmt::gib(m.grads_bytes), fmt::gib(m.optimizer_bytes),
-                   fmt::gib(m.activations_bytes), fmt::gib(m.extras_bytes + m.zero3_gather_bytes + m.recompute_transient_bytes), fmt::gib(m.reserved_bytes),
-                   fmt::gib(m.total()), fmt::pct(m.total() / e.capacity_bytes)});
-  std::cout << "memory per GPU by pipeline rank:\n" << fmt::table(mem);
+                   fmt::gib(m.activations_bytes), fmt::gib(m.extras_bytes + m.zero3_gather_bytes + m.recompute_transient_bytes),
+                   fmt::gib(m.fragmentation_bytes), fmt::gib(m.reserved_bytes), fmt::gib(m.total()), fmt::pct(m.total() / e.capacity_bytes)});
+  std::cout << "memory per GPU by pipeline rank";
+  if (s.layout.fragmentation > 0)
+    std::cout << " (fragmentation: the allocator's " << fmt::pct(s.layout.fragmentation) << " of activations, extras and transients)";
+  std::cout << ":\n" << fmt::table(mem);
   std::cout << "peak " << fmt::gib(e.peak_memory_bytes) << " on pipeline rank " << e.peak_rank << " of "
             << fmt::gib(e.capacity_bytes)
             << (e.min_headroom_bytes > 0 ? " with " + fmt::gib(e.min_headroom_bytes) + " kept free" : std::string())

@@ -292,6 +292,7 @@ int explore(const Args& args) {
        {"--model", true, "model preset or JSON file [gpt3-175b]"},
        {"--system", true, "system preset or JSON file [dgx-a100]"},
        {"--min-headroom", true, cli::kMinHeadroomHelp},
+       {"--fragmentation", true, cli::kFragmentationHelp},
        {"--gpus-per-domain", true, cli::kGpusPerDomainHelp},
        {"--gpus", true, "number of GPUs [1024]"},
        {"--gbs", true, "global batch size in sequences [1536]"},
@@ -385,6 +386,7 @@ int explore(const Args& args) {
   }
   if (auto u = cl.get("--unfused")) space.unfused = parse_unfused(*u, "--unfused");
   space.flash_kernel = cli::read_flash_kernel(cl, space.attention);
+  space.fragmentation = cl.get_double("--fragmentation", 0, 1);
   read_state_dtype_flags(cl, space.state);
   // --recipe: the release's stack, and its terms fixed on every layout unless a flag says otherwise.
   const cli::RecipeChoice choice = cli::read_recipe(cl, m.name);

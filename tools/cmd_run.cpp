@@ -264,8 +264,8 @@ void check_fits_in_memory(const RunFlags& c, bool one_rank_per_process) {
   }
   const Estimate e = estimate(c.model, l, load_system("cpu"));
   double need = 0;
-  for (const auto& mb : e.memory) need = one_rank_per_process ? std::max(need, mb.total() - mb.reserved_bytes)
-                                                           : need + (mb.total() - mb.reserved_bytes) * l.tp * l.dp;
+  for (const auto& mb : e.memory) need = one_rank_per_process ? std::max(need, mb.allocated())
+                                                           : need + mb.allocated() * l.tp * l.dp;
   // 80%: the estimate leaves out allocator slack and the kernels' temporaries.
   if (need > 0.8 * avail) {
     throw InputError("--model " + c.model.name + ": this CPU run needs about " + fmt::gib(need) +

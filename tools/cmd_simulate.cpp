@@ -193,6 +193,7 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
       {"model TFLOP/s/GPU", fmt::rate(r.model_tflops_per_gpu)},
       {"MFU", fmt::pct(r.mfu)},
       {"peak memory", fmt::gib(r.peak_bytes) + " on rank " + std::to_string(r.peak_rank) + " of " + fmt::gib(r.capacity_bytes) +
+                          (s.system.min_headroom_bytes > 0 ? " with " + fmt::gib(s.system.min_headroom_bytes) + " kept free" : std::string()) +
                           (r.fits ? " (fits)" : " (DOES NOT FIT)")},
       {"events / tasks", std::to_string(r.events) + " / " + std::to_string(r.tasks)},
       {"simulator time", fmt::seconds(r.build_s) + " build (" + fmt::seconds(r.schedule_s) + " schedule), " + fmt::seconds(r.run_s) + " run, " +
@@ -221,7 +222,10 @@ void print_table(const engine::SimReport& r, const cli::Specs& s, std::size_t ma
     const auto& op = r.critical_path[i];
     std::cout << "  " << fmt::seconds(op.start_s) << "  rank " << op.global_rank << "  " << op.what << "\n";
   }
-  if (!r.fits) std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes) << " > " << fmt::gib(r.capacity_bytes) << ")\n";
+  if (!r.fits)
+    std::cout << "\nwarning: the layout does not fit in memory (peak " << fmt::gib(r.peak_bytes)
+              << (s.system.min_headroom_bytes > 0 ? " + " + fmt::gib(s.system.min_headroom_bytes) + " kept free" : std::string())
+              << " > " << fmt::gib(r.capacity_bytes) << ")\n";
 }
 
 // --like RUN.json: the model and layout a measured trace records (otherData, as `tessel run --trace` writes

@@ -16,6 +16,7 @@ std::vector<OptionSpec> spec_options() {
       {"--model", true, "model preset or JSON file (HuggingFace config.json accepted) [gpt3-175b]"},
       {"--system", true, "system preset or JSON file [dgx-a100]"},
       {"--min-headroom", true, kMinHeadroomHelp},
+      {"--fragmentation", true, kFragmentationHelp},
       {"--gpus-per-domain", true, kGpusPerDomainHelp},
       {"--gpus", true, "number of GPUs [tp*pp*dp*cp, or 1024 capped at the system's max_gpus]"},
       {"--layout", true, "a layout as explore prints it (\"tp8 pp16 dp8 vpp2 mbs1 interleaved layers=...\") or a layout "
@@ -220,6 +221,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
   if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;
+  if (auto f = cl.get_double("--fragmentation", 0, 1)) l.fragmentation = *f;
 }
 
 // dp and the GPU count: --dp given; else from --gpus (or, without --layout, the default count); else the

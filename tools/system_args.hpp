@@ -15,6 +15,10 @@ System read_system(const CommandLine& cl, const std::string& fallback);
 
 inline constexpr const char* kMinHeadroomHelp =
     "GiB to keep free beyond the predicted peak: a layout fits when peak + this <= the GPU's memory [0]";
+inline constexpr const char* kFragmentationHelp =
+    "memory the allocator holds beyond the tensors, as a fraction of what a step allocates and frees (activations, "
+    "extras, gathered weights, recompute buffers), 0 to 1 (stacks: 0.10 PyTorch's caching allocator, 0.05 with "
+    "expandable segments; docs/stacks.md) [0, or the stack's]";
 inline constexpr const char* kGpusPerDomainHelp =
     "GPUs of the job in each NVLink domain (node), ranks filling them in order; fewer than the system has leaves "
     "the rest to other jobs, as Slurm's --segment does on GB200 NVL72 (16 trays: 64 of 72) [all of them]";

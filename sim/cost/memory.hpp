@@ -1,6 +1,7 @@
 // Memory per GPU: weights, gradients and optimizer states under each sharding; activations per
 // Korthikanti et al. 2022 (arXiv:2205.05198) Table 2 for every TP / SP / recompute combination, times the
-// micro-batches a schedule keeps in flight; embedding and logits extras; a stated allowance.
+// micro-batches a schedule keeps in flight; embedding and logits extras; the allocator's fragmentation; a stated
+// allowance.
 #pragma once
 
 #include <string>
@@ -97,11 +98,17 @@ struct MemoryBreakdown {
   double extras_bytes = 0;          // embedding / logits extras
   double zero3_gather_bytes = 0;    // ZeRO-3: the largest gathered layer's full weights
   double recompute_transient_bytes = 0;  // full recompute: one layer's activations re-created during its backward
-  double reserved_bytes = 0;        // the system's allowance (context, NCCL, fragmentation)
-  double total() const {
+  double fragmentation_bytes = 0;   // the allocator's holes: Layout::fragmentation x dynamic_bytes()
+  double reserved_bytes = 0;        // the system's allowance (CUDA context, NCCL buffers, library workspaces)
+  // What is allocated and freed within a step: activations, extras, ZeRO-3's gathered weights, the recompute
+  // transient (the allocator fragments these; the state is allocated once).
+  double dynamic_bytes() const { return activations_bytes + extras_bytes + zero3_gather_bytes + recompute_transient_bytes; }
+  // What the tensors take at the peak: torch.cuda.max_memory_allocated's counterpart.
+  double allocated() const {
     return weights_bytes + grads_bytes + optimizer_bytes + activations_bytes + extras_bytes + zero3_gather_bytes +
-           recompute_transient_bytes + reserved_bytes;
+           recompute_transient_bytes;
   }
+  double total() const { return allocated() + fragmentation_bytes + reserved_bytes; }
 };
 
 }  // namespace tessel::cost

@@ -142,12 +142,15 @@ SimReport simulate(const Model& m, const Layout& l, const System& sys, SimOption
   r.mfu = flops / r.step_s / r.gpus / sys.gpu.peak(l.precision);
   r.capacity_bytes = sys.gpu.memory_bytes;
   r.ranks = summarize_ranks(r.job, r.run, cluster, r.step_s);
-  for (const auto& k : r.ranks)
+  for (auto& k : r.ranks) {
+    // The allocator's holes beside the activations it holds at the peak (estimate.cpp counts them alike).
+    k.peak_bytes += l.fragmentation * (k.peak_activation_bytes + r.costs.zero3_gather_bytes + r.costs.recompute_transient_bytes);
     if (k.peak_bytes > r.peak_bytes) {
       r.peak_bytes = k.peak_bytes;
       r.peak_rank = k.global_rank;
     }
-  r.fits = r.peak_bytes <= r.capacity_bytes;
+  }
+  r.fits = r.peak_bytes + sys.min_headroom_bytes <= r.capacity_bytes;
   if (opt.critical_path)
     for (auto t : critical_path(r.job, r.run))
       r.critical_path.push_back({t, cluster.global_rank(r.job.info[t].pos), describe_task(r.job, t, cluster),

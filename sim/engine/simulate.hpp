@@ -31,7 +31,7 @@ struct RankSummary {
   double comm_s = 0;          // time any of its pp/dp transfers is in flight
   double exposed_comm_s = 0;  // of that, while its compute stream is idle
   double bubble_s = 0;        // step - busy - exposed_comm
-  double peak_bytes = 0;    // weights, grads, optimizer state, reserved + peak activations
+  double peak_bytes = 0;    // weights, grads, optimizer state, reserved + peak activations and their fragmentation
   double peak_activation_bytes = 0;
 };
 

@@ -75,6 +75,7 @@ Json memory_json(const Estimate& e) {
           {"optimizer_GiB", gib(mem.optimizer_bytes)},
           {"activations_GiB", gib(mem.activations_bytes)},
           {"extras_GiB", gib(mem.extras_bytes + mem.zero3_gather_bytes + mem.recompute_transient_bytes)},
+          {"fragmentation_GiB", gib(mem.fragmentation_bytes)},
           {"reserved_GiB", gib(mem.reserved_bytes)}};
 }
 
@@ -173,7 +174,7 @@ void render_memory(std::ostringstream& os, const Json& mem) {
   os << "  peak memory " << g("peak_GiB") << " GiB on pipeline rank " << mem.at("peak_rank").get<int>() << " of "
      << g("capacity_GiB") << " GiB: weights " << g("weights_GiB") << ", gradients " << g("gradients_GiB")
      << ", optimizer " << g("optimizer_GiB") << ", activations " << g("activations_GiB") << ", extras "
-     << g("extras_GiB") << ", reserved " << g("reserved_GiB") << "\n";
+     << g("extras_GiB") << ", fragmentation " << g("fragmentation_GiB") << ", reserved " << g("reserved_GiB") << "\n";
 }
 
 void render_rejection(std::ostringstream& os, const Json& j) {

@@ -366,6 +366,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         if (in.fp8_recipe) l.fp8_recipe = *in.fp8_recipe;
                         if (in.unfused) l.unfused = *in.unfused;
                         if (in.flash_kernel) l.flash_kernel = *in.flash_kernel;
+                        if (in.fragmentation) l.fragmentation = *in.fragmentation;
                         l.state = in.state;
                         l.tp_comm_overlap = in.tp_comm_overlap && l.sequence_parallel;
                         out.push_back(std::move(l));

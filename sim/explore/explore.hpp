@@ -44,6 +44,7 @@ struct Space {
   std::optional<Fp8Recipe> fp8_recipe;  // --fp8-recipe; absent: the stack's (delayed without one)
   std::optional<Unfused> unfused;       // --unfused; absent: the stack's (all fused without one)
   std::optional<FlashKernel> flash_kernel;  // --flash-kernel; absent: the stack's (cudnn without one)
+  std::optional<double> fragmentation;  // --fragmentation; absent: the stack's (0 without one)
   // The state dtypes every layout keeps (--main-grads, --moments, --master-weights): given, not searched.
   StateDtypes state;
   // What the training software overlaps, set on every layout (Layout's defaults; validate's conventions turn

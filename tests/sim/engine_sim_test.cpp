@@ -7,6 +7,7 @@
 #include <map>
 
 #include "util/error.hpp"
+#include "util/units.hpp"
 #include "sim/engine/sim_trace.hpp"
 #include "sim/engine/simulate.hpp"
 #include "sim/estimate.hpp"
@@ -120,6 +121,79 @@ TEST_CASE("simulator: agrees with the analytical estimate without contention") {
     for (const auto& k : r.ranks)
       CHECK(k.peak_bytes == doctest::Approx(e.memory[static_cast<std::size_t>(k.pp)].total()).epsilon(kMemoryTol));
   }
+}
+
+// The allocator's fragmentation (Layout::fragmentation) is one term in both engines: the estimate adds f times
+// each pipeline rank's dynamic bytes (activations, extras, ZeRO-3's gathered weights, the recompute transient),
+// the simulator f times its played activation peak plus the same transients, and what the tensors take
+// (allocated(), validate's max_memory_allocated) does not move. Cases: selective recompute, full recompute (a
+// transient), ZeRO-3 (gathered weights), a zero-bubble schedule (activations held until W).
+TEST_CASE("fragmentation: the estimate and the simulator add the same allocator term") {
+  const System sys = load_system("dgx-a100");
+  struct Case { const char* model; int tp, pp, dp, gbs; const char* sched; int zero; Recompute rc; };
+  const Case cases[] = {
+      {"gpt3-175b", 8, 8, 4, 256, "1f1b", 1, Recompute::selective},
+      {"gpt3-175b", 8, 8, 4, 256, "1f1b", 0, Recompute::full},
+      {"llama2-7b", 2, 1, 8, 64, "1f1b", 3, Recompute::none},
+      {"llama2-7b", 1, 4, 1, 32, "zb1p", 0, Recompute::none},
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.model);
+    CAPTURE(c.sched);
+    CAPTURE(c.zero);
+    const Model m = load_model(c.model);
+    Layout l;
+    l.tp = c.tp, l.pp = c.pp, l.dp = c.dp, l.global_batch = c.gbs, l.zero_stage = c.zero, l.recompute = c.rc;
+    l.schedule = sched::parse_schedule(c.sched, "case");
+    l.sequence_parallel = c.tp > 1;
+    const Estimate e0 = estimate(m, l, sys);
+    const SimReport r0 = simulate(m, l, sys);
+    l.fragmentation = 0.1;
+    const Estimate e1 = estimate(m, l, sys);
+    const SimReport r1 = simulate(m, l, sys);
+    REQUIRE(e1.memory.size() == e0.memory.size());
+    for (std::size_t k = 0; k < e1.memory.size(); ++k) {
+      const cost::MemoryBreakdown &a = e0.memory[k], &b = e1.memory[k];
+      CHECK(a.fragmentation_bytes == 0);
+      CHECK(b.dynamic_bytes() > 0);
+      CHECK(b.fragmentation_bytes == doctest::Approx(0.1 * b.dynamic_bytes()).epsilon(1e-12));
+      CHECK(b.allocated() == doctest::Approx(a.allocated()).epsilon(1e-12));
+      CHECK(b.total() == doctest::Approx(a.total() + b.fragmentation_bytes).epsilon(1e-12));
+    }
+    const StepCosts sc = step_costs(m, l, sys);
+    const double transients = sc.zero3_gather_bytes + sc.recompute_transient_bytes;
+    if (c.zero == 3) CHECK(sc.zero3_gather_bytes > 0);
+    if (c.rc == Recompute::full) CHECK(sc.recompute_transient_bytes > 0);
+    REQUIRE(r1.ranks.size() == r0.ranks.size());
+    for (std::size_t i = 0; i < r1.ranks.size(); ++i) {
+      const RankSummary &a = r0.ranks[i], &b = r1.ranks[i];
+      CHECK(b.peak_activation_bytes == doctest::Approx(a.peak_activation_bytes).epsilon(1e-12));
+      CHECK(b.peak_bytes == doctest::Approx(a.peak_bytes + 0.1 * (a.peak_activation_bytes + transients)).epsilon(1e-12));
+      // And the two engines still agree rank by rank, as without fragmentation.
+      CHECK(b.peak_bytes == doctest::Approx(e1.memory[static_cast<std::size_t>(b.pp)].total()).epsilon(kMemoryTol));
+    }
+  }
+}
+
+// --min-headroom counts in the simulator's verdict as in the estimate's: a layout with less headroom than asked
+// does not fit in either.
+TEST_CASE("the simulator's fits verdict keeps the asked headroom free") {
+  System sys = load_system("dgx-a100");
+  const Model m = load_model("gpt3-175b");
+  Layout l;
+  l.tp = 8, l.pp = 8, l.dp = 4, l.global_batch = 256, l.zero_stage = 1, l.recompute = Recompute::selective;
+  l.schedule = sched::Kind::one_f_one_b;
+  l.sequence_parallel = true;
+  const SimReport r = simulate(m, l, sys);
+  REQUIRE(r.fits);
+  const double left = r.capacity_bytes - r.peak_bytes;
+  REQUIRE(left > 2 * kGiB);
+  sys.min_headroom_bytes = left - kGiB;
+  CHECK(simulate(m, l, sys).fits);
+  CHECK(estimate(m, l, sys).fits);
+  sys.min_headroom_bytes = left + kGiB;
+  CHECK_FALSE(simulate(m, l, sys).fits);
+  CHECK_FALSE(estimate(m, l, sys).fits);
 }
 
 // The optimizer step is one cost (cost::adamw_time of the parameters a GPU steps) in both engines: the

@@ -43,6 +43,30 @@ TEST_CASE("stacks: every preset reads, and each names its sources") {
   CHECK(err.rfind("--stack megatron-lm-2020: no such stack (known: deepspeed, megatron-bridge-2025, megatron-core-2024, ", 0) == 0);
 }
 
+// The allocator's fragmentation: the stacks on PyTorch's caching allocator at its defaults hold 0.10 of a step's
+// dynamic bytes, torchtitan (expandable segments, set by its launcher) 0.05; apply_stack sets the layout's; a
+// stack file without the key has none, and one out of [0, 1] is refused, naming the key.
+TEST_CASE("stacks: the allocator's fragmentation") {
+  for (const auto& n : stack_names()) {
+    CAPTURE(n);
+    CHECK(stack_preset(n).fragmentation == (n == "torchtitan-2025" ? 0.05 : 0.10));
+  }
+  Layout l;
+  CHECK(l.fragmentation == 0);
+  apply_stack(stack_preset("torchtitan-2025"), l);
+  CHECK(l.fragmentation == 0.05);
+  apply_stack(stack_preset("megatron-core-2024"), l);
+  CHECK(l.fragmentation == 0.10);
+  const std::string ok = R"({"name":"x","source":"s","attention":"flash",
+    "overlap":{"grad_reduce":true,"param_gather":true,"p2p":false},"tp_comm_overlap":"none",
+    "sequence_parallel":true,"context_parallel":false,"schedules":["1f1b"],"recompute":["none"],
+    "recompute_default":"none","zero":[0]})";
+  CHECK(parse_stack(parse_json_text(ok, "s.json"), "s.json").fragmentation == 0);
+  std::string bad = ok;
+  bad.insert(bad.size() - 1, ",\"fragmentation\":1.5");
+  CHECK(error_of(bad).find("fragmentation: value 1.5 is out of range [0, 1]") != std::string::npos);
+}
+
 TEST_CASE("stacks: the fp8 recipe a stack runs unless asked") {
   Layout l;
   l.precision = Precision::fp8;

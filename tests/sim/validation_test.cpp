@@ -264,9 +264,10 @@ TEST_CASE("validate: unstated fields take the source stack's defaults; the best 
                             "zero_stage=0 under stack megatron-lm-2022)"));
   // An unstated micro-batch: NeMo's configs run 1, so a nemo row is predicted at 1 and the faster size is the
   // best case beside it; Megatron-LM has no default (--micro-batch-size must be given), so a korthikanti22 row
-  // takes its fastest size.
+  // takes its fastest size among those that fit with the stack's defaults. At 1,024 tokens 1, 2 and 4 do (with the
+  // stack's allocator fragmentation); 8 needs sequence parallelism, which the stack leaves off.
   const auto with_mbs = [&](const std::string& id, const std::string& mbs) {
-    std::string r = row(id, 2048);
+    std::string r = row(id, 1024);
     r.replace(r.find("\"micro_batch\":1"), 15, "\"micro_batch\":" + mbs);
     return one("[" + r + "]");
   };
@@ -283,7 +284,8 @@ TEST_CASE("validate: unstated fields take the source stack's defaults; the best 
   };
   CHECK(mbs_of(lm.assumed) == 1);
   double fastest = 1e300;
-  for (const char* k : {"1", "2", "4", "8"}) fastest = std::min(fastest, with_mbs("korthikanti22_z", k).predicted);
+  for (const char* k : {"1", "2", "4"}) fastest = std::min(fastest, with_mbs("korthikanti22_z", k).predicted);
+  CHECK(has(with_mbs("korthikanti22_z", "8").assumed, "sequence_parallel=true"));
   CHECK(lm.predicted == doctest::Approx(fastest));
   CHECK(nemo.predicted == doctest::Approx(with_mbs("nemo_x", "1").predicted));
 }

@@ -483,6 +483,52 @@ TEST_CASE("estimate and explore --stack: defaults, refusals, and a search within
   CHECK(xbad.err.find("--tp-comm-overlap: stack deepspeed does not overlap TP communication") != std::string::npos);
 }
 
+// The allocator's fragmentation on the command line: a stack's (0.10 for megatron-core-2024) in estimate's
+// JSON memory terms and its layout, --fragmentation over it, in the layout JSON, out of range refused naming
+// the flag; simulate's peak grows by the same term; explore --explain names it.
+TEST_CASE("estimate, simulate and explore: the allocator's fragmentation") {
+  const std::vector<std::string> base = {"--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--gpus", "256",
+                                         "--gbs", "256", "--schedule", "1f1b", "--json"};
+  const auto run = [&](const std::string& verb, std::vector<std::string> extra) {
+    std::vector<std::string> a = {verb};
+    a.insert(a.end(), base.begin(), base.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto r = run_tessel(a);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto none = run("estimate", {});
+  const auto stack = run("estimate", {"--stack", "megatron-core-2024", "--zero", "0", "--no-sp", "--recompute", "selective"});
+  const auto flag = run("estimate", {"--fragmentation", "0.25"});
+  CHECK_FALSE(none["layout"].contains("fragmentation"));
+  CHECK(stack["layout"]["fragmentation"].get<double>() == 0.10);
+  CHECK(flag["layout"]["fragmentation"].get<double>() == 0.25);
+  for (std::size_t r = 0; r < none["memory_per_pipeline_rank"].size(); ++r) {
+    CAPTURE(r);
+    const auto &a = none["memory_per_pipeline_rank"][r], &b = flag["memory_per_pipeline_rank"][r];
+    const double dyn = b["activations_GiB"].get<double>() + b["extras_GiB"].get<double>() +
+                       b["zero3_gather_GiB"].get<double>() + b["recompute_transient_GiB"].get<double>();
+    CHECK(a["fragmentation_GiB"].get<double>() == 0);
+    CHECK(b["fragmentation_GiB"].get<double>() == doctest::Approx(0.25 * dyn).epsilon(1e-9));
+    CHECK(b["total_GiB"].get<double>() == doctest::Approx(a["total_GiB"].get<double>() + 0.25 * dyn).epsilon(1e-9));
+  }
+  const auto over = run("estimate", {"--stack", "megatron-core-2024", "--fragmentation", "0", "--zero", "0", "--no-sp",
+                                     "--recompute", "selective"});
+  CHECK_FALSE(over["layout"].contains("fragmentation"));  // the flag over the stack's
+  const auto s0 = run("simulate", {});
+  const auto s1 = run("simulate", {"--fragmentation", "0.25"});
+  CHECK(s1["peak_memory_GiB"].get<double>() > s0["peak_memory_GiB"].get<double>());
+  auto text = run_tessel({"estimate", "--fragmentation", "0.25"});
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("(fragmentation: the allocator's 25.0% of activations, extras and transients)") != std::string::npos);
+  auto bad = run_tessel({"estimate", "--fragmentation", "1.5"});
+  CHECK(bad.code == 2);
+  CHECK(bad.err.find("--fragmentation") != std::string::npos);
+  auto xbad = run_tessel({"explore", "--fragmentation", "-0.1"});
+  CHECK(xbad.code == 2);
+  CHECK(xbad.err.find("--fragmentation") != std::string::npos);
+}
+
 // --recipe: what a release ran for the model (sim/recipes/): its stack and its terms as defaults, a flag over
 // them; estimate's prediction is validate's for the published row of the same layout (NeMo 24.07's Llama 3 70B
 // row: tp 4, pp 4, cp 2, vpp 5 on 64 H100, the recipe's TP overlap and fused loss); explore fixes the terms on
