@@ -315,12 +315,12 @@ OptimizerReport DistributedOptimizer::step() {
   reduce();
   if (experts_) experts_->reduce();
   std::vector<float> sq(spec_index_.size(), 0.0f);
-  // The norm's pass over the gradients, recorded where it counts them (every rank its shard under ZeRO, dp
-  // rank 0 of unsharded replicas) as the simulator's grad_norm; the world reduction after it is a wait.
+  // The norm's pass over the gradients, recorded where it counts them (Layout::counts_grad_norm) as the
+  // simulator's grad_norm; the world reduction after it is a wait.
   const double n0 = rec_.now_us();
   add_squares(sq);
   if (experts_) experts_->add_squares(sq);
-  if (sharded_ || g_.at.dp == 0) {
+  if (layout_.counts_grad_norm(g_.at.dp)) {
     OpIdentity norm;
     norm.op = "grad_norm";
     rec_.record(trace::Stream::compute, norm, "grad_norm", n0, rec_.now_us(), 0.0, 0.0);

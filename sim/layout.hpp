@@ -143,6 +143,10 @@ struct Layout {
   double moe_load_factor() const { return moe_capacity > 0 ? moe_capacity : moe_skew; }
 
   int gpus() const { return tp * pp * dp * cp; }
+  // Whether data-parallel rank `dp_index` takes the gradient norm's pass before the optimizer step (the
+  // simulator's grad_norm op, the one both runtimes trace): under ZeRO every rank over the shard it steps;
+  // unsharded replicas hold the same gradients and dp index 0 counts them while the others wait.
+  bool counts_grad_norm(int dp_index) const { return zero_stage >= 1 || dp_index == 0; }
   int expert_tp() const { return etp > 0 ? etp : tp; }
   // Replicas of each expert shard: tp x cp x dp / (etp x ep); check_layout requires it whole.
   int expert_dp() const { return tp * cp * dp / (expert_tp() * ep); }

@@ -656,8 +656,8 @@ double GpuTrainer::global_grad_norm() {
     const auto counted = [this](const GpuParam& p) { return counts_in_norm(p); };
     std::size_t n = 0;
     for (const auto& run : params_->grad_runs(params_->sharded(), counted)) n += run.second;
-    // An op where the simulator has one (every rank its shard under ZeRO, dp rank 0 of unsharded replicas).
-    const bool op = params_->sharded() || at_.dp == 0;
+    // An op where the simulator has one (Layout::counts_grad_norm).
+    const bool op = layout_.counts_grad_norm(at_.dp);
     const std::size_t id = op ? dev_.begin_op(trace::Stream::compute, {"grad_norm", -1, -1, -1, -1, -1}, "grad_norm", 0.0,
                                               4.0 * double(n))
                               : 0;

@@ -184,11 +184,10 @@ void JobBuilder::data_parallel(int pos) {
     before_opt.push_back(tied_[key]);
   }
   const RankTail& tail = costs_.tail[static_cast<std::size_t>(r)];
-  // The gradient norm before the step: each GPU's pass over the gradients it steps (its shard under ZeRO).
-  // Unsharded, dp replicas hold the same gradients and one of them (dp index 0) counts them, as the runtime
-  // does (Megatron counts on every replica, each on its own GPU, in the same time); the others go on. The
-  // norm's all-reduce, a few floats, is not priced.
-  if (tail.grad_norm_s > 0 && (l_.zero_stage >= 1 || c_.dp_of(pos) == 0)) {
+  // The gradient norm before the step: each GPU's pass over the gradients it steps, on the ranks that take it
+  // (Layout::counts_grad_norm, as the runtimes do; Megatron counts on every replica, each on its own GPU, in the
+  // same time); the others go on. The norm's all-reduce, a few floats, is not priced.
+  if (tail.grad_norm_s > 0 && l_.counts_grad_norm(c_.dp_of(pos))) {
     const auto t = compute_task(pos, OpKind::grad_norm, tail.grad_norm_s, -1, -1);
     for (auto b : before_opt)
       if (b != kNone && b != t) g_.edge(b, t);
