@@ -317,6 +317,9 @@ constexpr const char* kPredictedMetrics[] = {
 void check_measured(const Json& row, const std::string& rw, const std::string& id) {
   const Json& meas = row.at("measured");
   if (!meas.is_object()) throw InputError(rw + " (" + id + ").measured: must be an object, got " + json_brief(meas));
+  if (meas.contains("out_of_memory") && !meas.at("out_of_memory").is_boolean())
+    throw InputError(rw + " (" + id + "): measured.out_of_memory: value " + json_brief(meas.at("out_of_memory")) +
+                     " must be true or false (true: the source reports the run out of memory)");
   for (const char* metric : kPredictedMetrics) {
     if (!meas.contains(metric)) continue;
     const Json& v = meas.at(metric);
@@ -565,7 +568,7 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
         std::size_t index = 0;
         bool fits = false;
       };
-      std::optional<Scored> chosen, best;
+      std::optional<Scored> chosen, best, as_run;  // as_run: the fewest departures, then the fastest, fit or not
       std::string last_reason;
       // A row whose layers divide under some of its candidates (an unstated vpp among them) keeps those:
       // the balanced split is assumed only for a layout that cannot be split evenly.
@@ -589,6 +592,8 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
         const int d = c.departures, od = chosen ? tried[chosen->index].departures : 0;
         if (!chosen || (e.fits && !chosen->fits) || (e.fits == chosen->fits && (d < od || (d == od && faster(*chosen)))))
           chosen = sc;
+        const int ad = as_run ? tried[as_run->index].departures : 0;
+        if (!as_run || d < ad || (d == ad && faster(*as_run))) as_run = sc;
       }
       if (!chosen) throw RowSkip{"no feasible layout: " + last_reason};
       if (step_time) chosen->p.step_s = step_time(m, chosen->p.est.layout, sys);
@@ -605,6 +610,11 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       if (!chosen->fits) assumed.push_back("predicted peak memory exceeds the GPU");
       if (!x.note.empty()) assumed.push_back(x.note);
       const Json& meas = row.at("measured");
+      const bool oom = meas.contains("out_of_memory") && meas.at("out_of_memory").get<bool>();
+      {
+        const Estimate& v = (oom ? *as_run : *chosen).p.est;
+        out.memory.push_back({id, !oom, v.fits, v.peak_memory_bytes / kGiB, v.capacity_bytes / kGiB});
+      }
       const std::size_t scored_before = out.rows.size();
       for (auto it = meas.begin(); it != meas.end(); ++it) {
         if (!it.value().is_number()) continue;
@@ -642,8 +652,14 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
         }
         out.rows.push_back(std::move(r));
       }
-      if (out.rows.size() == scored_before)
+      if (out.rows.size() == scored_before && !oom) {
+        out.memory.pop_back();
         throw RowSkip{"measured holds no number validate predicts (" + measured_keys(row) + ")"};
+      }
+      // Per-layer times (Korthikanti's Table 4) were measured on one layer, not the whole model: no verdict.
+      const auto per_layer = [](const MetricResult& r) { return r.metric.find("_ms_per_layer") != std::string::npos; };
+      if (!oom && std::all_of(out.rows.begin() + static_cast<std::ptrdiff_t>(scored_before), out.rows.end(), per_layer))
+        out.memory.pop_back();
     } catch (const RowSkip& s) {
       out.skipped.push_back({id, s.reason});
     } catch (const Json::exception& e) {
@@ -714,6 +730,16 @@ Json validation_to_json(const ValidationResult& r) {
                           {"assumed", m.best_case->assumed}};
     j["rows"].push_back(std::move(row));
   }
+  Json mem = Json::array();
+  int ran = 0, ran_fit = 0, oom = 0, oom_not = 0;
+  for (const auto& v : r.memory) {
+    mem.push_back({{"id", v.id}, {"measured", v.ran ? "ran" : "out of memory"}, {"predicted_fits", v.predicted_fits},
+                   {"peak_GiB", v.peak_GiB}, {"capacity_GiB", v.capacity_GiB}, {"right", v.right()}});
+    (v.ran ? ran : oom) += 1;
+    (v.ran ? ran_fit : oom_not) += v.right();
+  }
+  j["memory_verdicts"] = {{"rows", mem}, {"ran", ran}, {"ran_predicted_to_fit", ran_fit}, {"out_of_memory", oom},
+                          {"out_of_memory_predicted_not_to_fit", oom_not}};
   j["mape_pct"] = r.mape_pct;
   j["max_abs_error_pct"] = r.max_abs_pct;
   j["skipped"] = Json::array();

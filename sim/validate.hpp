@@ -39,8 +39,21 @@ struct SkippedRow {
   std::string reason;
 };
 
+// Whether a row's layout fits, against what the source saw: a row with a scored measurement ran (so it fit);
+// one whose measured says "out_of_memory": true did not. The prediction is the scored layout's (the stack's
+// defaults, the fewest changes that fit where they do not); for a row that ran out of memory, the stack's
+// defaults' layout whether or not it fits, since that is what the source ran.
+struct MemoryVerdict {
+  std::string id;
+  bool ran = true;             // false: the source reports it out of memory
+  bool predicted_fits = true;  // peak (with the allocator's fragmentation and the system's reserve) within the GPU
+  double peak_GiB = 0, capacity_GiB = 0;
+  bool right() const { return ran == predicted_fits; }
+};
+
 struct ValidationResult {
   std::vector<MetricResult> rows;
+  std::vector<MemoryVerdict> memory;  // one per row modelled
   std::vector<SkippedRow> skipped;
   std::map<std::string, double> mape_pct;   // per metric
   std::map<std::string, double> max_abs_pct;

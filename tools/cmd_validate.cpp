@@ -80,6 +80,19 @@ std::string validation_text(const ValidationResult& r) {
     s.push_back({metric, std::to_string(counts[metric]), fmt::fixed(mape, 1) + unit[metric],
                  fmt::fixed(r.max_abs_pct.at(metric), 1) + unit[metric]});
   os << fmt::table(s);
+  // Memory verdicts: a row that ran fit; one the source reports out of memory did not.
+  int ran = 0, ran_fit = 0, oom = 0, oom_not = 0;
+  for (const auto& v : r.memory) {
+    (v.ran ? ran : oom) += 1;
+    (v.ran ? ran_fit : oom_not) += v.right();
+  }
+  os << "\nmemory: " << ran_fit << " of " << ran << " rows that ran predicted to fit";
+  if (oom > 0) os << "; " << oom_not << " of " << oom << " rows measured out of memory predicted not to fit";
+  os << "\n";
+  for (const auto& v : r.memory)
+    if (!v.right())
+      os << "  " << v.id << ": " << (v.ran ? "ran, predicted " : "out of memory, predicted ") << fmt::fixed(v.peak_GiB, 1)
+         << " of " << fmt::fixed(v.capacity_GiB, 1) << " GiB\n";
   if (!r.skipped.empty()) {
     os << "\nskipped " << r.skipped.size() << " rows:\n";
     for (const auto& k : r.skipped) os << "  " << k.id << ": " << k.reason << "\n";

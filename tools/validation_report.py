@@ -426,6 +426,31 @@ def dgxc_section(tessel):
     return text
 
 
+def memory_section(files):
+    """Each file's memory verdicts: rows that ran should be predicted to fit, rows out of memory not to."""
+    text = """
+## Memory verdicts
+
+A row with a scored measurement ran, so its layout fit; a row whose `measured` says `"out_of_memory": true` did
+not. The verdict is the scored layout's predicted peak (the allocator's fragmentation of the source's stack
+and the system's reserve included; docs/stacks.md, "Allocator fragmentation") against the GPU's memory; for a
+row out of memory, the layout with the stack's defaults, fit or not. A row that ran with fields unstated is
+predicted with the fewest changes to the stack's defaults that fit, so its verdict fails only where nothing
+fits; the fully stated rows are the test. Rows of per-layer times (Korthikanti's Table 4, one layer timed)
+have no verdict. `tessel validate ROWS` prints the same counts.
+
+| file | rows that ran predicted to fit | rows out of memory predicted not to fit | misses |
+|---|---|---|---|
+"""
+    for name, d in files:
+        v = d["memory_verdicts"]
+        misses = "; ".join(f"{r['id']} ({r['measured']}, predicted {r['peak_GiB']:.1f} of {r['capacity_GiB']:.1f} GiB)"
+                           for r in v["rows"] if not r["right"]) or "none"
+        oom = f"{v['out_of_memory_predicted_not_to_fit']} of {v['out_of_memory']}" if v["out_of_memory"] else "none in the file"
+        text += f"| {name} | {v['ran_predicted_to_fit']} of {v['ran']} | {oom} | {misses} |\n"
+    return text
+
+
 def pct(v):
     return "-" if v is None else f"{v:.1f}%"
 
@@ -453,6 +478,11 @@ def main():
         u = unit[metric]
         text += f"| {metric} | {counts[metric]} | {d['mape_pct'][metric]:.1f}{u} | {d['max_abs_error_pct'][metric]:.1f}{u} |\n"
     text += bands_section(d)
+    moe_rows = pathlib.Path(a.rows).with_name("published-moe.json")
+    verdicts = [(pathlib.Path(a.rows).name, d)]
+    if moe_rows.exists():
+        verdicts.append((moe_rows.name, run_json([a.tessel, "validate", str(moe_rows), "--engine", a.engine, "--json"])))
+    text += memory_section(verdicts)
     text += loso_section(a.tessel, a.rows, d)
     zb = [r["error_pct"] for r in d["rows"] if r["id"].startswith("zb24") and r["metric"] == "samples_per_gpu_per_s"]
     zbi = [r["error_pct"] for r in d["rows"] if "_1F1B-I_" in r["id"] and r["metric"] == "samples_per_gpu_per_s"]
@@ -472,7 +502,6 @@ def main():
     text += "\n## Skipped rows\n\n| row | reason |\n|---|---|\n"
     for s in d["skipped"]:
         text += f"| {s['id']} | {s['reason']} |\n"
-    moe_rows = pathlib.Path(a.rows).with_name("published-moe.json")
     if moe_rows.exists():
         text += moe_section(a.tessel, str(moe_rows), a.engine)
     with open(a.output, "w") as f:

@@ -39,6 +39,56 @@ TEST_CASE("validate: inline rows, GPU mapping, nulls chosen and listed") {
   CHECK(err.find("expected a JSON array of rows") != std::string::npos);
 }
 
+// Memory verdicts: a row that ran fit, one measured out of memory did not. The 22B GPT of Korthikanti's Table 3
+// on 8 A100s at tp 8 (the whole model on one tp group, fully stated): with full recompute it fits (114.9 GiB
+// without recompute, 93 with sequence parallelism alone, by the same model), so "ran" is a right verdict and
+// "out of memory" a wrong one; without recompute the reverse. A row with only per-layer times has no verdict,
+// and out_of_memory must be a boolean.
+TEST_CASE("validate: memory verdicts for rows that ran and rows out of memory") {
+  const auto row = [](const std::string& id, const std::string& recompute, const std::string& measured) {
+    return R"({"id":")" + id + R"(","model":{"layers":48,"hidden":6144,"heads":64,"ffn":24576,"vocab":51200,
+      "seq_len":2048},"hardware":{"gpu":"NVIDIA A100 80GB","gpu_count":8},
+      "layout":{"tp":8,"pp":1,"dp":1,"cp":1,"ep":1,"vpp":1,"micro_batch":4,"global_batch":4,
+      "num_microbatches":null,"schedule":"none","recompute":")" + recompute + R"(","sequence_parallel":false,
+      "zero_stage":0,"precision":"fp16_or_bf16"},"measured":)" + measured + "}";
+  };
+  const std::string text = "[" + row("korthikanti22_ran_full", "full", R"({"iteration_time_s":1.0})") + "," +
+                           row("korthikanti22_ran_none", "none", R"({"iteration_time_s":1.0})") + "," +
+                           row("korthikanti22_oom_none", "none", R"({"out_of_memory":true})") + "," +
+                           row("korthikanti22_oom_full", "full", R"({"iteration_time_s":null,"out_of_memory":true})") + "," +
+                           row("korthikanti22_layer", "none", R"({"forward_ms_per_layer":7.7})") + "]";
+  const ValidationResult r = validate_rows(parse_json_text(text, "rows.json"), "rows.json");
+  CHECK(r.skipped.empty());
+  REQUIRE(r.memory.size() == 4);  // the per-layer row has none
+  std::map<std::string, MemoryVerdict> v;
+  for (const auto& m : r.memory) v[m.id] = m;
+  CHECK(v.at("korthikanti22_ran_full").ran);
+  CHECK(v.at("korthikanti22_ran_full").predicted_fits);
+  CHECK(v.at("korthikanti22_ran_full").right());
+  CHECK(v.at("korthikanti22_ran_none").ran);
+  CHECK_FALSE(v.at("korthikanti22_ran_none").predicted_fits);
+  CHECK_FALSE(v.at("korthikanti22_ran_none").right());
+  CHECK(v.at("korthikanti22_ran_none").peak_GiB > v.at("korthikanti22_ran_none").capacity_GiB);
+  CHECK_FALSE(v.at("korthikanti22_oom_none").ran);
+  CHECK(v.at("korthikanti22_oom_none").right());
+  CHECK_FALSE(v.at("korthikanti22_oom_full").right());
+  // The out-of-memory rows have no measured number to score: verdicts only.
+  for (const auto& m : r.rows) CHECK(m.id.find("_oom_") == std::string::npos);
+  const Json j = validation_to_json(r);
+  CHECK(j["memory_verdicts"]["ran"] == 2);
+  CHECK(j["memory_verdicts"]["ran_predicted_to_fit"] == 1);
+  CHECK(j["memory_verdicts"]["out_of_memory"] == 2);
+  CHECK(j["memory_verdicts"]["out_of_memory_predicted_not_to_fit"] == 1);
+  std::string err;
+  try {
+    validate_rows(parse_json_text("[" + row("korthikanti22_bad", "full", R"({"out_of_memory":"yes"})") + "]", "rows.json"),
+                  "rows.json");
+  } catch (const InputError& e) {
+    err = e.what();
+  }
+  CHECK(err.find("(korthikanti22_bad): measured.out_of_memory: value \"yes\" must be true or false") != std::string::npos);
+}
+
 // A row the model cannot predict is the row's limit, not the file's: a GPU without a preset and a mixture of
 // experts are listed under skipped with the reason, and the rows beside them are still predicted.
 TEST_CASE("validate: a row with an unknown GPU or a mixture of experts is skipped with its reason") {
