@@ -108,8 +108,14 @@ LIMITS = """
   dgxc-24.11`), are 6-22% optimistic in bf16 and 7-17% in fp8 but for Nemotron4 340B in fp8 (+6.2%), GPT-3
   175B with its TP overlap the most (a mean |step error| of 12.2% over the eight; with the stack's defaults,
   without the configs' TP overlap and fused loss, Llama 3.1 8B had been -10.4 / -6.2% and GPT-3 175B -16.2 /
-  -9.3%). Not modelled yet: the memory-bound kernels measured on HBM3 (the attention rate by sequence length
-  is, below). NeMo runs cuDNN's fused attention; the FlashAttention-3 paper's H100 figures put cuDNN at 518-539
+  -9.3%). The memory-bound kernels on HBM3 are priced at the preset's 0.8 of 3.35 TB/s, which nobody measured
+  here. The fastest published H100 kernels sustain about 0.90 of it, in fp32 and bf16 alike: QuACK's RMSNorm,
+  softmax and cross-entropy at reduction dims above 4k, 3.0 TB/s (Guo, Zadouri and Dao 2025,
+  github.com/Dao-AILab/quack media/2025-07-10-membound-sol.md; torch.compile's fp32 softmax 1.89 TB/s at a 262k
+  reduction dim on the same card). Priced at 0.90 (2026-12-07, `validate --only nemo --system` with that preset), these rows' mean |step
+  error| goes from 11.2% to 12.2%. So either the kernels NeMo runs are slower than those, or what the rows lack is
+  elsewhere; the preset keeps 0.8. (The attention rate by sequence length is modelled from published
+  measurements; see below.) NeMo runs cuDNN's fused attention; the FlashAttention-3 paper's H100 figures put cuDNN at 518-539
   TFLOP/s forward causal and 499-516 backward at head dim 128 and 4k-16k tokens, where Tessel prices 0.4 of the
   bf16 peak, 396, forward and backward alike. Pricing those rates makes these rows more optimistic still: at
   0.52 of the peak the NeMo / H100 rows go from 11.6% to 18.2% mean |step error| (the long-sequence table, whose
