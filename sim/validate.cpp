@@ -719,6 +719,15 @@ Json select_rows(const Json& rows, const std::string& where, const std::vector<s
   return kept;
 }
 
+MemoryCounts count_memory_verdicts(const std::vector<MemoryVerdict>& verdicts) {
+  MemoryCounts n;
+  for (const auto& v : verdicts) {
+    (v.ran ? n.ran : n.out_of_memory) += 1;
+    (v.ran ? n.ran_right : n.out_of_memory_right) += v.right();
+  }
+  return n;
+}
+
 Json validation_to_json(const ValidationResult& r) {
   Json j;
   j["rows"] = Json::array();
@@ -731,15 +740,12 @@ Json validation_to_json(const ValidationResult& r) {
     j["rows"].push_back(std::move(row));
   }
   Json mem = Json::array();
-  int ran = 0, ran_fit = 0, oom = 0, oom_not = 0;
-  for (const auto& v : r.memory) {
+  for (const auto& v : r.memory)
     mem.push_back({{"id", v.id}, {"measured", v.ran ? "ran" : "out of memory"}, {"predicted_fits", v.predicted_fits},
                    {"peak_GiB", v.peak_GiB}, {"capacity_GiB", v.capacity_GiB}, {"right", v.right()}});
-    (v.ran ? ran : oom) += 1;
-    (v.ran ? ran_fit : oom_not) += v.right();
-  }
-  j["memory_verdicts"] = {{"rows", mem}, {"ran", ran}, {"ran_predicted_to_fit", ran_fit}, {"out_of_memory", oom},
-                          {"out_of_memory_predicted_not_to_fit", oom_not}};
+  const MemoryCounts n = count_memory_verdicts(r.memory);
+  j["memory_verdicts"] = {{"rows", mem}, {"ran", n.ran}, {"ran_predicted_to_fit", n.ran_right},
+                          {"out_of_memory", n.out_of_memory}, {"out_of_memory_predicted_not_to_fit", n.out_of_memory_right}};
   j["mape_pct"] = r.mape_pct;
   j["max_abs_error_pct"] = r.max_abs_pct;
   j["skipped"] = Json::array();

@@ -51,6 +51,13 @@ struct MemoryVerdict {
   bool right() const { return ran == predicted_fits; }
 };
 
+// The verdicts counted: rows that ran and of them those predicted to fit; rows out of memory and of them those
+// predicted not to fit.
+struct MemoryCounts {
+  int ran = 0, ran_right = 0, out_of_memory = 0, out_of_memory_right = 0;
+};
+MemoryCounts count_memory_verdicts(const std::vector<MemoryVerdict>& verdicts);
+
 struct ValidationResult {
   std::vector<MetricResult> rows;
   std::vector<MemoryVerdict> memory;  // one per row modelled

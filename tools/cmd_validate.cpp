@@ -81,13 +81,10 @@ std::string validation_text(const ValidationResult& r) {
                  fmt::fixed(r.max_abs_pct.at(metric), 1) + unit[metric]});
   os << fmt::table(s);
   // Memory verdicts: a row that ran fit; one the source reports out of memory did not.
-  int ran = 0, ran_fit = 0, oom = 0, oom_not = 0;
-  for (const auto& v : r.memory) {
-    (v.ran ? ran : oom) += 1;
-    (v.ran ? ran_fit : oom_not) += v.right();
-  }
-  os << "\nmemory: " << ran_fit << " of " << ran << " rows that ran predicted to fit";
-  if (oom > 0) os << "; " << oom_not << " of " << oom << " rows measured out of memory predicted not to fit";
+  const MemoryCounts n = count_memory_verdicts(r.memory);
+  os << "\nmemory: " << n.ran_right << " of " << n.ran << " rows that ran predicted to fit";
+  if (n.out_of_memory > 0)
+    os << "; " << n.out_of_memory_right << " of " << n.out_of_memory << " rows measured out of memory predicted not to fit";
   os << "\n";
   for (const auto& v : r.memory)
     if (!v.right())
