@@ -485,7 +485,7 @@ TEST_CASE("estimate and explore --stack: defaults, refusals, and a search within
 
 // The allocator's fragmentation on the command line: a stack's (0.10 for megatron-core-2024) in estimate's
 // JSON memory terms and its layout, --fragmentation over it, in the layout JSON, out of range refused naming
-// the flag; simulate's peak grows by the same term; explore --explain names it.
+// the flag (estimate and explore); simulate's peak grows with it.
 TEST_CASE("estimate, simulate and explore: the allocator's fragmentation") {
   const std::vector<std::string> base = {"--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--gpus", "256",
                                          "--gbs", "256", "--schedule", "1f1b", "--json"};
