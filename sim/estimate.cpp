@@ -257,8 +257,9 @@ void memory(Estimate& e, const StepCosts& c, double capacity, double min_headroo
     // The routed experts' states are sharded over their own replicas (edp), the rest over dp x cp.
     const double experts = rs.expert_params[r], others = rs.params[r] - experts;
     e.expert_params.push_back(experts);
+    e.rank_params.push_back(rs.params[r]);
     const cost::StateBytes& se = c.expert_state;
-    mbk.weights_bytes = others * sb.weights + experts * se.weights;
+    mbk.weights_bytes = c.weight_bytes(r);  // an fp8 run's GEMM weights at their own bytes (cost::StateBytes)
     mbk.grads_bytes = others * sb.grads + experts * se.grads;
     mbk.optimizer_bytes = others * sb.optimizer + experts * se.optimizer;
     const double chunks = cost::inflight_chunks(l, r);

@@ -48,6 +48,7 @@ struct Estimate {
   // overlapped DP reductions and parameter gathers, overlapped p2p and ZeRO-3's prefetched gathers.
   double overlapped_comm_s = 0, overlap_slowdown_s = 0;
   std::vector<cost::MemoryBreakdown> memory;  // one per pipeline rank
+  std::vector<double> rank_params;            // per pipeline rank: parameters one GPU holds (before ZeRO-3's sharding)
   std::vector<double> expert_params;          // per pipeline rank: routed-expert parameters one GPU holds (MoE)
   double peak_memory_bytes = 0;
   int peak_rank = 0;

@@ -25,16 +25,14 @@ constexpr double kRankBlobBytes = 16384.0;
 
 constexpr double kDay = 86400.0, kHour = 3600.0;
 
-// Parameters each pipeline rank stores (per tp rank): the memory model's weights over its bytes per weight,
-// less the copies the format stores once.
+// Parameters each pipeline rank stores (per tp rank): the memory model's count per GPU, less the copies the
+// format stores once.
 std::vector<double> stored_params(const Model& m, const Estimate& e) {
   const Layout& l = e.layout;
-  // Under ZeRO-3 both are divided by dp x cp, so the ratio is the rank's whole parameter count.
-  const double per_weight = cost::state_bytes_per_param(l).weights;
   std::vector<double> p;
   // The routed experts apart (expert_params_stored): their copies are not the dp replicas'.
-  for (std::size_t r = 0; r < e.memory.size(); ++r)
-    p.push_back(e.memory[r].weights_bytes / per_weight - (r < e.expert_params.size() ? e.expert_params[r] : 0.0));
+  for (std::size_t r = 0; r < e.rank_params.size(); ++r)
+    p.push_back(e.rank_params[r] - (r < e.expert_params.size() ? e.expert_params[r] : 0.0));
   TESSEL_CHECK(static_cast<int>(p.size()) == l.pp, "memory of " << p.size() << " pipeline ranks for pp " << l.pp);
   const int stages = l.num_stages();
   // The tied embedding's second copy, held for the head by the last stage (sim/workload.cpp): the first stage's

@@ -209,6 +209,7 @@ std::string Layout::describe() const {
   if (sequence_parallel) os << " sp";
   if (tp_comm_overlap) os << " tp-overlap";
   if (zero_stage > 0) os << " zero" << zero_stage;
+  if (fp8_params()) os << " fp8-params";
   if (state.main_grads != StateDtype::fp32) os << " grads=" << to_string(state.main_grads);
   if (state.moments != StateDtype::fp32) os << " moments=" << to_string(state.moments);
   if (state.master_weights != MasterWeights::fp32) os << " master=" << to_string(state.master_weights);
@@ -306,6 +307,14 @@ Layout parse_layout(const Json& j, const std::string& where) {
     if (l.precision != Precision::fp8)
       o.fail("fp8_recipe", "\"" + *r + "\" is an fp8 recipe; precision is " + to_string(l.precision) + ", not fp8");
   }
+  if (auto g = o.opt_boolean("fp8_param_gather")) {
+    l.fp8_param_gather = *g;
+    if (*g && l.precision != Precision::fp8)
+      o.fail("fp8_param_gather", "true keeps fp8 weights; precision is " + to_string(l.precision) + ", not fp8");
+    if (*g && l.zero_stage == 0)
+      o.fail("fp8_param_gather", "true needs the distributed optimizer (zero_stage >= 1), as Megatron-Core asserts; "
+                                 "zero_stage is 0");
+  }
   if (o.has("unfused")) l.unfused = parse_unfused_json(o.raw("unfused"), where + ": unfused");
   else o.ignore("unfused");
   if (auto g = o.opt_string("main_grads")) l.state.main_grads = parse_state_dtype(*g, where + ": main_grads");
@@ -366,6 +375,7 @@ Json layout_to_json(const Layout& l) {
   if (l.runs_fa2()) j["flash_kernel"] = to_string(l.flash_kernel);
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
   if (l.precision == Precision::fp8 && l.fp8_recipe != Fp8Recipe::delayed) j["fp8_recipe"] = to_string(l.fp8_recipe);
+  if (l.fp8_params()) j["fp8_param_gather"] = true;
   if (l.unfused.any()) j["unfused"] = unfused_words(l.unfused);
   if (l.state.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.state.main_grads);
   if (l.state.moments != StateDtype::fp32) j["moments"] = to_string(l.state.moments);

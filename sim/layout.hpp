@@ -87,6 +87,13 @@ struct Layout {
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;  // precision fp8 only
+  // fp8 primary weights (Megatron-Core's --fp8-param-gather, NeMo's fp8_params; layout key "fp8_param_gather",
+  // flag --fp8-param-gather, stack key "fp8_param_gather"): the GEMMs' weights are kept in fp8 instead of 16-bit
+  // plus Transformer Engine's cached fp8 cast, and the distributed optimizer all-gathers them in fp8 (half the
+  // bytes). Megatron-Core asserts the distributed optimizer (or its FSDP), so it holds where the layout runs
+  // fp8 with ZeRO >= 1 (fp8_params()); a stack's default leaves the other layouts as they are.
+  bool fp8_param_gather = false;
+  bool fp8_params() const { return fp8_param_gather && precision == Precision::fp8 && zero_stage >= 1; }
   Unfused unfused;                   // element-wise kernels run unfused (see Unfused; default: all fused)
   FlashKernel flash_kernel = FlashKernel::cudnn;  // attention flash only
   // Whether the attention runs FlashAttention-2 (flash attention with that kernel): what prices it at
@@ -197,7 +204,8 @@ Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, flash_kernel, cross_entropy, fp8_recipe, unfused, main_grads, moments,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, flash_kernel, cross_entropy, fp8_recipe, fp8_param_gather, unfused,
+// main_grads, moments,
 // master_weights, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, fragmentation, stage_layers; docs/layout.md). Missing optional keys take the defaults
 // above; unknown keys fail.

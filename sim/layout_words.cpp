@@ -96,6 +96,9 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else if (w == "a2a-overlap") {
       once("a2a-overlap", w);
       l.a2a_overlap = true;
+    } else if (w == "fp8-params") {  // effective under fp8 with ZeRO >= 1 (Layout::fp8_params)
+      once("fp8-params", w);
+      l.fp8_param_gather = true;
     } else if (w == "deepep") {
       once("dispatcher", w);
       l.deepep = true;
@@ -115,7 +118,7 @@ Layout parse_layout_words(const std::string& text, int global_batch, const std::
     } else {
       const sched::Family* f = sched::find_family(w);
       if (!f || !f->layout_schedule)
-        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN skew=X capacity=X deepep a2a-overlap vppN mbsN zeroN sp tp-overlap layers=... "
+        throw InputError(what + ": word '" + w + "' is not a layout term (tpN ppN dpN cpN epN etpN skew=X capacity=X deepep a2a-overlap vppN mbsN zeroN sp tp-overlap fp8-params layers=... "
                          "mb-rule=megatron|torch grads=fp32|bf16 moments=fp32|bf16 master=fp32|remainder|none, "
                          "a schedule: " + sched::known_names(true) + ", a recompute policy: none, selective, full, full-blockN)");
       once("schedule", w);

@@ -32,6 +32,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   s.attention = o.choice("attention", {"flash", "unfused"}) == "flash" ? AttentionImpl::flash : AttentionImpl::unfused;
   if (auto c = o.opt_string("cross_entropy")) s.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
   if (auto r = o.opt_string("fp8_recipe")) s.fp8_recipe = parse_fp8_recipe(*r, where + ": fp8_recipe");
+  s.fp8_param_gather = o.opt_boolean("fp8_param_gather").value_or(false);
   if (auto k = o.opt_string("flash_kernel")) s.flash_kernel = parse_flash_kernel(*k, where + ": flash_kernel");
   if (o.has("unfused")) s.unfused = parse_unfused_json(o.raw("unfused"), where + ": unfused");
   {
@@ -122,6 +123,7 @@ void apply_stack(const Stack& s, Layout& l) {
   l.attention = s.attention;
   l.cross_entropy = s.cross_entropy;
   l.fp8_recipe = s.fp8_recipe;
+  l.fp8_param_gather = s.fp8_param_gather;
   l.unfused = s.unfused;
   l.flash_kernel = s.flash_kernel;
   l.overlap_grad_reduce = s.overlap_grad_reduce;

@@ -26,6 +26,10 @@ struct Stack {
   // How an fp8 run scales its tensors unless asked otherwise (key "fp8_recipe", absent: delayed, Transformer
   // Engine's DelayedScaling default that Megatron-LM and NeMo run; torchtitan's torchao float8: current).
   Fp8Recipe fp8_recipe = Fp8Recipe::delayed;
+  // Whether its fp8 runs keep fp8 primary weights (key "fp8_param_gather", absent: false; Layout::fp8_param_gather):
+  // Megatron-Bridge's and NeMo 2.0's fp8 mixed-precision recipes turn it on; Megatron-LM's --fp8-param-gather and
+  // NeMo 1's fp8_params are off unless asked.
+  bool fp8_param_gather = false;
   // The element-wise kernels its model code runs unfused unless asked otherwise (key "unfused", a list of
   // norm, act, rope; absent: all fused, as Megatron-LM and NeMo's configs run them).
   Unfused unfused;

@@ -63,10 +63,15 @@ bool block_recompute(const Layout& l) {
 void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const System& sys,
                  const std::vector<StageWork>& ends) {
   const int S = l.num_stages(), L = m.layers;
-  const double state = cost::state_bytes_per_param(l).total();
-  // A MoE layer's routed experts keep their states over their own replicas (edp).
-  const double experts = layer_expert_params_per_gpu(m, l);
-  const double layer_state = state * (layer_params_per_gpu(m, l) - experts) + cost::expert_state_bytes_per_param(l).total() * experts;
+  const cost::StateBytes sb = cost::state_bytes_per_param(l, sys.gpu.arch);
+  // A MoE layer's routed experts keep their states over their own replicas (edp); under fp8 the GEMMs' weights
+  // (all but the wide parameters) take their fp8 bytes (cost::StateBytes::gemm_weights).
+  const double expert_state = cost::expert_state_bytes_per_param(l, sys.gpu.arch).gemm_total();
+  const auto layer_state_of = [&](const Model& lm) {
+    const double experts = layer_expert_params_per_gpu(lm, l), others = layer_params_per_gpu(lm, l) - experts;
+    return sb.state_bytes(others, others - layer_wide_params_per_gpu(lm, l)) + expert_state * experts;
+  };
+  const double layer_state = layer_state_of(m);
   const double mb = l.num_microbatches();
   c.layer_bytes.assign(static_cast<std::size_t>(L), layer_state);
   // Per layer as the workload's stages count them (cost::stage_activation_bytes): under block recompute the
@@ -79,7 +84,7 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
     // the MoE layers'; a block of dense layers saves a little less.)
     const Model dm = dense_part(m);
     for (int i : m.moe.dense_layers) {
-      c.layer_bytes[static_cast<std::size_t>(i)] = state * layer_params_per_gpu(dm, l);
+      c.layer_bytes[static_cast<std::size_t>(i)] = layer_state_of(dm);
       c.act_bytes[static_cast<std::size_t>(i)] = cost::stage_activation_bytes(dm, l, 1, rec);
     }
   }
@@ -108,7 +113,8 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
     const double extras = frag * (st == 0 ? e.act_extra_bytes * std::min(chunks, mb)
                                   : st == S - 1 ? e.act_extra_bytes * cost::last_stage_extras_alive(l) : 0.0);
     // A stage's own activations besides its layers' (the last stage's MTP module), as the estimate counts them.
-    c.stage_bytes[k] = state * (e.params - e.expert_params) + cost::expert_state_bytes_per_param(l).total() * e.expert_params +
+    const double others = e.params - e.expert_params;
+    c.stage_bytes[k] = sb.state_bytes(others, std::max(0.0, others - e.wide_params)) + expert_state * e.expert_params +
                        extras + c.act_scale[k] * e.act_bytes;
   }
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sim/cost/compute.hpp"
+#include "sim/cost/op.hpp"
 #include "util/error.hpp"
 
 namespace tessel {
@@ -28,7 +29,7 @@ namespace {
 RankSums sum_per_rank(const Workload& w) {
   const Layout& l = w.layout;
   RankSums r;
-  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.expert_params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last, &r.sp_grad_params})
+  for (auto* v : {&r.f, &r.i, &r.w, &r.params, &r.expert_params, &r.wide_params, &r.tp_f, &r.tp_b, &r.act, &r.extra_first, &r.extra_last, &r.sp_grad_params})
     v->assign(l.pp, 0.0);
   r.layers.assign(l.pp, 0);
   for (const auto& st : w.stages) {
@@ -39,6 +40,7 @@ RankSums sum_per_rank(const Workload& w) {
     r.w[k] += st.w;
     r.params[k] += st.params;
     r.expert_params[k] += st.expert_params;
+    r.wide_params[k] += st.wide_params;
     r.sp_grad_params[k] += st.sp_grad_params;
     r.tp_f[k] += st.tp_comm_f;
     r.tp_b[k] += st.tp_comm_b;
@@ -47,6 +49,20 @@ RankSums sum_per_rank(const Workload& w) {
     else if (st.stage == l.num_stages() - 1) r.extra_last[k] += st.act_extra_bytes;
   }
   return r;
+}
+
+// Seconds a step spends casting an fp8 run's GEMM weights (RankTail::optimizer_s): `held` of them on the GPU,
+// `stepped` of those its optimizer updates. Without fp8 primary weights, one cast of each held weight as the
+// recipe casts a tensor (cost::fp8_cast). With them, the optimizer writes one fp8 byte per stepped weight and,
+// where the tensor cores need a transposed copy, the gathered weights are read and the copy written (1 + 1
+// bytes); MXFP8 gathers 16-bit values and quantizes them as the cast does.
+double fp8_weight_cast_s(const Layout& l, const GpuSpec& gpu, double held, double stepped, int kernels) {
+  if (l.precision != Precision::fp8 || held <= 0) return 0.0;
+  const cost::Fp8Cast cast = cost::fp8_cast(l.fp8_recipe, gpu);
+  double bytes = 0;
+  if (!l.fp8_params() || l.fp8_recipe == Fp8Recipe::mxfp8) bytes = cast.bytes * held;
+  else bytes = stepped + (gpu.fp8_transposed_copy() ? 2.0 * held : 0.0);
+  return cost::memory_time(gpu, bytes, std::max(1, kernels) * cast.kernels);
 }
 
 }  // namespace
@@ -62,16 +78,19 @@ StepCosts step_costs(const Model& m, const Layout& l, const System& sys, const L
   c.tied_s = sync.tied.seconds(sys);
   c.optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.dp) * l.cp : 1.0;
   c.expert_optimizer_shard = l.zero_stage >= 1 ? static_cast<double>(l.expert_dp()) : 1.0;
-  c.state = cost::state_bytes_per_param(l);
-  c.expert_state = cost::expert_state_bytes_per_param(l);
+  c.state = cost::state_bytes_per_param(l, sys.gpu.arch);
+  c.expert_state = cost::expert_state_bytes_per_param(l, sys.gpu.arch);
   c.tail.resize(static_cast<std::size_t>(l.pp));
   for (std::size_t r = 0; r < c.tail.size(); ++r) {
     const double experts = c.ranks.expert_params[r], others = c.ranks.params[r] - experts;
     const double stepped = others / c.optimizer_shard + experts / c.expert_optimizer_shard;
+    const double gemm = c.gemm_params(static_cast<int>(r)), gemm_others = gemm - experts;
+    const double cast_s = fp8_weight_cast_s(l, sys.gpu, gemm, gemm_others / c.optimizer_shard + experts / c.expert_optimizer_shard,
+                                            4 * c.ranks.layers[r]);
     // The experts' reduction follows the others' on the same GPUs' links (one after the other).
     c.tail[r] = {sync.grad.seconds(sys, others) + sync.expert_grad.seconds(sys, experts),
                  sync.param_gather.seconds(sys, others) + sync.expert_param_gather.seconds(sys, experts),
-                 cost::adamw_time(sys.gpu, stepped),
+                 cost::adamw_time(sys.gpu, stepped) + cast_s,
                  cost::grad_pass_time(sys.gpu, cost::grad_bytes(l) * stepped),
                  cost::grad_pass_time(sys.gpu, c.state.grads * others + c.expert_state.grads * experts)};
   }
@@ -81,10 +100,27 @@ StepCosts step_costs(const Model& m, const Layout& l, const System& sys, const L
   return c;
 }
 
+double StepCosts::gemm_params(int r) const {
+  const auto k = static_cast<std::size_t>(r);
+  // Costs built by hand may leave the breakdown out: every parameter is then priced as a wide one.
+  if (k >= ranks.wide_params.size()) return 0.0;
+  return std::max(0.0, ranks.params[k] - ranks.wide_params[k]);
+}
+
 double StepCosts::state_bytes(int r) const {
   const auto k = static_cast<std::size_t>(r);
-  const double experts = k < ranks.expert_params.size() ? ranks.expert_params[k] : 0.0;  // costs built by hand: none
-  return (ranks.params[k] - experts) * state.total() + experts * expert_state.total();
+  const double experts = k < ranks.expert_params.size() ? ranks.expert_params[k] : 0.0;  // by hand: none
+  const double others = ranks.params[k] - experts, gemm = gemm_params(r);
+  if (gemm <= 0) return others * state.total() + experts * expert_state.total();
+  return state.state_bytes(others, gemm - experts) + experts * expert_state.gemm_total();
+}
+
+double StepCosts::weight_bytes(int r) const {
+  const auto k = static_cast<std::size_t>(r);
+  const double experts = k < ranks.expert_params.size() ? ranks.expert_params[k] : 0.0;
+  const double others = ranks.params[k] - experts, gemm = gemm_params(r);
+  if (gemm <= 0) return others * state.weights + experts * expert_state.weights;
+  return state.weight_bytes(others, gemm - experts) + experts * expert_state.gemm_weights;
 }
 
 }  // namespace tessel

@@ -31,6 +31,7 @@ struct RankSums {
   std::vector<double> tp_f, tp_b;    // the TP collectives' part of f and i
   std::vector<double> params;        // parameters one GPU holds
   std::vector<double> expert_params; // of those, routed experts' (their own data-parallel group: edp)
+  std::vector<double> wide_params;   // of those, outside the fp8 GEMMs (StageWork::wide_params)
   std::vector<double> sp_grad_params;
   std::vector<double> act;           // one chunk's activations, the average over the rank's chunks
   std::vector<double> extra_first, extra_last;  // the first (last) stage's extras, on the rank holding it
@@ -43,7 +44,10 @@ struct RankTail {
   // and its parameters gathered; 0 where the layout runs none.
   double grad_s = 0, gather_s = 0;
   // The optimizer step (cost::adamw_time) over the parameters the rank's GPUs step: their share of the
-  // dp x cp replicas' under ZeRO (StepCosts::optimizer_shard), all of them otherwise.
+  // dp x cp replicas' under ZeRO (StepCosts::optimizer_shard), all of them otherwise. An fp8 run adds its
+  // weights' casts, once a step (fp8_weight_cast_s in step_costs.cpp): without fp8 primary weights Transformer
+  // Engine casts each GEMM weight on the step's first micro-batch and keeps the cast; with them the optimizer
+  // writes its shard's fp8 values and the transposed copy is rebuilt from the gathered weights.
   double optimizer_s = 0;
   // Its two neighbours (cost::grad_pass_time): the gradient norm for clipping reads the gradients the
   // optimizer steps once, before it (Megatron's clip_grad_norm; the runtime's sum of squares); zeroing the
@@ -64,8 +68,12 @@ struct StepCosts {
   // fixed parts (ZeRO-3's gather buffers, the full-recompute transient, the system's reserved bytes).
   cost::StateBytes state;
   cost::StateBytes expert_state;  // per routed-expert parameter (its optimizer states shared over edp)
-  // Bytes of weights, gradients and optimizer states of pipeline rank r's GPUs.
+  // Bytes of weights, gradients and optimizer states of pipeline rank r's GPUs; of them, the weights.
   double state_bytes(int r) const;
+  double weight_bytes(int r) const;
+  // Of pipeline rank r's parameters: the fp8 GEMM weights outside the routed experts (all of them but the
+  // wide ones), and the routed experts'.
+  double gemm_params(int r) const;
   double zero3_gather_bytes = 0, recompute_transient_bytes = 0, reserved_bytes = 0;
   double fixed_bytes() const { return zero3_gather_bytes + reserved_bytes + recompute_transient_bytes; }
 };

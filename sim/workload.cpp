@@ -51,6 +51,23 @@ double layer_params_per_gpu(const Model& m, const Layout& l) {
          static_cast<double>(m.router_params()) + gate + layer_expert_params_per_gpu(m, l);
 }
 
+double layer_wide_params_per_gpu(const Model& m, const Layout& l) {
+  // As layer_params_per_gpu counts them: the norms (Qwen3's q/k norms and attention sinks with the attention)
+  // split over tp, the router and the gate whole. (MLA's two latent norms are counted with its projections.)
+  const double attention_wide = static_cast<double>(m.qk_norm_params()) + (m.attention_sinks ? m.heads : 0);
+  return (static_cast<double>(m.layer_norms) * static_cast<double>(m.norm_params()) + attention_wide) / l.tp +
+         (m.moe.enabled() ? static_cast<double>(m.router_params()) + shared_gate_params(m) : 0.0);
+}
+
+double fp8_gemm_share(const Workload& w) {
+  double others = 0, wide = 0;
+  for (const StageWork& st : w.stages) {
+    others += st.params - st.expert_params;
+    wide += st.wide_params;
+  }
+  return others > 0 ? std::clamp(1.0 - wide / others, 0.0, 1.0) : 1.0;
+}
+
 double layer_expert_params_per_gpu(const Model& m, const Layout& l) {
   if (!m.moe.enabled()) return 0.0;
   return static_cast<double>(m.moe.experts / l.ep) * static_cast<double>(m.expert_params()) / l.expert_tp();
@@ -911,6 +928,7 @@ void add_mtp(const Model& m, const Layout& l, const System& sys, const LayerWork
   }
   const Model km = m.is_moe_layer(m.layers - 1) ? m : dense_part(m);
   st.params += k * (layer_params_per_gpu(km, l) + 2.0 * d.h * d.h / d.t + 3.0 * static_cast<double>(m.norm_params()));
+  st.wide_params += k * (layer_wide_params_per_gpu(km, l) + 3.0 * static_cast<double>(m.norm_params()));
   st.expert_params += k * layer_expert_params_per_gpu(km, l);
   st.act_bytes += k * cost::stage_activation_bytes(km, l, 1, 0);
   st.act_extra_bytes += k * cost::stage_extra_activation_bytes(m, l, false, true);
@@ -969,6 +987,8 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const K
   st.act_bytes = cost::stage_activation_bytes(m, l, nf, rf) + (mixed ? cost::stage_activation_bytes(dm, l, nd, rd) : 0.0);
   st.params = nf * layer_params_per_gpu(m, l) + (mixed ? nd * layer_params_per_gpu(dm, l) : 0.0);
   st.expert_params = nf * layer_expert_params_per_gpu(m, l);
+  st.wide_params = nf * layer_wide_params_per_gpu(m, l) + (mixed ? nd * layer_wide_params_per_gpu(dm, l) : 0.0);
+  const double before_ends = st.params;
   const bool first = s == 0, last = s == stages - 1;
   if (l.sequence_parallel && l.tp > 1) {
     st.sp_grad_params = nf * replicated_layer_params(m) + (mixed ? nd * replicated_layer_params(dm) : 0.0) +
@@ -988,6 +1008,9 @@ StageWork stage_work(const Model& m, const Layout& l, const System& sys, const K
     // MTP modules read the token embedding too: the last stage keeps a copy of it (Megatron-Core).
     if ((m.tied_embeddings || m.mtp_layers > 0) && stages > 1) st.params += static_cast<double>(m.vocab) * m.hidden / l.tp;
   }
+  // The embeddings and the head are not Transformer Engine's fp8 linear layers (the output layer runs in 16-bit:
+  // add_head). The MTP modules (below) add their own.
+  st.wide_params += st.params - before_ends;
   st.act_extra_bytes = cost::stage_extra_activation_bytes(m, l, first, last);
   if (last && m.mtp_layers > 0) {
     const LayerWork* kind = kinds[static_cast<std::size_t>(layer_kind(m, m.layers - 1))];
@@ -1063,6 +1086,12 @@ Workload lower(const Model& m, const Layout& l, const System& sys, const LayerWo
       if (!edge) middle = s;
     }
     first += n;
+  }
+  // fp8 GEMM weights gather at their own bytes (cost::fp8_gemm_gather_bytes), the rest at the 16-bit weight's.
+  if (l.precision == Precision::fp8) {
+    const double share = fp8_gemm_share(w), wb = cost::weight_bytes(l.precision), gb = cost::fp8_gemm_gather_bytes(l);
+    if (w.sync.param_gather.bytes_per_param > 0) w.sync.param_gather.bytes_per_param = (1 - share) * wb + share * gb;
+    if (w.sync.expert_param_gather.bytes_per_param > 0) w.sync.expert_param_gather.bytes_per_param = gb;
   }
   return w;
 }

@@ -98,6 +98,9 @@ struct StageWork {
   double act_extra_bytes = 0; // embedding/logit extras on first/last stage (one micro-batch)
   double params = 0;          // parameters of this stage held by one GPU (after TP sharding)
   double expert_params = 0;   // of those, routed experts' (sharded over ep x etp, replicated over edp)
+  // Of `params`, those outside the GEMMs Transformer Engine runs in fp8 (layer_wide_params_per_gpu; the
+  // embeddings, the head): 16-bit under an fp8 recipe, where the GEMMs' weights take fp8 copies.
+  double wide_params = 0;
   double tp_comm_f = 0, tp_comm_b = 0;
   double ep_f = 0, ep_b = 0;  // of f and i (and of tp_comm_*): the expert all-to-alls and etp gathers
   double sp_grad_params = 0;  // SP: tp-replicated parameters whose gradients the step all-reduces over tp
@@ -212,5 +215,12 @@ cost::GroupPlacement edp_group(const Layout& l);
 // Parameters of one transformer layer held by one GPU, and of those the routed experts'.
 double layer_params_per_gpu(const Model& m, const Layout& l);
 double layer_expert_params_per_gpu(const Model& m, const Layout& l);
+// Of a layer's, those outside its linear layers (the norms, the router, a shared expert's gate): Transformer
+// Engine runs the linear layers' GEMMs in fp8, these stay 16-bit. (The linear layers' biases, a hidden or ffn
+// vector each, are counted with their weights.)
+double layer_wide_params_per_gpu(const Model& m, const Layout& l);
+// Of the non-expert parameters a GPU holds over the whole model, the fraction that are fp8 GEMM weights
+// (1 - wide / non-expert, summed over the stages); 1 for a model without any.
+double fp8_gemm_share(const Workload& w);
 
 }  // namespace tessel

@@ -186,7 +186,10 @@ int estimate(const Args& args) {
             << "layout: " << s.layout.describe() << ", global batch " << s.layout.global_batch << ", "
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n";
   if (s.layout.precision == Precision::fp8)
-    std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md)\n";
+    std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md), "
+              << (s.layout.fp8_params() ? "fp8 primary weights gathered in fp8"
+                                        : "16-bit weights with their cached fp8 cast")
+              << " (--fp8-param-gather)\n";
   if (s.layout.runs_fa2())
     std::cout << "flash attention: FlashAttention-2, " << s.system.gpu.attention_fa2 << " of the fused kernel's rate on this GPU (--flash-kernel; docs/stacks.md)\n";
   if (const Json a = attention_kernel_json(s); !a.is_null())

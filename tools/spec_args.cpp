@@ -47,6 +47,8 @@ std::vector<OptionSpec> spec_options() {
       {"--precision", true, "bf16|fp16|fp8|fp32 [bf16; fp32 on a CPU system]"},
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
       {"--fp8-recipe", true, "fp8 scaling (Transformer Engine's recipes): delayed (DelayedScaling), current (Float8CurrentScaling, per-tensor from its own amax) or mxfp8 (Blackwell's 32-element blocks); needs --precision fp8 [delayed, or the stack's]"},
+      {"--fp8-param-gather", false, kFp8ParamGatherHelp},
+      {"--no-fp8-param-gather", false, "16-bit weights with Transformer Engine's cached fp8 cast, over a stack's fp8 primary weights"},
       {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
       {"--flash-kernel", true, "the flash attention kernel: cudnn (Transformer Engine's fused attention, NeMo's) or fa2 (FlashAttention-2, PyTorch SDPA's first choice), priced at the system's attention_fa2 of cudnn's rate (docs/stacks.md) [cudnn, or the stack's]"},
       {"--unfused", true, "element-wise kernels run as PyTorch eager runs them, one op a kernel: a comma-separated list of norm (RMSNorm), act (bias + activation, SwiGLU), rope, or none (docs/stacks.md) [none, or the stack's]"},
@@ -221,6 +223,9 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
   if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;
+  if (cl.has("--fp8-param-gather") && cl.has("--no-fp8-param-gather"))
+    throw InputError("--fp8-param-gather and --no-fp8-param-gather contradict each other");
+  if (cl.has("--fp8-param-gather") || cl.has("--no-fp8-param-gather")) l.fp8_param_gather = cl.has("--fp8-param-gather");
   if (auto f = cl.get_double("--fragmentation", 0, 1)) l.fragmentation = *f;
 }
 
@@ -312,6 +317,12 @@ Specs read_specs(const CommandLine& cl, bool played) {
     if (t.sequence_parallel) l.sequence_parallel = *t.sequence_parallel && l.tp > 1;
     apply_recipe_terms(t, l);
   }
+  // Asked for, fp8 primary weights must take effect (Layout::fp8_params), not be dropped in silence.
+  if (cl.has("--fp8-param-gather") && !l.fp8_params())
+    throw InputError(std::string("--fp8-param-gather: fp8 primary weights need ") +
+                     (l.precision != Precision::fp8 ? "--precision fp8; the precision is " + to_string(l.precision)
+                                                    : "the distributed optimizer (--zero 1 or more), as Megatron-Core asserts; "
+                                                      "the ZeRO stage is 0"));
   s.gpus = read_gpus(cl, given, s.system, l);
   resolve_specs_split(cl, s);
   if (stack)

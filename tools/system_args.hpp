@@ -19,6 +19,10 @@ inline constexpr const char* kFragmentationHelp =
     "memory the allocator holds beyond the tensors, as a fraction of what a step allocates and frees (activations, "
     "extras, gathered weights, recompute buffers), 0 to 1 (stacks: 0.10 PyTorch's caching allocator, 0.05 with "
     "expandable segments; docs/stacks.md) [0, or the stack's]";
+inline constexpr const char* kFp8ParamGatherHelp =
+    "fp8 primary weights (Megatron-Core's --fp8-param-gather, NeMo's fp8_params): the GEMMs' weights kept in fp8 "
+    "instead of 16-bit plus the cached fp8 cast, and all-gathered in fp8 by the distributed optimizer; needs "
+    "--precision fp8 and --zero 1 or more [off, or the stack's: megatron-bridge-2025 on]";
 inline constexpr const char* kGpusPerDomainHelp =
     "GPUs of the job in each NVLink domain (node), ranks filling them in order; fewer than the system has leaves "
     "the rest to other jobs, as Slurm's --segment does on GB200 NVL72 (16 trays: 64 of 72) [all of them]";

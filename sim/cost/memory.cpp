@@ -249,11 +249,26 @@ double grad_bytes(const Layout& l) {
 
 double weight_bytes(Precision p) { return p == Precision::fp32 ? 4.0 : 2.0; }
 
-StateBytes state_bytes_per_param(const Layout& l) { return state_bytes_per_param(l, static_cast<double>(l.dp) * l.cp); }
+StateBytes state_bytes_per_param(const Layout& l, GpuArch arch) {
+  return state_bytes_per_param(l, static_cast<double>(l.dp) * l.cp, arch);
+}
 
-StateBytes expert_state_bytes_per_param(const Layout& l) { return state_bytes_per_param(l, l.expert_dp()); }
+StateBytes expert_state_bytes_per_param(const Layout& l, GpuArch arch) { return state_bytes_per_param(l, l.expert_dp(), arch); }
 
-StateBytes state_bytes_per_param(const Layout& l, double replicas) {
+double fp8_gemm_weight_bytes(const Layout& l, GpuArch arch) {
+  // One fp8 copy a layout the GEMMs read; Hopper's tensor cores read fp8 only as TN, so the backward's
+  // transposed operand is a second copy; MXFP8 keeps row- and column-wise copies, a 1-byte scale per 32.
+  const double copies = l.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 * (1.0 + 1.0 / 32)
+                        : arch == GpuArch::blackwell     ? 1.0
+                                                         : 2.0;
+  return l.fp8_params() ? copies : weight_bytes(l.precision) + copies;
+}
+
+double fp8_gemm_gather_bytes(const Layout& l) {
+  return l.fp8_params() && l.fp8_recipe != Fp8Recipe::mxfp8 ? 1.0 : weight_bytes(l.precision);
+}
+
+StateBytes state_bytes_per_param(const Layout& l, double replicas, GpuArch arch) {
   StateBytes sb;
   const double d = replicas;
   if (l.precision == Precision::fp32) {
@@ -261,19 +276,20 @@ StateBytes state_bytes_per_param(const Layout& l, double replicas) {
     sb.grads = 4;
     sb.optimizer = 8;  // two fp32 moments
   } else {
-    // bf16/fp16: 2 bytes. fp8: 2 bytes too, as NVIDIA's fp8 recipes hold them: fp8 primary weights (NeMo's
-    // fp8_params, Megatron's --fp8-param-gather) and the fp8 transpose Transformer Engine keeps for the
-    // backward. (With 16-bit weights instead, Transformer Engine caches the fp8 cast and its transpose over
-    // a step's micro-batches, 2 bytes more; not counted.)
+    // bf16/fp16 (and fp8's 16-bit weights outside its GEMMs): 2 bytes.
     sb.weights = weight_bytes(l.precision);
     sb.grads = grad_bytes(l);  // main_grad buffer
     // Two moments (fp32 or bf16) and the master copy: fp32, a 16-bit remainder, or none.
     const double master = l.state.master_weights == MasterWeights::fp32 ? 4 : l.state.master_weights == MasterWeights::remainder ? 2 : 0;
     sb.optimizer = (l.state.moments == StateDtype::fp32 ? 8 : 4) + master;
   }
+  sb.gemm_weights = l.precision == Precision::fp8 ? fp8_gemm_weight_bytes(l, arch) : sb.weights;
   if (l.zero_stage >= 1) sb.optimizer /= d;
   if (l.zero_stage >= 2) sb.grads /= d;
-  if (l.zero_stage >= 3) sb.weights /= d;
+  if (l.zero_stage >= 3) {
+    sb.weights /= d;
+    sb.gemm_weights /= d;
+  }
   return sb;
 }
 

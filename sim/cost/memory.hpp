@@ -71,15 +71,36 @@ double last_stage_extras_alive(const Layout& l);
 // Megatron-LM runs it by default: bf16/fp16 weights, fp32 gradient buffer, fp32 master weights and two moments;
 // the layout's main_grads, moments and master_weights change the last three), divided over the data-parallel
 // group by the ZeRO stage. fp32 training keeps fp32 weights and no master copy.
+// Under fp8 the weights of the GEMMs Transformer Engine runs in fp8 (the layers' linear layers and experts; not
+// the embeddings, the head, the norms or the router) take `gemm_weights` bytes in place of `weights`
+// (fp8_gemm_weight_bytes); other precisions: the same.
 struct StateBytes {
   double weights = 0, grads = 0, optimizer = 0;
+  double gemm_weights = 0;
   double total() const { return weights + grads + optimizer; }
+  double gemm_total() const { return gemm_weights + grads + optimizer; }
+  // A rank's bytes for `params` parameters of which `gemm` are fp8 GEMM weights.
+  double weight_bytes(double params, double gemm) const { return (params - gemm) * weights + gemm * gemm_weights; }
+  double state_bytes(double params, double gemm) const { return (params - gemm) * total() + gemm * gemm_total(); }
 };
-StateBytes state_bytes_per_param(const Layout& l);  // over dp x cp (CP ranks hold the same weights)
+// `arch`: whether fp8 copies need a transposed twin (Hopper's, GpuSpec::fp8_transposed_copy); absent: Hopper's.
+StateBytes state_bytes_per_param(const Layout& l, GpuArch arch = GpuArch::hopper);  // over dp x cp (CP ranks hold the same weights)
 // The same over `replicas` data-parallel copies; the routed experts' over their edp replicas
 // (Layout::expert_dp(): Megatron-Core's expert data-parallel group shards their optimizer states).
-StateBytes state_bytes_per_param(const Layout& l, double replicas);
-StateBytes expert_state_bytes_per_param(const Layout& l);
+StateBytes state_bytes_per_param(const Layout& l, double replicas, GpuArch arch = GpuArch::hopper);
+StateBytes expert_state_bytes_per_param(const Layout& l, GpuArch arch = GpuArch::hopper);
+// Bytes one fp8 GEMM weight takes on a GPU before ZeRO-3's sharding (precision fp8 only):
+//  - fp8 primary weights (Layout::fp8_params(): Megatron-Core's --fp8-param-gather, NeMo's fp8_params): the
+//    fp8 weight, plus its transposed copy where the tensor cores need one (Hopper), or MXFP8's row- and
+//    column-wise copies with their block scales; the 16-bit weight is not kept;
+//  - otherwise the 16-bit weight (2) and the fp8 cast Transformer Engine caches over a step's micro-batches
+//    (Megatron-Core passes is_first_microbatch, so the weight is cast once a step): the same copies again.
+double fp8_gemm_weight_bytes(const Layout& l, GpuArch arch);
+// Bytes per parameter ZeRO's parameter all-gather moves for an fp8 GEMM weight: 1 with fp8 primary weights
+// under delayed or current scaling (Megatron-Core gathers the fp8 data and rebuilds the transpose after),
+// otherwise the 16-bit weight's 2 (MXFP8 gathers the 16-bit values into the gradient buffer and quantizes
+// after: Megatron-Bridge's reuse_grad_buf_for_mxfp8_param_ag).
+double fp8_gemm_gather_bytes(const Layout& l);
 // Bytes of one gradient element as Megatron-LM keeps and reduces it: fp32 main_grad under bf16 (it forces
 // --accumulate-allreduce-grads-in-fp32; fp8 training runs under bf16) and fp32; fp16 gradients under fp16
 // (that flag's default, off).

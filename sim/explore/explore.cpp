@@ -364,6 +364,7 @@ std::vector<Layout> enumerate(const Model& m, const System& sys, int gpus, int g
                         if (in.stack) apply_stack(*in.stack, l);
                         l.cross_entropy = in.cross_entropy;  // the stack's unless --cross-entropy (cmd_explore)
                         if (in.fp8_recipe) l.fp8_recipe = *in.fp8_recipe;
+                        if (in.fp8_param_gather) l.fp8_param_gather = *in.fp8_param_gather;
                         if (in.unfused) l.unfused = *in.unfused;
                         if (in.flash_kernel) l.flash_kernel = *in.flash_kernel;
                         if (in.fragmentation) l.fragmentation = *in.fragmentation;

@@ -42,6 +42,7 @@ struct Space {
   AttentionImpl attention = AttentionImpl::flash;
   CrossEntropyImpl cross_entropy = CrossEntropyImpl::megatron;  // --cross-entropy (a stack's replaces it unless given)
   std::optional<Fp8Recipe> fp8_recipe;  // --fp8-recipe; absent: the stack's (delayed without one)
+  std::optional<bool> fp8_param_gather;  // --fp8-param-gather / --no-...; absent: the stack's (off without one)
   std::optional<Unfused> unfused;       // --unfused; absent: the stack's (all fused without one)
   std::optional<FlashKernel> flash_kernel;  // --flash-kernel; absent: the stack's (cudnn without one)
   std::optional<double> fragmentation;  // --fragmentation; absent: the stack's (0 without one)

@@ -506,6 +506,96 @@ TEST_CASE("state dtypes: NVIDIA's Nemotron-4 340B recipe fits on 80 GiB with its
   CHECK(std::fabs(recipe.step_s / 3.16 - 1) < 0.1);  // the README's fp8 step on 128 H100
 }
 
+// fp8 weights, counted by hand from the two ways Megatron-Core holds them (Transformer Engine's Float8Tensor
+// weights with --fp8-param-gather; otherwise 16-bit weights whose fp8 cast and its Hopper transpose TE caches
+// over a step's micro-batches):
+// - per GEMM weight: Hopper 1 + 1 with fp8 primary weights, 2 + 1 + 1 without; Blackwell (no transpose) 1 and
+//   2 + 1; MXFP8 two copies of 1 + 1/32 either way, plus the 16-bit weight without;
+// - the norms, embeddings and head stay 16-bit: switching fp8 primary weights on saves 2 bytes exactly on
+//   each GEMM weight and nothing on the rest, and leaves the Hopper weights where bf16 training has them;
+// - the distributed optimizer gathers the GEMM weights at 1 byte, the rest at 2.
+TEST_CASE("fp8 primary weights: 16-bit weights plus the cached cast, or fp8 copies alone") {
+  Layout l;
+  l.precision = Precision::fp8;
+  l.dp = 8;
+  l.zero_stage = 1;
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::hopper) == 4);
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::blackwell) == 3);
+  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).weights == 2);  // a norm's or the embedding's
+  CHECK(cost::fp8_gemm_gather_bytes(l) == 2);
+  l.fp8_param_gather = true;
+  CHECK(l.fp8_params());
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::hopper) == 2);
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::blackwell) == 1);
+  CHECK(cost::fp8_gemm_gather_bytes(l) == 1);
+  l.fp8_recipe = Fp8Recipe::mxfp8;
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::blackwell) == doctest::Approx(2.0625));
+  CHECK(cost::fp8_gemm_gather_bytes(l) == 2);  // gathered 16-bit, quantized after
+  l.fp8_param_gather = false;
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::blackwell) == doctest::Approx(4.0625));
+  l.fp8_recipe = Fp8Recipe::delayed;
+  // ZeRO-3 shards the fp8 copies as it shards the weights.
+  l.zero_stage = 3;
+  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).gemm_weights == doctest::Approx(4.0 / 8));
+  // Without ZeRO (Megatron-Core asserts the distributed optimizer) or without fp8, the flag changes nothing.
+  l.fp8_param_gather = true;
+  l.zero_stage = 0;
+  CHECK_FALSE(l.fp8_params());
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::hopper) == 4);
+  l.zero_stage = 1;
+  l.precision = Precision::bf16;
+  CHECK_FALSE(l.fp8_params());
+  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).gemm_weights == 2);
+
+  const Model m = load_model("llama3-70b");
+  const System sys = load_system("dgx-h100");
+  Layout f = parse_layout_words("tp4 pp4 dp16 cp2 vpp5 mbs1 interleaved sp zero1", 512);
+  f.precision = Precision::fp8;
+  const StepCosts cached = step_costs(m, f, sys);
+  f.fp8_param_gather = true;
+  const StepCosts fp8w = step_costs(m, f, sys);
+  Layout b = f;
+  b.precision = Precision::bf16;
+  const StepCosts bf16 = step_costs(m, b, sys);
+  for (int r = 0; r < f.pp; ++r) {
+    // The wide parameters: 2 norms of 8192 a layer split over tp (as the memory model counts them), and the
+    // embedding on the first rank, the final norm and the head on the last.
+    const double layers = cached.ranks.layers[static_cast<std::size_t>(r)];
+    double wide = layers * 2 * 8192 / 4.0;
+    if (r == 0) wide += 128256.0 * 8192 / 4;
+    if (r == f.pp - 1) wide += 128256.0 * 8192 / 4 + 8192 / 4.0;
+    CHECK(cached.ranks.wide_params[static_cast<std::size_t>(r)] == doctest::Approx(wide));
+    const double gemm = cached.gemm_params(r);
+    CHECK(gemm == doctest::Approx(cached.ranks.params[static_cast<std::size_t>(r)] - wide));
+    CHECK(cached.weight_bytes(r) - fp8w.weight_bytes(r) == doctest::Approx(2 * gemm));
+    CHECK(fp8w.weight_bytes(r) == doctest::Approx(bf16.weight_bytes(r)));
+    CHECK(cached.state_bytes(r) - fp8w.state_bytes(r) == doctest::Approx(2 * gemm));
+  }
+  const double share = fp8_gemm_share(fp8w.work);
+  CHECK(share > 0.9);
+  CHECK(share < 1);
+  CHECK(fp8w.work.sync.param_gather.bytes_per_param == doctest::Approx((1 - share) * 2 + share * 1));
+  CHECK(cached.work.sync.param_gather.bytes_per_param == 2);
+  // The weights' casts, once a step on the rank: 4 bytes a held GEMM weight cached (read 2, write the copy and
+  // its transpose), against 1 a stepped weight plus 2 a held one for the transpose rebuilt with fp8 weights.
+  const double held = cached.gemm_params(1), stepped = held / (16 * 2);
+  const double cast_cached = cached.tail[1].optimizer_s - bf16.tail[1].optimizer_s;
+  const double cast_fp8w = fp8w.tail[1].optimizer_s - bf16.tail[1].optimizer_s;
+  const double rate = sys.gpu.memory_bw_Bps * sys.gpu.memory_efficiency;
+  const double launches = 4 * cached.ranks.layers[1] * sys.gpu.kernel_overhead_s;
+  CHECK(cast_cached == doctest::Approx(4 * held / rate + launches).epsilon(1e-6));
+  CHECK(cast_fp8w == doctest::Approx((stepped + 2 * held) / rate + launches).epsilon(1e-6));
+  // The memory the estimate reports is the step costs' (the event engine takes the same state_bytes).
+  const Estimate e_cached = estimate(m, parse_layout_words("tp4 pp4 dp16 cp2 vpp5 mbs1 interleaved sp zero1", 512), sys);
+  CHECK(e_cached.memory.size() == 4);
+  Layout g = f;
+  g.fp8_param_gather = false;
+  const Estimate ec = estimate(m, g, sys), ef = estimate(m, f, sys);
+  for (int r = 0; r < f.pp; ++r)
+    CHECK(ec.memory[static_cast<std::size_t>(r)].weights_bytes - ef.memory[static_cast<std::size_t>(r)].weights_bytes ==
+          doctest::Approx(2 * cached.gemm_params(r)));
+}
+
 // The step costs hold each communication of the step once, as work (kind, group, bytes) and its price, for
 // both engines. GPT-3 175B, tp 8 pp 8 dp 16 (one DP member per node: stride 8 on 8-GPU nodes), bf16 on the
 // A100 preset (NIC 25 GB/s at 0.85, 8 us latency). Expectations from the definitions, not from the code:

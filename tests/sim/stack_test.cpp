@@ -67,6 +67,34 @@ TEST_CASE("stacks: the allocator's fragmentation") {
   CHECK(error_of(bad).find("fragmentation: value 1.5 is out of range [0, 1]") != std::string::npos);
 }
 
+// fp8 primary weights: Megatron-Bridge's fp8 recipes set fp8_param_gather; Megatron-LM, NeMo 1 (the 24.07
+// configs), DeepSpeed and torchtitan leave them off. A stack's default takes effect only under fp8 with the
+// distributed optimizer (Megatron-Core asserts it); a stack file's non-boolean value is refused.
+TEST_CASE("stacks: fp8 primary weights") {
+  for (const auto& n : stack_names()) {
+    CAPTURE(n);
+    CHECK(stack_preset(n).fp8_param_gather == (n == "megatron-bridge-2025"));
+  }
+  Layout l;
+  apply_stack(stack_preset("megatron-bridge-2025"), l);
+  CHECK(l.fp8_param_gather);
+  CHECK_FALSE(l.fp8_params());  // bf16, ZeRO 0
+  l.precision = Precision::fp8;
+  CHECK_FALSE(l.fp8_params());
+  l.zero_stage = 1;
+  CHECK(l.fp8_params());
+  CHECK(l.describe().find(" fp8-params") != std::string::npos);
+  apply_stack(stack_preset("megatron-core-2024"), l);
+  CHECK_FALSE(l.fp8_params());
+  const std::string ok = R"({"name":"x","source":"s","attention":"flash",
+    "overlap":{"grad_reduce":true,"param_gather":true,"p2p":false},"tp_comm_overlap":"none",
+    "sequence_parallel":true,"context_parallel":false,"schedules":["1f1b"],"recompute":["none"],
+    "recompute_default":"none","zero":[0]})";
+  std::string bad = ok;
+  bad.insert(bad.size() - 1, ",\"fp8_param_gather\":\"yes\"");
+  CHECK(error_of(bad).find("fp8_param_gather") != std::string::npos);
+}
+
 TEST_CASE("stacks: the fp8 recipe a stack runs unless asked") {
   Layout l;
   l.precision = Precision::fp8;

@@ -529,6 +529,70 @@ TEST_CASE("estimate, simulate and explore: the allocator's fragmentation") {
   CHECK(xbad.err.find("--fragmentation") != std::string::npos);
 }
 
+// --fp8-param-gather on the command line: the weights' term falls by 2 bytes a GEMM weight (Hopper), the layout
+// JSON and words carry it and round-trip, the text says which weights a run keeps; the stack's default
+// (megatron-bridge-2025) and --no-fp8-param-gather over it; refused without fp8 or without the distributed
+// optimizer (estimate and explore), and in a layout file, naming the flag or key.
+TEST_CASE("estimate and explore: fp8 primary weights") {
+  const std::vector<std::string> base = {"estimate", "--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "512",
+                                         "--tp", "4", "--pp", "4", "--cp", "2", "--vpp", "5", "--gbs", "512",
+                                         "--precision", "fp8", "--zero", "1", "--sp", "--json"};
+  const auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = base;
+    a.insert(a.end(), extra.begin(), extra.end());
+    auto r = run_tessel(a);
+    REQUIRE(r.code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  const auto cached = run({}), fp8w = run({"--fp8-param-gather"});
+  CHECK_FALSE(cached["layout"].contains("fp8_param_gather"));
+  CHECK(fp8w["layout"]["fp8_param_gather"] == true);
+  for (std::size_t r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    const double a = cached["memory_per_pipeline_rank"][r]["weights_GiB"].get<double>();
+    const double b = fp8w["memory_per_pipeline_rank"][r]["weights_GiB"].get<double>();
+    CHECK(a > 1.8 * b);  // 4 bytes a GEMM weight against 2, the embeddings and norms 2 in both
+    CHECK(a < 2 * b);
+  }
+  const auto bridge = run({"--stack", "megatron-bridge-2025"});
+  CHECK(bridge["layout"]["fp8_param_gather"] == true);
+  const auto off = run({"--stack", "megatron-bridge-2025", "--no-fp8-param-gather"});
+  CHECK_FALSE(off["layout"].contains("fp8_param_gather"));
+  // The layout words carry it: "fp8-params", as describe() prints it.
+  std::vector<std::string> words = {"estimate", "--model", "llama3-70b", "--system", "dgx-h100", "--layout",
+                                    "tp4 pp4 dp16 cp2 vpp5 mbs1 interleaved sp zero1 fp8-params", "--gbs", "512",
+                                    "--precision", "fp8", "--json"};
+  auto w = run_tessel(words);
+  REQUIRE(w.code == 0);
+  CHECK(nlohmann::json::parse(w.out)["layout"]["fp8_param_gather"] == true);
+  std::vector<std::string> text_args(base.begin(), base.end() - 1);
+  text_args.push_back("--fp8-param-gather");
+  auto text = run_tessel(text_args);
+  REQUIRE(text.code == 0);
+  CHECK(text.out.find("fp8 primary weights gathered in fp8 (--fp8-param-gather)") != std::string::npos);
+  auto bf16 = run_tessel({"estimate", "--model", "llama3-70b", "--system", "dgx-h100", "--fp8-param-gather"});
+  CHECK(bf16.code == 2);
+  CHECK(bf16.err.find("--fp8-param-gather: fp8 primary weights need --precision fp8") != std::string::npos);
+  auto zero0 = run_tessel({"estimate", "--model", "llama3-70b", "--system", "dgx-h100", "--precision", "fp8",
+                           "--zero", "0", "--fp8-param-gather"});
+  CHECK(zero0.code == 2);
+  CHECK(zero0.err.find("the distributed optimizer") != std::string::npos);
+  auto both = run_tessel({"estimate", "--precision", "fp8", "--fp8-param-gather", "--no-fp8-param-gather"});
+  CHECK(both.code == 2);
+  auto xbad = run_tessel({"explore", "--model", "llama3-70b", "--system", "dgx-h100", "--fp8-param-gather"});
+  CHECK(xbad.code == 2);
+  CHECK(xbad.err.find("--fp8-param-gather") != std::string::npos);
+  auto xzero = run_tessel({"explore", "--model", "llama3-70b", "--system", "dgx-h100", "--precision", "fp8",
+                           "--zero", "0", "--fp8-param-gather"});
+  CHECK(xzero.code == 2);
+  CHECK(xzero.err.find("--zero gives 0 only") != std::string::npos);
+  const std::string file = write_temp("fp8_params_zero0.json", R"({"tp":8,"pp":1,"dp":8,"micro_batch":1,"global_batch":64,"zero_stage":0,"precision":"fp8","fp8_param_gather":true})");
+  auto jbad = run_tessel({"estimate", "--model", "llama3-70b", "--system", "dgx-h100", "--layout", file});
+  CHECK(jbad.code == 2);
+  CHECK(jbad.err.find("fp8_param_gather") != std::string::npos);
+  CHECK(jbad.err.find("zero_stage is 0") != std::string::npos);
+}
+
 // --recipe: what a release ran for the model (sim/recipes/): its stack and its terms as defaults, a flag over
 // them; estimate's prediction is validate's for the published row of the same layout (NeMo 24.07's Llama 3 70B
 // row: tp 4, pp 4, cp 2, vpp 5 on 64 H100, the recipe's TP overlap and fused loss); explore fixes the terms on
