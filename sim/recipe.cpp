@@ -26,6 +26,7 @@ RecipeTerms over(RecipeTerms base, const RecipeTerms& top) {
   if (top.main_grads) base.main_grads = top.main_grads;
   if (top.moments) base.moments = top.moments;
   if (top.master_weights) base.master_weights = top.master_weights;
+  if (top.fp8_param_gather) base.fp8_param_gather = top.fp8_param_gather;
   return base;
 }
 
@@ -95,6 +96,7 @@ RecipeTerms parse_recipe_terms(JsonObject o) {
   if (auto g = o.opt_string("main_grads")) t.main_grads = parse_state_dtype(*g, o.key_path("main_grads"));
   if (auto g = o.opt_string("moments")) t.moments = parse_state_dtype(*g, o.key_path("moments"));
   if (auto w = o.opt_string("master_weights")) t.master_weights = parse_master_weights(*w, o.key_path("master_weights"));
+  t.fp8_param_gather = o.opt_boolean("fp8_param_gather");
   o.finish();
   return t;
 }
@@ -106,6 +108,7 @@ void apply_recipe_terms(const RecipeTerms& t, Layout& l) {
   if (t.main_grads) l.state.main_grads = *t.main_grads;
   if (t.moments) l.state.moments = *t.moments;
   if (t.master_weights) l.state.master_weights = *t.master_weights;
+  if (t.fp8_param_gather) l.fp8_param_gather = *t.fp8_param_gather;
 }
 
 std::string describe(const RecipeTerms& t) {
@@ -120,6 +123,7 @@ std::string describe(const RecipeTerms& t) {
   if (t.main_grads) add("main_grads", to_string(*t.main_grads));
   if (t.moments) add("moments", to_string(*t.moments));
   if (t.master_weights) add("master_weights", to_string(*t.master_weights));
+  if (t.fp8_param_gather) add("fp8_param_gather", yes(*t.fp8_param_gather));
   return out;
 }
 

@@ -21,6 +21,7 @@ struct RecipeTerms {
   std::optional<CrossEntropyImpl> cross_entropy;
   std::optional<StateDtype> main_grads, moments;
   std::optional<MasterWeights> master_weights;
+  std::optional<bool> fp8_param_gather;  // NeMo's fp8_params (in effect under fp8 with ZeRO >= 1)
 };
 
 struct Recipe {
@@ -32,7 +33,7 @@ struct Recipe {
 };
 
 // Parses "recompute", "sequence_parallel", "tp_comm_overlap", "overlap_p2p", "cross_entropy", "main_grads",
-// "moments", "master_weights" from `o`; any other key is an InputError naming it.
+// "moments", "master_weights", "fp8_param_gather" from `o`; any other key is an InputError naming it.
 RecipeTerms parse_recipe_terms(JsonObject o);
 
 // The terms set in `t` (the others left as they are) on `l`, except recompute and sequence_parallel, which

@@ -443,6 +443,7 @@ int explore(const Args& args) {
     if (t.main_grads) space.state.main_grads = *t.main_grads;
     if (t.moments) space.state.moments = *t.moments;
     if (t.master_weights) space.state.master_weights = *t.master_weights;
+    if (t.fp8_param_gather) space.fp8_param_gather = *t.fp8_param_gather;
   }
   const explore::Result r = explore::run(m, sys, gpus, gbs, space, opt);
 

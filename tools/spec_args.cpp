@@ -97,6 +97,7 @@ RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name) {
     if (cl.has("--main-grads")) t.main_grads.reset();
     if (cl.has("--moments")) t.moments.reset();
     if (cl.has("--master-weights")) t.master_weights.reset();
+    if (cl.has("--fp8-param-gather") || cl.has("--no-fp8-param-gather")) t.fp8_param_gather.reset();
   }
   return c;
 }

@@ -423,4 +423,16 @@ TEST_CASE("recipes: a row maps by its release's id prefix and its model's name; 
   CHECK(error_of(R"({"master_weights":"fp16"})").find("master_weights") != std::string::npos);
   CHECK(error_of(R"({"sequence_parallel":"yes"})").find("sequence_parallel") != std::string::npos);
   CHECK(error_of(R"({"moments":"bf16"})").empty());
+  CHECK(error_of(R"({"fp8_param_gather":1})").find("fp8_param_gather") != std::string::npos);
+  // dgxc-benchmarking's GPT-3 175B config sets fp8_params: fp8 primary weights, where an fp8 layout has the
+  // distributed optimizer; NeMo 24.07's configs leave them off (NeMo 1's default).
+  const Recipe g = load_recipe("dgxc-24.11", "gpt3-175b");
+  CHECK(g.terms.fp8_param_gather == std::optional<bool>(true));
+  CHECK(describe(g.terms).find("fp8_param_gather=true") != std::string::npos);
+  Layout f;
+  f.precision = Precision::fp8;
+  f.zero_stage = 1;
+  apply_recipe_terms(g.terms, f);
+  CHECK(f.fp8_params());
+  CHECK_FALSE(r->terms.fp8_param_gather.has_value());
 }
