@@ -315,7 +315,7 @@ int explore(const Args& args) {
        {"--attention", true, "flash|unfused [flash]"},
        {"--fp8-recipe", true, "fp8 scaling: delayed, current or mxfp8 (Blackwell); needs --precision fp8 (docs/stacks.md) [delayed, or the stack's]"},
        {"--fp8-param-gather", false, cli::kFp8ParamGatherHelp},
-       {"--no-fp8-param-gather", false, "16-bit weights with Transformer Engine's cached fp8 cast, over a stack's fp8 primary weights"},
+       {"--no-fp8-param-gather", false, cli::kNoFp8ParamGatherHelp},
        {"--cross-entropy", true, "the LM loss: megatron, megatron-fused or te (docs/stacks.md) [megatron, or the stack's]"},
        {"--flash-kernel", true, "the flash attention kernel: cudnn or fa2 (docs/stacks.md) [cudnn, or the stack's]"},
        {"--unfused", true, "element-wise kernels run one op a kernel, as PyTorch eager runs them: norm, act, rope (comma-separated) or none (docs/stacks.md) [none, or the stack's]"},
@@ -387,10 +387,8 @@ int explore(const Args& args) {
     if (*space.fp8_recipe == Fp8Recipe::mxfp8 && sys.gpu.arch != GpuArch::blackwell)
       throw InputError("--fp8-recipe mxfp8: Blackwell's block-scaled tensor cores only; " + sys.gpu.name + " is not one");
   }
-  if (cl.has("--fp8-param-gather") && cl.has("--no-fp8-param-gather"))
-    throw InputError("--fp8-param-gather and --no-fp8-param-gather contradict each other");
-  if (cl.has("--fp8-param-gather") || cl.has("--no-fp8-param-gather")) {
-    space.fp8_param_gather = cl.has("--fp8-param-gather");
+  space.fp8_param_gather = cli::read_fp8_param_gather(cl);
+  if (space.fp8_param_gather) {
     if (*space.fp8_param_gather && space.precision != Precision::fp8)
       throw InputError("--fp8-param-gather: fp8 primary weights need --precision fp8; the precision is " +
                        to_string(space.precision));

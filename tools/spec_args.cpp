@@ -48,7 +48,7 @@ std::vector<OptionSpec> spec_options() {
       {"--attention", true, "flash|unfused [flash; unfused on a CPU system]"},
       {"--fp8-recipe", true, "fp8 scaling (Transformer Engine's recipes): delayed (DelayedScaling), current (Float8CurrentScaling, per-tensor from its own amax) or mxfp8 (Blackwell's 32-element blocks); needs --precision fp8 [delayed, or the stack's]"},
       {"--fp8-param-gather", false, kFp8ParamGatherHelp},
-      {"--no-fp8-param-gather", false, "16-bit weights with Transformer Engine's cached fp8 cast, over a stack's fp8 primary weights"},
+      {"--no-fp8-param-gather", false, kNoFp8ParamGatherHelp},
       {"--cross-entropy", true, "the LM loss: megatron (Megatron's unfused vocab-parallel cross-entropy), megatron-fused (--cross-entropy-loss-fusion) or te (--cross-entropy-fusion-impl te) [megatron, or the stack's]"},
       {"--flash-kernel", true, "the flash attention kernel: cudnn (Transformer Engine's fused attention, NeMo's) or fa2 (FlashAttention-2, PyTorch SDPA's first choice), priced at the system's attention_fa2 of cudnn's rate (docs/stacks.md) [cudnn, or the stack's]"},
       {"--unfused", true, "element-wise kernels run as PyTorch eager runs them, one op a kernel: a comma-separated list of norm (RMSNorm), act (bias + activation, SwiGLU), rope, or none (docs/stacks.md) [none, or the stack's]"},
@@ -100,6 +100,13 @@ RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name) {
     if (cl.has("--fp8-param-gather") || cl.has("--no-fp8-param-gather")) t.fp8_param_gather.reset();
   }
   return c;
+}
+
+std::optional<bool> read_fp8_param_gather(const CommandLine& cl) {
+  const bool on = cl.has("--fp8-param-gather"), off = cl.has("--no-fp8-param-gather");
+  if (on && off) throw InputError("--fp8-param-gather and --no-fp8-param-gather contradict each other");
+  if (!on && !off) return std::nullopt;
+  return on;
 }
 
 std::optional<FlashKernel> read_flash_kernel(const CommandLine& cl, AttentionImpl attention) {
@@ -224,9 +231,7 @@ void read_options(const CommandLine& cl, const std::optional<Layout>& given, boo
   if (cl.has("--no-overlap") || (!given && cpu)) l.overlap_grad_reduce = l.overlap_param_gather = false;
   if (cl.has("--overlap-p2p")) l.overlap_p2p = true;
   if (cl.has("--tp-comm-overlap")) l.tp_comm_overlap = true;
-  if (cl.has("--fp8-param-gather") && cl.has("--no-fp8-param-gather"))
-    throw InputError("--fp8-param-gather and --no-fp8-param-gather contradict each other");
-  if (cl.has("--fp8-param-gather") || cl.has("--no-fp8-param-gather")) l.fp8_param_gather = cl.has("--fp8-param-gather");
+  if (auto g = read_fp8_param_gather(cl)) l.fp8_param_gather = *g;
   if (auto f = cl.get_double("--fragmentation", 0, 1)) l.fragmentation = *f;
 }
 

@@ -52,6 +52,8 @@ RecipeChoice read_recipe(const CommandLine& cl, const std::string& model_name);
 void read_state_dtype_flags(const CommandLine& cl, StateDtypes& s);
 // --flash-kernel, checked against the attention it would run on (InputError unless flash); nullopt when absent.
 std::optional<FlashKernel> read_flash_kernel(const CommandLine& cl, AttentionImpl attention);
+// --fp8-param-gather (true) or --no-fp8-param-gather (false); absent: neither given. Both given: an InputError.
+std::optional<bool> read_fp8_param_gather(const CommandLine& cl);
 // --recompute-method / --recompute-layers given without --recompute full: InputError.
 void check_recompute_flags(const CommandLine& cl, const Layout& l);
 // --layout's layout (words or a JSON file), its global batch --gbs (or `default_gbs`) when words; none

@@ -23,6 +23,8 @@ inline constexpr const char* kFp8ParamGatherHelp =
     "fp8 primary weights (Megatron-Core's --fp8-param-gather, NeMo's fp8_params): the GEMMs' weights kept in fp8 "
     "instead of 16-bit plus the cached fp8 cast, and all-gathered in fp8 by the distributed optimizer; needs "
     "--precision fp8 and --zero 1 or more [off, or the stack's: megatron-bridge-2025 on]";
+inline constexpr const char* kNoFp8ParamGatherHelp =
+    "16-bit weights with Transformer Engine's cached fp8 cast, over a stack's or recipe's fp8 primary weights";
 inline constexpr const char* kGpusPerDomainHelp =
     "GPUs of the job in each NVLink domain (node), ranks filling them in order; fewer than the system has leaves "
     "the rest to other jobs, as Slurm's --segment does on GB200 NVL72 (16 trays: 64 of 72) [all of them]";
