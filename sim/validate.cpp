@@ -613,7 +613,13 @@ ValidationResult validate_rows(const Json& rows, const std::string& where, const
       const bool oom = meas.contains("out_of_memory") && meas.at("out_of_memory").get<bool>();
       {
         const Estimate& v = (oom ? *as_run : *chosen).p.est;
-        out.memory.push_back({id, !oom, v.fits, v.peak_memory_bytes / kGiB, v.capacity_bytes / kGiB});
+        MemoryVerdict mv{id, !oom, v.fits, v.peak_memory_bytes / kGiB, v.capacity_bytes / kGiB, std::nullopt};
+        if (v.layout.precision == Precision::fp8 && v.layout.zero_stage >= 1 && !v.layout.fp8_params()) {
+          Layout fp8w = v.layout;
+          fp8w.fp8_param_gather = true;
+          mv.fp8_weights_peak_GiB = estimate(m, fp8w, sys, gpus).peak_memory_bytes / kGiB;
+        }
+        out.memory.push_back(std::move(mv));
       }
       const std::size_t scored_before = out.rows.size();
       for (auto it = meas.begin(); it != meas.end(); ++it) {
@@ -740,9 +746,12 @@ Json validation_to_json(const ValidationResult& r) {
     j["rows"].push_back(std::move(row));
   }
   Json mem = Json::array();
-  for (const auto& v : r.memory)
-    mem.push_back({{"id", v.id}, {"measured", v.ran ? "ran" : "out of memory"}, {"predicted_fits", v.predicted_fits},
-                   {"peak_GiB", v.peak_GiB}, {"capacity_GiB", v.capacity_GiB}, {"right", v.right()}});
+  for (const auto& v : r.memory) {
+    Json x = {{"id", v.id}, {"measured", v.ran ? "ran" : "out of memory"}, {"predicted_fits", v.predicted_fits},
+              {"peak_GiB", v.peak_GiB}, {"capacity_GiB", v.capacity_GiB}, {"right", v.right()}};
+    if (v.fp8_weights_peak_GiB) x["fp8_weights_peak_GiB"] = *v.fp8_weights_peak_GiB;
+    mem.push_back(std::move(x));
+  }
   const MemoryCounts n = count_memory_verdicts(r.memory);
   j["memory_verdicts"] = {{"rows", mem}, {"ran", n.ran}, {"ran_predicted_to_fit", n.ran_right},
                           {"out_of_memory", n.out_of_memory}, {"out_of_memory_predicted_not_to_fit", n.out_of_memory_right}};

@@ -48,6 +48,9 @@ struct MemoryVerdict {
   bool ran = true;             // false: the source reports it out of memory
   bool predicted_fits = true;  // peak (with the allocator's fragmentation and the system's reserve) within the GPU
   double peak_GiB = 0, capacity_GiB = 0;
+  // An fp8 layout that keeps 16-bit weights (its stack's or recipe's reading of a setting the source does not
+  // state) has the other reading reported beside it: its peak with fp8 primary weights (Layout::fp8_params).
+  std::optional<double> fp8_weights_peak_GiB;
   bool right() const { return ran == predicted_fits; }
 };
 

@@ -87,9 +87,13 @@ std::string validation_text(const ValidationResult& r) {
     os << "; " << n.out_of_memory_right << " of " << n.out_of_memory << " rows measured out of memory predicted not to fit";
   os << "\n";
   for (const auto& v : r.memory)
-    if (!v.right())
+    if (!v.right()) {
       os << "  " << v.id << ": " << (v.ran ? "ran, predicted " : "out of memory, predicted ") << fmt::fixed(v.peak_GiB, 1)
-         << " of " << fmt::fixed(v.capacity_GiB, 1) << " GiB\n";
+         << " of " << fmt::fixed(v.capacity_GiB, 1) << " GiB";
+      if (v.fp8_weights_peak_GiB)
+        os << " with 16-bit weights; " << fmt::fixed(*v.fp8_weights_peak_GiB, 1) << " GiB with fp8 primary weights";
+      os << "\n";
+    }
   if (!r.skipped.empty()) {
     os << "\nskipped " << r.skipped.size() << " rows:\n";
     for (const auto& k : r.skipped) os << "  " << k.id << ": " << k.reason << "\n";

@@ -445,15 +445,19 @@ predicted with the fewest changes to the stack's defaults that fit, so its verdi
 fits; the fully stated rows are the test. Rows of per-layer times (Korthikanti's Table 4, one layer timed)
 have no verdict. `tessel validate ROWS` prints the same counts. NeMo 24.07's fp8 rows hold 16-bit weights and
 Transformer Engine's cached fp8 cast, as their configs leave them (NeMo 1's `fp8_params` off); the three
-published.json misses below are such rows, and they fit with fp8 primary weights (docs/stacks.md, "FP8 weights").
+published.json misses below are such rows, and they fit with fp8 primary weights (docs/stacks.md, "FP8 weights"):
+validate reports that reading beside every fp8 verdict of a layout that keeps 16-bit weights.
 
 | file | rows that ran predicted to fit | rows out of memory predicted not to fit | misses |
 |---|---|---|---|
 """
     for name, d in files:
         v = d["memory_verdicts"]
-        misses = "; ".join(f"{r['id']} ({r['measured']}, predicted {r['peak_GiB']:.1f} of {r['capacity_GiB']:.1f} GiB)"
-                           for r in v["rows"] if not r["right"]) or "none"
+        def miss(r):
+            other = (f"; {r['fp8_weights_peak_GiB']:.1f} with fp8 primary weights"
+                     if "fp8_weights_peak_GiB" in r else "")
+            return f"{r['id']} ({r['measured']}, predicted {r['peak_GiB']:.1f} of {r['capacity_GiB']:.1f} GiB{other})"
+        misses = "; ".join(miss(r) for r in v["rows"] if not r["right"]) or "none"
         oom = f"{v['out_of_memory_predicted_not_to_fit']} of {v['out_of_memory']}" if v["out_of_memory"] else "none in the file"
         text += f"| {name} | {v['ran_predicted_to_fit']} of {v['ran']} | {oom} | {misses} |\n"
     return text

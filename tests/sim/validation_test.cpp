@@ -87,6 +87,22 @@ TEST_CASE("validate: memory verdicts for rows that ran and rows out of memory") 
     err = e.what();
   }
   CHECK(err.find("(korthikanti22_bad): measured.out_of_memory: value \"yes\" must be true or false") != std::string::npos);
+  // No fp8 row, no other reading of the weights.
+  for (const auto& m : r.memory) CHECK_FALSE(m.fp8_weights_peak_GiB.has_value());
+  // The same model in fp8 on H100s with the distributed optimizer keeps 16-bit weights (no stack says otherwise);
+  // the verdict reports the peak with fp8 primary weights beside it: 2 bytes less on each of the GEMM weights,
+  // about 22B / 8 of them on each GPU (5.1 GiB), in the JSON too.
+  std::string f8 = row("korthikanti22_fp8", "full", R"({"iteration_time_s":1.0})");
+  f8.replace(f8.find("NVIDIA A100 80GB"), 16, "NVIDIA H100 80GB");
+  f8.replace(f8.find(R"("zero_stage":0,"precision":"fp16_or_bf16")"), 41, R"("zero_stage":1,"precision":"fp8")");
+  const ValidationResult rf = validate_rows(parse_json_text("[" + f8 + "]", "rows.json"), "rows.json");
+  REQUIRE(rf.memory.size() == 1);
+  REQUIRE(rf.memory[0].fp8_weights_peak_GiB.has_value());
+  const double saved = rf.memory[0].peak_GiB - *rf.memory[0].fp8_weights_peak_GiB;
+  CHECK(saved > 4.8);
+  CHECK(saved < 5.2);
+  CHECK(validation_to_json(rf)["memory_verdicts"]["rows"][0]["fp8_weights_peak_GiB"].get<double>() ==
+        doctest::Approx(*rf.memory[0].fp8_weights_peak_GiB));
 }
 
 // A row the model cannot predict is the row's limit, not the file's: a GPU without a preset and a mixture of
