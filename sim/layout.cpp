@@ -60,6 +60,14 @@ Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what) {
   throw InputError(what + ": value \"" + s + "\" is not one of delayed, current, mxfp8");
 }
 
+std::string to_string(Fp8WeightCast c) { return c == Fp8WeightCast::cached ? "cached" : "per_microbatch"; }
+
+Fp8WeightCast parse_fp8_weight_cast(const std::string& s, const std::string& what) {
+  for (Fp8WeightCast c : {Fp8WeightCast::cached, Fp8WeightCast::per_microbatch})
+    if (s == to_string(c)) return c;
+  throw InputError(what + ": value \"" + s + "\" is not one of cached, per_microbatch");
+}
+
 std::string to_string(FlashKernel k) { return k == FlashKernel::fa2 ? "fa2" : "cudnn"; }
 
 FlashKernel parse_flash_kernel(const std::string& s, const std::string& what) {
@@ -315,6 +323,12 @@ Layout parse_layout(const Json& j, const std::string& where) {
       o.fail("fp8_param_gather", "true needs the distributed optimizer (zero_stage >= 1), as Megatron-Core asserts; "
                                  "zero_stage is 0");
   }
+  if (auto c = o.opt_string("fp8_weight_cast")) {
+    l.fp8_weight_cast = parse_fp8_weight_cast(*c, where + ": fp8_weight_cast");
+    if (l.precision != Precision::fp8)
+      o.fail("fp8_weight_cast", "\"" + *c + "\" says how fp8 weights are cast; precision is " + to_string(l.precision) +
+                                    ", not fp8");
+  }
   if (o.has("unfused")) l.unfused = parse_unfused_json(o.raw("unfused"), where + ": unfused");
   else o.ignore("unfused");
   if (auto g = o.opt_string("main_grads")) l.state.main_grads = parse_state_dtype(*g, where + ": main_grads");
@@ -376,6 +390,8 @@ Json layout_to_json(const Layout& l) {
   if (l.cross_entropy != CrossEntropyImpl::megatron) j["cross_entropy"] = to_string(l.cross_entropy);
   if (l.precision == Precision::fp8 && l.fp8_recipe != Fp8Recipe::delayed) j["fp8_recipe"] = to_string(l.fp8_recipe);
   if (l.fp8_params()) j["fp8_param_gather"] = true;
+  if (l.precision == Precision::fp8 && l.fp8_weight_cast != Fp8WeightCast::cached)
+    j["fp8_weight_cast"] = to_string(l.fp8_weight_cast);
   if (l.unfused.any()) j["unfused"] = unfused_words(l.unfused);
   if (l.state.main_grads != StateDtype::fp32) j["main_grads"] = to_string(l.state.main_grads);
   if (l.state.moments != StateDtype::fp32) j["moments"] = to_string(l.state.moments);

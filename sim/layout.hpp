@@ -33,6 +33,13 @@ enum class CrossEntropyImpl { megatron, megatron_fused, te };
 //  - mxfp8: one power-of-two scale per 32 elements (MXFP8BlockScaling, Blackwell only): one read, the
 //    row-wise and column-wise copies quantized apart, no amax shared between GPUs.
 enum class Fp8Recipe { delayed, current, mxfp8 };
+// How an fp8 run casts its 16-bit GEMM weights (layout and stack key "fp8_weight_cast"):
+// - cached: Transformer Engine's modules cast a weight on the step's first micro-batch and keep the fp8 copy
+//   (and its Hopper transpose) for the rest (Megatron-Core passes is_first_microbatch): one cast a step, a
+//   persistent copy;
+// - per_microbatch: torchao's Float8Linear (torchtitan) casts the weight in every forward and keeps the fp8
+//   copy only for that micro-batch's backward: one cast a micro-batch, no persistent copy.
+enum class Fp8WeightCast { cached, per_microbatch };
 // The kernel that runs flash attention: the fused one Transformer Engine selects (cuDNN's on Hopper; NeMo and
 // Megatron-Core), or FlashAttention-2 (PyTorch's SDPA, whose backend priority puts it first, and the model
 // code that calls flash_attn). Priced at GpuSpec::attention_fa2 of the fused kernel's rate. Layout key
@@ -94,6 +101,7 @@ struct Layout {
   // fp8 with ZeRO >= 1 (fp8_params()); a stack's default leaves the other layouts as they are.
   bool fp8_param_gather = false;
   bool fp8_params() const { return fp8_param_gather && precision == Precision::fp8 && zero_stage >= 1; }
+  Fp8WeightCast fp8_weight_cast = Fp8WeightCast::cached;  // precision fp8 only
   Unfused unfused;                   // element-wise kernels run unfused (see Unfused; default: all fused)
   FlashKernel flash_kernel = FlashKernel::cudnn;  // attention flash only
   // Whether the attention runs FlashAttention-2 (flash attention with that kernel): what prices it at
@@ -183,6 +191,8 @@ std::string to_string(CrossEntropyImpl c);  // megatron, megatron-fused, te
 // "megatron", "megatron-fused" or "te"; InputError naming `what`, the value and the choices otherwise.
 CrossEntropyImpl parse_cross_entropy(const std::string& s, const std::string& what);
 std::string to_string(Fp8Recipe r);  // delayed, current, mxfp8
+std::string to_string(Fp8WeightCast c);  // cached, per_microbatch
+Fp8WeightCast parse_fp8_weight_cast(const std::string& s, const std::string& what);
 // Throws InputError naming `what` for a word other than those.
 Fp8Recipe parse_fp8_recipe(const std::string& s, const std::string& what);
 std::string to_string(FlashKernel k);  // cudnn, fa2
@@ -204,7 +214,7 @@ Recompute parse_recompute(const std::string& s, const std::string& what);
 int bytes_per_element(Precision p);  // activations/weights in compute precision: 2 (bf16/fp16), 1 (fp8), 4 (fp32)
 
 // Strict JSON (keys: tp, pp, dp, cp, ep, etp, moe_skew, moe_capacity, moe_dispatcher (alltoall | deepep), moe_a2a_overlap, vpp, micro_batch, global_batch, schedule, microbatch_rule, recompute,
-// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, flash_kernel, cross_entropy, fp8_recipe, fp8_param_gather, unfused,
+// recompute_method, recompute_layers, sequence_parallel, zero_stage, precision, attention, flash_kernel, cross_entropy, fp8_recipe, fp8_param_gather, fp8_weight_cast, unfused,
 // main_grads, moments,
 // master_weights, overlap_grad_reduce,
 // overlap_param_gather, overlap_p2p, tp_comm_overlap, fragmentation, stage_layers; docs/layout.md). Missing optional keys take the defaults

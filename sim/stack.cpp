@@ -33,6 +33,7 @@ Stack parse_stack(const Json& j, const std::string& where) {
   if (auto c = o.opt_string("cross_entropy")) s.cross_entropy = parse_cross_entropy(*c, where + ": cross_entropy");
   if (auto r = o.opt_string("fp8_recipe")) s.fp8_recipe = parse_fp8_recipe(*r, where + ": fp8_recipe");
   s.fp8_param_gather = o.opt_boolean("fp8_param_gather").value_or(false);
+  if (auto c = o.opt_string("fp8_weight_cast")) s.fp8_weight_cast = parse_fp8_weight_cast(*c, where + ": fp8_weight_cast");
   if (auto k = o.opt_string("flash_kernel")) s.flash_kernel = parse_flash_kernel(*k, where + ": flash_kernel");
   if (o.has("unfused")) s.unfused = parse_unfused_json(o.raw("unfused"), where + ": unfused");
   {
@@ -124,6 +125,7 @@ void apply_stack(const Stack& s, Layout& l) {
   l.cross_entropy = s.cross_entropy;
   l.fp8_recipe = s.fp8_recipe;
   l.fp8_param_gather = s.fp8_param_gather;
+  l.fp8_weight_cast = s.fp8_weight_cast;
   l.unfused = s.unfused;
   l.flash_kernel = s.flash_kernel;
   l.overlap_grad_reduce = s.overlap_grad_reduce;

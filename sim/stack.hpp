@@ -30,6 +30,9 @@ struct Stack {
   // Megatron-Bridge's and NeMo 2.0's fp8 mixed-precision recipes turn it on; Megatron-LM's --fp8-param-gather and
   // NeMo 1's fp8_params are off unless asked.
   bool fp8_param_gather = false;
+  // How its fp8 runs cast the 16-bit GEMM weights (key "fp8_weight_cast", absent: cached, Transformer Engine's
+  // cast once a step; torchtitan's torchao Float8Linear: per_microbatch; Layout::fp8_weight_cast).
+  Fp8WeightCast fp8_weight_cast = Fp8WeightCast::cached;
   // The element-wise kernels its model code runs unfused unless asked otherwise (key "unfused", a list of
   // norm, act, rope; absent: all fused, as Megatron-LM and NeMo's configs run them).
   Unfused unfused;

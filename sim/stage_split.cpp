@@ -97,7 +97,7 @@ void fill_memory(PartitionCosts& c, const Model& m, const Layout& l, const Syste
       c.block_act_bytes = std::min(c.block_act_bytes, cost::stage_activation_bytes(dm, l, 1, 0) - cost::stage_activation_bytes(dm, l, 1, 1));
     }
   }
-  const double fixed = (1.0 + l.fragmentation) * (cost::zero3_gather_bytes(m, l) + cost::recompute_transient_bytes(m, l)) +
+  const double fixed = (1.0 + l.fragmentation) * (cost::zero3_gather_bytes(m, l, sys.gpu.arch) + cost::recompute_transient_bytes(m, l)) +
                        sys.memory_reserved_bytes;
   const double budget = std::max(0.0, sys.gpu.memory_bytes - fixed) / l.vpp;
   for (int st = 0; st < S; ++st) {

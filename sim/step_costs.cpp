@@ -56,13 +56,25 @@ RankSums sum_per_rank(const Workload& w) {
 // recipe casts a tensor (cost::fp8_cast). With them, the optimizer writes one fp8 byte per stepped weight and,
 // where the tensor cores need a transposed copy, the gathered weights are read and the copy written (1 + 1
 // bytes); MXFP8 gathers 16-bit values and quantizes them as the cast does.
+// torchao's casts (fp8_weight_cast per_microbatch) are priced in the GEMMs (cost::price), but for FSDP2's float8
+// all-gather: each gather casts the rank's shard first (read 2, write 1), once a micro-batch, twice under ZeRO-3
+// (gathered again for the backward), after one amax pass over the shards a step (torchtitan's
+// precompute_float8_dynamic_scale_for_fsdp).
 double fp8_weight_cast_s(const Layout& l, const GpuSpec& gpu, double held, double stepped, int kernels) {
   if (l.precision != Precision::fp8 || held <= 0) return 0.0;
+  if (l.fp8_weight_cast == Fp8WeightCast::per_microbatch) {
+    if (!l.fp8_params()) return 0.0;
+    const double gathers = static_cast<double>(l.num_microbatches()) * (l.zero_stage == 3 ? 2 : 1);
+    return cost::memory_time(gpu, (3.0 * gathers + 2.0) * stepped, std::max(1, kernels) * static_cast<int>(gathers + 1));
+  }
+  // ZeRO-3 gathers the weights again for every micro-batch, so Transformer Engine casts them (or rebuilds the
+  // transpose) every micro-batch.
+  const int times = l.zero_stage == 3 ? l.num_microbatches() : 1;
   const cost::Fp8Cast cast = cost::fp8_cast(l.fp8_recipe, gpu);
   double bytes = 0;
-  if (!l.fp8_params() || l.fp8_recipe == Fp8Recipe::mxfp8) bytes = cast.bytes * held;
-  else bytes = stepped + (gpu.fp8_transposed_copy() ? 2.0 * held : 0.0);
-  return cost::memory_time(gpu, bytes, std::max(1, kernels) * cast.kernels);
+  if (!l.fp8_params() || l.fp8_recipe == Fp8Recipe::mxfp8) bytes = cast.bytes * held * times;
+  else bytes = stepped + (gpu.fp8_transposed_copy() ? 2.0 * held * times : 0.0);
+  return cost::memory_time(gpu, bytes, std::max(1, kernels) * cast.kernels * times);
 }
 
 }  // namespace
@@ -94,7 +106,7 @@ StepCosts step_costs(const Model& m, const Layout& l, const System& sys, const L
                  cost::grad_pass_time(sys.gpu, cost::grad_bytes(l) * stepped),
                  cost::grad_pass_time(sys.gpu, c.state.grads * others + c.expert_state.grads * experts)};
   }
-  c.zero3_gather_bytes = cost::zero3_gather_bytes(m, l);
+  c.zero3_gather_bytes = cost::zero3_gather_bytes(m, l, sys.gpu.arch);
   c.recompute_transient_bytes = cost::recompute_transient_bytes(m, l);
   c.reserved_bytes = sys.memory_reserved_bytes;
   return c;

@@ -837,7 +837,13 @@ StepSync step_sync(const Model& m, const Layout& l) {
     flat.flat = true;
     const double layer_params = static_cast<double>(m.params_per_layer()) / l.tp;
     const double wb = cost::weight_bytes(l.precision);
-    s.zero3_gather = {Collective::all_gather, flat, wb * layer_params};
+    // fp8 GEMM weights are gathered at their own bytes (fp8 with fp8 primary weights), the norms at 16 bits.
+    double gathered = wb;
+    if (l.precision == Precision::fp8 && layer_params > 0) {
+      const double gemm = std::clamp(1.0 - layer_wide_params_per_gpu(m, l) / layer_params, 0.0, 1.0);
+      gathered = (1 - gemm) * wb + gemm * cost::fp8_gemm_gather_bytes(l);
+    }
+    s.zero3_gather = {Collective::all_gather, flat, gathered * layer_params};
     s.zero3_scatter = {Collective::reduce_scatter, flat, wb * layer_params};
   }
   // Tied embeddings, or the MTP modules' copy of the token embedding, on another rank than the first stage's.

@@ -30,6 +30,16 @@ std::string params_text(std::int64_t n) {
 }
 
 
+// How an fp8 layout holds and casts its GEMM weights (Layout::fp8_params, Layout::fp8_weight_cast).
+std::string fp8_weights_text(const Layout& l) {
+  const bool torchao = l.fp8_weight_cast == Fp8WeightCast::per_microbatch;
+  if (l.fp8_params())
+    return torchao ? "16-bit weights, each shard cast to fp8 before its all-gather (FSDP2's float8 all-gather)"
+                   : "fp8 primary weights gathered in fp8";
+  if (torchao) return "16-bit weights cast to fp8 in every micro-batch's forward and backward (torchao)";
+  return l.zero_stage == 3 ? "16-bit weights, cast to fp8 after each gather" : "16-bit weights with their cached fp8 cast";
+}
+
 std::string hours(double s) { return fmt::fixed(s / 3600, s < 36000 ? 2 : 1) + " h"; }
 
 // Whence the job's MTBF: each rate term of the failure model.
@@ -187,9 +197,7 @@ int estimate(const Args& args) {
             << e.microbatches << " micro-batches per pipeline, seq " << s.model.seq_len << "\n";
   if (s.layout.precision == Precision::fp8)
     std::cout << "precision: fp8, " << to_string(s.layout.fp8_recipe) << " scaling (--fp8-recipe; docs/stacks.md), "
-              << (s.layout.fp8_params() ? "fp8 primary weights gathered in fp8"
-                                        : "16-bit weights with their cached fp8 cast")
-              << " (--fp8-param-gather)\n";
+              << fp8_weights_text(s.layout) << " (--fp8-param-gather; docs/stacks.md)\n";
   if (s.layout.runs_fa2())
     std::cout << "flash attention: FlashAttention-2, " << s.system.gpu.attention_fa2 << " of the fused kernel's rate on this GPU (--flash-kernel; docs/stacks.md)\n";
   if (const Json a = attention_kernel_json(s); !a.is_null())

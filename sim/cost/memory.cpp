@@ -122,13 +122,15 @@ double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first,
   return bytes;
 }
 
-double zero3_gather_bytes(const Model& m, const Layout& l) {
+double zero3_gather_bytes(const Model& m, const Layout& l, GpuArch arch) {
   if (l.zero_stage != 3) return 0.0;
   const double h = m.hidden, f = m.ffn, q = static_cast<double>(m.heads) * m.head_dim;
   const double kv = static_cast<double>(m.kv_heads) * m.head_dim;
   const double gate = m.activation == Activation::swiglu ? 2.0 : 1.0;
-  const double largest = std::max({gate * h * f, h * f, h * (q + 2 * kv), static_cast<double>(m.vocab) * h}) / l.tp;
-  return 2.0 * weight_bytes(l.precision) * largest;
+  // The layers' GEMM weights as they are gathered and used (fp8 under fp8), the embedding or head 16-bit.
+  const double gemm = std::max({gate * h * f, h * f, h * (q + 2 * kv)}) / l.tp * fp8_gemm_gathered_bytes(l, arch);
+  const double vocab = static_cast<double>(m.vocab) * h / l.tp * weight_bytes(l.precision);
+  return 2.0 * std::max(gemm, vocab);
 }
 
 double recompute_transient_bytes(const Model& m, const Layout& l) {
@@ -255,13 +257,30 @@ StateBytes state_bytes_per_param(const Layout& l, GpuArch arch) {
 
 StateBytes expert_state_bytes_per_param(const Layout& l, GpuArch arch) { return state_bytes_per_param(l, l.expert_dp(), arch); }
 
+namespace {
+
+// One fp8 copy a layout the GEMMs read; Hopper's tensor cores read fp8 only as TN, so the backward's
+// transposed operand is a second copy; MXFP8 keeps row- and column-wise copies, a 1-byte scale per 32.
+double fp8_copies(const Layout& l, GpuArch arch) {
+  return l.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 * (1.0 + 1.0 / 32) : arch == GpuArch::blackwell ? 1.0 : 2.0;
+}
+
+}  // namespace
+
 double fp8_gemm_weight_bytes(const Layout& l, GpuArch arch) {
-  // One fp8 copy a layout the GEMMs read; Hopper's tensor cores read fp8 only as TN, so the backward's
-  // transposed operand is a second copy; MXFP8 keeps row- and column-wise copies, a 1-byte scale per 32.
-  const double copies = l.fp8_recipe == Fp8Recipe::mxfp8 ? 2.0 * (1.0 + 1.0 / 32)
-                        : arch == GpuArch::blackwell     ? 1.0
-                                                         : 2.0;
-  return l.fp8_params() ? copies : weight_bytes(l.precision) + copies;
+  // torchao keeps no fp8 copy between micro-batches: the 16-bit primary weight alone (with FSDP2's float8
+  // all-gather too: the shard is cast before each gather).
+  if (l.fp8_weight_cast == Fp8WeightCast::per_microbatch) return weight_bytes(l.precision);
+  return l.fp8_params() ? fp8_copies(l, arch) : weight_bytes(l.precision) + fp8_copies(l, arch);
+}
+
+double fp8_gemm_gathered_bytes(const Layout& l, GpuArch arch) {
+  if (l.precision != Precision::fp8) return weight_bytes(l.precision);
+  const double gathered = fp8_gemm_gather_bytes(l);
+  // fp8 data gathered (delayed or current scaling): its Hopper transpose beside it.
+  if (l.fp8_params() && l.fp8_recipe != Fp8Recipe::mxfp8) return gathered + (arch == GpuArch::blackwell ? 0.0 : 1.0);
+  // 16-bit values gathered (or MXFP8's, quantized after): their cast beside them, one copy under torchao.
+  return gathered + (l.fp8_weight_cast == Fp8WeightCast::per_microbatch ? 1.0 : fp8_copies(l, arch));
 }
 
 double fp8_gemm_gather_bytes(const Layout& l) {
@@ -288,7 +307,10 @@ StateBytes state_bytes_per_param(const Layout& l, double replicas, GpuArch arch)
   if (l.zero_stage >= 2) sb.grads /= d;
   if (l.zero_stage >= 3) {
     sb.weights /= d;
-    sb.gemm_weights /= d;
+    // A shard holds what is gathered (fp8 primary weights' fp8 bytes, else the 16-bit weight): every cast is of
+    // the gathered weight and lives in the gather's working set (zero3_gather_bytes).
+    sb.gemm_weights = (l.precision == Precision::fp8 && l.fp8_weight_cast == Fp8WeightCast::cached ? fp8_gemm_gather_bytes(l)
+                                                                                                  : sb.gemm_weights) / d;
   }
   return sb;
 }

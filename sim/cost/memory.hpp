@@ -25,8 +25,9 @@ double stage_activation_bytes(const Model& m, const Layout& l, int layers, int r
 double stage_extra_activation_bytes(const Model& m, const Layout& l, bool first, bool last);
 
 // ZeRO-3 working set: DeepSpeed gathers parameters per module (one Linear at a time, the next one prefetched),
-// so two of the largest weight matrices in the weights' dtype, not whole layers.
-double zero3_gather_bytes(const Model& m, const Layout& l);
+// so two of the largest weight matrices as they are used (fp8_gemm_gathered_bytes; the embedding or head in
+// the weights' dtype), not whole layers.
+double zero3_gather_bytes(const Model& m, const Layout& l, GpuArch arch = GpuArch::hopper);
 
 // Full recompute re-creates one layer's activations while that layer's backward runs (not in Korthikanti's
 // formula, which counts what is stored between passes): the peak holds one layer without recompute on top.
@@ -89,7 +90,9 @@ StateBytes state_bytes_per_param(const Layout& l, GpuArch arch = GpuArch::hopper
 // (Layout::expert_dp(): Megatron-Core's expert data-parallel group shards their optimizer states).
 StateBytes state_bytes_per_param(const Layout& l, double replicas, GpuArch arch = GpuArch::hopper);
 StateBytes expert_state_bytes_per_param(const Layout& l, GpuArch arch = GpuArch::hopper);
-// Bytes one fp8 GEMM weight takes on a GPU before ZeRO-3's sharding (precision fp8 only):
+// Bytes one fp8 GEMM weight takes on a GPU before ZeRO-3's sharding (precision fp8 only; under ZeRO-3 a shard
+// holds fp8_gemm_gather_bytes, or the 16-bit weight under torchao's casts):
+//  - torchao's casts (Layout::fp8_weight_cast per_microbatch): the 16-bit weight alone, no fp8 copy kept;
 //  - fp8 primary weights (Layout::fp8_params(): Megatron-Core's --fp8-param-gather, NeMo's fp8_params): the
 //    fp8 weight, plus its transposed copy where the tensor cores need one (Hopper), or MXFP8's row- and
 //    column-wise copies with their block scales; the 16-bit weight is not kept;
@@ -101,6 +104,10 @@ double fp8_gemm_weight_bytes(const Layout& l, GpuArch arch);
 // otherwise the 16-bit weight's 2 (MXFP8 gathers the 16-bit values into the gradient buffer and quantizes
 // after: Megatron-Bridge's reuse_grad_buf_for_mxfp8_param_ag).
 double fp8_gemm_gather_bytes(const Layout& l);
+// Bytes an fp8 GEMM weight takes once gathered by ZeRO-3, while its GEMMs run: the gathered bytes, and beside
+// fp8 data its Hopper transpose, beside 16-bit values their fp8 cast (one copy under torchao's casts, which
+// make the transpose in the backward's own cast). Other precisions: the weight's bytes.
+double fp8_gemm_gathered_bytes(const Layout& l, GpuArch arch);
 // Bytes of one gradient element as Megatron-LM keeps and reduces it: fp32 main_grad under bf16 (it forces
 // --accumulate-allreduce-grads-in-fp32; fp8 training runs under bf16) and fp32; fp16 gradients under fp16
 // (that flag's default, off).

@@ -50,6 +50,20 @@ void price_gemm(WorkOp& op, const GpuSpec& gpu, const Layout& l) {
     const Fp8Cast c = fp8_cast(l.fp8_recipe, gpu);
     op.t_f += memory_time(gpu, c.bytes * mk, c.kernels);
     op.t_i += memory_time(gpu, c.bytes * mn, c.kernels);
+    // torchao's Float8Linear casts the weight in the forward and again for the backward's input gradient, in
+    // every micro-batch, each a cast to one copy (Transformer Engine casts a step's weights once: the step's
+    // optimizer time). With FSDP2's float8 all-gather the weight arrives in fp8 and, where the tensor cores
+    // take fp8 only as TN, the backward makes its transposed copy (read and written once).
+    if (op.has_weights && l.fp8_weight_cast == Fp8WeightCast::per_microbatch) {
+      const double kn = static_cast<double>(g.k) * g.n * g.batch;
+      if (!l.fp8_params()) {
+        const Fp8Cast one = fp8_cast_one_copy(l.fp8_recipe);
+        op.t_f += memory_time(gpu, one.bytes * kn, one.kernels);
+        op.t_i += memory_time(gpu, one.bytes * kn, one.kernels);
+      } else if (gpu.fp8_transposed_copy()) {
+        op.t_i += memory_time(gpu, 2.0 * kn, 1);
+      }
+    }
   }
 }
 
@@ -63,6 +77,15 @@ Fp8Cast fp8_cast(Fp8Recipe r, const GpuSpec& gpu) {
     case Fp8Recipe::mxfp8: return {2.0 + 2.0 * (1.0 + 1.0 / 32), 1};
   }
   return {2.0 + copies, 1};
+}
+
+Fp8Cast fp8_cast_one_copy(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::delayed: return {2.0 + 1.0, 1};
+    case Fp8Recipe::current: return {2.0 + 2.0 + 1.0, 2};
+    case Fp8Recipe::mxfp8: return {2.0 + 1.0 + 1.0 / 32, 1};
+  }
+  return {2.0 + 1.0, 1};
 }
 
 void price(WorkOp& op, const System& sys, const Layout& l) {

@@ -78,5 +78,9 @@ struct Fp8Cast {
   int kernels = 1;
 };
 Fp8Cast fp8_cast(Fp8Recipe r, const GpuSpec& gpu);
+// A cast to one fp8 copy, the layout the GEMM at hand reads (torchao's casts of a weight, one for the forward
+// and one for the backward): the 16-bit read, the amax read first under current scaling, one byte written
+// (MXFP8: its block scales too). 3, 5 and 2 + 33/32 bytes an element.
+Fp8Cast fp8_cast_one_copy(Fp8Recipe r);
 
 }  // namespace tessel::cost

@@ -534,9 +534,17 @@ TEST_CASE("fp8 primary weights: 16-bit weights plus the cached cast, or fp8 copi
   l.fp8_param_gather = false;
   CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::blackwell) == doctest::Approx(4.0625));
   l.fp8_recipe = Fp8Recipe::delayed;
-  // ZeRO-3 shards the fp8 copies as it shards the weights.
+  // ZeRO-3: a shard holds what is gathered (the 16-bit weight; fp8 with fp8 primary weights), and the casts
+  // live with the gathered weights.
   l.zero_stage = 3;
-  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).gemm_weights == doctest::Approx(4.0 / 8));
+  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).gemm_weights == doctest::Approx(2.0 / 8));
+  CHECK(cost::fp8_gemm_gathered_bytes(l, GpuArch::hopper) == 4);
+  CHECK(cost::fp8_gemm_gathered_bytes(l, GpuArch::blackwell) == 3);
+  l.fp8_param_gather = true;
+  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).gemm_weights == doctest::Approx(1.0 / 8));
+  CHECK(cost::fp8_gemm_gathered_bytes(l, GpuArch::hopper) == 2);
+  CHECK(cost::fp8_gemm_gathered_bytes(l, GpuArch::blackwell) == 1);
+  l.fp8_param_gather = false;
   // Without ZeRO (Megatron-Core asserts the distributed optimizer) or without fp8, the flag changes nothing.
   l.fp8_param_gather = true;
   l.zero_stage = 0;
@@ -594,6 +602,99 @@ TEST_CASE("fp8 primary weights: 16-bit weights plus the cached cast, or fp8 copi
   for (int r = 0; r < f.pp; ++r)
     CHECK(ec.memory[static_cast<std::size_t>(r)].weights_bytes - ef.memory[static_cast<std::size_t>(r)].weights_bytes ==
           doctest::Approx(2 * cached.gemm_params(r)));
+}
+
+// torchao's fp8 weights (torchtitan: Float8Linear, pytorch/ao torchao/float8/float8_linear.py), counted by hand:
+// - no fp8 copy outlives a micro-batch: 2 bytes a GEMM weight (16-bit) whatever the arch, with FSDP2's float8
+//   all-gather too (the shard is cast before each gather), where Transformer Engine keeps 2 + 2 on Hopper;
+// - each fp8 linear layer casts its weight in the forward and again in the backward, every micro-batch: a
+//   current-scaling cast to one copy reads the weight twice (amax, then the cast) and writes 1 byte, in two
+//   kernels: 5 bytes an element; Transformer Engine's once-a-step cast leaves the step's optimizer time;
+// - with the float8 all-gather the GEMMs cast nothing, Hopper's backward copies the gathered weight transposed
+//   (1 + 1 bytes), and each gather casts the shard (read 2, write 1) after an amax pass a step (2);
+// - ZeRO-3 gathers a layer's GEMM weights at 1 byte with fp8 weights, its two norms at 2.
+TEST_CASE("fp8 weights under torchao: cast every micro-batch, no copy kept") {
+  Layout l;
+  l.precision = Precision::fp8;
+  l.fp8_recipe = Fp8Recipe::current;
+  l.fp8_weight_cast = Fp8WeightCast::per_microbatch;
+  l.dp = 8;
+  l.zero_stage = 2;
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::hopper) == 2);
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::blackwell) == 2);
+  CHECK(cost::fp8_gemm_gathered_bytes(l, GpuArch::hopper) == 3);  // the gathered weight and its one-copy cast
+  l.fp8_param_gather = true;
+  CHECK(cost::fp8_gemm_weight_bytes(l, GpuArch::hopper) == 2);
+  CHECK(cost::fp8_gemm_gather_bytes(l) == 1);
+  CHECK(cost::fp8_gemm_gathered_bytes(l, GpuArch::hopper) == 2);
+  l.zero_stage = 3;
+  CHECK(cost::state_bytes_per_param(l, GpuArch::hopper).gemm_weights == doctest::Approx(2.0 / 8));
+  CHECK(cost::fp8_cast_one_copy(Fp8Recipe::current).bytes == 5);
+  CHECK(cost::fp8_cast_one_copy(Fp8Recipe::current).kernels == 2);
+  CHECK(cost::fp8_cast_one_copy(Fp8Recipe::delayed).bytes == 3);
+  CHECK(cost::fp8_cast_one_copy(Fp8Recipe::mxfp8).bytes == doctest::Approx(3.03125));
+
+  const Model m = load_model("llama3-8b");
+  const System sys = load_system("dgx-h100");
+  const double rate = sys.gpu.memory_bw_Bps * sys.gpu.memory_efficiency, launch = sys.gpu.kernel_overhead_s;
+  Layout te = parse_layout_words("tp1 pp1 dp8 mbs1 zero2", 8);
+  te.global_batch = 64;
+  te.precision = Precision::fp8;
+  te.fp8_recipe = Fp8Recipe::current;
+  Layout ao = te;
+  ao.fp8_weight_cast = Fp8WeightCast::per_microbatch;
+  const LayerWork lte = lower_layer(m, te, sys), lao = lower_layer(m, ao, sys);
+  REQUIRE(lte.ops.size() == lao.ops.size());
+  int weights = 0;
+  for (std::size_t i = 0; i < lte.ops.size(); ++i) {
+    const WorkOp &a = lao.ops[i], &t = lte.ops[i];
+    if (a.cls != OpClass::gemm || !a.has_weights || a.precision != Precision::fp8) {
+      CHECK(a.t_f == t.t_f);
+      CHECK(a.t_i == t.t_i);
+      continue;
+    }
+    ++weights;
+    const double kn = static_cast<double>(a.gemm.k) * a.gemm.n * a.gemm.batch;
+    CHECK(a.t_f - t.t_f == doctest::Approx(5 * kn / rate + 2 * launch).epsilon(1e-9));
+    CHECK(a.t_i - t.t_i == doctest::Approx(5 * kn / rate + 2 * launch).epsilon(1e-9));
+    CHECK(a.t_w == t.t_w);
+  }
+  CHECK(weights == 4);  // QKV, projection, the SwiGLU's fused up-projection, down-projection
+  const StepCosts cte = step_costs(m, te, sys), cao = step_costs(m, ao, sys);
+  const double held = cte.gemm_params(0);
+  Layout b = te;
+  b.precision = Precision::bf16;
+  const StepCosts cbf = step_costs(m, b, sys);
+  CHECK(cte.tail[0].optimizer_s - cbf.tail[0].optimizer_s ==
+        doctest::Approx(6 * held / rate + 2 * 4 * m.layers * launch).epsilon(1e-6));
+  CHECK(cao.tail[0].optimizer_s == doctest::Approx(cbf.tail[0].optimizer_s));
+  CHECK(cte.weight_bytes(0) - cao.weight_bytes(0) == doctest::Approx(2 * held));
+  CHECK(cao.weight_bytes(0) == doctest::Approx(cbf.weight_bytes(0)));
+
+  // FSDP2's float8 all-gather under ZeRO-3: 8 micro-batches, two gathers each.
+  Layout z = ao;
+  z.zero_stage = 3;
+  z.fp8_param_gather = true;
+  const LayerWork lz = lower_layer(m, z, sys);
+  for (std::size_t i = 0; i < lz.ops.size(); ++i) {
+    const WorkOp& a = lz.ops[i];
+    if (a.cls != OpClass::gemm || !a.has_weights || a.precision != Precision::fp8) continue;
+    const double kn = static_cast<double>(a.gemm.k) * a.gemm.n * a.gemm.batch;
+    CHECK(a.t_f == lte.ops[i].t_f);
+    CHECK(a.t_i - lte.ops[i].t_i == doctest::Approx(2 * kn / rate + launch).epsilon(1e-9));
+  }
+  Layout zb = z;
+  zb.precision = Precision::bf16;
+  const StepCosts cz = step_costs(m, z, sys), czb = step_costs(m, zb, sys);
+  const double shard = cz.gemm_params(0) / 8;
+  CHECK(cz.tail[0].optimizer_s - czb.tail[0].optimizer_s ==
+        doctest::Approx((3 * 16 + 2) * shard / rate + 4 * m.layers * 17 * launch).epsilon(1e-6));
+  const double layer = static_cast<double>(m.params_per_layer()), norms = 2.0 * m.hidden;
+  CHECK(cz.work.sync.zero3_gather.bytes == doctest::Approx(2 * norms + (layer - norms)).epsilon(1e-12));
+  CHECK(czb.work.sync.zero3_gather.bytes == doctest::Approx(2 * layer).epsilon(1e-12));
+  // The gathered working set: two of the largest matrices, the embedding (128,256 x 4,096 at 2 bytes) above
+  // the SwiGLU's 2 x 14,336 x 4,096 at 2 (fp8 and its transpose).
+  CHECK(cz.zero3_gather_bytes == doctest::Approx(2.0 * 128256 * 4096 * 2));
 }
 
 // The step costs hold each communication of the step once, as work (kind, group, bytes) and its price, for

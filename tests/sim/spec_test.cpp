@@ -108,6 +108,17 @@ TEST_CASE("layout JSON is strict") {
                        "l.json: fp8_recipe: \"mxfp8\" is an fp8 recipe; precision is bf16, not fp8", InputError);
   CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"precision":"fp8","fp8_recipe":"mx"})", "l.json"), "l.json"),
                        "l.json: fp8_recipe: value \"mx\" is not one of delayed, current, mxfp8", InputError);
+  // How fp8 weights are cast reads back (written only when not Transformer Engine's cached cast), and belongs
+  // to fp8 runs only.
+  const Layout pm = parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"precision":"fp8","fp8_weight_cast":"per_microbatch"})",
+                                                 "l.json"), "l.json");
+  CHECK(pm.fp8_weight_cast == Fp8WeightCast::per_microbatch);
+  CHECK(parse_layout(layout_to_json(pm), "roundtrip").fp8_weight_cast == Fp8WeightCast::per_microbatch);
+  CHECK_FALSE(layout_to_json(cs).contains("fp8_weight_cast"));
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"fp8_weight_cast":"cached"})", "l.json"), "l.json"),
+                       "l.json: fp8_weight_cast: \"cached\" says how fp8 weights are cast; precision is bf16, not fp8", InputError);
+  CHECK_THROWS_WITH_AS(parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"precision":"fp8","fp8_weight_cast":"each"})", "l.json"), "l.json"),
+                       "l.json: fp8_weight_cast: value \"each\" is not one of cached, per_microbatch", InputError);
   // The unfused kernels read back as a list, absent when every kernel is fused; a word that is not a kernel
   // family, or a value that is not a list, is refused naming the key.
   const Layout uf = parse_layout(parse_json_text(R"({"micro_batch":1,"global_batch":8,"unfused":["rope","norm"]})", "l.json"),

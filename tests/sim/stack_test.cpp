@@ -104,6 +104,26 @@ TEST_CASE("stacks: the fp8 recipe a stack runs unless asked") {
   CHECK(l.fp8_recipe == Fp8Recipe::delayed);
 }
 
+// How a stack casts fp8 weights: torchao's Float8Linear (torchtitan) every micro-batch, Transformer Engine (every
+// other stack) once a step, keeping the copy; a stack file's unknown value is refused naming the key.
+TEST_CASE("stacks: how fp8 weights are cast") {
+  for (const auto& n : stack_names()) {
+    CAPTURE(n);
+    CHECK((stack_preset(n).fp8_weight_cast == Fp8WeightCast::per_microbatch) == (n == "torchtitan-2025"));
+  }
+  Layout l;
+  l.precision = Precision::fp8;
+  apply_stack(stack_preset("torchtitan-2025"), l);
+  CHECK(l.fp8_weight_cast == Fp8WeightCast::per_microbatch);
+  apply_stack(stack_preset("megatron-core-2024"), l);
+  CHECK(l.fp8_weight_cast == Fp8WeightCast::cached);
+  const std::string ok = R"({"name":"x","source":"s","attention":"flash",
+    "overlap":{"grad_reduce":true,"param_gather":true,"p2p":false},"tp_comm_overlap":"none",
+    "sequence_parallel":true,"context_parallel":false,"schedules":["1f1b"],"recompute":["none"],
+    "recompute_default":"none","zero":[0],"fp8_weight_cast":"sometimes"})";
+  CHECK(error_of(ok).find("fp8_weight_cast: value \"sometimes\" is not one of cached, per_microbatch") != std::string::npos);
+}
+
 // The kernels a stack's model code leaves unfused: torchtitan's eager model (compile off in its configs) and
 // the HF Transformers model code taken under DeepSpeed run the norm, activation and RoPE op by op; Megatron-LM
 // and NeMo fuse them. A stack file naming another kernel is refused, naming it.

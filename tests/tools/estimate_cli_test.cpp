@@ -569,7 +569,19 @@ TEST_CASE("estimate and explore: fp8 primary weights") {
   text_args.push_back("--fp8-param-gather");
   auto text = run_tessel(text_args);
   REQUIRE(text.code == 0);
-  CHECK(text.out.find("fp8 primary weights gathered in fp8 (--fp8-param-gather)") != std::string::npos);
+  CHECK(text.out.find("fp8 primary weights gathered in fp8 (--fp8-param-gather; docs/stacks.md)") != std::string::npos);
+  // torchtitan's torchao casts say so, and take their own part of the JSON layout.
+  std::vector<std::string> tt = {"estimate", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8", "--tp", "1",
+                                 "--pp", "1", "--gbs", "64", "--precision", "fp8", "--stack", "torchtitan-2025",
+                                 "--zero", "2"};
+  auto ttext = run_tessel(tt);
+  REQUIRE(ttext.code == 0);
+  CHECK(ttext.out.find("16-bit weights cast to fp8 in every micro-batch's forward and backward (torchao)") !=
+        std::string::npos);
+  tt.push_back("--json");
+  auto tjson = run_tessel(tt);
+  REQUIRE(tjson.code == 0);
+  CHECK(nlohmann::json::parse(tjson.out)["layout"]["fp8_weight_cast"] == "per_microbatch");
   // Each refusal exits 2 with the flag and what is missing in its message.
   const auto refused = [](const std::vector<std::string>& args, const std::string& says) {
     CAPTURE(says);
