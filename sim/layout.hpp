@@ -37,8 +37,9 @@ enum class Fp8Recipe { delayed, current, mxfp8 };
 // - cached: Transformer Engine's modules cast a weight on the step's first micro-batch and keep the fp8 copy
 //   (and its Hopper transpose) for the rest (Megatron-Core passes is_first_microbatch): one cast a step, a
 //   persistent copy;
-// - per_microbatch: torchao's Float8Linear (torchtitan) casts the weight in every forward and keeps the fp8
-//   copy only for that micro-batch's backward: one cast a micro-batch, no persistent copy.
+// - per_microbatch: torchao's Float8Linear (torchtitan) casts the weight in every forward and again in the
+//   backward (it saves the 16-bit weight for the backward, not the fp8 copy): two casts a micro-batch, no
+//   persistent copy.
 enum class Fp8WeightCast { cached, per_microbatch };
 // The kernel that runs flash attention: the fused one Transformer Engine selects (cuDNN's on Hopper; NeMo and
 // Megatron-Core), or FlashAttention-2 (PyTorch's SDPA, whose backend priority puts it first, and the model
