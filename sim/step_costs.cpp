@@ -119,20 +119,28 @@ double StepCosts::gemm_params(int r) const {
   return std::max(0.0, ranks.params[k] - ranks.wide_params[k]);
 }
 
-double StepCosts::state_bytes(int r) const {
+namespace {
+
+// Rank r's bytes of what `per` prices a parameter at: `per(bytes, true)` for a GEMM weight, `per(bytes, false)`
+// for a wide one (StateBytes of the others, expert_state of the routed experts, which are GEMM weights). Costs
+// built by hand may leave the wide breakdown out: every parameter is then priced as a wide one.
+template <class Per>
+double rank_bytes(const StepCosts& c, int r, Per per) {
   const auto k = static_cast<std::size_t>(r);
-  const double experts = k < ranks.expert_params.size() ? ranks.expert_params[k] : 0.0;  // by hand: none
-  const double others = ranks.params[k] - experts, gemm = gemm_params(r);
-  if (gemm <= 0) return others * state.total() + experts * expert_state.total();
-  return state.state_bytes(others, gemm - experts) + experts * expert_state.gemm_total();
+  const double experts = k < c.ranks.expert_params.size() ? c.ranks.expert_params[k] : 0.0;  // by hand: none
+  const bool breakdown = k < c.ranks.wide_params.size();
+  const double others = c.ranks.params[k] - experts, gemm = breakdown ? c.gemm_params(r) - experts : 0.0;
+  return (others - gemm) * per(c.state, false) + gemm * per(c.state, true) + experts * per(c.expert_state, breakdown);
+}
+
+}  // namespace
+
+double StepCosts::state_bytes(int r) const {
+  return rank_bytes(*this, r, [](const cost::StateBytes& b, bool gemm) { return gemm ? b.gemm_total() : b.total(); });
 }
 
 double StepCosts::weight_bytes(int r) const {
-  const auto k = static_cast<std::size_t>(r);
-  const double experts = k < ranks.expert_params.size() ? ranks.expert_params[k] : 0.0;
-  const double others = ranks.params[k] - experts, gemm = gemm_params(r);
-  if (gemm <= 0) return others * state.weights + experts * expert_state.weights;
-  return state.weight_bytes(others, gemm - experts) + experts * expert_state.gemm_weights;
+  return rank_bytes(*this, r, [](const cost::StateBytes& b, bool gemm) { return gemm ? b.gemm_weights : b.weights; });
 }
 
 }  // namespace tessel

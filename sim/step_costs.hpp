@@ -45,9 +45,11 @@ struct RankTail {
   double grad_s = 0, gather_s = 0;
   // The optimizer step (cost::adamw_time) over the parameters the rank's GPUs step: their share of the
   // dp x cp replicas' under ZeRO (StepCosts::optimizer_shard), all of them otherwise. An fp8 run adds its
-  // weights' casts, once a step (fp8_weight_cast_s in step_costs.cpp): without fp8 primary weights Transformer
-  // Engine casts each GEMM weight on the step's first micro-batch and keeps the cast; with them the optimizer
-  // writes its shard's fp8 values and the transposed copy is rebuilt from the gathered weights.
+  // weights' casts (fp8_weight_cast_s in step_costs.cpp): without fp8 primary weights Transformer Engine casts
+  // each GEMM weight on the step's first micro-batch and keeps the cast; with them the optimizer writes its
+  // shard's fp8 values and the transposed copy is rebuilt from the gathered weights; under ZeRO-3 either is
+  // done every micro-batch. torchao's casts are the GEMMs' own (cost::price), but for FSDP2's float8 all-gather's
+  // shard casts.
   double optimizer_s = 0;
   // Its two neighbours (cost::grad_pass_time): the gradient norm for clipping reads the gradients the
   // optimizer steps once, before it (Megatron's clip_grad_norm; the runtime's sum of squares); zeroing the
