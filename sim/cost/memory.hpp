@@ -81,7 +81,6 @@ struct StateBytes {
   double total() const { return weights + grads + optimizer; }
   double gemm_total() const { return gemm_weights + grads + optimizer; }
   // A rank's bytes for `params` parameters of which `gemm` are fp8 GEMM weights.
-  double weight_bytes(double params, double gemm) const { return (params - gemm) * weights + gemm * gemm_weights; }
   double state_bytes(double params, double gemm) const { return (params - gemm) * total() + gemm * gemm_total(); }
 };
 // `arch`: whether fp8 copies need a transposed twin (Hopper's, GpuSpec::fp8_transposed_copy); absent: Hopper's.
