@@ -46,11 +46,19 @@ void parse_optimizer_sizes(JsonObject& r, GpuSpec& g) {
 }
 
 // gpu.efficiency.attention_curve: {"source", "seq": [ascending lengths], "reference_head_dim",
-// "fwd_TFLOPs": {"<head dim>": [a rate per length], ...}, "bwd_TFLOPs": {...}}; the reference head dim must be
+// "fwd_TFLOPs": {"<head dim>": [a rate per length], ...}, "bwd_TFLOPs": {...}, and optionally the shape
+// measured: "measured_at": {"tokens", "hidden", "fwd_causal", "bwd_causal"}}; the reference head dim must be
 // listed in both directions.
 AttentionCurve parse_attention_curve(JsonObject c) {
   AttentionCurve a;
   a.source = c.opt_string("source").value_or("");
+  if (c.has("measured_at")) {
+    JsonObject m = c.object("measured_at");
+    a.tokens = m.number("tokens", 1, 1e9);
+    a.hidden = m.number("hidden", 1, 1e6);
+    a.causal = {m.boolean("fwd_causal"), m.boolean("bwd_causal")};
+    m.finish();
+  }
   a.seq = c.number_array("seq", 1, 1e8);
   if (a.seq.empty()) c.fail("seq", "must list at least one sequence length");
   for (std::size_t i = 1; i < a.seq.size(); ++i)
@@ -115,6 +123,8 @@ Json attention_curve_to_json(const AttentionCurve& a) {
   if (!a.source.empty()) j["source"] = a.source;
   j["seq"] = a.seq;
   j["reference_head_dim"] = static_cast<int>(a.reference_head_dim);
+  if (a.tokens > 0)
+    j["measured_at"] = {{"tokens", a.tokens}, {"hidden", a.hidden}, {"fwd_causal", a.causal[0]}, {"bwd_causal", a.causal[1]}};
   const char* keys[2] = {"fwd_TFLOPs", "bwd_TFLOPs"};
   for (int d = 0; d < 2; ++d) {
     Json rows = Json::object();

@@ -56,6 +56,11 @@ struct AttentionCurve {
   double reference_head_dim = 0;
   std::array<std::vector<double>, 2> head_dim;              // [0] forward, [1] backward, ascending
   std::array<std::vector<std::vector<double>>, 2> rate;     // [dir][head dim][seq], FLOP/s
+  // The shape the rates were measured at, for the kernel's occupancy (cost::attention_wave_factor): every
+  // point at `tokens` = batch x sequence and `hidden` = heads x head dim, causal or not per direction (0
+  // tokens: not given, the rates taken as fully occupied).
+  double tokens = 0, hidden = 0;
+  std::array<bool, 2> causal{};
   std::string source;
   bool empty() const { return seq.empty(); }
 };

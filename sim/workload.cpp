@@ -331,6 +331,12 @@ void add_attention_core(const Model& m, const Layout& l, const Dims& d, std::vec
   // parallelism); a window shortens every query's keys to w.
   fa.attn_seq = w > 0 ? std::min(static_cast<double>(w), d.s / d.cp) : d.s / d.cp;
   fa.attn_head_dim = d.qk_d;
+  // Its tiles (attention_occupancy): a call runs this rank's query chunk (s / cp) for every head of the
+  // micro-batch. Without context parallelism or a window they are the causal triangle; a window's band, and
+  // the ring steps of context parallelism (whole blocks but for the one on the diagonal), cost alike a tile.
+  fa.attn_batch_heads = batch;
+  fa.attn_queries = sq;
+  fa.attn_causal = w == 0 && d.cp == 1;
   const double per_pair = 2.0 * batch * (d.qk_d + d.v_d);  // QK^T and AV of one query-key pair, this rank's heads
   if (w > 0) {
     // A windowed layer (sliding_window shorter than the sequence): each query sees the last w positions, itself

@@ -1,5 +1,6 @@
 // tessel estimate: the analytical step time, throughput, communication and memory of one layout; with --tokens
 // or --steps, the time to train under failures (docs/goodput.md).
+#include <cmath>
 #include <iostream>
 
 #include "sim/estimate.hpp"
@@ -120,17 +121,35 @@ Json monte_carlo_json(const goodput::McResult& mc, const goodput::Plan& p) {
           {"restart_s", mc.mean_restart_s},
           {"lost_work_s", mc.mean_lost_s}};
 }
-// The attention kernel's shape and the share of the GPU's long-sequence rate it is priced at, where the GPU's
-// rate depends on the shape (efficiency.attention_curve): a layer's flash op as the lowering priced it. Null
-// for unfused attention or a GPU without a curve.
+// The attention kernel's shape and the share of the GPU's long-sequence rate it is priced at, where that
+// depends on the shape: a layer's flash op as the lowering priced it, on a GPU whose rate varies with the key
+// length and head dim (efficiency.attention_curve) or with tiles too few to fill its SMs
+// (cost::attention_wave_factor). Null for unfused attention, or where neither applies.
 Json attention_kernel_json(const cli::Specs& s) {
-  if (s.layout.attention != AttentionImpl::flash || s.system.gpu.attention_curve.empty()) return nullptr;
-  for (const cost::WorkOp& op : lower_layer(s.model, s.layout, s.system).ops)
-    if (op.cls == cost::OpClass::attention)
-      return {{"keys", op.attn_seq},
-              {"head_dim", op.attn_head_dim},
-              {"rate_share_fwd", cost::attention_curve_factor(s.system.gpu, false, op.attn_seq, op.attn_head_dim)},
-              {"rate_share_bwd", cost::attention_curve_factor(s.system.gpu, true, op.attn_seq, op.attn_head_dim)}};
+  if (s.layout.attention != AttentionImpl::flash) return nullptr;
+  const GpuSpec& gpu = s.system.gpu;
+  for (const cost::WorkOp& op : lower_layer(s.model, s.layout, s.system).ops) {
+    if (op.cls != cost::OpClass::attention) continue;
+    const cost::AttentionKernel f = cost::attention_kernel(op, s.layout.runs_fa2(), false);
+    const cost::AttentionKernel b = cost::attention_kernel(op, s.layout.runs_fa2(), true);
+    const double curve_f = cost::attention_curve_factor(gpu, false, op.attn_seq, op.attn_head_dim);
+    const double curve_b = cost::attention_curve_factor(gpu, true, op.attn_seq, op.attn_head_dim);
+    const double wave_f = cost::attention_wave_factor(gpu, f), wave_b = cost::attention_wave_factor(gpu, b);
+    if (gpu.attention_curve.empty() && wave_f == 1 && wave_b == 1) return nullptr;
+    return {{"keys", op.attn_seq},
+            {"head_dim", op.attn_head_dim},
+            {"queries", op.attn_queries},
+            {"batch_heads", op.attn_batch_heads},
+            {"causal", op.attn_causal},
+            {"tiles", op.attn_batch_heads * std::ceil(op.attn_queries / cost::kAttentionBlock)},
+            {"sms", gpu.sms},
+            {"curve_share_fwd", curve_f},
+            {"curve_share_bwd", curve_b},
+            {"wave_share_fwd", wave_f},
+            {"wave_share_bwd", wave_b},
+            {"rate_share_fwd", curve_f * wave_f},
+            {"rate_share_bwd", curve_b * wave_b}};
+  }
   return nullptr;
 }
 }  // namespace
@@ -200,11 +219,24 @@ int estimate(const Args& args) {
               << fp8_weights_text(s.layout) << " (--fp8-param-gather; docs/stacks.md)\n";
   if (s.layout.runs_fa2())
     std::cout << "flash attention: FlashAttention-2, " << s.system.gpu.attention_fa2 << " of the fused kernel's rate on this GPU (--flash-kernel; docs/stacks.md)\n";
-  if (const Json a = attention_kernel_json(s); !a.is_null())
+  if (const Json a = attention_kernel_json(s); !a.is_null()) {
+    const auto share = [&](const char* what) {
+      return fmt::fixed(a[std::string(what) + "_fwd"].get<double>(), 2) + " / " +
+             fmt::fixed(a[std::string(what) + "_bwd"].get<double>(), 2);
+    };
+    const bool waves = a["wave_share_fwd"].get<double>() < 1 || a["wave_share_bwd"].get<double>() < 1;
     std::cout << "attention kernel: " << fmt::fixed(a["keys"].get<double>(), 0) << " keys a call, head dim "
-              << fmt::fixed(a["head_dim"].get<double>(), 0) << ": " << fmt::fixed(a["rate_share_fwd"].get<double>(), 2)
-              << " / " << fmt::fixed(a["rate_share_bwd"].get<double>(), 2)
-              << " (forward / backward) of the GPU's long-sequence attention rate (efficiency.attention_curve)\n";
+              << fmt::fixed(a["head_dim"].get<double>(), 0);
+    if (waves)
+      std::cout << ", " << fmt::fixed(a["tiles"].get<double>(), 0) << " tiles of 128 queries on " << a["sms"].get<int>()
+                << " SMs";
+    std::cout << ": " << share("rate_share") << " (forward / backward) of the GPU's long-sequence attention rate";
+    if (!waves)
+      std::cout << " (efficiency.attention_curve)\n";
+    else
+      std::cout << " (key length and head dim " << share("curve_share") << ", efficiency.attention_curve; SMs kept busy "
+                << share("wave_share") << ", docs/simulator.md)\n";
+  }
   if (s.layout.unfused.any())
     std::cout << "unfused kernels: " << to_string(s.layout.unfused) << ", one op a kernel as PyTorch eager runs them (--unfused; docs/stacks.md)\n";
   if (s.model.moe.enabled())

@@ -178,6 +178,14 @@ LIMITS = """
   (Llama 3 8B +19.4% to +18.2%; the long-sequence table's CP rows barely): 11.4% mean |step error| over the 21
   rows (nemo2407 9.7%, the long-sequence table 13.6%), NVIDIA's reference recipes 11.7% over eight. The level
   (0.4 where the paper's kernel alone runs 0.545 at 16k) is still the unmeasured number discussed above.
+  **The attention kernel's tiles against the SMs (2026-12-07).** A flash kernel runs a head's block of 128
+  queries per thread block, so a call with few heads and a short chunk leaves SMs idle, as a GEMM's last wave
+  does (docs/simulator.md, "Attention tiles against SMs": causal tiles run longest first, a context-parallel
+  rank's unmasked ring steps in waves; the curve's rate divided by the occupancy of the shape it was measured
+  at). Nothing is fitted. The rows that move are those whose calls hold a few hundred tiles: the
+  context-parallel ones (the long-sequence table 0.7-1.0 points less optimistic, its source from 14.1% to
+  13.7% mean |step error|; NeMo 24.07's Llama 3 70B, 512 tiles in four waves of 132, +9.7% to +9.5%), the
+  Hopper class from 11.3% to 11.1% over its 21 rows; Mixtral 8x22B at 64k on B200s from +42.0% to +37.6%.
 - **Five more NeMo 24.07 rows (GPT-3 5B and 20B, Nemotron 8B, 22B and 340B)** name their model without its
   shape; they are scored since the model presets take the shapes of the same recipes (NeMo-Framework-Launcher
   commit 1a7171d7, conf/training/gpt3/ and nemotron/; each row's model TFLOP/s over its tokens/s is the FLOPs a

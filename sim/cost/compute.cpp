@@ -118,12 +118,33 @@ double attention_curve_factor(const GpuSpec& gpu, bool backward, double seq, dou
   return curve_rate(c, dir, seq, head_dim) / curve_rate(c, dir, c.seq.back(), c.reference_head_dim);
 }
 
+double attention_occupancy(int slots, double batch_heads, double queries, bool causal) {
+  if (slots <= 0 || !(batch_heads > 0) || !(queries > 0)) return 1.0;
+  const double n = std::ceil(queries / kAttentionBlock), S = slots;
+  if (causal) return std::min(1.0, batch_heads * (n + 1) / (2 * S));
+  const double tiles = std::ceil(batch_heads * n);
+  return tiles / (S * std::ceil(tiles / S));
+}
+
+double attention_wave_factor(const GpuSpec& gpu, const AttentionKernel& k) {
+  const double occ = attention_occupancy(gpu.sms, k.batch_heads, k.queries, k.causal);
+  const AttentionCurve& c = gpu.attention_curve;
+  if (c.empty() || !(c.tokens > 0)) return occ;
+  // The measured points all hold `tokens` tokens of `hidden / head dim` heads, so every point has the same
+  // tiles; taken at the reference point.
+  const int dir = k.backward ? 1 : 0;
+  const double seq = c.seq.back();
+  const double ref = attention_occupancy(gpu.sms, (c.tokens / seq) * (c.hidden / c.reference_head_dim), seq,
+                                         c.causal[static_cast<std::size_t>(dir)]);
+  return std::min(1.0, occ / ref);
+}
+
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, const AttentionKernel& k) {
   if (flops <= 0) return 0.0;
   // FP8 recipes (Transformer Engine) keep the attention core in 16-bit: only linear layers run in fp8.
   if (p == Precision::fp8) p = Precision::bf16;
   const double eff = gpu.attention_efficiency * (k.fa2 ? gpu.attention_fa2 : 1.0) *
-                     attention_curve_factor(gpu, k.backward, k.seq, k.head_dim);
+                     attention_curve_factor(gpu, k.backward, k.seq, k.head_dim) * attention_wave_factor(gpu, k);
   const double compute = flops / (peak_for(gpu, p) * eff);
   const double mem = bytes / (gpu.memory_bw_Bps * gpu.memory_efficiency);
   return (std::max(compute, mem) + gpu.kernel_overhead_s) * gpu.time_factor[idx(CostKind::attention)];

@@ -30,18 +30,39 @@ double memory_time(const GpuSpec& gpu, double bytes, int kernels = 1, CostKind k
                    bool backward = false);
 // What a fused attention kernel's rate depends on beside its FLOPs: the kernel (FlashAttention-2 or the
 // fused one), the direction, the key length one call sees (the sequence, or a context-parallel chunk of it, or
-// a window) and the head dim (0: not given, no shape applied).
+// a window) and the head dim (0: not given, no shape applied); and how many tiles it has to spread over the
+// SMs: the micro-batch times this rank's query heads (`batch_heads`), the queries one call sees, and whether
+// the tiles are a causal triangle (0 batch_heads: not given, no occupancy applied).
 struct AttentionKernel {
   bool fa2 = false;
   bool backward = false;
   double seq = 0, head_dim = 0;
+  double batch_heads = 0, queries = 0;
+  bool causal = false;
 };
+// The share of `slots` SMs a flash attention kernel keeps busy, by its tiles. FlashAttention-2 and -3 and
+// cuDNN's fused kernel give one thread block a head's block of kAttentionBlock queries (forward) or keys
+// (backward), and a block runs on one SM at a time (FA3's and cuDNN's Hopper kernels are persistent, one block
+// an SM). Without a mask every tile costs alike and they run in waves: T = batch_heads x ceil(queries / 128)
+// tiles take ceil(T / slots) waves, so the share is T / (slots x ceil(T / slots)) (wave quantization, as a
+// GEMM's). Under a causal mask tile i of a head (i = 1 .. n, n = ceil(queries / 128)) holds i key blocks; run
+// longest first, as flash-attention's causal tile scheduler does (SingleTileLPTScheduler), the kernel takes
+// max(work / slots, n) block-steps, so the share is
+// min(1, batch_heads x (n + 1) / (2 x slots)): a few heads of a short sequence leave SMs idle while the
+// longest row of the triangle finishes. 1 when `slots` or the tiles are not given.
+inline constexpr double kAttentionBlock = 128;
+double attention_occupancy(int slots, double batch_heads, double queries, bool causal);
+// The factor the kernel's occupancy puts on its rate: its occupancy over that of the shape the GPU's rate was
+// measured at (AttentionCurve's tokens and hidden size; without them, or without a curve, the measured rate is
+// taken as fully occupied), at most 1: no shape runs faster than the measurement.
+double attention_wave_factor(const GpuSpec& gpu, const AttentionKernel& k);
 // GpuSpec::attention_curve's factor at `seq` and `head_dim` in that direction: rate(head_dim, seq) over
 // rate(reference head dim, longest length), log-linear in both between the table's points, the nearest point
 // outside them. 1 without a curve or without a shape.
 double attention_curve_factor(const GpuSpec& gpu, bool backward, double seq, double head_dim);
 // Fused (flash) attention of `flops` (QK^T + AV): matrix peak times attention efficiency, times
-// GpuSpec::attention_fa2 when the kernel is FlashAttention-2, times the curve's factor for its shape.
+// GpuSpec::attention_fa2 when the kernel is FlashAttention-2, times the curve's factor for its shape, times
+// the wave factor of its tiles.
 double attention_time(const GpuSpec& gpu, Precision p, double flops, double bytes, const AttentionKernel& k = {});
 // The attention core measured as one kernel (GpuSpec::attention_flops): `exec_flops` (the flash path's
 // executed count) at the measured rate of its direction, whatever the layout's attention path.

@@ -88,6 +88,10 @@ Fp8Cast fp8_cast_one_copy(Fp8Recipe r) {
   return {2.0 + 1.0, 1};
 }
 
+AttentionKernel attention_kernel(const WorkOp& op, bool fa2, bool backward) {
+  return {fa2, backward, op.attn_seq, op.attn_head_dim, op.attn_batch_heads, op.attn_queries, op.attn_causal};
+}
+
 void price(WorkOp& op, const System& sys, const Layout& l) {
   op.t_f = op.t_i = op.t_w = 0;
   op.runtime_priced = false;
@@ -101,8 +105,8 @@ void price(WorkOp& op, const System& sys, const Layout& l) {
       return;
     case OpClass::attention: {
       const bool fa2 = l.runs_fa2();
-      op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f, {fa2, false, op.attn_seq, op.attn_head_dim});
-      op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b, {fa2, true, op.attn_seq, op.attn_head_dim});
+      op.t_f = attention_time(sys.gpu, op.precision, op.exec_flops_f, op.bytes_f, attention_kernel(op, fa2, false));
+      op.t_i = attention_time(sys.gpu, op.precision, op.exec_flops_b, op.bytes_b, attention_kernel(op, fa2, true));
       return;
     }
     case OpClass::elementwise: {

@@ -30,6 +30,9 @@ struct WorkOp {
   double exec_flops_b = 0;    // attention: FLOPs the kernel executes backward (it recomputes the scores)
   double attn_seq = 0;        // attention: the key length one kernel call sees (AttentionKernel::seq)
   double attn_head_dim = 0;   // attention: the query-key head dim
+  double attn_batch_heads = 0;  // attention: micro-batch x this rank's query heads (AttentionKernel::batch_heads)
+  double attn_queries = 0;    // attention: the queries one kernel call sees
+  bool attn_causal = false;   // attention: its tiles are a causal triangle (AttentionKernel::causal)
   double bytes_f = 0;         // memory traffic, forward
   double bytes_b = 0;         // memory traffic, backward
   // residual1 / residual2: the passes Tessel's CPU runtime makes over the layer's buffers beside its kernels
@@ -59,10 +62,13 @@ struct WorkOp {
 //   forward and the output gradient [m, n] backward. A linear layer's weight gradient written into fp32
 //   main grads (main_grads fp32, a 16-bit or fp8 GEMM) takes GpuSpec::gemm_fp32_out times its time.
 // - attention: compute.hpp's attention_time of the executed FLOPs and bytes, forward and backward, at the
-//   op's key length and head dim (attn_seq, attn_head_dim).
+//   op's key length and head dim (attn_seq, attn_head_dim) and its tiles (attn_batch_heads, attn_queries,
+//   attn_causal).
 // - elementwise: memory_time of the bytes moved, `kernels` launches a pass (`kernels_b` backward, when set).
 // - collective: comm.hpp's collective_time, once forward and once backward.
 void price(WorkOp& op, const System& sys, const Layout& l);
+// An attention op's kernel as attention_time prices it, in one direction (`fa2`: Layout::runs_fa2()).
+AttentionKernel attention_kernel(const WorkOp& op, bool fa2, bool backward);
 
 // An fp8 GEMM's 16-bit input as Transformer Engine quantizes it under `r` (Layout::fp8_recipe): memory
 // traffic per element and kernels a pass. Delayed scaling reads 2 bytes (the amax taken in the same pass) and

@@ -1244,6 +1244,82 @@ TEST_CASE("attention curve: the fused kernel's rate by key length and head dim, 
   CHECK(cost::attention_curve_factor(back.gpu, true, 1000, 64) == doctest::Approx(bwd(1000, 64)).epsilon(kExact));
 }
 
+// A flash attention kernel's tiles against the GPU's SMs (cost::attention_occupancy): one tile a head's block
+// of 128 queries. Causal, run longest first: min(1, batch_heads x (n + 1) / (2 x SMs)), n the query blocks;
+// without a mask the tiles cost alike and run in waves. Against the curve's measured shape (16k tokens of
+// hidden 2048: 16 heads of 128; forward causal, backward unmasked) the H100 forward was fully occupied
+// (16 x 129 / 264 > 1) and the backward's 2,048 tiles took 16 waves of 132 (0.9697), so a shape's factor is
+// its occupancy over those, at most 1.
+TEST_CASE("attention occupancy: a few heads of a short sequence leave SMs idle") {
+  CHECK(cost::attention_occupancy(132, 4, 2048, true) == doctest::Approx(4.0 * 17 / 264).epsilon(kExact));
+  CHECK(cost::attention_occupancy(132, 32, 8192, true) == 1.0);  // 32 x 65 / 264 > 1
+  CHECK(cost::attention_occupancy(132, 4, 4096, false) == doctest::Approx(128.0 / 132).epsilon(kExact));  // one wave
+  CHECK(cost::attention_occupancy(132, 5, 4096, false) == doctest::Approx(160.0 / 264).epsilon(kExact));  // a second, 28 of 132
+  CHECK(cost::attention_occupancy(132, 4, 2000, false) == doctest::Approx(64.0 / 132).epsilon(kExact));  // 16 blocks, the last partial
+  CHECK(cost::attention_occupancy(1, 4, 2048, true) == 1.0);  // one slot (the CPU preset) is always busy
+  CHECK(cost::attention_occupancy(1, 3, 300, false) == 1.0);
+  CHECK(cost::attention_occupancy(132, 0, 2048, true) == 1.0);  // tiles not given
+
+  const System h100 = load_system("dgx-h100");
+  REQUIRE(h100.gpu.sms == 132);
+  const auto kernel = [](bool backward, double bh, double q, bool causal) {
+    cost::AttentionKernel k;
+    k.backward = backward, k.seq = q, k.head_dim = 128, k.batch_heads = bh, k.queries = q, k.causal = causal;
+    return k;
+  };
+  CHECK(cost::attention_wave_factor(h100.gpu, kernel(false, 4, 2048, true)) == doctest::Approx(68.0 / 264).epsilon(kExact));
+  CHECK(cost::attention_wave_factor(h100.gpu, kernel(true, 4, 2048, true)) ==
+        doctest::Approx((68.0 / 264) / (2048.0 / 2112)).epsilon(kExact));
+  CHECK(cost::attention_wave_factor(h100.gpu, kernel(true, 64, 8192, true)) == 1.0);  // not above the measurement
+  CHECK(cost::attention_wave_factor(h100.gpu, kernel(true, 4, 4096, false)) == 1.0);  // 128 / 132, as measured
+  CHECK(cost::attention_wave_factor(h100.gpu, kernel(false, 4, 4096, false)) == doctest::Approx(128.0 / 132).epsilon(kExact));
+
+  // The lowering gives the flash op its tiles: Llama 3 8B (32 heads of 128) at tp 8 holds 4 heads a rank, one
+  // sequence of 2,048 a micro-batch: 64 tiles for 132 SMs, the longest row 16 blocks.
+  const Model m = load_model("llama3-8b", 2048);
+  Layout l;
+  l.tp = 8, l.dp = 1, l.global_batch = 1, l.precision = Precision::bf16;
+  const auto flash_of = [&](const System& sys, const Layout& x, const Model& mm) {
+    for (const cost::WorkOp& op : lower_layer(mm, x, sys).ops)
+      if (op.cls == cost::OpClass::attention) return op;
+    FAIL("no flash attention op");
+    return cost::WorkOp{};
+  };
+  const cost::WorkOp a = flash_of(h100, l, m);
+  CHECK(a.attn_batch_heads == 4);
+  CHECK(a.attn_queries == 2048);
+  CHECK(a.attn_causal);
+  const double rate = h100.gpu.peak(Precision::bf16) * h100.gpu.attention_efficiency;
+  const double fwd = rate * 484.0 / 539 * 68.0 / 264, bwd = rate * 465.0 / 516 * (68.0 / 264) / (2048.0 / 2112);
+  REQUIRE(a.exec_flops_f / fwd > a.bytes_f / (h100.gpu.memory_bw_Bps * h100.gpu.memory_efficiency));
+  CHECK(a.t_f == doctest::Approx(a.exec_flops_f / fwd + h100.gpu.kernel_overhead_s).epsilon(kTight));
+  CHECK(a.t_i == doctest::Approx(a.exec_flops_b / bwd + h100.gpu.kernel_overhead_s).epsilon(kTight));
+  // Four sequences a micro-batch fill the SMs (16 x 17 / 264 > 1): the curve's rate alone.
+  Layout mb4 = l;
+  mb4.micro_batch = 4, mb4.global_batch = 4;
+  const cost::WorkOp full = flash_of(h100, mb4, m);
+  CHECK(full.attn_batch_heads == 16);
+  CHECK(full.t_f == doctest::Approx(full.exec_flops_f / (rate * 484.0 / 539) + h100.gpu.kernel_overhead_s).epsilon(kTight));
+  // Context parallelism: a rank's ring steps run its 4,096 queries against whole key chunks, unmasked tiles:
+  // 4 x 32 = 128 in one wave of 132.
+  Layout cp = l;
+  cp.cp = 2;
+  const cost::WorkOp c = flash_of(h100, cp, load_model("llama3-8b", 8192));
+  CHECK(c.attn_queries == 4096);
+  CHECK_FALSE(c.attn_causal);
+  CHECK(cost::attention_wave_factor(h100.gpu, cost::attention_kernel(c, false, false)) == doctest::Approx(128.0 / 132).epsilon(kExact));
+  CHECK(cost::attention_wave_factor(h100.gpu, cost::attention_kernel(c, false, true)) == 1.0);
+  // Without a curve (the A100 preset) the rate is taken as measured fully occupied: 68 / 216 on 108 SMs.
+  const System a100 = load_system("dgx-a100");
+  const cost::WorkOp b = flash_of(a100, l, m);
+  const double a100_rate = a100.gpu.peak(Precision::bf16) * a100.gpu.attention_efficiency * 68.0 / 216;
+  CHECK(b.t_f == doctest::Approx(b.exec_flops_f / a100_rate + a100.gpu.kernel_overhead_s).epsilon(kTight));
+  // A curve read back from a system file keeps its measured shape, so the factor too.
+  const System back = parse_system(system_to_json(h100), "roundtrip");
+  CHECK(cost::attention_wave_factor(back.gpu, kernel(true, 4, 2048, true)) ==
+        doctest::Approx(cost::attention_wave_factor(h100.gpu, kernel(true, 4, 2048, true))).epsilon(kExact));
+}
+
 // PyTorch on one H200 (bench/h200/torch.log, 2026-11-29, tools/device-check.sh's torch_gpt.py): the 1.3B GPT of
 // the device check (24 layers, hidden 2048, 16 heads, seq 1024, LayerNorm, GELU, biases, tied embeddings),
 // batch 8, bf16 autocast, SDPA, fused AdamW, no recompute: median step 157.5 ms eager, 137.4 ms under

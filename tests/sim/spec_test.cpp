@@ -234,6 +234,14 @@ TEST_CASE("system presets load and bad system files are rejected") {
   CHECK(curve_error([](Json& c) { c["fwd_TFLOPs"]["64"][2] = 0; }).find(
             "s.json: gpu.efficiency.attention_curve.fwd_TFLOPs.64") == 0);
   CHECK(curve_error([](Json& c) { c["seq"][0] = 256; }) == "accepted");
+  // The shape the rates were measured at, for the kernel's occupancy: optional, whole when given.
+  CHECK(curve_error([](Json& c) { c["measured_at"]["tokens"] = 0; }) ==
+        "s.json: gpu.efficiency.attention_curve.measured_at.tokens: value 0 is out of range [1, 1e+09]");
+  CHECK(curve_error([](Json& c) { c["measured_at"].erase("bwd_causal"); }) ==
+        "s.json: gpu.efficiency.attention_curve.measured_at.bwd_causal: missing required key");
+  CHECK(curve_error([](Json& c) { c["measured_at"]["batch"] = 1; }).find(
+            "s.json: gpu.efficiency.attention_curve.measured_at.batch: unknown key") == 0);
+  CHECK(curve_error([](Json& c) { c.erase("measured_at"); }) == "accepted");
   // The presets name the one built-in curve; written out (system_to_json) it parses to the same numbers.
   CHECK(curve_error([](Json& c) { c = "cudnn-h100"; }) == "accepted");
   CHECK(curve_error([](Json& c) { c = "cudnn-h10"; }) ==
@@ -247,6 +255,12 @@ TEST_CASE("system presets load and bad system files are rejected") {
   CHECK(named.head_dim == inlined.head_dim);
   CHECK(named.rate == inlined.rate);
   CHECK(named.rate[0][1][2] == doctest::Approx(484e12));  // forward, head dim 128, 2k keys
+  CHECK(named.tokens == inlined.tokens);
+  CHECK(named.hidden == inlined.hidden);
+  CHECK(named.causal == inlined.causal);
+  CHECK(named.tokens == 16384);  // the FlashAttention-3 paper's benchmark: 16k tokens, hidden 2048
+  CHECK(named.hidden == 2048);
+  CHECK(named.causal == std::array<bool, 2>{true, false});  // causal forward, the backward plotted without a mask
   for (const std::string p : {"dgx-h200", "h200", "h800", "meta-h100"})
     CHECK(load_system(p).gpu.attention_curve.rate == named.rate);
 }
