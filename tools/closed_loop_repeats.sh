@@ -83,5 +83,11 @@ between = d["overall"].get("measured_tau_between_repeats", [])
 if between:
     print("measured order between repeats (how far the measurement itself repeats): Kendall tau "
           + " / ".join(f"{x:.3f}" for x in between))
+free = d["overall"].get("error_free_tau")
+if free:
+    below = [str(r["repeat"]) for r in d["repeats"] if r["summary"]["kendall_tau"] < free["low"]]
+    print(f"an error-free prediction would reach tau {free['low']:.3f} to {free['high']:.3f} against one repeat; "
+          + (f"repeat(s) {', '.join(below)} below that: more than the measurement's noise" if below
+             else "every repeat's tau within or above that"))
 print("all three repeats meet the targets with trusted noise" if every else "not every repeat meets the targets")
 EOF

@@ -111,8 +111,15 @@ Json loop_to_json(const LoopResult& r) {
     tau.push_back(p.kendall_tau);
   }
   j["repeats"] = reps;
+  const std::vector<double> between = calib::tau_between_repeats(measured);
   j["overall"] = {{"median_abs_error_pct", med}, {"op_median_abs_error_pct", opm}, {"kendall_tau", tau},
-                  {"measured_tau_between_repeats", calib::tau_between_repeats(measured)}};
+                  {"measured_tau_between_repeats", between}};
+  if (!between.empty()) {
+    double mean = 0;
+    for (double x : between) mean += x / static_cast<double>(between.size());
+    const calib::TauBounds b = calib::error_free_tau(mean);
+    j["overall"]["error_free_tau"] = {{"low", b.low}, {"high", b.high}};
+  }
   j["targets"] = {{"median_abs_error_pct", 100 * kTargetStep}, {"op_median_abs_error_pct", 100 * kTargetOp},
                   {"kendall_tau", kTargetTau}, {"noise_pct", 100 * calib::kNoiseFlag}};
   return j;

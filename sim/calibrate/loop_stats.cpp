@@ -1,5 +1,6 @@
 #include "sim/calibrate/loop_stats.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -32,6 +33,11 @@ std::vector<double> tau_between_repeats(const std::vector<std::vector<double>>& 
   for (std::size_t i = 0; i < measured.size(); ++i)
     for (std::size_t j = i + 1; j < measured.size(); ++j) out.push_back(kendall_tau(measured[i], measured[j]));
   return out;
+}
+
+TauBounds error_free_tau(double between) {
+  const double t = std::max(0.0, between);
+  return {t, std::sqrt(t)};
 }
 
 trace::Trace fold_recompute(const trace::Trace& simulated) {

@@ -15,9 +15,22 @@ namespace tessel::calib {
 double kendall_tau(const std::vector<double>& a, const std::vector<double>& b);
 
 // Kendall tau between the measurements of every two repeats, in the order (0, 1), (0, 2), ..., (1, 2), ...:
-// how far the measured order itself repeats, which bounds the tau a prediction can be expected to reach
-// against any one repeat. Every repeat must measure the same layouts in the same order (TESSEL_CHECK).
+// how far the measured order itself repeats (error_free_tau below turns it into what an exact prediction
+// would reach). Every repeat must measure the same layouts in the same order (TESSEL_CHECK).
 std::vector<double> tau_between_repeats(const std::vector<std::vector<double>>& measured);
+
+// The Kendall tau an error-free prediction (the layouts' true step times) can be expected to reach against
+// one repeat's measurements, from `between`, the mean tau between two repeats' measurements. For a pair of
+// layouts let q = 2p - 1, p the chance that a measurement orders the pair as its true times do. If the
+// repeats' errors are independent and no pair is more likely measured the wrong way round (p >= 1/2), a
+// repeat's expected agreement with the truth on the pair is q and two repeats' agreement with each other q^2;
+// so, over the pairs, mean(q^2) <= mean(q) <= sqrt(mean(q^2)): the error-free tau lies in
+// [between, sqrt(between)] (ties left out; 0 for a negative `between`). A prediction's tau below `low` is
+// more than the measurement's noise can explain.
+struct TauBounds {
+  double low = 0, high = 0;
+};
+TauBounds error_free_tau(double between);
 
 // Per compute op kind, the compared step's totals over ops matched one to one (compare.hpp).
 struct OpError {

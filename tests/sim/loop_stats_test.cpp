@@ -3,6 +3,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "sim/calibrate/loop_stats.hpp"
 #include "sim/calibrate/trace_events.hpp"
@@ -138,4 +140,44 @@ TEST_CASE("tau between repeats: every pair of repeats' measured orders, in order
   // One repeat has no pair; repeats of different layouts are a caller's error.
   CHECK(tau_between_repeats({{1, 2, 3}}).empty());
   CHECK_THROWS(tau_between_repeats({{1, 2, 3}, {1, 2}}));
+}
+
+// What an exact prediction reaches against one noisy repeat, from how well two repeats agree: in
+// [between, sqrt(between)]. Checked against the two ends of the inequality it rests on: every pair equally hard
+// (one q for all, mean(q) = sqrt(mean(q^2)): the high end) and pairs either certain or a coin toss (q of 1
+// or 0, mean(q) = mean(q^2): the low end).
+TEST_CASE("error-free tau: the measured order's repeatability bounds what an exact prediction reaches") {
+  const TauBounds b = error_free_tau(0.64);
+  CHECK(b.low == doctest::Approx(0.64));
+  CHECK(b.high == doctest::Approx(0.8));
+  CHECK(error_free_tau(1.0).low == 1.0);
+  CHECK(error_free_tau(1.0).high == 1.0);
+  CHECK(error_free_tau(-0.2).low == 0.0);  // repeats that disagree more than chance: nothing to bound with
+  CHECK(error_free_tau(-0.2).high == 0.0);
+  // Simulated: 12 layouts, true steps 1..12; every measurement adds an independent error. Half the layouts'
+  // errors are large (those pairs' orders a coin toss between repeats), half nil. Over many draws the exact
+  // prediction's tau against one repeat falls within the bounds of the mean tau between two repeats.
+  std::uint64_t state = 12345;
+  const auto uniform = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<double>(state >> 11) / static_cast<double>(1ULL << 53);
+  };
+  std::vector<double> truth(12);
+  for (std::size_t i = 0; i < truth.size(); ++i) truth[i] = static_cast<double>(i + 1);
+  double exact = 0, between = 0;
+  const int draws = 2000;
+  for (int d = 0; d < draws; ++d) {
+    std::vector<double> m1 = truth, m2 = truth;
+    for (std::size_t i = 0; i < truth.size(); i += 2) {
+      m1[i] += 8 * (uniform() - 0.5);
+      m2[i] += 8 * (uniform() - 0.5);
+    }
+    exact += kendall_tau(truth, m1) / draws;
+    between += kendall_tau(m1, m2) / draws;
+  }
+  const TauBounds s = error_free_tau(between);
+  CHECK(between < 0.95);  // the noise is felt
+  CHECK(exact >= s.low);
+  CHECK(exact <= s.high);
+  CHECK(exact > between + 0.02);  // and the exact prediction is not held to the repeats' own agreement
 }

@@ -50,6 +50,7 @@ TEST_CASE("closed loop --quick: every held-out layout measured and predicted, op
   // The measured order's repeatability: one tau per pair of repeats, none with one repeat.
   CHECK(j["overall"]["measured_tau_between_repeats"].is_array());
   CHECK(j["overall"]["measured_tau_between_repeats"].empty());
+  CHECK_FALSE(j["overall"].contains("error_free_tau"));  // no pair of repeats, no bounds
   const auto& rep = j["repeats"][0];
   REQUIRE(rep["rows"].size() == 3);
   std::vector<int> ranks;
