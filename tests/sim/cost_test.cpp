@@ -39,6 +39,14 @@ Layout tp2_one_micro_batch() {
   l.precision = Precision::bf16;
   return l;
 }
+
+// The flash attention op of one layer of `m` under `l` on `sys`, priced.
+cost::WorkOp flash_of(const System& sys, const Layout& l, const Model& m) {
+  for (const cost::WorkOp& op : lower_layer(m, l, sys).ops)
+    if (op.cls == cost::OpClass::attention) return op;
+  FAIL("no flash attention op");
+  return cost::WorkOp{};
+}
 }  // namespace
 
 TEST_CASE("GEMM: wave and tile quantization, roofline") {
@@ -1165,24 +1173,18 @@ TEST_CASE("fused-kernel sets: norm, activation and RoPE fused or op by op, price
 TEST_CASE("flash kernels: FlashAttention-2 at its measured share of the fused kernel's rate") {
   const Model m = load_model("llama3-8b");
   Layout l = tp2_one_micro_batch();
-  const auto flash_of = [&](const System& sys, const Layout& x) {
-    for (const cost::WorkOp& op : lower_layer(m, x, sys).ops)
-      if (op.cls == cost::OpClass::attention) return op;
-    FAIL("no flash attention op");
-    return cost::WorkOp{};
-  };
   const System h100 = load_system("dgx-h100");
   CHECK(h100.gpu.attention_fa2 == 0.62);
   Layout fa2 = l;
   fa2.flash_kernel = FlashKernel::fa2;
-  const cost::WorkOp c = flash_of(h100, l), f = flash_of(h100, fa2);
+  const cost::WorkOp c = flash_of(h100, l, m), f = flash_of(h100, fa2, m);
   const double over = h100.gpu.kernel_overhead_s;
   CHECK(f.t_f - over == doctest::Approx((c.t_f - over) / 0.62).epsilon(kTight));
   CHECK(f.t_i - over == doctest::Approx((c.t_i - over) / 0.62).epsilon(kTight));
   CHECK(estimate(m, fa2, h100).step_s > estimate(m, l, h100).step_s);
   const System a100 = load_system("dgx-a100");
   CHECK(a100.gpu.attention_fa2 == 1.0);
-  CHECK(flash_of(a100, fa2).t_f == flash_of(a100, l).t_f);
+  CHECK(flash_of(a100, fa2, m).t_f == flash_of(a100, l, m).t_f);
   // A system file's attention_fa2 reads back.
   CHECK(parse_system(system_to_json(h100), "roundtrip").gpu.attention_fa2 == 0.62);
 }
@@ -1215,12 +1217,6 @@ TEST_CASE("attention curve: the fused kernel's rate by key length and head dim, 
   // The flash op carries its key length: the sequence, or a context-parallel rank's chunk of it.
   const Model m = load_model("llama3-8b", 2048);  // head dim 128
   const Layout l = tp2_one_micro_batch();
-  const auto flash_of = [&](const System& sys, const Layout& x, const Model& mm) {
-    for (const cost::WorkOp& op : lower_layer(mm, x, sys).ops)
-      if (op.cls == cost::OpClass::attention) return op;
-    FAIL("no flash attention op");
-    return cost::WorkOp{};
-  };
   const cost::WorkOp a = flash_of(h100, l, m);
   CHECK(a.attn_seq == 2048);
   CHECK(a.attn_head_dim == 128);
@@ -1279,12 +1275,6 @@ TEST_CASE("attention occupancy: a few heads of a short sequence leave SMs idle")
   const Model m = load_model("llama3-8b", 2048);
   Layout l;
   l.tp = 8, l.dp = 1, l.global_batch = 1, l.precision = Precision::bf16;
-  const auto flash_of = [&](const System& sys, const Layout& x, const Model& mm) {
-    for (const cost::WorkOp& op : lower_layer(mm, x, sys).ops)
-      if (op.cls == cost::OpClass::attention) return op;
-    FAIL("no flash attention op");
-    return cost::WorkOp{};
-  };
   const cost::WorkOp a = flash_of(h100, l, m);
   CHECK(a.attn_batch_heads == 4);
   CHECK(a.attn_queries == 2048);
