@@ -8,6 +8,7 @@
 #include "util/error.hpp"
 #include "sched_test_util.hpp"
 #include "sim/schedule/registry.hpp"
+#include "tests/sanitized.hpp"
 
 using namespace tessel::sched;
 using tessel::InputError;
@@ -60,9 +61,15 @@ bool zb1p_accepts(int p, int m) { return m % std::max(1, m / p) == 0; }
 }  // namespace
 
 TEST_CASE("every generator over PyTorch's 23 (v, m, p) cases") {
-  int accepted = 0, rejected = 0, blocking_and_batched = 0;
+  int accepted = 0, rejected = 0, blocking_and_batched = 0, left_out = 0;
   for (const auto& c : tessel::test::pytorch_cases()) {
     INFO("v " << c.v << " m " << c.m << " p " << c.p);
+    // Under ASan (tests/sanitized.hpp) the one 64-rank case is left out: it has 8x the ops of the next largest
+    // and took 90% of this case's time there; the same generators and checks run on the other 22.
+    if (tessel::test::kSanitized && c.p == 64) {
+      ++left_out;
+      continue;
+    }
     const GenParams g = params(c.p, c.m, c.v);
     struct Expect {
       const char* name;
@@ -100,7 +107,8 @@ TEST_CASE("every generator over PyTorch's 23 (v, m, p) cases") {
                       << blocking_and_batched);
   // 23 cases x 5 single-stage generators + the multi-stage acceptances counted by the rules above; every
   // accepted combination lowers deadlock-free under eager, blocking and batched comms.
-  CHECK(accepted + rejected == 23 * 11);
+  CHECK(accepted + rejected + 11 * left_out == 23 * 11);
+  CHECK(left_out == (tessel::test::kSanitized ? 1 : 0));
   CHECK(blocking_and_batched == accepted);
 }
 

@@ -19,6 +19,7 @@
 #include "sim/engine/simulate.hpp"
 #include "sim/explore/published_rank.hpp"
 #include "sim/validate.hpp"
+#include "tests/sanitized.hpp"
 #include "tests/test_paths.hpp"
 
 using namespace tessel;
@@ -236,6 +237,10 @@ TEST_CASE("published rows: every A100 source within its bounds, also when left o
   const std::vector<std::string> sources = {"korthikanti22_", "narayanan21_", "zb24_"};
   for (const std::string& src : sources) {
     CAPTURE(src);
+    // Each source left out costs a grid fit over the other sources' rows. Under ASan (tests/sanitized.hpp) only
+    // Zero Bubble's is left out, the cheapest (the fit runs over 33 rows, the other two over 209 and 210): the
+    // other two fits run the same code on more rows.
+    if (tessel::test::kSanitized && src != "zb24_") continue;
     const Json mine = select_rows(all, path, {src});
     std::vector<std::string> others;
     for (const std::string& o : sources)
