@@ -6,7 +6,7 @@
 #                                 FUZZ_RUNS inputs per target from a fixed seed (default 3000: the same
 #                                 inputs on every machine, so CI cannot flake); TESSEL_SKIP_FUZZ=1 leaves it out
 #   4. the suite under ASan+UBSan tools/sanitize.sh asan (clang, build-asan); TESSEL_SKIP_ASAN=1 leaves it out.
-#                                 Measured here: ~4 min build + ~5 min tests (docs/reliability.md)
+#                                 Measured here: ~21 min build + ~20 min tests (docs/reliability.md)
 # Ends with one line "tests: N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
