@@ -18,18 +18,11 @@
 #endif
 
 #include "runtime/host_allocator.hpp"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define TESSEL_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TESSEL_ASAN 1
-#endif
-#endif
+#include "tests/sanitized.hpp"
 
 namespace {
 
-#if defined(__GLIBC__) && !defined(TESSEL_ASAN)
+#if defined(__GLIBC__) && !defined(TESSEL_TEST_ASAN)
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 // Blocks held in their own mappings after allocating (and touching) `bytes`, less before; the block is freed.
@@ -53,7 +46,7 @@ long thread_faults() {
 }  // namespace
 
 TEST_CASE("keep_freed_memory: blocks up to 32 MiB come from the heap") {
-#if !defined(__GLIBC__) || defined(TESSEL_ASAN)
+#if !defined(__GLIBC__) || defined(TESSEL_TEST_ASAN)
   MESSAGE("not glibc's malloc here (another C library, or AddressSanitizer's): nothing to check");
 #else
   // glibc's default: a 16 MiB block is its own mapping; freeing it raises the dynamic threshold to 16 MiB.
@@ -68,7 +61,7 @@ TEST_CASE("keep_freed_memory: blocks up to 32 MiB come from the heap") {
 }
 
 TEST_CASE("keep_freed_memory: a thread that holds 48 MiB and churns 32 MiB faults its pages once, not every round") {
-#if !defined(__GLIBC__) || defined(TESSEL_ASAN)
+#if !defined(__GLIBC__) || defined(TESSEL_TEST_ASAN)
   MESSAGE("not glibc's malloc here (another C library, or AddressSanitizer's): nothing to check");
 #else
   // A rank thread's step: state that stays, activations allocated and freed every micro-batch, together past
