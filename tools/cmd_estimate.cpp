@@ -141,7 +141,7 @@ Json attention_kernel_json(const cli::Specs& s) {
             {"queries", op.attn_queries},
             {"batch_heads", op.attn_batch_heads},
             {"causal", op.attn_causal},
-            {"tiles", op.attn_batch_heads * std::ceil(op.attn_queries / cost::kAttentionBlock)},
+            {"tiles", cost::attention_tiles(op.attn_batch_heads, op.attn_queries)},
             {"sms", gpu.sms},
             {"curve_share_fwd", curve_f},
             {"curve_share_bwd", curve_b},
@@ -228,7 +228,8 @@ int estimate(const Args& args) {
     std::cout << "attention kernel: " << fmt::fixed(a["keys"].get<double>(), 0) << " keys a call, head dim "
               << fmt::fixed(a["head_dim"].get<double>(), 0);
     if (waves)
-      std::cout << ", " << fmt::fixed(a["tiles"].get<double>(), 0) << " tiles of 128 queries on " << a["sms"].get<int>()
+      std::cout << ", " << fmt::fixed(a["tiles"].get<double>(), 0) << " tiles of " << fmt::fixed(cost::kAttentionBlock, 0) << " queries on "
+                << a["sms"].get<int>()
                 << " SMs";
     std::cout << ": " << share("rate_share") << " (forward / backward) of the GPU's long-sequence attention rate";
     if (!waves)

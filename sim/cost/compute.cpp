@@ -118,11 +118,13 @@ double attention_curve_factor(const GpuSpec& gpu, bool backward, double seq, dou
   return curve_rate(c, dir, seq, head_dim) / curve_rate(c, dir, c.seq.back(), c.reference_head_dim);
 }
 
+double attention_tiles(double batch_heads, double queries) { return batch_heads * std::ceil(queries / kAttentionBlock); }
+
 double attention_occupancy(int slots, double batch_heads, double queries, bool causal) {
   if (slots <= 0 || !(batch_heads > 0) || !(queries > 0)) return 1.0;
   const double n = std::ceil(queries / kAttentionBlock), S = slots;
   if (causal) return std::min(1.0, batch_heads * (n + 1) / (2 * S));
-  const double tiles = std::ceil(batch_heads * n);
+  const double tiles = std::ceil(attention_tiles(batch_heads, queries));
   return tiles / (S * std::ceil(tiles / S));
 }
 

@@ -51,6 +51,8 @@ struct AttentionKernel {
 // min(1, batch_heads x (n + 1) / (2 x slots)): a few heads of a short sequence leave SMs idle while the
 // longest row of the triangle finishes. 1 when `slots` or the tiles are not given.
 inline constexpr double kAttentionBlock = 128;
+// The kernel's tiles: batch_heads x ceil(queries / kAttentionBlock), one a head's block of queries.
+double attention_tiles(double batch_heads, double queries);
 double attention_occupancy(int slots, double batch_heads, double queries, bool causal);
 // The factor the kernel's occupancy puts on its rate: its occupancy over that of the shape the GPU's rate was
 // measured at (AttentionCurve's tokens and hidden size; without them, or without a curve, the measured rate is
