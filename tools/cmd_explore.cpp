@@ -237,7 +237,17 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
     std::cout << ", FlashAttention-2";
   if (!r.top.empty() && r.top.front().layout.unfused.any())
     std::cout << ", unfused " << to_string(r.top.front().layout.unfused);
-  std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n\n";
+  std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n";
+  // Without a stack the search is wider than any one training stack runs: the rows may use a schedule, an
+  // overlap and a kernel together that no published run combined (the band's rows each ran on one stack).
+  if (!cl.has("--recipe") && !cl.has("--stack")) {
+    std::string names;
+    for (const std::string& n : stack_names()) names += (names.empty() ? "" : ", ") + n;
+    std::cout << "no --stack: every schedule, recompute policy, ZeRO stage and overlap Tessel models, more than any one "
+                 "training stack runs; --stack NAME searches what one runs ("
+              << names << "; docs/stacks.md)\n";
+  }
+  std::cout << "\n";
   print_rows(r.top);
   print_legend();
   if (opt.job) print_time_to_train_legend(cl, *opt.job, opt.objective);

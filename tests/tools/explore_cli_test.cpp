@@ -20,6 +20,13 @@ TEST_CASE("explore: the default job, JSON and CSV") {
   CHECK(r.out.find("re-scored by the event simulator") != std::string::npos);
   CHECK(r.out.find("des") != std::string::npos);  // the tier column
   CHECK(r.err.empty());                           // no progress bar when stderr is not a terminal
+  // No stack named: the header says the search is wider than any one stack's, and names the stacks.
+  CHECK(r.out.find("no --stack: every schedule") != std::string::npos);
+  CHECK(r.out.find("megatron-core-2024") != std::string::npos);
+  auto st = run_tessel({"explore", "--stack", "megatron-lm-2022", "--top", "1"});
+  REQUIRE(st.code == 0);
+  CHECK(st.out.find(", stack megatron-lm-2022") != std::string::npos);
+  CHECK(st.out.find("no --stack") == std::string::npos);
   const auto csv = std::filesystem::temp_directory_path() / ("explore_" + std::to_string(::getpid()) + ".csv");
   auto j = run_tessel({"explore", "--json", "--top", "5", "--csv", csv.string(), "--model", "megatron-7.5b", "--gpus",
                        "64", "--gbs", "256"});
