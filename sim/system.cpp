@@ -344,8 +344,9 @@ System parse_system(const Json& j, const std::string& where) {
   if (o.has("host")) parse_host(o.object("host"), s.host);
   if (o.has("reliability")) s.reliability = parse_reliability(o.object("reliability"));
   if (o.has("storage")) s.storage = parse_storage(o.object("storage"));
-  if (o.has("error_band")) {
-    JsonObject b = o.object("error_band");
+  for (const char* key : {"error_band", "moe_error_band"}) {
+    if (!o.has(key)) continue;
+    JsonObject b = o.object(key);
     ErrorBand e;
     e.hardware_class = b.string("class");
     e.step_pct = b.number("step_pct", 0, 1e4);
@@ -353,7 +354,7 @@ System parse_system(const Json& j, const std::string& where) {
     e.basis = b.string("basis");
     e.rows_of = b.opt_string("rows_of").value_or("");
     b.finish();
-    s.error_band = e;
+    (std::string(key) == "error_band" ? s.error_band : s.moe_error_band) = e;
   }
   o.finish();
   return s;
@@ -433,6 +434,7 @@ Json system_to_json(const System& s) {
     j["storage"] = sj;
   }
   if (s.error_band) j["error_band"] = error_band_to_json(s.error_band);
+  if (s.moe_error_band) j["moe_error_band"] = error_band_to_json(s.moe_error_band);
   return j;
 }
 

@@ -207,6 +207,17 @@ struct System {
   std::optional<ReliabilitySpec> reliability;
   std::optional<StorageSpec> storage;
   std::optional<ErrorBand> error_band;  // none: no validated rows on this hardware
+  // The same for mixture-of-experts models ("moe_error_band"), from the MoE rows of published-moe.json: their
+  // errors are not those of dense models on the same hardware, so neither band stands in for the other.
+  std::optional<ErrorBand> moe_error_band;
+
+  // The band a model's step times carry: the MoE band for a mixture-of-experts model, else the dense one.
+  const std::optional<ErrorBand>& step_band(bool moe) const { return moe ? moe_error_band : error_band; }
+  // A refit profile's: the base's validated bands do not hold for it, unknown until it is measured.
+  void drop_error_bands() {
+    error_band.reset();
+    moe_error_band.reset();
+  }
 };
 
 System parse_system(const Json& j, const std::string& where);

@@ -809,7 +809,7 @@ std::map<std::string, ErrorBand> step_error_bands(const Json& rows, const Valida
   for (const auto& [cls, a] : acc)
     out[cls] = ErrorBand{cls, 100 * a.first / a.second, a.second,
                          "mean |step error| of " + std::to_string(a.second) + " " + cls +
-                             " rows of published.json under validate (docs/validation.md)",
+                             " rows under validate (docs/validation.md)",
                          ""};
   return out;
 }

@@ -192,7 +192,7 @@ int calibrate_published(const cli::CommandLine& cl, const std::string& out) {
   const std::vector<calib::GridAxis> grid = calib::efficiency_grid();
   calib::PublishedFit fit = calib::fit_published(rows, path, base, grid);
   fit.profile.name = cl.get_or("--name", base.name + "-calibrated");
-  fit.profile.error_band.reset();  // the base's validated band does not hold for a refit profile; unknown until measured
+  fit.profile.drop_error_bands();  // the base's validated bands do not hold for a refit profile; unknown until measured
   const std::string origin = path + (cl.has("--only") ? " --only " + *cl.get("--only") : std::string());
   Json j = system_to_json(fit.profile);
   j["source"] = calib::describe_published_fit(fit, grid, origin, base.name);

@@ -191,8 +191,9 @@ int estimate(const Args& args) {
   if (cl.flag("--json")) {
     Json j = estimate_to_json(e);
     // How sure the step is: the system's band (a property of the system, not of the estimate), as step bounds too.
-    j["error_band"] = error_band_to_json(s.system.error_band);
-    if (const auto& b = s.system.error_band) {
+    const bool moe = s.model.moe.enabled();
+    j["error_band"] = error_band_to_json(s.system.step_band(moe));
+    if (const auto& b = s.system.step_band(moe)) {
       j["error_band"]["step_low_s"] = e.step_s / (1 + b->step_pct / 100);
       j["error_band"]["step_high_s"] = e.step_s * (1 + b->step_pct / 100);
     }
@@ -266,7 +267,7 @@ int estimate(const Args& args) {
   std::cout << "\n";
   std::vector<std::vector<std::string>> rows = {
       {"metric", "value"},
-      {"step time", fmt::seconds(e.step_s) + ", " + fmt::band(s.system.error_band)},
+      {"step time", fmt::seconds(e.step_s) + ", " + fmt::band(s.system.step_band(s.model.moe.enabled()), s.model.moe.enabled())},
       {"tokens/s", fmt::si(e.tokens_per_s, "tokens/s")},
       {"model TFLOP/s/GPU", fmt::rate(e.model_tflops_per_gpu)},
       {"hardware TFLOP/s/GPU (this recompute)", fmt::rate(e.hw_tflops_per_gpu)},

@@ -237,7 +237,7 @@ void print_text(const Model& m, const System& sys, int gpus, int gbs, const expl
     std::cout << ", FlashAttention-2";
   if (!r.top.empty() && r.top.front().layout.unfused.any())
     std::cout << ", unfused " << to_string(r.top.front().layout.unfused);
-  std::cout << "\nstep times " << fmt::band(sys.error_band) << "\n";
+  std::cout << "\nstep times " << fmt::band(sys.step_band(m.moe.enabled()), m.moe.enabled()) << "\n";
   // Without a stack the search is wider than any one training stack runs: the rows may use a schedule, an
   // overlap and a kernel together that no published run combined (the band's rows each ran on one stack).
   if (!cl.has("--recipe") && !cl.has("--stack")) {
@@ -484,9 +484,10 @@ int explore(const Args& args) {
     } else if (auto st = cl.get("--stack")) {
       j["stack"] = load_stack(*st).name;
     }
-    // The band of the system's hardware class, the same for every row (rows carry it as step_error_band_pct).
-    j["error_band"] = error_band_to_json(sys.error_band);
-    if (const auto& b = sys.error_band)
+    // The band of the system's hardware class for this kind of model (dense or MoE), the same for every row
+    // (rows carry it as step_error_band_pct).
+    j["error_band"] = error_band_to_json(sys.step_band(m.moe.enabled()));
+    if (const auto& b = sys.step_band(m.moe.enabled()))
       for (auto& row : j["top"]) row["step_error_band_pct"] = b->step_pct;
     if (opt.job) j["objective"] = objective;  // with the job only: the document is otherwise unchanged
     std::cout << j.dump(2) << "\n";

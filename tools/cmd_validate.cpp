@@ -137,7 +137,8 @@ int validate(const Args& args) {
     return 0;
   }
   const ValidationResult r = validate_rows(rows, path, step_fn, sys ? &*sys : nullptr);
-  // The error bands the presets carry (error_band) are these, over published.json with the presets' own mapping.
+  // The error bands the presets carry are these, with the presets' own mapping: over published.json their
+  // error_band, over published-moe.json their moe_error_band.
   const auto bands = sys ? std::map<std::string, ErrorBand>{} : step_error_bands(rows, r);
   if (cl.flag("--json")) {
     Json j = validation_to_json(r);

@@ -87,8 +87,9 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string band(const std::optional<ErrorBand>& b) {
-  if (!b) return "accuracy unknown (no validated rows on this hardware)";
+std::string band(const std::optional<ErrorBand>& b, bool moe) {
+  if (!b) return moe ? "accuracy unknown (no validated mixture-of-experts rows on this hardware)"
+                     : "accuracy unknown (no validated rows on this hardware)";
   return "+-" + fixed(b->step_pct, 1) + "% (mean step error of " + std::to_string(b->rows) + " " + b->hardware_class + " " +
          (b->rows_of.empty() ? std::string("rows of published.json") : b->rows_of) + ")";
 }

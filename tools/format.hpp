@@ -18,8 +18,8 @@ std::string pct(double fraction, int digits = 1);  // 0.512 -> "51.2%"
 std::string si(double v, const std::string& unit); // 1.2e6 tokens/s -> "1.20 M tokens/s"
 
 // How sure a step time is: "+-22.3% (mean step error of 16 Hopper rows of published.json)", or that no
-// validated rows cover the hardware.
-std::string band(const std::optional<ErrorBand>& b);
+// validated rows cover the hardware (of mixture-of-experts models, where `moe`: System::step_band).
+std::string band(const std::optional<ErrorBand>& b, bool moe = false);
 
 // A plain text table: first row is the header; columns right-aligned except the first.
 std::string table(const std::vector<std::vector<std::string>>& rows);

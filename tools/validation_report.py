@@ -221,29 +221,36 @@ BANDS = """
 estimate and explore print each step time with the band of its system's hardware class: the mean absolute
 step-time error of the published rows of that class, one step metric per row (iteration time, else a
 throughput turned into the step's error, 1/(1+r) - 1), from `tessel validate published.json` (its last section
-and `error_bands` in its JSON). The presets commit the figure (`error_band` in sim/presets/*.json) and
-`tests/sim/published_test.cpp` recomputes it, so it cannot drift from the model:
+and `error_bands` in its JSON). A mixture-of-experts model's step carries the band of the MoE rows of its class
+instead, from `tessel validate published-moe.json`: those rows' errors are not the dense rows', and neither
+band stands in for the other. The presets commit the figures (`error_band` and `moe_error_band` in
+sim/presets/*.json) and `tests/sim/published_test.cpp` recomputes them, so they cannot drift from the model:
 
-| class | presets | rows | mean step error |
-|---|---|---|---|
+| class | models | presets | rows | mean step error |
+|---|---|---|---|---|
 """
 
 
-def bands_section(d):
-    """The error-band table: validate's bands, and which presets carry each (read from sim/presets/)."""
+def bands_section(d, moe_d):
+    """The error-band table: validate's bands over published.json (dense models) and published-moe.json (MoE
+    models, where present), and which presets carry each (read from sim/presets/)."""
     presets_dir = pathlib.Path(__file__).resolve().parent.parent / "sim" / "presets"
-    by_class, unbanded = {}, []
-    for f in sorted(presets_dir.glob("*.json")):
-        band = json.loads(f.read_text()).get("error_band")
-        if band is None:
-            unbanded.append(f.stem)
-        else:
-            by_class.setdefault(band["class"], []).append(f.stem)
     text = BANDS
-    for cls, b in sorted(d["error_bands"].items()):
-        text += f"| {cls} | {', '.join(by_class.get(cls, [])) or '-'} | {b['rows']} | {b['step_pct']:.1f}% |\n"
-    if unbanded:
-        text += f"| none | {', '.join(unbanded)} | 0 scored | none claimed: \"accuracy unknown\" |\n"
+    for models, key, doc in (("dense", "error_band", d), ("MoE", "moe_error_band", moe_d)):
+        if doc is None:
+            continue
+        by_class, unbanded = {}, []
+        for f in sorted(presets_dir.glob("*.json")):
+            band = json.loads(f.read_text()).get(key)
+            if band is None:
+                unbanded.append(f.stem)
+            else:
+                by_class.setdefault(band["class"], []).append(f.stem)
+        for cls, b in sorted(doc["error_bands"].items()):
+            text += (f"| {cls} | {models} | {', '.join(by_class.get(cls, [])) or '-'} | {b['rows']} | "
+                     f"{b['step_pct']:.1f}% |\n")
+        if unbanded:
+            text += f"| none | {models} | {', '.join(unbanded)} | 0 scored | none claimed: \"accuracy unknown\" |\n"
     text += ("\nA band is a summary of past error, not a bound: the Hopper rows are mostly too fast (see below), so a "
              "Hopper\nstep time is more likely low than high. A profile from `tessel calibrate` carries no band until "
              "it is measured:\n`calibrate --closed-loop` writes into each trusted repeat's profile the mean |step error| "
@@ -497,11 +504,12 @@ def main():
     for metric in sorted(d["mape_pct"]):
         u = unit[metric]
         text += f"| {metric} | {counts[metric]} | {d['mape_pct'][metric]:.1f}{u} | {d['max_abs_error_pct'][metric]:.1f}{u} |\n"
-    text += bands_section(d)
     moe_rows = pathlib.Path(a.rows).with_name("published-moe.json")
+    moe_d = run_json([a.tessel, "validate", str(moe_rows), "--engine", a.engine, "--json"]) if moe_rows.exists() else None
+    text += bands_section(d, moe_d)
     verdicts = [(pathlib.Path(a.rows).name, d)]
-    if moe_rows.exists():
-        verdicts.append((moe_rows.name, run_json([a.tessel, "validate", str(moe_rows), "--engine", a.engine, "--json"])))
+    if moe_d is not None:
+        verdicts.append((moe_rows.name, moe_d))
     text += memory_section(verdicts)
     text += loso_section(a.tessel, a.rows, d)
     zb = [r["error_pct"] for r in d["rows"] if r["id"].startswith("zb24") and r["metric"] == "samples_per_gpu_per_s"]

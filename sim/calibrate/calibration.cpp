@@ -99,8 +99,8 @@ Calibration calibrate(const CalibrationInputs& in) {
     apply_checkpoint_fit(c.fit.profile, *c.checkpoint, checkpoint_origin);
   }
   if (!in.name.empty()) c.fit.profile.name = in.name;
-  // The base's validated error band does not hold for a refit profile: unknown until the profile is measured.
-  c.fit.profile.error_band.reset();
+  // The base's validated error bands do not hold for a refit profile: unknown until the profile is measured.
+  c.fit.profile.drop_error_bands();
   c.noise = std::max(c.fit.noise, c.traced ? c.trace.noise : -1.0);
   c.contention_noise = c.fit.contention_noise;
   c.flagged = c.noise > kNoiseFlag || c.contention_noise > kNoiseFlag;

@@ -225,6 +225,39 @@ TEST_CASE("presets' error bands are validate's step errors on their hardware cla
   CHECK(checked == 6);  // dgx-a100 and the five Hopper presets
 }
 
+// The same for mixture-of-experts models: their band comes from published-moe.json's rows of the class (a MoE
+// model's errors are not a dense model's: 28.5% against 11.1% on Hopper today), and a class without MoE rows
+// (A100) claims none for them, whatever its dense band.
+TEST_CASE("presets' MoE error bands are validate's step errors on published-moe.json's rows of their class") {
+  const std::string path = test::shared_dir() + "/validation/published-moe.json";
+  REQUIRE_MESSAGE(std::filesystem::exists(path), (path + " is missing from ../shared"));
+  const Json rows = parse_json_file(path);
+  const auto bands = step_error_bands(rows, validate_rows(rows, path));
+  REQUIRE(bands.count("Hopper") == 1);
+  REQUIRE(bands.count("Blackwell") == 1);
+  CHECK(bands.count("A100") == 0);
+  int checked = 0;
+  for (const auto& name : system_preset_names()) {
+    CAPTURE(name);
+    const System s = load_system(name);
+    const std::string cls = hardware_class(name);
+    if (!bands.count(cls)) {
+      CHECK_FALSE(s.moe_error_band.has_value());
+      continue;
+    }
+    REQUIRE(s.moe_error_band.has_value());
+    CHECK(s.moe_error_band->hardware_class == cls);
+    CHECK(s.moe_error_band->rows == bands.at(cls).rows);
+    CHECK(s.moe_error_band->rows_of == "MoE rows of published-moe.json");
+    CHECK(std::fabs(s.moe_error_band->step_pct - bands.at(cls).step_pct) <= 0.05);  // committed rounded to 0.1
+    // The step times of a MoE model carry this band, of a dense one the dense band.
+    CHECK(&s.step_band(true) == &s.moe_error_band);
+    CHECK(&s.step_band(false) == &s.error_band);
+    ++checked;
+  }
+  CHECK(checked == 7);  // the five Hopper presets, dgx-b200 and gb200
+}
+
 
 // Leave one source out (docs/validation.md, "Per source"): each A100 source's rows predicted by a profile
 // fitted with calibrate --published's grid on the other A100 sources only. Bounds: every source within 15%

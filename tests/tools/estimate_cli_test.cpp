@@ -54,6 +54,49 @@ TEST_CASE("estimate: the step time carries its system's error band") {
   CHECK(bt.out.find("accuracy unknown (no validated rows on this hardware)") != std::string::npos);
 }
 
+// A mixture-of-experts model's step carries the band of the MoE rows of its hardware class (published-moe.json),
+// not the dense rows' (published.json); where no MoE rows were validated, none, whatever the dense band.
+TEST_CASE("estimate and explore: a MoE model's step carries the MoE band of its hardware class") {
+  const std::vector<std::string> moe = {"--model", "mixtral-8x7b", "--tp", "1", "--pp", "1", "--ep", "8", "--dp", "8",
+                                        "--gbs", "64", "--seq", "4096", "--schedule", "1f1b"};
+  const auto with = [&](std::vector<std::string> head) {
+    head.insert(head.end(), moe.begin(), moe.end());
+    return head;
+  };
+  for (const std::string sys : {"dgx-h100", "gb200"}) {
+    CAPTURE(sys);
+    auto j = run_tessel(with({"estimate", "--json", "--system", sys}));
+    REQUIRE(j.code == 0);
+    const auto doc = nlohmann::json::parse(j.out);
+    REQUIRE(doc["error_band"].is_object());
+    CHECK(doc["error_band"]["class"] == (sys == "gb200" ? "Blackwell" : "Hopper"));
+    CHECK(doc["error_band"]["rows_of"] == "MoE rows of published-moe.json");
+    auto t = run_tessel(with({"estimate", "--system", sys}));
+    CHECK(t.out.find(sys == "gb200" ? "(mean step error of 7 Blackwell MoE rows of published-moe.json)"
+                                    : "(mean step error of 11 Hopper MoE rows of published-moe.json)") != std::string::npos);
+  }
+  // The dense band of the A100 class does not stand for a MoE model.
+  auto a = run_tessel(with({"estimate", "--json", "--system", "dgx-a100"}));
+  REQUIRE(a.code == 0);
+  CHECK(nlohmann::json::parse(a.out)["error_band"].is_null());
+  auto at = run_tessel(with({"estimate", "--system", "dgx-a100"}));
+  CHECK(at.out.find("accuracy unknown (no validated mixture-of-experts rows on this hardware)") != std::string::npos);
+  // explore: the header and every JSON row.
+  auto e = run_tessel({"explore", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64", "--gbs", "256",
+                       "--seq", "4096", "--top", "2"});
+  REQUIRE(e.code == 0);
+  CHECK(e.out.find("step times +-") != std::string::npos);
+  CHECK(e.out.find("Hopper MoE rows of published-moe.json") != std::string::npos);
+  auto ej = run_tessel({"explore", "--json", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "64", "--gbs",
+                        "256", "--seq", "4096", "--top", "2"});
+  REQUIRE(ej.code == 0);
+  const auto doc = nlohmann::json::parse(ej.out);
+  REQUIRE(doc["top"].size() == 2);
+  CHECK(doc["error_band"]["rows_of"] == "MoE rows of published-moe.json");
+  for (const auto& row : doc["top"])
+    CHECK(row["step_error_band_pct"].get<double>() == doctest::Approx(doc["error_band"]["step_pct"].get<double>()));
+}
+
 TEST_CASE("estimate: bad input exits 2 with the rule") {
   struct Case {
     std::vector<std::string> args;
