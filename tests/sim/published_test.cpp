@@ -13,6 +13,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "sim/calibrate/published_fit.hpp"
@@ -198,6 +199,32 @@ TEST_CASE("explore-rank on published rows: the published layout's step is valida
   CHECK(compared == 8);  // Korthikanti Table 5: 22B, 175B, 530B, 1T, each with full and with selective recompute
 }
 
+namespace {
+
+// Each preset's committed band (`member`: error_band or moe_error_band) against validate's bands by hardware
+// class; a class without scored rows claims none. Returns how many presets carry one.
+int check_preset_bands(const std::map<std::string, ErrorBand>& bands, std::optional<ErrorBand> System::*member) {
+  int checked = 0;
+  for (const auto& name : system_preset_names()) {
+    CAPTURE(name);
+    const System s = load_system(name);
+    const std::optional<ErrorBand>& band = s.*member;
+    const std::string cls = hardware_class(name);
+    if (!bands.count(cls)) {
+      CHECK_FALSE(band.has_value());  // no rows of its class scored: no band claimed
+      continue;
+    }
+    REQUIRE(band.has_value());
+    CHECK(band->hardware_class == cls);
+    CHECK(band->rows == bands.at(cls).rows);
+    CHECK(std::fabs(band->step_pct - bands.at(cls).step_pct) <= 0.05);  // committed rounded to 0.1
+    ++checked;
+  }
+  return checked;
+}
+
+}  // namespace
+
 // The error band each preset prints beside its step times is what validate measures on its hardware class: the
 // committed figure cannot drift from the model (a change to the cost model that moves it fails here until the
 // presets' error_band is updated from `tessel validate published.json`).
@@ -207,22 +234,7 @@ TEST_CASE("presets' error bands are validate's step errors on their hardware cla
   const auto bands = step_error_bands(rows, validate_rows(rows, path));
   REQUIRE(bands.count("A100") == 1);
   REQUIRE(bands.count("Hopper") == 1);
-  int checked = 0;
-  for (const auto& name : system_preset_names()) {
-    CAPTURE(name);
-    const System s = load_system(name);
-    const std::string cls = hardware_class(name);
-    if (!bands.count(cls)) {
-      CHECK_FALSE(s.error_band.has_value());  // no rows of its class scored: no band claimed
-      continue;
-    }
-    REQUIRE(s.error_band.has_value());
-    CHECK(s.error_band->hardware_class == cls);
-    CHECK(s.error_band->rows == bands.at(cls).rows);
-    CHECK(std::fabs(s.error_band->step_pct - bands.at(cls).step_pct) <= 0.05);  // committed rounded to 0.1
-    ++checked;
-  }
-  CHECK(checked == 6);  // dgx-a100 and the five Hopper presets
+  CHECK(check_preset_bands(bands, &System::error_band) == 6);  // dgx-a100 and the five Hopper presets
 }
 
 // The same for mixture-of-experts models: their band comes from published-moe.json's rows of the class (a MoE
@@ -236,26 +248,15 @@ TEST_CASE("presets' MoE error bands are validate's step errors on published-moe.
   REQUIRE(bands.count("Hopper") == 1);
   REQUIRE(bands.count("Blackwell") == 1);
   CHECK(bands.count("A100") == 0);
-  int checked = 0;
+  CHECK(check_preset_bands(bands, &System::moe_error_band) == 7);  // the five Hopper presets, dgx-b200 and gb200
+  // The step times of a MoE model carry this band, of a dense one the dense band; the MoE band names its rows.
   for (const auto& name : system_preset_names()) {
     CAPTURE(name);
     const System s = load_system(name);
-    const std::string cls = hardware_class(name);
-    if (!bands.count(cls)) {
-      CHECK_FALSE(s.moe_error_band.has_value());
-      continue;
-    }
-    REQUIRE(s.moe_error_band.has_value());
-    CHECK(s.moe_error_band->hardware_class == cls);
-    CHECK(s.moe_error_band->rows == bands.at(cls).rows);
-    CHECK(s.moe_error_band->rows_of == "MoE rows of published-moe.json");
-    CHECK(std::fabs(s.moe_error_band->step_pct - bands.at(cls).step_pct) <= 0.05);  // committed rounded to 0.1
-    // The step times of a MoE model carry this band, of a dense one the dense band.
     CHECK(&s.step_band(true) == &s.moe_error_band);
     CHECK(&s.step_band(false) == &s.error_band);
-    ++checked;
+    if (s.moe_error_band) CHECK(s.moe_error_band->rows_of == "MoE rows of published-moe.json");
   }
-  CHECK(checked == 7);  // the five Hopper presets, dgx-b200 and gb200
 }
 
 
